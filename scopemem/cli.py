@@ -1,0 +1,69 @@
+"""The ``scopemem`` command line: a click group whose commands all come from plugins.
+
+``scopemem [--config PATH] COMMAND``. The config file comes from ``--config``, else
+``$SCOPEMEM_CONFIG``, else ``./scopemem.toml`` when it exists, else the defaults. A user's
+mistake is a usage error or one clear line and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+import click
+
+from scopemem.config import MemoryConfig, load_config
+from scopemem.errors import ScopememError
+from scopemem.plugins.manager import PluginManager, get_plugin_manager
+
+
+@attrs.define
+class CliState:
+    """What every command reaches through ``click.pass_obj``."""
+
+    config_path: str | None
+    pm: PluginManager
+    _config: MemoryConfig | None = None
+
+    def config(self) -> MemoryConfig:
+        if self._config is None:
+            try:
+                self._config = load_config(self.config_path)
+            except ScopememError as exc:
+                raise click.ClickException(str(exc)) from None
+        return self._config
+
+
+def echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+def build_cli(pm: PluginManager | None = None) -> click.Group:
+    """A fresh root group with every plugin's commands added."""
+    manager = pm or get_plugin_manager()
+
+    @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+    @click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        envvar="SCOPEMEM_CONFIG",
+        help="Configuration file (TOML). Default: $SCOPEMEM_CONFIG, else ./scopemem.toml.",
+    )
+    @click.version_option(package_name="scopemem")
+    @click.pass_context
+    def cli(ctx: click.Context, config_path: str | None) -> None:
+        """Cross-session memory for chat and coding agents."""
+        ctx.obj = CliState(config_path, manager)
+
+    manager.hook.scopemem_register_commands(cli=cli)
+    return cli
+
+
+def main() -> None:
+    try:
+        cli = build_cli()
+    except ScopememError as exc:
+        raise SystemExit(f"Error: {exc}") from None
+    cli(prog_name="scopemem")

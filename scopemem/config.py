@@ -1,0 +1,189 @@
+"""Configuration: the ``[memory]`` table of a TOML file, or a dict of the same shape.
+
+Every mistake names its key: an unknown key, a wrong type or an out-of-range value is a
+``ConfigError``. One value is forgiving by design: ``max_records_per_scope`` out of range or
+not an integer logs one warning naming the key and the default applies, because a typo there
+must neither evict everything (0) nor make every write fail (> 10000).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+
+from scopemem.core.records import DEFAULT_SCOPE_CAP, MAX_LIMIT, MAX_SCOPE_CAP
+from scopemem.core.scopes import scope_key_problem
+from scopemem.errors import ConfigError
+
+log = logging.getLogger("scopemem")
+
+DEFAULT_CONFIG_FILE = "scopemem.toml"
+CONFIG_ENV = "SCOPEMEM_CONFIG"
+
+
+@attrs.frozen(kw_only=True)
+class MemoryConfig:
+    """The effective settings. Defaults leave memory off: no store, prompts untouched."""
+
+    enabled: bool = False
+    organization: str | None = None
+    store: str = "sqlite"
+    model: str | None = None
+    limit: int = 32
+    max_tokens: int = 3000
+    repo_window: int = 24
+    max_records_per_scope: int = DEFAULT_SCOPE_CAP
+    admins: tuple[str, ...] = ()
+    no_reflect_agents: tuple[str, ...] = ("review", "ship")
+    stores: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    providers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+
+    def store_options(self, name: str) -> Mapping[str, Any]:
+        return self.stores.get(name, {})
+
+    def provider_options(self, name: str) -> Mapping[str, Any]:
+        return self.providers.get(name, {})
+
+
+def _strict(kind: type) -> Any:
+    def hook(value: Any, _type: Any) -> Any:
+        if isinstance(value, bool) and kind is not bool:
+            raise TypeError(f"expected {kind.__name__}, got a boolean")
+        if not isinstance(value, kind):
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+        return value
+
+    return hook
+
+
+def _table(value: Any, _type: Any) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected a table, got {type(value).__name__}")
+    for name, options in value.items():
+        if not isinstance(options, Mapping):
+            raise TypeError(f"[{name}] must be a table, got {type(options).__name__}")
+    return {str(name): dict(options) for name, options in value.items()}
+
+
+def _string_list(value: Any, _type: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise TypeError(f"expected a list of strings, got {type(value).__name__}")
+    if not all(isinstance(item, str) for item in value):
+        raise TypeError("expected a list of strings")
+    return tuple(value)
+
+
+def _build_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    for kind in (str, int, bool):
+        converter.register_structure_hook(kind, _strict(kind))
+    tables, strings = Mapping[str, Mapping[str, Any]], tuple[str, ...]
+    converter.register_structure_hook_func(lambda t: t == tables, _table)
+    converter.register_structure_hook_func(lambda t: t == strings, _string_list)
+    return converter
+
+
+_converter = _build_converter()
+
+
+def _format(exc: BaseException, _type: Any) -> str:
+    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
+        return f"unknown key(s): {', '.join(sorted(exc.extra_fields))}"
+    return str(exc)
+
+
+def _path_first(message: str) -> str:
+    # cattrs writes "problem @ path"; a person reads "path: problem" faster.
+    problem, _, path = message.rpartition(" @ ")
+    return f"{path}: {problem}" if path else message
+
+
+def config_from_mapping(data: Mapping[str, Any], *, source: str = "config") -> MemoryConfig:
+    """Validate a dict shaped like the TOML file (``{"memory": {...}}``)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected a table with a [memory] section")
+    unknown = sorted(set(data) - {"memory"})
+    if unknown:
+        raise ConfigError(f"{source}: unknown top-level key {unknown[0]!r} (expected [memory])")
+    table = data.get("memory", {})
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{source}: memory must be a table")
+    table = dict(table)
+    cap = _scope_cap(table.pop("max_records_per_scope", DEFAULT_SCOPE_CAP))
+    try:
+        config = _converter.structure(table, MemoryConfig)
+    except cattrs.BaseValidationError as exc:
+        messages = cattrs.transform_error(exc, path="memory", format_exception=_format)
+        raise ConfigError("; ".join(_path_first(message) for message in messages)) from None
+    config = attrs.evolve(config, max_records_per_scope=cap)
+    _check_ranges(config)
+    return config
+
+
+def _scope_cap(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_SCOPE_CAP:
+        return value
+    log.warning(
+        "[memory] memory.max_records_per_scope must be an integer from 1 to %d, got %r; "
+        "using the default %d", MAX_SCOPE_CAP, value, DEFAULT_SCOPE_CAP,
+    )
+    return DEFAULT_SCOPE_CAP
+
+
+def _in_range(key: str, value: int, low: int, high: int | None) -> None:
+    if value < low or (high is not None and value > high):
+        bound = f"from {low} to {high}" if high is not None else f"at least {low}"
+        raise ConfigError(f"memory.{key}: must be {bound}, got {value}")
+
+
+def _check_ranges(config: MemoryConfig) -> None:
+    _in_range("limit", config.limit, 1, MAX_LIMIT)
+    _in_range("max_tokens", config.max_tokens, 1, None)
+    _in_range("repo_window", config.repo_window, 0, MAX_LIMIT)
+    if not config.store:
+        raise ConfigError("memory.store: must name a store")
+    if config.organization is not None:
+        problem = scope_key_problem(f"org:{config.organization}")
+        if not config.organization or problem:
+            raise ConfigError(f"memory.organization: {problem or 'must not be empty'}")
+    if config.enabled and not config.organization:
+        raise ConfigError("memory.organization: required when memory.enabled is true")
+    if config.model is not None and "/" not in config.model:
+        raise ConfigError(
+            f"memory.model: expected <provider>/<model>, got {config.model!r}"
+        )
+
+
+def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfig | None = None
+                ) -> MemoryConfig:
+    """The configuration from a file path, a dict, an existing config, or (``None``) the
+    default search: ``$SCOPEMEM_CONFIG``, else ``./scopemem.toml`` when it exists, else the
+    defaults (memory off)."""
+    if isinstance(source, MemoryConfig):
+        return source
+    if isinstance(source, Mapping):
+        return config_from_mapping(source)
+    if source is None:
+        env = os.environ.get(CONFIG_ENV)
+        if env:
+            source = env
+        elif Path(DEFAULT_CONFIG_FILE).is_file():
+            source = DEFAULT_CONFIG_FILE
+        else:
+            return MemoryConfig()
+    path = Path(source)
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such configuration file") from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return config_from_mapping(data, source=str(path))

@@ -1,0 +1,220 @@
+"""The one memory algorithm every store runs.
+
+Stores differ only in how they persist; what a query returns, what a write does and what the
+cap evicts are decided here, by pure functions over the rows a store hands in. A store that
+feeds these functions the rows they ask for answers exactly like every other store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import attrs
+
+from scopemem.core.gate import rejection_markers
+from scopemem.core.records import Candidate, Kind, Record, Status, WriteCounts
+from scopemem.core.scopes import memory_id, record_seq
+from scopemem.core.scoring import record_tokens, score_record
+from scopemem.core.text import distinct_tokens, normalize_text
+
+# Longer tokens are the selective ones; a 4000-character query would otherwise become an
+# OR of hundreds of terms. A record matched only by a dropped shorter token is not found:
+# an accepted trade, applied identically by every store.
+MAX_MATCH_TOKENS = 24
+# How many prefiltered candidates a store hands the engine: every match in a small scope,
+# proportionally more for larger limits.
+CANDIDATE_FLOOR = 50
+CANDIDATES_PER_LIMIT = 5
+
+
+def match_tokens(query: str) -> list[str]:
+    """The query's distinct tokens that take part in matching: the 24 longest, ties broken
+    by first appearance, in that order."""
+    tokens = distinct_tokens(query)
+    ranked = sorted(range(len(tokens)), key=lambda index: (-len(tokens[index]), index))
+    return [tokens[index] for index in ranked[:MAX_MATCH_TOKENS]]
+
+
+def candidate_cap(limit: int) -> int:
+    return max(CANDIDATE_FLOOR, CANDIDATES_PER_LIMIT * limit)
+
+
+def matches(record: Record, tokens: Iterable[str]) -> bool:
+    """The relevance gate: does the record contain any of ``tokens`` as a whole token?"""
+    have = record_tokens(record)
+    return any(token in have for token in tokens)
+
+
+def rank_records(records: Iterable[Record], query: str, limit: int, now: int) -> list[Record]:
+    """The ``limit`` best active records for ``query``, best first. Never mutates.
+
+    A record qualifies when it holds one of the query's match tokens; qualifying records are
+    scored over the whole query. Ties go to the newer record, so the answer does not depend
+    on the order a store happened to hand the records in."""
+    gate = match_tokens(query)
+    if not gate or limit <= 0:
+        return []
+    scoring_tokens = distinct_tokens(query)
+    scored = []
+    for record in records:
+        if not record.is_active:
+            continue
+        tokens = record_tokens(record)
+        if any(token in tokens for token in gate):
+            score = score_record(record, scoring_tokens, now, tokens)
+            scored.append((score, record_seq(record.id), record))
+    scored.sort(key=lambda entry: (-entry[0], -entry[1]))
+    return [record for _score, _seq, record in scored[:limit]]
+
+
+def bump_usage(record: Record, now: int) -> Record:
+    """A record that was just returned by retrieval."""
+    return attrs.evolve(record, use_count=record.use_count + 1, last_used_at=now)
+
+
+def listing(
+    records: Iterable[Record], limit: int, query: str | None = None, kind: Kind | None = None
+) -> list[Record]:
+    """A human's (or the repository window's) view: active records, newest first, optionally
+    only one kind and only those a query token hits, the limit applied after the filters.
+
+    A query with no tokens lists nothing (it asked for a filter that cannot match)."""
+    selected = [record for record in records if record.is_active]
+    if kind is not None:
+        selected = [record for record in selected if record.kind == kind]
+    if query is not None:
+        gate = match_tokens(query)
+        selected = [record for record in selected if gate and matches(record, gate)]
+    selected.sort(key=lambda record: record_seq(record.id), reverse=True)
+    return selected[:max(0, limit)]
+
+
+# --- writes ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Insert:
+    """Insert the candidate as a new record; ``superseded`` is the retired target, if any."""
+
+    superseded: Record | None = None
+
+
+@attrs.frozen
+class Dedup:
+    """The candidate says what an active record already says: bump that record instead."""
+
+    updated: Record
+
+
+@attrs.frozen
+class Restate:
+    """The candidate was tagged as a restatement of a shown active record: strengthen it."""
+
+    updated: Record
+
+
+WriteAction = Insert | Dedup | Restate
+
+
+def _active_in_scope(pool: Iterable[Record], scope_key: str, record_id: str) -> Record | None:
+    for record in pool:
+        if record.id == record_id and record.scope_key == scope_key and record.is_active:
+            return record
+    return None
+
+
+def plan_write(scope_key: str, candidate: Candidate, pool: Sequence[Record], now: int
+               ) -> WriteAction:
+    """Decide what one candidate does to a scope.
+
+    ``pool`` must contain at least the active rows whose normalized text equals the
+    candidate's, earliest first, and the rows the candidate's ``restates``/``supersedes``
+    name; nothing else is read, so a store may pass exactly those rows or the whole scope.
+
+    1. ``restates`` naming an active record of this scope: bump its use count and last use,
+       raise its confidence to the higher of the two, insert nothing. Otherwise fall through.
+    2. ``supersedes`` naming an active record of this scope: the candidate dedups against
+       that target only (same text → bump it, nothing retired); otherwise the target is
+       retired and the candidate inserted. A collision with some unrelated record never
+       swallows a correction. An unresolved ``supersedes`` inserts unconditionally.
+    3. Otherwise the earliest active record with the same normalized text is bumped, or the
+       candidate is inserted.
+    """
+    if candidate.restates:
+        target = _active_in_scope(pool, scope_key, candidate.restates)
+        if target is not None:
+            confidences = [c for c in (target.confidence, candidate.confidence) if c is not None]
+            return Restate(attrs.evolve(
+                target,
+                use_count=target.use_count + 1,
+                last_used_at=now,
+                confidence=max(confidences) if confidences else None,
+            ))
+
+    norm = normalize_text(candidate.text)
+    if candidate.supersedes:
+        target = _active_in_scope(pool, scope_key, candidate.supersedes)
+        if target is None:
+            return Insert()
+        if normalize_text(target.text) == norm:
+            return Dedup(attrs.evolve(target, use_count=target.use_count + 1))
+        return Insert(superseded=attrs.evolve(target, status=Status.SUPERSEDED))
+
+    for record in pool:
+        if (record.is_active and record.scope_key == scope_key
+                and normalize_text(record.text) == norm):
+            return Dedup(attrs.evolve(record, use_count=record.use_count + 1))
+    return Insert()
+
+
+def count_action(action: WriteAction) -> WriteCounts:
+    if isinstance(action, Restate):
+        return WriteCounts(restated=1)
+    if isinstance(action, Dedup):
+        return WriteCounts(deduped=1)
+    return WriteCounts(inserted=1, superseded=0 if action.superseded is None else 1)
+
+
+def mint_record(scope_key: str, seq: int, candidate: Candidate, now: int) -> Record:
+    """The new record a candidate becomes. Pointers are kept as provenance of the writer's
+    claim (empty ones dropped); the target's own status says whether the claim took effect."""
+    return Record(
+        id=memory_id(scope_key, seq),
+        scope_key=scope_key,
+        kind=candidate.kind,
+        text=candidate.text,
+        keywords=candidate.keywords or (),
+        source_thread_key=candidate.source_thread_key,
+        source_run_id=candidate.source_run_id,
+        created_at=now,
+        confidence=candidate.confidence,
+        supersedes=candidate.supersedes or None,
+        restates=candidate.restates or None,
+    )
+
+
+# --- the cap and the sweep ------------------------------------------------------------------
+
+
+def plan_eviction(active: Iterable[Record], cap: int) -> list[Record]:
+    """The records to evict so at most ``cap`` active ones remain: least recently used first
+    (last use, else creation), ties to the older record, then the lower sequence number.
+    Only active records count and only active records are evicted."""
+    live = [record for record in active if record.is_active]
+    excess = len(live) - cap
+    if excess <= 0:
+        return []
+    live.sort(key=lambda r: (r.last_touched, r.created_at, record_seq(r.id)))
+    return [attrs.evolve(record, status=Status.EVICTED) for record in live[:excess]]
+
+
+def plan_sweep(
+    active: Iterable[Record], markers: Callable[[str], list[str]] = rejection_markers
+) -> list[Record]:
+    """The active facts the gate would have refused, as they become once swept. Summaries are
+    never gated: they are episodic by design."""
+    return [
+        attrs.evolve(record, status=Status.SWEPT)
+        for record in active
+        if record.is_active and record.kind == Kind.FACT and markers(record.text)
+    ]

@@ -1,0 +1,110 @@
+"""Write authorization: what a policy may answer, and the host's rule that it only narrows.
+
+Reflection routes each candidate to a target scope; a policy plugin then allows the write,
+narrows it to another of the run's own scopes, or denies it with a reason token. The host
+settles the answer with ``settle_decision``, which refuses any answer that would widen the
+audience or reach a scope the run does not have: a buggy or hostile policy can lose a write,
+never leak one.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from scopemem.core.scopes import scope_kind
+
+
+class Visibility(enum.StrEnum):
+    """Who could see the conversation a run came from."""
+
+    PUBLIC = "public"
+    PRIVATE = "private"
+    DM = "dm"
+    MACHINE = "machine"
+
+
+def parse_visibility(value: str | None) -> Visibility | None:
+    """A known visibility, or ``None`` for unstamped or unknown origins (treated alike)."""
+    try:
+        return None if value is None else Visibility(value.strip().lower())
+    except ValueError:
+        return None
+
+
+@attrs.frozen
+class RunActor:
+    """The principal a run writes as: its own scopes by kind (``{"user": "user:slack:U1",
+    "channel": …}``) — the only scopes any of its writes may land in."""
+
+    scopes: Mapping[str, str]
+
+    @property
+    def scope_keys(self) -> frozenset[str]:
+        return frozenset(self.scopes.values())
+
+    def scope(self, kind: str) -> str | None:
+        return self.scopes.get(kind)
+
+
+@attrs.frozen
+class WriteDecision:
+    """A policy's answer. ``scope_key`` is where the write goes (``None``: denied);
+    ``reason`` is a short token for the log when the write was narrowed or denied."""
+
+    scope_key: str | None
+    reason: str | None = None
+
+    @classmethod
+    def allow(cls, target: str) -> WriteDecision:
+        return cls(target)
+
+    @classmethod
+    def narrow(cls, to: str, reason: str) -> WriteDecision:
+        return cls(to, reason)
+
+    @classmethod
+    def deny(cls, reason: str) -> WriteDecision:
+        return cls(None, reason)
+
+    @property
+    def allowed(self) -> bool:
+        return self.scope_key is not None
+
+
+WIDENING_REFUSED = "policy_widened"
+
+
+def settle_decision(
+    target: str,
+    decision: WriteDecision | None,
+    actor: RunActor,
+    breadth: Mapping[str, int],
+) -> WriteDecision:
+    """The decision the host acts on. No answer allows the routed target; an answer that
+    moves the write to a scope the run does not have, or to a wider (or equally wide but
+    different) scope, is refused as a denial."""
+    if decision is None:
+        return WriteDecision.allow(target)
+    if not isinstance(decision, WriteDecision):
+        return WriteDecision.deny(WIDENING_REFUSED)
+    if decision.scope_key is None or decision.scope_key == target:
+        return decision
+    if decision.scope_key not in actor.scope_keys:
+        return WriteDecision.deny(WIDENING_REFUSED)
+    unknown = max(breadth.values(), default=0) + 1
+    old = breadth.get(scope_kind(target), unknown)
+    new = breadth.get(scope_kind(decision.scope_key), unknown)
+    if new <= old:
+        return WriteDecision.deny(WIDENING_REFUSED)
+    return decision
+
+
+def first_available(actor: RunActor, kinds: Sequence[str]) -> str | None:
+    for kind in kinds:
+        key = actor.scope(kind)
+        if key is not None:
+            return key
+    return None

@@ -1,0 +1,242 @@
+"""The records memory stores, the candidates reflection offers, and their wire format.
+
+Everything here is immutable (attrs, frozen) so an engine function can never change a record
+behind a store's back: a change is a new value the store decides to persist. Times are integer
+milliseconds since the epoch, as on the wire.
+
+One cattrs converter, ``wire``, owns the JSON shape the Memory Worker speaks: camelCase keys,
+absent optional fields omitted (never ``null``), unknown input keys ignored so an older peer's
+extra fields never break a newer one.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+# Limits shared by every boundary that accepts records (the worker's validator, the client,
+# reflection's parser) so they cannot drift apart.
+MAX_TEXT_CHARS = 4000
+MAX_QUERY_CHARS = 4000
+MAX_KEYWORDS = 20
+MAX_KEYWORD_CHARS = 64
+MAX_BATCH = 50
+MAX_LIMIT = 50
+MAX_ID_CHARS = 200
+DEFAULT_SCOPE_CAP = 500
+MAX_SCOPE_CAP = 10_000
+
+
+class Kind(enum.StrEnum):
+    FACT = "fact"
+    SUMMARY = "summary"
+
+
+class Status(enum.StrEnum):
+    """A record's lifecycle. Only ``active`` rows are ever read, listed, deduped or counted;
+    every other status is a soft delete that keeps the row and its provenance."""
+
+    ACTIVE = "active"
+    SUPERSEDED = "superseded"
+    FORGOTTEN = "forgotten"
+    EVICTED = "evicted"
+    SWEPT = "swept"
+
+
+def _non_empty(_instance: object, attribute: attrs.Attribute, value: str) -> None:
+    if not value:
+        raise ValueError(f"{attribute.name} must be a non-empty string")
+
+
+def _optional_unit_interval(_instance: object, attribute: attrs.Attribute, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ValueError(f"{attribute.name} must be a number in [0, 1], got {value!r}")
+    if math.isnan(value):
+        raise ValueError(f"{attribute.name} must not be NaN")
+
+
+def _non_negative_int(_instance: object, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{attribute.name} must be a non-negative integer, got {value!r}")
+
+
+def _optional_non_negative_int(instance: object, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None:
+        _non_negative_int(instance, attribute, value)
+
+
+def _str_tuple(value: Any) -> tuple[str, ...]:
+    return tuple(value)
+
+
+def _optional_str_tuple(value: Any) -> tuple[str, ...] | None:
+    return None if value is None else tuple(value)
+
+
+@attrs.frozen(kw_only=True)
+class Record:
+    """One distilled memory, as stored in exactly one scope."""
+
+    id: str = attrs.field(validator=_non_empty)
+    scope_key: str = attrs.field(validator=_non_empty)
+    kind: Kind = attrs.field(converter=Kind)
+    text: str = attrs.field(validator=_non_empty)
+    keywords: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    # Provenance: which thread and which run produced this record, so it can be re-grounded.
+    source_thread_key: str
+    source_run_id: str | None = None
+    created_at: int = attrs.field(validator=_non_negative_int)
+    last_used_at: int | None = attrs.field(default=None, validator=_optional_non_negative_int)
+    use_count: int = attrs.field(default=0, validator=_non_negative_int)
+    confidence: float | None = attrs.field(default=None, validator=_optional_unit_interval)
+    supersedes: str | None = None
+    restates: str | None = None
+    status: Status = attrs.field(default=Status.ACTIVE, converter=Status)
+
+    @property
+    def is_active(self) -> bool:
+        return self.status is Status.ACTIVE
+
+    @property
+    def last_touched(self) -> int:
+        """When the record was last useful: last use, else creation (recency and eviction)."""
+        return self.created_at if self.last_used_at is None else self.last_used_at
+
+
+@attrs.frozen(kw_only=True)
+class Candidate:
+    """A record a writer offers to a scope; the store's plan decides what becomes of it."""
+
+    kind: Kind = attrs.field(converter=Kind)
+    text: str = attrs.field(validator=_non_empty)
+    source_thread_key: str
+    source_run_id: str | None = None
+    # None means "no keywords given": the store tokenizes the text instead.
+    keywords: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_str_tuple)
+    confidence: float | None = attrs.field(default=None, validator=_optional_unit_interval)
+    # An empty string is carried as given but treated as "no pointer" by the engine.
+    supersedes: str | None = None
+    restates: str | None = None
+
+
+@attrs.frozen
+class WriteCounts:
+    """What one ``write`` did, per action. Added together across scopes for the log line."""
+
+    inserted: int = 0
+    deduped: int = 0
+    superseded: int = 0
+    restated: int = 0
+    evicted: int = 0
+
+    def __add__(self, other: WriteCounts) -> WriteCounts:
+        if not isinstance(other, WriteCounts):
+            return NotImplemented
+        return WriteCounts(*(a + b for a, b in zip(attrs.astuple(self), attrs.astuple(other),
+                                                    strict=True)))
+
+
+@attrs.frozen
+class SweepResult:
+    """How many active facts the gate retired; ``ids`` only for a dry run."""
+
+    swept: int
+    ids: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_str_tuple)
+
+
+# --- the wire converter ---------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _strict(kind: type, *, allow: tuple[type, ...] = ()) -> Any:
+    """Refuse lossy coercions (``"5"`` → 5, ``True`` → 1, ``1.5`` → 1) a peer's bug would hide."""
+
+    def hook(value: Any, _type: Any) -> Any:
+        if isinstance(value, bool) and kind is not bool:
+            raise TypeError(f"expected {kind.__name__}, got a boolean")
+        if not isinstance(value, (kind, *allow)):
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+        return value
+
+    return hook
+
+
+def _float_hook(value: Any, _type: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected a number, got {type(value).__name__}")
+    return value
+
+
+def _build_wire_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=False)
+    converter.register_structure_hook(str, _strict(str))
+    converter.register_structure_hook(int, _strict(int))
+    converter.register_structure_hook(float, _float_hook)
+    converter.register_structure_hook(bool, _strict(bool))
+    converter.register_unstructure_hook(Kind, lambda value: value.value)
+    converter.register_unstructure_hook(Status, lambda value: value.value)
+
+    for cls in (Record, Candidate, WriteCounts, SweepResult):
+        fields = attrs.fields(cls)
+        unstructure_overrides = {
+            f.name: override(rename=_camel(f.name), omit_if_default=f.default is None)
+            for f in fields
+        }
+        structure_overrides = {f.name: override(rename=_camel(f.name)) for f in fields}
+        converter.register_unstructure_hook(
+            cls, make_dict_unstructure_fn(cls, converter, **unstructure_overrides)
+        )
+        converter.register_structure_hook(
+            cls, make_dict_structure_fn(cls, converter, **structure_overrides)
+        )
+    return converter
+
+
+wire = _build_wire_converter()
+
+
+def to_wire(value: Any) -> Any:
+    """The JSON-ready form of a record, candidate, counts or sweep result (or a list of them)."""
+    return wire.unstructure(value)
+
+
+def from_wire(data: Mapping[str, Any], cls: type[T]) -> T:
+    """Parse one wire object; raises ``WireError`` naming what was wrong."""
+    try:
+        return wire.structure(data, cls)
+    except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
+        raise WireError(_describe(exc)) from exc
+
+
+class WireError(ValueError):
+    """A wire object that is not a valid record/candidate; the message names the field."""
+
+
+def _describe(exc: BaseException) -> str:
+    if not isinstance(exc, cattrs.BaseValidationError):
+        return str(exc)
+    messages = cattrs.transform_error(exc, path="$", format_exception=_format_leaf)
+    # Paths come out in attribute names; the peer knows the wire's camelCase ones.
+    return "; ".join(re.sub(r"\.([a-z0-9_]+)", lambda m: "." + _camel(m.group(1)), message)
+                     for message in messages)
+
+
+def _format_leaf(exc: BaseException, _type: Any) -> str:
+    if isinstance(exc, KeyError):
+        return "required field missing"
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,275 @@
+"""Reflection, the pure half: when a run is worth distilling, what the extractor is told and
+shown, and how its answer is read.
+
+The extractor is one model call per finished run. It is strict about the envelope (anything
+but a JSON object with a list of facts is refused and nothing is written) and lenient inside
+(a malformed fact is dropped and counted, the rest survive). Everything that leaves the
+process is passed through ``redact_secrets`` first, and so is everything that comes back:
+the extractor is a third-party model too.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from scopemem.core.records import MAX_TEXT_CHARS, Candidate, Kind, Record
+from scopemem.core.text import redact_secrets
+
+REFLECT_MIN_TURNS = 4
+MIN_CONFIDENCE = 0.6
+MAX_FACTS = 5
+MAX_KEYWORDS = 10
+TRANSCRIPT_TAIL_CHARS = 24_000
+SHOWN_PER_SCOPE = 8
+MAX_OUTPUT_TOKENS = 1024
+
+
+class Audience(enum.StrEnum):
+    """Who a fact is for. Ordered here from the narrowest to the widest."""
+
+    USER = "user"
+    REPO = "repo"
+    CHANNEL = "channel"
+    ORG = "org"
+
+
+_NARROWEST_FIRST = (Audience.USER, Audience.REPO, Audience.CHANNEL, Audience.ORG)
+
+
+def should_reflect(
+    tool_calls: int, history_turns: int, agent_name: str | None,
+    no_reflect_agents: Collection[str] = ("review", "ship"),
+) -> bool:
+    """Only runs that did real work are distilled: at least one tool call, or a thread
+    already ``REFLECT_MIN_TURNS`` turns deep. Agents whose findings describe one change at one
+    moment (review, ship) never are, however much work they did."""
+    if agent_name is not None and agent_name in no_reflect_agents:
+        return False
+    return tool_calls >= 1 or history_turns >= REFLECT_MIN_TURNS
+
+
+REFLECTION_SYSTEM = """\
+You maintain the long-term memory of a team's agents. You read one finished agent run and \
+write down what a future run, on an unrelated task, should know.
+
+A fact is a lesson that stays true after this run is forgotten: something that failed or \
+surprised, why it happened, and what to do about it; a command that has to run first; a \
+convention of the code, the team or the person. Write each fact as one plain sentence in \
+that shape: what fails or surprises, why, and what to do.
+
+Never record the state of one change at one moment. Pull-request or issue numbers as the \
+subject, commit SHAs, test or check counts, CI results, review verdicts, "approved at", \
+"merged", "now supports", "was added" — all of that is ephemeral by definition and is never \
+a fact. If the run taught nothing durable, return no facts.
+
+Give each fact an "audience":
+- "user" when it is about the person who asked (their preferences, habits, setup); phrase \
+it as "this user ...";
+- "repo" when it is specific to the repository the run worked in (its code, commands, \
+layout, conventions);
+- "channel" when it is about what this channel is for or how it works;
+- "org" for knowledge the whole organisation shares (the default).
+
+You are shown existing memory records with their ids. If a fact corrects one of them, set \
+"supersedes" to that id. If a fact says the same thing as one of them in other words, set \
+"restates" to that id instead of repeating it. Use only ids you were shown.
+
+Also write a short "summary" of the run: what was asked and what was concluded. Keep the \
+summary impersonal; anything personal belongs in a "user" fact.
+
+Answer with JSON only, exactly this shape:
+{"facts": [{"text": "...", "confidence": 0.0-1.0, "audience": "org", "keywords": ["..."], \
+"supersedes": "<shown id, optional>", "restates": "<shown id, optional>"}], "summary": "..."}
+At most 5 facts. Use confidence below 0.6 for anything you are unsure of."""
+
+
+# --- the input ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Turn:
+    """One message of the thread: its role and its content (a string, or a list of parts as
+    chat APIs send them; only text parts are kept)."""
+
+    role: str
+    content: Any
+
+
+def turn_text(content: Any) -> str:
+    """The text of a message; images and other non-text parts are dropped."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Mapping):
+        if content.get("type", "text") == "text" and isinstance(content.get("text"), str):
+            return content["text"]
+        return ""
+    if isinstance(content, Iterable):
+        return "\n".join(part for part in (turn_text(item) for item in content) if part)
+    return ""
+
+
+def _as_turn(turn: Turn | Mapping[str, Any] | tuple[str, Any]) -> Turn:
+    if isinstance(turn, Turn):
+        return turn
+    if isinstance(turn, Mapping):
+        return Turn(str(turn.get("role", "user")), turn.get("content", ""))
+    role, content = turn
+    return Turn(str(role), content)
+
+
+def build_reflection_input(
+    shown: Sequence[Record],
+    history: Sequence[Turn | Mapping[str, Any] | tuple[str, Any]],
+    request_text: str,
+    answer: str,
+) -> str:
+    """The extractor's single user message: the existing records of every scope the run has
+    (with ids, so it can supersede or restate them), then the transcript. The transcript
+    keeps its tail (where the decision usually is) within ``TRANSCRIPT_TAIL_CHARS``. The whole
+    message is redacted before it leaves the process."""
+    lines = ["Existing memory records (id, scope, kind: text):"]
+    if shown:
+        lines.extend(f"- {r.id} ({r.scope_key}, {r.kind.value}): {r.text}" for r in shown)
+    else:
+        lines.append("- none")
+    transcript_parts = []
+    for turn in (_as_turn(t) for t in history):
+        text = turn_text(turn.content).strip()
+        if text:
+            transcript_parts.append(f"[{turn.role}] {text}")
+    transcript_parts.append(f"[request] {request_text.strip()}")
+    transcript_parts.append(f"[answer] {answer.strip()}")
+    transcript = "\n\n".join(transcript_parts)
+    if len(transcript) > TRANSCRIPT_TAIL_CHARS:
+        transcript = "[… earlier turns omitted …]\n" + transcript[-TRANSCRIPT_TAIL_CHARS:]
+    lines.extend(["", "Transcript of the run:", transcript])
+    return redact_secrets("\n".join(lines))
+
+
+# --- the output --------------------------------------------------------------------------------
+
+
+class ReflectionRejected(ValueError):
+    """The extractor's answer is not the envelope asked for; nothing is written."""
+
+
+@attrs.frozen
+class Reflected:
+    """A candidate and the audience the extractor tagged it with (reflection-internal: the
+    audience is never sent to a store)."""
+
+    candidate: Candidate
+    audience: Audience
+
+
+@attrs.frozen
+class Reflection:
+    facts: tuple[Reflected, ...]
+    summary: Reflected | None
+    dropped: int
+
+
+_FENCE = re.compile(r"^\s*```(?:json|JSON)?\s*\n(.*?)\n?\s*```\s*$", re.DOTALL)
+
+
+def _envelope(raw: str) -> dict[str, Any]:
+    if not isinstance(raw, str):
+        raise ReflectionRejected("the reply is not text")
+    fenced = _FENCE.match(raw)
+    body = fenced.group(1) if fenced else raw
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise ReflectionRejected(f"the reply is not JSON ({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise ReflectionRejected("the reply is not a JSON object")
+    if not isinstance(data.get("facts"), list):
+        raise ReflectionRejected("facts is not a list")
+    return data
+
+
+def _keywords(value: Any) -> tuple[str, ...] | None:
+    if not isinstance(value, list):
+        return None
+    kept: dict[str, None] = {}
+    for item in value:
+        if isinstance(item, str):
+            keyword = redact_secrets(item.strip()).lower()
+            if keyword:
+                kept.setdefault(keyword, None)
+    return tuple(list(kept)[:MAX_KEYWORDS]) or None
+
+
+def _audience(value: Any) -> Audience:
+    try:
+        return Audience(value)
+    except ValueError:
+        return Audience.ORG
+
+
+def _confidence(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if math.isnan(value) or not MIN_CONFIDENCE <= value <= 1:
+        return None
+    return float(value)
+
+
+def _shown_pointer(value: Any, shown_ids: Collection[str]) -> str | None:
+    return value if isinstance(value, str) and value in shown_ids else None
+
+
+def parse_reflection(
+    raw: str, *, shown_ids: Collection[str], thread_key: str, run_id: str | None
+) -> Reflection:
+    """Read the extractor's reply. Raises ``ReflectionRejected`` for a bad envelope; inside,
+    a fact without non-empty text or with a confidence outside [0.6, 1] is dropped and
+    counted. At most five facts survive; pointers survive only when they name a shown id; a
+    missing or unknown audience is org; the summary takes the narrowest audience any fact
+    carried, so a personal thread's summary stays personal."""
+    data = _envelope(raw)
+    facts: list[Reflected] = []
+    dropped = 0
+    for item in data["facts"]:
+        if not isinstance(item, dict):
+            dropped += 1
+            continue
+        text = item.get("text")
+        confidence = _confidence(item.get("confidence"))
+        if not isinstance(text, str) or not text.strip() or confidence is None:
+            dropped += 1
+            continue
+        if len(facts) == MAX_FACTS:
+            dropped += 1
+            continue
+        facts.append(Reflected(
+            Candidate(
+                kind=Kind.FACT,
+                text=redact_secrets(text.strip())[:MAX_TEXT_CHARS],
+                source_thread_key=thread_key,
+                source_run_id=run_id,
+                keywords=_keywords(item.get("keywords")),
+                confidence=confidence,
+                supersedes=_shown_pointer(item.get("supersedes"), shown_ids),
+                restates=_shown_pointer(item.get("restates"), shown_ids),
+            ),
+            _audience(item.get("audience")),
+        ))
+    summary = None
+    text = data.get("summary")
+    if isinstance(text, str) and text.strip():
+        audiences = {fact.audience for fact in facts}
+        narrowest = next((a for a in _NARROWEST_FIRST if a in audiences), Audience.ORG)
+        summary = Reflected(
+            Candidate(kind=Kind.SUMMARY, text=redact_secrets(text.strip())[:MAX_TEXT_CHARS],
+                      source_thread_key=thread_key, source_run_id=run_id),
+            narrowest,
+        )
+    return Reflection(facts=tuple(facts), summary=summary, dropped=dropped)

@@ -1,0 +1,411 @@
+"""Pure text primitives shared by every part of scopemem.
+
+Everything here is deterministic, stdlib-only and free of I/O, so the same
+behaviour holds in the scorer, in every store backend and in the renderer:
+
+* :func:`tokenize` / :func:`distinct_tokens` - the single word tokenizer used for
+  keyword matching. Stores and the scorer must agree on what a "token" is, or a
+  record written by one component would be unfindable by another.
+* :func:`normalize_text` - the dedup key for record text.
+* :func:`sanitize_field` - makes a stored field safe to place inside the
+  rendered memory block of a prompt.
+* :func:`redact_secrets` - strips credential-shaped substrings before text is
+  sent to a model or persisted.
+* :func:`estimate_tokens` - the cheap size estimate the injection budget uses.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+__all__ = [
+    "REDACTION_KINDS",
+    "distinct_tokens",
+    "estimate_tokens",
+    "normalize_text",
+    "redact_secrets",
+    "redaction_placeholder",
+    "sanitize_field",
+    "tokenize",
+]
+
+# ---------------------------------------------------------------------------
+# Tokenizing and normalising
+# ---------------------------------------------------------------------------
+
+_TOKEN_RE = re.compile(r"[a-z0-9]+")
+
+
+def tokenize(text: str) -> list[str]:
+    """Split ``text`` into lowercase ASCII word tokens, in order, duplicates kept.
+
+    The text is lowercased first and then every maximal run of ``[a-z0-9]`` is a
+    token; everything else (punctuation, whitespace, and any non-ASCII letter)
+    only separates tokens, so ``"café"`` yields ``["caf"]``. Lowercasing uses
+    :meth:`str.lower`, so the rare characters whose lowercase form is ASCII
+    (e.g. KELVIN SIGN -> ``"k"``) do contribute letters.
+
+    This is the one tokenizer that every store, the retrieval scorer and the
+    keyword extraction share. Matching is whole-token, so all of them must split
+    text the same way; keeping the definition here (and deliberately simple and
+    ASCII-only) is what makes a record written by one component retrievable
+    through any other.
+    """
+    return _TOKEN_RE.findall(text.lower())
+
+
+def distinct_tokens(text: str) -> list[str]:
+    """Return :func:`tokenize` output with repeats removed, first occurrence kept.
+
+    Used where a token's presence matters but its frequency does not (query
+    matching, keyword sets), while keeping a stable, input-derived order.
+    """
+    return list(dict.fromkeys(tokenize(text)))
+
+
+def normalize_text(text: str) -> str:
+    """Return the dedup key for a piece of record text.
+
+    The text is trimmed, lowercased, and every run of whitespace is collapsed to
+    a single ASCII space. "Whitespace" is whatever :meth:`str.isspace` accepts,
+    which covers Unicode spaces and line separators (NBSP, U+2028, U+3000, ...).
+    Two texts that differ only in case or spacing therefore share a key, so a
+    restated fact bumps the existing record instead of creating a duplicate.
+    """
+    return " ".join(text.lower().split())
+
+
+def estimate_tokens(text: str) -> int:
+    """Estimate the model-token cost of ``text`` as ``ceil(len(text) / 4)``.
+
+    Roughly four characters per token is a deliberately simple, provider-neutral
+    heuristic for the injection budget; it needs no tokenizer dependency. Length
+    is counted in code points.
+    """
+    return -(-len(text) // 4)
+
+
+# ---------------------------------------------------------------------------
+# Sanitising a field for the prompt
+# ---------------------------------------------------------------------------
+#
+# Policy: every control character (Unicode category Cc, i.e. U+0000-U+001F,
+# U+007F, U+0080-U+009F) plus U+2028/U+2029 is neutralised. Those that are
+# whitespace or line boundaries (tab, LF, VT, FF, CR, the information separators
+# U+001C-U+001F, NEL U+0085, LINE/PARAGRAPH SEPARATOR) become a space so words on
+# either side stay apart; the remaining controls are dropped outright. This set
+# is a superset of both the Unicode mandatory line breaks (UAX #14 classes BK,
+# CR, LF, NL) and Python's str.splitlines() boundaries, so no reader of the
+# prompt can see a second line inside one field.
+
+_SPACE = " "
+
+
+def _build_control_table() -> dict[int, str | None]:
+    table: dict[int, str | None] = {}
+    for cp in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)):
+        table[cp] = _SPACE if chr(cp).isspace() else None
+    table[0x2028] = _SPACE
+    table[0x2029] = _SPACE
+    return table
+
+
+_CONTROL_TABLE = _build_control_table()
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def sanitize_field(value: str) -> str:
+    """Make one stored field safe to render as a single bullet inside the prompt.
+
+    Memory is untrusted data (it may have been distilled from a poisoned
+    transcript), so a field must never be able to add a line, forge a turn such
+    as ``SYSTEM:``, or emit markup such as the ``</background_memory>`` fence.
+    Steps, in order:
+
+    1. Controls: whitespace-like control characters and line separators (tab,
+       LF, VT, FF, CR, U+001C-U+001F, U+0085, U+2028, U+2029) become a space;
+       every other control character (the rest of U+0000-U+001F, U+007F and
+       U+0080-U+009F) is removed.
+    2. Lone surrogates (only possible in strings built from ``surrogateescape``
+       data or JSON ``\\ud800`` escapes) become U+FFFD, so the rendered prompt is
+       always encodable as UTF-8.
+    3. Whitespace runs (any :meth:`str.isspace` character) collapse to one space
+       and the ends are trimmed.
+    4. HTML-style escaping: ``&`` -> ``&amp;`` first, then ``<`` -> ``&lt;`` and
+       ``>`` -> ``&gt;``. Escaping ``&`` first makes the encoding lossless, so a
+       literal ``&lt;`` in the data renders as ``&amp;lt;`` and can never look
+       the same as an escaped ``<``.
+
+    Format characters (category Cf: zero-width space, BOM, bidi controls) are
+    kept: they neither break lines nor form markup, and the block's containment
+    rests only on line structure and angle brackets.
+
+    The result contains no newline or other control character and no ``<`` or
+    ``>``. The renderer writes the fence lines itself, never through this
+    function, so they remain the only real delimiters.
+    """
+    text = _SURROGATE_RE.sub("\ufffd", value.translate(_CONTROL_TABLE))
+    text = " ".join(text.split())
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+# ---------------------------------------------------------------------------
+# Secret redaction
+# ---------------------------------------------------------------------------
+#
+# Design notes (these are what make the function linear-time and idempotent):
+#
+# * Every pattern starts with a literal or near-literal prefix ("sk-", "-----BEGIN",
+#   "://", a key word, ...). After it, an unbounded part either cannot fail once
+#   it has scanned (a trailing character class), or scans a run that no other
+#   attempt scans again (the prefix sits behind a word boundary, so attempts
+#   cannot start inside the run); everything else has an explicit upper bound.
+#   With Python's backtracking engine that keeps the total work linear in the
+#   input. The PEM rule is a small hand-written scan for the same reason.
+# * Token-shaped secrets are matched only as whole runs of token characters
+#   ``[A-Za-z0-9_-]`` (look-behind and look-ahead on that class). A placeholder
+#   starts with "[" and ends with "]", which are not token characters, so
+#   replacing one run never changes whether a neighbouring run is a match.
+# * Rules that keep a key name and replace only its value refuse a value that is
+#   already a placeholder; the key part is an atomic group so backtracking cannot
+#   move the value start past that check. Together these make
+#   redact_secrets(redact_secrets(x)) equal redact_secrets(x).
+
+_PLACEHOLDER_PREFIX = "[REDACTED:"
+
+#: Every ``kind`` that can appear in a ``[REDACTED:<kind>]`` placeholder.
+REDACTION_KINDS: tuple[str, ...] = (
+    "private_key",
+    "slack_webhook",
+    "url_password",
+    "anthropic_key",
+    "openai_key",
+    "github_token",
+    "gitlab_token",
+    "slack_token",
+    "aws_access_key_id",
+    "google_api_key",
+    "stripe_key",
+    "jwt",
+    "authorization",
+    "bearer_token",
+    "aws_secret_key",
+    "credential",
+)
+
+
+def redaction_placeholder(kind: str) -> str:
+    """Return the placeholder that replaces a secret of the given ``kind``."""
+    return f"{_PLACEHOLDER_PREFIX}{kind}]"
+
+
+# A value that must be left alone: an existing placeholder (idempotence) or a
+# plain environment-variable reference such as $DB_PASSWORD / ${DB_PASSWORD},
+# which names a secret without containing it.
+_SKIP_VALUE = r"(?![\"'`]?(?:\[REDACTED:|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?(?:[\s'\"`]|$)))"
+
+# --- PEM private keys -------------------------------------------------------
+
+_PEM_LABEL = r"(?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY(?: BLOCK)?-----"
+_PEM_BEGIN_RE = re.compile(r"-----BEGIN " + _PEM_LABEL)
+_PEM_END_RE = re.compile(r"-----END " + _PEM_LABEL)
+# Characters that may appear between the armour lines: base64, whitespace,
+# RFC 1421 headers ("Proc-Type: 4,ENCRYPTED"), and backslashes from a key that
+# was pasted as an escaped one-line string. A dash is allowed unless it starts
+# the END line.
+_PEM_BODY_RE = re.compile(r"(?:[A-Za-z0-9+/=\s:,.\\]|-(?!----END ))*")
+# For a key with no END line (truncated output, a half-pasted key) only the
+# lines that look like key material are removed: header lines and whole base64
+# chunks of realistic length, so prose that follows survives.
+_PEM_TAIL_RE = re.compile(
+    r"(?:(?:\s|\\n|\\r)+"
+    r"(?:[A-Za-z0-9+/=]{16,}(?=[\s\\]|$)|(?:Proc-Type|DEK-Info|Comment):[^\r\n]{0,200}))*"
+)
+
+
+def _match_end(pattern: re.Pattern[str], text: str, pos: int) -> int:
+    """End of ``pattern`` matched at ``pos`` (patterns here can match empty)."""
+    match = pattern.match(text, pos)
+    return match.end() if match else pos
+
+
+def _redact_pem(text: str) -> str:
+    if "-----BEGIN " not in text:
+        return text
+    out: list[str] = []
+    pos = 0
+    # End of the last body scan that found no END line. Body characters are
+    # recognised without regard to where the scan started, so a later BEGIN
+    # inside that stretch would stop at the same place: skip the rescan (this is
+    # what keeps a run of unterminated headers linear).
+    unterminated_until = -1
+    placeholder = redaction_placeholder("private_key")
+    while (begin := _PEM_BEGIN_RE.search(text, pos)) is not None:
+        end = None
+        if begin.end() >= unterminated_until:
+            body_end = _match_end(_PEM_BODY_RE, text, begin.end())
+            end = _PEM_END_RE.match(text, body_end)
+            if end is None:
+                unterminated_until = body_end
+        stop = end.end() if end else _match_end(_PEM_TAIL_RE, text, begin.end())
+        out.append(text[pos : begin.start()])
+        out.append(placeholder)
+        pos = stop
+    out.append(text[pos:])
+    return "".join(out)
+
+
+# --- URLs --------------------------------------------------------------------
+
+_SLACK_WEBHOOK_RE = re.compile(
+    r"(https?://hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9_/-]{8,}"
+)
+# scheme://user:password@host - keep the user, hide the password.
+# The user part excludes "[" and "]" (not allowed in RFC 3986 userinfo), so a
+# placeholder that replaced a token-shaped user name is never read as user:password.
+_URL_PASSWORD_RE = re.compile(r"(://[^\s/@:\[\]]{0,256}:)(?!\[REDACTED:)[^\s/@]{1,256}(?=@)")
+
+# --- token-shaped secrets ----------------------------------------------------
+
+_TOKEN_CHAR = "A-Za-z0-9_-"
+_TOKEN_RULES: tuple[tuple[str, str], ...] = (
+    ("anthropic_key", r"sk-ant-[A-Za-z0-9_-]{32,}"),
+    # Covers legacy sk-<48> keys and the sk-proj- / sk-svcacct- / sk-admin- forms.
+    ("openai_key", r"sk-[A-Za-z0-9_-]{32,}"),
+    ("github_token", r"gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"),
+    ("gitlab_token", r"glpat-[A-Za-z0-9_-]{20,}"),
+    ("slack_token", r"xox[abposr]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"),
+    ("aws_access_key_id", r"(?:AKIA|ASIA)[A-Z0-9]{16}"),
+    ("google_api_key", r"AIza[A-Za-z0-9_-]{35}"),
+    ("stripe_key", r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"),
+    ("jwt", r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+)
+_TOKEN_RE_ALL = re.compile(
+    rf"(?<![{_TOKEN_CHAR}])(?:"
+    + "|".join(f"(?P<{kind}>{pattern})" for kind, pattern in _TOKEN_RULES)
+    + rf")(?![{_TOKEN_CHAR}])"
+)
+
+
+def _token_replacement(match: re.Match[str]) -> str:
+    return redaction_placeholder(match.lastgroup or "credential")
+
+
+# --- HTTP authorization --------------------------------------------------------
+
+# `Authorization: <scheme> <value>`: the header name plus a scheme word make the
+# context unambiguous, so any value is redacted (the scheme word is kept). With no
+# scheme word the value must look like a credential (8+ characters with a digit
+# among the first 256; the bound keeps the look-ahead from rescanning a long run
+# once per "authorization" inside it), so prose such as "Authorization: RBAC via
+# OPA" survives.
+_AUTH_HEADER = r"(?>authorization[\"']?[ \t]*[:=][ \t]*[\"']?)"
+_AUTHORIZATION_RE = re.compile(
+    r"(?i)("
+    + _AUTH_HEADER
+    + r"(?:bearer|basic|token|digest|negotiate)[ \t]+)"
+    + _SKIP_VALUE
+    + r"[^\s'\"`]+"
+)
+_AUTHORIZATION_RAW_RE = re.compile(
+    r"(?i)(" + _AUTH_HEADER + r")" + _SKIP_VALUE + r"(?=[^\s'\"`0-9]{0,255}[0-9])[^\s'\"`]{8,}"
+)
+# A bare `Bearer <token>` outside a header. "bearer" is an ordinary English word,
+# so the token must look like one: 16+ token68 characters including a digit.
+_BEARER_RE = re.compile(
+    r"(?i)(?<![A-Za-z0-9_-])(bearer[ \t]+)"
+    r"(?=[A-Za-z._~+/=-]*[0-9])[A-Za-z0-9._~+/=-]{16,}(?![A-Za-z0-9._~+/=-])"
+)
+
+# --- key = value credentials ------------------------------------------------
+
+# The key must END in one of these words (so DB_PASSWORD, client_secret and
+# GITHUB_TOKEN match, while maxTokens, passwordless or secrets: do not).
+_KEY_WORDS = (
+    r"(?P<aws>secret[_-]?access[_-]?key)"
+    r"|pass(?:word|wd|phrase)|secret|token|api[_-]?key|access[_-]?key"
+    r"|secret[_-]?key|private[_-]?key"
+)
+_KEY_VALUE_RE = re.compile(
+    r"(?i)(?P<key>(?>(?:"
+    + _KEY_WORDS
+    + r")[\"'*]{0,2}[ \t]*(?::=|=>|==?|:)(?:\*\*)?[ \t]*))"
+    + _SKIP_VALUE
+    + r"(?:\"(?P<dq>(?:[^\"\\\r\n]|\\.){1,512})\""
+    r"|'(?P<sq>(?:[^'\\\r\n]|\\.){1,512})'"
+    r"|(?P<open>[\"'`]?)(?P<bare>[^\s'\"`&]+))"
+)
+
+
+def _key_value_replacement(match: re.Match[str]) -> str:
+    placeholder = redaction_placeholder("aws_secret_key" if match["aws"] else "credential")
+    key = match["key"]
+    if match["dq"] is not None:
+        return f'{key}"{placeholder}"'
+    if match["sq"] is not None:
+        return f"{key}'{placeholder}'"
+    return f"{key}{match['open']}{placeholder}"
+
+
+_Replacement = str | Callable[[re.Match[str]], str]
+
+
+def _sub(pattern: re.Pattern[str], repl: _Replacement) -> Callable[[str], str]:
+    return lambda text: pattern.sub(repl, text)
+
+
+# Order matters: whole PEM blocks first (their dashes and base64 would otherwise
+# be read as tokens), then URLs, then token shapes, then the context-based rules
+# that keep a key or header name and replace the value.
+_STAGES: tuple[Callable[[str], str], ...] = (
+    _redact_pem,
+    _sub(_SLACK_WEBHOOK_RE, r"\g<1>" + redaction_placeholder("slack_webhook")),
+    _sub(_URL_PASSWORD_RE, r"\g<1>" + redaction_placeholder("url_password")),
+    _sub(_TOKEN_RE_ALL, _token_replacement),
+    _sub(_AUTHORIZATION_RE, r"\g<1>" + redaction_placeholder("authorization")),
+    _sub(_AUTHORIZATION_RAW_RE, r"\g<1>" + redaction_placeholder("authorization")),
+    _sub(_BEARER_RE, r"\g<1>" + redaction_placeholder("bearer_token")),
+    _sub(_KEY_VALUE_RE, _key_value_replacement),
+)
+
+
+def redact_secrets(text: str) -> str:
+    """Replace credential-shaped substrings of ``text`` with typed placeholders.
+
+    Applied to anything that leaves the process for a model (the reflection
+    input) and to everything the extractor returns before it is stored, because
+    both the extractor and the memory store are outside the trust boundary of
+    the conversation that produced the text.
+
+    Each secret becomes ``[REDACTED:<kind>]`` (see :data:`REDACTION_KINDS`); the
+    kind tells a reader, human or model, what was there without revealing it.
+    Recognised shapes:
+
+    * PEM ``-----BEGIN ... PRIVATE KEY-----`` blocks through their END line
+      (a block with no END line loses its header and the key-like lines after it);
+    * Slack webhook URLs (path hidden) and the password in ``scheme://user:pw@host``;
+    * provider tokens, matched only as whole words and with realistic minimum
+      lengths: Anthropic ``sk-ant-``, OpenAI ``sk-`` (incl. ``sk-proj-``), GitHub
+      ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``/``github_pat_``, GitLab
+      ``glpat-``, Slack ``xox[abposr]-``/``xapp-``, AWS ``AKIA``/``ASIA`` key ids,
+      Google ``AIza`` keys, Stripe ``sk_``/``rk_`` live and test keys, and JWTs;
+    * ``Authorization: <scheme> <value>`` headers (scheme kept) and bare
+      ``Bearer <token>`` where the token is 16+ characters with a digit;
+    * ``key = value`` / ``key: value`` pairs whose key ends in password, passwd,
+      passphrase, secret, token, api_key/apikey, access_key, secret_key or
+      private_key (any case, any prefix such as ``DB_``). The key, separator and
+      quotes are kept and only the value is replaced; an
+      ``aws_secret_access_key`` value is tagged ``aws_secret_key``. A value that
+      is only an environment-variable reference (``$VAR``, ``${VAR}``) is kept.
+
+    Ordinary prose is left alone: a key word needs an assignment separator right
+    after it, and token shapes need their prefix plus a realistic length. The
+    trade-off is that ``the secret: caching`` does lose the word after the colon.
+
+    The function never raises, runs in time linear in ``len(text)`` and is
+    idempotent.
+    """
+    for stage in _STAGES:
+        text = stage(text)
+    return text

@@ -1,0 +1,333 @@
+"""The ``Memory`` facade integrators call: build the store, read the block, (later) reflect.
+
+Reads are advisory: a scope that fails to answer costs its records and one warning, never
+the run. With memory off no store is built and ``context_block`` returns "", so
+``with_memory(system, block)`` hands back the caller's prompt unchanged, byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from typing import Any
+
+from scopemem.commands import CommandContext, RepoSource, handle_command
+from scopemem.config import MemoryConfig, load_config
+from scopemem.core import scoring
+from scopemem.core.records import Kind, Record
+from scopemem.core.requests import (
+    Request,
+    ScopeKind,
+    breadth_of,
+    request_scope_keys,
+    resolved,
+)
+from scopemem.core.scopes import order_scope_keys, scope_kind
+from scopemem.core.text import distinct_tokens
+from scopemem.errors import ConfigError, ScopememError, StoreError
+from scopemem.plugins import host
+from scopemem.plugins.manager import PluginManager, get_plugin_manager
+from scopemem.plugins.providers import Provider, build_provider, parse_model_ref
+from scopemem.plugins.registry import Registry
+from scopemem.reflecting import Run, reflect
+from scopemem.stores.base import Clock, MemoryStore, StoreSettings, wall_clock_ms
+from scopemem.stores.null import NullStore
+
+log = logging.getLogger("scopemem")
+
+REPO_KIND = "repo"
+
+
+def store_registry(pm: PluginManager) -> Registry[Any]:
+    registry: Registry[Any] = Registry("store", StoreError)
+    pm.hook.scopemem_register_stores(register=registry.register)
+    return registry
+
+
+def build_store(
+    config: MemoryConfig,
+    pm: PluginManager,
+    *,
+    environ: Mapping[str, str] | None = None,
+    clock: Clock = wall_clock_ms,
+) -> MemoryStore:
+    """The configured store; memory off → a ``NullStore`` and no plugin store is built."""
+    if not config.enabled:
+        return NullStore()
+    registry = store_registry(pm)
+    try:
+        factory = registry.get(config.store)
+    except StoreError as exc:
+        raise ConfigError(f"memory.store: {exc}") from None
+    settings = StoreSettings(
+        name=config.store,
+        options=config.store_options(config.store),
+        cap=config.max_records_per_scope,
+        environ=dict(os.environ if environ is None else environ),
+        clock=clock,
+    )
+    return factory(settings)
+
+
+class Memory:
+    """One installation's memory: its config, its store, its scope kinds."""
+
+    def __init__(
+        self,
+        config: MemoryConfig,
+        store: MemoryStore,
+        *,
+        plugin_manager: PluginManager | None = None,
+        clock: Clock = wall_clock_ms,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.pm = plugin_manager or get_plugin_manager()
+        self.clock = clock
+        self.scope_kinds: dict[str, ScopeKind] = host.scope_kinds(self.pm, config)
+        self.breadth = breadth_of(self.scope_kinds)
+        self.environ: Mapping[str, str] = os.environ if environ is None else environ
+        self._providers: dict[str, Provider] = {}
+        self._pending: set[asyncio.Task[None]] = set()
+        self._active_runs = 0
+
+    @classmethod
+    def from_config(
+        cls,
+        source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfig | None = None,
+        *,
+        plugin_manager: PluginManager | None = None,
+        environ: Mapping[str, str] | None = None,
+        clock: Clock = wall_clock_ms,
+    ) -> Memory:
+        config = load_config(source)
+        pm = plugin_manager or get_plugin_manager()
+        store = build_store(config, pm, environ=environ, clock=clock)
+        return cls(config, store, plugin_manager=pm, clock=clock, environ=environ)
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.enabled
+
+    with_memory = staticmethod(scoring.with_memory)
+
+    async def close(self) -> None:
+        """Close the providers and the store. Call ``drain`` first to let reflections end."""
+        providers, self._providers = self._providers, {}
+        for provider in providers.values():
+            try:
+                await provider.close()
+            except Exception as exc:  # closing must go on to the store whatever happens
+                log.warning("[memory] closing a model provider failed: %s", exc)
+        await self.store.close()
+
+    async def __aenter__(self) -> Memory:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    # --- the write path ---------------------------------------------------------------------
+
+    def schedule_reflection(self, run: Run) -> None:
+        """Distill a finished run in the background; returns at once. Call it after the
+        reply has been sent, on the running event loop. A failure is one ``[memory]``
+        warning and nothing else: it can never delay or alter the user's reply. Memory off:
+        nothing happens (no model call, nothing written)."""
+        if not self.enabled:
+            return
+        task = asyncio.get_running_loop().create_task(self._reflect_quietly(run))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _reflect_quietly(self, run: Run) -> None:
+        try:
+            await reflect(self, run)
+        except asyncio.CancelledError:
+            log.warning("[memory] reflection %s cancelled", run.run_id or "-")
+            raise
+        except Exception as exc:
+            log.warning("[memory] reflection %s failed: %s: %s", run.run_id or "-",
+                        type(exc).__name__, exc)
+
+    def pending_reflections(self) -> int:
+        return len(self._pending)
+
+    def active_runs(self) -> int:
+        return self._active_runs
+
+    @contextlib.asynccontextmanager
+    async def run_slot(self) -> AsyncIterator[None]:
+        """Hold a run in flight until its post-run steps (reply, reflection scheduling) are
+        done, so ``drain`` can never see "no runs, no reflections" in between."""
+        self._active_runs += 1
+        try:
+            yield
+        finally:
+            self._active_runs -= 1
+
+    async def drain(self, timeout: float = 900.0) -> bool:
+        """Wait (at most ``timeout`` seconds) until no run holds a slot and no reflection is
+        pending. True when drained; on timeout, one warning with what is left."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._active_runs or self._pending:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                log.warning("[memory] drain timed out with %d run(s) in flight and %d "
+                            "reflection(s) pending", self._active_runs, len(self._pending))
+                return False
+            if self._pending:
+                await asyncio.wait(set(self._pending), timeout=min(remaining, 0.5))
+            else:
+                await asyncio.sleep(min(remaining, 0.05))
+        return True
+
+    def reflection_model(self, run_model: str | None) -> tuple[Provider | None, str]:
+        """The provider and model reflection calls: ``memory.model``, else the run's own.
+        Anything unusable is one warning and no reflection, never a failed run."""
+        ref_text = self.config.model or run_model
+        if not ref_text:
+            log.warning("[memory] reflection skipped: no memory.model and no run model")
+            return None, ""
+        try:
+            ref = parse_model_ref(ref_text)
+        except ValueError as exc:
+            log.warning("[memory] reflection skipped: %s", exc)
+            return None, ""
+        provider = self._providers.get(ref.provider)
+        if provider is None:
+            try:
+                provider = build_provider(self.pm, self.config, ref, self.environ)
+            except ScopememError as exc:
+                log.warning("[memory] reflection skipped: %s", exc)
+                return None, ""
+            self._providers[ref.provider] = provider
+        return provider, ref.model
+
+    # --- human commands ---------------------------------------------------------------------
+
+    async def handle_command(
+        self,
+        text: str,
+        caller: str,
+        *,
+        channel_id: str | None = None,
+        repo: RepoSource = None,
+        machine: bool | None = None,
+    ) -> str | None:
+        """The reply to a chat message that is a ``memory list|forget|sweep`` command, or
+        ``None`` when the message is not one. Never raises for a user's mistake or a store
+        failure: those are reply lines (🚫, ⚠️). ``caller`` is the person's own user scope
+        key; ``repo`` may be a callable, resolved only if the repository scope is asked for;
+        ``machine`` marks a surface whose record text must be wrapped as untrusted (default:
+        callers on the cli, mcp and http platforms)."""
+        context = CommandContext(caller=caller, channel_id=channel_id, repo=repo,
+                                 machine=machine)
+        return await handle_command(self, text, context)
+
+    # --- the read path ----------------------------------------------------------------------
+
+    def scope_keys(self, request: Request) -> list[str]:
+        """The scopes this (already resolved) request carries, widest first. A deriver
+        that returns an unusable key costs that scope and one warning."""
+        keys, refusals = request_scope_keys(self.scope_kinds, request)
+        _warn_refusals(refusals)
+        return keys
+
+    async def context_block(self, request: Request) -> str:
+        """The advisory block for one run, or "" (memory off, or nothing matched).
+
+        Scopes that do not depend on the repo are read at once, in parallel; the repo scope
+        once ``request.repo`` settles (it may be an awaitable; none or a failure means no
+        repo scope). The repo scope contributes its newest facts outright (the window);
+        the others contribute keyword hits on ``request.text``, re-scored as one pool."""
+        if not self.enabled:
+            return ""
+        early_keys, refusals = request_scope_keys(self.scope_kinds, resolved(request, None))
+        early = {key: asyncio.ensure_future(self._hits(key, request.text)) for key in early_keys}
+        try:
+            repo = await self.resolve_repo(request.repo)
+            late_keys: list[str] = []
+            if repo is not None:
+                all_keys, more = request_scope_keys(self.scope_kinds, resolved(request, repo))
+                late_keys = [key for key in all_keys if key not in early]
+                refusals += more
+            _warn_refusals(refusals)
+            late = {key: asyncio.ensure_future(self._late_read(key, request.text))
+                    for key in late_keys}
+            reads = {**early, **late}
+            await asyncio.gather(*reads.values())
+        finally:
+            for task in early.values():
+                task.cancel()
+        keys = order_scope_keys(reads, self.breadth)
+        window: list[Record] = []
+        hits: list[Record] = []
+        for key in keys:
+            is_window, records = reads[key].result()
+            (window if is_window else hits).extend(records)
+        return self._render(window, hits, keys, request.text)
+
+    def _render(
+        self, window: Sequence[Record], hits: Sequence[Record], keys: Sequence[str], query: str
+    ) -> str:
+        # Every scope ranked its own hits; across scopes the one pool is re-scored. The sort
+        # is stable and the pool is in breadth order, so ties go to the widest scope.
+        now = self.clock()
+        tokens = distinct_tokens(query)
+        ranked = sorted(hits, key=lambda record: -scoring.score_record(record, tokens, now))
+        pool = [*window, *ranked]
+        kept = scoring.apply_budget(
+            pool,
+            limit=self.config.limit,
+            max_tokens=self.config.max_tokens,
+            reserved_tokens=scoring.block_overhead_tokens(keys),
+        )
+        return scoring.render_block(kept, keys)
+
+    async def resolve_repo(self, repo: str | Awaitable[str | None] | None) -> str | None:
+        if repo is None or isinstance(repo, str):
+            return repo or None
+        if not inspect.isawaitable(repo):
+            log.warning("[memory] request.repo is neither a string nor awaitable; no repo scope")
+            return None
+        try:
+            value = await repo
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("[memory] repo resolution failed (%s); reading without the repo scope",
+                        type(exc).__name__)
+            return None
+        return value if isinstance(value, str) and value else None
+
+    async def _hits(self, key: str, query: str) -> tuple[bool, list[Record]]:
+        try:
+            return False, await self.store.retrieve(key, query, self.config.limit)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("[memory] retrieve from %s failed: %s", key, exc)
+            return False, []
+
+    async def _late_read(self, key: str, query: str) -> tuple[bool, list[Record]]:
+        if scope_kind(key) != REPO_KIND or self.config.repo_window <= 0:
+            return await self._hits(key, query)
+        try:
+            return True, await self.store.list(key, self.config.repo_window, kind=Kind.FACT)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("[memory] repository window for %s failed: %s", key, exc)
+            return True, []
+
+
+def _warn_refusals(refusals: Sequence[str]) -> None:
+    for refusal in dict.fromkeys(refusals):
+        log.warning("[memory] scope skipped: %s", refusal)

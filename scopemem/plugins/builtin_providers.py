@@ -1,0 +1,329 @@
+"""The built-in model providers: an OpenAI-compatible chat-completions client and an
+Anthropic messages client, both over aiohttp.
+
+Each instance owns one ``aiohttp.ClientSession``, opened on the first ``complete`` and
+released by ``close``. aiohttp itself is imported only then, so loading the plugin list (and
+building a provider) stays cheap.
+
+Options, the same for both (``[memory.providers.openai]`` / ``[memory.providers.anthropic]``):
+
+* ``base_url``: where the API lives (``http://`` or ``https://``); a local OpenAI-compatible
+  server works by pointing this at it.
+* ``api_key_env``: the name of the environment variable holding the key (never the key).
+* ``timeout_seconds``: a positive number; one call, connect to last byte, must fit in it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+from urllib.parse import urlsplit
+
+from scopemem.core.text import redact_secrets
+from scopemem.errors import ConfigError
+from scopemem.plugins.markers import hookimpl
+from scopemem.plugins.providers import DEFAULT_MAX_TOKENS, ProviderError, ProviderSettings
+
+if TYPE_CHECKING:
+    import aiohttp
+
+__all__ = ["AnthropicProvider", "OpenAIProvider", "scopemem_register_providers"]
+
+log = logging.getLogger("scopemem")
+
+OPTIONS = ("base_url", "api_key_env", "timeout_seconds")
+DEFAULT_TIMEOUT_SECONDS = 60.0
+# A reflection reply is a few kilobytes of JSON; anything near this is not a reply.
+MAX_REPLY_BYTES = 4 * 1024 * 1024
+EXCERPT_CHARS = 200
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_SPACE = re.compile(r"\s+")
+
+
+@hookimpl
+def scopemem_register_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    register("openai", OpenAIProvider.from_settings)
+    register("anthropic", AnthropicProvider.from_settings)
+
+
+def _base_url(settings: ProviderSettings, default: str) -> str:
+    value = settings.string_option("base_url", default).strip()
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query \
+            or parts.fragment:
+        raise ConfigError(
+            f"{settings.option_key('base_url')}: expected an http:// or https:// URL without "
+            f"a query, got {redact_secrets(value)!r}"
+        )
+    return value.rstrip("/")
+
+
+def _key_env(settings: ProviderSettings, default: str) -> str:
+    value = settings.string_option("api_key_env", default)
+    if not _ENV_NAME.match(value):
+        # Never echo the value: the usual mistake is pasting the key itself here.
+        raise ConfigError(
+            f"{settings.option_key('api_key_env')}: expected the name of an environment "
+            "variable (letters, digits and underscores), not the key itself"
+        )
+    return value
+
+
+class _HttpProvider:
+    """One JSON POST per call; the subclasses say where, with which headers and body, and
+    where the text is in the reply."""
+
+    default_name: ClassVar[str]
+    default_base_url: ClassVar[str]
+    default_key_env: ClassVar[str]
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        base_url: str,
+        api_key_env: str,
+        api_key: str | None,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    ) -> None:
+        self.name = name
+        self.base_url = base_url
+        self.api_key_env = api_key_env
+        self.timeout_seconds = timeout_seconds
+        self._api_key = api_key or None
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+
+    @classmethod
+    def from_settings(cls, settings: ProviderSettings) -> Self:
+        """Validate ``settings.options`` (``ConfigError`` naming the key) and build the
+        provider. No I/O: the key is read from ``settings.environ`` now, used on call."""
+        settings.unknown_options(OPTIONS)
+        base_url = _base_url(settings, cls.default_base_url)
+        key_env = _key_env(settings, cls.default_key_env)
+        timeout = settings.positive_number_option("timeout_seconds", DEFAULT_TIMEOUT_SECONDS)
+        return cls(
+            name=settings.name or cls.default_name,
+            base_url=base_url,
+            api_key_env=key_env,
+            api_key=settings.environ.get(key_env),
+            timeout_seconds=timeout,
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, base_url={self.base_url!r})"
+
+    # --- what differs between the APIs
+
+    def _url(self) -> str:
+        raise NotImplementedError
+
+    def _headers(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _body(self, model: str, system: str, user: str, max_tokens: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _text(self, reply: Any) -> str:
+        raise NotImplementedError
+
+    # --- the one call
+
+    async def complete(
+        self, *, model: str, system: str, user: str, max_tokens: int = DEFAULT_MAX_TOKENS
+    ) -> str:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        if self._closed:
+            raise ProviderError(f"{self.name}: the provider is closed")
+        headers = self._headers()
+        body = json.dumps(self._body(model, system, user, max_tokens)).encode()
+        status, reason, raw = await self._post(headers, body)
+        if not 200 <= status < 300:
+            excerpt = self._excerpt(raw)
+            raise ProviderError(
+                f"{self.name}: HTTP {status}{f' {reason}' if reason else ''} from "
+                f"{self._where()}{f': {excerpt}' if excerpt else ''}"
+            )
+        try:
+            reply = json.loads(raw)
+        except ValueError:  # includes UnicodeDecodeError
+            raise ProviderError(f"{self.name}: the reply from {self._where()} is not JSON")\
+                from None
+        return self._text(reply)
+
+    async def close(self) -> None:
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def _post(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str, bytes]:
+        import aiohttp
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout_seconds)
+            )
+        try:
+            async with self._session.post(self._url(), data=body, headers=headers) as response:
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in response.content.iter_chunked(64 * 1024):
+                    size += len(chunk)
+                    if size > MAX_REPLY_BYTES:
+                        raise ProviderError(
+                            f"{self.name}: the reply from {self._where()} is larger than "
+                            f"{MAX_REPLY_BYTES} bytes"
+                        )
+                    chunks.append(chunk)
+                return response.status, response.reason or "", b"".join(chunks)
+        except TimeoutError:
+            raise ProviderError(
+                f"{self.name}: no complete reply from {self._where()} within "
+                f"{self.timeout_seconds:g} s"
+            ) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            # ``from None``: a chained aiohttp error can carry the request headers.
+            detail = self._scrub(str(exc)) or type(exc).__name__
+            raise ProviderError(
+                f"{self.name}: request to {self._where()} failed: {detail}"
+            ) from None
+
+    # --- messages that are safe to log
+
+    def _where(self) -> str:
+        parts = urlsplit(self._url())
+        host = parts.netloc.rpartition("@")[2]  # never show user:password@
+        return f"{parts.scheme}://{host}{parts.path}"
+
+    def _scrub(self, text: str) -> str:
+        if self._api_key:
+            text = text.replace(self._api_key, "[REDACTED]")
+        return redact_secrets(_SPACE.sub(" ", text).strip())
+
+    def _excerpt(self, raw: bytes) -> str:
+        """The server's reason for a refusal, short and without the key."""
+        text = raw.decode("utf-8", errors="replace")
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            error = parsed.get("error")
+            if isinstance(error, dict) and isinstance(error.get("message"), str):
+                text = error["message"]
+            elif isinstance(error, str):
+                text = error
+            elif isinstance(parsed.get("message"), str):
+                text = parsed["message"]
+        text = self._scrub(text)
+        if len(text) > EXCERPT_CHARS:
+            text = text[:EXCERPT_CHARS].rstrip() + "…"
+        return text
+
+    def _malformed(self, what: str) -> ProviderError:
+        return ProviderError(f"{self.name}: unusable reply from {self._where()}: {what}")
+
+
+class OpenAIProvider(_HttpProvider):
+    """OpenAI-compatible chat completions: ``POST {base_url}/chat/completions``.
+
+    Works with any server speaking that API (vLLM, llama.cpp, Ollama, LM Studio, …) through
+    ``base_url``. When the key's environment variable is unset or empty, the request goes
+    without an ``Authorization`` header, which is what a local server usually wants.
+    """
+
+    default_name = "openai"
+    default_base_url = "https://api.openai.com/v1"
+    default_key_env = "OPENAI_API_KEY"
+
+    def _url(self) -> str:
+        return f"{self.base_url}/chat/completions"
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        else:
+            log.debug("[memory] %s: $%s is not set; calling %s without an Authorization "
+                      "header", self.name, self.api_key_env, self._where())
+        return headers
+
+    def _body(self, model: str, system: str, user: str, max_tokens: int) -> dict[str, Any]:
+        return {
+            "model": model,
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": user},
+            ],
+            "max_tokens": max_tokens,
+        }
+
+    def _text(self, reply: Any) -> str:
+        choices = reply.get("choices") if isinstance(reply, dict) else None
+        if not isinstance(choices, list) or not choices:
+            raise self._malformed("no choices")
+        first = choices[0]
+        message = first.get("message") if isinstance(first, dict) else None
+        if not isinstance(message, dict):
+            raise self._malformed("choices[0].message is not an object")
+        content = message.get("content")
+        if not isinstance(content, str):
+            raise self._malformed("choices[0].message.content is not a string")
+        return content
+
+
+class AnthropicProvider(_HttpProvider):
+    """Anthropic messages: ``POST {base_url}/v1/messages``. The key is required; without it
+    a call fails before any request, naming the environment variable."""
+
+    default_name = "anthropic"
+    default_base_url = "https://api.anthropic.com"
+    default_key_env = "ANTHROPIC_API_KEY"
+    api_version = "2023-06-01"
+
+    def _url(self) -> str:
+        return f"{self.base_url}/v1/messages"
+
+    def _headers(self) -> dict[str, str]:
+        if not self._api_key:
+            raise ProviderError(
+                f"{self.name}: no API key: the environment variable {self.api_key_env} is "
+                f"not set (memory.providers.{self.name}.api_key_env names it)"
+            )
+        return {
+            "x-api-key": self._api_key,
+            "anthropic-version": self.api_version,
+            "content-type": "application/json",
+            "accept": "application/json",
+        }
+
+    def _body(self, model: str, system: str, user: str, max_tokens: int) -> dict[str, Any]:
+        return {
+            "model": model,
+            "max_tokens": max_tokens,
+            "system": system,
+            "messages": [{"role": "user", "content": user}],
+        }
+
+    def _text(self, reply: Any) -> str:
+        content = reply.get("content") if isinstance(reply, dict) else None
+        if not isinstance(content, list):
+            raise self._malformed("content is not a list")
+        texts: list[str] = []
+        for block in content:
+            if not isinstance(block, dict):
+                raise self._malformed("a content block is not an object")
+            if block.get("type") == "text":
+                text = block.get("text")
+                if not isinstance(text, str):
+                    raise self._malformed("a text block's text is not a string")
+                texts.append(text)
+        if not texts:
+            raise self._malformed("no text block in content")
+        return "".join(texts)

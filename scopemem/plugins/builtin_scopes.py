@@ -1,0 +1,42 @@
+"""The four built-in scope kinds: org, repo, channel, user (widest first).
+
+Org comes from ``memory.organization`` (the installation's one shared resource; no code names
+an org). The others come from the request's ids, which adapters already namespace by
+platform (``slack:U0123``), so ``user:slack:U0123`` can never collide with a Discord user.
+"""
+
+from __future__ import annotations
+
+from scopemem.config import MemoryConfig
+from scopemem.core.requests import Request, ScopeKind, ScopeRefused
+from scopemem.plugins.markers import hookimpl
+
+ORG, REPO, CHANNEL, USER = "org", "repo", "channel", "user"
+
+
+def _prefixed(kind: str, value: str | None) -> str | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return f"{kind}:{value}"
+
+
+def _repo(request: Request) -> str | None:
+    repo = request.repo
+    return _prefixed(REPO, repo) if isinstance(repo, str) else None
+
+
+@hookimpl
+def scopemem_scope_kinds(config: MemoryConfig) -> list[ScopeKind]:
+    organization = config.organization
+
+    def org(_request: Request) -> str:
+        if not organization:
+            raise ScopeRefused("the org scope needs memory.organization")
+        return f"{ORG}:{organization}"
+
+    return [
+        ScopeKind(ORG, 0, org),
+        ScopeKind(REPO, 10, _repo),
+        ScopeKind(CHANNEL, 20, lambda request: _prefixed(CHANNEL, request.channel_id)),
+        ScopeKind(USER, 30, lambda request: _prefixed(USER, request.user_id)),
+    ]

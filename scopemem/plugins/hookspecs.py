@@ -1,0 +1,123 @@
+"""Every hook scopemem calls. Hook names, argument names and return types are public API.
+
+Plugins implement hooks with ``scopemem.hookimpl`` and are found through the ``scopemem``
+entry-point group. The built-in behaviour (the four scope kinds, the status gate, the
+narrowing write policy, the stores) is registered through these same hooks, so a third-party
+plugin is a peer of the built-ins: it can add to them, and where a hook merges by name, replace
+them.
+
+Conventions:
+
+* A plugin returns a value or ``None`` (abstains). Combining answers (merging scope kinds,
+  concatenating markers, settling a policy's answer) is done by the host with pure functions
+  in ``scopemem.core``, never by one plugin looking at another's answer.
+* Hooks whose answers are collected are called most recently registered plugin first
+  (pluggy's order); built-ins are registered before entry points.
+* Only ``scopemem_authorize_write`` is ``firstresult``: one write gets one decision.
+* Hooks are synchronous; they decide, they do not do I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from scopemem.plugins.markers import hookspec
+
+if TYPE_CHECKING:
+    import click
+
+    from scopemem.config import MemoryConfig
+    from scopemem.core.policy import RunActor, WriteDecision
+    from scopemem.core.records import Candidate
+    from scopemem.core.requests import ScopeKind
+
+
+@hookspec
+def scopemem_register_stores(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register store factories by name.
+
+    :param register: ``register(name, factory)``; ``factory(settings: StoreSettings)`` returns
+        a ``MemoryStore``. ``settings.options`` is the ``[memory.stores.<name>]`` table, which
+        the factory validates itself (raise ``ConfigError`` naming the key).
+
+    Called once when ``Memory`` (or a command) builds its store registry. A name registered
+    twice is an error. ``memory.store = "<name>"`` selects one; an unknown name's error lists
+    the installed stores.
+    """
+
+
+@hookspec
+def scopemem_scope_kinds(config: MemoryConfig) -> Sequence[ScopeKind] | None:
+    """Return the kinds of scope this plugin derives.
+
+    :param config: the loaded configuration (the org deriver reads ``organization``).
+    :return: ``ScopeKind(name, breadth, derive)`` objects, or ``None``. ``derive(request)``
+        returns the scope key (which must start with ``"<name>:"``) or ``None`` when the
+        request does not carry the input; it sees the repo already resolved.
+
+    Called once per ``Memory``. Answers are merged by name, the most recently registered
+    plugin winning, so a chat adapter can add a kind (``guild``) or replace a built-in
+    deriver. Breadth orders scopes widest first (built-ins: org 0, repo 10, channel 20,
+    user 30) and tells the host which policy answers would widen a write.
+    """
+
+
+@hookspec
+def scopemem_rejection_markers(candidate: Candidate) -> Sequence[str] | None:
+    """Return the names of the status markers this plugin finds in a candidate.
+
+    :param candidate: a fact or summary reflection is about to write.
+    :return: marker names (short tokens, safe to log), or ``None``/empty to pass it.
+
+    Called for every fact before it is routed and written. Answers are concatenated and any
+    marker rejects the fact. The built-in gate returns the status and change-description
+    markers of ``scopemem.core.gate``; summaries are episodic and the built-in never gates
+    them. Stores' ``sweep`` applies the built-in gate only (stores do not call plugins).
+    """
+
+
+@hookspec(firstresult=True)
+def scopemem_authorize_write(
+    actor: RunActor, target: str, candidate: Candidate, origin: str | None
+) -> WriteDecision | None:
+    """Decide one routed write: allow, narrow, or deny.
+
+    :param actor: the run's own scopes by kind; the only scopes a write may land in.
+    :param target: the scope key reflection routed the candidate to.
+    :param candidate: what would be written.
+    :param origin: the run's channel visibility (``public``, ``private``, ``dm``,
+        ``machine``), or ``None`` when unstamped.
+    :return: a ``WriteDecision`` (``allow(target)``, ``narrow(to, reason)``,
+        ``deny(reason)``), or ``None`` to abstain (the next plugin decides; if all abstain
+        the write is allowed).
+
+    Called by reflection once per routed write, after the gate. First answer wins; the
+    built-in narrowing policy is registered ``trylast``. The host refuses an answer that
+    would widen the audience or reach a scope the run lacks, and treats it as a denial
+    (``policy_widened``). Reads never consult this hook.
+    """
+
+
+@hookspec
+def scopemem_register_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register model providers for reflection by name.
+
+    :param register: ``register(name, factory)``; ``memory.model = "<name>/<model>"`` picks
+        a provider and a model. ``factory(settings: ProviderSettings)`` returns a
+        ``Provider`` (``scopemem.plugins.providers``); ``settings.options`` is the
+        ``[memory.providers.<name>]`` table, which the factory validates itself (raise
+        ``ConfigError`` naming the key). Factories do no I/O.
+
+    Called once when a provider is first needed. A name registered twice is an error.
+    """
+
+
+@hookspec
+def scopemem_register_commands(cli: click.Group) -> None:
+    """Add click commands to the ``scopemem`` command line.
+
+    :param cli: the root group; call ``cli.command()``/``cli.add_command`` on it.
+
+    Called once when the command line starts. Built-in commands arrive this way too.
+    """

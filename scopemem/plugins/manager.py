@@ -1,0 +1,135 @@
+"""Building the plugin manager: built-ins first, then whatever the environment installed.
+
+``get_plugin_manager()`` loads plugins once per process and hands back the same manager
+afterwards; ``new_plugin_manager()`` builds an independent one (tests, embedding). Nothing is
+loaded at import time.
+
+Environment:
+
+* ``SCOPEMEM_LOAD_PLUGINS``: comma-separated entry-point names to load; every other entry
+  point is skipped. Set but empty: load no entry points at all.
+* ``SCOPEMEM_DISABLED_PLUGINS``: comma-separated plugin names (entry-point names or the
+  built-ins' names, as ``scopemem plugins`` lists them) never to register.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import threading
+from collections.abc import Mapping
+from types import ModuleType
+
+import pluggy
+
+from scopemem.errors import PluginError
+from scopemem.plugins import hookspecs
+from scopemem.plugins.markers import PROJECT_NAME
+
+ENTRY_POINT_GROUP = "scopemem"
+
+# Registered before any entry point, under these names.
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "scopemem.plugins.builtin_scopes",
+    "scopemem.plugins.builtin_gate",
+    "scopemem.plugins.builtin_policy",
+    "scopemem.plugins.builtin_commands",
+    "scopemem.plugins.builtin_memory_commands",
+    "scopemem.plugins.builtin_providers",
+)
+
+
+
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager, remembering which distribution each entry-point plugin came from."""
+
+    def __init__(self) -> None:
+        super().__init__(PROJECT_NAME)
+        self.distributions: dict[str, importlib.metadata.Distribution] = {}
+
+
+_lock = threading.Lock()
+_shared: PluginManager | None = None
+
+
+def _names(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [name.strip() for name in value.split(",") if name.strip()]
+
+
+def new_plugin_manager(
+    *,
+    environ: Mapping[str, str] | None = None,
+    load_entry_points: bool = True,
+    extra_plugins: tuple[object, ...] = (),
+) -> PluginManager:
+    """A fresh manager: hookspecs, built-ins, then entry points (filtered by the
+    environment), then ``extra_plugins``. Raises ``PluginError`` on a hookimpl with no spec."""
+    env = os.environ if environ is None else environ
+    disabled = set(_names(env.get("SCOPEMEM_DISABLED_PLUGINS")) or ())
+    only = _names(env.get("SCOPEMEM_LOAD_PLUGINS"))
+
+    pm = PluginManager()
+    pm.add_hookspecs(hookspecs)
+    for name in disabled:
+        pm.set_blocked(name)
+    for module_name in BUILTIN_PLUGINS:
+        if module_name not in disabled:
+            pm.register(importlib.import_module(module_name), name=module_name)
+    if load_entry_points:
+        _load_entry_points(pm, only, disabled)
+    for plugin in extra_plugins:
+        pm.register(plugin)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(str(exc)) from exc
+    return pm
+
+
+def _load_entry_points(
+    pm: PluginManager, only: list[str] | None, disabled: set[str]
+) -> None:
+    seen: set[str] = set()
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        name = entry_point.name
+        if name in seen or name in disabled or (only is not None and name not in only):
+            continue
+        seen.add(name)
+        try:
+            plugin = entry_point.load()
+        except Exception as exc:  # a broken third-party package must name itself
+            raise PluginError(f"plugin {name!r} ({entry_point.value}) failed to load: {exc}")\
+                from exc
+        pm.register(plugin, name=name)
+        if entry_point.dist is not None:
+            pm.distributions[name] = entry_point.dist
+
+
+def get_plugin_manager() -> PluginManager:
+    """The process's shared manager, built on first use."""
+    global _shared
+    with _lock:
+        if _shared is None:
+            _shared = new_plugin_manager()
+        return _shared
+
+
+def plugin_rows(pm: PluginManager) -> list[dict[str, object]]:
+    """What loaded, for ``scopemem plugins``: name, hooks, and the distribution if any."""
+    rows = []
+    for name, plugin in pm.list_name_plugin():
+        if plugin is None:
+            continue
+        hooks = sorted(caller.name for caller in pm.get_hookcallers(plugin) or ())
+        row: dict[str, object] = {"name": name, "hooks": hooks}
+        dist = pm.distributions.get(name)
+        if dist is not None:
+            row["version"] = dist.version
+            row["distribution"] = dist.metadata["Name"]
+        if isinstance(plugin, ModuleType):
+            row["module"] = plugin.__name__
+        rows.append(row)
+    return sorted(rows, key=lambda row: str(row["name"]))

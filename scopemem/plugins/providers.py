@@ -1,0 +1,187 @@
+"""Model providers: what reflection calls to distill a finished run.
+
+``memory.model = "<provider>/<model>"`` names a provider registered through the
+``scopemem_register_providers`` hook and a model that provider serves. The provider part
+selects a factory; the factory receives a ``ProviderSettings`` (its own
+``[memory.providers.<name>]`` table plus the environment) and returns a ``Provider``.
+
+A provider does exactly one thing: send one system prompt and one user message to a model
+and hand back the assistant's text. It never retries, never offers tools, and turns every
+failure into a ``ProviderError`` whose message is safe to log (it never carries a key).
+Reflection decides what a failure means (one warning, nothing written).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import attrs
+
+from scopemem.errors import ConfigError, ScopememError
+from scopemem.plugins.registry import Registry
+
+if TYPE_CHECKING:
+    import pluggy
+
+    from scopemem.config import MemoryConfig
+
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "ModelRef",
+    "Provider",
+    "ProviderError",
+    "ProviderFactory",
+    "ProviderSettings",
+    "build_provider",
+    "parse_model_ref",
+    "provider_registry",
+]
+
+# Reflection asks for at most this many output tokens (seed 000, item 12).
+DEFAULT_MAX_TOKENS = 1024
+
+
+class ProviderError(ScopememError):
+    """A model call failed (transport, timeout, refused status, unusable reply), or the
+    provider asked for is not installed. The message never contains an API key."""
+
+
+@attrs.frozen
+class ModelRef:
+    """A ``<provider>/<model>`` reference, split at its first slash."""
+
+    provider: str
+    model: str
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.model}"
+
+
+def parse_model_ref(ref: str) -> ModelRef:
+    """Split ``"<provider>/<model>"`` at the first ``/``.
+
+    The model part may itself contain slashes (``"openai/meta-llama/Llama-3"`` is provider
+    ``openai``, model ``meta-llama/Llama-3``). Both parts must be non-empty and the whole
+    reference may not contain whitespace; anything else is a ``ValueError`` saying why.
+    """
+    if not isinstance(ref, str):
+        raise ValueError(f"a model reference must be a string, got {type(ref).__name__}")
+    if not ref:
+        raise ValueError("a model reference must not be empty (expected <provider>/<model>)")
+    if any(char.isspace() for char in ref):
+        raise ValueError(f"model reference {ref!r} contains whitespace "
+                         "(expected <provider>/<model>)")
+    provider, slash, model = ref.partition("/")
+    if not slash:
+        raise ValueError(f"model reference {ref!r} has no '/' (expected <provider>/<model>)")
+    if not provider:
+        raise ValueError(f"model reference {ref!r} names no provider before the '/'")
+    if not model:
+        raise ValueError(f"model reference {ref!r} names no model after the '/'")
+    return ModelRef(provider=provider, model=model)
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """One model endpoint, as reflection uses it."""
+
+    async def complete(
+        self, *, model: str, system: str, user: str, max_tokens: int = DEFAULT_MAX_TOKENS
+    ) -> str:
+        """Send one system prompt and one user message to ``model``; return the reply text.
+
+        Exactly one request, no tools, no retry. Any failure (transport error, timeout,
+        non-2xx status, a body without the expected text) raises ``ProviderError``; a
+        status error names the status and a short, key-free excerpt of the server's reason.
+        """
+
+    async def close(self) -> None:
+        """Release the provider's connections. Idempotent; safe before any call."""
+
+
+@attrs.frozen(kw_only=True)
+class ProviderSettings:
+    """What a provider factory is built from: the provider's registered name, its own
+    options table (``[memory.providers.<name>]``, validated by the factory), and the
+    environment (where API keys named by the options are looked up)."""
+
+    name: str = ""
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+    environ: Mapping[str, str] = attrs.field(factory=dict)
+
+    def option_key(self, key: str) -> str:
+        """The dotted config key of one option, for error messages."""
+        return f"memory.providers.{self.name}.{key}" if self.name else key
+
+    def unknown_options(self, known: Sequence[str]) -> None:
+        """Raise ``ConfigError`` naming the first option not in ``known``."""
+        unknown = sorted(set(self.options) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"{self.option_key(unknown[0])}: unknown option"
+                f" (known: {', '.join(known) or 'none'})"
+            )
+
+    def string_option(self, key: str, default: str) -> str:
+        """A non-empty string option, or ``default`` when absent."""
+        value = self.options.get(key, default)
+        if not isinstance(value, str):
+            raise ConfigError(
+                f"{self.option_key(key)}: expected a string, got {type(value).__name__}"
+            )
+        if not value.strip():
+            raise ConfigError(f"{self.option_key(key)}: must not be empty")
+        return value
+
+    def positive_number_option(self, key: str, default: float) -> float:
+        """A finite number greater than zero (integer or float), or ``default``."""
+        value = self.options.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(
+                f"{self.option_key(key)}: expected a positive number, "
+                f"got {type(value).__name__} {value!r}"
+            )
+        if not math.isfinite(value) or value <= 0:
+            raise ConfigError(f"{self.option_key(key)}: must be a positive number, got {value!r}")
+        return float(value)
+
+
+ProviderFactory = Callable[[ProviderSettings], Provider]
+
+
+def provider_registry(pm: pluggy.PluginManager) -> Registry[ProviderFactory]:
+    """Every provider the loaded plugins register, by name."""
+    registry: Registry[ProviderFactory] = Registry("provider", ProviderError)
+    pm.hook.scopemem_register_providers(register=registry.register)
+    return registry
+
+
+def build_provider(
+    pm: pluggy.PluginManager,
+    config: MemoryConfig,
+    ref: ModelRef,
+    environ: Mapping[str, str] | None = None,
+) -> Provider:
+    """The provider ``ref`` names, built from its ``[memory.providers.<name>]`` table.
+
+    Raises ``ProviderError`` when no plugin registers that provider (the message lists the
+    installed ones) or when the factory returns something that is not a provider, and
+    ``ConfigError`` (from the factory) when the options table is wrong. Building does no
+    I/O; the first ``complete`` opens the connection.
+    """
+    factory = provider_registry(pm).get(ref.provider)
+    settings = ProviderSettings(
+        name=ref.provider,
+        options=dict(config.provider_options(ref.provider)),
+        environ=dict(os.environ if environ is None else environ),
+    )
+    provider = factory(settings)
+    if not isinstance(provider, Provider):
+        raise ProviderError(
+            f"provider {ref.provider!r}: the factory returned {type(provider).__name__}, "
+            "which does not implement complete() and close()"
+        )
+    return provider

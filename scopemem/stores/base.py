@@ -1,0 +1,116 @@
+"""The store seam: what every store does, and the settings a store factory receives.
+
+The memory algorithm is not per store: every store hands its rows to ``scopemem.core.engine``
+and persists what the engine decides, so two stores given the same calls give the same
+answers (the contract suite in ``tests/stores`` checks exactly that).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from scopemem.core.records import (
+    DEFAULT_SCOPE_CAP,
+    MAX_SCOPE_CAP,
+    Candidate,
+    Kind,
+    Record,
+    SweepResult,
+    WriteCounts,
+)
+from scopemem.core.scopes import scope_key_problem
+from scopemem.errors import ConfigError, StoreError
+
+__all__ = [
+    "Clock",
+    "MemoryStore",
+    "StoreError",
+    "StoreFactory",
+    "StoreSettings",
+    "check_cap",
+    "check_scope_key",
+    "wall_clock_ms",
+]
+
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@runtime_checkable
+class MemoryStore(Protocol):
+    """What memory needs from storage. Every method is scoped to one scope key; no call can
+    read or change another scope's records."""
+
+    async def retrieve(self, scope_key: str, query: str, limit: int) -> list[Record]:
+        """The ``limit`` best active records matching ``query``, best first; bumps the
+        usage (use count, last use) of exactly the records returned."""
+
+    async def write(
+        self, scope_key: str, candidates: Sequence[Candidate], cap: int | None = None
+    ) -> WriteCounts:
+        """Apply the engine's plan to each candidate in order, as one all-or-nothing batch,
+        then evict least recently used records above ``cap`` (the store's default if None)."""
+
+    async def list(
+        self, scope_key: str, limit: int, query: str | None = None, kind: Kind | None = None
+    ) -> list[Record]:
+        """Active records newest first, optionally filtered by kind and by whole-token query
+        hits, limit applied last. Never bumps usage: a view, not a retrieval."""
+
+    async def forget(self, scope_key: str, record_id: str) -> bool:
+        """Soft-delete one active record of this scope; False when there was none."""
+
+    async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
+        """Retire every active fact the gate rejects (status ``swept``); with ``dry_run``
+        change nothing and return the ids that would go."""
+
+    async def close(self) -> None:
+        """Release connections and sessions. Idempotent."""
+
+
+@attrs.frozen(kw_only=True)
+class StoreSettings:
+    """What a store factory is built from: its own options table (``[memory.stores.<name>]``,
+    validated by the store), the per-scope cap, the environment (for secrets named by
+    config), and a clock returning epoch milliseconds."""
+
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+    cap: int = DEFAULT_SCOPE_CAP
+    environ: Mapping[str, str] = attrs.field(factory=dict)
+    clock: Clock = wall_clock_ms
+    name: str = ""
+
+    def option_key(self, key: str) -> str:
+        return f"memory.stores.{self.name}.{key}" if self.name else key
+
+    def unknown_options(self, known: Sequence[str]) -> None:
+        unknown = sorted(set(self.options) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"{self.option_key(unknown[0])}: unknown option"
+                f" (known: {', '.join(known) or 'none'})"
+            )
+
+
+StoreFactory = Callable[[StoreSettings], MemoryStore]
+
+
+def check_scope_key(scope_key: object) -> str:
+    problem = scope_key_problem(scope_key)
+    if problem is not None:
+        raise StoreError(f"scope key {problem}")
+    assert isinstance(scope_key, str)
+    return scope_key
+
+
+def check_cap(cap: object) -> int:
+    if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_SCOPE_CAP:
+        raise StoreError(f"cap must be an integer from 1 to {MAX_SCOPE_CAP}, got {cap!r}")
+    return cap

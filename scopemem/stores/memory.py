@@ -1,0 +1,126 @@
+"""The in-process store: a dict of scopes, for tests, development and the fallback when a
+durable store is not configured. Everything is lost when the process exits."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import attrs
+
+from scopemem.core import engine
+from scopemem.core.records import (
+    DEFAULT_SCOPE_CAP,
+    Candidate,
+    Kind,
+    Record,
+    Status,
+    SweepResult,
+    WriteCounts,
+)
+from scopemem.plugins.markers import hookimpl
+from scopemem.stores.base import (
+    Clock,
+    StoreSettings,
+    check_cap,
+    check_scope_key,
+    wall_clock_ms,
+)
+
+log = logging.getLogger("scopemem")
+
+
+class InMemoryStore:
+    """Records per scope in sequence order. No method awaits while it changes state, so on
+    one event loop every call is atomic: a batch is never seen half applied."""
+
+    def __init__(self, *, cap: int = DEFAULT_SCOPE_CAP, clock: Clock = wall_clock_ms) -> None:
+        self.cap = check_cap(cap)
+        self._clock = clock
+        self._scopes: dict[str, list[Record]] = {}
+        self._next_seq: dict[str, int] = {}
+
+    @classmethod
+    def from_settings(cls, settings: StoreSettings) -> InMemoryStore:
+        settings.unknown_options(())
+        log.warning(
+            "[memory] store 'memory' keeps records in this process only: they are lost on "
+            "restart (memory.store = \"sqlite\" or \"worker\" keeps them)"
+        )
+        return cls(cap=settings.cap, clock=settings.clock)
+
+    def _rows(self, scope_key: str) -> list[Record]:
+        return self._scopes.get(check_scope_key(scope_key), [])
+
+    def _replace(self, scope_key: str, changed: Sequence[Record]) -> None:
+        if not changed:
+            return
+        by_id = {record.id: record for record in changed}
+        rows = self._scopes[scope_key]
+        self._scopes[scope_key] = [by_id.get(record.id, record) for record in rows]
+
+    async def retrieve(self, scope_key: str, query: str, limit: int) -> list[Record]:
+        now = self._clock()
+        ranked = engine.rank_records(self._rows(scope_key), query, limit, now)
+        bumped = [engine.bump_usage(record, now) for record in ranked]
+        self._replace(scope_key, bumped)
+        return bumped
+
+    async def write(
+        self, scope_key: str, candidates: Sequence[Candidate], cap: int | None = None
+    ) -> WriteCounts:
+        check_scope_key(scope_key)
+        cap = self.cap if cap is None else check_cap(cap)
+        if not candidates:
+            return WriteCounts()
+        now = self._clock()
+        rows = list(self._scopes.get(scope_key, []))
+        index = {record.id: i for i, record in enumerate(rows)}
+        seq = self._next_seq.get(scope_key, 1)
+        counts = WriteCounts()
+        for candidate in candidates:
+            action = engine.plan_write(scope_key, candidate, rows, now)
+            counts += engine.count_action(action)
+            if isinstance(action, engine.Insert):
+                if action.superseded is not None:
+                    rows[index[action.superseded.id]] = action.superseded
+                record = engine.mint_record(scope_key, seq, candidate, now)
+                seq += 1
+                index[record.id] = len(rows)
+                rows.append(record)
+            else:
+                rows[index[action.updated.id]] = action.updated
+        evicted = engine.plan_eviction(rows, cap)
+        for record in evicted:
+            rows[index[record.id]] = record
+        # Committed only now, all at once: a failure above leaves the scope untouched.
+        self._scopes[scope_key] = rows
+        self._next_seq[scope_key] = seq
+        return counts + WriteCounts(evicted=len(evicted))
+
+    async def list(
+        self, scope_key: str, limit: int, query: str | None = None, kind: Kind | None = None
+    ) -> list[Record]:
+        return engine.listing(self._rows(scope_key), limit, query=query, kind=kind)
+
+    async def forget(self, scope_key: str, record_id: str) -> bool:
+        for record in self._rows(scope_key):
+            if record.id == record_id and record.is_active:
+                self._replace(scope_key, [attrs.evolve(record, status=Status.FORGOTTEN)])
+                return True
+        return False
+
+    async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
+        swept = engine.plan_sweep(self._rows(scope_key))
+        if dry_run:
+            return SweepResult(swept=len(swept), ids=tuple(record.id for record in swept))
+        self._replace(scope_key, swept)
+        return SweepResult(swept=len(swept))
+
+    async def close(self) -> None:
+        return None
+
+
+@hookimpl
+def scopemem_register_stores(register) -> None:  # type: ignore[no-untyped-def]
+    register("memory", InMemoryStore.from_settings)

@@ -1,0 +1,43 @@
+"""The store of memory switched off: reads find nothing, writes keep nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scopemem.core.records import Candidate, Kind, Record, SweepResult, WriteCounts
+from scopemem.plugins.markers import hookimpl
+from scopemem.stores.base import StoreSettings
+
+
+class NullStore:
+    async def retrieve(self, scope_key: str, query: str, limit: int) -> list[Record]:
+        return []
+
+    async def write(
+        self, scope_key: str, candidates: Sequence[Candidate], cap: int | None = None
+    ) -> WriteCounts:
+        return WriteCounts()
+
+    async def list(
+        self, scope_key: str, limit: int, query: str | None = None, kind: Kind | None = None
+    ) -> list[Record]:
+        return []
+
+    async def forget(self, scope_key: str, record_id: str) -> bool:
+        return False
+
+    async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
+        return SweepResult(swept=0, ids=() if dry_run else None)
+
+    async def close(self) -> None:
+        return None
+
+    @classmethod
+    def from_settings(cls, settings: StoreSettings) -> NullStore:
+        settings.unknown_options(())
+        return cls()
+
+
+@hookimpl
+def scopemem_register_stores(register) -> None:  # type: ignore[no-untyped-def]
+    register("null", NullStore.from_settings)

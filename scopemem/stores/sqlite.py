@@ -1,0 +1,706 @@
+"""The embedded durable store: one SQLite database file per scope key, through apsw.
+
+What it decides is decided by ``scopemem.core.engine``, exactly as in the in-process store;
+this module only finds the rows the engine asks for and persists what it answers.
+
+Layout
+    ``<path>/<readable part>-<32 hex digits>.db``: the readable part is the scope key with
+    everything but ASCII letters, digits, ``-`` and ``_`` folded to ``_`` and cut to 40
+    characters; the hex digits are the start of the key's SHA-256. The name can never contain
+    a path separator or ``..``, and the digest keeps keys that fold alike apart. The key itself
+    is stored in the file (table ``meta``) and compared on every open, so a renamed or copied
+    file is refused instead of being read as another scope. Removing a scope's data is
+    removing its file (with its ``-wal``/``-shm`` companions).
+
+Threads and locks
+    apsw releases the GIL while SQLite works, so every database call runs on a small thread
+    pool owned by the store and the event loop never waits on disk. An apsw connection may
+    move between threads but must not be used by two at once: each open connection has its
+    own ``threading.Lock``, held for a whole operation. Open connections live in a bounded LRU
+    cache (``max_open``); an evicted one is closed once its current user is done. Writers to
+    one scope also queue on a per-scope ``asyncio.Lock`` so a burst of writes waits on the
+    loop rather than parking pool threads; those locks are dropped when nobody holds them, so
+    memory follows the cache size, not the number of scopes ever touched.
+
+Durability
+    WAL journal; ``synchronous`` FULL by default (configurable). A write batch, a forget and
+    a sweep are each one ``BEGIN IMMEDIATE`` transaction: all of it commits or none of it
+    does. The usage bump of a retrieval commits at NORMAL when the store runs at FULL or
+    EXTRA: it is as safe against a killed process, and a power cut may lose the last few use
+    counts (never a record) until the next acknowledged write syncs the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from scopemem.core import engine
+from scopemem.core.records import (
+    DEFAULT_SCOPE_CAP,
+    Candidate,
+    Kind,
+    Record,
+    Status,
+    SweepResult,
+    WriteCounts,
+)
+from scopemem.core.text import normalize_text, tokenize
+from scopemem.errors import ConfigError, StoreError
+from scopemem.plugins.markers import hookimpl
+from scopemem.stores import sqlite_schema as schema
+from scopemem.stores.base import (
+    Clock,
+    StoreSettings,
+    check_cap,
+    check_scope_key,
+    wall_clock_ms,
+)
+
+__all__ = ["SYNCHRONOUS_LEVELS", "SqliteStore", "fts_tokens", "scope_file_name"]
+
+log = logging.getLogger("scopemem.stores.sqlite")
+
+T = TypeVar("T")
+
+DEFAULT_PATH = "./scopemem-data"
+SYNCHRONOUS_LEVELS = ("off", "normal", "full", "extra")
+FILE_SUFFIX = ".db"
+_READABLE_CHARS = 40
+_DIGEST_CHARS = 32
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+_POOL_THREADS = 4
+# Rows changed per statement when a whole set is retired (eviction, sweep).
+_CHUNK = 500
+
+
+# The retrieval prefilter: the best-matching active rows by bm25 (ties to the newer row), at
+# most the engine's candidate cap of them. bm25 only decides which rows reach the engine,
+# never the final order. (The benchmark times this exact statement on its own.)
+CANDIDATES_SQL = (
+    f"SELECT {schema.RECORD_COLUMNS} FROM records JOIN ("
+    " SELECT rowid AS hit, bm25(records_fts) AS score FROM records_fts"
+    " WHERE records_fts MATCH ? ORDER BY score, rowid DESC LIMIT ?"
+    ") ON seq = hit WHERE status = 'active'"
+)
+
+
+def _apsw() -> Any:
+    import apsw  # deferred: listing plugins must not pay for loading SQLite
+
+    return apsw
+
+
+def scope_file_name(scope_key: str) -> str:
+    """The database file name for a scope key: a readable prefix and a digest of the key."""
+    digest = hashlib.sha256(scope_key.encode("utf-8")).hexdigest()[:_DIGEST_CHARS]
+    readable = _UNSAFE.sub("_", scope_key).strip("_-")[:_READABLE_CHARS].rstrip("_-")
+    return f"{readable or 'scope'}-{digest}{FILE_SUFFIX}"
+
+
+def fts_tokens(text: str, keywords: Sequence[str]) -> str:
+    """What the full-text index holds for a record: the engine's tokens of its text and of
+    its keywords, space-joined, so a token matches in FTS exactly when the engine's gate
+    says the record holds it."""
+    tokens = tokenize(text)
+    for keyword in keywords:
+        tokens.extend(tokenize(keyword))
+    return " ".join(tokens)
+
+
+def _match_expression(tokens: Sequence[str]) -> str:
+    # Tokens are [a-z0-9]+, so a quoted token is a plain term: no operator, column filter or
+    # prefix syntax in the user's text can reach the FTS5 parser.
+    return " OR ".join(f'"{token}"' for token in tokens)
+
+
+def _record(row: Sequence[Any]) -> Record:
+    (_seq, record_id, scope_key, kind, text, keywords, source_thread_key, source_run_id,
+     created_at, last_used_at, use_count, confidence, supersedes, restates, status) = row
+    return Record(
+        id=record_id,
+        scope_key=scope_key,
+        kind=kind,
+        text=text,
+        keywords=json.loads(keywords) if keywords != "[]" else (),
+        source_thread_key=source_thread_key,
+        source_run_id=source_run_id,
+        created_at=created_at,
+        last_used_at=last_used_at,
+        use_count=use_count,
+        confidence=confidence,
+        supersedes=supersedes,
+        restates=restates,
+        status=status,
+    )
+
+
+def _rows_by_seq(conn: Any, seqs: Sequence[int]) -> list[Sequence[Any]]:
+    rows: list[Sequence[Any]] = []
+    for start in range(0, len(seqs), _CHUNK):
+        chunk = seqs[start:start + _CHUNK]
+        rows.extend(conn.execute(
+            f"SELECT {schema.RECORD_COLUMNS} FROM records"
+            f" WHERE seq IN ({', '.join('?' * len(chunk))}) ORDER BY seq", chunk))
+    return rows
+
+
+def _seq_of(scope_key: str, record_id: object) -> int | None:
+    """The sequence number ``record_id`` would have in this scope, or None when it cannot be
+    one of this scope's ids (another scope's, malformed, not a string)."""
+    prefix = f"mem:{scope_key}:"
+    if not isinstance(record_id, str) or not record_id.startswith(prefix):
+        return None
+    digits = record_id[len(prefix):]
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 18:
+        return None
+    return int(digits)
+
+
+def _check_synchronous(value: object, name: str) -> str:
+    if not isinstance(value, str) or value.lower() not in SYNCHRONOUS_LEVELS:
+        raise ConfigError(f"{name}: must be one of {', '.join(SYNCHRONOUS_LEVELS)};"
+                          f" got {value!r}")
+    return value.lower()
+
+
+def _check_int(value: object, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name}: must be an integer of at least {minimum}; got {value!r}")
+    return value
+
+
+def _check_path(value: object, name: str) -> str:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise ConfigError(f"{name}: must be a non-empty directory path; got {value!r}")
+    return value
+
+
+class _Handle:
+    """One cached connection and the lock that keeps it to one thread at a time."""
+
+    __slots__ = ("closed", "conn", "lock", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+        self.conn: Any = None
+        self.closed = False
+
+
+class SqliteStore:
+    """Durable memory: one SQLite database per scope key under ``path``."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        cap: int = DEFAULT_SCOPE_CAP,
+        clock: Clock = wall_clock_ms,
+        synchronous: str = "full",
+        busy_timeout_ms: int = 5000,
+        max_open: int = 64,
+    ) -> None:
+        self.cap = check_cap(cap)
+        self.directory = os.path.abspath(os.path.expanduser(_check_path(path, "path")))
+        self.synchronous = _check_synchronous(synchronous, "synchronous")
+        self.busy_timeout_ms = _check_int(busy_timeout_ms, "busy_timeout_ms", 0)
+        self.max_open = _check_int(max_open, "max_open", 1)
+        self._clock = clock
+        self._handles: OrderedDict[str, _Handle] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._writers: dict[str, list[Any]] = {}  # scope → [asyncio.Lock, holders+waiters]
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    @classmethod
+    def from_settings(cls, settings: StoreSettings) -> SqliteStore:
+        """Build from ``[memory.stores.sqlite]``: ``path``, ``synchronous``,
+        ``busy_timeout_ms``, ``max_open_connections``."""
+        name = settings.name or "sqlite"
+
+        def key(option: str) -> str:
+            return f"memory.stores.{name}.{option}"
+
+        known = ("path", "synchronous", "busy_timeout_ms", "max_open_connections")
+        unknown = sorted(set(settings.options) - set(known))
+        if unknown:
+            raise ConfigError(f"{key(str(unknown[0]))}: unknown option"
+                              f" (known: {', '.join(known)})")
+        options: Mapping[str, Any] = settings.options
+        return cls(
+            _check_path(options.get("path", DEFAULT_PATH), key("path")),
+            cap=settings.cap,
+            clock=settings.clock,
+            synchronous=_check_synchronous(options.get("synchronous", "full"),
+                                           key("synchronous")),
+            busy_timeout_ms=_check_int(options.get("busy_timeout_ms", 5000),
+                                       key("busy_timeout_ms"), 0),
+            max_open=_check_int(options.get("max_open_connections", 64),
+                                key("max_open_connections"), 1),
+        )
+
+    # --- the MemoryStore methods -----------------------------------------------------------
+
+    async def retrieve(self, scope_key: str, query: str, limit: int) -> list[Record]:
+        check_scope_key(scope_key)
+        now = self._clock()
+        tokens = engine.match_tokens(query)
+        if not tokens or limit <= 0:
+            return []
+        async with self._writer(scope_key):
+            return await self._run(self._retrieve, scope_key, query, tokens, limit, now)
+
+    async def write(
+        self, scope_key: str, candidates: Sequence[Candidate], cap: int | None = None
+    ) -> WriteCounts:
+        check_scope_key(scope_key)
+        cap = self.cap if cap is None else check_cap(cap)
+        if not candidates:
+            return WriteCounts()
+        now = self._clock()
+        batch = list(candidates)
+        async with self._writer(scope_key):
+            return await self._run(self._write, scope_key, batch, cap, now)
+
+    async def list(
+        self, scope_key: str, limit: int, query: str | None = None, kind: Kind | None = None
+    ) -> list[Record]:
+        check_scope_key(scope_key)
+        if limit <= 0:
+            return []
+        tokens: list[str] | None = None
+        if query is not None:
+            tokens = engine.match_tokens(query)
+            if not tokens:
+                return []
+        return await self._run(self._list, scope_key, limit, query, tokens, kind)
+
+    async def forget(self, scope_key: str, record_id: str) -> bool:
+        check_scope_key(scope_key)
+        seq = _seq_of(scope_key, record_id)
+        if seq is None:
+            return False
+        async with self._writer(scope_key):
+            return await self._run(self._forget, scope_key, record_id, seq)
+
+    async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
+        check_scope_key(scope_key)
+        async with self._writer(scope_key):
+            return await self._run(self._sweep, scope_key, dry_run)
+
+    async def close(self) -> None:
+        """Close every connection and stop the thread pool. Safe to call twice."""
+        with self._cache_lock:
+            if self._closed:
+                return
+            self._closed = True
+            handles = list(self._handles.values())
+            self._handles.clear()
+        executor, self._executor = self._executor, None
+        if executor is None:
+            for handle in handles:
+                self._close_handle(handle)
+            return
+        # Closing waits for operations already running on a connection to finish.
+        await asyncio.get_running_loop().run_in_executor(
+            executor, lambda: [self._close_handle(handle) for handle in handles])
+        executor.shutdown(wait=False)
+
+    # --- work done on the pool ------------------------------------------------------------
+
+    def _retrieve(self, scope_key: str, query: str, tokens: list[str], limit: int, now: int
+                  ) -> list[Record]:
+        with self._connection(scope_key, create=False) as conn:
+            if conn is None:
+                return []
+            with self._transaction(conn, relaxed=True):
+                rows = conn.execute(
+                    CANDIDATES_SQL, (_match_expression(tokens), engine.candidate_cap(limit)),
+                ).fetchall()
+                ranked = engine.rank_records([_record(row) for row in rows], query, limit, now)
+                if not ranked:
+                    return []
+                seqs = [_seq_of(scope_key, record.id) for record in ranked]
+                conn.execute(
+                    "UPDATE records SET use_count = use_count + 1, last_used_at = ?"
+                    f" WHERE seq IN ({', '.join('?' * len(seqs))})",
+                    (now, *seqs),
+                )
+        return [engine.bump_usage(record, now) for record in ranked]
+
+    def _write(self, scope_key: str, candidates: list[Candidate], cap: int, now: int
+               ) -> WriteCounts:
+        with self._connection(scope_key, create=True) as conn, self._transaction(conn):
+            seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM records").fetchall()[0][0]
+            counts = WriteCounts()
+            for candidate in candidates:
+                pool = self._pool_for(conn, scope_key, candidate)
+                action = engine.plan_write(scope_key, candidate, pool, now)
+                counts += engine.count_action(action)
+                if isinstance(action, engine.Insert):
+                    if action.superseded is not None:
+                        self._retire(conn, scope_key, [action.superseded])
+                    self._insert(conn, engine.mint_record(scope_key, seq, candidate, now), seq)
+                    seq += 1
+                else:
+                    updated = action.updated
+                    conn.execute(
+                        "UPDATE records SET use_count = ?, last_used_at = ?, confidence = ?"
+                        " WHERE seq = ?",
+                        (updated.use_count, updated.last_used_at, updated.confidence,
+                         _seq_of(scope_key, updated.id)),
+                    )
+            evicted: list[Record] = []
+            active = conn.execute(
+                "SELECT count(*) FROM records WHERE status = 'active'").fetchall()[0][0]
+            if active > cap:
+                evicted = self._plan_eviction(conn, active - cap)
+                self._retire(conn, scope_key, evicted)
+        if evicted:
+            log.info("[write] %s <- %d candidates (evicted %d)", scope_key, len(candidates),
+                     len(evicted))
+        return counts + WriteCounts(evicted=len(evicted))
+
+    @staticmethod
+    def _plan_eviction(conn: Any, excess: int) -> list[Record]:
+        """The ``excess`` records the engine evicts, read without loading the whole scope.
+
+        The engine retires the least recently used first: last use, else creation, then
+        creation, then sequence number. Within the never-used rows that order is (creation,
+        seq); within the used ones it is (last use, creation, seq); so the ``excess`` first
+        rows overall are among the ``excess`` first of each group. Those two short lists,
+        read from the covering ``(status, last_used_at, created_at)`` index, are all the
+        engine is handed, and ``plan_eviction`` chooses among them."""
+        seqs: set[int] = set()
+        for condition, order in (("last_used_at IS NULL", "created_at, seq"),
+                                 ("last_used_at IS NOT NULL", "last_used_at, created_at, seq")):
+            seqs.update(seq for (seq,) in conn.execute(
+                f"SELECT seq FROM records WHERE status = 'active' AND {condition}"
+                f" ORDER BY {order} LIMIT ?", (excess,)))
+        records = [_record(row) for row in _rows_by_seq(conn, sorted(seqs))]
+        return engine.plan_eviction(records, len(records) - excess)
+
+    def _pool_for(self, conn: Any, scope_key: str, candidate: Candidate) -> list[Record]:
+        """The only rows ``plan_write`` reads for this candidate: the active rows named by its
+        pointers and, without a supersede pointer, the active rows sharing its text."""
+        rows: dict[int, Sequence[Any]] = {}
+        for pointer in (candidate.restates, candidate.supersedes):
+            seq = _seq_of(scope_key, pointer) if pointer else None
+            if seq is not None:
+                for row in conn.execute(
+                        f"SELECT {schema.RECORD_COLUMNS} FROM records"
+                        " WHERE seq = ? AND id = ? AND status = 'active'", (seq, pointer)):
+                    rows[row[0]] = row
+        if not candidate.supersedes:
+            for row in conn.execute(
+                    f"SELECT {schema.RECORD_COLUMNS} FROM records"
+                    " WHERE status = 'active' AND norm = ? ORDER BY seq",
+                    (normalize_text(candidate.text),)):
+                rows[row[0]] = row
+        return [_record(rows[seq]) for seq in sorted(rows)]
+
+    @staticmethod
+    def _insert(conn: Any, record: Record, seq: int) -> None:
+        conn.execute(
+            "INSERT INTO records (seq, id, scope_key, kind, text, norm, keywords,"
+            " source_thread_key, source_run_id, created_at, last_used_at, use_count,"
+            " confidence, supersedes, restates, status)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (seq, record.id, record.scope_key, record.kind.value, record.text,
+             normalize_text(record.text), json.dumps(list(record.keywords), ensure_ascii=False),
+             record.source_thread_key, record.source_run_id, record.created_at,
+             record.last_used_at, record.use_count, record.confidence, record.supersedes,
+             record.restates, record.status.value),
+        )
+        conn.execute("INSERT INTO records_fts (rowid, tokens) VALUES (?, ?)",
+                     (seq, fts_tokens(record.text, record.keywords)))
+
+    @staticmethod
+    def _retire(conn: Any, scope_key: str, records: Sequence[Record]) -> None:
+        """Persist soft deletes: the new status, and the row leaves the full-text index in
+        the same transaction."""
+        by_status: dict[Status, list[int]] = {}
+        for record in records:
+            seq = _seq_of(scope_key, record.id)
+            if seq is not None:
+                by_status.setdefault(record.status, []).append(seq)
+        for status, seqs in by_status.items():
+            for start in range(0, len(seqs), _CHUNK):
+                chunk = seqs[start:start + _CHUNK]
+                marks = ", ".join("?" * len(chunk))
+                conn.execute(f"UPDATE records SET status = ? WHERE seq IN ({marks})",
+                             (status.value, *chunk))
+                conn.execute(f"DELETE FROM records_fts WHERE rowid IN ({marks})", chunk)
+
+    def _list(self, scope_key: str, limit: int, query: str | None, tokens: list[str] | None,
+              kind: Kind | None) -> list[Record]:
+        with self._connection(scope_key, create=False) as conn:
+            if conn is None:
+                return []
+            where = ["status = 'active'"]
+            params: list[Any] = []
+            if kind is not None:
+                where.append("kind = ?")
+                params.append(str(kind))
+            if tokens is not None:
+                where.append("seq IN (SELECT rowid FROM records_fts WHERE records_fts MATCH ?)")
+                params.append(_match_expression(tokens))
+            rows = conn.execute(
+                f"SELECT {schema.RECORD_COLUMNS} FROM records WHERE {' AND '.join(where)}"
+                " ORDER BY seq DESC LIMIT ?", (*params, limit)).fetchall()
+        # The index and the engine agree by construction; the engine still has the last word.
+        return engine.listing([_record(row) for row in rows], limit, query=query, kind=kind)
+
+    def _forget(self, scope_key: str, record_id: str, seq: int) -> bool:
+        with self._connection(scope_key, create=False) as conn:
+            if conn is None:
+                return False
+            with self._transaction(conn):
+                conn.execute("UPDATE records SET status = ? WHERE seq = ? AND id = ?"
+                             " AND status = 'active'", (Status.FORGOTTEN.value, seq, record_id))
+                if not conn.changes():
+                    return False
+                conn.execute("DELETE FROM records_fts WHERE rowid = ?", (seq,))
+        return True
+
+    def _sweep(self, scope_key: str, dry_run: bool) -> SweepResult:
+        with self._connection(scope_key, create=False) as conn:
+            if conn is None:
+                return SweepResult(swept=0, ids=() if dry_run else None)
+            with self._transaction(conn):
+                rows = conn.execute(
+                    f"SELECT {schema.RECORD_COLUMNS} FROM records"
+                    " WHERE status = 'active' AND kind = ? ORDER BY seq",
+                    (Kind.FACT.value,)).fetchall()
+                swept = engine.plan_sweep([_record(row) for row in rows])
+                if dry_run:
+                    return SweepResult(swept=len(swept), ids=tuple(r.id for r in swept))
+                self._retire(conn, scope_key, swept)
+        return SweepResult(swept=len(swept))
+
+    # --- plumbing --------------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        with self._cache_lock:
+            if self._closed:
+                raise StoreError("the sqlite store is closed")
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(_POOL_THREADS,
+                                                    thread_name_prefix="scopemem-sqlite")
+            executor = self._executor
+        return await loop.run_in_executor(executor, functools.partial(fn, *args))
+
+    @contextlib.asynccontextmanager
+    async def _writer(self, scope_key: str) -> Any:
+        entry = self._writers.get(scope_key)
+        if entry is None:
+            entry = self._writers[scope_key] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._writers[scope_key]
+
+    def path_for(self, scope_key: str) -> str:
+        """The database file holding ``scope_key`` (whether or not it exists yet)."""
+        check_scope_key(scope_key)
+        name = scope_file_name(scope_key)
+        path = os.path.join(self.directory, name)
+        separators = {os.sep, os.altsep} - {None}
+        if (name in {"", ".", ".."} or any(sep in name for sep in separators)
+                or os.path.dirname(path) != self.directory):
+            raise StoreError(f"scope key {scope_key!r} maps outside the data directory")
+        return path
+
+    @contextlib.contextmanager
+    def _connection(self, scope_key: str, *, create: bool) -> Iterator[Any]:
+        """The scope's connection, held exclusively for the block; None (only when not
+        ``create``) if the scope has no database file yet."""
+        handle = self._acquire(scope_key, create=create)
+        if handle is None:
+            yield None
+            return
+        try:
+            yield handle.conn
+        except StoreError:
+            raise
+        except _apsw().Error as exc:
+            raise StoreError(f"sqlite store: {handle.path}: {_describe(exc)}") from exc
+        finally:
+            handle.lock.release()
+
+    def _acquire(self, scope_key: str, *, create: bool) -> _Handle | None:
+        while True:
+            doomed: list[_Handle] = []
+            with self._cache_lock:
+                if self._closed:
+                    raise StoreError("the sqlite store is closed")
+                handle = self._handles.get(scope_key)
+                if handle is None:
+                    path = self.path_for(scope_key)
+                    if not create and not os.path.exists(path):
+                        return None
+                    handle = self._handles[scope_key] = _Handle(path)
+                    while len(self._handles) > self.max_open:
+                        doomed.append(self._handles.popitem(last=False)[1])
+                else:
+                    self._handles.move_to_end(scope_key)
+            for old in doomed:
+                self._close_handle(old)
+            handle.lock.acquire()
+            if handle.closed:  # evicted or closed while we waited: start over
+                handle.lock.release()
+                continue
+            if handle.conn is None:
+                try:
+                    handle.conn = self._open(handle.path, scope_key)
+                except BaseException:
+                    handle.closed = True
+                    with self._cache_lock:
+                        if self._handles.get(scope_key) is handle:
+                            del self._handles[scope_key]
+                    handle.lock.release()
+                    raise
+            return handle
+
+    @staticmethod
+    def _close_handle(handle: _Handle) -> None:
+        with handle.lock:
+            handle.closed = True
+            conn, handle.conn = handle.conn, None
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:  # pragma: no cover - closing never fails in practice
+                    log.warning("sqlite store: closing %s failed", handle.path, exc_info=True)
+
+    def _open(self, path: str, scope_key: str) -> Any:
+        """Open (creating if needed) one scope's database, refuse it if it is not ours or
+        not this scope's, bring its schema up to date and reconcile the token index."""
+        apsw = _apsw()
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"sqlite store: cannot create the data directory"
+                             f" {self.directory}: {exc.strerror or exc}") from exc
+        flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+        flags |= getattr(apsw, "SQLITE_OPEN_NOFOLLOW", 0)
+        try:
+            conn = apsw.Connection(path, flags=flags)
+        except apsw.Error as exc:
+            raise StoreError(f"sqlite store: cannot open {path}: {_describe(exc)}") from exc
+        try:
+            conn.set_busy_timeout(self.busy_timeout_ms)
+            self._check_identity(conn, path, scope_key)
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"sqlite store: {path}: cannot switch to WAL (got {mode})")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+            with self._transaction(conn):
+                schema.apply_schema(conn, self._clock())
+                owner = schema.claim_scope(conn, scope_key)
+                if owner != scope_key:
+                    raise StoreError(f"sqlite store: {path} holds scope {owner!r},"
+                                     f" not {scope_key!r}; left untouched")
+                self._reconcile(conn)
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, apsw.Error):
+                raise StoreError(f"sqlite store: cannot use {path}: {_describe(exc)}"
+                                 "; left untouched") from exc
+            raise
+        return conn
+
+    @staticmethod
+    def _check_identity(conn: Any, path: str, scope_key: str) -> None:
+        """Read-only checks before anything is written: the file is a SQLite database, ours
+        (or empty), of a schema version we understand, and this scope's."""
+        apsw = _apsw()
+        try:
+            app_id = schema.pragma(conn, "application_id")
+            tables = schema.table_count(conn)
+        except (apsw.NotADBError, apsw.CorruptError) as exc:
+            raise StoreError(f"sqlite store: {path} is not a SQLite database or is corrupt"
+                             f" ({_describe(exc)}); left untouched") from exc
+        if app_id == 0 and tables == 0:
+            return  # a new (or never initialized) file
+        if app_id != schema.APPLICATION_ID:
+            raise StoreError(f"sqlite store: {path} is a SQLite database of another"
+                             " application; left untouched")
+        version = schema.pragma(conn, "user_version")
+        if version > schema.SCHEMA_VERSION:
+            raise StoreError(f"sqlite store: {path} has schema version {version}, newer than"
+                             f" this scopemem understands ({schema.SCHEMA_VERSION})")
+        owner = schema.stored_scope(conn) if schema.has_table(conn, "meta") else None
+        if owner is not None and owner != scope_key:
+            raise StoreError(f"sqlite store: {path} holds scope {owner!r}, not {scope_key!r};"
+                             " left untouched")
+
+    @staticmethod
+    def _reconcile(conn: Any) -> None:
+        """Make the token index hold exactly the active rows: drop entries of rows that are
+        no longer active (or gone) and index active rows that are missing."""
+        conn.execute("DELETE FROM records_fts WHERE rowid NOT IN"
+                     " (SELECT seq FROM records WHERE status = 'active')")
+        missing = conn.execute(
+            "SELECT seq, text, keywords FROM records WHERE status = 'active'"
+            " AND seq NOT IN (SELECT rowid FROM records_fts)").fetchall()
+        for seq, text, keywords in missing:
+            conn.execute("INSERT INTO records_fts (rowid, tokens) VALUES (?, ?)",
+                         (seq, fts_tokens(text, json.loads(keywords))))
+        if missing:
+            log.warning("sqlite store: re-indexed %d active records", len(missing))
+
+    @contextlib.contextmanager
+    def _transaction(self, conn: Any, *, relaxed: bool = False) -> Iterator[None]:
+        """One ``BEGIN IMMEDIATE`` transaction: committed if the block finishes, rolled back
+        if it raises. ``relaxed`` commits without waiting for the disk (usage bumps)."""
+        relax = relaxed and self.synchronous in ("full", "extra")
+        if relax:
+            conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                if not conn.getautocommit():
+                    with contextlib.suppress(Exception):
+                        conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except BaseException:
+                if not conn.getautocommit():
+                    with contextlib.suppress(Exception):
+                        conn.execute("ROLLBACK")
+                raise
+        finally:
+            if relax:
+                conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+@hookimpl
+def scopemem_register_stores(register) -> None:  # type: ignore[no-untyped-def]
+    register("sqlite", SqliteStore.from_settings)

@@ -1,0 +1,140 @@
+"""The on-disk layout of one scope's SQLite database, and how it is brought up to date.
+
+Every open re-runs the whole schema inside one write transaction. Each migration is made of
+statements that are safe to repeat (``CREATE … IF NOT EXISTS``), so re-running them over a
+live database changes nothing; the ``schema_migrations`` table records which versions a file
+has seen and ``PRAGMA user_version`` the newest one, so a file written by a newer scopemem is
+refused instead of being half understood.
+
+This module is plain data plus two small functions taking an apsw connection; it never
+imports apsw itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+# "ScMm" in the database header marks a file as ours; a file carrying another application id
+# (or none, with tables in it) belongs to something else and is never touched.
+APPLICATION_ID = 0x53634D6D
+
+META_SCOPE_KEY = "scope_key"
+
+
+@attrs.frozen
+class Migration:
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+# Column order shared by every SELECT that builds a Record (see sqlite.py ``_record``).
+RECORD_COLUMNS = (
+    "seq, id, scope_key, kind, text, keywords, source_thread_key, source_run_id,"
+    " created_at, last_used_at, use_count, confidence, supersedes, restates, status"
+)
+
+_BOOKKEEPING = (
+    """CREATE TABLE IF NOT EXISTS meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS schema_migrations (
+        version    INTEGER PRIMARY KEY,
+        name       TEXT NOT NULL,
+        applied_at INTEGER NOT NULL
+    )""",
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "records, lookup indexes and the token index", (
+        # ``seq`` is the rowid: ids are mem:<scope>:<seq> and a file holds one scope, so the
+        # sequence number alone identifies a row, and MAX(seq) is a b-tree edge read.
+        """CREATE TABLE IF NOT EXISTS records (
+            seq               INTEGER PRIMARY KEY,
+            id                TEXT NOT NULL,
+            scope_key         TEXT NOT NULL,
+            kind              TEXT NOT NULL CHECK (kind IN ('fact', 'summary')),
+            text              TEXT NOT NULL,
+            norm              TEXT NOT NULL,
+            keywords          TEXT NOT NULL DEFAULT '[]',
+            source_thread_key TEXT NOT NULL,
+            source_run_id     TEXT,
+            created_at        INTEGER NOT NULL,
+            last_used_at      INTEGER,
+            use_count         INTEGER NOT NULL DEFAULT 0,
+            confidence,       -- no declared type: 1 reads back as 1, 0.75 as 0.75
+            supersedes        TEXT,
+            restates          TEXT,
+            status            TEXT NOT NULL DEFAULT 'active'
+                CHECK (status IN ('active', 'superseded', 'forgotten', 'evicted', 'swept'))
+        )""",
+        # Write-time dedup: the active rows sharing a candidate's normalized text.
+        "CREATE INDEX IF NOT EXISTS records_status_norm ON records (status, norm)",
+        # list: the newest active rows first.
+        "CREATE INDEX IF NOT EXISTS records_active_seq ON records (status, seq DESC)",
+        # Status-prefixed scans: the active count and the eviction fetch.
+        "CREATE INDEX IF NOT EXISTS records_active_used"
+        " ON records (status, last_used_at DESC, created_at DESC)",
+        # The prefilter. It indexes the engine's own tokens (space-joined), not the raw text,
+        # and holds exactly the active rows, keyed by seq as its rowid.
+        "CREATE VIRTUAL TABLE IF NOT EXISTS records_fts USING fts5(tokens, tokenize = 'ascii')",
+    )),
+)
+
+SCHEMA_VERSION = max(migration.version for migration in MIGRATIONS)
+
+
+def apply_schema(conn: Any, now: int) -> None:
+    """Create or complete the schema. The caller holds a write transaction."""
+    for statement in _BOOKKEEPING:
+        conn.execute(statement)
+    seen = {version for (version,) in conn.execute("SELECT version FROM schema_migrations")}
+    for migration in MIGRATIONS:
+        for statement in migration.statements:
+            conn.execute(statement)
+        if migration.version not in seen:
+            conn.execute(
+                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                (migration.version, migration.name, now),
+            )
+    if pragma(conn, "application_id") != APPLICATION_ID:
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    if pragma(conn, "user_version") != SCHEMA_VERSION:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def claim_scope(conn: Any, scope_key: str) -> str:
+    """Record ``scope_key`` as the file's owner unless one is recorded; return the owner."""
+    conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)",
+                 (META_SCOPE_KEY, scope_key))
+    return stored_scope(conn) or ""
+
+
+def stored_scope(conn: Any) -> str | None:
+    rows = conn.execute("SELECT value FROM meta WHERE key = ?", (META_SCOPE_KEY,)).fetchall()
+    return rows[0][0] if rows else None
+
+
+def has_table(conn: Any, name: str) -> bool:
+    rows = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                        (name,)).fetchall()
+    return bool(rows)
+
+
+def table_count(conn: Any) -> int:
+    return conn.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]
+
+
+def pragma(conn: Any, name: str) -> Any:
+    return conn.execute(f"PRAGMA {name}").fetchall()[0][0]
+
+
+def statements() -> Iterable[str]:
+    """Every schema statement, bookkeeping first (for documentation and tests)."""
+    yield from _BOOKKEEPING
+    for migration in MIGRATIONS:
+        yield from migration.statements

@@ -1,0 +1,301 @@
+"""The remote store: a client of the Memory Worker (``scopemem serve``) over HTTP.
+
+Reads are advisory and writes are loud. ``retrieve`` never raises: a refusal, a body that is
+not JSON, a transport error or a timeout costs the caller that scope's records and one
+``[memory]`` warning, and malformed records in an otherwise good reply are dropped one by one.
+``write``, ``list``, ``forget`` and ``sweep`` raise ``StoreError`` naming the route, the status
+and the server's reason, because an empty answer there would be a lie to a person.
+
+Configuration (``[memory.stores.worker]``)::
+
+    base_url = "http://127.0.0.1:8787"   # required, http or https
+    token_env = "MEMORY_TOKEN"           # the environment variable holding the bearer
+    timeout_seconds = 5                  # per request, total
+
+With ``base_url`` set but the token variable missing or empty, ``from_settings`` returns the
+in-process store instead and warns once that its records die with the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from scopemem.core.records import (
+    Candidate,
+    Kind,
+    Record,
+    SweepResult,
+    WireError,
+    WriteCounts,
+    from_wire,
+    to_wire,
+)
+from scopemem.errors import ConfigError, StoreError
+from scopemem.plugins.markers import hookimpl
+from scopemem.stores.base import MemoryStore, StoreSettings, check_cap, check_scope_key
+
+if TYPE_CHECKING:
+    import aiohttp
+
+log = logging.getLogger("scopemem")
+
+DEFAULT_TOKEN_ENV = "MEMORY_TOKEN"
+DEFAULT_TIMEOUT = 5.0
+# The largest reply read: 50 records of 4000 characters are well under it.
+MAX_REPLY_BYTES = 8 * 1024 * 1024
+OPTIONS = ("base_url", "token_env", "timeout_seconds")
+
+
+class _CallFailed(Exception):
+    """One round trip that produced no usable JSON object; the message says why."""
+
+
+def _check_token(token: str) -> str:
+    if not token or not all(0x21 <= ord(char) <= 0x7E for char in token):
+        raise ValueError("the bearer token must be non-empty printable ASCII without spaces")
+    return token
+
+
+def _url_problem(base_url: object) -> str | None:
+    if not isinstance(base_url, str) or not base_url:
+        return "must be a non-empty string"
+    try:
+        parts = urlsplit(base_url)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as exc:
+        return f"is not a valid URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"must be an http:// or https:// URL with a host, got {base_url!r}"
+    if parts.query or parts.fragment:
+        return "must not have a query or a fragment"
+    return None
+
+
+class WorkerStore:
+    """A ``MemoryStore`` whose records live in a Memory Worker.
+
+    One ``aiohttp.ClientSession`` per store, created on first use on the running event loop
+    and closed by ``close()``. Every request carries the bearer and has ``timeout`` seconds in
+    total. ``cap`` (the scope cap configured for this installation) is sent with every write
+    when set; otherwise the worker's own default applies."""
+
+    def __init__(self, base_url: str, token: str, *, cap: int | None = None,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        problem = _url_problem(base_url)
+        if problem is not None:
+            raise ValueError(f"base_url {problem}")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.base_url = base_url.rstrip("/")
+        self._token = _check_token(token)
+        self.cap = None if cap is None else check_cap(cap)
+        self.timeout = float(timeout)
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:  # never the token
+        return f"WorkerStore({self.base_url!r}, cap={self.cap!r}, timeout={self.timeout:g})"
+
+    @classmethod
+    def from_settings(cls, settings: StoreSettings) -> MemoryStore:
+        settings.unknown_options(OPTIONS)
+        options = settings.options
+        if "base_url" not in options:
+            raise ConfigError(f"{settings.option_key('base_url')}: required "
+                              "(the Memory Worker's URL, e.g. http://127.0.0.1:8787)")
+        base_url = options["base_url"]
+        problem = _url_problem(base_url)
+        if problem is not None:
+            raise ConfigError(f"{settings.option_key('base_url')}: {problem}")
+        token_env = options.get("token_env", DEFAULT_TOKEN_ENV)
+        if not isinstance(token_env, str) or not token_env:
+            raise ConfigError(f"{settings.option_key('token_env')}: must be the name of an "
+                              "environment variable")
+        timeout = options.get("timeout_seconds", DEFAULT_TIMEOUT)
+        if (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+                or not 0 < timeout <= 300):
+            raise ConfigError(f"{settings.option_key('timeout_seconds')}: must be a number of "
+                              f"seconds above 0 and at most 300, got {timeout!r}")
+        token = settings.environ.get(token_env, "")
+        if not token:
+            from scopemem.stores.memory import InMemoryStore
+
+            log.warning(
+                "[memory] %s is set but $%s is missing or empty: using the in-process store "
+                "instead of the Memory Worker, and its records will be lost on restart",
+                settings.option_key("base_url"), token_env,
+            )
+            return InMemoryStore(cap=settings.cap, clock=settings.clock)
+        try:
+            return cls(base_url, token, cap=settings.cap, timeout=timeout)
+        except ValueError as exc:
+            raise ConfigError(f"${token_env}: {exc}") from None
+
+    # --- transport ------------------------------------------------------------------------
+
+    def _session_for_loop(self) -> aiohttp.ClientSession:
+        import aiohttp
+
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            self._session = aiohttp.ClientSession(
+                headers={"Authorization": f"Bearer {self._token}"},
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+            )
+            self._session_loop = loop
+        return self._session
+
+    async def _call(self, route: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST ``payload`` to ``route``; the reply's JSON object, or ``_CallFailed``."""
+        import aiohttp
+
+        session = self._session_for_loop()
+        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        try:
+            async with session.post(self.base_url + route, data=body,
+                                    headers={"Content-Type": "application/json"}) as response:
+                status = response.status
+                raw = await _read_capped(response)
+        except TimeoutError:
+            raise _CallFailed(f"timed out after {self.timeout:g}s") from None
+        except aiohttp.ClientError as exc:
+            raise _CallFailed(f"transport error: {type(exc).__name__}: {exc}") from None
+        data = _json_object(raw)
+        if not 200 <= status < 300:
+            reason = data.get("error") if isinstance(data, dict) else None
+            if not isinstance(reason, str):
+                reason = raw[:200].decode("utf-8", "replace").strip() or "no reason given"
+            raise _CallFailed(f"answered {status}: {reason}")
+        if data is None:
+            raise _CallFailed(f"answered {status} with a body that is not a JSON object")
+        return data
+
+    async def _command(self, route: str, payload: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await self._call(route, payload)
+        except _CallFailed as exc:
+            raise StoreError(f"memory worker {route} failed: {exc}") from None
+
+    # --- the store ------------------------------------------------------------------------
+
+    async def retrieve(self, scope_key: str, query: str, limit: int) -> list[Record]:
+        try:
+            data = await self._call("/retrieve", {"scopeKey": scope_key, "query": query,
+                                                  "limit": limit})
+            records, dropped = _records(data, scope_key)
+        except _CallFailed as exc:
+            log.warning("[memory] worker /retrieve for %s failed (%s); reading nothing from it",
+                        scope_key, exc)
+            return []
+        if dropped:
+            log.warning("[memory] worker /retrieve for %s: dropped %d malformed record(s)",
+                        scope_key, dropped)
+        return records
+
+    async def write(self, scope_key: str, candidates: Sequence[Candidate],
+                    cap: int | None = None) -> WriteCounts:
+        check_scope_key(scope_key)
+        cap = self.cap if cap is None else check_cap(cap)
+        if not candidates:
+            return WriteCounts()
+        payload: dict[str, Any] = {"scopeKey": scope_key, "records": to_wire(list(candidates))}
+        if cap is not None:
+            payload["cap"] = cap
+        data = await self._command("/write", payload)
+        try:
+            return from_wire(data, WriteCounts)
+        except WireError as exc:
+            raise StoreError(f"memory worker /write answered counts that are not valid: {exc}")\
+                from None
+
+    async def list(self, scope_key: str, limit: int, query: str | None = None,
+                   kind: Kind | None = None) -> list[Record]:
+        check_scope_key(scope_key)
+        payload: dict[str, Any] = {"scopeKey": scope_key, "limit": limit}
+        if query is not None:
+            payload["query"] = query
+        if kind is not None:
+            payload["kind"] = Kind(kind).value
+        data = await self._command("/list", payload)
+        try:
+            records, dropped = _records(data, scope_key)
+        except _CallFailed as exc:
+            raise StoreError(f"memory worker /list failed: {exc}") from None
+        if dropped:
+            log.warning("[memory] worker /list for %s: dropped %d malformed record(s)",
+                        scope_key, dropped)
+        return records
+
+    async def forget(self, scope_key: str, record_id: str) -> bool:
+        check_scope_key(scope_key)
+        data = await self._command("/forget", {"scopeKey": scope_key, "id": record_id})
+        forgotten = data.get("forgotten")
+        if not isinstance(forgotten, bool):
+            raise StoreError("memory worker /forget answered without a boolean 'forgotten'")
+        return forgotten
+
+    async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
+        check_scope_key(scope_key)
+        payload: dict[str, Any] = {"scopeKey": scope_key}
+        if dry_run:
+            payload["dryRun"] = True
+        data = await self._command("/sweep", payload)
+        try:
+            return from_wire(data, SweepResult)
+        except WireError as exc:
+            raise StoreError(f"memory worker /sweep answered a result that is not valid: {exc}")\
+                from None
+
+    async def close(self) -> None:
+        session, self._session, self._session_loop = self._session, None, None
+        if session is not None and not session.closed:
+            await session.close()
+
+
+async def _read_capped(response: aiohttp.ClientResponse) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_any():
+        size += len(chunk)
+        if size > MAX_REPLY_BYTES:
+            raise _CallFailed(f"answered more than {MAX_REPLY_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _records(data: dict[str, Any], scope_key: str) -> tuple[list[Record], int]:
+    """The reply's well-formed records of ``scope_key`` and how many others were dropped."""
+    items = data.get("records")
+    if not isinstance(items, list):
+        raise _CallFailed("answered without a 'records' list")
+    records: list[Record] = []
+    dropped = 0
+    for item in items:
+        try:
+            record = from_wire(item, Record) if isinstance(item, dict) else None
+        except WireError:
+            record = None
+        # A record of another scope can only be a server bug; it must never reach this one.
+        if record is None or record.scope_key != scope_key:
+            dropped += 1
+        else:
+            records.append(record)
+    return records, dropped
+
+
+@hookimpl
+def scopemem_register_stores(register) -> None:  # type: ignore[no-untyped-def]
+    register("worker", WorkerStore.from_settings)

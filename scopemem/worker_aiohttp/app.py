@@ -1,0 +1,472 @@
+"""The Memory Worker: one aiohttp application serving any ``MemoryStore`` over HTTP.
+
+Routes (bodies are JSON objects, camelCase, times in epoch milliseconds)::
+
+    POST /retrieve  {scopeKey, query, limit}          -> {records}
+    POST /write     {scopeKey, records, cap?}          -> {ok, inserted, deduped, superseded,
+                                                           restated, evicted}
+    POST /list      {scopeKey, limit, query?, kind?}   -> {records}
+    POST /forget    {scopeKey, id}                     -> {ok, forgotten}
+    POST /sweep     {scopeKey, dryRun?}                -> {ok, swept, ids?}
+    GET  /healthz                                      -> {"ok": true}        (no auth)
+    GET  /openapi.json                                 -> the shipped document (no auth)
+
+Any other path is 404 and another method on a known path is 405. Every error body is
+``{"error": "<reason>"}``.
+
+A request to a data route passes three gates before its body is read, in this order:
+
+1. the length fence: exactly one ``Content-Length`` made of ASCII digits (no
+   ``Transfer-Encoding``), else 411; more than ``max_body`` bytes, else 413; a
+   ``Content-Encoding`` other than identity is 415 (a compressed body would slip past the
+   fence when decompressed);
+2. the bearer check: ``Authorization: Bearer <token>``, compared in constant time; an unset or
+   empty server token lets nobody in; anything malformed is 401;
+3. body validation (``validation.py``): 400 with a reason naming the field.
+
+The fence runs first because it needs nothing but the headers, and because aiohttp's own HTTP
+parser already refuses most malformed lengths before any application code (and so before any
+auth) could run: ``WorkerRunner`` turns those parser refusals into the same 411/413 answers,
+so a client sees one rule whichever layer caught its request. Only the fence's verdict is
+visible without a token; it reveals nothing about the data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hmac
+import importlib.resources
+import inspect
+import json
+import logging
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+import attrs
+from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler
+from multidict import CIMultiDictProxy
+
+from scopemem.core.records import to_wire
+from scopemem.errors import StoreError
+from scopemem.stores.base import MemoryStore
+from scopemem.worker_aiohttp import validation
+
+__all__ = [
+    "DEFAULT_MAX_BODY",
+    "WorkerRunner",
+    "create_app",
+    "load_openapi",
+    "running",
+    "serve_until_signalled",
+]
+
+log = logging.getLogger("scopemem.worker")
+
+DEFAULT_MAX_BODY = 512 * 1024
+
+StoreSource = MemoryStore | Callable[[], MemoryStore | Awaitable[MemoryStore]]
+
+
+@attrs.define
+class _Served:
+    """What one application serves. A holder, so the store can be opened at startup without
+    mutating the (by then frozen) application."""
+
+    source: Any
+    token: bytes
+    max_body: int
+    store: MemoryStore | None = None
+
+    def require_store(self) -> MemoryStore:
+        if self.store is None:
+            raise RuntimeError("the store is not open (the application has not started)")
+        return self.store
+
+
+SERVED = web.AppKey("scopemem_worker_served", _Served)
+OPENAPI = web.AppKey("scopemem_worker_openapi", bytes)
+
+_dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
+
+
+def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None
+          ) -> web.Response:
+    return web.json_response(data, status=status, headers=headers, dumps=_dumps)
+
+
+def _error(status: int, reason: str, headers: Mapping[str, str] | None = None,
+           *, close: bool = False) -> web.Response:
+    response = _json({"error": reason}, status=status, headers=headers)
+    if close:
+        # The body was not read: the connection cannot carry another request after it.
+        response.force_close()
+    return response
+
+
+# --- the gates ----------------------------------------------------------------------------------
+
+
+def length_problem(headers: CIMultiDictProxy[str], max_body: int) -> web.Response | None:
+    """The fence's refusal for these request headers, or None when the body may be read."""
+    lengths = headers.getall(hdrs.CONTENT_LENGTH, [])
+    if hdrs.TRANSFER_ENCODING in headers or len(lengths) != 1:
+        return _error(411, "a request body needs exactly one Content-Length header "
+                           "(chunked or unsized bodies are refused)", close=True)
+    raw = lengths[0]
+    if not (raw.isascii() and raw.isdigit()):
+        return _error(411, "Content-Length must be a plain decimal number of bytes", close=True)
+    digits = raw.lstrip("0") or "0"
+    if len(digits) > 12 or int(digits) > max_body:
+        return _error(413, f"the body must be at most {max_body} bytes", close=True)
+    encoding = headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        return _error(415, "Content-Encoding is not supported; send the body uncompressed",
+                      close=True)
+    return None
+
+
+def bearer_problem(headers: CIMultiDictProxy[str], token: bytes) -> web.Response | None:
+    """The 401 for a request without the right bearer, or None when it may proceed."""
+    if _bearer_matches(headers.getall(hdrs.AUTHORIZATION, []), token):
+        return None
+    return _error(401, "a valid bearer token is required",
+                  headers={hdrs.WWW_AUTHENTICATE: "Bearer"})
+
+
+def _bearer_matches(values: list[str], token: bytes) -> bool:
+    if not token or len(values) != 1:
+        return False
+    # aiohttp hands header bytes over as str (UTF-8, undecodable bytes escaped): anything
+    # outside ASCII cannot be a token we issued.
+    try:
+        value = values[0].encode("ascii")
+    except UnicodeEncodeError:
+        return False
+    scheme, _, credentials = value.strip().partition(b" ")
+    if scheme.lower() != b"bearer":
+        return False
+    return hmac.compare_digest(credentials.strip(b" "), token)
+
+
+def _is_data_route(request: web.Request) -> bool:
+    match_info = request.match_info
+    return match_info.http_exception is None and getattr(
+        match_info.handler, "_scopemem_data_route", False)
+
+
+def _gate(request: web.Request) -> web.Response | None:
+    served = request.app[SERVED]
+    return (length_problem(request.headers, served.max_body)
+            or bearer_problem(request.headers, served.token))
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Callable[..., Awaitable[web.StreamResponse]]
+                  ) -> web.StreamResponse:
+    """JSON for every refusal; a store failure is a 500 that says nothing about the store."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        headers = {hdrs.ALLOW: exc.headers[hdrs.ALLOW]} if hdrs.ALLOW in exc.headers else None
+        return _error(exc.status, exc.reason.lower(), headers)
+    except asyncio.CancelledError:
+        raise
+    except StoreError as exc:
+        log.error("[error] %s failed in the store: %s", request.path, exc)
+        return _error(500, "the store failed; see the worker's log")
+    except Exception:
+        log.exception("[error] %s failed", request.path)
+        return _error(500, "internal error; see the worker's log")
+
+
+@web.middleware
+async def _gates(request: web.Request, handler: Callable[..., Awaitable[web.StreamResponse]]
+                 ) -> web.StreamResponse:
+    if _is_data_route(request):
+        refusal = _gate(request)
+        if refusal is not None:
+            return refusal
+    return await handler(request)
+
+
+async def _expect(request: web.Request) -> web.StreamResponse | None:
+    """``Expect: 100-continue``: refuse before the client sends the body when a gate would."""
+    refusal = _gate(request)
+    if refusal is not None:
+        return refusal
+    expect = request.headers.get(hdrs.EXPECT, "")
+    if request.version >= (1, 1) and expect.lower() == "100-continue":
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0
+        return None
+    return _error(417, f"unsupported Expect: {expect}", close=True)
+
+
+# --- the handlers -------------------------------------------------------------------------------
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    try:
+        return validation.parse_body(await request.read())
+    except validation.BodyError as exc:
+        raise _BadRequest(str(exc)) from None
+
+
+class _BadRequest(Exception):
+    pass
+
+
+def _data_route(func: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """Mark a handler as a data route (gated) and turn body errors into 400s."""
+
+    @functools.wraps(func)
+    async def handler(request: web.Request) -> web.StreamResponse:
+        try:
+            return await func(request)
+        except (_BadRequest, validation.BodyError) as exc:
+            return _error(400, str(exc))
+
+    handler._scopemem_data_route = True  # type: ignore[attr-defined]
+    return handler
+
+
+@_data_route
+async def retrieve(request: web.Request) -> web.StreamResponse:
+    args = validation.retrieve_args(await _body(request))
+    store = request.app[SERVED].require_store()
+    records = await store.retrieve(args.scope_key, args.query, args.limit)
+    return _json({"records": to_wire(records)})
+
+
+@_data_route
+async def write(request: web.Request) -> web.StreamResponse:
+    args = validation.write_args(await _body(request))
+    store = request.app[SERVED].require_store()
+    counts = await store.write(args.scope_key, args.candidates, args.cap)
+    if counts.evicted:
+        log.info("[write] %s <- %d candidates (evicted %d)",
+                 args.scope_key, len(args.candidates), counts.evicted)
+    return _json({"ok": True, **to_wire(counts)})
+
+
+@_data_route
+async def list_records(request: web.Request) -> web.StreamResponse:
+    args = validation.list_args(await _body(request))
+    store = request.app[SERVED].require_store()
+    records = await store.list(args.scope_key, args.limit, query=args.query, kind=args.kind)
+    log.info("[list] %s -> %d", args.scope_key, len(records))
+    return _json({"records": to_wire(records)})
+
+
+@_data_route
+async def forget(request: web.Request) -> web.StreamResponse:
+    args = validation.forget_args(await _body(request))
+    store = request.app[SERVED].require_store()
+    forgotten = await store.forget(args.scope_key, args.record_id)
+    log.info("[forget] %s %s -> %s", args.scope_key, args.record_id, str(forgotten).lower())
+    return _json({"ok": True, "forgotten": forgotten})
+
+
+@_data_route
+async def sweep(request: web.Request) -> web.StreamResponse:
+    args = validation.sweep_args(await _body(request))
+    store = request.app[SERVED].require_store()
+    result = await store.sweep(args.scope_key, dry_run=args.dry_run)
+    log.info("[sweep] %s -> %d%s", args.scope_key, result.swept,
+             " (dry run)" if args.dry_run else "")
+    return _json({"ok": True, **to_wire(result)})
+
+
+async def healthz(_request: web.Request) -> web.StreamResponse:
+    return _json({"ok": True})
+
+
+async def openapi(request: web.Request) -> web.StreamResponse:
+    return web.Response(body=request.app[OPENAPI], content_type="application/json")
+
+
+DATA_ROUTES: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] = {
+    "/retrieve": retrieve,
+    "/write": write,
+    "/list": list_records,
+    "/forget": forget,
+    "/sweep": sweep,
+}
+
+
+# --- the application ----------------------------------------------------------------------------
+
+
+def load_openapi() -> bytes:
+    """The OpenAPI document shipped with the package (checked to be a JSON object)."""
+    data = importlib.resources.files("scopemem.worker_aiohttp").joinpath("openapi.json")
+    raw = data.read_bytes()
+    if not isinstance(json.loads(raw), dict):
+        raise ValueError("openapi.json is not a JSON object")
+    return raw
+
+
+def _check_token(token: str | None) -> bytes:
+    if not token:
+        return b""
+    if not all(0x21 <= ord(char) <= 0x7E for char in token):
+        raise ValueError("the bearer token must be printable ASCII without spaces")
+    return token.encode("ascii")
+
+
+async def _open_store(app: web.Application) -> AsyncIterator[None]:
+    served = app[SERVED]
+    source = served.source
+    # A store class passes the protocol's isinstance check too; a class is a factory.
+    if isinstance(source, MemoryStore) and not isinstance(source, type):
+        store = source
+    else:
+        store = source()
+        if inspect.isawaitable(store):
+            store = await store
+    served.store = store
+    try:
+        yield
+    finally:
+        served.store = None
+        await store.close()
+
+
+def create_app(
+    store: StoreSource,
+    token: str | None,
+    *,
+    max_body: int = DEFAULT_MAX_BODY,
+) -> web.Application:
+    """The worker application serving ``store``.
+
+    :param store: a ``MemoryStore``, or a factory (sync or async) called at startup. Either
+        way the store is closed when the application shuts down, after in-flight requests.
+    :param token: the bearer every data route requires; ``None`` or ``""`` refuses everyone.
+    :param max_body: the largest request body accepted, in bytes (413 above it).
+    """
+    if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
+        raise ValueError(f"max_body must be a positive integer, got {max_body!r}")
+    app = web.Application(middlewares=[_errors, _gates], client_max_size=max_body)
+    app[SERVED] = _Served(source=store, token=_check_token(token), max_body=max_body)
+    app[OPENAPI] = load_openapi()
+    app.cleanup_ctx.append(_open_store)
+    for path, handler in DATA_ROUTES.items():
+        app.router.add_post(path, handler, expect_handler=_expect)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/openapi.json", openapi)
+    return app
+
+
+# --- running it ---------------------------------------------------------------------------------
+
+
+def _parser_refusal(exc: BaseException | None) -> web.Response | None:
+    """The fence's answer to a request aiohttp's HTTP parser refused because of its length
+    headers (``0x10``, ``5e2``, ``+5``, ``12.5``, non-ASCII digits, blank, duplicated, or
+    combined with ``Transfer-Encoding``), or None for any other parse error."""
+    if not isinstance(exc, HttpProcessingError):
+        return None
+    # The first line is the parser's reason; the raw offending bytes follow on later lines.
+    reason = (exc.message or "").split("\n", 1)[0].lower()
+    if "content-length" not in reason:
+        return None
+    if "overflow" in reason:  # digits, just too many of them
+        return _error(413, "the body is too large", close=True)
+    return _error(411, "Content-Length must be a plain decimal number of bytes", close=True)
+
+
+class _FencedRequestHandler(RequestHandler):
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        refusal = _parser_refusal(exc) if status == 400 else None
+        if refusal is None:
+            return super().handle_error(request, status, exc, message)
+        log.debug("refused a request with a malformed Content-Length: %s", exc)
+        return refusal
+
+
+class _FencedServer(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _FencedRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class WorkerRunner(web.AppRunner):
+    """An ``AppRunner`` whose connections answer a malformed ``Content-Length`` with 411 (and
+    an overflowing one with 413) instead of the HTTP parser's generic 400.
+
+    aiohttp refuses such requests while parsing, before routing and middlewares, and offers
+    no public hook for that answer; this runner builds the same server as ``AppRunner`` and
+    swaps in a protocol whose ``handle_error`` knows the fence's rule.
+
+    It also turns off aiohttp's lingering close (``lingering_time=0``): by default a request
+    answered without its body being read (411, 413, 401, 404) keeps the connection open for
+    up to ten seconds to read and discard that body. Here such a connection is closed right
+    after the answer, so a refused body is never read at all."""
+
+    def __init__(self, app: web.Application, **kwargs: Any) -> None:
+        kwargs.setdefault("lingering_time", 0)
+        super().__init__(app, **kwargs)
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        if type(server) is web.Server:
+            server.__class__ = _FencedServer
+        return server
+
+
+@contextlib.asynccontextmanager
+async def running(app: web.Application, host: str = "127.0.0.1", port: int = 0,
+                  **runner_kwargs: Any) -> AsyncIterator[str]:
+    """Serve ``app`` on ``host:port`` (0 picks a free port) and yield its base URL; on exit,
+    shut down gracefully (in-flight requests finish, then the store closes)."""
+    runner = WorkerRunner(app, **runner_kwargs)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound_host, bound_port = runner.addresses[0][:2]
+        if ":" in bound_host:
+            bound_host = f"[{bound_host}]"
+        yield f"http://{bound_host}:{bound_port}"
+    finally:
+        await runner.cleanup()
+
+
+async def serve_until_signalled(
+    app: web.Application,
+    host: str,
+    port: int,
+    *,
+    on_ready: Callable[[str], None] | None = None,
+    shutdown_timeout: float = 60.0,
+    **runner_kwargs: Any,
+) -> None:
+    """Serve until SIGINT or SIGTERM, then shut down gracefully: stop accepting, let
+    in-flight requests finish (up to ``shutdown_timeout`` seconds), close the store. A second
+    signal during shutdown gets Python's default behaviour (exit at once)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for signum in signals:
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        async with running(app, host, port, shutdown_timeout=shutdown_timeout,
+                           **runner_kwargs) as url:
+            if on_ready is not None:
+                on_ready(url)
+            await stop.wait()
+            for signum in signals:
+                loop.remove_signal_handler(signum)
+            log.info("shutting down: finishing in-flight requests, then closing the store")
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)

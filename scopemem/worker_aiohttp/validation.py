@@ -1,0 +1,261 @@
+"""Request bodies of the Memory Worker's data routes: parsed, checked, or refused with a reason.
+
+Every function here is pure: bytes or a decoded JSON object in, a small frozen value out, or a
+``BodyError`` whose message names the offending field in the wire's own spelling (``scopeKey``,
+``records[2].text``) so a client's author can fix the call from the 400 alone. Keys this module
+does not know are ignored, so a newer client's extra fields never break an older server.
+
+Candidates are built by the one wire converter (``scopemem.core.records.from_wire``) once their
+fields have passed the checks below, which add the size limits the converter does not know.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from scopemem.core.records import (
+    MAX_BATCH,
+    MAX_ID_CHARS,
+    MAX_KEYWORD_CHARS,
+    MAX_KEYWORDS,
+    MAX_LIMIT,
+    MAX_QUERY_CHARS,
+    MAX_SCOPE_CAP,
+    MAX_TEXT_CHARS,
+    Candidate,
+    Kind,
+    WireError,
+    from_wire,
+)
+from scopemem.core.scopes import identifier_problem, scope_key_problem
+
+KINDS = tuple(kind.value for kind in Kind)
+
+
+class BodyError(ValueError):
+    """A request body the worker refuses; ``str(error)`` is the reason sent back with a 400."""
+
+
+@attrs.frozen
+class RetrieveArgs:
+    scope_key: str
+    query: str
+    limit: int
+
+
+@attrs.frozen
+class WriteArgs:
+    scope_key: str
+    candidates: tuple[Candidate, ...]
+    cap: int | None
+
+
+@attrs.frozen
+class ListArgs:
+    scope_key: str
+    limit: int
+    query: str | None
+    kind: Kind | None
+
+
+@attrs.frozen
+class ForgetArgs:
+    scope_key: str
+    record_id: str
+
+
+@attrs.frozen
+class SweepArgs:
+    scope_key: str
+    dry_run: bool
+
+
+# --- the body as a whole ------------------------------------------------------------------------
+
+
+def _refuse_constant(name: str) -> Any:
+    # Python's json accepts NaN and Infinity; JSON does not, and neither do we.
+    raise BodyError(f"body is not valid JSON ({name} is not a JSON value)")
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """The decoded JSON object of a request body."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BodyError("body is not valid JSON (not UTF-8)") from None
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except BodyError:
+        raise
+    except RecursionError:
+        raise BodyError("body is not valid JSON (nested too deeply)") from None
+    except ValueError as exc:  # JSONDecodeError, and int() refusing a huge literal
+        raise BodyError(f"body is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise BodyError("body must be a JSON object")
+    return value
+
+
+# --- single fields ------------------------------------------------------------------------------
+
+
+def _scope_key(body: Mapping[str, Any]) -> str:
+    if "scopeKey" not in body:
+        raise BodyError("scopeKey is required")
+    value = body["scopeKey"]
+    problem = scope_key_problem(value)
+    if problem is not None:
+        raise BodyError(f"scopeKey {problem}")
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _bounded_int(body: Mapping[str, Any], field: str, low: int, high: int) -> int:
+    value = body[field]
+    if not _is_int(value) or not low <= value <= high:
+        raise BodyError(f"{field} must be an integer from {low} to {high}")
+    return value
+
+
+def _limit(body: Mapping[str, Any]) -> int:
+    if "limit" not in body:
+        raise BodyError("limit is required")
+    return _bounded_int(body, "limit", 1, MAX_LIMIT)
+
+
+def _query(value: Any) -> str:
+    if not isinstance(value, str):
+        raise BodyError("query must be a string")
+    if len(value) > MAX_QUERY_CHARS:
+        raise BodyError(f"query must be at most {MAX_QUERY_CHARS} characters")
+    return value
+
+
+def _kind(value: Any, field: str) -> Kind:
+    if not isinstance(value, str) or value not in KINDS:
+        raise BodyError(f"{field} must be one of: {', '.join(KINDS)}")
+    return Kind(value)
+
+
+# --- candidates ---------------------------------------------------------------------------------
+
+
+def _non_empty_string(item: Mapping[str, Any], field: str, where: str, *, max_chars: int | None
+                      ) -> None:
+    value = item.get(field)
+    if not isinstance(value, str) or not value:
+        raise BodyError(f"{where}.{field} must be a non-empty string")
+    if max_chars is not None and len(value) > max_chars:
+        raise BodyError(f"{where}.{field} must be at most {max_chars} characters")
+
+
+def _optional_string(item: Mapping[str, Any], field: str, where: str) -> None:
+    if field in item and not isinstance(item[field], str):
+        raise BodyError(f"{where}.{field} must be a string")
+
+
+def _check_keywords(item: Mapping[str, Any], where: str) -> None:
+    if "keywords" not in item:
+        return
+    keywords = item["keywords"]
+    if not isinstance(keywords, list):
+        raise BodyError(f"{where}.keywords must be a list of strings")
+    if len(keywords) > MAX_KEYWORDS:
+        raise BodyError(f"{where}.keywords must hold at most {MAX_KEYWORDS} keywords")
+    for n, keyword in enumerate(keywords):
+        if not isinstance(keyword, str) or len(keyword) > MAX_KEYWORD_CHARS:
+            raise BodyError(
+                f"{where}.keywords[{n}] must be a string of at most {MAX_KEYWORD_CHARS} characters"
+            )
+
+
+def _check_confidence(item: Mapping[str, Any], where: str) -> None:
+    if "confidence" not in item:
+        return
+    value = item["confidence"]
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or math.isnan(value) or not 0 <= value <= 1):
+        raise BodyError(f"{where}.confidence must be a number from 0 to 1")
+
+
+def parse_candidate(item: Any, where: str) -> Candidate:
+    """One element of ``records``; ``where`` is its path (``records[3]``) for the reason."""
+    if not isinstance(item, dict):
+        raise BodyError(f"{where} must be an object")
+    if "kind" not in item:
+        raise BodyError(f"{where}.kind is required")
+    _kind(item["kind"], f"{where}.kind")
+    _non_empty_string(item, "text", where, max_chars=MAX_TEXT_CHARS)
+    _non_empty_string(item, "sourceThreadKey", where, max_chars=None)
+    _check_keywords(item, where)
+    _optional_string(item, "sourceRunId", where)
+    _check_confidence(item, where)
+    _optional_string(item, "supersedes", where)
+    _optional_string(item, "restates", where)
+    try:
+        return from_wire(item, Candidate)
+    except WireError as exc:  # the checks above should leave nothing for it to find
+        raise BodyError(f"{where}: {exc}") from None
+
+
+def _candidates(body: Mapping[str, Any]) -> tuple[Candidate, ...]:
+    if "records" not in body:
+        raise BodyError("records is required")
+    records = body["records"]
+    if not isinstance(records, list):
+        raise BodyError("records must be a list")
+    if len(records) > MAX_BATCH:
+        raise BodyError(f"records must hold at most {MAX_BATCH} candidates")
+    return tuple(parse_candidate(item, f"records[{n}]") for n, item in enumerate(records))
+
+
+# --- one function per route --------------------------------------------------------------------
+
+
+def retrieve_args(body: Mapping[str, Any]) -> RetrieveArgs:
+    scope_key = _scope_key(body)
+    if "query" not in body:
+        raise BodyError("query is required")
+    return RetrieveArgs(scope_key, _query(body["query"]), _limit(body))
+
+
+def write_args(body: Mapping[str, Any]) -> WriteArgs:
+    scope_key = _scope_key(body)
+    candidates = _candidates(body)
+    cap = _bounded_int(body, "cap", 1, MAX_SCOPE_CAP) if "cap" in body else None
+    return WriteArgs(scope_key, candidates, cap)
+
+
+def list_args(body: Mapping[str, Any]) -> ListArgs:
+    scope_key = _scope_key(body)
+    limit = _limit(body)
+    query = _query(body["query"]) if "query" in body else None
+    kind = _kind(body["kind"], "kind") if "kind" in body else None
+    return ListArgs(scope_key, limit, query, kind)
+
+
+def forget_args(body: Mapping[str, Any]) -> ForgetArgs:
+    scope_key = _scope_key(body)
+    if "id" not in body:
+        raise BodyError("id is required")
+    problem = identifier_problem(body["id"], max_chars=MAX_ID_CHARS)
+    if problem is not None:
+        raise BodyError(f"id {problem}")
+    return ForgetArgs(scope_key, body["id"])
+
+
+def sweep_args(body: Mapping[str, Any]) -> SweepArgs:
+    scope_key = _scope_key(body)
+    dry_run = body.get("dryRun", False)
+    if not isinstance(dry_run, bool):
+        raise BodyError("dryRun must be a boolean")
+    return SweepArgs(scope_key, dry_run)

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import logging
+
+import attrs
+import pytest
+
+from scopemem.core.records import Candidate, Kind
+
+DAY_MS = 24 * 60 * 60 * 1000
+START_MS = 1_790_000_000_000  # a fixed epoch-millisecond "now" for every test
+
+
+@attrs.define
+class FakeClock:
+    """A clock the test moves by hand; stores and Memory take it as ``clock``."""
+
+    now: int = START_MS
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> int:
+        self.now += ms
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def fact(text: str, **fields: object) -> Candidate:
+    fields.setdefault("source_thread_key", "slack:C1/100")
+    return Candidate(kind=Kind.FACT, text=text, **fields)
+
+
+def summary(text: str, **fields: object) -> Candidate:
+    fields.setdefault("source_thread_key", "slack:C1/100")
+    return Candidate(kind=Kind.SUMMARY, text=text, **fields)
+
+
+@pytest.fixture
+def memory_warnings(caplog: pytest.LogCaptureFixture):
+    """The ``[memory]`` warnings logged during a test, as a list of messages."""
+    caplog.set_level(logging.WARNING, logger="scopemem")
+
+    def collected() -> list[str]:
+        return [r.getMessage() for r in caplog.records
+                if r.name.startswith("scopemem") and r.levelno >= logging.WARNING]
+
+    return collected

@@ -1,0 +1,195 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scopemem.core.records import Kind, Record
+from scopemem.core.reflection import (
+    REFLECTION_SYSTEM,
+    TRANSCRIPT_TAIL_CHARS,
+    Audience,
+    ReflectionRejected,
+    Turn,
+    build_reflection_input,
+    parse_reflection,
+    should_reflect,
+)
+
+GITHUB_TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+SHOWN = {"mem:org:acme:1", "mem:user:slack:U1:4"}
+
+
+def parse(payload, shown=SHOWN) -> object:
+    raw = payload if isinstance(payload, str) else json.dumps(payload)
+    return parse_reflection(raw, shown_ids=shown, thread_key="slack:C1/7", run_id="r-9")
+
+
+def good(text="run npm ci before the license check", **extra) -> dict:
+    return {"text": text, "confidence": 0.8, **extra}
+
+
+# --- should_reflect ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("tools", "turns", "agent", "expected"), [
+    (1, 0, None, True),
+    (0, 4, None, True),
+    (0, 3, None, False),
+    (0, 0, "coding", False),
+    (5, 10, "review", False),
+    (5, 10, "ship", False),
+    (2, 0, "coding", True),
+])
+def test_should_reflect(tools, turns, agent, expected):
+    assert should_reflect(tools, turns, agent) is expected
+
+
+def test_no_reflect_agents_is_configurable():
+    assert should_reflect(3, 0, "review", no_reflect_agents=()) is True
+    assert should_reflect(3, 0, "triage", no_reflect_agents=("triage",)) is False
+
+
+# --- the prompt --------------------------------------------------------------------------------
+
+
+def test_the_extractor_is_told_status_is_never_a_fact():
+    prompt = REFLECTION_SYSTEM.lower()
+    for ephemeral in ("pull-request or issue numbers", "shas", "test or check counts",
+                      "ci results", "verdicts", "never a fact"):
+        assert ephemeral in prompt
+    for field in ('"audience"', '"supersedes"', '"restates"', '"summary"', "impersonal",
+                  "what fails or surprises"):
+        assert field in prompt
+
+
+# --- the input ---------------------------------------------------------------------------------
+
+
+def rec(n: int, scope: str, text: str) -> Record:
+    return Record(id=f"mem:{scope}:{n}", scope_key=scope, kind=Kind.FACT, text=text,
+                  source_thread_key="t", created_at=0)
+
+
+def test_input_shows_records_with_ids_then_the_transcript():
+    shown = [rec(1, "org:acme", "deploys need the vpn"), rec(4, "user:slack:U1", "likes tabs")]
+    history = [Turn("user", "how do I deploy?"), {"role": "assistant", "content": "via ci"},
+               ("user", [{"type": "text", "text": "and staging?"},
+                         {"type": "image", "source": {"data": "iVBORw0KGgo="}}])]
+    text = build_reflection_input(shown, history, "deploy staging now", "done: used the vpn")
+    assert "mem:org:acme:1 (org:acme, fact): deploys need the vpn" in text
+    assert "mem:user:slack:U1:4" in text
+    order = [text.index(part) for part in ("Existing memory", "how do I deploy?", "via ci",
+                                           "and staging?", "deploy staging now",
+                                           "done: used the vpn")]
+    assert order == sorted(order)
+    assert "iVBORw0KGgo" not in text and "image" not in text
+
+
+def test_input_is_redacted_before_it_leaves():
+    text = build_reflection_input([rec(1, "org:acme", f"token {GITHUB_TOKEN}")],
+                                  [("user", f"my token is {GITHUB_TOKEN}")],
+                                  f"use {GITHUB_TOKEN}", "ok")
+    assert GITHUB_TOKEN not in text and "[REDACTED" in text
+
+
+def test_input_keeps_the_tail_of_a_long_transcript():
+    history = [("user", f"early turn {n} " + "x" * 1000) for n in range(60)]
+    text = build_reflection_input([], history, "the final request", "the final answer")
+    assert "the final answer" in text and "the final request" in text
+    assert "early turn 0 " not in text and "early turn 59" in text
+    transcript = text.split("Transcript of the run:\n", 1)[1]
+    assert len(transcript) <= TRANSCRIPT_TAIL_CHARS + 40
+
+
+# --- the output --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raw", ["not json", "[]", '"facts"', '{"facts": {}}', "{}",
+                                 '{"facts": null}', "```json\n[1]\n```", ""])
+def test_a_bad_envelope_is_rejected(raw):
+    with pytest.raises(ReflectionRejected):
+        parse(raw)
+
+
+def test_a_json_fence_is_tolerated():
+    raw = "```json\n" + json.dumps({"facts": [good()], "summary": "s"}) + "\n```"
+    assert len(parse(raw).facts) == 1
+
+
+@pytest.mark.parametrize("fact", [
+    {"text": "x"},
+    {"text": "x", "confidence": "0.9"},
+    {"text": "x", "confidence": 0.59},
+    {"text": "x", "confidence": 1.01},
+    {"text": "x", "confidence": True},
+    {"text": "", "confidence": 0.9},
+    {"text": "   ", "confidence": 0.9},
+    {"text": 5, "confidence": 0.9},
+    {"confidence": 0.9},
+    "just a string",
+])
+def test_invalid_facts_are_dropped_and_counted(fact):
+    result = parse({"facts": [fact, good()]})
+    assert len(result.facts) == 1 and result.dropped == 1
+
+
+def test_confidence_bounds_are_inclusive():
+    result = parse({"facts": [good("a", confidence=0.6), good("b", confidence=1)]})
+    assert [f.candidate.confidence for f in result.facts] == [0.6, 1.0]
+
+
+def test_at_most_five_facts_survive():
+    result = parse({"facts": [good(f"lesson {n}") for n in range(8)]})
+    assert [f.candidate.text for f in result.facts] == [f"lesson {n}" for n in range(5)]
+    assert result.dropped == 3
+
+
+def test_candidates_carry_provenance_and_normalized_keywords():
+    result = parse({"facts": [good(keywords=[" NPM ", "npm", "License", 3, ""] +
+                                   [f"k{n}" for n in range(12)])]})
+    candidate = result.facts[0].candidate
+    assert candidate.kind == Kind.FACT
+    assert candidate.source_thread_key == "slack:C1/7" and candidate.source_run_id == "r-9"
+    assert candidate.keywords[:2] == ("npm", "license") and len(candidate.keywords) == 10
+    assert parse({"facts": [good(keywords="npm")]}).facts[0].candidate.keywords is None
+
+
+def test_pointers_survive_only_for_shown_ids():
+    result = parse({"facts": [
+        good("a", supersedes="mem:org:acme:1"),
+        good("b", supersedes="mem:org:acme:2"),
+        good("c", restates="mem:user:slack:U1:4"),
+        good("d", restates=7),
+    ]})
+    pointers = [(f.candidate.supersedes, f.candidate.restates) for f in result.facts]
+    assert pointers == [("mem:org:acme:1", None), (None, None),
+                        (None, "mem:user:slack:U1:4"), (None, None)]
+
+
+def test_audience_defaults_to_org_and_the_summary_takes_the_narrowest():
+    result = parse({"facts": [good("a", audience="channel"), good("b", audience="bogus"),
+                              good("c")], "summary": "what happened"})
+    assert [f.audience for f in result.facts] == [Audience.CHANNEL, Audience.ORG, Audience.ORG]
+    assert result.summary.audience == Audience.CHANNEL
+    assert result.summary.candidate.kind == Kind.SUMMARY
+    for audiences, expected in [(["org", "user", "repo"], Audience.USER),
+                                (["channel", "repo"], Audience.REPO),
+                                ([], Audience.ORG)]:
+        facts = [good(f"f{n}", audience=a) for n, a in enumerate(audiences)]
+        assert parse({"facts": facts, "summary": "s"}).summary.audience == expected
+
+
+def test_an_empty_or_missing_summary_is_none():
+    assert parse({"facts": []}).summary is None
+    assert parse({"facts": [], "summary": "  "}).summary is None
+    assert parse({"facts": [], "summary": 4}).summary is None
+
+
+def test_every_text_field_is_redacted():
+    result = parse({"facts": [good(f"use {GITHUB_TOKEN} to push", keywords=[GITHUB_TOKEN])],
+                    "summary": f"the token {GITHUB_TOKEN} was used"})
+    candidate = result.facts[0].candidate
+    assert GITHUB_TOKEN not in candidate.text and GITHUB_TOKEN.lower() not in candidate.keywords
+    assert all(GITHUB_TOKEN.lower() not in k for k in candidate.keywords)
+    assert GITHUB_TOKEN not in result.summary.candidate.text

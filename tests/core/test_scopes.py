@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import pytest
+
+from scopemem.core.scopes import (
+    MemoryIdError,
+    ScopeKeyError,
+    memory_id,
+    order_scope_keys,
+    parse_memory_id,
+    scope_kind,
+    validate_scope_key,
+)
+
+
+@pytest.mark.parametrize("key", ["org:acme", "user:slack:U0123", "repo:owner/name",
+                                 "x" * 200, "guild:discord:123"])
+def test_valid_scope_keys(key):
+    assert validate_scope_key(key) == key
+
+
+@pytest.mark.parametrize("key", ["", "x" * 201, "org:a b", "org:a\tb", "org:a\nb",
+                                 "org:a\u2028b", "org:\x00", "org:\x85", None, 5])
+def test_invalid_scope_keys(key):
+    with pytest.raises(ScopeKeyError):
+        validate_scope_key(key)
+
+
+def test_memory_ids_split_on_the_last_colon():
+    assert parse_memory_id("mem:user:slack:U0123:42") == ("user:slack:U0123", 42)
+    assert memory_id("channel:slack:C1", 7) == "mem:channel:slack:C1:7"
+    assert parse_memory_id(memory_id("repo:o/n", 3)) == ("repo:o/n", 3)
+
+
+@pytest.mark.parametrize("bad", ["", "mem:", "mem:org:acme", "mem::1", "org:acme:1",
+                                 "mem:org:acme:x", "mem:org:acme:-1", "mem:org:acme:١",
+                                 "mem:org acme:1", "mem:" + "x" * 300 + ":1", None])
+def test_not_memory_ids(bad):
+    with pytest.raises(MemoryIdError, match="mem:<scope>:<number>"):
+        parse_memory_id(bad)
+
+
+def test_scope_kind_and_ordering_widest_first():
+    breadth = {"org": 0, "repo": 10, "channel": 20, "user": 30}
+    keys = ["user:slack:U1", "guild:discord:1", "channel:slack:C1", "org:acme", "repo:o/n"]
+    assert order_scope_keys(keys, breadth) == [
+        "org:acme", "repo:o/n", "channel:slack:C1", "user:slack:U1", "guild:discord:1"]
+    assert scope_kind("user:slack:U1") == "user"

@@ -1,0 +1,231 @@
+"""The plugin host: specs, built-ins, entry points, environment switches, registries."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from scopemem import Candidate, Kind, MemoryConfig, Request, ScopeKind, hookimpl
+from scopemem.core.policy import RunActor, WriteDecision
+from scopemem.errors import PluginError, StoreError
+from scopemem.memory import Memory, store_registry
+from scopemem.plugins import hookspecs, host
+from scopemem.plugins.manager import (
+    BUILTIN_PLUGINS,
+    get_plugin_manager,
+    new_plugin_manager,
+    plugin_rows,
+)
+from scopemem.plugins.registry import Registry
+from scopemem.stores.memory import InMemoryStore
+
+ROOT = Path(__file__).resolve().parents[2]
+HOOK_NAMES = sorted(name for name in dir(hookspecs) if name.startswith("scopemem_"))
+BUILTIN_STORES = {"null", "memory"}
+
+
+def test_every_hook_documents_each_argument():
+    assert HOOK_NAMES, "no hooks found"
+    for name in HOOK_NAMES:
+        spec = getattr(hookspecs, name)
+        doc = inspect.getdoc(spec) or ""
+        for argument in inspect.signature(spec).parameters:
+            assert f":param {argument}:" in doc, f"{name} does not document {argument}"
+        assert "Called" in doc, f"{name} does not say who calls it"
+
+
+def test_every_hook_is_in_the_plugin_docs_with_its_signature():
+    docs = (ROOT / "docs" / "plugins.md").read_text()
+    for name in HOOK_NAMES:
+        arguments = ", ".join(inspect.signature(getattr(hookspecs, name)).parameters)
+        assert f"{name}({arguments})" in docs, name
+
+
+def test_every_hook_has_a_test():
+    tests = "\n".join(path.read_text() for path in (ROOT / "tests").rglob("test_*.py")
+                      if path.name != "test_hooks.py")
+    tests += (ROOT / "tests" / "plugins" / "test_hooks.py").read_text().split(
+        "# --- hook tests", 1)[1]
+    for name in HOOK_NAMES:
+        assert re.search(rf"\b{name}\b", tests), f"no test exercises {name}"
+
+
+def test_only_authorize_write_is_firstresult():
+    pm = new_plugin_manager(load_entry_points=False)
+    firstresult = {name for name in HOOK_NAMES
+                   if getattr(pm.hook, name).spec.opts.get("firstresult")}
+    assert firstresult == {"scopemem_authorize_write"}
+
+
+def test_installed_metadata_lists_every_builtin_store():
+    names = {ep.name for ep in importlib.metadata.entry_points(group="scopemem")}
+    assert names >= BUILTIN_STORES
+
+
+def test_builtins_register_first_then_entry_points():
+    pm = new_plugin_manager(environ={})
+    names = [name for name, _plugin in pm.list_name_plugin()]
+    assert names[:len(BUILTIN_PLUGINS)] == list(BUILTIN_PLUGINS)
+    assert set(names) >= BUILTIN_STORES
+    rows = {row["name"]: row for row in plugin_rows(pm)}
+    assert rows["memory"]["distribution"] == "scopemem"
+    assert "scopemem_register_stores" in rows["memory"]["hooks"]
+
+
+def test_load_plugins_env_restricts_entry_points():
+    pm = new_plugin_manager(environ={"SCOPEMEM_LOAD_PLUGINS": "memory"})
+    assert store_registry(pm).names() == ["memory"]
+    pm = new_plugin_manager(environ={"SCOPEMEM_LOAD_PLUGINS": ""})
+    assert store_registry(pm).names() == []
+
+
+def test_disabled_plugins_env_blocks_entry_points_and_builtins():
+    pm = new_plugin_manager(environ={
+        "SCOPEMEM_DISABLED_PLUGINS": "null, scopemem.plugins.builtin_gate"})
+    assert "null" not in store_registry(pm).names()
+    assert pm.get_plugin("scopemem.plugins.builtin_gate") is None
+    assert host.rejection_markers(pm, Candidate(kind=Kind.FACT, text="PR 12 was merged",
+                                                source_thread_key="t")) == []
+
+
+def test_shared_manager_is_built_once():
+    assert get_plugin_manager() is get_plugin_manager()
+
+
+def test_a_hookimpl_without_a_spec_is_refused():
+    class Typo:
+        @hookimpl
+        def scopemem_register_store(self, register):  # missing "s"
+            pass
+
+    with pytest.raises(PluginError, match="scopemem_register_store"):
+        new_plugin_manager(load_entry_points=False, extra_plugins=(Typo(),))
+
+
+def test_registry_refuses_duplicates_and_lists_installed_on_unknown():
+    registry: Registry = Registry("store", StoreError)
+    registry.register("memory", InMemoryStore.from_settings)
+    with pytest.raises(PluginError, match="registered twice"):
+        registry.register("memory", InMemoryStore.from_settings)
+    with pytest.raises(StoreError, match=r"installed: memory \(plugin may not be installed\)"):
+        registry.get("postgres")
+
+
+# --- hook tests (each hook by name, through a test plugin) ------------------------------------
+
+
+class GuildPlugin:
+    """What a Discord adapter would ship: a guild scope and a marker of its own."""
+
+    @hookimpl
+    def scopemem_scope_kinds(self, config):
+        return [ScopeKind("guild", 15, lambda request: (
+            f"guild:discord:{request.extra['guild']}" if "guild" in request.extra else None))]
+
+    @hookimpl
+    def scopemem_rejection_markers(self, candidate):
+        return ["giveaway"] if "giveaway" in candidate.text.lower() else None
+
+
+def guild_manager():
+    return new_plugin_manager(load_entry_points=False, extra_plugins=(GuildPlugin(),))
+
+
+def test_scopemem_scope_kinds_a_plugin_adds_a_scope_kind():
+    pm = guild_manager()
+    kinds = host.scope_kinds(pm, MemoryConfig(organization="acme"))
+    assert set(kinds) == {"org", "repo", "channel", "user", "guild"}
+    memory = Memory(MemoryConfig(enabled=True, organization="acme"), InMemoryStore(),
+                    plugin_manager=pm)
+    request = Request(user_id="discord:7", channel_id="discord:42", extra={"guild": "9"})
+    assert memory.scope_keys(request) == [
+        "org:acme", "guild:discord:9", "channel:discord:42", "user:discord:7"]
+
+
+def test_scopemem_scope_kinds_a_later_plugin_replaces_a_builtin():
+    class ShoutingUsers:
+        @hookimpl
+        def scopemem_scope_kinds(self, config):
+            return [ScopeKind("user", 30, lambda r: r.user_id and f"user:{r.user_id.upper()}")]
+
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(ShoutingUsers(),))
+    kinds = host.scope_kinds(pm, MemoryConfig(organization="acme"))
+    assert kinds["user"].derive(Request(user_id="slack:u1")) == "user:SLACK:U1"
+
+
+def test_scopemem_rejection_markers_plugin_markers_add_to_the_builtin_gate():
+    pm = guild_manager()
+    lesson = Candidate(kind=Kind.FACT, text="pin node 20 for the build",
+                       source_thread_key="t")
+    assert host.rejection_markers(pm, lesson) == []
+    giveaway = Candidate(kind=Kind.FACT, text="Join the GIVEAWAY channel",
+                         source_thread_key="t")
+    assert host.rejection_markers(pm, giveaway) == ["giveaway"]
+    status = Candidate(kind=Kind.FACT, text="PR 12 was merged, giveaway done",
+                       source_thread_key="t")
+    markers = host.rejection_markers(pm, status)
+    assert "giveaway" in markers and "pr_subject" in markers
+    as_summary = Candidate(kind=Kind.SUMMARY, text="PR 12 was merged", source_thread_key="t")
+    assert host.rejection_markers(pm, as_summary) == []
+
+
+ACTOR = RunActor({"org": "org:acme", "channel": "channel:slack:C1", "user": "user:slack:U1"})
+BREADTH = {"org": 0, "repo": 10, "channel": 20, "user": 30}
+FACT = Candidate(kind=Kind.FACT, text="use the vpn", source_thread_key="t")
+
+
+def test_scopemem_authorize_write_a_plugin_answer_comes_first_and_cannot_widen():
+    class Strict:
+        @hookimpl
+        def scopemem_authorize_write(self, actor, target, candidate, origin):
+            if target.startswith("user:"):
+                return WriteDecision.narrow("org:acme", "oops")  # a widening: refused
+            return WriteDecision.deny("strict")
+
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Strict(),))
+    decide = lambda target: host.authorize_write(  # noqa: E731
+        pm, actor=ACTOR, target=target, candidate=FACT, origin="public", breadth=BREADTH)
+    assert decide("org:acme") == WriteDecision.deny("strict")
+    assert decide("user:slack:U1") == WriteDecision.deny("policy_widened")
+
+
+def test_scopemem_register_stores_and_providers_registries():
+    class Extra:
+        @hookimpl
+        def scopemem_register_stores(self, register):
+            register("memory", InMemoryStore.from_settings)
+
+        @hookimpl
+        def scopemem_register_providers(self, register):
+            register("echo", lambda settings: None)
+
+    pm = new_plugin_manager(environ={"SCOPEMEM_LOAD_PLUGINS": "memory"},
+                            extra_plugins=(Extra(),))
+    with pytest.raises(PluginError, match="'memory' is registered twice"):
+        store_registry(pm)
+    providers: Registry = Registry("provider")
+    pm.hook.scopemem_register_providers(register=providers.register)
+    assert "echo" in providers.names()
+
+
+def test_scopemem_register_commands_adds_click_commands():
+    from click.testing import CliRunner
+
+    from scopemem.cli import build_cli
+
+    class Hello:
+        @hookimpl
+        def scopemem_register_commands(self, cli):
+            @cli.command()
+            def hello():
+                """Say hello."""
+                print("hello from a plugin")
+
+    cli = build_cli(new_plugin_manager(load_entry_points=False, extra_plugins=(Hello(),)))
+    result = CliRunner().invoke(cli, ["hello"])
+    assert result.exit_code == 0 and "hello from a plugin" in result.output
+    assert {"plugins", "stores", "config"} <= set(cli.commands)

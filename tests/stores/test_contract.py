@@ -1,0 +1,373 @@
+"""The store contract: every store answers these calls the same way.
+
+Parametrized over the stores in ``tests/stores/conftest.py``; a store that fails one of these
+answers differently from the others, which is a bug in that store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from scopemem.core.records import Kind, Status, WriteCounts
+from scopemem.errors import StoreError
+from tests.conftest import DAY_MS, FakeClock, fact, summary
+
+ORG = "org:acme"
+OTHER = "user:slack:U2"
+
+
+async def ids(store, scope=ORG, limit=50, **kw) -> list[str]:
+    return [record.id for record in await store.list(scope, limit, **kw)]
+
+
+# --- write → retrieve -----------------------------------------------------------------------
+
+
+async def test_write_mints_namespaced_ids_with_provenance(store, clock: FakeClock):
+    counts = await store.write(ORG, [
+        fact("deploys need the vpn", source_run_id="r-1", keywords=("deploy",), confidence=0.8),
+        summary("the deploy thread"),
+    ])
+    assert counts == WriteCounts(inserted=2)
+    records = await store.list(ORG, 10)
+    assert [r.id for r in records] == [f"mem:{ORG}:2", f"mem:{ORG}:1"]
+    first = records[1]
+    assert first.scope_key == ORG and first.kind == Kind.FACT
+    assert first.source_thread_key == "slack:C1/100" and first.source_run_id == "r-1"
+    assert first.keywords == ("deploy",) and first.confidence == 0.8
+    assert first.created_at == clock.now and first.use_count == 0
+    assert first.last_used_at is None and first.status == Status.ACTIVE
+
+
+async def test_empty_batch_is_a_no_op(store):
+    assert await store.write(ORG, []) == WriteCounts()
+    assert await store.list(ORG, 10) == []
+
+
+async def test_retrieve_is_scope_partitioned(store):
+    await store.write(ORG, [fact("the staging cluster needs a vpn")])
+    await store.write(OTHER, [fact("my staging cluster preference")])
+    assert [r.scope_key for r in await store.retrieve(ORG, "staging", 10)] == [ORG]
+    assert [r.scope_key for r in await store.retrieve(OTHER, "staging", 10)] == [OTHER]
+
+
+async def test_retrieve_gates_on_whole_tokens_not_substrings(store):
+    await store.write(ORG, [fact("use a token bucket"), fact("buckets leak")])
+    assert [r.text for r in await store.retrieve(ORG, "bucket", 10)] == ["use a token bucket"]
+    assert await store.retrieve(ORG, "a", 10) != []  # "a" is a whole token of the first
+    assert await store.retrieve(ORG, "buck", 10) == []
+
+
+async def test_retrieve_matches_keywords_too(store):
+    await store.write(ORG, [fact("run the migrations first", keywords=("alembic",))])
+    assert [r.text for r in await store.retrieve(ORG, "alembic upgrade", 10)] == [
+        "run the migrations first"]
+
+
+async def test_retrieve_ranks_by_keyword_match_then_recency(store, clock: FakeClock):
+    await store.write(ORG, [fact("deploy needs vpn")])
+    clock.advance(DAY_MS)
+    await store.write(ORG, [fact("deploy uses blue green")])
+    clock.advance(DAY_MS)
+    await store.write(ORG, [fact("deploy needs vpn and blue green")])
+    got = [r.text for r in await store.retrieve(ORG, "deploy blue green", 10)]
+    assert got == ["deploy needs vpn and blue green", "deploy uses blue green",
+                   "deploy needs vpn"]
+
+
+async def test_retrieve_limits_and_bumps_only_what_it_returns(store, clock: FakeClock):
+    await store.write(ORG, [fact(f"cache rule {n}") for n in range(5)])
+    clock.advance(1000)
+    returned = await store.retrieve(ORG, "cache", 2)
+    assert len(returned) == 2
+    assert all(r.use_count == 1 and r.last_used_at == clock.now for r in returned)
+    by_id = {r.id: r for r in await store.list(ORG, 10)}
+    for record_id, record in by_id.items():
+        bumped = record_id in {r.id for r in returned}
+        assert record.use_count == (1 if bumped else 0)
+        assert record.last_used_at == (clock.now if bumped else None)
+
+
+async def test_retrieve_without_query_tokens_returns_nothing(store):
+    await store.write(ORG, [fact("anything at all")])
+    assert await store.retrieve(ORG, "", 10) == []
+    assert await store.retrieve(ORG, "?!  —", 10) == []
+
+
+async def test_fts_syntax_in_queries_is_inert(store):
+    await store.write(ORG, [fact("the NEAR operator and OR words")])
+    for query in ['"near', "near*", "NEAR(or, and)", "or AND not", "text:near", "^near -or"]:
+        got = await store.retrieve(ORG, query, 10)
+        assert [r.text for r in got] == ["the NEAR operator and OR words"], query
+
+
+async def test_non_ascii_text_is_found_by_its_ascii_tokens(store):
+    await store.write(ORG, [fact("le café ouvre à 8h — Größe zählt")])
+    assert len(await store.retrieve(ORG, "caf", 10)) == 1
+    assert len(await store.retrieve(ORG, "8h", 10)) == 1
+    assert await store.retrieve(ORG, "éàü", 10) == []
+
+
+async def test_more_than_24_query_tokens_keep_the_longest(store):
+    await store.write(ORG, [fact("zz only"), fact("longestwordthere only")])
+    filler = " ".join(f"w{n:03d}xx" for n in range(24))
+    got = [r.text for r in await store.retrieve(ORG, f"zz {filler} longestwordthere", 10)]
+    assert got == ["longestwordthere only"]
+
+
+# --- dedup, supersede, restate ---------------------------------------------------------------
+
+
+async def test_dedup_is_case_and_whitespace_insensitive(store):
+    await store.write(ORG, [fact("Run  npm ci first")])
+    counts = await store.write(ORG, [fact("  run npm CI\tfirst ")])
+    assert counts == WriteCounts(deduped=1)
+    [record] = await store.list(ORG, 10)
+    assert record.use_count == 1 and record.text == "Run  npm ci first"
+
+
+async def test_a_batch_dedups_against_its_own_earlier_insert(store):
+    counts = await store.write(ORG, [fact("pin the node version"), fact("Pin the node version")])
+    assert counts == WriteCounts(inserted=1, deduped=1)
+    assert len(await store.list(ORG, 10)) == 1
+
+
+async def test_supersede_retires_the_target_and_inserts_with_pointer(store):
+    await store.write(ORG, [fact("the api lives on port 8080")])
+    old = f"mem:{ORG}:1"
+    counts = await store.write(ORG, [fact("the api lives on port 9090", supersedes=old)])
+    assert counts == WriteCounts(inserted=1, superseded=1)
+    [record] = await store.list(ORG, 10)
+    assert record.supersedes == old and record.text.endswith("9090")
+    assert [r.text for r in await store.retrieve(ORG, "port", 10)] == [record.text]
+
+
+async def test_superseded_records_are_not_dedup_targets(store):
+    await store.write(ORG, [fact("use yarn")])
+    await store.write(ORG, [fact("use pnpm", supersedes=f"mem:{ORG}:1")])
+    counts = await store.write(ORG, [fact("use yarn")])
+    assert counts == WriteCounts(inserted=1)
+    assert sorted(r.text for r in await store.list(ORG, 10)) == ["use pnpm", "use yarn"]
+
+
+async def test_unknown_or_foreign_supersede_retires_nothing(store):
+    await store.write(OTHER, [fact("a foreign record")])
+    await store.write(ORG, [fact("keep me")])
+    counts = await store.write(ORG, [
+        fact("new one", supersedes="mem:org:acme:999"),
+        fact("another", supersedes=f"mem:{OTHER}:1"),
+    ])
+    assert counts == WriteCounts(inserted=2)
+    assert len(await store.list(ORG, 10)) == 3
+    assert len(await store.list(OTHER, 10)) == 1
+
+
+async def test_restating_the_superseded_text_is_a_bump(store):
+    await store.write(ORG, [fact("tests need docker")])
+    counts = await store.write(ORG, [fact("Tests need Docker", supersedes=f"mem:{ORG}:1")])
+    assert counts == WriteCounts(deduped=1)
+    [record] = await store.list(ORG, 10)
+    assert record.id == f"mem:{ORG}:1" and record.use_count == 1
+
+
+async def test_collision_with_an_unrelated_record_never_swallows_a_correction(store):
+    await store.write(ORG, [fact("the cache ttl is 60s"), fact("the cache ttl is 30s")])
+    counts = await store.write(ORG, [fact("the cache ttl is 30s", supersedes=f"mem:{ORG}:1")])
+    assert counts == WriteCounts(inserted=1, superseded=1)
+    assert await ids(store) == [f"mem:{ORG}:3", f"mem:{ORG}:2"]
+    # An unresolvable pointer still inserts rather than dedup against the collision.
+    counts = await store.write(ORG, [fact("the cache ttl is 30s", supersedes="mem:org:acme:77")])
+    assert counts == WriteCounts(inserted=1)
+
+
+async def test_duplicate_norm_actives_dedup_into_the_earliest(store):
+    await store.write(ORG, [fact("same text"), fact("other")])
+    await store.write(ORG, [fact("same text", supersedes=f"mem:{ORG}:2")])  # now two actives
+    counts = await store.write(ORG, [fact("SAME text")])
+    assert counts == WriteCounts(deduped=1)
+    by_id = {r.id: r.use_count for r in await store.list(ORG, 10)}
+    assert by_id == {f"mem:{ORG}:1": 1, f"mem:{ORG}:3": 0}
+
+
+async def test_empty_supersedes_is_no_supersede(store):
+    await store.write(ORG, [fact("rebuild the index nightly")])
+    counts = await store.write(ORG, [fact("rebuild the index nightly", supersedes="")])
+    assert counts == WriteCounts(deduped=1)
+
+
+async def test_restate_strengthens_the_target_and_inserts_nothing(store, clock: FakeClock):
+    await store.write(ORG, [fact("the license check fails on dropped node_modules",
+                                 confidence=0.7)])
+    clock.advance(DAY_MS)
+    counts = await store.write(ORG, [fact("license check: nested node_modules loss",
+                                          restates=f"mem:{ORG}:1", confidence=0.9)])
+    assert counts == WriteCounts(restated=1)
+    [record] = await store.list(ORG, 10)
+    assert record.text == "the license check fails on dropped node_modules"
+    assert record.use_count == 1 and record.last_used_at == clock.now
+    assert record.confidence == 0.9
+    # A lower confidence never weakens it.
+    await store.write(ORG, [fact("license again", restates=record.id, confidence=0.6)])
+    assert (await store.list(ORG, 10))[0].confidence == 0.9
+
+
+async def test_restate_of_a_missing_foreign_or_inactive_record_inserts(store):
+    await store.write(OTHER, [fact("foreign")])
+    await store.write(ORG, [fact("to forget")])
+    assert await store.forget(ORG, f"mem:{ORG}:1")
+    counts = await store.write(ORG, [
+        fact("a", restates=f"mem:{ORG}:1"),       # forgotten
+        fact("b", restates=f"mem:{OTHER}:1"),     # another scope
+        fact("c", restates="mem:org:acme:404"),   # unknown
+    ])
+    assert counts == WriteCounts(inserted=3)
+
+
+# --- list ------------------------------------------------------------------------------------
+
+
+async def test_list_is_newest_first_limited_and_never_bumps(store):
+    await store.write(ORG, [fact(f"note {n}") for n in range(5)])
+    records = await store.list(ORG, 3)
+    assert [r.text for r in records] == ["note 4", "note 3", "note 2"]
+    assert all(r.use_count == 0 and r.last_used_at is None for r in await store.list(ORG, 10))
+
+
+async def test_list_filters_by_kind(store):
+    await store.write(ORG, [fact("a fact"), summary("a summary"), fact("b fact")])
+    assert [r.text for r in await store.list(ORG, 10, kind=Kind.FACT)] == ["b fact", "a fact"]
+    assert [r.text for r in await store.list(ORG, 10, kind=Kind.SUMMARY)] == ["a summary"]
+
+
+async def test_list_query_keeps_whole_token_hits_limit_after_filter(store):
+    await store.write(ORG, [
+        fact("deploy via ci"), fact("unrelated"), fact("ci is slow", keywords=("deploy",)),
+        fact("deployment docs"), fact("more unrelated"),
+    ])
+    got = await store.list(ORG, 1, query="deploy")
+    assert [r.text for r in got] == ["ci is slow"]
+    got = await store.list(ORG, 10, query="deploy")
+    assert [r.text for r in got] == ["ci is slow", "deploy via ci"]
+    assert await store.list(ORG, 10, query="deplo") == []
+    assert await store.list(ORG, 10, query="...") == []
+    assert all(r.use_count == 0 for r in await store.list(ORG, 10))
+
+
+# --- forget ----------------------------------------------------------------------------------
+
+
+async def test_forget_soft_deletes_once(store):
+    await store.write(ORG, [fact("forget me please"), fact("keep")])
+    target = f"mem:{ORG}:1"
+    assert await store.forget(ORG, target) is True
+    assert await store.forget(ORG, target) is False
+    assert await ids(store) == [f"mem:{ORG}:2"]
+    assert await store.retrieve(ORG, "forget", 10) == []
+    counts = await store.write(ORG, [fact("forget me please")])
+    assert counts == WriteCounts(inserted=1)
+
+
+async def test_forget_of_unknown_or_foreign_ids_changes_nothing(store):
+    await store.write(ORG, [fact("stays")])
+    await store.write(OTHER, [fact("also stays")])
+    assert await store.forget(ORG, "mem:org:acme:99") is False
+    assert await store.forget(ORG, f"mem:{OTHER}:1") is False
+    assert await store.forget(OTHER, f"mem:{ORG}:1") is False
+    assert len(await store.list(ORG, 10)) == 1 and len(await store.list(OTHER, 10)) == 1
+
+
+# --- the cap ---------------------------------------------------------------------------------
+
+
+async def test_over_cap_write_evicts_least_recently_used(make_store, clock: FakeClock):
+    store = await make_store(cap=3)
+    await store.write(ORG, [fact("alpha one")])
+    clock.advance(1000)
+    await store.write(ORG, [fact("beta two")])
+    clock.advance(1000)
+    await store.write(ORG, [fact("gamma three")])
+    clock.advance(1000)
+    await store.retrieve(ORG, "alpha", 5)  # alpha is now the most recently used
+    clock.advance(1000)
+    counts = await store.write(ORG, [fact("delta four")])
+    assert counts == WriteCounts(inserted=1, evicted=1)
+    assert sorted(r.text for r in await store.list(ORG, 10)) == [
+        "alpha one", "delta four", "gamma three"]
+    assert await store.retrieve(ORG, "beta", 5) == []
+    # An evicted record is no dedup target: restating it inserts a fresh one.
+    clock.advance(1000)
+    counts = await store.write(ORG, [fact("beta two")])
+    assert counts.inserted == 1 and counts.evicted == 1
+
+
+async def test_cap_counts_only_active_records(make_store):
+    store = await make_store(cap=2)
+    await store.write(ORG, [fact("one"), fact("two")])
+    assert await store.forget(ORG, f"mem:{ORG}:1")
+    await store.write(ORG, [fact("three", supersedes=f"mem:{ORG}:2")])
+    counts = await store.write(ORG, [fact("four")])
+    assert counts.evicted == 0
+    assert len(await store.list(ORG, 10)) == 2
+
+
+async def test_write_cap_argument_overrides_the_default(store):
+    await store.write(ORG, [fact(f"n{n}") for n in range(4)])
+    counts = await store.write(ORG, [fact("five")], cap=2)
+    assert counts.evicted == 3
+    assert len(await store.list(ORG, 10)) == 2
+
+
+async def test_nothing_is_evicted_at_the_cap(make_store):
+    store = await make_store(cap=3)
+    counts = await store.write(ORG, [fact("a"), fact("b"), fact("c")])
+    assert counts.evicted == 0
+
+
+# --- sweep -----------------------------------------------------------------------------------
+
+
+STATUS_LINE = "PR 1835 was pushed at sha 3f9a2c1 with all 10512 tests passing"
+STATUS_SUMMARY = "the thread pushed sha 3f9a2c1 and saw CI go green"
+LESSON = "run npm ci before the license check; the allowlist is never the fix"
+
+
+async def test_sweep_dry_run_lists_ids_and_changes_nothing(store):
+    await store.write(ORG, [fact(STATUS_LINE), fact(LESSON), summary(STATUS_SUMMARY)])
+    result = await store.sweep(ORG, dry_run=True)
+    assert result.swept == 1 and result.ids == (f"mem:{ORG}:1",)
+    assert len(await store.list(ORG, 10)) == 3
+
+
+async def test_sweep_retires_marked_facts_only_and_is_idempotent(store):
+    await store.write(ORG, [fact(STATUS_LINE), fact(LESSON), summary(STATUS_SUMMARY)])
+    result = await store.sweep(ORG)
+    assert result.swept == 1 and result.ids is None
+    assert [r.kind for r in await store.list(ORG, 10)] == [Kind.SUMMARY, Kind.FACT]
+    assert await store.retrieve(ORG, "sha", 10) != []  # the summary still matches
+    assert all(r.kind == Kind.SUMMARY for r in await store.retrieve(ORG, "pushed", 10))
+    assert (await store.sweep(ORG)).swept == 0
+    # A swept record is no dedup target either.
+    assert (await store.write(ORG, [fact(STATUS_LINE)])).inserted == 1
+
+
+# --- concurrency and input -------------------------------------------------------------------
+
+
+async def test_concurrent_batches_to_one_scope_get_unique_ids(store):
+    batches = [[fact(f"batch {b} item {i}") for i in range(2)] for b in range(6)]
+    results = await asyncio.gather(*(store.write(ORG, batch) for batch in batches))
+    assert all(r == WriteCounts(inserted=2) for r in results)
+    records = await store.list(ORG, 50)
+    assert len(records) == 12 and len({r.id for r in records}) == 12
+
+
+@pytest.mark.parametrize("bad", ["", "has space", "a\nb", "x" * 201])
+async def test_bad_scope_keys_are_refused(store, bad):
+    with pytest.raises(StoreError):
+        await store.write(bad, [fact("x")])
+    with pytest.raises(StoreError):
+        await store.list(bad, 10)
+    with pytest.raises(StoreError):
+        await store.forget(bad, "mem:x:1")

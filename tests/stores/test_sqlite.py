@@ -1,0 +1,712 @@
+"""What only the SQLite store has: files, schema, the token index, threads, bad files.
+
+The behaviour every store shares is in ``test_contract.py``; this file checks how the SQLite
+store gets there (targeted lookups, one batched bump, an index that holds exactly the active
+rows) and what it does with the file system.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import os
+import re
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import apsw
+import attrs
+import pytest
+
+from scopemem.core.records import Kind, Status, WriteCounts
+from scopemem.errors import ConfigError, StoreError
+from scopemem.stores import sqlite as sqlite_module
+from scopemem.stores import sqlite_schema as schema
+from scopemem.stores.base import StoreSettings
+from scopemem.stores.memory import InMemoryStore
+from scopemem.stores.sqlite import SqliteStore, fts_tokens, scope_file_name
+from tests.conftest import DAY_MS, FakeClock, fact, summary
+
+ORG = "org:acme"
+USER = "user:slack:U2"
+NAME = re.compile(r"^[A-Za-z0-9_-]{1,40}-[0-9a-f]{32}\.db$")
+
+
+@pytest.fixture
+async def make(tmp_path: Path, clock: FakeClock):
+    built: list[SqliteStore] = []
+
+    def build(directory: Path | None = None, **options) -> SqliteStore:
+        options.setdefault("clock", clock)
+        store = SqliteStore(directory or tmp_path / "data", **options)
+        built.append(store)
+        return store
+
+    yield build
+    for store in built:
+        await store.close()
+
+
+@pytest.fixture
+async def store(make) -> SqliteStore:
+    return make()
+
+
+def raw(path: str) -> apsw.Connection:
+    conn = apsw.Connection(path)
+    conn.set_busy_timeout(2000)
+    return conn
+
+
+def query(path: str, sql: str, params: tuple = ()) -> list[tuple]:
+    conn = raw(path)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def fts_rowids(path: str) -> set[int]:
+    return {row[0] for row in query(path, "SELECT rowid FROM records_fts")}
+
+
+def active_seqs(path: str) -> set[int]:
+    return {row[0] for row in query(path, "SELECT seq FROM records WHERE status = 'active'")}
+
+
+def statuses(path: str) -> dict[int, str]:
+    return dict(query(path, "SELECT seq, status FROM records"))
+
+
+@pytest.fixture
+def traced() -> Iterator[list[tuple[str, tuple, str]]]:
+    """Every SQL statement the store's connections run: (sql, bindings, thread name)."""
+    seen: list[tuple[str, tuple, str]] = []
+
+    def tracer(_cursor, sql, bindings):  # type: ignore[no-untyped-def]
+        seen.append((" ".join(sql.split()), tuple(bindings or ()),
+                     threading.current_thread().name))
+        return True
+
+    def hook(conn: apsw.Connection) -> None:
+        conn.exec_trace = tracer
+
+    apsw.connection_hooks.append(hook)
+    yield seen
+    apsw.connection_hooks.remove(hook)
+
+
+@pytest.fixture
+def rows_read() -> Iterator[list[int]]:
+    """How many result rows the store's connections have handed to Python."""
+    count = [0]
+
+    def tracer(_cursor, row):  # type: ignore[no-untyped-def]
+        count[0] += 1
+        return row
+
+    def hook(conn: apsw.Connection) -> None:
+        conn.row_trace = tracer
+
+    apsw.connection_hooks.append(hook)
+    yield count
+    apsw.connection_hooks.remove(hook)
+
+
+# --- layout ----------------------------------------------------------------------------------
+
+
+async def test_one_file_per_scope_named_from_the_key(store: SqliteStore, tmp_path: Path):
+    await store.write(ORG, [fact("org fact")])
+    await store.write(USER, [fact("user fact")])
+    files = sorted(p.name for p in (tmp_path / "data").iterdir() if p.suffix == ".db")
+    assert files == sorted([scope_file_name(ORG), scope_file_name(USER)])
+    assert scope_file_name(ORG).startswith("org_acme-")
+    for key in (ORG, USER):
+        assert query(store.path_for(key), "SELECT value FROM meta WHERE key = 'scope_key'") \
+            == [(key,)]
+        assert query(store.path_for(key), "SELECT DISTINCT scope_key FROM records") == [(key,)]
+
+
+TRICKY_KEYS = [
+    "user:../../etc", "../../etc/passwd", "..", ".", "repo:a/b", "repo:a\\b", "repo:a_b",
+    "repo:a:b", "/abs/path", "C:\\windows", ".hidden", "user:日本語", "user:日本",
+    "channel:" + "x" * 190, "channel:" + "x" * 191, "ORG:ACME", "org:acme",
+]
+
+
+def test_file_names_are_safe_bounded_and_distinct(tmp_path: Path):
+    store = SqliteStore(tmp_path / "data")
+    names = [scope_file_name(key) for key in TRICKY_KEYS]
+    assert len(set(names)) == len(TRICKY_KEYS)
+    for key, name in zip(TRICKY_KEYS, names, strict=True):
+        assert NAME.match(name), name
+        assert len(name) <= 80
+        path = store.path_for(key)
+        assert os.path.dirname(path) == str(tmp_path / "data")
+        assert os.path.basename(path) == name
+
+
+async def test_tricky_keys_stay_inside_the_directory(make, tmp_path: Path):
+    store = make()
+    for key in TRICKY_KEYS:
+        await store.write(key, [fact(f"note for {key}")])
+    inside = sorted(p.name for p in (tmp_path / "data").iterdir() if p.suffix == ".db")
+    assert inside == sorted(scope_file_name(key) for key in TRICKY_KEYS)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+    for key in TRICKY_KEYS:
+        [record] = await store.list(key, 5)
+        assert record.scope_key == key and record.text == f"note for {key}"
+
+
+async def test_a_name_that_would_escape_is_refused(make, tmp_path: Path, monkeypatch):
+    store = make()
+    monkeypatch.setattr(sqlite_module, "scope_file_name", lambda key: "../escaped.db")
+    with pytest.raises(StoreError, match="outside the data directory"):
+        await store.write(ORG, [fact("x")])
+    with pytest.raises(StoreError, match="outside the data directory"):
+        await store.list(ORG, 5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+async def test_reads_of_an_unknown_scope_create_nothing(store: SqliteStore, tmp_path: Path):
+    assert await store.retrieve(ORG, "anything", 5) == []
+    assert await store.list(ORG, 5) == []
+    assert await store.list(ORG, 5, query="anything", kind=Kind.FACT) == []
+    assert await store.forget(ORG, f"mem:{ORG}:1") is False
+    assert await store.sweep(ORG) == (await InMemoryStore().sweep(ORG))
+    assert await store.sweep(ORG, dry_run=True) == (await InMemoryStore().sweep(ORG, True))
+    assert await store.write(ORG, []) == WriteCounts()
+    assert not (tmp_path / "data").exists()
+    await store.write(ORG, [fact("first")])
+    assert (tmp_path / "data").is_dir()
+    assert await store.list(USER, 5) == []
+    assert not os.path.exists(store.path_for(USER))
+
+
+async def test_deleting_the_file_deletes_the_scope(make, tmp_path: Path):
+    store = make()
+    await store.write(ORG, [fact("personal data")])
+    await store.write(USER, [fact("stays")])
+    await store.close()
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(store.path_for(ORG) + suffix)
+        if path.exists():
+            path.unlink()
+    again = make()
+    assert await again.list(ORG, 5) == []
+    assert [r.text for r in await again.list(USER, 5)] == ["stays"]
+
+
+async def test_a_file_of_another_scope_is_refused_and_left_alone(make):
+    store = make()
+    await store.write(ORG, [fact("org secret")])
+    await store.close()
+    shutil.copy(store.path_for(ORG), store.path_for(USER))
+    before = Path(store.path_for(USER)).read_bytes()
+    again = make()
+    for call in (again.list(USER, 5), again.write(USER, [fact("x")]),
+                 again.retrieve(USER, "secret", 5)):
+        with pytest.raises(StoreError, match="holds scope 'org:acme', not 'user:slack:U2'"):
+            await call
+    assert Path(store.path_for(USER)).read_bytes() == before
+    assert [r.text for r in await again.list(ORG, 5)] == ["org secret"]
+
+
+async def test_data_persists_across_stores(make, clock: FakeClock):
+    store = make()
+    await store.write(ORG, [fact("alpha deploy", keywords=("k1", "k2"), confidence=0.7,
+                                 source_run_id="r-1"), summary("beta"), fact("gamma")])
+    clock.advance(DAY_MS)
+    await store.retrieve(ORG, "alpha", 5)
+    assert await store.forget(ORG, f"mem:{ORG}:3")
+    before = await store.list(ORG, 50)
+    await store.close()
+    again = make()
+    assert await again.list(ORG, 50) == before
+    assert before[-1].use_count == 1 and before[-1].keywords == ("k1", "k2")
+    assert await again.write(ORG, [fact("delta")]) == WriteCounts(inserted=1)
+    assert (await again.list(ORG, 1))[0].id == f"mem:{ORG}:4"
+
+
+# --- schema ----------------------------------------------------------------------------------
+
+
+async def test_schema_is_idempotent_and_versioned(make):
+    store = make()
+    await store.write(ORG, [fact("one")])
+    path = store.path_for(ORG)
+    await store.close()
+    for _ in range(2):
+        again = make()
+        await again.write(ORG, [fact("another")])
+        await again.close()
+    migrations = query(path, "SELECT version, name FROM schema_migrations")
+    assert migrations == [(m.version, m.name) for m in schema.MIGRATIONS]
+    assert query(path, "PRAGMA user_version") == [(schema.SCHEMA_VERSION,)]
+    assert query(path, "PRAGMA application_id") == [(schema.APPLICATION_ID,)]
+    assert query(path, "PRAGMA journal_mode") == [("wal",)]
+    assert query(path, "SELECT count(*) FROM records") == [(2,)]
+    # Re-running every statement over live data changes nothing.
+    conn = raw(path)
+    for statement in schema.statements():
+        conn.execute(statement)
+    conn.close()
+    assert query(path, "SELECT count(*) FROM records") == [(2,)]
+
+
+async def test_the_lookup_indexes_exist(store: SqliteStore):
+    await store.write(ORG, [fact("x")])
+    path = store.path_for(ORG)
+    expected = {
+        "records_status_norm": [("status", 0), ("norm", 0)],
+        "records_active_seq": [("status", 0), ("seq", 1)],
+        "records_active_used": [("status", 0), ("last_used_at", 1), ("created_at", 1)],
+    }
+    for name, columns in expected.items():
+        info = query(path, f"PRAGMA index_xinfo({name})")
+        # Key columns only (cid >= -1 and key flag set); name and DESC flag.
+        keys = [(row[2] if row[1] != -1 else "seq", row[3]) for row in info if row[5]]
+        assert keys == columns, name
+
+
+async def test_a_database_from_a_newer_scopemem_is_refused(make):
+    store = make()
+    await store.write(ORG, [fact("x")])
+    await store.close()
+    conn = raw(store.path_for(ORG))
+    conn.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StoreError, match="newer"):
+        await make().list(ORG, 5)
+
+
+async def test_synchronous_is_configurable_and_restored_after_a_bump(make):
+    connections: list[apsw.Connection] = []
+    apsw.connection_hooks.append(connections.append)
+    try:
+        full = make()
+        normal = make(synchronous="normal")
+        await full.write(ORG, [fact("deploy note")])
+        await normal.write(USER, [fact("deploy note")])
+        await full.retrieve(ORG, "deploy", 5)
+        await normal.retrieve(USER, "deploy", 5)
+    finally:
+        apsw.connection_hooks.remove(connections.append)
+    by_file = {conn.filename: conn for conn in connections}
+    assert by_file[full.path_for(ORG)].execute("PRAGMA synchronous").fetchall() == [(2,)]
+    assert by_file[normal.path_for(USER)].execute("PRAGMA synchronous").fetchall() == [(1,)]
+    assert by_file[full.path_for(ORG)].execute("PRAGMA busy_timeout").fetchall() == [(5000,)]
+
+
+# --- the token index -------------------------------------------------------------------------
+
+
+async def test_the_index_holds_the_engines_tokens(store: SqliteStore):
+    await store.write(ORG, [fact("Le café: NEAR-by OR* \"quoted\"", keywords=("Big-Deploy",))])
+    rows = query(store.path_for(ORG), "SELECT rowid, tokens FROM records_fts")
+    assert rows == [(1, "le caf near by or quoted big deploy")]
+    assert rows[0][1] == fts_tokens("Le café: NEAR-by OR* \"quoted\"", ("Big-Deploy",))
+    # The whole-token gate and the index agree: "cafe" is not a token of the record.
+    assert await store.retrieve(ORG, "cafe", 5) == []
+    assert len(await store.retrieve(ORG, "caf", 5)) == 1
+
+
+async def test_every_soft_delete_leaves_the_index(make, clock: FakeClock):
+    store = make(cap=4)
+    path_of = store.path_for
+    await store.write(ORG, [fact("alpha one"), fact("beta two"), fact("gamma three"),
+                            fact("PR 1835 was pushed at sha 3f9a2c1 with all 10512 tests passing")])
+    path = path_of(ORG)
+    assert fts_rowids(path) == active_seqs(path) == {1, 2, 3, 4}
+
+    assert await store.forget(ORG, f"mem:{ORG}:1")
+    assert fts_rowids(path) == active_seqs(path) == {2, 3, 4}
+
+    await store.write(ORG, [fact("beta 2", supersedes=f"mem:{ORG}:2")])
+    assert statuses(path)[2] == "superseded"
+    assert fts_rowids(path) == active_seqs(path) == {3, 4, 5}
+
+    assert (await store.sweep(ORG)).swept == 1
+    assert statuses(path)[4] == "swept"
+    assert fts_rowids(path) == active_seqs(path) == {3, 5}
+
+    clock.advance(1000)
+    counts = await store.write(ORG, [fact("delta"), fact("epsilon"), fact("zeta")])
+    assert counts == WriteCounts(inserted=3, evicted=1)
+    assert statuses(path)[3] == "evicted"
+    assert fts_rowids(path) == active_seqs(path) == {5, 6, 7, 8}
+    assert query(path, "INSERT INTO records_fts (records_fts) VALUES ('integrity-check')") == []
+
+
+async def test_reconciliation_repairs_the_index_on_open(make):
+    store = make()
+    await store.write(ORG, [fact("kept alpha"), fact("dropped beta"), fact("lost gamma")])
+    assert await store.forget(ORG, f"mem:{ORG}:2")
+    path = store.path_for(ORG)
+    await store.close()
+    conn = raw(path)
+    with conn:  # plant a dead row's entry back, and lose an active row's entry
+        conn.execute("INSERT INTO records_fts (rowid, tokens) VALUES (2, 'dropped beta')")
+        conn.execute("INSERT INTO records_fts (rowid, tokens) VALUES (99, 'ghost')")
+        conn.execute("DELETE FROM records_fts WHERE rowid = 3")
+    conn.close()
+    assert fts_rowids(path) == {1, 2, 99}
+
+    again = make()
+    assert [r.id for r in await again.retrieve(ORG, "beta gamma ghost", 5)] == [f"mem:{ORG}:3"]
+    assert fts_rowids(path) == active_seqs(path) == {1, 3}
+    assert query(path, "SELECT tokens FROM records_fts WHERE rowid = 3") == [("lost gamma",)]
+
+
+# --- how the work is done --------------------------------------------------------------------
+
+
+async def test_retrieve_bumps_in_one_batched_update(store: SqliteStore, traced, clock):
+    await store.write(ORG, [fact(f"cache rule {n}") for n in range(6)] + [fact("unrelated")])
+    traced.clear()
+    clock.advance(5)
+    got = await store.retrieve(ORG, "cache rule", 4)
+    assert len(got) == 4
+    updates = [(sql, args) for sql, args, _ in traced if sql.startswith("UPDATE")]
+    assert len(updates) == 1
+    sql, args = updates[0]
+    assert "WHERE seq IN (?, ?, ?, ?)" in sql
+    assert args[0] == clock.now and sorted(args[1:]) == sorted(
+        int(r.id.rsplit(":", 1)[1]) for r in got)
+    # The prefilter is the documented statement, bound to quoted tokens and the candidate cap.
+    [(_, match_args)] = [(sql, args) for sql, args, _ in traced if "MATCH" in sql]
+    assert match_args == ('"cache" OR "rule"', 50)
+
+
+async def test_the_candidate_cap_follows_the_limit(store: SqliteStore, traced):
+    await store.write(ORG, [fact("cache")])
+    for limit, cap in ((1, 50), (10, 50), (11, 55), (50, 250)):
+        traced.clear()
+        await store.retrieve(ORG, "cache", limit)
+        [args] = [args for sql, args, _ in traced if "MATCH" in sql]
+        assert args[1] == cap
+
+
+async def test_database_work_runs_off_the_event_loop(store: SqliteStore, traced):
+    await store.write(ORG, [fact("deploy")])
+    await store.retrieve(ORG, "deploy", 5)
+    await store.list(ORG, 5, query="deploy")
+    await store.forget(ORG, f"mem:{ORG}:1")
+    await store.sweep(ORG)
+    threads = {thread for _, _, thread in traced}
+    assert threads and all(name.startswith("scopemem-sqlite") for name in threads)
+
+
+async def test_writes_use_targeted_lookups_under_the_cap(make, rows_read, traced):
+    store = make(cap=500)
+    for start in range(0, 300, 50):
+        await store.write(ORG, [fact(f"note number {n}") for n in range(start, start + 50)])
+    rows_read[0] = 0
+    traced.clear()
+    counts = await store.write(ORG, [
+        fact("note number 7"),                                     # dedup: one norm hit
+        fact("fresh", supersedes=f"mem:{ORG}:9"),                  # one id lookup
+        fact("again", restates=f"mem:{ORG}:10"),                   # one id lookup
+        fact("bogus", supersedes="mem:org:acme:999999"),           # no row
+        fact("brand new text"),                                    # no norm hit
+    ])
+    assert counts == WriteCounts(inserted=3, deduped=1, superseded=1, restated=1)
+    # The seq base, the active count and the three rows the plan needs; nothing scanned.
+    assert rows_read[0] <= 6
+    selects = [sql for sql, _, _ in traced if sql.startswith("SELECT")]
+    assert all(("WHERE" in sql) or ("MAX(seq)" in sql) for sql in selects), selects
+
+
+async def test_eviction_reads_only_the_least_recently_used(make, rows_read, clock):
+    store = make(cap=200)
+    for start in range(0, 200, 50):
+        clock.advance(1000)
+        await store.write(ORG, [fact(f"note number {n}") for n in range(start, start + 50)])
+    await store.retrieve(ORG, "1", 5)
+    rows_read[0] = 0
+    clock.advance(1000)
+    counts = await store.write(ORG, [fact(f"newer {n}") for n in range(5)])
+    assert counts == WriteCounts(inserted=5, evicted=5)
+    # The seq base, the count, two short LRU lists (5 + 1) and the 6 rows they name.
+    assert rows_read[0] <= 2 + 2 * 5 + 2 * 5
+    evicted = [seq for seq, status in statuses(store.path_for(ORG)).items()
+               if status == "evicted"]
+    assert evicted == [1, 3, 4, 5, 6]  # "note number 1" (seq 2) was just used
+
+
+async def test_eviction_tells_old_uses_from_newer_creations(make, clock: FakeClock):
+    # Six records used long ago, four created after those uses: the two least recently
+    # touched are the first two used ones, not the never-used ones.
+    sqlite, memory = make(cap=100), InMemoryStore(cap=100, clock=clock)
+    for n in range(6):
+        clock.advance(1000)
+        for store in (sqlite, memory):
+            await store.write(ORG, [fact(f"used{n} item")])
+    for n in range(6):
+        clock.advance(1000)
+        for store in (sqlite, memory):
+            await store.retrieve(ORG, f"used{n}", 1)
+    for n in range(4):
+        clock.advance(1000)
+        for store in (sqlite, memory):
+            await store.write(ORG, [fact(f"fresh{n} item")])
+    clock.advance(1000)
+    counts = [await store.write(ORG, [fact("newest item")], cap=9) for store in (sqlite, memory)]
+    assert counts[0] == counts[1] == WriteCounts(inserted=1, evicted=2)
+    assert await sqlite.list(ORG, 50) == await memory.list(ORG, 50)
+    assert [r.text for r in await sqlite.list(ORG, 50) if r.text.startswith("used")] == [
+        "used5 item", "used4 item", "used3 item", "used2 item"]
+
+
+async def test_bm25_rescues_a_relevant_old_record(make, clock: FakeClock):
+    store = make(cap=1000)
+    await store.write(ORG, [fact("zebra crossing deploy checklist")])
+    for start in range(0, 600, 50):
+        clock.advance(DAY_MS)
+        await store.write(ORG, [fact(f"deploy note {n} for the week") for n in
+                                range(start, start + 50)])
+    got = await store.retrieve(ORG, "zebra deploy", 3)
+    assert got[0].id == f"mem:{ORG}:1"
+    # A recency-ordered prefilter would have handed the engine only the newest 50.
+    newest = await store.list(ORG, 50, query="zebra deploy")
+    assert f"mem:{ORG}:1" not in {r.id for r in newest}
+
+
+async def test_the_candidate_floor_hands_a_small_scope_to_the_engine(make, clock: FakeClock):
+    sqlite = make()
+    memory = InMemoryStore(clock=clock)
+    # 50 records match "alpha"; the newest is also the longest, so bm25 ranks it last while
+    # the engine (equal keyword match, newer wins) ranks it first.
+    for n in range(49):
+        clock.advance(1000)
+        batch = [fact(f"alpha {n}")]
+        await sqlite.write(ORG, batch)
+        await memory.write(ORG, batch)
+    clock.advance(1000)
+    long_text = "alpha " + " ".join(f"filler{n}" for n in range(200))
+    await sqlite.write(ORG, [fact(long_text)])
+    await memory.write(ORG, [fact(long_text)])
+    clock.advance(1000)
+    got = await sqlite.retrieve(ORG, "alpha", 1)
+    assert got == await memory.retrieve(ORG, "alpha", 1)
+    assert got[0].text == long_text
+
+
+# --- connections, threads, closing -----------------------------------------------------------
+
+
+async def test_the_connection_cache_is_bounded(make):
+    connections: list[apsw.Connection] = []
+    apsw.connection_hooks.append(connections.append)
+    try:
+        store = make(max_open=2)
+        keys = [f"user:slack:U{n}" for n in range(6)]
+        for key in keys:
+            await store.write(key, [fact(f"note {key}")])
+        assert len(store._handles) == 2
+        assert list(store._handles) == keys[-2:]
+        assert store._writers == {}
+        open_connections = 0
+        for conn in connections:
+            try:
+                conn.execute("SELECT 1")
+                open_connections += 1
+            except apsw.ConnectionClosedError:
+                pass
+        assert open_connections == 2
+        # Evicted scopes reopen on demand.
+        for key in keys:
+            assert [r.text for r in await store.list(key, 5)] == [f"note {key}"]
+    finally:
+        apsw.connection_hooks.remove(connections.append)
+
+
+async def test_concurrent_work_across_more_scopes_than_connections(make):
+    store = make(max_open=2, synchronous="normal")
+    keys = [f"channel:slack:C{n}" for n in range(5)]
+
+    async def worker(key: str, n: int) -> None:
+        await store.write(key, [fact(f"item {n} a"), fact(f"item {n} b")])
+        await store.retrieve(key, f"item {n}", 3)
+        await store.list(key, 10, query="item")
+
+    await asyncio.gather(*(worker(key, n) for n in range(8) for key in keys))
+    for key in keys:
+        records = await store.list(key, 50)
+        assert len(records) == 16 and len({r.id for r in records}) == 16
+    assert len(store._handles) <= 2 and store._writers == {}
+
+
+async def test_close_is_idempotent_and_final(make):
+    store = make()
+    await store.write(ORG, [fact("x")])
+    await store.close()
+    await store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await store.list(ORG, 5)
+    with pytest.raises(StoreError, match="closed"):
+        await store.write(ORG, [fact("y")])
+    never_used = make()
+    await never_used.close()
+
+
+async def test_a_busy_database_is_a_store_error(make):
+    store = make(busy_timeout_ms=50)
+    await store.write(ORG, [fact("x")])
+    blocker = raw(store.path_for(ORG))
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreError, match="BusyError"):
+            await store.write(ORG, [fact("y")])
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert await store.write(ORG, [fact("y")]) == WriteCounts(inserted=1)
+    assert len(await store.list(ORG, 5)) == 2
+
+
+# --- bad files, bad directories, bad options -------------------------------------------------
+
+
+async def test_a_file_that_is_not_a_database_is_refused_untouched(make, tmp_path: Path):
+    store = make()
+    os.makedirs(store.directory)
+    junk = b"this is not a database\n" * 300
+    Path(store.path_for(ORG)).write_bytes(junk)
+    for call in (store.list(ORG, 5), store.write(ORG, [fact("x")]),
+                 store.retrieve(ORG, "x", 5), store.forget(ORG, f"mem:{ORG}:1"),
+                 store.sweep(ORG)):
+        with pytest.raises(StoreError, match="not a SQLite database or is corrupt"):
+            await call
+    assert Path(store.path_for(ORG)).read_bytes() == junk
+    assert sorted(os.listdir(store.directory)) == [scope_file_name(ORG)]
+    # Other scopes are unaffected.
+    assert await store.write(USER, [fact("fine")]) == WriteCounts(inserted=1)
+
+
+async def test_a_database_of_another_application_is_refused_untouched(make):
+    store = make()
+    os.makedirs(store.directory)
+    conn = raw(store.path_for(ORG))
+    conn.execute("CREATE TABLE invoices (n INTEGER); INSERT INTO invoices VALUES (42)")
+    conn.close()
+    before = Path(store.path_for(ORG)).read_bytes()
+    with pytest.raises(StoreError, match="another application"):
+        await store.write(ORG, [fact("x")])
+    assert Path(store.path_for(ORG)).read_bytes() == before
+    assert query(store.path_for(ORG), "SELECT name FROM sqlite_master") == [("invoices",)]
+
+
+async def test_an_unusable_directory_is_a_store_error(make, tmp_path: Path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the data directory should be")
+    store = make(blocker)
+    with pytest.raises(StoreError, match="cannot create the data directory"):
+        await store.write(ORG, [fact("x")])
+    assert await store.list(ORG, 5) == []
+    assert blocker.read_text() == "a file where the data directory should be"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+async def test_a_read_only_directory_is_a_store_error(make, tmp_path: Path):
+    directory = tmp_path / "ro"
+    directory.mkdir()
+    directory.chmod(0o500)
+    try:
+        with pytest.raises(StoreError):
+            await make(directory).write(ORG, [fact("x")])
+    finally:
+        directory.chmod(0o700)
+
+
+async def test_bad_arguments_are_refused(make):
+    store = make()
+    with pytest.raises(StoreError):
+        await store.write("has space", [fact("x")])
+    with pytest.raises(StoreError):
+        await store.retrieve("", "x", 5)
+    with pytest.raises(StoreError):
+        await store.sweep("a\nb")
+    with pytest.raises(StoreError):
+        await store.write(ORG, [fact("x")], cap=0)
+    with pytest.raises(StoreError):
+        SqliteStore("somewhere", cap=10_001)
+    for bad in ({"synchronous": "fast"}, {"busy_timeout_ms": -1}, {"max_open": 0}):
+        with pytest.raises(ConfigError):
+            SqliteStore("somewhere", **bad)
+    assert await store.forget(ORG, "not-an-id") is False
+    assert await store.forget(ORG, f"mem:{ORG}:{'9' * 40}") is False
+
+
+def settings(**options) -> StoreSettings:
+    return StoreSettings(options=options, cap=42, name="sqlite")
+
+
+def test_from_settings_reads_its_table(tmp_path: Path, monkeypatch):
+    store = SqliteStore.from_settings(settings(
+        path=str(tmp_path / "d"), synchronous="NORMAL", busy_timeout_ms=10,
+        max_open_connections=3))
+    assert (store.directory, store.synchronous, store.busy_timeout_ms, store.max_open,
+            store.cap) == (str(tmp_path / "d"), "normal", 10, 3, 42)
+    monkeypatch.chdir(tmp_path)
+    default = SqliteStore.from_settings(StoreSettings())
+    assert default.directory == str(tmp_path / "scopemem-data")
+    assert default.synchronous == "full" and default.busy_timeout_ms == 5000
+    assert default.max_open == 64
+
+
+@pytest.mark.parametrize(("options", "key"), [
+    ({"paht": "x"}, "paht"),
+    ({"path": 3}, "path"),
+    ({"path": ""}, "path"),
+    ({"synchronous": "fast"}, "synchronous"),
+    ({"synchronous": 2}, "synchronous"),
+    ({"busy_timeout_ms": "5000"}, "busy_timeout_ms"),
+    ({"busy_timeout_ms": True}, "busy_timeout_ms"),
+    ({"max_open_connections": 0}, "max_open_connections"),
+])
+def test_from_settings_names_the_bad_key(options, key):
+    with pytest.raises(ConfigError, match=rf"^memory\.stores\.sqlite\.{key}: "):
+        SqliteStore.from_settings(settings(**options))
+    unnamed = attrs.evolve(settings(**options), name="")
+    with pytest.raises(ConfigError, match=rf"^memory\.stores\.sqlite\.{key}: "):
+        SqliteStore.from_settings(unnamed)
+
+
+def test_registered_as_the_sqlite_store():
+    found: dict[str, Callable] = {}
+    sqlite_module.scopemem_register_stores(register=found.__setitem__)
+    assert found == {"sqlite": SqliteStore.from_settings}
+    points = {e.name: e.value for e in importlib.metadata.entry_points(group="scopemem")}
+    assert points.get("sqlite") == "scopemem.stores.sqlite"
+
+
+def test_importing_the_plugin_does_not_load_apsw():
+    import subprocess
+    import sys
+
+    code = ("import sys, scopemem.stores.sqlite as s; s.SqliteStore('x');"
+            " print('apsw' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
+
+
+async def test_field_values_round_trip_exactly(store: SqliteStore, clock: FakeClock):
+    memory = InMemoryStore(clock=clock)
+    batch = [fact("one", confidence=1, keywords=("ünï", "x y")),
+             fact("two", confidence=0.1 + 0.2, source_run_id="r"), summary("three\x00nul")]
+    for target in (store, memory):
+        await target.write(ORG, batch)
+    got, expected = await store.list(ORG, 10), await memory.list(ORG, 10)
+    assert got == expected
+    assert [type(r.confidence) for r in got] == [type(r.confidence) for r in expected]
+
+
+async def test_statuses_round_trip(store: SqliteStore):
+    await store.write(ORG, [fact("a"), fact("b")])
+    await store.forget(ORG, f"mem:{ORG}:1")
+    assert statuses(store.path_for(ORG)) == {1: Status.FORGOTTEN.value, 2: Status.ACTIVE.value}

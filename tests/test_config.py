@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import pytest
+
+from scopemem.config import MemoryConfig, config_from_mapping, load_config
+from scopemem.errors import ConfigError
+
+
+def test_defaults_leave_memory_off():
+    config = config_from_mapping({})
+    assert config == MemoryConfig()
+    assert config.enabled is False and config.limit == 32 and config.max_tokens == 3000
+    assert config.repo_window == 24 and config.max_records_per_scope == 500
+    assert config.no_reflect_agents == ("review", "ship") and config.admins == ()
+
+
+def test_a_full_file_loads(tmp_path):
+    path = tmp_path / "scopemem.toml"
+    path.write_text('''
+[memory]
+enabled = true
+organization = "acme"
+store = "memory"
+model = "openai/gpt-4o-mini"
+limit = 10
+admins = ["user:slack:U0001"]
+
+[memory.stores.sqlite]
+path = "./data"
+''')
+    config = load_config(path)
+    assert config.enabled and config.organization == "acme" and config.limit == 10
+    assert config.admins == ("user:slack:U0001",)
+    assert config.store_options("sqlite") == {"path": "./data"}
+    assert config.store_options("worker") == {}
+
+
+@pytest.mark.parametrize(("table", "key"), [
+    ({"limit": "32"}, "memory.limit"),
+    ({"limit": True}, "memory.limit"),
+    ({"enabled": "yes"}, "memory.enabled"),
+    ({"admins": "user:x"}, "memory.admins"),
+    ({"stores": {"sqlite": 5}}, "memory.stores"),
+    ({"limti": 5}, "limti"),
+    ({"limit": 0}, "memory.limit"),
+    ({"limit": 51}, "memory.limit"),
+    ({"max_tokens": 0}, "memory.max_tokens"),
+    ({"repo_window": -1}, "memory.repo_window"),
+    ({"enabled": True}, "memory.organization"),
+    ({"organization": "a b"}, "memory.organization"),
+    ({"model": "gpt-4o"}, "memory.model"),
+])
+def test_mistakes_name_the_key(table, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        config_from_mapping({"memory": table})
+
+
+def test_unknown_top_level_key():
+    with pytest.raises(ConfigError, match="unknown top-level key 'memroy'"):
+        config_from_mapping({"memroy": {}})
+
+
+@pytest.mark.parametrize("value", [0, -5, 2.5, 10_001, "500", float("nan"), True])
+def test_bad_scope_cap_warns_and_the_default_governs(value, memory_warnings):
+    config = config_from_mapping({"memory": {"max_records_per_scope": value}})
+    assert config.max_records_per_scope == 500
+    [warning] = memory_warnings()
+    assert "memory.max_records_per_scope" in warning and "500" in warning
+
+
+def test_good_scope_cap_is_used(memory_warnings):
+    assert config_from_mapping({"memory": {"max_records_per_scope": 10_000}}
+                               ).max_records_per_scope == 10_000
+    assert memory_warnings() == []
+
+
+def test_file_errors_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no such configuration file"):
+        load_config(tmp_path / "missing.toml")
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[memory\n")
+    with pytest.raises(ConfigError, match="broken.toml"):
+        load_config(broken)
+
+
+def test_default_search(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SCOPEMEM_CONFIG", raising=False)
+    assert load_config() == MemoryConfig()
+    (tmp_path / "scopemem.toml").write_text("[memory]\nlimit = 7\n")
+    assert load_config().limit == 7
+    other = tmp_path / "other.toml"
+    other.write_text("[memory]\nlimit = 9\n")
+    monkeypatch.setenv("SCOPEMEM_CONFIG", str(other))
+    assert load_config().limit == 9

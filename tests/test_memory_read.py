@@ -1,0 +1,307 @@
+"""The read path: ``Memory.context_block`` and ``Memory.with_memory``."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from scopemem import ConfigError, Memory, MemoryConfig, Request, hookimpl
+from scopemem.core.records import Kind
+from scopemem.core.scoring import FENCE_CLOSE, FENCE_OPEN
+from scopemem.core.text import estimate_tokens
+from scopemem.plugins.manager import new_plugin_manager
+from scopemem.stores.memory import InMemoryStore
+from scopemem.stores.null import NullStore
+from tests.conftest import DAY_MS, FakeClock, fact, summary
+
+SYSTEM = "You are the coding agent for acme.\n\nFollow the repository's CONTRIBUTING.md."
+ORG, REPO, CHANNEL = "org:acme", "repo:acme/api", "channel:slack:C1"
+USER_A, USER_B = "user:slack:UA", "user:slack:UB"
+
+
+def enabled(**overrides) -> MemoryConfig:
+    settings = {"enabled": True, "organization": "acme", "store": "memory", **overrides}
+    return MemoryConfig(**settings)
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> InMemoryStore:
+    return InMemoryStore(clock=clock)
+
+
+def make_memory(store, clock, **overrides) -> Memory:
+    return Memory(enabled(**overrides), store, clock=clock)
+
+
+def bullets(block: str) -> list[str]:
+    lines = block.splitlines()
+    return [line[2:].split(" (source: ")[0] for line in lines if line.startswith("- ")]
+
+
+def prefix(block: str) -> str:
+    return block.splitlines()[0]
+
+
+# --- off ---------------------------------------------------------------------------------------
+
+
+async def test_memory_off_builds_no_store_and_leaves_the_prompt_byte_identical():
+    built = []
+
+    class Exploding:
+        @hookimpl
+        def scopemem_register_stores(self, register):
+            register("exploding", lambda settings: built.append(settings))
+
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Exploding(),))
+    memory = Memory.from_config({"memory": {"store": "exploding", "organization": "acme"}},
+                                plugin_manager=pm)
+    assert isinstance(memory.store, NullStore) and built == []
+    block = await memory.context_block(Request(text="deploy", user_id="slack:UA"))
+    assert block == ""
+    out = memory.with_memory(SYSTEM, block)
+    assert out is SYSTEM and out.encode() == SYSTEM.encode()
+
+
+async def test_no_config_at_all_is_memory_off(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SCOPEMEM_CONFIG", raising=False)
+    memory = Memory.from_config()
+    assert not memory.enabled
+    assert await memory.context_block(Request(text="x")) == ""
+
+
+# --- on ----------------------------------------------------------------------------------------
+
+
+async def test_enabled_with_a_seeded_store_prepends_the_block(store, clock):
+    await store.write(ORG, [fact("deploys go through the vpn", source_thread_key="slack:C9/1")])
+    memory = make_memory(store, clock)
+    block = await memory.context_block(Request(text="how do deploys work?"))
+    system = memory.with_memory(SYSTEM, block)
+    assert system.endswith("\n\n" + SYSTEM)
+    assert block.splitlines() == [
+        "Background memory for org:acme (may be outdated — verify before acting):",
+        FENCE_OPEN,
+        "- deploys go through the vpn (source: slack:C9/1)",
+        FENCE_CLOSE,
+    ]
+
+
+async def test_nothing_matched_means_no_block(store, clock):
+    await store.write(ORG, [fact("deploys go through the vpn")])
+    memory = make_memory(store, clock)
+    assert await memory.context_block(Request(text="unrelated words")) == ""
+
+
+async def test_a_user_sees_their_own_records_and_never_another_users(store, clock):
+    await store.write(ORG, [fact("the deploy runbook lives in ops")])
+    await store.write(USER_A, [fact("this user deploys with make deploy-fast")])
+    await store.write(USER_B, [fact("this user can deploy on fridays only")])
+    memory = make_memory(store, clock)
+    block_a = await memory.context_block(Request(text="deploy", user_id="slack:UA"))
+    assert prefix(block_a).startswith(f"Background memory for {ORG} + {USER_A} (")
+    assert sorted(bullets(block_a)) == ["the deploy runbook lives in ops",
+                                        "this user deploys with make deploy-fast"]
+    block_b = await memory.context_block(Request(text="deploy", user_id="slack:UB"))
+    assert "make deploy-fast" not in block_b and "fridays" in block_b
+    anonymous = await memory.context_block(Request(text="deploy"))
+    assert prefix(anonymous).startswith(f"Background memory for {ORG} (")
+
+
+async def test_limit_and_ranking_apply_to_the_merged_pool(store, clock):
+    await store.write(ORG, [fact("deploy"), fact("deploy vpn cluster")])
+    await store.write(USER_A, [fact("deploy vpn"), fact("deploy cluster")])
+    memory = make_memory(store, clock, limit=3)
+    block = await memory.context_block(Request(text="deploy vpn cluster", user_id="slack:UA"))
+    # Best first across scopes; the user's two equal hits keep their scope's order (newer
+    # first), and the weakest record, although in the wider scope, falls to the limit.
+    assert bullets(block) == ["deploy vpn cluster", "deploy cluster", "deploy vpn"]
+
+
+async def test_ties_across_scopes_go_to_the_widest(store, clock):
+    await store.write(USER_A, [fact("pin node 20")])
+    await store.write(ORG, [fact("pin node 20")])
+    memory = make_memory(store, clock)
+    block = await memory.context_block(Request(text="node", user_id="slack:UA"))
+    assert block.count("pin node 20") == 2
+    # Both score the same; the org record comes first.
+    await store.write(ORG, [fact("org only node note")])
+    block = await memory.context_block(Request(text="pin", user_id="slack:UA"))
+    assert bullets(block) == ["pin node 20", "pin node 20"]
+
+
+async def test_four_scopes_are_named_and_another_channel_is_never_read(store, clock):
+    await store.write(CHANNEL, [fact("this channel ships the api")])
+    await store.write("channel:slack:C2", [fact("the other channel ships the api too")])
+    await store.write(REPO, [fact("the api repo builds with make")])
+    memory = make_memory(store, clock)
+    block = await memory.context_block(Request(
+        text="ships api", user_id="slack:UA", channel_id="slack:C1", repo="acme/api"))
+    assert prefix(block).startswith(
+        f"Background memory for {ORG} + {REPO} + {CHANNEL} + {USER_A} (")
+    assert "other channel" not in block
+    assert "this channel ships the api" in block
+
+
+async def test_the_repo_may_arrive_late_as_an_awaitable(store, clock):
+    await store.write(REPO, [fact("run make bootstrap before tests")])
+    memory = make_memory(store, clock)
+
+    async def resolve() -> str:
+        await asyncio.sleep(0.01)
+        return "acme/api"
+
+    block = await memory.context_block(Request(text="anything", repo=resolve()))
+    assert REPO in prefix(block) and "make bootstrap" in block
+
+
+@pytest.mark.parametrize("outcome", ["none", "error"])
+async def test_a_repo_that_resolves_to_nothing_or_fails_is_no_repo_scope(
+        store, clock, outcome, memory_warnings):
+    await store.write(ORG, [fact("deploy via the vpn")])
+    await store.write(REPO, [fact("deploy the api with make")])
+    memory = make_memory(store, clock)
+
+    async def resolve():
+        if outcome == "error":
+            raise RuntimeError("github is down")
+        return None
+
+    block = await memory.context_block(Request(text="deploy", repo=resolve()))
+    assert prefix(block).startswith(f"Background memory for {ORG} (")
+    assert "make" not in block
+    if outcome == "error":
+        assert len(memory_warnings()) == 1
+
+
+# --- the repository window ---------------------------------------------------------------------
+
+
+async def test_the_window_leads_with_the_newest_repo_facts_whatever_the_brief(store, clock):
+    for n in range(5):
+        clock.advance(1000)
+        await store.write(REPO, [fact(f"repo lesson {n}")])
+    await store.write(REPO, [summary("a repo summary")])
+    await store.write(ORG, [fact("drift check needs the lockfile")])
+    memory = make_memory(store, clock, repo_window=3)
+    block = await memory.context_block(Request(text="add a drift check", repo="acme/api"))
+    assert bullets(block) == ["repo lesson 4", "repo lesson 3", "repo lesson 2",
+                              "drift check needs the lockfile"]
+    # The window is a view: nothing it showed was bumped.
+    assert all(r.use_count == 0 for r in await store.list(REPO, 10))
+
+
+async def test_no_repo_means_no_window(store, clock):
+    await store.write(REPO, [fact("repo lesson")])
+    memory = make_memory(store, clock)
+    assert await memory.context_block(Request(text="repo lesson")) == ""
+
+
+async def test_a_failed_window_read_costs_the_window_only(store, clock, memory_warnings):
+    await store.write(ORG, [fact("deploy via the vpn")])
+    await store.write(REPO, [fact("repo lesson")])
+
+    async def broken_list(*args, **kwargs):
+        raise OSError("disk on fire")
+
+    store.list = broken_list  # type: ignore[method-assign]
+    memory = make_memory(store, clock)
+    block = await memory.context_block(Request(text="deploy", repo="acme/api"))
+    assert bullets(block) == ["deploy via the vpn"]
+    [warning] = memory_warnings()
+    assert warning.startswith("[memory]") and REPO in warning
+
+
+async def test_repo_window_zero_reads_the_repo_by_keyword(store, clock):
+    await store.write(REPO, [fact("repo lesson about caching"), fact("repo lesson on deploy")])
+    memory = make_memory(store, clock, repo_window=0)
+    block = await memory.context_block(Request(text="caching", repo="acme/api"))
+    assert bullets(block) == ["repo lesson about caching"]
+
+
+async def test_the_block_stays_within_max_tokens(store, clock):
+    await store.write(REPO, [fact(f"repo lesson {n} " + "detail " * 30) for n in range(24)])
+    await store.write(ORG, [fact(f"org deploy note {n} " + "more " * 30) for n in range(20)])
+    memory = make_memory(store, clock, max_tokens=600)
+    block = await memory.context_block(Request(text="deploy note", repo="acme/api"))
+    assert estimate_tokens(block) <= 600
+    assert len(bullets(block)) >= 2
+
+
+# --- failures and policy -----------------------------------------------------------------------
+
+
+async def test_a_failing_scope_costs_only_its_records(store, clock, memory_warnings):
+    await store.write(ORG, [fact("deploy via the vpn")])
+    await store.write(USER_A, [fact("this user runs deploy late")])
+    real_retrieve = store.retrieve
+
+    async def flaky(scope_key, query, limit):
+        if scope_key == ORG:
+            raise OSError("timeout")
+        return await real_retrieve(scope_key, query, limit)
+
+    store.retrieve = flaky  # type: ignore[method-assign]
+    memory = make_memory(store, clock)
+    block = await memory.context_block(Request(text="deploy", user_id="slack:UA"))
+    assert bullets(block) == ["this user runs deploy late"]
+    assert len(memory_warnings()) == 1
+
+
+async def test_reads_never_consult_the_write_policy(store, clock):
+    class Tripwire:
+        @hookimpl(tryfirst=True)
+        def scopemem_authorize_write(self, actor, target, candidate, origin):
+            raise AssertionError("reads must not authorize")
+
+    await store.write(ORG, [fact("deploy via the vpn")])
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Tripwire(),))
+    memory = Memory(enabled(), store, plugin_manager=pm, clock=clock)
+    assert "vpn" in await memory.context_block(Request(text="deploy", channel_visibility="dm"))
+
+
+async def test_retrieval_bumps_what_was_read(store, clock):
+    await store.write(ORG, [fact("deploy via the vpn")])
+    clock.advance(DAY_MS)
+    memory = make_memory(store, clock)
+    await memory.context_block(Request(text="deploy"))
+    [record] = await store.list(ORG, 1)
+    assert record.use_count == 1 and record.last_used_at == clock.now
+
+
+# --- construction ------------------------------------------------------------------------------
+
+
+def test_enabled_without_an_organization_is_refused():
+    with pytest.raises(ConfigError, match="memory.organization"):
+        Memory.from_config({"memory": {"enabled": True, "store": "memory"}})
+
+
+def test_an_unknown_store_lists_the_installed_ones():
+    with pytest.raises(ConfigError, match=r"memory\.store: .*installed: .*memory.*"
+                                          r"\(plugin may not be installed\)"):
+        Memory.from_config({"memory": {"enabled": True, "organization": "a",
+                                        "store": "postgres"}})
+
+
+def test_the_in_process_store_warns_that_it_forgets_on_restart(memory_warnings):
+    memory = Memory.from_config({"memory": {"enabled": True, "organization": "acme",
+                                            "store": "memory",
+                                            "max_records_per_scope": 7}})
+    assert isinstance(memory.store, InMemoryStore) and memory.store.cap == 7
+    [warning] = memory_warnings()
+    assert "lost on restart" in warning
+
+
+async def test_a_bad_user_id_is_skipped_with_a_warning(store, clock, memory_warnings):
+    await store.write(ORG, [fact("deploy via the vpn")])
+    memory = make_memory(store, clock)
+    block = await memory.context_block(Request(text="deploy", user_id="slack:has space"))
+    assert prefix(block).startswith(f"Background memory for {ORG} (")
+    assert len(memory_warnings()) == 1
+
+
+def test_summaries_are_kind_summary():
+    assert summary("x").kind == Kind.SUMMARY

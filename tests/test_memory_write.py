@@ -1,0 +1,380 @@
+"""The write path end to end: Memory → reflection → gate → routing → policy → a real store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pytest
+
+from scopemem import Memory, MemoryConfig, Request, hookimpl
+from scopemem.core.records import Kind
+from scopemem.core.reflection import REFLECTION_SYSTEM
+from scopemem.plugins.manager import new_plugin_manager
+from scopemem.reflecting import Run
+from scopemem.stores.memory import InMemoryStore
+from tests.conftest import FakeClock, fact
+
+ORG, REPO, CHANNEL = "org:acme", "repo:acme/api", "channel:slack:C1"
+USER_A, USER_B = "user:slack:UA", "user:slack:UB"
+
+
+class Scripted:
+    """A provider plugin whose replies the test writes; it records every call."""
+
+    def __init__(self) -> None:
+        self.replies: list[object] = []
+        self.calls: list[dict] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    @hookimpl
+    def scopemem_register_providers(self, register):
+        register("scripted", lambda settings: self)
+
+    async def complete(self, *, model, system, user, max_tokens=1024):
+        self.calls.append({"model": model, "system": system, "user": user,
+                           "max_tokens": max_tokens})
+        await self.gate.wait()
+        reply = self.replies.pop(0) if self.replies else {"facts": []}
+        if isinstance(reply, Exception):
+            raise reply
+        return reply if isinstance(reply, str) else json.dumps(reply)
+
+    async def close(self):
+        pass
+
+
+@pytest.fixture
+def scripted() -> Scripted:
+    return Scripted()
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> InMemoryStore:
+    return InMemoryStore(clock=clock)
+
+
+def make_memory(store, clock, scripted, **overrides) -> Memory:
+    settings = {"enabled": True, "organization": "acme", "store": "memory",
+                "model": "scripted/extractor-1", **overrides}
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(scripted,))
+    return Memory(MemoryConfig(**settings), store, plugin_manager=pm, clock=clock)
+
+
+def run(user="slack:UA", channel="slack:C1", repo=None, visibility="public", **fields) -> Run:
+    fields.setdefault("tool_calls", 2)
+    fields.setdefault("answer", "done")
+    return Run(request=Request(text=fields.pop("text", "please fix the build"), user_id=user,
+                               channel_id=channel, repo=repo, channel_visibility=visibility),
+               thread_key="slack:C1/17", run_id="r-42", **fields)
+
+
+def lesson(text, **extra):
+    return {"text": text, "confidence": 0.9, **extra}
+
+
+async def reflect(memory: Memory, the_run: Run) -> None:
+    memory.schedule_reflection(the_run)
+    assert await memory.drain(timeout=5)
+
+
+async def texts(store, scope) -> list[str]:
+    return sorted(r.text for r in await store.list(scope, 50))
+
+
+# --- when, and with which model ------------------------------------------------------------------
+
+
+async def test_one_call_on_the_configured_model_with_the_extractor_prompt(store, clock,
+                                                                          scripted):
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("run make bootstrap before the tests")],
+                         "summary": "fixed the build"}]
+    await reflect(memory, run())
+    [call] = scripted.calls
+    assert call["model"] == "extractor-1" and call["system"] == REFLECTION_SYSTEM
+    assert call["max_tokens"] == 1024 and "please fix the build" in call["user"]
+    assert await texts(store, ORG) == ["fixed the build", "run make bootstrap before the tests"]
+    written = await store.list(ORG, 10)
+    assert {(r.source_thread_key, r.source_run_id) for r in written} == {("slack:C1/17",
+                                                                           "r-42")}
+
+
+async def test_without_memory_model_the_runs_own_model_is_used(store, clock, scripted):
+    memory = make_memory(store, clock, scripted, model=None)
+    await reflect(memory, run(model="scripted/the-runs-model"))
+    assert [c["model"] for c in scripted.calls] == ["the-runs-model"]
+
+
+@pytest.mark.parametrize("model", ["no-slash", "nosuch/model", None])
+async def test_an_unusable_model_is_one_warning_and_no_reflection(store, clock, scripted,
+                                                                  model, memory_warnings):
+    memory = make_memory(store, clock, scripted, model=None)
+    await reflect(memory, run(model=model))
+    assert scripted.calls == []
+    assert len(memory_warnings()) == 1
+
+
+@pytest.mark.parametrize(("fields", "reflects"), [
+    ({"tool_calls": 0}, False),
+    ({"tool_calls": 0, "history": [("user", "q"), ("assistant", "a")] * 2}, True),
+    ({"tool_calls": 3, "agent_name": "review"}, False),
+    ({"tool_calls": 3, "agent_name": "ship"}, False),
+    ({"tool_calls": 3, "agent_name": "coding"}, True),
+])
+async def test_only_qualifying_runs_reflect(store, clock, scripted, fields, reflects):
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("a durable lesson about caching")]}]
+    await reflect(memory, run(**fields))
+    assert len(scripted.calls) == (1 if reflects else 0)
+    assert len(await store.list(ORG, 10)) == (1 if reflects else 0)
+
+
+async def test_memory_off_never_reflects(store, clock, scripted):
+    memory = make_memory(store, clock, scripted, enabled=False)
+    memory.schedule_reflection(run())
+    assert memory.pending_reflections() == 0
+    assert await memory.drain(timeout=1)
+    assert scripted.calls == [] and await store.list(ORG, 10) == []
+
+
+# --- failure isolation and drain ---------------------------------------------------------------
+
+
+async def test_schedule_returns_at_once_and_drain_waits(store, clock, scripted):
+    memory = make_memory(store, clock, scripted)
+    scripted.gate.clear()
+    scripted.replies = [{"facts": [lesson("a slow lesson")]}]
+    memory.schedule_reflection(run())
+    assert memory.pending_reflections() == 1
+    assert await memory.drain(timeout=0.05) is False
+    scripted.gate.set()
+    assert await memory.drain(timeout=5) is True
+    assert memory.pending_reflections() == 0
+    assert await texts(store, ORG) == ["a slow lesson"]
+
+
+async def test_a_run_in_its_slot_keeps_drain_waiting(store, clock, scripted):
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("learned inside the slot")]}]
+    released = asyncio.Event()
+
+    async def dispatch():
+        async with memory.run_slot():
+            await released.wait()          # the reply is being sent
+            memory.schedule_reflection(run())
+
+    task = asyncio.create_task(dispatch())
+    await asyncio.sleep(0)
+    assert memory.active_runs() == 1 and memory.pending_reflections() == 0
+    drain = asyncio.create_task(memory.drain(timeout=5))
+    await asyncio.sleep(0.1)
+    assert not drain.done()                # 0 reflections, but a run is in flight
+    released.set()
+    assert await drain is True
+    await task
+    assert await texts(store, ORG) == ["learned inside the slot"]
+
+
+@pytest.mark.parametrize("reply", [RuntimeError("provider down"), "not json at all",
+                                   {"facts": "nope"}])
+async def test_a_failed_reflection_is_one_warning_and_writes_nothing(store, clock, scripted,
+                                                                     reply, memory_warnings):
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [reply]
+    await reflect(memory, run())
+    assert await store.list(ORG, 10) == []
+    [warning] = memory_warnings()
+    assert warning.startswith("[memory] reflection r-42")
+
+
+async def test_a_failing_store_write_is_a_warning(store, clock, scripted, memory_warnings):
+    memory = make_memory(store, clock, scripted)
+
+    async def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    store.write = broken  # type: ignore[method-assign]
+    scripted.replies = [{"facts": [lesson("anything durable")]}]
+    await reflect(memory, run())
+    assert any("disk full" in w for w in memory_warnings())
+
+
+# --- the gate and the counters -----------------------------------------------------------------
+
+
+async def test_status_is_rejected_and_the_line_carries_counters_not_text(store, clock,
+                                                                          scripted, caplog):
+    caplog.set_level(logging.INFO, logger="scopemem")
+    await store.write(ORG, [fact("the license check fails when nested node_modules are "
+                                 "dropped; npm ci fixes it")])
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [
+        lesson("PR 1835 was pushed at sha 3f9a2c1 with all 10512 tests passing"),
+        lesson("license check false positives come from lost nested node_modules",
+               restates=f"mem:{ORG}:1"),
+        lesson("check:deps-drift names any tree or lockfile drift", audience="repo"),
+        lesson("this user prefers fixing the tree over editing the allowlist",
+               audience="user"),
+    ], "summary": "investigated the license check"}]
+    await reflect(memory, run(repo="acme/api", text="the license check is failing again"))
+    [line] = [r.getMessage() for r in caplog.records if "reflection r-42" in r.getMessage()]
+    assert line == ("[memory] reflection r-42: offered 4, dropped 0, rejected 1, restated 1, "
+                    "inserted 3, deduped 0, superseded 0, evicted 0, summary 1, "
+                    "narrowed 0, denied 0")
+    assert "license" not in line and "allowlist" not in line
+    assert await texts(store, REPO) == ["check:deps-drift names any tree or lockfile drift"]
+    [restated] = await store.list(ORG, 1, kind=Kind.FACT)
+    # One use from the reflection-time retrieval (the transcript matched it), one from the
+    # restatement; its text and its scope are unchanged.
+    assert restated.use_count == 2 and restated.confidence == 0.9
+    assert restated.text.startswith("the license check fails when nested")
+    # The summary follows the narrowest audience: the user's.
+    assert "investigated the license check" in await texts(store, USER_A)
+    for scope in (ORG, REPO, CHANNEL, USER_A):
+        assert all("PR 1835" not in text for text in await texts(store, scope))
+
+
+async def test_a_plugin_marker_rejects_too(store, clock, scripted):
+    class NoGiveaways:
+        @hookimpl
+        def scopemem_rejection_markers(self, candidate):
+            return ["giveaway"] if "giveaway" in candidate.text else None
+
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(scripted, NoGiveaways()))
+    memory = Memory(MemoryConfig(enabled=True, organization="acme", store="memory",
+                                 model="scripted/m"), store, plugin_manager=pm, clock=clock)
+    scripted.replies = [{"facts": [lesson("the giveaway bot posts at noon"),
+                                   lesson("the deploy bot posts at noon")]}]
+    await reflect(memory, run())
+    assert await texts(store, ORG) == ["the deploy bot posts at noon"]
+
+
+# --- routing -------------------------------------------------------------------------------------
+
+
+async def test_user_facts_are_only_seen_by_their_user(store, clock, scripted):
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [
+        lesson("this user always wants a dry run before deploys", audience="user"),
+        lesson("deploys go through the bastion host"),
+    ]}]
+    await reflect(memory, run(user="slack:UA"))
+    assert await texts(store, USER_A) == ["this user always wants a dry run before deploys"]
+    assert await store.list(USER_B, 10) == []
+    a = await memory.context_block(Request(text="deploys", user_id="slack:UA"))
+    b = await memory.context_block(Request(text="deploys", user_id="slack:UB"))
+    assert "dry run" in a and "bastion" in a
+    assert "dry run" not in b and "bastion" in b
+
+
+async def test_repo_and_channel_facts_land_in_their_scopes(store, clock, scripted):
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [
+        lesson("the api repo needs make bootstrap before pytest", audience="repo"),
+        lesson("this channel is where releases are announced", audience="channel"),
+    ]}]
+    await reflect(memory, run(repo="acme/api", channel="slack:C1"))
+    assert await texts(store, REPO) == ["the api repo needs make bootstrap before pytest"]
+    assert await texts(store, CHANNEL) == ["this channel is where releases are announced"]
+    same = await memory.context_block(Request(text="releases announced", channel_id="slack:C1"))
+    other = await memory.context_block(Request(text="releases announced",
+                                               channel_id="slack:C2"))
+    assert "announced" in same and other == ""
+    in_repo = await memory.context_block(Request(text="anything", repo="acme/api"))
+    assert "make bootstrap" in in_repo
+
+
+async def test_missing_audience_scopes_fall_back_to_org(store, clock, scripted):
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("this user likes tabs", audience="user"),
+                                   lesson("the repo uses tabs", audience="repo")]}]
+    await reflect(memory, run(user=None, channel=None, repo=None))
+    assert await texts(store, ORG) == ["the repo uses tabs", "this user likes tabs"]
+
+
+async def test_a_correction_follows_its_targets_scope(store, clock, scripted):
+    await store.write(USER_A, [fact("this user deploys from the laptop")])
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("this user deploys from the ci runner",
+                                          supersedes=f"mem:{USER_A}:1")]}]  # tagged org
+    await reflect(memory, run(text="this user deploys"))
+    assert await texts(store, USER_A) == ["this user deploys from the ci runner"]
+    assert await store.list(ORG, 10) == []
+
+
+# --- the write policy --------------------------------------------------------------------------
+
+
+async def test_an_org_fact_from_a_dm_lands_in_the_users_scope(store, clock, scripted):
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("the vpn drops after an hour")],
+                         "summary": "talked about the vpn"}]
+    await reflect(memory, run(visibility="dm", channel="slack:D1"))
+    assert await store.list(ORG, 10) == []
+    assert await texts(store, USER_A) == ["talked about the vpn", "the vpn drops after an hour"]
+
+
+async def test_the_same_fact_from_a_public_channel_reaches_org(store, clock, scripted):
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("the vpn drops after an hour")]}]
+    await reflect(memory, run(visibility="public"))
+    assert await texts(store, ORG) == ["the vpn drops after an hour"]
+
+
+async def test_private_or_unstamped_org_facts_narrow_to_the_channel(store, clock, scripted,
+                                                                     caplog):
+    caplog.set_level(logging.INFO, logger="scopemem")
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("releases are cut on tuesdays")]},
+                        {"facts": [lesson("releases are tagged by the bot")]}]
+    await reflect(memory, run(visibility="private"))
+    await reflect(memory, run(visibility=None, repo="acme/api"))
+    assert await store.list(ORG, 10) == [] and await store.list(REPO, 10) == []
+    assert await texts(store, CHANNEL) == ["releases are cut on tuesdays",
+                                           "releases are tagged by the bot"]
+    lines = [r.getMessage() for r in caplog.records if "reflection r-42" in r.getMessage()]
+    assert "narrowed 1 (private_origin 1)" in lines[0]
+    assert "narrowed 1 (unknown_origin 1)" in lines[1]
+
+
+async def test_a_narrowed_correction_loses_its_pointer(store, clock, scripted):
+    await store.write(ORG, [fact("the vpn is optional")])
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("the vpn is required for staging",
+                                          supersedes=f"mem:{ORG}:1")]}]
+    await reflect(memory, run(visibility="dm", text="vpn"))
+    [kept] = await store.list(ORG, 10)
+    assert kept.text == "the vpn is optional"          # the org record stands
+    [narrowed] = await store.list(USER_A, 10)
+    assert narrowed.supersedes is None
+
+
+async def test_user_channel_and_repo_facts_are_never_widened(store, clock, scripted):
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("u fact", audience="user"),
+                                   lesson("c fact", audience="channel"),
+                                   lesson("r fact", audience="repo")]}]
+    await reflect(memory, run(visibility="public", repo="acme/api"))
+    assert await store.list(ORG, 10) == []
+    assert await texts(store, USER_A) == ["u fact"]
+    assert await texts(store, CHANNEL) == ["c fact"]
+    assert await texts(store, REPO) == ["r fact"]
+
+
+# --- what the extractor is shown ---------------------------------------------------------------
+
+
+async def test_the_extractor_sees_every_scopes_records_and_the_window(store, clock, scripted):
+    await store.write(ORG, [fact("org note about caching")])
+    await store.write(USER_A, [fact("user note about caching")])
+    await store.write(USER_B, [fact("someone else's caching note")])
+    await store.write(REPO, [fact("repo lesson with no shared words")])
+    memory = make_memory(store, clock, scripted)
+    await reflect(memory, run(repo="acme/api", text="caching"))
+    shown = scripted.calls[0]["user"]
+    assert f"mem:{ORG}:1" in shown and f"mem:{USER_A}:1" in shown
+    assert f"mem:{REPO}:1" in shown                      # the window, not a keyword hit
+    assert "someone else's" not in shown

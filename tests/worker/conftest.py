@@ -1,0 +1,104 @@
+"""Shared pieces of the worker tests: a store that records its calls, the app, raw HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from scopemem.core.records import Candidate, Kind, Record, SweepResult, WriteCounts
+from scopemem.stores.memory import InMemoryStore
+from scopemem.worker_aiohttp.app import create_app
+from tests.conftest import FakeClock
+
+TOKEN = "s3cret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+ORG = "org:acme"
+
+
+class SpyStore:
+    """An in-memory store that records every call, and can be told to fail or to hold a
+    write until released (for shutdown tests)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.inner = InMemoryStore(clock=clock)
+        self.calls: list[tuple[Any, ...]] = []
+        self.fail: BaseException | None = None
+        self.hold: asyncio.Event | None = None
+        self.entered = asyncio.Event()
+        self.closed = False
+
+    async def _enter(self, *call: Any) -> None:
+        self.calls.append(call)
+        self.entered.set()
+        if self.fail is not None:
+            raise self.fail
+        if self.hold is not None:
+            await self.hold.wait()
+
+    async def retrieve(self, scope_key: str, query: str, limit: int) -> list[Record]:
+        await self._enter("retrieve", scope_key, query, limit)
+        return await self.inner.retrieve(scope_key, query, limit)
+
+    async def write(self, scope_key: str, candidates: Sequence[Candidate],
+                    cap: int | None = None) -> WriteCounts:
+        await self._enter("write", scope_key, tuple(candidates), cap)
+        return await self.inner.write(scope_key, candidates, cap)
+
+    async def list(self, scope_key: str, limit: int, query: str | None = None,
+                   kind: Kind | None = None) -> list[Record]:
+        await self._enter("list", scope_key, limit, query, kind)
+        return await self.inner.list(scope_key, limit, query, kind)
+
+    async def forget(self, scope_key: str, record_id: str) -> bool:
+        await self._enter("forget", scope_key, record_id)
+        return await self.inner.forget(scope_key, record_id)
+
+    async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
+        await self._enter("sweep", scope_key, dry_run)
+        return await self.inner.sweep(scope_key, dry_run)
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def spy(clock: FakeClock) -> SpyStore:
+    return SpyStore(clock)
+
+
+@pytest.fixture
+async def client(aiohttp_client, spy: SpyStore):
+    return await aiohttp_client(create_app(spy, TOKEN))
+
+
+def candidate(text: str = "run npm ci before the license check", **fields: Any
+              ) -> dict[str, Any]:
+    return {"kind": "fact", "text": text, "sourceThreadKey": "slack:C1/100", **fields}
+
+
+async def raw_exchange(port: int, request: bytes, *, timeout: float = 5.0) -> tuple[int, bytes]:
+    """Send raw bytes to 127.0.0.1:port; the status and body of the first response.
+
+    The request may be incomplete on purpose (a declared body never sent): the server must
+    answer from the headers alone, or this times out."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
+        status = int(head.split(b" ", 2)[1])
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value.strip())
+        body = await asyncio.wait_for(reader.readexactly(length), timeout) if length else b""
+        return status, body
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await writer.wait_closed()

@@ -1,0 +1,380 @@
+"""WorkerStore against a stub server this test controls: what it sends, how it degrades,
+when it raises, and how it is built from configuration."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from scopemem.config import load_config
+from scopemem.core.records import Kind, SweepResult, WriteCounts, to_wire
+from scopemem.errors import ConfigError, StoreError
+from scopemem.memory import build_store
+from scopemem.plugins.manager import get_plugin_manager
+from scopemem.stores.base import StoreSettings
+from scopemem.stores.memory import InMemoryStore
+from scopemem.stores.worker import WorkerStore
+from tests.conftest import START_MS, fact
+
+ORG = "org:acme"
+TOKEN = "client-token"
+
+
+def wire_record(n: int, scope: str = ORG, **fields: Any) -> dict[str, Any]:
+    record = {"id": f"mem:{scope}:{n}", "scopeKey": scope, "kind": "fact",
+              "text": f"lesson {n}", "keywords": [], "sourceThreadKey": "slack:C1/1",
+              "createdAt": START_MS, "useCount": 0, "status": "active"}
+    record.update(fields)
+    return record
+
+
+class Stub:
+    """Records every request; answers whatever the test put in ``replies[path]``."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, str], Any]] = []
+        self.replies: dict[str, Any] = {}
+        self.delay = 0.0
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        self.requests.append((request.path, dict(request.headers), json.loads(raw)))
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        status, payload = self.replies.get(request.path, (200, {"records": []}))
+        if isinstance(payload, bytes):
+            return web.Response(status=status, body=payload, content_type="text/plain")
+        return web.json_response(payload, status=status)
+
+    def bodies(self) -> list[Any]:
+        return [body for _, _, body in self.requests]
+
+
+@pytest.fixture
+def stub() -> Stub:
+    return Stub()
+
+
+@pytest.fixture
+async def base_url(aiohttp_server, stub: Stub) -> str:
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", stub.handle)
+    server = await aiohttp_server(app)
+    return str(server.make_url("")).rstrip("/")
+
+
+@pytest.fixture
+async def store(base_url: str):
+    worker = WorkerStore(base_url, TOKEN)
+    yield worker
+    await worker.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- what goes on the wire ----------------------------------------------------------------------
+
+
+async def test_retrieve_sends_bearer_and_body_and_parses_records(store, stub):
+    stub.replies["/retrieve"] = (200, {"records": [wire_record(1, confidence=0.7)]})
+    [record] = await store.retrieve(ORG, "deploy vpn", 5)
+    assert record.id == f"mem:{ORG}:1" and record.confidence == 0.7
+    path, headers, body = stub.requests[0]
+    assert path == "/retrieve"
+    assert headers["Authorization"] == f"Bearer {TOKEN}"
+    assert headers["Content-Type"] == "application/json"
+    assert body == {"scopeKey": ORG, "query": "deploy vpn", "limit": 5}
+
+
+async def test_write_sends_candidates_through_the_wire_converter(store, stub):
+    stub.replies["/write"] = (200, {"ok": True, "inserted": 1, "deduped": 1, "superseded": 0,
+                                    "restated": 0, "evicted": 0})
+    batch = [fact("one", keywords=("k",), confidence=0.9), fact("two", restates="mem:x:1")]
+    counts = await store.write(ORG, batch)
+    assert counts == WriteCounts(inserted=1, deduped=1)
+    assert stub.bodies() == [{"scopeKey": ORG, "records": to_wire(batch)}]
+    assert "cap" not in stub.bodies()[0]  # not configured → the worker's default
+
+
+async def test_cap_is_sent_when_configured_or_given(base_url, stub):
+    stub.replies["/write"] = (200, {"ok": True, "inserted": 1})
+    configured = WorkerStore(base_url, TOKEN, cap=42)
+    try:
+        await configured.write(ORG, [fact("a")])
+        await configured.write(ORG, [fact("b")], cap=7)
+    finally:
+        await configured.close()
+    assert [body.get("cap") for body in stub.bodies()] == [42, 7]
+
+
+async def test_counts_from_an_older_worker_default_to_zero(store, stub):
+    stub.replies["/write"] = (200, {"ok": True, "inserted": 2, "deduped": 0, "superseded": 1})
+    assert await store.write(ORG, [fact("a")]) == WriteCounts(inserted=2, superseded=1)
+
+
+async def test_an_empty_batch_makes_no_round_trip(store, stub):
+    assert await store.write(ORG, []) == WriteCounts()
+    assert stub.requests == []
+
+
+async def test_list_sends_query_and_kind_only_when_given(store, stub):
+    stub.replies["/list"] = (200, {"records": [wire_record(2), wire_record(1)]})
+    records = await store.list(ORG, 10)
+    assert [r.id for r in records] == [f"mem:{ORG}:2", f"mem:{ORG}:1"]
+    await store.list(ORG, 5, query="deploy")
+    await store.list(ORG, 5, kind=Kind.FACT)
+    await store.list(ORG, 5, query="", kind=Kind.SUMMARY)
+    assert stub.bodies() == [
+        {"scopeKey": ORG, "limit": 10},
+        {"scopeKey": ORG, "limit": 5, "query": "deploy"},
+        {"scopeKey": ORG, "limit": 5, "kind": "fact"},
+        {"scopeKey": ORG, "limit": 5, "query": "", "kind": "summary"},
+    ]
+
+
+async def test_forget_and_sweep(store, stub):
+    stub.replies["/forget"] = (200, {"ok": True, "forgotten": True})
+    stub.replies["/sweep"] = (200, {"ok": True, "swept": 2, "ids": ["mem:a:1", "mem:a:2"]})
+    assert await store.forget(ORG, f"mem:{ORG}:3") is True
+    assert await store.sweep(ORG, dry_run=True) == SweepResult(2, ("mem:a:1", "mem:a:2"))
+    stub.replies["/sweep"] = (200, {"ok": True, "swept": 2})
+    assert await store.sweep(ORG) == SweepResult(2)
+    assert stub.bodies() == [{"scopeKey": ORG, "id": f"mem:{ORG}:3"},
+                             {"scopeKey": ORG, "dryRun": True}, {"scopeKey": ORG}]
+
+
+async def test_the_session_is_lazy_and_close_is_idempotent(base_url, stub):
+    worker = WorkerStore(base_url + "/", TOKEN)
+    assert worker._session is None
+    await worker.list(ORG, 1)
+    assert stub.requests[0][0] == "/list"  # the trailing slash of the base URL is dropped
+    await worker.close()
+    await worker.close()
+    assert TOKEN not in repr(worker)
+
+
+# --- retrieve degrades --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("reply", "reason"), [
+    ((500, {"error": "the store failed"}), "500: the store failed"),
+    ((401, {"error": "a valid bearer token is required"}), "401"),
+    ((404, b"404: Not Found"), "404: 404: Not Found"),
+    ((200, b"<html>proxy error</html>"), "not a JSON object"),
+    ((200, [1, 2]), "not a JSON object"),
+    ((200, {"items": []}), "'records' list"),
+    ((200, {"records": "none"}), "'records' list"),
+])
+async def test_retrieve_degrades_to_nothing_with_one_warning(store, stub, memory_warnings,
+                                                             reply, reason):
+    stub.replies["/retrieve"] = reply
+    assert await store.retrieve(ORG, "deploy", 5) == []
+    [warning] = memory_warnings()
+    assert warning.startswith("[memory]") and ORG in warning and reason in warning
+
+
+async def test_retrieve_drops_malformed_records_one_by_one(store, stub, memory_warnings):
+    stub.replies["/retrieve"] = (200, {"records": [
+        wire_record(1),
+        {"id": "mem:org:acme:2"},                          # fields missing
+        "a string",                                        # not an object
+        wire_record(3, useCount="many"),                   # wrong type
+        wire_record(4, kind="opinion"),                    # unknown kind
+        wire_record(5, scope="user:slack:U9"),             # another scope
+        wire_record(6, confidence=3),                      # out of range
+        wire_record(7),
+    ]})
+    records = await store.retrieve(ORG, "lesson", 10)
+    assert [r.id for r in records] == [f"mem:{ORG}:1", f"mem:{ORG}:7"]
+    [warning] = memory_warnings()
+    assert "dropped 6 malformed" in warning
+
+
+async def test_retrieve_degrades_when_nothing_listens(memory_warnings):
+    worker = WorkerStore(f"http://127.0.0.1:{free_port()}", TOKEN, timeout=2)
+    try:
+        assert await worker.retrieve(ORG, "deploy", 5) == []
+    finally:
+        await worker.close()
+    [warning] = memory_warnings()
+    assert "transport error" in warning
+
+
+async def test_retrieve_degrades_on_timeout(base_url, stub, memory_warnings):
+    stub.delay = 2.0
+    worker = WorkerStore(base_url, TOKEN, timeout=0.2)
+    try:
+        assert await worker.retrieve(ORG, "deploy", 5) == []
+    finally:
+        await worker.close()
+    [warning] = memory_warnings()
+    assert "timed out after 0.2s" in warning
+
+
+# --- commands raise -----------------------------------------------------------------------------
+
+
+COMMANDS = {
+    "/write": lambda s: s.write(ORG, [fact("x")]),
+    "/list": lambda s: s.list(ORG, 5),
+    "/forget": lambda s: s.forget(ORG, f"mem:{ORG}:1"),
+    "/sweep": lambda s: s.sweep(ORG),
+}
+
+
+@pytest.mark.parametrize("route", list(COMMANDS))
+@pytest.mark.parametrize(("reply", "expected"), [
+    ((400, {"error": "records[0].text must be a non-empty string"}),
+     "400: records[0].text must be a non-empty string"),
+    ((500, b"Internal Server Error"), "500: Internal Server Error"),
+    ((503, b""), "503: no reason given"),
+    ((200, b"not json"), "not a JSON object"),
+])
+async def test_commands_raise_naming_status_and_reason(store, stub, route, reply, expected):
+    stub.replies[route] = reply
+    with pytest.raises(StoreError) as caught:
+        await COMMANDS[route](store)
+    assert route in str(caught.value) and expected in str(caught.value)
+
+
+@pytest.mark.parametrize("route", list(COMMANDS))
+async def test_commands_raise_on_transport_errors(route):
+    worker = WorkerStore(f"http://127.0.0.1:{free_port()}", TOKEN, timeout=2)
+    try:
+        with pytest.raises(StoreError, match="transport error"):
+            await COMMANDS[route](worker)
+    finally:
+        await worker.close()
+
+
+@pytest.mark.parametrize(("route", "reply"), [
+    ("/write", {"ok": True, "inserted": "two"}),
+    ("/forget", {"ok": True}),
+    ("/sweep", {"ok": True}),
+    ("/list", {"ok": True}),
+])
+async def test_commands_raise_on_malformed_answers(store, stub, route, reply):
+    stub.replies[route] = (200, reply)
+    with pytest.raises(StoreError, match=route):
+        await COMMANDS[route](store)
+
+
+async def test_bad_scope_keys_and_caps_are_refused_locally(store, stub):
+    with pytest.raises(StoreError):
+        await store.write("has space", [fact("x")])
+    with pytest.raises(StoreError):
+        await store.write(ORG, [fact("x")], cap=0)
+    with pytest.raises(StoreError):
+        await store.list("", 5)
+    assert stub.requests == []
+
+
+# --- construction and configuration -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("ftp://host", TOKEN), "http:// or https://"),
+    (("http://", TOKEN), "http:// or https://"),
+    (("http://h:99999", TOKEN), "not a valid URL"),
+    (("http://h?x=1", TOKEN), "query"),
+    (("http://h", ""), "bearer token"),
+    (("http://h", "two words"), "bearer token"),
+])
+def test_constructor_refuses_bad_arguments(args, message):
+    with pytest.raises(ValueError, match=message):
+        WorkerStore(*args)
+
+
+def settings(environ: dict[str, str] | None = None, **options: Any) -> StoreSettings:
+    return StoreSettings(name="worker", options=options, cap=321,
+                         environ=environ if environ is not None else {"MEMORY_TOKEN": "t0k"})
+
+
+def test_from_settings_builds_a_worker_store():
+    store = WorkerStore.from_settings(settings(base_url="https://memory.example:8443/base",
+                                               timeout_seconds=2.5))
+    assert isinstance(store, WorkerStore)
+    assert store.base_url == "https://memory.example:8443/base"
+    assert store.cap == 321 and store.timeout == 2.5
+    custom = WorkerStore.from_settings(settings({"MY_TOKEN": "abc"}, base_url="http://h",
+                                                token_env="MY_TOKEN"))
+    assert isinstance(custom, WorkerStore) and custom.timeout == 5.0
+
+
+@pytest.mark.parametrize("environ", [{}, {"MEMORY_TOKEN": ""}, {"OTHER": "x"}])
+def test_a_missing_token_falls_back_to_the_in_process_store(environ, memory_warnings):
+    store = WorkerStore.from_settings(settings(environ, base_url="http://127.0.0.1:8787"))
+    assert isinstance(store, InMemoryStore) and store.cap == 321
+    [warning] = memory_warnings()
+    assert "$MEMORY_TOKEN" in warning and "lost on restart" in warning
+    assert "memory.stores.worker.base_url" in warning
+
+
+def test_the_fallback_names_a_custom_token_env(memory_warnings):
+    store = WorkerStore.from_settings(settings({"MEMORY_TOKEN": "x"}, base_url="http://h",
+                                               token_env="TEAM_MEMORY_TOKEN"))
+    assert isinstance(store, InMemoryStore)
+    assert "$TEAM_MEMORY_TOKEN" in memory_warnings()[0]
+
+
+@pytest.mark.parametrize(("options", "key"), [
+    ({"base_url": "http://h", "bogus": 1}, "memory.stores.worker.bogus"),
+    ({}, "memory.stores.worker.base_url"),
+    ({"base_url": 8787}, "memory.stores.worker.base_url"),
+    ({"base_url": "localhost:8787"}, "memory.stores.worker.base_url"),
+    ({"base_url": "http://h", "token_env": ""}, "memory.stores.worker.token_env"),
+    ({"base_url": "http://h", "token_env": 5}, "memory.stores.worker.token_env"),
+    ({"base_url": "http://h", "timeout_seconds": 0}, "memory.stores.worker.timeout_seconds"),
+    ({"base_url": "http://h", "timeout_seconds": "5"}, "memory.stores.worker.timeout_seconds"),
+    ({"base_url": "http://h", "timeout_seconds": True}, "memory.stores.worker.timeout_seconds"),
+])
+def test_bad_options_name_their_key(options, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        WorkerStore.from_settings(settings(**options))
+
+
+def test_a_token_that_cannot_be_a_header_names_the_env_var():
+    with pytest.raises(ConfigError, match=r"\$MEMORY_TOKEN"):
+        WorkerStore.from_settings(settings({"MEMORY_TOKEN": "has space"}, base_url="http://h"))
+
+
+def test_the_registry_builds_it_from_configuration(memory_warnings):
+    config = load_config({"memory": {
+        "enabled": True, "organization": "acme", "store": "worker",
+        "max_records_per_scope": 77,
+        "stores": {"worker": {"base_url": "http://127.0.0.1:8787"}}}})
+    pm = get_plugin_manager()
+    with_token = build_store(config, pm, environ={"MEMORY_TOKEN": "t"})
+    assert isinstance(with_token, WorkerStore) and with_token.cap == 77
+    without = build_store(config, pm, environ={})
+    assert isinstance(without, InMemoryStore) and without.cap == 77
+    assert len(memory_warnings()) == 1
+
+
+async def test_a_round_trip_through_the_real_server(aiohttp_server, clock, caplog):
+    from scopemem.worker_aiohttp.app import create_app
+
+    caplog.set_level(logging.INFO, logger="scopemem.worker")
+    backing = InMemoryStore(clock=clock)
+    server = await aiohttp_server(create_app(backing, TOKEN))
+    worker = WorkerStore(str(server.make_url("")), TOKEN, cap=2)
+    try:
+        counts = await worker.write(ORG, [fact("alpha lesson"), fact("beta lesson"),
+                                          fact("gamma lesson")])
+        assert counts == WriteCounts(inserted=3, evicted=1)
+        assert len(await worker.retrieve(ORG, "lesson", 10)) == 2
+        assert [r.text for r in await worker.list(ORG, 10, kind=Kind.FACT)] == [
+            "gamma lesson", "beta lesson"]
+    finally:
+        await worker.close()
+    assert f"[write] {ORG} <- 3 candidates (evicted 1)" in caplog.text

@@ -1,0 +1,130 @@
+"""``scopemem serve`` as an operator runs it: a subprocess on a free port, stopped by a signal."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+from click.testing import CliRunner
+
+from scopemem.cli import build_cli
+from scopemem.core.records import WriteCounts
+from scopemem.stores.worker import WorkerStore
+from tests.conftest import fact
+
+TOKEN = "serve-token"
+ORG = "org:acme"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start(tmp_path: Path, *args: str, token: str | None = TOKEN) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("SCOPEMEM_CONFIG", "SCOPEMEM_TOKEN")}
+    if token is not None:
+        env["SCOPEMEM_TOKEN"] = token
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scopemem", "serve", "--port", str(port), *args],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return process, f"http://127.0.0.1:{port}"
+
+
+async def wait_healthy(process: subprocess.Popen, url: str) -> None:
+    deadline = time.monotonic() + 20
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            assert process.poll() is None, process.communicate()
+            try:
+                async with session.get(url + "/healthz") as response:
+                    if response.status == 200 and await response.json() == {"ok": True}:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    raise AssertionError("the worker never became healthy")
+
+
+def stop(process: subprocess.Popen, signum: int) -> tuple[str, str]:
+    process.send_signal(signum)
+    try:
+        out, err = process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    assert process.returncode == 0, (out, err)
+    return out, err
+
+
+async def test_serve_write_list_restart_and_stop(tmp_path):
+    data = tmp_path / "data"
+    process, url = start(tmp_path, "--data", str(data), "--no-access-log")
+    try:
+        await wait_healthy(process, url)
+        store = WorkerStore(url, TOKEN)
+        try:
+            assert await store.write(ORG, [fact("run npm ci first")]) == WriteCounts(inserted=1)
+            assert [r.text for r in await store.list(ORG, 5)] == ["run npm ci first"]
+        finally:
+            await store.close()
+    finally:
+        out, err = stop(process, signal.SIGINT)
+    assert f"listening on {url} (store: sqlite)" in out and "stopped" in out
+    assert "Traceback" not in err
+    assert list(data.glob("*.db"))  # the default store is the embedded SQLite one
+
+    # A new process on the same data directory still has the record (SIGTERM this time).
+    process, url = start(tmp_path, "--data", str(data))
+    try:
+        await wait_healthy(process, url)
+        store = WorkerStore(url, TOKEN)
+        try:
+            assert [r.text for r in await store.list(ORG, 5)] == ["run npm ci first"]
+        finally:
+            await store.close()
+    finally:
+        out, err = stop(process, signal.SIGTERM)
+    assert "[list] org:acme -> 1" in err and "run npm ci" not in err
+    assert "POST /list" in err  # the access log is on by default
+
+
+async def test_serve_without_a_token_warns_and_refuses_every_data_route(tmp_path):
+    process, url = start(tmp_path, "--store", "memory", token=None)
+    try:
+        await wait_healthy(process, url)
+        async with aiohttp.ClientSession() as session, session.post(
+                url + "/list", json={"scopeKey": ORG, "limit": 1},
+                headers={"Authorization": "Bearer "}) as response:
+            assert response.status == 401
+    finally:
+        out, err = stop(process, signal.SIGINT)
+    assert "SCOPEMEM_TOKEN is not set: every data route will answer 401" in err
+    assert "(store: memory)" in out
+
+
+def test_an_unknown_store_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SCOPEMEM_CONFIG", raising=False)
+    result = CliRunner().invoke(build_cli(), ["serve", "--store", "postgres"])
+    assert result.exit_code == 1
+    assert "store 'postgres' is not installed; installed:" in result.output
+    assert "sqlite" in result.output and "Traceback" not in result.output
+
+
+def test_serve_uses_the_configured_store_even_with_memory_disabled(tmp_path, monkeypatch):
+    config = tmp_path / "scopemem.toml"
+    config.write_text('[memory]\nenabled = false\nstore = "nosuch"\n')
+    monkeypatch.delenv("SCOPEMEM_CONFIG", raising=False)
+    result = CliRunner().invoke(build_cli(), ["--config", str(config), "serve"])
+    assert result.exit_code == 1 and "store 'nosuch' is not installed" in result.output
