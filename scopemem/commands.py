@@ -123,6 +123,30 @@ def record_line(record: Record) -> str:
             f"{sanitize_field(record.text)} (source `{sanitize_field(record.source_thread_key)}`)")
 
 
+def _unavailable(memory: Memory, ctx: CommandContext) -> Outcome | None:
+    """Why no command can run at all: memory is off (no store is touched), or the caller is
+    not a person's scope."""
+    if not memory.enabled:
+        return Outcome(False, "memory is off", {"ok": False, "error": "memory is off"})
+    problem = caller_problem(ctx.caller)
+    return refused(problem) if problem else None
+
+
+async def _scope_keys(memory: Memory, scope: ListScope, every: list[ListScope],
+                      ctx: CommandContext, repo_option: str | None
+                      ) -> tuple[list[str], Outcome | None]:
+    """The keys a command acts on: one named scope (refused when the request lacks it), or
+    for ``all`` each scope of ``every`` the request has."""
+    keys: list[str] = []
+    for wanted in every if scope is ListScope.ALL else [scope]:
+        key, note = await _scope_key(memory, wanted, ctx, repo_option)
+        if key is not None:
+            keys.append(key)
+        elif scope is not ListScope.ALL:
+            return [], refused(note or f"no {wanted.value} scope here")
+    return keys, None
+
+
 def _section_title(key: str, ctx: CommandContext) -> str:
     return f"your records ({key})" if key == ctx.caller else key
 
@@ -131,21 +155,17 @@ def _section_title(key: str, ctx: CommandContext) -> str:
 
 
 async def run_list(memory: Memory, command: ListCommand, ctx: CommandContext) -> Outcome:
-    if not memory.enabled:
-        return Outcome(False, "memory is off", {"ok": False, "error": "memory is off"})
-    problem = caller_problem(ctx.caller)
-    if problem:
-        return refused(problem)
-    wanted = ([ListScope.ME, ListScope.REPO, ListScope.CHANNEL, ListScope.ORG]
-              if command.scope is ListScope.ALL else [command.scope])
+    unavailable = _unavailable(memory, ctx)
+    if unavailable:
+        return unavailable
+    keys, refusal = await _scope_keys(
+        memory, command.scope, [ListScope.ME, ListScope.REPO, ListScope.CHANNEL, ListScope.ORG],
+        ctx, command.repo)
+    if refusal:
+        return refusal
     lines: list[str] = []
     sections: list[dict[str, Any]] = []
-    for scope in wanted:
-        key, note = await _scope_key(memory, scope, ctx, command.repo)
-        if key is None:
-            if command.scope is not ListScope.ALL:
-                return refused(note or f"no {scope.value} scope here")
-            continue
+    for key in keys:
         try:
             records = await memory.store.list(key, command.limit, query=command.query)
         except Exception as exc:
@@ -177,11 +197,9 @@ def _is_admin(memory: Memory, caller: str) -> bool:
 
 
 async def run_forget(memory: Memory, command: ForgetCommand, ctx: CommandContext) -> Outcome:
-    if not memory.enabled:
-        return Outcome(False, "memory is off", {"ok": False, "error": "memory is off"})
-    problem = caller_problem(ctx.caller)
-    if problem:
-        return refused(problem)
+    unavailable = _unavailable(memory, ctx)
+    if unavailable:
+        return unavailable
     try:
         scope_key, _seq = parse_memory_id(command.record_id)
     except MemoryIdError as exc:
@@ -201,24 +219,18 @@ async def run_forget(memory: Memory, command: ForgetCommand, ctx: CommandContext
 
 
 async def run_sweep(memory: Memory, command: SweepCommand, ctx: CommandContext) -> Outcome:
-    if not memory.enabled:
-        return Outcome(False, "memory is off", {"ok": False, "error": "memory is off"})
-    problem = caller_problem(ctx.caller)
-    if problem:
-        return refused(problem)
-    wanted = ([ListScope.ORG, ListScope.REPO, ListScope.CHANNEL]
-              if command.scope is ListScope.ALL else [command.scope])
-    keys: list[str] = []
-    for scope in wanted:
-        key, note = await _scope_key(memory, scope, ctx, command.repo)
-        if key is None:
-            if command.scope is not ListScope.ALL:
-                return refused(note or f"no {scope.value} scope here")
-            continue
+    unavailable = _unavailable(memory, ctx)
+    if unavailable:
+        return unavailable
+    keys, refusal = await _scope_keys(
+        memory, command.scope, [ListScope.ORG, ListScope.REPO, ListScope.CHANNEL], ctx,
+        command.repo)
+    if refusal:
+        return refusal
+    for key in keys:
         reason = forget_refusal(key, ctx.caller, _is_admin(memory, ctx.caller))
         if reason:
             return refused(reason)
-        keys.append(key)
     lines: list[str] = []
     results: list[dict[str, Any]] = []
     for key in keys:
@@ -243,19 +255,18 @@ async def run_remember(memory: Memory, text: str, scope: ListScope, ctx: Command
                        repo: str | None = None, thread_key: str = "cli:remember") -> Outcome:
     """Write one human-stated fact through the same gate, scope rules and store write as
     reflection. Shared scopes need an admin, like forget."""
-    if not memory.enabled:
-        return Outcome(False, "memory is off", {"ok": False, "error": "memory is off"})
-    problem = caller_problem(ctx.caller)
-    if problem:
-        return refused(problem)
+    unavailable = _unavailable(memory, ctx)
+    if unavailable:
+        return unavailable
     text = text.strip()
     if not text:
         return refused("there is nothing to remember: the text is empty")
     if scope is ListScope.ALL:
         return refused("remember writes to one scope: me, org, repo or channel")
-    key, note = await _scope_key(memory, scope, ctx, repo)
-    if key is None:
-        return refused(note or f"no {scope.value} scope here")
+    keys, refusal = await _scope_keys(memory, scope, [], ctx, repo)
+    if refusal:
+        return refusal
+    [key] = keys
     reason = forget_refusal(key, ctx.caller, _is_admin(memory, ctx.caller))
     if reason:
         return refused(reason)

@@ -13,14 +13,14 @@ Reflection decides what a failure means (one warning, nothing written).
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 import attrs
 
-from scopemem.errors import ConfigError, ScopememError
+from scopemem.errors import ScopememError
+from scopemem.options import OptionsTable
 from scopemem.plugins.registry import Registry
 
 if TYPE_CHECKING:
@@ -103,50 +103,13 @@ class Provider(Protocol):
 
 
 @attrs.frozen(kw_only=True)
-class ProviderSettings:
+class ProviderSettings(OptionsTable):
     """What a provider factory is built from: the provider's registered name, its own
-    options table (``[memory.providers.<name>]``, validated by the factory), and the
-    environment (where API keys named by the options are looked up)."""
+    options table (``[memory.providers.<name>]``, validated by the factory with the
+    ``OptionsTable`` helpers), and the environment (where API keys named by the options are
+    looked up)."""
 
-    name: str = ""
-    options: Mapping[str, Any] = attrs.field(factory=dict)
-    environ: Mapping[str, str] = attrs.field(factory=dict)
-
-    def option_key(self, key: str) -> str:
-        """The dotted config key of one option, for error messages."""
-        return f"memory.providers.{self.name}.{key}" if self.name else key
-
-    def unknown_options(self, known: Sequence[str]) -> None:
-        """Raise ``ConfigError`` naming the first option not in ``known``."""
-        unknown = sorted(set(self.options) - set(known))
-        if unknown:
-            raise ConfigError(
-                f"{self.option_key(unknown[0])}: unknown option"
-                f" (known: {', '.join(known) or 'none'})"
-            )
-
-    def string_option(self, key: str, default: str) -> str:
-        """A non-empty string option, or ``default`` when absent."""
-        value = self.options.get(key, default)
-        if not isinstance(value, str):
-            raise ConfigError(
-                f"{self.option_key(key)}: expected a string, got {type(value).__name__}"
-            )
-        if not value.strip():
-            raise ConfigError(f"{self.option_key(key)}: must not be empty")
-        return value
-
-    def positive_number_option(self, key: str, default: float) -> float:
-        """A finite number greater than zero (integer or float), or ``default``."""
-        value = self.options.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(
-                f"{self.option_key(key)}: expected a positive number, "
-                f"got {type(value).__name__} {value!r}"
-            )
-        if not math.isfinite(value) or value <= 0:
-            raise ConfigError(f"{self.option_key(key)}: must be a positive number, got {value!r}")
-        return float(value)
+    TABLE: ClassVar[str] = "providers"
 
 
 ProviderFactory = Callable[[ProviderSettings], Provider]

@@ -8,8 +8,8 @@ answers (the contract suite in ``tests/stores`` checks exactly that).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import ClassVar, Protocol, runtime_checkable
 
 import attrs
 
@@ -23,7 +23,8 @@ from scopemem.core.records import (
     WriteCounts,
 )
 from scopemem.core.scopes import scope_key_problem
-from scopemem.errors import ConfigError, StoreError
+from scopemem.errors import StoreError
+from scopemem.options import OptionsTable
 
 __all__ = [
     "Clock",
@@ -76,27 +77,15 @@ class MemoryStore(Protocol):
 
 
 @attrs.frozen(kw_only=True)
-class StoreSettings:
+class StoreSettings(OptionsTable):
     """What a store factory is built from: its own options table (``[memory.stores.<name>]``,
-    validated by the store), the per-scope cap, the environment (for secrets named by
-    config), and a clock returning epoch milliseconds."""
+    validated by the store with the ``OptionsTable`` helpers), the per-scope cap, the
+    environment (for secrets named by config), and a clock returning epoch milliseconds."""
 
-    options: Mapping[str, Any] = attrs.field(factory=dict)
+    TABLE: ClassVar[str] = "stores"
+
     cap: int = DEFAULT_SCOPE_CAP
-    environ: Mapping[str, str] = attrs.field(factory=dict)
     clock: Clock = wall_clock_ms
-    name: str = ""
-
-    def option_key(self, key: str) -> str:
-        return f"memory.stores.{self.name}.{key}" if self.name else key
-
-    def unknown_options(self, known: Sequence[str]) -> None:
-        unknown = sorted(set(self.options) - set(known))
-        if unknown:
-            raise ConfigError(
-                f"{self.option_key(unknown[0])}: unknown option"
-                f" (known: {', '.join(known) or 'none'})"
-            )
 
 
 StoreFactory = Callable[[StoreSettings], MemoryStore]

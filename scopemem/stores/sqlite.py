@@ -230,16 +230,10 @@ class SqliteStore:
     def from_settings(cls, settings: StoreSettings) -> SqliteStore:
         """Build from ``[memory.stores.sqlite]``: ``path``, ``synchronous``,
         ``busy_timeout_ms``, ``max_open_connections``."""
-        name = settings.name or "sqlite"
-
-        def key(option: str) -> str:
-            return f"memory.stores.{name}.{option}"
-
-        known = ("path", "synchronous", "busy_timeout_ms", "max_open_connections")
-        unknown = sorted(set(settings.options) - set(known))
-        if unknown:
-            raise ConfigError(f"{key(str(unknown[0]))}: unknown option"
-                              f" (known: {', '.join(known)})")
+        settings = settings.named("sqlite")
+        key = settings.option_key
+        settings.unknown_options(("path", "synchronous", "busy_timeout_ms",
+                                  "max_open_connections"))
         options: Mapping[str, Any] = settings.options
         return cls(
             _check_path(options.get("path", DEFAULT_PATH), key("path")),

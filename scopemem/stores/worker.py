@@ -103,6 +103,7 @@ class WorkerStore:
 
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> MemoryStore:
+        settings = settings.named("worker")
         settings.unknown_options(OPTIONS)
         options = settings.options
         if "base_url" not in options:
@@ -112,15 +113,8 @@ class WorkerStore:
         problem = _url_problem(base_url)
         if problem is not None:
             raise ConfigError(f"{settings.option_key('base_url')}: {problem}")
-        token_env = options.get("token_env", DEFAULT_TOKEN_ENV)
-        if not isinstance(token_env, str) or not token_env:
-            raise ConfigError(f"{settings.option_key('token_env')}: must be the name of an "
-                              "environment variable")
-        timeout = options.get("timeout_seconds", DEFAULT_TIMEOUT)
-        if (isinstance(timeout, bool) or not isinstance(timeout, int | float)
-                or not 0 < timeout <= 300):
-            raise ConfigError(f"{settings.option_key('timeout_seconds')}: must be a number of "
-                              f"seconds above 0 and at most 300, got {timeout!r}")
+        token_env = settings.string_option("token_env", DEFAULT_TOKEN_ENV)
+        timeout = settings.positive_number_option("timeout_seconds", DEFAULT_TIMEOUT, high=300)
         token = settings.environ.get(token_env, "")
         if not token:
             from scopemem.stores.memory import InMemoryStore
