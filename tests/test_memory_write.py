@@ -14,6 +14,7 @@ from scopemem.core.reflection import REFLECTION_SYSTEM
 from scopemem.plugins.manager import new_plugin_manager
 from scopemem.reflecting import Run
 from scopemem.stores.memory import InMemoryStore
+from scopemem.stores.sqlite import SqliteStore
 from tests.conftest import FakeClock, fact
 
 ORG, REPO, CHANNEL = "org:acme", "repo:acme/api", "channel:slack:C1"
@@ -51,9 +52,15 @@ def scripted() -> Scripted:
     return Scripted()
 
 
-@pytest.fixture
-def store(clock: FakeClock) -> InMemoryStore:
-    return InMemoryStore(clock=clock)
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path):
+    """The write path runs against the in-process store and the embedded SQLite one."""
+    if request.param == "memory":
+        yield InMemoryStore(clock=clock)
+        return
+    store = SqliteStore(tmp_path / "data", clock=clock)
+    yield store
+    await store.close()
 
 
 def make_memory(store, clock, scripted, **overrides) -> Memory:

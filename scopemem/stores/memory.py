@@ -18,6 +18,7 @@ from scopemem.core.records import (
     SweepResult,
     WriteCounts,
 )
+from scopemem.core.text import normalize_text
 from scopemem.plugins.markers import hookimpl
 from scopemem.stores.base import (
     Clock,
@@ -76,10 +77,20 @@ class InMemoryStore:
         now = self._clock()
         rows = list(self._scopes.get(scope_key, []))
         index = {record.id: i for i, record in enumerate(rows)}
+        # The engine needs only the rows sharing the candidate's normalized text and the
+        # rows it points at; indexing the norms once keeps a batch linear in the scope.
+        by_norm: dict[str, list[int]] = {}
+        for i, record in enumerate(rows):
+            if record.is_active:
+                by_norm.setdefault(normalize_text(record.text), []).append(i)
         seq = self._next_seq.get(scope_key, 1)
         counts = WriteCounts()
         for candidate in candidates:
-            action = engine.plan_write(scope_key, candidate, rows, now)
+            norm = normalize_text(candidate.text)
+            pool = [rows[i] for i in by_norm.get(norm, ())]
+            pool += [rows[index[p]] for p in (candidate.supersedes, candidate.restates)
+                     if p and p in index]
+            action = engine.plan_write(scope_key, candidate, pool, now)
             counts += engine.count_action(action)
             if isinstance(action, engine.Insert):
                 if action.superseded is not None:
@@ -87,6 +98,7 @@ class InMemoryStore:
                 record = engine.mint_record(scope_key, seq, candidate, now)
                 seq += 1
                 index[record.id] = len(rows)
+                by_norm.setdefault(norm, []).append(len(rows))
                 rows.append(record)
             else:
                 rows[index[action.updated.id]] = action.updated

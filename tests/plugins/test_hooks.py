@@ -25,7 +25,7 @@ from scopemem.stores.memory import InMemoryStore
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOK_NAMES = sorted(name for name in dir(hookspecs) if name.startswith("scopemem_"))
-BUILTIN_STORES = {"null", "memory"}
+BUILTIN_STORES = {"null", "memory", "sqlite", "worker"}
 
 
 def test_every_hook_documents_each_argument():
@@ -63,7 +63,7 @@ def test_only_authorize_write_is_firstresult():
 
 def test_installed_metadata_lists_every_builtin_store():
     names = {ep.name for ep in importlib.metadata.entry_points(group="scopemem")}
-    assert names >= BUILTIN_STORES
+    assert names >= BUILTIN_STORES | {"worker_server"}
 
 
 def test_builtins_register_first_then_entry_points():
