@@ -64,3 +64,17 @@ def test_the_console_script_is_installed():
     completed = subprocess.run([str(script), "--help"], capture_output=True, text=True,
                                timeout=60, check=False)
     assert completed.returncode == 0 and "config" in completed.stdout
+
+
+def test_config_check_validates_the_reflection_provider(tmp_path: Path):
+    path = tmp_path / "scopemem.toml"
+    path.write_text('[memory]\nmodel = "nosuch/m1"\n')
+    result = run("--config", str(path), "config", "check")
+    assert result.exit_code == 1 and "memory.model" in result.output
+    assert "plugin may not be installed" in result.output
+    path.write_text('[memory]\nmodel = "openai/gpt-4o-mini"\n'
+                    '[memory.providers.openai]\ntimeout_seconds = -1\n')
+    result = run("--config", str(path), "config", "check")
+    assert result.exit_code == 1 and "memory.providers.openai.timeout_seconds" in result.output
+    path.write_text('[memory]\nmodel = "openai/gpt-4o-mini"\n')
+    assert run("--config", str(path), "config", "check").exit_code == 0

@@ -49,12 +49,23 @@ def scopemem_register_commands(cli: click.Group) -> None:
         """Validate the configuration and print the effective settings."""
         from scopemem.memory import store_registry
 
+        from scopemem.errors import ScopememError
+        from scopemem.plugins.providers import build_provider, parse_model_ref
+
         config = state.config()
         if config.enabled and config.store not in store_registry(state.pm):
             raise click.ClickException(
                 f"memory.store: unknown store {config.store!r}; installed: "
                 f"{', '.join(store_registry(state.pm).names())} (plugin may not be installed)"
             )
+        if config.model is not None:
+            # Building a provider does no I/O, so its options can be checked here, before
+            # the first reflection would find the mistake.
+            try:
+                ref = parse_model_ref(config.model)
+                build_provider(state.pm, config, ref)
+            except (ValueError, ScopememError) as exc:
+                raise click.ClickException(f"memory.model: {exc}") from None
         settings = attrs.asdict(config, recurse=True)
         if as_json:
             echo_json(settings)
