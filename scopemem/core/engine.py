@@ -7,14 +7,15 @@ feeds these functions the rows they ask for answers exactly like every other sto
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import TypeVar
 
 import attrs
 
 from scopemem.core.gate import rejection_markers
 from scopemem.core.records import Candidate, Kind, Record, Status, WriteCounts
 from scopemem.core.scopes import memory_id, record_seq
-from scopemem.core.scoring import record_tokens, score_record
+from scopemem.core.scoring import record_tokens, score_of
 from scopemem.core.text import distinct_tokens, normalize_text
 
 # Longer tokens are the selective ones; a 4000-character query would otherwise become an
@@ -25,6 +26,8 @@ MAX_MATCH_TOKENS = 24
 # proportionally more for larger limits.
 CANDIDATE_FLOOR = 50
 CANDIDATES_PER_LIMIT = 5
+
+T = TypeVar("T")
 
 
 def match_tokens(query: str) -> list[str]:
@@ -51,20 +54,39 @@ def rank_records(records: Iterable[Record], query: str, limit: int, now: int) ->
     A record qualifies when it holds one of the query's match tokens; qualifying records are
     scored over the whole query. Ties go to the newer record, so the answer does not depend
     on the order a store happened to hand the records in."""
+    return rank_entries(
+        ((record_seq(record.id), record_tokens(record), record.last_touched, record)
+         for record in records if record.is_active),
+        query, limit, now)
+
+
+def rank_entries(entries: Iterable[tuple[int, Collection[str], int, T]], query: str,
+                 limit: int, now: int) -> list[T]:
+    """:func:`rank_records` over light entries, for a store that can rank rows before (or
+    instead of) building a ``Record`` for each.
+
+    Each entry stands for one *active* record as ``(seq, tokens, last_touched, item)``:
+    ``record_seq(record.id)``, ``record_tokens(record)``, ``record.last_touched``, and
+    whatever the caller wants back. The answer is the items of the ``limit`` best entries,
+    best first, decided exactly as :func:`rank_records` decides (which is this function over
+    its active records)."""
     gate = match_tokens(query)
     if not gate or limit <= 0:
         return []
     scoring_tokens = distinct_tokens(query)
+    # Set operations instead of token-by-token loops (the hot path of every retrieval):
+    # the gate holds when the record shares a gate token, and the match is the share of the
+    # distinct query tokens it holds, the same count ``token_match`` takes.
+    gate_set = frozenset(gate)
+    scoring_set = frozenset(scoring_tokens)
+    width = len(scoring_tokens)
     scored = []
-    for record in records:
-        if not record.is_active:
-            continue
-        tokens = record_tokens(record)
-        if any(token in tokens for token in gate):
-            score = score_record(record, scoring_tokens, now, tokens)
-            scored.append((score, record_seq(record.id), record))
+    for seq, tokens, last_touched, item in entries:
+        if not gate_set.isdisjoint(tokens):
+            match = len(scoring_set.intersection(tokens)) / width
+            scored.append((score_of(match, last_touched, now), seq, item))
     scored.sort(key=lambda entry: (-entry[0], -entry[1]))
-    return [record for _score, _seq, record in scored[:limit]]
+    return [item for _score, _seq, item in scored[:limit]]
 
 
 def bump_usage(record: Record, now: int) -> Record:

@@ -112,6 +112,58 @@ class Record:
         return self.created_at if self.last_used_at is None else self.last_used_at
 
 
+_RECORD_FIELDS = tuple(field.name for field in attrs.fields(Record))
+_KINDS = {kind.value: kind for kind in Kind}
+_STATUSES = {status.value: status for status in Status}
+
+
+def trusted_record(
+    id: str,  # noqa: A002 - the field's name
+    scope_key: str,
+    kind: str,
+    text: str,
+    keywords: tuple[str, ...],
+    source_thread_key: str,
+    source_run_id: str | None,
+    created_at: int,
+    last_used_at: int | None,
+    use_count: int,
+    confidence: float | None,
+    supersedes: str | None,
+    restates: str | None,
+    status: str,
+) -> Record:
+    """A ``Record`` built without running its validators, for values a store read back from
+    its own storage (which only ever held validated records). Arguments are positional in
+    field order. ``kind`` and ``status`` are converted exactly as the constructor converts
+    them, so the result equals ``Record(...)`` of the same values; anything the validators
+    would have refused is the caller's responsibility."""
+    record = object.__new__(Record)
+    put = object.__setattr__
+    put(record, "id", id)
+    put(record, "scope_key", scope_key)
+    put(record, "kind", _KINDS.get(kind) or Kind(kind))
+    put(record, "text", text)
+    put(record, "keywords", tuple(keywords))
+    put(record, "source_thread_key", source_thread_key)
+    put(record, "source_run_id", source_run_id)
+    put(record, "created_at", created_at)
+    put(record, "last_used_at", last_used_at)
+    put(record, "use_count", use_count)
+    put(record, "confidence", confidence)
+    put(record, "supersedes", supersedes)
+    put(record, "restates", restates)
+    put(record, "status", _STATUSES.get(status) or Status(status))
+    return record
+
+
+# trusted_record sets every field by name: it must be told about a new one.
+assert _RECORD_FIELDS == (
+    "id", "scope_key", "kind", "text", "keywords", "source_thread_key", "source_run_id",
+    "created_at", "last_used_at", "use_count", "confidence", "supersedes", "restates",
+    "status")
+
+
 @attrs.frozen(kw_only=True)
 class Candidate:
     """A record a writer offers to a scope; the store's plan decides what becomes of it."""

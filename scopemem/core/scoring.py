@@ -40,22 +40,36 @@ def keyword_match(query_tokens: Collection[str], record: Record,
     Whole tokens, not substrings: a substring test lets a one-letter token match nearly
     everything. An empty query matches nothing. ``tokens`` may pass the record's tokens when
     the caller has them already."""
+    return token_match(query_tokens, record_tokens(record) if tokens is None else tokens)
+
+
+def token_match(query_tokens: Collection[str], have: Collection[str]) -> float:
+    """:func:`keyword_match` of a record whose tokens are ``have``."""
     if not query_tokens:
         return 0.0
-    have = record_tokens(record) if tokens is None else tokens
     return sum(1 for token in query_tokens if token in have) / len(query_tokens)
 
 
 def recency_score(record: Record, now: int) -> float:
     """1 for a record used just now, 1/e after τ, towards 0 beyond; never above 1."""
-    age = max(0, now - record.last_touched)
+    return recency_of(record.last_touched, now)
+
+
+def recency_of(last_touched: int, now: int) -> float:
+    """:func:`recency_score` of a record last touched at ``last_touched``."""
+    age = max(0, now - last_touched)
     return math.exp(-age / RECENCY_TAU_MS)
 
 
 def score_record(record: Record, query_tokens: Collection[str], now: int,
                  tokens: Collection[str] | None = None) -> float:
-    return (KEYWORD_WEIGHT * keyword_match(query_tokens, record, tokens)
-            + RECENCY_WEIGHT * recency_score(record, now))
+    return score_of(keyword_match(query_tokens, record, tokens), record.last_touched, now)
+
+
+def score_of(match: float, last_touched: int, now: int) -> float:
+    """The score of a record with keyword match ``match`` last touched at ``last_touched``:
+    the one formula :func:`score_record` and the engine's light ranking path share."""
+    return KEYWORD_WEIGHT * match + RECENCY_WEIGHT * recency_of(last_touched, now)
 
 
 def render_bullet(record: Record) -> str:

@@ -47,9 +47,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
     @click.pass_obj
     def config_check(state: CliState, as_json: bool) -> None:
         """Validate the configuration and print the effective settings."""
-        from scopemem.memory import store_registry
-
         from scopemem.errors import ScopememError
+        from scopemem.memory import store_registry
         from scopemem.plugins.providers import build_provider, parse_model_ref
 
         config = state.config()

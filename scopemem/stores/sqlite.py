@@ -13,21 +13,38 @@ Layout
     removing its file (with its ``-wal``/``-shm`` companions).
 
 Threads and locks
-    apsw releases the GIL while SQLite works, so every database call runs on a small thread
-    pool owned by the store and the event loop never waits on disk. An apsw connection may
-    move between threads but must not be used by two at once: each open connection has its
-    own ``threading.Lock``, held for a whole operation. Open connections live in a bounded LRU
-    cache (``max_open``); an evicted one is closed once its current user is done. Writers to
-    one scope also queue on a per-scope ``asyncio.Lock`` so a burst of writes waits on the
-    loop rather than parking pool threads; those locks are dropped when nobody holds them, so
-    memory follows the cache size, not the number of scopes ever touched.
+    apsw releases the GIL while SQLite works, so every database call runs on thread pools
+    owned by the store and the event loop never waits on disk: one pool for reads, one for
+    writes (and bump commits), so writes waiting on the disk never hold the threads reads of
+    other scopes need. An apsw connection may move between threads but must not be used by
+    two at once: each open connection has its own ``threading.Lock``, held for a whole
+    operation. Open connections live in a bounded LRU cache (``max_open``); an evicted one
+    is closed (committing any pending bumps) once its current user is done, and the scope is
+    not reopened before that. Writers to one scope also queue on a per-scope
+    ``asyncio.Lock`` so a burst of writes waits on the loop rather than parking pool
+    threads; those locks are dropped when nobody holds them, so memory follows the cache
+    size, not the number of scopes ever touched.
+
+Reads
+    A retrieval does not take the writer lock (unless a write to its scope is running or
+    queued: then it waits on the loop with it). Under the connection's lock it reads the
+    candidate rows, applies the usage bumps still pending from concurrent retrievals of the
+    scope, ranks, and adds its own bumps to the pending set; then, before returning, it
+    waits until a transaction has committed them. Group commit: the first retrieval to take
+    the writer lock commits every bump pending by then in one transaction, and the ones
+    queued behind it find theirs committed. So every retrieval sees the bumps of every
+    retrieval that returned before it (and of concurrent ones ranked before it), and a
+    retrieval that has returned is in the file, exactly as with one transaction per call.
+    A write, forget or sweep applies pending bumps at the start of its own transaction.
 
 Durability
     WAL journal; ``synchronous`` FULL by default (configurable). A write batch, a forget and
     a sweep are each one ``BEGIN IMMEDIATE`` transaction: all of it commits or none of it
-    does. The usage bump of a retrieval commits at NORMAL when the store runs at FULL or
-    EXTRA: it is as safe against a killed process, and a power cut may lose the last few use
-    counts (never a record) until the next acknowledged write syncs the log.
+    does. Usage bumps commit at NORMAL when the store runs at FULL or EXTRA (before the
+    retrieval returns, see Reads): as safe against a killed process, and a power cut may
+    lose the last few use counts (never a record) until the next acknowledged write syncs
+    the log. The bumps of a retrieval cancelled before it returned are committed by the
+    scope's next commit or at close (lost if the process dies first: never acknowledged).
 """
 
 from __future__ import annotations
@@ -55,6 +72,7 @@ from scopemem.core.records import (
     Status,
     SweepResult,
     WriteCounts,
+    trusted_record,
 )
 from scopemem.core.text import normalize_text, tokenize
 from scopemem.errors import ConfigError, StoreError
@@ -80,20 +98,42 @@ FILE_SUFFIX = ".db"
 _READABLE_CHARS = 40
 _DIGEST_CHARS = 32
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
-_POOL_THREADS = 4
+_POOL_THREADS = 4  # per pool: one for reads, one for writes
 # Rows changed per statement when a whole set is retired (eviction, sweep).
 _CHUNK = 500
 
 
 # The retrieval prefilter: the best-matching active rows by bm25 (ties to the newer row), at
 # most the engine's candidate cap of them. bm25 only decides which rows reach the engine,
-# never the final order. (The benchmark times this exact statement on its own.)
+# never the final order. (The benchmark times this exact statement on its own.) CROSS JOIN
+# pins the plan: the few hits drive primary-key lookups into ``records``; left to itself the
+# planner may scan every active row through an index and probe the hits instead.
 CANDIDATES_SQL = (
-    f"SELECT {schema.RECORD_COLUMNS} FROM records JOIN ("
+    f"SELECT {schema.RECORD_COLUMNS} FROM ("
     " SELECT rowid AS hit, bm25(records_fts) AS score FROM records_fts"
     " WHERE records_fts MATCH ? ORDER BY score, rowid DESC LIMIT ?"
-    ") ON seq = hit WHERE status = 'active'"
+    ") CROSS JOIN records ON seq = hit WHERE status = 'active'"
 )
+# The same hits unordered, one output row per hit (NULL columns for a hit with no row; the
+# caller skips rows that are not active), bound like it but asking for cap + 1 hits: when at
+# most ``cap`` come back they are every match, which is exactly what the bm25 statement
+# would hand the engine (the engine's order never depends on the order rows arrive in),
+# without bm25's cost of reading every hit's positions and sorting. Only a query matching
+# more than the cap pays for bm25.
+ALL_HITS_SQL = (
+    f"SELECT {schema.RECORD_COLUMNS} FROM ("
+    " SELECT rowid AS hit FROM records_fts WHERE records_fts MATCH ? LIMIT ? + 1"
+    ") LEFT JOIN records ON seq = hit"
+)
+# The token index is an FTS5 b-tree forest: every write transaction adds a segment and FTS5
+# merges them only in bulk now and then, and a query pays for every segment it must search
+# (six segments make a small scope's lookup about seven times slower than one). After each
+# write transaction the store counts segments (FTS5 data rowids carry the segment id above
+# bit 37, the documented on-disk layout) and rebuilds the index into one segment when there
+# are more than this many. Only speed depends on it, never an answer.
+MAX_FTS_SEGMENTS = 4
+FTS_SEGMENTS_SQL = ("SELECT count(DISTINCT id >> 37) FROM records_fts_data"
+                    " WHERE id >= (1 << 37)")
 
 
 def _apsw() -> Any:
@@ -126,24 +166,59 @@ def _match_expression(tokens: Sequence[str]) -> str:
 
 
 def _record(row: Sequence[Any]) -> Record:
-    (_seq, record_id, scope_key, kind, text, keywords, source_thread_key, source_run_id,
-     created_at, last_used_at, use_count, confidence, supersedes, restates, status) = row
-    return Record(
-        id=record_id,
-        scope_key=scope_key,
-        kind=kind,
-        text=text,
-        keywords=json.loads(keywords) if keywords != "[]" else (),
-        source_thread_key=source_thread_key,
-        source_run_id=source_run_id,
-        created_at=created_at,
-        last_used_at=last_used_at,
-        use_count=use_count,
-        confidence=confidence,
-        supersedes=supersedes,
-        restates=restates,
-        status=status,
-    )
+    keywords = row[5]
+    return trusted_record(*row[1:5], json.loads(keywords) if keywords != "[]" else (),
+                          *row[6:])
+
+
+def _bumped(row: Sequence[Any], now: int) -> Record:
+    """``engine.bump_usage(_record(row), now)`` without building the record twice."""
+    keywords = row[5]
+    return trusted_record(*row[1:5], json.loads(keywords) if keywords != "[]" else (),
+                          *row[6:9], now, row[10] + 1, *row[11:])
+
+
+def _with_bumps(rows: Sequence[Sequence[Any]], pending: Mapping[int, list[int]]
+                ) -> list[Sequence[Any]]:
+    """Rows as they are with the pending usage bumps applied (use count, last use)."""
+    out: list[Sequence[Any]] = []
+    for row in rows:
+        bump = pending.get(row[0])
+        if bump is not None:
+            row = (*row[:9], bump[1], row[10] + bump[0], *row[11:])
+        out.append(row)
+    return out
+
+
+def _apply_bumps(conn: Any, pending: Mapping[int, list[int]]) -> None:
+    """Persist pending usage bumps: one batched UPDATE per (uses, last use) pair, so one
+    retrieval's bumps (or a burst's, mostly sharing a millisecond) cost one statement."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for seq, (uses, last) in pending.items():
+        groups.setdefault((uses, last), []).append(seq)
+    for (uses, last), seqs in groups.items():
+        for start in range(0, len(seqs), _CHUNK):
+            chunk = seqs[start:start + _CHUNK]
+            conn.execute(
+                f"UPDATE records SET use_count = use_count + {int(uses)}, last_used_at = ?"
+                f" WHERE seq IN ({', '.join('?' * len(chunk))})", (last, *chunk))
+
+
+def _rank_entries(rows: Sequence[Sequence[Any]]) -> list[tuple[int, set[str], int, Any]]:
+    """What ``engine.rank_entries`` needs of each active row, the row itself carried along:
+    its seq (which is ``record_seq`` of its id: ids are minted from the seq), the record's
+    tokens as ``scoring.record_tokens`` computes them, and its last touch."""
+    entries = []
+    for row in rows:
+        if row[14] != "active":  # includes a hit with no row (all NULL)
+            continue
+        tokens = set(tokenize(row[4]))
+        if row[5] != "[]":
+            for keyword in json.loads(row[5]):
+                tokens.update(tokenize(keyword))
+        last_used_at = row[9]
+        entries.append((row[0], tokens, row[8] if last_used_at is None else last_used_at, row))
+    return entries
 
 
 def _rows_by_seq(conn: Any, seqs: Sequence[int]) -> list[Sequence[Any]]:
@@ -192,13 +267,19 @@ def _check_path(value: object, name: str) -> str:
 class _Handle:
     """One cached connection and the lock that keeps it to one thread at a time."""
 
-    __slots__ = ("closed", "conn", "lock", "path")
+    __slots__ = ("closed", "commits", "conn", "lock", "path", "pending")
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.lock = threading.Lock()
         self.conn: Any = None
         self.closed = False
+        # Usage bumps of retrievals that have not returned yet, not committed yet:
+        # seq → [uses, last use]. Guarded by ``lock``, as is ``commits``, the number of
+        # transactions that committed pending bumps (a retrieval's bumps are durable once
+        # it has grown past its value when they were added).
+        self.pending: dict[int, list[int]] = {}
+        self.commits = 0
 
 
 class SqliteStore:
@@ -221,9 +302,10 @@ class SqliteStore:
         self.max_open = _check_int(max_open, "max_open", 1)
         self._clock = clock
         self._handles: OrderedDict[str, _Handle] = OrderedDict()
+        self._closing: dict[str, _Handle] = {}  # evicted from the cache, not closed yet
         self._cache_lock = threading.Lock()
         self._writers: dict[str, list[Any]] = {}  # scope → [asyncio.Lock, holders+waiters]
-        self._executor: ThreadPoolExecutor | None = None
+        self._executors: dict[str, ThreadPoolExecutor] = {}  # "read" / "write" pools
         self._closed = False
 
     @classmethod
@@ -255,8 +337,19 @@ class SqliteStore:
         tokens = engine.match_tokens(query)
         if not tokens or limit <= 0:
             return []
-        async with self._writer(scope_key):
-            return await self._run(self._retrieve, scope_key, query, tokens, limit, now)
+        entry = self._writers.get(scope_key)
+        if entry is not None and entry[0].locked():
+            # A write to this scope is running or queued: wait on the loop with it rather
+            # than park read threads on its connection for the length of its transaction.
+            async with self._writer(scope_key):
+                records, ticket = await self._run(
+                    "read", self._retrieve, scope_key, query, tokens, limit, now)
+        else:
+            records, ticket = await self._run(
+                "read", self._retrieve, scope_key, query, tokens, limit, now)
+        if ticket is not None:
+            await self._commit_bumps(scope_key, *ticket)
+        return records
 
     async def write(
         self, scope_key: str, candidates: Sequence[Candidate], cap: int | None = None
@@ -268,7 +361,7 @@ class SqliteStore:
         now = self._clock()
         batch = list(candidates)
         async with self._writer(scope_key):
-            return await self._run(self._write, scope_key, batch, cap, now)
+            return await self._run("write", self._write, scope_key, batch, cap, now)
 
     async def list(
         self, scope_key: str, limit: int, query: str | None = None, kind: Kind | None = None
@@ -281,7 +374,7 @@ class SqliteStore:
             tokens = engine.match_tokens(query)
             if not tokens:
                 return []
-        return await self._run(self._list, scope_key, limit, query, tokens, kind)
+        return await self._run("read", self._list, scope_key, limit, query, tokens, kind)
 
     async def forget(self, scope_key: str, record_id: str) -> bool:
         check_scope_key(scope_key)
@@ -289,56 +382,75 @@ class SqliteStore:
         if seq is None:
             return False
         async with self._writer(scope_key):
-            return await self._run(self._forget, scope_key, record_id, seq)
+            return await self._run("write", self._forget, scope_key, record_id, seq)
 
     async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
         check_scope_key(scope_key)
         async with self._writer(scope_key):
-            return await self._run(self._sweep, scope_key, dry_run)
+            return await self._run("write", self._sweep, scope_key, dry_run)
 
     async def close(self) -> None:
-        """Close every connection and stop the thread pool. Safe to call twice."""
+        """Close every connection (committing any usage bumps left pending by a cancelled
+        retrieval) and stop the thread pools. Safe to call twice."""
         with self._cache_lock:
             if self._closed:
                 return
             self._closed = True
             handles = list(self._handles.values())
             self._handles.clear()
-        executor, self._executor = self._executor, None
-        if executor is None:
+        executors, self._executors = self._executors, {}
+        if not executors:
             for handle in handles:
                 self._close_handle(handle)
             return
         # Closing waits for operations already running on a connection to finish.
+        executor = executors.get("write") or next(iter(executors.values()))
         await asyncio.get_running_loop().run_in_executor(
             executor, lambda: [self._close_handle(handle) for handle in handles])
-        executor.shutdown(wait=False)
+        for pool in executors.values():
+            pool.shutdown(wait=False)
 
     # --- work done on the pool ------------------------------------------------------------
 
     def _retrieve(self, scope_key: str, query: str, tokens: list[str], limit: int, now: int
-                  ) -> list[Record]:
-        with self._connection(scope_key, create=False) as conn:
-            if conn is None:
-                return []
-            with self._transaction(conn, relaxed=True):
-                rows = conn.execute(
-                    CANDIDATES_SQL, (_match_expression(tokens), engine.candidate_cap(limit)),
-                ).fetchall()
-                ranked = engine.rank_records([_record(row) for row in rows], query, limit, now)
-                if not ranked:
-                    return []
-                seqs = [_seq_of(scope_key, record.id) for record in ranked]
-                conn.execute(
-                    "UPDATE records SET use_count = use_count + 1, last_used_at = ?"
-                    f" WHERE seq IN ({', '.join('?' * len(seqs))})",
-                    (now, *seqs),
-                )
-        return [engine.bump_usage(record, now) for record in ranked]
+                  ) -> tuple[list[Record], tuple[_Handle, int] | None]:
+        """The ranked records, bumped, and the ticket for ``_commit_bumps`` (None when
+        nothing was returned)."""
+        with self._connection(scope_key, create=False) as handle:
+            if handle is None:
+                return [], None
+            conn, pending = handle.conn, handle.pending
+            rows = self._candidate_rows(conn, tokens, limit)
+            if pending:
+                rows = _with_bumps(rows, pending)
+            ranked = engine.rank_entries(_rank_entries(rows), query, limit, now)
+            if not ranked:
+                return [], None
+            for row in ranked:
+                bump = pending.get(row[0])
+                if bump is None:
+                    pending[row[0]] = [1, now]
+                else:
+                    bump[0] += 1
+                    bump[1] = now
+            ticket = (handle, handle.commits)
+        return [_bumped(row, now) for row in ranked], ticket
+
+    @staticmethod
+    def _candidate_rows(conn: Any, tokens: list[str], limit: int) -> list[Sequence[Any]]:
+        """The rows the prefilter hands the engine (see ``CANDIDATES_SQL``)."""
+        cap = engine.candidate_cap(limit)
+        match = _match_expression(tokens)
+        rows = conn.execute(ALL_HITS_SQL, (match, cap)).fetchall()
+        if len(rows) > cap:
+            rows = conn.execute(CANDIDATES_SQL, (match, cap)).fetchall()
+        return rows
 
     def _write(self, scope_key: str, candidates: list[Candidate], cap: int, now: int
                ) -> WriteCounts:
-        with self._connection(scope_key, create=True) as conn, self._transaction(conn):
+        with (self._connection(scope_key, create=True) as handle,
+              self._transaction(handle.conn, bumps=handle)):
+            conn = handle.conn
             seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM records").fetchall()[0][0]
             counts = WriteCounts()
             for candidate in candidates:
@@ -364,6 +476,7 @@ class SqliteStore:
             if active > cap:
                 evicted = self._plan_eviction(conn, active - cap)
                 self._retire(conn, scope_key, evicted)
+            self._compact_index(conn)
         if evicted:
             log.info("[write] %s <- %d candidates (evicted %d)", scope_key, len(candidates),
                      len(evicted))
@@ -442,9 +555,10 @@ class SqliteStore:
 
     def _list(self, scope_key: str, limit: int, query: str | None, tokens: list[str] | None,
               kind: Kind | None) -> list[Record]:
-        with self._connection(scope_key, create=False) as conn:
-            if conn is None:
+        with self._connection(scope_key, create=False) as handle:
+            if handle is None:
                 return []
+            conn = handle.conn
             where = ["status = 'active'"]
             params: list[Any] = []
             if kind is not None:
@@ -456,26 +570,42 @@ class SqliteStore:
             rows = conn.execute(
                 f"SELECT {schema.RECORD_COLUMNS} FROM records WHERE {' AND '.join(where)}"
                 " ORDER BY seq DESC LIMIT ?", (*params, limit)).fetchall()
+            if handle.pending:
+                rows = _with_bumps(rows, handle.pending)
         # The index and the engine agree by construction; the engine still has the last word.
         return engine.listing([_record(row) for row in rows], limit, query=query, kind=kind)
 
     def _forget(self, scope_key: str, record_id: str, seq: int) -> bool:
-        with self._connection(scope_key, create=False) as conn:
-            if conn is None:
+        with self._connection(scope_key, create=False) as handle:
+            if handle is None:
                 return False
-            with self._transaction(conn):
+            conn = handle.conn
+            with self._transaction(conn, bumps=handle):
                 conn.execute("UPDATE records SET status = ? WHERE seq = ? AND id = ?"
                              " AND status = 'active'", (Status.FORGOTTEN.value, seq, record_id))
                 if not conn.changes():
                     return False
                 conn.execute("DELETE FROM records_fts WHERE rowid = ?", (seq,))
+                self._compact_index(conn)
         return True
 
+    def _commit_pending(self, handle: _Handle, seen: int) -> None:
+        """Commit the handle's pending bumps unless a commit since ``seen`` already has."""
+        with handle.lock:
+            if handle.closed or handle.commits != seen or not handle.pending:
+                return
+            try:
+                with self._transaction(handle.conn, relaxed=True, bumps=handle):
+                    pass
+            except _apsw().Error as exc:
+                raise StoreError(f"sqlite store: {handle.path}: {_describe(exc)}") from exc
+
     def _sweep(self, scope_key: str, dry_run: bool) -> SweepResult:
-        with self._connection(scope_key, create=False) as conn:
-            if conn is None:
+        with self._connection(scope_key, create=False) as handle:
+            if handle is None:
                 return SweepResult(swept=0, ids=() if dry_run else None)
-            with self._transaction(conn):
+            conn = handle.conn
+            with self._transaction(conn, bumps=handle):
                 rows = conn.execute(
                     f"SELECT {schema.RECORD_COLUMNS} FROM records"
                     " WHERE status = 'active' AND kind = ? ORDER BY seq",
@@ -484,20 +614,33 @@ class SqliteStore:
                 if dry_run:
                     return SweepResult(swept=len(swept), ids=tuple(r.id for r in swept))
                 self._retire(conn, scope_key, swept)
+                self._compact_index(conn)
         return SweepResult(swept=len(swept))
 
     # --- plumbing --------------------------------------------------------------------------
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _run(self, pool: str, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn`` on the ``"read"`` or the ``"write"`` pool. Two pools, so a burst of
+        writes waiting on the disk never holds the threads reads of other scopes need."""
         loop = asyncio.get_running_loop()
         with self._cache_lock:
             if self._closed:
                 raise StoreError("the sqlite store is closed")
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(_POOL_THREADS,
-                                                    thread_name_prefix="scopemem-sqlite")
-            executor = self._executor
+            executor = self._executors.get(pool)
+            if executor is None:
+                executor = self._executors[pool] = ThreadPoolExecutor(
+                    _POOL_THREADS, thread_name_prefix=f"scopemem-sqlite-{pool}")
         return await loop.run_in_executor(executor, functools.partial(fn, *args))
+
+    async def _commit_bumps(self, scope_key: str, handle: _Handle, seen: int) -> None:
+        """Return once the bumps a retrieval added (when ``handle.commits`` was ``seen``) are
+        committed. Group commit: the first retrieval to get the scope's writer lock commits
+        every bump pending by then, and those queued behind it find theirs done."""
+        if handle.commits != seen or handle.closed:
+            return
+        async with self._writer(scope_key):
+            if handle.commits == seen and not handle.closed:
+                await self._run("write", self._commit_pending, handle, seen)
 
     @contextlib.asynccontextmanager
     async def _writer(self, scope_key: str) -> Any:
@@ -526,14 +669,14 @@ class SqliteStore:
 
     @contextlib.contextmanager
     def _connection(self, scope_key: str, *, create: bool) -> Iterator[Any]:
-        """The scope's connection, held exclusively for the block; None (only when not
-        ``create``) if the scope has no database file yet."""
+        """The scope's handle (its open connection and pending bumps), held exclusively for
+        the block; None (only when not ``create``) if the scope has no database file yet."""
         handle = self._acquire(scope_key, create=create)
         if handle is None:
             yield None
             return
         try:
-            yield handle.conn
+            yield handle
         except StoreError:
             raise
         except _apsw().Error as exc:
@@ -543,22 +686,35 @@ class SqliteStore:
 
     def _acquire(self, scope_key: str, *, create: bool) -> _Handle | None:
         while True:
-            doomed: list[_Handle] = []
+            doomed: list[tuple[str, _Handle]] = []
             with self._cache_lock:
                 if self._closed:
                     raise StoreError("the sqlite store is closed")
                 handle = self._handles.get(scope_key)
                 if handle is None:
-                    path = self.path_for(scope_key)
-                    if not create and not os.path.exists(path):
-                        return None
-                    handle = self._handles[scope_key] = _Handle(path)
-                    while len(self._handles) > self.max_open:
-                        doomed.append(self._handles.popitem(last=False)[1])
+                    # An evicted handle of this scope still closing may hold usage bumps
+                    # not yet committed: finish closing it (that commits them) first, so
+                    # two handles of one scope never disagree about a use count.
+                    closing = self._closing.get(scope_key)
+                    if closing is not None:
+                        doomed.append((scope_key, closing))
+                    else:
+                        path = self.path_for(scope_key)
+                        if not create and not os.path.exists(path):
+                            return None
+                        handle = self._handles[scope_key] = _Handle(path)
+                        while len(self._handles) > self.max_open:
+                            doomed.append(self._handles.popitem(last=False))
+                        self._closing.update(doomed)
                 else:
                     self._handles.move_to_end(scope_key)
-            for old in doomed:
+            for key, old in doomed:
                 self._close_handle(old)
+                with self._cache_lock:
+                    if self._closing.get(key) is old:
+                        del self._closing[key]
+            if handle is None:
+                continue
             handle.lock.acquire()
             if handle.closed:  # evicted or closed while we waited: start over
                 handle.lock.release()
@@ -575,11 +731,19 @@ class SqliteStore:
                     raise
             return handle
 
-    @staticmethod
-    def _close_handle(handle: _Handle) -> None:
+    def _close_handle(self, handle: _Handle) -> None:
         with handle.lock:
+            if handle.closed:
+                return
             handle.closed = True
             conn, handle.conn = handle.conn, None
+            if conn is not None and handle.pending:
+                try:
+                    with self._transaction(conn, relaxed=True, bumps=handle):
+                        pass
+                except Exception as exc:
+                    log.warning("sqlite store: %s: %d usage counts were not committed: %s",
+                                handle.path, len(handle.pending), _describe(exc))
             if conn is not None:
                 try:
                     conn.close()
@@ -662,17 +826,31 @@ class SqliteStore:
                          (seq, fts_tokens(text, json.loads(keywords))))
         if missing:
             log.warning("sqlite store: re-indexed %d active records", len(missing))
+        SqliteStore._compact_index(conn)
+
+    @staticmethod
+    def _compact_index(conn: Any) -> None:
+        """Merge the token index into one segment when it has more than
+        ``MAX_FTS_SEGMENTS``. The caller holds a write transaction."""
+        if conn.execute(FTS_SEGMENTS_SQL).fetchall()[0][0] > MAX_FTS_SEGMENTS:
+            conn.execute("INSERT INTO records_fts (records_fts) VALUES ('optimize')")
 
     @contextlib.contextmanager
-    def _transaction(self, conn: Any, *, relaxed: bool = False) -> Iterator[None]:
+    def _transaction(self, conn: Any, *, relaxed: bool = False,
+                     bumps: _Handle | None = None) -> Iterator[None]:
         """One ``BEGIN IMMEDIATE`` transaction: committed if the block finishes, rolled back
-        if it raises. ``relaxed`` commits without waiting for the disk (usage bumps)."""
+        if it raises. ``relaxed`` commits without waiting for the disk (usage bumps).
+        The pending usage bumps of the handle ``bumps`` (held by the caller) are applied
+        first, so the block reads rows with them, and dropped once the transaction
+        commits."""
         relax = relaxed and self.synchronous in ("full", "extra")
         if relax:
             conn.execute("PRAGMA synchronous = NORMAL")
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
+                if bumps is not None and bumps.pending:
+                    _apply_bumps(conn, bumps.pending)
                 yield
             except BaseException:
                 if not conn.getautocommit():
@@ -686,6 +864,9 @@ class SqliteStore:
                     with contextlib.suppress(Exception):
                         conn.execute("ROLLBACK")
                 raise
+            if bumps is not None and bumps.pending:
+                bumps.pending.clear()
+                bumps.commits += 1
         finally:
             if relax:
                 conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")

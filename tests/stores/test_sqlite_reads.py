@@ -1,0 +1,182 @@
+"""The SQLite store's read path: what it hands the engine, concurrent reads, usage bumps.
+
+Retrieval reads without the scope's writer lock, hands the engine every match when there are
+at most the candidate cap of them (else the bm25-best cap), and commits the usage bumps of
+concurrent retrievals of one scope together. None of that may change an answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import apsw
+import pytest
+
+from scopemem.core import engine
+from scopemem.stores import sqlite as sqlite_module
+from scopemem.stores.sqlite import (
+    CANDIDATES_SQL,
+    FTS_SEGMENTS_SQL,
+    MAX_FTS_SEGMENTS,
+    SqliteStore,
+)
+from tests.conftest import FakeClock, fact
+
+ORG = "org:acme"
+
+
+@pytest.fixture
+async def make(tmp_path: Path, clock: FakeClock):
+    built: list[SqliteStore] = []
+
+    def build(**options) -> SqliteStore:
+        options.setdefault("clock", clock)
+        store = SqliteStore(tmp_path / "data", **options)
+        built.append(store)
+        return store
+
+    yield build
+    for store in built:
+        await store.close()
+
+
+def read_only(path: str) -> apsw.Connection:
+    return apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+
+
+def use_counts(path: str) -> dict[int, tuple[int, int | None]]:
+    conn = read_only(path)
+    try:
+        return {seq: (uses, last) for seq, uses, last in conn.execute(
+            "SELECT seq, use_count, last_used_at FROM records")}
+    finally:
+        conn.close()
+
+
+def expected_by_bm25(path: str, query: str, limit: int, now: int) -> list:
+    """What retrieval answered before the unordered fast path: the engine over the rows the
+    bm25 statement returns, bumped."""
+    conn = read_only(path)
+    try:
+        rows = conn.execute(CANDIDATES_SQL, (
+            sqlite_module._match_expression(engine.match_tokens(query)),
+            engine.candidate_cap(limit))).fetchall()
+    finally:
+        conn.close()
+    ranked = engine.rank_records([sqlite_module._record(row) for row in rows], query, limit,
+                                 now)
+    return [engine.bump_usage(record, now) for record in ranked]
+
+
+@pytest.mark.parametrize("matches", [0, 1, 49, 50, 51, 120])
+async def test_retrieve_hands_the_engine_what_the_bm25_prefilter_would(make, clock, matches):
+    store = make(cap=1000)
+    texts = [f"cache rule {n}" + " cache" * (n % 3) for n in range(matches)]
+    texts += [f"unrelated note {n}" for n in range(30)]
+    for start in range(0, len(texts), 40):
+        clock.advance(1000)
+        await store.write(ORG, [fact(text) for text in texts[start:start + 40]])
+    await store.forget(ORG, f"mem:{ORG}:2")  # an inactive row among the hits' neighbours
+    for limit in (1, 8, 12):
+        clock.advance(60_000)
+        expected = expected_by_bm25(store.path_for(ORG), "cache rule", limit, clock.now)
+        assert await store.retrieve(ORG, "cache rule", limit) == expected
+
+
+async def test_a_retrieval_is_committed_when_it_returns(make, clock):
+    store = make()
+    await store.write(ORG, [fact("deploy with care"), fact("deploy on fridays never")])
+    clock.advance(5)
+    got = await store.retrieve(ORG, "deploy", 5)
+    assert {r.use_count for r in got} == {1}
+    counts = use_counts(store.path_for(ORG))
+    assert counts == {1: (1, clock.now), 2: (1, clock.now)}
+
+
+async def test_concurrent_retrievals_of_one_scope_count_every_use_in_order(make, clock):
+    store = make()
+    await store.write(ORG, [fact("the only deploy rule")])
+    clock.advance(10)
+    got = await asyncio.gather(*(store.retrieve(ORG, "deploy", 5) for _ in range(40)))
+    # Each retrieval saw every bump before it: the counts are 1..40, none repeated.
+    assert sorted(records[0].use_count for records in got) == list(range(1, 41))
+    assert use_counts(store.path_for(ORG)) == {1: (40, clock.now)}
+    assert [r.use_count for r in await store.list(ORG, 5)] == [40]
+
+
+async def test_reads_during_a_write_see_all_of_a_batch_or_none(make, clock):
+    store = make(cap=1000)
+    await store.write(ORG, [fact(f"alpha old {n}") for n in range(10)])
+    batch = [fact(f"alpha new {n}") for n in range(40)]
+
+    async def reads() -> list[int]:
+        sizes = []
+        for _ in range(30):
+            sizes.append(len(await store.retrieve(ORG, "alpha", 50)))
+            sizes.append(len(await store.list(ORG, 100, query="alpha")))
+            await asyncio.sleep(0)
+        return sizes
+
+    readers = [asyncio.create_task(reads()) for _ in range(4)]
+    await asyncio.sleep(0)
+    await store.write(ORG, batch)
+    sizes = [size for task in readers for size in await task]
+    assert set(sizes) <= {10, 50}
+    assert len(await store.retrieve(ORG, "alpha", 50)) == 50
+
+
+async def test_writes_see_the_bumps_of_earlier_retrievals(make, clock):
+    store = make(cap=2)
+    await store.write(ORG, [fact("first cache note"), fact("second note")])
+    clock.advance(1000)
+    await store.retrieve(ORG, "cache", 5)  # seq 1 is now the most recently used
+    clock.advance(1000)
+    await store.write(ORG, [fact("third note")])  # evicts the least recently used: seq 2
+    assert [r.id for r in await store.list(ORG, 5)] == [f"mem:{ORG}:3", f"mem:{ORG}:1"]
+
+
+async def test_a_cancelled_retrieval_leaves_no_bump_pending(make, clock):
+    store = make()
+    await store.write(ORG, [fact("deploy rule")])
+    task = asyncio.create_task(store.retrieve(ORG, "deploy", 5))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.05)  # let the thread finish if it had started
+    await store.close()
+    uses = use_counts(store.path_for(ORG))[1][0]
+    assert uses in (0, 1)  # either it never ran or its bump was committed at close
+
+
+async def test_handles_evicted_from_the_cache_keep_their_counts(make, clock):
+    store = make(max_open=1)
+    scopes = [f"user:slack:U{n}" for n in range(3)]
+    for scope in scopes:
+        await store.write(scope, [fact("shared rule")])
+    for round_ in range(1, 4):
+        got = await asyncio.gather(*(store.retrieve(scope, "rule", 5) for scope in scopes))
+        assert [records[0].use_count for records in got] == [round_] * 3
+    for scope in scopes:
+        assert use_counts(store.path_for(scope))[1][0] == 3
+
+
+async def test_the_token_index_is_kept_in_few_segments(make):
+    store = make(cap=1000)
+    for n in range(40):
+        await store.write(ORG, [fact(f"note {n} about caching")])
+        if n % 7 == 0:
+            await store.forget(ORG, f"mem:{ORG}:{n + 1}")
+    conn = read_only(store.path_for(ORG))
+    try:
+        assert conn.execute(FTS_SEGMENTS_SQL).fetchall()[0][0] <= MAX_FTS_SEGMENTS
+    finally:
+        conn.close()
+    conn = apsw.Connection(store.path_for(ORG))
+    try:
+        conn.execute("INSERT INTO records_fts (records_fts, rank)"
+                     " VALUES ('integrity-check', 1)")
+    finally:
+        conn.close()
+    assert len(await store.retrieve(ORG, "caching", 50)) == 34
