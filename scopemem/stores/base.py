@@ -22,7 +22,7 @@ from scopemem.core.records import (
     SweepResult,
     WriteCounts,
 )
-from scopemem.core.scopes import scope_key_problem
+from scopemem.core.scopes import ScopeKeyError, validate_scope_key
 from scopemem.errors import StoreError
 from scopemem.options import OptionsTable
 
@@ -92,11 +92,10 @@ StoreFactory = Callable[[StoreSettings], MemoryStore]
 
 
 def check_scope_key(scope_key: object) -> str:
-    problem = scope_key_problem(scope_key)
-    if problem is not None:
-        raise StoreError(f"scope key {problem}")
-    assert isinstance(scope_key, str)
-    return scope_key
+    try:
+        return validate_scope_key(scope_key)
+    except ScopeKeyError as exc:
+        raise StoreError(str(exc)) from None
 
 
 def check_cap(cap: object) -> int:

@@ -1,0 +1,60 @@
+"""The built-in scope derivers: org from config, the others from the request's own ids."""
+
+from __future__ import annotations
+
+import pytest
+
+from scopemem import MemoryConfig, Request
+from scopemem.core.requests import ScopeRefused, derive_scope_key, request_scope_keys
+from scopemem.plugins import host
+from scopemem.plugins.manager import new_plugin_manager
+
+
+def kinds(organization: str | None = "acme"):
+    pm = new_plugin_manager(load_entry_points=False)
+    return host.scope_kinds(pm, MemoryConfig(organization=organization))
+
+
+def test_each_kind_is_derived_from_its_namespaced_input():
+    request = Request(user_id="slack:U0123", channel_id="slack:C0456", repo="acme/api")
+    derived = {name: derive_scope_key(kinds(), name, request)
+               for name in ("org", "repo", "channel", "user")}
+    assert derived == {"org": "org:acme", "repo": "repo:acme/api",
+                       "channel": "channel:slack:C0456", "user": "user:slack:U0123"}
+
+
+def test_no_organization_is_refused_never_a_shared_bucket():
+    with pytest.raises(ScopeRefused, match="memory.organization"):
+        derive_scope_key(kinds(None), "org", Request())
+
+
+@pytest.mark.parametrize("name", ["user", "channel", "repo"])
+@pytest.mark.parametrize("value", [None, "", "   "])
+def test_a_scope_without_its_input_is_refused(name, value):
+    request = Request(user_id=value, channel_id=value, repo=value)
+    with pytest.raises(ScopeRefused, match=f"no {name} scope"):
+        derive_scope_key(kinds(), name, request)
+
+
+def test_request_scope_keys_widest_first_and_org_only_without_identity():
+    keys, refusals = request_scope_keys(kinds(), Request(
+        user_id="slack:U1", channel_id="slack:C1", repo="acme/api"))
+    assert keys == ["org:acme", "repo:acme/api", "channel:slack:C1", "user:slack:U1"]
+    assert refusals == []
+    assert request_scope_keys(kinds(), Request())[0] == ["org:acme"]
+    assert request_scope_keys(kinds(), Request(user_id="slack:U1"))[0] == [
+        "org:acme", "user:slack:U1"]
+
+
+def test_an_unresolved_repo_is_no_repo_scope():
+    async def later() -> str:
+        return "acme/api"
+
+    pending = later()
+    assert request_scope_keys(kinds(), Request(repo=pending))[0] == ["org:acme"]
+    pending.close()
+
+
+def test_unusable_ids_are_refused_with_a_reason():
+    keys, refusals = request_scope_keys(kinds(), Request(user_id="slack:U 1"))
+    assert keys == ["org:acme"] and "user" in refusals[0]
