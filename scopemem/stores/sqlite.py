@@ -15,8 +15,8 @@ Layout
 Threads and locks
     apsw releases the GIL while SQLite works, so every database call runs on thread pools
     owned by the store and the event loop never waits on disk: one pool for reads, one for
-    writes (and bump commits), so writes waiting on the disk never hold the threads reads of
-    other scopes need. An apsw connection may move between threads but must not be used by
+    writes (and group bump commits), so writes waiting on the disk never hold the threads
+    reads of other scopes need. An apsw connection may move between threads but must not be used by
     two at once: each open connection has its own ``threading.Lock``, held for a whole
     operation. Open connections live in a bounded LRU cache (``max_open``); an evicted one
     is closed (committing any pending bumps) once its current user is done, and the scope is
@@ -30,9 +30,14 @@ Reads
     queued: then it waits on the loop with it). Under the connection's lock it reads the
     candidate rows, applies the usage bumps still pending from concurrent retrievals of the
     scope, ranks, and adds its own bumps to the pending set; then, before returning, it
-    waits until a transaction has committed them. Group commit: the first retrieval to take
-    the writer lock commits every bump pending by then in one transaction, and the ones
-    queued behind it find theirs committed. So every retrieval sees the bumps of every
+    waits until a transaction has committed them. The rows come with the tokens the FTS
+    index holds for them (the engine's own tokens, space-joined), so ranking splits a string
+    instead of running the tokenizer over every candidate. A retrieval that was the only
+    one of its scope on the read pool when it started commits right there, under the same
+    lock, in the same pool call (nobody to group with, so no second trip). Otherwise group
+    commit: the first retrieval to take the writer lock commits every bump pending by then
+    in one transaction (on the write pool), and the ones queued behind it find theirs
+    committed. So every retrieval sees the bumps of every
     retrieval that returned before it (and of concurrent ones ranked before it), and a
     retrieval that has returned is in the file, exactly as with one transaction per call.
     A write, forget or sweep applies pending bumps at the start of its own transaction.
@@ -107,9 +112,11 @@ _CHUNK = 500
 # most the engine's candidate cap of them. bm25 only decides which rows reach the engine,
 # never the final order. (The benchmark times this exact statement on its own.) CROSS JOIN
 # pins the plan: the few hits drive primary-key lookups into ``records``; left to itself the
-# planner may scan every active row through an index and probe the hits instead.
+# planner may scan every active row through an index and probe the hits instead. A row is
+# RECORD_COLUMNS followed by the hit's indexed tokens (``schema.HIT_TOKENS``), read only for
+# the hits that survive the LIMIT.
 CANDIDATES_SQL = (
-    f"SELECT {schema.RECORD_COLUMNS} FROM ("
+    f"SELECT {schema.RECORD_COLUMNS}, {schema.HIT_TOKENS} FROM ("
     " SELECT rowid AS hit, bm25(records_fts) AS score FROM records_fts"
     " WHERE records_fts MATCH ? ORDER BY score, rowid DESC LIMIT ?"
     ") CROSS JOIN records ON seq = hit WHERE status = 'active'"
@@ -121,7 +128,7 @@ CANDIDATES_SQL = (
 # without bm25's cost of reading every hit's positions and sorting. Only a query matching
 # more than the cap pays for bm25.
 ALL_HITS_SQL = (
-    f"SELECT {schema.RECORD_COLUMNS} FROM ("
+    f"SELECT {schema.RECORD_COLUMNS}, {schema.HIT_TOKENS} FROM ("
     " SELECT rowid AS hit FROM records_fts WHERE records_fts MATCH ? LIMIT ? + 1"
     ") LEFT JOIN records ON seq = hit"
 )
@@ -166,16 +173,17 @@ def _match_expression(tokens: Sequence[str]) -> str:
 
 
 def _record(row: Sequence[Any]) -> Record:
+    """The record of a row of ``RECORD_COLUMNS`` (columns after those are ignored)."""
     keywords = row[5]
     return trusted_record(*row[1:5], json.loads(keywords) if keywords != "[]" else (),
-                          *row[6:])
+                          *row[6:15])
 
 
 def _bumped(row: Sequence[Any], now: int) -> Record:
     """``engine.bump_usage(_record(row), now)`` without building the record twice."""
     keywords = row[5]
     return trusted_record(*row[1:5], json.loads(keywords) if keywords != "[]" else (),
-                          *row[6:9], now, row[10] + 1, *row[11:])
+                          *row[6:9], now, row[10] + 1, *row[11:15])
 
 
 def _with_bumps(rows: Sequence[Sequence[Any]], pending: Mapping[int, list[int]]
@@ -204,20 +212,19 @@ def _apply_bumps(conn: Any, pending: Mapping[int, list[int]]) -> None:
                 f" WHERE seq IN ({', '.join('?' * len(chunk))})", (last, *chunk))
 
 
-def _rank_entries(rows: Sequence[Sequence[Any]]) -> list[tuple[int, set[str], int, Any]]:
-    """What ``engine.rank_entries`` needs of each active row, the row itself carried along:
-    its seq (which is ``record_seq`` of its id: ids are minted from the seq), the record's
-    tokens as ``scoring.record_tokens`` computes them, and its last touch."""
+def _rank_entries(rows: Sequence[Sequence[Any]]) -> list[tuple[int, list[str], int, Any]]:
+    """What ``engine.rank_entries`` needs of each active row of a retrieval statement, the
+    row itself carried along: its seq (which is ``record_seq`` of its id: ids are minted
+    from the seq), the record's tokens and its last touch. The tokens are the hit's indexed
+    ones (column 15, ``fts_tokens`` of the row's text and keywords) split on spaces: exactly
+    the tokens ``scoring.record_tokens`` computes, repeats kept, without the tokenizer."""
     entries = []
     for row in rows:
         if row[14] != "active":  # includes a hit with no row (all NULL)
             continue
-        tokens = set(tokenize(row[4]))
-        if row[5] != "[]":
-            for keyword in json.loads(row[5]):
-                tokens.update(tokenize(keyword))
         last_used_at = row[9]
-        entries.append((row[0], tokens, row[8] if last_used_at is None else last_used_at, row))
+        entries.append((row[0], row[15].split(), row[8] if last_used_at is None
+                        else last_used_at, row))
     return entries
 
 
@@ -305,6 +312,7 @@ class SqliteStore:
         self._closing: dict[str, _Handle] = {}  # evicted from the cache, not closed yet
         self._cache_lock = threading.Lock()
         self._writers: dict[str, list[Any]] = {}  # scope → [asyncio.Lock, holders+waiters]
+        self._reading: dict[str, int] = {}  # scope → retrievals on the read pool (loop-owned)
         self._executors: dict[str, ThreadPoolExecutor] = {}  # "read" / "write" pools
         self._closed = False
 
@@ -337,16 +345,30 @@ class SqliteStore:
         tokens = engine.match_tokens(query)
         if not tokens or limit <= 0:
             return []
-        entry = self._writers.get(scope_key)
-        if entry is not None and entry[0].locked():
-            # A write to this scope is running or queued: wait on the loop with it rather
-            # than park read threads on its connection for the length of its transaction.
-            async with self._writer(scope_key):
+        # Alone: no other retrieval of this scope is reading. Then this one commits its
+        # bumps in the same pool call (there is nobody to group with) instead of a second
+        # trip through the write pool; otherwise the group commit below.
+        reading = self._reading
+        alone = scope_key not in reading
+        reading[scope_key] = reading.get(scope_key, 0) + 1
+        try:
+            entry = self._writers.get(scope_key)
+            if entry is not None and entry[0].locked():
+                # A write to this scope is running or queued: wait on the loop with it
+                # rather than park read threads on its connection for the length of its
+                # transaction.
+                async with self._writer(scope_key):
+                    records, ticket = await self._run(
+                        "read", self._retrieve, scope_key, query, tokens, limit, now, alone)
+            else:
                 records, ticket = await self._run(
-                    "read", self._retrieve, scope_key, query, tokens, limit, now)
-        else:
-            records, ticket = await self._run(
-                "read", self._retrieve, scope_key, query, tokens, limit, now)
+                    "read", self._retrieve, scope_key, query, tokens, limit, now, alone)
+        finally:
+            left = reading[scope_key] - 1
+            if left:
+                reading[scope_key] = left
+            else:
+                del reading[scope_key]
         if ticket is not None:
             await self._commit_bumps(scope_key, *ticket)
         return records
@@ -412,10 +434,11 @@ class SqliteStore:
 
     # --- work done on the pool ------------------------------------------------------------
 
-    def _retrieve(self, scope_key: str, query: str, tokens: list[str], limit: int, now: int
-                  ) -> tuple[list[Record], tuple[_Handle, int] | None]:
+    def _retrieve(self, scope_key: str, query: str, tokens: list[str], limit: int, now: int,
+                  commit: bool) -> tuple[list[Record], tuple[_Handle, int] | None]:
         """The ranked records, bumped, and the ticket for ``_commit_bumps`` (None when
-        nothing was returned)."""
+        nothing was returned, or when ``commit`` asked to commit the pending bumps here,
+        before the connection is let go, and that is done)."""
         with self._connection(scope_key, create=False) as handle:
             if handle is None:
                 return [], None
@@ -433,7 +456,12 @@ class SqliteStore:
                 else:
                     bump[0] += 1
                     bump[1] = now
-            ticket = (handle, handle.commits)
+            if commit:
+                with self._transaction(conn, relaxed=True, bumps=handle):
+                    pass
+                ticket = None
+            else:
+                ticket = (handle, handle.commits)
         return [_bumped(row, now) for row in ranked], ticket
 
     @staticmethod

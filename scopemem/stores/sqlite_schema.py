@@ -37,6 +37,12 @@ RECORD_COLUMNS = (
     " created_at, last_used_at, use_count, confidence, supersedes, restates, status"
 )
 
+# Appended to RECORD_COLUMNS by the retrieval statements, whose FTS hit is named ``hit``:
+# the hit's indexed tokens, read from the FTS5 content table by its integer key (a b-tree
+# lookup, no FTS machinery). They are ``fts_tokens`` of the row's text and keywords, so
+# splitting them on spaces gives the record's tokens without running the tokenizer again.
+HIT_TOKENS = "(SELECT c0 FROM records_fts_content WHERE records_fts_content.id = hit)"
+
 _BOOKKEEPING = (
     """CREATE TABLE IF NOT EXISTS meta (
         key   TEXT PRIMARY KEY,

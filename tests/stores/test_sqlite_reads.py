@@ -14,8 +14,10 @@ import apsw
 import pytest
 
 from scopemem.core import engine
+from scopemem.core.scoring import record_tokens
 from scopemem.stores import sqlite as sqlite_module
 from scopemem.stores.sqlite import (
+    ALL_HITS_SQL,
     CANDIDATES_SQL,
     FTS_SEGMENTS_SQL,
     MAX_FTS_SEGMENTS,
@@ -92,6 +94,41 @@ async def test_a_retrieval_is_committed_when_it_returns(make, clock):
     assert {r.use_count for r in got} == {1}
     counts = use_counts(store.path_for(ORG))
     assert counts == {1: (1, clock.now), 2: (1, clock.now)}
+
+
+@pytest.mark.parametrize("statement", [ALL_HITS_SQL, CANDIDATES_SQL])
+async def test_retrieval_ranks_on_the_indexed_tokens_which_are_the_records(make, statement):
+    store = make()
+    await store.write(ORG, [
+        fact('Le café: NEAR-by OR* "quoted" deploy deploy', keywords=("Big-Deploy", "x  y")),
+        fact("deploy\tthe K\u212aelvin build_42 step", keywords=("ünïcode",)),
+        fact("deploy nothing else"),
+    ])
+    conn = read_only(store.path_for(ORG))
+    try:
+        rows = conn.execute(statement, (sqlite_module._match_expression(["deploy"]), 50)
+                            ).fetchall()
+    finally:
+        conn.close()
+    entries = sqlite_module._rank_entries(rows)
+    assert len(entries) == 3
+    for _seq, tokens, _last, row in entries:
+        assert set(tokens) == record_tokens(sqlite_module._record(row))
+
+
+async def test_a_lone_retrieval_commits_its_bumps_without_a_second_trip(make, clock,
+                                                                        monkeypatch):
+    store = make()
+    await store.write(ORG, [fact("deploy with care")])
+
+    async def second_trip(*_args: object) -> None:
+        raise AssertionError("a lone retrieval went through the group commit")
+
+    monkeypatch.setattr(store, "_commit_bumps", second_trip)
+    for uses in (1, 2):
+        clock.advance(5)
+        assert [r.use_count for r in await store.retrieve(ORG, "deploy", 5)] == [uses]
+        assert use_counts(store.path_for(ORG)) == {1: (uses, clock.now)}
 
 
 async def test_concurrent_retrievals_of_one_scope_count_every_use_in_order(make, clock):
