@@ -7,7 +7,7 @@ missing is refused, so there is never a shared anonymous bucket.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -115,6 +115,3 @@ def request_scope_keys(
 def resolved(request: Request, repo: str | None) -> Request:
     return attrs.evolve(request, repo=repo)
 
-
-def scope_keys_of_kind(keys: Sequence[str], name: str) -> list[str]:
-    return [key for key in keys if key.split(":", 1)[0] == name]

@@ -324,20 +324,15 @@ class SqliteStore:
         """Build from ``[memory.stores.sqlite]``: ``path``, ``synchronous``,
         ``busy_timeout_ms``, ``max_open_connections``."""
         settings = settings.named("sqlite")
-        key = settings.option_key
         settings.unknown_options(("path", "synchronous", "busy_timeout_ms",
                                   "max_open_connections"))
-        options: Mapping[str, Any] = settings.options
         return cls(
-            _check_path(options.get("path", DEFAULT_PATH), key("path")),
+            _check_path(settings.options.get("path", DEFAULT_PATH), settings.option_key("path")),
             cap=settings.cap,
             clock=settings.clock,
-            synchronous=_check_synchronous(options.get("synchronous", "full"),
-                                           key("synchronous")),
-            busy_timeout_ms=_check_int(options.get("busy_timeout_ms", 5000),
-                                       key("busy_timeout_ms"), 0),
-            max_open=_check_int(options.get("max_open_connections", 64),
-                                key("max_open_connections"), 1),
+            synchronous=settings.choice_option("synchronous", "full", SYNCHRONOUS_LEVELS),
+            busy_timeout_ms=settings.int_option("busy_timeout_ms", 5000, 0),
+            max_open=settings.int_option("max_open_connections", 64, 1),
         )
 
     # --- the MemoryStore methods -----------------------------------------------------------
