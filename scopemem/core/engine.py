@@ -7,7 +7,6 @@ feeds these functions the rows they ask for answers exactly like every other sto
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TypeVar
 
@@ -16,12 +15,7 @@ import attrs
 from scopemem.core.gate import rejection_markers
 from scopemem.core.records import Candidate, Kind, Record, Status, WriteCounts
 from scopemem.core.scopes import memory_id, record_seq
-from scopemem.core.scoring import (
-    KEYWORD_WEIGHT,
-    RECENCY_TAU_MS,
-    RECENCY_WEIGHT,
-    record_tokens,
-)
+from scopemem.core.scoring import record_tokens, score_of
 from scopemem.core.text import distinct_tokens, normalize_text
 
 # Longer tokens are the selective ones; a 4000-character query would otherwise become an
@@ -83,20 +77,15 @@ def rank_entries(entries: Iterable[tuple[int, Collection[str], int, T]], query: 
     scoring_tokens = distinct_tokens(query)
     # Set operations instead of token-by-token loops (the hot path of every retrieval):
     # the gate holds when the record shares a gate token, and the match is the share of the
-    # distinct query tokens it holds, the same count ``token_match`` takes.
+    # distinct query tokens it holds, the same count ``keyword_match`` takes.
     gate_set = frozenset(gate)
     scoring_set = frozenset(scoring_tokens)
     width = len(scoring_tokens)
-    # ``score_of`` inlined, term for term (so every float is the same): this loop runs for
-    # every candidate of every retrieval.
-    exp = math.exp
     scored = []
     for seq, tokens, last_touched, item in entries:
         if not gate_set.isdisjoint(tokens):
             match = len(scoring_set.intersection(tokens)) / width
-            age = now - last_touched
-            recency = exp(-(age if age > 0 else 0) / RECENCY_TAU_MS)
-            scored.append((KEYWORD_WEIGHT * match + RECENCY_WEIGHT * recency, seq, item))
+            scored.append((score_of(match, last_touched, now), seq, item))
     scored.sort(key=lambda entry: (-entry[0], -entry[1]))
     return [item for _score, _seq, item in scored[:limit]]
 

@@ -33,20 +33,14 @@ def record_tokens(record: Record) -> set[str]:
     return tokens
 
 
-def keyword_match(query_tokens: Collection[str], record: Record,
-                  tokens: Collection[str] | None = None) -> float:
+def keyword_match(query_tokens: Collection[str], record: Record) -> float:
     """The fraction of the (distinct) query tokens the record contains as whole tokens.
 
     Whole tokens, not substrings: a substring test lets a one-letter token match nearly
-    everything. An empty query matches nothing. ``tokens`` may pass the record's tokens when
-    the caller has them already."""
-    return token_match(query_tokens, record_tokens(record) if tokens is None else tokens)
-
-
-def token_match(query_tokens: Collection[str], have: Collection[str]) -> float:
-    """:func:`keyword_match` of a record whose tokens are ``have``."""
+    everything. An empty query matches nothing."""
     if not query_tokens:
         return 0.0
+    have = record_tokens(record)
     return sum(1 for token in query_tokens if token in have) / len(query_tokens)
 
 
@@ -56,19 +50,17 @@ def recency_score(record: Record, now: int) -> float:
 
 
 def recency_of(last_touched: int, now: int) -> float:
-    """:func:`recency_score` of a record last touched at ``last_touched``."""
     age = max(0, now - last_touched)
     return math.exp(-age / RECENCY_TAU_MS)
 
 
-def score_record(record: Record, query_tokens: Collection[str], now: int,
-                 tokens: Collection[str] | None = None) -> float:
-    return score_of(keyword_match(query_tokens, record, tokens), record.last_touched, now)
+def score_record(record: Record, query_tokens: Collection[str], now: int) -> float:
+    return score_of(keyword_match(query_tokens, record), record.last_touched, now)
 
 
 def score_of(match: float, last_touched: int, now: int) -> float:
-    """The score of a record with keyword match ``match`` last touched at ``last_touched``:
-    the one formula :func:`score_record` and the engine's light ranking path share."""
+    """The one scoring formula, for a record with keyword match ``match`` last touched at
+    ``last_touched``; ``score_record`` and the engine's light ranking path both use it."""
     return KEYWORD_WEIGHT * match + RECENCY_WEIGHT * recency_of(last_touched, now)
 
 

@@ -62,6 +62,8 @@ def test_trusted_record_equals_the_validating_constructor():
                   keywords=["a", "b"], source_thread_key="s", source_run_id="r",
                   created_at=5, last_used_at=9, use_count=3, confidence=0.5,
                   supersedes="mem:x:1", restates=None, status="swept")
+    # trusted_record sets every field by name and position: a new field must reach it.
+    assert tuple(fields) == tuple(field.name for field in attrs.fields(Record))
     checked = Record(**fields)
     fast = trusted_record(*fields.values())
     assert fast == checked
