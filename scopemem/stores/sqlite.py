@@ -13,34 +13,55 @@ Layout
     removing its file (with its ``-wal``/``-shm`` companions).
 
 Threads and locks
-    apsw releases the GIL while SQLite works, so every database call runs on thread pools
-    owned by the store and the event loop never waits on disk: one pool for reads, one for
+    apsw releases the GIL while SQLite works, so database calls run on thread pools owned
+    by the store and the event loop never waits on disk: one pool for reads, one for
     writes (and group bump commits), so writes waiting on the disk never hold the threads
-    reads of other scopes need. An apsw connection may move between threads but must not be used by
-    two at once: each open connection has its own ``threading.Lock``, held for a whole
-    operation. Open connections live in a bounded LRU cache (``max_open``); an evicted one
-    is closed (committing any pending bumps) once its current user is done, and the scope is
-    not reopened before that. Writers to one scope also queue on a per-scope
-    ``asyncio.Lock`` so a burst of writes waits on the loop rather than parking pool
-    threads; those locks are dropped when nobody holds them, so memory follows the cache
-    size, not the number of scopes ever touched.
+    reads of other scopes need. The one exception is the view's staleness check: a
+    one-row read of the ``generation`` table on a connection only the loop uses (a page
+    SQLite or the OS already holds; a check that cannot run at once falls back to SQL).
+    An apsw connection may move between threads but must not be used by two at once: each
+    open connection has its own ``threading.Lock``, held for a whole operation; the
+    pending bumps and the view have a second lock, held only for dictionary updates. Open
+    connections live in a bounded LRU cache (``max_open``); an evicted one is closed
+    (committing any pending bumps) once its current user is done, and the scope is not
+    reopened before that. Writers to one scope also queue on a per-scope ``asyncio.Lock``
+    so a burst of writes waits on the loop rather than parking pool threads; those locks
+    are dropped when nobody holds them, so memory follows the cache size, not the number
+    of scopes ever touched.
 
 Reads
-    A retrieval does not take the writer lock (unless a write to its scope is running or
-    queued: then it waits on the loop with it). Under the connection's lock it reads the
-    candidate rows, applies the usage bumps still pending from concurrent retrievals of the
-    scope, ranks, and adds its own bumps to the pending set; then, before returning, it
-    waits until a transaction has committed them. The rows come with the tokens the FTS
-    index holds for them (the engine's own tokens, space-joined), so ranking splits a string
-    instead of running the tokenizer over every candidate. A retrieval that was the only
-    one of its scope on the read pool when it started commits right there, under the same
-    lock, in the same pool call (nobody to group with, so no second trip). Otherwise group
-    commit: the first retrieval to take the writer lock commits every bump pending by then
-    in one transaction (on the write pool), and the ones queued behind it find theirs
-    committed. So every retrieval sees the bumps of every
-    retrieval that returned before it (and of concurrent ones ranked before it), and a
-    retrieval that has returned is in the file, exactly as with one transaction per call.
-    A write, forget or sweep applies pending bumps at the start of its own transaction.
+    A scope's second retrieval through SQL reads all its active rows into a ``ScopeView``
+    (``sqlite_view.py``) when the store-wide budget ``cache_rows`` has room (dropping the
+    views of the least recently used scopes if need be). From then on a retrieval is
+    answered on the event loop, without a trip to a thread: the view's token index finds
+    exactly the rows the FTS prefilter would hand the engine, and the engine ranks them.
+    It falls back to SQL when more rows match than the prefilter takes (bm25 must choose)
+    or when the view may be stale. Staleness is decided by the ``generation`` counter that
+    every transaction changing rows increments (this store's, another store's, another
+    process's; usage bumps do not count): the view remembers the generation it was read
+    at, and the event loop reads the current one on a connection of its own (once per
+    scope per loop iteration, see ``_current_epoch``). A change made through this store
+    drops the view as its transaction begins. The view holds the usage bumps too: every
+    retrieval applies its bumps to the view as it adds them to the pending set. Use counts
+    added by *other* processes' retrievals reach the view only with the next change.
+
+    A retrieval through SQL does not take the writer lock (unless a write to its scope is
+    running or queued: then it waits on the loop with it). Under the connection's lock it
+    reads the candidate rows, applies the usage bumps still pending from concurrent
+    retrievals of the scope, ranks, and adds its own bumps to the pending set. The rows
+    come with the tokens the FTS index holds for them (the engine's own tokens,
+    space-joined), so ranking splits a string instead of running the tokenizer over every
+    candidate. A retrieval that was the only one of its scope on the read pool when it
+    started commits its bumps right there, under the same lock, in the same pool call.
+
+    Every other retrieval (from a view or through SQL) waits, before returning, until a
+    transaction has committed its bumps. Group commit: one flush at a time per scope
+    commits every bump pending when it starts (on the write pool, in one statement), and
+    all the retrievals waiting on it wake together. So every retrieval sees the bumps of
+    every retrieval that returned before it (and of concurrent ones ranked before it), and
+    a retrieval that has returned is in the file, exactly as with one transaction per
+    call. A write, forget or sweep applies pending bumps at the start of its own
+    transaction.
 
 Durability
     WAL journal; ``synchronous`` FULL by default (configurable). A write batch, a forget and
@@ -64,7 +85,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -90,6 +111,7 @@ from scopemem.stores.base import (
     check_scope_key,
     wall_clock_ms,
 )
+from scopemem.stores.sqlite_view import ScopeView
 
 __all__ = ["SYNCHRONOUS_LEVELS", "SqliteStore", "fts_tokens", "scope_file_name"]
 
@@ -109,6 +131,10 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 _POOL_THREADS = max(2, min(4, os.cpu_count() or 2))
 # Rows changed per statement when a whole set is retired (eviction, sweep).
 _CHUNK = 500
+# Active rows held in memory across all scopes for answering retrievals on the event loop
+# (about 1.5 KB each). A scope gets its view on its second retrieval through SQL.
+DEFAULT_CACHE_ROWS = 50_000
+_VIEW_AFTER_RETRIEVALS = 2
 
 
 # The retrieval prefilter: the best-matching active rows by bm25 (ties to the newer row), at
@@ -202,17 +228,29 @@ def _with_bumps(rows: Sequence[Sequence[Any]], pending: Mapping[int, list[int]]
 
 
 def _apply_bumps(conn: Any, pending: Mapping[int, list[int]]) -> None:
-    """Persist pending usage bumps: one batched UPDATE per (uses, last use) pair, so one
-    retrieval's bumps (or a burst's, mostly sharing a millisecond) cost one statement."""
+    """Persist pending usage bumps in one statement per 500 rows: the spec's one batched
+    ``UPDATE … WHERE seq IN (…)`` when they share a (uses, last use) pair (one retrieval's
+    bumps), else an UPDATE joined to the list of (seq, uses, last use), so a group commit
+    of many retrievals is still one statement, not one per distinct timestamp."""
     groups: dict[tuple[int, int], list[int]] = {}
     for seq, (uses, last) in pending.items():
         groups.setdefault((uses, last), []).append(seq)
-    for (uses, last), seqs in groups.items():
+    if len(groups) == 1:
+        [((uses, last), seqs)] = groups.items()
         for start in range(0, len(seqs), _CHUNK):
             chunk = seqs[start:start + _CHUNK]
             conn.execute(
                 f"UPDATE records SET use_count = use_count + {int(uses)}, last_used_at = ?"
                 f" WHERE seq IN ({', '.join('?' * len(chunk))})", (last, *chunk))
+        return
+    items = list(pending.items())
+    for start in range(0, len(items), _CHUNK):
+        chunk = items[start:start + _CHUNK]
+        conn.execute(
+            f"WITH bump(seq, uses, last) AS (VALUES {', '.join(['(?, ?, ?)'] * len(chunk))})"
+            " UPDATE records SET use_count = use_count + bump.uses, last_used_at = bump.last"
+            " FROM bump WHERE records.seq = bump.seq",
+            [value for seq, (uses, last) in chunk for value in (seq, uses, last)])
 
 
 def _rank_entries(rows: Sequence[Sequence[Any]]) -> list[tuple[int, list[str], int, Any]]:
@@ -277,19 +315,86 @@ def _check_path(value: object, name: str) -> str:
 class _Handle:
     """One cached connection and the lock that keeps it to one thread at a time."""
 
-    __slots__ = ("closed", "commits", "conn", "lock", "path", "pending")
+    __slots__ = ("batch", "bump_lock", "closed", "committed", "conn", "flush", "lock", "path",
+                 "pending", "probe", "probe_lock", "probed", "retrievals", "view",
+                 "view_refused")
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.lock = threading.Lock()
         self.conn: Any = None
         self.closed = False
-        # Usage bumps of retrievals that have not returned yet, not committed yet:
-        # seq → [uses, last use]. Guarded by ``lock``, as is ``commits``, the number of
-        # transactions that committed pending bumps (a retrieval's bumps are durable once
-        # it has grown past its value when they were added).
+        # Usage bumps of retrievals, not committed yet: seq → [uses, last use]. They belong
+        # to batch number ``batch``; a transaction takes the whole dict as its batch (and
+        # ``batch`` moves on), and once it commits ``committed`` is that batch's number. So a
+        # retrieval whose bumps joined batch n is durable once ``committed >= n``.
+        # ``bump_lock`` guards these three and ``view`` (never held across I/O: the event
+        # loop takes it too).
+        self.bump_lock = threading.Lock()
         self.pending: dict[int, list[int]] = {}
-        self.commits = 0
+        self.batch = 1
+        self.committed = 0
+        # The commit of pending bumps under way, on the event loop (see _commit_bumps).
+        self.flush: asyncio.Future[None] | None = None
+        # The scope's active rows in memory (None until built, and again after any change to
+        # the rows), and the read-only connection the event loop checks its generation on.
+        self.view: ScopeView | None = None
+        self.view_refused = False  # too large for the cache when last tried
+        self.retrievals = 0  # through SQL, since the handle opened
+        self.probe: Any = None
+        self.probe_lock = threading.Lock()
+        self.probed: tuple[object, int] | None = None  # (epoch, generation read in it)
+
+    def add_bumps(self, seqs: Iterable[int], now: int) -> int:
+        """Count one use of each row at ``now``; the batch number the bumps joined."""
+        with self.bump_lock:
+            pending = self.pending
+            added = {}
+            for seq in seqs:
+                bump = pending.get(seq)
+                if bump is None:
+                    pending[seq] = [1, now]
+                else:
+                    bump[0] += 1
+                    bump[1] = now
+                added[seq] = (1, now)
+            if self.view is not None:
+                self.view.bump(added)
+            return self.batch
+
+    def pending_copy(self) -> dict[int, list[int]]:
+        with self.bump_lock:
+            return {seq: list(bump) for seq, bump in self.pending.items()}
+
+    def take_batch(self) -> tuple[dict[int, list[int]], int]:
+        """The pending bumps, now a batch of their own (the caller commits or returns it)."""
+        with self.bump_lock:
+            batch, number = self.pending, self.batch
+            self.pending = {}
+            self.batch += 1
+            return batch, number
+
+    def return_batch(self, batch: Mapping[int, list[int]]) -> None:
+        """A batch whose transaction failed: its bumps are pending again, in the open batch
+        (so the retrievals waiting on it wait for the next commit)."""
+        with self.bump_lock:
+            pending = self.pending
+            for seq, (uses, last) in batch.items():
+                bump = pending.get(seq)
+                if bump is None:
+                    pending[seq] = [uses, last]
+                else:
+                    bump[0] += uses
+                    bump[1] = max(bump[1], last)
+
+    def drop_view(self, view: ScopeView | None = None) -> ScopeView | None:
+        """Forget the view (only if it is still ``view``, when given); the view dropped."""
+        with self.bump_lock:
+            current = self.view
+            if current is None or (view is not None and current is not view):
+                return None
+            self.view = None
+            return current
 
 
 class SqliteStore:
@@ -304,12 +409,15 @@ class SqliteStore:
         synchronous: str = "full",
         busy_timeout_ms: int = 5000,
         max_open: int = 64,
+        cache_rows: int = DEFAULT_CACHE_ROWS,
     ) -> None:
         self.cap = check_cap(cap)
         self.directory = os.path.abspath(os.path.expanduser(_check_path(path, "path")))
         self.synchronous = _check_synchronous(synchronous, "synchronous")
         self.busy_timeout_ms = _check_int(busy_timeout_ms, "busy_timeout_ms", 0)
         self.max_open = _check_int(max_open, "max_open", 1)
+        self.cache_rows = _check_int(cache_rows, "cache_rows", 0)
+        self._cached_rows = 0  # rows held by views, across scopes (guarded by _cache_lock)
         self._clock = clock
         self._handles: OrderedDict[str, _Handle] = OrderedDict()
         self._closing: dict[str, _Handle] = {}  # evicted from the cache, not closed yet
@@ -317,15 +425,17 @@ class SqliteStore:
         self._writers: dict[str, list[Any]] = {}  # scope → [asyncio.Lock, holders+waiters]
         self._reading: dict[str, int] = {}  # scope → retrievals on the read pool (loop-owned)
         self._executors: dict[str, ThreadPoolExecutor] = {}  # "read" / "write" pools
+        self._epoch: object | None = None  # see _current_epoch
+        self._epoch_loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> SqliteStore:
         """Build from ``[memory.stores.sqlite]``: ``path``, ``synchronous``,
-        ``busy_timeout_ms``, ``max_open_connections``."""
+        ``busy_timeout_ms``, ``max_open_connections``, ``cache_rows``."""
         settings = settings.named("sqlite")
         settings.unknown_options(("path", "synchronous", "busy_timeout_ms",
-                                  "max_open_connections"))
+                                  "max_open_connections", "cache_rows"))
         return cls(
             _check_path(settings.options.get("path", DEFAULT_PATH), settings.option_key("path")),
             cap=settings.cap,
@@ -333,6 +443,7 @@ class SqliteStore:
             synchronous=settings.choice_option("synchronous", "full", SYNCHRONOUS_LEVELS),
             busy_timeout_ms=settings.int_option("busy_timeout_ms", 5000, 0),
             max_open=settings.int_option("max_open_connections", 64, 1),
+            cache_rows=settings.int_option("cache_rows", DEFAULT_CACHE_ROWS, 0),
         )
 
     # --- the MemoryStore methods -----------------------------------------------------------
@@ -343,6 +454,12 @@ class SqliteStore:
         tokens = engine.match_tokens(query)
         if not tokens or limit <= 0:
             return []
+        answered = self._from_view(scope_key, query, tokens, limit, now)
+        if answered is not None:
+            records, ticket = answered
+            if ticket is not None:
+                await self._commit_bumps(scope_key, *ticket)
+            return records
         # Alone: no other retrieval of this scope is reading. Then this one commits its
         # bumps in the same pool call (there is nobody to group with) instead of a second
         # trip through the write pool; otherwise the group commit below.
@@ -436,30 +553,28 @@ class SqliteStore:
                   commit: bool) -> tuple[list[Record], tuple[_Handle, int] | None]:
         """The ranked records, bumped, and the ticket for ``_commit_bumps`` (None when
         nothing was returned, or when ``commit`` asked to commit the pending bumps here,
-        before the connection is let go, and that is done)."""
+        before the connection is let go, and that is done). Builds the scope's view on its
+        second retrieval, so the next ones are answered by ``_from_view``."""
         with self._connection(scope_key, create=False) as handle:
             if handle is None:
                 return [], None
-            conn, pending = handle.conn, handle.pending
+            conn = handle.conn
             rows = self._candidate_rows(conn, tokens, limit)
+            pending = handle.pending_copy()
             if pending:
                 rows = _with_bumps(rows, pending)
             ranked = engine.rank_entries(_rank_entries(rows), query, limit, now)
-            if not ranked:
-                return [], None
-            for row in ranked:
-                bump = pending.get(row[0])
-                if bump is None:
-                    pending[row[0]] = [1, now]
+            handle.retrievals += 1
+            ticket: tuple[_Handle, int] | None = None
+            if ranked:
+                number = handle.add_bumps([row[0] for row in ranked], now)
+                if commit:
+                    with self._transaction(conn, relaxed=True, bumps=handle):
+                        pass
                 else:
-                    bump[0] += 1
-                    bump[1] = now
-            if commit:
-                with self._transaction(conn, relaxed=True, bumps=handle):
-                    pass
-                ticket = None
-            else:
-                ticket = (handle, handle.commits)
+                    ticket = (handle, number)
+            if handle.view is None and handle.retrievals >= _VIEW_AFTER_RETRIEVALS:
+                self._build_view(handle)
         return [_bumped(row, now) for row in ranked], ticket
 
     @staticmethod
@@ -596,8 +711,9 @@ class SqliteStore:
             rows = conn.execute(
                 f"SELECT {schema.RECORD_COLUMNS} FROM records WHERE {' AND '.join(where)}"
                 " ORDER BY seq DESC LIMIT ?", (*params, limit)).fetchall()
-            if handle.pending:
-                rows = _with_bumps(rows, handle.pending)
+            pending = handle.pending_copy()
+            if pending:
+                rows = _with_bumps(rows, pending)
         # The index and the engine agree by construction; the engine still has the last word.
         return engine.listing([_record(row) for row in rows], limit, query=query, kind=kind)
 
@@ -615,10 +731,10 @@ class SqliteStore:
                 self._compact_index(conn)
         return True
 
-    def _commit_pending(self, handle: _Handle, seen: int) -> None:
-        """Commit the handle's pending bumps unless a commit since ``seen`` already has."""
+    def _commit_pending(self, handle: _Handle, number: int) -> None:
+        """Commit the handle's pending bumps unless batch ``number`` is committed already."""
         with handle.lock:
-            if handle.closed or handle.commits != seen or not handle.pending:
+            if handle.closed or handle.committed >= number:
                 return
             try:
                 with self._transaction(handle.conn, relaxed=True, bumps=handle):
@@ -643,6 +759,135 @@ class SqliteStore:
                 self._compact_index(conn)
         return SweepResult(swept=len(swept))
 
+    # --- the in-memory views (see "Reads") -------------------------------------------------
+
+    def _from_view(self, scope_key: str, query: str, tokens: list[str], limit: int, now: int
+                   ) -> tuple[list[Record], tuple[_Handle, int] | None] | None:
+        """Answer a retrieval from the scope's view, on the event loop, with its bumps added
+        and the ticket to wait on; None when the view cannot answer (there is none, the rows
+        changed since it was read, or more rows match than the prefilter hands the engine)."""
+        with self._cache_lock:
+            handle = self._handles.get(scope_key)
+            if handle is None or handle.view is None:
+                return None
+            self._handles.move_to_end(scope_key)
+        view = handle.view
+        if view is None:
+            return None
+        epoch = self._current_epoch()
+        probed = handle.probed
+        if probed is not None and probed[0] is epoch:
+            generation: int | None = probed[1]
+        else:
+            generation = self._probe(handle)
+            if generation is None:
+                return None
+            handle.probed = (epoch, generation)
+        if generation != view.generation:
+            self._release_view(handle, view)
+            return None
+        found = view.candidates(tokens, engine.candidate_cap(limit))
+        if found is None:
+            return None
+        ranked = engine.rank_entries(found, query, limit, now)
+        if not ranked:
+            return [], None
+        number = handle.add_bumps([row[0] for row in ranked], now)
+        if handle.closed:  # closed meanwhile: its last commit may not hold these bumps
+            return None
+        return [_bumped(row, now) for row in ranked], (handle, number)
+
+    def _current_epoch(self) -> object:
+        """A token that stays the same until the event loop's next iteration.
+
+        One check of a scope's generation serves every retrieval of that scope in the same
+        loop iteration. That loses nothing: a change committed elsewhere can only become
+        known here through an event handled in a later iteration (a request arriving, a
+        future completing), and the first retrieval after that event checks again. A
+        retrieval in the same iteration as the check is concurrent with such a change, and
+        may be answered before it."""
+        loop = asyncio.get_running_loop()
+        if self._epoch is None or self._epoch_loop is not loop:
+            self._epoch, self._epoch_loop = object(), loop
+            loop.call_soon(self._end_epoch)
+        return self._epoch
+
+    def _end_epoch(self) -> None:
+        self._epoch = None
+
+    @staticmethod
+    def _probe(handle: _Handle) -> int | None:
+        """The scope's generation as committed now, read on the probe connection (which only
+        the event loop uses); None when it cannot be read without waiting."""
+        if not handle.probe_lock.acquire(blocking=False):
+            return None
+        try:
+            probe = handle.probe
+            if probe is None:
+                return None
+            return probe.execute(schema.GENERATION_SQL).fetchall()[0][0]
+        except Exception:  # any failure: answer through SQL, which reports it
+            return None
+        finally:
+            handle.probe_lock.release()
+
+    def _build_view(self, handle: _Handle) -> None:
+        """Read the scope's active rows into a view, when the cache has room. The caller
+        holds the handle, outside any transaction."""
+        if self.cache_rows == 0 or handle.view_refused or handle.closed:
+            return
+        conn = handle.conn
+        with self._snapshot(conn):  # the generation and the rows it counts, together
+            generation = conn.execute(schema.GENERATION_SQL).fetchall()[0][0]
+            count = conn.execute(
+                "SELECT count(*) FROM records WHERE status = 'active'").fetchall()[0][0]
+            if not self._reserve_rows(handle, count):
+                handle.view_refused = True
+                return
+            try:
+                rows = conn.execute(schema.ACTIVE_ROWS_SQL).fetchall()
+            except BaseException:
+                with self._cache_lock:
+                    self._cached_rows -= count
+                raise
+        view = ScopeView((row if row[15] is not None
+                          else (*row[:15], fts_tokens(row[4], json.loads(row[5])))
+                          for row in rows), generation)
+        if handle.probe is None:
+            apsw = _apsw()
+            probe = apsw.Connection(handle.path, flags=apsw.SQLITE_OPEN_READWRITE)
+            probe.set_busy_timeout(0)
+            with handle.probe_lock:
+                handle.probe = probe
+        with handle.bump_lock:
+            view.bump(handle.pending)
+            handle.view = view
+            handle.probed = None  # a check older than the view must not judge it
+
+    def _reserve_rows(self, handle: _Handle, count: int) -> bool:
+        """Make room for a view of ``count`` rows, dropping the views of the least recently
+        used scopes if need be; False when it cannot fit."""
+        with self._cache_lock:
+            if count > self.cache_rows:
+                return False
+            for other in list(self._handles.values()):
+                if self._cached_rows + count <= self.cache_rows:
+                    break
+                if other is not handle:
+                    dropped = other.drop_view()
+                    if dropped is not None:
+                        self._cached_rows -= len(dropped)
+            if self._cached_rows + count > self.cache_rows:
+                return False
+            self._cached_rows += count
+            return True
+
+    def _release_view(self, handle: _Handle, view: ScopeView | None = None) -> None:
+        dropped = handle.drop_view(view)
+        if dropped is not None:
+            with self._cache_lock:
+                self._cached_rows -= len(dropped)
+
     # --- plumbing --------------------------------------------------------------------------
 
     async def _run(self, pool: str, fn: Callable[..., T], *args: Any) -> T:
@@ -658,15 +903,28 @@ class SqliteStore:
                     _POOL_THREADS, thread_name_prefix=f"scopemem-sqlite-{pool}")
         return await loop.run_in_executor(executor, functools.partial(fn, *args))
 
-    async def _commit_bumps(self, scope_key: str, handle: _Handle, seen: int) -> None:
-        """Return once the bumps a retrieval added (when ``handle.commits`` was ``seen``) are
-        committed. Group commit: the first retrieval to get the scope's writer lock commits
-        every bump pending by then, and those queued behind it find theirs done."""
-        if handle.commits != seen or handle.closed:
-            return
-        async with self._writer(scope_key):
-            if handle.commits == seen and not handle.closed:
-                await self._run("write", self._commit_pending, handle, seen)
+    async def _commit_bumps(self, scope_key: str, handle: _Handle, number: int) -> None:
+        """Return once the bumps a retrieval added to batch ``number`` are committed.
+
+        Group commit: one flush at a time per scope commits every bump pending when it
+        starts, and every retrieval waiting on it wakes when it is done. A retrieval whose
+        bumps came too late for the running flush waits for it, then for the next one,
+        which the first of them starts."""
+        loop = asyncio.get_running_loop()
+        while handle.committed < number and not handle.closed:
+            flush = handle.flush
+            if flush is None or flush.get_loop() is not loop:
+                flush = handle.flush = loop.create_task(self._flush(scope_key, handle))
+            # Shielded: a cancelled retrieval leaves the flush running for the others.
+            await asyncio.shield(flush)
+
+    async def _flush(self, scope_key: str, handle: _Handle) -> None:
+        try:
+            async with self._writer(scope_key):
+                await self._run("write", self._commit_pending, handle, handle.batch)
+        finally:
+            if handle.flush is asyncio.current_task():
+                handle.flush = None
 
     @contextlib.asynccontextmanager
     async def _writer(self, scope_key: str) -> Any:
@@ -761,7 +1019,14 @@ class SqliteStore:
         with handle.lock:
             if handle.closed:
                 return
-            handle.closed = True
+            with handle.bump_lock:  # no retrieval adds bumps to a closed handle
+                handle.closed = True
+            self._release_view(handle)
+            with handle.probe_lock:
+                probe, handle.probe = handle.probe, None
+            if probe is not None:
+                with contextlib.suppress(Exception):
+                    probe.close()
             conn, handle.conn = handle.conn, None
             if conn is not None and handle.pending:
                 try:
@@ -861,23 +1126,47 @@ class SqliteStore:
         if conn.execute(FTS_SEGMENTS_SQL).fetchall()[0][0] > MAX_FTS_SEGMENTS:
             conn.execute("INSERT INTO records_fts (records_fts) VALUES ('optimize')")
 
+    @staticmethod
+    @contextlib.contextmanager
+    def _snapshot(conn: Any) -> Iterator[None]:
+        """A read transaction: every statement in the block reads the same committed state."""
+        conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if not conn.getautocommit():
+                conn.execute("COMMIT")
+
     @contextlib.contextmanager
     def _transaction(self, conn: Any, *, relaxed: bool = False,
                      bumps: _Handle | None = None) -> Iterator[None]:
         """One ``BEGIN IMMEDIATE`` transaction: committed if the block finishes, rolled back
-        if it raises. ``relaxed`` commits without waiting for the disk (usage bumps).
+        if it raises. ``relaxed`` commits without waiting for the disk (usage bumps only).
         The pending usage bumps of the handle ``bumps`` (held by the caller) are applied
-        first, so the block reads rows with them, and dropped once the transaction
-        commits."""
+        first, so the block reads rows with them; they are pending again if the transaction
+        does not commit. A transaction that is not ``relaxed`` on a handle changes rows: it
+        drops the scope's view and counts a generation."""
         relax = relaxed and self.synchronous in ("full", "extra")
+        changes_rows = bumps is not None and not relaxed
+        if changes_rows:
+            # The scope's rows are about to change: no retrieval may be answered from the
+            # view from here on (one already answered saw the rows before this commit).
+            self._release_view(bumps)
+            bumps.view_refused = False
         if relax:
             conn.execute("PRAGMA synchronous = NORMAL")
+        batch: dict[int, list[int]] = {}
+        number = 0
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                if bumps is not None and bumps.pending:
-                    _apply_bumps(conn, bumps.pending)
+                if bumps is not None:
+                    batch, number = bumps.take_batch()
+                    if batch:
+                        _apply_bumps(conn, batch)
                 yield
+                if changes_rows:
+                    conn.execute(schema.NEXT_GENERATION_SQL)
             except BaseException:
                 if not conn.getautocommit():
                     with contextlib.suppress(Exception):
@@ -890,10 +1179,12 @@ class SqliteStore:
                     with contextlib.suppress(Exception):
                         conn.execute("ROLLBACK")
                 raise
-            if bumps is not None and bumps.pending:
-                bumps.pending.clear()
-                bumps.commits += 1
+            if bumps is not None:
+                bumps.committed = number
+                batch = {}
         finally:
+            if batch and bumps is not None:
+                bumps.return_batch(batch)
             if relax:
                 conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
 

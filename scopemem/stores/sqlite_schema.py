@@ -43,6 +43,17 @@ RECORD_COLUMNS = (
 # splitting them on spaces gives the record's tokens without running the tokenizer again.
 HIT_TOKENS = "(SELECT c0 FROM records_fts_content WHERE records_fts_content.id = hit)"
 
+GENERATION_SQL = "SELECT value FROM generation WHERE id = 0"
+NEXT_GENERATION_SQL = "UPDATE generation SET value = value + 1 WHERE id = 0"
+
+# Every active row as the retrieval statements read them (RECORD_COLUMNS, then the indexed
+# tokens), for an in-memory view of the scope. A row missing from the index (only between a
+# crash and the reconciliation on open) reads NULL tokens.
+ACTIVE_ROWS_SQL = (
+    f"SELECT {RECORD_COLUMNS}, (SELECT c0 FROM records_fts_content"
+    " WHERE records_fts_content.id = records.seq) FROM records WHERE status = 'active'"
+)
+
 _BOOKKEEPING = (
     """CREATE TABLE IF NOT EXISTS meta (
         key   TEXT PRIMARY KEY,
@@ -88,6 +99,18 @@ MIGRATIONS: tuple[Migration, ...] = (
         # The prefilter. It indexes the engine's own tokens (space-joined), not the raw text,
         # and holds exactly the active rows, keyed by seq as its rowid.
         "CREATE VIRTUAL TABLE IF NOT EXISTS records_fts USING fts5(tokens, tokenize = 'ascii')",
+    )),
+    Migration(2, "a change counter", (
+        # One row, incremented by every transaction that changes records (a write batch, a
+        # forget, a sweep; never a usage bump). A process holding the scope's rows in memory
+        # compares it with the value it read them at, so a change made by another process
+        # (or connection) is never answered from a stale copy. A file at this version is
+        # refused by an older scopemem, which would change rows without counting.
+        """CREATE TABLE IF NOT EXISTS generation (
+            id    INTEGER PRIMARY KEY CHECK (id = 0),
+            value INTEGER NOT NULL
+        )""",
+        "INSERT OR IGNORE INTO generation (id, value) VALUES (0, 0)",
     )),
 )
 

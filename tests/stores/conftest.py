@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
 
+import apsw
 import pytest
 
 from scopemem.stores.base import MemoryStore
@@ -50,6 +55,47 @@ async def _served(servers: AsyncExitStack, backing: MemoryStore, cap: int) -> Me
 
     url = await servers.enter_async_context(running(create_app(backing, "contract-token")))
     return WorkerStore(url, "contract-token", cap=cap)
+
+
+@pytest.fixture
+def traced() -> Iterator[list[tuple[str, tuple, str]]]:
+    """Every SQL statement the store's connections run: (sql, bindings, thread name)."""
+    seen: list[tuple[str, tuple, str]] = []
+
+    def tracer(_cursor, sql, bindings):  # type: ignore[no-untyped-def]
+        seen.append((" ".join(sql.split()), tuple(bindings or ()),
+                     threading.current_thread().name))
+        return True
+
+    with on_every_connection(lambda conn: setattr(conn, "exec_trace", tracer)):
+        yield seen
+
+
+@contextlib.contextmanager
+def on_every_connection(hook: Callable[[apsw.Connection], None]) -> Iterator[None]:
+    """Run ``hook`` on every apsw connection opened inside the block."""
+    apsw.connection_hooks.append(hook)
+    try:
+        yield
+    finally:
+        apsw.connection_hooks.remove(hook)
+
+
+@pytest.fixture
+async def make(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Callable[..., SqliteStore]]:
+    """``make(directory=None, **options)`` builds a SqliteStore (under ``tmp_path/data`` by
+    default, on the test's clock), closed after the test."""
+    built: list[SqliteStore] = []
+
+    def build(directory: Path | None = None, **options: Any) -> SqliteStore:
+        options.setdefault("clock", clock)
+        store = SqliteStore(directory or tmp_path / "data", **options)
+        built.append(store)
+        return store
+
+    yield build
+    for store in built:
+        await store.close()
 
 
 @pytest.fixture

@@ -7,6 +7,10 @@ every answer. After every step it also compares the stored rows themselves (stat
 counts, last use, confidence of every row, active or not) and checks that the SQLite token
 index holds exactly the active rows.
 
+A second SQLite store on the same directory (another process, in effect) writes and forgets
+now and then: the first store must never answer from rows it changed (the in-memory views).
+The machine runs twice: with the SQLite store's views, and with every retrieval through SQL.
+
 Scopes stay under 50 active records (the stores' cap is 40), so the bm25 candidate cap never
 has to choose and the two stores must agree on every ranking.
 """
@@ -23,6 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from scopemem.core.records import Candidate, Kind
+from scopemem.stores import sqlite as sqlite_module
 from scopemem.stores import sqlite_schema as schema
 from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.sqlite import SqliteStore, _record
@@ -84,6 +89,8 @@ queries = st.one_of(
 
 
 class StoresAgree(RuleBasedStateMachine):
+    CACHE_ROWS = 50_000
+
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
@@ -91,8 +98,13 @@ class StoresAgree(RuleBasedStateMachine):
         self.clock = FakeClock()
         self.memory = InMemoryStore(cap=CAP, clock=self.clock)
         self.sqlite = SqliteStore(self.directory, cap=CAP, clock=self.clock,
-                                  synchronous="off")
+                                  synchronous="off", cache_rows=self.CACHE_ROWS)
+        self.elsewhere = SqliteStore(self.directory, cap=CAP, clock=self.clock,
+                                     synchronous="off")
         self.raw: dict[str, apsw.Connection] = {}
+        # Views from a scope's first retrieval on, so most retrievals here use them.
+        self.view_after, sqlite_module._VIEW_AFTER_RETRIEVALS = (
+            sqlite_module._VIEW_AFTER_RETRIEVALS, 1)
 
     def both(self, call):  # type: ignore[no-untyped-def]
         expected = self.loop.run_until_complete(call(self.memory))
@@ -116,9 +128,32 @@ class StoresAgree(RuleBasedStateMachine):
             cap = max(1, active + cap)
         self.both(lambda store: store.write(scope, batch, cap=cap))
 
+    @rule(scope=st.sampled_from(SCOPES), batch=st.lists(candidates(), min_size=1, max_size=3))
+    def write_elsewhere(self, scope: str, batch: list[Candidate]) -> None:
+        expected = self.loop.run_until_complete(self.memory.write(scope, batch))
+        assert self.loop.run_until_complete(self.elsewhere.write(scope, batch)) == expected
+        # Read right away what was just written elsewhere.
+        self.both(lambda store: store.retrieve(scope, batch[-1].text, 8))
+
+    @rule(scope=st.sampled_from(SCOPES), n=st.integers(1, 12))
+    def forget_elsewhere(self, scope: str, n: int) -> None:
+        record_id = f"mem:{scope}:{n}"
+        texts = [r.text for r in self.memory._scopes.get(scope, []) if r.id == record_id]
+        expected = self.loop.run_until_complete(self.memory.forget(scope, record_id))
+        assert self.loop.run_until_complete(self.elsewhere.forget(scope, record_id)) == expected
+        for text in texts:  # a read that would find the forgotten record
+            self.both(lambda store, text=text: store.retrieve(scope, text, 8))
+
     @rule(scope=st.sampled_from(SCOPES), query=queries, limit=st.sampled_from((0, 1, 2, 3, 5, 8)))
     def retrieve(self, scope: str, query: str, limit: int) -> None:
         self.both(lambda store: store.retrieve(scope, query, limit))
+
+    @rule(scope=st.sampled_from(SCOPES), queries=st.lists(queries, min_size=2, max_size=4),
+          limit=st.sampled_from((1, 3, 8)))
+    def retrieve_again(self, scope: str, queries: list[str], limit: int) -> None:
+        # Reads in a row: the SQLite store answers from its view from the second on.
+        for query in queries:
+            self.both(lambda store, query=query: store.retrieve(scope, query, limit))
 
     @rule(scope=st.sampled_from(SCOPES), limit=st.sampled_from((0, 1, 3, 10, 45)),
           query=st.one_of(st.none(), queries),
@@ -165,9 +200,11 @@ class StoresAgree(RuleBasedStateMachine):
             assert indexed == active
 
     def teardown(self) -> None:
+        sqlite_module._VIEW_AFTER_RETRIEVALS = self.view_after
         for conn in self.raw.values():
             conn.close()
         self.loop.run_until_complete(self.sqlite.close())
+        self.loop.run_until_complete(self.elsewhere.close())
         self.loop.run_until_complete(self.memory.close())
         self.loop.close()
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -178,3 +215,11 @@ StoresAgree.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestStoresAgree = StoresAgree.TestCase
+
+
+class StoresAgreeThroughSql(StoresAgree):
+    CACHE_ROWS = 0
+
+
+StoresAgreeThroughSql.TestCase.settings = StoresAgree.TestCase.settings
+TestStoresAgreeThroughSql = StoresAgreeThroughSql.TestCase

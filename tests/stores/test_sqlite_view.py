@@ -1,0 +1,195 @@
+"""The SQLite store's in-memory views: retrievals answered on the event loop, exactly as SQL
+would answer them, never from rows another process (or store) has changed since."""
+
+from __future__ import annotations
+
+import asyncio
+
+import apsw
+import pytest
+
+from scopemem.core.records import Record
+from scopemem.errors import ConfigError
+from scopemem.stores import sqlite_schema as schema
+from scopemem.stores.base import StoreSettings
+from scopemem.stores.sqlite import SqliteStore
+from tests.conftest import DAY_MS, fact
+
+ORG = "org:acme"
+
+
+def prefilters(traced: list[tuple[str, tuple, str]]) -> list[str]:
+    """The threads that ran the FTS prefilter, one per statement."""
+    return [thread for sql, _, thread in traced if "MATCH" in sql]
+
+
+def use_counts(store: SqliteStore, scope: str) -> dict[str, int]:
+    """What the file says, read by a connection of its own."""
+    conn = apsw.Connection(store.path_for(scope), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return dict(conn.execute("SELECT id, use_count FROM records"))
+    finally:
+        conn.close()
+
+
+async def warm(store: SqliteStore, scope: str = ORG) -> None:
+    """Two retrievals through SQL: the second builds the scope's view (when it may have one)."""
+    for _ in range(2):
+        await store.retrieve(scope, "warm", 1)
+
+
+async def test_a_scope_read_twice_is_answered_from_memory_as_sql_answers(make, clock,
+                                                                         tmp_path, traced):
+    cached = make(tmp_path / "cached")
+    plain = make(tmp_path / "plain", cache_rows=0)
+    batch = [fact("deploy with the blue script"), fact("the cache is warm"),
+             fact("deploy only on fridays"), fact("warm up the deploy cache")]
+    for store in (cached, plain):
+        await store.write(ORG, batch)
+        await warm(store)
+    assert cached._handles[ORG].view is not None and plain._handles[ORG].view is None
+    traced.clear()
+    for query, limit in (("deploy", 2), ("cache deploy", 8), ("fridays", 1), ("nothing", 8),
+                         ("deploy", 8)):
+        clock.advance(DAY_MS)
+        got = await cached.retrieve(ORG, query, limit)
+        want = await plain.retrieve(ORG, query, limit)
+        assert got == want
+    # The plain store's retrievals ran the prefilter on its pool; the cached one's none.
+    assert len(prefilters(traced)) == 5
+    assert all(thread.startswith("scopemem-sqlite") for thread in prefilters(traced))
+    assert use_counts(cached, ORG) == use_counts(plain, ORG)
+
+
+async def test_uses_counted_in_memory_are_in_the_file_when_retrieve_returns(make):
+    store = make()
+    await store.write(ORG, [fact("deploy with the blue script"), fact("rollback plan")])
+    await warm(store)
+    assert store._handles[ORG].view is not None
+    before = use_counts(store, ORG)
+    [got] = await store.retrieve(ORG, "deploy", 5)
+    after = use_counts(store, ORG)
+    assert after[got.id] == before[got.id] + 1 == got.use_count
+
+
+async def test_concurrent_retrievals_from_memory_count_every_use(make):
+    store = make()
+    await store.write(ORG, [fact(f"deploy note {n}") for n in range(6)])
+    await warm(store)
+    assert store._handles[ORG].view is not None
+    before = use_counts(store, ORG)
+    # Rows returned different numbers of times: one group commit holds different counts.
+    answers = await asyncio.gather(*(store.retrieve(ORG, "deploy note", 3) for _ in range(40)),
+                                   *(store.retrieve(ORG, "note 1", 1) for _ in range(20)))
+    returned: dict[str, int] = {}
+    for records in answers:
+        for record in records:
+            returned[record.id] = returned.get(record.id, 0) + 1
+    after = use_counts(store, ORG)
+    assert sum(returned.values()) == 140 and len(set(returned.values())) > 1
+    assert {k: after[k] - before[k] for k in after if after[k] != before[k]} == returned
+
+
+async def test_a_change_made_by_another_store_is_never_answered_from_memory(make, tmp_path):
+    ours = make(tmp_path / "shared")
+    theirs = make(tmp_path / "shared")  # another process on the same directory, in effect
+    await ours.write(ORG, [fact("deploy with the blue script"), fact("deploy on fridays")])
+    await warm(ours)
+    assert ours._handles[ORG].view is not None
+    assert {r.text for r in await ours.retrieve(ORG, "deploy", 8)} == {
+        "deploy with the blue script", "deploy on fridays"}
+
+    assert await theirs.forget(ORG, f"mem:{ORG}:1")
+    assert {r.text for r in await ours.retrieve(ORG, "deploy", 8)} == {"deploy on fridays"}
+
+    await warm(ours)
+    await theirs.write(ORG, [fact("deploy from main only")])
+    assert {r.text for r in await ours.retrieve(ORG, "deploy", 8)} == {
+        "deploy on fridays", "deploy from main only"}
+
+    await warm(ours)
+    await theirs.write(ORG, [fact("pushed at sha 3f9a2c1, all 12 tests passing deploy")])
+    await warm(ours)
+    assert (await theirs.sweep(ORG)).swept == 1
+    assert "pushed" not in " ".join(r.text for r in await ours.retrieve(ORG, "deploy", 8))
+
+
+async def test_our_own_changes_replace_the_view(make):
+    store = make()
+    await store.write(ORG, [fact("deploy with the blue script")])
+    await warm(store)
+    await store.write(ORG, [fact("deploy from main only")])
+    assert store._handles[ORG].view is None
+    assert len(await store.retrieve(ORG, "deploy", 8)) == 2
+    await warm(store)
+    assert await store.forget(ORG, f"mem:{ORG}:1")
+    assert [r.text for r in await store.retrieve(ORG, "deploy", 8)] == ["deploy from main only"]
+
+
+async def test_more_matches_than_the_prefilter_takes_go_through_sql(make, tmp_path, clock,
+                                                                    traced):
+    cached = make(tmp_path / "cached")
+    plain = make(tmp_path / "plain", cache_rows=0)
+    for store in (cached, plain):
+        for start in range(0, 60, 20):
+            await store.write(ORG, [fact(f"deploy step {n} " + "deploy " * (n % 4))
+                                    for n in range(start, start + 20)])
+            clock.advance(1000)
+    await warm(cached)
+    traced.clear()
+    got: list[Record] = await cached.retrieve(ORG, "deploy", 8)
+    assert prefilters(traced), "60 matches exceed the candidate cap of 50: bm25 must choose"
+    want = await plain.retrieve(ORG, "deploy", 8)
+    assert [r.id for r in got] == [r.id for r in want]
+    traced.clear()
+    assert len(await cached.retrieve(ORG, "17", 8)) == 1  # one match: memory again
+    assert not prefilters(traced)
+
+
+async def test_cache_rows_bounds_the_rows_held(make, tmp_path):
+    store = make(cache_rows=5)
+    await store.write(ORG, [fact(f"deploy note {n}") for n in range(6)])
+    for _ in range(3):
+        await store.retrieve(ORG, "deploy", 2)
+    assert store._handles[ORG].view is None  # 6 active rows never fit in 5
+
+    await store.write("org:small", [fact(f"deploy a{n}") for n in range(3)])
+    await store.write("org:other", [fact(f"deploy b{n}") for n in range(3)])
+    await warm(store, "org:small")
+    await warm(store, "org:other")  # 3 + 3 > 5: the least recently used view goes
+    assert store._handles["org:small"].view is None
+    assert store._handles["org:other"].view is not None
+    assert store._cached_rows == 3
+
+
+async def test_cache_rows_zero_keeps_every_retrieval_in_sql(make, traced):
+    store = make(cache_rows=0)
+    await store.write(ORG, [fact("deploy")])
+    for _ in range(4):
+        await store.retrieve(ORG, "deploy", 1)
+    assert len(prefilters(traced)) == 4
+    assert store._handles[ORG].view is None
+
+
+async def test_closing_drops_every_view(make):
+    store = make()
+    await store.write(ORG, [fact("deploy")])
+    await warm(store)
+    await store.close()
+    assert store._cached_rows == 0
+
+
+def test_cache_rows_is_a_checked_option(tmp_path, clock):
+    def settings(value: object) -> StoreSettings:
+        return StoreSettings(name="sqlite", options={"path": str(tmp_path), "cache_rows": value},
+                             clock=clock)
+
+    assert SqliteStore.from_settings(settings(0)).cache_rows == 0
+    assert SqliteStore.from_settings(settings(1000)).cache_rows == 1000
+    for bad in (-1, "many", 1.5, True):
+        with pytest.raises(ConfigError, match=r"memory\.stores\.sqlite\.cache_rows"):
+            SqliteStore.from_settings(settings(bad))
+
+
+def test_the_change_counter_is_part_of_the_schema() -> None:
+    assert any("generation" in statement for statement in schema.statements())
