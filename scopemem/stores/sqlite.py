@@ -345,9 +345,12 @@ class _Handle:
         self.probe_lock = threading.Lock()
         self.probed: tuple[object, int] | None = None  # (epoch, generation read in it)
 
-    def add_bumps(self, seqs: Iterable[int], now: int) -> int:
-        """Count one use of each row at ``now``; the batch number the bumps joined."""
+    def add_bumps(self, seqs: Iterable[int], now: int) -> int | None:
+        """Count one use of each row at ``now``; the batch number the bumps joined, or None
+        (nothing counted) when the handle is closed: its last commit may be done."""
         with self.bump_lock:
+            if self.closed:
+                return None
             pending = self.pending
             added = {}
             for seq in seqs:
@@ -567,6 +570,7 @@ class SqliteStore:
             handle.retrievals += 1
             ticket: tuple[_Handle, int] | None = None
             if ranked:
+                # Never None: the handle is held, so it cannot close meanwhile.
                 number = handle.add_bumps([row[0] for row in ranked], now)
                 if commit:
                     with self._transaction(conn, relaxed=True, bumps=handle):
@@ -768,7 +772,7 @@ class SqliteStore:
         changed since it was read, or more rows match than the prefilter hands the engine)."""
         with self._cache_lock:
             handle = self._handles.get(scope_key)
-            if handle is None or handle.view is None:
+            if handle is None:
                 return None
             self._handles.move_to_end(scope_key)
         view = handle.view
@@ -793,7 +797,7 @@ class SqliteStore:
         if not ranked:
             return [], None
         number = handle.add_bumps([row[0] for row in ranked], now)
-        if handle.closed:  # closed meanwhile: its last commit may not hold these bumps
+        if number is None:  # closed meanwhile: answer through SQL on a new handle
             return None
         return [_bumped(row, now) for row in ranked], (handle, number)
 
@@ -841,15 +845,10 @@ class SqliteStore:
             generation = conn.execute(schema.GENERATION_SQL).fetchall()[0][0]
             count = conn.execute(
                 "SELECT count(*) FROM records WHERE status = 'active'").fetchall()[0][0]
-            if not self._reserve_rows(handle, count):
+            if count > self.cache_rows:
                 handle.view_refused = True
                 return
-            try:
-                rows = conn.execute(schema.ACTIVE_ROWS_SQL).fetchall()
-            except BaseException:
-                with self._cache_lock:
-                    self._cached_rows -= count
-                raise
+            rows = conn.execute(schema.ACTIVE_ROWS_SQL).fetchall()
         view = ScopeView((row if row[15] is not None
                           else (*row[:15], fts_tokens(row[4], json.loads(row[5])))
                           for row in rows), generation)
@@ -859,6 +858,9 @@ class SqliteStore:
             probe.set_busy_timeout(0)
             with handle.probe_lock:
                 handle.probe = probe
+        if not self._reserve_rows(handle, len(view)):
+            handle.view_refused = True
+            return
         with handle.bump_lock:
             view.bump(handle.pending)
             handle.view = view

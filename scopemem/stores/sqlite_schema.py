@@ -37,21 +37,27 @@ RECORD_COLUMNS = (
     " created_at, last_used_at, use_count, confidence, supersedes, restates, status"
 )
 
-# Appended to RECORD_COLUMNS by the retrieval statements, whose FTS hit is named ``hit``:
-# the hit's indexed tokens, read from the FTS5 content table by its integer key (a b-tree
-# lookup, no FTS machinery). They are ``fts_tokens`` of the row's text and keywords, so
-# splitting them on spaces gives the record's tokens without running the tokenizer again.
-HIT_TOKENS = "(SELECT c0 FROM records_fts_content WHERE records_fts_content.id = hit)"
+
+def _indexed_tokens(seq: str) -> str:
+    """The indexed tokens of the row whose seq is the column ``seq``, read from the FTS5
+    content table by its integer key (a b-tree lookup, no FTS machinery). They are
+    ``fts_tokens`` of the row's text and keywords, so splitting them on spaces gives the
+    record's tokens without running the tokenizer again."""
+    return f"(SELECT c0 FROM records_fts_content WHERE records_fts_content.id = {seq})"
+
+
+# Appended to RECORD_COLUMNS by the retrieval statements, whose FTS hit is named ``hit``.
+HIT_TOKENS = _indexed_tokens("hit")
 
 GENERATION_SQL = "SELECT value FROM generation WHERE id = 0"
 NEXT_GENERATION_SQL = "UPDATE generation SET value = value + 1 WHERE id = 0"
 
 # Every active row as the retrieval statements read them (RECORD_COLUMNS, then the indexed
-# tokens), for an in-memory view of the scope. A row missing from the index (only between a
-# crash and the reconciliation on open) reads NULL tokens.
+# tokens), for an in-memory view of the scope. An active row missing from the index (which
+# the reconciliation on open repairs) reads NULL tokens.
 ACTIVE_ROWS_SQL = (
-    f"SELECT {RECORD_COLUMNS}, (SELECT c0 FROM records_fts_content"
-    " WHERE records_fts_content.id = records.seq) FROM records WHERE status = 'active'"
+    f"SELECT {RECORD_COLUMNS}, {_indexed_tokens('records.seq')} FROM records"
+    " WHERE status = 'active'"
 )
 
 _BOOKKEEPING = (

@@ -8,7 +8,6 @@ concurrent retrievals of one scope together. None of that may change an answer.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import apsw
 import pytest
@@ -21,26 +20,10 @@ from scopemem.stores.sqlite import (
     CANDIDATES_SQL,
     FTS_SEGMENTS_SQL,
     MAX_FTS_SEGMENTS,
-    SqliteStore,
 )
-from tests.conftest import FakeClock, fact
+from tests.conftest import fact
 
 ORG = "org:acme"
-
-
-@pytest.fixture
-async def make(tmp_path: Path, clock: FakeClock):
-    built: list[SqliteStore] = []
-
-    def build(**options) -> SqliteStore:
-        options.setdefault("clock", clock)
-        store = SqliteStore(tmp_path / "data", **options)
-        built.append(store)
-        return store
-
-    yield build
-    for store in built:
-        await store.close()
 
 
 def read_only(path: str) -> apsw.Connection:

@@ -191,5 +191,25 @@ def test_cache_rows_is_a_checked_option(tmp_path, clock):
             SqliteStore.from_settings(settings(bad))
 
 
-def test_the_change_counter_is_part_of_the_schema() -> None:
-    assert any("generation" in statement for statement in schema.statements())
+async def test_every_change_to_the_rows_counts_a_generation_and_a_retrieval_does_not(make):
+    store = make()
+
+    def generation() -> int:
+        conn = apsw.Connection(store.path_for(ORG), flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            return conn.execute(schema.GENERATION_SQL).fetchall()[0][0]
+        finally:
+            conn.close()
+
+    await store.write(ORG, [fact("deploy with the blue script"), fact("rollback plan"),
+                            fact("pushed at sha 3f9a2c1, all 12 tests passing")])
+    seen = generation()
+    for _ in range(3):
+        await store.retrieve(ORG, "deploy", 5)  # usage bumps only
+    assert generation() == seen
+    for change in (store.write(ORG, [fact("deploy from main only")]),
+                   store.forget(ORG, f"mem:{ORG}:2"),
+                   store.sweep(ORG)):
+        assert await change
+        assert generation() == seen + 1
+        seen += 1
