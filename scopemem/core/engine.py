@@ -7,6 +7,7 @@ feeds these functions the rows they ask for answers exactly like every other sto
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TypeVar
 
@@ -33,9 +34,30 @@ T = TypeVar("T")
 def match_tokens(query: str) -> list[str]:
     """The query's distinct tokens that take part in matching: the 24 longest, ties broken
     by first appearance, in that order."""
-    tokens = distinct_tokens(query)
+    return _longest(distinct_tokens(query))
+
+
+def _longest(tokens: Sequence[str]) -> list[str]:
     ranked = sorted(range(len(tokens)), key=lambda index: (-len(tokens[index]), index))
     return [tokens[index] for index in ranked[:MAX_MATCH_TOKENS]]
+
+
+@attrs.frozen
+class QueryTerms:
+    """A query as ranking reads it, tokenized once.
+
+    ``gate`` is :func:`match_tokens`: a record qualifies when it holds one of them. ``scoring``
+    is every distinct token of the query: a qualifying record's keyword match is the share of
+    them it holds. ``gate`` is a subset of ``scoring``, and equal to it (as a set) for any
+    query of at most 24 distinct tokens."""
+
+    gate: tuple[str, ...]
+    scoring: tuple[str, ...]
+
+
+def query_terms(query: str) -> QueryTerms:
+    scoring = distinct_tokens(query)
+    return QueryTerms(gate=tuple(_longest(scoring)), scoring=tuple(scoring))
 
 
 def candidate_cap(limit: int) -> int:
@@ -71,23 +93,40 @@ def rank_entries(entries: Iterable[tuple[int, Collection[str], int, T]], query: 
     whatever the caller wants back. The answer is the items of the ``limit`` best entries,
     best first, decided exactly as :func:`rank_records` decides (which is this function over
     its active records)."""
-    gate = match_tokens(query)
-    if not gate or limit <= 0:
+    terms = query_terms(query)
+    if not terms.gate or limit <= 0:
         return []
-    scoring_tokens = distinct_tokens(query)
     # Set operations instead of token-by-token loops (the hot path of every retrieval):
-    # the gate holds when the record shares a gate token, and the match is the share of the
-    # distinct query tokens it holds, the same count ``keyword_match`` takes.
-    gate_set = frozenset(gate)
-    scoring_set = frozenset(scoring_tokens)
-    width = len(scoring_tokens)
-    scored = []
-    for seq, tokens, last_touched, item in entries:
-        if not gate_set.isdisjoint(tokens):
-            match = len(scoring_set.intersection(tokens)) / width
-            scored.append((score_of(match, last_touched, now), seq, item))
-    scored.sort(key=lambda entry: (-entry[0], -entry[1]))
+    # the gate holds when the record shares a gate token, and the match is the number of
+    # distinct query tokens it holds, the count ``keyword_match`` takes.
+    gate_set = frozenset(terms.gate)
+    scoring_set = frozenset(terms.scoring)
+    return rank_matched(
+        ((seq, len(scoring_set.intersection(tokens)), last_touched, item)
+         for seq, tokens, last_touched, item in entries if not gate_set.isdisjoint(tokens)),
+        len(terms.scoring), limit, now)
+
+
+def rank_matched(entries: Iterable[tuple[int, int, int, T]], width: int, limit: int,
+                 now: int) -> list[T]:
+    """The last step of :func:`rank_entries`, for a store that finds the qualifying records
+    and counts their matches itself (from an inverted index, say).
+
+    Each entry is ``(seq, matched, last_touched, item)`` for one *active* record that holds
+    at least one of the query's ``QueryTerms.gate`` tokens, where ``matched`` is how many of
+    its ``width`` distinct ``QueryTerms.scoring`` tokens the record holds. Entries passed
+    this way are ranked exactly as :func:`rank_entries` ranks the same records."""
+    if limit <= 0:
+        return []
+    scored = [(-score_of(matched / width, last_touched, now), -seq, item)
+              for seq, matched, last_touched, item in entries]
+    # Best score first, the newer record (higher seq) first among equals; the items are
+    # never compared (seqs are unique).
+    scored.sort(key=_score_then_seq)
     return [item for _score, _seq, item in scored[:limit]]
+
+
+_score_then_seq = operator.itemgetter(0, 1)
 
 
 def bump_usage(record: Record, now: int) -> Record:

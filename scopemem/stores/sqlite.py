@@ -454,10 +454,10 @@ class SqliteStore:
     async def retrieve(self, scope_key: str, query: str, limit: int) -> list[Record]:
         check_scope_key(scope_key)
         now = self._clock()
-        tokens = engine.match_tokens(query)
-        if not tokens or limit <= 0:
+        terms = engine.query_terms(query)
+        if not terms.gate or limit <= 0:
             return []
-        answered = self._from_view(scope_key, query, tokens, limit, now)
+        answered = self._from_view(scope_key, terms, limit, now)
         if answered is not None:
             records, ticket = answered
             if ticket is not None:
@@ -477,10 +477,10 @@ class SqliteStore:
                 # transaction.
                 async with self._writer(scope_key):
                     records, ticket = await self._run(
-                        "read", self._retrieve, scope_key, query, tokens, limit, now, alone)
+                        "read", self._retrieve, scope_key, query, terms.gate, limit, now, alone)
             else:
                 records, ticket = await self._run(
-                    "read", self._retrieve, scope_key, query, tokens, limit, now, alone)
+                    "read", self._retrieve, scope_key, query, terms.gate, limit, now, alone)
         finally:
             left = reading[scope_key] - 1
             if left:
@@ -552,7 +552,7 @@ class SqliteStore:
 
     # --- work done on the pool ------------------------------------------------------------
 
-    def _retrieve(self, scope_key: str, query: str, tokens: list[str], limit: int, now: int,
+    def _retrieve(self, scope_key: str, query: str, tokens: Sequence[str], limit: int, now: int,
                   commit: bool) -> tuple[list[Record], tuple[_Handle, int] | None]:
         """The ranked records, bumped, and the ticket for ``_commit_bumps`` (None when
         nothing was returned, or when ``commit`` asked to commit the pending bumps here,
@@ -582,7 +582,7 @@ class SqliteStore:
         return [_bumped(row, now) for row in ranked], ticket
 
     @staticmethod
-    def _candidate_rows(conn: Any, tokens: list[str], limit: int) -> list[Sequence[Any]]:
+    def _candidate_rows(conn: Any, tokens: Sequence[str], limit: int) -> list[Sequence[Any]]:
         """The rows the prefilter hands the engine (see ``CANDIDATES_SQL``)."""
         cap = engine.candidate_cap(limit)
         match = _match_expression(tokens)
@@ -765,7 +765,7 @@ class SqliteStore:
 
     # --- the in-memory views (see "Reads") -------------------------------------------------
 
-    def _from_view(self, scope_key: str, query: str, tokens: list[str], limit: int, now: int
+    def _from_view(self, scope_key: str, terms: engine.QueryTerms, limit: int, now: int
                    ) -> tuple[list[Record], tuple[_Handle, int] | None] | None:
         """Answer a retrieval from the scope's view, on the event loop, with its bumps added
         and the ticket to wait on; None when the view cannot answer (there is none, the rows
@@ -790,16 +790,18 @@ class SqliteStore:
         if generation != view.generation:
             self._release_view(handle, view)
             return None
-        found = view.candidates(tokens, engine.candidate_cap(limit))
+        found = view.matched(terms, engine.candidate_cap(limit))
         if found is None:
             return None
-        ranked = engine.rank_entries(found, query, limit, now)
+        ranked = engine.rank_matched(found, len(terms.scoring), limit, now)
         if not ranked:
             return [], None
         number = handle.add_bumps([row[0] for row in ranked], now)
         if number is None:  # closed meanwhile: answer through SQL on a new handle
             return None
-        return [_bumped(row, now) for row in ranked], (handle, number)
+        # View rows hold their keywords decoded already.
+        return [trusted_record(*row[1:9], now, row[10] + 1, *row[11:15]) for row in ranked], (
+            handle, number)
 
     def _current_epoch(self) -> object:
         """A token that stays the same until the event loop's next iteration.

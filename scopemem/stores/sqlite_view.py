@@ -4,29 +4,35 @@ A retrieval through SQLite costs a trip to a pool thread, an FTS query and a tra
 the usage bumps; with many concurrent retrievals the trips and the GIL hand-offs between
 threads cost more than the work. A ``ScopeView`` holds what the FTS prefilter would read for
 every active row of one scope (the row and the tokens the index holds for it) and an inverted
-index from token to rows, so the same candidates are found with a few dictionary lookups.
+index from token to rows, so the same candidates are found, and their matches counted, with a
+few dictionary lookups.
 
 The view is a cache of the database plus the usage bumps not yet committed; ``sqlite.py``
-decides when one may be used (see "Reads" there). It never decides an answer: candidates go
-to ``engine.rank_entries`` exactly as the SQL prefilter's rows do.
+decides when one may be used (see "Reads" there). It never decides an answer: the candidates
+and their counts go to ``engine.rank_matched``, the same last step ``engine.rank_entries``
+takes for the SQL prefilter's rows.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-# (seq, the record's tokens, last touched, the row of RECORD_COLUMNS): the shape
-# ``engine.rank_entries`` takes, so candidates are handed over as they are held.
-Entry = tuple[int, tuple[str, ...], int, tuple[Any, ...]]
+from scopemem.core.engine import QueryTerms
+
+# (last touched, the row of RECORD_COLUMNS with its keywords decoded to a tuple).
+Entry = tuple[int, tuple[Any, ...]]
+# What ``engine.rank_matched`` takes: (seq, matched query tokens, last touched, row).
+Matched = tuple[int, int, int, tuple[Any, ...]]
 
 
 def _entry(row: Sequence[Any]) -> Entry:
     last_used_at = row[9]
-    # Interned: a token string is shared by every row (and posting) holding it.
-    tokens = tuple(map(sys.intern, row[15].split()))
-    return (row[0], tokens, row[8] if last_used_at is None else last_used_at, tuple(row[:15]))
+    keywords = row[5]
+    return (row[8] if last_used_at is None else last_used_at,
+            (*row[:5], tuple(json.loads(keywords)) if keywords != "[]" else (), *row[6:15]))
 
 
 class ScopeView:
@@ -40,16 +46,16 @@ class ScopeView:
         active rows only."""
         self.generation = generation
         self.entries: dict[int, Entry] = {}
-        # token → the seqs of the rows holding it. Lists, not sets: a view is built once and
-        # never loses a row (a change to the scope's rows drops the whole view), and a list
-        # costs a fraction of a set's memory.
+        # token → the seqs of the rows holding it, each row once. Lists, not sets: a view
+        # is built once and never loses a row (a change to the scope's rows drops the whole
+        # view), and a list costs a fraction of a set's memory.
         self.postings: dict[str, list[int]] = {}
         postings = self.postings
         for row in rows:
-            entry = _entry(row)
-            seq = entry[0]
-            self.entries[seq] = entry
-            for token in set(entry[1]):
+            seq = row[0]
+            self.entries[seq] = _entry(row)
+            # Interned: a token string is shared by every posting holding it.
+            for token in set(map(sys.intern, row[15].split())):
                 holders = postings.get(token)
                 if holders is None:
                     postings[token] = [seq]
@@ -59,20 +65,35 @@ class ScopeView:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def candidates(self, tokens: Sequence[str], cap: int) -> list[Entry] | None:
-        """The rows holding any of ``tokens``, as ``engine.rank_entries`` takes them: the
-        same set the FTS prefilter returns when it finds at most ``cap`` rows. None when more
-        than ``cap`` rows match: then bm25 has to choose, and only SQLite can."""
+    def matched(self, terms: QueryTerms, cap: int) -> list[Matched] | None:
+        """The rows holding any of the query's gate tokens, each with how many of its scoring
+        tokens it holds, as ``engine.rank_matched`` takes them: the rows the FTS prefilter
+        returns when it finds at most ``cap``, counted as ``engine.rank_entries`` counts
+        them. None when more than ``cap`` rows match: then bm25 has to choose, and only
+        SQLite can."""
         postings = self.postings
-        seqs: set[int] = set()
-        for token in tokens:
-            holders = postings.get(token)
-            if holders is not None:
-                seqs.update(holders)
-        if len(seqs) > cap:
+        counts: dict[int, int] = {}
+        get = counts.get
+        for token in terms.gate:
+            for seq in postings.get(token, ()):
+                counts[seq] = get(seq, 0) + 1
+        if len(counts) > cap:
             return None
+        if len(terms.scoring) > len(terms.gate):
+            # Tokens beyond the gate's 24 add to the match of rows the gate let in, and let
+            # in no row of their own.
+            gate = set(terms.gate)
+            for token in terms.scoring:
+                if token not in gate:
+                    for seq in postings.get(token, ()):
+                        if seq in counts:
+                            counts[seq] += 1
         entries = self.entries
-        return [entries[seq] for seq in seqs]
+        found: list[Matched] = []
+        for seq, matched in counts.items():
+            last_touched, row = entries[seq]
+            found.append((seq, matched, last_touched, row))
+        return found
 
     def bump(self, pending: Mapping[int, Sequence[int]]) -> None:
         """Apply usage bumps (seq → (uses, last use)) to the rows held."""
@@ -80,6 +101,5 @@ class ScopeView:
         for seq, (uses, last) in pending.items():
             entry = entries.get(seq)
             if entry is not None:
-                row = entry[3]
-                entries[seq] = (seq, entry[1], last,
-                                (*row[:9], last, row[10] + uses, *row[11:]))
+                row = entry[1]
+                entries[seq] = (last, (*row[:9], last, row[10] + uses, *row[11:]))

@@ -4,15 +4,20 @@ would answer them, never from rows another process (or store) has changed since.
 from __future__ import annotations
 
 import asyncio
+import json
 
 import apsw
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from scopemem.core import engine
 from scopemem.core.records import Record
 from scopemem.errors import ConfigError
 from scopemem.stores import sqlite_schema as schema
 from scopemem.stores.base import StoreSettings
-from scopemem.stores.sqlite import SqliteStore
+from scopemem.stores.sqlite import SqliteStore, fts_tokens
+from scopemem.stores.sqlite_view import ScopeView
 from tests.conftest import DAY_MS, fact
 
 ORG = "org:acme"
@@ -30,6 +35,48 @@ def use_counts(store: SqliteStore, scope: str) -> dict[str, int]:
         return dict(conn.execute("SELECT id, use_count FROM records"))
     finally:
         conn.close()
+
+
+# More than the gate's 24 distinct tokens, of several lengths, so a long query has scoring
+# tokens the gate leaves out.
+VOCABULARY = [f"{chr(97 + n)}{chr(122 - n)}{'x' * (n % 4)}" for n in range(26)]
+NOW = 1_790_000_000_000
+
+
+def view_row(seq: int, words: list[str], keywords: list[str], touched: int | None
+             ) -> tuple:
+    """A row as the view is built from: RECORD_COLUMNS, then the indexed tokens."""
+    return (seq, f"mem:{ORG}:{seq}", ORG, "fact", " ".join(words), json.dumps(keywords), "t",
+            None, NOW - 10 * DAY_MS, touched, 0, None, None, None, "active",
+            fts_tokens(" ".join(words), keywords))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=8),
+                          st.lists(st.sampled_from(VOCABULARY), max_size=2),
+                          st.one_of(st.none(), st.integers(0, 9 * DAY_MS))), max_size=30),
+       st.one_of(st.lists(st.sampled_from(VOCABULARY), max_size=8),
+                 st.permutations(VOCABULARY)),  # every word: two beyond the gate
+       st.integers(1, 12),
+       st.integers(0, 30))
+def test_a_views_match_counts_rank_rows_as_the_engine_ranks_them(records, words, limit, cap):
+    rows = [view_row(seq, text, keywords, None if used is None else NOW - used)
+            for seq, (text, keywords, used) in enumerate(records, start=1)]
+    query = " ".join(words)
+    terms = engine.query_terms(query)
+    view = ScopeView(rows, generation=0)
+    found = view.matched(terms, cap)
+    gated = [row for row in rows if set(terms.gate) & set(row[15].split())]
+    if len(gated) > cap:
+        assert found is None
+        return
+    assert found is not None and sorted(row[0] for _, _, _, row in found) == [
+        row[0] for row in gated]
+    want = engine.rank_entries(
+        [(row[0], row[15].split(), row[8] if row[9] is None else row[9], row[0])
+         for row in rows], query, limit, NOW)
+    got = [row[0] for row in engine.rank_matched(found, len(terms.scoring), limit, NOW)]
+    assert got == want
 
 
 async def warm(store: SqliteStore, scope: str = ORG) -> None:
