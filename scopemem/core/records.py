@@ -116,6 +116,15 @@ _KINDS = {kind.value: kind for kind in Kind}
 _STATUSES = {status.value: status for status in Status}
 
 
+# The slot descriptors' setters, in field order: a frozen class refuses ``setattr``, and
+# calling a slot's own setter skips the lookup ``object.__setattr__`` makes by name.
+(_set_id, _set_scope_key, _set_kind, _set_text, _set_keywords, _set_source_thread_key,
+ _set_source_run_id, _set_created_at, _set_last_used_at, _set_use_count, _set_confidence,
+ _set_supersedes, _set_restates, _set_status) = (
+    Record.__dict__[field.name].__set__ for field in attrs.fields(Record))
+_new_record = object.__new__
+
+
 def trusted_record(
     id: str,  # noqa: A002 - the field's name
     scope_key: str,
@@ -137,24 +146,22 @@ def trusted_record(
     field order. ``kind`` and ``status`` are converted exactly as the constructor converts
     them, so the result equals ``Record(...)`` of the same values; anything the validators
     would have refused is the caller's responsibility."""
-    record = object.__new__(Record)
-    put = object.__setattr__
-    put(record, "id", id)
-    put(record, "scope_key", scope_key)
-    put(record, "kind", _KINDS.get(kind) or Kind(kind))
-    put(record, "text", text)
-    put(record, "keywords", tuple(keywords))
-    put(record, "source_thread_key", source_thread_key)
-    put(record, "source_run_id", source_run_id)
-    put(record, "created_at", created_at)
-    put(record, "last_used_at", last_used_at)
-    put(record, "use_count", use_count)
-    put(record, "confidence", confidence)
-    put(record, "supersedes", supersedes)
-    put(record, "restates", restates)
-    put(record, "status", _STATUSES.get(status) or Status(status))
+    record = _new_record(Record)
+    _set_id(record, id)
+    _set_scope_key(record, scope_key)
+    _set_kind(record, _KINDS.get(kind) or Kind(kind))
+    _set_text(record, text)
+    _set_keywords(record, tuple(keywords))
+    _set_source_thread_key(record, source_thread_key)
+    _set_source_run_id(record, source_run_id)
+    _set_created_at(record, created_at)
+    _set_last_used_at(record, last_used_at)
+    _set_use_count(record, use_count)
+    _set_confidence(record, confidence)
+    _set_supersedes(record, supersedes)
+    _set_restates(record, restates)
+    _set_status(record, _STATUSES.get(status) or Status(status))
     return record
-
 
 
 @attrs.frozen(kw_only=True)
@@ -249,7 +256,35 @@ def _build_wire_converter() -> cattrs.Converter:
         converter.register_structure_hook(
             cls, make_dict_structure_fn(cls, converter, **structure_overrides)
         )
+    # Records are what retrievals answer, many per response: a hand-written form of the
+    # generated function above (same keys, same order, the same optionals omitted).
+    converter.register_unstructure_hook(Record, _record_to_wire)
     return converter
+
+
+def _record_to_wire(record: Record) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": record.id,
+        "scopeKey": record.scope_key,
+        "kind": record.kind.value,
+        "text": record.text,
+        "keywords": list(record.keywords),
+        "sourceThreadKey": record.source_thread_key,
+    }
+    if record.source_run_id is not None:
+        data["sourceRunId"] = record.source_run_id
+    data["createdAt"] = record.created_at
+    if record.last_used_at is not None:
+        data["lastUsedAt"] = record.last_used_at
+    data["useCount"] = record.use_count
+    if record.confidence is not None:
+        data["confidence"] = record.confidence
+    if record.supersedes is not None:
+        data["supersedes"] = record.supersedes
+    if record.restates is not None:
+        data["restates"] = record.restates
+    data["status"] = record.status.value
+    return data
 
 
 wire = _build_wire_converter()

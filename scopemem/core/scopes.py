@@ -44,9 +44,14 @@ def identifier_problem(value: object, *, max_chars: int) -> str | None:
         return "must not be empty"
     if len(value) > max_chars:
         return f"must be at most {max_chars} characters"
-    if any(_is_space_or_control(char) for char in value):
-        return "must not contain whitespace or control characters"
-    return None
+    # ASCII (nearly every key): the printable characters are exactly those that are not
+    # control characters, and the only printable whitespace is the space.
+    if value.isascii():
+        if value.isprintable() and " " not in value:
+            return None
+    elif not any(_is_space_or_control(char) for char in value):
+        return None
+    return "must not contain whitespace or control characters"
 
 
 def scope_key_problem(key: object) -> str | None:

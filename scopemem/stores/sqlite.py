@@ -135,6 +135,9 @@ _CHUNK = 500
 # (about 1.5 KB each). A scope gets its view on its second retrieval through SQL.
 DEFAULT_CACHE_ROWS = 50_000
 _VIEW_AFTER_RETRIEVALS = 2
+# SQLite's default auto-checkpoint size, set explicitly on every connection: bump commits on
+# the event loop checkpoint at the same size, on the pool (see _commit_on_loop).
+_WAL_AUTOCHECKPOINT_PAGES = 1000
 
 
 # The retrieval prefilter: the best-matching active rows by bm25 (ties to the newer row), at
@@ -144,12 +147,16 @@ _VIEW_AFTER_RETRIEVALS = 2
 # planner may scan every active row through an index and probe the hits instead. A row is
 # RECORD_COLUMNS followed by the hit's indexed tokens (``schema.HIT_TOKENS``), read only for
 # the hits that survive the LIMIT.
-CANDIDATES_SQL = (
-    f"SELECT {schema.RECORD_COLUMNS}, {schema.HIT_TOKENS} FROM ("
-    " SELECT rowid AS hit, bm25(records_fts) AS score FROM records_fts"
+_BEST_HITS = (
+    "SELECT rowid AS hit, bm25(records_fts) AS score FROM records_fts"
     " WHERE records_fts MATCH ? ORDER BY score, rowid DESC LIMIT ?"
-    ") CROSS JOIN records ON seq = hit WHERE status = 'active'"
 )
+CANDIDATES_SQL = (
+    f"SELECT {schema.RECORD_COLUMNS}, {schema.HIT_TOKENS} FROM ({_BEST_HITS})"
+    " CROSS JOIN records ON seq = hit WHERE status = 'active'"
+)
+# The same choice, seqs only: a view holds the rows (see _from_view).
+BEST_HITS_SQL = f"SELECT hit FROM ({_BEST_HITS})"
 # The same hits unordered, one output row per hit (NULL columns for a hit with no row; the
 # caller skips rows that are not active), bound like it but asking for cap + 1 hits: when at
 # most ``cap`` come back they are every match, which is exactly what the bm25 statement
@@ -228,10 +235,11 @@ def _with_bumps(rows: Sequence[Sequence[Any]], pending: Mapping[int, list[int]]
 
 
 def _apply_bumps(conn: Any, pending: Mapping[int, list[int]]) -> None:
-    """Persist pending usage bumps in one statement per 500 rows: the spec's one batched
-    ``UPDATE … WHERE seq IN (…)`` when they share a (uses, last use) pair (one retrieval's
-    bumps), else an UPDATE joined to the list of (seq, uses, last use), so a group commit
-    of many retrievals is still one statement, not one per distinct timestamp."""
+    """Persist pending usage bumps: the spec's one batched ``UPDATE … WHERE seq IN (…)``
+    (per 500 rows) when they share a (uses, last use) pair, as one retrieval's bumps do;
+    else one prepared statement run once per row (``executemany``), which for a group
+    commit of many retrievals costs less than one statement per distinct timestamp or an
+    UPDATE joined to a list of values."""
     groups: dict[tuple[int, int], list[int]] = {}
     for seq, (uses, last) in pending.items():
         groups.setdefault((uses, last), []).append(seq)
@@ -243,14 +251,9 @@ def _apply_bumps(conn: Any, pending: Mapping[int, list[int]]) -> None:
                 f"UPDATE records SET use_count = use_count + {int(uses)}, last_used_at = ?"
                 f" WHERE seq IN ({', '.join('?' * len(chunk))})", (last, *chunk))
         return
-    items = list(pending.items())
-    for start in range(0, len(items), _CHUNK):
-        chunk = items[start:start + _CHUNK]
-        conn.execute(
-            f"WITH bump(seq, uses, last) AS (VALUES {', '.join(['(?, ?, ?)'] * len(chunk))})"
-            " UPDATE records SET use_count = use_count + bump.uses, last_used_at = bump.last"
-            " FROM bump WHERE records.seq = bump.seq",
-            [value for seq, (uses, last) in chunk for value in (seq, uses, last)])
+    conn.executemany(
+        "UPDATE records SET use_count = use_count + ?, last_used_at = ? WHERE seq = ?",
+        [(uses, last, seq) for seq, (uses, last) in pending.items()])
 
 
 def _rank_entries(rows: Sequence[Sequence[Any]]) -> list[tuple[int, list[str], int, Any]]:
@@ -315,9 +318,9 @@ def _check_path(value: object, name: str) -> str:
 class _Handle:
     """One cached connection and the lock that keeps it to one thread at a time."""
 
-    __slots__ = ("batch", "bump_lock", "closed", "committed", "conn", "flush", "lock", "path",
-                 "pending", "probe", "probe_lock", "probed", "retrievals", "view",
-                 "view_refused")
+    __slots__ = ("batch", "bump_lock", "checkpoint", "closed", "committed", "conn", "flush",
+                 "lock", "path", "pending", "probe", "probe_lock", "probed", "retrievals",
+                 "view", "view_refused")
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -344,6 +347,7 @@ class _Handle:
         self.probe: Any = None
         self.probe_lock = threading.Lock()
         self.probed: tuple[object, int] | None = None  # (epoch, generation read in it)
+        self.checkpoint: asyncio.Task[None] | None = None  # queued by _commit_on_loop
 
     def add_bumps(self, seqs: Iterable[int], now: int) -> int | None:
         """Count one use of each row at ``now``; the batch number the bumps joined, or None
@@ -790,9 +794,15 @@ class SqliteStore:
         if generation != view.generation:
             self._release_view(handle, view)
             return None
-        found = view.matched(terms, engine.candidate_cap(limit))
-        if found is None:
-            return None
+        counts = view.match_counts(terms)
+        cap = engine.candidate_cap(limit)
+        if len(counts) <= cap:
+            found = view.matched(counts)
+        else:
+            best = self._best_hits(handle, view, terms.gate, cap)
+            if best is None:
+                return None
+            found = view.matched(counts, best)
         ranked = engine.rank_matched(found, len(terms.scoring), limit, now)
         if not ranked:
             return [], None
@@ -832,6 +842,31 @@ class SqliteStore:
             if probe is None:
                 return None
             return probe.execute(schema.GENERATION_SQL).fetchall()[0][0]
+        except Exception:  # any failure: answer through SQL, which reports it
+            return None
+        finally:
+            handle.probe_lock.release()
+
+    @staticmethod
+    def _best_hits(handle: _Handle, view: ScopeView, gate: Sequence[str], cap: int
+                   ) -> list[int] | None:
+        """The seqs of the ``cap`` rows bm25 ranks best for ``gate``, chosen by SQLite on the
+        probe connection, so a view answers a query matching more rows than the prefilter
+        takes exactly as the prefilter would; None when the file's rows are no longer the
+        view's (or cannot be read without waiting). A few hundred microseconds on the event
+        loop, for the few queries that need it, instead of a trip through the pool."""
+        if not handle.probe_lock.acquire(blocking=False):
+            return None
+        try:
+            probe = handle.probe
+            if probe is None:
+                return None
+            # One snapshot: the hits are those of the rows the generation counts.
+            with SqliteStore._snapshot(probe):
+                if probe.execute(schema.GENERATION_SQL).fetchall()[0][0] != view.generation:
+                    return None
+                return [seq for (seq,) in probe.execute(
+                    BEST_HITS_SQL, (_match_expression(gate), cap))]
         except Exception:  # any failure: answer through SQL, which reports it
             return None
         finally:
@@ -924,11 +959,83 @@ class SqliteStore:
 
     async def _flush(self, scope_key: str, handle: _Handle) -> None:
         try:
-            async with self._writer(scope_key):
-                await self._run("write", self._commit_pending, handle, handle.batch)
+            # A task's first step runs in the loop iteration after it was created, so every
+            # retrieval answered in this one has added its bumps by now.
+            if not self._commit_on_loop(scope_key, handle):
+                async with self._writer(scope_key):
+                    await self._run("write", self._commit_pending, handle, handle.batch)
         finally:
             if handle.flush is asyncio.current_task():
                 handle.flush = None
+
+    def _commit_on_loop(self, scope_key: str, handle: _Handle) -> bool:
+        """Commit the pending bumps right here on the event loop when that needs no waiting
+        at all: nobody holds the connection or is queued to write to the scope, and no other
+        connection holds the file's write lock. False (nothing committed) otherwise: the
+        caller commits on the write pool.
+
+        A bump commit writes to the WAL without syncing it, a few hundred microseconds of
+        SQLite work; handing it to a thread costs more than that in GIL hand-offs, each of
+        which can wait for the event loop's switch interval. The one slow part a commit can
+        bring, the WAL checkpoint (which syncs), is moved off the loop: the commit runs with
+        a WAL hook of its own (which turns SQLite's auto-checkpoint off for it), and when
+        the log has reached the auto-checkpoint size a checkpoint is queued on the pool."""
+        entry = self._writers.get(scope_key)
+        if entry is not None and entry[0].locked():
+            return False
+        if not handle.lock.acquire(blocking=False):
+            return False
+        try:
+            conn = handle.conn
+            if handle.closed or conn is None:
+                return False
+            apsw = _apsw()
+            wal_pages = 0
+
+            def note_wal_pages(_conn: Any, _name: str, pages: int) -> int:
+                nonlocal wal_pages
+                wal_pages = pages
+                return apsw.SQLITE_OK
+
+            conn.set_busy_timeout(0)
+            conn.set_wal_hook(note_wal_pages)
+            try:
+                with self._transaction(conn, relaxed=True, bumps=handle):
+                    pass
+            except apsw.Error:  # busy, or a real failure the pool's attempt will report
+                return False
+            finally:
+                conn.wal_autocheckpoint(_WAL_AUTOCHECKPOINT_PAGES)
+                conn.set_busy_timeout(self.busy_timeout_ms)
+        finally:
+            handle.lock.release()
+        if wal_pages >= _WAL_AUTOCHECKPOINT_PAGES:
+            self._checkpoint_soon(scope_key, handle)
+        return True
+
+    def _checkpoint_soon(self, scope_key: str, handle: _Handle) -> None:
+        """Checkpoint the scope's WAL on the write pool, as SQLite's auto-checkpoint would
+        have done after the commit (a passive one), unless one is queued already."""
+        if handle.checkpoint is not None:
+            return
+        handle.checkpoint = asyncio.get_running_loop().create_task(
+            self._checkpoint(scope_key, handle))
+
+    async def _checkpoint(self, scope_key: str, handle: _Handle) -> None:
+        try:
+            async with self._writer(scope_key):
+                await self._run("write", self._checkpoint_now, handle)
+        except Exception as exc:  # the next commit's checkpoint tries again
+            log.warning("sqlite store: %s: WAL checkpoint failed: %s", handle.path,
+                        _describe(exc))
+        finally:
+            handle.checkpoint = None
+
+    @staticmethod
+    def _checkpoint_now(handle: _Handle) -> None:
+        with handle.lock:
+            if not handle.closed and handle.conn is not None:
+                handle.conn.wal_checkpoint()
 
     @contextlib.asynccontextmanager
     async def _writer(self, scope_key: str) -> Any:
@@ -1067,6 +1174,7 @@ class SqliteStore:
             if str(mode).lower() != "wal":
                 raise StoreError(f"sqlite store: {path}: cannot switch to WAL (got {mode})")
             conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+            conn.wal_autocheckpoint(_WAL_AUTOCHECKPOINT_PAGES)
             with self._transaction(conn):
                 schema.apply_schema(conn, self._clock())
                 owner = schema.claim_scope(conn, scope_key)

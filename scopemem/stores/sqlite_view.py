@@ -65,20 +65,16 @@ class ScopeView:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def matched(self, terms: QueryTerms, cap: int) -> list[Matched] | None:
-        """The rows holding any of the query's gate tokens, each with how many of its scoring
-        tokens it holds, as ``engine.rank_matched`` takes them: the rows the FTS prefilter
-        returns when it finds at most ``cap``, counted as ``engine.rank_entries`` counts
-        them. None when more than ``cap`` rows match: then bm25 has to choose, and only
-        SQLite can."""
+    def match_counts(self, terms: QueryTerms) -> dict[int, int]:
+        """seq → how many of the query's scoring tokens the row holds, for every row holding
+        one of its gate tokens: the rows the FTS prefilter matches, counted as
+        ``engine.rank_entries`` counts them."""
         postings = self.postings
         counts: dict[int, int] = {}
         get = counts.get
         for token in terms.gate:
             for seq in postings.get(token, ()):
                 counts[seq] = get(seq, 0) + 1
-        if len(counts) > cap:
-            return None
         if len(terms.scoring) > len(terms.gate):
             # Tokens beyond the gate's 24 add to the match of rows the gate let in, and let
             # in no row of their own.
@@ -88,11 +84,24 @@ class ScopeView:
                     for seq in postings.get(token, ()):
                         if seq in counts:
                             counts[seq] += 1
+        return counts
+
+    def matched(self, counts: Mapping[int, int], seqs: Iterable[int] | None = None
+                ) -> list[Matched]:
+        """The rows of ``counts`` (only those among ``seqs``, when given) as
+        ``engine.rank_matched`` takes them."""
         entries = self.entries
         found: list[Matched] = []
-        for seq, matched in counts.items():
-            last_touched, row = entries[seq]
-            found.append((seq, matched, last_touched, row))
+        if seqs is None:
+            for seq, matched in counts.items():
+                last_touched, row = entries[seq]
+                found.append((seq, matched, last_touched, row))
+            return found
+        for seq in seqs:
+            matched = counts.get(seq)
+            if matched is not None:  # the index and the view hold the same rows
+                last_touched, row = entries[seq]
+                found.append((seq, matched, last_touched, row))
         return found
 
     def bump(self, pending: Mapping[int, Sequence[int]]) -> None:

@@ -91,7 +91,7 @@ class _Served:
 SERVED = web.AppKey("scopemem_worker_served", _Served)
 OPENAPI = web.AppKey("scopemem_worker_openapi", bytes)
 
-_dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None

@@ -83,14 +83,19 @@ def _refuse_constant(name: str) -> Any:
     raise BodyError(f"body is not valid JSON ({name} is not a JSON value)")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def parse_body(raw: bytes) -> dict[str, Any]:
     """The decoded JSON object of a request body."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise BodyError("body is not valid JSON (not UTF-8)") from None
+    if text.startswith("\ufeff"):
+        raise BodyError("body is not valid JSON (it starts with a byte order mark)")
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = _DECODER.decode(text)
     except BodyError:
         raise
     except RecursionError:

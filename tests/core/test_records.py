@@ -2,7 +2,10 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from scopemem.core.records import (
     Candidate,
@@ -44,6 +47,29 @@ def test_present_optionals_are_carried():
     record = from_wire(full, Record)
     assert record.status is Status.SWEPT and record.restates == "mem:org:acme:2"
     assert to_wire(record) == full
+
+
+OPTIONALS = {"source_run_id": st.text(min_size=1, max_size=3),
+             "last_used_at": st.integers(0, 2**53), "confidence": st.floats(0, 1),
+             "supersedes": st.text(min_size=1, max_size=3),
+             "restates": st.text(min_size=1, max_size=3)}
+
+
+@given(st.fixed_dictionaries({}, optional=OPTIONALS), st.sampled_from(list(Kind)),
+       st.sampled_from(list(Status)), st.lists(st.text(max_size=3), max_size=2))
+def test_a_records_wire_form_names_every_field_in_order_and_omits_absent_optionals(
+        optionals, kind, status, keywords):
+    record = attrs.evolve(from_wire(BASE, Record), kind=kind, status=status,
+                          keywords=keywords, **optionals)
+    wire = to_wire(record)
+    names = [field.name for field in attrs.fields(Record)
+             if field.name not in OPTIONALS or field.name in optionals]
+    camel = {"scope_key": "scopeKey", "source_thread_key": "sourceThreadKey",
+             "source_run_id": "sourceRunId", "created_at": "createdAt",
+             "last_used_at": "lastUsedAt", "use_count": "useCount"}
+    assert list(wire) == [camel.get(name, name) for name in names]
+    assert from_wire(wire, Record) == record
+    assert to_wire([record, record]) == [wire, wire]
 
 
 def test_unknown_input_keys_are_ignored():

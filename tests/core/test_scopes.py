@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from scopemem.core.scopes import (
     MemoryIdError,
     ScopeKeyError,
+    identifier_problem,
     memory_id,
     order_scope_keys,
     parse_memory_id,
@@ -24,6 +29,21 @@ def test_valid_scope_keys(key):
 def test_invalid_scope_keys(key):
     with pytest.raises(ScopeKeyError):
         validate_scope_key(key)
+
+
+@given(st.text(st.characters(max_codepoint=0x3000), min_size=1, max_size=12))
+def test_a_key_is_refused_exactly_when_a_character_is_whitespace_or_control(key):
+    refused = any(char.isspace() or unicodedata.category(char) in {"Cc", "Zl", "Zp"}
+                  for char in key)
+    assert (identifier_problem(key, max_chars=200) is not None) == refused
+
+
+@pytest.mark.parametrize("key", ["org:a\x1fb", "org:a\x7fb", "org:a\x0bb", "org:\xa0",
+                                 "org:\u3000", "org:\u200bb"])
+def test_ascii_and_unicode_separators_are_judged_alike(key):
+    refused = any(char.isspace() or unicodedata.category(char) in {"Cc", "Zl", "Zp"}
+                  for char in key)
+    assert (identifier_problem(key, max_chars=200) is not None) == refused
 
 
 def test_memory_ids_split_on_the_last_colon():

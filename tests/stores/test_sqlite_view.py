@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import threading
 
 import apsw
 import pytest
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from scopemem.core import engine
 from scopemem.core.records import Record
 from scopemem.errors import ConfigError
+from scopemem.stores import sqlite as sqlite_module
 from scopemem.stores import sqlite_schema as schema
 from scopemem.stores.base import StoreSettings
 from scopemem.stores.sqlite import SqliteStore, fts_tokens
@@ -57,26 +60,27 @@ def view_row(seq: int, words: list[str], keywords: list[str], touched: int | Non
                           st.one_of(st.none(), st.integers(0, 9 * DAY_MS))), max_size=30),
        st.one_of(st.lists(st.sampled_from(VOCABULARY), max_size=8),
                  st.permutations(VOCABULARY)),  # every word: two beyond the gate
-       st.integers(1, 12),
-       st.integers(0, 30))
-def test_a_views_match_counts_rank_rows_as_the_engine_ranks_them(records, words, limit, cap):
+       st.integers(1, 12), st.randoms())
+def test_a_views_match_counts_rank_rows_as_the_engine_ranks_them(records, words, limit, rng):
     rows = [view_row(seq, text, keywords, None if used is None else NOW - used)
             for seq, (text, keywords, used) in enumerate(records, start=1)]
     query = " ".join(words)
     terms = engine.query_terms(query)
     view = ScopeView(rows, generation=0)
-    found = view.matched(terms, cap)
-    gated = [row for row in rows if set(terms.gate) & set(row[15].split())]
-    if len(gated) > cap:
-        assert found is None
-        return
-    assert found is not None and sorted(row[0] for _, _, _, row in found) == [
-        row[0] for row in gated]
+    counts = view.match_counts(terms)
+    # The rows the prefilter would match: those holding a gate token.
+    assert sorted(counts) == [row[0] for row in rows
+                              if set(terms.gate) & set(row[15].split())]
     want = engine.rank_entries(
         [(row[0], row[15].split(), row[8] if row[9] is None else row[9], row[0])
          for row in rows], query, limit, NOW)
+    found = view.matched(counts)
     got = [row[0] for row in engine.rank_matched(found, len(terms.scoring), limit, NOW)]
     assert got == want
+    # bm25's choice among them (any subset, in any order) keeps the counts, in its order.
+    chosen = rng.sample(sorted(counts), len(counts) // 2) + [len(rows) + 1]
+    assert view.matched(counts, chosen) == [
+        entry for seq in chosen for entry in found if entry[0] == seq]
 
 
 async def warm(store: SqliteStore, scope: str = ORG) -> None:
@@ -137,6 +141,61 @@ async def test_concurrent_retrievals_from_memory_count_every_use(make):
     assert {k: after[k] - before[k] for k in after if after[k] != before[k]} == returned
 
 
+async def test_uses_are_committed_on_the_loop_without_ever_waiting_on_a_lock(make):
+    store = make(busy_timeout_ms=3000)
+    await store.write(ORG, [fact("deploy with the blue script"), fact("rollback plan")])
+    await warm(store)
+    before = use_counts(store, ORG)
+    # Another connection (another process, in effect) holds the file's write lock: the
+    # loop cannot commit at once, so the commit goes to the pool, which waits for the lock
+    # while the loop goes on serving.
+    other = apsw.Connection(store.path_for(ORG))
+    other.execute("BEGIN IMMEDIATE")
+    retrieval = asyncio.ensure_future(store.retrieve(ORG, "deploy", 5))
+    loop = asyncio.get_running_loop()
+    longest_tick = 0.0
+    for _ in range(10):
+        started = loop.time()
+        await asyncio.sleep(0.02)
+        longest_tick = max(longest_tick, loop.time() - started)
+    # Not blocked for the 3 s busy timeout: the loop tried the lock once, without waiting.
+    assert not retrieval.done() and longest_tick < 1.5
+    other.execute("COMMIT")
+    other.close()
+    [got] = await retrieval
+    assert use_counts(store, ORG)[got.id] == before[got.id] + 1 == got.use_count
+    # The lock is free again: the next commit runs on the loop.
+    [again] = await store.retrieve(ORG, "deploy", 5)
+    assert use_counts(store, ORG)[got.id] == again.use_count == got.use_count + 1
+
+
+async def test_the_wal_is_checkpointed_off_the_loop_at_the_auto_checkpoint_size(
+        make, monkeypatch):
+    monkeypatch.setattr(sqlite_module, "_WAL_AUTOCHECKPOINT_PAGES", 4)
+    checkpoints: list[str] = []
+    checkpoint_now = SqliteStore._checkpoint_now
+
+    def spy(handle):  # type: ignore[no-untyped-def]
+        checkpoints.append(threading.current_thread().name)
+        checkpoint_now(handle)
+
+    monkeypatch.setattr(SqliteStore, "_checkpoint_now", staticmethod(spy))
+    store = make()
+    await store.write(ORG, [fact(f"deploy note {n} " + "padding " * 400) for n in range(40)])
+    await warm(store)
+    wal = store.path_for(ORG) + "-wal"
+    start = os.path.getsize(wal)
+    for n in range(30):
+        await store.retrieve(ORG, f"note {n}", 8)
+        await asyncio.sleep(0.01)  # room for the queued checkpoint to run
+    # Each commit on the loop went past 4 pages and was followed by a checkpoint on the
+    # pool, so the log kept being reused from its start instead of growing by every
+    # commit's pages (30 commits of 8 rows would not fit in what the write left).
+    assert len(checkpoints) >= 25
+    assert all(name.startswith("scopemem-sqlite-write") for name in checkpoints)
+    assert os.path.getsize(wal) == start
+
+
 async def test_a_change_made_by_another_store_is_never_answered_from_memory(make, tmp_path):
     ours = make(tmp_path / "shared")
     theirs = make(tmp_path / "shared")  # another process on the same directory, in effect
@@ -173,8 +232,8 @@ async def test_our_own_changes_replace_the_view(make):
     assert [r.text for r in await store.retrieve(ORG, "deploy", 8)] == ["deploy from main only"]
 
 
-async def test_more_matches_than_the_prefilter_takes_go_through_sql(make, tmp_path, clock,
-                                                                    traced):
+async def test_more_matches_than_the_prefilter_takes_are_chosen_by_sqlite_bm25(
+        make, tmp_path, clock, traced):
     cached = make(tmp_path / "cached")
     plain = make(tmp_path / "plain", cache_rows=0)
     for store in (cached, plain):
@@ -184,13 +243,17 @@ async def test_more_matches_than_the_prefilter_takes_go_through_sql(make, tmp_pa
             clock.advance(1000)
     await warm(cached)
     traced.clear()
-    got: list[Record] = await cached.retrieve(ORG, "deploy", 8)
-    assert prefilters(traced), "60 matches exceed the candidate cap of 50: bm25 must choose"
-    want = await plain.retrieve(ORG, "deploy", 8)
-    assert [r.id for r in got] == [r.id for r in want]
-    traced.clear()
-    assert len(await cached.retrieve(ORG, "17", 8)) == 1  # one match: memory again
-    assert not prefilters(traced)
+    for query, limit in (("deploy", 8), ("deploy step", 3), ("deploy 7 12", 9)):
+        clock.advance(DAY_MS)
+        got: list[Record] = await cached.retrieve(ORG, query, limit)
+        want = await plain.retrieve(ORG, query, limit)
+        assert [r.id for r in got] == [r.id for r in want]
+    # 60 matches exceed the candidate cap: bm25 chose, on the event loop's own connection,
+    # and only the rows it chose were read from memory.
+    by_cached = [(sql, thread) for sql, _, thread in traced if "bm25" in sql
+                 and thread == threading.current_thread().name]
+    assert len(by_cached) == 3 and all("records_fts_content" not in sql
+                                        for sql, _ in by_cached)
 
 
 async def test_cache_rows_bounds_the_rows_held(make, tmp_path):
