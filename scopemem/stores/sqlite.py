@@ -234,26 +234,25 @@ def _with_bumps(rows: Sequence[Sequence[Any]], pending: Mapping[int, list[int]]
     return out
 
 
+# One statement text whatever the number of rows, so SQLite prepares it once per connection.
+_BUMP_SQL = ("UPDATE records SET use_count = use_count + ?, last_used_at = ?"
+             " WHERE seq IN (SELECT value FROM json_each(?))")
+
+
 def _apply_bumps(conn: Any, pending: Mapping[int, list[int]]) -> None:
-    """Persist pending usage bumps: the spec's one batched ``UPDATE … WHERE seq IN (…)``
-    (per 500 rows) when they share a (uses, last use) pair, as one retrieval's bumps do;
-    else one prepared statement run once per row (``executemany``), which for a group
-    commit of many retrievals costs less than one statement per distinct timestamp or an
-    UPDATE joined to a list of values."""
+    """Persist pending usage bumps: one batched ``UPDATE … WHERE seq IN (…)`` (per 500
+    rows) for each distinct (uses, last use) pair. A retrieval's bumps share one pair, so a
+    group commit of many retrievals runs about one such statement per retrieval, never one
+    per row."""
     groups: dict[tuple[int, int], list[int]] = {}
     for seq, (uses, last) in pending.items():
-        groups.setdefault((uses, last), []).append(seq)
-    if len(groups) == 1:
-        [((uses, last), seqs)] = groups.items()
-        for start in range(0, len(seqs), _CHUNK):
-            chunk = seqs[start:start + _CHUNK]
-            conn.execute(
-                f"UPDATE records SET use_count = use_count + {int(uses)}, last_used_at = ?"
-                f" WHERE seq IN ({', '.join('?' * len(chunk))})", (last, *chunk))
-        return
-    conn.executemany(
-        "UPDATE records SET use_count = use_count + ?, last_used_at = ? WHERE seq = ?",
-        [(uses, last, seq) for seq, (uses, last) in pending.items()])
+        group = groups.get((uses, last))
+        if group is None:
+            groups[(uses, last)] = [seq]
+        else:
+            group.append(seq)
+    for (uses, last), seqs in groups.items():
+        conn.execute(_BUMP_SQL, (uses, last, json.dumps(seqs)))
 
 
 def _rank_entries(rows: Sequence[Sequence[Any]]) -> list[tuple[int, list[str], int, Any]]:

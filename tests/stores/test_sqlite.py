@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import json
 import os
 import re
 import shutil
@@ -336,12 +337,25 @@ async def test_retrieve_bumps_in_one_batched_update(store: SqliteStore, traced, 
     updates = [(sql, args) for sql, args, _ in traced if sql.startswith("UPDATE")]
     assert len(updates) == 1
     sql, args = updates[0]
-    assert "WHERE seq IN (?, ?, ?, ?)" in sql
-    assert args[0] == clock.now and sorted(args[1:]) == sorted(
+    assert "WHERE seq IN (SELECT value FROM json_each(?))" in sql
+    assert args[:2] == (1, clock.now) and sorted(json.loads(args[2])) == sorted(
         int(r.id.rsplit(":", 1)[1]) for r in got)
     # The prefilter is the documented statement, bound to quoted tokens and the candidate cap.
     [(_, match_args)] = [(sql, args) for sql, args, _ in traced if "MATCH" in sql]
     assert match_args == ('"cache" OR "rule"', 50)
+
+
+async def test_the_batched_bump_takes_the_largest_limit_in_one_statement(make, traced):
+    store = make(cache_rows=0)
+    await store.write(ORG, [fact(f"cache rule {n}") for n in range(60)])
+    traced.clear()
+    got = await store.retrieve(ORG, "cache", 50)
+    assert len(got) == 50
+    [(_, args)] = [(sql, args) for sql, args, _ in traced if sql.startswith("UPDATE")]
+    assert sorted(json.loads(args[2])) == sorted(int(r.id.rsplit(":", 1)[1]) for r in got)
+    counts = dict(apsw.Connection(store.path_for(ORG)).execute(
+        "SELECT id, use_count FROM records"))
+    assert sorted(counts.values()) == [0] * 10 + [1] * 50
 
 
 async def test_the_candidate_cap_follows_the_limit(make, traced):
@@ -369,8 +383,7 @@ async def test_database_work_runs_off_the_event_loop_but_for_checks_and_bumps(
     on_loop = [sql for sql, _, thread in traced if not thread.startswith("scopemem-sqlite")]
     assert on_loop[0] == schema.GENERATION_SQL
     assert on_loop[1:] == ["PRAGMA synchronous = NORMAL", "BEGIN IMMEDIATE",
-                           "UPDATE records SET use_count = use_count + 1, last_used_at = ?"
-                           " WHERE seq IN (?)", "COMMIT", "PRAGMA synchronous = FULL"]
+                           sqlite_module._BUMP_SQL, "COMMIT", "PRAGMA synchronous = FULL"]
 
 
 async def test_writes_use_targeted_lookups_under_the_cap(make, rows_read, traced):
