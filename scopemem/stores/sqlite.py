@@ -15,10 +15,15 @@ Layout
 Threads and locks
     apsw releases the GIL while SQLite works, so database calls run on thread pools owned
     by the store and the event loop never waits on disk: one pool for reads, one for
-    writes (and group bump commits), so writes waiting on the disk never hold the threads
-    reads of other scopes need. The one exception is the view's staleness check: a
-    one-row read of the ``generation`` table on a connection only the loop uses (a page
-    SQLite or the OS already holds; a check that cannot run at once falls back to SQL).
+    writes, so writes waiting on the disk never hold the threads reads of other scopes
+    need. Three small things run on the event loop itself, each only when it can start at
+    once (never waiting on a lock) and each falling back to the pools otherwise: the view's
+    staleness check (a one-row read of the ``generation`` table, on a read connection only
+    the loop uses), bm25's choice of candidates for a view (on that same connection), and
+    the group commit of usage bumps (on the scope's connection, unsynced, with the WAL
+    checkpoint moved to the pool; see ``_commit_on_loop``). Handing such sub-millisecond
+    work to a thread cost more than doing it: each GIL hand-off back from the thread can
+    wait for the loop's switch interval.
     An apsw connection may move between threads but must not be used by two at once: each
     open connection has its own ``threading.Lock``, held for a whole operation; the
     pending bumps and the view have a second lock, held only for dictionary updates. Open
@@ -34,13 +39,16 @@ Reads
     (``sqlite_view.py``) when the store-wide budget ``cache_rows`` has room (dropping the
     views of the least recently used scopes if need be). From then on a retrieval is
     answered on the event loop, without a trip to a thread: the view's token index finds
-    exactly the rows the FTS prefilter would hand the engine, and the engine ranks them.
-    It falls back to SQL when more rows match than the prefilter takes (bm25 must choose)
-    or when the view may be stale. Staleness is decided by the ``generation`` counter that
-    every transaction changing rows increments (this store's, another store's, another
-    process's; usage bumps do not count): the view remembers the generation it was read
-    at, and the event loop reads the current one on a connection of its own (once per
-    scope per loop iteration, see ``_current_epoch``). A change made through this store
+    exactly the rows the FTS prefilter would hand the engine and counts their matches,
+    and the engine ranks them (``engine.rank_matched``). When more rows match than the
+    prefilter takes, bm25 chooses among them on the loop's read connection, in one
+    snapshot with a fresh generation check, and the view supplies the chosen rows. It
+    falls back to SQL when the view may be stale. Staleness is decided by the
+    ``generation`` counter that every transaction changing rows increments (this store's,
+    another store's, another process's; usage bumps do not count): the view remembers the
+    generation it was read at, and the event loop reads the current one on a connection
+    of its own (once per scope per loop iteration, see ``_current_epoch``). A change made
+    through this store
     drops the view as its transaction begins. The view holds the usage bumps too: every
     retrieval applies its bumps to the view as it adds them to the pending set. Use counts
     added by *other* processes' retrievals reach the view only with the next change.
@@ -56,8 +64,9 @@ Reads
 
     Every other retrieval (from a view or through SQL) waits, before returning, until a
     transaction has committed its bumps. Group commit: one flush at a time per scope
-    commits every bump pending when it starts (on the write pool, in one statement), and
-    all the retrievals waiting on it wake together. So every retrieval sees the bumps of
+    commits every bump pending when it starts (on the event loop when it can, else on
+    the write pool; one ``UPDATE … WHERE seq IN (…)`` per retrieval's bumps), and all the
+    retrievals waiting on it wake together. So every retrieval sees the bumps of
     every retrieval that returned before it (and of concurrent ones ranked before it), and
     a retrieval that has returned is in the file, exactly as with one transaction per
     call. A write, forget or sweep applies pending bumps at the start of its own
@@ -1025,8 +1034,9 @@ class SqliteStore:
             async with self._writer(scope_key):
                 await self._run("write", self._checkpoint_now, handle)
         except Exception as exc:  # the next commit's checkpoint tries again
-            log.warning("sqlite store: %s: WAL checkpoint failed: %s", handle.path,
-                        _describe(exc))
+            if not self._closed:  # closing checkpoints the log anyway
+                log.warning("sqlite store: %s: WAL checkpoint failed: %s", handle.path,
+                            _describe(exc))
         finally:
             handle.checkpoint = None
 
