@@ -175,9 +175,9 @@ async def test_the_wal_is_checkpointed_off_the_loop_at_the_auto_checkpoint_size(
     checkpoints: list[str] = []
     checkpoint_now = SqliteStore._checkpoint_now
 
-    def spy(handle):  # type: ignore[no-untyped-def]
+    def spy(path):  # type: ignore[no-untyped-def]
         checkpoints.append(threading.current_thread().name)
-        checkpoint_now(handle)
+        checkpoint_now(path)
 
     monkeypatch.setattr(SqliteStore, "_checkpoint_now", staticmethod(spy))
     store = make()
