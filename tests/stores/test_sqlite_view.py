@@ -169,6 +169,23 @@ async def test_uses_are_committed_on_the_loop_without_ever_waiting_on_a_lock(mak
     assert use_counts(store, ORG)[got.id] == again.use_count == got.use_count + 1
 
 
+async def test_a_commit_waits_on_the_loop_for_a_connection_held_a_moment(make, traced):
+    store = make()
+    await store.write(ORG, [fact("deploy with the blue script"), fact("rollback plan")])
+    await warm(store)
+    before = use_counts(store, ORG)
+    handle = store._handles[ORG]
+    # A pool thread holds the scope's connection for 30 ms (as a retrieval through SQL
+    # does for a moment): the commit tries again on the loop instead of queuing a thread.
+    handle.lock.acquire()
+    asyncio.get_running_loop().call_later(0.03, handle.lock.release)
+    traced.clear()
+    [got] = await store.retrieve(ORG, "deploy", 5)
+    assert use_counts(store, ORG)[got.id] == before[got.id] + 1 == got.use_count
+    updates = [thread for sql, _, thread in traced if sql.startswith("UPDATE records")]
+    assert updates == [threading.current_thread().name]
+
+
 async def test_the_wal_is_checkpointed_off_the_loop_at_the_auto_checkpoint_size(
         make, monkeypatch):
     monkeypatch.setattr(sqlite_module, "_WAL_AUTOCHECKPOINT_PAGES", 4)
