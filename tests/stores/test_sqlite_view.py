@@ -169,6 +169,28 @@ async def test_uses_are_committed_on_the_loop_without_ever_waiting_on_a_lock(mak
     assert use_counts(store, ORG)[got.id] == again.use_count == got.use_count + 1
 
 
+async def test_only_commits_shared_by_retrievals_are_spaced_out(make, monkeypatch):
+    # A spacing long enough that a retrieval waiting for it would time out below.
+    monkeypatch.setattr(sqlite_module, "_BUMP_COMMIT_SPACING", 1.0)
+    store = make()
+    await store.write(ORG, [fact("deploy with the blue script"), fact("rollback plan")])
+    await warm(store)
+    before = use_counts(store, ORG)
+    # One after another: each commit holds one retrieval's bumps, so none waits.
+    for _ in range(5):
+        await asyncio.wait_for(store.retrieve(ORG, "deploy", 5), timeout=0.5)
+    # Together: they share one commit, which does not wait either.
+    await asyncio.wait_for(asyncio.gather(
+        *(store.retrieve(ORG, "deploy", 5) for _ in range(5))), timeout=0.5)
+    assert use_counts(store, ORG)[f"mem:{ORG}:1"] == before[f"mem:{ORG}:1"] + 10
+    # The commit after a shared one starts a second after it.
+    spaced = asyncio.ensure_future(store.retrieve(ORG, "deploy", 5))
+    await asyncio.sleep(0.3)
+    assert not spaced.done()
+    [record] = await spaced
+    assert use_counts(store, ORG)[record.id] == before[record.id] + 11 == record.use_count
+
+
 async def test_a_commit_waits_on_the_loop_for_a_connection_held_a_moment(make, traced):
     store = make()
     await store.write(ORG, [fact("deploy with the blue script"), fact("rollback plan")])
