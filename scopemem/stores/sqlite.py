@@ -48,10 +48,10 @@ Reads
     another store's, another process's; usage bumps do not count): the view remembers the
     generation it was read at, and the event loop reads the current one on a connection
     of its own (once per scope per loop iteration, see ``_current_epoch``). A change made
-    through this store
-    drops the view as its transaction begins. The view holds the usage bumps too: every
-    retrieval applies its bumps to the view as it adds them to the pending set. Use counts
-    added by *other* processes' retrievals reach the view only with the next change.
+    through this store drops the view as its transaction begins. The view holds the usage
+    bumps too: every retrieval applies its bumps to the view as it adds them to the pending
+    set. Use counts added by *other* processes' retrievals reach the view only with the
+    next change.
 
     A retrieval through SQL does not take the writer lock (unless a write to its scope is
     running or queued: then it waits on the loop with it). Under the connection's lock it
@@ -259,10 +259,10 @@ _BUMP_SQL = ("UPDATE records SET use_count = use_count + ?, last_used_at = ?"
 
 
 def _apply_bumps(conn: Any, pending: Mapping[int, list[int]]) -> None:
-    """Persist pending usage bumps: one batched ``UPDATE … WHERE seq IN (…)`` (per 500
-    rows) for each distinct (uses, last use) pair. A retrieval's bumps share one pair, so a
-    group commit of many retrievals runs about one such statement per retrieval, never one
-    per row."""
+    """Persist pending usage bumps: one batched ``UPDATE … WHERE seq IN (…)`` for each
+    distinct (uses, last use) pair, the seqs bound as one JSON array (any number of them).
+    A retrieval's bumps share one pair, so a group commit of many retrievals runs about one
+    such statement per retrieval, never one per row."""
     groups: dict[tuple[int, int], list[int]] = {}
     for seq, (uses, last) in pending.items():
         group = groups.get((uses, last))
@@ -359,7 +359,7 @@ class _Handle:
         self.flush: asyncio.Future[None] | None = None
         self.next_commit = 0.0  # loop time before which the next flush does not start
         self.joined = 0  # retrievals whose bumps are in the open batch
-        self.shared = False  # whether the last batch taken held more than one retrieval's
+        self.shared = False  # the last batch taken held several retrievals' bumps
         # The scope's active rows in memory (None until built, and again after any change to
         # the rows), and the read-only connection the event loop checks its generation on.
         self.view: ScopeView | None = None

@@ -2,10 +2,10 @@
 
 A retrieval through SQLite costs a trip to a pool thread, an FTS query and a transaction for
 the usage bumps; with many concurrent retrievals the trips and the GIL hand-offs between
-threads cost more than the work. A ``ScopeView`` holds what the FTS prefilter would read for
-every active row of one scope (the row and the tokens the index holds for it) and an inverted
-index from token to rows, so the same candidates are found, and their matches counted, with a
-few dictionary lookups.
+threads cost more than the work. A ``ScopeView`` holds every active row of one scope as the
+retrieval statements read it, and the tokens the FTS index holds for those rows as an
+inverted index from token to rows, so the same candidates are found, and their matches
+counted, with a few dictionary lookups.
 
 The view is a cache of the database plus the usage bumps not yet committed; ``sqlite.py``
 decides when one may be used (see "Reads" there). It never decides an answer: the candidates
