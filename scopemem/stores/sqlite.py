@@ -856,20 +856,26 @@ class SqliteStore:
         self._epoch = None
 
     @staticmethod
-    def _probe(handle: _Handle) -> int | None:
-        """The scope's generation as committed now, read on the probe connection (which only
-        the event loop uses); None when it cannot be read without waiting."""
+    def _on_probe(handle: _Handle, read: Callable[[Any], T | None]) -> T | None:
+        """``read(probe connection)`` under the probe's lock, or None when that cannot be done
+        without waiting (the lock is taken, the probe is gone) or fails: the caller then
+        answers through SQL, which reports any real failure."""
         if not handle.probe_lock.acquire(blocking=False):
             return None
         try:
             probe = handle.probe
-            if probe is None:
-                return None
-            return probe.execute(schema.GENERATION_SQL).fetchall()[0][0]
-        except Exception:  # any failure: answer through SQL, which reports it
+            return None if probe is None else read(probe)
+        except Exception:
             return None
         finally:
             handle.probe_lock.release()
+
+    @staticmethod
+    def _probe(handle: _Handle) -> int | None:
+        """The scope's generation as committed now, read on the probe connection (which only
+        the event loop uses); None when it cannot be read without waiting."""
+        return SqliteStore._on_probe(
+            handle, lambda probe: probe.execute(schema.GENERATION_SQL).fetchall()[0][0])
 
     @staticmethod
     def _best_hits(handle: _Handle, view: ScopeView, gate: Sequence[str], cap: int
@@ -879,22 +885,16 @@ class SqliteStore:
         takes exactly as the prefilter would; None when the file's rows are no longer the
         view's (or cannot be read without waiting). A few hundred microseconds on the event
         loop, for the few queries that need it, instead of a trip through the pool."""
-        if not handle.probe_lock.acquire(blocking=False):
-            return None
-        try:
-            probe = handle.probe
-            if probe is None:
-                return None
+
+        def read(probe: Any) -> list[int] | None:
             # One snapshot: the hits are those of the rows the generation counts.
             with SqliteStore._snapshot(probe):
                 if probe.execute(schema.GENERATION_SQL).fetchall()[0][0] != view.generation:
                     return None
                 return [seq for (seq,) in probe.execute(
                     BEST_HITS_SQL, (_match_expression(gate), cap))]
-        except Exception:  # any failure: answer through SQL, which reports it
-            return None
-        finally:
-            handle.probe_lock.release()
+
+        return SqliteStore._on_probe(handle, read)
 
     def _build_view(self, handle: _Handle) -> None:
         """Read the scope's active rows into a view, when the cache has room. The caller

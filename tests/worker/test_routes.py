@@ -325,6 +325,7 @@ async def test_bad_bodies_are_400_naming_the_field(client, spy, path, body, reas
     (b'{"scopeKey": "org:acme", "limit": NaN}', "not valid JSON"),
     (b'{"scopeKey": "org:acme", "limit": Infinity}', "not valid JSON"),
     (b"\xff\xfe{}", "not UTF-8"),
+    ("\ufeff{}".encode(), "byte order mark"),
     (b"[" * 100_000, "not valid JSON"),
     (b'{"limit": ' + b"9" * 5000 + b"}", "not valid JSON"),
 ])
