@@ -20,10 +20,11 @@ Threads and locks
     once (never waiting on a lock) and each falling back to the pools otherwise: the view's
     staleness check (a one-row read of the ``generation`` table, on a read connection only
     the loop uses), bm25's choice of candidates for a view (on that same connection), and
-    the group commit of usage bumps (on the scope's connection, unsynced, with the WAL
-    checkpoint moved to the pool; see ``_commit_on_loop``). Handing such sub-millisecond
-    work to a thread cost more than doing it: each GIL hand-off back from the thread can
-    wait for the loop's switch interval.
+    the commit that saves usage bumps (on the scope's connection, unsynced, with the WAL
+    checkpoint moved to the pool; see ``_commit_on_loop``). Handing such work (a
+    millisecond at most) to a thread cost more than doing it: each GIL hand-off back from
+    the thread can wait for the loop's switch interval, and on two cores the other core is
+    busy too. Saves on the pool served about a quarter fewer retrievals over eight scopes.
     An apsw connection may move between threads but must not be used by two at once: each
     open connection has its own ``threading.Lock``, held for a whole operation; the
     pending bumps and the view have a second lock, held only for dictionary updates. Open
@@ -59,27 +60,26 @@ Reads
     retrievals of the scope, ranks, and adds its own bumps to the pending set. The rows
     come with the tokens the FTS index holds for them (the engine's own tokens,
     space-joined), so ranking splits a string instead of running the tokenizer over every
-    candidate. A retrieval that was the only one of its scope on the read pool when it
-    started commits its bumps right there, under the same lock, in the same pool call.
+    candidate.
 
-    Every other retrieval (from a view or through SQL) waits, before returning, until a
-    transaction has committed its bumps. Group commit: one flush at a time per scope
-    commits every bump pending when it starts (on the event loop when it can, else on
-    the write pool; one ``UPDATE … WHERE seq IN (…)`` per retrieval's bumps), and all the
-    retrievals waiting on it wake together. So every retrieval sees the bumps of
-    every retrieval that returned before it (and of concurrent ones ranked before it), and
-    a retrieval that has returned is in the file, exactly as with one transaction per
-    call. A write, forget or sweep applies pending bumps at the start of its own
-    transaction.
+    Usage bumps are saved in the background. A retrieval (from a view or through SQL)
+    returns as soon as its bumps are pending; the first bump of a scope schedules a save
+    ``usage_flush_ms`` later (50 ms by default), which commits every bump pending by then
+    in one transaction (on the event loop when it can, else on the write pool; one
+    ``UPDATE … WHERE seq IN (…)`` per retrieval's bumps). Nothing in this store reads
+    around them: every retrieval and listing applies the pending bumps to the rows it
+    reads, so each sees the bumps of every retrieval that returned before it (and of
+    concurrent ones ranked before it), and a write, forget or sweep commits them at the
+    start of its own transaction. ``flush`` saves them at once, ``close`` saves them too.
 
 Durability
     WAL journal; ``synchronous`` FULL by default (configurable). A write batch, a forget and
     a sweep are each one ``BEGIN IMMEDIATE`` transaction: all of it commits or none of it
-    does. Usage bumps commit at NORMAL when the store runs at FULL or EXTRA (before the
-    retrieval returns, see Reads): as safe against a killed process, and a power cut may
-    lose the last few use counts (never a record) until the next acknowledged write syncs
-    the log. The bumps of a retrieval cancelled before it returned are committed by the
-    scope's next commit or at close (lost if the process dies first: never acknowledged).
+    does. Usage bumps are saved within ``usage_flush_ms`` of their retrieval (see Reads),
+    committed at NORMAL when the store runs at FULL or EXTRA. A process killed outright
+    loses the use counts of its last ``usage_flush_ms``, and a power cut may lose the last
+    few saved ones until the next acknowledged write syncs the log; never a record. Other
+    processes reading the files see a use count once it is saved.
 """
 
 from __future__ import annotations
@@ -150,13 +150,14 @@ _WAL_AUTOCHECKPOINT_PAGES = 1000
 # How long a bump commit keeps trying the event loop while a pool thread holds the scope's
 # connection (a retrieval through SQL takes a millisecond or two) before queuing on the pool.
 _LOOP_COMMIT_PATIENCE = 0.05
-# The least time between the starts of two flushes of one scope's bumps while retrievals
-# share commits. A commit's cost is mostly the pages it rewrites, and the rows of more
-# retrievals share more pages: under 32 concurrent clients, 5 ms served about 15% more
-# retrievals of a hot scope than committing every loop iteration, with no worse latency.
-# A flush waits only when the previous commit held more than one retrieval's bumps, so
-# retrievals one after another (or of a scope not read in the last 5 ms) never wait.
-_BUMP_COMMIT_SPACING = 0.005
+# How long after a retrieval its usage bumps are saved, at most. A save's cost is mostly
+# the pages it rewrites (each bumped row's page of ``records`` and its entry in the
+# last-use index), and one save of every retrieval of the last 50 ms shares those pages:
+# under 32 concurrent clients over eight scopes this served about 30% more retrievals than
+# a commit per retrieval that the retrieval waited for. What it risks is only that: a
+# process killed outright loses the use counts of its last 50 ms (never a record).
+DEFAULT_USAGE_FLUSH_MS = 50
+USAGE_FLUSH_MS_MAX = 60_000
 
 
 # The retrieval prefilter: the best-matching active rows by bm25 (ties to the newer row), at
@@ -243,25 +244,30 @@ def _bumped(row: Sequence[Any], now: int) -> Record:
 
 def _with_bumps(rows: Sequence[Sequence[Any]], pending: Mapping[int, list[int]]
                 ) -> list[Sequence[Any]]:
-    """Rows as they are with the pending usage bumps applied (use count, last use)."""
+    """Rows as they will be once the pending usage bumps are saved (see ``_BUMP_SQL``)."""
     out: list[Sequence[Any]] = []
     for row in rows:
         bump = pending.get(row[0])
         if bump is not None:
-            row = (*row[:9], bump[1], row[10] + bump[0], *row[11:])
+            last = row[9]
+            row = (*row[:9], bump[1] if last is None or bump[1] > last else last,
+                   row[10] + bump[0], *row[11:])
         out.append(row)
     return out
 
 
 # One statement text whatever the number of rows, so SQLite prepares it once per connection.
-_BUMP_SQL = ("UPDATE records SET use_count = use_count + ?, last_used_at = ?"
+# A last use never moves back: bumps are saved a little after their retrieval, and another
+# process may have used (or restated) the row in between.
+_BUMP_SQL = ("UPDATE records SET use_count = use_count + ?,"
+             " last_used_at = max(ifnull(last_used_at, 0), ?)"
              " WHERE seq IN (SELECT value FROM json_each(?))")
 
 
 def _apply_bumps(conn: Any, pending: Mapping[int, list[int]]) -> None:
     """Persist pending usage bumps: one batched ``UPDATE … WHERE seq IN (…)`` for each
     distinct (uses, last use) pair, the seqs bound as one JSON array (any number of them).
-    A retrieval's bumps share one pair, so a group commit of many retrievals runs about one
+    A retrieval's bumps share one pair, so a save of many retrievals runs about one
     such statement per retrieval, never one per row."""
     groups: dict[tuple[int, int], list[int]] = {}
     for seq, (uses, last) in pending.items():
@@ -319,9 +325,12 @@ def _check_synchronous(value: object, name: str) -> str:
     return value.lower()
 
 
-def _check_int(value: object, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name}: must be an integer of at least {minimum}; got {value!r}")
+def _check_int(value: object, name: str, minimum: int, maximum: int | None = None) -> int:
+    if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
+            or (maximum is not None and value > maximum)):
+        bound = (f"from {minimum} to {maximum}" if maximum is not None
+                 else f"of at least {minimum}")
+        raise ConfigError(f"{name}: must be an integer {bound}; got {value!r}")
     return value
 
 
@@ -336,30 +345,22 @@ def _check_path(value: object, name: str) -> str:
 class _Handle:
     """One cached connection and the lock that keeps it to one thread at a time."""
 
-    __slots__ = ("batch", "bump_lock", "checkpoint", "closed", "committed", "conn", "flush",
-                 "joined", "lock", "next_commit", "path", "pending", "probe", "probe_lock",
-                 "probed", "retrievals", "shared", "view", "view_refused")
+    __slots__ = ("bump_lock", "checkpoint", "closed", "conn", "flush", "lock", "path",
+                 "pending", "probe", "probe_lock", "probed", "retrievals", "view",
+                 "view_refused")
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.lock = threading.Lock()
         self.conn: Any = None
         self.closed = False
-        # Usage bumps of retrievals, not committed yet: seq → [uses, last use]. They belong
-        # to batch number ``batch``; a transaction takes the whole dict as its batch (and
-        # ``batch`` moves on), and once it commits ``committed`` is that batch's number. So a
-        # retrieval whose bumps joined batch n is durable once ``committed >= n``.
-        # ``bump_lock`` guards these three and ``view`` (never held across I/O: the event
-        # loop takes it too).
+        # Usage bumps of retrievals, not committed yet: seq → [uses, last use]. A
+        # transaction takes the whole dict as its batch and applies it first. ``bump_lock``
+        # guards it and ``view`` (never held across I/O: the event loop takes it too).
         self.bump_lock = threading.Lock()
         self.pending: dict[int, list[int]] = {}
-        self.batch = 1
-        self.committed = 0
-        # The commit of pending bumps under way, on the event loop (see _commit_bumps).
-        self.flush: asyncio.Future[None] | None = None
-        self.next_commit = 0.0  # loop time before which the next flush does not start
-        self.joined = 0  # retrievals whose bumps are in the open batch
-        self.shared = False  # the last batch taken held several retrievals' bumps
+        # The save of the pending bumps that is scheduled or under way (see _flush_soon).
+        self.flush: asyncio.Task[None] | None = None
         # The scope's active rows in memory (None until built, and again after any change to
         # the rows), and the read-only connection the event loop checks its generation on.
         self.view: ScopeView | None = None
@@ -370,12 +371,12 @@ class _Handle:
         self.probed: tuple[object, int] | None = None  # (epoch, generation read in it)
         self.checkpoint: asyncio.Task[None] | None = None  # queued by _commit_on_loop
 
-    def add_bumps(self, seqs: Iterable[int], now: int) -> int | None:
-        """Count one use of each row at ``now``; the batch number the bumps joined, or None
-        (nothing counted) when the handle is closed: its last commit may be done."""
+    def add_bumps(self, seqs: Iterable[int], now: int) -> bool:
+        """Count one use of each row at ``now``; False (nothing counted) when the handle is
+        closed: its last commit may be done."""
         with self.bump_lock:
             if self.closed:
-                return None
+                return False
             pending = self.pending
             added = {}
             for seq in seqs:
@@ -388,26 +389,21 @@ class _Handle:
                 added[seq] = (1, now)
             if self.view is not None:
                 self.view.bump(added)
-            self.joined += 1
-            return self.batch
+            return True
 
     def pending_copy(self) -> dict[int, list[int]]:
         with self.bump_lock:
             return {seq: list(bump) for seq, bump in self.pending.items()}
 
-    def take_batch(self) -> tuple[dict[int, list[int]], int]:
+    def take_batch(self) -> dict[int, list[int]]:
         """The pending bumps, now a batch of their own (the caller commits or returns it)."""
         with self.bump_lock:
-            batch, number = self.pending, self.batch
+            batch = self.pending
             self.pending = {}
-            self.batch += 1
-            self.shared = self.joined > 1
-            self.joined = 0
-            return batch, number
+            return batch
 
     def return_batch(self, batch: Mapping[int, list[int]]) -> None:
-        """A batch whose transaction failed: its bumps are pending again, in the open batch
-        (so the retrievals waiting on it wait for the next commit)."""
+        """A batch whose transaction failed: its bumps are pending again."""
         with self.bump_lock:
             pending = self.pending
             for seq, (uses, last) in batch.items():
@@ -441,6 +437,7 @@ class SqliteStore:
         busy_timeout_ms: int = 5000,
         max_open: int = 64,
         cache_rows: int = DEFAULT_CACHE_ROWS,
+        usage_flush_ms: int = DEFAULT_USAGE_FLUSH_MS,
     ) -> None:
         self.cap = check_cap(cap)
         self.directory = os.path.abspath(os.path.expanduser(_check_path(path, "path")))
@@ -448,13 +445,14 @@ class SqliteStore:
         self.busy_timeout_ms = _check_int(busy_timeout_ms, "busy_timeout_ms", 0)
         self.max_open = _check_int(max_open, "max_open", 1)
         self.cache_rows = _check_int(cache_rows, "cache_rows", 0)
+        self.usage_flush_ms = _check_int(usage_flush_ms, "usage_flush_ms", 0,
+                                         USAGE_FLUSH_MS_MAX)
         self._cached_rows = 0  # rows held by views, across scopes (guarded by _cache_lock)
         self._clock = clock
         self._handles: OrderedDict[str, _Handle] = OrderedDict()
         self._closing: dict[str, _Handle] = {}  # evicted from the cache, not closed yet
         self._cache_lock = threading.Lock()
         self._writers: dict[str, list[Any]] = {}  # scope → [asyncio.Lock, holders+waiters]
-        self._reading: dict[str, int] = {}  # scope → retrievals on the read pool (loop-owned)
         self._executors: dict[str, ThreadPoolExecutor] = {}  # "read" / "write" pools
         self._epoch: object | None = None  # see _current_epoch
         self._epoch_loop: asyncio.AbstractEventLoop | None = None
@@ -463,10 +461,10 @@ class SqliteStore:
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> SqliteStore:
         """Build from ``[memory.stores.sqlite]``: ``path``, ``synchronous``,
-        ``busy_timeout_ms``, ``max_open_connections``, ``cache_rows``."""
+        ``busy_timeout_ms``, ``max_open_connections``, ``cache_rows``, ``usage_flush_ms``."""
         settings = settings.named("sqlite")
         settings.unknown_options(("path", "synchronous", "busy_timeout_ms",
-                                  "max_open_connections", "cache_rows"))
+                                  "max_open_connections", "cache_rows", "usage_flush_ms"))
         return cls(
             _check_path(settings.options.get("path", DEFAULT_PATH), settings.option_key("path")),
             cap=settings.cap,
@@ -475,6 +473,8 @@ class SqliteStore:
             busy_timeout_ms=settings.int_option("busy_timeout_ms", 5000, 0),
             max_open=settings.int_option("max_open_connections", 64, 1),
             cache_rows=settings.int_option("cache_rows", DEFAULT_CACHE_ROWS, 0),
+            usage_flush_ms=settings.int_option("usage_flush_ms", DEFAULT_USAGE_FLUSH_MS, 0,
+                                               USAGE_FLUSH_MS_MAX),
         )
 
     # --- the MemoryStore methods -----------------------------------------------------------
@@ -486,37 +486,21 @@ class SqliteStore:
         if not terms.gate or limit <= 0:
             return []
         answered = self._from_view(scope_key, terms, limit, now)
-        if answered is not None:
-            records, ticket = answered
-            if ticket is not None:
-                await self._commit_bumps(scope_key, *ticket)
-            return records
-        # Alone: no other retrieval of this scope is reading. Then this one commits its
-        # bumps in the same pool call (there is nobody to group with) instead of a second
-        # trip through the write pool; otherwise the group commit below.
-        reading = self._reading
-        alone = scope_key not in reading
-        reading[scope_key] = reading.get(scope_key, 0) + 1
-        try:
+        if answered is None:
             entry = self._writers.get(scope_key)
             if entry is not None and entry[0].locked():
                 # A write to this scope is running or queued: wait on the loop with it
                 # rather than park read threads on its connection for the length of its
                 # transaction.
                 async with self._writer(scope_key):
-                    records, ticket = await self._run(
-                        "read", self._retrieve, scope_key, query, terms.gate, limit, now, alone)
+                    answered = await self._run(
+                        "read", self._retrieve, scope_key, query, terms.gate, limit, now)
             else:
-                records, ticket = await self._run(
-                    "read", self._retrieve, scope_key, query, terms.gate, limit, now, alone)
-        finally:
-            left = reading[scope_key] - 1
-            if left:
-                reading[scope_key] = left
-            else:
-                del reading[scope_key]
-        if ticket is not None:
-            await self._commit_bumps(scope_key, *ticket)
+                answered = await self._run(
+                    "read", self._retrieve, scope_key, query, terms.gate, limit, now)
+        records, bumped = answered
+        if bumped is not None:
+            self._flush_soon(scope_key, bumped)
         return records
 
     async def write(
@@ -557,15 +541,30 @@ class SqliteStore:
         async with self._writer(scope_key):
             return await self._run("write", self._sweep, scope_key, dry_run)
 
+    async def flush(self) -> None:
+        """Save every use count still pending now, instead of within ``usage_flush_ms``
+        (``close`` saves them too). For a backup or a copy of the files taken while the
+        store runs. Raises ``StoreError`` when a scope's counts cannot be saved."""
+        with self._cache_lock:
+            handles = list(self._handles.items())
+        for scope_key, handle in handles:
+            await self._save_bumps(scope_key, handle)
+
     async def close(self) -> None:
-        """Close every connection (committing any usage bumps left pending by a cancelled
-        retrieval) and stop the thread pools. Safe to call twice."""
+        """Close every connection (saving the use counts still pending) and stop the thread
+        pools. Safe to call twice."""
         with self._cache_lock:
             if self._closed:
                 return
             self._closed = True
             handles = list(self._handles.values())
             self._handles.clear()
+        loop = asyncio.get_running_loop()
+        for handle in handles:
+            # Closing saves the pending bumps itself; a save scheduled in another loop
+            # (one that has stopped) never runs again.
+            if handle.flush is not None and handle.flush.get_loop() is loop:
+                handle.flush.cancel()
         executors, self._executors = self._executors, {}
         if not executors:
             for handle in handles:
@@ -580,12 +579,11 @@ class SqliteStore:
 
     # --- work done on the pool ------------------------------------------------------------
 
-    def _retrieve(self, scope_key: str, query: str, tokens: Sequence[str], limit: int, now: int,
-                  commit: bool) -> tuple[list[Record], tuple[_Handle, int] | None]:
-        """The ranked records, bumped, and the ticket for ``_commit_bumps`` (None when
-        nothing was returned, or when ``commit`` asked to commit the pending bumps here,
-        before the connection is let go, and that is done). Builds the scope's view on its
-        second retrieval, so the next ones are answered by ``_from_view``."""
+    def _retrieve(self, scope_key: str, query: str, tokens: Sequence[str], limit: int, now: int
+                  ) -> tuple[list[Record], _Handle | None]:
+        """The ranked records, bumped, and the handle now holding their pending bumps (None
+        when nothing was returned). Builds the scope's view on its second retrieval, so the
+        next ones are answered by ``_from_view``."""
         with self._connection(scope_key, create=False) as handle:
             if handle is None:
                 return [], None
@@ -596,18 +594,12 @@ class SqliteStore:
                 rows = _with_bumps(rows, pending)
             ranked = engine.rank_entries(_rank_entries(rows), query, limit, now)
             handle.retrievals += 1
-            ticket: tuple[_Handle, int] | None = None
-            if ranked:
-                # Never None: the handle is held, so it cannot close meanwhile.
-                number = handle.add_bumps([row[0] for row in ranked], now)
-                if commit:
-                    with self._transaction(conn, relaxed=True, bumps=handle):
-                        pass
-                else:
-                    ticket = (handle, number)
+            # The handle is held, so it cannot close meanwhile and the bumps are counted.
+            bumped = handle if ranked and handle.add_bumps([row[0] for row in ranked],
+                                                           now) else None
             if handle.view is None and handle.retrievals >= _VIEW_AFTER_RETRIEVALS:
                 self._build_view(handle)
-        return [_bumped(row, now) for row in ranked], ticket
+        return [_bumped(row, now) for row in ranked], bumped
 
     @staticmethod
     def _candidate_rows(conn: Any, tokens: Sequence[str], limit: int) -> list[Sequence[Any]]:
@@ -763,10 +755,10 @@ class SqliteStore:
                 self._compact_index(conn)
         return True
 
-    def _commit_pending(self, handle: _Handle, number: int) -> None:
-        """Commit the handle's pending bumps unless batch ``number`` is committed already."""
+    def _commit_pending(self, handle: _Handle) -> None:
+        """Commit the handle's pending bumps, if any (a closed handle committed its own)."""
         with handle.lock:
-            if handle.closed or handle.committed >= number:
+            if handle.closed or not handle.pending:
                 return
             try:
                 with self._transaction(handle.conn, relaxed=True, bumps=handle):
@@ -794,10 +786,11 @@ class SqliteStore:
     # --- the in-memory views (see "Reads") -------------------------------------------------
 
     def _from_view(self, scope_key: str, terms: engine.QueryTerms, limit: int, now: int
-                   ) -> tuple[list[Record], tuple[_Handle, int] | None] | None:
+                   ) -> tuple[list[Record], _Handle | None] | None:
         """Answer a retrieval from the scope's view, on the event loop, with its bumps added
-        and the ticket to wait on; None when the view cannot answer (there is none, the rows
-        changed since it was read, or more rows match than the prefilter hands the engine)."""
+        (and the handle holding them, when there are any); None when the view cannot answer
+        (there is none, or the rows changed since it was read, or bm25's choice among more
+        matches than the prefilter takes cannot be read without waiting)."""
         with self._cache_lock:
             handle = self._handles.get(scope_key)
             if handle is None:
@@ -830,12 +823,11 @@ class SqliteStore:
         ranked = engine.rank_matched(found, len(terms.scoring), limit, now)
         if not ranked:
             return [], None
-        number = handle.add_bumps([row[0] for row in ranked], now)
-        if number is None:  # closed meanwhile: answer through SQL on a new handle
-            return None
+        if not handle.add_bumps([row[0] for row in ranked], now):
+            return None  # closed meanwhile: answer through SQL on a new handle
         # View rows hold their keywords decoded already.
-        return [trusted_record(*row[1:9], now, row[10] + 1, *row[11:15]) for row in ranked], (
-            handle, number)
+        return [trusted_record(*row[1:9], now, row[10] + 1, *row[11:15])
+                for row in ranked], handle
 
     def _current_epoch(self) -> object:
         """A token that stays the same until the event loop's next iteration.
@@ -966,43 +958,57 @@ class SqliteStore:
                     _POOL_THREADS, thread_name_prefix=f"scopemem-sqlite-{pool}")
         return await loop.run_in_executor(executor, functools.partial(fn, *args))
 
-    async def _commit_bumps(self, scope_key: str, handle: _Handle, number: int) -> None:
-        """Return once the bumps a retrieval added to batch ``number`` are committed.
-
-        Group commit: one flush at a time per scope commits every bump pending when it
-        starts, and every retrieval waiting on it wakes when it is done. A retrieval whose
-        bumps came too late for the running flush waits for it, then for the next one,
-        which the first of them starts."""
+    def _flush_soon(self, scope_key: str, handle: _Handle) -> None:
+        """Have the handle's pending bumps saved within ``usage_flush_ms``, unless a save is
+        scheduled already (it will take these bumps too)."""
         loop = asyncio.get_running_loop()
-        while handle.committed < number and not handle.closed:
-            flush = handle.flush
-            if flush is None or flush.get_loop() is not loop:
-                flush = handle.flush = loop.create_task(self._flush(scope_key, handle))
-            # Shielded: a cancelled retrieval leaves the flush running for the others.
-            await asyncio.shield(flush)
+        flush = handle.flush
+        if flush is None or flush.get_loop() is not loop:
+            handle.flush = loop.create_task(self._flush(scope_key, handle))
 
     async def _flush(self, scope_key: str, handle: _Handle) -> None:
+        """Wait ``usage_flush_ms``, then save every bump pending by then: one commit for all
+        the retrievals of the scope in that time."""
         try:
-            # A task's first step runs in the loop iteration after it was created, so every
-            # retrieval answered in this one has added its bumps by now.
-            loop = asyncio.get_running_loop()
-            wait = handle.next_commit - loop.time()
-            if wait > 0 and handle.shared:
-                await asyncio.sleep(wait)
-            handle.next_commit = loop.time() + _BUMP_COMMIT_SPACING
-            give_up = loop.time() + _LOOP_COMMIT_PATIENCE
-            outcome = self._commit_on_loop(scope_key, handle)
-            while outcome is None and loop.time() < give_up:
-                # A pool thread holds the connection for a moment (a retrieval through SQL,
-                # a view being built): try again shortly rather than queue a thread behind it.
-                await asyncio.sleep(0.001)
-                outcome = self._commit_on_loop(scope_key, handle)
-            if not outcome:
-                async with self._writer(scope_key):
-                    await self._run("write", self._commit_pending, handle, handle.batch)
+            await asyncio.sleep(self.usage_flush_ms / 1000)
+            await self._save_bumps(scope_key, handle)
+        except Exception as exc:
+            if not (self._closed or handle.closed):  # closing saves them
+                log.warning("sqlite store: %s: %d use counts not saved yet, kept for the"
+                            " next save: %s", handle.path, len(handle.pending),
+                            _describe(exc))
+            return
         finally:
             if handle.flush is asyncio.current_task():
                 handle.flush = None
+        if handle.pending and not handle.closed:  # counted during a save on the pool
+            self._flush_soon(scope_key, handle)
+
+    async def _save_bumps(self, scope_key: str, handle: _Handle) -> None:
+        """Commit the handle's pending bumps: on the event loop when that needs no waiting,
+        else on the write pool. Returns once every bump pending when it was called is
+        committed, including those a commit already under way on the pool has taken."""
+        if handle.closed:
+            return
+        entry = self._writers.get(scope_key)
+        if entry is not None and entry[0].locked():
+            # A write, or a save on the pool, is under way or queued: commit behind it.
+            async with self._writer(scope_key):
+                await self._run("write", self._commit_pending, handle)
+            return
+        if not handle.pending:
+            return
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + _LOOP_COMMIT_PATIENCE
+        outcome = self._commit_on_loop(scope_key, handle)
+        while outcome is None and loop.time() < give_up:
+            # A pool thread holds the connection for a moment (a retrieval through SQL,
+            # a view being built): try again shortly rather than queue a thread behind it.
+            await asyncio.sleep(0.001)
+            outcome = self._commit_on_loop(scope_key, handle)
+        if not outcome:
+            async with self._writer(scope_key):
+                await self._run("write", self._commit_pending, handle)
 
     def _commit_on_loop(self, scope_key: str, handle: _Handle) -> bool | None:
         """Commit the pending bumps right here on the event loop when that needs no waiting
@@ -1312,12 +1318,11 @@ class SqliteStore:
         if relax:
             conn.execute("PRAGMA synchronous = NORMAL")
         batch: dict[int, list[int]] = {}
-        number = 0
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 if bumps is not None:
-                    batch, number = bumps.take_batch()
+                    batch = bumps.take_batch()
                     if batch:
                         _apply_bumps(conn, batch)
                 yield
@@ -1335,9 +1340,7 @@ class SqliteStore:
                     with contextlib.suppress(Exception):
                         conn.execute("ROLLBACK")
                 raise
-            if bumps is not None:
-                bumps.committed = number
-                batch = {}
+            batch = {}
         finally:
             if batch and bumps is not None:
                 bumps.return_batch(batch)

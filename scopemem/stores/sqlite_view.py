@@ -105,10 +105,13 @@ class ScopeView:
         return found
 
     def bump(self, pending: Mapping[int, Sequence[int]]) -> None:
-        """Apply usage bumps (seq → (uses, last use)) to the rows held."""
+        """Apply usage bumps (seq → (uses, last use)) to the rows held, as saving them
+        will (a last use never moves back)."""
         entries = self.entries
         for seq, (uses, last) in pending.items():
             entry = entries.get(seq)
             if entry is not None:
                 row = entry[1]
+                if row[9] is not None and row[9] > last:
+                    last = row[9]
                 entries[seq] = (last, (*row[:9], last, row[10] + uses, *row[11:]))

@@ -185,6 +185,8 @@ class StoresAgree(RuleBasedStateMachine):
 
     @invariant()
     def same_rows_and_a_clean_index(self) -> None:
+        # Use counts are saved a little after their retrieval: save them now.
+        self.loop.run_until_complete(self.sqlite.flush())
         for scope in SCOPES:
             expected = self.memory._scopes.get(scope, [])
             conn = self.connection(scope)

@@ -334,6 +334,7 @@ async def test_retrieve_bumps_in_one_batched_update(store: SqliteStore, traced, 
     clock.advance(5)
     got = await store.retrieve(ORG, "cache rule", 4)
     assert len(got) == 4
+    await store.flush()
     updates = [(sql, args) for sql, args, _ in traced if sql.startswith("UPDATE")]
     assert len(updates) == 1
     sql, args = updates[0]
@@ -351,6 +352,7 @@ async def test_the_batched_bump_takes_the_largest_limit_in_one_statement(make, t
     traced.clear()
     got = await store.retrieve(ORG, "cache", 50)
     assert len(got) == 50
+    await store.flush()
     [(_, args)] = [(sql, args) for sql, args, _ in traced if sql.startswith("UPDATE")]
     assert sorted(json.loads(args[2])) == sorted(int(r.id.rsplit(":", 1)[1]) for r in got)
     counts = dict(apsw.Connection(store.path_for(ORG)).execute(
@@ -373,13 +375,14 @@ async def test_database_work_runs_off_the_event_loop_but_for_checks_and_bumps(
     await store.write(ORG, [fact("deploy")])
     for _ in range(3):  # the third is answered from the scope's view
         await store.retrieve(ORG, "deploy", 5)
+    await store.flush()
     await store.list(ORG, 5, query="deploy")
     await store.forget(ORG, f"mem:{ORG}:1")
     await store.sweep(ORG)
     threads = {thread for _, _, thread in traced}
     assert any(name.startswith("scopemem-sqlite") for name in threads)
     # What the loop runs: the view's check of the scope's change counter, and the commit
-    # of the third retrieval's use counts (unsynced, so no wait on the disk).
+    # saving the retrievals' use counts (unsynced, so no wait on the disk).
     on_loop = [sql for sql, _, thread in traced if not thread.startswith("scopemem-sqlite")]
     assert on_loop[0] == schema.GENERATION_SQL
     assert on_loop[1:] == ["PRAGMA synchronous = NORMAL", "BEGIN IMMEDIATE",
@@ -634,14 +637,14 @@ def settings(**options) -> StoreSettings:
 def test_from_settings_reads_its_table(tmp_path: Path, monkeypatch):
     store = SqliteStore.from_settings(settings(
         path=str(tmp_path / "d"), synchronous="NORMAL", busy_timeout_ms=10,
-        max_open_connections=3))
+        max_open_connections=3, usage_flush_ms=0))
     assert (store.directory, store.synchronous, store.busy_timeout_ms, store.max_open,
-            store.cap) == (str(tmp_path / "d"), "normal", 10, 3, 42)
+            store.usage_flush_ms, store.cap) == (str(tmp_path / "d"), "normal", 10, 3, 0, 42)
     monkeypatch.chdir(tmp_path)
     default = SqliteStore.from_settings(StoreSettings())
     assert default.directory == str(tmp_path / "scopemem-data")
     assert default.synchronous == "full" and default.busy_timeout_ms == 5000
-    assert default.max_open == 64
+    assert default.max_open == 64 and default.usage_flush_ms == 50
 
 
 @pytest.mark.parametrize(("options", "key"), [
@@ -653,6 +656,8 @@ def test_from_settings_reads_its_table(tmp_path: Path, monkeypatch):
     ({"busy_timeout_ms": "5000"}, "busy_timeout_ms"),
     ({"busy_timeout_ms": True}, "busy_timeout_ms"),
     ({"max_open_connections": 0}, "max_open_connections"),
+    ({"usage_flush_ms": 60_001}, "usage_flush_ms"),
+    ({"usage_flush_ms": -1}, "usage_flush_ms"),
 ])
 def test_from_settings_names_the_bad_key(options, key):
     with pytest.raises(ConfigError, match=rf"^memory\.stores\.sqlite\.{key}: "):

@@ -1,8 +1,8 @@
 """The SQLite store's read path: what it hands the engine, concurrent reads, usage bumps.
 
 Retrieval reads without the scope's writer lock, hands the engine every match when there are
-at most the candidate cap of them (else the bm25-best cap), and commits the usage bumps of
-concurrent retrievals of one scope together. None of that may change an answer.
+at most the candidate cap of them (else the bm25-best cap), and saves the usage bumps of a
+scope's retrievals together, a little after them. None of that may change an answer.
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ import pytest
 
 from scopemem.core import engine
 from scopemem.core.scoring import record_tokens
+from scopemem.errors import ConfigError
 from scopemem.stores import sqlite as sqlite_module
 from scopemem.stores.sqlite import (
     ALL_HITS_SQL,
     CANDIDATES_SQL,
     FTS_SEGMENTS_SQL,
     MAX_FTS_SEGMENTS,
+    SqliteStore,
 )
 from tests.conftest import fact
 
@@ -65,18 +67,46 @@ async def test_retrieve_hands_the_engine_what_the_bm25_prefilter_would(make, clo
     await store.forget(ORG, f"mem:{ORG}:2")  # an inactive row among the hits' neighbours
     for limit in (1, 8, 12):
         clock.advance(60_000)
+        await store.flush()  # the file holds the earlier retrievals' use counts
         expected = expected_by_bm25(store.path_for(ORG), "cache rule", limit, clock.now)
         assert await store.retrieve(ORG, "cache rule", limit) == expected
 
 
-async def test_a_retrieval_is_committed_when_it_returns(make, clock):
-    store = make()
+async def test_use_counts_are_saved_within_usage_flush_ms_without_being_waited_for(
+        make, clock):
+    store = make(usage_flush_ms=30)
     await store.write(ORG, [fact("deploy with care"), fact("deploy on fridays never")])
     clock.advance(5)
+    loop = asyncio.get_running_loop()
     got = await store.retrieve(ORG, "deploy", 5)
+    returned = loop.time()
     assert {r.use_count for r in got} == {1}
-    counts = use_counts(store.path_for(ORG))
-    assert counts == {1: (1, clock.now), 2: (1, clock.now)}
+    # Returned before the save: the file does not have them yet, this store does.
+    assert use_counts(store.path_for(ORG)) == {1: (0, None), 2: (0, None)}
+    assert {r.use_count for r in await store.list(ORG, 5)} == {1}
+    while use_counts(store.path_for(ORG))[1][0] == 0:
+        assert loop.time() - returned < 5, "the use counts were never saved"
+        await asyncio.sleep(0.005)
+    assert loop.time() - returned >= 0.03
+    assert use_counts(store.path_for(ORG)) == {1: (1, clock.now), 2: (1, clock.now)}
+
+
+@pytest.mark.parametrize("save", ["flush", "close"])
+async def test_flush_and_close_save_the_use_counts_at_once(make, clock, save):
+    store = make(usage_flush_ms=60_000)
+    await store.write(ORG, [fact("deploy with care"), fact("rollback plan")])
+    clock.advance(5)
+    for _ in range(3):
+        await store.retrieve(ORG, "deploy", 5)
+    assert use_counts(store.path_for(ORG))[1] == (0, None)
+    await (store.flush() if save == "flush" else store.close())
+    assert use_counts(store.path_for(ORG)) == {1: (3, clock.now), 2: (0, None)}
+
+
+async def test_usage_flush_ms_is_checked():
+    for value in (-1, 60_001, 1.5, True, "50"):
+        with pytest.raises(ConfigError, match="usage_flush_ms"):
+            SqliteStore("unused", usage_flush_ms=value)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("statement", [ALL_HITS_SQL, CANDIDATES_SQL])
@@ -99,19 +129,36 @@ async def test_retrieval_ranks_on_the_indexed_tokens_which_are_the_records(make,
         assert set(tokens) == record_tokens(sqlite_module._record(row))
 
 
-async def test_a_lone_retrieval_commits_its_bumps_without_a_second_trip(make, clock,
-                                                                        monkeypatch):
-    store = make()
-    await store.write(ORG, [fact("deploy with care")])
-
-    async def second_trip(*_args: object) -> None:
-        raise AssertionError("a lone retrieval went through the group commit")
-
-    monkeypatch.setattr(store, "_commit_bumps", second_trip)
-    for uses in (1, 2):
+async def test_one_save_holds_every_retrieval_of_its_window(make, clock, traced):
+    store = make(usage_flush_ms=60_000)
+    await store.write(ORG, [fact("deploy with care"), fact("deploy rollback plan")])
+    for query in ("deploy", "care", "rollback", "deploy care", "plan"):
         clock.advance(5)
-        assert [r.use_count for r in await store.retrieve(ORG, "deploy", 5)] == [uses]
-        assert use_counts(store.path_for(ORG)) == {1: (uses, clock.now)}
+        # A retrieval never waits for the save (a minute away here).
+        await asyncio.wait_for(store.retrieve(ORG, query, 5), timeout=5)
+    traced.clear()
+    await store.flush()
+    transactions = [sql for sql, _, _ in traced if sql in ("BEGIN IMMEDIATE", "COMMIT")]
+    assert transactions == ["BEGIN IMMEDIATE", "COMMIT"]
+    # "deploy with care" was returned 3 times, last at the fourth; the other 4 times.
+    assert use_counts(store.path_for(ORG)) == {1: (3, clock.now - 5), 2: (4, clock.now)}
+
+
+async def test_a_saved_last_use_never_moves_back(make, tmp_path, clock):
+    ours = make(tmp_path / "shared", usage_flush_ms=60_000)
+    theirs = make(tmp_path / "shared")  # another process on the same directory, in effect
+    await ours.write(ORG, [fact("deploy with care")])
+    clock.advance(5)
+    used_here = clock.now
+    await ours.retrieve(ORG, "deploy", 5)  # counted here, not saved yet
+    clock.advance(5)
+    # Restated elsewhere later, before our count is saved: the later use stands.
+    await theirs.write(ORG, [fact("deploy carefully", restates=f"mem:{ORG}:1")])
+    assert use_counts(ours.path_for(ORG)) == {1: (1, clock.now)}
+    assert [(r.use_count, r.last_used_at) for r in await ours.list(ORG, 5)] == [
+        (2, clock.now)]
+    await ours.flush()
+    assert use_counts(ours.path_for(ORG)) == {1: (2, clock.now)} and clock.now > used_here
 
 
 async def test_concurrent_retrievals_of_one_scope_count_every_use_in_order(make, clock):
@@ -121,6 +168,7 @@ async def test_concurrent_retrievals_of_one_scope_count_every_use_in_order(make,
     got = await asyncio.gather(*(store.retrieve(ORG, "deploy", 5) for _ in range(40)))
     # Each retrieval saw every bump before it: the counts are 1..40, none repeated.
     assert sorted(records[0].use_count for records in got) == list(range(1, 41))
+    await store.flush()
     assert use_counts(store.path_for(ORG)) == {1: (40, clock.now)}
     assert [r.use_count for r in await store.list(ORG, 5)] == [40]
 
@@ -171,13 +219,14 @@ async def test_a_cancelled_retrieval_leaves_no_bump_pending(make, clock):
 
 
 async def test_handles_evicted_from_the_cache_keep_their_counts(make, clock):
-    store = make(max_open=1)
+    store = make(max_open=1, usage_flush_ms=60_000)  # no save but the handles' own
     scopes = [f"user:slack:U{n}" for n in range(3)]
     for scope in scopes:
         await store.write(scope, [fact("shared rule")])
     for round_ in range(1, 4):
         got = await asyncio.gather(*(store.retrieve(scope, "rule", 5) for scope in scopes))
         assert [records[0].use_count for records in got] == [round_] * 3
+    await store.close()
     for scope in scopes:
         assert use_counts(store.path_for(scope))[1][0] == 3
 

@@ -22,6 +22,7 @@ from scopemem.stores.base import StoreSettings
 from scopemem.stores.sqlite import SqliteStore, fts_tokens
 from scopemem.stores.sqlite_view import ScopeView
 from tests.conftest import DAY_MS, fact
+from tests.stores.conftest import on_every_connection
 
 ORG = "org:acme"
 
@@ -109,16 +110,16 @@ async def test_a_scope_read_twice_is_answered_from_memory_as_sql_answers(make, c
     # The plain store's retrievals ran the prefilter on its pool; the cached one's none.
     assert len(prefilters(traced)) == 5
     assert all(thread.startswith("scopemem-sqlite") for thread in prefilters(traced))
+    await cached.flush()
+    await plain.flush()
     assert use_counts(cached, ORG) == use_counts(plain, ORG)
 
 
-async def test_uses_counted_in_memory_are_in_the_file_when_retrieve_returns(make):
-    store = make()
-    await store.write(ORG, [fact("deploy with the blue script"), fact("rollback plan")])
-    await warm(store)
+async def test_uses_counted_in_memory_are_saved_to_the_file(make):
+    store, before = await saved_view(make)
     assert store._handles[ORG].view is not None
-    before = use_counts(store, ORG)
     [got] = await store.retrieve(ORG, "deploy", 5)
+    await store.flush()
     after = use_counts(store, ORG)
     assert after[got.id] == before[got.id] + 1 == got.use_count
 
@@ -128,30 +129,45 @@ async def test_concurrent_retrievals_from_memory_count_every_use(make):
     await store.write(ORG, [fact(f"deploy note {n}") for n in range(6)])
     await warm(store)
     assert store._handles[ORG].view is not None
+    await store.flush()
     before = use_counts(store, ORG)
-    # Rows returned different numbers of times: one group commit holds different counts.
+    # Rows returned different numbers of times: one save holds different counts.
     answers = await asyncio.gather(*(store.retrieve(ORG, "deploy note", 3) for _ in range(40)),
                                    *(store.retrieve(ORG, "note 1", 1) for _ in range(20)))
     returned: dict[str, int] = {}
     for records in answers:
         for record in records:
             returned[record.id] = returned.get(record.id, 0) + 1
+    await store.flush()
     after = use_counts(store, ORG)
     assert sum(returned.values()) == 140 and len(set(returned.values())) > 1
     assert {k: after[k] - before[k] for k in after if after[k] != before[k]} == returned
 
 
-async def test_uses_are_committed_on_the_loop_without_ever_waiting_on_a_lock(make):
-    store = make(busy_timeout_ms=3000)
+async def saved_view(make, **options) -> tuple[SqliteStore, dict[str, int]]:
+    """A store whose scope has two records and a view, every use count saved; and the
+    counts in the file."""
+    store = make(**options)
     await store.write(ORG, [fact("deploy with the blue script"), fact("rollback plan")])
     await warm(store)
-    before = use_counts(store, ORG)
-    # Another connection (another process, in effect) holds the file's write lock: the
-    # loop cannot commit at once, so the commit goes to the pool, which waits for the lock
-    # while the loop goes on serving.
+    await store.flush()
+    return store, use_counts(store, ORG)
+
+
+def hold_write_lock(store: SqliteStore) -> apsw.Connection:
+    """Another connection (another process, in effect) holding the scope file's write lock
+    (until ``COMMIT``)."""
     other = apsw.Connection(store.path_for(ORG))
     other.execute("BEGIN IMMEDIATE")
-    retrieval = asyncio.ensure_future(store.retrieve(ORG, "deploy", 5))
+    return other
+
+
+async def test_uses_are_committed_on_the_loop_without_ever_waiting_on_a_lock(make, traced):
+    store, before = await saved_view(make, busy_timeout_ms=3000, usage_flush_ms=0)
+    # The loop cannot commit at once, so the save goes to the pool, which waits for the
+    # lock while the loop goes on serving.
+    other = hold_write_lock(store)
+    [got] = await asyncio.wait_for(store.retrieve(ORG, "deploy", 5), timeout=1)
     loop = asyncio.get_running_loop()
     longest_tick = 0.0
     for _ in range(10):
@@ -159,43 +175,49 @@ async def test_uses_are_committed_on_the_loop_without_ever_waiting_on_a_lock(mak
         await asyncio.sleep(0.02)
         longest_tick = max(longest_tick, loop.time() - started)
     # Not blocked for the 3 s busy timeout: the loop tried the lock once, without waiting.
-    assert not retrieval.done() and longest_tick < 1.5
+    assert longest_tick < 1.5 and use_counts(store, ORG) == before
     other.execute("COMMIT")
     other.close()
-    [got] = await retrieval
+    await store.flush()  # waits for the save under way
     assert use_counts(store, ORG)[got.id] == before[got.id] + 1 == got.use_count
-    # The lock is free again: the next commit runs on the loop.
+    # The lock is free again: the next save runs on the loop.
+    traced.clear()
     [again] = await store.retrieve(ORG, "deploy", 5)
+    await store.flush()
     assert use_counts(store, ORG)[got.id] == again.use_count == got.use_count + 1
+    updates = [thread for sql, _, thread in traced if sql.startswith("UPDATE records")]
+    assert updates == [threading.current_thread().name]
 
 
-async def test_only_commits_shared_by_retrievals_are_spaced_out(make, monkeypatch):
-    # A spacing long enough that a retrieval waiting for it would time out below.
-    monkeypatch.setattr(sqlite_module, "_BUMP_COMMIT_SPACING", 1.0)
-    store = make()
-    await store.write(ORG, [fact("deploy with the blue script"), fact("rollback plan")])
-    await warm(store)
-    before = use_counts(store, ORG)
-    # One after another: each commit holds one retrieval's bumps, so none waits.
-    for _ in range(5):
-        await asyncio.wait_for(store.retrieve(ORG, "deploy", 5), timeout=0.5)
-    # Together: they share one commit, which does not wait either.
-    await asyncio.wait_for(asyncio.gather(
-        *(store.retrieve(ORG, "deploy", 5) for _ in range(5))), timeout=0.5)
-    assert use_counts(store, ORG)[f"mem:{ORG}:1"] == before[f"mem:{ORG}:1"] + 10
-    # The commit after a shared one starts a second after it.
-    spaced = asyncio.ensure_future(store.retrieve(ORG, "deploy", 5))
-    await asyncio.sleep(0.3)
-    assert not spaced.done()
-    [record] = await spaced
-    assert use_counts(store, ORG)[record.id] == before[record.id] + 11 == record.use_count
+async def test_flush_waits_for_a_save_already_under_way_on_the_pool(make):
+    release, reached = threading.Event(), threading.Event()
+
+    def tracer(_cursor, sql, _bindings):  # type: ignore[no-untyped-def]
+        if sql == sqlite_module._BUMP_SQL and threading.current_thread() is not main:
+            reached.set()
+            release.wait(5)  # the save has taken the pending bumps and is writing them
+        return True
+
+    main = threading.current_thread()
+    with on_every_connection(lambda conn: setattr(conn, "exec_trace", tracer)):
+        store, before = await saved_view(make, usage_flush_ms=0)
+        other = hold_write_lock(store)  # so the save goes to the pool
+        [got] = await store.retrieve(ORG, "deploy", 5)
+        await asyncio.sleep(0.05)
+        other.execute("COMMIT")
+        other.close()
+        loop = asyncio.get_running_loop()
+        assert await loop.run_in_executor(None, reached.wait, 5)
+        flushing = asyncio.ensure_future(store.flush())
+        await asyncio.sleep(0.05)
+        assert not flushing.done()  # nothing is pending, but the save is not committed
+        release.set()
+        await flushing
+        assert use_counts(store, ORG)[got.id] == before[got.id] + 1 == got.use_count
 
 
 async def test_a_commit_waits_on_the_loop_for_a_connection_held_a_moment(make, traced):
-    store = make()
-    await store.write(ORG, [fact("deploy with the blue script"), fact("rollback plan")])
-    await warm(store)
-    before = use_counts(store, ORG)
+    store, before = await saved_view(make, usage_flush_ms=60_000)
     handle = store._handles[ORG]
     # A pool thread holds the scope's connection for 30 ms (as a retrieval through SQL
     # does for a moment): the commit tries again on the loop instead of queuing a thread.
@@ -203,6 +225,7 @@ async def test_a_commit_waits_on_the_loop_for_a_connection_held_a_moment(make, t
     asyncio.get_running_loop().call_later(0.03, handle.lock.release)
     traced.clear()
     [got] = await store.retrieve(ORG, "deploy", 5)
+    await store.flush()
     assert use_counts(store, ORG)[got.id] == before[got.id] + 1 == got.use_count
     updates = [thread for sql, _, thread in traced if sql.startswith("UPDATE records")]
     assert updates == [threading.current_thread().name]
@@ -219,7 +242,7 @@ async def test_the_wal_is_checkpointed_off_the_loop_at_the_auto_checkpoint_size(
         checkpoint_now(path)
 
     monkeypatch.setattr(SqliteStore, "_checkpoint_now", staticmethod(spy))
-    store = make()
+    store = make(usage_flush_ms=0)  # a save after each retrieval
     await store.write(ORG, [fact(f"deploy note {n} " + "padding " * 400) for n in range(40)])
     await warm(store)
     wal = store.path_for(ORG) + "-wal"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import apsw
 
 from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.sqlite import SqliteStore
@@ -73,3 +74,22 @@ async def test_shutdown_lets_in_flight_requests_finish_then_closes_the_store(spy
         await asyncio.wait_for(shutdown, 5)
     assert spy.closed
     assert [r.text for r in await spy.inner.list(ORG, 5)] == ["kept on shutdown"]
+
+
+async def test_use_counts_counted_before_shutdown_are_in_the_files_after_it(tmp_path):
+    # Saved a minute after the retrievals, so only the shutdown can have saved them.
+    store = SqliteStore(tmp_path / "data", usage_flush_ms=60_000)
+    async with running(create_app(store, TOKEN)) as url, \
+            aiohttp.ClientSession(headers=AUTH) as session:
+        async with session.post(url + "/write", json={
+                "scopeKey": ORG, "records": [candidate("deploy with care")]}) as response:
+            assert response.status == 200
+        for uses in (1, 2, 3):
+            async with session.post(url + "/retrieve", json={
+                    "scopeKey": ORG, "query": "deploy", "limit": 5}) as response:
+                assert [r["useCount"] for r in (await response.json())["records"]] == [uses]
+    conn = apsw.Connection(store.path_for(ORG), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        assert conn.execute("SELECT use_count FROM records").fetchall() == [(3,)]
+    finally:
+        conn.close()
