@@ -42,7 +42,7 @@ import inspect
 import json
 import logging
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -51,10 +51,11 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 from multidict import CIMultiDictProxy
 
-from scopemem.core.records import to_wire
+from scopemem.core.records import Record, to_wire
 from scopemem.errors import StoreError
 from scopemem.stores.base import MemoryStore
 from scopemem.worker_aiohttp import validation
+from scopemem.worker_aiohttp.records_json import RecordsJson, dumps
 
 __all__ = [
     "DEFAULT_MAX_BODY",
@@ -81,6 +82,7 @@ class _Served:
     token: bytes
     max_body: int
     store: MemoryStore | None = None
+    records_json: RecordsJson = attrs.field(factory=RecordsJson)
 
     def require_store(self) -> MemoryStore:
         if self.store is None:
@@ -91,12 +93,15 @@ class _Served:
 SERVED = web.AppKey("scopemem_worker_served", _Served)
 OPENAPI = web.AppKey("scopemem_worker_openapi", bytes)
 
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-
 def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None
           ) -> web.Response:
-    return web.json_response(data, status=status, headers=headers, dumps=_dumps)
+    return web.json_response(data, status=status, headers=headers, dumps=dumps)
+
+
+def _records(request: web.Request, records: Sequence[Record]) -> web.Response:
+    """``{"records": [...]}``, as ``_json`` would write it (see ``records_json``)."""
+    text = request.app[SERVED].records_json.encode(records)
+    return web.Response(text=text, content_type="application/json")
 
 
 def _error(status: int, reason: str, headers: Mapping[str, str] | None = None,
@@ -243,7 +248,7 @@ async def retrieve(request: web.Request) -> web.StreamResponse:
     args = validation.retrieve_args(await _body(request))
     store = request.app[SERVED].require_store()
     records = await store.retrieve(args.scope_key, args.query, args.limit)
-    return _json({"records": to_wire(records)})
+    return _records(request, records)
 
 
 @_data_route
@@ -263,7 +268,7 @@ async def list_records(request: web.Request) -> web.StreamResponse:
     store = request.app[SERVED].require_store()
     records = await store.list(args.scope_key, args.limit, query=args.query, kind=args.kind)
     log.info("[list] %s -> %d", args.scope_key, len(records))
-    return _json({"records": to_wire(records)})
+    return _records(request, records)
 
 
 @_data_route
