@@ -7,6 +7,7 @@ feeds these functions the rows they ask for answers exactly like every other sto
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TypeVar
@@ -16,7 +17,12 @@ import attrs
 from scopemem.core.gate import rejection_markers
 from scopemem.core.records import Candidate, Kind, Record, Status, WriteCounts
 from scopemem.core.scopes import memory_id, record_seq
-from scopemem.core.scoring import record_tokens, score_of
+from scopemem.core.scoring import (
+    KEYWORD_WEIGHT,
+    RECENCY_TAU_MS,
+    RECENCY_WEIGHT,
+    record_tokens,
+)
 from scopemem.core.text import distinct_tokens, normalize_text
 
 # Longer tokens are the selective ones; a 4000-character query would otherwise become an
@@ -118,8 +124,17 @@ def rank_matched(entries: Iterable[tuple[int, int, int, T]], width: int, limit: 
     this way are ranked exactly as :func:`rank_entries` ranks the same records."""
     if limit <= 0:
         return []
-    scored = [(-score_of(matched / width, last_touched, now), -seq, item)
-              for seq, matched, last_touched, item in entries]
+    # ``score_of(matched / width, last_touched, now)``, unrolled: this runs for every
+    # candidate of every retrieval, and the two calls cost more than the arithmetic. The
+    # same operations in the same order give the same floats (a test holds them equal).
+    exp = math.exp
+    scored = []
+    append = scored.append
+    for seq, matched, last_touched, item in entries:
+        age = now - last_touched
+        append((-(KEYWORD_WEIGHT * (matched / width)
+                  + RECENCY_WEIGHT * exp(-(age if age > 0 else 0) / RECENCY_TAU_MS)),
+                -seq, item))
     # Best score first, the newer record (higher seq) first among equals; the items are
     # never compared (seqs are unique).
     scored.sort(key=_score_then_seq)

@@ -64,9 +64,9 @@ Reads
 
     Usage bumps are saved in the background. A retrieval (from a view or through SQL)
     returns as soon as its bumps are pending; the first bump of a scope schedules a save
-    ``usage_flush_ms`` later (50 ms by default), which commits every bump pending by then
-    in one transaction (on the event loop when it can, else on the write pool; one
-    ``UPDATE … WHERE seq IN (…)`` per retrieval's bumps). Nothing in this store reads
+    ``usage_flush_ms`` later (a second by default), which commits every bump pending by
+    then in one transaction and one ``UPDATE`` (on the event loop when it can and the save
+    is small, else on the write pool). Nothing in this store reads
     around them: every retrieval and listing applies the pending bumps to the rows it
     reads, so each sees the bumps of every retrieval that returned before it (and of
     concurrent ones ranked before it), and a write, forget or sweep commits them at the
@@ -150,13 +150,16 @@ _WAL_AUTOCHECKPOINT_PAGES = 1000
 # How long a bump commit keeps trying the event loop while a pool thread holds the scope's
 # connection (a retrieval through SQL takes a millisecond or two) before queuing on the pool.
 _LOOP_COMMIT_PATIENCE = 0.05
-# How long after a retrieval its usage bumps are saved, at most. A save's cost is mostly
-# the pages it rewrites (each bumped row's page of ``records`` and its entry in the
-# last-use index), and one save of every retrieval of the last 50 ms shares those pages:
-# under 32 concurrent clients over eight scopes this served about 30% more retrievals than
-# a commit per retrieval that the retrieval waited for. What it risks is only that: a
-# process killed outright loses the use counts of its last 50 ms (never a record).
-DEFAULT_USAGE_FLUSH_MS = 50
+# The most rows a save updates on the event loop (about 4 ms of it); a larger one runs on
+# the write pool, so a big scope read hard never stalls the loop for long.
+_LOOP_SAVE_ROWS = 400
+# How long after a retrieval its usage bumps are saved, at most. A save costs about 10 us
+# per row it updates, and a row retrieved many times in one window is updated once. Under
+# 32 concurrent clients over eight scopes of 300 records, saving every 50 ms served about
+# half again as many retrievals as a commit per retrieval that the retrieval waited for,
+# and saving every second about a fifth more than that. What it risks is only that: a
+# process killed outright loses the use counts of its last second (never a record).
+DEFAULT_USAGE_FLUSH_MS = 1000
 USAGE_FLUSH_MS_MAX = 60_000
 
 
@@ -256,28 +259,25 @@ def _with_bumps(rows: Sequence[Sequence[Any]], pending: Mapping[int, list[int]]
     return out
 
 
-# One statement text whatever the number of rows, so SQLite prepares it once per connection.
+# One statement for a whole save, whatever the number of rows or of retrievals in it: each
+# row's bump is bound as [seq, uses, last use] in one JSON array. So a save costs one
+# statement and a few microseconds per row, where a statement per retrieval's bumps cost
+# some tens of microseconds each, and a longer window would only have added statements.
 # A last use never moves back: bumps are saved a little after their retrieval, and another
 # process may have used (or restated) the row in between.
-_BUMP_SQL = ("UPDATE records SET use_count = use_count + ?,"
-             " last_used_at = max(ifnull(last_used_at, 0), ?)"
-             " WHERE seq IN (SELECT value FROM json_each(?))")
+_BUMP_SQL = (
+    "UPDATE records SET use_count = use_count + bump.uses,"
+    " last_used_at = max(ifnull(last_used_at, 0), bump.last)"
+    " FROM (SELECT value ->> 0 AS seq, value ->> 1 AS uses, value ->> 2 AS last"
+    " FROM json_each(?)) AS bump WHERE records.seq = bump.seq"
+)
 
 
 def _apply_bumps(conn: Any, pending: Mapping[int, list[int]]) -> None:
-    """Persist pending usage bumps: one batched ``UPDATE … WHERE seq IN (…)`` for each
-    distinct (uses, last use) pair, the seqs bound as one JSON array (any number of them).
-    A retrieval's bumps share one pair, so a save of many retrievals runs about one
-    such statement per retrieval, never one per row."""
-    groups: dict[tuple[int, int], list[int]] = {}
-    for seq, (uses, last) in pending.items():
-        group = groups.get((uses, last))
-        if group is None:
-            groups[(uses, last)] = [seq]
-        else:
-            group.append(seq)
-    for (uses, last), seqs in groups.items():
-        conn.execute(_BUMP_SQL, (uses, last, json.dumps(seqs)))
+    """Persist pending usage bumps, of any number of rows and retrievals, in one
+    parameterized ``UPDATE`` (never a statement per row, nor per retrieval)."""
+    conn.execute(_BUMP_SQL, (json.dumps([[seq, uses, last]
+                                         for seq, (uses, last) in pending.items()]),))
 
 
 def _rank_entries(rows: Sequence[Sequence[Any]]) -> list[tuple[int, list[str], int, Any]]:
@@ -1000,7 +1000,8 @@ class SqliteStore:
             return
         loop = asyncio.get_running_loop()
         give_up = loop.time() + _LOOP_COMMIT_PATIENCE
-        outcome = self._commit_on_loop(scope_key, handle)
+        outcome = (self._commit_on_loop(scope_key, handle)
+                   if len(handle.pending) <= _LOOP_SAVE_ROWS else False)
         while outcome is None and loop.time() < give_up:
             # A pool thread holds the connection for a moment (a retrieval through SQL,
             # a view being built): try again shortly rather than queue a thread behind it.

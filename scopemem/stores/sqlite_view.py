@@ -91,12 +91,9 @@ class ScopeView:
         """The rows of ``counts`` (only those among ``seqs``, when given) as
         ``engine.rank_matched`` takes them."""
         entries = self.entries
-        found: list[Matched] = []
         if seqs is None:
-            for seq, matched in counts.items():
-                last_touched, row = entries[seq]
-                found.append((seq, matched, last_touched, row))
-            return found
+            return [(seq, matched, *entries[seq]) for seq, matched in counts.items()]
+        found: list[Matched] = []
         for seq in seqs:
             matched = counts.get(seq)
             if matched is not None:  # the index and the view hold the same rows

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from scopemem.core import engine
 from scopemem.core.engine import Dedup, Insert, Restate
 from scopemem.core.records import Candidate, Kind, Record, Status, WriteCounts
+from scopemem.core.scoring import score_of
 
 NOW = 1_790_000_000_000
 SCOPE = "org:acme"
@@ -62,6 +63,16 @@ def test_rank_records_answer_does_not_depend_on_input_order():
     backward = engine.rank_records(list(reversed(records)), "words", 3, NOW)
     assert forward == backward
     assert [r.id for r in forward] == [f"mem:{SCOPE}:{n}" for n in (5, 4, 3)]
+
+
+@given(st.lists(st.tuples(st.integers(1, 30), st.integers(-10**10, 10**13)), max_size=40,
+                unique_by=lambda entry: entry[0]),
+       st.integers(1, 30), st.integers(0, 12), st.integers(0, 10**13))
+def test_rank_matched_ranks_by_score_of_then_newer_first(entries, width, limit, now):
+    # (seq, matched, last touched, item) with matched at most width, as the stores pass them.
+    rows = [(seq, seq % width + 1, last, f"item {seq}") for seq, last in entries]
+    expected = sorted(rows, key=lambda row: (-score_of(row[1] / width, row[2], now), -row[0]))
+    assert engine.rank_matched(rows, width, limit, now) == [row[3] for row in expected[:limit]]
 
 
 def test_listing_is_newest_first_with_filters_then_limit():

@@ -337,10 +337,10 @@ async def test_retrieve_bumps_in_one_batched_update(store: SqliteStore, traced, 
     await store.flush()
     updates = [(sql, args) for sql, args, _ in traced if sql.startswith("UPDATE")]
     assert len(updates) == 1
-    sql, args = updates[0]
-    assert "WHERE seq IN (SELECT value FROM json_each(?))" in sql
-    assert args[:2] == (1, clock.now) and sorted(json.loads(args[2])) == sorted(
-        int(r.id.rsplit(":", 1)[1]) for r in got)
+    sql, (bumps,) = updates[0]
+    assert "FROM json_each(?)" in sql
+    assert sorted(json.loads(bumps)) == sorted(
+        [int(r.id.rsplit(":", 1)[1]), 1, clock.now] for r in got)
     # The prefilter is the documented statement, bound to quoted tokens and the candidate cap.
     [(_, match_args)] = [(sql, args) for sql, args, _ in traced if "MATCH" in sql]
     assert match_args == ('"cache" OR "rule"', 50)
@@ -353,8 +353,9 @@ async def test_the_batched_bump_takes_the_largest_limit_in_one_statement(make, t
     got = await store.retrieve(ORG, "cache", 50)
     assert len(got) == 50
     await store.flush()
-    [(_, args)] = [(sql, args) for sql, args, _ in traced if sql.startswith("UPDATE")]
-    assert sorted(json.loads(args[2])) == sorted(int(r.id.rsplit(":", 1)[1]) for r in got)
+    [(_, (bumps,))] = [(sql, args) for sql, args, _ in traced if sql.startswith("UPDATE")]
+    assert sorted(seq for seq, _, _ in json.loads(bumps)) == sorted(
+        int(r.id.rsplit(":", 1)[1]) for r in got)
     counts = dict(apsw.Connection(store.path_for(ORG)).execute(
         "SELECT id, use_count FROM records"))
     assert sorted(counts.values()) == [0] * 10 + [1] * 50
@@ -644,7 +645,7 @@ def test_from_settings_reads_its_table(tmp_path: Path, monkeypatch):
     default = SqliteStore.from_settings(StoreSettings())
     assert default.directory == str(tmp_path / "scopemem-data")
     assert default.synchronous == "full" and default.busy_timeout_ms == 5000
-    assert default.max_open == 64 and default.usage_flush_ms == 50
+    assert default.max_open == 64 and default.usage_flush_ms == 1000
 
 
 @pytest.mark.parametrize(("options", "key"), [

@@ -231,6 +231,20 @@ async def test_a_commit_waits_on_the_loop_for_a_connection_held_a_moment(make, t
     assert updates == [threading.current_thread().name]
 
 
+async def test_a_save_of_many_rows_runs_on_the_pool(make, traced, monkeypatch):
+    monkeypatch.setattr(sqlite_module, "_LOOP_SAVE_ROWS", 3)
+    store = make(usage_flush_ms=60_000)
+    await store.write(ORG, [fact(f"deploy note {n}") for n in range(6)])
+    await warm(store)
+    await store.flush()
+    for rows in (3, 4):  # at the limit: on the loop; past it: on the pool
+        traced.clear()
+        assert len(await store.retrieve(ORG, "deploy", rows)) == rows
+        await store.flush()
+        [thread] = [thread for sql, _, thread in traced if sql.startswith("UPDATE records")]
+        assert (thread == threading.current_thread().name) == (rows == 3)
+
+
 async def test_the_wal_is_checkpointed_off_the_loop_at_the_auto_checkpoint_size(
         make, monkeypatch):
     monkeypatch.setattr(sqlite_module, "_WAL_AUTOCHECKPOINT_PAGES", 4)
