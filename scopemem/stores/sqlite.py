@@ -974,8 +974,8 @@ class SqliteStore:
             await self._save_bumps(scope_key, handle)
         except Exception as exc:
             if not (self._closed or handle.closed):  # closing saves them
-                log.warning("sqlite store: %s: %d use counts not saved yet, kept for the"
-                            " next save: %s", handle.path, len(handle.pending),
+                log.warning("sqlite store: %s: use counts of %d record(s) not saved"
+                            " yet, kept for the next save: %s", handle.path, len(handle.pending),
                             _describe(exc))
             return
         finally:

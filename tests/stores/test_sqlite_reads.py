@@ -103,6 +103,32 @@ async def test_flush_and_close_save_the_use_counts_at_once(make, clock, save):
     assert use_counts(store.path_for(ORG)) == {1: (3, clock.now), 2: (0, None)}
 
 
+async def test_a_failed_save_keeps_the_use_counts_for_the_next(make, clock, monkeypatch,
+                                                                 caplog):
+    store = make(usage_flush_ms=0)
+    await store.write(ORG, [fact("deploy with care")])
+    apply_bumps = sqlite_module._apply_bumps
+
+    def failing(conn, pending):  # type: ignore[no-untyped-def]
+        raise apsw.IOError("disk I/O error")
+
+    monkeypatch.setattr(sqlite_module, "_apply_bumps", failing)
+    clock.advance(5)
+    await store.retrieve(ORG, "deploy", 5)
+    for _ in range(100):  # the save runs in the background, tries the loop, then the pool
+        if "not saved" in caplog.text:
+            break
+        await asyncio.sleep(0.01)
+    assert "use counts of 1 record(s) not saved yet, kept for the next save" in (
+        caplog.text)
+    assert "deploy with care" not in caplog.text  # counts and paths only, never text
+    assert use_counts(store.path_for(ORG)) == {1: (0, None)}
+    assert [r.use_count for r in await store.list(ORG, 5)] == [1]  # still counted here
+    monkeypatch.setattr(sqlite_module, "_apply_bumps", apply_bumps)
+    await store.flush()
+    assert use_counts(store.path_for(ORG)) == {1: (1, clock.now)}
+
+
 async def test_usage_flush_ms_is_checked():
     for value in (-1, 60_001, 1.5, True, "50"):
         with pytest.raises(ConfigError, match="usage_flush_ms"):
