@@ -746,6 +746,9 @@ class SqliteStore:
             if handle is None:
                 return False
             conn = handle.conn
+            if not conn.execute("SELECT 1 FROM records WHERE seq = ? AND id = ?"
+                                " AND status = 'active'", (seq, record_id)).fetchall():
+                return False  # nothing to forget: no transaction, and the view stays
             with self._transaction(conn, bumps=handle):
                 conn.execute("UPDATE records SET status = ? WHERE seq = ? AND id = ?"
                              " AND status = 'active'", (Status.FORGOTTEN.value, seq, record_id))
@@ -771,7 +774,8 @@ class SqliteStore:
             if handle is None:
                 return SweepResult(swept=0, ids=() if dry_run else None)
             conn = handle.conn
-            with self._transaction(conn, bumps=handle):
+            # A dry run reads and commits only pending use counts: the scope's view stays.
+            with self._transaction(conn, bumps=handle, changes_rows=not dry_run):
                 rows = conn.execute(
                     f"SELECT {schema.RECORD_COLUMNS} FROM records"
                     " WHERE status = 'active' AND kind = ? ORDER BY seq",
@@ -1302,15 +1306,17 @@ class SqliteStore:
 
     @contextlib.contextmanager
     def _transaction(self, conn: Any, *, relaxed: bool = False,
-                     bumps: _Handle | None = None) -> Iterator[None]:
+                     bumps: _Handle | None = None, changes_rows: bool = True
+                     ) -> Iterator[None]:
         """One ``BEGIN IMMEDIATE`` transaction: committed if the block finishes, rolled back
         if it raises. ``relaxed`` commits without waiting for the disk (usage bumps only).
         The pending usage bumps of the handle ``bumps`` (held by the caller) are applied
         first, so the block reads rows with them; they are pending again if the transaction
-        does not commit. A transaction that is not ``relaxed`` on a handle changes rows: it
-        drops the scope's view and counts a generation."""
+        does not commit. A transaction that is not ``relaxed`` on a handle changes rows
+        (unless ``changes_rows`` says it never does): it drops the scope's view and counts a
+        generation."""
         relax = relaxed and self.synchronous in ("full", "extra")
-        changes_rows = bumps is not None and not relaxed
+        changes_rows = changes_rows and bumps is not None and not relaxed
         if changes_rows:
             # The scope's rows are about to change: no retrieval may be answered from the
             # view from here on (one already answered saw the rows before this commit).

@@ -332,6 +332,35 @@ async def test_more_matches_than_the_prefilter_takes_are_chosen_by_sqlite_bm25(
                                         for sql, _ in by_cached)
 
 
+async def test_forgetting_nothing_keeps_the_view(make):
+    store = make()
+    await store.write(ORG, [fact("deploy with care"), fact("deploy on fridays")])
+    await warm(store)
+    view = store._handles[ORG].view
+    assert view is not None
+    for missing in (f"mem:{ORG}:9", f"mem:{ORG}:1x", "mem:org:other:1"):
+        assert await store.forget(ORG, missing) is False
+    assert store._handles[ORG].view is view
+    assert await store.forget(ORG, f"mem:{ORG}:1") is True
+    assert await store.forget(ORG, f"mem:{ORG}:1") is False  # forgotten already
+    assert [r.text for r in await store.retrieve(ORG, "deploy", 8)] == ["deploy on fridays"]
+
+
+async def test_a_dry_run_sweep_keeps_the_view_and_a_real_one_drops_it(make):
+    store = make()
+    await store.write(ORG, [fact("deploy with care"),
+                            fact("pushed at sha 3f9a2c1, all 12 tests passing deploy")])
+    await warm(store)
+    view = store._handles[ORG].view
+    assert view is not None
+    assert (await store.sweep(ORG, dry_run=True)).swept == 1
+    assert store._handles[ORG].view is view
+    assert len(await store.retrieve(ORG, "deploy", 8)) == 2  # answered from it, still right
+    assert (await store.sweep(ORG)).swept == 1
+    assert store._handles[ORG].view is None
+    assert [r.text for r in await store.retrieve(ORG, "deploy", 8)] == ["deploy with care"]
+
+
 async def test_cache_rows_bounds_the_rows_held(make, tmp_path):
     store = make(cache_rows=5)
     await store.write(ORG, [fact(f"deploy note {n}") for n in range(6)])
