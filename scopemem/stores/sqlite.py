@@ -66,11 +66,11 @@ Reads
     returns as soon as its bumps are pending; the first bump of a scope schedules a save
     ``usage_flush_ms`` later (a second by default), which commits every bump pending by
     then in one transaction and one ``UPDATE`` (on the event loop when it can and the save
-    is small, else on the write pool). Nothing in this store reads
-    around them: every retrieval and listing applies the pending bumps to the rows it
-    reads, so each sees the bumps of every retrieval that returned before it (and of
-    concurrent ones ranked before it), and a write, forget or sweep commits them at the
-    start of its own transaction. ``flush`` saves them at once, ``close`` saves them too.
+    is small, else on the write pool). Nothing in this store reads around them: every
+    retrieval and listing applies the pending bumps to the rows it reads, so each sees the
+    bumps of every retrieval that returned before it (and of concurrent ones ranked before
+    it), and a write, forget or sweep commits them at the start of its own transaction.
+    ``flush`` saves them at once, ``close`` saves them too.
 
 Durability
     WAL journal; ``synchronous`` FULL by default (configurable). A write batch, a forget and
