@@ -109,6 +109,9 @@ def test_candidate_wire_shape():
 def test_counts_add_and_sweep_result_wire():
     total = WriteCounts(inserted=1, evicted=2) + WriteCounts(inserted=3, restated=1)
     assert total == WriteCounts(inserted=4, restated=1, evicted=2)
+    # Every field adds to itself.
+    assert WriteCounts(1, 2, 3, 4, 5) + WriteCounts(10, 20, 30, 40, 50) == WriteCounts(
+        11, 22, 33, 44, 55)
     assert to_wire(SweepResult(2)) == {"swept": 2}
     assert to_wire(SweepResult(1, ["mem:x:1"])) == {"swept": 1, "ids": ["mem:x:1"]}
 
