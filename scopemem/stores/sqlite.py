@@ -94,7 +94,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -371,14 +371,13 @@ class _Handle:
         self.probed: tuple[object, int] | None = None  # (epoch, generation read in it)
         self.checkpoint: asyncio.Task[None] | None = None  # queued by _commit_on_loop
 
-    def add_bumps(self, seqs: Iterable[int], now: int) -> bool:
+    def add_bumps(self, seqs: Sequence[int], now: int) -> bool:
         """Count one use of each row at ``now``; False (nothing counted) when the handle is
         closed: its last commit may be done."""
         with self.bump_lock:
             if self.closed:
                 return False
             pending = self.pending
-            added = {}
             for seq in seqs:
                 bump = pending.get(seq)
                 if bump is None:
@@ -386,9 +385,8 @@ class _Handle:
                 else:
                     bump[0] += 1
                     bump[1] = now
-                added[seq] = (1, now)
             if self.view is not None:
-                self.view.bump(added)
+                self.view.bump(dict.fromkeys(seqs, (1, now)))
             return True
 
     def pending_copy(self) -> dict[int, list[int]]:
@@ -995,22 +993,21 @@ class SqliteStore:
         if handle.closed:
             return
         entry = self._writers.get(scope_key)
-        if entry is not None and entry[0].locked():
-            # A write, or a save on the pool, is under way or queued: commit behind it.
-            async with self._writer(scope_key):
-                await self._run("write", self._commit_pending, handle)
+        # A write, or a save on the pool, under way or queued: commit behind it, even with
+        # nothing pending now (it may have taken the bumps and not committed them yet).
+        writing = entry is not None and entry[0].locked()
+        if not (writing or handle.pending):
             return
-        if not handle.pending:
-            return
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + _LOOP_COMMIT_PATIENCE
-        outcome = (self._commit_on_loop(scope_key, handle)
-                   if len(handle.pending) <= _LOOP_SAVE_ROWS else False)
-        while outcome is None and loop.time() < give_up:
-            # A pool thread holds the connection for a moment (a retrieval through SQL,
-            # a view being built): try again shortly rather than queue a thread behind it.
-            await asyncio.sleep(0.001)
+        outcome: bool | None = False
+        if not writing and len(handle.pending) <= _LOOP_SAVE_ROWS:
+            loop = asyncio.get_running_loop()
+            give_up = loop.time() + _LOOP_COMMIT_PATIENCE
             outcome = self._commit_on_loop(scope_key, handle)
+            while outcome is None and loop.time() < give_up:
+                # A pool thread holds the connection for a moment (a retrieval through SQL,
+                # a view being built): try again shortly rather than queue a thread behind.
+                await asyncio.sleep(0.001)
+                outcome = self._commit_on_loop(scope_key, handle)
         if not outcome:
             async with self._writer(scope_key):
                 await self._run("write", self._commit_pending, handle)
@@ -1022,12 +1019,13 @@ class SqliteStore:
         holds the connection right now (the caller may try again); False otherwise: the
         caller commits on the write pool.
 
-        A bump commit writes to the WAL without syncing it, a few hundred microseconds of
-        SQLite work; handing it to a thread costs more than that in GIL hand-offs, each of
-        which can wait for the event loop's switch interval. The one slow part a commit can
-        bring, the WAL checkpoint (which syncs), is moved off the loop: the commit runs with
-        a WAL hook of its own (which turns SQLite's auto-checkpoint off for it), and when
-        the log has reached the auto-checkpoint size a checkpoint is queued on the pool."""
+        A save writes to the WAL without syncing it: about 10 us of SQLite work per row, at
+        most ``_LOOP_SAVE_ROWS`` rows here; handing it to a thread costs more than that in
+        GIL hand-offs, each of which can wait for the event loop's switch interval. The one
+        slow part a commit can bring, the WAL checkpoint (which syncs), is moved off the
+        loop: the commit runs with a WAL hook of its own (which turns SQLite's
+        auto-checkpoint off for it), and when the log has reached the auto-checkpoint size a
+        checkpoint is queued on the pool."""
         entry = self._writers.get(scope_key)
         if entry is not None and entry[0].locked():
             return False

@@ -93,6 +93,7 @@ class _Served:
 SERVED = web.AppKey("scopemem_worker_served", _Served)
 OPENAPI = web.AppKey("scopemem_worker_openapi", bytes)
 
+
 def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None
           ) -> web.Response:
     return web.json_response(data, status=status, headers=headers, dumps=dumps)

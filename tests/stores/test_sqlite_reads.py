@@ -129,7 +129,7 @@ async def test_a_failed_save_keeps_the_use_counts_for_the_next(make, clock, monk
     assert use_counts(store.path_for(ORG)) == {1: (1, clock.now)}
 
 
-async def test_usage_flush_ms_is_checked():
+def test_usage_flush_ms_is_checked():
     for value in (-1, 60_001, 1.5, True, "50"):
         with pytest.raises(ConfigError, match="usage_flush_ms"):
             SqliteStore("unused", usage_flush_ms=value)  # type: ignore[arg-type]
