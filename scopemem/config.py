@@ -42,6 +42,9 @@ class MemoryConfig:
     max_records_per_scope: int = DEFAULT_SCOPE_CAP
     admins: tuple[str, ...] = ()
     no_reflect_agents: tuple[str, ...] = ("review", "ship")
+    # The status gate (003): a fact carrying a status or change-description marker is never
+    # written. False lets such facts through (other plugins' markers still apply).
+    gate: bool = True
     stores: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     providers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
 

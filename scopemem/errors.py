@@ -15,5 +15,10 @@ class StoreError(ScopememError):
     """A store could not do what was asked (I/O failure, bad database, refused input)."""
 
 
+class StoreRefused(StoreError):
+    """A store refused the input itself (the worker answered 400 or 413): the same call
+    would be refused again, though a smaller one may not be."""
+
+
 class PluginError(ScopememError):
     """A plugin registered something twice, or something asked for is not installed."""

@@ -1,8 +1,14 @@
-"""The ``Memory`` facade integrators call: build the store, read the block, (later) reflect.
+"""The ``Memory`` facade integrators call: build the store, read the block, reflect.
 
 Reads are advisory: a scope that fails to answer costs its records and one warning, never
-the run. With memory off no store is built and ``context_block`` returns "", so
+the run (``context`` says which scopes failed, for a caller that must tell a person). With
+memory off no store is built and ``context_block`` returns "", so
 ``with_memory(system, block)`` hands back the caller's prompt unchanged, byte for byte.
+
+A request's repository may be an awaitable still resolving when the read starts. It is
+awaited once per awaitable, whoever asks first (the read path, reflection), and the answer
+is shared: a bare coroutine can be awaited only once, and a second await that failed would
+cost the run its repository scope and send its repository facts to org.
 """
 
 from __future__ import annotations
@@ -12,12 +18,15 @@ import contextlib
 import inspect
 import logging
 import os
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from scopemem.commands import CommandContext, RepoSource, handle_command
 from scopemem.config import MemoryConfig, load_config
-from scopemem.core import scoring
+from scopemem.core import engine, scoring
 from scopemem.core.records import Kind, Record
 from scopemem.core.requests import (
     Request,
@@ -27,14 +36,19 @@ from scopemem.core.requests import (
     resolved,
 )
 from scopemem.core.scopes import order_scope_keys, scope_kind
-from scopemem.core.text import distinct_tokens
 from scopemem.errors import ConfigError, ScopememError, StoreError
 from scopemem.plugins import host
 from scopemem.plugins.manager import PluginManager, get_plugin_manager
 from scopemem.plugins.providers import Provider, build_provider, parse_model_ref
 from scopemem.plugins.registry import Registry
 from scopemem.reflecting import Run, reflect
-from scopemem.stores.base import Clock, MemoryStore, StoreSettings, wall_clock_ms
+from scopemem.stores.base import (
+    Clock,
+    MemoryStore,
+    StoreSettings,
+    retrieve_or_raise,
+    wall_clock_ms,
+)
 from scopemem.stores.null import NullStore
 
 log = logging.getLogger("scopemem")
@@ -54,8 +68,11 @@ def build_store(
     *,
     environ: Mapping[str, str] | None = None,
     clock: Clock = wall_clock_ms,
+    allow_fallback: bool = True,
 ) -> MemoryStore:
-    """The configured store; memory off → a ``NullStore`` and no plugin store is built."""
+    """The configured store; memory off → a ``NullStore`` and no plugin store is built.
+    ``allow_fallback=False`` (a one-shot command) makes a store that would stand in with the
+    in-process one (the worker client without its token) refuse instead."""
     if not config.enabled:
         return NullStore()
     registry = store_registry(pm)
@@ -69,8 +86,27 @@ def build_store(
         cap=config.max_records_per_scope,
         environ=dict(os.environ if environ is None else environ),
         clock=clock,
+        allow_fallback=allow_fallback,
     )
     return factory(settings)
+
+
+@attrs.frozen
+class MemoryContext:
+    """What the read path found for one request: the ``block`` (``""`` when memory is off or
+    nothing matched), the ``scopes`` read (widest first), and the scopes that ``failed``
+    (key → reason). A scope that failed cost its records, never the block."""
+
+    block: str
+    scopes: tuple[str, ...] = ()
+    failed: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class _ScopeRead:
+    window: bool
+    records: list[Record]
+    error: str | None = None
 
 
 class Memory:
@@ -95,6 +131,11 @@ class Memory:
         self._providers: dict[str, Provider] = {}
         self._pending: set[asyncio.Task[None]] = set()
         self._active_runs = 0
+        # An awaitable request.repo → the one future its answer lands in (see resolve_repo).
+        # Weak keys: an entry lasts as long as the request holding the awaitable.
+        self._repo_answers: weakref.WeakKeyDictionary[Any, asyncio.Future[Any]] = (
+            weakref.WeakKeyDictionary())
+        self._resolutions: set[asyncio.Task[None]] = set()  # running, so not collected
 
     @classmethod
     def from_config(
@@ -104,10 +145,16 @@ class Memory:
         plugin_manager: PluginManager | None = None,
         environ: Mapping[str, str] | None = None,
         clock: Clock = wall_clock_ms,
+        allow_fallback: bool = True,
     ) -> Memory:
+        """Load the configuration and build its store. ``allow_fallback`` is for a process
+        that runs for long (a bot, the default): the worker client without its token then
+        stands in with the in-process store and a warning (000 item 20). A short-lived
+        command passes False and gets a ``ConfigError`` naming the variable instead."""
         config = load_config(source)
         pm = plugin_manager or get_plugin_manager()
-        store = build_store(config, pm, environ=environ, clock=clock)
+        store = build_store(config, pm, environ=environ, clock=clock,
+                            allow_fallback=allow_fallback)
         return cls(config, store, plugin_manager=pm, clock=clock, environ=environ)
 
     @property
@@ -247,8 +294,13 @@ class Memory:
         once ``request.repo`` settles (it may be an awaitable; none or a failure means no
         repo scope). The repo scope contributes its newest facts outright (the window);
         the others contribute keyword hits on ``request.text``, re-scored as one pool."""
+        return (await self.context(request)).block
+
+    async def context(self, request: Request) -> MemoryContext:
+        """``context_block``'s answer with what went into it: the scopes read and the ones
+        that failed (each also one ``[memory]`` warning)."""
         if not self.enabled:
-            return ""
+            return MemoryContext("")
         early_keys, refusals = request_scope_keys(self.scope_kinds, resolved(request, None))
         early = {key: asyncio.ensure_future(self._hits(key, request.text)) for key in early_keys}
         try:
@@ -269,10 +321,14 @@ class Memory:
         keys = order_scope_keys(reads, self.breadth)
         window: list[Record] = []
         hits: list[Record] = []
+        failed: dict[str, str] = {}
         for key in keys:
-            is_window, records = reads[key].result()
-            (window if is_window else hits).extend(records)
-        return self._render(window, hits, keys, request.text)
+            read = reads[key].result()
+            (window if read.window else hits).extend(read.records)
+            if read.error is not None:
+                failed[key] = read.error
+        block = self._render(window, hits, keys, request.text)
+        return MemoryContext(block, tuple(keys), failed)
 
     def _render(
         self, window: Sequence[Record], hits: Sequence[Record], keys: Sequence[str], query: str
@@ -280,7 +336,7 @@ class Memory:
         # Every scope ranked its own hits; across scopes the one pool is re-scored. The sort
         # is stable and the pool is in breadth order, so ties go to the widest scope.
         now = self.clock()
-        tokens = distinct_tokens(query)
+        tokens = engine.query_tokens(query)
         ranked = sorted(hits, key=lambda record: -scoring.score_record(record, tokens, now))
         pool = [*window, *ranked]
         kept = scoring.apply_budget(
@@ -292,40 +348,82 @@ class Memory:
         return scoring.render_block(kept, keys)
 
     async def resolve_repo(self, repo: str | Awaitable[str | None] | None) -> str | None:
+        """``owner/name`` or ``None``. An awaitable is awaited once, whoever asks first; every
+        later call for the same awaitable (reflection after the read path, say) gets the
+        same answer. A failure is one warning and no repo scope, never an error."""
         if repo is None or isinstance(repo, str):
             return repo or None
         if not inspect.isawaitable(repo):
             log.warning("[memory] request.repo is neither a string nor awaitable; no repo scope")
             return None
+        answer = self._repo_answer(repo)
         try:
-            value = await repo
+            # Shielded: a read cancelled while it waits must not cancel the resolution
+            # itself (another caller may be waiting for it, or come later).
+            value = await asyncio.shield(answer)
         except asyncio.CancelledError:
-            raise
+            if not answer.cancelled():
+                raise
+            log.warning("[memory] repo resolution was cancelled; reading without the repo "
+                        "scope")
+            return None
         except Exception as exc:
             log.warning("[memory] repo resolution failed (%s); reading without the repo scope",
                         type(exc).__name__)
             return None
         return value if isinstance(value, str) and value else None
 
-    async def _hits(self, key: str, query: str) -> tuple[bool, list[Record]]:
+    def _repo_answer(self, repo: Awaitable[Any]) -> asyncio.Future[Any]:
+        """The future ``repo``'s answer lands in, awaiting it (once) if nobody has yet."""
         try:
-            return False, await self.store.retrieve(key, query, self.config.limit)
+            answer = self._repo_answers.get(repo)
+        except TypeError:  # neither hashable nor weakly referable: it cannot be shared
+            answer = None
+        if answer is not None:
+            return answer
+        answer = asyncio.get_running_loop().create_future()
+
+        async def settle() -> None:
+            try:
+                value = await repo
+            except asyncio.CancelledError:
+                answer.cancel()
+            except Exception as exc:
+                answer.set_exception(exc)
+            else:
+                answer.set_result(value)
+
+        # The future holds only the answer, never the awaitable (the task that awaits it is
+        # dropped when done), so the weak key lasts exactly as long as the request.
+        task = asyncio.ensure_future(settle())
+        self._resolutions.add(task)
+        task.add_done_callback(self._resolutions.discard)
+        with contextlib.suppress(TypeError):
+            self._repo_answers[repo] = answer
+        return answer
+
+    async def _hits(self, key: str, query: str) -> _ScopeRead:
+        try:
+            records = await retrieve_or_raise(self.store, key, query, self.config.limit)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.warning("[memory] retrieve from %s failed: %s", key, exc)
-            return False, []
+            return _ScopeRead(False, [], str(exc) or type(exc).__name__)
+        return _ScopeRead(False, records)
 
-    async def _late_read(self, key: str, query: str) -> tuple[bool, list[Record]]:
+    async def _late_read(self, key: str, query: str) -> _ScopeRead:
         if scope_kind(key) != REPO_KIND or self.config.repo_window <= 0:
             return await self._hits(key, query)
         try:
-            return True, await self.store.list(key, self.config.repo_window, kind=Kind.FACT)
+            records = await self.store.list(key, self.config.repo_window, kind=Kind.FACT)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.warning("[memory] repository window for %s failed: %s", key, exc)
-            return True, []
+            return _ScopeRead(True, [], str(exc) or type(exc).__name__)
+        # The window is facts only, whatever a store answered.
+        return _ScopeRead(True, [record for record in records if record.kind == Kind.FACT])
 
 
 def _warn_refusals(refusals: Sequence[str]) -> None:

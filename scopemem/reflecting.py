@@ -1,18 +1,25 @@
-"""Reflection, the host half: one extractor call per finished run, then gate, route,
+"""Reflection, the host half: one extractor call per finished run, then screen, route,
 authorize and write.
 
-Routing: each fact goes to the scope its audience names when the run has it, else to org; a
-fact that supersedes or restates a shown record follows that record's scope whatever its tag.
+Routing: each fact goes to the scope its audience names when the run has it, else to org;
+the audiences are the registered scope kinds (a plugin's ``guild`` included). A fact that
+supersedes or restates a shown record follows that record's scope whatever its tag.
 Authorization may then narrow a write (a narrowed correction loses its pointer, so a merge
 never crosses a visibility line) or deny it; never widen it. One ``write`` per target scope,
 one ``[memory]`` line per reflection with the counters and never a fact's text.
+
+Nothing a run learned is lost to one failure: a scope whose records cannot be read for the
+extractor costs those records and one warning; a batch the store refuses as a whole is
+written again one candidate at a time, so one bad candidate costs only itself.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -21,17 +28,20 @@ from scopemem.core.policy import RunActor
 from scopemem.core.records import Candidate, Kind, Record, WriteCounts
 from scopemem.core.reflection import (
     MAX_OUTPUT_TOKENS,
-    REFLECTION_SYSTEM,
     SHOWN_PER_SCOPE,
     Reflected,
     ReflectionRejected,
     Turn,
+    audience_order,
     build_reflection_input,
+    opted_out,
     parse_reflection,
+    reflection_system,
     should_reflect,
 )
 from scopemem.core.requests import Request, resolved
 from scopemem.core.scopes import scope_kind
+from scopemem.errors import StoreRefused
 from scopemem.plugins import host
 
 if TYPE_CHECKING:
@@ -39,12 +49,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("scopemem")
 
+SKIPPED_NO_MEMORY = "no_memory"
+
 
 @attrs.frozen(kw_only=True)
 class Run:
     """A finished run, as reflection needs it. ``history`` is the thread before this request
     (``Turn``s, ``{"role", "content"}`` dicts or ``(role, content)`` pairs); ``model`` is the
-    run's own ``<provider>/<model>`` ref, used when ``memory.model`` is not set."""
+    run's own ``<provider>/<model>`` ref, used when ``memory.model`` is not set.
+    ``no_memory`` (or ``<no-memory>`` in the request or thread, or ``request.no_memory``)
+    keeps the run out of memory: it is never reflected and writes nothing."""
 
     request: Request
     answer: str
@@ -54,69 +68,130 @@ class Run:
     thread_key: str = ""
     run_id: str | None = None
     model: str | None = None
+    no_memory: bool = False
+
+    @property
+    def opted_out(self) -> bool:
+        """Whether the run asked to be kept out of memory."""
+        return (self.no_memory or self.request.no_memory
+                or opted_out(self.request.text, self.history))
+
+
+def _nonzero(pairs: Sequence[tuple[str, int]]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in pairs if n)
 
 
 @attrs.define
 class ReflectionReport:
-    """What one reflection did: the counters of the ``[memory]`` line."""
+    """What one reflection did: the counters of the ``[memory]`` line.
+
+    ``counts`` are the stores' answers added up; ``inserted`` on the line counts the facts
+    inserted, apart from the run's ``summary``, and ``by_scope`` repeats the counts for each
+    target scope so "inserted in the repository scope" can be read off the line."""
 
     run_id: str | None = None
+    skipped: str | None = None
     offered: int = 0
     dropped: int = 0
     rejected: int = 0
     summary: int = 0
     counts: WriteCounts = attrs.field(factory=WriteCounts)
+    by_scope: dict[str, WriteCounts] = attrs.field(factory=dict)
     narrowed: Counter[str] = attrs.field(factory=Counter)
     denied: Counter[str] = attrs.field(factory=Counter)
+    failed_reads: int = 0
     failed_writes: int = 0
     written: dict[str, int] = attrs.field(factory=dict)
 
+    @property
+    def inserted_facts(self) -> int:
+        return self.counts.inserted - self.counts.inserted_summaries
+
     def log_line(self) -> str:
+        head = f"[memory] reflection {self.run_id or '-'}: "
+        if self.skipped is not None:
+            return f"{head}skipped {self.skipped}"
+
         def reasons(counter: Counter[str]) -> str:
             total = sum(counter.values())
             detail = ", ".join(f"{reason} {n}" for reason, n in sorted(counter.items()))
             return f"{total} ({detail})" if total else "0"
 
         c = self.counts
-        return (
-            f"[memory] reflection {self.run_id or '-'}: offered {self.offered}, "
-            f"dropped {self.dropped}, rejected {self.rejected}, restated {c.restated}, "
-            f"inserted {c.inserted}, deduped {c.deduped}, superseded {c.superseded}, "
-            f"evicted {c.evicted}, summary {self.summary}, "
+        # The seed's own trace leads ("offered 4, rejected 1, restated 1, inserted 2,
+        # summary 1"), then the rest.
+        line = (
+            f"{head}offered {self.offered}, rejected {self.rejected}, "
+            f"restated {c.restated}, inserted {self.inserted_facts}, summary {self.summary}, "
+            f"dropped {self.dropped}, deduped {c.deduped}, superseded {c.superseded}, "
+            f"outranked {c.outranked}, evicted {c.evicted}, "
             f"narrowed {reasons(self.narrowed)}, denied {reasons(self.denied)}"
+            + (f", failed reads {self.failed_reads}" if self.failed_reads else "")
             + (f", failed writes {self.failed_writes}" if self.failed_writes else "")
         )
+        scopes = []
+        for key, counts in self.by_scope.items():
+            detail = _nonzero([
+                ("restated", counts.restated),
+                ("inserted", counts.inserted - counts.inserted_summaries),
+                ("summary", counts.inserted_summaries), ("deduped", counts.deduped),
+                ("superseded", counts.superseded), ("outranked", counts.outranked),
+                ("evicted", counts.evicted)])
+            scopes.append(f"{key} ({detail or 'nothing new'})")
+        return line + (f"; by scope: {', '.join(scopes)}" if scopes else "")
 
 
-async def shown_records(memory: Memory, keys: Sequence[str], query: str) -> list[Record]:
-    """What the extractor is shown: per scope, up to ``SHOWN_PER_SCOPE`` records the run's
-    own request and answer match (retrieval, which bumps them: a record the transcript
-    matched was used), plus the repository window as the run saw it (a view: no bump)."""
+async def shown_records(memory: Memory, keys: Sequence[str], query: str
+                        ) -> tuple[list[Record], int]:
+    """What the extractor is shown, and how many reads failed: per scope, up to
+    ``SHOWN_PER_SCOPE`` records the run's own request and answer match (retrieval, which
+    bumps them: a record the transcript matched was used), plus the repository window as
+    the run saw it (a view: no bump). A read that fails costs its records and one
+    ``[memory]`` warning, as on the read path; the reflection goes on."""
     shown: dict[str, Record] = {}
+    failed = 0
+    window = memory.config.repo_window
     for key in keys:
-        if scope_kind(key) == "repo" and memory.config.repo_window > 0:
-            for record in await memory.store.list(key, memory.config.repo_window,
-                                                  kind=Kind.FACT):
-                shown.setdefault(record.id, record)
-        for record in await memory.store.retrieve(key, query, SHOWN_PER_SCOPE):
-            shown.setdefault(record.id, record)
-    return list(shown.values())
+        reads: list[tuple[str, Callable[[], Awaitable[list[Record]]]]] = []
+        if scope_kind(key) == "repo" and window > 0:
+            reads.append(("repository window",
+                          functools.partial(memory.store.list, key, window, kind=Kind.FACT)))
+        reads.append(("retrieve",
+                      functools.partial(memory.store.retrieve, key, query, SHOWN_PER_SCOPE)))
+        for what, read in reads:
+            try:
+                records = await read()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failed += 1
+                log.warning("[memory] reflection: %s of %s failed, showing the extractor "
+                            "nothing from it: %s", what, key, exc)
+                continue
+            for record in records:
+                if what == "retrieve" or record.kind == Kind.FACT:
+                    shown.setdefault(record.id, record)
+    return list(shown.values()), failed
 
 
 def _route(item: Reflected, actor: RunActor, org_key: str, shown: Mapping[str, str]) -> str:
     pointer = item.candidate.supersedes or item.candidate.restates
     if pointer and pointer in shown:
         return shown[pointer]
-    return actor.scope(item.audience.value) or org_key
+    return actor.scope(item.audience) or org_key
 
 
 async def reflect(memory: Memory, run: Run) -> ReflectionReport | None:
     """Distill one run. Returns the report, or ``None`` when the run does not qualify or no
-    model could be used. Raises on provider or store failure; the scheduler catches."""
+    model could be used. Raises on provider failure; the scheduler catches."""
     config = memory.config
     if not should_reflect(run.tool_calls, len(run.history), run.agent_name,
                           config.no_reflect_agents):
         return None
+    if run.opted_out:
+        report = ReflectionReport(run_id=run.run_id, skipped=SKIPPED_NO_MEMORY)
+        log.info("%s", report.log_line())
+        return report
     provider, model = memory.reflection_model(run.model)
     if provider is None:
         return None
@@ -129,17 +204,21 @@ async def reflect(memory: Memory, run: Run) -> ReflectionReport | None:
         log.warning("[memory] reflection skipped: the run has no org scope")
         return None
 
-    shown = await shown_records(memory, keys, f"{run.request.text}\n{run.answer}")
+    shown, failed_reads = await shown_records(memory, keys, f"{run.request.text}\n{run.answer}")
+    audiences = audience_order(memory.breadth)
+    hints = {name: kind.description for name, kind in memory.scope_kinds.items()
+             if kind.description}
     raw = await provider.complete(
         model=model,
-        system=REFLECTION_SYSTEM,
+        system=reflection_system(audiences, hints),
         user=build_reflection_input(shown, run.history, run.request.text, run.answer),
         max_tokens=MAX_OUTPUT_TOKENS,
     )
-    report = ReflectionReport(run_id=run.run_id)
+    report = ReflectionReport(run_id=run.run_id, failed_reads=failed_reads)
     try:
         reflection = parse_reflection(raw, shown_ids={r.id for r in shown},
-                                      thread_key=run.thread_key, run_id=run.run_id)
+                                      thread_key=run.thread_key, run_id=run.run_id,
+                                      audiences=audiences)
     except ReflectionRejected as exc:
         log.warning("[memory] reflection %s rejected: %s", run.run_id or "-", exc)
         return report
@@ -147,13 +226,12 @@ async def reflect(memory: Memory, run: Run) -> ReflectionReport | None:
     report.dropped = reflection.dropped
 
     items: list[Reflected] = []
-    for fact in reflection.facts:
-        if host.rejection_markers(memory.pm, fact.candidate):
+    for item in (*reflection.facts, *([reflection.summary] if reflection.summary else [])):
+        screened = host.screen_candidate(memory.pm, config, item.candidate)
+        if screened.rejected:
             report.rejected += 1
         else:
-            items.append(fact)
-    if reflection.summary is not None:
-        items.append(reflection.summary)
+            items.append(attrs.evolve(item, candidate=screened.candidate))
 
     shown_scopes = {record.id: record.scope_key for record in shown}
     batches: dict[str, list[Candidate]] = {}
@@ -175,11 +253,43 @@ async def reflect(memory: Memory, run: Run) -> ReflectionReport | None:
         batches.setdefault(decision.scope_key, []).append(candidate)
 
     for key, candidates in batches.items():
-        try:
-            report.counts += await memory.store.write(key, candidates)
-            report.written[key] = len(candidates)
-        except Exception as exc:  # one scope's failure must not lose the others' writes
-            report.failed_writes += len(candidates)
-            log.warning("[memory] reflection write to %s failed: %s", key, exc)
+        counts, failed = await _write_scope(memory, key, candidates)
+        report.counts += counts
+        report.by_scope[key] = counts
+        report.failed_writes += failed
+        report.written[key] = len(candidates) - failed
     log.info("%s", report.log_line())
     return report
+
+
+async def _write_scope(memory: Memory, key: str, candidates: list[Candidate]
+                       ) -> tuple[WriteCounts, int]:
+    """Write one scope's batch; the counts and how many candidates were lost. A batch the
+    store refuses as a whole (``StoreRefused``) is written again one candidate at a time, so
+    only the candidates refused on their own are lost; any other failure loses the batch
+    (the store is unreachable: one at a time would fail the same way). One scope's failure
+    never touches another's."""
+    try:
+        return await memory.store.write(key, candidates), 0
+    except asyncio.CancelledError:
+        raise
+    except StoreRefused as exc:
+        if len(candidates) == 1:
+            log.warning("[memory] reflection write to %s refused: %s", key, exc)
+            return WriteCounts(), 1
+        log.warning("[memory] reflection write to %s refused (%s); writing its %d "
+                    "candidates one at a time", key, exc, len(candidates))
+    except Exception as exc:  # one scope's failure must not lose the others' writes
+        log.warning("[memory] reflection write to %s failed: %s", key, exc)
+        return WriteCounts(), len(candidates)
+    counts, failed = WriteCounts(), 0
+    for candidate in candidates:
+        try:
+            counts += await memory.store.write(key, [candidate])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            failed += 1
+            log.warning("[memory] reflection write to %s: a %s candidate was refused: %s",
+                        key, candidate.kind.value, exc)
+    return counts, failed

@@ -228,9 +228,12 @@ async def test_status_is_rejected_and_the_line_carries_counters_not_text(store, 
     ], "summary": "investigated the license check"}]
     await reflect(memory, run(repo="acme/api", text="the license check is failing again"))
     [line] = [r.getMessage() for r in caplog.records if "reflection r-42" in r.getMessage()]
-    assert line == ("[memory] reflection r-42: offered 4, dropped 0, rejected 1, restated 1, "
-                    "inserted 3, deduped 0, superseded 0, evicted 0, summary 1, "
-                    "narrowed 0, denied 0")
+    # The seed's own trace (003 "One trace") leads the line, then the rest, then the same
+    # counts per target scope.
+    assert line == ("[memory] reflection r-42: offered 4, rejected 1, restated 1, inserted 2, "
+                    "summary 1, dropped 0, deduped 0, superseded 0, outranked 0, evicted 0, "
+                    "narrowed 0, denied 0; by scope: org:acme (restated 1), "
+                    "repo:acme/api (inserted 1), user:slack:UA (inserted 1, summary 1)")
     assert "license" not in line and "allowlist" not in line
     assert await texts(store, REPO) == ["check:deps-drift names any tree or lockfile drift"]
     [restated] = await store.list(ORG, 1, kind=Kind.FACT)

@@ -15,7 +15,15 @@ from typing import TypeVar
 import attrs
 
 from scopemem.core.gate import rejection_markers
-from scopemem.core.records import Candidate, Kind, Record, Status, WriteCounts
+from scopemem.core.records import (
+    MAX_QUERY_CHARS,
+    Candidate,
+    Kind,
+    Record,
+    Source,
+    Status,
+    WriteCounts,
+)
 from scopemem.core.scopes import memory_id, record_seq
 from scopemem.core.scoring import (
     KEYWORD_WEIGHT,
@@ -25,9 +33,11 @@ from scopemem.core.scoring import (
 )
 from scopemem.core.text import distinct_tokens, normalize_text
 
-# Longer tokens are the selective ones; a 4000-character query would otherwise become an
-# OR of hundreds of terms. A record matched only by a dropped shorter token is not found:
-# an accepted trade, applied identically by every store.
+# The FTS prefilter's terms: at most the 24 longest distinct query tokens. Longer tokens are
+# the selective ones; a 4000-character query would otherwise become an OR of hundreds of
+# terms. This cap is the prefilter's only (000 items 5 and 17): the relevance gate and the
+# keyword match read every token of the query, so a store without a prefilter finds a record
+# matched only by a dropped shorter token, and a store with one does not (an accepted trade).
 MAX_MATCH_TOKENS = 24
 # How many prefiltered candidates a store hands the engine: every match in a small scope,
 # proportionally more for larger limits.
@@ -37,10 +47,40 @@ CANDIDATES_PER_LIMIT = 5
 T = TypeVar("T")
 
 
+def query_tokens(query: str) -> list[str]:
+    """The query's distinct tokens, in first-appearance order: what the relevance gate and
+    the keyword match read.
+
+    A query means the same on every store whatever its length: when its distinct tokens,
+    space-joined, would not fit the wire's ``MAX_QUERY_CHARS``, only the longest that fit are
+    kept (ties to the earlier), still in first-appearance order. ``wire_query`` sends exactly
+    these tokens, so a remote store reads a long brief as a local one does."""
+    tokens = distinct_tokens(query)
+    if sum(map(len, tokens)) + len(tokens) - 1 <= MAX_QUERY_CHARS:
+        return tokens
+    kept: set[int] = set()
+    used = -1  # n tokens take n - 1 separating spaces
+    for index in sorted(range(len(tokens)), key=lambda i: (-len(tokens[i]), i)):
+        cost = len(tokens[index]) + 1
+        if used + cost <= MAX_QUERY_CHARS:
+            kept.add(index)
+            used += cost
+    return [token for index, token in enumerate(tokens) if index in kept]
+
+
+def wire_query(query: str) -> str:
+    """``query`` in a form the wire accepts (at most ``MAX_QUERY_CHARS`` characters) that
+    every store reads exactly as it reads ``query``: the query itself when it fits, else its
+    ``query_tokens`` space-joined (which tokenize back to themselves)."""
+    if len(query) <= MAX_QUERY_CHARS:
+        return query
+    return " ".join(query_tokens(query))
+
+
 def match_tokens(query: str) -> list[str]:
-    """The query's distinct tokens that take part in matching: the 24 longest, ties broken
-    by first appearance, in that order."""
-    return _longest(distinct_tokens(query))
+    """The FTS prefilter's terms: the 24 longest of ``query_tokens``, ties broken by first
+    appearance, in that order."""
+    return _longest(query_tokens(query))
 
 
 def _longest(tokens: Sequence[str]) -> list[str]:
@@ -52,18 +92,18 @@ def _longest(tokens: Sequence[str]) -> list[str]:
 class QueryTerms:
     """A query as ranking reads it, tokenized once.
 
-    ``gate`` is :func:`match_tokens`: a record qualifies when it holds one of them. ``scoring``
-    is every distinct token of the query: a qualifying record's keyword match is the share of
-    them it holds. ``gate`` is a subset of ``scoring``, and equal to it (as a set) for any
-    query of at most 24 distinct tokens."""
+    ``tokens`` is :func:`query_tokens`: a record passes the relevance gate when it holds one
+    of them, and its keyword match is the share of them it holds. ``prefilter`` is
+    :func:`match_tokens`, the terms a full-text prefilter matches candidates by (a subset of
+    ``tokens``, equal to it as a set for any query of at most 24 distinct tokens)."""
 
-    gate: tuple[str, ...]
-    scoring: tuple[str, ...]
+    tokens: tuple[str, ...]
+    prefilter: tuple[str, ...]
 
 
 def query_terms(query: str) -> QueryTerms:
-    scoring = distinct_tokens(query)
-    return QueryTerms(gate=tuple(_longest(scoring)), scoring=tuple(scoring))
+    tokens = query_tokens(query)
+    return QueryTerms(tokens=tuple(tokens), prefilter=tuple(_longest(tokens)))
 
 
 def candidate_cap(limit: int) -> int:
@@ -79,9 +119,10 @@ def matches(record: Record, tokens: Iterable[str]) -> bool:
 def rank_records(records: Iterable[Record], query: str, limit: int, now: int) -> list[Record]:
     """The ``limit`` best active records for ``query``, best first. Never mutates.
 
-    A record qualifies when it holds one of the query's match tokens; qualifying records are
-    scored over the whole query. Ties go to the newer record, so the answer does not depend
-    on the order a store happened to hand the records in."""
+    A record qualifies when it holds one of the query's tokens (the relevance gate, over the
+    whole query); qualifying records are scored by the share of the query's tokens they
+    hold. Ties go to the newer record, so the answer does not depend on the order a store
+    happened to hand the records in."""
     return rank_entries(
         ((record_seq(record.id), record_tokens(record), record.last_touched, record)
          for record in records if record.is_active),
@@ -99,18 +140,16 @@ def rank_entries(entries: Iterable[tuple[int, Collection[str], int, T]], query: 
     whatever the caller wants back. The answer is the items of the ``limit`` best entries,
     best first, decided exactly as :func:`rank_records` decides (which is this function over
     its active records)."""
-    terms = query_terms(query)
-    if not terms.gate or limit <= 0:
+    wanted = query_tokens(query)
+    if not wanted or limit <= 0:
         return []
-    # Set operations instead of token-by-token loops (the hot path of every retrieval):
-    # the gate holds when the record shares a gate token, and the match is the number of
-    # distinct query tokens it holds, the count ``keyword_match`` takes.
-    gate_set = frozenset(terms.gate)
-    scoring_set = frozenset(terms.scoring)
-    return rank_matched(
-        ((seq, len(scoring_set.intersection(tokens)), last_touched, item)
-         for seq, tokens, last_touched, item in entries if not gate_set.isdisjoint(tokens)),
-        len(terms.scoring), limit, now)
+    # Set operations instead of token-by-token loops (the hot path of every retrieval): the
+    # match is the number of distinct query tokens the record holds (the count
+    # ``keyword_match`` takes), and the gate holds when that is not zero.
+    wanted_set = frozenset(wanted)
+    matched = ((seq, len(wanted_set.intersection(tokens)), last_touched, item)
+               for seq, tokens, last_touched, item in entries)
+    return rank_matched((entry for entry in matched if entry[1]), len(wanted), limit, now)
 
 
 def rank_matched(entries: Iterable[tuple[int, int, int, T]], width: int, limit: int,
@@ -119,9 +158,9 @@ def rank_matched(entries: Iterable[tuple[int, int, int, T]], width: int, limit: 
     and counts their matches itself (from an inverted index, say).
 
     Each entry is ``(seq, matched, last_touched, item)`` for one *active* record that holds
-    at least one of the query's ``QueryTerms.gate`` tokens, where ``matched`` is how many of
-    its ``width`` distinct ``QueryTerms.scoring`` tokens the record holds. Entries passed
-    this way are ranked exactly as :func:`rank_entries` ranks the same records."""
+    at least one of the query's ``QueryTerms.tokens``, where ``matched`` is how many of those
+    ``width`` tokens the record holds. Entries passed this way are ranked exactly as
+    :func:`rank_entries` ranks the same records."""
     if limit <= 0:
         return []
     # ``score_of(matched / width, last_touched, now)``, unrolled: this runs for every
@@ -160,7 +199,7 @@ def listing(
     if kind is not None:
         selected = [record for record in selected if record.kind == kind]
     if query is not None:
-        gate = match_tokens(query)
+        gate = query_tokens(query)
         selected = [record for record in selected if gate and matches(record, gate)]
     selected.sort(key=lambda record: record_seq(record.id), reverse=True)
     return selected[:max(0, limit)]
@@ -171,9 +210,12 @@ def listing(
 
 @attrs.frozen
 class Insert:
-    """Insert the candidate as a new record; ``superseded`` is the retired target, if any."""
+    """Insert the candidate as a new record; ``superseded`` is the retired target, if any.
+    ``outranked``: the candidate was aimed at a record a person stated, which it may not
+    retire, so it lands beside it instead."""
 
     superseded: Record | None = None
+    outranked: bool = False
 
 
 @attrs.frozen
@@ -200,6 +242,19 @@ def _active_in_scope(pool: Iterable[Record], scope_key: str, record_id: str) -> 
     return None
 
 
+def _may_merge(candidate: Candidate, target: Record) -> bool:
+    """Whether ``candidate`` may become a bump of ``target`` (a restatement or a dedup)
+    instead of a record of its own: only a record of its own kind. A fact merged into a
+    summary would never be seen again, since the repository window shows facts only."""
+    return target.kind == candidate.kind
+
+
+def _may_retire(candidate: Candidate, target: Record) -> bool:
+    """Whether ``candidate``'s ``supersedes`` may retire ``target``: a person may correct
+    anything, the extractor only what the extractor inferred."""
+    return candidate.source is Source.HUMAN or target.source is not Source.HUMAN
+
+
 def plan_write(scope_key: str, candidate: Candidate, pool: Sequence[Record], now: int
                ) -> WriteAction:
     """Decide what one candidate does to a scope.
@@ -208,18 +263,21 @@ def plan_write(scope_key: str, candidate: Candidate, pool: Sequence[Record], now
     candidate's, earliest first, and the rows the candidate's ``restates``/``supersedes``
     name; nothing else is read, so a store may pass exactly those rows or the whole scope.
 
-    1. ``restates`` naming an active record of this scope: bump its use count and last use,
-       raise its confidence to the higher of the two, insert nothing. Otherwise fall through.
+    1. ``restates`` naming an active record of this scope and of the candidate's kind: bump
+       its use count and last use, raise its confidence to the higher of the two, insert
+       nothing. Otherwise fall through.
     2. ``supersedes`` naming an active record of this scope: the candidate dedups against
-       that target only (same text → bump it, nothing retired); otherwise the target is
-       retired and the candidate inserted. A collision with some unrelated record never
-       swallows a correction. An unresolved ``supersedes`` inserts unconditionally.
-    3. Otherwise the earliest active record with the same normalized text is bumped, or the
-       candidate is inserted.
+       that target only (same kind and text → bump it, nothing retired); otherwise the
+       target is retired and the candidate inserted. A collision with some unrelated record
+       never swallows a correction. An unresolved ``supersedes`` inserts unconditionally,
+       and so does one a reflection candidate aims at a record a person stated (the person
+       outranks the extractor: the candidate lands beside it, counted ``outranked``).
+    3. Otherwise the earliest active record of the same kind with the same normalized text
+       is bumped, or the candidate is inserted.
     """
     if candidate.restates:
         target = _active_in_scope(pool, scope_key, candidate.restates)
-        if target is not None:
+        if target is not None and _may_merge(candidate, target):
             confidences = [c for c in (target.confidence, candidate.confidence) if c is not None]
             return Restate(attrs.evolve(
                 target,
@@ -233,23 +291,28 @@ def plan_write(scope_key: str, candidate: Candidate, pool: Sequence[Record], now
         target = _active_in_scope(pool, scope_key, candidate.supersedes)
         if target is None:
             return Insert()
-        if normalize_text(target.text) == norm:
+        if _may_merge(candidate, target) and normalize_text(target.text) == norm:
             return Dedup(attrs.evolve(target, use_count=target.use_count + 1))
+        if not _may_retire(candidate, target):
+            return Insert(outranked=True)
         return Insert(superseded=attrs.evolve(target, status=Status.SUPERSEDED))
 
     for record in pool:
-        if (record.is_active and record.scope_key == scope_key
+        if (record.is_active and record.scope_key == scope_key and _may_merge(candidate, record)
                 and normalize_text(record.text) == norm):
             return Dedup(attrs.evolve(record, use_count=record.use_count + 1))
     return Insert()
 
 
-def count_action(action: WriteAction) -> WriteCounts:
+def count_action(action: WriteAction, candidate: Candidate) -> WriteCounts:
+    """What one candidate's action adds to a write's counts."""
     if isinstance(action, Restate):
         return WriteCounts(restated=1)
     if isinstance(action, Dedup):
         return WriteCounts(deduped=1)
-    return WriteCounts(inserted=1, superseded=0 if action.superseded is None else 1)
+    return WriteCounts(inserted=1, superseded=0 if action.superseded is None else 1,
+                       outranked=1 if action.outranked else 0,
+                       inserted_summaries=1 if candidate.kind == Kind.SUMMARY else 0)
 
 
 def mint_record(scope_key: str, seq: int, candidate: Candidate, now: int) -> Record:
@@ -267,6 +330,7 @@ def mint_record(scope_key: str, seq: int, candidate: Candidate, now: int) -> Rec
         confidence=candidate.confidence,
         supersedes=candidate.supersedes or None,
         restates=candidate.restates or None,
+        source=candidate.source,
     )
 
 

@@ -39,6 +39,14 @@ class Kind(enum.StrEnum):
     SUMMARY = "summary"
 
 
+class Source(enum.StrEnum):
+    """Who stated a record. A person's ``remember`` outranks the extractor's inference: a
+    reflection candidate may retire (supersede) only a reflection record."""
+
+    HUMAN = "human"
+    REFLECTION = "reflection"
+
+
 class Status(enum.StrEnum):
     """A record's lifecycle. Only ``active`` rows are ever read, listed, deduped or counted;
     every other status is a soft delete that keeps the row and its provenance."""
@@ -101,6 +109,9 @@ class Record:
     supersedes: str | None = None
     restates: str | None = None
     status: Status = attrs.field(default=Status.ACTIVE, converter=Status)
+    # Who stated it. Rows stored before records carried a source read back as reflection,
+    # the producer of nearly all of them (and the rule that predates the field).
+    source: Source = attrs.field(default=Source.REFLECTION, converter=Source)
 
     @property
     def is_active(self) -> bool:
@@ -114,13 +125,14 @@ class Record:
 
 _KINDS = {kind.value: kind for kind in Kind}
 _STATUSES = {status.value: status for status in Status}
+_SOURCES = {source.value: source for source in Source}
 
 
 # The slot descriptors' setters, in field order: a frozen class refuses ``setattr``, and
 # calling a slot's own setter skips the lookup ``object.__setattr__`` makes by name.
 (_set_id, _set_scope_key, _set_kind, _set_text, _set_keywords, _set_source_thread_key,
  _set_source_run_id, _set_created_at, _set_last_used_at, _set_use_count, _set_confidence,
- _set_supersedes, _set_restates, _set_status) = (
+ _set_supersedes, _set_restates, _set_status, _set_source) = (
     Record.__dict__[field.name].__set__ for field in attrs.fields(Record))
 _new_record = object.__new__
 
@@ -140,12 +152,13 @@ def trusted_record(
     supersedes: str | None,
     restates: str | None,
     status: str,
+    source: str,
 ) -> Record:
     """A ``Record`` built without running its validators, for values a store read back from
     its own storage (which only ever held validated records). Arguments are positional in
-    field order. ``kind`` and ``status`` are converted exactly as the constructor converts
-    them, so the result equals ``Record(...)`` of the same values; anything the validators
-    would have refused is the caller's responsibility."""
+    field order. ``kind``, ``status`` and ``source`` are converted exactly as the constructor
+    converts them, so the result equals ``Record(...)`` of the same values; anything the
+    validators would have refused is the caller's responsibility."""
     record = _new_record(Record)
     _set_id(record, id)
     _set_scope_key(record, scope_key)
@@ -161,6 +174,7 @@ def trusted_record(
     _set_supersedes(record, supersedes)
     _set_restates(record, restates)
     _set_status(record, _STATUSES.get(status) or Status(status))
+    _set_source(record, _SOURCES.get(source) or Source(source))
     return record
 
 
@@ -178,17 +192,26 @@ class Candidate:
     # An empty string is carried as given but treated as "no pointer" by the engine.
     supersedes: str | None = None
     restates: str | None = None
+    source: Source = attrs.field(default=Source.REFLECTION, converter=Source)
 
 
 @attrs.frozen
 class WriteCounts:
-    """What one ``write`` did, per action. Added together across scopes for the log line."""
+    """What one ``write`` did, per action. Added together across scopes for the log line.
+
+    ``outranked`` counts reflection candidates whose ``supersedes`` named a record a person
+    stated: the candidate was inserted beside it (and counted in ``inserted`` too).
+    ``inserted_summaries`` says how many of ``inserted`` were summaries, so a log can count
+    the lessons a write added apart from the run's summary (a worker older than the field
+    omits it: 0)."""
 
     inserted: int = 0
     deduped: int = 0
     superseded: int = 0
     restated: int = 0
     evicted: int = 0
+    outranked: int = 0
+    inserted_summaries: int = 0
 
     def __add__(self, other: WriteCounts) -> WriteCounts:
         if not isinstance(other, WriteCounts):
@@ -197,7 +220,9 @@ class WriteCounts:
         # ``attrs.astuple`` route cost more than the rest of planning the candidate.
         return WriteCounts(self.inserted + other.inserted, self.deduped + other.deduped,
                            self.superseded + other.superseded,
-                           self.restated + other.restated, self.evicted + other.evicted)
+                           self.restated + other.restated, self.evicted + other.evicted,
+                           self.outranked + other.outranked,
+                           self.inserted_summaries + other.inserted_summaries)
 
 
 @attrs.frozen
@@ -245,6 +270,7 @@ def _build_wire_converter() -> cattrs.Converter:
     converter.register_structure_hook(bool, _strict(bool))
     converter.register_unstructure_hook(Kind, lambda value: value.value)
     converter.register_unstructure_hook(Status, lambda value: value.value)
+    converter.register_unstructure_hook(Source, lambda value: value.value)
 
     for cls in (Record, Candidate, WriteCounts, SweepResult):
         fields = attrs.fields(cls)
@@ -287,6 +313,7 @@ def _record_to_wire(record: Record) -> dict[str, Any]:
     if record.restates is not None:
         data["restates"] = record.restates
     data["status"] = record.status.value
+    data["source"] = record.source.value
     return data
 
 

@@ -23,6 +23,9 @@ from scopemem.core.records import MAX_TEXT_CHARS, Candidate, Kind, Record
 from scopemem.core.text import redact_secrets
 
 REFLECT_MIN_TURNS = 4
+# A request or thread carrying this (any case) keeps its run out of memory: it is never
+# reflected and writes nothing. A chat adapter can offer it as a one-word opt-out.
+NO_MEMORY_MARKER = "<no-memory>"
 MIN_CONFIDENCE = 0.6
 MAX_FACTS = 5
 MAX_KEYWORDS = 10
@@ -32,7 +35,8 @@ MAX_OUTPUT_TOKENS = 1024
 
 
 class Audience(enum.StrEnum):
-    """Who a fact is for. Ordered here from the narrowest to the widest."""
+    """The built-in audiences, named after the built-in scope kinds. A plugin's scope kind
+    is an audience too (its name), so ``Reflected.audience`` is a plain string."""
 
     USER = "user"
     REPO = "repo"
@@ -40,7 +44,31 @@ class Audience(enum.StrEnum):
     ORG = "org"
 
 
-_NARROWEST_FIRST = (Audience.USER, Audience.REPO, Audience.CHANNEL, Audience.ORG)
+DEFAULT_AUDIENCE = Audience.ORG.value
+# The summary of a thread follows the narrowest audience any of its facts carried, in this
+# order for the built-ins (000 item 23: a personal thread's summary stays personal, and one
+# level down the same holds for repository- and channel-specific threads).
+_BUILTIN_PRECEDENCE = (Audience.USER.value, Audience.REPO.value, Audience.CHANNEL.value)
+
+BUILTIN_AUDIENCE_HINTS: dict[str, str] = {
+    "user": 'when it is about the person who asked (their preferences, habits, setup); '
+            'phrase it as "this user ..."',
+    "repo": "when it is specific to the repository the run worked in (its code, commands, "
+            "layout, conventions)",
+    "channel": "when it is about what this channel is for or how it works",
+}
+
+
+def audience_order(kinds: Mapping[str, int]) -> list[str]:
+    """Every audience reflection may route to, narrowest first (the summary's precedence),
+    the default ``org`` last: user, repo, channel, then any other registered kind, the
+    narrowest (highest breadth) first. ``kinds`` maps each registered scope kind to its
+    breadth."""
+    others = sorted((name for name in kinds
+                     if name not in _BUILTIN_PRECEDENCE and name != DEFAULT_AUDIENCE),
+                    key=lambda name: (-kinds[name], name))
+    builtin = [name for name in _BUILTIN_PRECEDENCE if name in kinds]
+    return [*builtin, *others, DEFAULT_AUDIENCE]
 
 
 def should_reflect(
@@ -55,7 +83,7 @@ def should_reflect(
     return tool_calls >= 1 or history_turns >= REFLECT_MIN_TURNS
 
 
-REFLECTION_SYSTEM = """\
+_SYSTEM_HEAD = """\
 You maintain the long-term memory of a team's agents. You read one finished agent run and \
 write down what a future run, on an unrelated task, should know.
 
@@ -70,13 +98,9 @@ subject, commit SHAs, test or check counts, CI results, review verdicts, "approv
 a fact. If the run taught nothing durable, return no facts.
 
 Give each fact an "audience":
-- "user" when it is about the person who asked (their preferences, habits, setup); phrase \
-it as "this user ...";
-- "repo" when it is specific to the repository the run worked in (its code, commands, \
-layout, conventions);
-- "channel" when it is about what this channel is for or how it works;
-- "org" for knowledge the whole organisation shares (the default).
+"""
 
+_SYSTEM_TAIL = """
 You are shown existing memory records with their ids. If a fact corrects one of them, set \
 "supersedes" to that id. If a fact says the same thing as one of them in other words, set \
 "restates" to that id instead of repeating it. Use only ids you were shown.
@@ -90,7 +114,35 @@ Answer with JSON only, exactly this shape:
 At most 5 facts. Use confidence below 0.6 for anything you are unsure of."""
 
 
+def reflection_system(audiences: Sequence[str] = (*_BUILTIN_PRECEDENCE, DEFAULT_AUDIENCE),
+                      hints: Mapping[str, str] | None = None) -> str:
+    """The extractor's system prompt, offering ``audiences`` (``audience_order``'s list:
+    narrowest first, ``org`` last) with a hint for each: ``hints`` by name (a plugin kind's
+    ``ScopeKind.description``), else the built-in hint, else a generic one."""
+    given = dict(hints or {})
+    lines = []
+    for name in audiences:
+        if name == DEFAULT_AUDIENCE:
+            continue
+        hint = given.get(name) or BUILTIN_AUDIENCE_HINTS.get(name) or (
+            f"when it is specific to this {name} and to nothing wider")
+        lines.append(f'- "{name}" {hint};')
+    lines.append(f'- "{DEFAULT_AUDIENCE}" for knowledge the whole organisation shares '
+                 "(the default).")
+    return _SYSTEM_HEAD + "\n".join(lines) + "\n" + _SYSTEM_TAIL
+
+
+REFLECTION_SYSTEM = reflection_system()
+
+
 # --- the input ---------------------------------------------------------------------------------
+
+
+def opted_out(request_text: str,
+              history: Sequence[Turn | Mapping[str, Any] | tuple[str, Any]]) -> bool:
+    """Whether the request or any turn of its thread carries ``NO_MEMORY_MARKER``."""
+    texts = [request_text, *(turn_text(_as_turn(turn).content) for turn in history)]
+    return any(NO_MEMORY_MARKER in text.lower() for text in texts if text)
 
 
 @attrs.frozen
@@ -162,11 +214,11 @@ class ReflectionRejected(ValueError):
 
 @attrs.frozen
 class Reflected:
-    """A candidate and the audience the extractor tagged it with (reflection-internal: the
-    audience is never sent to a store)."""
+    """A candidate and the audience the extractor tagged it with, a scope kind's name
+    (reflection-internal: the audience is never sent to a store)."""
 
     candidate: Candidate
-    audience: Audience
+    audience: str
 
 
 @attrs.frozen
@@ -207,11 +259,8 @@ def _keywords(value: Any) -> tuple[str, ...] | None:
     return tuple(list(kept)[:MAX_KEYWORDS]) or None
 
 
-def _audience(value: Any) -> Audience:
-    try:
-        return Audience(value)
-    except ValueError:
-        return Audience.ORG
+def _audience(value: Any, audiences: Collection[str]) -> str:
+    return value if isinstance(value, str) and value in audiences else DEFAULT_AUDIENCE
 
 
 def _confidence(value: Any) -> float | None:
@@ -227,12 +276,14 @@ def _shown_pointer(value: Any, shown_ids: Collection[str]) -> str | None:
 
 
 def parse_reflection(
-    raw: str, *, shown_ids: Collection[str], thread_key: str, run_id: str | None
+    raw: str, *, shown_ids: Collection[str], thread_key: str, run_id: str | None,
+    audiences: Sequence[str] = (*_BUILTIN_PRECEDENCE, DEFAULT_AUDIENCE),
 ) -> Reflection:
     """Read the extractor's reply. Raises ``ReflectionRejected`` for a bad envelope; inside,
     a fact without non-empty text or with a confidence outside [0.6, 1] is dropped and
     counted. At most five facts survive; pointers survive only when they name a shown id; a
-    missing or unknown audience is org; the summary takes the narrowest audience any fact
+    missing or unknown audience (one not in ``audiences``, narrowest first as
+    ``audience_order`` gives them) is org; the summary takes the narrowest audience any fact
     carried, so a personal thread's summary stays personal."""
     data = _envelope(raw)
     facts: list[Reflected] = []
@@ -260,13 +311,13 @@ def parse_reflection(
                 supersedes=_shown_pointer(item.get("supersedes"), shown_ids),
                 restates=_shown_pointer(item.get("restates"), shown_ids),
             ),
-            _audience(item.get("audience")),
+            _audience(item.get("audience"), audiences),
         ))
     summary = None
     text = data.get("summary")
     if isinstance(text, str) and text.strip():
-        audiences = {fact.audience for fact in facts}
-        narrowest = next((a for a in _NARROWEST_FIRST if a in audiences), Audience.ORG)
+        tagged = {fact.audience for fact in facts}
+        narrowest = next((a for a in audiences if a in tagged), DEFAULT_AUDIENCE)
         summary = Reflected(
             Candidate(kind=Kind.SUMMARY, text=redact_secrets(text.strip())[:MAX_TEXT_CHARS],
                       source_thread_key=thread_key, source_run_id=run_id),

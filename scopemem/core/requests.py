@@ -33,6 +33,8 @@ class Request:
     is often still being resolved when memory starts reading. ``channel_visibility`` is the
     origin's audience (``public``, ``private``, ``dm``, ``machine``); ``None`` is unstamped.
     ``extra`` carries adapter-specific inputs for third-party scope kinds (a guild id, say).
+    ``no_memory`` keeps the run out of memory: it is read as usual but never reflected, so
+    nothing of it is written.
     """
 
     text: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
@@ -41,6 +43,7 @@ class Request:
     repo: str | Awaitable[str | None] | None = None
     channel_visibility: str | None = attrs.field(default=None, validator=_optional_str)
     extra: Mapping[str, str] = attrs.field(factory=dict)
+    no_memory: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
 
 Deriver = Callable[[Request], "str | None"]
@@ -51,11 +54,16 @@ class ScopeKind:
     """A kind of scope: its name (the key's prefix), its breadth (lower is wider: org 0,
     repo 10, channel 20, user 30) and a deriver that returns the key for a request, or
     ``None`` when the request does not carry the input. ``derive`` sees a request whose
-    ``repo`` is already resolved to a string or ``None``."""
+    ``repo`` is already resolved to a string or ``None``.
+
+    Every kind is an audience reflection may route a fact to; ``description`` completes the
+    extractor's instruction for it ("when it is about this Discord server"), else a generic
+    one is used."""
 
     name: str
     breadth: int
     derive: Deriver
+    description: str | None = None
 
 
 def merge_scope_kinds(answers: Iterable[Iterable[ScopeKind] | None]) -> dict[str, ScopeKind]:

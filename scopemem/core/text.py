@@ -22,6 +22,7 @@ from collections.abc import Callable
 __all__ = [
     "REDACTION_KINDS",
     "distinct_tokens",
+    "encodable",
     "estimate_tokens",
     "normalize_text",
     "redact_secrets",
@@ -113,6 +114,17 @@ def _build_control_table() -> dict[int, str | None]:
 
 _CONTROL_TABLE = _build_control_table()
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def encodable(value: str) -> str:
+    """``value`` with every lone surrogate replaced by U+FFFD, so it encodes as UTF-8.
+
+    A lone surrogate reaches a ``str`` only from ``surrogateescape`` data or a JSON
+    ``\\ud800`` escape; a store or the wire refuses the whole text for one, so a writer
+    replaces it first."""
+    if value.isascii():
+        return value
+    return _SURROGATE_RE.sub("\ufffd", value)
 
 
 def sanitize_field(value: str) -> str:

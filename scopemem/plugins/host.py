@@ -1,23 +1,87 @@
-"""The host side of the hooks: call them, then combine the answers with ``scopemem.core``."""
+"""The host side of the hooks: call them, then combine the answers with ``scopemem.core``.
+
+``screen_candidate`` is the one path every producer's candidate takes before a store sees
+it (reflection's facts and summary, a person's ``remember``): redaction and the record
+contract's caps (``scopemem.core.hygiene``), then the status gate. Nothing reaches a store
+by a side door.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+import attrs
+
 from scopemem.config import MemoryConfig
-from scopemem.core.gate import combine_markers
+from scopemem.core.gate import MARKER_NAMES, combine_markers
+from scopemem.core.hygiene import fit_candidate, redact_candidate
 from scopemem.core.policy import RunActor, WriteDecision, settle_decision
-from scopemem.core.records import Candidate
+from scopemem.core.records import Candidate, Kind
 from scopemem.core.requests import ScopeKind, merge_scope_kinds
 from scopemem.plugins.manager import PluginManager
+
+BUILTIN_GATE = "scopemem.plugins.builtin_gate"
 
 
 def scope_kinds(pm: PluginManager, config: MemoryConfig) -> dict[str, ScopeKind]:
     return merge_scope_kinds(pm.hook.scopemem_scope_kinds(config=config))
 
 
-def rejection_markers(pm: PluginManager, candidate: Candidate) -> list[str]:
-    return combine_markers(pm.hook.scopemem_rejection_markers(candidate=candidate))
+def rejection_markers(pm: PluginManager, candidate: Candidate, *, gate: bool = True
+                      ) -> list[str]:
+    """Every plugin's markers for ``candidate``. ``gate=False`` (``memory.gate = false``)
+    leaves the built-in status gate out; other plugins' markers still apply."""
+    hook = pm.hook.scopemem_rejection_markers
+    if not gate:
+        builtin = pm.get_plugin(BUILTIN_GATE)
+        if builtin is not None:
+            hook = pm.subset_hook_caller("scopemem_rejection_markers", [builtin])
+    return combine_markers(hook(candidate=candidate))
+
+
+@attrs.frozen
+class Screened:
+    """A candidate as it may be written (redacted, then fitted to the record contract), the
+    markers that refuse it (empty: it may be written), and what the screening changed:
+    ``redacted`` (a secret was replaced), ``cut`` (the text was longer than a record holds
+    and was cut to fit)."""
+
+    candidate: Candidate
+    markers: tuple[str, ...] = ()
+    redacted: bool = False
+    cut: bool = False
+
+    @property
+    def rejected(self) -> bool:
+        return bool(self.markers)
+
+
+def screen_candidate(pm: PluginManager, config: MemoryConfig, candidate: Candidate
+                     ) -> Screened:
+    """Make ``candidate`` safe to write and decide whether it may be: secrets redacted, the
+    record contract's caps applied, then, for a fact, the status gate (``memory.gate``) and
+    every plugin's markers. A summary is episodic by design and never gated (003)."""
+    redacted = redact_candidate(candidate)
+    cleaned = fit_candidate(redacted)
+    markers = (tuple(rejection_markers(pm, cleaned, gate=config.gate))
+               if cleaned.kind == Kind.FACT else ())
+    return Screened(cleaned, markers, redacted=redacted.text != candidate.text,
+                    cut=len(cleaned.text) < len(redacted.text))
+
+
+def describe_markers(markers: tuple[str, ...] | list[str]) -> str:
+    """Why a fact was refused, in words that claim no more than the markers say: the
+    built-in gate's markers mean one-moment status or change narration; a plugin's mean
+    only that the plugin refused it."""
+    builtin = [marker for marker in markers if marker in MARKER_NAMES]
+    other = [marker for marker in markers if marker not in MARKER_NAMES]
+    reasons = []
+    if builtin:
+        reasons.append("it reads as one-moment status or change narration, not a lesson "
+                       f"({', '.join(builtin)})")
+    if other:
+        reasons.append(f"a write-gate plugin refused it ({', '.join(other)})")
+    return "; ".join(reasons)
 
 
 def authorize_write(

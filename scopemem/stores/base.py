@@ -13,6 +13,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 import attrs
 
+from scopemem.core.hygiene import fit_candidate
 from scopemem.core.records import (
     DEFAULT_SCOPE_CAP,
     MAX_SCOPE_CAP,
@@ -34,6 +35,8 @@ __all__ = [
     "StoreSettings",
     "check_cap",
     "check_scope_key",
+    "fit_batch",
+    "retrieve_or_raise",
     "wall_clock_ms",
 ]
 
@@ -57,7 +60,9 @@ class MemoryStore(Protocol):
         self, scope_key: str, candidates: Sequence[Candidate], cap: int | None = None
     ) -> WriteCounts:
         """Apply the engine's plan to each candidate in order, as one all-or-nothing batch,
-        then evict least recently used records above ``cap`` (the store's default if None)."""
+        then evict least recently used records above ``cap`` (the store's default if None).
+        Each candidate is first fitted to the record contract (``fit_batch``), so a
+        candidate lands the same way on every store."""
 
     async def list(
         self, scope_key: str, limit: int, query: str | None = None, kind: Kind | None = None
@@ -86,6 +91,11 @@ class StoreSettings(OptionsTable):
 
     cap: int = DEFAULT_SCOPE_CAP
     clock: Clock = wall_clock_ms
+    # Whether a store whose durable backend is not configured (the worker client without its
+    # token) may stand in with the in-process store and a warning (000 item 20). A bot that
+    # runs for days may; a one-shot command must not: that store dies with the command and
+    # takes everything the command wrote with it.
+    allow_fallback: bool = True
 
 
 StoreFactory = Callable[[StoreSettings], MemoryStore]
@@ -102,3 +112,23 @@ def check_cap(cap: object) -> int:
     if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_SCOPE_CAP:
         raise StoreError(f"cap must be an integer from 1 to {MAX_SCOPE_CAP}, got {cap!r}")
     return cap
+
+
+def fit_batch(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """The candidates as every store writes them: each one fitted to the record contract
+    (``scopemem.core.hygiene.fit_candidate``: text and keyword caps, a thread key), so no
+    store keeps what another would refuse and the worker client never sends what the worker
+    would answer 400 to."""
+    return [fit_candidate(candidate) for candidate in candidates]
+
+
+async def retrieve_or_raise(store: MemoryStore, scope_key: str, query: str, limit: int
+                            ) -> list[Record]:
+    """``store.retrieve``, raising when the store could not answer. A store whose
+    ``retrieve`` degrades to nothing by contract (the worker client) offers the raising form
+    as ``retrieve_strict``; this calls it, so a caller can tell "nothing matched" from "the
+    scope failed" (and say so to a person)."""
+    strict = getattr(store, "retrieve_strict", None)
+    if strict is not None:
+        return await strict(scope_key, query, limit)
+    return await store.retrieve(scope_key, query, limit)

@@ -25,6 +25,7 @@ from scopemem.stores.base import (
     StoreSettings,
     check_cap,
     check_scope_key,
+    fit_batch,
     wall_clock_ms,
 )
 
@@ -85,13 +86,13 @@ class InMemoryStore:
                 by_norm.setdefault(normalize_text(record.text), []).append(i)
         seq = self._next_seq.get(scope_key, 1)
         counts = WriteCounts()
-        for candidate in candidates:
+        for candidate in fit_batch(candidates):
             norm = normalize_text(candidate.text)
             pool = [rows[i] for i in by_norm.get(norm, ())]
             pool += [rows[index[p]] for p in (candidate.supersedes, candidate.restates)
                      if p and p in index]
             action = engine.plan_write(scope_key, candidate, pool, now)
-            counts += engine.count_action(action)
+            counts += engine.count_action(action, candidate)
             if isinstance(action, engine.Insert):
                 if action.superseded is not None:
                     rows[index[action.superseded.id]] = action.superseded

@@ -118,6 +118,7 @@ from scopemem.stores.base import (
     StoreSettings,
     check_cap,
     check_scope_key,
+    fit_batch,
     wall_clock_ms,
 )
 from scopemem.stores.sqlite_view import ScopeView
@@ -235,14 +236,14 @@ def _record(row: Sequence[Any]) -> Record:
     """The record of a row of ``RECORD_COLUMNS`` (columns after those are ignored)."""
     keywords = row[5]
     return trusted_record(*row[1:5], json.loads(keywords) if keywords != "[]" else (),
-                          *row[6:15])
+                          *row[6:16])
 
 
 def _bumped(row: Sequence[Any], now: int) -> Record:
     """``engine.bump_usage(_record(row), now)`` without building the record twice."""
     keywords = row[5]
     return trusted_record(*row[1:5], json.loads(keywords) if keywords != "[]" else (),
-                          *row[6:9], now, row[10] + 1, *row[11:15])
+                          *row[6:9], now, row[10] + 1, *row[11:16])
 
 
 def _with_bumps(rows: Sequence[Sequence[Any]], pending: Mapping[int, list[int]]
@@ -284,14 +285,14 @@ def _rank_entries(rows: Sequence[Sequence[Any]]) -> list[tuple[int, list[str], i
     """What ``engine.rank_entries`` needs of each active row of a retrieval statement, the
     row itself carried along: its seq (which is ``record_seq`` of its id: ids are minted
     from the seq), the record's tokens and its last touch. The tokens are the hit's indexed
-    ones (column 15, ``fts_tokens`` of the row's text and keywords) split on spaces: exactly
+    ones (column 16, ``fts_tokens`` of the row's text and keywords) split on spaces: exactly
     the tokens ``scoring.record_tokens`` computes, repeats kept, without the tokenizer."""
     entries = []
     for row in rows:
         if row[14] != "active":  # includes a hit with no row (all NULL)
             continue
         last_used_at = row[9]
-        entries.append((row[0], row[15].split(), row[8] if last_used_at is None
+        entries.append((row[0], row[16].split(), row[8] if last_used_at is None
                         else last_used_at, row))
     return entries
 
@@ -481,7 +482,7 @@ class SqliteStore:
         check_scope_key(scope_key)
         now = self._clock()
         terms = engine.query_terms(query)
-        if not terms.gate or limit <= 0:
+        if not terms.tokens or limit <= 0:
             return []
         answered = self._from_view(scope_key, terms, limit, now)
         if answered is None:
@@ -492,10 +493,11 @@ class SqliteStore:
                 # transaction.
                 async with self._writer(scope_key):
                     answered = await self._run(
-                        "read", self._retrieve, scope_key, query, terms.gate, limit, now)
+                        "read", self._retrieve, scope_key, query, terms.prefilter, limit,
+                        now)
             else:
                 answered = await self._run(
-                    "read", self._retrieve, scope_key, query, terms.gate, limit, now)
+                    "read", self._retrieve, scope_key, query, terms.prefilter, limit, now)
         records, bumped = answered
         if bumped is not None:
             self._flush_soon(scope_key, bumped)
@@ -509,7 +511,7 @@ class SqliteStore:
         if not candidates:
             return WriteCounts()
         now = self._clock()
-        batch = list(candidates)
+        batch = fit_batch(candidates)
         async with self._writer(scope_key):
             return await self._run("write", self._write, scope_key, batch, cap, now)
 
@@ -619,7 +621,7 @@ class SqliteStore:
             for candidate in candidates:
                 pool = self._pool_for(conn, scope_key, candidate)
                 action = engine.plan_write(scope_key, candidate, pool, now)
-                counts += engine.count_action(action)
+                counts += engine.count_action(action, candidate)
                 if isinstance(action, engine.Insert):
                     if action.superseded is not None:
                         self._retire(conn, scope_key, [action.superseded])
@@ -688,13 +690,13 @@ class SqliteStore:
         conn.execute(
             "INSERT INTO records (seq, id, scope_key, kind, text, norm, keywords,"
             " source_thread_key, source_run_id, created_at, last_used_at, use_count,"
-            " confidence, supersedes, restates, status)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " confidence, supersedes, restates, status, source)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (seq, record.id, record.scope_key, record.kind.value, record.text,
              normalize_text(record.text), json.dumps(list(record.keywords), ensure_ascii=False),
              record.source_thread_key, record.source_run_id, record.created_at,
              record.last_used_at, record.use_count, record.confidence, record.supersedes,
-             record.restates, record.status.value),
+             record.restates, record.status.value, record.source.value),
         )
         conn.execute("INSERT INTO records_fts (rowid, tokens) VALUES (?, ?)",
                      (seq, fts_tokens(record.text, record.keywords)))
@@ -818,17 +820,17 @@ class SqliteStore:
         if len(counts) <= cap:
             found = view.matched(counts)
         else:
-            best = self._best_hits(handle, view, terms.gate, cap)
+            best = self._best_hits(handle, view, terms.prefilter, cap)
             if best is None:
                 return None
             found = view.matched(counts, best)
-        ranked = engine.rank_matched(found, len(terms.scoring), limit, now)
+        ranked = engine.rank_matched(found, len(terms.tokens), limit, now)
         if not ranked:
             return [], None
         if not handle.add_bumps([row[0] for row in ranked], now):
             return None  # closed meanwhile: answer through SQL on a new handle
         # View rows hold their keywords decoded already.
-        return [trusted_record(*row[1:9], now, row[10] + 1, *row[11:15])
+        return [trusted_record(*row[1:9], now, row[10] + 1, *row[11:16])
                 for row in ranked], handle
 
     def _current_epoch(self) -> object:
@@ -904,8 +906,8 @@ class SqliteStore:
                 handle.view_refused = True
                 return
             rows = conn.execute(schema.ACTIVE_ROWS_SQL).fetchall()
-        view = ScopeView((row if row[15] is not None
-                          else (*row[:15], fts_tokens(row[4], json.loads(row[5])))
+        view = ScopeView((row if row[16] is not None
+                          else (*row[:16], fts_tokens(row[4], json.loads(row[5])))
                           for row in rows), generation)
         if handle.probe is None:
             apsw = _apsw()

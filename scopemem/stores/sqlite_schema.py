@@ -26,15 +26,21 @@ META_SCOPE_KEY = "scope_key"
 
 @attrs.frozen
 class Migration:
+    """Statements safe to repeat, and columns to add where a file lacks them (SQLite has no
+    ``ADD COLUMN IF NOT EXISTS``): ``(table, column, definition)``."""
+
     version: int
     name: str
     statements: tuple[str, ...]
+    columns: tuple[tuple[str, str, str], ...] = ()
 
 
-# Column order shared by every SELECT that builds a Record (see sqlite.py ``_record``).
+# Column order shared by every SELECT that builds a Record (see sqlite.py ``_record``): the
+# seq, then the record's fields in ``Record``'s order (columns 1-15). Retrieval statements
+# append the row's indexed tokens as column 16.
 RECORD_COLUMNS = (
     "seq, id, scope_key, kind, text, keywords, source_thread_key, source_run_id,"
-    " created_at, last_used_at, use_count, confidence, supersedes, restates, status"
+    " created_at, last_used_at, use_count, confidence, supersedes, restates, status, source"
 )
 
 
@@ -118,6 +124,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         )""",
         "INSERT OR IGNORE INTO generation (id, value) VALUES (0, 0)",
     )),
+    Migration(3, "who stated each record", (), columns=(
+        # A person's remember or the extractor's reflection: a reflection candidate may not
+        # supersede a record a person stated. Rows from before read as reflection. A file at
+        # this version is refused by an older scopemem, which would write rows without it.
+        ("records", "source", "TEXT NOT NULL DEFAULT 'reflection'"
+                              " CHECK (source IN ('human', 'reflection'))"),
+    )),
 )
 
 SCHEMA_VERSION = max(migration.version for migration in MIGRATIONS)
@@ -131,6 +144,10 @@ def apply_schema(conn: Any, now: int) -> None:
     for migration in MIGRATIONS:
         for statement in migration.statements:
             conn.execute(statement)
+        for table, column, definition in migration.columns:
+            present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            if column not in present:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
         if migration.version not in seen:
             conn.execute(
                 "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
@@ -169,7 +186,8 @@ def pragma(conn: Any, name: str) -> Any:
 
 
 def statements() -> Iterable[str]:
-    """Every schema statement, bookkeeping first (for documentation and tests)."""
+    """Every repeatable schema statement, bookkeeping first (for documentation and tests);
+    the columns migrations add are applied by ``apply_schema`` only where missing."""
     yield from _BOOKKEEPING
     for migration in MIGRATIONS:
         yield from migration.statements

@@ -32,7 +32,7 @@ def _entry(row: Sequence[Any]) -> Entry:
     last_used_at = row[9]
     keywords = row[5]
     return (row[8] if last_used_at is None else last_used_at,
-            (*row[:5], tuple(json.loads(keywords)) if keywords != "[]" else (), *row[6:15]))
+            (*row[:5], tuple(json.loads(keywords)) if keywords != "[]" else (), *row[6:16]))
 
 
 class ScopeView:
@@ -55,7 +55,7 @@ class ScopeView:
             seq = row[0]
             self.entries[seq] = _entry(row)
             # Interned: a token string is shared by every posting holding it.
-            for token in set(map(sys.intern, row[15].split())):
+            for token in set(map(sys.intern, row[16].split())):
                 holders = postings.get(token)
                 if holders is None:
                     postings[token] = [seq]
@@ -66,21 +66,21 @@ class ScopeView:
         return len(self.entries)
 
     def match_counts(self, terms: QueryTerms) -> dict[int, int]:
-        """seq → how many of the query's scoring tokens the row holds, for every row holding
-        one of its gate tokens: the rows the FTS prefilter matches, counted as
+        """seq → how many of the query's tokens the row holds, for every row holding one of
+        its prefilter tokens: the rows the FTS prefilter matches, counted as
         ``engine.rank_entries`` counts them."""
         postings = self.postings
         counts: dict[int, int] = {}
         get = counts.get
-        for token in terms.gate:
+        for token in terms.prefilter:
             for seq in postings.get(token, ()):
                 counts[seq] = get(seq, 0) + 1
-        if len(terms.scoring) > len(terms.gate):
-            # Tokens beyond the gate's 24 add to the match of rows the gate let in, and let
-            # in no row of their own.
-            gate = set(terms.gate)
-            for token in terms.scoring:
-                if token not in gate:
+        if len(terms.tokens) > len(terms.prefilter):
+            # Tokens beyond the prefilter's 24 add to the match of rows the prefilter let
+            # in, and let in no row of their own (the FTS statement does not match them).
+            prefilter = set(terms.prefilter)
+            for token in terms.tokens:
+                if token not in prefilter:
                     for seq in postings.get(token, ()):
                         if seq in counts:
                             counts[seq] += 1

@@ -2,9 +2,18 @@
 
 Reads are advisory and writes are loud. ``retrieve`` never raises: a refusal, a body that is
 not JSON, a transport error or a timeout costs the caller that scope's records and one
-``[memory]`` warning, and malformed records in an otherwise good reply are dropped one by one.
-``write``, ``list``, ``forget`` and ``sweep`` raise ``StoreError`` naming the route, the status
-and the server's reason, because an empty answer there would be a lie to a person.
+``[memory]`` warning, and malformed records in an otherwise good reply are dropped one by one
+(``retrieve_strict`` is the same call raising instead, for a caller that must say a scope
+failed). ``write``, ``list``, ``forget`` and ``sweep`` raise ``StoreError`` naming the route,
+the status and the server's reason, because an empty answer there would be a lie to a person;
+a body the worker refuses (400, 413) raises its subclass ``StoreRefused``.
+
+What is sent always fits the wire contract the worker checks: a query longer than
+``MAX_QUERY_CHARS`` goes as its distinct tokens (``engine.wire_query``, which every store reads
+exactly as the whole query), and every candidate is fitted first (``fit_batch``: text and
+keyword caps, a thread key), so a long brief or one odd candidate never costs a scope's
+records or a batch. Records of another kind than a ``list`` asked for are dropped, whatever an
+older worker that ignores ``kind`` returns.
 
 Configuration (``[memory.stores.worker]``)::
 
@@ -12,8 +21,10 @@ Configuration (``[memory.stores.worker]``)::
     token_env = "MEMORY_TOKEN"           # the environment variable holding the bearer
     timeout_seconds = 5                  # per request, total
 
-With ``base_url`` set but the token variable missing or empty, ``from_settings`` returns the
-in-process store instead and warns once that its records die with the process.
+With ``base_url`` set but the token variable missing or empty, a long-running process (a
+bot: ``StoreSettings.allow_fallback``) gets the in-process store instead, with one warning that
+its records die with the process; a short-lived command gets a ``ConfigError`` naming the
+variable, since a store that dies with the command would lose everything it was told.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from scopemem.core.engine import wire_query
 from scopemem.core.records import (
     Candidate,
     Kind,
@@ -35,9 +47,15 @@ from scopemem.core.records import (
     from_wire,
     to_wire,
 )
-from scopemem.errors import ConfigError, StoreError
+from scopemem.errors import ConfigError, StoreError, StoreRefused
 from scopemem.plugins.markers import hookimpl
-from scopemem.stores.base import MemoryStore, StoreSettings, check_cap, check_scope_key
+from scopemem.stores.base import (
+    MemoryStore,
+    StoreSettings,
+    check_cap,
+    check_scope_key,
+    fit_batch,
+)
 
 if TYPE_CHECKING:
     import aiohttp
@@ -52,7 +70,16 @@ OPTIONS = ("base_url", "token_env", "timeout_seconds")
 
 
 class _CallFailed(Exception):
-    """One round trip that produced no usable JSON object; the message says why."""
+    """One round trip that produced no usable JSON object; the message says why, ``status``
+    is the worker's answer (None when there was none)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# Answers that refuse the body itself: sending it again would be refused again.
+_REFUSED_BODY = (400, 413)
 
 
 def _check_token(token: str) -> str:
@@ -116,6 +143,10 @@ class WorkerStore:
         token_env = settings.string_option("token_env", DEFAULT_TOKEN_ENV)
         timeout = settings.positive_number_option("timeout_seconds", DEFAULT_TIMEOUT, high=300)
         token = settings.environ.get(token_env, "")
+        if not token and not settings.allow_fallback:
+            raise ConfigError(
+                f"{settings.option_key('token_env')}: ${token_env} is not set; the Memory "
+                f"Worker needs its bearer token (export {token_env}=…)")
         if not token:
             from scopemem.stores.memory import InMemoryStore
 
@@ -164,7 +195,7 @@ class WorkerStore:
             reason = data.get("error") if isinstance(data, dict) else None
             if not isinstance(reason, str):
                 reason = raw[:200].decode("utf-8", "replace").strip() or "no reason given"
-            raise _CallFailed(f"answered {status}: {reason}")
+            raise _CallFailed(f"answered {status}: {reason}", status)
         if data is None:
             raise _CallFailed(f"answered {status} with a body that is not a JSON object")
         return data
@@ -173,19 +204,26 @@ class WorkerStore:
         try:
             return await self._call(route, payload)
         except _CallFailed as exc:
-            raise StoreError(f"memory worker {route} failed: {exc}") from None
+            error = StoreRefused if exc.status in _REFUSED_BODY else StoreError
+            raise error(f"memory worker {route} failed: {exc}") from None
 
     # --- the store ------------------------------------------------------------------------
 
     async def retrieve(self, scope_key: str, query: str, limit: int) -> list[Record]:
         try:
-            data = await self._call("/retrieve", {"scopeKey": scope_key, "query": query,
-                                                  "limit": limit})
+            return await self.retrieve_strict(scope_key, query, limit)
+        except StoreError as exc:
+            log.warning("[memory] %s; reading nothing from it", exc)
+            return []
+
+    async def retrieve_strict(self, scope_key: str, query: str, limit: int) -> list[Record]:
+        """``retrieve``, raising ``StoreError`` where ``retrieve`` degrades to nothing."""
+        try:
+            data = await self._call("/retrieve", {"scopeKey": scope_key,
+                                                  "query": wire_query(query), "limit": limit})
             records, dropped = _records(data, scope_key)
         except _CallFailed as exc:
-            log.warning("[memory] worker /retrieve for %s failed (%s); reading nothing from it",
-                        scope_key, exc)
-            return []
+            raise StoreError(f"worker /retrieve for {scope_key} failed ({exc})") from None
         if dropped:
             log.warning("[memory] worker /retrieve for %s: dropped %d malformed record(s)",
                         scope_key, dropped)
@@ -197,7 +235,8 @@ class WorkerStore:
         cap = self.cap if cap is None else check_cap(cap)
         if not candidates:
             return WriteCounts()
-        payload: dict[str, Any] = {"scopeKey": scope_key, "records": to_wire(list(candidates))}
+        payload: dict[str, Any] = {"scopeKey": scope_key,
+                                   "records": to_wire(fit_batch(candidates))}
         if cap is not None:
             payload["cap"] = cap
         data = await self._command("/write", payload)
@@ -212,7 +251,7 @@ class WorkerStore:
         check_scope_key(scope_key)
         payload: dict[str, Any] = {"scopeKey": scope_key, "limit": limit}
         if query is not None:
-            payload["query"] = query
+            payload["query"] = wire_query(query)
         if kind is not None:
             payload["kind"] = Kind(kind).value
         data = await self._command("/list", payload)
@@ -223,6 +262,13 @@ class WorkerStore:
         if dropped:
             log.warning("[memory] worker /list for %s: dropped %d malformed record(s)",
                         scope_key, dropped)
+        if kind is not None:
+            wanted = [record for record in records if record.kind == kind]
+            if len(wanted) < len(records):
+                log.warning("[memory] worker /list for %s answered %d record(s) of another "
+                            "kind than %s (a worker older than the kind filter?); dropped",
+                            scope_key, len(records) - len(wanted), Kind(kind).value)
+            records = wanted
         return records
 
     async def forget(self, scope_key: str, record_id: str) -> bool:

@@ -6,7 +6,15 @@ from hypothesis import strategies as st
 
 from scopemem.core import engine
 from scopemem.core.engine import Dedup, Insert, Restate
-from scopemem.core.records import Candidate, Kind, Record, Status, WriteCounts
+from scopemem.core.records import (
+    MAX_QUERY_CHARS,
+    Candidate,
+    Kind,
+    Record,
+    Source,
+    Status,
+    WriteCounts,
+)
 from scopemem.core.scoring import score_of
 
 NOW = 1_790_000_000_000
@@ -153,11 +161,16 @@ def test_restate_of_inactive_or_foreign_falls_through():
 
 
 def test_count_action():
-    assert engine.count_action(Insert()) == WriteCounts(inserted=1)
-    assert engine.count_action(Insert(superseded=rec(1, "x"))) == WriteCounts(inserted=1,
-                                                                               superseded=1)
-    assert engine.count_action(Dedup(rec(1, "x"))) == WriteCounts(deduped=1)
-    assert engine.count_action(Restate(rec(1, "x"))) == WriteCounts(restated=1)
+    lesson, summary = cand("x"), cand("x", kind=Kind.SUMMARY)
+    assert engine.count_action(Insert(), lesson) == WriteCounts(inserted=1)
+    assert engine.count_action(Insert(), summary) == WriteCounts(inserted=1,
+                                                                 inserted_summaries=1)
+    assert engine.count_action(Insert(superseded=rec(1, "x")), lesson) == WriteCounts(
+        inserted=1, superseded=1)
+    assert engine.count_action(Insert(outranked=True), lesson) == WriteCounts(
+        inserted=1, outranked=1)
+    assert engine.count_action(Dedup(rec(1, "x")), lesson) == WriteCounts(deduped=1)
+    assert engine.count_action(Restate(rec(1, "x")), lesson) == WriteCounts(restated=1)
 
 
 def test_mint_record_shape():
@@ -243,3 +256,85 @@ def test_plan_write_properties(pool, text, supersedes, restates, confidence):
         assert action.updated.confidence == (max(known) if known else None)
     elif supersedes:
         assert original.id == supersedes
+
+
+# --- issue 12: the whole query gates, long queries, kinds, sources ------------------------------
+
+
+def test_the_relevance_gate_reads_the_whole_query_not_the_24_longest():
+    # 24 long filler tokens push "zz" out of the prefilter's terms, never out of the gate.
+    filler = " ".join(f"w{n:03d}xx" for n in range(24))
+    query = f"zz {filler} longestwordthere"
+    assert "zz" not in engine.match_tokens(query)
+    records = [rec(1, "zz only"), rec(2, "longestwordthere only"), rec(3, "nothing")]
+    ranked = engine.rank_records(records, query, 10, NOW)
+    assert [r.text for r in ranked] == ["longestwordthere only", "zz only"]
+    listed = engine.listing(records, 10, query=query)
+    assert [r.text for r in listed] == ["longestwordthere only", "zz only"]
+
+
+@given(st.lists(st.text(alphabet="ab cdéZ9-", max_size=30), max_size=400))
+def test_a_query_goes_on_the_wire_within_the_cap_and_means_the_same(parts):
+    query = " ".join(parts)
+    sent = engine.wire_query(query)
+    assert len(sent) <= MAX_QUERY_CHARS
+    assert engine.query_tokens(sent) == engine.query_tokens(query)
+    assert engine.match_tokens(sent) == engine.match_tokens(query)
+    if len(query) <= MAX_QUERY_CHARS:
+        assert sent == query
+
+
+def test_a_20000_character_brief_keeps_every_distinct_token():
+    brief = ("[ok] step 12 took 40 ms\n" * 840) + "why do the integration tests fail"
+    assert len(brief) > 20_000
+    sent = engine.wire_query(brief)
+    assert len(sent) <= MAX_QUERY_CHARS
+    assert engine.query_tokens(sent) == ["ok", "step", "12", "took", "40", "ms", "why", "do",
+                                         "the", "integration", "tests", "fail"]
+
+
+def test_distinct_tokens_beyond_the_cap_keep_the_longest_in_their_order():
+    tokens = [f"t{n:04d}" for n in range(900)] + ["averyveryverylongtoken"]  # 5 chars each
+    query = " ".join(tokens)
+    kept = engine.query_tokens(query)
+    assert sum(map(len, kept)) + len(kept) - 1 <= MAX_QUERY_CHARS
+    assert kept[-1] == "averyveryverylongtoken"  # the longest, kept in its place
+    assert kept[:-1] == tokens[:len(kept) - 1]  # then the earliest of the equal lengths
+
+
+def test_a_fact_restates_or_dedups_only_against_a_fact():
+    brief = rec(1, "npm ci fixes the license check", kind=Kind.SUMMARY)
+    assert engine.plan_write(SCOPE, cand("x", restates=brief.id), [brief], NOW) == Insert()
+    assert engine.plan_write(SCOPE, cand("NPM ci fixes the license check"), [brief],
+                             NOW) == Insert()
+    action = engine.plan_write(SCOPE, cand("npm ci fixes the license check",
+                                           supersedes=brief.id), [brief], NOW)
+    assert isinstance(action, Insert) and action.superseded.status is Status.SUPERSEDED
+    # Of two same-text records, a fact dedups into the fact even when the summary is older.
+    lesson_row = rec(2, "npm ci fixes the license check")
+    action = engine.plan_write(SCOPE, cand("npm ci fixes the license check"),
+                               [brief, lesson_row], NOW)
+    assert isinstance(action, Dedup) and action.updated.id == lesson_row.id
+    summary_action = engine.plan_write(
+        SCOPE, cand("npm ci fixes the license check", kind=Kind.SUMMARY), [brief, lesson_row],
+        NOW)
+    assert isinstance(summary_action, Dedup) and summary_action.updated.id == brief.id
+
+
+def test_a_reflection_candidate_never_retires_what_a_person_stated():
+    stated = rec(1, "deploys freeze on fridays", source=Source.HUMAN)
+    inferred = rec(2, "deploys freeze on mondays")
+    outranked = engine.plan_write(SCOPE, cand("deploys run daily", supersedes=stated.id),
+                                  [stated], NOW)
+    assert outranked == Insert(outranked=True)
+    assert engine.mint_record(SCOPE, 3, cand("x", source=Source.HUMAN), NOW).source is (
+        Source.HUMAN)
+    # The same words restated still strengthen it; a person may retire either kind.
+    assert isinstance(engine.plan_write(SCOPE, cand("x", restates=stated.id), [stated], NOW),
+                      Restate)
+    for target in (stated, inferred):
+        action = engine.plan_write(SCOPE, cand("new", supersedes=target.id,
+                                               source=Source.HUMAN), [target], NOW)
+        assert action.superseded is not None and not action.outranked
+    action = engine.plan_write(SCOPE, cand("new", supersedes=inferred.id), [inferred], NOW)
+    assert action.superseded is not None

@@ -61,7 +61,7 @@ def test_trusted_record_equals_the_validating_constructor():
     fields = dict(id=f"mem:{SCOPE}:7", scope_key=SCOPE, kind="summary", text="t",
                   keywords=["a", "b"], source_thread_key="s", source_run_id="r",
                   created_at=5, last_used_at=9, use_count=3, confidence=0.5,
-                  supersedes="mem:x:1", restates=None, status="swept")
+                  supersedes="mem:x:1", restates=None, status="swept", source="human")
     # trusted_record sets every field by name and position: a new field must reach it.
     assert tuple(fields) == tuple(field.name for field in attrs.fields(Record))
     checked = Record(**fields)

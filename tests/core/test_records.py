@@ -11,6 +11,7 @@ from scopemem.core.records import (
     Candidate,
     Kind,
     Record,
+    Source,
     Status,
     SweepResult,
     WireError,
@@ -29,6 +30,7 @@ BASE = {
     "createdAt": 1_790_000_000_000,
     "useCount": 0,
     "status": "active",
+    "source": "human",
 }
 
 
@@ -36,9 +38,21 @@ def test_record_round_trips_in_camel_case_with_absent_optionals_omitted():
     record = from_wire(BASE, Record)
     assert record.scope_key == "org:acme" and record.kind is Kind.FACT
     assert record.last_used_at is None and record.confidence is None
+    assert record.source is Source.HUMAN
     wire = to_wire(record)
     assert wire == BASE
     assert "null" not in json.dumps(wire)
+
+
+def test_a_record_from_a_peer_that_sends_no_source_reads_as_reflection():
+    older = {key: value for key, value in BASE.items() if key != "source"}
+    record = from_wire(older, Record)
+    assert record.source is Source.REFLECTION
+    assert to_wire(record) == {**older, "source": "reflection"}
+    assert from_wire({"kind": "fact", "text": "t", "sourceThreadKey": "s"},
+                     Candidate).source is Source.REFLECTION
+    with pytest.raises(WireError):
+        from_wire({**BASE, "source": "oracle"}, Record)
 
 
 def test_present_optionals_are_carried():
@@ -102,7 +116,7 @@ def test_missing_required_field():
 def test_candidate_wire_shape():
     candidate = Candidate(kind="summary", text="t", source_thread_key="th", restates="mem:x:1")
     assert to_wire(candidate) == {"kind": "summary", "text": "t", "sourceThreadKey": "th",
-                                  "restates": "mem:x:1"}
+                                  "restates": "mem:x:1", "source": "reflection"}
     assert from_wire(to_wire(candidate), Candidate) == candidate
 
 
@@ -110,8 +124,8 @@ def test_counts_add_and_sweep_result_wire():
     total = WriteCounts(inserted=1, evicted=2) + WriteCounts(inserted=3, restated=1)
     assert total == WriteCounts(inserted=4, restated=1, evicted=2)
     # Every field adds to itself.
-    assert WriteCounts(1, 2, 3, 4, 5) + WriteCounts(10, 20, 30, 40, 50) == WriteCounts(
-        11, 22, 33, 44, 55)
+    assert WriteCounts(1, 2, 3, 4, 5, 6, 7) + WriteCounts(10, 20, 30, 40, 50, 60, 70) == (
+        WriteCounts(11, 22, 33, 44, 55, 66, 77))
     assert to_wire(SweepResult(2)) == {"swept": 2}
     assert to_wire(SweepResult(1, ["mem:x:1"])) == {"swept": 1, "ids": ["mem:x:1"]}
 

@@ -41,8 +41,8 @@ def use_counts(store: SqliteStore, scope: str) -> dict[str, int]:
         conn.close()
 
 
-# More than the gate's 24 distinct tokens, of several lengths, so a long query has scoring
-# tokens the gate leaves out.
+# More than the prefilter's 24 distinct tokens, of several lengths, so a long query has
+# tokens the prefilter leaves out.
 VOCABULARY = [f"{chr(97 + n)}{chr(122 - n)}{'x' * (n % 4)}" for n in range(26)]
 NOW = 1_790_000_000_000
 
@@ -51,7 +51,7 @@ def view_row(seq: int, words: list[str], keywords: list[str], touched: int | Non
              ) -> tuple:
     """A row as the view is built from: RECORD_COLUMNS, then the indexed tokens."""
     return (seq, f"mem:{ORG}:{seq}", ORG, "fact", " ".join(words), json.dumps(keywords), "t",
-            None, NOW - 10 * DAY_MS, touched, 0, None, None, None, "active",
+            None, NOW - 10 * DAY_MS, touched, 0, None, None, None, "active", "reflection",
             fts_tokens(" ".join(words), keywords))
 
 
@@ -60,7 +60,7 @@ def view_row(seq: int, words: list[str], keywords: list[str], touched: int | Non
                           st.lists(st.sampled_from(VOCABULARY), max_size=2),
                           st.one_of(st.none(), st.integers(0, 9 * DAY_MS))), max_size=30),
        st.one_of(st.lists(st.sampled_from(VOCABULARY), max_size=8),
-                 st.permutations(VOCABULARY)),  # every word: two beyond the gate
+                 st.permutations(VOCABULARY)),  # every word: two beyond the prefilter
        st.integers(1, 12), st.randoms())
 def test_a_views_match_counts_rank_rows_as_the_engine_ranks_them(records, words, limit, rng):
     rows = [view_row(seq, text, keywords, None if used is None else NOW - used)
@@ -69,14 +69,15 @@ def test_a_views_match_counts_rank_rows_as_the_engine_ranks_them(records, words,
     terms = engine.query_terms(query)
     view = ScopeView(rows, generation=0)
     counts = view.match_counts(terms)
-    # The rows the prefilter would match: those holding a gate token.
-    assert sorted(counts) == [row[0] for row in rows
-                              if set(terms.gate) & set(row[15].split())]
+    # The rows the prefilter would match: those holding a prefilter token. The engine ranks
+    # those (and a store without a prefilter would rank every row).
+    prefiltered = [row for row in rows if set(terms.prefilter) & set(row[16].split())]
+    assert sorted(counts) == [row[0] for row in prefiltered]
     want = engine.rank_entries(
-        [(row[0], row[15].split(), row[8] if row[9] is None else row[9], row[0])
-         for row in rows], query, limit, NOW)
+        [(row[0], row[16].split(), row[8] if row[9] is None else row[9], row[0])
+         for row in prefiltered], query, limit, NOW)
     found = view.matched(counts)
-    got = [row[0] for row in engine.rank_matched(found, len(terms.scoring), limit, NOW)]
+    got = [row[0] for row in engine.rank_matched(found, len(terms.tokens), limit, NOW)]
     assert got == want
     # bm25's choice among them (any subset, in any order) keeps the counts, in its order.
     chosen = rng.sample(sorted(counts), len(counts) // 2) + [len(rows) + 1]

@@ -30,7 +30,7 @@ async def test_write_then_retrieve_round_trip(client, spy):
     ]})
     assert status == 200
     assert body == {"ok": True, "inserted": 2, "deduped": 0, "superseded": 0, "restated": 0,
-                    "evicted": 0}
+                    "evicted": 0, "outranked": 0, "insertedSummaries": 1}
     assert spy.calls[0][3] is None  # no cap sent → the store's own default
     status, body = await post(client, "/retrieve", {"scopeKey": ORG, "query": "license",
                                                     "limit": 5})
