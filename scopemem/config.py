@@ -20,6 +20,7 @@ import cattrs
 
 from scopemem.core.records import DEFAULT_SCOPE_CAP, MAX_LIMIT, MAX_SCOPE_CAP
 from scopemem.core.scopes import scope_key_problem
+from scopemem.core.scoring import MIN_BLOCK_TOKENS
 from scopemem.errors import ConfigError
 
 log = logging.getLogger("scopemem")
@@ -140,15 +141,17 @@ def _scope_cap(value: Any) -> int:
     return DEFAULT_SCOPE_CAP
 
 
-def _in_range(key: str, value: int, low: int, high: int | None) -> None:
+def _in_range(key: str, value: int, low: int, high: int | None, why: str = "") -> None:
     if value < low or (high is not None and value > high):
         bound = f"from {low} to {high}" if high is not None else f"at least {low}"
-        raise ConfigError(f"memory.{key}: must be {bound}, got {value}")
+        raise ConfigError(f"memory.{key}: must be {bound}{why}, got {value}")
 
 
 def _check_ranges(config: MemoryConfig) -> None:
     _in_range("limit", config.limit, 1, MAX_LIMIT)
-    _in_range("max_tokens", config.max_tokens, 1, None)
+    # Below the floor the prefix naming the scopes can leave no room for even a cut record.
+    _in_range("max_tokens", config.max_tokens, MIN_BLOCK_TOKENS, None,
+              " (room for the block's prefix, its fences and one record)")
     _in_range("repo_window", config.repo_window, 0, MAX_LIMIT)
     if not config.store:
         raise ConfigError("memory.store: must name a store")

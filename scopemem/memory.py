@@ -345,6 +345,12 @@ class Memory:
             max_tokens=self.config.max_tokens,
             reserved_tokens=scoring.block_overhead_tokens(keys),
         )
+        if pool and not kept:
+            # Only below the configured floor, or with scope keys longer than it allows for:
+            # the prefix naming the scopes leaves no room for even a cut record.
+            log.warning("[memory] max_tokens %d leaves no room for a record beside the "
+                        "block's prefix (%d scopes); nothing injected",
+                        self.config.max_tokens, len(keys))
         return scoring.render_block(kept, keys)
 
     async def resolve_repo(self, repo: str | Awaitable[str | None] | None) -> str | None:

@@ -45,6 +45,7 @@ path = "./data"
     ({"limit": 0}, "memory.limit"),
     ({"limit": 51}, "memory.limit"),
     ({"max_tokens": 0}, "memory.max_tokens"),
+    ({"max_tokens": 255}, "memory.max_tokens: must be at least 256"),
     ({"repo_window": -1}, "memory.repo_window"),
     ({"enabled": True}, "memory.organization"),
     ({"organization": "a b"}, "memory.organization"),
@@ -53,6 +54,10 @@ path = "./data"
 def test_mistakes_name_the_key(table, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         config_from_mapping({"memory": table})
+
+
+def test_max_tokens_may_sit_at_its_floor():
+    assert config_from_mapping({"memory": {"max_tokens": 256}}).max_tokens == 256
 
 
 def test_unknown_top_level_key():

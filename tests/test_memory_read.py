@@ -8,7 +8,7 @@ import pytest
 
 from scopemem import ConfigError, Memory, MemoryConfig, Request, hookimpl
 from scopemem.core.records import Kind
-from scopemem.core.scoring import FENCE_CLOSE, FENCE_OPEN
+from scopemem.core.scoring import CUT_MARKER, FENCE_CLOSE, FENCE_OPEN
 from scopemem.core.text import estimate_tokens
 from scopemem.plugins.manager import new_plugin_manager
 from scopemem.stores.memory import InMemoryStore
@@ -228,6 +228,29 @@ async def test_the_block_stays_within_max_tokens(store, clock):
     block = await memory.context_block(Request(text="deploy note", repo="acme/api"))
     assert estimate_tokens(block) <= 600
     assert len(bullets(block)) >= 2
+
+
+async def test_a_first_record_larger_than_the_budget_is_cut_never_overflowing(store, clock):
+    text = "deploy " + "&&&&&&&& " * 443 + "&&&&&&"
+    assert len(text) == 4000
+    await store.write(ORG, [fact(text)])
+    memory = make_memory(store, clock, max_tokens=300)
+    block = await memory.context_block(Request(text="deploy", user_id="slack:UA",
+                                               channel_id="slack:C1", repo="acme/api"))
+    assert estimate_tokens(block) <= 300
+    [bullet] = bullets(block)
+    assert bullet.startswith("deploy &amp;&amp;") and bullet.endswith(CUT_MARKER)
+    [stored] = await store.list(ORG, 5)
+    assert stored.text == text
+
+
+async def test_a_budget_with_no_room_for_a_record_injects_nothing_and_says_so(
+        store, clock, memory_warnings):
+    await store.write(ORG, [fact("deploy via the vpn")])
+    memory = make_memory(store, clock, max_tokens=20)
+    assert await memory.context_block(Request(text="deploy")) == ""
+    [warning] = memory_warnings()
+    assert "max_tokens 20" in warning
 
 
 # --- failures and policy -----------------------------------------------------------------------

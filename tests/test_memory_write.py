@@ -212,6 +212,24 @@ async def test_a_failing_store_write_is_a_warning(store, clock, scripted, memory
 # --- the gate and the counters -----------------------------------------------------------------
 
 
+async def test_an_embedded_sqlite_store_reports_evictions_in_the_counts(tmp_path, clock,
+                                                                        scripted, caplog):
+    caplog.set_level(logging.INFO)
+    store = SqliteStore(tmp_path / "data", clock=clock, cap=1)
+    try:
+        memory = make_memory(store, clock, scripted)
+        scripted.replies = [{"facts": [lesson("run make bootstrap before the tests"),
+                                       lesson("the vpn must be up before a deploy")]}]
+        await reflect(memory, run())
+        [line] = [r.getMessage() for r in caplog.records if "reflection r-42" in r.getMessage()]
+        assert "inserted 2" in line and "evicted 1" in line
+        # The store has no log line of its own: a served one is logged by the Worker.
+        assert not [r for r in caplog.records if r.getMessage().startswith("[write]")]
+    finally:
+        await store.close()
+
+
+
 async def test_status_is_rejected_and_the_line_carries_counters_not_text(store, clock,
                                                                           scripted, caplog):
     caplog.set_level(logging.INFO, logger="scopemem")

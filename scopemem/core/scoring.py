@@ -7,12 +7,23 @@ without any sweeper.
 The block is advisory context, never instructions: it opens with a line saying the memory may
 be outdated, and every record field is sanitized so a poisoned record renders as exactly one
 bullet line and can never forge the fence or another turn.
+
+The budget is a hard ceiling on the rendered block. The first ranked record is always kept,
+but when its bullet alone would break the ceiling it is cut: the kept copy ends at a word
+(else at a character) and carries ``CUT_MARKER``, so a reader knows there was more; the
+stored record is never changed. Only when not even a cut bullet fits beside the prefix and
+fences (a ``max_tokens`` below ``MIN_BLOCK_TOKENS``, or very long scope keys) is the block
+empty.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
+import re
 from collections.abc import Collection, Iterable, Sequence
+
+import attrs
 
 from scopemem.core.records import Record
 from scopemem.core.text import estimate_tokens, sanitize_field, tokenize
@@ -23,6 +34,17 @@ RECENCY_TAU_MS = 7 * 24 * 60 * 60 * 1000
 
 FENCE_OPEN = "<background_memory>"
 FENCE_CLOSE = "</background_memory>"
+
+#: Ends a field the budget had to shorten, so a reader knows there was more. Plain
+#: characters, which sanitizing leaves as they are.
+CUT_MARKER = " …[cut]"
+#: The smallest ``max_tokens`` (``config`` refuses less) that always holds the prefix naming
+#: the four built-in scopes with keys of 200 characters each (the longest a key may be; a key
+#: with characters to escape renders longer), the fences, and one cut bullet of about a
+#: hundred characters.
+MIN_BLOCK_TOKENS = 256
+
+_WORD_RE = re.compile(r"\S+")
 
 
 def record_tokens(record: Record) -> set[str]:
@@ -80,25 +102,91 @@ def block_overhead_tokens(scope_keys: Iterable[str]) -> int:
     return estimate_tokens("\n".join((block_prefix(scope_keys), FENCE_OPEN, FENCE_CLOSE)))
 
 
+def bullet_tokens(record: Record) -> int:
+    """What one record costs in the block: its rendered bullet and its line break."""
+    return estimate_tokens(render_bullet(record) + "\n")
+
+
 def apply_budget(
     records: Sequence[Record], *, limit: int, max_tokens: int, reserved_tokens: int = 0
 ) -> list[Record]:
     """The longest prefix of ``records`` within ``limit`` records and ``max_tokens``.
 
     Each record costs its rendered bullet (escaped text plus provenance), so the escape
-    overhead is counted and the estimate bounds the injected size. The first record is always
-    kept, so one large record is never silently dropped. Order is kept."""
+    overhead is counted and, with ``reserved_tokens`` covering the prefix and fences
+    (``block_overhead_tokens``), the rendered block never exceeds ``max_tokens``. Order is
+    kept. The first record is always kept, so one large record is never silently dropped:
+    when it does not fit it comes back cut to fit (``cut_to_fit``), and fills the block. Only
+    when not even a cut bullet fits is the answer empty."""
     kept: list[Record] = []
     used = reserved_tokens
     for record in records:
         if len(kept) >= limit:
             break
-        cost = estimate_tokens(render_bullet(record) + "\n")
-        if kept and used + cost > max_tokens:
-            break
+        cost = bullet_tokens(record)
+        if used + cost > max_tokens:
+            if kept:
+                break
+            cut = cut_to_fit(record, max_tokens - used)
+            return [] if cut is None else [cut]
         kept.append(record)
         used += cost
     return kept
+
+
+def cut_to_fit(record: Record, tokens: int) -> Record | None:
+    """``record`` when its bullet costs at most ``tokens``; else a new record whose bullet
+    does, its text (and, when the provenance leaves it too little room, its source) cut;
+    None when the room cannot hold a cut marker for each field that needs one.
+
+    The two fields share the room: a field that needs at most half of it keeps all of itself
+    and the other takes the rest; when both need more, each gets half. So a long thread key
+    can neither crowd the text out nor be crowded out of its own provenance."""
+    if bullet_tokens(record) <= tokens:
+        return record
+    text_chars = len(sanitize_field(record.text))
+    source_chars = len(sanitize_field(record.source_thread_key))
+    # estimate_tokens(bullet + "\n") <= tokens exactly when len(bullet) + 1 <= 4 * tokens;
+    # the room is what that leaves the two fields once the bullet's own frame is paid.
+    frame = len(render_bullet(record)) - text_chars - source_chars
+    room = 4 * tokens - 1 - frame
+    half = room // 2
+    if source_chars <= half:
+        text_room, source_room = room - source_chars, source_chars
+    elif text_chars <= room - half:
+        text_room, source_room = text_chars, room - text_chars
+    else:
+        text_room, source_room = room - half, half
+    text = _cut_field(record.text, text_room)
+    source = _cut_field(record.source_thread_key, source_room)
+    if text is None or source is None:
+        return None
+    return attrs.evolve(record, text=text, source_thread_key=source)
+
+
+def _cut_field(value: str, room: int) -> str | None:
+    """``value`` when it renders in ``room`` characters; else its longest prefix that, with
+    ``CUT_MARKER`` after it, does: ending at a word when at least one whole word fits, else at
+    a character. None when not even the marker fits.
+
+    The raw value is cut and its rendering measured, so an escape such as ``&amp;`` is never
+    split: a raw ``&`` is wholly in the prefix or out of it."""
+    if len(sanitize_field(value)) <= room:
+        return value
+
+    def too_long(end: int) -> bool:
+        return len(sanitize_field(value[:end] + CUT_MARKER)) > room
+
+    # The rendering of a longer prefix is never shorter, so the prefixes that fit come first
+    # and a binary search finds the last of them.
+    word_ends = [match.end() for match in _WORD_RE.finditer(value)]
+    fitting = bisect.bisect_left(word_ends, True, key=too_long)
+    if fitting:
+        return value[:word_ends[fitting - 1]] + CUT_MARKER
+    fitting = bisect.bisect_left(range(len(value)), True, key=too_long)
+    if fitting:
+        return value[:fitting - 1].rstrip() + CUT_MARKER
+    return None
 
 
 def render_block(records: Sequence[Record], scope_keys: Sequence[str]) -> str:

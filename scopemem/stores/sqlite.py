@@ -642,9 +642,8 @@ class SqliteStore:
                 evicted = self._plan_eviction(conn, active - cap)
                 self._retire(conn, scope_key, evicted)
             self._compact_index(conn)
-        if evicted:
-            log.info("[write] %s <- %d candidates (evicted %d)", scope_key, len(candidates),
-                     len(evicted))
+        # No log line of its own: the counts say what was evicted, the Worker logs the
+        # eviction for a served store and Memory's [memory] line counts it for an embedded one.
         return counts + WriteCounts(evicted=len(evicted))
 
     @staticmethod

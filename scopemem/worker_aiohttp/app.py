@@ -14,21 +14,25 @@ Routes (bodies are JSON objects, camelCase, times in epoch milliseconds)::
 Any other path is 404 and another method on a known path is 405. Every error body is
 ``{"error": "<reason>"}``.
 
-A request to a data route passes three gates before its body is read, in this order:
+A request to a data route passes three gates, in this order; the first two look only at the
+headers, so a request they refuse never has its body read and its connection is closed after
+the answer:
 
-1. the length fence: exactly one ``Content-Length`` made of ASCII digits (no
+1. the bearer check: ``Authorization: Bearer <token>``, compared in constant time; an unset or
+   empty server token lets nobody in; anything malformed is 401;
+2. the length fence: exactly one ``Content-Length`` made of ASCII digits (no
    ``Transfer-Encoding``), else 411; more than ``max_body`` bytes, else 413; a
    ``Content-Encoding`` other than identity is 415 (a compressed body would slip past the
    fence when decompressed);
-2. the bearer check: ``Authorization: Bearer <token>``, compared in constant time; an unset or
-   empty server token lets nobody in; anything malformed is 401;
 3. body validation (``validation.py``): 400 with a reason naming the field.
 
-The fence runs first because it needs nothing but the headers, and because aiohttp's own HTTP
-parser already refuses most malformed lengths before any application code (and so before any
-auth) could run: ``WorkerRunner`` turns those parser refusals into the same 411/413 answers,
-so a client sees one rule whichever layer caught its request. Only the fence's verdict is
-visible without a token; it reveals nothing about the data.
+The token comes first so that a caller without it gets 401 and nothing else from the
+application. One exception cannot be helped: aiohttp's own HTTP parser refuses most malformed
+lengths (``0x10``, ``5e2``, a duplicated or listed ``Content-Length``, one beside
+``Transfer-Encoding``, too many digits) while it reads the headers, before the application
+sees them and so before any token can be checked. ``WorkerRunner`` turns those parser
+refusals into the fence's 411 (413 for an overflowing number), for every caller; they say
+nothing about the data.
 """
 
 from __future__ import annotations
@@ -137,11 +141,14 @@ def length_problem(headers: CIMultiDictProxy[str], max_body: int) -> web.Respons
 
 
 def bearer_problem(headers: CIMultiDictProxy[str], token: bytes) -> web.Response | None:
-    """The 401 for a request without the right bearer, or None when it may proceed."""
+    """The 401 for a request without the right bearer, or None when it may proceed.
+
+    The connection is closed after it, as after a fence refusal: the body is not read, and
+    bytes left unread (an unsized body, say) must never be parsed as the next request."""
     if _bearer_matches(headers.getall(hdrs.AUTHORIZATION, []), token):
         return None
     return _error(401, "a valid bearer token is required",
-                  headers={hdrs.WWW_AUTHENTICATE: "Bearer"})
+                  headers={hdrs.WWW_AUTHENTICATE: "Bearer"}, close=True)
 
 
 def _bearer_matches(values: list[str], token: bytes) -> bool:
@@ -166,9 +173,10 @@ def _is_data_route(request: web.Request) -> bool:
 
 
 def _gate(request: web.Request) -> web.Response | None:
+    # The token first: a caller without it learns nothing from us, not even a size verdict.
     served = request.app[SERVED]
-    return (length_problem(request.headers, served.max_body)
-            or bearer_problem(request.headers, served.token))
+    return (bearer_problem(request.headers, served.token)
+            or length_problem(request.headers, served.max_body))
 
 
 @web.middleware

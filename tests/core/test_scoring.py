@@ -2,12 +2,17 @@ from __future__ import annotations
 
 import math
 
+import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scopemem.core.records import Kind, Record
 from scopemem.core.scoring import (
+    CUT_MARKER,
     FENCE_CLOSE,
     FENCE_OPEN,
+    MIN_BLOCK_TOKENS,
     RECENCY_TAU_MS,
     apply_budget,
     block_overhead_tokens,
@@ -18,7 +23,7 @@ from scopemem.core.scoring import (
     score_record,
     with_memory,
 )
-from scopemem.core.text import distinct_tokens, estimate_tokens
+from scopemem.core.text import distinct_tokens, estimate_tokens, sanitize_field
 
 NOW = 1_790_000_000_000
 
@@ -78,7 +83,9 @@ def test_budget_costs_the_rendered_escaped_bullet():
 
 def test_budget_always_keeps_the_first_record():
     huge = rec("word " * 2000)
-    assert apply_budget([huge, rec("small", 2)], limit=5, max_tokens=10) == [huge]
+    [kept] = apply_budget([huge, rec("small", 2)], limit=5, max_tokens=10)
+    assert kept.id == huge.id and kept.text == "word word" + CUT_MARKER
+    assert estimate_tokens(render_bullet(kept) + "\n") <= 10
     assert apply_budget([], limit=5, max_tokens=10) == []
 
 
@@ -137,3 +144,115 @@ def test_with_memory_folds_the_block_in_front_and_leaves_empty_alone():
     assert with_memory(system, "") is system
     assert with_memory(system, "BLOCK") == "BLOCK\n\n" + system
     assert with_memory("", "BLOCK") == "BLOCK"
+
+
+# --- a first record too large for the budget ----------------------------------------------------
+
+FOUR_SCOPES = ["org:acme", "repo:acme/api", "channel:slack:C1", "user:slack:U1"]
+
+
+def budgeted(records, max_tokens, scopes=FOUR_SCOPES, limit=32):
+    kept = apply_budget(records, limit=limit, max_tokens=max_tokens,
+                        reserved_tokens=block_overhead_tokens(scopes))
+    return kept, render_block(kept, scopes)
+
+
+def test_an_oversized_escaped_first_record_is_cut_at_a_word_to_fit_the_block():
+    # Every "&" renders as "&amp;": 4,000 raw characters are about 4,500 rendered tokens.
+    text = "&&&&&&&& " * 444 + "&&&&"
+    assert len(text) == 4000
+    huge = rec(text, 1)
+    kept, block = budgeted([huge, rec("small", 2)], 300)
+    assert estimate_tokens(block) <= 300
+    [cut] = kept
+    assert cut.id == huge.id and cut.text.endswith(CUT_MARKER)
+    stem = cut.text.removesuffix(CUT_MARKER)
+    assert huge.text.startswith(stem) and huge.text[len(stem)] == " "
+    assert set(stem.split(" ")) == {"&&&&&&&&"}  # whole words only
+    bullet = block.splitlines()[2]
+    assert bullet.endswith(" …[cut] (source: slack:C1/1)")
+    # Cut between escapes, never inside one, and with the budget nearly used.
+    assert bullet.count("&") == bullet.count("&amp;") > 100
+    assert huge.text == text  # the stored record is untouched
+
+
+def test_a_first_record_with_no_word_boundary_is_cut_at_a_character():
+    for text in ("&" * 4000, "x" * 4000):
+        huge = rec(text)
+        kept, block = budgeted([huge], 300)
+        assert estimate_tokens(block) <= 300
+        [cut] = kept
+        stem = cut.text.removesuffix(CUT_MARKER)
+        assert cut.text.endswith(CUT_MARKER) and stem and text.startswith(stem)
+        # The longest cut that fits: one more character would not.
+        longer = attrs.evolve(cut, text=text[:len(stem) + 1] + CUT_MARKER)
+        assert estimate_tokens(render_block([longer], FOUR_SCOPES)) > 300
+
+
+def test_a_long_first_word_is_cut_inside_it_rather_than_dropped():
+    huge = rec("y" * 3000 + " tail words")
+    [cut], block = budgeted([huge], 300)
+    assert estimate_tokens(block) <= 300
+    assert cut.text.startswith("y" * 100) and cut.text.endswith(CUT_MARKER)
+
+
+def test_a_long_provenance_is_cut_too_and_shares_the_room_with_the_text():
+    source = "slack:C1/" + "9" * 5000
+    short = rec("use npm ci", source_thread_key=source)
+    [cut], block = budgeted([short], 300)
+    assert estimate_tokens(block) <= 300
+    assert cut.text == "use npm ci" and cut.source_thread_key.endswith(CUT_MARKER)
+    assert source.startswith(cut.source_thread_key.removesuffix(CUT_MARKER))
+    both = rec("lesson " * 600, source_thread_key=source)
+    [cut], block = budgeted([both], 300)
+    assert estimate_tokens(block) <= 300
+    assert cut.text.endswith(CUT_MARKER) and cut.source_thread_key.endswith(CUT_MARKER)
+    assert abs(len(cut.text) - len(cut.source_thread_key)) < 10  # half the room each
+
+
+def test_a_budget_without_room_for_one_cut_bullet_gives_an_empty_block():
+    overhead = block_overhead_tokens(FOUR_SCOPES)
+    for max_tokens in (1, overhead, overhead + 5):
+        kept, block = budgeted([rec("word " * 100)], max_tokens)
+        assert kept == [] and block == ""
+    kept, block = budgeted([rec("word " * 100)], overhead + 10)
+    assert [record.text for record in kept] == ["word word" + CUT_MARKER]
+
+
+def test_the_floor_holds_four_of_the_longest_keys_and_a_cut_bullet():
+    scopes = [kind + ":" + "k" * (199 - len(kind)) for kind in ("org", "repo", "channel", "user")]
+    assert {len(key) for key in scopes} == {200}
+    huge = rec("& lesson " * 400, source_thread_key="slack:" + "C" * 3000)
+    [cut], block = budgeted([huge], MIN_BLOCK_TOKENS, scopes)
+    assert estimate_tokens(block) <= MIN_BLOCK_TOKENS
+    # About a hundred characters of bullet, half of them the text's.
+    assert len(sanitize_field(cut.text)) >= 40 and cut.text.endswith(CUT_MARKER)
+
+
+_PIECES = st.text(alphabet=st.sampled_from("ab &<>\n\u00e9\x01"), min_size=1, max_size=12)
+_LONG = st.builds(lambda piece, times: piece * times, _PIECES, st.integers(1, 400))
+_RECORDS = st.lists(st.builds(lambda text, source: rec(text, source_thread_key=source),
+                              _LONG, _LONG), min_size=1, max_size=12)
+_SCOPES = st.lists(st.text(alphabet="abcz09:/_-", min_size=1, max_size=200),
+                   min_size=1, max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_RECORDS, _SCOPES, st.integers(MIN_BLOCK_TOKENS, 3000), st.integers(1, 50))
+def test_above_the_floor_the_block_fits_and_leads_with_the_first_record(
+        records, scopes, max_tokens, limit):
+    kept, block = budgeted(records, max_tokens, scopes, limit)
+    assert estimate_tokens(block) <= max_tokens
+    assert 1 <= len(kept) <= limit
+    first, *rest = kept
+    assert rest == records[1:len(kept)]
+    original = records[0]
+    if first != original:
+        assert not rest and first.id == original.id
+        assert CUT_MARKER in first.text + first.source_thread_key
+        for field in ("text", "source_thread_key"):
+            value = getattr(first, field)
+            if value != getattr(original, field):
+                assert value.endswith(CUT_MARKER)
+                stem = value.removesuffix(CUT_MARKER)
+                assert getattr(original, field).startswith(stem)

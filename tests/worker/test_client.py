@@ -377,4 +377,5 @@ async def test_a_round_trip_through_the_real_server(aiohttp_server, clock, caplo
             "gamma lesson", "beta lesson"]
     finally:
         await worker.close()
+    assert caplog.text.count("[write]") == 1
     assert f"[write] {ORG} <- 3 candidates (evicted 1)" in caplog.text

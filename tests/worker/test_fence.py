@@ -1,4 +1,4 @@
-"""The length fence and the auth gate, over raw sockets to a real listening server.
+"""The auth gate and the length fence, over raw sockets to a real listening server.
 
 An HTTP client library will not send most of these requests, so they are written by hand.
 Each refused request carries a body that is not JSON: had the server parsed it, the answer
@@ -47,6 +47,17 @@ def request(headers: bytes, body: bytes = b"", *, path: bytes = b"/list",
             + (AUTH_LINE if auth else b"") + headers + b"\r\n" + body)
 
 
+async def read_to_close(port: int, raw: bytes) -> bytes:
+    """Everything the server sends on one connection until it closes it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(raw)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 5)  # read() returns at EOF only
+    finally:
+        writer.close()
+
+
 async def test_a_well_formed_request_gets_through(port, spy, parsed):
     body = json.dumps({"scopeKey": ORG, "limit": 3}).encode()
     status, answer = await raw_exchange(
@@ -55,10 +66,15 @@ async def test_a_well_formed_request_gets_through(port, spy, parsed):
     assert len(spy.calls) == 1 and parsed == [body]
 
 
-LENGTH_REQUIRED = {
+# Requests whose headers reach the application: it checks the token first.
+UNSIZED = {
     "absent": (b"", b""),  # without a length there is no body: any bytes would be a new request
     "chunked": (b"Transfer-Encoding: chunked\r\n", b"17\r\n" + NOT_JSON + b"\r\n0\r\n\r\n"),
     "chunked-never-ending": (b"Transfer-Encoding: chunked\r\n", b"ffff\r\n" + NOT_JSON),
+}
+# Requests aiohttp's HTTP parser refuses while reading the headers, before the application
+# (and so the token check) sees them: 411 for everyone.
+MALFORMED = {
     "hex": (b"Content-Length: 0x10\r\n", NOT_JSON),
     "exponent": (b"Content-Length: 5e2\r\n", NOT_JSON),
     "plus": (b"Content-Length: +5\r\n", NOT_JSON),
@@ -72,25 +88,41 @@ LENGTH_REQUIRED = {
     "with-transfer-encoding": (b"Content-Length: 23\r\nTransfer-Encoding: chunked\r\n",
                                b"17\r\n" + NOT_JSON + b"\r\n0\r\n\r\n"),
 }
+AUTH_CASES = pytest.mark.parametrize("auth", [True, False], ids=["authed", "anonymous"])
 
 
-@pytest.mark.parametrize("case", list(LENGTH_REQUIRED))
-@pytest.mark.parametrize("auth", [True, False], ids=["authed", "anonymous"])
-async def test_unsized_or_malformed_lengths_are_411_unread(port, spy, parsed, case, auth):
-    headers, body = LENGTH_REQUIRED[case]
+@pytest.mark.parametrize("case", list(UNSIZED))
+@AUTH_CASES
+async def test_unsized_bodies_are_411_unread_and_anonymous_ones_401(port, spy, parsed, case,
+                                                                    auth):
+    headers, body = UNSIZED[case]
+    status, answer = await raw_exchange(port, request(headers, body, auth=auth))
+    assert status == (411 if auth else 401), answer
+    assert "error" in json.loads(answer)
+    assert spy.calls == [] and parsed == []
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+@AUTH_CASES
+async def test_malformed_lengths_are_411_unread_for_everyone(port, spy, parsed, case, auth):
+    headers, body = MALFORMED[case]
     status, answer = await raw_exchange(port, request(headers, body, auth=auth))
     assert status == 411, answer
     assert "error" in json.loads(answer)
     assert spy.calls == [] and parsed == []
 
 
-@pytest.mark.parametrize("length", [b"524289", b"600000", b"99999999999",
-                                    b"99999999999999999999999999"])
-async def test_over_the_limit_is_413_without_waiting_for_the_body(port, spy, parsed, length):
+@pytest.mark.parametrize(("length", "anonymous"), [
+    (b"524289", 401), (b"600000", 401), (b"99999999999", 401),
+    (b"99999999999999999999999999", 413),  # too many digits for the parser itself
+])
+@AUTH_CASES
+async def test_over_the_limit_is_413_without_waiting_for_the_body(port, spy, parsed, length,
+                                                                  anonymous, auth):
     # The declared body is never sent: an answer at all proves the server did not wait for it.
     status, answer = await raw_exchange(port, request(b"Content-Length: " + length + b"\r\n",
-                                                      b"{"), timeout=3)
-    assert status == 413
+                                                      b"{", auth=auth), timeout=3)
+    assert status == (413 if auth else anonymous)
     assert "error" in json.loads(answer)
     assert spy.calls == [] and parsed == []
 
@@ -104,28 +136,59 @@ async def test_exactly_the_limit_is_read(port, parsed):
     assert status == 200 and len(parsed) == 1
 
 
-async def test_a_compressed_body_is_415_unread(port, spy, parsed):
+@AUTH_CASES
+async def test_a_compressed_body_is_415_unread(port, spy, parsed, auth):
     status, _ = await raw_exchange(port, request(
-        b"Content-Encoding: gzip\r\nContent-Length: 23\r\n", NOT_JSON))
-    assert status == 415 and spy.calls == [] and parsed == []
+        b"Content-Encoding: gzip\r\nContent-Length: 23\r\n", NOT_JSON, auth=auth))
+    assert status == (415 if auth else 401) and spy.calls == [] and parsed == []
 
 
-async def test_the_fence_answers_before_auth(port, spy):
-    # A bad length is 411 with or without a token; a good length without a token is 401.
-    status, _ = await raw_exchange(port, request(b"", auth=False))
+async def test_the_token_is_checked_before_the_fence(port, spy):
+    # Without a token every request the application sees is 401, whatever its length says.
+    for headers, body in [(b"", b""), (b"Content-Length: 600000\r\n", b"{"),
+                          (b"Content-Length: 2\r\n", b"{}")]:
+        status, _ = await raw_exchange(port, request(headers, body, auth=False))
+        assert status == 401
+    # With it, the fence has its say.
+    status, _ = await raw_exchange(port, request(b""))
     assert status == 411
-    status, _ = await raw_exchange(port, request(b"Content-Length: 2\r\n", b"{}", auth=False))
-    assert status == 401
     assert spy.calls == []
 
 
 async def test_the_connection_is_closed_after_a_refused_body(port):
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(request(b"Content-Length: 600000\r\n", b"{\"scopeKey\": "))
-    await writer.drain()
-    data = await asyncio.wait_for(reader.read(), 5)  # read() returns at EOF only
+    data = await read_to_close(port, request(b"Content-Length: 600000\r\n", b"{\"scopeKey\": "))
     assert data.startswith(b"HTTP/1.1 413")
-    writer.close()
+
+
+# --- the token before the fence ------------------------------------------------------------------
+
+
+async def test_an_anonymous_oversized_request_is_401_and_its_body_never_parsed(port, spy,
+                                                                               parsed):
+    data = await read_to_close(port, request(b"Content-Length: 600000\r\n", b'{"scopeKey": ',
+                                             auth=False))
+    assert data.startswith(b"HTTP/1.1 401") and b"WWW-Authenticate: Bearer" in data
+    assert spy.calls == [] and parsed == []
+
+
+async def test_an_anonymous_oversized_expect_continue_is_401_before_the_body_is_sent(
+        port, spy, parsed):
+    data = await read_to_close(port, request(
+        b"Content-Length: 600000\r\nExpect: 100-continue\r\n", auth=False))
+    assert data.startswith(b"HTTP/1.1 401") and b"100 Continue" not in data
+    assert spy.calls == [] and parsed == []
+
+
+async def test_bytes_after_an_anonymous_unsized_request_are_never_a_second_request(port, spy):
+    # Without a length the bytes that follow would be read as the next request: the refusal
+    # closes the connection instead, so the authorized request hidden there never runs.
+    body = json.dumps({"scopeKey": ORG, "limit": 1}).encode()
+    # It asks for the connection to close after it, so a server that did run it would answer
+    # it and close: both answers would be read here.
+    hidden = request(b"Connection: close\r\nContent-Length: %d\r\n" % len(body), body)
+    data = await read_to_close(port, request(b"", hidden, auth=False))
+    assert data.startswith(b"HTTP/1.1 401") and data.count(b"HTTP/1.1 ") == 1
+    assert spy.calls == []
 
 
 # --- auth on the wire ---------------------------------------------------------------------------
@@ -171,6 +234,8 @@ async def test_expect_continue_is_refused_before_the_body_is_sent(port, spy, par
         (b"Content-Length: 600000\r\n", True, b"HTTP/1.1 413"),
         (b"Content-Length: 20\r\n", False, b"HTTP/1.1 401"),
         (b"", True, b"HTTP/1.1 411"),
+        (b"", False, b"HTTP/1.1 401"),
+        (b"Content-Length: 600000\r\n", False, b"HTTP/1.1 401"),
     ]:
         reader, writer, head = await head_of(
             port, request(headers + b"Expect: 100-continue\r\n", auth=auth))

@@ -9,6 +9,7 @@ import pytest
 
 from scopemem.core.records import Kind
 from scopemem.errors import StoreError
+from scopemem.stores.sqlite import SqliteStore
 from scopemem.worker_aiohttp.app import create_app
 from tests.worker.conftest import AUTH, ORG, TOKEN, candidate
 
@@ -45,17 +46,32 @@ async def test_write_then_retrieve_round_trip(client, spy):
     assert spy.calls[-1] == ("retrieve", ORG, "license", 5)
 
 
+def write_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("[write]")]
+
+
 async def test_write_passes_cap_and_reports_eviction(client, spy, caplog):
     caplog.set_level(logging.INFO, logger="scopemem.worker")
     await post(client, "/write", {"scopeKey": ORG, "records": [candidate("alpha one")]})
-    assert not [r for r in caplog.records if "[write]" in r.getMessage()]
+    assert write_lines(caplog) == []
     status, body = await post(client, "/write", {
         "scopeKey": ORG, "cap": 1, "records": [candidate("beta two"), candidate("gamma three")]})
     assert status == 200 and body["inserted"] == 2 and body["evicted"] == 2
     assert spy.calls[-1][3] == 1
-    lines = [r.getMessage() for r in caplog.records if "[write]" in r.getMessage()]
-    assert lines == [f"[write] {ORG} <- 2 candidates (evicted 2)"]
+    assert write_lines(caplog) == [f"[write] {ORG} <- 2 candidates (evicted 2)"]
     assert "gamma" not in caplog.text and "beta" not in caplog.text
+
+
+async def test_a_worker_serving_sqlite_logs_an_eviction_once(aiohttp_client, tmp_path, clock,
+                                                             caplog):
+    # Every logger, not only the worker's: the store's own would show up here too.
+    caplog.set_level(logging.INFO)
+    store = SqliteStore(tmp_path / "data", clock=clock)
+    client = await aiohttp_client(create_app(store, TOKEN))
+    status, body = await post(client, "/write", {
+        "scopeKey": ORG, "cap": 1, "records": [candidate("alpha one"), candidate("beta two")]})
+    assert status == 200 and body["inserted"] == 2 and body["evicted"] == 1
+    assert write_lines(caplog) == [f"[write] {ORG} <- 2 candidates (evicted 1)"]
 
 
 async def test_empty_batch_is_fine(client):
