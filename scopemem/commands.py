@@ -4,27 +4,36 @@ Chat adapters call ``Memory.handle_command(text, caller)`` and post the reply; t
 line calls the ``run_*`` functions and prints their outcome as text or JSON. Failures come
 back as outcomes (``ok=False``) with a reason, never as exceptions: a person asked, and a
 person gets an answer.
+
+Every command passes the same scope gate (``scopemem.core.commands.scope_access``) before it
+touches a scope, and a person's ``remember`` takes the same write path as reflection
+(``host.screen_candidate``: redaction, the record contract's caps, the status gate).
 """
 
 from __future__ import annotations
 
 import datetime
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from scopemem.core.commands import (
+    ALL,
+    ME,
     CommandUsageError,
     ForgetCommand,
     ListCommand,
-    ListScope,
+    RememberCommand,
     SweepCommand,
-    forget_refusal,
+    all_scopes,
+    change_refusal,
     parse_memory_command,
+    read_refusal,
+    shared_scopes,
 )
-from scopemem.core.records import Candidate, Kind, Record, to_wire
+from scopemem.core.records import MAX_TEXT_CHARS, Candidate, Kind, Record, Source, to_wire
 from scopemem.core.requests import Request, ScopeRefused, derive_scope_key
 from scopemem.core.scopes import MemoryIdError, parse_memory_id, scope_key_problem
 from scopemem.core.text import sanitize_field
@@ -35,6 +44,7 @@ if TYPE_CHECKING:
 
 MACHINE_PLATFORMS = frozenset({"cli", "mcp", "http"})
 UNTRUSTED_OPEN, UNTRUSTED_CLOSE = "<untrusted_memory_records>", "</untrusted_memory_records>"
+REMEMBER_THREAD_KEY = "cli:remember"
 
 RepoSource = str | Callable[[], "Awaitable[str | None] | str | None"] | None
 
@@ -43,12 +53,14 @@ RepoSource = str | Callable[[], "Awaitable[str | None] | str | None"] | None
 class CommandContext:
     """Who runs a command, and from where. ``caller`` is the person's own user scope key
     (``user:slack:U0123``); ``repo`` may be a zero-argument callable, resolved only when a
-    command asks for the repository scope."""
+    command asks for the repository scope; ``extra`` carries the inputs a plugin's scope
+    kind is derived from (``{"guild_id": "…"}``), as ``Request.extra`` does for a run."""
 
     caller: str
     channel_id: str | None = None
     repo: RepoSource = None
     machine: bool | None = None
+    extra: Mapping[str, str] = attrs.field(factory=dict)
 
     @property
     def is_machine(self) -> bool:
@@ -60,12 +72,13 @@ class CommandContext:
 
 @attrs.frozen
 class Outcome:
-    """A command's answer: whether it did what was asked, the reply text, and the same as
-    data for ``--json``."""
+    """A command's answer: whether it did what was asked, the reply text, the same as data
+    for ``--json``, and warnings a terminal prints apart from the text (on stderr)."""
 
     ok: bool
     text: str
     data: dict[str, Any] = attrs.field(factory=dict)
+    warnings: tuple[str, ...] = ()
 
 
 def refused(reason: str, **data: Any) -> Outcome:
@@ -91,23 +104,21 @@ async def _resolve(repo: RepoSource) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-async def _scope_key(memory: Memory, scope: ListScope, ctx: CommandContext,
+async def _scope_key(memory: Memory, scope: str, ctx: CommandContext,
                      repo_option: str | None) -> tuple[str | None, str | None]:
     """The key for a named scope, or a note saying why this request has none."""
-    if scope is ListScope.ME:
+    if scope == ME:
         return ctx.caller, None
-    request = Request()
-    if scope is ListScope.REPO:
+    repo = None
+    if scope == "repo":
         repo = repo_option or await _resolve(ctx.repo)
         if repo is None:
             return None, "no repository is bound here; name one with --repo owner/name"
-        request = Request(repo=repo)
-    elif scope is ListScope.CHANNEL:
-        if not ctx.channel_id:
-            return None, "this request came from no channel"
-        request = Request(channel_id=ctx.channel_id)
+    elif scope == "channel" and not ctx.channel_id:
+        return None, "this request came from no channel"
+    request = Request(channel_id=ctx.channel_id, repo=repo, extra=dict(ctx.extra))
     try:
-        return derive_scope_key(memory.scope_kinds, scope.value, request), None
+        return derive_scope_key(memory.scope_kinds, scope, request), None
     except ScopeRefused as exc:
         return None, str(exc)
 
@@ -132,18 +143,20 @@ def _unavailable(memory: Memory, ctx: CommandContext) -> Outcome | None:
     return refused(problem) if problem else None
 
 
-async def _scope_keys(memory: Memory, scope: ListScope, every: list[ListScope],
-                      ctx: CommandContext, repo_option: str | None
-                      ) -> tuple[list[str], Outcome | None]:
+async def _scope_keys(memory: Memory, scope: str, every: list[str], ctx: CommandContext,
+                      repo_option: str | None) -> tuple[list[str], Outcome | None]:
     """The keys a command acts on: one named scope (refused when the request lacks it), or
     for ``all`` each scope of ``every`` the request has."""
+    if scope != ALL and scope != ME and scope not in memory.scope_kinds:
+        return [], refused(f"no scope kind {scope!r} is registered here; known: "
+                           f"{', '.join(sorted(memory.scope_kinds))}")
     keys: list[str] = []
-    for wanted in every if scope is ListScope.ALL else [scope]:
+    for wanted in every if scope == ALL else [scope]:
         key, note = await _scope_key(memory, wanted, ctx, repo_option)
         if key is not None:
             keys.append(key)
-        elif scope is not ListScope.ALL:
-            return [], refused(note or f"no {wanted.value} scope here")
+        elif scope != ALL:
+            return [], refused(note or f"no {wanted} scope here")
     return keys, None
 
 
@@ -151,29 +164,45 @@ def _section_title(key: str, ctx: CommandContext) -> str:
     return f"your records ({key})" if key == ctx.caller else key
 
 
+def _change_refusal(memory: Memory, key: str, ctx: CommandContext) -> str | None:
+    return change_refusal(key, ctx.caller, ctx.caller in memory.config.admins, memory.org_key,
+                          memory.scope_kinds)
+
+
 # --- list ----------------------------------------------------------------------------------------
 
 
 async def run_list(memory: Memory, command: ListCommand, ctx: CommandContext) -> Outcome:
+    """List each scope asked for. A scope whose store fails says so in its section (a
+    silent "no active records" would be a lie); the outcome fails only when every scope
+    did."""
     unavailable = _unavailable(memory, ctx)
     if unavailable:
         return unavailable
-    keys, refusal = await _scope_keys(
-        memory, command.scope, [ListScope.ME, ListScope.REPO, ListScope.CHANNEL, ListScope.ORG],
-        ctx, command.repo)
+    keys, refusal = await _scope_keys(memory, command.scope, all_scopes(memory.scope_kinds),
+                                      ctx, command.repo)
     if refusal:
         return refusal
+    for key in keys:
+        reason = read_refusal(key, ctx.caller, memory.org_key, memory.scope_kinds)
+        if reason:
+            return refused(reason)
     lines: list[str] = []
     sections: list[dict[str, Any]] = []
+    failures = 0
     for key in keys:
-        try:
-            records = await memory.store.list(key, command.limit, query=command.query)
-        except Exception as exc:
-            return failed(f"list of {key}", exc)
         title = _section_title(key, ctx)
         if command.query is not None:
             title += f", matching {sanitize_field(command.query)!r}"
         lines.append(f"*{title}*")
+        try:
+            records = await memory.store.list(key, command.limit, query=command.query)
+        except Exception as exc:
+            failures += 1
+            reason = f"list of {key} failed: {exc}"
+            lines.append(f"⚠️ memory store {reason}")
+            sections.append({"scopeKey": key, "error": reason})
+            continue
         if not records:
             lines.append("no active records")
         else:
@@ -186,14 +215,14 @@ async def run_list(memory: Memory, command: ListCommand, ctx: CommandContext) ->
                              "--limit, up to 50)")
         sections.append({"scopeKey": key, "records": to_wire(records),
                          "untrusted": ctx.is_machine})
-    return Outcome(True, "\n".join(lines), {"ok": True, "scopes": sections})
+    ok = not keys or failures < len(keys)
+    data: dict[str, Any] = {"ok": ok, "scopes": sections}
+    if not ok:
+        data["error"] = "every scope failed"
+    return Outcome(ok, "\n".join(lines), data)
 
 
 # --- forget and sweep ----------------------------------------------------------------------------
-
-
-def _is_admin(memory: Memory, caller: str) -> bool:
-    return caller in memory.config.admins
 
 
 async def run_forget(memory: Memory, command: ForgetCommand, ctx: CommandContext) -> Outcome:
@@ -204,7 +233,7 @@ async def run_forget(memory: Memory, command: ForgetCommand, ctx: CommandContext
         scope_key, _seq = parse_memory_id(command.record_id)
     except MemoryIdError as exc:
         return refused(f"{sanitize_field(command.record_id)!r} is not a memory id: {exc}")
-    reason = forget_refusal(scope_key, ctx.caller, _is_admin(memory, ctx.caller))
+    reason = _change_refusal(memory, scope_key, ctx)
     if reason:
         return refused(reason, id=command.record_id)
     try:
@@ -222,13 +251,12 @@ async def run_sweep(memory: Memory, command: SweepCommand, ctx: CommandContext) 
     unavailable = _unavailable(memory, ctx)
     if unavailable:
         return unavailable
-    keys, refusal = await _scope_keys(
-        memory, command.scope, [ListScope.ORG, ListScope.REPO, ListScope.CHANNEL], ctx,
-        command.repo)
+    keys, refusal = await _scope_keys(memory, command.scope, shared_scopes(memory.scope_kinds),
+                                      ctx, command.repo)
     if refusal:
         return refusal
     for key in keys:
-        reason = forget_refusal(key, ctx.caller, _is_admin(memory, ctx.caller))
+        reason = _change_refusal(memory, key, ctx)
         if reason:
             return refused(reason)
     lines: list[str] = []
@@ -251,39 +279,66 @@ async def run_sweep(memory: Memory, command: SweepCommand, ctx: CommandContext) 
 # --- remember ------------------------------------------------------------------------------------
 
 
-async def run_remember(memory: Memory, text: str, scope: ListScope, ctx: CommandContext,
-                       repo: str | None = None, thread_key: str = "cli:remember") -> Outcome:
-    """Write one human-stated fact through the same gate, scope rules and store write as
-    reflection. Shared scopes need an admin, like forget."""
+async def run_remember(memory: Memory, command: RememberCommand, ctx: CommandContext,
+                       thread_key: str = REMEMBER_THREAD_KEY) -> Outcome:
+    """Write one fact a person states, through the same write path as reflection (redaction,
+    the record contract's caps, the status gate) and the same scope gate as forget: a shared
+    scope needs an admin. The fact is stored as ``human``: no reflection can retire it. With
+    ``supersedes`` it replaces a record of the same scope, whoever stated it."""
     unavailable = _unavailable(memory, ctx)
     if unavailable:
         return unavailable
-    text = text.strip()
+    text = command.text.strip()
     if not text:
         return refused("there is nothing to remember: the text is empty")
-    if scope is ListScope.ALL:
-        return refused("remember writes to one scope: me, org, repo or channel")
-    keys, refusal = await _scope_keys(memory, scope, [], ctx, repo)
+    if command.scope == ALL:
+        return refused("remember writes to one scope: me, or one shared scope")
+    keys, refusal = await _scope_keys(memory, command.scope, [], ctx, command.repo)
     if refusal:
         return refusal
     [key] = keys
-    reason = forget_refusal(key, ctx.caller, _is_admin(memory, ctx.caller))
+    reason = _change_refusal(memory, key, ctx)
     if reason:
         return refused(reason)
+    if command.supersedes is not None:
+        try:
+            target_scope, _seq = parse_memory_id(command.supersedes)
+        except MemoryIdError as exc:
+            return refused(f"--supersedes {sanitize_field(command.supersedes)!r} is not a "
+                           f"memory id: {exc}")
+        if target_scope != key:
+            return refused(f"--supersedes names a record of {target_scope}, not of {key}; "
+                           "a fact can only replace one of its own scope")
     candidate = Candidate(kind=Kind.FACT, text=text, source_thread_key=thread_key,
-                          confidence=1.0)
-    markers = host.rejection_markers(memory.pm, candidate)
-    if markers:
-        return refused(f"that reads as one-moment status, not a lesson ({', '.join(markers)})",
-                       markers=markers)
+                          confidence=1.0, source=Source.HUMAN, supersedes=command.supersedes)
+    screened = host.screen_candidate(memory.pm, memory.config, candidate)
+    if screened.cut:
+        return refused(f"that text is {len(text)} characters; a record holds at most "
+                       f"{MAX_TEXT_CHARS}: shorten it or split it into several facts")
+    if screened.rejected:
+        return refused(f"not remembered: {host.describe_markers(screened.markers)}",
+                       markers=list(screened.markers))
     try:
-        counts = await memory.store.write(key, [candidate])
+        counts = await memory.store.write(key, [screened.candidate])
     except Exception as exc:
         return failed(f"write to {key}", exc)
-    what = ("remembered" if counts.inserted else
-            "already known (strengthened)" if counts.deduped or counts.restated else "kept")
-    return Outcome(True, f"🧠 {what} in {key}", {"ok": True, "scopeKey": key,
-                                                  **to_wire(counts)})
+    if counts.superseded:
+        what = f"remembered, replacing `{command.supersedes}`,"
+    elif counts.inserted:
+        what = "remembered"
+    elif counts.deduped or counts.restated:
+        what = "already known (strengthened)"
+    else:
+        what = "kept"
+    notes = []
+    if command.supersedes and counts.inserted and not counts.superseded:
+        notes.append(f"`{command.supersedes}` was not an active record; nothing replaced")
+    if screened.redacted:
+        notes.append("a secret in it was redacted")
+    note = f" ({'; '.join(notes)})" if notes else ""
+    return Outcome(True, f"🧠 {what} in {key}{note}",
+                   {"ok": True, "scopeKey": key, "redacted": screened.redacted,
+                    **to_wire(counts)})
 
 
 # --- the chat surface ----------------------------------------------------------------------------
@@ -293,7 +348,7 @@ async def handle_command(memory: Memory, text: str, ctx: CommandContext) -> str 
     """The reply to a chat message that is a memory command, or ``None`` when it is not one
     (the adapter goes on to the model)."""
     try:
-        command = parse_memory_command(text)
+        command = parse_memory_command(text, memory.scope_kinds)
     except CommandUsageError as exc:
         return f"🚫 {exc}"
     if command is None:
@@ -302,6 +357,14 @@ async def handle_command(memory: Memory, text: str, ctx: CommandContext) -> str 
         outcome = await run_list(memory, command, ctx)
     elif isinstance(command, ForgetCommand):
         outcome = await run_forget(memory, command, ctx)
+    elif isinstance(command, RememberCommand):
+        outcome = await run_remember(memory, command, ctx,
+                                     thread_key=_chat_thread_key(ctx))
     else:
         outcome = await run_sweep(memory, command, ctx)
     return outcome.text
+
+
+def _chat_thread_key(ctx: CommandContext) -> str:
+    """The provenance of a fact stated in chat: the channel it was said in."""
+    return f"{ctx.channel_id}:remember" if ctx.channel_id else "chat:remember"

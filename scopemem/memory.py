@@ -31,7 +31,9 @@ from scopemem.core.records import Kind, Record
 from scopemem.core.requests import (
     Request,
     ScopeKind,
+    ScopeRefused,
     breadth_of,
+    derive_scope_key,
     request_scope_keys,
     resolved,
 )
@@ -161,6 +163,15 @@ class Memory:
     def enabled(self) -> bool:
         return self.config.enabled
 
+    @property
+    def org_key(self) -> str | None:
+        """This installation's own org scope key (``org:<organization>``), the one org scope
+        its people share; None when no organization is configured."""
+        try:
+            return derive_scope_key(self.scope_kinds, "org", Request())
+        except ScopeRefused:
+            return None
+
     with_memory = staticmethod(scoring.with_memory)
 
     async def close(self) -> None:
@@ -267,15 +278,17 @@ class Memory:
         channel_id: str | None = None,
         repo: RepoSource = None,
         machine: bool | None = None,
+        extra: Mapping[str, str] | None = None,
     ) -> str | None:
-        """The reply to a chat message that is a ``memory list|forget|sweep`` command, or
-        ``None`` when the message is not one. Never raises for a user's mistake or a store
-        failure: those are reply lines (🚫, ⚠️). ``caller`` is the person's own user scope
-        key; ``repo`` may be a callable, resolved only if the repository scope is asked for;
-        ``machine`` marks a surface whose record text must be wrapped as untrusted (default:
-        callers on the cli, mcp and http platforms)."""
+        """The reply to a chat message that is a ``memory list|forget|sweep|remember``
+        command, or ``None`` when the message is not one. Never raises for a user's mistake
+        or a store failure: those are reply lines (🚫, ⚠️). ``caller`` is the person's own
+        user scope key; ``repo`` may be a callable, resolved only if the repository scope is
+        asked for; ``machine`` marks a surface whose record text must be wrapped as
+        untrusted (default: callers on the cli, mcp and http platforms); ``extra`` carries
+        what a plugin's scope kind is derived from (as ``Request.extra``)."""
         context = CommandContext(caller=caller, channel_id=channel_id, repo=repo,
-                                 machine=machine)
+                                 machine=machine, extra=dict(extra or {}))
         return await handle_command(self, text, context)
 
     # --- the read path ----------------------------------------------------------------------

@@ -40,7 +40,7 @@ from scopemem.core.reflection import (
     should_reflect,
 )
 from scopemem.core.requests import Request, resolved
-from scopemem.core.scopes import scope_kind
+from scopemem.core.scopes import order_scope_keys, scope_kind
 from scopemem.errors import StoreRefused
 from scopemem.plugins import host
 
@@ -252,7 +252,8 @@ async def reflect(memory: Memory, run: Run) -> ReflectionReport | None:
             report.summary += 1
         batches.setdefault(decision.scope_key, []).append(candidate)
 
-    for key, candidates in batches.items():
+    for key in order_scope_keys(batches, memory.breadth):  # widest first, as on the line
+        candidates = batches[key]
         counts, failed = await _write_scope(memory, key, candidates)
         report.counts += counts
         report.by_scope[key] = counts

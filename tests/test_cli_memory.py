@@ -146,3 +146,146 @@ def test_memory_off_says_so(tmp_path: Path):
     assert listed.exit_code == 1 and "memory is off" in listed.output
     context = run(path, "context", "anything")
     assert context.exit_code == 0 and "memory is off" in context.output
+
+
+# --- issue 12: one-shot commands lose nothing, every producer takes the same path -------------
+
+
+def worker_config(tmp_path: Path, base_url: str) -> Path:
+    path = tmp_path / "scopemem.toml"
+    path.write_text(f'[memory]\nenabled = true\norganization = "acme"\nadmins = ["{ADMIN}"]\n'
+                    f'store = "worker"\n[memory.stores.worker]\nbase_url = "{base_url}"\n')
+    return path
+
+
+def run_without_token(config: Path, *args: str) -> Result:
+    cli = build_cli(new_plugin_manager(environ={}))
+    return CliRunner().invoke(cli, ["--config", str(config), *args], env={"MEMORY_TOKEN": ""})
+
+
+@pytest.mark.parametrize("args", [
+    ["remember", "run npm ci first", "--scope", "org"],
+    ["forget", "mem:org:acme:1"],
+    ["sweep", "--scope", "org"],
+    ["list", "org"],
+    ["context", "why do the tests fail"],
+])
+def test_a_worker_store_without_its_token_is_one_clear_line(tmp_path: Path, args):
+    result = run_without_token(worker_config(tmp_path, "http://127.0.0.1:9"), *args)
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines() == [
+        "Error: memory.stores.worker.token_env: $MEMORY_TOKEN is not set; the Memory Worker "
+        "needs its bearer token (export MEMORY_TOKEN=…)"]
+
+
+def test_a_worker_nobody_answers_is_a_failure_not_an_empty_answer(tmp_path: Path):
+    from tests.worker.test_serve import free_port
+
+    config = worker_config(tmp_path, f"http://127.0.0.1:{free_port()}")
+    listed = run(config, "list")
+    assert listed.exit_code == 1
+    assert "no active records" not in listed.output
+    assert listed.output.count("⚠️ memory store list of") == 2  # the caller's scope and org
+    context = run(config, "context", "why do the tests fail", "--user", "slack:U1")
+    assert context.exit_code == 1 and "nothing matched" not in context.output
+    assert "⚠️ memory store read of org:acme failed" in context.output
+    assert "⚠️ memory store read of user:slack:U1 failed" in context.output
+    assert "every scope failed" in context.output
+    as_json = json.loads(run(config, "context", "x", "--json").output)
+    assert as_json["ok"] is False and list(as_json["failed"]) == ["org:acme"]
+
+
+def test_a_one_shot_write_refuses_a_store_that_dies_with_it(tmp_path: Path):
+    path = tmp_path / "scopemem.toml"
+    path.write_text('[memory]\nenabled = true\norganization = "acme"\nstore = "memory"\n'
+                    f'admins = ["{ADMIN}"]\n')
+    for args in (["remember", "run npm ci first", "--scope", "org"],
+                 ["forget", "mem:org:acme:1"], ["sweep", "--scope", "org"]):
+        result = run(path, *args)
+        assert result.exit_code == 1 and "keeps records in this process only" in result.output
+        assert "Traceback" not in result.output
+
+
+def test_remember_redacts_caps_and_marks_the_fact_as_a_persons(config: Path):
+    secret = "sk-" + "A1b2" * 12
+    result = run(config, "remember", f"the staging key is {secret}, rotate monthly",
+                 "--scope", "org", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["redacted"] is True
+    [record] = json.loads(run(config, "list", "org", "--json").output)["scopes"][0]["records"]
+    assert secret not in record["text"] and "[REDACTED:openai_key]" in record["text"]
+    assert record["source"] == "human"
+    long = run(config, "remember", "word " * 900, "--scope", "org")
+    assert long.exit_code == 1 and "at most 4000" in long.output
+    assert len(json.loads(run(config, "list", "org", "--json").output)["scopes"][0][
+        "records"]) == 1
+    # A person may replace a record of the scope, whoever stated it.
+    replaced = run(config, "remember", "rotate the staging key weekly", "--scope", "org",
+                   "--supersedes", record["id"])
+    assert replaced.exit_code == 0 and f"replacing `{record['id']}`" in replaced.output
+    assert [r["text"] for r in json.loads(run(config, "list", "org", "--json").output)[
+        "scopes"][0]["records"]] == ["rotate the staging key weekly"]
+    elsewhere = run(config, "remember", "x y z", "--scope", "me", "--supersedes", record["id"])
+    assert elsewhere.exit_code == 1 and "only replace one of its own scope" in elsewhere.output
+
+
+def test_another_organisations_records_are_nobodys(config: Path):
+    from scopemem.core.records import Candidate, Kind
+    from scopemem.memory import Memory
+
+    other = "org:someoneelse" + org_of(config)[4:]
+
+    async def plant() -> None:
+        memory = Memory.from_config(config, environ={"MEMORY_TOKEN": "cli-token"})
+        await memory.store.write(other, [Candidate(kind=Kind.FACT, text=STATUS,
+                                                   source_thread_key="theirs")])
+        await memory.close()
+
+    asyncio.run(plant())
+    forget = run(config, "forget", f"mem:{other}:1")  # ADMIN is an admin here
+    assert forget.exit_code == 1 and "another organisation" in forget.output
+    swept = run(config, "sweep", "--scope", "all", "--json")
+    assert [s["scopeKey"] for s in json.loads(swept.output)["scopes"]] == [org_of(config)]
+    listed = json.loads(run(config, "list", "--json").output)["scopes"]
+    assert other not in {s["scopeKey"] for s in listed}
+    unknown = run(config, "forget", "mem:team:x:1")
+    assert unknown.exit_code == 1 and "no scope kind 'team'" in unknown.output
+
+
+class Guilds:
+    from scopemem import hookimpl as _hookimpl
+
+    @_hookimpl
+    def scopemem_scope_kinds(self, config):
+        from scopemem import ScopeKind
+
+        def derive(request):
+            guild = request.extra.get("guild_id")
+            return f"guild:discord:{guild}" if guild else None
+
+        return [ScopeKind("guild", 15, derive)]
+
+
+def run_with_guilds(config: Path, *args: str) -> Result:
+    cli = build_cli(new_plugin_manager(environ={}, extra_plugins=(Guilds(),)))
+    return CliRunner().invoke(cli, ["--config", str(config), *args],
+                              env={"MEMORY_TOKEN": "cli-token"})
+
+
+def test_a_plugin_scope_kind_is_a_scope_on_the_command_line(config: Path):
+    guild = "guild:discord:G1" + org_of(config)[4:]
+    extra = ["--extra", f"guild_id=G1{org_of(config)[4:]}"]
+    remembered = run_with_guilds(config, "remember", "raids start at nine", "--scope", "guild",
+                                 *extra)
+    assert remembered.exit_code == 0, remembered.output
+    assert f"remembered in {guild}" in remembered.output
+    listed = json.loads(run_with_guilds(config, "list", "guild", *extra, "--json").output)
+    assert [s["scopeKey"] for s in listed["scopes"]] == [guild]
+    assert run_with_guilds(config, "sweep", "--scope", "guild", *extra).exit_code == 0
+    forgot = run_with_guilds(config, "forget", f"mem:{guild}:1")
+    assert forgot.exit_code == 0, forgot.output
+    # Without the plugin the word names no scope: a usage error, never a traceback.
+    missing = run(config, "list", "--scope", "guild")
+    assert missing.exit_code == 2 and "--scope" in missing.output
+    no_input = run_with_guilds(config, "list", "guild")
+    assert no_input.exit_code == 1 and "no guild scope" in no_input.output

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scopemem import Memory, MemoryConfig
+from scopemem import Memory, MemoryConfig, ScopeKind, hookimpl
+from scopemem.plugins.manager import new_plugin_manager
 from scopemem.stores.memory import InMemoryStore
 from tests.conftest import FakeClock, fact, summary
 
@@ -155,7 +156,11 @@ async def test_a_store_failure_is_a_warning_line(memory, store):
 
     store.list = broken  # type: ignore[method-assign]
     store.forget = broken  # type: ignore[method-assign]
-    assert (await ask(memory, "memory list")).startswith("⚠️")
+    reply = await ask(memory, "memory list")
+    # Every scope says it failed, in its own section: never a silent "no active records".
+    for key in (ALICE, CHANNEL, ORG):
+        assert f"⚠️ memory store list of {key} failed: worker unreachable" in reply
+    assert "no active records" not in reply
     assert (await ask(memory, f"memory forget mem:{ALICE}:1")).startswith("⚠️")
 
 
@@ -169,3 +174,76 @@ async def test_memory_off_says_so_and_touches_no_store(clock):
     memory = Memory(MemoryConfig(), Untouchable(), clock=clock)
     for text in ("memory list", f"memory forget mem:{ALICE}:1", "memory sweep --scope org"):
         assert await ask(memory, text) == "memory is off"
+
+
+# --- issue 12: remember, the scope gate, plugin kinds ------------------------------------------
+
+
+async def test_remember_in_chat_takes_the_same_path_as_reflection(memory, store):
+    secret = "xoxb-" + "1234567890-abcdefghij"
+    reply = await ask(memory, f"memory remember the deploy bot token is {secret}")
+    assert reply == f"🧠 remembered in {ALICE} (a secret in it was redacted)"
+    [record] = await store.list(ALICE, 10)
+    assert secret not in record.text and record.source.value == "human"
+    assert record.source_thread_key == "slack:C1:remember"
+    too_long = await ask(memory, "memory remember " + "word " * 900)
+    assert too_long.startswith("🚫") and "at most 4000" in too_long
+    status = await ask(memory, f"memory remember --scope org {STATUS}", caller=ADMIN)
+    assert status.startswith("🚫") and "one-moment status" in status
+    shared = await ask(memory, "memory remember --scope org lint before pushing")
+    assert shared.startswith("🚫") and "only admins" in shared
+    assert len(await store.list(ALICE, 10)) == 1 and await store.list(ORG, 10) == []
+
+
+async def test_an_admin_cannot_touch_another_organisations_records(memory, store):
+    await store.write("org:other", [fact("their lesson"), fact(STATUS)])
+    reply = await ask(memory, "memory forget mem:org:other:1", caller=ADMIN)
+    assert reply.startswith("🚫") and "another organisation" in reply
+    swept = await ask(memory, "memory sweep --scope all", caller=ADMIN)
+    assert "org:other" not in swept
+    listed = await ask(memory, "memory list", caller=ADMIN)
+    assert "their lesson" not in listed
+    unknown = await ask(memory, "memory forget mem:team:x:1", caller=ADMIN)
+    assert unknown.startswith("🚫") and "no scope kind 'team'" in unknown
+    assert len(await store.list("org:other", 10)) == 2
+
+
+class Guilds:
+    @hookimpl
+    def scopemem_scope_kinds(self, config):
+        def derive(request):
+            guild = request.extra.get("guild_id")
+            return f"guild:discord:{guild}" if guild else None
+
+        return [ScopeKind("guild", 15, derive)]
+
+
+class NoGiveaways:
+    @hookimpl
+    def scopemem_rejection_markers(self, candidate):
+        return ["giveaway"] if "giveaway" in candidate.text else None
+
+
+async def test_a_plugin_scope_kind_is_first_class_in_chat(store, clock):
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Guilds(), NoGiveaways()))
+    memory = Memory(MemoryConfig(enabled=True, organization="acme", store="memory",
+                                 admins=(ADMIN,)), store, plugin_manager=pm, clock=clock)
+    guild = {"guild_id": "G1"}
+    reply = await ask(memory, "memory remember --scope guild raids start at nine",
+                      caller=ADMIN, extra=guild)
+    assert reply == "🧠 remembered in guild:discord:G1"
+    listed = await ask(memory, "memory list guild raids", extra=guild)
+    assert "raids start at nine" in listed and "*guild:discord:G1" in listed
+    everything = await ask(memory, "memory list", extra=guild)
+    assert everything.index(f"*{CHANNEL}*") < everything.index("*guild:discord:G1*") \
+        < everything.index(f"*{ORG}*")
+    assert (await ask(memory, "memory sweep --scope guild", caller=ADMIN,
+                      extra=guild)).startswith("🧹 guild:discord:G1")
+    refused = await ask(memory, "memory forget mem:guild:discord:G1:1", extra=guild)
+    assert refused.startswith("🚫") and "only admins" in refused
+    assert await ask(memory, "memory forget mem:guild:discord:G1:1",
+                     caller=ADMIN) == "🧹 Forgot `mem:guild:discord:G1:1`"
+    # A third-party marker says it refused, never that the fact was one-moment status.
+    giveaway = await ask(memory, "memory remember the giveaway bot posts at noon")
+    assert giveaway.startswith("🚫") and "giveaway" in giveaway
+    assert "one-moment status" not in giveaway and "plugin" in giveaway

@@ -328,3 +328,23 @@ async def test_a_bad_user_id_is_skipped_with_a_warning(store, clock, memory_warn
 
 def test_summaries_are_kind_summary():
     assert summary("x").kind == Kind.SUMMARY
+
+
+async def test_context_names_the_scopes_that_failed(store, clock, memory_warnings):
+    await store.write(ORG, [fact("deploys go through the vpn")])
+    inner = store.retrieve
+
+    async def flaky(scope_key, query, limit):
+        if scope_key == USER_A:
+            raise OSError("disk gone")
+        return await inner(scope_key, query, limit)
+
+    store.retrieve = flaky  # type: ignore[method-assign]
+    memory = make_memory(store, clock)
+    result = await memory.context(Request(text="deploys", user_id="slack:UA"))
+    assert result.scopes == (ORG, USER_A)
+    assert result.failed == {USER_A: "disk gone"}
+    assert "deploys go through the vpn" in result.block  # the rest of the block stands
+    assert await memory.context_block(Request(text="deploys", user_id="slack:UA")) == \
+        result.block
+    assert any("retrieve from user:slack:UA failed: disk gone" in w for w in memory_warnings())

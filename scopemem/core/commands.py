@@ -1,39 +1,60 @@
-"""The ``memory list|forget|sweep`` grammar, shared by chat adapters and the command line.
+"""The ``memory list|forget|sweep|remember`` grammar, shared by chat adapters and the CLI.
 
-    memory list [<words>…] [--scope me|org|repo|channel|all] [--limit N] [--repo owner/name]
+    memory list [<words>…] [--scope me|<kind>|all] [--limit N] [--repo owner/name]
     memory forget <id>
-    memory sweep --scope org|repo|channel|all [--repo owner/name] [--dry-run]
+    memory sweep --scope <kind>|all [--repo owner/name] [--dry-run]
+    memory remember [--scope me|<kind>] [--supersedes <id>] <text…>
 
-Text is a command only when it starts with ``memory`` and a verb; ``memory`` alone or with one
-unknown word is a usage error (someone addressed the command and got it wrong); longer prose
-that merely starts with the word ("memory is flaky today") is not a command at all.
+A ``<kind>`` is any registered scope kind but ``user`` (the built-ins ``org``, ``repo``,
+``channel``, and a plugin's, such as ``guild``); a person's own scope is ``me``. Text is a
+command only when it starts with ``memory`` and a verb; ``memory`` alone or with one unknown
+word is a usage error (someone addressed the command and got it wrong); longer prose that
+merely starts with the word ("memory is flaky today") is not a command at all.
+
+The scope gate (``scope_refusal``) is the one rule every surface applies before a command
+touches a scope: a person's own scope is theirs; this installation's org scope and every
+repository, channel or plugin-kind scope are shared (reading is open, changing needs an
+admin); another person's scope, another organisation's, and a key of a kind nobody
+registered are closed to everyone, admins included.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection, Iterable
 
 import attrs
+
+from scopemem.core.scopes import scope_kind
 
 DEFAULT_LIST_LIMIT = 20
 MAX_LIST_LIMIT = 50
 
+ME, ALL = "me", "all"
+USER_KIND = "user"
+ORG_KIND = "org"
+
 
 class ListScope(enum.StrEnum):
-    ME = "me"
+    """The built-in scope words. Commands carry plain strings, so a plugin's kind name
+    (``guild``) is a scope word like these."""
+
+    ME = ME
     ORG = "org"
     REPO = "repo"
     CHANNEL = "channel"
-    ALL = "all"
+    ALL = ALL
 
 
+BUILTIN_KINDS = ("org", "repo", "channel", USER_KIND)
 SWEEP_SCOPES = (ListScope.ORG, ListScope.REPO, ListScope.CHANNEL, ListScope.ALL)
 
 USAGE = {
-    "list": "memory list [<words>…] [--scope me|org|repo|channel|all] [--limit 1-50] "
+    "list": "memory list [<words>…] [--scope me|<scope>|all] [--limit 1-50] "
             "[--repo owner/name]",
     "forget": "memory forget <id>",
-    "sweep": "memory sweep --scope org|repo|channel|all [--repo owner/name] [--dry-run]",
+    "sweep": "memory sweep --scope <scope>|all [--repo owner/name] [--dry-run]",
+    "remember": "memory remember [--scope me|<scope>] [--supersedes <id>] <text>",
 }
 
 
@@ -49,7 +70,7 @@ class CommandUsageError(ValueError):
 
 @attrs.frozen
 class ListCommand:
-    scope: ListScope = ListScope.ALL
+    scope: str = ALL
     limit: int = DEFAULT_LIST_LIMIT
     query: str | None = None
     repo: str | None = None
@@ -62,12 +83,43 @@ class ForgetCommand:
 
 @attrs.frozen
 class SweepCommand:
-    scope: ListScope
+    scope: str
     repo: str | None = None
     dry_run: bool = False
 
 
-MemoryCommand = ListCommand | ForgetCommand | SweepCommand
+@attrs.frozen
+class RememberCommand:
+    text: str
+    scope: str = ME
+    supersedes: str | None = None
+    repo: str | None = None
+
+
+MemoryCommand = ListCommand | ForgetCommand | SweepCommand | RememberCommand
+
+
+def scope_words(kinds: Iterable[str]) -> list[str]:
+    """The words that name one scope in a command: ``me``, then every registered kind but
+    ``user`` (a person names their own scope ``me``, and nobody else's)."""
+    return [ME, *(kind for kind in kinds if kind != USER_KIND)]
+
+
+def shared_scopes(kinds: Iterable[str]) -> list[str]:
+    """What ``sweep --scope all`` sweeps, in order: the organisation's scope, the
+    repository's, the channel's, a plugin's kinds."""
+    named = [kind for kind in kinds if kind != USER_KIND]
+    first = [kind for kind in (ORG_KIND, "repo", "channel") if kind in named]
+    return [*first, *(kind for kind in named if kind not in first)]
+
+
+def all_scopes(kinds: Iterable[str]) -> list[str]:
+    """What ``all`` lists, in order: the person's own scope, the repository's, the
+    channel's, a plugin's kinds, the organisation's."""
+    named = [kind for kind in kinds if kind != USER_KIND]
+    builtin = [kind for kind in ("repo", "channel") if kind in named]
+    others = [kind for kind in named if kind not in ("repo", "channel", ORG_KIND)]
+    return [ME, *builtin, *others, *([ORG_KIND] if ORG_KIND in named else [])]
 
 
 def parse_limit(value: str, verb: str = "list") -> int:
@@ -77,14 +129,12 @@ def parse_limit(value: str, verb: str = "list") -> int:
     return int(value)
 
 
-def parse_list_scope(value: str, verb: str, allowed: tuple[ListScope, ...]) -> ListScope:
-    try:
-        scope = ListScope(value.lower())
-    except ValueError:
-        scope = None
+def parse_scope(value: str, verb: str, allowed: Collection[str]) -> str:
+    """``value`` as one of the ``allowed`` scope words (case-insensitive), else a usage error
+    naming them."""
+    scope = value.lower()
     if scope not in allowed:
-        names = "|".join(s.value for s in allowed)
-        raise CommandUsageError(f"--scope takes {names}, got {value!r}", verb)
+        raise CommandUsageError(f"--scope takes {'|'.join(allowed)}, got {value!r}", verb)
     return scope
 
 
@@ -118,36 +168,42 @@ def _options(words: list[str], verb: str, valued: set[str], flags: set[str]
     return options, rest
 
 
-def parse_memory_command(text: str) -> MemoryCommand | None:
+def parse_memory_command(text: str, kinds: Iterable[str] = BUILTIN_KINDS
+                         ) -> MemoryCommand | None:
     """The command in ``text``, ``None`` when it is not a memory command, or
-    ``CommandUsageError`` when it is one but malformed."""
+    ``CommandUsageError`` when it is one but malformed. ``kinds`` are the registered scope
+    kinds, each a scope word."""
     words = text.split()
     if not words or words[0].lower() != "memory":
         return None
     if len(words) == 1:
-        raise CommandUsageError("memory needs a verb: list, forget or sweep")
+        raise CommandUsageError("memory needs a verb: list, forget, sweep or remember")
     verb = words[1].lower()
     args = words[2:]
+    names = scope_words(kinds)
     if verb == "list":
-        return _parse_list(args)
+        return _parse_list(args, names)
     if verb == "forget":
         return _parse_forget(args)
     if verb == "sweep":
-        return _parse_sweep(args)
+        return _parse_sweep(args, names)
+    if verb == "remember":
+        return _parse_remember(args, names)
     if len(words) == 2 or verb.startswith("-"):
         raise CommandUsageError(f"unknown memory verb {words[1]!r}")
     return None
 
 
-def _parse_list(args: list[str]) -> ListCommand:
+def _parse_list(args: list[str], names: list[str]) -> ListCommand:
     options, rest = _options(args, "list", {"--scope", "--limit", "--repo"}, set())
     limit = parse_limit(options["--limit"]) if "--limit" in options else DEFAULT_LIST_LIMIT
+    allowed = [*names, ALL]
     if "--scope" in options:
-        scope = parse_list_scope(options["--scope"], "list", tuple(ListScope))
-    elif rest and rest[0].lower() in set(ListScope):
-        scope = ListScope(rest.pop(0).lower())
+        scope = parse_scope(options["--scope"], "list", allowed)
+    elif rest and rest[0].lower() in allowed:
+        scope = rest.pop(0).lower()
     else:
-        scope = ListScope.ALL
+        scope = ALL
     query = " ".join(rest) if rest else None
     return ListCommand(scope=scope, limit=limit, query=query, repo=options.get("--repo"))
 
@@ -160,31 +216,78 @@ def _parse_forget(args: list[str]) -> ForgetCommand:
     return ForgetCommand(args[0])
 
 
-def _parse_sweep(args: list[str]) -> SweepCommand:
+def _parse_sweep(args: list[str], names: list[str]) -> SweepCommand:
     options, rest = _options(args, "sweep", {"--scope", "--repo"}, {"--dry-run"})
     if rest:
         raise CommandUsageError(f"unexpected words: {' '.join(rest)}", "sweep")
     if "--scope" not in options:
         raise CommandUsageError("memory sweep needs --scope", "sweep")
-    scope = parse_list_scope(options["--scope"], "sweep", SWEEP_SCOPES)
+    scope = parse_scope(options["--scope"], "sweep", [*(n for n in names if n != ME), ALL])
     return SweepCommand(scope=scope, repo=options.get("--repo"),
                         dry_run="--dry-run" in options)
+
+
+def _parse_remember(args: list[str], names: list[str]) -> RememberCommand:
+    # Options lead; the first other word starts the text, which keeps every word after it
+    # ("use --no-cache when building" is a fact, not an unknown option).
+    start = 0
+    while start < len(args) and args[start].startswith("--"):
+        start += 1 if "=" in args[start] else 2
+    options, rest = _options(args[:start], "remember", {"--scope", "--supersedes", "--repo"},
+                             set())
+    text = " ".join(args[start:])
+    if rest or not text:
+        raise CommandUsageError("memory remember needs the text to remember", "remember")
+    scope = parse_scope(options.get("--scope", ME), "remember", names)
+    return RememberCommand(text=text, scope=scope, supersedes=options.get("--supersedes"),
+                           repo=options.get("--repo"))
 
 
 # --- the scope gate --------------------------------------------------------------------------
 
 
-def forget_refusal(scope_key: str, caller: str, is_admin: bool) -> str | None:
-    """Why ``caller`` may not change records of ``scope_key`` (``None``: allowed).
+class Access(enum.Enum):
+    OWN = "own"
+    SHARED = "shared"
+    CLOSED = "closed"
 
-    A person's own scope is always theirs. Another person's scope is nobody else's, admins
-    included: no request can ever name it. Every shared scope (org, repo, channel, or a
-    plugin's kind) needs an admin; with no admins configured, nobody is one."""
+
+def scope_access(scope_key: str, caller: str, org_key: str | None, kinds: Collection[str]
+                 ) -> tuple[Access, str | None]:
+    """How ``caller`` stands to ``scope_key`` and, when it is closed, why: their own scope;
+    a shared one (this installation's org, any repository, channel or registered plugin
+    kind); or closed (another person's, another organisation's, a kind nobody registered)."""
     if scope_key == caller:
-        return None
-    if scope_key.startswith("user:"):
-        return "that record belongs to another person's scope; nobody else can change it"
-    if not is_admin:
+        return Access.OWN, None
+    kind = scope_kind(scope_key)
+    if kind not in kinds:
+        return Access.CLOSED, (f"no scope kind {kind!r} is registered here; nobody can "
+                               "reach that scope")
+    if kind == USER_KIND:
+        return Access.CLOSED, ("that record belongs to another person's scope; nobody else "
+                               "can change it")
+    if kind == ORG_KIND and scope_key != org_key:
+        return Access.CLOSED, ("that record belongs to another organisation's scope; nobody "
+                               "here can change it")
+    return Access.SHARED, None
+
+
+def read_refusal(scope_key: str, caller: str, org_key: str | None, kinds: Collection[str]
+                 ) -> str | None:
+    """Why ``caller`` may not list ``scope_key`` (``None``: allowed)."""
+    access, reason = scope_access(scope_key, caller, org_key, kinds)
+    return reason if access is Access.CLOSED else None
+
+
+def change_refusal(scope_key: str, caller: str, is_admin: bool, org_key: str | None,
+                   kinds: Collection[str]) -> str | None:
+    """Why ``caller`` may not change records of ``scope_key`` (forget, sweep, remember;
+    ``None``: allowed). A person's own scope is always theirs; a shared scope needs an admin
+    (with no admins configured, nobody is one); a closed scope is nobody's."""
+    access, reason = scope_access(scope_key, caller, org_key, kinds)
+    if access is Access.CLOSED:
+        return reason
+    if access is Access.SHARED and not is_admin:
         return ("only admins can change records in shared scopes; "
                 "`memory list me` shows your own records")
     return None

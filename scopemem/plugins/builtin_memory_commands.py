@@ -4,6 +4,11 @@ They share the chat grammar's rules (``scopemem.core.commands``) and its executo
 (``scopemem.commands``), act as ``user:cli:local`` unless ``--as`` names another user scope,
 and run against the configured store (an SQLite directory or a worker URL). Human output by
 default, ``--json`` for scripts; a refusal or failure exits 1, a usage error 2.
+
+A command lives for a moment, so it never runs on a store that dies with it: the worker
+client without its token is a configuration error naming the variable (a bot would fall back
+to the in-process store), and a command that changes records refuses a store that keeps them
+in this process only.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -25,16 +30,21 @@ from scopemem.commands import (
     run_sweep,
 )
 from scopemem.core.commands import (
+    ALL,
     DEFAULT_LIST_LIMIT,
     MAX_LIST_LIMIT,
-    SWEEP_SCOPES,
+    ME,
     ForgetCommand,
     ListCommand,
-    ListScope,
+    RememberCommand,
     SweepCommand,
+    scope_words,
 )
 from scopemem.errors import ScopememError
 from scopemem.plugins.markers import hookimpl
+
+if TYPE_CHECKING:
+    from scopemem.memory import Memory
 
 DEFAULT_CALLER = "user:cli:local"
 
@@ -48,14 +58,52 @@ def _caller(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     return value
 
 
-def _run(state: CliState, action: Callable[[Any], Awaitable[Outcome]], as_json: bool) -> None:
+def _extra(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+           ) -> dict[str, str]:
+    extra: dict[str, str] = {}
+    for value in values:
+        name, sep, given = value.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {value!r}")
+        extra[name.strip()] = given
+    return extra
+
+
+def _memory(state: CliState) -> Memory:
+    """The configured memory for one command. Never the in-process stand-in a bot may fall
+    back to: it would die with the command, and everything the command wrote with it."""
     from scopemem.memory import Memory
 
+    try:
+        return Memory.from_config(state.config(), plugin_manager=state.pm,
+                                  allow_fallback=False)
+    except ScopememError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _scope(memory: Memory, value: str | None, allowed: list[str]) -> str | None:
+    """``--scope`` checked against the scope words this installation has (a plugin's kinds
+    included); a usage error naming them otherwise."""
+    if value is None or value.lower() in allowed:
+        return None if value is None else value.lower()
+    asyncio.run(memory.close())
+    raise click.BadParameter(f"takes {'|'.join(allowed)}, got {value!r}",
+                             param_hint="'--scope'")
+
+
+def _durable(memory: Memory) -> None:
+    """A command that changes records refuses a store that keeps them in this process only:
+    its change would be gone when the command exits, though it said it was done."""
+    if memory.enabled and not getattr(memory.store, "durable", True):
+        asyncio.run(memory.close())
+        raise click.ClickException(
+            f"memory.store = {memory.config.store!r} keeps records in this process only; "
+            "a one-shot command's change would be lost when it exits (use a store that "
+            "keeps them: sqlite, worker)")
+
+
+def _run(memory: Memory, action: Callable[[Any], Awaitable[Outcome]], as_json: bool) -> None:
     async def main() -> Outcome:
-        try:
-            memory = Memory.from_config(state.config(), plugin_manager=state.pm)
-        except ScopememError as exc:
-            raise click.ClickException(str(exc)) from None
         try:
             return await action(memory)
         finally:
@@ -65,6 +113,8 @@ def _run(state: CliState, action: Callable[[Any], Awaitable[Outcome]], as_json: 
     if as_json:
         echo_json(outcome.data)
     else:
+        for warning in outcome.warnings:
+            click.echo(warning, err=True)
         click.echo(outcome.text, err=not outcome.ok)
     if not outcome.ok:
         sys.exit(1)
@@ -76,34 +126,44 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 repo_option = click.option("--repo", metavar="OWNER/NAME", help="The repository scope to use.")
 channel_option = click.option("--channel", metavar="ID",
                               help="The channel id (platform-namespaced, e.g. slack:C0456).")
+extra_option = click.option("--extra", "extra", multiple=True, metavar="KEY=VALUE",
+                            callback=_extra,
+                            help="An input a plugin's scope kind is derived from "
+                                 "(e.g. guild_id=123); repeatable.")
 
 
 @hookimpl
 def scopemem_register_commands(cli: click.Group) -> None:
     @cli.command(name="list")
     @click.argument("words", nargs=-1)
-    @click.option("--scope", type=click.Choice([s.value for s in ListScope]),
+    @click.option("--scope", metavar="me|org|repo|channel|<kind>|all",
                   help="Which scope to list (default all; a leading scope word works too).")
     @click.option("--limit", type=click.IntRange(1, MAX_LIST_LIMIT), default=DEFAULT_LIST_LIMIT,
                   show_default=True, help="Records per scope.")
     @repo_option
     @channel_option
+    @extra_option
     @as_option
     @json_option
     @click.pass_obj
     def list_command(state: CliState, words: tuple[str, ...], scope: str | None, limit: int,
-                     repo: str | None, channel: str | None, caller: str, as_json: bool) -> None:
+                     repo: str | None, channel: str | None, extra: dict[str, str],
+                     caller: str, as_json: bool) -> None:
         """List active records, newest first; WORDS filter by whole words.
 
         As in chat, a leading scope word (``scopemem list org deploy``) names the scope when
-        --scope is not given."""
+        --scope is not given. A scope that fails says so; the exit is 1 when every scope
+        failed."""
+        memory = _memory(state)
+        allowed = [*scope_words(memory.scope_kinds), ALL]
         rest = list(words)
+        scope = _scope(memory, scope, allowed)
         if scope is None:
-            scope = rest.pop(0).lower() if rest and rest[0].lower() in set(ListScope) else "all"
-        command = ListCommand(scope=ListScope(scope), limit=limit,
+            scope = rest.pop(0).lower() if rest and rest[0].lower() in allowed else ALL
+        command = ListCommand(scope=scope, limit=limit,
                               query=" ".join(rest) if rest else None, repo=repo)
-        context = CommandContext(caller=caller, channel_id=channel)
-        _run(state, lambda memory: run_list(memory, command, context), as_json)
+        context = CommandContext(caller=caller, channel_id=channel, extra=extra)
+        _run(memory, lambda memory: run_list(memory, command, context), as_json)
 
     @cli.command(name="forget")
     @click.argument("record_id", metavar="ID")
@@ -112,66 +172,98 @@ def scopemem_register_commands(cli: click.Group) -> None:
     @click.pass_obj
     def forget_command(state: CliState, record_id: str, caller: str, as_json: bool) -> None:
         """Forget one record (mem:<scope>:<n>); it stays stored, invisible to every read."""
+        memory = _memory(state)
+        _durable(memory)
         context = CommandContext(caller=caller)
-        _run(state, lambda memory: run_forget(memory, ForgetCommand(record_id), context),
+        _run(memory, lambda memory: run_forget(memory, ForgetCommand(record_id), context),
              as_json)
 
     @cli.command(name="sweep")
-    @click.option("--scope", type=click.Choice([s.value for s in SWEEP_SCOPES]), required=True,
+    @click.option("--scope", required=True, metavar="org|repo|channel|<kind>|all",
                   help="Which shared scope to sweep.")
     @repo_option
     @channel_option
+    @extra_option
     @click.option("--dry-run", is_flag=True, help="Only list what would be swept.")
     @as_option
     @json_option
     @click.pass_obj
     def sweep_command(state: CliState, scope: str, repo: str | None, channel: str | None,
-                      dry_run: bool, caller: str, as_json: bool) -> None:
+                      extra: dict[str, str], dry_run: bool, caller: str,
+                      as_json: bool) -> None:
         """Retire stored facts that the status gate would refuse today."""
-        command = SweepCommand(scope=ListScope(scope), repo=repo, dry_run=dry_run)
-        context = CommandContext(caller=caller, channel_id=channel)
-        _run(state, lambda memory: run_sweep(memory, command, context), as_json)
+        memory = _memory(state)
+        allowed = [*(word for word in scope_words(memory.scope_kinds) if word != ME), ALL]
+        checked = _scope(memory, scope, allowed) or ALL
+        _durable(memory)
+        command = SweepCommand(scope=checked, repo=repo, dry_run=dry_run)
+        context = CommandContext(caller=caller, channel_id=channel, extra=extra)
+        _run(memory, lambda memory: run_sweep(memory, command, context), as_json)
 
     @cli.command(name="remember")
     @click.argument("text")
-    @click.option("--scope", type=click.Choice(["me", "org", "repo", "channel"]),
-                  required=True, help="Where the fact belongs.")
+    @click.option("--scope", required=True, metavar="me|org|repo|channel|<kind>",
+                  help="Where the fact belongs.")
+    @click.option("--supersedes", metavar="ID",
+                  help="A record of the same scope this fact replaces (mem:<scope>:<n>).")
     @repo_option
     @channel_option
+    @extra_option
     @as_option
     @json_option
     @click.pass_obj
-    def remember_command(state: CliState, text: str, scope: str, repo: str | None,
-                         channel: str | None, caller: str, as_json: bool) -> None:
+    def remember_command(state: CliState, text: str, scope: str, supersedes: str | None,
+                         repo: str | None, channel: str | None, extra: dict[str, str],
+                         caller: str, as_json: bool) -> None:
         """Write one fact a person states, through the same gate as reflection."""
-        context = CommandContext(caller=caller, channel_id=channel)
-        _run(state, lambda memory: run_remember(memory, text, ListScope(scope), context,
-                                                repo=repo), as_json)
+        memory = _memory(state)
+        checked = _scope(memory, scope, scope_words(memory.scope_kinds)) or ME
+        _durable(memory)
+        command = RememberCommand(text=text, scope=checked, supersedes=supersedes, repo=repo)
+        context = CommandContext(caller=caller, channel_id=channel, extra=extra)
+        _run(memory, lambda memory: run_remember(memory, command, context), as_json)
 
     @cli.command(name="context")
     @click.argument("brief")
     @click.option("--user", metavar="ID", help="The requesting user (e.g. slack:U0123).")
     @channel_option
     @repo_option
+    @extra_option
     @click.option("--visibility", type=click.Choice(["public", "private", "dm", "machine"]),
                   help="The origin's visibility.")
     @json_option
     @click.pass_obj
     def context_command(state: CliState, brief: str, user: str | None, channel: str | None,
-                        repo: str | None, visibility: str | None, as_json: bool) -> None:
-        """Print the exact memory block a run with this brief would receive."""
+                        repo: str | None, extra: dict[str, str], visibility: str | None,
+                        as_json: bool) -> None:
+        """Print the exact memory block a run with this brief would receive.
+
+        A scope that fails is named on stderr (a run would go without its records); the
+        exit is 1 when every scope failed."""
         from scopemem.core.requests import Request
 
         request = Request(text=brief, user_id=user, channel_id=channel, repo=repo,
-                          channel_visibility=visibility)
+                          channel_visibility=visibility, extra=extra)
+        memory = _memory(state)
 
         async def preview(memory: Any) -> Outcome:
             if not memory.enabled:
                 return Outcome(True, "memory is off: a run gets no block",
                                {"ok": True, "enabled": False, "block": ""})
-            block = await memory.context_block(request)
-            text = block or "nothing matched: a run with this brief gets no block"
-            return Outcome(True, text, {"ok": True, "enabled": True, "block": block,
-                                        "scopes": memory.scope_keys(request)})
+            result = await memory.context(request)
+            ok = not result.scopes or len(result.failed) < len(result.scopes)
+            warnings = tuple(f"⚠️ memory store read of {key} failed: {reason}"
+                             for key, reason in result.failed.items())
+            if result.block:
+                text = result.block
+            elif not ok:
+                text = "every scope failed: a run with this brief gets no block"
+            elif result.failed:
+                text = "nothing matched in the scopes that answered"
+            else:
+                text = "nothing matched: a run with this brief gets no block"
+            data = {"ok": ok, "enabled": True, "block": result.block,
+                    "scopes": list(result.scopes), "failed": dict(result.failed)}
+            return Outcome(ok, text, data, warnings)
 
-        _run(state, preview, as_json)
+        _run(memory, preview, as_json)

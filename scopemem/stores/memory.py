@@ -36,6 +36,9 @@ class InMemoryStore:
     """Records per scope in sequence order. No method awaits while it changes state, so on
     one event loop every call is atomic: a batch is never seen half applied."""
 
+    # Records live as long as the process: a one-shot command refuses to change them.
+    durable = False
+
     def __init__(self, *, cap: int = DEFAULT_SCOPE_CAP, clock: Clock = wall_clock_ms) -> None:
         self.cap = check_cap(cap)
         self._clock = clock

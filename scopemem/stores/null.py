@@ -10,6 +10,7 @@ from scopemem.stores.base import StoreSettings
 
 
 class NullStore:
+    durable = False  # keeps nothing at all
     async def retrieve(self, scope_key: str, query: str, limit: int) -> list[Record]:
         return []
 

@@ -7,9 +7,11 @@ from scopemem.core.commands import (
     ForgetCommand,
     ListCommand,
     ListScope,
+    RememberCommand,
     SweepCommand,
-    forget_refusal,
+    change_refusal,
     parse_memory_command,
+    read_refusal,
 )
 
 
@@ -30,9 +32,41 @@ from scopemem.core.commands import (
     ("memory sweep --dry-run --scope=all", SweepCommand(scope=ListScope.ALL, dry_run=True)),
     ("memory sweep --scope repo --repo acme/api",
      SweepCommand(scope=ListScope.REPO, repo="acme/api")),
+    ("memory remember use --no-cache when building",
+     RememberCommand(text="use --no-cache when building")),
+    ("memory remember --scope org --supersedes mem:org:acme:3 lint before pushing",
+     RememberCommand(text="lint before pushing", scope="org", supersedes="mem:org:acme:3")),
+    ("memory remember --scope=repo --repo acme/api make bootstrap first",
+     RememberCommand(text="make bootstrap first", scope="repo", repo="acme/api")),
 ])
 def test_commands_parse(text, expected):
     assert parse_memory_command(text) == expected
+
+
+KINDS = ("org", "repo", "channel", "user", "guild")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("memory list guild", ListCommand(scope="guild")),
+    ("memory list --scope guild deploy", ListCommand(scope="guild", query="deploy")),
+    ("memory sweep --scope guild", SweepCommand(scope="guild")),
+    ("memory remember --scope guild raids start at nine", RememberCommand(
+        text="raids start at nine", scope="guild")),
+])
+def test_a_registered_plugin_kind_is_a_scope_word(text, expected):
+    assert parse_memory_command(text, KINDS) == expected
+    # Without the plugin the word is plain text, or a usage error where a scope is required.
+    if isinstance(expected, ListCommand) and "--scope" not in text:
+        assert parse_memory_command(text).scope == "all"
+    else:
+        with pytest.raises(CommandUsageError, match="--scope"):
+            parse_memory_command(text)
+
+
+def test_user_is_never_a_scope_word():
+    with pytest.raises(CommandUsageError, match="--scope"):
+        parse_memory_command("memory list --scope user", KINDS)
+    assert parse_memory_command("memory list user", KINDS) == ListCommand(query="user")
 
 
 @pytest.mark.parametrize("text", ["", "hello", "remember this", "memory is flaky today",
@@ -58,6 +92,10 @@ def test_prose_is_not_a_command(text):
     ("memory sweep", "needs --scope"),
     ("memory sweep --scope me", "--scope"),
     ("memory sweep --scope org extra", "unexpected words"),
+    ("memory remember", "needs the text"),
+    ("memory remember --scope org", "needs a value|needs the text"),
+    ("memory remember --scope all lint first", "--scope"),
+    ("memory remember --scope", "needs a value"),
 ])
 def test_malformed_commands_are_usage_errors(text, problem):
     with pytest.raises(CommandUsageError, match=problem) as info:
@@ -66,14 +104,28 @@ def test_malformed_commands_are_usage_errors(text, problem):
 
 
 CALLER = "user:slack:U1"
+ORG_KEY = "org:acme"
 
 
-def test_the_scope_gate():
-    assert forget_refusal(CALLER, CALLER, is_admin=False) is None
-    assert "admins" in forget_refusal("org:acme", CALLER, is_admin=False)
-    assert forget_refusal("org:acme", CALLER, is_admin=True) is None
-    assert forget_refusal("repo:o/n", CALLER, is_admin=True) is None
-    assert forget_refusal("channel:slack:C1", CALLER, is_admin=False) is not None
-    assert forget_refusal("guild:discord:9", CALLER, is_admin=False) is not None
+def test_the_scope_gate_for_changes():
+    def refusal(key, admin):
+        return change_refusal(key, CALLER, admin, ORG_KEY, KINDS)
+
+    assert refusal(CALLER, False) is None
+    assert "admins" in refusal(ORG_KEY, False)
+    assert refusal(ORG_KEY, True) is None
+    assert refusal("repo:o/n", True) is None
+    assert "admins" in refusal("channel:slack:C1", False)
+    assert refusal("guild:discord:9", True) is None  # a registered plugin kind is shared
+    assert "admins" in refusal("guild:discord:9", False)
     for admin in (False, True):
-        assert "another person" in forget_refusal("user:slack:U2", CALLER, is_admin=admin)
+        assert "another person" in refusal("user:slack:U2", admin)
+        assert "another organisation" in refusal("org:other", admin)
+        assert "no scope kind 'team'" in refusal("team:x", admin)
+
+
+def test_the_scope_gate_for_reads():
+    for key in (CALLER, ORG_KEY, "repo:o/n", "channel:slack:C1", "guild:discord:9"):
+        assert read_refusal(key, CALLER, ORG_KEY, KINDS) is None
+    for key in ("user:slack:U2", "org:other", "team:x"):
+        assert read_refusal(key, CALLER, ORG_KEY, KINDS) is not None

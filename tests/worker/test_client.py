@@ -13,8 +13,16 @@ import pytest
 from aiohttp import web
 
 from scopemem.config import load_config
-from scopemem.core.records import Kind, SweepResult, WriteCounts, to_wire
-from scopemem.errors import ConfigError, StoreError
+from scopemem.core.hygiene import NO_THREAD_KEY
+from scopemem.core.records import (
+    MAX_QUERY_CHARS,
+    MAX_TEXT_CHARS,
+    Kind,
+    SweepResult,
+    WriteCounts,
+    to_wire,
+)
+from scopemem.errors import ConfigError, StoreError, StoreRefused
 from scopemem.memory import build_store
 from scopemem.plugins.manager import get_plugin_manager
 from scopemem.stores.base import StoreSettings
@@ -379,3 +387,63 @@ async def test_a_round_trip_through_the_real_server(aiohttp_server, clock, caplo
         await worker.close()
     assert caplog.text.count("[write]") == 1
     assert f"[write] {ORG} <- 3 candidates (evicted 1)" in caplog.text
+
+
+# --- issue 12: what the client sends fits the wire; what it keeps is what was asked ----------
+
+
+async def test_a_long_query_goes_as_its_distinct_tokens(store, stub):
+    brief = "[ok] step 7 took 40 ms\n" * 1000 + "why do the integration tests fail"
+    assert len(brief) > MAX_QUERY_CHARS
+    await store.retrieve(ORG, brief, 5)
+    await store.list(ORG, 5, query=brief)
+    for body in stub.bodies():
+        assert body["query"] == "ok step 7 took 40 ms why do the integration tests fail"
+    await store.retrieve(ORG, "short query", 5)
+    assert stub.bodies()[-1]["query"] == "short query"
+
+
+async def test_a_window_keeps_only_facts_whatever_an_older_worker_returns(
+        store, stub, memory_warnings):
+    stub.replies["/list"] = (200, {"records": [
+        wire_record(3), wire_record(2, kind="summary", text="a thread summary"),
+        wire_record(1)]})
+    records = await store.list(ORG, 24, kind=Kind.FACT)
+    assert [r.id for r in records] == [f"mem:{ORG}:3", f"mem:{ORG}:1"]
+    assert any("another kind" in w for w in memory_warnings())
+    # Through the read path too: the repository window never shows the summary.
+    from scopemem import Memory, MemoryConfig, Request
+
+    repo = "repo:acme/api"
+    stub.replies["/list"] = (200, {"records": [
+        wire_record(2, repo, text="lesson 3"),
+        wire_record(1, repo, kind="summary", text="a thread summary")]})
+    memory = Memory(MemoryConfig(enabled=True, organization="acme", store="memory"), store)
+    block = await memory.context_block(Request(text="x", repo="acme/api"))
+    assert "lesson 3" in block and "a thread summary" not in block
+
+
+async def test_candidates_are_fitted_before_they_leave_the_process(store, stub):
+    stub.replies["/write"] = (200, {"ok": True, "inserted": 1})
+    await store.write(ORG, [fact("x " * 3000, keywords=("k" * 70, "ok"), source_thread_key="")])
+    [sent] = stub.bodies()[-1]["records"]
+    assert len(sent["text"]) <= MAX_TEXT_CHARS and sent["keywords"] == ["ok"]
+    assert sent["sourceThreadKey"] == NO_THREAD_KEY
+
+
+async def test_a_refused_body_raises_store_refused(store, stub):
+    stub.replies["/write"] = (400, {"error": "records[0].text must be at most 4000"})
+    with pytest.raises(StoreRefused, match="answered 400"):
+        await store.write(ORG, [fact("x")])
+    stub.replies["/write"] = (503, {"error": "busy"})
+    with pytest.raises(StoreError) as info:
+        await store.write(ORG, [fact("x")])
+    assert not isinstance(info.value, StoreRefused)
+
+
+def test_a_one_shot_command_never_falls_back_to_the_in_process_store(memory_warnings):
+    settings = StoreSettings(name="worker", options={"base_url": "http://127.0.0.1:9"},
+                             environ={}, allow_fallback=False)
+    with pytest.raises(ConfigError, match=r"\$MEMORY_TOKEN is not set"):
+        WorkerStore.from_settings(settings)
+    assert memory_warnings() == []

@@ -1,0 +1,262 @@
+"""Reflection never loses a lesson to one failure and never writes across a line: shared
+repository answers, failed shown-set reads, plugin audiences, human-stated records, opt-outs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from scopemem import Memory, MemoryConfig, Request, ScopeKind, hookimpl
+from scopemem.core.records import Kind, Source
+from scopemem.core.requests import Request as CoreRequest
+from scopemem.plugins.manager import new_plugin_manager
+from scopemem.reflecting import Run
+from scopemem.stores.memory import InMemoryStore
+from scopemem.stores.sqlite import SqliteStore
+from tests.conftest import fact
+from tests.test_memory_write import (
+    ORG,
+    REPO,
+    USER_A,
+    Scripted,
+    lesson,
+    make_memory,
+    reflect,
+    run,
+    texts,
+)
+
+GUILD = "guild:discord:G1"
+
+
+@pytest.fixture
+def scripted() -> Scripted:
+    return Scripted()
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, clock, tmp_path):
+    if request.param == "memory":
+        yield InMemoryStore(clock=clock)
+        return
+    store = SqliteStore(tmp_path / "data", clock=clock)
+    yield store
+    await store.close()
+
+
+def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "reflection r-42" in r.getMessage()]
+
+
+# --- item 8: the repository is resolved once, and shared --------------------------------------
+
+
+async def _repo() -> str:
+    await asyncio.sleep(0)
+    return "acme/api"
+
+
+def _repo_source(shape: str) -> object:
+    if shape == "coroutine":
+        return _repo()  # a bare coroutine can be awaited once only
+    if shape == "task":
+        return asyncio.ensure_future(_repo())
+    future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    asyncio.get_running_loop().call_soon(future.set_result, "acme/api")
+    return future
+
+
+@pytest.mark.parametrize("shape", ["coroutine", "task", "future"])
+async def test_a_repo_awaitable_read_first_still_routes_repo_facts_to_repo(
+        store, clock, scripted, shape, memory_warnings):
+    memory = make_memory(store, clock, scripted)
+    await store.write(REPO, [fact("the api repo needs make bootstrap before pytest")])
+    request = Request(text="why does pytest fail", user_id="slack:UA", channel_id="slack:C1",
+                      repo=_repo_source(shape), channel_visibility="public")
+    block = await memory.context_block(request)
+    assert f"+ {REPO} +" in block and "make bootstrap" in block
+    scripted.replies = [{"facts": [lesson("the api repo runs pytest with -p no:cacheprovider",
+                                          audience="repo")],
+                         "summary": "a pytest question"}]
+    await reflect(memory, Run(request=request, answer="done", tool_calls=1,
+                              thread_key="slack:C1/17", run_id="r-42"))
+    assert await texts(store, REPO) == ["a pytest question",
+                                        "the api repo needs make bootstrap before pytest",
+                                        "the api repo runs pytest with -p no:cacheprovider"]
+    assert await store.list(ORG, 10) == []  # nothing of the repository leaked into org
+    assert memory_warnings() == []
+
+
+async def test_a_read_cancelled_while_the_repo_resolves_leaves_the_answer_for_later(
+        store, clock, scripted):
+    memory = make_memory(store, clock, scripted)
+    release = asyncio.Event()
+
+    async def slow_repo() -> str:
+        await release.wait()
+        return "acme/api"
+
+    request = Request(text="x", user_id="slack:UA", repo=slow_repo(),
+                      channel_visibility="public")
+    read = asyncio.ensure_future(memory.context_block(request))
+    await asyncio.sleep(0.01)
+    read.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await read
+    release.set()
+    assert await memory.resolve_repo(request.repo) == "acme/api"
+
+
+# --- item 4: a failed read of the shown set costs only what it would have shown ----------------
+
+
+async def test_a_failed_window_read_at_reflection_costs_only_the_shown_records(
+        store, clock, scripted, memory_warnings):
+    memory = make_memory(store, clock, scripted)
+
+    async def broken_list(*_args, **_kwargs):
+        raise OSError("worker unreachable")
+
+    store.list = broken_list  # type: ignore[method-assign]
+    scripted.replies = [{"facts": [lesson("the api repo needs make bootstrap first",
+                                          audience="repo")]}]
+    await reflect(memory, run(repo="acme/api"))
+    assert len(scripted.calls) == 1  # the extraction still happened
+    [warning] = [w for w in memory_warnings() if "repository window" in w]
+    assert "reflection" in warning and REPO in warning and "worker unreachable" in warning
+    assert [r.text for r in await store.retrieve(REPO, "bootstrap", 5)] == [
+        "the api repo needs make bootstrap first"]
+
+
+async def test_failed_reads_are_counted_on_the_line(store, clock, scripted, caplog):
+    caplog.set_level(logging.INFO, logger="scopemem")
+    memory = make_memory(store, clock, scripted)
+
+    async def broken(*_args, **_kwargs):
+        raise OSError("disk gone")
+
+    store.retrieve = broken  # type: ignore[method-assign]
+    scripted.replies = [{"facts": [lesson("deploys need the vpn")]}]
+    await reflect(memory, run())
+    [line] = lines(caplog)
+    assert "inserted 1" in line and "failed reads 3" in line  # org, channel, user
+
+
+# --- item 10: a plugin's scope kind is an audience ----------------------------------------------
+
+
+class Guilds:
+    @hookimpl
+    def scopemem_scope_kinds(self, config):
+        def derive(request: CoreRequest) -> str | None:
+            guild = request.extra.get("guild_id")
+            return f"guild:discord:{guild}" if guild else None
+
+        return [ScopeKind("guild", 15, derive, description="when it is about this Discord "
+                                                           "server (its roles, raids, rules)")]
+
+
+def guild_memory(store, clock, scripted) -> Memory:
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(scripted, Guilds()))
+    config = MemoryConfig(enabled=True, organization="acme", store="memory",
+                          model="scripted/m")
+    return Memory(config, store, plugin_manager=pm, clock=clock)
+
+
+def guild_run(**fields) -> Run:
+    return Run(request=Request(text="when are raids", user_id="slack:UA",
+                               channel_visibility="public", extra={"guild_id": "G1"}),
+               answer="nine", tool_calls=1, thread_key="discord:G1/5", run_id="r-42", **fields)
+
+
+async def test_reflection_routes_a_fact_to_a_plugin_kind(store, clock, scripted):
+    memory = guild_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("raids on this server start at nine",
+                                          audience="guild")],
+                         "summary": "asked about raid times"}]
+    await reflect(memory, guild_run())
+    system = scripted.calls[0]["system"]
+    assert '- "guild" when it is about this Discord server (its roles, raids, rules);' in system
+    assert await texts(store, GUILD) == ["asked about raid times",
+                                         "raids on this server start at nine"]
+    assert await store.list(ORG, 10) == []
+
+
+async def test_a_plugin_audience_without_its_scope_falls_back_to_org(store, clock, scripted):
+    memory = guild_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("raids start at nine", audience="guild")]}]
+    await reflect(memory, run())  # no guild_id: this run has no guild scope
+    assert await texts(store, ORG) == ["raids start at nine"]
+
+
+# --- item 11: what a person stated outranks what the extractor inferred ------------------------
+
+
+async def test_reflection_cannot_retire_a_fact_a_person_stated(store, clock, scripted, caplog):
+    caplog.set_level(logging.INFO, logger="scopemem")
+    memory = make_memory(store, clock, scripted, admins=("user:slack:UA",))
+    reply = await memory.handle_command("memory remember --scope org deploys freeze on "
+                                        "fridays", "user:slack:UA", channel_id="slack:C1")
+    assert reply.startswith("🧠 remembered in org:acme")
+    [stated] = await store.list(ORG, 10)
+    assert stated.source is Source.HUMAN
+    scripted.replies = [{"facts": [lesson("deploys may run any day", supersedes=stated.id,
+                                          confidence=0.6)]}]
+    await reflect(memory, run(text="can we deploy on fridays"))
+    records = await store.list(ORG, 10)
+    assert [(r.text, r.status.value, r.source) for r in records] == [
+        ("deploys may run any day", "active", Source.REFLECTION),
+        ("deploys freeze on fridays", "active", Source.HUMAN)]
+    [line] = lines(caplog)
+    assert "inserted 1" in line and "outranked 1" in line and "superseded 0" in line
+
+
+# --- item 12: a conversation kept out of memory -------------------------------------------------
+
+
+@pytest.mark.parametrize("opt_out", ["run_flag", "request_flag", "request_text", "history"])
+async def test_a_run_kept_out_of_memory_is_never_reflected(store, clock, scripted, caplog,
+                                                           opt_out):
+    caplog.set_level(logging.INFO, logger="scopemem")
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("deploys need the vpn")], "summary": "s"}]
+    the_run = {
+        "run_flag": lambda: run(no_memory=True),
+        "request_flag": lambda: Run(request=Request(text="x", user_id="slack:UA",
+                                                    no_memory=True),
+                                    answer="y", tool_calls=1, run_id="r-42"),
+        "request_text": lambda: run(text="please fix the build <No-Memory>"),
+        "history": lambda: run(history=[{"role": "user", "content": "<no-memory> hi"}]),
+    }[opt_out]()
+    await reflect(memory, the_run)
+    assert scripted.calls == []  # no extractor call at all
+    for scope in (ORG, USER_A, "channel:slack:C1"):
+        assert await store.list(scope, 10) == []
+    assert lines(caplog) == ["[memory] reflection r-42: skipped no_memory"]
+
+
+async def test_a_run_without_the_marker_still_reflects(store, clock, scripted):
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("deploys need the vpn")]}]
+    await reflect(memory, run(text="no memory of why the build broke"))
+    assert await texts(store, ORG) == ["deploys need the vpn"]
+
+
+# --- item 14: the counters, per target scope ----------------------------------------------------
+
+
+async def test_the_line_counts_per_target_scope(store, clock, scripted, caplog):
+    caplog.set_level(logging.INFO, logger="scopemem")
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("the api repo needs make bootstrap", audience="repo"),
+                                   lesson("the api repo lints with ruff", audience="repo"),
+                                   lesson("deploys need the vpn")],
+                         "summary": "a build question"}]
+    await reflect(memory, run(repo="acme/api"))
+    [line] = lines(caplog)
+    assert "inserted 3, summary 1," in line
+    assert line.endswith(f"; by scope: {ORG} (inserted 1), {REPO} (inserted 2, summary 1)")
+    assert await store.list(REPO, 10, kind=Kind.SUMMARY)
