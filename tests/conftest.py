@@ -50,3 +50,17 @@ def memory_warnings(caplog: pytest.LogCaptureFixture):
                 if r.name.startswith("scopemem") and r.levelno >= logging.WARNING]
 
     return collected
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def embedded_store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path):
+    """The in-process store, then the embedded SQLite one (a real file in a temp dir)."""
+    from scopemem.stores.memory import InMemoryStore
+    from scopemem.stores.sqlite import SqliteStore
+
+    if request.param == "memory":
+        yield InMemoryStore(clock=clock)
+        return
+    store = SqliteStore(tmp_path / "data", clock=clock)
+    yield store
+    await store.close()

@@ -13,9 +13,8 @@ from scopemem.core.records import Kind
 from scopemem.core.reflection import REFLECTION_SYSTEM
 from scopemem.plugins.manager import new_plugin_manager
 from scopemem.reflecting import Run
-from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.sqlite import SqliteStore
-from tests.conftest import FakeClock, fact
+from tests.conftest import fact
 
 ORG, REPO, CHANNEL = "org:acme", "repo:acme/api", "channel:slack:C1"
 USER_A, USER_B = "user:slack:UA", "user:slack:UB"
@@ -52,15 +51,10 @@ def scripted() -> Scripted:
     return Scripted()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path):
+@pytest.fixture
+def store(embedded_store):
     """The write path runs against the in-process store and the embedded SQLite one."""
-    if request.param == "memory":
-        yield InMemoryStore(clock=clock)
-        return
-    store = SqliteStore(tmp_path / "data", clock=clock)
-    yield store
-    await store.close()
+    return embedded_store
 
 
 def make_memory(store, clock, scripted, **overrides) -> Memory:

@@ -14,8 +14,6 @@ from scopemem.core.records import Kind, Source
 from scopemem.core.requests import Request as CoreRequest
 from scopemem.plugins.manager import new_plugin_manager
 from scopemem.reflecting import Run
-from scopemem.stores.memory import InMemoryStore
-from scopemem.stores.sqlite import SqliteStore
 from tests.conftest import fact
 from tests.test_memory_write import (
     ORG,
@@ -37,14 +35,9 @@ def scripted() -> Scripted:
     return Scripted()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, clock, tmp_path):
-    if request.param == "memory":
-        yield InMemoryStore(clock=clock)
-        return
-    store = SqliteStore(tmp_path / "data", clock=clock)
-    yield store
-    await store.close()
+@pytest.fixture
+def store(embedded_store):
+    return embedded_store
 
 
 def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
