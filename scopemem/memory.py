@@ -38,59 +38,17 @@ from scopemem.core.requests import (
     resolved,
 )
 from scopemem.core.scopes import order_scope_keys, scope_kind
-from scopemem.errors import ConfigError, ScopememError, StoreError
+from scopemem.errors import ScopememError
+from scopemem.installation import build_store, check_plugin_tables
 from scopemem.plugins import host
 from scopemem.plugins.manager import PluginManager, get_plugin_manager
 from scopemem.plugins.providers import Provider, build_provider, parse_model_ref
-from scopemem.plugins.registry import Registry
 from scopemem.reflecting import Run, reflect
-from scopemem.stores.base import (
-    Clock,
-    MemoryStore,
-    StoreSettings,
-    retrieve_or_raise,
-    wall_clock_ms,
-)
-from scopemem.stores.null import NullStore
+from scopemem.stores.base import Clock, MemoryStore, retrieve_or_raise, wall_clock_ms
 
 log = logging.getLogger("scopemem")
 
 REPO_KIND = "repo"
-
-
-def store_registry(pm: PluginManager) -> Registry[Any]:
-    registry: Registry[Any] = Registry("store", StoreError)
-    pm.hook.scopemem_register_stores(register=registry.register)
-    return registry
-
-
-def build_store(
-    config: MemoryConfig,
-    pm: PluginManager,
-    *,
-    environ: Mapping[str, str] | None = None,
-    clock: Clock = wall_clock_ms,
-    allow_fallback: bool = True,
-) -> MemoryStore:
-    """The configured store; memory off → a ``NullStore`` and no plugin store is built.
-    ``allow_fallback=False`` (a one-shot command) makes a store that would stand in with the
-    in-process one (the worker client without its token) refuse instead."""
-    if not config.enabled:
-        return NullStore()
-    registry = store_registry(pm)
-    try:
-        factory = registry.get(config.store)
-    except StoreError as exc:
-        raise ConfigError(f"memory.store: {exc}") from None
-    settings = StoreSettings(
-        name=config.store,
-        options=config.store_options(config.store),
-        cap=config.max_records_per_scope,
-        environ=dict(os.environ if environ is None else environ),
-        clock=clock,
-        allow_fallback=allow_fallback,
-    )
-    return factory(settings)
 
 
 @attrs.frozen
@@ -149,12 +107,16 @@ class Memory:
         clock: Clock = wall_clock_ms,
         allow_fallback: bool = True,
     ) -> Memory:
-        """Load the configuration and build its store. ``allow_fallback`` is for a process
+        """Load the configuration, validate every plugin table (``check_plugin_tables``) and
+        build the store. ``allow_fallback`` is for a process
         that runs for long (a bot, the default): the worker client without its token then
         stands in with the in-process store and a warning (000 item 20). A short-lived
         command passes False and gets a ``ConfigError`` naming the variable instead."""
         config = load_config(source)
         pm = plugin_manager or get_plugin_manager()
+        # Every plugin table, as ``scopemem config check`` validates it: a typo in any of them
+        # is a ConfigError naming the key now, not at the first reflection.
+        check_plugin_tables(config, pm, environ=environ, clock=clock)
         store = build_store(config, pm, environ=environ, clock=clock,
                             allow_fallback=allow_fallback)
         return cls(config, store, plugin_manager=pm, clock=clock, environ=environ)

@@ -16,18 +16,30 @@ import attrs
 from scopemem.errors import ConfigError
 
 T = TypeVar("T", bound="OptionsTable")
+T_Value = TypeVar("T_Value")
 
 
 @attrs.frozen(kw_only=True)
 class OptionsTable:
     """A plugin's name, its options table and the environment (for secrets the options name
-    by variable, never by value)."""
+    by variable, never by value).
+
+    Every helper below records the value it settled on, default or given, in ``effective``
+    (``record`` does it for an option a plugin reads by hand), so ``scopemem config check``
+    can print each plugin's settings in effect, defaults included, without knowing them."""
 
     TABLE: ClassVar[str] = "plugins"
 
     name: str = ""
     options: Mapping[str, Any] = attrs.field(factory=dict)
     environ: Mapping[str, str] = attrs.field(factory=dict)
+    # Shared, not copied, by ``named`` and ``attrs.evolve``: one table, one record.
+    effective: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
+
+    def record(self, key: str, value: T_Value) -> T_Value:
+        """Note ``value`` as option ``key``'s setting in effect, and return it."""
+        self.effective[key] = value
+        return value
 
     def named(self: T, default: str) -> T:
         """The same settings, named ``default`` when built without a name (direct use)."""
@@ -55,7 +67,7 @@ class OptionsTable:
             )
         if not value.strip():
             raise ConfigError(f"{self.option_key(key)}: must not be empty")
-        return value
+        return self.record(key, value)
 
     def choice_option(self, key: str, default: str, choices: Sequence[str]) -> str:
         """One of ``choices`` (case-insensitive; returned lower-cased), or ``default``."""
@@ -64,7 +76,7 @@ class OptionsTable:
             raise ConfigError(
                 f"{self.option_key(key)}: expected one of {', '.join(choices)}, got {value!r}"
             )
-        return value.lower()
+        return self.record(key, value.lower())
 
     def int_option(self, key: str, default: int, low: int, high: int | None = None) -> int:
         """A whole number in [low, high], or ``default`` when absent."""
@@ -75,7 +87,7 @@ class OptionsTable:
             raise ConfigError(
                 f"{self.option_key(key)}: expected a whole number {bound}, got {value!r}"
             )
-        return value
+        return self.record(key, value)
 
     def positive_number_option(self, key: str, default: float,
                                high: float | None = None) -> float:
@@ -91,4 +103,4 @@ class OptionsTable:
             raise ConfigError(
                 f"{self.option_key(key)}: must be a positive number{limit}, got {value!r}"
             )
-        return float(value)
+        return self.record(key, float(value))

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
+import attrs
+import pytest
 from click.testing import CliRunner
 
 from scopemem.cli import build_cli
+from scopemem.config import load_config
+from scopemem.errors import ConfigError
+from scopemem.memory import Memory
 from scopemem.plugins.manager import new_plugin_manager
 
 
@@ -38,8 +45,9 @@ def test_config_check_prints_effective_settings(tmp_path: Path):
     path.write_text('[memory]\nenabled = true\norganization = "acme"\nstore = "memory"\n')
     result = run("--config", str(path), "config", "check", "--json")
     assert result.exit_code == 0, result.output
-    settings = json.loads(result.output)
+    settings = json.loads(result.output)["memory"]
     assert settings["organization"] == "acme" and settings["limit"] == 32
+    assert settings["stores"] == {"memory": {}}
 
 
 def test_config_check_names_the_bad_key_without_a_traceback(tmp_path: Path):
@@ -78,3 +86,61 @@ def test_config_check_validates_the_reflection_provider(tmp_path: Path):
     assert result.exit_code == 1 and "memory.providers.openai.timeout_seconds" in result.output
     path.write_text('[memory]\nmodel = "openai/gpt-4o-mini"\n')
     assert run("--config", str(path), "config", "check").exit_code == 0
+
+
+# --- issue 12 item 16: config check validates what the commands validate ----------------------
+
+
+AGREE = {
+    "a typo in the store's table": (
+        'enabled = true\norganization = "acme"\n[memory.stores.sqlite]\npath = "d"\nbogus = 1\n',
+        "memory.stores.sqlite.bogus"),
+    "a typo in a table the store does not use": (
+        'enabled = true\norganization = "acme"\nstore = "sqlite"\n'
+        '[memory.stores.worker]\nbase_url = "ftp://x"\n', "memory.stores.worker.base_url"),
+    "a table for a store nobody installed": (
+        'enabled = true\norganization = "acme"\n[memory.stores.sqlit]\npath = "d"\n',
+        "memory.stores.sqlit"),
+    "a provider table reflection would reject": (
+        '[memory.providers.anthropic]\ntimeout_seconds = 0\n',
+        "memory.providers.anthropic.timeout_seconds"),
+    "a bad table while memory is off": (
+        'enabled = false\n[memory.stores.sqlite]\nsynchronous = "sometimes"\n',
+        "memory.stores.sqlite.synchronous"),
+    "an uninstalled store while memory is off": ('store = "nosuch"\n', "memory.store"),
+}
+
+
+@pytest.mark.parametrize("case", list(AGREE))
+def test_config_check_and_the_commands_refuse_the_same_tables(tmp_path: Path, case):
+    body, key = AGREE[case]
+    path = tmp_path / "scopemem.toml"
+    path.write_text("[memory]\n" + body)
+    checked = run("--config", str(path), "config", "check")
+    assert checked.exit_code == 1 and key in checked.output, checked.output
+    assert "Traceback" not in checked.output
+    listed = run("--config", str(path), "list")
+    assert listed.exit_code == 1 and key in listed.output, listed.output
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        Memory.from_config(path, plugin_manager=new_plugin_manager(environ={}))
+
+
+def test_the_effective_settings_are_toml_with_every_plugins_defaults(tmp_path: Path):
+    path = tmp_path / "scopemem.toml"
+    path.write_text('[memory]\nenabled = true\norganization = "acme"\nmodel = "anthropic/m"\n'
+                    f'[memory.stores.sqlite]\npath = "{tmp_path / "data"}"\n')
+    result = run("--config", str(path), "config", "check")
+    assert result.exit_code == 0, result.output
+    printed = tomllib.loads(result.output)
+    assert printed["memory"]["gate"] is True and printed["memory"]["max_tokens"] == 3000
+    assert printed["memory"]["stores"]["sqlite"] == {
+        "path": str(tmp_path / "data"), "synchronous": "full", "busy_timeout_ms": 5000,
+        "max_open_connections": 64, "cache_rows": 50_000, "usage_flush_ms": 1000}
+    assert printed["memory"]["providers"]["anthropic"]["api_key_env"] == "ANTHROPIC_API_KEY"
+    # What it prints is a configuration that loads back as the same one.
+    again = tmp_path / "again.toml"
+    again.write_text(result.output)
+    assert load_config(again) == attrs.evolve(
+        load_config(path), stores=printed["memory"]["stores"],
+        providers=printed["memory"]["providers"])
+    assert tomllib.loads(run("--config", str(again), "config", "check").output) == printed

@@ -253,3 +253,41 @@ async def test_the_line_counts_per_target_scope(store, clock, scripted, caplog):
     assert "inserted 3, summary 1," in line
     assert line.endswith(f"; by scope: {ORG} (inserted 1), {REPO} (inserted 2, summary 1)")
     assert await store.list(REPO, 10, kind=Kind.SUMMARY)
+
+
+# --- item 17: the status gate has its switch -----------------------------------------------------
+
+
+class NoGiveaways:
+    @hookimpl
+    def scopemem_rejection_markers(self, candidate):
+        return ["giveaway"] if "giveaway" in candidate.text else None
+
+
+@pytest.mark.parametrize("gate", [True, False])
+async def test_memory_gate_switches_the_status_gate(store, clock, scripted, gate):
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(scripted, NoGiveaways()))
+    memory = Memory(MemoryConfig(enabled=True, organization="acme", store="memory",
+                                 model="scripted/m", gate=gate, admins=("user:slack:UA",)),
+                    store, plugin_manager=pm, clock=clock)
+    status = "PR 1835 was pushed at sha 3f9a2c1 with all 10512 tests passing"
+    scripted.replies = [{"facts": [lesson(status), lesson("the giveaway bot posts at noon"),
+                                   lesson("deploys need the vpn")]}]
+    await reflect(memory, run())
+    remembered = await memory.handle_command(f"memory remember --scope org {status}!",
+                                             "user:slack:UA")
+    expected = ["deploys need the vpn"] + ([] if gate else [status, status + "!"])
+    assert await texts(store, ORG) == sorted(expected)
+    assert remembered.startswith("🚫" if gate else "🧠")
+    # Another plugin's markers are not the status gate: they apply either way.
+    assert "giveaway" not in " ".join(await texts(store, ORG))
+
+
+def test_memory_gate_is_a_boolean():
+    from scopemem import ConfigError
+    from scopemem.config import config_from_mapping
+
+    assert config_from_mapping({"memory": {}}).gate is True
+    assert config_from_mapping({"memory": {"gate": False}}).gate is False
+    with pytest.raises(ConfigError, match="memory.gate"):
+        config_from_mapping({"memory": {"gate": "off"}})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import attrs
 import click
 
 from scopemem.cli import CliState, echo_json
@@ -30,7 +29,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
     @click.pass_obj
     def stores_command(state: CliState, as_json: bool) -> None:
         """List the installed stores (``memory.store`` names one)."""
-        from scopemem.memory import store_registry
+        from scopemem.installation import store_registry
 
         names = store_registry(state.pm).names()
         if as_json:
@@ -46,29 +45,21 @@ def scopemem_register_commands(cli: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
     @click.pass_obj
     def config_check(state: CliState, as_json: bool) -> None:
-        """Validate the configuration and print the effective settings."""
+        """Validate the configuration and print the settings in effect.
+
+        Every table is checked by the plugin that owns it, exactly as a bot's
+        ``Memory.from_config`` checks it; the settings are printed as TOML (defaults
+        included), a file that loads back as the same configuration."""
         from scopemem.errors import ScopememError
-        from scopemem.memory import store_registry
-        from scopemem.plugins.providers import build_provider, parse_model_ref
+        from scopemem.installation import check_plugin_tables, effective_settings, effective_toml
 
         config = state.config()
-        if config.enabled and config.store not in store_registry(state.pm):
-            raise click.ClickException(
-                f"memory.store: unknown store {config.store!r}; installed: "
-                f"{', '.join(store_registry(state.pm).names())} (plugin may not be installed)"
-            )
-        if config.model is not None:
-            # Building a provider does no I/O, so its options can be checked here, before
-            # the first reflection would find the mistake.
-            try:
-                ref = parse_model_ref(config.model)
-                build_provider(state.pm, config, ref)
-            except (ValueError, ScopememError) as exc:
-                raise click.ClickException(f"memory.model: {exc}") from None
-        settings = attrs.asdict(config, recurse=True)
+        try:
+            tables = check_plugin_tables(config, state.pm)
+        except ScopememError as exc:
+            raise click.ClickException(str(exc)) from None
         if as_json:
-            echo_json(settings)
+            echo_json(effective_settings(config, tables))
             return
-        click.echo("configuration is valid")
-        for key, value in settings.items():
-            click.echo(f"  {key} = {value!r}")
+        click.echo("# configuration is valid; the settings in effect:")
+        click.echo(effective_toml(config, tables), nl=False)

@@ -39,7 +39,13 @@ def scopemem_register_stores(register: Callable[[str, Callable[..., Any]], None]
 
     :param register: ``register(name, factory)``; ``factory(settings: StoreSettings)`` returns
         a ``MemoryStore``. ``settings.options`` is the ``[memory.stores.<name>]`` table, which
-        the factory validates itself (raise ``ConfigError`` naming the key).
+        the factory validates itself (raise ``ConfigError`` naming the key), with the
+        ``OptionsTable`` helpers so ``config check`` can print the options in effect. A
+        factory does no I/O (files and connections open on first use): it is also called
+        with ``settings.validate_only`` set, only to validate its table, and its result is
+        then dropped unused; it should not warn about the environment then. With
+        ``settings.allow_fallback`` false (a one-shot command) it must not stand in with a
+        store that dies with the process.
 
     Called once when ``Memory`` (or a command) builds its store registry. A name registered
     twice is an error. ``memory.store = "<name>"`` selects one; an unknown name's error lists
@@ -59,7 +65,12 @@ def scopemem_scope_kinds(config: MemoryConfig) -> Sequence[ScopeKind] | None:
     Called once per ``Memory``. Answers are merged by name, the most recently registered
     plugin winning, so a chat adapter can add a kind (``guild``) or replace a built-in
     deriver. Breadth orders scopes widest first (built-ins: org 0, repo 10, channel 20,
-    user 30) and tells the host which policy answers would widen a write.
+    user 30) and tells the host which policy answers would widen a write. Every kind is a
+    scope everywhere a built-in one is: read for a request that carries its input, an
+    audience reflection may route a fact to (``description`` completes the extractor's
+    instruction for it), and a scope word of ``memory list|forget|sweep|remember``
+    (derived from ``Request.extra``, ``--extra KEY=VALUE`` on the command line). A kind's
+    scopes are shared: changing their records needs an admin.
     """
 
 
@@ -70,10 +81,14 @@ def scopemem_rejection_markers(candidate: Candidate) -> Sequence[str] | None:
     :param candidate: a fact or summary reflection is about to write.
     :return: marker names (short tokens, safe to log), or ``None``/empty to pass it.
 
-    Called for every fact before it is routed and written. Answers are concatenated and any
-    marker rejects the fact. The built-in gate returns the status and change-description
-    markers of ``scopemem.core.gate``; summaries are episodic and the built-in never gates
-    them. Stores' ``sweep`` applies the built-in gate only (stores do not call plugins).
+    Called for every fact before it is written, whoever offers it (reflection, a person's
+    ``remember``), after redaction and the record caps. Answers are concatenated and any
+    marker rejects the fact; a person told of a refusal by a marker that is not the built-in
+    gate's hears that a plugin refused it, by its marker names. The built-in gate returns
+    the status and change-description markers of ``scopemem.core.gate`` (``memory.gate =
+    false`` leaves it out; other plugins still answer); summaries are episodic and the
+    built-in never gates them. Stores' ``sweep`` applies the built-in gate only (stores do
+    not call plugins).
     """
 
 

@@ -96,6 +96,10 @@ class StoreSettings(OptionsTable):
     # runs for days may; a one-shot command must not: that store dies with the command and
     # takes everything the command wrote with it.
     allow_fallback: bool = True
+    # The factory is called only to validate its table and record its options (config
+    # check, startup): it must not warn about the running environment, and what it returns
+    # is dropped unused. Factories do no I/O, so building one costs nothing.
+    validate_only: bool = False
 
 
 StoreFactory = Callable[[StoreSettings], MemoryStore]

@@ -48,10 +48,11 @@ class InMemoryStore:
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> InMemoryStore:
         settings.unknown_options(())
-        log.warning(
-            "[memory] store 'memory' keeps records in this process only: they are lost on "
-            "restart (memory.store = \"sqlite\" or \"worker\" keeps them)"
-        )
+        if not settings.validate_only:
+            log.warning(
+                "[memory] store 'memory' keeps records in this process only: they are lost on "
+                "restart (memory.store = \"sqlite\" or \"worker\" keeps them)"
+            )
         return cls(cap=settings.cap, clock=settings.clock)
 
     def _rows(self, scope_key: str) -> list[Record]:

@@ -465,7 +465,8 @@ class SqliteStore:
         settings.unknown_options(("path", "synchronous", "busy_timeout_ms",
                                   "max_open_connections", "cache_rows", "usage_flush_ms"))
         return cls(
-            _check_path(settings.options.get("path", DEFAULT_PATH), settings.option_key("path")),
+            settings.record("path", _check_path(settings.options.get("path", DEFAULT_PATH),
+                                                settings.option_key("path"))),
             cap=settings.cap,
             clock=settings.clock,
             synchronous=settings.choice_option("synchronous", "full", SYNCHRONOUS_LEVELS),

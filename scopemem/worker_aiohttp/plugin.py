@@ -54,7 +54,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
         """
         import asyncio
 
-        from scopemem.memory import store_registry
+        from scopemem.installation import store_registry
         from scopemem.stores.base import StoreSettings
         from scopemem.worker_aiohttp.app import create_app, serve_until_signalled
 

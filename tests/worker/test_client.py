@@ -23,7 +23,7 @@ from scopemem.core.records import (
     to_wire,
 )
 from scopemem.errors import ConfigError, StoreError, StoreRefused
-from scopemem.memory import build_store
+from scopemem.installation import build_store
 from scopemem.plugins.manager import get_plugin_manager
 from scopemem.stores.base import StoreSettings
 from scopemem.stores.memory import InMemoryStore
