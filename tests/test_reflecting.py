@@ -12,6 +12,7 @@ import pytest
 from scopemem import Memory, MemoryConfig, Request, ScopeKind, hookimpl
 from scopemem.core.records import Kind, Source
 from scopemem.core.requests import Request as CoreRequest
+from scopemem.errors import StoreRefused
 from scopemem.plugins.manager import new_plugin_manager
 from scopemem.reflecting import Run
 from tests.conftest import fact
@@ -291,3 +292,29 @@ def test_memory_gate_is_a_boolean():
     assert config_from_mapping({"memory": {"gate": False}}).gate is False
     with pytest.raises(ConfigError, match="memory.gate"):
         config_from_mapping({"memory": {"gate": "off"}})
+
+
+# --- item 2: one refused candidate costs only itself --------------------------------------------
+
+
+async def test_a_batch_refused_as_a_whole_is_written_one_candidate_at_a_time(
+        store, clock, scripted, caplog):
+    caplog.set_level(logging.INFO, logger="scopemem")
+    memory = make_memory(store, clock, scripted)
+    inner = store.write
+
+    async def picky(scope_key, candidates, cap=None):
+        # A worker with a rule this client does not know: it refuses any batch holding "x9".
+        if any("x9" in c.text for c in candidates):
+            raise StoreRefused("memory worker /write failed: answered 400: records[1]: x9")
+        return await inner(scope_key, candidates, cap)
+
+    store.write = picky  # type: ignore[method-assign]
+    scripted.replies = [{"facts": [lesson("deploys need the vpn"), lesson("x9 is forbidden"),
+                                   lesson("lint before pushing")],
+                         "summary": "a deploy question"}]
+    await reflect(memory, run())
+    assert await texts(store, ORG) == ["a deploy question", "deploys need the vpn",
+                                       "lint before pushing"]
+    [line] = lines(caplog)
+    assert "inserted 2, summary 1," in line and line.count("failed writes 1") == 1

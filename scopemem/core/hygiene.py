@@ -76,11 +76,28 @@ def _optional(value: str | None) -> str | None:
     return None if value is None else encodable(value)
 
 
+def _fits(candidate: Candidate) -> bool:
+    """The common case, decided cheaply (every store's write path asks it of every
+    candidate): ASCII strings within the caps, a thread key, keywords that need no change."""
+    keywords = candidate.keywords
+    return (len(candidate.text) <= MAX_TEXT_CHARS and candidate.text.isascii()
+            and candidate.source_thread_key.isascii() and bool(candidate.source_thread_key.strip())
+            and (candidate.source_run_id is None or candidate.source_run_id.isascii())
+            and (candidate.supersedes is None or candidate.supersedes.isascii())
+            and (candidate.restates is None or candidate.restates.isascii())
+            and (keywords is None or (
+                len(keywords) <= MAX_KEYWORDS and len(set(keywords)) == len(keywords)
+                and all(keyword.isascii() and 0 < len(keyword) <= MAX_KEYWORD_CHARS
+                        and keyword == keyword.strip() for keyword in keywords))))
+
+
 def fit_candidate(candidate: Candidate) -> Candidate:
     """The candidate as every store takes it: text cut to ``MAX_TEXT_CHARS`` at a word
     boundary, keywords fitted (``fit_keywords``), an empty or blank ``source_thread_key``
     replaced by ``NO_THREAD_KEY``, lone surrogates replaced in every string. A candidate
     that already fits is returned as it is (the same object)."""
+    if _fits(candidate):
+        return candidate
     whole = encodable(candidate.text)
     # A text of nothing but spaces would be cut to nothing: keep its first characters.
     text = cut_text(whole, MAX_TEXT_CHARS) or whole[:MAX_TEXT_CHARS]

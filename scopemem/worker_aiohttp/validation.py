@@ -29,12 +29,14 @@ from scopemem.core.records import (
     MAX_TEXT_CHARS,
     Candidate,
     Kind,
+    Source,
     WireError,
     from_wire,
 )
 from scopemem.core.scopes import identifier_problem, scope_key_problem
 
 KINDS = tuple(kind.value for kind in Kind)
+SOURCES = tuple(source.value for source in Source)
 
 
 class BodyError(ValueError):
@@ -206,6 +208,8 @@ def parse_candidate(item: Any, where: str) -> Candidate:
     _check_confidence(item, where)
     _optional_string(item, "supersedes", where)
     _optional_string(item, "restates", where)
+    if "source" in item and item["source"] not in SOURCES:
+        raise BodyError(f"{where}.source must be one of: {', '.join(SOURCES)}")
     try:
         return from_wire(item, Candidate)
     except WireError as exc:  # the checks above should leave nothing for it to find

@@ -20,7 +20,7 @@ import apsw
 import attrs
 import pytest
 
-from scopemem.core.records import Kind, Status, WriteCounts
+from scopemem.core.records import Kind, Source, Status, WriteCounts
 from scopemem.errors import ConfigError, StoreError
 from scopemem.stores import sqlite as sqlite_module
 from scopemem.stores import sqlite_schema as schema
@@ -702,3 +702,26 @@ async def test_statuses_round_trip(store: SqliteStore):
     await store.write(ORG, [fact("a"), fact("b")])
     await store.forget(ORG, f"mem:{ORG}:1")
     assert statuses(store.path_for(ORG)) == {1: Status.FORGOTTEN.value, 2: Status.ACTIVE.value}
+
+
+async def test_a_file_from_before_sources_gains_the_column_and_reads_as_reflection(make):
+    store = make()
+    await store.write(ORG, [fact("an old lesson")])
+    await store.close()
+    path = store.path_for(ORG)
+    # Back to schema version 2: the table as it was, without the source column.
+    conn = raw(path)
+    conn.execute("ALTER TABLE records DROP COLUMN source")
+    conn.execute("DELETE FROM schema_migrations WHERE version = 3")
+    conn.execute("PRAGMA user_version = 2")
+    conn.close()
+    assert "source" not in {row[1] for row in query(path, "PRAGMA table_info(records)")}
+    again = make()
+    [old] = await again.list(ORG, 10)
+    assert old.text == "an old lesson" and old.source is Source.REFLECTION
+    await again.write(ORG, [fact("a person said so", source=Source.HUMAN)])
+    assert query(path, "SELECT seq, source FROM records ORDER BY seq") == [
+        (1, "reflection"), (2, "human")]
+    assert query(path, "PRAGMA user_version") == [(schema.SCHEMA_VERSION,)]
+    with pytest.raises(apsw.ConstraintError):
+        query(path, "UPDATE records SET source = 'oracle' WHERE seq = 1")

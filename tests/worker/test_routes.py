@@ -294,6 +294,8 @@ BAD_BODIES = [
      "records[0].keywords[0] must be a string of at most 64"),
     ("/write", {"scopeKey": ORG, "records": [candidate(sourceRunId=17)]},
      "records[0].sourceRunId must be a string"),
+    ("/write", {"scopeKey": ORG, "records": [candidate(source="oracle")]},
+     "records[0].source must be one of: human, reflection"),
     ("/write", {"scopeKey": ORG, "records": [candidate(confidence=1.5)]},
      "records[0].confidence must be a number from 0 to 1"),
     ("/write", {"scopeKey": ORG, "records": [candidate(confidence=-0.1)]},
