@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from scopemem.core.records import Candidate, Kind
+from scopemem.core.records import Candidate, Kind, Source
 from scopemem.stores import sqlite as sqlite_module
 from scopemem.stores import sqlite_schema as schema
 from scopemem.stores.memory import InMemoryStore
@@ -78,6 +78,8 @@ def candidates(draw: st.DrawFn) -> Candidate:
         confidence=draw(st.sampled_from((None, 0.6, 0.75, 0.9))),
         supersedes=draw(pointers()),
         restates=draw(pointers()),
+        # A person's facts outrank the extractor's supersedes: both stores must agree.
+        source=draw(st.sampled_from((Source.REFLECTION, Source.REFLECTION, Source.HUMAN))),
     )
 
 
