@@ -4,9 +4,8 @@ Everything here is deterministic, stdlib-only and free of I/O, so the same
 behaviour holds in the scorer, in every store backend and in the renderer:
 
 * :func:`tokenize` / :func:`distinct_tokens` - the single word tokenizer used for
-  keyword matching. Stores and the scorer must agree on what a "token" is, or a
-  record written by one component would be unfindable by another.
-* :func:`normalize_text` - the dedup key for record text.
+  keyword matching, and :func:`normalize_text`, the dedup key for record text
+  (both defined in :mod:`scopemem.core.words`, with the folding rules).
 * :func:`sanitize_field` - makes a stored field safe to place inside the
   rendered memory block of a prompt.
 * :func:`redact_secrets` - strips credential-shaped substrings before text is
@@ -18,6 +17,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+
+from scopemem.core.words import distinct_tokens, normalize_text, tokenize
 
 __all__ = [
     "REDACTION_KINDS",
@@ -32,50 +33,9 @@ __all__ = [
 ]
 
 # ---------------------------------------------------------------------------
-# Tokenizing and normalising
+# Tokenizing and normalising live in ``words``; they are re-exported here, where every
+# caller has always found them.
 # ---------------------------------------------------------------------------
-
-_TOKEN_RE = re.compile(r"[a-z0-9]+")
-
-
-def tokenize(text: str) -> list[str]:
-    """Split ``text`` into lowercase ASCII word tokens, in order, duplicates kept.
-
-    The text is lowercased first and then every maximal run of ``[a-z0-9]`` is a
-    token; everything else (punctuation, whitespace, and any non-ASCII letter)
-    only separates tokens, so ``"café"`` yields ``["caf"]``. Lowercasing uses
-    :meth:`str.lower`, so the rare characters whose lowercase form is ASCII
-    (e.g. KELVIN SIGN -> ``"k"``) do contribute letters.
-
-    This is the one tokenizer that every store, the retrieval scorer and the
-    keyword extraction share. Matching is whole-token, so all of them must split
-    text the same way; keeping the definition here (and deliberately simple and
-    ASCII-only) is what makes a record written by one component retrievable
-    through any other.
-    """
-    return _TOKEN_RE.findall(text.lower())
-
-
-def distinct_tokens(text: str) -> list[str]:
-    """Return :func:`tokenize` output with repeats removed, first occurrence kept.
-
-    Used where a token's presence matters but its frequency does not (query
-    matching, keyword sets), while keeping a stable, input-derived order.
-    """
-    return list(dict.fromkeys(tokenize(text)))
-
-
-def normalize_text(text: str) -> str:
-    """Return the dedup key for a piece of record text.
-
-    The text is trimmed, lowercased, and every run of whitespace is collapsed to
-    a single ASCII space. "Whitespace" is whatever :meth:`str.isspace` accepts,
-    which covers Unicode spaces and line separators (NBSP, U+2028, U+3000, ...).
-    Two texts that differ only in case or spacing therefore share a key, so a
-    restated fact bumps the existing record instead of creating a duplicate.
-    """
-    return " ".join(text.lower().split())
-
 
 def estimate_tokens(text: str) -> int:
     """Estimate the model-token cost of ``text`` as ``ceil(len(text) / 4)``.

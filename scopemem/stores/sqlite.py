@@ -110,6 +110,7 @@ from scopemem.core.records import (
     trusted_record,
 )
 from scopemem.core.text import normalize_text, tokenize
+from scopemem.core.words import FOLDING
 from scopemem.errors import ConfigError, StoreError
 from scopemem.plugins.markers import hookimpl
 from scopemem.stores import sqlite_schema as schema
@@ -1236,6 +1237,7 @@ class SqliteStore:
                 if owner != scope_key:
                     raise StoreError(f"sqlite store: {path} holds scope {owner!r},"
                                      f" not {scope_key!r}; left untouched")
+                self._refold(conn, path)
                 self._reconcile(conn)
         except BaseException as exc:
             conn.close()
@@ -1269,6 +1271,27 @@ class SqliteStore:
         if owner is not None and owner != scope_key:
             raise StoreError(f"sqlite store: {path} holds scope {owner!r}, not {scope_key!r};"
                              " left untouched")
+
+    @staticmethod
+    def _refold(conn: Any, path: str) -> None:
+        """Re-derive what the file keeps from the text by the tokenizing rules
+        (``words.FOLDING``): every row's dedup key and the active rows' indexed tokens, once,
+        inside the open's transaction, when the file was written under other rules (or none
+        recorded: before Unicode folding). Rows, ids, statuses and use counts are untouched."""
+        if schema.stored_meta(conn, schema.META_FOLDING) == FOLDING:
+            return
+        rows = conn.execute("SELECT seq, text, keywords, status FROM records").fetchall()
+        conn.executemany("UPDATE records SET norm = ? WHERE seq = ?",
+                         [(normalize_text(text), seq) for seq, text, _kw, _status in rows])
+        conn.execute("DELETE FROM records_fts")
+        conn.executemany("INSERT INTO records_fts (rowid, tokens) VALUES (?, ?)",
+                         [(seq, fts_tokens(text, json.loads(keywords)))
+                          for seq, text, keywords, status in rows if status == "active"])
+        schema.set_meta(conn, schema.META_FOLDING, FOLDING)
+        conn.execute(schema.NEXT_GENERATION_SQL)
+        if rows:
+            log.info("sqlite store: %s: re-derived the tokens of %d records (%s)", path,
+                     len(rows), FOLDING)
 
     @staticmethod
     def _reconcile(conn: Any) -> None:

@@ -22,6 +22,8 @@ import attrs
 APPLICATION_ID = 0x53634D6D
 
 META_SCOPE_KEY = "scope_key"
+# The tokenizing rules (``words.FOLDING``) the file's dedup keys and indexed tokens follow.
+META_FOLDING = "folding"
 
 
 @attrs.frozen
@@ -167,8 +169,17 @@ def claim_scope(conn: Any, scope_key: str) -> str:
 
 
 def stored_scope(conn: Any) -> str | None:
-    rows = conn.execute("SELECT value FROM meta WHERE key = ?", (META_SCOPE_KEY,)).fetchall()
+    return stored_meta(conn, META_SCOPE_KEY)
+
+
+def stored_meta(conn: Any, key: str) -> str | None:
+    rows = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchall()
     return rows[0][0] if rows else None
+
+
+def set_meta(conn: Any, key: str, value: str) -> None:
+    conn.execute("INSERT INTO meta (key, value) VALUES (?, ?)"
+                 " ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
 
 
 def has_table(conn: Any, name: str) -> bool:

@@ -271,11 +271,11 @@ async def test_synchronous_is_configurable_and_restored_after_a_bump(make):
 async def test_the_index_holds_the_engines_tokens(store: SqliteStore):
     await store.write(ORG, [fact("Le café: NEAR-by OR* \"quoted\"", keywords=("Big-Deploy",))])
     rows = query(store.path_for(ORG), "SELECT rowid, tokens FROM records_fts")
-    assert rows == [(1, "le caf near by or quoted big deploy")]
+    assert rows == [(1, "le cafe near by or quoted big deploy")]
     assert rows[0][1] == fts_tokens("Le café: NEAR-by OR* \"quoted\"", ("Big-Deploy",))
-    # The whole-token gate and the index agree: "cafe" is not a token of the record.
-    assert await store.retrieve(ORG, "cafe", 5) == []
-    assert len(await store.retrieve(ORG, "caf", 5)) == 1
+    # The whole-token gate and the index agree: "caf" is a fragment, "café" folds to "cafe".
+    assert await store.retrieve(ORG, "caf", 5) == []
+    assert len(await store.retrieve(ORG, "CAFÉ", 5)) == 1
 
 
 async def test_every_soft_delete_leaves_the_index(make, clock: FakeClock):
@@ -725,3 +725,52 @@ async def test_a_file_from_before_sources_gains_the_column_and_reads_as_reflecti
     assert query(path, "PRAGMA user_version") == [(schema.SCHEMA_VERSION,)]
     with pytest.raises(apsw.ConstraintError):
         query(path, "UPDATE records SET source = 'oracle' WHERE seq = 1")
+
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "sqlite-before-folding"
+
+
+async def test_a_file_from_before_unicode_folding_is_reindexed_once_and_loses_nothing(
+        make, tmp_path: Path, caplog):
+    """The fixture was written by the release before Unicode folding: its index holds
+    "caf" for "café" and no token at all for Greek, Cyrillic or Japanese text."""
+    import logging
+    import unicodedata
+
+    caplog.set_level(logging.INFO, logger="scopemem.stores.sqlite")
+    directory = tmp_path / "data"
+    shutil.copytree(FIXTURE, directory)
+    [path] = directory.glob("*.db")
+    before = query(str(path), "SELECT seq, id, status, use_count, text FROM records ORDER BY seq")
+    assert query(str(path), "SELECT tokens FROM records_fts WHERE rowid = 1") == [
+        ("le caf est ferm le lundi",)]
+    store = make(directory)
+    found = [r.text for r in await store.retrieve(ORG, "cafe FERME", 5)]
+    assert found == ["Le café est fermé le lundi", "a thread about the café hours"]
+    assert [r.text for r in await store.retrieve(ORG, "rich", 5)] == [
+        "the rich text editor drops tables on paste"]
+    for query_text, text in [("zurich", "Das Büro in Zürich öffnet um acht"),
+                             ("ΚΛΕΙΔΙ", "Το κλειδί είναι στο συρτάρι του γραφείου"),
+                             ("ключ", "Ключ от сервера лежит в ящике"),
+                             ("デプロイ", "デプロイ前にテストを実行する"),
+                             ("istanbul", "İstanbul ofisi cumartesi kapalı"),
+                             ("buro", "Das Büro in Zürich öffnet um acht")]:
+        assert [r.text for r in await store.retrieve(ORG, query_text, 5)] == [text], query_text
+    # The dedup keys were re-derived too: the same text in NFD strengthens the old row.
+    counts = await store.write(ORG, [fact(unicodedata.normalize("NFD",
+                                                                "Le café est fermé le lundi"))])
+    assert counts == WriteCounts(deduped=1)
+    await store.close()
+    # Nothing lost: every row, id, status and use count as it was (the retrievals above
+    # added their uses).
+    after = query(str(path), "SELECT seq, id, status, text FROM records ORDER BY seq")
+    assert after == [(seq, id_, status, text) for seq, id_, status, _uses, text in before]
+    assert dict(query(str(path), "SELECT seq, status FROM records"))[11] == "forgotten"
+    assert fts_rowids(str(path)) == active_seqs(str(path))
+    reindexed = [r for r in caplog.records if "re-derived" in r.getMessage()]
+    assert len(reindexed) == 1
+    # Once only: the file now says which rules its tokens follow.
+    again = make(directory)
+    assert len(await again.retrieve(ORG, "cafe", 5)) == 2
+    assert len([r for r in caplog.records if "re-derived" in r.getMessage()]) == 1
+    assert query(str(path), "SELECT value FROM meta WHERE key = 'folding'") == [("unicode-1",)]

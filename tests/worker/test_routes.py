@@ -358,7 +358,7 @@ async def test_supersedes_may_be_empty_and_non_ascii_text_round_trips(client):
     status, body = await post(client, "/write", {"scopeKey": ORG, "records": [
         candidate("le café ouvre à 8h", supersedes="", keywords=[])]})
     assert status == 200 and body["inserted"] == 1
-    _, body = await post(client, "/retrieve", {"scopeKey": ORG, "query": "caf", "limit": 1})
+    _, body = await post(client, "/retrieve", {"scopeKey": ORG, "query": "Café", "limit": 1})
     assert body["records"][0]["text"] == "le café ouvre à 8h"
 
 

@@ -1,0 +1,103 @@
+"""Words as people type them: the folding and the tokenizer every store and the scorer share.
+
+A record written by one component must be found through any other, so there is exactly one
+definition of a token, here. A token is a Unicode word, folded:
+
+* **Case** folds fully (``str.casefold``): ``Straße`` → ``strasse``, ``ΣΟΦΊΑ`` → ``σοφια``.
+* **Diacritics** fold away (``déploiement`` → ``deploiement``, ``İstanbul`` → ``istanbul``),
+  NFC and NFD alike, and compatibility forms fold to their plain letters (full-width, ligature
+  ``ﬁ``). Only the marks that decorate Latin, Greek, Cyrillic, Hebrew and Arabic letters are
+  removed (accents, niqqud, harakat); the vowel signs that Indic, Thai or other scripts need to
+  spell a word at all are kept. A few Latin letters that carry no separable mark fold as a
+  keyboard without them would type them: ``ø``→``o``, ``æ``→``ae``, ``œ``→``oe``, ``ł``→``l``,
+  ``đ``/``ð``→``d``, ``þ``→``th``, dotless ``ı``→``i``.
+* **Words** are maximal runs of letters, digits and marks; everything else separates them,
+  the underscore included (``node_modules`` is two words). Greek, Cyrillic, Arabic, Hebrew,
+  Devanagari words are words like Latin ones.
+* **Scripts written without spaces** (Han, Hiragana, Katakana, Hangul, Thai, Lao, Khmer,
+  Myanmar) have no word boundaries to find, so such a run becomes its overlapping character
+  bigrams (``数据库`` → ``数据``, ``据库``), the rule full-text engines commonly use for them; a
+  run of one character is a token of one. A query for a single character of such a script
+  therefore finds only a one-character word.
+
+Matching is whole-token, so no fragment matches: ``zürich`` folds to ``zurich``, which is not
+``rich``. Pure ASCII text takes a fast path with exactly these rules.
+
+``FOLDING`` names this definition; a store that keeps tokens (the SQLite index, the dedup
+key) records it and re-derives what it keeps when it changes.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+import regex
+
+__all__ = ["FOLDING", "distinct_tokens", "fold", "normalize_text", "tokenize"]
+
+#: The version of the folding and tokenizing rules; stored beside derived tokens.
+FOLDING = "unicode-1"
+
+_ASCII_TOKEN = re.compile(r"[a-z0-9]+")
+
+# Combining marks that only decorate letters of the scripts below: removed by folding.
+_DIACRITICS = regex.compile(
+    r"[\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670"
+    r"\u06d6-\u06ed\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]+")
+_LETTERS = str.maketrans({"ø": "o", "æ": "ae", "œ": "oe", "ł": "l", "đ": "d", "ð": "d",
+                          "þ": "th", "ı": "i"})
+# A word: letters, digits and marks, no underscore.
+_WORD = regex.compile(r"[\p{L}\p{N}\p{M}]+")
+_UNSPACED = (r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\p{Thai}\p{Lao}\p{Khmer}"
+             r"\p{Myanmar}")
+# Within a word, a run of unspaced-script characters (with their marks), or a run of others.
+_PIECE = regex.compile(rf"(?:[{_UNSPACED}]\p{{M}}*)+|(?:(?![{_UNSPACED}])[\p{{L}}\p{{N}}\p{{M}}])+")
+_UNSPACED_CHAR = regex.compile(rf"[{_UNSPACED}]\p{{M}}*")
+
+
+def fold(text: str) -> str:
+    """``text`` as matching compares it: case folded, diacritics removed, compatibility
+    forms replaced by their plain letters (see the module docstring). Whitespace and
+    punctuation are kept as they are."""
+    if text.isascii():
+        return text.lower()
+    # Compatibility forms first (a full-width or mathematical capital becomes a plain one),
+    # then case, then the decomposition again: casefolding can compose anew.
+    folded = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", text).casefold())
+    folded = _DIACRITICS.sub("", folded).translate(_LETTERS)
+    # Recompose what NFKD split and folding kept (Hangul syllables, Indic clusters).
+    return unicodedata.normalize("NFC", folded)
+
+
+def tokenize(text: str) -> list[str]:
+    """The folded words of ``text``, in order, repeats kept; a run of a script written
+    without spaces gives its overlapping bigrams."""
+    if text.isascii():
+        return _ASCII_TOKEN.findall(text.lower())
+    tokens: list[str] = []
+    for word in _WORD.findall(fold(text)):
+        for piece in _PIECE.findall(word):
+            if not _UNSPACED_CHAR.match(piece):
+                tokens.append(piece)
+                continue
+            chars = _UNSPACED_CHAR.findall(piece)
+            if len(chars) == 1:
+                tokens.append(chars[0])
+            else:
+                tokens.extend(chars[n] + chars[n + 1] for n in range(len(chars) - 1))
+    return tokens
+
+
+def distinct_tokens(text: str) -> list[str]:
+    """:func:`tokenize` with repeats removed, first occurrence kept: where a token's
+    presence matters but not its frequency (query matching, keyword sets)."""
+    return list(dict.fromkeys(tokenize(text)))
+
+
+def normalize_text(text: str) -> str:
+    """The dedup key of a record's text: folded as tokens are (case, diacritics, NFC and
+    NFD alike), trimmed, every run of whitespace (anything ``str.isspace`` accepts) one
+    space. Two texts that differ only there share a key, so a restated fact strengthens the
+    record that says it instead of duplicating it."""
+    return " ".join(fold(text).split())
