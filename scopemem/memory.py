@@ -108,10 +108,10 @@ class Memory:
         allow_fallback: bool = True,
     ) -> Memory:
         """Load the configuration, validate every plugin table (``check_plugin_tables``) and
-        build the store. ``allow_fallback`` is for a process
-        that runs for long (a bot, the default): the worker client without its token then
-        stands in with the in-process store and a warning (000 item 20). A short-lived
-        command passes False and gets a ``ConfigError`` naming the variable instead."""
+        build the store. ``allow_fallback`` is for a process that runs for long (a bot, the
+        default): the worker client without its token then stands in with the in-process
+        store and a warning (000 item 20). A short-lived command passes False and gets a
+        ``ConfigError`` naming the variable instead."""
         config = load_config(source)
         pm = plugin_manager or get_plugin_manager()
         # Every plugin table, as ``scopemem config check`` validates it: a typo in any of them

@@ -47,7 +47,6 @@ class ListScope(enum.StrEnum):
 
 
 BUILTIN_KINDS = ("org", "repo", "channel", USER_KIND)
-SWEEP_SCOPES = (ListScope.ORG, ListScope.REPO, ListScope.CHANNEL, ListScope.ALL)
 
 USAGE = {
     "list": "memory list [<words>…] [--scope me|<scope>|all] [--limit 1-50] "

@@ -11,9 +11,9 @@ bad candidate must never cost the others of its batch.
   validator checks. Every store applies it at its write boundary, so a candidate lands the
   same way on every store, and the worker client applies it before anything leaves the
   process.
-* :func:`redact_candidate` replaces credential-shaped text in the text and keywords.
-* :func:`clean_candidate` is both, in that order: what the host's write path (reflection and
-  ``remember`` alike) does to every candidate before the status gate reads it.
+* :func:`redact_candidate` replaces credential-shaped text in the text and keywords. The
+  host's write path (``plugins.host.screen_candidate``, reflection and ``remember`` alike)
+  redacts, then fits, every candidate before the status gate reads it.
 
 Pure: no I/O, no clock.
 """
@@ -27,8 +27,7 @@ import attrs
 from scopemem.core.records import MAX_KEYWORD_CHARS, MAX_KEYWORDS, MAX_TEXT_CHARS, Candidate
 from scopemem.core.text import distinct_tokens, encodable, redact_secrets
 
-__all__ = ["NO_THREAD_KEY", "clean_candidate", "cut_text", "fit_candidate", "fit_keywords",
-           "redact_candidate"]
+__all__ = ["NO_THREAD_KEY", "cut_text", "fit_candidate", "fit_keywords", "redact_candidate"]
 
 #: The provenance a candidate carries when its producer knew no thread (the wire needs one).
 NO_THREAD_KEY = "unthreaded"
@@ -127,8 +126,3 @@ def redact_candidate(candidate: Candidate) -> Candidate:
         return candidate
     return attrs.evolve(candidate, text=text, keywords=keywords)
 
-
-def clean_candidate(candidate: Candidate) -> Candidate:
-    """Redacted, then fitted: what every producer's candidate becomes on the host's write
-    path, before the status gate reads it."""
-    return fit_candidate(redact_candidate(candidate))

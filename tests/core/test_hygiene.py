@@ -7,10 +7,10 @@ from hypothesis import strategies as st
 
 from scopemem.core.hygiene import (
     NO_THREAD_KEY,
-    clean_candidate,
     cut_text,
     fit_candidate,
     fit_keywords,
+    redact_candidate,
 )
 from scopemem.core.records import (
     MAX_KEYWORD_CHARS,
@@ -52,10 +52,10 @@ def test_an_empty_thread_key_gets_a_placeholder():
     assert fit_candidate(candidate).source_thread_key == NO_THREAD_KEY
 
 
-def test_clean_redacts_the_text_and_each_keyword():
+def test_redaction_then_fitting_covers_the_text_and_each_keyword():
     candidate = Candidate(kind=Kind.FACT, text="the key is sk-" + "a" * 40,
                           source_thread_key="t", keywords=("password=hunter2xyz",))
-    cleaned = clean_candidate(candidate)
+    cleaned = fit_candidate(redact_candidate(candidate))
     assert "sk-aaaa" not in cleaned.text and "[REDACTED:openai_key]" in cleaned.text
     assert cleaned.keywords == ("password=[REDACTED:credential]",)
 
