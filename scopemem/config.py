@@ -18,14 +18,17 @@ from typing import Any
 import attrs
 import cattrs
 
+from scopemem.core.ranking import SEED, Ranking
 from scopemem.core.records import DEFAULT_SCOPE_CAP, MAX_LIMIT, MAX_SCOPE_CAP
 from scopemem.core.scopes import scope_key_problem
 from scopemem.core.scoring import MIN_BLOCK_TOKENS
 from scopemem.errors import ConfigError
+from scopemem.languages import analyzer_for, available_languages
 
 log = logging.getLogger("scopemem")
 
 DEFAULT_CONFIG_FILE = "scopemem.toml"
+RANKINGS = ("weighted", "seed")
 CONFIG_ENV = "SCOPEMEM_CONFIG"
 
 
@@ -46,8 +49,22 @@ class MemoryConfig:
     # The status gate (003): a fact carrying a status or change-description marker is never
     # written. False lets such facts through (other plugins' markers still apply).
     gate: bool = True
+    # Ranking (docs/memory.md "How ranking works"): the languages whose function words a
+    # query drops and whose stemmer folds inflections (the first listed per script stems);
+    # "weighted" weighs rare words above common ones, "seed" is the seed's plain share.
+    languages: tuple[str, ...] = ("english",)
+    ranking: str = "weighted"
+    # The least keyword match a record needs to be injected as a keyword hit (the window
+    # needs none): a brief with nothing relevant gets the window and nothing else.
+    min_match: float = 0.0
     stores: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     providers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+
+    def ranking_spec(self) -> Ranking:
+        """The ``Ranking`` these settings name (``_check_ranges`` has validated them)."""
+        if self.ranking == "seed":
+            return SEED
+        return Ranking(analyzer_for(self.languages))
 
     def store_options(self, name: str) -> Mapping[str, Any]:
         return self.stores.get(name, {})
@@ -65,6 +82,12 @@ def _strict(kind: type) -> Any:
         return value
 
     return hook
+
+
+def _number(value: Any, _type: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected a number, got {type(value).__name__} {value!r}")
+    return float(value)
 
 
 def _table(value: Any, _type: Any) -> dict[str, dict[str, Any]]:
@@ -88,6 +111,7 @@ def _build_converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=True)
     for kind in (str, int, bool):
         converter.register_structure_hook(kind, _strict(kind))
+    converter.register_structure_hook(float, _number)
     tables, strings = Mapping[str, Mapping[str, Any]], tuple[str, ...]
     converter.register_structure_hook_func(lambda t: t == tables, _table)
     converter.register_structure_hook_func(lambda t: t == strings, _string_list)
@@ -155,6 +179,18 @@ def _check_ranges(config: MemoryConfig) -> None:
     _in_range("repo_window", config.repo_window, 0, MAX_LIMIT)
     if not config.store:
         raise ConfigError("memory.store: must name a store")
+    if config.ranking not in RANKINGS:
+        raise ConfigError(f"memory.ranking: must be one of {', '.join(RANKINGS)},"
+                          f" got {config.ranking!r}")
+    if not 0.0 <= config.min_match <= 1.0:
+        raise ConfigError(f"memory.min_match: must be from 0 to 1, got {config.min_match}")
+    if not config.languages and config.ranking != "seed":
+        raise ConfigError("memory.languages: name at least one language"
+                          f" (available: {', '.join(available_languages())})")
+    try:
+        analyzer_for(config.languages)
+    except ValueError as exc:
+        raise ConfigError(f"memory.languages: {exc}") from None
     if config.organization is not None:
         problem = scope_key_problem(f"org:{config.organization}")
         if not config.organization or problem:

@@ -48,7 +48,7 @@ def _store_settings(config: MemoryConfig, name: str, environ: Mapping[str, str],
                     clock: Clock, **flags: bool) -> StoreSettings:
     return StoreSettings(name=name, options=dict(config.store_options(name)),
                          cap=config.max_records_per_scope, environ=dict(environ), clock=clock,
-                         **flags)
+                         ranking=config.ranking_spec(), **flags)
 
 
 def build_store(

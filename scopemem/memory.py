@@ -26,7 +26,7 @@ import attrs
 
 from scopemem.commands import CommandContext, RepoSource, handle_command
 from scopemem.config import MemoryConfig, load_config
-from scopemem.core import engine, scoring
+from scopemem.core import scoring
 from scopemem.core.records import Kind, Record
 from scopemem.core.requests import (
     Request,
@@ -44,7 +44,7 @@ from scopemem.plugins import host
 from scopemem.plugins.manager import PluginManager, get_plugin_manager
 from scopemem.plugins.providers import Provider, build_provider, parse_model_ref
 from scopemem.reflecting import Run, reflect
-from scopemem.stores.base import Clock, MemoryStore, retrieve_or_raise, wall_clock_ms
+from scopemem.stores.base import Clock, Hit, MemoryStore, search_hits, wall_clock_ms
 
 log = logging.getLogger("scopemem")
 
@@ -64,8 +64,11 @@ class MemoryContext:
 
 @attrs.frozen
 class _ScopeRead:
-    window: bool
-    records: list[Record]
+    """One scope's part of a block: the repository's window (newest facts, shown outright)
+    and keyword hits, each with its match."""
+
+    window: list[Record]
+    hits: list[Hit]
     error: str | None = None
 
 
@@ -96,6 +99,8 @@ class Memory:
         self._repo_answers: weakref.WeakKeyDictionary[Any, asyncio.Future[Any]] = (
             weakref.WeakKeyDictionary())
         self._resolutions: set[asyncio.Task[None]] = set()  # running, so not collected
+        self._marks: set[asyncio.Task[None]] = set()  # use counts of shown records, saving
+        self.ranking = config.ranking_spec()
 
     @classmethod
     def from_config(
@@ -196,14 +201,15 @@ class Memory:
         pending. True when drained; on timeout, one warning with what is left."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while self._active_runs or self._pending:
+        while self._active_runs or self._pending or self._marks:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 log.warning("[memory] drain timed out with %d run(s) in flight and %d "
                             "reflection(s) pending", self._active_runs, len(self._pending))
                 return False
-            if self._pending:
-                await asyncio.wait(set(self._pending), timeout=min(remaining, 0.5))
+            if self._pending or self._marks:
+                await asyncio.wait({*self._pending, *self._marks},
+                                   timeout=min(remaining, 0.5))
             else:
                 await asyncio.sleep(min(remaining, 0.05))
         return True
@@ -295,28 +301,44 @@ class Memory:
                 task.cancel()
         keys = order_scope_keys(reads, self.breadth)
         window: list[Record] = []
-        hits: list[Record] = []
+        hits: list[Hit] = []
         failed: dict[str, str] = {}
         for key in keys:
             read = reads[key].result()
-            (window if read.window else hits).extend(read.records)
+            window.extend(read.window)
+            hits.extend(read.hits)
             if read.error is not None:
                 failed[key] = read.error
-        block = self._render(window, hits, keys, request.text)
-        return MemoryContext(block, tuple(keys), failed)
+        kept = self._select(window, hits, keys)
+        # The window's display never reinforces it (003): only the hits shown count as used.
+        in_window = {record.id for record in window}
+        self._mark_shown([record for record in kept if record.id not in in_window])
+        return MemoryContext(scoring.render_block(kept, keys), tuple(keys), failed)
 
-    def _render(
-        self, window: Sequence[Record], hits: Sequence[Record], keys: Sequence[str], query: str
-    ) -> str:
-        # Every scope ranked its own hits; across scopes the one pool is re-scored. The sort
-        # is stable and the pool is in breadth order, so ties go to the widest scope.
+    def _select(self, window: Sequence[Record], hits: Sequence[Hit], keys: Sequence[str]
+                ) -> list[Record]:
+        """The records a block shows, in order, within ``limit`` and ``max_tokens``.
+
+        The repository's window (its newest facts) leads the block, as 003 wants. Keyword
+        hits from every scope (the repository's own beyond its window included) are one
+        pool, re-scored with each hit's match in its own scope (in [0, 1], so scopes
+        compare like with like; ties to the widest scope, the pool being in breadth order);
+        a hit below ``min_match`` is not shown. The hits are guaranteed a quarter of
+        ``limit``: when the window and the hits would not both fit, the window's oldest
+        facts give way, and stand after the hits."""
         now = self.clock()
-        tokens = engine.query_tokens(query)
-        ranked = sorted(hits, key=lambda record: -scoring.score_record(record, tokens, now))
-        pool = [*window, *ranked]
+        shown = {record.id for record in window}
+        floor = self.config.min_match
+        relevant = [hit for hit in hits if hit.match >= floor and hit.record.id not in shown]
+        relevant.sort(key=lambda hit: -scoring.score_of(hit.match, hit.record.last_touched,
+                                                        now))
+        ranked = list({hit.record.id: hit.record for hit in relevant}.values())
+        limit = self.config.limit
+        lead = max(0, limit - min(len(ranked), limit // 4))
+        pool = [*window[:lead], *ranked, *window[lead:]]
         kept = scoring.apply_budget(
             pool,
-            limit=self.config.limit,
+            limit=limit,
             max_tokens=self.config.max_tokens,
             reserved_tokens=scoring.block_overhead_tokens(keys),
         )
@@ -326,7 +348,29 @@ class Memory:
             log.warning("[memory] max_tokens %d leaves no room for a record beside the "
                         "block's prefix (%d scopes); nothing injected",
                         self.config.max_tokens, len(keys))
-        return scoring.render_block(kept, keys)
+        return kept
+
+    def _mark_shown(self, records: Sequence[Record]) -> None:
+        """Count the keyword hits that reached the prompt as used, and only those: eviction
+        keeps the most recently used, so a record retrieved but cut by the budget must not
+        look used. Saved in the background; ``drain`` waits for it."""
+        mark = getattr(self.store, "mark_used", None)
+        if mark is None or not records:
+            return
+        used: dict[str, list[str]] = {}
+        for record in records:
+            used.setdefault(record.scope_key, []).append(record.id)
+
+        async def save() -> None:
+            try:
+                await mark(used)
+            except Exception as exc:
+                log.warning("[memory] use counts of %d shown record(s) not saved: %s",
+                            len(records), exc)
+
+        task = asyncio.ensure_future(save())
+        self._marks.add(task)
+        task.add_done_callback(self._marks.discard)
 
     async def resolve_repo(self, repo: str | Awaitable[str | None] | None) -> str | None:
         """``owner/name`` or ``None``. An awaitable is awaited once, whoever asks first; every
@@ -385,26 +429,33 @@ class Memory:
 
     async def _hits(self, key: str, query: str) -> _ScopeRead:
         try:
-            records = await retrieve_or_raise(self.store, key, query, self.config.limit)
+            hits = await search_hits(self.store, key, query, self.config.limit, bump=False,
+                                     strict=True)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.warning("[memory] retrieve from %s failed: %s", key, exc)
-            return _ScopeRead(False, [], str(exc) or type(exc).__name__)
-        return _ScopeRead(False, records)
+            return _ScopeRead([], [], str(exc) or type(exc).__name__)
+        return _ScopeRead([], hits)
 
     async def _late_read(self, key: str, query: str) -> _ScopeRead:
+        """The repository scope: its window and its keyword hits beyond it (so an older
+        lesson that fits the brief still gets a slot); any other scope: its hits."""
         if scope_kind(key) != REPO_KIND or self.config.repo_window <= 0:
             return await self._hits(key, query)
+        window_read = asyncio.ensure_future(
+            self.store.list(key, self.config.repo_window, kind=Kind.FACT))
+        read = await self._hits(key, query)
         try:
-            records = await self.store.list(key, self.config.repo_window, kind=Kind.FACT)
+            records = await window_read
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.warning("[memory] repository window for %s failed: %s", key, exc)
-            return _ScopeRead(True, [], str(exc) or type(exc).__name__)
+            return _ScopeRead([], read.hits, str(exc) or type(exc).__name__)
         # The window is facts only, whatever a store answered.
-        return _ScopeRead(True, [record for record in records if record.kind == Kind.FACT])
+        return _ScopeRead([record for record in records if record.kind == Kind.FACT],
+                          read.hits, read.error)
 
 
 def _warn_refusals(refusals: Sequence[str]) -> None:

@@ -259,14 +259,14 @@ async def test_a_budget_with_no_room_for_a_record_injects_nothing_and_says_so(
 async def test_a_failing_scope_costs_only_its_records(store, clock, memory_warnings):
     await store.write(ORG, [fact("deploy via the vpn")])
     await store.write(USER_A, [fact("this user runs deploy late")])
-    real_retrieve = store.retrieve
+    real_search = store.search
 
-    async def flaky(scope_key, query, limit):
+    async def flaky(scope_key, query, limit, *, bump=True):
         if scope_key == ORG:
             raise OSError("timeout")
-        return await real_retrieve(scope_key, query, limit)
+        return await real_search(scope_key, query, limit, bump=bump)
 
-    store.retrieve = flaky  # type: ignore[method-assign]
+    store.search = flaky  # type: ignore[method-assign]
     memory = make_memory(store, clock)
     block = await memory.context_block(Request(text="deploy", user_id="slack:UA"))
     assert bullets(block) == ["this user runs deploy late"]
@@ -285,11 +285,12 @@ async def test_reads_never_consult_the_write_policy(store, clock):
     assert "vpn" in await memory.context_block(Request(text="deploy", channel_visibility="dm"))
 
 
-async def test_retrieval_bumps_what_was_read(store, clock):
+async def test_a_shown_hit_counts_as_used(store, clock):
     await store.write(ORG, [fact("deploy via the vpn")])
     clock.advance(DAY_MS)
     memory = make_memory(store, clock)
     await memory.context_block(Request(text="deploy"))
+    await memory.drain(timeout=5)  # use counts are saved in the background
     [record] = await store.list(ORG, 1)
     assert record.use_count == 1 and record.last_used_at == clock.now
 
@@ -332,14 +333,14 @@ def test_summaries_are_kind_summary():
 
 async def test_context_names_the_scopes_that_failed(store, clock, memory_warnings):
     await store.write(ORG, [fact("deploys go through the vpn")])
-    inner = store.retrieve
+    inner = store.search
 
-    async def flaky(scope_key, query, limit):
+    async def flaky(scope_key, query, limit, *, bump=True):
         if scope_key == USER_A:
             raise OSError("disk gone")
-        return await inner(scope_key, query, limit)
+        return await inner(scope_key, query, limit, bump=bump)
 
-    store.retrieve = flaky  # type: ignore[method-assign]
+    store.search = flaky  # type: ignore[method-assign]
     memory = make_memory(store, clock)
     result = await memory.context(Request(text="deploys", user_id="slack:UA"))
     assert result.scopes == (ORG, USER_A)
@@ -348,3 +349,50 @@ async def test_context_names_the_scopes_that_failed(store, clock, memory_warning
     assert await memory.context_block(Request(text="deploys", user_id="slack:UA")) == \
         result.block
     assert any("retrieve from user:slack:UA failed: disk gone" in w for w in memory_warnings())
+
+
+# --- used means shown, and the repository beyond its window (issue 13) -------------------------
+
+
+async def test_only_the_hits_a_prompt_showed_count_as_used(store, clock):
+    # Twelve records hit the brief; the budget shows only a few of them.
+    await store.write(ORG, [fact(f"cache rule {n} " + "padding " * 40) for n in range(12)])
+    clock.advance(DAY_MS)
+    memory = make_memory(store, clock, max_tokens=256)
+    block = await memory.context_block(Request(text="cache rule"))
+    await memory.drain(timeout=5)
+    shown = {" ".join(text.split()[:3]) for text in bullets(block)}
+    assert 1 <= len(shown) < 12
+    records = await store.list(ORG, 50)
+    used = {" ".join(r.text.split()[:3]) for r in records if r.use_count}
+    assert used == shown
+    assert all(r.last_used_at == clock.now for r in records if r.use_count)
+
+
+async def test_an_old_repository_lesson_beyond_the_window_still_reaches_the_run(store, clock):
+    await store.write(REPO, [fact("flaky migrations need the lockfile refreshed")])
+    for n in range(30):  # thirty newer lessons push it out of the 24-fact window
+        clock.advance(1000)
+        await store.write(REPO, [fact(f"newer repo lesson number {n}")])
+    memory = make_memory(store, clock)
+    block = await memory.context_block(Request(text="the migrations are flaky again",
+                                               repo="acme/api"))
+    shown = bullets(block)
+    assert "flaky migrations need the lockfile refreshed" in shown
+    # The newest lessons still lead the block.
+    assert shown[0] == "newer repo lesson number 29"
+    await memory.drain(timeout=5)
+    # The window's display never reinforces it (003); the hit that was shown does.
+    by_text = {r.text: r for r in await store.list(REPO, 50)}
+    assert by_text["flaky migrations need the lockfile refreshed"].use_count == 1
+    assert by_text["newer repo lesson number 29"].use_count == 0
+
+
+async def test_a_floor_on_the_match_keeps_unrelated_hits_out(store, clock):
+    await store.write(ORG, [fact("the deploy needs the vpn"), fact("lunch is at noon")])
+    brief = "why does the deploy of the billing service time out under load tonight"
+    loose = make_memory(store, clock)
+    assert bullets(await loose.context_block(Request(text=brief))) == [
+        "the deploy needs the vpn"]
+    strict = make_memory(store, clock, min_match=0.5)
+    assert await strict.context_block(Request(text=brief)) == ""

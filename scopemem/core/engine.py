@@ -7,16 +7,26 @@ feeds these functions the rows they ask for answers exactly like every other sto
 
 from __future__ import annotations
 
-import math
-import operator
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TypeVar
 
 import attrs
 
 from scopemem.core.gate import rejection_markers
+from scopemem.core.ranking import (
+    SEED,
+    QueryTerms,
+    Ranking,
+    ScopeStats,
+    candidate_cap,
+    query_terms,
+    query_words,
+    rank_covered,
+    rank_entries,
+    term_weights,
+    wire_query,
+)
 from scopemem.core.records import (
-    MAX_QUERY_CHARS,
     Candidate,
     Kind,
     Record,
@@ -25,162 +35,59 @@ from scopemem.core.records import (
     WriteCounts,
 )
 from scopemem.core.scopes import memory_id, record_seq
-from scopemem.core.scoring import (
-    KEYWORD_WEIGHT,
-    RECENCY_TAU_MS,
-    RECENCY_WEIGHT,
-    record_tokens,
-)
-from scopemem.core.text import distinct_tokens, normalize_text
+from scopemem.core.text import normalize_text
+from scopemem.core.words import PLAIN, Analyzer
 
-# The FTS prefilter's terms: at most the 24 longest distinct query tokens. Longer tokens are
-# the selective ones; a 4000-character query would otherwise become an OR of hundreds of
-# terms. This cap is the prefilter's only (000 items 5 and 17): the relevance gate and the
-# keyword match read every token of the query, so a store without a prefilter finds a record
-# matched only by a dropped shorter token, and a store with one does not (an accepted trade).
-MAX_MATCH_TOKENS = 24
-# How many prefiltered candidates a store hands the engine: every match in a small scope,
-# proportionally more for larger limits.
-CANDIDATE_FLOOR = 50
-CANDIDATES_PER_LIMIT = 5
+__all__ = [
+    "SEED", "Dedup", "Insert", "QueryTerms", "Ranking", "Restate", "ScopeStats",
+    "WriteAction", "bump_usage", "candidate_cap", "count_action", "listing", "matches",
+    "mint_record", "plan_eviction", "plan_sweep", "plan_write", "query_terms", "query_words",
+    "rank_covered", "rank_entries", "rank_records", "record_terms", "scope_stats",
+    "term_weights", "wire_query",
+]
 
 T = TypeVar("T")
 
 
-def query_tokens(query: str) -> list[str]:
-    """The query's distinct tokens, in first-appearance order: what the relevance gate and
-    the keyword match read.
-
-    A query means the same on every store whatever its length: when its distinct tokens,
-    space-joined, would not fit the wire's ``MAX_QUERY_CHARS``, only the longest that fit are
-    kept (ties to the earlier), still in first-appearance order. ``wire_query`` sends exactly
-    these tokens, so a remote store reads a long brief as a local one does."""
-    tokens = distinct_tokens(query)
-    if sum(map(len, tokens)) + len(tokens) - 1 <= MAX_QUERY_CHARS:
-        return tokens
-    kept: set[int] = set()
-    used = -1  # n tokens take n - 1 separating spaces
-    for index in sorted(range(len(tokens)), key=lambda i: (-len(tokens[i]), i)):
-        cost = len(tokens[index]) + 1
-        if used + cost <= MAX_QUERY_CHARS:
-            kept.add(index)
-            used += cost
-    return [token for index, token in enumerate(tokens) if index in kept]
+def record_terms(record: Record, analyzer: Analyzer = PLAIN) -> frozenset[str]:
+    """Every term a record can be found by: those of its text and of its keywords."""
+    terms = set(analyzer.terms(record.text))
+    for keyword in record.keywords:
+        terms.update(analyzer.terms(keyword))
+    return frozenset(terms)
 
 
-def wire_query(query: str) -> str:
-    """``query`` in a form the wire accepts (at most ``MAX_QUERY_CHARS`` characters) that
-    every store reads exactly as it reads ``query``: the query itself when it fits, else its
-    ``query_tokens`` space-joined (which tokenize back to themselves)."""
-    if len(query) <= MAX_QUERY_CHARS:
-        return query
-    return " ".join(query_tokens(query))
+def scope_stats(terms: QueryTerms, held: Iterable[Collection[str]]) -> ScopeStats:
+    """The statistics of a scope whose active records hold ``held`` (one collection of
+    terms per record), for the query's terms."""
+    wanted = frozenset(terms.terms)
+    frequency: dict[str, int] = dict.fromkeys(terms.terms, 0)
+    records = 0
+    for record_terms_ in held:
+        records += 1
+        for term in wanted.intersection(record_terms_):
+            frequency[term] += 1
+    return ScopeStats(records, frequency)
 
 
-def match_tokens(query: str) -> list[str]:
-    """The FTS prefilter's terms: the 24 longest of ``query_tokens``, ties broken by first
-    appearance, in that order."""
-    return _longest(query_tokens(query))
-
-
-def _longest(tokens: Sequence[str]) -> list[str]:
-    ranked = sorted(range(len(tokens)), key=lambda index: (-len(tokens[index]), index))
-    return [tokens[index] for index in ranked[:MAX_MATCH_TOKENS]]
-
-
-@attrs.frozen
-class QueryTerms:
-    """A query as ranking reads it, tokenized once.
-
-    ``tokens`` is :func:`query_tokens`: a record passes the relevance gate when it holds one
-    of them, and its keyword match is the share of them it holds. ``prefilter`` is
-    :func:`match_tokens`, the terms a full-text prefilter matches candidates by (a subset of
-    ``tokens``, equal to it as a set for any query of at most 24 distinct tokens)."""
-
-    tokens: tuple[str, ...]
-    prefilter: tuple[str, ...]
-
-
-def query_terms(query: str) -> QueryTerms:
-    tokens = query_tokens(query)
-    return QueryTerms(tokens=tuple(tokens), prefilter=tuple(_longest(tokens)))
-
-
-def candidate_cap(limit: int) -> int:
-    return max(CANDIDATE_FLOOR, CANDIDATES_PER_LIMIT * limit)
-
-
-def matches(record: Record, tokens: Iterable[str]) -> bool:
-    """The relevance gate: does the record contain any of ``tokens`` as a whole token?"""
-    have = record_tokens(record)
-    return any(token in have for token in tokens)
-
-
-def rank_records(records: Iterable[Record], query: str, limit: int, now: int) -> list[Record]:
-    """The ``limit`` best active records for ``query``, best first. Never mutates.
-
-    A record qualifies when it holds one of the query's tokens (the relevance gate, over the
-    whole query); qualifying records are scored by the share of the query's tokens they
-    hold. Ties go to the newer record, so the answer does not depend on the order a store
-    happened to hand the records in."""
-    return rank_entries(
-        ((record_seq(record.id), record_tokens(record), record.last_touched, record)
-         for record in records if record.is_active),
-        query, limit, now)
-
-
-def rank_entries(entries: Iterable[tuple[int, Collection[str], int, T]], query: str,
-                 limit: int, now: int) -> list[T]:
-    """:func:`rank_records` over light entries, for a store that can rank rows before (or
-    instead of) building a ``Record`` for each.
-
-    Each entry stands for one *active* record as ``(seq, tokens, last_touched, item)``:
-    ``record_seq(record.id)``, the record's tokens (``record_tokens(record)``, or any
-    collection of exactly those tokens, repeats allowed), ``record.last_touched``, and
-    whatever the caller wants back. The answer is the items of the ``limit`` best entries,
-    best first, decided exactly as :func:`rank_records` decides (which is this function over
-    its active records)."""
-    wanted = query_tokens(query)
-    if not wanted or limit <= 0:
+def rank_records(records: Iterable[Record], query: str, limit: int, now: int,
+                 ranking: Ranking = SEED) -> list[tuple[Record, float]]:
+    """The ``limit`` best active records of one scope for ``query``, best first, each with
+    its keyword match (``core.ranking``). Never mutates. The scope's statistics are
+    counted from ``records``, which must be all of the scope's records."""
+    terms = query_terms(query, ranking.analyzer)
+    if not terms.terms or limit <= 0:
         return []
-    # Set operations instead of token-by-token loops (the hot path of every retrieval): the
-    # match is the number of distinct query tokens the record holds (the count
-    # ``keyword_match`` takes), and the gate holds when that is not zero.
-    wanted_set = frozenset(wanted)
-    matched = ((seq, len(wanted_set.intersection(tokens)), last_touched, item)
-               for seq, tokens, last_touched, item in entries)
-    return rank_matched((entry for entry in matched if entry[1]), len(wanted), limit, now)
+    entries = [(record_seq(record.id), record_terms(record, ranking.analyzer),
+                record.source_thread_key, record.last_touched, record)
+               for record in records if record.is_active]
+    stats = scope_stats(terms, (entry[1] for entry in entries))
+    return rank_entries(entries, terms, stats, limit, now, ranking)
 
 
-def rank_matched(entries: Iterable[tuple[int, int, int, T]], width: int, limit: int,
-                 now: int) -> list[T]:
-    """The last step of :func:`rank_entries`, for a store that finds the qualifying records
-    and counts their matches itself (from an inverted index, say).
-
-    Each entry is ``(seq, matched, last_touched, item)`` for one *active* record that holds
-    at least one of the query's ``QueryTerms.tokens``, where ``matched`` is how many of those
-    ``width`` tokens the record holds. Entries passed this way are ranked exactly as
-    :func:`rank_entries` ranks the same records."""
-    if limit <= 0:
-        return []
-    # ``score_of(matched / width, last_touched, now)``, unrolled: this runs for every
-    # candidate of every retrieval, and the two calls cost more than the arithmetic. The
-    # same operations in the same order give the same floats (a test holds them equal).
-    exp = math.exp
-    scored = []
-    append = scored.append
-    for seq, matched, last_touched, item in entries:
-        age = now - last_touched
-        append((-(KEYWORD_WEIGHT * (matched / width)
-                  + RECENCY_WEIGHT * exp(-(age if age > 0 else 0) / RECENCY_TAU_MS)),
-                -seq, item))
-    # Best score first, the newer record (higher seq) first among equals; the items are
-    # never compared (seqs are unique).
-    scored.sort(key=_score_then_seq)
-    return [item for _score, _seq, item in scored[:limit]]
-
-
-_score_then_seq = operator.itemgetter(0, 1)
+def matches(record: Record, terms: QueryTerms, analyzer: Analyzer = PLAIN) -> bool:
+    """The relevance gate: does the record hold one of the query's prefilter terms?"""
+    return not record_terms(record, analyzer).isdisjoint(terms.prefilter)
 
 
 def bump_usage(record: Record, now: int) -> Record:
@@ -189,18 +96,21 @@ def bump_usage(record: Record, now: int) -> Record:
 
 
 def listing(
-    records: Iterable[Record], limit: int, query: str | None = None, kind: Kind | None = None
+    records: Iterable[Record], limit: int, query: str | None = None, kind: Kind | None = None,
+    analyzer: Analyzer = PLAIN,
 ) -> list[Record]:
     """A human's (or the repository window's) view: active records, newest first, optionally
-    only one kind and only those a query token hits, the limit applied after the filters.
+    only one kind and only those holding a query term (the relevance gate), the limit
+    applied after the filters.
 
     A query with no tokens lists nothing (it asked for a filter that cannot match)."""
     selected = [record for record in records if record.is_active]
     if kind is not None:
         selected = [record for record in selected if record.kind == kind]
     if query is not None:
-        gate = query_tokens(query)
-        selected = [record for record in selected if gate and matches(record, gate)]
+        terms = query_terms(query, analyzer)
+        selected = [record for record in selected
+                    if terms.terms and matches(record, terms, analyzer)]
     selected.sort(key=lambda record: record_seq(record.id), reverse=True)
     return selected[:max(0, limit)]
 

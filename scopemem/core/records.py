@@ -30,6 +30,9 @@ MAX_KEYWORD_CHARS = 64
 MAX_BATCH = 50
 MAX_LIMIT = 50
 MAX_ID_CHARS = 200
+# A /used request: at most this many scopes, and this many ids in all.
+MAX_USED_SCOPES = 32
+MAX_USED_IDS = 256
 DEFAULT_SCOPE_CAP = 500
 MAX_SCOPE_CAP = 10_000
 

@@ -25,26 +25,37 @@ Matching is whole-token, so no fragment matches: ``zürich`` folds to ``zurich``
 
 ``FOLDING`` names this definition; a store that keeps tokens (the SQLite index, the dedup
 key) records it and re-derives what it keeps when it changes.
+
+An :class:`Analyzer` adds what depends on the languages a deployment speaks: the function
+words a query ignores and the Snowball stemmer each word is reduced by (so ``deploys``,
+``deployed`` and ``deploying`` are one term). It is plain data here; ``scopemem.languages``
+builds one from the stopword and stemmer libraries. ``PLAIN`` has no languages: every word
+counts and none is stemmed, the seed's tokens.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable, Mapping
 
+import attrs
 import regex
 
-__all__ = ["FOLDING", "distinct_tokens", "fold", "normalize_text", "tokenize"]
+__all__ = ["FOLDING", "PLAIN", "Analyzer", "distinct_tokens", "fold", "normalize_text",
+           "script_of", "tokenize"]
 
 #: The version of the folding and tokenizing rules; stored beside derived tokens.
-FOLDING = "unicode-1"
+FOLDING = "unicode-2"
 
 _ASCII_TOKEN = re.compile(r"[a-z0-9]+")
 
-# Combining marks that only decorate letters of the scripts below: removed by folding.
+# Combining marks that only decorate letters of the scripts below: removed by folding. The
+# breve of Cyrillic "й" is kept: there it makes a letter of its own, which the Russian
+# stemmer's endings are spelled with ("новый" must not become "новыи").
 _DIACRITICS = regex.compile(
-    r"[\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670"
-    r"\u06d6-\u06ed\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]+")
+    r"(?:(?<!и)\u0306|[\u0300-\u0305\u0307-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670"
+    r"\u06d6-\u06ed\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f])+")
 _LETTERS = str.maketrans({"ø": "o", "æ": "ae", "œ": "oe", "ł": "l", "đ": "d", "ð": "d",
                           "þ": "th", "ı": "i"})
 # A word: letters, digits and marks, no underscore.
@@ -101,3 +112,73 @@ def normalize_text(text: str) -> str:
     space. Two texts that differ only there share a key, so a restated fact strengthens the
     record that says it instead of duplicating it."""
     return " ".join(fold(text).split())
+
+
+# --- languages --------------------------------------------------------------------------------
+
+_SCRIPTS = tuple((name, regex.compile(rf"\p{{Script={name}}}")) for name in (
+    "Latin", "Cyrillic", "Greek", "Arabic", "Hebrew", "Armenian", "Devanagari"))
+
+
+def script_of(word: str) -> str | None:
+    """The script of a word's first letter ("Latin", "Cyrillic", …), or None when it has no
+    letter of a script a stemmer exists for (digits, CJK bigrams)."""
+    if word.isascii():
+        return "Latin" if any(c.isalpha() for c in word) else None
+    for char in word:
+        if char.isalpha():
+            for name, pattern in _SCRIPTS:
+                if pattern.match(char):
+                    return name
+            return None
+    return None
+
+
+Stem = Callable[[str], str]
+
+
+@attrs.frozen
+class Analyzer:
+    """How folded words become terms, for the languages a deployment speaks.
+
+    ``stopwords`` are folded function words: a query drops them before it is matched or
+    weighed (a record is never found by "the" or "und" alone). ``stemmers`` maps a script
+    to the stem function of the first configured language written in it, so a Latin-script
+    word is stemmed by the first Latin-script language listed, a Cyrillic one by the first
+    Cyrillic-script language, and a word of a script no language covers is left whole. The
+    stemmer sees the folded word, the same on both sides of every match. ``signature``
+    names the rules, so a store that keeps terms re-derives them when it changes."""
+
+    languages: tuple[str, ...] = ()
+    stopwords: frozenset[str] = frozenset()
+    stemmers: Mapping[str, Stem] = attrs.field(factory=dict, eq=False, repr=False)
+
+    @property
+    def signature(self) -> str:
+        return FOLDING if not self.languages else f"{FOLDING};{'+'.join(self.languages)}"
+
+    def stem(self, word: str) -> str:
+        if not self.stemmers:
+            return word
+        script = script_of(word)
+        stem = self.stemmers.get(script) if script is not None else None
+        return word if stem is None else stem(word)
+
+    def terms(self, text: str) -> list[str]:
+        """What a record is indexed by: the stems of its words, in order, repeats kept."""
+        if not self.stemmers:
+            return tokenize(text)
+        return [self.stem(word) for word in tokenize(text)]
+
+    def content_words(self, text: str) -> list[str]:
+        """The distinct folded words of a query, function words dropped, in first-appearance
+        order; empty when the query is made of function words only (no record is found by
+        those alone)."""
+        words = distinct_tokens(text)
+        if not self.stopwords:
+            return words
+        return [word for word in words if word not in self.stopwords]
+
+
+#: No languages: every word counts, none is stemmed.
+PLAIN = Analyzer()

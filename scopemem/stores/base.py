@@ -8,12 +8,13 @@ answers (the contract suite in ``tests/stores`` checks exactly that).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, Protocol, runtime_checkable
 
 import attrs
 
 from scopemem.core.hygiene import fit_candidate
+from scopemem.core.ranking import Ranking, query_terms
 from scopemem.core.records import (
     DEFAULT_SCOPE_CAP,
     MAX_SCOPE_CAP,
@@ -24,12 +25,17 @@ from scopemem.core.records import (
     WriteCounts,
 )
 from scopemem.core.scopes import ScopeKeyError, validate_scope_key
+from scopemem.core.scoring import keyword_match
 from scopemem.errors import StoreError
+from scopemem.languages import DEFAULT_LANGUAGES, analyzer_for
 from scopemem.options import OptionsTable
 
 __all__ = [
+    "DEFAULT_RANKING",
     "Clock",
+    "Hit",
     "MemoryStore",
+    "RankedStore",
     "StoreError",
     "StoreFactory",
     "StoreSettings",
@@ -37,10 +43,14 @@ __all__ = [
     "check_scope_key",
     "fit_batch",
     "retrieve_or_raise",
+    "search_hits",
     "wall_clock_ms",
 ]
 
 Clock = Callable[[], int]
+
+#: What a store ranks with when nothing is configured: weighted, English.
+DEFAULT_RANKING = Ranking(analyzer_for(DEFAULT_LANGUAGES))
 
 
 def wall_clock_ms() -> int:
@@ -81,6 +91,34 @@ class MemoryStore(Protocol):
         """Release connections and sessions. Idempotent."""
 
 
+@runtime_checkable
+class RankedStore(MemoryStore, Protocol):
+    """A store that also answers with matches and can leave counting uses to its caller:
+    what ``Memory`` uses to count as used only the records a prompt showed. Every built-in
+    store is one; a store with only ``MemoryStore``'s methods still works (``search_hits``
+    serves it through ``retrieve``, which counts everything it returns)."""
+
+    async def search(self, scope_key: str, query: str, limit: int, *, bump: bool = True
+                     ) -> list[Hit]:
+        """``retrieve``'s records with their keyword match. With ``bump=False`` nothing is
+        counted as used: the caller marks what it showed (``mark_used``)."""
+
+    async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
+        """Count the named records (scope key → ids) as used now, as a retrieval that
+        returned them would; ids that are not active records of their scope are skipped.
+        Answers how many were marked."""
+
+
+
+@attrs.frozen
+class Hit:
+    """A retrieved record with its keyword match in its scope, in [0, 1]
+    (``core.ranking``): what lets records of different scopes be ranked as one pool."""
+
+    record: Record
+    match: float
+
+
 @attrs.frozen(kw_only=True)
 class StoreSettings(OptionsTable):
     """What a store factory is built from: its own options table (``[memory.stores.<name>]``,
@@ -91,6 +129,8 @@ class StoreSettings(OptionsTable):
 
     cap: int = DEFAULT_SCOPE_CAP
     clock: Clock = wall_clock_ms
+    # How the store ranks (``memory.languages`` and ``memory.ranking``).
+    ranking: Ranking = DEFAULT_RANKING
     # Whether a store whose durable backend is not configured (the worker client without its
     # token) may stand in with the in-process store and a warning (000 item 20). A bot that
     # runs for days may; a one-shot command must not: that store dies with the command and
@@ -136,3 +176,18 @@ async def retrieve_or_raise(store: MemoryStore, scope_key: str, query: str, limi
     if strict is not None:
         return await strict(scope_key, query, limit)
     return await store.retrieve(scope_key, query, limit)
+
+
+async def search_hits(store: MemoryStore, scope_key: str, query: str, limit: int, *,
+                      bump: bool, strict: bool = False) -> list[Hit]:
+    """``store.search`` (its raising form, ``search_strict``, when ``strict`` and the store
+    has one). A third-party store without ``search`` is served by its ``retrieve``, which
+    bumps whatever ``bump`` says, each record's match the seed's plain share."""
+    search = getattr(store, "search", None)
+    if search is not None:
+        strict_search = getattr(store, "search_strict", None) if strict else None
+        return list(await (strict_search or search)(scope_key, query, limit, bump=bump))
+    records = (await retrieve_or_raise(store, scope_key, query, limit) if strict
+               else await store.retrieve(scope_key, query, limit))
+    words = query_terms(query).terms
+    return [Hit(record, keyword_match(words, record)) for record in records]

@@ -4,11 +4,12 @@ durable store is not configured. Everything is lost when the process exits."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
 from scopemem.core import engine
+from scopemem.core.ranking import Ranking
 from scopemem.core.records import (
     DEFAULT_SCOPE_CAP,
     Candidate,
@@ -18,10 +19,13 @@ from scopemem.core.records import (
     SweepResult,
     WriteCounts,
 )
+from scopemem.core.scopes import record_seq
 from scopemem.core.text import normalize_text
 from scopemem.plugins.markers import hookimpl
 from scopemem.stores.base import (
+    DEFAULT_RANKING,
     Clock,
+    Hit,
     StoreSettings,
     check_cap,
     check_scope_key,
@@ -39,11 +43,15 @@ class InMemoryStore:
     # Records live as long as the process: a one-shot command refuses to change them.
     durable = False
 
-    def __init__(self, *, cap: int = DEFAULT_SCOPE_CAP, clock: Clock = wall_clock_ms) -> None:
+    def __init__(self, *, cap: int = DEFAULT_SCOPE_CAP, clock: Clock = wall_clock_ms,
+                 ranking: Ranking = DEFAULT_RANKING) -> None:
         self.cap = check_cap(cap)
         self._clock = clock
+        self.ranking = ranking
         self._scopes: dict[str, list[Record]] = {}
         self._next_seq: dict[str, int] = {}
+        # Each record's terms, derived once per record (text and keywords never change).
+        self._terms: dict[str, frozenset[str]] = {}
 
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> InMemoryStore:
@@ -53,7 +61,7 @@ class InMemoryStore:
                 "[memory] store 'memory' keeps records in this process only: they are lost on "
                 "restart (memory.store = \"sqlite\" or \"worker\" keeps them)"
             )
-        return cls(cap=settings.cap, clock=settings.clock)
+        return cls(cap=settings.cap, clock=settings.clock, ranking=settings.ranking)
 
     def _rows(self, scope_key: str) -> list[Record]:
         return self._scopes.get(check_scope_key(scope_key), [])
@@ -66,11 +74,41 @@ class InMemoryStore:
         self._scopes[scope_key] = [by_id.get(record.id, record) for record in rows]
 
     async def retrieve(self, scope_key: str, query: str, limit: int) -> list[Record]:
+        return [hit.record for hit in await self.search(scope_key, query, limit)]
+
+    async def search(self, scope_key: str, query: str, limit: int, *, bump: bool = True
+                     ) -> list[Hit]:
         now = self._clock()
-        ranked = engine.rank_records(self._rows(scope_key), query, limit, now)
-        bumped = [engine.bump_usage(record, now) for record in ranked]
-        self._replace(scope_key, bumped)
+        rows = self._rows(scope_key)
+        terms = engine.query_terms(query, self.ranking.analyzer)
+        if not terms.terms or limit <= 0:
+            return []
+        entries = [(record_seq(record.id), self._terms_of(record), record.source_thread_key,
+                    record.last_touched, record) for record in rows if record.is_active]
+        stats = engine.scope_stats(terms, (entry[1] for entry in entries))
+        ranked = engine.rank_entries(entries, terms, stats, limit, now, self.ranking)
+        if not bump:
+            return [Hit(record, match) for record, match in ranked]
+        bumped = [Hit(engine.bump_usage(record, now), match) for record, match in ranked]
+        self._replace(scope_key, [hit.record for hit in bumped])
         return bumped
+
+    async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
+        now = self._clock()
+        marked = 0
+        for scope_key, ids in used.items():
+            wanted = set(ids)
+            bumped = [engine.bump_usage(record, now) for record in self._rows(scope_key)
+                      if record.id in wanted and record.is_active]
+            self._replace(scope_key, bumped)
+            marked += len(bumped)
+        return marked
+
+    def _terms_of(self, record: Record) -> frozenset[str]:
+        terms = self._terms.get(record.id)
+        if terms is None:
+            terms = self._terms[record.id] = engine.record_terms(record, self.ranking.analyzer)
+        return terms
 
     async def write(
         self, scope_key: str, candidates: Sequence[Candidate], cap: int | None = None
@@ -118,7 +156,8 @@ class InMemoryStore:
     async def list(
         self, scope_key: str, limit: int, query: str | None = None, kind: Kind | None = None
     ) -> list[Record]:
-        return engine.listing(self._rows(scope_key), limit, query=query, kind=kind)
+        return engine.listing(self._rows(scope_key), limit, query=query, kind=kind,
+                              analyzer=self.ranking.analyzer)
 
     async def forget(self, scope_key: str, record_id: str) -> bool:
         for record in self._rows(scope_key):

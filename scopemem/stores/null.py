@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from scopemem.core.records import Candidate, Kind, Record, SweepResult, WriteCounts
 from scopemem.plugins.markers import hookimpl
-from scopemem.stores.base import StoreSettings
+from scopemem.stores.base import Hit, StoreSettings
 
 
 class NullStore:
     durable = False  # keeps nothing at all
+
     async def retrieve(self, scope_key: str, query: str, limit: int) -> list[Record]:
         return []
+
+    async def search(self, scope_key: str, query: str, limit: int, *, bump: bool = True
+                     ) -> list[Hit]:
+        return []
+
+    async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
+        return 0
 
     async def write(
         self, scope_key: str, candidates: Sequence[Candidate], cap: int | None = None

@@ -99,6 +99,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from scopemem.core import engine
+from scopemem.core.ranking import Ranking
 from scopemem.core.records import (
     DEFAULT_SCOPE_CAP,
     Candidate,
@@ -109,13 +110,15 @@ from scopemem.core.records import (
     WriteCounts,
     trusted_record,
 )
-from scopemem.core.text import normalize_text, tokenize
-from scopemem.core.words import FOLDING
+from scopemem.core.text import normalize_text
+from scopemem.core.words import PLAIN, Analyzer
 from scopemem.errors import ConfigError, StoreError
 from scopemem.plugins.markers import hookimpl
 from scopemem.stores import sqlite_schema as schema
 from scopemem.stores.base import (
+    DEFAULT_RANKING,
     Clock,
+    Hit,
     StoreSettings,
     check_cap,
     check_scope_key,
@@ -165,34 +168,20 @@ DEFAULT_USAGE_FLUSH_MS = 1000
 USAGE_FLUSH_MS_MAX = 60_000
 
 
-# The retrieval prefilter: the best-matching active rows by bm25 (ties to the newer row), at
-# most the engine's candidate cap of them. bm25 only decides which rows reach the engine,
-# never the final order. (The benchmark times this exact statement on its own.) CROSS JOIN
-# pins the plan: the few hits drive primary-key lookups into ``records``; left to itself the
-# planner may scan every active row through an index and probe the hits instead. A row is
-# RECORD_COLUMNS followed by the hit's indexed tokens (``schema.HIT_TOKENS``), read only for
-# the hits that survive the LIMIT.
-_BEST_HITS = (
-    "SELECT rowid AS hit, bm25(records_fts) AS score FROM records_fts"
-    " WHERE records_fts MATCH ? ORDER BY score, rowid DESC LIMIT ?"
+# The retrieval prefilter: every active row holding one of the query's prefilter terms, with
+# what ranking reads of it (seq, thread key, created, last used, status, the indexed terms),
+# not the whole row: the engine ranks these, and only the few it keeps are read in full.
+# CROSS JOIN pins the plan: the hits drive primary-key lookups into ``records``.
+HITS_SQL = (
+    f"SELECT seq, source_thread_key, created_at, last_used_at, status, {schema.HIT_TOKENS}"
+    " FROM (SELECT rowid AS hit FROM records_fts WHERE records_fts MATCH ?)"
+    " CROSS JOIN records ON seq = hit"
 )
-CANDIDATES_SQL = (
-    f"SELECT {schema.RECORD_COLUMNS}, {schema.HIT_TOKENS} FROM ({_BEST_HITS})"
-    " CROSS JOIN records ON seq = hit WHERE status = 'active'"
-)
-# The same choice, seqs only: a view holds the rows (see _from_view).
-BEST_HITS_SQL = f"SELECT hit FROM ({_BEST_HITS})"
-# The same hits unordered, one output row per hit (NULL columns for a hit with no row; the
-# caller skips rows that are not active), bound like it but asking for cap + 1 hits: when at
-# most ``cap`` come back they are every match, which is exactly what the bm25 statement
-# would hand the engine (the engine's order never depends on the order rows arrive in),
-# without bm25's cost of reading every hit's positions and sorting. Only a query matching
-# more than the cap pays for bm25.
-ALL_HITS_SQL = (
-    f"SELECT {schema.RECORD_COLUMNS}, {schema.HIT_TOKENS} FROM ("
-    " SELECT rowid AS hit FROM records_fts WHERE records_fts MATCH ? LIMIT ? + 1"
-    ") LEFT JOIN records ON seq = hit"
-)
+# The statistics weighing reads: the scope's active records (the index holds exactly those)
+# and how many hold each term, from FTS5's own vocabulary table.
+ACTIVE_COUNT_SQL = "SELECT count(*) FROM records WHERE status = 'active'"
+VOCAB_TABLE_SQL = ("CREATE VIRTUAL TABLE IF NOT EXISTS temp.records_vocab"
+                   " USING fts5vocab(main, records_fts, row)")
 # The token index is an FTS5 b-tree forest: every write transaction adds a segment and FTS5
 # merges them only in bulk now and then, and a query pays for every segment it must search
 # (six segments make a small scope's lookup about seven times slower than one). After each
@@ -217,19 +206,20 @@ def scope_file_name(scope_key: str) -> str:
     return f"{readable or 'scope'}-{digest}{FILE_SUFFIX}"
 
 
-def fts_tokens(text: str, keywords: Sequence[str]) -> str:
-    """What the full-text index holds for a record: the engine's tokens of its text and of
-    its keywords, space-joined, so a token matches in FTS exactly when the engine's gate
-    says the record holds it."""
-    tokens = tokenize(text)
+def fts_tokens(text: str, keywords: Sequence[str], analyzer: Analyzer = PLAIN) -> str:
+    """What the full-text index holds for a record: the engine's terms of its text and of
+    its keywords (``Analyzer.terms``), space-joined, so a term matches in FTS exactly when
+    the engine's gate says the record holds it."""
+    terms = analyzer.terms(text)
     for keyword in keywords:
-        tokens.extend(tokenize(keyword))
-    return " ".join(tokens)
+        terms.extend(analyzer.terms(keyword))
+    return " ".join(terms)
 
 
 def _match_expression(tokens: Sequence[str]) -> str:
-    # Tokens are [a-z0-9]+, so a quoted token is a plain term: no operator, column filter or
-    # prefix syntax in the user's text can reach the FTS5 parser.
+    # Terms are runs of letters, digits and marks, never a quote, so a quoted term is a
+    # plain term: no operator, column filter or prefix syntax in the user's text can reach
+    # the FTS5 parser.
     return " OR ".join(f'"{token}"' for token in tokens)
 
 
@@ -282,19 +272,19 @@ def _apply_bumps(conn: Any, pending: Mapping[int, list[int]]) -> None:
                                          for seq, (uses, last) in pending.items()]),))
 
 
-def _rank_entries(rows: Sequence[Sequence[Any]]) -> list[tuple[int, list[str], int, Any]]:
-    """What ``engine.rank_entries`` needs of each active row of a retrieval statement, the
-    row itself carried along: its seq (which is ``record_seq`` of its id: ids are minted
-    from the seq), the record's tokens and its last touch. The tokens are the hit's indexed
-    ones (column 16, ``fts_tokens`` of the row's text and keywords) split on spaces: exactly
-    the tokens ``scoring.record_tokens`` computes, repeats kept, without the tokenizer."""
+def _hit_entries(rows: Sequence[Sequence[Any]], pending: Mapping[int, list[int]]
+                 ) -> list[tuple[int, frozenset[str], str, int, int]]:
+    """What ``engine.rank_entries`` needs of each active row of ``HITS_SQL``: (seq, the
+    indexed terms, thread key, last touched with the pending bumps applied, seq)."""
     entries = []
-    for row in rows:
-        if row[14] != "active":  # includes a hit with no row (all NULL)
+    for seq, thread, created_at, last_used_at, status, tokens in rows:
+        if status != "active":
             continue
-        last_used_at = row[9]
-        entries.append((row[0], row[16].split(), row[8] if last_used_at is None
-                        else last_used_at, row))
+        bump = pending.get(seq)
+        if bump is not None and (last_used_at is None or bump[1] > last_used_at):
+            last_used_at = bump[1]
+        entries.append((seq, frozenset(tokens.split()), thread,
+                        created_at if last_used_at is None else last_used_at, seq))
     return entries
 
 
@@ -438,8 +428,11 @@ class SqliteStore:
         max_open: int = 64,
         cache_rows: int = DEFAULT_CACHE_ROWS,
         usage_flush_ms: int = DEFAULT_USAGE_FLUSH_MS,
+        ranking: Ranking = DEFAULT_RANKING,
     ) -> None:
         self.cap = check_cap(cap)
+        self.ranking = ranking
+        self.analyzer = ranking.analyzer
         self.directory = os.path.abspath(os.path.expanduser(_check_path(path, "path")))
         self.synchronous = _check_synchronous(synchronous, "synchronous")
         self.busy_timeout_ms = _check_int(busy_timeout_ms, "busy_timeout_ms", 0)
@@ -476,17 +469,22 @@ class SqliteStore:
             cache_rows=settings.int_option("cache_rows", DEFAULT_CACHE_ROWS, 0),
             usage_flush_ms=settings.int_option("usage_flush_ms", DEFAULT_USAGE_FLUSH_MS, 0,
                                                USAGE_FLUSH_MS_MAX),
+            ranking=settings.ranking,
         )
 
     # --- the MemoryStore methods -----------------------------------------------------------
 
     async def retrieve(self, scope_key: str, query: str, limit: int) -> list[Record]:
+        return [hit.record for hit in await self.search(scope_key, query, limit)]
+
+    async def search(self, scope_key: str, query: str, limit: int, *, bump: bool = True
+                     ) -> list[Hit]:
         check_scope_key(scope_key)
         now = self._clock()
-        terms = engine.query_terms(query)
-        if not terms.tokens or limit <= 0:
+        terms = engine.query_terms(query, self.analyzer)
+        if not terms.terms or limit <= 0:
             return []
-        answered = self._from_view(scope_key, terms, limit, now)
+        answered = self._from_view(scope_key, terms, limit, now, bump)
         if answered is None:
             entry = self._writers.get(scope_key)
             if entry is not None and entry[0].locked():
@@ -495,15 +493,29 @@ class SqliteStore:
                 # transaction.
                 async with self._writer(scope_key):
                     answered = await self._run(
-                        "read", self._retrieve, scope_key, query, terms.prefilter, limit,
-                        now)
+                        "read", self._retrieve, scope_key, terms, limit, now, bump)
             else:
                 answered = await self._run(
-                    "read", self._retrieve, scope_key, query, terms.prefilter, limit, now)
-        records, bumped = answered
+                    "read", self._retrieve, scope_key, terms, limit, now, bump)
+        hits, bumped = answered
         if bumped is not None:
             self._flush_soon(scope_key, bumped)
-        return records
+        return hits
+
+    async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
+        now = self._clock()
+        marked = 0
+        for scope_key, ids in used.items():
+            check_scope_key(scope_key)
+            seqs = sorted({seq for seq in (_seq_of(scope_key, record_id) for record_id in ids)
+                           if seq is not None})
+            if not seqs:
+                continue
+            count, handle = await self._run("read", self._mark, scope_key, seqs, now)
+            marked += count
+            if handle is not None:
+                self._flush_soon(scope_key, handle)
+        return marked
 
     async def write(
         self, scope_key: str, candidates: Sequence[Candidate], cap: int | None = None
@@ -525,7 +537,7 @@ class SqliteStore:
             return []
         tokens: list[str] | None = None
         if query is not None:
-            tokens = engine.match_tokens(query)
+            tokens = list(engine.query_terms(query, self.analyzer).prefilter)
             if not tokens:
                 return []
         return await self._run("read", self._list, scope_key, limit, query, tokens, kind)
@@ -581,37 +593,61 @@ class SqliteStore:
 
     # --- work done on the pool ------------------------------------------------------------
 
-    def _retrieve(self, scope_key: str, query: str, tokens: Sequence[str], limit: int, now: int
-                  ) -> tuple[list[Record], _Handle | None]:
-        """The ranked records, bumped, and the handle now holding their pending bumps (None
-        when nothing was returned). Builds the scope's view on its second retrieval, so the
-        next ones are answered by ``_from_view``."""
+    def _retrieve(self, scope_key: str, terms: engine.QueryTerms, limit: int, now: int,
+                  bump: bool) -> tuple[list[Hit], _Handle | None]:
+        """The ranked records with their matches, bumped when ``bump``, and the handle now
+        holding their pending bumps (None when nothing was bumped). Builds the scope's view
+        on its second retrieval, so the next ones are answered by ``_from_view``."""
         with self._connection(scope_key, create=False) as handle:
             if handle is None:
                 return [], None
             conn = handle.conn
-            rows = self._candidate_rows(conn, tokens, limit)
+            with self._snapshot(conn):  # the statistics and the hits they count, together
+                rows = conn.execute(HITS_SQL, (_match_expression(terms.prefilter),)).fetchall()
+                stats = self._stats(conn, terms) if rows else None
             pending = handle.pending_copy()
+            ranked = engine.rank_entries(_hit_entries(rows, pending), terms, stats, limit,
+                                         now, self.ranking)
+            full = {row[0]: row for row in _rows_by_seq(conn, [seq for seq, _m in ranked])}
             if pending:
-                rows = _with_bumps(rows, pending)
-            ranked = engine.rank_entries(_rank_entries(rows), query, limit, now)
+                full = {row[0]: row for row in _with_bumps(list(full.values()), pending)}
             handle.retrievals += 1
             # The handle is held, so it cannot close meanwhile and the bumps are counted.
-            bumped = handle if ranked and handle.add_bumps([row[0] for row in ranked],
-                                                           now) else None
+            bumped = handle if bump and ranked and handle.add_bumps(
+                [seq for seq, _m in ranked], now) else None
             if handle.view is None and handle.retrievals >= _VIEW_AFTER_RETRIEVALS:
                 self._build_view(handle)
-        return [_bumped(row, now) for row in ranked], bumped
+        if bump:
+            return [Hit(_bumped(full[seq], now), match) for seq, match in ranked], bumped
+        return [Hit(_record(full[seq]), match) for seq, match in ranked], None
 
     @staticmethod
-    def _candidate_rows(conn: Any, tokens: Sequence[str], limit: int) -> list[Sequence[Any]]:
-        """The rows the prefilter hands the engine (see ``CANDIDATES_SQL``)."""
-        cap = engine.candidate_cap(limit)
-        match = _match_expression(tokens)
-        rows = conn.execute(ALL_HITS_SQL, (match, cap)).fetchall()
-        if len(rows) > cap:
-            rows = conn.execute(CANDIDATES_SQL, (match, cap)).fetchall()
-        return rows
+    def _stats(conn: Any, terms: engine.QueryTerms) -> engine.ScopeStats:
+        count = conn.execute(ACTIVE_COUNT_SQL).fetchall()[0][0]
+        frequency: dict[str, int] = {}
+        words = list(terms.terms)
+        for start in range(0, len(words), _CHUNK):
+            chunk = words[start:start + _CHUNK]
+            frequency.update(conn.execute(
+                f"SELECT term, doc FROM temp.records_vocab"
+                f" WHERE term IN ({', '.join('?' * len(chunk))})", chunk).fetchall())
+        return engine.ScopeStats(count, frequency)
+
+    def _mark(self, scope_key: str, seqs: Sequence[int], now: int
+              ) -> tuple[int, _Handle | None]:
+        """Count a use of each of ``seqs`` that is an active row; how many, and the handle
+        holding the bumps."""
+        with self._connection(scope_key, create=False) as handle:
+            if handle is None:
+                return 0, None
+            active = [seq for (seq,) in (row for start in range(0, len(seqs), _CHUNK)
+                                          for row in handle.conn.execute(
+                f"SELECT seq FROM records WHERE status = 'active' AND seq IN"
+                f" ({', '.join('?' * len(seqs[start:start + _CHUNK]))})",
+                seqs[start:start + _CHUNK]))]
+            if not active or not handle.add_bumps(active, now):
+                return 0, None
+            return len(active), handle
 
     def _write(self, scope_key: str, candidates: list[Candidate], cap: int, now: int
                ) -> WriteCounts:
@@ -686,8 +722,7 @@ class SqliteStore:
                 rows[row[0]] = row
         return [_record(rows[seq]) for seq in sorted(rows)]
 
-    @staticmethod
-    def _insert(conn: Any, record: Record, seq: int) -> None:
+    def _insert(self, conn: Any, record: Record, seq: int) -> None:
         conn.execute(
             "INSERT INTO records (seq, id, scope_key, kind, text, norm, keywords,"
             " source_thread_key, source_run_id, created_at, last_used_at, use_count,"
@@ -700,7 +735,7 @@ class SqliteStore:
              record.restates, record.status.value, record.source.value),
         )
         conn.execute("INSERT INTO records_fts (rowid, tokens) VALUES (?, ?)",
-                     (seq, fts_tokens(record.text, record.keywords)))
+                     (seq, fts_tokens(record.text, record.keywords, self.analyzer)))
 
     @staticmethod
     def _retire(conn: Any, scope_key: str, records: Sequence[Record]) -> None:
@@ -740,7 +775,8 @@ class SqliteStore:
             if pending:
                 rows = _with_bumps(rows, pending)
         # The index and the engine agree by construction; the engine still has the last word.
-        return engine.listing([_record(row) for row in rows], limit, query=query, kind=kind)
+        return engine.listing([_record(row) for row in rows], limit, query=query, kind=kind,
+                              analyzer=self.analyzer)
 
     def _forget(self, scope_key: str, record_id: str, seq: int) -> bool:
         with self._connection(scope_key, create=False) as handle:
@@ -790,12 +826,11 @@ class SqliteStore:
 
     # --- the in-memory views (see "Reads") -------------------------------------------------
 
-    def _from_view(self, scope_key: str, terms: engine.QueryTerms, limit: int, now: int
-                   ) -> tuple[list[Record], _Handle | None] | None:
+    def _from_view(self, scope_key: str, terms: engine.QueryTerms, limit: int, now: int,
+                   bump: bool) -> tuple[list[Hit], _Handle | None] | None:
         """Answer a retrieval from the scope's view, on the event loop, with its bumps added
-        (and the handle holding them, when there are any); None when the view cannot answer
-        (there is none, or the rows changed since it was read, or bm25's choice among more
-        matches than the prefilter takes cannot be read without waiting)."""
+        when ``bump`` (and the handle holding them, when there are any); None when the view
+        cannot answer (there is none, or the rows changed since it was read)."""
         with self._cache_lock:
             handle = self._handles.get(scope_key)
             if handle is None:
@@ -816,23 +851,18 @@ class SqliteStore:
         if generation != view.generation:
             self._release_view(handle, view)
             return None
-        counts = view.match_counts(terms)
-        cap = engine.candidate_cap(limit)
-        if len(counts) <= cap:
-            found = view.matched(counts)
-        else:
-            best = self._best_hits(handle, view, terms.prefilter, cap)
-            if best is None:
-                return None
-            found = view.matched(counts, best)
-        ranked = engine.rank_matched(found, len(terms.tokens), limit, now)
+        weights = engine.term_weights(terms, view.stats(terms), self.ranking)
+        ranked = engine.rank_covered(view.covered(terms, weights), sum(weights), limit, now,
+                                     self.ranking)
         if not ranked:
             return [], None
-        if not handle.add_bumps([row[0] for row in ranked], now):
+        if not bump:
+            return [Hit(trusted_record(*row[1:16]), match) for row, match in ranked], None
+        if not handle.add_bumps([row[0] for row, _match in ranked], now):
             return None  # closed meanwhile: answer through SQL on a new handle
         # View rows hold their keywords decoded already.
-        return [trusted_record(*row[1:9], now, row[10] + 1, *row[11:16])
-                for row in ranked], handle
+        return [Hit(trusted_record(*row[1:9], now, row[10] + 1, *row[11:16]), match)
+                for row, match in ranked], handle
 
     def _current_epoch(self) -> object:
         """A token that stays the same until the event loop's next iteration.
@@ -874,25 +904,6 @@ class SqliteStore:
         return SqliteStore._on_probe(
             handle, lambda probe: probe.execute(schema.GENERATION_SQL).fetchall()[0][0])
 
-    @staticmethod
-    def _best_hits(handle: _Handle, view: ScopeView, gate: Sequence[str], cap: int
-                   ) -> list[int] | None:
-        """The seqs of the ``cap`` rows bm25 ranks best for ``gate``, chosen by SQLite on the
-        probe connection, so a view answers a query matching more rows than the prefilter
-        takes exactly as the prefilter would; None when the file's rows are no longer the
-        view's (or cannot be read without waiting). A few hundred microseconds on the event
-        loop, for the few queries that need it, instead of a trip through the pool."""
-
-        def read(probe: Any) -> list[int] | None:
-            # One snapshot: the hits are those of the rows the generation counts.
-            with SqliteStore._snapshot(probe):
-                if probe.execute(schema.GENERATION_SQL).fetchall()[0][0] != view.generation:
-                    return None
-                return [seq for (seq,) in probe.execute(
-                    BEST_HITS_SQL, (_match_expression(gate), cap))]
-
-        return SqliteStore._on_probe(handle, read)
-
     def _build_view(self, handle: _Handle) -> None:
         """Read the scope's active rows into a view, when the cache has room. The caller
         holds the handle, outside any transaction."""
@@ -908,7 +919,8 @@ class SqliteStore:
                 return
             rows = conn.execute(schema.ACTIVE_ROWS_SQL).fetchall()
         view = ScopeView((row if row[16] is not None
-                          else (*row[:16], fts_tokens(row[4], json.loads(row[5])))
+                          else (*row[:16], fts_tokens(row[4], json.loads(row[5]),
+                                                      self.analyzer))
                           for row in rows), generation)
         if handle.probe is None:
             apsw = _apsw()
@@ -1239,6 +1251,7 @@ class SqliteStore:
                                      f" not {scope_key!r}; left untouched")
                 self._refold(conn, path)
                 self._reconcile(conn)
+            conn.execute(VOCAB_TABLE_SQL)
         except BaseException as exc:
             conn.close()
             if isinstance(exc, apsw.Error):
@@ -1272,29 +1285,29 @@ class SqliteStore:
             raise StoreError(f"sqlite store: {path} holds scope {owner!r}, not {scope_key!r};"
                              " left untouched")
 
-    @staticmethod
-    def _refold(conn: Any, path: str) -> None:
-        """Re-derive what the file keeps from the text by the tokenizing rules
-        (``words.FOLDING``): every row's dedup key and the active rows' indexed tokens, once,
-        inside the open's transaction, when the file was written under other rules (or none
-        recorded: before Unicode folding). Rows, ids, statuses and use counts are untouched."""
-        if schema.stored_meta(conn, schema.META_FOLDING) == FOLDING:
+    def _refold(self, conn: Any, path: str) -> None:
+        """Re-derive what the file keeps from the text by the tokenizing rules and languages
+        (``Analyzer.signature``): every row's dedup key and the active rows' indexed terms,
+        once, inside the open's transaction, when the file was written under other rules (or
+        none recorded: before Unicode folding). Rows, ids, statuses and use counts are
+        untouched."""
+        signature = self.analyzer.signature
+        if schema.stored_meta(conn, schema.META_FOLDING) == signature:
             return
         rows = conn.execute("SELECT seq, text, keywords, status FROM records").fetchall()
         conn.executemany("UPDATE records SET norm = ? WHERE seq = ?",
                          [(normalize_text(text), seq) for seq, text, _kw, _status in rows])
         conn.execute("DELETE FROM records_fts")
         conn.executemany("INSERT INTO records_fts (rowid, tokens) VALUES (?, ?)",
-                         [(seq, fts_tokens(text, json.loads(keywords)))
+                         [(seq, fts_tokens(text, json.loads(keywords), self.analyzer))
                           for seq, text, keywords, status in rows if status == "active"])
-        schema.set_meta(conn, schema.META_FOLDING, FOLDING)
+        schema.set_meta(conn, schema.META_FOLDING, signature)
         conn.execute(schema.NEXT_GENERATION_SQL)
         if rows:
             log.info("sqlite store: %s: re-derived the tokens of %d records (%s)", path,
-                     len(rows), FOLDING)
+                     len(rows), signature)
 
-    @staticmethod
-    def _reconcile(conn: Any) -> None:
+    def _reconcile(self, conn: Any) -> None:
         """Make the token index hold exactly the active rows: drop entries of rows that are
         no longer active (or gone) and index active rows that are missing."""
         conn.execute("DELETE FROM records_fts WHERE rowid NOT IN"
@@ -1304,7 +1317,7 @@ class SqliteStore:
             " AND seq NOT IN (SELECT rowid FROM records_fts)").fetchall()
         for seq, text, keywords in missing:
             conn.execute("INSERT INTO records_fts (rowid, tokens) VALUES (?, ?)",
-                         (seq, fts_tokens(text, json.loads(keywords))))
+                         (seq, fts_tokens(text, json.loads(keywords), self.analyzer)))
         if missing:
             log.warning("sqlite store: re-indexed %d active records", len(missing))
         SqliteStore._compact_index(conn)

@@ -4,12 +4,12 @@ A retrieval through SQLite costs a trip to a pool thread, an FTS query and a tra
 the usage bumps; with many concurrent retrievals the trips and the GIL hand-offs between
 threads cost more than the work. A ``ScopeView`` holds every active row of one scope as the
 retrieval statements read it, and the tokens the FTS index holds for those rows as an
-inverted index from token to rows, so the same candidates are found, and their matches
-counted, with a few dictionary lookups.
+inverted index from term to rows, so the same candidates are found, their matches weighed
+and the scope's statistics read, with a few dictionary lookups.
 
 The view is a cache of the database plus the usage bumps not yet committed; ``sqlite.py``
 decides when one may be used (see "Reads" there). It never decides an answer: the candidates
-and their counts go to ``engine.rank_matched``, the same last step ``engine.rank_entries``
+and their weights go to ``engine.rank_covered``, the same last step ``engine.rank_entries``
 takes for the SQL prefilter's rows.
 """
 
@@ -20,12 +20,10 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from scopemem.core.engine import QueryTerms
+from scopemem.core.ranking import QueryTerms, ScopeStats
 
 # (last touched, the row of RECORD_COLUMNS with its keywords decoded to a tuple).
 Entry = tuple[int, tuple[Any, ...]]
-# What ``engine.rank_matched`` takes: (seq, matched query tokens, last touched, row).
-Matched = tuple[int, int, int, tuple[Any, ...]]
 
 
 def _entry(row: Sequence[Any]) -> Entry:
@@ -65,41 +63,33 @@ class ScopeView:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def match_counts(self, terms: QueryTerms) -> dict[int, int]:
-        """seq → how many of the query's tokens the row holds, for every row holding one of
-        its prefilter tokens: the rows the FTS prefilter matches, counted as
-        ``engine.rank_entries`` counts them."""
+    def stats(self, terms: QueryTerms) -> ScopeStats:
+        """The scope's statistics for the query's terms, as the FTS vocabulary gives them:
+        every row held is active and indexed, and a posting list holds each row once."""
         postings = self.postings
-        counts: dict[int, int] = {}
-        get = counts.get
-        for token in terms.prefilter:
-            for seq in postings.get(token, ()):
-                counts[seq] = get(seq, 0) + 1
-        if len(terms.tokens) > len(terms.prefilter):
-            # Tokens beyond the prefilter's 24 add to the match of rows the prefilter let
-            # in, and let in no row of their own (the FTS statement does not match them).
-            prefilter = set(terms.prefilter)
-            for token in terms.tokens:
-                if token not in prefilter:
-                    for seq in postings.get(token, ()):
-                        if seq in counts:
-                            counts[seq] += 1
-        return counts
+        return ScopeStats(len(self.entries),
+                          {term: len(postings.get(term, ())) for term in terms.terms})
 
-    def matched(self, counts: Mapping[int, int], seqs: Iterable[int] | None = None
-                ) -> list[Matched]:
-        """The rows of ``counts`` (only those among ``seqs``, when given) as
-        ``engine.rank_matched`` takes them."""
+    def covered(self, terms: QueryTerms, weights: Sequence[float]
+                ) -> dict[int, tuple[float, str, int, tuple[Any, ...]]]:
+        """What ``engine.rank_covered`` takes, for every row holding a prefilter term (the
+        rows the FTS prefilter matches): seq → (the weight of the query terms it holds,
+        summed in query order, its thread key, last touched, the row)."""
+        postings = self.postings
+        gated: set[int] = set()
+        for term in terms.prefilter:
+            gated.update(postings.get(term, ()))
+        sums = dict.fromkeys(gated, 0.0)
+        for term, weight in zip(terms.terms, weights, strict=True):
+            for seq in postings.get(term, ()):
+                if seq in sums:
+                    sums[seq] += weight
         entries = self.entries
-        if seqs is None:
-            return [(seq, matched, *entries[seq]) for seq, matched in counts.items()]
-        found: list[Matched] = []
-        for seq in seqs:
-            matched = counts.get(seq)
-            if matched is not None:  # the index and the view hold the same rows
-                last_touched, row = entries[seq]
-                found.append((seq, matched, last_touched, row))
-        return found
+        hits = {}
+        for seq, covered in sums.items():
+            last_touched, row = entries[seq]
+            hits[seq] = (covered, row[6], last_touched, row)
+        return hits
 
     def bump(self, pending: Mapping[int, Sequence[int]]) -> None:
         """Apply usage bumps (seq → (uses, last use)) to the rows held, as saving them

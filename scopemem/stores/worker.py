@@ -32,12 +32,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from scopemem.core.engine import wire_query
+from scopemem.core.ranking import Ranking, query_terms, wire_query
 from scopemem.core.records import (
+    MAX_USED_IDS,
+    MAX_USED_SCOPES,
     Candidate,
     Kind,
     Record,
@@ -47,9 +49,12 @@ from scopemem.core.records import (
     from_wire,
     to_wire,
 )
+from scopemem.core.scoring import keyword_match
 from scopemem.errors import ConfigError, StoreError, StoreRefused
 from scopemem.plugins.markers import hookimpl
 from scopemem.stores.base import (
+    DEFAULT_RANKING,
+    Hit,
     MemoryStore,
     StoreSettings,
     check_cap,
@@ -112,7 +117,7 @@ class WorkerStore:
     when set; otherwise the worker's own default applies."""
 
     def __init__(self, base_url: str, token: str, *, cap: int | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, ranking: Ranking = DEFAULT_RANKING) -> None:
         problem = _url_problem(base_url)
         if problem is not None:
             raise ValueError(f"base_url {problem}")
@@ -122,6 +127,12 @@ class WorkerStore:
         self._token = _check_token(token)
         self.cap = None if cap is None else check_cap(cap)
         self.timeout = float(timeout)
+        # The worker ranks; the client reads a long query as the worker will (wire_query)
+        # and, facing a worker that predates matches, scores them itself.
+        self.ranking = ranking
+        # A worker that answered a retrieval without ``bumped`` predates "used means
+        # shown": it bumps what it returns, so there is nothing for /used to mark.
+        self._legacy = False
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
 
@@ -160,9 +171,11 @@ class WorkerStore:
                 "instead of the Memory Worker, and its records will be lost on restart",
                 settings.option_key("base_url"), token_env,
             )
-            return InMemoryStore(cap=settings.cap, clock=settings.clock)
+            return InMemoryStore(cap=settings.cap, clock=settings.clock,
+                                 ranking=settings.ranking)
         try:
-            return cls(base_url, token, cap=settings.cap, timeout=timeout)
+            return cls(base_url, token, cap=settings.cap, timeout=timeout,
+                       ranking=settings.ranking)
         except ValueError as exc:
             raise ConfigError(f"${token_env}: {exc}") from None
 
@@ -215,24 +228,64 @@ class WorkerStore:
     # --- the store ------------------------------------------------------------------------
 
     async def retrieve(self, scope_key: str, query: str, limit: int) -> list[Record]:
+        return [hit.record for hit in await self.search(scope_key, query, limit)]
+
+    async def retrieve_strict(self, scope_key: str, query: str, limit: int) -> list[Record]:
+        """``retrieve``, raising ``StoreError`` where ``retrieve`` degrades to nothing."""
+        return [hit.record for hit in await self.search_strict(scope_key, query, limit)]
+
+    async def search(self, scope_key: str, query: str, limit: int, *, bump: bool = True
+                     ) -> list[Hit]:
         try:
-            return await self.retrieve_strict(scope_key, query, limit)
+            return await self.search_strict(scope_key, query, limit, bump=bump)
         except StoreError as exc:
             log.warning("[memory] %s; reading nothing from it", exc)
             return []
 
-    async def retrieve_strict(self, scope_key: str, query: str, limit: int) -> list[Record]:
-        """``retrieve``, raising ``StoreError`` where ``retrieve`` degrades to nothing."""
+    async def search_strict(self, scope_key: str, query: str, limit: int, *,
+                            bump: bool = True) -> list[Hit]:
+        """``search``, raising ``StoreError`` where ``search`` degrades to nothing."""
+        payload: dict[str, Any] = {"scopeKey": scope_key,
+                                   "query": wire_query(query, self.ranking.analyzer),
+                                   "limit": limit}
+        if not bump:
+            payload["bump"] = False
         try:
-            data = await self._call("/retrieve", {"scopeKey": scope_key,
-                                                  "query": wire_query(query), "limit": limit})
-            records, dropped = _records(data, scope_key)
+            data = await self._call("/retrieve", payload)
+            records, matches, dropped = _hits(data, scope_key)
         except _CallFailed as exc:
             raise StoreError(f"worker /retrieve for {scope_key} failed ({exc})") from None
         if dropped:
             log.warning("[memory] worker /retrieve for %s: dropped %d malformed record(s)",
                         scope_key, dropped)
-        return records
+        if "bumped" not in data:
+            self._legacy = True
+        if matches is None:  # a worker from before matches: the seed's plain share
+            words = query_terms(query).terms
+            return [Hit(record, keyword_match(words, record)) for record in records]
+        return [Hit(record, match) for record, match in zip(records, matches, strict=True)]
+
+    async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
+        """One ``/used`` call for every scope (split only past the wire's caps). Never
+        raises: a use count is advisory, and a failure costs one warning. A worker that
+        predates the route bumped at retrieval already; nothing is sent to it."""
+        items = [{"scopeKey": key, "ids": list(ids)} for key, ids in used.items() if ids]
+        if self._legacy or not items:
+            return 0
+        marked = 0
+        for batch in _used_batches(items):
+            try:
+                data = await self._call("/used", {"used": batch})
+            except _CallFailed as exc:
+                if exc.status == 404:
+                    self._legacy = True
+                    return marked
+                log.warning("[memory] worker /used failed (%s); use counts not saved", exc)
+                return marked
+            count = data.get("marked")
+            if isinstance(count, int) and not isinstance(count, bool):
+                marked += count
+        return marked
 
     async def write(self, scope_key: str, candidates: Sequence[Candidate],
                     cap: int | None = None) -> WriteCounts:
@@ -256,7 +309,7 @@ class WorkerStore:
         check_scope_key(scope_key)
         payload: dict[str, Any] = {"scopeKey": scope_key, "limit": limit}
         if query is not None:
-            payload["query"] = wire_query(query)
+            payload["query"] = wire_query(query, self.ranking.analyzer)
         if kind is not None:
             payload["kind"] = Kind(kind).value
         data = await self._command("/list", payload)
@@ -321,14 +374,21 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _records(data: dict[str, Any], scope_key: str) -> tuple[list[Record], int]:
-    """The reply's well-formed records of ``scope_key`` and how many others were dropped."""
+def _hits(data: dict[str, Any], scope_key: str
+          ) -> tuple[list[Record], list[float] | None, int]:
+    """The reply's well-formed records of ``scope_key``, each one's match (None when the
+    reply has no usable ``matches``: an older worker), and how many records were dropped."""
     items = data.get("records")
     if not isinstance(items, list):
         raise _CallFailed("answered without a 'records' list")
+    raw = data.get("matches")
+    usable = (isinstance(raw, list) and len(raw) == len(items)
+              and all(isinstance(m, int | float) and not isinstance(m, bool)
+                      and 0.0 <= m <= 1.0 for m in raw))
     records: list[Record] = []
+    matches: list[float] = []
     dropped = 0
-    for item in items:
+    for n, item in enumerate(items):
         try:
             record = from_wire(item, Record) if isinstance(item, dict) else None
         except WireError:
@@ -338,6 +398,29 @@ def _records(data: dict[str, Any], scope_key: str) -> tuple[list[Record], int]:
             dropped += 1
         else:
             records.append(record)
+            if usable:
+                matches.append(float(raw[n]))  # type: ignore[index]
+    return records, matches if usable else None, dropped
+
+
+def _used_batches(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``items`` in requests within ``MAX_USED_SCOPES`` scopes and ``MAX_USED_IDS`` ids."""
+    batches: list[list[dict[str, Any]]] = [[]]
+    ids = 0
+    for item in items:
+        for start in range(0, len(item["ids"]), MAX_USED_IDS):
+            chunk = item["ids"][start:start + MAX_USED_IDS]
+            if len(batches[-1]) >= MAX_USED_SCOPES or ids + len(chunk) > MAX_USED_IDS:
+                batches.append([])
+                ids = 0
+            batches[-1].append({"scopeKey": item["scopeKey"], "ids": chunk})
+            ids += len(chunk)
+    return batches
+
+
+def _records(data: dict[str, Any], scope_key: str) -> tuple[list[Record], int]:
+    """The reply's well-formed records of ``scope_key`` and how many others were dropped."""
+    records, _matches, dropped = _hits(data, scope_key)
     return records, dropped
 
 

@@ -2,7 +2,8 @@
 
 Routes (bodies are JSON objects, camelCase, times in epoch milliseconds)::
 
-    POST /retrieve  {scopeKey, query, limit}          -> {records}
+    POST /retrieve  {scopeKey, query, limit, bump?}   -> {records, matches, bumped}
+    POST /used      {used: [{scopeKey, ids}]}          -> {ok, marked}
     POST /write     {scopeKey, records, cap?}          -> {ok, inserted, deduped, superseded,
                                                            restated, evicted}
     POST /list      {scopeKey, limit, query?, kind?}   -> {records}
@@ -57,7 +58,7 @@ from multidict import CIMultiDictProxy
 
 from scopemem.core.records import Record, to_wire
 from scopemem.errors import StoreError
-from scopemem.stores.base import MemoryStore
+from scopemem.stores.base import MemoryStore, search_hits
 from scopemem.worker_aiohttp import validation
 from scopemem.worker_aiohttp.records_json import RecordsJson, dumps
 
@@ -103,9 +104,11 @@ def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None
     return web.json_response(data, status=status, headers=headers, dumps=dumps)
 
 
-def _records(request: web.Request, records: Sequence[Record]) -> web.Response:
-    """``{"records": [...]}``, as ``_json`` would write it (see ``records_json``)."""
-    text = request.app[SERVED].records_json.encode(records)
+def _records(request: web.Request, records: Sequence[Record], extra: str = ""
+             ) -> web.Response:
+    """``{"records": [...]}``, as ``_json`` would write it (see ``records_json``), with
+    ``extra`` fields after the list."""
+    text = request.app[SERVED].records_json.encode(records, extra)
     return web.Response(text=text, content_type="application/json")
 
 
@@ -256,8 +259,21 @@ def _data_route(func: Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def retrieve(request: web.Request) -> web.StreamResponse:
     args = validation.retrieve_args(await _body(request))
     store = request.app[SERVED].require_store()
-    records = await store.retrieve(args.scope_key, args.query, args.limit)
-    return _records(request, records)
+    hits = await search_hits(store, args.scope_key, args.query, args.limit, bump=args.bump)
+    # The seed's clients read only ``records``, and bump by default; a newer client asks not
+    # to (``bump: false``), reads each record's match, and marks what it showed (/used).
+    extra = (',"matches":' + json.dumps([hit.match for hit in hits])
+             + ',"bumped":' + ("true" if args.bump else "false"))
+    return _records(request, [hit.record for hit in hits], extra)
+
+
+@_data_route
+async def used(request: web.Request) -> web.StreamResponse:
+    args = validation.used_args(await _body(request))
+    store = request.app[SERVED].require_store()
+    mark = getattr(store, "mark_used", None)
+    marked = await mark(args.used) if mark is not None else 0
+    return _json({"ok": True, "marked": marked})
 
 
 @_data_route
@@ -313,6 +329,7 @@ DATA_ROUTES: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] =
     "/list": list_records,
     "/forget": forget,
     "/sweep": sweep,
+    "/used": used,
 }
 
 

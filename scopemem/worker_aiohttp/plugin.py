@@ -81,7 +81,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
             else:
                 log.warning("--data applies to the sqlite store only; ignored for %r", name)
         settings = StoreSettings(name=name, options=options, cap=config.max_records_per_scope,
-                                 environ=dict(os.environ))
+                                 environ=dict(os.environ), ranking=config.ranking_spec())
         token = os.environ.get(TOKEN_ENV, "")
         if not token:
             log.warning("%s is not set: every data route will answer 401", TOKEN_ENV)

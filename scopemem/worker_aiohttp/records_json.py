@@ -36,7 +36,9 @@ class RecordsJson:
     def __len__(self) -> int:
         return len(self._parts)
 
-    def encode(self, records: Sequence[Record]) -> str:
+    def encode(self, records: Sequence[Record], extra: str = "") -> str:
+        """``{"records": [...]}``; ``extra`` (``,"key":value`` pairs, already JSON) is
+        written after the list."""
         parts = self._parts
         out = []
         for record in records:
@@ -63,7 +65,7 @@ class RecordsJson:
                 out.append(f'{head},"useCount":{use_count}{tail}')
             else:
                 out.append(f'{head},"lastUsedAt":{last_used_at},"useCount":{use_count}{tail}')
-        return '{"records":[' + ",".join(out) + "]}"
+        return '{"records":[' + ",".join(out) + "]" + extra + "}"
 
 
 def _parts_of(record: Record) -> tuple[str, str]:

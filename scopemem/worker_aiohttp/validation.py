@@ -27,6 +27,8 @@ from scopemem.core.records import (
     MAX_QUERY_CHARS,
     MAX_SCOPE_CAP,
     MAX_TEXT_CHARS,
+    MAX_USED_IDS,
+    MAX_USED_SCOPES,
     Candidate,
     Kind,
     Source,
@@ -48,6 +50,12 @@ class RetrieveArgs:
     scope_key: str
     query: str
     limit: int
+    bump: bool = True
+
+
+@attrs.frozen
+class UsedArgs:
+    used: dict[str, tuple[str, ...]]
 
 
 @attrs.frozen
@@ -112,13 +120,13 @@ def parse_body(raw: bytes) -> dict[str, Any]:
 # --- single fields ------------------------------------------------------------------------------
 
 
-def _scope_key(body: Mapping[str, Any]) -> str:
+def _scope_key(body: Mapping[str, Any], where: str = "scopeKey") -> str:
     if "scopeKey" not in body:
-        raise BodyError("scopeKey is required")
+        raise BodyError(f"{where} is required")
     value = body["scopeKey"]
     problem = scope_key_problem(value)
     if problem is not None:
-        raise BodyError(f"scopeKey {problem}")
+        raise BodyError(f"{where} {problem}")
     return value
 
 
@@ -216,14 +224,19 @@ def parse_candidate(item: Any, where: str) -> Candidate:
         raise BodyError(f"{where}: {exc}") from None
 
 
+def _required_list(body: Mapping[str, Any], field: str, most: int, what: str) -> list[Any]:
+    if field not in body:
+        raise BodyError(f"{field} is required")
+    value = body[field]
+    if not isinstance(value, list):
+        raise BodyError(f"{field} must be a list")
+    if len(value) > most:
+        raise BodyError(f"{field} must hold at most {most} {what}")
+    return value
+
+
 def _candidates(body: Mapping[str, Any]) -> tuple[Candidate, ...]:
-    if "records" not in body:
-        raise BodyError("records is required")
-    records = body["records"]
-    if not isinstance(records, list):
-        raise BodyError("records must be a list")
-    if len(records) > MAX_BATCH:
-        raise BodyError(f"records must hold at most {MAX_BATCH} candidates")
+    records = _required_list(body, "records", MAX_BATCH, "candidates")
     return tuple(parse_candidate(item, f"records[{n}]") for n, item in enumerate(records))
 
 
@@ -234,7 +247,33 @@ def retrieve_args(body: Mapping[str, Any]) -> RetrieveArgs:
     scope_key = _scope_key(body)
     if "query" not in body:
         raise BodyError("query is required")
-    return RetrieveArgs(scope_key, _query(body["query"]), _limit(body))
+    bump = body.get("bump", True)
+    if not isinstance(bump, bool):
+        raise BodyError("bump must be a boolean")
+    return RetrieveArgs(scope_key, _query(body["query"]), _limit(body), bump)
+
+
+def used_args(body: Mapping[str, Any]) -> UsedArgs:
+    """``{"used": [{"scopeKey": …, "ids": [id, …]}, …]}``: the records a client showed."""
+    items = _required_list(body, "used", MAX_USED_SCOPES, "scopes")
+    used: dict[str, list[str]] = {}
+    total = 0
+    for n, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise BodyError(f"used[{n}] must be an object")
+        scope_key = _scope_key(item, f"used[{n}].scopeKey")
+        ids = item.get("ids")
+        if not isinstance(ids, list):
+            raise BodyError(f"used[{n}].ids must be a list")
+        total += len(ids)
+        if total > MAX_USED_IDS:
+            raise BodyError(f"used must hold at most {MAX_USED_IDS} ids in all")
+        for m, record_id in enumerate(ids):
+            problem = identifier_problem(record_id, max_chars=MAX_ID_CHARS)
+            if problem is not None:
+                raise BodyError(f"used[{n}].ids[{m}] {problem}")
+        used.setdefault(scope_key, []).extend(ids)
+    return UsedArgs({key: tuple(ids) for key, ids in used.items()})
 
 
 def write_args(body: Mapping[str, Any]) -> WriteArgs:

@@ -15,10 +15,13 @@ from scopemem.core.records import (
     Status,
     WriteCounts,
 )
-from scopemem.core.scoring import score_of
 
 NOW = 1_790_000_000_000
 SCOPE = "org:acme"
+
+
+def engine_prefilter(query):
+    return list(engine.query_terms(query).prefilter)
 
 
 def rec(n: int, text: str, **fields) -> Record:
@@ -40,47 +43,18 @@ def cand(text: str, **fields) -> Candidate:
 def test_match_tokens_keeps_the_24_longest_ties_by_first_appearance():
     words = [f"w{n:02d}" for n in range(30)]  # 30 tokens of equal length
     query = "a bb " + " ".join(words) + " longest"
-    tokens = engine.match_tokens(query)
+    tokens = engine_prefilter(query)
     assert len(tokens) == 24
     assert tokens[0] == "longest"
     assert tokens[1:] == words[:23]
-    assert engine.match_tokens("b a b c") == ["b", "a", "c"]
-    assert engine.match_tokens("") == []
+    assert engine_prefilter("b a b c") == ["b", "a", "c"]
+    assert engine_prefilter("") == []
 
 
 def test_candidate_cap_has_a_floor_of_50():
     assert engine.candidate_cap(1) == 50
     assert engine.candidate_cap(10) == 50
     assert engine.candidate_cap(32) == 160
-
-
-def test_rank_records_gates_ranks_limits_and_never_mutates():
-    records = [rec(1, "deploy vpn"), rec(2, "deploy"), rec(3, "unrelated"),
-               rec(4, "vpn deploy blue", status=Status.SUPERSEDED)]
-    before = [attrs.evolve(r) for r in records]
-    ranked = engine.rank_records(records, "deploy vpn", 5, NOW)
-    assert [r.id for r in ranked] == ["mem:org:acme:1", "mem:org:acme:2"]
-    assert engine.rank_records(records, "deploy vpn", 1, NOW) == ranked[:1]
-    assert records == before
-    assert engine.rank_records(records, "", 5, NOW) == []
-
-
-def test_rank_records_answer_does_not_depend_on_input_order():
-    records = [rec(n, "same words here", created_at=NOW) for n in range(1, 6)]
-    forward = engine.rank_records(records, "words", 3, NOW)
-    backward = engine.rank_records(list(reversed(records)), "words", 3, NOW)
-    assert forward == backward
-    assert [r.id for r in forward] == [f"mem:{SCOPE}:{n}" for n in (5, 4, 3)]
-
-
-@given(st.lists(st.tuples(st.integers(1, 30), st.integers(-10**10, 10**13)), max_size=40,
-                unique_by=lambda entry: entry[0]),
-       st.integers(1, 30), st.integers(0, 12), st.integers(0, 10**13))
-def test_rank_matched_ranks_by_score_of_then_newer_first(entries, width, limit, now):
-    # (seq, matched, last touched, item) with matched at most width, as the stores pass them.
-    rows = [(seq, seq % width + 1, last, f"item {seq}") for seq, last in entries]
-    expected = sorted(rows, key=lambda row: (-score_of(row[1] / width, row[2], now), -row[0]))
-    assert engine.rank_matched(rows, width, limit, now) == [row[3] for row in expected[:limit]]
 
 
 def test_listing_is_newest_first_with_filters_then_limit():
@@ -261,25 +235,13 @@ def test_plan_write_properties(pool, text, supersedes, restates, confidence):
 # --- issue 12: the whole query gates, long queries, kinds, sources ------------------------------
 
 
-def test_the_relevance_gate_reads_the_whole_query_not_the_24_longest():
-    # 24 long filler tokens push "zz" out of the prefilter's terms, never out of the gate.
-    filler = " ".join(f"w{n:03d}xx" for n in range(24))
-    query = f"zz {filler} longestwordthere"
-    assert "zz" not in engine.match_tokens(query)
-    records = [rec(1, "zz only"), rec(2, "longestwordthere only"), rec(3, "nothing")]
-    ranked = engine.rank_records(records, query, 10, NOW)
-    assert [r.text for r in ranked] == ["longestwordthere only", "zz only"]
-    listed = engine.listing(records, 10, query=query)
-    assert [r.text for r in listed] == ["longestwordthere only", "zz only"]
-
-
 @given(st.lists(st.text(alphabet="ab cdéZ9-", max_size=30), max_size=400))
 def test_a_query_goes_on_the_wire_within_the_cap_and_means_the_same(parts):
     query = " ".join(parts)
     sent = engine.wire_query(query)
     assert len(sent) <= MAX_QUERY_CHARS
-    assert engine.query_tokens(sent) == engine.query_tokens(query)
-    assert engine.match_tokens(sent) == engine.match_tokens(query)
+    assert engine.query_words(sent) == engine.query_words(query)
+    assert engine_prefilter(sent) == engine_prefilter(query)
     if len(query) <= MAX_QUERY_CHARS:
         assert sent == query
 
@@ -289,14 +251,14 @@ def test_a_20000_character_brief_keeps_every_distinct_token():
     assert len(brief) > 20_000
     sent = engine.wire_query(brief)
     assert len(sent) <= MAX_QUERY_CHARS
-    assert engine.query_tokens(sent) == ["ok", "step", "12", "took", "40", "ms", "why", "do",
+    assert engine.query_words(sent) == ["ok", "step", "12", "took", "40", "ms", "why", "do",
                                          "the", "integration", "tests", "fail"]
 
 
 def test_distinct_tokens_beyond_the_cap_keep_the_longest_in_their_order():
     tokens = [f"t{n:04d}" for n in range(900)] + ["averyveryverylongtoken"]  # 5 chars each
     query = " ".join(tokens)
-    kept = engine.query_tokens(query)
+    kept = engine.query_words(query)
     assert sum(map(len, kept)) + len(kept) - 1 <= MAX_QUERY_CHARS
     assert kept[-1] == "averyveryverylongtoken"  # the longest, kept in its place
     assert kept[:-1] == tokens[:len(kept) - 1]  # then the earliest of the equal lengths

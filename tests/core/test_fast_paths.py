@@ -4,13 +4,9 @@ plain ones (stores use them on the read path; InMemoryStore uses ``rank_records`
 from __future__ import annotations
 
 import attrs
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scopemem.core import engine
 from scopemem.core.records import Kind, Record, Status, to_wire, trusted_record
-from scopemem.core.scopes import record_seq
-from scopemem.core.scoring import record_tokens
 
 NOW = 1_790_000_000_000
 SCOPE = "org:acme"
@@ -34,27 +30,6 @@ records = st.lists(
            keywords=keywords, source_thread_key="t", created_at=created, last_used_at=used,
            use_count=uses, status=status)
     for n, (text, keywords, created, used, uses, status) in enumerate(rows)])
-
-
-@settings(max_examples=300, deadline=None)
-@given(records, texts, st.integers(0, 12), st.integers(0, 10 * 86_400_000))
-def test_rank_entries_is_rank_records(rows, query, limit, later):
-    now = NOW + later
-    expected = engine.rank_records(rows, query, limit, now)
-    entries = [(record_seq(r.id), record_tokens(r), r.last_touched, r)
-               for r in rows if r.is_active]
-    assert engine.rank_entries(entries, query, limit, now) == expected
-    # Token collections other than sets answer the same.
-    listed = [(seq, sorted(tokens), touched, r) for seq, tokens, touched, r in entries]
-    assert engine.rank_entries(listed, query, limit, now) == expected
-
-
-def test_rank_entries_returns_the_carried_items_best_first():
-    entries = [(1, {"cache"}, NOW, "old"), (2, {"cache", "rule"}, NOW, "best"),
-               (3, {"cache"}, NOW, "newer tie"), (4, {"other"}, NOW, "gated out")]
-    assert engine.rank_entries(entries, "cache rule", 10, NOW) == ["best", "newer tie", "old"]
-    assert engine.rank_entries(entries, "", 10, NOW) == []
-    assert engine.rank_entries(entries, "cache", 0, NOW) == []
 
 
 def test_trusted_record_equals_the_validating_constructor():

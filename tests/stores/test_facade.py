@@ -45,8 +45,8 @@ async def test_a_20000_character_brief_gives_the_same_block_on_every_store(make_
     assert result.block.splitlines()[2:-1] == [
         "- the integration tests need make bootstrap first (source: slack:C1/1)",
         "- a thread about the integration tests (source: slack:C1/100)",
-        "- integration runs read the fixtures from ./testdata (source: slack:C1/100)",
         "- this user wants the bootstrap output quoted (source: slack:C1/100)",
+        "- integration runs read the fixtures from ./testdata (source: slack:C1/100)",
     ]
 
 

@@ -271,8 +271,10 @@ async def test_synchronous_is_configurable_and_restored_after_a_bump(make):
 async def test_the_index_holds_the_engines_tokens(store: SqliteStore):
     await store.write(ORG, [fact("Le café: NEAR-by OR* \"quoted\"", keywords=("Big-Deploy",))])
     rows = query(store.path_for(ORG), "SELECT rowid, tokens FROM records_fts")
-    assert rows == [(1, "le cafe near by or quoted big deploy")]
-    assert rows[0][1] == fts_tokens("Le café: NEAR-by OR* \"quoted\"", ("Big-Deploy",))
+    # Folded and stemmed (English by default): "quoted" is indexed as its stem.
+    assert rows == [(1, "le cafe near by or quot big deploy")]
+    assert rows[0][1] == fts_tokens("Le café: NEAR-by OR* \"quoted\"", ("Big-Deploy",),
+                                    store.analyzer)
     # The whole-token gate and the index agree: "caf" is a fragment, "café" folds to "cafe".
     assert await store.retrieve(ORG, "caf", 5) == []
     assert len(await store.retrieve(ORG, "CAFÉ", 5)) == 1
@@ -341,9 +343,9 @@ async def test_retrieve_bumps_in_one_batched_update(store: SqliteStore, traced, 
     assert "FROM json_each(?)" in sql
     assert sorted(json.loads(bumps)) == sorted(
         [int(r.id.rsplit(":", 1)[1]), 1, clock.now] for r in got)
-    # The prefilter is the documented statement, bound to quoted tokens and the candidate cap.
+    # The prefilter is the documented statement, bound to the quoted (stemmed) terms.
     [(_, match_args)] = [(sql, args) for sql, args, _ in traced if "MATCH" in sql]
-    assert match_args == ('"cache" OR "rule"', 50)
+    assert match_args == ('"cach" OR "rule"',)
 
 
 async def test_the_batched_bump_takes_the_largest_limit_in_one_statement(make, traced):
@@ -359,16 +361,6 @@ async def test_the_batched_bump_takes_the_largest_limit_in_one_statement(make, t
     counts = dict(apsw.Connection(store.path_for(ORG)).execute(
         "SELECT id, use_count FROM records"))
     assert sorted(counts.values()) == [0] * 10 + [1] * 50
-
-
-async def test_the_candidate_cap_follows_the_limit(make, traced):
-    store = make(cache_rows=0)  # every retrieval through SQL
-    await store.write(ORG, [fact("cache")])
-    for limit, cap in ((1, 50), (10, 50), (11, 55), (50, 250)):
-        traced.clear()
-        await store.retrieve(ORG, "cache", limit)
-        [args] = [args for sql, args, _ in traced if "MATCH" in sql]
-        assert args[1] == cap
 
 
 async def test_database_work_runs_off_the_event_loop_but_for_checks_and_bumps(
@@ -773,4 +765,5 @@ async def test_a_file_from_before_unicode_folding_is_reindexed_once_and_loses_no
     again = make(directory)
     assert len(await again.retrieve(ORG, "cafe", 5)) == 2
     assert len([r for r in caplog.records if "re-derived" in r.getMessage()]) == 1
-    assert query(str(path), "SELECT value FROM meta WHERE key = 'folding'") == [("unicode-1",)]
+    assert query(str(path), "SELECT value FROM meta WHERE key = 'folding'") == [
+        ("unicode-2;english",)]

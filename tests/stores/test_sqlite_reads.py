@@ -13,16 +13,15 @@ import apsw
 import pytest
 
 from scopemem.core import engine
-from scopemem.core.scoring import record_tokens
 from scopemem.errors import ConfigError
 from scopemem.stores import sqlite as sqlite_module
 from scopemem.stores.sqlite import (
-    ALL_HITS_SQL,
-    CANDIDATES_SQL,
     FTS_SEGMENTS_SQL,
+    HITS_SQL,
     MAX_FTS_SEGMENTS,
     SqliteStore,
 )
+from scopemem.stores.sqlite_schema import RECORD_COLUMNS
 from tests.conftest import fact
 
 ORG = "org:acme"
@@ -39,37 +38,6 @@ def use_counts(path: str) -> dict[int, tuple[int, int | None]]:
             "SELECT seq, use_count, last_used_at FROM records")}
     finally:
         conn.close()
-
-
-def expected_by_bm25(path: str, query: str, limit: int, now: int) -> list:
-    """What retrieval answered before the unordered fast path: the engine over the rows the
-    bm25 statement returns, bumped."""
-    conn = read_only(path)
-    try:
-        rows = conn.execute(CANDIDATES_SQL, (
-            sqlite_module._match_expression(engine.match_tokens(query)),
-            engine.candidate_cap(limit))).fetchall()
-    finally:
-        conn.close()
-    ranked = engine.rank_records([sqlite_module._record(row) for row in rows], query, limit,
-                                 now)
-    return [engine.bump_usage(record, now) for record in ranked]
-
-
-@pytest.mark.parametrize("matches", [0, 1, 49, 50, 51, 120])
-async def test_retrieve_hands_the_engine_what_the_bm25_prefilter_would(make, clock, matches):
-    store = make(cap=1000)
-    texts = [f"cache rule {n}" + " cache" * (n % 3) for n in range(matches)]
-    texts += [f"unrelated note {n}" for n in range(30)]
-    for start in range(0, len(texts), 40):
-        clock.advance(1000)
-        await store.write(ORG, [fact(text) for text in texts[start:start + 40]])
-    await store.forget(ORG, f"mem:{ORG}:2")  # an inactive row among the hits' neighbours
-    for limit in (1, 8, 12):
-        clock.advance(60_000)
-        await store.flush()  # the file holds the earlier retrievals' use counts
-        expected = expected_by_bm25(store.path_for(ORG), "cache rule", limit, clock.now)
-        assert await store.retrieve(ORG, "cache rule", limit) == expected
 
 
 async def test_use_counts_are_saved_within_usage_flush_ms_without_being_waited_for(
@@ -135,8 +103,7 @@ def test_usage_flush_ms_is_checked():
             SqliteStore("unused", usage_flush_ms=value)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("statement", [ALL_HITS_SQL, CANDIDATES_SQL])
-async def test_retrieval_ranks_on_the_indexed_tokens_which_are_the_records(make, statement):
+async def test_retrieval_ranks_on_the_indexed_terms_which_are_the_records(make):
     store = make()
     await store.write(ORG, [
         fact('Le café: NEAR-by OR* "quoted" deploy deploy', keywords=("Big-Deploy", "x  y")),
@@ -145,14 +112,16 @@ async def test_retrieval_ranks_on_the_indexed_tokens_which_are_the_records(make,
     ])
     conn = read_only(store.path_for(ORG))
     try:
-        rows = conn.execute(statement, (sqlite_module._match_expression(["deploy"]), 50)
+        rows = conn.execute(HITS_SQL, (sqlite_module._match_expression(["deploy"]),)
                             ).fetchall()
+        records = {row[0]: sqlite_module._record(row) for row in conn.execute(
+            f"SELECT {RECORD_COLUMNS} FROM records")}
     finally:
         conn.close()
-    entries = sqlite_module._rank_entries(rows)
+    entries = sqlite_module._hit_entries(rows, {})
     assert len(entries) == 3
-    for _seq, tokens, _last, row in entries:
-        assert set(tokens) == record_tokens(sqlite_module._record(row))
+    for seq, terms, _thread, _last, _item in entries:
+        assert terms == engine.record_terms(records[seq], store.analyzer)
 
 
 async def test_one_save_holds_every_retrieval_of_its_window(make, clock, traced):

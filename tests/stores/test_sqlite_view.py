@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scopemem.core import engine
-from scopemem.core.records import Record
+from scopemem.core.ranking import Ranking
 from scopemem.errors import ConfigError
 from scopemem.stores import sqlite as sqlite_module
 from scopemem.stores import sqlite_schema as schema
@@ -62,27 +62,28 @@ def view_row(seq: int, words: list[str], keywords: list[str], touched: int | Non
        st.one_of(st.lists(st.sampled_from(VOCABULARY), max_size=8),
                  st.permutations(VOCABULARY)),  # every word: two beyond the prefilter
        st.integers(1, 12), st.randoms())
-def test_a_views_match_counts_rank_rows_as_the_engine_ranks_them(records, words, limit, rng):
+def test_a_view_ranks_rows_as_the_engine_ranks_them(records, words, limit, rng):
     rows = [view_row(seq, text, keywords, None if used is None else NOW - used)
             for seq, (text, keywords, used) in enumerate(records, start=1)]
     query = " ".join(words)
-    terms = engine.query_terms(query)
+    ranking = Ranking()  # weighted, no language: the vocabulary is not English
+    terms = engine.query_terms(query, ranking.analyzer)
     view = ScopeView(rows, generation=0)
-    counts = view.match_counts(terms)
-    # The rows the prefilter would match: those holding a prefilter token. The engine ranks
-    # those (and a store without a prefilter would rank every row).
+    # The scope's statistics are what counting the rows gives.
+    assert view.stats(terms) == engine.scope_stats(terms, (set(row[16].split())
+                                                           for row in rows))
+    weights = engine.term_weights(terms, view.stats(terms), ranking)
+    hits = view.covered(terms, weights)
+    # The rows the prefilter would match: those holding a prefilter term.
     prefiltered = [row for row in rows if set(terms.prefilter) & set(row[16].split())]
-    assert sorted(counts) == [row[0] for row in prefiltered]
+    assert sorted(hits) == [row[0] for row in prefiltered]
     want = engine.rank_entries(
-        [(row[0], row[16].split(), row[8] if row[9] is None else row[9], row[0])
-         for row in prefiltered], query, limit, NOW)
-    found = view.matched(counts)
-    got = [row[0] for row in engine.rank_matched(found, len(terms.tokens), limit, NOW)]
+        [(row[0], set(row[16].split()), row[6], row[8] if row[9] is None else row[9], row[0])
+         for row in rng.sample(rows, len(rows))], terms, view.stats(terms), limit, NOW,
+        ranking)
+    got = [(row[0], match) for row, match in engine.rank_covered(hits, sum(weights), limit,
+                                                                NOW, ranking)]
     assert got == want
-    # bm25's choice among them (any subset, in any order) keeps the counts, in its order.
-    chosen = rng.sample(sorted(counts), len(counts) // 2) + [len(rows) + 1]
-    assert view.matched(counts, chosen) == [
-        entry for seq in chosen for entry in found if entry[0] == seq]
 
 
 async def warm(store: SqliteStore, scope: str = ORG) -> None:
@@ -307,30 +308,6 @@ async def test_our_own_changes_replace_the_view(make):
     await warm(store)
     assert await store.forget(ORG, f"mem:{ORG}:1")
     assert [r.text for r in await store.retrieve(ORG, "deploy", 8)] == ["deploy from main only"]
-
-
-async def test_more_matches_than_the_prefilter_takes_are_chosen_by_sqlite_bm25(
-        make, tmp_path, clock, traced):
-    cached = make(tmp_path / "cached")
-    plain = make(tmp_path / "plain", cache_rows=0)
-    for store in (cached, plain):
-        for start in range(0, 60, 20):
-            await store.write(ORG, [fact(f"deploy step {n} " + "deploy " * (n % 4))
-                                    for n in range(start, start + 20)])
-            clock.advance(1000)
-    await warm(cached)
-    traced.clear()
-    for query, limit in (("deploy", 8), ("deploy step", 3), ("deploy 7 12", 9)):
-        clock.advance(DAY_MS)
-        got: list[Record] = await cached.retrieve(ORG, query, limit)
-        want = await plain.retrieve(ORG, query, limit)
-        assert [r.id for r in got] == [r.id for r in want]
-    # 60 matches exceed the candidate cap: bm25 chose, on the event loop's own connection,
-    # and only the rows it chose were read from memory.
-    by_cached = [(sql, thread) for sql, _, thread in traced if "bm25" in sql
-                 and thread == threading.current_thread().name]
-    assert len(by_cached) == 3 and all("records_fts_content" not in sql
-                                        for sql, _ in by_cached)
 
 
 async def test_forgetting_nothing_keeps_the_view(make):

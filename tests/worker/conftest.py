@@ -43,6 +43,15 @@ class SpyStore:
         await self._enter("retrieve", scope_key, query, limit)
         return await self.inner.retrieve(scope_key, query, limit)
 
+    async def search(self, scope_key: str, query: str, limit: int, *, bump: bool = True
+                     ) -> list[Any]:
+        await self._enter("retrieve", scope_key, query, limit)
+        return await self.inner.search(scope_key, query, limit, bump=bump)
+
+    async def mark_used(self, used: Any) -> int:
+        await self._enter("used", dict(used))
+        return await self.inner.mark_used(used)
+
     async def write(self, scope_key: str, candidates: Sequence[Candidate],
                     cap: int | None = None) -> WriteCounts:
         await self._enter("write", scope_key, tuple(candidates), cap)

@@ -21,6 +21,7 @@ VALID_BODIES: dict[str, dict[str, Any]] = {
     "/write": {"scopeKey": ORG, "records": [candidate()], "cap": 100},
     "/list": {"scopeKey": ORG, "limit": 5, "query": "license", "kind": "fact"},
     "/forget": {"scopeKey": ORG, "id": f"mem:{ORG}:1"},
+    "/used": {"used": [{"scopeKey": ORG, "ids": [f"mem:{ORG}:1"]}]},
     "/sweep": {"scopeKey": ORG, "dryRun": True},
 }
 

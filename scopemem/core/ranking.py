@@ -1,0 +1,234 @@
+"""How a query ranks a scope's records: the one read algorithm every store runs.
+
+A query becomes terms (``query_terms``): its folded words, function words dropped, stemmed
+(``words.Analyzer``). A record is a candidate when it holds one of the query's prefilter
+terms (the relevance gate). Its keyword match is the share of the query's *weight* it holds:
+
+    match = Σ idf(t) over query terms t the record holds  /  Σ idf(t) over all query terms
+    idf(t) = ln(1 + (N − df(t) + ½) / (df(t) + ½))
+
+with N the scope's active records and df(t) how many of them hold t, so a rare word counts
+for more than a common one and the match stays in [0, 1] (records of different scopes
+compare like with like). A record also takes half the match of the record written just
+before it in the same thread, when that one is a candidate too (capped at 1): a reply is
+found through the question it answers, a lesson through its neighbour from the same run.
+The best ``candidate_cap(limit)`` candidates by match (ties to the newer record) are then
+ordered by the seed's score, ``0.7 · match + 0.3 · recency``, ties to the newer record.
+
+``Ranking(weighted=False)`` is the seed's scorer: every term weighs 1 (the match is the
+plain share of the query's words), no neighbour credit, and with the ``PLAIN`` analyzer no
+function word is dropped and nothing is stemmed.
+
+Every store hands these functions the rows they ask for and the scope's statistics
+(``ScopeStats``), so every store answers a query with the same ids in the same order.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import TypeVar
+
+import attrs
+
+from scopemem.core.records import MAX_QUERY_CHARS
+from scopemem.core.scoring import KEYWORD_WEIGHT, RECENCY_TAU_MS, RECENCY_WEIGHT
+from scopemem.core.words import PLAIN, Analyzer
+
+__all__ = [
+    "CONTEXT_WEIGHT",
+    "SEED",
+    "QueryTerms",
+    "Ranking",
+    "ScopeStats",
+    "candidate_cap",
+    "query_terms",
+    "query_words",
+    "rank_covered",
+    "rank_entries",
+    "term_weights",
+    "wire_query",
+]
+
+# The FTS prefilter's terms: at most the 24 longest distinct query terms. Longer terms are
+# the selective ones; a 4000-character query would otherwise become an OR of hundreds of
+# terms. The relevance gate is the same on every store: a record qualifies when it holds a
+# prefilter term; the keyword match reads every term of the query.
+MAX_MATCH_TOKENS = 24
+# How many gated candidates reach the final score: every match in a small scope,
+# proportionally more for larger limits (000's prefilter cap).
+CANDIDATE_FLOOR = 50
+CANDIDATES_PER_LIMIT = 5
+#: The share of the preceding same-thread record's match a record is credited with.
+CONTEXT_WEIGHT = 0.5
+
+T = TypeVar("T")
+
+
+@attrs.frozen
+class Ranking:
+    """How a store ranks: the analyzer that makes words terms, and whether terms are
+    weighed by their rarity in the scope (``False`` is the seed's plain share)."""
+
+    analyzer: Analyzer = PLAIN
+    weighted: bool = True
+
+    @property
+    def context_weight(self) -> float:
+        return CONTEXT_WEIGHT if self.weighted else 0.0
+
+
+#: The seed's ranking: plain share of the query's words, no stemming, no stopwords.
+SEED = Ranking(PLAIN, weighted=False)
+
+
+@attrs.frozen
+class ScopeStats:
+    """What weighing needs of a scope: its active records, and for each query term how
+    many of them hold it (a term missing here is held by none)."""
+
+    records: int
+    frequency: Mapping[str, int]
+
+
+@attrs.frozen
+class QueryTerms:
+    """A query as ranking reads it. ``terms`` are the distinct stems of its content words
+    (what the match weighs); ``prefilter`` the 24 longest of them (what the gate and a
+    full-text prefilter match by; all of them for a query of at most 24 terms)."""
+
+    terms: tuple[str, ...]
+    prefilter: tuple[str, ...]
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        return self.terms
+
+
+def query_words(query: str, analyzer: Analyzer = PLAIN) -> list[str]:
+    """The query's distinct folded content words, first appearance first.
+
+    A query means the same on every store whatever its length: when these words,
+    space-joined, would not fit the wire's ``MAX_QUERY_CHARS``, only the longest that fit
+    are kept (ties to the earlier), still in first-appearance order. ``wire_query`` sends
+    exactly these words, which every store reads back as themselves."""
+    words = analyzer.content_words(query)
+    if sum(map(len, words)) + len(words) - 1 <= MAX_QUERY_CHARS:
+        return words
+    kept: set[int] = set()
+    used = -1  # n words take n - 1 separating spaces
+    for index in sorted(range(len(words)), key=lambda i: (-len(words[i]), i)):
+        cost = len(words[index]) + 1
+        if used + cost <= MAX_QUERY_CHARS:
+            kept.add(index)
+            used += cost
+    return [word for index, word in enumerate(words) if index in kept]
+
+
+def wire_query(query: str, analyzer: Analyzer = PLAIN) -> str:
+    """``query`` in a form the wire accepts (at most ``MAX_QUERY_CHARS`` characters) that a
+    store ranking with ``analyzer`` reads exactly as it reads ``query``: the query itself
+    when it fits, else its ``query_words`` space-joined."""
+    if len(query) <= MAX_QUERY_CHARS:
+        return query
+    return " ".join(query_words(query, analyzer))
+
+
+def query_terms(query: str, analyzer: Analyzer = PLAIN) -> QueryTerms:
+    terms = list(dict.fromkeys(analyzer.stem(word) for word in query_words(query, analyzer)))
+    ranked = sorted(range(len(terms)), key=lambda index: (-len(terms[index]), index))
+    return QueryTerms(terms=tuple(terms),
+                      prefilter=tuple(terms[index] for index in ranked[:MAX_MATCH_TOKENS]))
+
+
+def candidate_cap(limit: int) -> int:
+    return max(CANDIDATE_FLOOR, CANDIDATES_PER_LIMIT * limit)
+
+
+def idf(records: int, frequency: int) -> float:
+    """A term's weight in a scope of ``records`` records ``frequency`` of which hold it:
+    bm25's smoothed inverse document frequency, positive even for a term every record
+    holds."""
+    return math.log(1.0 + (records - frequency + 0.5) / (frequency + 0.5))
+
+
+def term_weights(terms: QueryTerms, stats: ScopeStats | None, ranking: Ranking
+                 ) -> list[float]:
+    """Each query term's weight, in ``terms.terms`` order: its idf in the scope, or 1 under
+    the seed's ranking (``stats`` may then be None)."""
+    if not ranking.weighted or stats is None:
+        return [1.0] * len(terms.terms)
+    frequency = stats.frequency
+    return [idf(stats.records, frequency.get(term, 0)) for term in terms.terms]
+
+
+def covered_weight(terms: Sequence[str], weights: Sequence[float], held: Collection[str]
+                   ) -> float:
+    """The weight of the query terms a record holds, summed in query order (the order every
+    store sums in, so the floats agree)."""
+    total = 0.0
+    for term, weight in zip(terms, weights, strict=True):
+        if term in held:
+            total += weight
+    return total
+
+
+def rank_entries(entries: Iterable[tuple[int, Collection[str], str, int, T]],
+                 terms: QueryTerms, stats: ScopeStats | None, limit: int, now: int,
+                 ranking: Ranking = SEED) -> list[tuple[T, float]]:
+    """The ``limit`` best of ``entries``, best first, each with its keyword match.
+
+    Each entry stands for one *active* record of the scope as ``(seq, terms held, thread
+    key, last touched, item)``; a store may pass every active record or only those holding
+    a prefilter term (the others never qualify)."""
+    if not terms.terms or limit <= 0:
+        return []
+    weights = term_weights(terms, stats, ranking)
+    gate = frozenset(terms.prefilter)
+    words = terms.terms
+    hits: dict[int, tuple[float, str, int, T]] = {}
+    for seq, held, thread, last_touched, item in entries:
+        held_set = held if isinstance(held, (set, frozenset)) else frozenset(held)
+        if gate.isdisjoint(held_set):
+            continue
+        hits[seq] = (covered_weight(words, weights, held_set), thread, last_touched, item)
+    return rank_covered(hits, sum(weights), limit, now, ranking)
+
+
+def rank_covered(hits: Mapping[int, tuple[float, str, int, T]], total: float, limit: int,
+                 now: int, ranking: Ranking = SEED) -> list[tuple[T, float]]:
+    """The last step of every ranking: ``hits`` maps the seq of each gated record to
+    ``(covered weight, thread key, last touched, item)``; ``total`` is the query's whole
+    weight (``sum(term_weights(...))``). Answers the ``limit`` best items with their match,
+    as the module docstring describes."""
+    if limit <= 0 or not hits or total <= 0:
+        return []
+    context = ranking.context_weight
+    matched = []
+    for seq, (covered, thread, last_touched, item) in hits.items():
+        match = covered / total
+        if context:
+            before = hits.get(seq - 1)
+            if before is not None and before[1] == thread:
+                match = min(1.0, match + context * (before[0] / total))
+        matched.append((match, seq, last_touched, item))
+    cap = candidate_cap(limit)
+    if len(matched) > cap:
+        matched.sort(key=_match_then_seq, reverse=True)
+        del matched[cap:]
+    exp = math.exp
+    scored = []
+    for match, seq, last_touched, item in matched:
+        age = now - last_touched
+        scored.append((-(KEYWORD_WEIGHT * match
+                         + RECENCY_WEIGHT * exp(-(age if age > 0 else 0) / RECENCY_TAU_MS)),
+                       -seq, match, item))
+    # Best score first, the newer record (higher seq) first among equals; the items are
+    # never compared (seqs are unique).
+    scored.sort(key=_score_then_seq)
+    return [(item, match) for _score, _seq, match, item in scored[:limit]]
+
+
+_match_then_seq = operator.itemgetter(0, 1)
+_score_then_seq = operator.itemgetter(0, 1)

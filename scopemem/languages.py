@@ -1,0 +1,105 @@
+"""The languages memory reads and writes in: function words and stemmers from their libraries.
+
+``memory.languages`` (default ``["english"]``) names the languages a deployment speaks. For
+each, two well-kept libraries supply what ranking needs:
+
+* **Function words** (``the``, ``und``, ``которые``) from the ``stopwords`` package (its
+  per-language lists, the classic Snowball-sized ones: about 100–400 words each, never
+  domain words such as ``test`` or ``run``). Two of its lists ship in the wrong 8-bit
+  encoding (Turkish and Lithuanian); they are read back through the right code page here.
+* **Stems** from the Snowball stemmers, through PyStemmer (the Snowball project's own C
+  binding).
+
+A language is offered when both libraries have it. Everything is folded by
+``core.words.fold`` first, so the lists compare with folded query words. The core stays
+free of I/O: it receives the finished :class:`~scopemem.core.words.Analyzer`.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterable, Sequence
+
+from scopemem.core.words import PLAIN, Analyzer, fold, script_of, tokenize
+
+__all__ = ["DEFAULT_LANGUAGES", "analyzer_for", "available_languages"]
+
+DEFAULT_LANGUAGES: tuple[str, ...] = ("english",)
+
+# Lists the stopwords package ships decoded as Latin-1 from another code page.
+_CODE_PAGES = {"turkish": "cp1254", "lithuanian": "cp1257"}
+
+
+@functools.cache
+def available_languages() -> tuple[str, ...]:
+    """The languages both the stopword lists and the Snowball stemmers cover, sorted."""
+    import Stemmer  # deferred: loading the plugin list must not pay for the libraries
+    import stopwords
+
+    return tuple(sorted(set(stopwords.AVAILABLE_LANGUAGES) & set(Stemmer.algorithms())))
+
+
+def _function_words(language: str) -> frozenset[str]:
+    import stopwords
+
+    words: set[str] = set()
+    for entry in stopwords.get_stopwords(language):
+        page = _CODE_PAGES.get(language)
+        if page is not None:
+            with contextlib.suppress(UnicodeError):
+                entry = entry.encode("latin-1").decode(page)
+        # "aren't" is the words "aren" and "t" once tokenized, as a query's would be.
+        words.update(tokenize(entry))
+    return frozenset(words)
+
+
+def _script(words: Iterable[str]) -> str | None:
+    """The script most of a language's function words are written in."""
+    counts = collections.Counter(script for script in map(script_of, words) if script)
+    return counts.most_common(1)[0][0] if counts else None
+
+
+@functools.cache
+def analyzer_for(languages: Sequence[str]) -> Analyzer:
+    """The analyzer for ``languages`` (names as ``available_languages`` gives them), in
+    order: the stopwords of all of them, and per script the stemmer of the first one
+    written in it. An empty list is ``PLAIN``. Raises ``ValueError`` naming an unknown
+    language and listing the available ones."""
+    languages = tuple(languages)
+    if not languages:
+        return PLAIN
+    known = available_languages()
+    for language in languages:
+        if language not in known:
+            raise ValueError(f"unknown language {language!r} (available: {', '.join(known)})")
+    import Stemmer
+
+    stopwords: set[str] = set()
+    stemmers = {}
+    for language in dict.fromkeys(languages):
+        words = _function_words(language)
+        stopwords |= words
+        script = _script(words)
+        if script is not None and script not in stemmers:
+            stemmer = Stemmer.Stemmer(language)
+            stemmers[script] = _folded(stemmer.stemWord)
+    return Analyzer(languages=tuple(dict.fromkeys(languages)), stopwords=frozenset(stopwords),
+                    stemmers=stemmers)
+
+
+def _folded(stem: Callable[[str], str]) -> Callable[[str], str]:
+    """A stem function safe to share between threads (a PyStemmer object is not), memoized,
+    whose answer is folded again (a stemmer may rewrite a letter), so a stem is always a
+    folded token."""
+    lock = threading.Lock()
+
+    @functools.lru_cache(maxsize=65536)
+    def stem_word(word: str) -> str:
+        with lock:
+            stemmed = stem(word)
+        return fold(stemmed)
+
+    return stem_word

@@ -1,0 +1,138 @@
+"""The weighted ranking (core.ranking): rare words outrank common ones, function words and
+fragments find nothing, inflections and other languages are found, and the match stays in
+[0, 1] whatever the scope."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scopemem.core import engine
+from scopemem.core.ranking import SEED, Ranking, wire_query
+from scopemem.core.records import MAX_QUERY_CHARS, Kind, Record
+from scopemem.core.scoring import score_of
+from scopemem.languages import analyzer_for, available_languages
+
+ORG = "org:acme"
+NOW = 1_790_000_000_000
+ENGLISH = Ranking(analyzer_for(("english",)))
+
+
+def rec(seq: int, text: str, thread: str | None = None, touched: int = NOW) -> Record:
+    return Record(id=f"mem:{ORG}:{seq}", scope_key=ORG, kind=Kind.FACT, text=text,
+                  source_thread_key=thread or f"t{seq}", created_at=touched)
+
+
+def ranked(records, query, ranking=ENGLISH, limit=10):
+    return [record.text for record, _match in
+            engine.rank_records(records, query, limit, NOW, ranking)]
+
+
+def test_a_rare_word_outranks_a_common_one():
+    common = [rec(n, f"the deploy step {n}") for n in range(10, 18)]
+    rare = rec(1, "grafana alerts go to the pager")
+    newest_common = rec(30, "deploy grafana later")
+    records = [*common, rare, newest_common]
+    # Both words once each: the record holding the rare word comes first among the rest.
+    got = ranked(records, "deploy grafana")
+    assert got[0] == "deploy grafana later"
+    assert got[1] == "grafana alerts go to the pager"
+    # The seed's plain share counts the two alike: recency (ties to the newer) decides.
+    seed = ranked(records, "deploy grafana", SEED)
+    assert seed[0] == "deploy grafana later"
+    assert seed[1] == "the deploy step 17"
+
+
+def test_function_words_alone_find_nothing_and_never_pass_the_gate():
+    records = [rec(1, "what is the plan for it"), rec(2, "vpn first")]
+    assert ranked(records, "what is it") == []
+    assert ranked(records, "what is the vpn") == ["vpn first"]
+    # Under the seed's ranking every word counts.
+    assert ranked(records, "what is it", SEED) == ["what is the plan for it"]
+
+
+@pytest.mark.parametrize(("languages", "text", "query"), [
+    (("english",), "The deploys failed twice", "deploying fails"),
+    (("german",), "Die Häuser am Fluss sind geschlossen", "haus fluss"),
+    (("french",), "Les déploiements échouent le lundi", "DEPLOIEMENT"),
+    (("spanish",), "Las migraciones fallaron anoche", "migración"),
+    (("portuguese",), "Os servidores caíram ontem", "servidor caiu"),
+    (("italian",), "I rilasci sono bloccati", "rilascio bloccato"),
+    (("turkish",), "Sunucular İstanbul ofisinde", "sunucu istanbul"),
+    (("russian",), "Новые серверы стоят в подвале", "новый сервер"),
+])
+def test_an_inflected_query_finds_the_record_in_every_language(languages, text, query):
+    ranking = Ranking(analyzer_for(languages))
+    records = [rec(1, text), rec(2, "unrelated lunch note")]
+    assert ranked(records, query, ranking) == [text]
+
+
+@pytest.mark.parametrize(("language", "words"), [
+    ("english", "the and of"), ("german", "und der die"), ("french", "le et des"),
+    ("spanish", "el los las"), ("portuguese", "os das não"), ("italian", "il della che"),
+    ("turkish", "ve bir için"), ("russian", "и в не"),
+])
+def test_function_words_are_dropped_in_every_language(language, words):
+    analyzer = analyzer_for((language,))
+    assert analyzer.content_words(words) == []
+    assert analyzer.content_words(f"{words} server") == ["server"]
+
+
+def test_the_languages_are_the_ones_both_libraries_have():
+    for language in ("english", "german", "french", "spanish", "portuguese", "italian",
+                     "turkish", "russian"):
+        assert language in available_languages()
+    with pytest.raises(ValueError, match="unknown language 'klingon'"):
+        analyzer_for(("klingon",))
+
+
+def test_a_reply_is_found_through_the_question_before_it():
+    question = rec(1, "Where do we keep the staging credentials?", thread="t")
+    answer = rec(2, "In the vault, under staging", thread="t")
+    other = rec(3, "The vault is sealed on sundays", thread="u")
+    got = engine.rank_records([question, answer, other], "staging credentials vault", 10,
+                              NOW, ENGLISH)
+    matches = {record.text: match for record, match in got}
+    # The answer holds "staging" and "vault" and takes half of its question's match.
+    assert matches[answer.text] > matches[other.text]
+    assert min(matches.values()) >= 0.0 and max(matches.values()) <= 1.0
+
+
+WORDS = st.sampled_from(["deploy", "vault", "the", "staging", "grafana", "lunch", "a",
+                         "migrations", "ci", "flaky", "tests", "café", "数据库"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(WORDS, min_size=1, max_size=6), st.integers(0, 3),
+                          st.integers(0, 20 * 86_400_000)), max_size=25),
+       st.lists(WORDS, max_size=8), st.integers(1, 12))
+def test_matches_stay_in_unit_range_and_order_follows_the_score(rows, query, limit):
+    records = [rec(n, " ".join(words), thread=f"t{thread}", touched=NOW - age)
+               for n, (words, thread, age) in enumerate(rows, start=1)]
+    got = engine.rank_records(records, " ".join(query), limit, NOW, ENGLISH)
+    assert len(got) <= limit
+    scores = [score_of(match, record.last_touched, NOW) for record, match in got]
+    assert all(0.0 <= match <= 1.0 for _record, match in got)
+    assert scores == sorted(scores, reverse=True)
+    # The answer never depends on the order a store hands the records in.
+    assert engine.rank_records(list(reversed(records)), " ".join(query), limit, NOW,
+                               ENGLISH) == got
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=400))
+def test_a_long_query_goes_on_the_wire_and_means_the_same(parts):
+    query = " ".join(parts) * 3
+    sent = wire_query(query, ENGLISH.analyzer)
+    assert len(sent) <= MAX_QUERY_CHARS
+    assert engine.query_terms(sent, ENGLISH.analyzer) == engine.query_terms(
+        query, ENGLISH.analyzer)
+
+
+def test_seed_ranking_is_the_plain_share():
+    records = [rec(1, "deploy grafana"), rec(2, "deploy only")]
+    got = engine.rank_records(records, "deploy grafana", 10, NOW, SEED)
+    assert [(r.text, m) for r, m in got] == [("deploy grafana", 1.0), ("deploy only", 0.5)]
+    assert attrs.evolve(SEED, weighted=True).context_weight == 0.5
