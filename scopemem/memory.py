@@ -62,6 +62,10 @@ class MemoryContext:
     failed: Mapping[str, str] = attrs.field(factory=dict)
 
 
+#: The keyword hits' guaranteed share of ``limit`` beside the repository window: 1/HIT_SHARE.
+HIT_SHARE = 2
+
+
 @attrs.frozen
 class _ScopeRead:
     """One scope's part of a block: the repository's window (newest facts, shown outright)
@@ -323,9 +327,10 @@ class Memory:
         hits from every scope (the repository's own beyond its window included) are one
         pool, re-scored with each hit's match in its own scope (in [0, 1], so scopes
         compare like with like; ties to the widest scope, the pool being in breadth order);
-        a hit below ``min_match`` is not shown. The hits are guaranteed a quarter of
-        ``limit``: when the window and the hits would not both fit, the window's oldest
-        facts give way, and stand after the hits."""
+        a hit below ``min_match`` is not shown. The hits are guaranteed half of ``limit``
+        (``HIT_SHARE``): when the window and the hits would not both fit, the window's
+        oldest facts give way, and stand after the hits (``benchmarks/lessons_bench.py``
+        measured a quarter, a half and three quarters; half served best)."""
         now = self.clock()
         shown = {record.id for record in window}
         floor = self.config.min_match
@@ -334,7 +339,7 @@ class Memory:
                                                         now))
         ranked = list({hit.record.id: hit.record for hit in relevant}.values())
         limit = self.config.limit
-        lead = max(0, limit - min(len(ranked), limit // 4))
+        lead = max(0, limit - min(len(ranked), limit // HIT_SHARE))
         pool = [*window[:lead], *ranked, *window[lead:]]
         kept = scoring.apply_budget(
             pool,

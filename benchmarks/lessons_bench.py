@@ -1,0 +1,357 @@
+"""Does the right lesson reach the run? Lesson-in-prompt on a product-shaped set.
+
+    python benchmarks/lessons_bench.py [--store memory|sqlite] [--set dev|held-out|both]
+                                       [--min-match X] [--ranking weighted|seed]
+                                       [--repo-window N]
+
+A set written as the extractor writes lessons: an organisation, three repositories, two
+channels and three people, each scope holding its target lessons among many others (other
+teams' lessons, status-free noise facts, thread summaries interleaved), with every
+repository holding far more than its 24-fact window, so most of its target lessons are
+older than the window. Each brief is labelled with the lessons an engineer would want in
+front of that run, and has a kind:
+
+* ``one-liner``   a short brief sharing at least one word (stem) with its target;
+* ``paraphrase``  the same need in other words, sharing at most two stems, often none;
+* ``pasted-log``  a log or stack trace pasted into the brief, the relevant line (sharing
+  at least one stem with the target) among forty routine ones;
+* ``no-target``   a brief nothing in memory is relevant to.
+
+Every brief goes through ``Memory.context_block`` with the configured store, and the script
+prints per kind the lesson-in-prompt rate (the share of target lessons that are in the
+block) and, for briefs with no target, the keyword-hit bullets per brief (bullets beyond
+the repository window, which a run with this brief gets by design). The topics come in two
+halves: ``dev`` (what the defaults were chosen on) and ``held-out`` (measured, not tuned
+on). Nothing here asserts: it prints figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterable
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from scopemem import Memory, MemoryConfig, Request  # noqa: E402
+from scopemem.core.ranking import SEED  # noqa: E402
+from scopemem.core.records import Candidate, Kind  # noqa: E402
+from scopemem.stores.base import DEFAULT_RANKING  # noqa: E402
+from scopemem.stores.memory import InMemoryStore  # noqa: E402
+from scopemem.stores.sqlite import SqliteStore  # noqa: E402
+
+ORG = "acme"
+REPOS = ("acme/api", "acme/web", "acme/infra")
+CHANNELS = ("slack:C100", "slack:C200")
+USERS = ("slack:U1", "slack:U2", "slack:U3")
+NOW = 1_790_000_000_000
+MINUTE = 60_000
+
+
+class Clock:
+    """The time the stores and the facade read: moved forward while the scopes fill."""
+
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+# (scope, lesson, keywords, one-liner, paraphrase, pasted-log line). The scope is "org",
+# "repo:<n>", "channel:<n>" or "user:<n>" (indexes into the tuples above).
+TOPICS_DEV = [
+    ("repo:0", "Run make bootstrap before the integration tests: they need the seeded database",
+     ("bootstrap", "integration"), "integration tests fail on a fresh clone",
+     "the integrations suite cannot find its seeded tables",
+     'psycopg.errors.UndefinedTable: relation "accounts" does not exist (tests/integration)'),
+    ("repo:0", "Alembic migrations must be generated against Postgres, never SQLite",
+     ("alembic", "migrations"), "write an alembic migration for the invoices table",
+     "generating a schema migration for invoices",
+     "alembic.util.exc.CommandError: Target database is not up to date."),
+    ("repo:0",
+     "The payments client retries 3 times; raise PAYMENTS_TIMEOUT instead of adding retries",
+     ("payments", "timeout"), "payments requests time out in staging",
+     "the payment provider calls keep timing out",
+     "httpx.ReadTimeout: payments.acme.internal read timed out after 10s"),
+    ("repo:1", "Storybook snapshots are updated with npm run snapshots, not by hand",
+     ("storybook", "snapshots"), "update the storybook snapshots after the button change",
+     "refresh the visual snapshot files for the new button",
+     "FAIL src/Button.stories.tsx  snapshot mismatch (1 obsolete, 2 failed)"),
+    ("repo:1", "The web build needs Node 20; Node 22 breaks the sass loader",
+     ("node", "sass"), "the web build fails after upgrading node",
+     "webpack chokes on the stylesheet loader with the newer runtime",
+     "Error: Node Sass does not yet support your current environment: Linux 64-bit Node 22"),
+    ("repo:1", "Feature flags live in flags.yaml and are reviewed by the growth team",
+     ("flags", "growth"), "add a feature flag for the new checkout",
+     "where do I register a flagged rollout for checkout",
+     "KeyError: 'checkout_v2' in web/flags.yaml lookup"),
+    ("repo:2",
+     "Terraform state is locked in DynamoDB; release a stuck lock with terraform force-unlock",
+     ("terraform", "lock"), "terraform plan hangs on the state lock",
+     "the infrastructure plan waits forever on a locked state",
+     "Error acquiring the state lock: ConditionalCheckFailedException (terraform)"),
+    ("repo:2", "Kubernetes deploys to prod need the change-freeze label removed first",
+     ("kubernetes", "freeze"), "the prod deploy is blocked by admission",
+     "rollout to production refused by the admission controller",
+     'admission webhook "freeze.acme.io" denied the request: change-freeze label present'),
+    ("repo:2", "Grafana dashboards are provisioned from infra/dashboards; edits in the UI are lost",
+     ("grafana", "dashboards"), "my grafana dashboard changes disappeared",
+     "the dashboard panels I edited reverted overnight",
+     "provisioning: dashboard api-latency.json overwritten from infra/dashboards"),
+    ("org", "Production database credentials come from Vault, path secret/prod/db",
+     ("vault", "credentials"), "where are the prod database credentials",
+     "how do I get the production db password",
+     "FATAL: password authentication failed for user app_prod (vault lease expired)"),
+    ("org", "On-call handoffs happen Mondays at 10:00 in #oncall",
+     ("oncall", "handoff"), "when is the on-call handoff",
+     "what time do we hand over the pager each week", "pagerduty: schedule handoff pending"),
+    ("org", "Release notes are drafted from merged PR labels by the release bot",
+     ("release", "notes"), "write the release notes for 4.2",
+     "prepare the changelog for the next release",
+     "release-bot: no labels found on 3 merged pull requests"),
+    ("channel:0", "In this channel, answer support questions with a link to the runbook first",
+     ("support", "runbook"), "support ticket: a customer asks how to reset their API key",
+     "support question about rotating keys", "ticket #4411 (support): customer cannot rotate key"),
+    ("channel:1", "Design reviews in this channel need a Figma link in the first message",
+     ("figma", "design"), "review the new onboarding design",
+     "feedback wanted on the onboarding mockups", "figma.com/file/onboarding-v3 shared"),
+    ("user:0", "This user wants answers as short bullet lists, no preamble",
+     ("bullets", "short"), "summarize the incident for me, keep it short",
+     "give me a quick recap of what broke",
+     "incident INC-212 resolved at 03:14, short summary needed"),
+    ("user:1", "This user works in Go; show examples in Go rather than Python",
+     ("go", "examples"), "show me an example of retrying an http call",
+     "how would I write a retry loop for a request",
+     "panic: context deadline exceeded in the go client"),
+    ("user:2", "This user is on the data team and owns the nightly ETL",
+     ("etl", "nightly"), "the nightly etl job failed",
+     "last night's data load did not finish", "airflow: dag nightly_etl failed at task load"),
+    ("repo:0", "Use the UTC clock helper in api/time.py; datetime.now() breaks the billing tests",
+     ("utc", "billing"), "billing tests fail around midnight",
+     "the invoice checks break depending on the zone",
+     "AssertionError: expected invoice date 2026-03-01, got 2026-02-28 (tests/billing)"),
+]
+
+TOPICS_HELD_OUT = [
+    ("repo:0", "The OpenAPI schema is generated by make openapi; never edit openapi.yaml by hand",
+     ("openapi", "schema"), "the openapi schema is out of date",
+     "regenerate the api spec after adding an endpoint",
+     "spectral lint: openapi.yaml differs from the generated schema"),
+    ("repo:0", "Celery workers must be restarted after changing task signatures",
+     ("celery", "workers"), "celery tasks fail after the signature change",
+     "background jobs break since I changed their arguments",
+     "TypeError: send_invoice() takes 2 positional arguments but 3 were given (celery)"),
+    ("repo:0", "Rate limits are configured per tenant in api/limits.toml",
+     ("rate", "limits"), "raise the rate limit for tenant globex",
+     "globex keeps hitting throttling on the api",
+     "429 Too Many Requests: tenant globex exceeded limit"),
+    ("repo:1", "Translations are pulled from Crowdin with npm run i18n:pull before a release",
+     ("translations", "crowdin"), "the german translations are missing",
+     "strings show up untranslated in the localized build",
+     "i18n: missing key checkout.title for locale de"),
+    ("repo:1", "Playwright end-to-end tests run against the preview deployment, not localhost",
+     ("playwright", "preview"), "playwright tests time out locally",
+     "the browser end-to-end suite hangs on my machine",
+     "page.goto: Timeout 30000ms exceeded (playwright, http://localhost:3000)"),
+    ("repo:1", "Images go through the CDN loader; raw img tags fail the lint rule",
+     ("cdn", "images"), "lint fails on an img tag", "the linter rejects my picture element",
+     "error  Use the CdnImage component instead of <img>  acme/no-raw-img"),
+    ("repo:2", "Helm chart versions are bumped by CI; a manual bump breaks the release job",
+     ("helm", "chart"), "bump the helm chart version for the api",
+     "update the chart release number for api",
+     "Error: chart version 1.4.2 already exists in the helm repository"),
+    ("repo:2", "The staging cluster scales to zero at night; wake it with make staging-up",
+     ("staging", "cluster"), "staging is down this morning",
+     "nothing answers on the staging environment early in the day",
+     "curl: (7) Failed to connect to staging.acme.internal port 443"),
+    ("repo:2", "Secrets in the infra repo are encrypted with sops and the age key from Vault",
+     ("sops", "secrets"), "decrypt the secrets file for the infra repo",
+     "I cannot read the encrypted secret values",
+     "sops: Failed to get the data key required to decrypt the SOPS file"),
+    ("org", "Security incidents are reported to security@acme.example within one hour",
+     ("security", "incident"), "we may have leaked a token, how do I report a security incident",
+     "report a possible credential leak",
+     "SECURITY ALERT: secret scanning found a token in a public gist"),
+    ("org", "Customer data may only be copied to the eu-west region",
+     ("customer", "region"), "copy the customer export to us-east for analysis",
+     "move the client data dump to another region",
+     "s3 cp s3://acme-exports-eu/customers.csv s3://acme-analytics-us/"),
+    ("org", "Vendor contracts above 10k need legal review before signing",
+     ("vendor", "legal"), "can I sign this vendor contract",
+     "approval needed for a new supplier agreement",
+     "docusign: vendor agreement envelope awaiting signature"),
+    ("channel:0", "Escalate billing disputes in this channel to the finance rotation",
+     ("billing", "finance"), "a customer disputes their invoice",
+     "someone says they were overcharged", "ticket #5120: charge dispute"),
+    ("channel:1", "Accessibility fixes in this channel are tracked with the a11y label",
+     ("accessibility", "label"), "file the accessibility contrast issue from the audit",
+     "log the screen reader problem we found",
+     "axe accessibility: color-contrast violation on /pricing"),
+    ("user:0", "This user prefers diffs over full files in code answers",
+     ("diffs", "code"), "show the code change for the retry count in the client",
+     "update how many times we retry in the client", "client.py line 42: code review pending"),
+    ("user:1", "This user is in the Berlin office, UTC+1",
+     ("berlin", "timezone"), "schedule the sync with the berlin team",
+     "find a meeting time that works for the german office",
+     "calendar: no free slot in the Berlin afternoon"),
+    ("user:2", "This user reviews SQL changes for the warehouse",
+     ("sql", "warehouse"), "who should review this warehouse sql change",
+     "I need a reviewer for the analytics query change",
+     "dbt run: warehouse model orders_daily failed"),
+    ("repo:0", "Structured logging uses structlog; print() calls are rejected in review",
+     ("structlog", "logging"), "add logging to the export job",
+     "I want the export task to log what it does", "print(f'exported {n} rows')"),
+]
+
+NO_TARGET_BRIEFS = [
+    "what is the capital of australia",
+    "draft a birthday message for a colleague",
+    "convert this recipe from cups to grams",
+    "explain the difference between a list and a tuple",
+    "recommend a good book about the history of mathematics",
+    "how many weeks until the end of the quarter",
+    "translate 'good morning' into Japanese",
+    "what does the acronym laser stand for",
+    "write a haiku about autumn leaves",
+    "is it going to rain tomorrow in lisbon",
+]
+
+# Lessons that are real but unrelated to every brief: the bulk of a scope.
+NOISE_SUBJECTS = ("the search service", "the mobile app", "the reporting job", "the admin panel",
+                  "the email sender", "the audit log", "the export worker", "the cache layer",
+                  "the webhook relay", "the pdf renderer", "the queue consumer", "the sso bridge")
+NOISE_RULES = ("keeps its config in {x}.toml", "is owned by the {y} team",
+               "logs to the {y} index", "must be restarted after a {x} schema change",
+               "reads feature toggles from {x}", "pins its {x} client library",
+               "runs its checks with make {x}-check", "alerts in #{y}-alerts")
+NOISE_WORDS = ("orbit", "falcon", "delta", "quartz", "harbor", "nimbus", "cobalt", "ember",
+               "tundra", "juniper", "sierra", "mosaic")
+
+
+def noise(rng: random.Random, n: int) -> list[str]:
+    lessons = []
+    for i in range(n):
+        rule = rng.choice(NOISE_RULES).format(x=rng.choice(NOISE_WORDS),
+                                              y=rng.choice(NOISE_WORDS))
+        lessons.append(f"{rng.choice(NOISE_SUBJECTS).capitalize()} {rule} ({n}-{i})")
+    return lessons
+
+
+def scope_key(where: str) -> str:
+    kind, _, index = where.partition(":")
+    if kind == "org":
+        return f"org:{ORG}"
+    table = {"repo": REPOS, "channel": CHANNELS, "user": USERS}[kind]
+    return f"{kind}:{table[int(index)]}"
+
+
+def request_for(where: str, brief: str, rng: random.Random) -> Request:
+    """The request a run for this target would make: its own repository, channel or person,
+    the others drawn at random (so a brief meets other scopes' lessons too)."""
+    kind, _, index = where.partition(":")
+    repo = REPOS[int(index)] if kind == "repo" else rng.choice(REPOS)
+    channel = CHANNELS[int(index)] if kind == "channel" else rng.choice(CHANNELS)
+    user = USERS[int(index)] if kind == "user" else rng.choice(USERS)
+    return Request(text=brief, user_id=user, channel_id=channel, repo=repo,
+                   channel_visibility="public")
+
+
+def pasted_log(line: str, rng: random.Random) -> str:
+    """A brief with a pasted log: the relevant line among a screenful of routine lines."""
+    routine = [f"[{rng.randint(10, 23)}:{rng.randint(10, 59)}:{rng.randint(10, 59)}] INFO "
+               f"{rng.choice(('worker', 'http', 'db', 'cache'))} step {n} took "
+               f"{rng.randint(1, 900)} ms" for n in range(40)]
+    routine.insert(rng.randint(10, 30), line)
+    return "this started failing, can you look?\n" + "\n".join(routine)
+
+
+async def fill(memory: Memory, clock: Clock, topics: Iterable[tuple], rng: random.Random
+               ) -> None:
+    """Write every scope: its targets early, then many later lessons and summaries, so the
+    targets of a repository lie beyond its window."""
+    by_scope: dict[str, list[tuple[str, tuple[str, ...]]]] = defaultdict(list)
+    for where, lesson, keywords, *_briefs in topics:
+        by_scope[scope_key(where)].append((lesson, keywords))
+    keys = {scope_key(f"repo:{n}") for n in range(3)} | {scope_key("org")}
+    keys |= {scope_key(f"channel:{n}") for n in range(2)}
+    keys |= {scope_key(f"user:{n}") for n in range(3)}
+    clock.now = NOW - 90 * 24 * 60 * MINUTE
+    for key in sorted(keys):
+        later = 80 if key.startswith("repo:") else 30
+        rows = [Candidate(kind=Kind.FACT, text=lesson, keywords=keywords,
+                          source_thread_key=f"{key}/t{n}", source_run_id=f"r{n}")
+                for n, (lesson, keywords) in enumerate(by_scope[key])]
+        for n, text in enumerate(noise(rng, later)):
+            rows.append(Candidate(kind=Kind.FACT, text=text, source_thread_key=f"{key}/n{n}"))
+            if n % 10 == 0:
+                rows.append(Candidate(kind=Kind.SUMMARY, source_thread_key=f"{key}/n{n}",
+                                      text=f"Thread summary: a discussion of {text.lower()}"))
+        for start in range(0, len(rows), 10):
+            clock.now += 6 * 60 * MINUTE
+            await memory.store.write(key, rows[start:start + 10])
+
+
+async def measure(topics: list[tuple], args: argparse.Namespace, name: str) -> None:
+    rng = random.Random(13)
+    config = MemoryConfig(enabled=True, organization=ORG, store=args.store,
+                          min_match=args.min_match, ranking=args.ranking,
+                          repo_window=args.repo_window)
+    with tempfile.TemporaryDirectory(prefix="scopemem-lessons-") as tmp:
+        ranking = SEED if args.ranking == "seed" else DEFAULT_RANKING
+        clock = Clock(NOW)
+        store = (SqliteStore(tmp, clock=clock, ranking=ranking) if args.store == "sqlite"
+                 else InMemoryStore(clock=clock, ranking=ranking))
+        memory = Memory(config, store, clock=clock)
+        await fill(memory, clock, topics, rng)
+        clock.now = NOW
+        found: dict[str, list[float]] = defaultdict(list)
+        for where, lesson, _keywords, one_liner, paraphrase, log_line in topics:
+            for kind, brief in (("one-liner", one_liner), ("paraphrase", paraphrase),
+                                ("pasted-log", pasted_log(log_line, rng))):
+                block = await memory.context_block(request_for(where, brief, rng))
+                found[kind].append(1.0 if lesson in block else 0.0)
+                # The shown hits' use counts are saved before the next run reads, so every
+                # store sees the same history.
+                await memory.drain(timeout=10)
+        extra: list[int] = []
+        for brief in NO_TARGET_BRIEFS:
+            request = request_for(rng.choice(("org", "repo:0", "repo:1", "repo:2")), brief, rng)
+            context = await memory.context(request)
+            window = {r.text for r in await store.list(f"repo:{request.repo}",
+                                                        args.repo_window, kind=Kind.FACT)}
+            bullets = [line for line in context.block.splitlines() if line.startswith("- ")]
+            extra.append(sum(1 for line in bullets
+                             if line[2:].rsplit(" (source: ", 1)[0] not in window))
+        await memory.drain(timeout=10)
+        await store.close()
+    every = [hit for values in found.values() for hit in values]
+    print(f"{name:9s} lesson-in-prompt {sum(every) / len(every):.2f}  "
+          + "  ".join(f"{kind} {sum(v) / len(v):.2f}" for kind, v in found.items())
+          + f"  | no-target briefs: {sum(extra) / len(extra):.1f} unrelated bullets per brief"
+          f" (max {max(extra)})")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", choices=("memory", "sqlite"), default="memory")
+    parser.add_argument("--set", choices=("dev", "held-out", "both"), default="both")
+    parser.add_argument("--min-match", type=float, default=MemoryConfig().min_match)
+    parser.add_argument("--ranking", choices=("weighted", "seed"), default="weighted")
+    parser.add_argument("--repo-window", type=int, default=MemoryConfig().repo_window)
+    args = parser.parse_args()
+    print(f"store {args.store}, ranking {args.ranking}, min_match {args.min_match:g}, "
+          f"repo_window {args.repo_window}; {len(TOPICS_DEV)} + {len(TOPICS_HELD_OUT)} "
+          f"topics, 3 briefs each, {len(NO_TARGET_BRIEFS)} briefs with no target")
+    if args.set in ("dev", "both"):
+        await measure(TOPICS_DEV, args, "dev")
+    if args.set in ("held-out", "both"):
+        await measure(TOPICS_HELD_OUT, args, "held-out")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
