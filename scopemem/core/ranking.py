@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 import attrs
@@ -187,48 +187,65 @@ def rank_entries(entries: Iterable[tuple[int, Collection[str], str, int, T]],
     weights = term_weights(terms, stats, ranking)
     gate = frozenset(terms.prefilter)
     words = terms.terms
-    hits: dict[int, tuple[float, str, int, T]] = {}
+    covered: dict[int, float] = {}
+    threads: dict[int, str] = {}
+    details: dict[int, tuple[int, T]] = {}
     for seq, held, thread, last_touched, item in entries:
         held_set = held if isinstance(held, (set, frozenset)) else frozenset(held)
         if gate.isdisjoint(held_set):
             continue
-        hits[seq] = (covered_weight(words, weights, held_set), thread, last_touched, item)
-    return rank_covered(hits, sum(weights), limit, now, ranking)
+        covered[seq] = covered_weight(words, weights, held_set)
+        threads[seq] = thread
+        details[seq] = (last_touched, item)
+    continues = {seq for seq, thread in threads.items() if threads.get(seq - 1) == thread}
+    return rank_covered(covered, sum(weights), limit, now, ranking, continues,
+                        details.__getitem__)
 
 
-def rank_covered(hits: Mapping[int, tuple[float, str, int, T]], total: float, limit: int,
-                 now: int, ranking: Ranking = SEED) -> list[tuple[T, float]]:
-    """The last step of every ranking: ``hits`` maps the seq of each gated record to
-    ``(covered weight, thread key, last touched, item)``; ``total`` is the query's whole
-    weight (``sum(term_weights(...))``). Answers the ``limit`` best items with their match,
-    as the module docstring describes."""
-    if limit <= 0 or not hits or total <= 0:
+def rank_covered(covered: Mapping[int, float], total: float, limit: int, now: int,
+                 ranking: Ranking, continues: Collection[int],
+                 details: Callable[[int], tuple[int, T]]) -> list[tuple[T, float]]:
+    """The last step of every ranking, as the module docstring describes.
+
+    ``covered`` maps the seq of each gated record to the weight of the query terms it
+    holds (``covered_weight``); ``total`` is the query's whole weight. ``continues`` holds
+    (at least) the seqs of the gated records whose predecessor (seq − 1) is an active record
+    of the same thread. ``details(seq)`` gives ``(last touched, item)``, asked only of the
+    records that reach the final score. Answers the ``limit`` best items with their match."""
+    if limit <= 0 or not covered or total <= 0:
         return []
+    match = {seq: weight / total for seq, weight in covered.items()}
     context = ranking.context_weight
-    matched = []
-    for seq, (covered, thread, last_touched, item) in hits.items():
-        match = covered / total
-        if context:
-            before = hits.get(seq - 1)
-            if before is not None and before[1] == thread:
-                match = min(1.0, match + context * (before[0] / total))
-        matched.append((match, seq, last_touched, item))
+    if context:
+        get = covered.get
+        # Credited from the predecessor's own match (``covered``), never from a credited
+        # one, so the order records are visited in cannot matter.
+        for seq in covered.keys() & continues:
+            before = get(seq - 1)
+            if before is not None:
+                value = match[seq] + context * (before / total)
+                match[seq] = value if value < 1.0 else 1.0
     cap = candidate_cap(limit)
-    if len(matched) > cap:
-        matched.sort(key=_match_then_seq, reverse=True)
-        del matched[cap:]
+    if len(match) > cap:
+        # The cap best by match, ties to the newer record: a threshold from the sorted
+        # matches (C speed), then an exact order among the few at or above it.
+        threshold = sorted(match.values(), reverse=True)[cap - 1]
+        best = sorted(((value, seq) for seq, value in match.items() if value >= threshold),
+                      reverse=True)[:cap]
+    else:
+        best = [(value, seq) for seq, value in match.items()]
     exp = math.exp
     scored = []
-    for match, seq, last_touched, item in matched:
+    for value, seq in best:
+        last_touched, item = details(seq)
         age = now - last_touched
-        scored.append((-(KEYWORD_WEIGHT * match
+        scored.append((-(KEYWORD_WEIGHT * value
                          + RECENCY_WEIGHT * exp(-(age if age > 0 else 0) / RECENCY_TAU_MS)),
-                       -seq, match, item))
+                       -seq, value, item))
     # Best score first, the newer record (higher seq) first among equals; the items are
     # never compared (seqs are unique).
     scored.sort(key=_score_then_seq)
-    return [(item, match) for _score, _seq, match, item in scored[:limit]]
+    return [(item, value) for _score, _seq, value, item in scored[:limit]]
 
 
-_match_then_seq = operator.itemgetter(0, 1)
 _score_then_seq = operator.itemgetter(0, 1)

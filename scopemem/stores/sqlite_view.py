@@ -37,7 +37,7 @@ class ScopeView:
     """Every active row of one scope at one ``generation`` of its database (the counter every
     data-changing transaction increments), with the usage bumps applied since."""
 
-    __slots__ = ("entries", "generation", "postings")
+    __slots__ = ("continues", "entries", "generation", "postings")
 
     def __init__(self, rows: Iterable[Sequence[Any]], generation: int) -> None:
         """``rows`` are RECORD_COLUMNS followed by the row's indexed tokens (space-joined),
@@ -59,6 +59,11 @@ class ScopeView:
                     postings[token] = [seq]
                 else:
                     holders.append(seq)
+        # The rows whose predecessor is a row of the same thread (see core.ranking).
+        entries = self.entries
+        self.continues = {seq for seq, (_last, row) in entries.items()
+                          if (before := entries.get(seq - 1)) is not None
+                          and before[1][6] == row[6]}
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -70,26 +75,37 @@ class ScopeView:
         return ScopeStats(len(self.entries),
                           {term: len(postings.get(term, ())) for term in terms.terms})
 
-    def covered(self, terms: QueryTerms, weights: Sequence[float]
-                ) -> dict[int, tuple[float, str, int, tuple[Any, ...]]]:
+    def covered(self, terms: QueryTerms, weights: Sequence[float]) -> dict[int, float]:
         """What ``engine.rank_covered`` takes, for every row holding a prefilter term (the
-        rows the FTS prefilter matches): seq → (the weight of the query terms it holds,
-        summed in query order, its thread key, last touched, the row)."""
+        rows the FTS prefilter matches): seq → the weight of the query terms it holds,
+        summed in query order (as ``ranking.covered_weight`` sums, so the floats agree)."""
         postings = self.postings
+        sums: dict[int, float] = {}
+        get = sums.get
+        if len(terms.terms) == len(terms.prefilter):  # every term lets its rows in
+            for term, weight in zip(terms.terms, weights, strict=True):
+                holders = postings.get(term)
+                if not holders:
+                    continue
+                if not sums:
+                    sums = dict.fromkeys(holders, 0.0 + weight)
+                    get = sums.get
+                    continue
+                for seq in holders:
+                    sums[seq] = get(seq, 0.0) + weight
+            return sums
         gated: set[int] = set()
         for term in terms.prefilter:
             gated.update(postings.get(term, ()))
-        sums = dict.fromkeys(gated, 0.0)
         for term, weight in zip(terms.terms, weights, strict=True):
             for seq in postings.get(term, ()):
-                if seq in sums:
-                    sums[seq] += weight
-        entries = self.entries
-        hits = {}
-        for seq, covered in sums.items():
-            last_touched, row = entries[seq]
-            hits[seq] = (covered, row[6], last_touched, row)
-        return hits
+                if seq in gated:
+                    sums[seq] = get(seq, 0.0) + weight
+        return sums
+
+    def details(self, seq: int) -> tuple[int, tuple[Any, ...]]:
+        """(last touched, row) of a row held."""
+        return self.entries[seq]
 
     def bump(self, pending: Mapping[int, Sequence[int]]) -> None:
         """Apply usage bumps (seq → (uses, last use)) to the rows held, as saving them

@@ -47,10 +47,11 @@ VOCABULARY = [f"{chr(97 + n)}{chr(122 - n)}{'x' * (n % 4)}" for n in range(26)]
 NOW = 1_790_000_000_000
 
 
-def view_row(seq: int, words: list[str], keywords: list[str], touched: int | None
-             ) -> tuple:
+def view_row(seq: int, words: list[str], keywords: list[str], touched: int | None,
+             thread: str = "t") -> tuple:
     """A row as the view is built from: RECORD_COLUMNS, then the indexed tokens."""
-    return (seq, f"mem:{ORG}:{seq}", ORG, "fact", " ".join(words), json.dumps(keywords), "t",
+    return (seq, f"mem:{ORG}:{seq}", ORG, "fact", " ".join(words), json.dumps(keywords),
+            thread,
             None, NOW - 10 * DAY_MS, touched, 0, None, None, None, "active", "reflection",
             fts_tokens(" ".join(words), keywords))
 
@@ -58,13 +59,14 @@ def view_row(seq: int, words: list[str], keywords: list[str], touched: int | Non
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=8),
                           st.lists(st.sampled_from(VOCABULARY), max_size=2),
-                          st.one_of(st.none(), st.integers(0, 9 * DAY_MS))), max_size=30),
+                          st.one_of(st.none(), st.integers(0, 9 * DAY_MS)),
+                          st.sampled_from(("t", "u"))), max_size=30),
        st.one_of(st.lists(st.sampled_from(VOCABULARY), max_size=8),
                  st.permutations(VOCABULARY)),  # every word: two beyond the prefilter
        st.integers(1, 12), st.randoms())
 def test_a_view_ranks_rows_as_the_engine_ranks_them(records, words, limit, rng):
-    rows = [view_row(seq, text, keywords, None if used is None else NOW - used)
-            for seq, (text, keywords, used) in enumerate(records, start=1)]
+    rows = [view_row(seq, text, keywords, None if used is None else NOW - used, thread)
+            for seq, (text, keywords, used, thread) in enumerate(records, start=1)]
     query = " ".join(words)
     ranking = Ranking()  # weighted, no language: the vocabulary is not English
     terms = engine.query_terms(query, ranking.analyzer)
@@ -81,8 +83,8 @@ def test_a_view_ranks_rows_as_the_engine_ranks_them(records, words, limit, rng):
         [(row[0], set(row[16].split()), row[6], row[8] if row[9] is None else row[9], row[0])
          for row in rng.sample(rows, len(rows))], terms, view.stats(terms), limit, NOW,
         ranking)
-    got = [(row[0], match) for row, match in engine.rank_covered(hits, sum(weights), limit,
-                                                                NOW, ranking)]
+    got = [(row[0], match) for row, match in engine.rank_covered(
+        hits, sum(weights), limit, NOW, ranking, view.continues, view.details)]
     assert got == want
 
 
