@@ -13,7 +13,8 @@ SQLite). For each it prints R@5 and R@10 (the share of a question's evidence tur
 top k, averaged over all questions, adversarial ones included), per question category and
 overall, and the median query time.
 
-In the same run, on the same rows, a baseline: a raw FTS5 bm25 query (``porter unicode61``
+In the same run, on the same rows: the seed's scorer (``memory.ranking = "seed"``), and a
+baseline: a raw FTS5 bm25 query (``porter unicode61``
 tokenizer, English function words dropped from the question, OR of the rest). The clock is
 fixed, so recency is the same for every record and only the keyword term ranks.
 
@@ -40,8 +41,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from scopemem.core.ranking import SEED  # noqa: E402
 from scopemem.core.records import MAX_SCOPE_CAP, Candidate, Kind, Record  # noqa: E402
-from scopemem.stores.base import MemoryStore  # noqa: E402
+from scopemem.stores.base import DEFAULT_RANKING, MemoryStore  # noqa: E402
 from scopemem.stores.memory import InMemoryStore  # noqa: E402
 from scopemem.stores.sqlite import SqliteStore  # noqa: E402
 
@@ -207,13 +209,20 @@ async def main() -> None:
     turns = sum(len(c.turns) for c in conversations)
     asked = sum(len(c.questions) for c in conversations)
     print(f"{args.data.name}: {len(conversations)} conversations, {turns} turns, "
-          f"{asked} questions with evidence; limit {args.limit}")
+          f"{asked} questions with evidence; limit {args.limit}; ranking weighted, "
+          f"languages {', '.join(DEFAULT_RANKING.analyzer.languages)}")
     with tempfile.TemporaryDirectory(prefix="scopemem-recall-") as directory:
         for kind in [name.strip() for name in args.stores.split(",") if name.strip()]:
             async with built(kind, directory) as store:
                 await fill(store, conversations)
                 await measure(f"store {kind}", store_asker(store), conversations, args.limit,
                               args.questions)
+    # The seed's scorer on the same rows (memory.ranking = "seed"), through the in-process
+    # store: every store ranks alike, so one shows it.
+    seed = InMemoryStore(cap=MAX_SCOPE_CAP, clock=lambda: NOW, ranking=SEED)
+    await fill(seed, conversations)
+    await measure("seed scorer (memory)", store_asker(seed), conversations, args.limit,
+                  args.questions)
     await measure("baseline bm25 (porter)", bm25_asker(conversations), conversations,
                   args.limit, args.questions)
 

@@ -50,6 +50,13 @@ path = "./data"
     ({"enabled": True}, "memory.organization"),
     ({"organization": "a b"}, "memory.organization"),
     ({"model": "gpt-4o"}, "memory.model"),
+    ({"languages": "english"}, "memory.languages"),
+    ({"languages": ["klingon"]}, "memory.languages: unknown language 'klingon'"),
+    ({"languages": []}, "memory.languages: name at least one"),
+    ({"ranking": "bm25"}, "memory.ranking: must be one of weighted, seed"),
+    ({"min_match": 1.5}, "memory.min_match: must be from 0 to 1"),
+    ({"min_match": "0.2"}, "memory.min_match"),
+    ({"min_match": True}, "memory.min_match"),
 ])
 def test_mistakes_name_the_key(table, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
@@ -98,3 +105,18 @@ def test_default_search(tmp_path, monkeypatch):
     other.write_text("[memory]\nlimit = 9\n")
     monkeypatch.setenv("SCOPEMEM_CONFIG", str(other))
     assert load_config().limit == 9
+
+
+def test_the_ranking_settings_build_the_ranking():
+    from scopemem.core.ranking import SEED
+
+    config = config_from_mapping({"memory": {"languages": ["german", "english"],
+                                             "min_match": 0}})
+    ranking = config.ranking_spec()
+    assert ranking.weighted and ranking.analyzer.languages == ("german", "english")
+    # The first listed language of a script stems it.
+    assert ranking.analyzer.stem("hauser") == "haus"
+    assert "und" in ranking.analyzer.stopwords and "the" in ranking.analyzer.stopwords
+    assert config_from_mapping({"memory": {"ranking": "seed"}}).ranking_spec() == SEED
+    assert config_from_mapping({"memory": {"ranking": "seed", "languages": []}}).ranking_spec() \
+        == SEED

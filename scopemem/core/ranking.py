@@ -25,9 +25,10 @@ Every store hands these functions the rows they ask for and the scope's statisti
 
 from __future__ import annotations
 
+import heapq
 import math
 import operator
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 import attrs
@@ -198,54 +199,65 @@ def rank_entries(entries: Iterable[tuple[int, Collection[str], str, int, T]],
         threads[seq] = thread
         details[seq] = (last_touched, item)
     continues = {seq for seq, thread in threads.items() if threads.get(seq - 1) == thread}
-    return rank_covered(covered, sum(weights), limit, now, ranking, continues,
-                        details.__getitem__)
+    return rank_covered(covered, sum(weights), limit, now, ranking, continues, details)
 
 
 def rank_covered(covered: Mapping[int, float], total: float, limit: int, now: int,
-                 ranking: Ranking, continues: Collection[int],
-                 details: Callable[[int], tuple[int, T]]) -> list[tuple[T, float]]:
+                 ranking: Ranking, continues: Container[int],
+                 details: Mapping[int, tuple[int, T]]) -> list[tuple[T, float]]:
     """The last step of every ranking, as the module docstring describes.
 
     ``covered`` maps the seq of each gated record to the weight of the query terms it
     holds (``covered_weight``); ``total`` is the query's whole weight. ``continues`` holds
     (at least) the seqs of the gated records whose predecessor (seq − 1) is an active record
-    of the same thread. ``details(seq)`` gives ``(last touched, item)``, asked only of the
+    of the same thread. ``details[seq]`` is ``(last touched, item)``, read only for the
     records that reach the final score. Answers the ``limit`` best items with their match."""
     if limit <= 0 or not covered or total <= 0:
         return []
-    match = {seq: weight / total for seq, weight in covered.items()}
-    context = ranking.context_weight
-    if context:
-        get = covered.get
-        # Credited from the predecessor's own match (``covered``), never from a credited
-        # one, so the order records are visited in cannot matter.
-        for seq in covered.keys() & continues:
-            before = get(seq - 1)
-            if before is not None:
-                value = match[seq] + context * (before / total)
-                match[seq] = value if value < 1.0 else 1.0
-    cap = candidate_cap(limit)
-    if len(match) > cap:
-        # The cap best by match, ties to the newer record: a threshold from the sorted
-        # matches (C speed), then an exact order among the few at or above it.
-        threshold = sorted(match.values(), reverse=True)[cap - 1]
-        best = sorted(((value, seq) for seq, value in match.items() if value >= threshold),
-                      reverse=True)[:cap]
-    else:
-        best = [(value, seq) for seq, value in match.items()]
+    matched = _matches(covered, total, ranking.context_weight, continues)
+    # The candidates best match first (ties to the newer record): at most the cap of them.
+    # Going down that order, a candidate whose best possible score (recency 1) cannot beat
+    # the ``limit``-th score found so far ends the scan; so does the cap.
+    candidates = sorted(zip(matched.values(), matched.keys(), strict=True), reverse=True)
+    del candidates[candidate_cap(limit):]
     exp = math.exp
-    scored = []
-    for value, seq in best:
-        last_touched, item = details(seq)
+    scored: list[tuple[float, int, float, T]] = []
+    push, replace = heapq.heappush, heapq.heapreplace
+    for value, seq in candidates:
+        # Scores are kept negated in a heap of the ``limit`` best, worst at the top.
+        if len(scored) == limit and -(KEYWORD_WEIGHT * value + RECENCY_WEIGHT) > \
+                -scored[0][0]:
+            break
+        last_touched, item = details[seq]
         age = now - last_touched
-        scored.append((-(KEYWORD_WEIGHT * value
-                         + RECENCY_WEIGHT * exp(-(age if age > 0 else 0) / RECENCY_TAU_MS)),
-                       -seq, value, item))
+        # ``score_of``, unrolled: this runs for every candidate of every retrieval.
+        score = (KEYWORD_WEIGHT * value
+                 + RECENCY_WEIGHT * exp(-(age if age > 0 else 0) / RECENCY_TAU_MS))
+        entry = (score, seq, value, item)
+        if len(scored) < limit:
+            push(scored, entry)  # type: ignore[misc]
+        elif (score, seq) > scored[0][:2]:
+            replace(scored, entry)  # type: ignore[misc]
     # Best score first, the newer record (higher seq) first among equals; the items are
     # never compared (seqs are unique).
-    scored.sort(key=_score_then_seq)
-    return [(item, value) for _score, _seq, value, item in scored[:limit]]
+    scored.sort(key=_score_then_seq, reverse=True)
+    return [(item, value) for _score, _seq, value, item in scored]
+
+
+def _matches(covered: Mapping[int, float], total: float, context: float,
+             continues: Container[int]) -> dict[int, float]:
+    """seq → match of every gated record: its share of the query's weight, plus ``context``
+    times its predecessor's own share when the predecessor is a gated record of the same
+    thread, capped at 1. The one place the match is computed."""
+    matched = {seq: weight / total for seq, weight in covered.items()}
+    if context:
+        get = covered.get
+        for seq in covered.keys() & continues:  # type: ignore[operator]
+            before = get(seq - 1)
+            if before is not None:
+                value = matched[seq] + context * (before / total)
+                matched[seq] = value if value < 1.0 else 1.0
+    return matched
 
 
 _score_then_seq = operator.itemgetter(0, 1)

@@ -135,6 +135,8 @@ def script_of(word: str) -> str | None:
 
 
 Stem = Callable[[str], str]
+# How many words an analyzer remembers the stems of.
+_STEM_CACHE = 65536
 
 
 @attrs.frozen
@@ -157,12 +159,22 @@ class Analyzer:
     def signature(self) -> str:
         return FOLDING if not self.languages else f"{FOLDING};{'+'.join(self.languages)}"
 
+    _stems: dict[str, str] = attrs.field(factory=dict, init=False, eq=False, repr=False)
+
     def stem(self, word: str) -> str:
+        """The term ``word`` (a folded word) stands for."""
         if not self.stemmers:
             return word
-        script = script_of(word)
-        stem = self.stemmers.get(script) if script is not None else None
-        return word if stem is None else stem(word)
+        stems = self._stems
+        stemmed = stems.get(word)
+        if stemmed is None:
+            script = script_of(word)
+            stem = self.stemmers.get(script) if script is not None else None
+            stemmed = word if stem is None else stem(word)
+            if len(stems) >= _STEM_CACHE:
+                stems.clear()  # a bound, not an LRU: a full cache starts over
+            stems[word] = stemmed
+        return stemmed
 
     def terms(self, text: str) -> list[str]:
         """What a record is indexed by: the stems of its words, in order, repeats kept."""

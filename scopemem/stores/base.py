@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import attrs
 
@@ -110,10 +110,10 @@ class RankedStore(MemoryStore, Protocol):
 
 
 
-@attrs.frozen
-class Hit:
+class Hit(NamedTuple):
     """A retrieved record with its keyword match in its scope, in [0, 1]
-    (``core.ranking``): what lets records of different scopes be ranked as one pool."""
+    (``core.ranking``): what lets records of different scopes be ranked as one pool. A
+    named tuple, not an attrs class: every retrieval builds a few, on the hot path."""
 
     record: Record
     match: float

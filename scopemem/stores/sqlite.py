@@ -853,7 +853,7 @@ class SqliteStore:
             return None
         weights = engine.term_weights(terms, view.stats(terms), self.ranking)
         ranked = engine.rank_covered(view.covered(terms, weights), sum(weights), limit, now,
-                                     self.ranking, view.continues, view.details)
+                                     self.ranking, view.continues, view.entries)
         if not ranked:
             return [], None
         if not bump:

@@ -103,10 +103,6 @@ class ScopeView:
                     sums[seq] = get(seq, 0.0) + weight
         return sums
 
-    def details(self, seq: int) -> tuple[int, tuple[Any, ...]]:
-        """(last touched, row) of a row held."""
-        return self.entries[seq]
-
     def bump(self, pending: Mapping[int, Sequence[int]]) -> None:
         """Apply usage bumps (seq → (uses, last use)) to the rows held, as saving them
         will (a last use never moves back)."""

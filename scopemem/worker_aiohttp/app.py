@@ -262,8 +262,9 @@ async def retrieve(request: web.Request) -> web.StreamResponse:
     hits = await search_hits(store, args.scope_key, args.query, args.limit, bump=args.bump)
     # The seed's clients read only ``records``, and bump by default; a newer client asks not
     # to (``bump: false``), reads each record's match, and marks what it showed (/used).
-    extra = (',"matches":' + json.dumps([hit.match for hit in hits])
-             + ',"bumped":' + ("true" if args.bump else "false"))
+    # A finite float's repr is its JSON (matches are in [0, 1]).
+    extra = (',"matches":[' + ",".join([repr(hit.match) for hit in hits])
+             + '],"bumped":' + ("true" if args.bump else "false"))
     return _records(request, [hit.record for hit in hits], extra)
 
 

@@ -133,6 +133,22 @@ async def test_text_is_found_the_way_people_type_it(store, text, query):
     assert [r.text for r in await store.retrieve(ORG, query, 10)] == [text]
 
 
+async def test_an_inflected_query_finds_the_record(store):
+    await store.write(ORG, [fact("The deploys failed twice on Friday"),
+                            fact("lunch is at noon")])
+    assert [r.text for r in await store.retrieve(ORG, "deploying fails", 10)] == [
+        "The deploys failed twice on Friday"]
+
+
+async def test_a_rare_word_outranks_a_common_one_on_every_store(store, clock: FakeClock):
+    await store.write(ORG, [fact("grafana alerts page the on-call")])
+    clock.advance(DAY_MS)
+    await store.write(ORG, [fact(f"deploy step {n} runs in ci") for n in range(8)])
+    got = await store.retrieve(ORG, "deploy grafana", 3)
+    # Newer records hold the common word; the older one holding the rare word leads.
+    assert got[0].text == "grafana alerts page the on-call"
+
+
 async def test_fragments_find_nothing(store):
     await store.write(ORG, [fact("Das Büro in Zürich"), fact("le café ouvre à 8h")])
     for query in ("rich", "caf", "ro", "8"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import json
+import logging
 import os
 import re
 import shutil
@@ -726,7 +727,6 @@ async def test_a_file_from_before_unicode_folding_is_reindexed_once_and_loses_no
         make, tmp_path: Path, caplog):
     """The fixture was written by the release before Unicode folding: its index holds
     "caf" for "café" and no token at all for Greek, Cyrillic or Japanese text."""
-    import logging
     import unicodedata
 
     caplog.set_level(logging.INFO, logger="scopemem.stores.sqlite")
@@ -767,3 +767,23 @@ async def test_a_file_from_before_unicode_folding_is_reindexed_once_and_loses_no
     assert len([r for r in caplog.records if "re-derived" in r.getMessage()]) == 1
     assert query(str(path), "SELECT value FROM meta WHERE key = 'folding'") == [
         ("unicode-2;english",)]
+
+
+async def test_a_file_opened_under_other_languages_is_reindexed_once(tmp_path, make, caplog):
+    from scopemem.core.ranking import Ranking
+    from scopemem.languages import analyzer_for
+
+    caplog.set_level(logging.INFO, logger="scopemem.stores.sqlite")
+    english = make(tmp_path / "data")
+    await english.write(ORG, [fact("Die Häuser am Fluss"), fact("deploys run nightly")])
+    # English stems Latin words; "hauser" stays as it is.
+    assert await english.retrieve(ORG, "haus", 5) == []
+    await english.close()
+    german = make(tmp_path / "data", ranking=Ranking(analyzer_for(("german", "english"))))
+    assert [r.text for r in await german.retrieve(ORG, "haus", 5)] == ["Die Häuser am Fluss"]
+    [path] = (tmp_path / "data").glob("*.db")
+    assert query(str(path), "SELECT value FROM meta WHERE key = 'folding'") == [
+        ("unicode-2;german+english",)]
+    assert len([r for r in caplog.records if "re-derived" in r.getMessage()]) == 1
+    # Nothing was lost, and ids and use counts are the file's own.
+    assert [r.id for r in await german.list(ORG, 10)] == [f"mem:{ORG}:2", f"mem:{ORG}:1"]

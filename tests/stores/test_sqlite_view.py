@@ -84,7 +84,7 @@ def test_a_view_ranks_rows_as_the_engine_ranks_them(records, words, limit, rng):
          for row in rng.sample(rows, len(rows))], terms, view.stats(terms), limit, NOW,
         ranking)
     got = [(row[0], match) for row, match in engine.rank_covered(
-        hits, sum(weights), limit, NOW, ranking, view.continues, view.details)]
+        hits, sum(weights), limit, NOW, ranking, view.continues, view.entries)]
     assert got == want
 
 

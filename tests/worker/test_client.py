@@ -448,3 +448,50 @@ def test_a_one_shot_command_never_falls_back_to_the_in_process_store(memory_warn
     with pytest.raises(ConfigError, match=r"\$MEMORY_TOKEN is not set"):
         WorkerStore.from_settings(settings)
     assert memory_warnings() == []
+
+
+async def test_a_new_client_asks_not_to_bump_and_reports_what_it_showed(store, stub):
+    stub.replies["/retrieve"] = (200, {"records": [wire_record(1)], "matches": [0.75],
+                                       "bumped": False})
+    stub.replies["/used"] = (200, {"ok": True, "marked": 1})
+    [hit] = await store.search(ORG, "deploy vpn", 5, bump=False)
+    assert hit.match == 0.75
+    assert stub.bodies()[0]["bump"] is False
+    assert await store.mark_used({ORG: [hit.record.id]}) == 1
+    assert stub.requests[-1][0] == "/used"
+    assert stub.bodies()[-1] == {"used": [{"scopeKey": ORG, "ids": [hit.record.id]}]}
+
+
+async def test_an_old_worker_still_works_with_todays_behaviour(store, stub):
+    # No matches, no bumped: a worker from before. It bumped at retrieval already.
+    stub.replies["/retrieve"] = (200, {"records": [wire_record(1, text="deploy needs vpn"),
+                                                   wire_record(2, text="deploy daily")]})
+    hits = await store.search(ORG, "deploy vpn", 5, bump=False)
+    assert [hit.match for hit in hits] == [1.0, 0.5]  # the seed's plain share
+    assert await store.mark_used({ORG: [hits[0].record.id]}) == 0
+    assert all(path != "/used" for path, _h, _b in stub.requests)
+
+
+async def test_a_worker_without_the_used_route_is_asked_once(store, stub):
+    stub.replies["/retrieve"] = (200, {"records": [wire_record(1)], "matches": [0.5],
+                                       "bumped": False})
+    stub.replies["/used"] = (404, {"error": "not found"})
+    await store.search(ORG, "deploy", 5, bump=False)
+    assert await store.mark_used({ORG: [f"mem:{ORG}:1"]}) == 0
+    assert await store.mark_used({ORG: [f"mem:{ORG}:1"]}) == 0
+    assert sum(1 for path, _h, _b in stub.requests if path == "/used") == 1
+
+
+async def test_many_marks_go_in_requests_within_the_wire_caps(store, stub):
+    stub.replies["/retrieve"] = (200, {"records": [], "matches": [], "bumped": False})
+    await store.search(ORG, "deploy", 5, bump=False)
+    stub.replies["/used"] = (200, {"ok": True, "marked": 0})
+    used = {f"user:slack:U{n}": [f"mem:user:slack:U{n}:{m}" for m in range(10)]
+            for n in range(40)}
+    await store.mark_used(used)
+    batches = [body["used"] for path, _h, body in stub.requests if path == "/used"]
+    assert all(len(batch) <= 32 and sum(len(item["ids"]) for item in batch) <= 256
+               for batch in batches)
+    sent = {(item["scopeKey"], record_id) for batch in batches for item in batch
+            for record_id in item["ids"]}
+    assert sent == {(key, record_id) for key, ids in used.items() for record_id in ids}

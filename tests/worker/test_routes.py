@@ -46,6 +46,30 @@ async def test_write_then_retrieve_round_trip(client, spy):
     assert spy.calls[-1] == ("retrieve", ORG, "license", 5)
 
 
+async def test_a_retrieve_without_bump_counts_nothing_and_used_marks_what_was_shown(
+        client, spy):
+    await post(client, "/write", {"scopeKey": ORG, "records": [
+        candidate("the license check runs nightly"), candidate("license scans need a token")]})
+    status, body = await post(client, "/retrieve", {"scopeKey": ORG, "query": "license",
+                                                    "limit": 5, "bump": False})
+    assert status == 200 and body["bumped"] is False
+    assert len(body["matches"]) == len(body["records"]) == 2
+    assert all(0 < match <= 1 for match in body["matches"])
+    assert all(record["useCount"] == 0 for record in body["records"])
+    shown = body["records"][0]["id"]
+    status, body = await post(client, "/used", {"used": [
+        {"scopeKey": ORG, "ids": [shown, f"mem:{ORG}:99", "mem:org:other:1"]}]})
+    # Only the active record of that scope is marked; another scope's id never is.
+    assert (status, body) == (200, {"ok": True, "marked": 1})
+    listed = {r.id: r.use_count for r in await spy.inner.list(ORG, 10)}
+    assert listed[shown] == 1 and sum(listed.values()) == 1
+    # The seed's clients send no bump and get today's behaviour.
+    status, body = await post(client, "/retrieve", {"scopeKey": ORG, "query": "license",
+                                                    "limit": 5})
+    assert body["bumped"] is True
+    assert {r["id"]: r["useCount"] for r in body["records"]}[shown] == 2
+
+
 def write_lines(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.getMessage().startswith("[write]")]
 
@@ -322,6 +346,18 @@ BAD_BODIES = [
     # dryRun
     ("/sweep", {"scopeKey": ORG, "dryRun": "yes"}, "dryRun must be a boolean"),
     ("/sweep", {"scopeKey": ORG, "dryRun": 1}, "dryRun must be a boolean"),
+    # bump, and the records a client showed
+    ("/retrieve", {"scopeKey": ORG, "query": "q", "limit": 1, "bump": "no"},
+     "bump must be a boolean"),
+    ("/used", {}, "used is required"),
+    ("/used", {"used": {"scopeKey": ORG}}, "used must be a list"),
+    ("/used", {"used": [{"scopeKey": ORG, "ids": []}] * 33}, "at most 32 scopes"),
+    ("/used", {"used": ["x"]}, "used[0] must be an object"),
+    ("/used", {"used": [{"ids": []}]}, "used[0].scopeKey is required"),
+    ("/used", {"used": [{"scopeKey": "", "ids": []}]}, "used[0].scopeKey must not be empty"),
+    ("/used", {"used": [{"scopeKey": ORG, "ids": "x"}]}, "used[0].ids must be a list"),
+    ("/used", {"used": [{"scopeKey": ORG, "ids": [7]}]}, "used[0].ids[0] must be a string"),
+    ("/used", {"used": [{"scopeKey": ORG, "ids": ["x"] * 257}]}, "at most 256 ids in all"),
 ]
 
 
