@@ -450,7 +450,11 @@ class Memory:
             return await self._hits(key, query)
         window_read = asyncio.ensure_future(
             self.store.list(key, self.config.repo_window, kind=Kind.FACT))
-        read = await self._hits(key, query)
+        try:
+            read = await self._hits(key, query)
+        except BaseException:
+            window_read.cancel()  # cancelled with the read: leave nothing running behind
+            raise
         try:
             records = await window_read
         except asyncio.CancelledError:
