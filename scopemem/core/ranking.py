@@ -218,8 +218,16 @@ def rank_covered(covered: Mapping[int, float], total: float, limit: int, now: in
     # The candidates best match first (ties to the newer record): at most the cap of them.
     # Going down that order, a candidate whose best possible score (recency 1) cannot beat
     # the ``limit``-th score found so far ends the scan; so does the cap.
-    candidates = sorted(zip(matched.values(), matched.keys(), strict=True), reverse=True)
-    del candidates[candidate_cap(limit):]
+    cap = candidate_cap(limit)
+    if len(matched) > cap:
+        # A large scope: the cap-th best match from the sorted floats (C speed), then
+        # tuples for only the few at or above it.
+        threshold = sorted(matched.values(), reverse=True)[cap - 1]
+        candidates = sorted(((value, seq) for seq, value in matched.items()
+                             if value >= threshold), reverse=True)
+        del candidates[cap:]
+    else:
+        candidates = sorted(zip(matched.values(), matched.keys(), strict=True), reverse=True)
     exp = math.exp
     scored: list[tuple[float, int, float, T]] = []
     push, replace = heapq.heappush, heapq.heapreplace
