@@ -44,7 +44,7 @@ from typing import Any
 
 import aiohttp
 
-TOKEN = "bench-token"
+TOKEN = "bench-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SYLLABLES = ("ka", "lo", "mi", "nu", "pe", "ri", "so", "ta", "ve", "zu", "de", "gon")
 

@@ -20,5 +20,10 @@ class StoreRefused(StoreError):
     would be refused again, though a smaller one may not be."""
 
 
+class StoreBusy(StoreError):
+    """The store cannot take the call now (out of file descriptors, say): the same call may
+    succeed shortly. The worker answers 503 with ``Retry-After``."""
+
+
 class PluginError(ScopememError):
     """A plugin registered something twice, or something asked for is not installed."""

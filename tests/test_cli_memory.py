@@ -24,7 +24,7 @@ STATUS = "PR 1835 was pushed at sha 3f9a2c1 with all 10512 tests passing"
 def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     directory = tmp_path_factory.mktemp("worker")
     process, url = start(directory, "--data", str(directory / "data"), "--no-access-log",
-                         token="cli-token")
+                         token="cli-token-0123456789")
     try:
         asyncio.run(wait_healthy(process, url))
         yield url
@@ -51,7 +51,7 @@ def config(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
 def run(config: Path, *args: str) -> Result:
     cli = build_cli(new_plugin_manager(environ={}))
     return CliRunner().invoke(cli, ["--config", str(config), *args],
-                              env={"MEMORY_TOKEN": "cli-token"})
+                              env={"MEMORY_TOKEN": "cli-token-0123456789"})
 
 
 def org_of(config: Path) -> str:
@@ -108,7 +108,7 @@ def test_sweep_dry_run_then_real(config: Path, tmp_path: Path):
     from scopemem.memory import Memory
 
     async def plant() -> None:
-        memory = Memory.from_config(config, environ={"MEMORY_TOKEN": "cli-token"})
+        memory = Memory.from_config(config, environ={"MEMORY_TOKEN": "cli-token-0123456789"})
         from scopemem.core.records import Candidate, Kind
 
         await memory.store.write(org, [Candidate(kind=Kind.FACT, text=STATUS,
@@ -236,7 +236,7 @@ def test_another_organisations_records_are_nobodys(config: Path):
     other = "org:someoneelse" + org_of(config)[4:]
 
     async def plant() -> None:
-        memory = Memory.from_config(config, environ={"MEMORY_TOKEN": "cli-token"})
+        memory = Memory.from_config(config, environ={"MEMORY_TOKEN": "cli-token-0123456789"})
         await memory.store.write(other, [Candidate(kind=Kind.FACT, text=STATUS,
                                                    source_thread_key="theirs")])
         await memory.close()
@@ -269,7 +269,7 @@ class Guilds:
 def run_with_guilds(config: Path, *args: str) -> Result:
     cli = build_cli(new_plugin_manager(environ={}, extra_plugins=(Guilds(),)))
     return CliRunner().invoke(cli, ["--config", str(config), *args],
-                              env={"MEMORY_TOKEN": "cli-token"})
+                              env={"MEMORY_TOKEN": "cli-token-0123456789"})
 
 
 def test_a_plugin_scope_kind_is_a_scope_on_the_command_line(config: Path):

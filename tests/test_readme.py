@@ -25,13 +25,14 @@ def test_quick_start_commands_are_the_ones_ci_and_operators_run():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "pip install --quiet -e '.[test]'" in ci and "-m pytest" in ci
     assert ".venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest -q" in README
-    assert "SCOPEMEM_TOKEN=dev-token .venv/bin/scopemem serve --data ./scopemem-data" in README
+    assert ("SCOPEMEM_TOKEN=dev-token-change-me-0001 .venv/bin/scopemem serve"
+            " --data ./scopemem-data") in README
 
 
 async def test_the_walkthrough_runs_against_a_live_worker(tmp_path: Path):
     script = block_between("<!-- walkthrough:start -->", "<!-- walkthrough:end -->")
     process, url = start(tmp_path, "--data", "./scopemem-data", "--no-access-log",
-                         token="dev-token")
+                         token="dev-token-change-me-0001")
     port = url.rsplit(":", 1)[1]
     bin_dir = str(Path(sys.executable).parent) + "/"
     script = script.replace(".venv/bin/", bin_dir).replace("127.0.0.1:8787",

@@ -146,10 +146,19 @@ StoreFactory = Callable[[StoreSettings], MemoryStore]
 
 
 def check_scope_key(scope_key: object) -> str:
+    """``scope_key`` when a store may use it; else ``StoreError`` (never a ``TypeError`` or a
+    ``UnicodeEncodeError`` from deeper down)."""
     try:
-        return validate_scope_key(scope_key)
+        key = validate_scope_key(scope_key)
     except ScopeKeyError as exc:
         raise StoreError(str(exc)) from None
+    if not key.isascii():
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            raise StoreError("scope key is not valid Unicode text (it holds a lone surrogate)"
+                             ) from None
+    return key
 
 
 def check_cap(cap: object) -> int:

@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import hashlib
 import json
@@ -112,7 +113,7 @@ from scopemem.core.records import (
 )
 from scopemem.core.text import normalize_text
 from scopemem.core.words import PLAIN, Analyzer
-from scopemem.errors import ConfigError, StoreError
+from scopemem.errors import ConfigError, StoreBusy, StoreError
 from scopemem.plugins.markers import hookimpl
 from scopemem.stores import sqlite_schema as schema
 from scopemem.stores.base import (
@@ -924,7 +925,10 @@ class SqliteStore:
                           for row in rows), generation)
         if handle.probe is None:
             apsw = _apsw()
-            probe = apsw.Connection(handle.path, flags=apsw.SQLITE_OPEN_READWRITE)
+            try:
+                probe = apsw.Connection(handle.path, flags=apsw.SQLITE_OPEN_READWRITE)
+            except apsw.Error:
+                return  # no descriptor to spare, say: this scope is read through SQL
             probe.set_busy_timeout(0)
             with handle.probe_lock:
                 handle.probe = probe
@@ -1234,6 +1238,9 @@ class SqliteStore:
         try:
             conn = apsw.Connection(path, flags=flags)
         except apsw.Error as exc:
+            if isinstance(exc, apsw.CantOpenError) and _out_of_descriptors():
+                raise StoreBusy(f"sqlite store: cannot open {path} now: the process has no "
+                                "file descriptor left") from exc
             raise StoreError(f"sqlite store: cannot open {path}: {_describe(exc)}") from exc
         try:
             conn.set_busy_timeout(self.busy_timeout_ms)
@@ -1389,6 +1396,17 @@ class SqliteStore:
                 bumps.return_batch(batch)
             if relax:
                 conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+
+
+def _out_of_descriptors() -> bool:
+    """Whether the process cannot open one more file (EMFILE/ENFILE): what a ``CantOpen``
+    means when the directory and the path are fine."""
+    try:
+        fd = os.open(os.devnull, os.O_RDONLY)
+    except OSError as exc:
+        return exc.errno in (errno.EMFILE, errno.ENFILE)
+    os.close(fd)
+    return False
 
 
 def _describe(exc: BaseException) -> str:

@@ -39,31 +39,37 @@ nothing about the data.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import hmac
 import importlib.resources
 import inspect
 import json
 import logging
-import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
-from aiohttp import hdrs, web
-from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_protocol import RequestHandler
+from aiohttp import ClientConnectionResetError, hdrs, web
+from aiohttp.http_exceptions import ContentLengthError
 from multidict import CIMultiDictProxy
 
 from scopemem.core.records import Record, to_wire
-from scopemem.errors import StoreError
+from scopemem.errors import StoreBusy, StoreError
 from scopemem.stores.base import MemoryStore, search_hits
 from scopemem.worker_aiohttp import validation
 from scopemem.worker_aiohttp.records_json import RecordsJson, dumps
+from scopemem.worker_aiohttp.server import (
+    BODY_TIMEOUT,
+    SERVER_NAME,
+    Limits,
+    WorkerRunner,
+    running,
+    serve_until_signalled,
+)
 
 __all__ = [
     "DEFAULT_MAX_BODY",
+    "Limits",
     "WorkerRunner",
     "create_app",
     "load_openapi",
@@ -74,6 +80,7 @@ __all__ = [
 log = logging.getLogger("scopemem.worker")
 
 DEFAULT_MAX_BODY = 512 * 1024
+DEFAULT_BODY_TIMEOUT = Limits().body_timeout
 
 StoreSource = MemoryStore | Callable[[], MemoryStore | Awaitable[MemoryStore]]
 
@@ -136,8 +143,11 @@ def length_problem(headers: CIMultiDictProxy[str], max_body: int) -> web.Respons
     digits = raw.lstrip("0") or "0"
     if len(digits) > 12 or int(digits) > max_body:
         return _error(413, f"the body must be at most {max_body} bytes", close=True)
-    encoding = headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower()
-    if encoding not in ("", "identity"):
+    # Every Content-Encoding header, and every coding each one lists: a second header or a
+    # list ("identity, gzip") must not slip a compressed body past the fence.
+    codings = [coding.strip().lower() for value in headers.getall(hdrs.CONTENT_ENCODING, [])
+               for coding in value.split(",")]
+    if any(coding not in ("", "identity") for coding in codings):
         return _error(415, "Content-Encoding is not supported; send the body uncompressed",
                       close=True)
     return None
@@ -195,6 +205,10 @@ async def _errors(request: web.Request, handler: Callable[..., Awaitable[web.Str
         return _error(exc.status, exc.reason.lower(), headers)
     except asyncio.CancelledError:
         raise
+    except StoreBusy as exc:
+        log.warning("[busy] %s: %s", request.path, exc)
+        return _error(503, "busy: the store cannot take more now, retry shortly",
+                      {hdrs.RETRY_AFTER: "1"})
     except StoreError as exc:
         log.error("[error] %s failed in the store: %s", request.path, exc)
         return _error(500, "the store failed; see the worker's log")
@@ -230,14 +244,31 @@ async def _expect(request: web.Request) -> web.StreamResponse | None:
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object, read within the body deadline (408 past it); a client
+    that goes away mid-body ends the request quietly (``_ClientGone``)."""
     try:
-        return validation.parse_body(await request.read())
+        async with asyncio.timeout(request.app.get(BODY_TIMEOUT, DEFAULT_BODY_TIMEOUT)):
+            raw = await request.read()
+    except TimeoutError:
+        raise _SlowBody() from None
+    except (ConnectionError, ClientConnectionResetError, ContentLengthError):
+        raise _ClientGone() from None
+    try:
+        return validation.parse_body(raw)
     except validation.BodyError as exc:
         raise _BadRequest(str(exc)) from None
 
 
 class _BadRequest(Exception):
     pass
+
+
+class _SlowBody(Exception):
+    """The body did not arrive within the deadline."""
+
+
+class _ClientGone(Exception):
+    """The client closed the connection before its body was complete."""
 
 
 def _data_route(func: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -250,6 +281,13 @@ def _data_route(func: Callable[[web.Request], Awaitable[web.StreamResponse]]
             return await func(request)
         except (_BadRequest, validation.BodyError) as exc:
             return _error(400, str(exc))
+        except _SlowBody:
+            log.info("[refused] %s: the body did not arrive within the deadline",
+                     request.path)
+            return _error(408, "the body did not arrive in time", close=True)
+        except _ClientGone:
+            log.info("[gone] %s: the client closed the connection mid-body", request.path)
+            return _error(400, "the body was cut short", close=True)
 
     handler._scopemem_data_route = True  # type: ignore[attr-defined]
     return handler
@@ -372,6 +410,10 @@ async def _open_store(app: web.Application) -> AsyncIterator[None]:
         await store.close()
 
 
+async def _no_banner(_request: web.Request, response: web.StreamResponse) -> None:
+    response.headers[hdrs.SERVER] = SERVER_NAME  # the product, never its version
+
+
 def create_app(
     store: StoreSource,
     token: str | None,
@@ -391,6 +433,7 @@ def create_app(
     app[SERVED] = _Served(source=store, token=_check_token(token), max_body=max_body)
     app[OPENAPI] = load_openapi()
     app.cleanup_ctx.append(_open_store)
+    app.on_response_prepare.append(_no_banner)
     for path, handler in DATA_ROUTES.items():
         app.router.add_post(path, handler, expect_handler=_expect)
     app.router.add_get("/healthz", healthz)
@@ -398,107 +441,3 @@ def create_app(
     return app
 
 
-# --- running it ---------------------------------------------------------------------------------
-
-
-def _parser_refusal(exc: BaseException | None) -> web.Response | None:
-    """The fence's answer to a request aiohttp's HTTP parser refused because of its length
-    headers (``0x10``, ``5e2``, ``+5``, ``12.5``, non-ASCII digits, blank, duplicated, or
-    combined with ``Transfer-Encoding``), or None for any other parse error."""
-    if not isinstance(exc, HttpProcessingError):
-        return None
-    # The first line is the parser's reason; the raw offending bytes follow on later lines.
-    reason = (exc.message or "").split("\n", 1)[0].lower()
-    if "content-length" not in reason:
-        return None
-    if "overflow" in reason:  # digits, just too many of them
-        return _error(413, "the body is too large", close=True)
-    return _error(411, "Content-Length must be a plain decimal number of bytes", close=True)
-
-
-class _FencedRequestHandler(RequestHandler):
-    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
-                     message: str | None = None) -> web.StreamResponse:
-        refusal = _parser_refusal(exc) if status == 400 else None
-        if refusal is None:
-            return super().handle_error(request, status, exc, message)
-        log.debug("refused a request with a malformed Content-Length: %s", exc)
-        return refusal
-
-
-class _FencedServer(web.Server):
-    def __call__(self) -> RequestHandler:
-        return _FencedRequestHandler(self, loop=self._loop, **self._kwargs)
-
-
-class WorkerRunner(web.AppRunner):
-    """An ``AppRunner`` whose connections answer a malformed ``Content-Length`` with 411 (and
-    an overflowing one with 413) instead of the HTTP parser's generic 400.
-
-    aiohttp refuses such requests while parsing, before routing and middlewares, and offers
-    no public hook for that answer; this runner builds the same server as ``AppRunner`` and
-    swaps in a protocol whose ``handle_error`` knows the fence's rule.
-
-    It also turns off aiohttp's lingering close (``lingering_time=0``): by default a request
-    answered without its body being read (411, 413, 401, 404) keeps the connection open for
-    up to ten seconds to read and discard that body. Here such a connection is closed right
-    after the answer, so a refused body is never read at all."""
-
-    def __init__(self, app: web.Application, **kwargs: Any) -> None:
-        kwargs.setdefault("lingering_time", 0)
-        super().__init__(app, **kwargs)
-
-    async def _make_server(self) -> web.Server:
-        server = await super()._make_server()
-        if type(server) is web.Server:
-            server.__class__ = _FencedServer
-        return server
-
-
-@contextlib.asynccontextmanager
-async def running(app: web.Application, host: str = "127.0.0.1", port: int = 0,
-                  **runner_kwargs: Any) -> AsyncIterator[str]:
-    """Serve ``app`` on ``host:port`` (0 picks a free port) and yield its base URL; on exit,
-    shut down gracefully (in-flight requests finish, then the store closes)."""
-    runner = WorkerRunner(app, **runner_kwargs)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        bound_host, bound_port = runner.addresses[0][:2]
-        if ":" in bound_host:
-            bound_host = f"[{bound_host}]"
-        yield f"http://{bound_host}:{bound_port}"
-    finally:
-        await runner.cleanup()
-
-
-async def serve_until_signalled(
-    app: web.Application,
-    host: str,
-    port: int,
-    *,
-    on_ready: Callable[[str], None] | None = None,
-    shutdown_timeout: float = 60.0,
-    **runner_kwargs: Any,
-) -> None:
-    """Serve until SIGINT or SIGTERM, then shut down gracefully: stop accepting, let
-    in-flight requests finish (up to ``shutdown_timeout`` seconds), close the store. A second
-    signal during shutdown gets Python's default behaviour (exit at once)."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    signals = (signal.SIGINT, signal.SIGTERM)
-    for signum in signals:
-        loop.add_signal_handler(signum, stop.set)
-    try:
-        async with running(app, host, port, shutdown_timeout=shutdown_timeout,
-                           **runner_kwargs) as url:
-            if on_ready is not None:
-                on_ready(url)
-            await stop.wait()
-            for signum in signals:
-                loop.remove_signal_handler(signum)
-            log.info("shutting down: finishing in-flight requests, then closing the store")
-    finally:
-        for signum in signals:
-            loop.remove_signal_handler(signum)

@@ -16,6 +16,8 @@ from scopemem.errors import ScopememError
 from scopemem.plugins.markers import hookimpl
 
 TOKEN_ENV = "SCOPEMEM_TOKEN"
+#: The shortest bearer token ``serve`` starts with (unless ``--insecure-dev``).
+MIN_TOKEN_CHARS = 16
 
 WORKER_CLIENT = "worker"
 EMBEDDED_DEFAULT = "sqlite"
@@ -23,10 +25,13 @@ log = logging.getLogger("scopemem.worker")
 
 
 def _configure_logging() -> None:
+    from scopemem.worker_aiohttp.logs import install
+
     root = logging.getLogger()
     if not root.handlers:
         logging.basicConfig(level=logging.INFO,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install()
 
 
 @hookimpl
@@ -43,9 +48,21 @@ def scopemem_register_commands(cli: click.Group) -> None:
                   help="Store to serve. Default: memory.store from the configuration.")
     @click.option("--access-log/--no-access-log", default=True, show_default=True,
                   help="Log one line per request (method, path, status; never bodies).")
+    @click.option("--max-connections", type=click.IntRange(1, None), default=None,
+                  help="Connections open at once (default: half the open-file limit).")
+    @click.option("--idle-timeout", type=click.FloatRange(0.1, 3600), default=10.0,
+                  show_default=True,
+                  help="Seconds a connection may take to send a request header, after "
+                       "opening or after its last answer.")
+    @click.option("--body-timeout", type=click.FloatRange(0.1, 3600), default=30.0,
+                  show_default=True, help="Seconds a request may take to send its body.")
+    @click.option("--insecure-dev", is_flag=True,
+                  help=f"Start without a {MIN_TOKEN_CHARS}-character token (development "
+                       "only: anyone who can reach the port may try short tokens).")
     @click.pass_obj
     def serve(state: CliState, host: str, port: int, data_dir: str | None,
-              store_name: str | None, access_log: bool) -> None:
+              store_name: str | None, access_log: bool, max_connections: int | None,
+              idle_timeout: float, body_timeout: float, insecure_dev: bool) -> None:
         """Serve memory to remote agents over HTTP (the Memory Worker).
 
         Data routes need ``Authorization: Bearer $SCOPEMEM_TOKEN``. The store is built
@@ -56,7 +73,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
 
         from scopemem.installation import store_registry
         from scopemem.stores.base import StoreSettings
-        from scopemem.worker_aiohttp.app import create_app, serve_until_signalled
+        from scopemem.worker_aiohttp.app import Limits, create_app, serve_until_signalled
 
         _configure_logging()
         config = state.config()
@@ -83,8 +100,17 @@ def scopemem_register_commands(cli: click.Group) -> None:
         settings = StoreSettings(name=name, options=options, cap=config.max_records_per_scope,
                                  environ=dict(os.environ), ranking=config.ranking_spec())
         token = os.environ.get(TOKEN_ENV, "")
-        if not token:
-            log.warning("%s is not set: every data route will answer 401", TOKEN_ENV)
+        if len(token) < MIN_TOKEN_CHARS:
+            problem = ("is not set" if not token
+                       else f"is {len(token)} characters; at least {MIN_TOKEN_CHARS} are needed")
+            if not insecure_dev:
+                raise click.ClickException(
+                    f"{TOKEN_ENV} {problem} (a shared worker needs a long random token, e.g."
+                    " `python -c 'import secrets; print(secrets.token_urlsafe(32))'`; "
+                    "--insecure-dev starts anyway, for development)")
+            log.warning("INSECURE: %s %s; started with --insecure-dev, for development "
+                        "only%s", TOKEN_ENV, problem,
+                        "" if token else ": every data route will answer 401")
         try:
             store = registry.get(name)(settings)
         except ScopememError as exc:
@@ -98,7 +124,12 @@ def scopemem_register_commands(cli: click.Group) -> None:
         def ready(url: str) -> None:
             click.echo(f"scopemem worker listening on {url} (store: {name})")
 
-        runner_kwargs = {} if access_log else {"access_log": None}
+        limits = Limits(idle_timeout=idle_timeout, body_timeout=body_timeout,
+                        **({} if max_connections is None
+                           else {"max_connections": max_connections}))
+        runner_kwargs: dict[str, object] = {"limits": limits}
+        if not access_log:
+            runner_kwargs["access_log"] = None
         try:
             asyncio.run(serve_until_signalled(app, host, port, on_ready=ready,
                                               **runner_kwargs))

@@ -114,7 +114,40 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         raise BodyError(f"body is not valid JSON ({exc})") from None
     if not isinstance(value, dict):
         raise BodyError("body must be a JSON object")
+    problem = _unencodable(value, "")
+    if problem is not None:
+        raise BodyError(f"{problem} is not valid Unicode text (it holds a lone surrogate)")
     return value
+
+
+def _unencodable(value: Any, where: str) -> str | None:
+    """The path of the first string in a decoded body (a key or a value) that cannot be
+    encoded as UTF-8: JSON's ``\\ud800`` escapes decode to lone surrogates, which no store
+    can keep and no answer can carry. None when every string is text."""
+    if isinstance(value, str):
+        return None if value.isascii() or _is_text(value) else (where or "body")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            if not _is_text(key):
+                return where or "body"
+            found = _unencodable(item, path)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _unencodable(item, f"{where}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # --- single fields ------------------------------------------------------------------------------

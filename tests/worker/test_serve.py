@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 from click.testing import CliRunner
 
 from scopemem.cli import build_cli
@@ -19,7 +20,7 @@ from scopemem.core.records import WriteCounts
 from scopemem.stores.worker import WorkerStore
 from tests.conftest import fact
 
-TOKEN = "serve-token"
+TOKEN = "serve-token-0123456789"
 ORG = "org:acme"
 
 
@@ -99,17 +100,31 @@ async def test_serve_write_list_restart_and_stop(tmp_path):
     assert "POST /list" in err  # the access log is on by default
 
 
-async def test_serve_without_a_token_warns_and_refuses_every_data_route(tmp_path):
-    process, url = start(tmp_path, "--store", "memory", token=None)
+@pytest.mark.parametrize("token", [None, "", "x", "fifteen-chars-x"])
+def test_serve_refuses_to_start_without_a_long_token(tmp_path, token):
+    process, _url = start(tmp_path, "--store", "memory", token=token)
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 1
+    assert "SCOPEMEM_TOKEN" in err
+    assert ("at least 16 are needed" in err) if token else ("is not set" in err)
+    assert "--insecure-dev" in err and "Traceback" not in err
+
+
+async def test_insecure_dev_starts_without_a_token_warns_and_refuses_every_data_route(
+        tmp_path):
+    process, url = start(tmp_path, "--store", "memory", "--insecure-dev", token=None)
     try:
         await wait_healthy(process, url)
         async with aiohttp.ClientSession() as session, session.post(
                 url + "/list", json={"scopeKey": ORG, "limit": 1},
                 headers={"Authorization": "Bearer "}) as response:
             assert response.status == 401
+            # No version banner on any answer.
+            assert response.headers["Server"] == "scopemem"
     finally:
         out, err = stop(process, signal.SIGINT)
-    assert "SCOPEMEM_TOKEN is not set: every data route will answer 401" in err
+    assert "INSECURE: SCOPEMEM_TOKEN is not set" in err
+    assert "every data route will answer 401" in err
     assert "(store: memory)" in out
 
 

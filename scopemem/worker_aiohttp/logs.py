@@ -1,0 +1,65 @@
+"""Logs that a flood cannot fill: the same error, repeated, is written a few times a minute.
+
+A worker under attack (or out of file descriptors) can fail the same way thousands of times
+a second, each failure a traceback; written out, that is megabytes a second of the same
+lines, and the lines that matter scroll away. ``RepeatLimit`` is a ``logging.Filter`` for the
+worker's handlers: of the records sharing a logger, a level and a message template, at most
+``burst`` pass in any ``window`` seconds; the rest are counted, and the next one that
+passes says how many were left out. Distinct messages are never held back, and records
+below WARNING pass untouched (the access log and INFO lines are one line each already).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["RepeatLimit", "install"]
+
+
+class RepeatLimit(logging.Filter):
+    def __init__(self, burst: int = 5, window: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic, max_keys: int = 1024) -> None:
+        super().__init__()
+        self.burst = burst
+        self.window = window
+        self._clock = clock
+        self._max_keys = max_keys
+        self._lock = threading.Lock()
+        # (logger, level, template, exception type) → [window start, passed, suppressed]
+        self._seen: dict[tuple[str, int, str, str], list[float]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        exc_type = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] \
+            else ""
+        key = (record.name, record.levelno, str(record.msg), exc_type)
+        now = self._clock()
+        with self._lock:
+            entry = self._seen.get(key)
+            if entry is None or now - entry[0] >= self.window:
+                suppressed = int(entry[2]) if entry is not None else 0
+                if len(self._seen) >= self._max_keys and entry is None:
+                    self._seen.clear()  # a bound on memory, not an LRU
+                self._seen[key] = [now, 1, 0]
+                if suppressed:
+                    record.msg = f"{record.msg} [{suppressed} more like this left out]"
+                return True
+            if entry[1] < self.burst:
+                entry[1] += 1
+                return True
+            entry[2] += 1
+            return False
+
+
+def install(limit: RepeatLimit | None = None) -> RepeatLimit:
+    """Put one ``RepeatLimit`` on every handler of the root logger (once), so the worker's,
+    aiohttp's and asyncio's repeated errors are all bounded."""
+    limit = limit or RepeatLimit()
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(existing, RepeatLimit) for existing in handler.filters):
+            handler.addFilter(limit)
+    return limit

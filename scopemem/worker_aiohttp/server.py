@@ -1,0 +1,237 @@
+"""Running the worker: connections, their deadlines and their number, below the application.
+
+aiohttp's defaults suit a trusted network: an idle connection may stay about an hour, a
+request may take as long as it likes to send its header, and there is no bound on how many
+connections are open. A shared worker meets clients that are slow on purpose (a thousand
+sockets dribbling a byte a minute exhaust the process's file descriptors, and then the
+stores cannot open their files either). ``Limits`` bounds all of it:
+
+* ``idle_timeout``: a connection that has not sent a complete request header within this
+  many seconds of opening, or of its last answer, is closed. The keep-alive timer of
+  aiohttp's protocol is that clock (it fires only while the connection waits for a request,
+  and bytes of an incomplete header do not reset it), so one setting is both the header
+  deadline and the idle keep-alive timeout.
+* ``body_timeout``: the application reads a body within this many seconds or answers 408
+  (``app._body``).
+* ``max_connections``: at most this many connections at once. A connection beyond it first
+  displaces the oldest connection that is waiting for a request (idle or dribbling a header:
+  it has cost the server nothing yet and loses nothing); when every connection is busy
+  with a request, the newcomer is answered a fixed 503 and closed, without parsing
+  anything. The default is half the process's open-file limit, so the other half stays for
+  the store's files.
+
+Everything the HTTP parser refuses is answered in JSON like the application's own refusals
+(``{"error": …}``), never echoing the request's bytes, logged as one line without a
+traceback. No answer carries aiohttp's version banner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import resource
+import signal
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import attrs
+from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler
+
+from scopemem.worker_aiohttp.records_json import dumps
+
+__all__ = ["SERVER_NAME", "Limits", "WorkerRunner", "running", "serve_until_signalled"]
+
+log = logging.getLogger("scopemem.worker")
+
+#: What the ``Server`` header says: the product, never a version.
+SERVER_NAME = "scopemem"
+
+_BUSY_BODY = b'{"error":"busy: too many connections, retry shortly"}'
+# The whole answer to a connection beyond the limit, written before anything is parsed.
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+         b"Retry-After: 1\r\nConnection: close\r\nServer: " + SERVER_NAME.encode()
+         + b"\r\nContent-Length: " + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY)
+
+
+def default_max_connections() -> int:
+    """Half the process's soft open-file limit (at least 32, at most 16,384)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return 4096
+    return max(32, min(16_384, soft // 2))
+
+
+@attrs.frozen
+class Limits:
+    """The bounds a running worker puts on its connections (see the module docstring)."""
+
+    idle_timeout: float = 10.0
+    body_timeout: float = 30.0
+    max_connections: int = attrs.field(factory=default_max_connections)
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("idle_timeout", "body_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if (isinstance(self.max_connections, bool) or not isinstance(self.max_connections, int)
+                or self.max_connections < 1):
+            raise ValueError(f"max_connections must be a positive integer, got "
+                             f"{self.max_connections!r}")
+
+
+def _error(status: int, reason: str) -> web.Response:
+    response = web.json_response({"error": reason}, status=status, dumps=dumps)
+    response.headers[hdrs.SERVER] = SERVER_NAME
+    response.force_close()
+    return response
+
+
+def _parser_refusal(exc: BaseException | None, status: int) -> web.Response:
+    """The answer to a request aiohttp's HTTP parser (or protocol) refused: a malformed
+    ``Content-Length`` (``0x10``, ``5e2``, ``+5``, non-ASCII digits, duplicated, or beside
+    ``Transfer-Encoding``) is the fence's 411 (413 when it overflows); anything else keeps
+    its status with a fixed reason. Never the parser's message: it quotes the request."""
+    reason = ""
+    if isinstance(exc, HttpProcessingError):
+        reason = (exc.message or "").split("\n", 1)[0].lower()
+    if "content-length" in reason:
+        if "overflow" in reason:  # digits, just too many of them
+            return _error(413, "the body is too large")
+        return _error(411, "Content-Length must be a plain decimal number of bytes")
+    if status == 400 and "invalid method" in reason:
+        # What follows a body the server never read (a POST without Content-Length whose
+        # bytes came in the same packet): the request it belonged to needed a length.
+        return _error(411, "a request body needs exactly one Content-Length header")
+    if status >= 500:
+        return _error(500, "internal error; see the worker's log")
+    return _error(status, "malformed HTTP request")
+
+
+class _FencedRequestHandler(RequestHandler):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        manager = self._manager
+        if isinstance(manager, _FencedServer) and not manager.admit(self):
+            transport.write(_BUSY)  # type: ignore[attr-defined]
+            self.force_close()
+
+    def waiting(self) -> bool:
+        """Whether the connection waits for a request (idle, or its header incomplete)."""
+        waiter = getattr(self, "_waiter", None)
+        return (waiter is not None and not waiter.done()
+                and not getattr(self, "_messages", True))
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if status >= 500 and exc is not None:
+            log.error("[error] the HTTP layer failed: %s: %s", type(exc).__name__, exc)
+        else:
+            log.info("[refused] malformed HTTP request (%d): %s", status,
+                     type(exc).__name__ if exc is not None else message or "-")
+        return _parser_refusal(exc, status)
+
+
+class _FencedServer(web.Server):
+    limits: Limits = Limits()
+
+    def __call__(self) -> RequestHandler:
+        return _FencedRequestHandler(self, loop=self._loop, **self._kwargs)
+
+    def admit(self, handler: _FencedRequestHandler) -> bool:
+        """Make room for ``handler`` (just counted among the connections): True when it may
+        stay, having displaced the oldest connection waiting for a request if need be."""
+        connections = self._connections
+        if len(connections) <= self.limits.max_connections:
+            return True
+        for other in connections:  # insertion order: the oldest first
+            if other is not handler and isinstance(other, _FencedRequestHandler) \
+                    and other.waiting():
+                other.force_close()
+                return True
+        return False
+
+
+class WorkerRunner(web.AppRunner):
+    """An ``AppRunner`` whose connections keep ``limits`` (see the module docstring).
+
+    aiohttp refuses malformed requests while parsing, before routing and middlewares, and
+    offers no public hook for that answer; this runner builds the same server as
+    ``AppRunner`` and swaps in a protocol whose ``handle_error`` answers in JSON and knows the
+    fence's rule for lengths.
+
+    It also turns off aiohttp's lingering close (``lingering_time=0``): by default a request
+    answered without its body being read (411, 413, 401, 404) keeps the connection open for
+    up to ten seconds to read and discard that body. Here such a connection is closed right
+    after the answer, so a refused body is never read at all."""
+
+    def __init__(self, app: web.Application, *, limits: Limits | None = None,
+                 **kwargs: Any) -> None:
+        self.limits = limits or Limits()
+        kwargs.setdefault("lingering_time", 0)
+        kwargs.setdefault("keepalive_timeout", self.limits.idle_timeout)
+        super().__init__(app, **kwargs)
+        app[BODY_TIMEOUT] = self.limits.body_timeout
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        if type(server) is web.Server:
+            server.__class__ = _FencedServer
+            server.limits = self.limits  # type: ignore[attr-defined]
+        return server
+
+
+#: How long the application waits for a body (set by the runner serving it).
+BODY_TIMEOUT = web.AppKey("scopemem_worker_body_timeout", float)
+
+
+@contextlib.asynccontextmanager
+async def running(app: web.Application, host: str = "127.0.0.1", port: int = 0,
+                  **runner_kwargs: Any) -> AsyncIterator[str]:
+    """Serve ``app`` on ``host:port`` (0 picks a free port) and yield its base URL; on exit,
+    shut down gracefully (in-flight requests finish, then the store closes)."""
+    runner = WorkerRunner(app, **runner_kwargs)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound_host, bound_port = runner.addresses[0][:2]
+        if ":" in bound_host:
+            bound_host = f"[{bound_host}]"
+        yield f"http://{bound_host}:{bound_port}"
+    finally:
+        await runner.cleanup()
+
+
+async def serve_until_signalled(
+    app: web.Application,
+    host: str,
+    port: int,
+    *,
+    on_ready: Callable[[str], None] | None = None,
+    shutdown_timeout: float = 60.0,
+    **runner_kwargs: Any,
+) -> None:
+    """Serve until SIGINT or SIGTERM, then shut down gracefully: stop accepting, let
+    in-flight requests finish (up to ``shutdown_timeout`` seconds), close the store. A second
+    signal during shutdown gets Python's default behaviour (exit at once)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for signum in signals:
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        async with running(app, host, port, shutdown_timeout=shutdown_timeout,
+                           **runner_kwargs) as url:
+            if on_ready is not None:
+                on_ready(url)
+            await stop.wait()
+            for signum in signals:
+                loop.remove_signal_handler(signum)
+            log.info("shutting down: finishing in-flight requests, then closing the store")
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
