@@ -129,8 +129,10 @@ def _date(ms: int) -> str:
 
 def record_line(record: Record) -> str:
     # Sanitized: one line per record whatever the text holds, and nothing that a chat
-    # platform or a model could read as markup or a new turn.
-    return (f"`{record.id}` {record.kind.value} {_date(record.created_at)} — "
+    # platform or a model could read as markup or a new turn, under any Unicode
+    # normalisation, nor any character a person reading the reply cannot see. The id is a
+    # store's, but it is rendered from the record all the same.
+    return (f"`{sanitize_field(record.id)}` {record.kind.value} {_date(record.created_at)} — "
             f"{sanitize_field(record.text)} (source `{sanitize_field(record.source_thread_key)}`)")
 
 
