@@ -163,7 +163,8 @@ async def _scope_keys(memory: Memory, scope: str, every: list[str], ctx: Command
 
 
 def _section_title(key: str, ctx: CommandContext) -> str:
-    return f"your records ({key})" if key == ctx.caller else key
+    # A key may hold what a person typed (``--repo``): rendered like the block's prefix.
+    return f"your records ({sanitize_field(key)})" if key == ctx.caller else sanitize_field(key)
 
 
 def _change_refusal(memory: Memory, key: str, ctx: CommandContext) -> str | None:
