@@ -129,8 +129,10 @@ def _date(ms: int) -> str:
 
 def record_line(record: Record) -> str:
     # Sanitized: one line per record whatever the text holds, and nothing that a chat
-    # platform or a model could read as markup or a new turn.
-    return (f"`{record.id}` {record.kind.value} {_date(record.created_at)} — "
+    # platform or a model could read as markup or a new turn, under any Unicode
+    # normalisation, nor any character a person reading the reply cannot see. The id is a
+    # store's, but it is rendered from the record all the same.
+    return (f"`{sanitize_field(record.id)}` {record.kind.value} {_date(record.created_at)} — "
             f"{sanitize_field(record.text)} (source `{sanitize_field(record.source_thread_key)}`)")
 
 
@@ -161,7 +163,8 @@ async def _scope_keys(memory: Memory, scope: str, every: list[str], ctx: Command
 
 
 def _section_title(key: str, ctx: CommandContext) -> str:
-    return f"your records ({key})" if key == ctx.caller else key
+    # A key may hold what a person typed (``--repo``): rendered like the block's prefix.
+    return f"your records ({sanitize_field(key)})" if key == ctx.caller else sanitize_field(key)
 
 
 def _change_refusal(memory: Memory, key: str, ctx: CommandContext) -> str | None:

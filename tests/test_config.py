@@ -49,6 +49,8 @@ path = "./data"
     ({"repo_window": -1}, "memory.repo_window"),
     ({"enabled": True}, "memory.organization"),
     ({"organization": "a b"}, "memory.organization"),
+    ({"organization": "acme\u200b"}, "memory.organization: must not contain invisible"),
+    ({"organization": "\u202eemca"}, "memory.organization: must not contain invisible"),
     ({"model": "gpt-4o"}, "memory.model"),
     ({"languages": "english"}, "memory.languages"),
     ({"languages": ["klingon"]}, "memory.languages: unknown language 'klingon'"),

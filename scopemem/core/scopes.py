@@ -32,12 +32,35 @@ def _is_space_or_control(char: str) -> bool:
     return char.isspace() or unicodedata.category(char) in {"Cc", "Zl", "Zp"}
 
 
+#: The default-ignorable code points that are not format characters (Cf): the combining
+#: grapheme joiner, the Hangul fillers, the Khmer inherent vowels, the variation selectors
+#: and the rest of the TAG and variation-selector planes. Unassigned ones are included, as
+#: Unicode's Default_Ignorable_Code_Point does, so a newer Unicode cannot open a gap.
+_IGNORABLE_RANGES = (
+    (0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F),
+    (0x2065, 0x2065), (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8), (0xE0000, 0xE0FFF),
+)
+
+
+def _is_invisible(char: str) -> bool:
+    """A format character (zero width, bidi control, BOM, TAG, ...) or any other default
+    ignorable code point: drawn as nothing, so ``org:acme\u200b`` would pass for
+    ``org:acme``."""
+    if unicodedata.category(char) == "Cf":
+        return True
+    cp = ord(char)
+    return any(first <= cp <= last for first, last in _IGNORABLE_RANGES)
+
+
 def identifier_problem(value: object, *, max_chars: int) -> str | None:
     """Why ``value`` is unusable as a key or id (None when it is fine).
 
     The rule the worker applies to every key and id it receives: a non-empty string, bounded
     length, no whitespace or control characters (they would let a key smuggle a line or a
-    path separator into logs)."""
+    path separator into logs), and no invisible ones (format characters such as the zero
+    width space, bidi controls and TAG characters, or other default-ignorable code points
+    such as variation selectors), which would let one key pose as another."""
     if not isinstance(value, str):
         return "must be a string"
     if not value:
@@ -45,11 +68,13 @@ def identifier_problem(value: object, *, max_chars: int) -> str | None:
     if len(value) > max_chars:
         return f"must be at most {max_chars} characters"
     # ASCII (nearly every key): the printable characters are exactly those that are not
-    # control characters, and the only printable whitespace is the space.
+    # control characters, the only printable whitespace is the space, and none is invisible.
     if value.isascii():
         if value.isprintable() and " " not in value:
             return None
     elif not any(_is_space_or_control(char) for char in value):
+        if any(_is_invisible(char) for char in value):
+            return "must not contain invisible characters (zero width, bidi control, TAG, ...)"
         return None
     return "must not contain whitespace or control characters"
 

@@ -268,6 +268,11 @@ BAD_BODIES = [
     ("/list", {"scopeKey": "org acme", "limit": 1}, "scopeKey must not contain whitespace"),
     ("/write", {"scopeKey": "org:\u0007", "records": []}, "scopeKey must not contain"),
     ("/forget", {"scopeKey": "o" * 201, "id": "x"}, "scopeKey must be at most 200"),
+    ("/list", {"scopeKey": "org:acme\u200b", "limit": 1}, "scopeKey must not contain invisible"),
+    ("/retrieve", {"scopeKey": "org:\u202eemca", "query": "q", "limit": 1},
+     "scopeKey must not contain invisible"),
+    ("/write", {"scopeKey": "org:acme\U000e0041", "records": []},
+     "scopeKey must not contain invisible"),
     ("/sweep", {"scopeKey": None}, "scopeKey must be a string"),
     # query
     ("/retrieve", {"scopeKey": ORG, "limit": 1}, "query is required"),
@@ -343,6 +348,7 @@ BAD_BODIES = [
     ("/forget", {"scopeKey": ORG, "id": 12}, "id must be a string"),
     ("/forget", {"scopeKey": ORG, "id": "mem:org:acme:1 2"}, "id must not contain whitespace"),
     ("/forget", {"scopeKey": ORG, "id": "m" * 201}, "id must be at most 200"),
+    ("/forget", {"scopeKey": ORG, "id": "mem:org:acme\u2066:1"}, "id must not contain invisible"),
     # dryRun
     ("/sweep", {"scopeKey": ORG, "dryRun": "yes"}, "dryRun must be a boolean"),
     ("/sweep", {"scopeKey": ORG, "dryRun": 1}, "dryRun must be a boolean"),
@@ -357,6 +363,8 @@ BAD_BODIES = [
     ("/used", {"used": [{"scopeKey": "", "ids": []}]}, "used[0].scopeKey must not be empty"),
     ("/used", {"used": [{"scopeKey": ORG, "ids": "x"}]}, "used[0].ids must be a list"),
     ("/used", {"used": [{"scopeKey": ORG, "ids": [7]}]}, "used[0].ids[0] must be a string"),
+    ("/used", {"used": [{"scopeKey": ORG, "ids": ["mem:org:acme:1\ufeff"]}]},
+     "used[0].ids[0] must not contain invisible"),
     ("/used", {"used": [{"scopeKey": ORG, "ids": ["x"] * 257}]}, "at most 256 ids in all"),
 ]
 
