@@ -29,6 +29,7 @@ from scopemem.core.scoring import keyword_match
 from scopemem.errors import StoreError
 from scopemem.languages import DEFAULT_LANGUAGES, analyzer_for
 from scopemem.options import OptionsTable
+from scopemem.secrets import redact_candidate
 
 __all__ = [
     "DEFAULT_RANKING",
@@ -159,11 +160,13 @@ def check_cap(cap: object) -> int:
 
 
 def fit_batch(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """The candidates as every store writes them: each one fitted to the record contract
+    """The candidates as every store writes them: each one redacted
+    (``scopemem.secrets.redact_candidate``: secrets in the text replaced, keywords holding
+    one dropped), then fitted to the record contract
     (``scopemem.core.hygiene.fit_candidate``: text and keyword caps, a thread key), so no
-    store keeps what another would refuse and the worker client never sends what the worker
-    would answer 400 to."""
-    return [fit_candidate(candidate) for candidate in candidates]
+    store keeps a secret or what another would refuse, and the worker client never sends
+    either (the worker server's own store redacts what any other client sends)."""
+    return [fit_candidate(redact_candidate(candidate)) for candidate in candidates]
 
 
 async def retrieve_or_raise(store: MemoryStore, scope_key: str, query: str, limit: int
