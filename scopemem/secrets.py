@@ -51,10 +51,11 @@ __all__ = ["redact", "redact_candidate"]
 # A token is matched only as a whole run of these characters, as in the core.
 _TOKEN = "A-Za-z0-9_-"
 
-# curl -u user:password / --user user:password (also wget, httpie): keep the user.
+# curl -u user:password / --user user:password (also wget, httpie): keep the user. A
+# password that is only an environment variable ($TOKEN, ${TOKEN}) names a secret and is kept.
 _CURL_USER_RE = re.compile(
     r"(?<![\w-])((?:-u|--user)(?:[ \t]+|=)[\"']?[^\s:\"'\[\]]{1,128}:)"
-    r"(?!\[REDACTED:)[^\s\"']{1,256}"
+    r"(?!\[REDACTED:|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?(?:[\s\"']|$))[^\s\"']{1,256}"
 )
 
 # Key words (beyond the core's) that make ``key = value`` a credential: detect-secrets'

@@ -170,4 +170,12 @@ ORDINARY: tuple[str, ...] = (
     "image tag acme/api:2024.11.3-rc1 is the last good build",
     "the bisect ended at commit=9c1e8b7d6a5f3e2d1c0b9a8f7e6d5c4b3a2f4f2a",
     "the nightly job is named rebuild-search-index-nightly-eu",
+    "curl -u $CI_USER:$CI_TOKEN https://ci.acme.dev/api/health",
+    "git push -u origin main, then ssh -p 2222 deploy@bastion.acme.internal",
+    "profiles live at https://medium.com:443/@acme/post",
+    "image: ghcr.io/acme/api:sha-4f2a9c1 with digest "
+    "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    "build id=7c9e6679-7425-40de-944b-e07fc1f90ae7 is the one QA signed off",
+    "TestUserRegistrationFlow_WithExpiredToken fails on CI; python: 3.12.1, pydantic: 2.5.3",
+    "docker run -e POSTGRES_PASSWORD=$PG_PASS postgres:16",
 )

@@ -52,3 +52,23 @@ def test_redaction_then_fitting_covers_the_text_and_each_keyword():
     cleaned = fit_candidate(redact_candidate(candidate))
     assert "sk-aaaa" not in cleaned.text and "[REDACTED:openai_key]" in cleaned.text
     assert cleaned.keywords == ("key", "openai")
+
+
+async def test_reflection_sends_and_stores_no_secret(clock):
+    from tests.test_memory_write import Scripted, lesson, make_memory, reflect, run
+
+    store, scripted = InMemoryStore(clock=clock), Scripted()
+    memory = make_memory(store, clock, scripted)
+    groups = [CORPUS[start:start + 5] for start in range(0, len(CORPUS), 5)]
+    scripted.replies = [{"facts": [
+        lesson(secret.text, keywords=["credentials", "password=", secret.raw.lower()[:60]])
+        for secret in group]} for group in groups]
+    for group in groups:
+        await reflect(memory, run(answer="\n".join(secret.text for secret in group)))
+    sent = "\n".join(call["user"] for call in scripted.calls)
+    records = [record for scope in ("org:acme",) for record in await store.list(scope, 500)]
+    assert len(scripted.calls) == len(groups) and len(records) == len(CORPUS)
+    stored = "\n".join(f"{r.text} {' '.join(r.keywords or ())}" for r in records)
+    for secret in CORPUS:
+        for needle in (secret.raw, *secret.fragments):
+            assert needle not in sent and needle.lower() not in stored.lower(), secret.kind
