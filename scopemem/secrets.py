@@ -68,7 +68,10 @@ _EXTRA_KEY_WORDS = (r"credentials?", r"[_-]pass", r"[_-]pw")
 # Cloudant, IBM Cloud IAM, IBM COS HMAC and SoftLayer rules: each is a ``<name>_key|pwd|
 # password|token = <value>`` assignment, which the key-word rule already redacts (``_pw``,
 # ``api_key``, ``secret_access_key``, ``password``), and together they were half the
-# library stage's cost (a look-behind at every position).
+# library stage's cost (a look-behind at every position). NpmDetector too: its
+# ``//host/:_authToken=`` line is a ``token =`` assignment to the key-word rule and its
+# ``npm_`` token is in the core's table, while its ``//.+/`` costs time quadratic in a line
+# of slashes.
 _LIBRARY_PLUGINS: tuple[tuple[str, str, str], ...] = (
     ("artifactory", "ArtifactoryDetector", "artifactory_token"),
     ("aws", "AWSKeyDetector", "aws_access_key_id"),
@@ -79,7 +82,6 @@ _LIBRARY_PLUGINS: tuple[tuple[str, str, str], ...] = (
     ("gitlab_token", "GitLabTokenDetector", "gitlab_token"),
     ("jwt", "JwtTokenDetector", "jwt"),
     ("mailchimp", "MailchimpDetector", "mailchimp_key"),
-    ("npm", "NpmDetector", "npm_token"),
     ("openai", "OpenAIDetector", "openai_key"),
     ("pypi_token", "PypiTokenDetector", "pypi_token"),
     ("sendgrid", "SendGridDetector", "sendgrid_key"),
@@ -93,7 +95,7 @@ _LIBRARY_PLUGINS: tuple[tuple[str, str, str], ...] = (
 
 # What a library match is widened to (a rule may match only the head of a token) and what
 # is trimmed from its ends (rules that match their delimiters or a ``Name=`` lead).
-_RUN_LEFT = re.compile(rf"[{_TOKEN}]*\Z")
+_RUN_LEFT = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _RUN_RIGHT = re.compile(r"[A-Za-z0-9_+/=.-]*")
 _LEAD = re.compile(r"(?:[A-Za-z_]{1,40}[=:])?[\s\"'=:]*")
 _TAIL = re.compile(r"[\s\"'=:.]*\Z")
@@ -117,7 +119,12 @@ def _library_stage(rules: tuple[tuple[str, re.Pattern[str]], ...]) -> Stage:
     def stage(text: str, found: list[str] | None) -> str:
         spans: list[tuple[int, int, str]] = []
         for kind, pattern in rules:
+            # Where this rule's last span ended: a match inside it is already covered, and
+            # widening stops there, so a run of many matches costs its length once.
+            reach = 0
             for match in pattern.finditer(text):
+                if match.start() < reach:
+                    continue
                 start, end = match.span()
                 groups = [index for index in range(1, (pattern.groups or 0) + 1)
                           if match.end(index) - match.start(index) >= 8]
@@ -128,9 +135,11 @@ def _library_stage(rules: tuple[tuple[str, re.Pattern[str]], ...]) -> Stage:
                 end = start + len(_TAIL.sub("", text[start:end]))
                 if end - start < 8 or text.startswith("[REDACTED:", start):
                     continue
-                start -= len(_RUN_LEFT.search(text, 0, start)[0])  # type: ignore[index]
+                while start > reach and text[start - 1] in _RUN_LEFT:
+                    start -= 1
                 end = _RUN_RIGHT.match(text, end).end()  # type: ignore[union-attr]
                 spans.append((start, end, kind))
+                reach = end
         if not spans:
             return text
         out: list[str] = []

@@ -88,6 +88,8 @@ def _entries() -> list[tuple[str, str, str]]:
          none_head + "." + _b64url({"sub": "admin", "role": "root"}) + "."),
         ("npm", "publish with npm token {s}", "npm_" + _pick(_ALNUM, 36)),
         ("npm", "//registry.npmjs.org/:_authToken={s}", "npm_" + _pick(_ALNUM, 36)),
+        ("npm_legacy", "//npm.acme.dev/:_authToken={s}", "-".join(
+            _pick(_HEX, n) for n in (8, 4, 4, 4, 12))),
         ("pypi", "twine upload -u __token__ -p {s}", "pypi-AgEIcHlwaS5vcmc" + _pick(_URLSAFE, 140)),
         ("huggingface", "HF hub token {s} for private models",
          "hf_" + _pick(string.ascii_letters, 34)),

@@ -72,8 +72,9 @@ class MemoryStore(Protocol):
     ) -> WriteCounts:
         """Apply the engine's plan to each candidate in order, as one all-or-nothing batch,
         then evict least recently used records above ``cap`` (the store's default if None).
-        Each candidate is first fitted to the record contract (``fit_batch``), so a
-        candidate lands the same way on every store."""
+        Each candidate is first redacted and fitted to the record contract
+        (``fit_batch``), so a candidate lands the same way on every store and no store
+        keeps a secret."""
 
     async def list(
         self, scope_key: str, limit: int, query: str | None = None, kind: Kind | None = None
