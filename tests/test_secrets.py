@@ -4,6 +4,8 @@ stores what redaction leaves."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scopemem import Memory, MemoryConfig
 from scopemem.core.hygiene import fit_candidate
@@ -72,3 +74,18 @@ async def test_reflection_sends_and_stores_no_secret(clock):
     for secret in CORPUS:
         for needle in (secret.raw, *secret.fragments):
             assert needle not in sent and needle.lower() not in stored.lower(), secret.kind
+
+
+_SECRETISH = st.lists(st.sampled_from(
+    list("aAkK019_-.:=/@+ \"'") + ["AKIA", "xoxb-", "eyJ", "password", "://u:", "-u ", "SG.",
+                                   "hvs.", "npm_", "token=", "@host.io", "[REDACTED:jwt]"]),
+    max_size=40).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=200), _SECRETISH,
+                 st.lists(st.sampled_from([s.text for s in CORPUS] + list(ORDINARY)),
+                          max_size=4).map(" ".join)))
+def test_redaction_is_idempotent_and_never_raises(text):
+    once = redact(text)
+    assert redact(once) == once
