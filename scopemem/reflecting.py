@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from scopemem import secrets
 from scopemem.core.policy import RunActor
 from scopemem.core.records import Candidate, Kind, Record, WriteCounts
 from scopemem.core.reflection import (
@@ -211,14 +212,15 @@ async def reflect(memory: Memory, run: Run) -> ReflectionReport | None:
     raw = await provider.complete(
         model=model,
         system=reflection_system(audiences, hints),
-        user=build_reflection_input(shown, run.history, run.request.text, run.answer),
+        user=build_reflection_input(shown, run.history, run.request.text, run.answer,
+                                    redact=secrets.redact),
         max_tokens=MAX_OUTPUT_TOKENS,
     )
     report = ReflectionReport(run_id=run.run_id, failed_reads=failed_reads)
     try:
         reflection = parse_reflection(raw, shown_ids={r.id for r in shown},
                                       thread_key=run.thread_key, run_id=run.run_id,
-                                      audiences=audiences)
+                                      audiences=audiences, redact=secrets.redact)
     except ReflectionRejected as exc:
         log.warning("[memory] reflection %s rejected: %s", run.run_id or "-", exc)
         return report

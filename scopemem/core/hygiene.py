@@ -11,9 +11,9 @@ bad candidate must never cost the others of its batch.
   validator checks. Every store applies it at its write boundary, so a candidate lands the
   same way on every store, and the worker client applies it before anything leaves the
   process.
-* :func:`redact_candidate` replaces credential-shaped text in the text and keywords. The
-  host's write path (``plugins.host.screen_candidate``, reflection and ``remember`` alike)
-  redacts, then fits, every candidate before the status gate reads it.
+
+Redaction, which comes before fitting, is ``scopemem.secrets.redact_candidate`` (its rules
+are a library's data); ``stores.base.fit_batch`` applies both.
 
 Pure: no I/O, no clock.
 """
@@ -25,9 +25,9 @@ import re
 import attrs
 
 from scopemem.core.records import MAX_KEYWORD_CHARS, MAX_KEYWORDS, MAX_TEXT_CHARS, Candidate
-from scopemem.core.text import distinct_tokens, encodable, redact_secrets
+from scopemem.core.text import distinct_tokens, encodable
 
-__all__ = ["NO_THREAD_KEY", "cut_text", "fit_candidate", "fit_keywords", "redact_candidate"]
+__all__ = ["NO_THREAD_KEY", "cut_text", "fit_candidate", "fit_keywords"]
 
 #: The provenance a candidate carries when its producer knew no thread (the wire needs one).
 NO_THREAD_KEY = "unthreaded"
@@ -115,14 +115,4 @@ def fit_candidate(candidate: Candidate) -> Candidate:
     if all(value == getattr(candidate, name) for name, value in changes.items()):
         return candidate
     return attrs.evolve(candidate, **changes)
-
-
-def redact_candidate(candidate: Candidate) -> Candidate:
-    """The candidate with ``redact_secrets`` applied to its text and each keyword."""
-    text = redact_secrets(candidate.text)
-    keywords = (None if candidate.keywords is None
-                else tuple(redact_secrets(keyword) for keyword in candidate.keywords))
-    if text == candidate.text and keywords == candidate.keywords:
-        return candidate
-    return attrs.evolve(candidate, text=text, keywords=keywords)
 

@@ -14,7 +14,7 @@ import enum
 import json
 import math
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -181,11 +181,13 @@ def build_reflection_input(
     history: Sequence[Turn | Mapping[str, Any] | tuple[str, Any]],
     request_text: str,
     answer: str,
+    redact: Callable[[str], str] = redact_secrets,
 ) -> str:
     """The extractor's single user message: the existing records of every scope the run has
     (with ids, so it can supersede or restate them), then the transcript. The transcript
     keeps its tail (where the decision usually is) within ``TRANSCRIPT_TAIL_CHARS``. The whole
-    message is redacted before it leaves the process."""
+    message is passed through ``redact`` (the host's full rule set; the core's own by
+    default) before it leaves the process."""
     lines = ["Existing memory records (id, scope, kind: text):"]
     if shown:
         lines.extend(f"- {r.id} ({r.scope_key}, {r.kind.value}): {r.text}" for r in shown)
@@ -202,7 +204,7 @@ def build_reflection_input(
     if len(transcript) > TRANSCRIPT_TAIL_CHARS:
         transcript = "[… earlier turns omitted …]\n" + transcript[-TRANSCRIPT_TAIL_CHARS:]
     lines.extend(["", "Transcript of the run:", transcript])
-    return redact_secrets("\n".join(lines))
+    return redact("\n".join(lines))
 
 
 # --- the output --------------------------------------------------------------------------------
@@ -247,13 +249,13 @@ def _envelope(raw: str) -> dict[str, Any]:
     return data
 
 
-def _keywords(value: Any) -> tuple[str, ...] | None:
+def _keywords(value: Any, redact: Callable[[str], str]) -> tuple[str, ...] | None:
     if not isinstance(value, list):
         return None
     kept: dict[str, None] = {}
     for item in value:
         if isinstance(item, str):
-            keyword = redact_secrets(item.strip()).lower()
+            keyword = redact(item.strip()).lower()
             if keyword:
                 kept.setdefault(keyword, None)
     return tuple(list(kept)[:MAX_KEYWORDS]) or None
@@ -278,13 +280,16 @@ def _shown_pointer(value: Any, shown_ids: Collection[str]) -> str | None:
 def parse_reflection(
     raw: str, *, shown_ids: Collection[str], thread_key: str, run_id: str | None,
     audiences: Sequence[str] = (*_BUILTIN_PRECEDENCE, DEFAULT_AUDIENCE),
+    redact: Callable[[str], str] = redact_secrets,
 ) -> Reflection:
     """Read the extractor's reply. Raises ``ReflectionRejected`` for a bad envelope; inside,
     a fact without non-empty text or with a confidence outside [0.6, 1] is dropped and
     counted. At most five facts survive; pointers survive only when they name a shown id; a
     missing or unknown audience (one not in ``audiences``, narrowest first as
     ``audience_order`` gives them) is org; the summary takes the narrowest audience any fact
-    carried, so a personal thread's summary stays personal."""
+    carried, so a personal thread's summary stays personal. Every text and keyword is
+    passed through ``redact`` (as in ``build_reflection_input``); the write boundary then
+    redacts the keywords again in the context of their text."""
     data = _envelope(raw)
     facts: list[Reflected] = []
     dropped = 0
@@ -303,10 +308,10 @@ def parse_reflection(
         facts.append(Reflected(
             Candidate(
                 kind=Kind.FACT,
-                text=redact_secrets(text.strip())[:MAX_TEXT_CHARS],
+                text=redact(text.strip())[:MAX_TEXT_CHARS],
                 source_thread_key=thread_key,
                 source_run_id=run_id,
-                keywords=_keywords(item.get("keywords")),
+                keywords=_keywords(item.get("keywords"), redact),
                 confidence=confidence,
                 supersedes=_shown_pointer(item.get("supersedes"), shown_ids),
                 restates=_shown_pointer(item.get("restates"), shown_ids),
@@ -319,7 +324,7 @@ def parse_reflection(
         tagged = {fact.audience for fact in facts}
         narrowest = next((a for a in audiences if a in tagged), DEFAULT_AUDIENCE)
         summary = Reflected(
-            Candidate(kind=Kind.SUMMARY, text=redact_secrets(text.strip())[:MAX_TEXT_CHARS],
+            Candidate(kind=Kind.SUMMARY, text=redact(text.strip())[:MAX_TEXT_CHARS],
                       source_thread_key=thread_key, source_run_id=run_id),
             narrowest,
         )

@@ -22,13 +22,19 @@ from scopemem.core.words import distinct_tokens, normalize_text, tokenize
 
 __all__ = [
     "REDACTION_KINDS",
+    "Stage",
     "distinct_tokens",
     "encodable",
     "estimate_tokens",
     "normalize_text",
+    "key_value_pattern",
+    "key_value_replacement",
     "redact_secrets",
     "redaction_placeholder",
+    "redaction_stages",
+    "removed_part",
     "sanitize_field",
+    "substitution",
     "tokenize",
 ]
 
@@ -247,6 +253,14 @@ REDACTION_KINDS: tuple[str, ...] = (
     "google_api_key",
     "stripe_key",
     "jwt",
+    "npm_token",
+    "pypi_token",
+    "huggingface_token",
+    "digitalocean_token",
+    "vault_token",
+    "age_secret_key",
+    "databricks_token",
+    "shopify_token",
     "authorization",
     "bearer_token",
     "aws_secret_key",
@@ -289,7 +303,7 @@ def _match_end(pattern: re.Pattern[str], text: str, pos: int) -> int:
     return match.end() if match else pos
 
 
-def _redact_pem(text: str) -> str:
+def _redact_pem(text: str, found: list[str] | None) -> str:
     if "-----BEGIN " not in text:
         return text
     out: list[str] = []
@@ -310,6 +324,8 @@ def _redact_pem(text: str) -> str:
         stop = end.end() if end else _match_end(_PEM_TAIL_RE, text, begin.end())
         out.append(text[pos : begin.start()])
         out.append(placeholder)
+        if found is not None:
+            found.append(text[begin.start() : stop])
         pos = stop
     out.append(text[pos:])
     return "".join(out)
@@ -323,7 +339,14 @@ _SLACK_WEBHOOK_RE = re.compile(
 # scheme://user:password@host - keep the user, hide the password.
 # The user part excludes "[" and "]" (not allowed in RFC 3986 userinfo), so a
 # placeholder that replaced a token-shaped user name is never read as user:password.
-_URL_PASSWORD_RE = re.compile(r"(://[^\s/@:\[\]]{0,256}:)(?!\[REDACTED:)[^\s/@]{1,256}(?=@)")
+# A password may itself hold "@" or "/" (people paste them unescaped), so it runs to the
+# LAST "@" that a host name follows; a run of digits then "/" after the colon is a port
+# (host:8080/path@x), not a password. The host look-ahead is bounded, so each "://" costs
+# at most a few hundred steps.
+_URL_PASSWORD_RE = re.compile(
+    r"(://[^\s/@:\[\]]{0,256}:)(?!\[REDACTED:|[0-9]{1,5}/)[^\s]{1,256}"
+    r"(?=@[A-Za-z0-9._~%-]{1,253}(?:[:/?#\s'\"`),;\]]|$))"
+)
 
 # --- token-shaped secrets ----------------------------------------------------
 
@@ -334,11 +357,27 @@ _TOKEN_RULES: tuple[tuple[str, str], ...] = (
     ("openai_key", r"sk-[A-Za-z0-9_-]{32,}"),
     ("github_token", r"gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"),
     ("gitlab_token", r"glpat-[A-Za-z0-9_-]{20,}"),
-    ("slack_token", r"xox[abposr]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"),
+    # xoxe-: the refresh tokens of Slack's token rotation (also xoxe.xoxp-1-...).
+    ("slack_token", r"xox[abposr]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"
+                    r"|xoxe(?:\.xox[a-z])?-[A-Za-z0-9-]{10,}"),
     ("aws_access_key_id", r"(?:AKIA|ASIA)[A-Z0-9]{16}"),
     ("google_api_key", r"AIza[A-Za-z0-9_-]{35}"),
     ("stripe_key", r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"),
-    ("jwt", r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    # A JWT with alg "none" has an empty signature: header, payload and the final dot.
+    ("jwt", r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.(?:[A-Za-z0-9_-]{8,})?"),
+    # Formats detect-secrets (scopemem.secrets) has no rule for, or finds in one file's
+    # syntax only; each is its issuer's documented shape.
+    ("npm_token", r"npm_[A-Za-z0-9]{36}"),
+    ("pypi_token", r"pypi-[A-Za-z0-9_-]{50,}"),
+    ("huggingface_token", r"hf_[A-Za-z0-9]{30,}"),
+    ("digitalocean_token", r"do[opr]_v1_[a-f0-9]{64}"),
+    # HashiCorp Vault service, batch and recovery tokens.
+    ("vault_token", r"hv[sbr]\.[A-Za-z0-9_-]{24,}"),
+    # age identities: bech32 after the "1" (no 1, B, I or O), 58 characters.
+    ("age_secret_key", r"AGE-SECRET-KEY-1[02-9AC-HJ-NP-Z]{58}"),
+    ("databricks_token", r"dapi[a-f0-9]{32}(?:-[0-9]+)?"),
+    # Shopify admin, custom-app and private-app tokens and shared secrets.
+    ("shopify_token", r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"),
 )
 _TOKEN_RE_ALL = re.compile(
     rf"(?<![{_TOKEN_CHAR}])(?:"
@@ -386,19 +425,30 @@ _KEY_WORDS = (
     r"|pass(?:word|wd|phrase)|secret|token|api[_-]?key|access[_-]?key"
     r"|secret[_-]?key|private[_-]?key"
 )
-_KEY_VALUE_RE = re.compile(
-    r"(?i)(?P<key>(?>(?:"
-    + _KEY_WORDS
-    + r")[\"'*]{0,2}[ \t]*(?::=|=>|==?|:)(?:\*\*)?[ \t]*))"
-    + _SKIP_VALUE
-    + r"(?:\"(?P<dq>(?:[^\"\\\r\n]|\\.){1,512})\""
-    r"|'(?P<sq>(?:[^'\\\r\n]|\\.){1,512})'"
-    r"|(?P<open>[\"'`]?)(?P<bare>[^\s'\"`&]+))"
-)
+def key_value_pattern(key_words: str) -> re.Pattern[str]:
+    """The ``key = value`` rule for keys that end in one of ``key_words`` (a regex
+    alternation): the key, separator and quotes are kept by :func:`key_value_replacement`,
+    the value replaced. A value that is a placeholder or an environment-variable reference
+    is left alone."""
+    return re.compile(
+        r"(?i)(?P<key>(?>(?:"
+        + key_words
+        + r")[\"'*]{0,2}[ \t]*(?::=|=>|==?|:)(?:\*\*)?[ \t]*))"
+        + _SKIP_VALUE
+        + r"(?:\"(?P<dq>(?:[^\"\\\r\n]|\\.){1,512})\""
+        r"|'(?P<sq>(?:[^'\\\r\n]|\\.){1,512})'"
+        r"|(?P<open>[\"'`]?)(?P<bare>[^\s'\"`&]+))"
+    )
 
 
-def _key_value_replacement(match: re.Match[str]) -> str:
-    placeholder = redaction_placeholder("aws_secret_key" if match["aws"] else "credential")
+_KEY_VALUE_RE = key_value_pattern(_KEY_WORDS)
+
+
+def key_value_replacement(match: re.Match[str]) -> str:
+    """The replacement for a :func:`key_value_pattern` match: the key kept, the value a
+    placeholder (``aws_secret_key`` when the rule names an ``aws`` group that matched)."""
+    aws = match.groupdict().get("aws")
+    placeholder = redaction_placeholder("aws_secret_key" if aws else "credential")
     key = match["key"]
     if match["dq"] is not None:
         return f'{key}"{placeholder}"'
@@ -408,28 +458,106 @@ def _key_value_replacement(match: re.Match[str]) -> str:
 
 
 _Replacement = str | Callable[[re.Match[str]], str]
+#: One redaction step: the text with its secrets replaced, each removed secret appended to
+#: the list when one is given.
+Stage = Callable[[str, "list[str] | None"], str]
 
 
-def _sub(pattern: re.Pattern[str], repl: _Replacement) -> Callable[[str], str]:
-    return lambda text: pattern.sub(repl, text)
+def removed_part(original: str, replacement: str) -> str:
+    """What a replacement took out of ``original``: the middle left once the prefix and
+    suffix the two share (a key name, a quote) are set aside."""
+    limit = min(len(original), len(replacement))
+    start = 0
+    while start < limit and original[start] == replacement[start]:
+        start += 1
+    end = 0
+    while end < limit - start and original[-1 - end] == replacement[-1 - end]:
+        end += 1
+    return original[start : len(original) - end]
 
 
-# Order matters: whole PEM blocks first (their dashes and base64 would otherwise
-# be read as tokens), then URLs, then token shapes, then the context-based rules
-# that keep a key or header name and replace the value.
-_STAGES: tuple[Callable[[str], str], ...] = (
-    _redact_pem,
-    _sub(_SLACK_WEBHOOK_RE, r"\g<1>" + redaction_placeholder("slack_webhook")),
-    _sub(_URL_PASSWORD_RE, r"\g<1>" + redaction_placeholder("url_password")),
-    _sub(_TOKEN_RE_ALL, _token_replacement),
-    _sub(_AUTHORIZATION_RE, r"\g<1>" + redaction_placeholder("authorization")),
-    _sub(_AUTHORIZATION_RAW_RE, r"\g<1>" + redaction_placeholder("authorization")),
-    _sub(_BEARER_RE, r"\g<1>" + redaction_placeholder("bearer_token")),
-    _sub(_KEY_VALUE_RE, _key_value_replacement),
-)
+def substitution(pattern: re.Pattern[str], repl: _Replacement, needs: tuple[str, ...] = (),
+                 folded_needs: tuple[str, ...] = ()) -> Stage:
+    """A stage that replaces every match of ``pattern`` by ``repl`` (a template or a
+    function, as :meth:`re.Pattern.sub` takes) and records what each replacement removed.
+
+    ``needs`` are substrings of which every match holds one, ``folded_needs`` lowercase
+    ones of which every lowercased match holds one: a text without them is passed over
+    without running the pattern (a search costs a few microseconds per rule; a substring
+    test, a fraction of one)."""
+    def stage(text: str, found: list[str] | None) -> str:
+        if needs and not any(need in text for need in needs):
+            return text
+        if folded_needs:
+            folded = text.lower()
+            if not any(need in folded for need in folded_needs):
+                return text
+        if found is None:
+            return pattern.sub(repl, text)
+
+        def recording(match: re.Match[str]) -> str:
+            out = repl(match) if callable(repl) else match.expand(repl)
+            found.append(removed_part(match[0], out))
+            return out
+
+        return pattern.sub(recording, text)
+
+    return stage
 
 
-def redact_secrets(text: str) -> str:
+_sub = substitution
+
+
+_ASSIGNS = (":", "=")
+
+
+# Every key word holds one of these (lowercased).
+_KEY_LITERALS = ("pass", "secret", "token", "key")
+_PIECE_BREAK = re.compile(r".\?|\[[^\]]*\]")
+
+
+def _mandatory_literal(word: str) -> str | None:
+    """The last literal every match of the key-word fragment ``word`` holds (``key`` for
+    ``api_?key``: the end of a key, so rarer in prose than its start), or ``None`` when that
+    cannot be read off it (it has groups or repeats beyond ``x?`` and ``[..]``)."""
+    if any(char in word for char in "|()*+{\\.^$"):
+        return None
+    pieces = _PIECE_BREAK.sub(" ", word.lower()).split()
+    return pieces[-1] if pieces else None
+
+
+def redaction_stages(extra_key_words: tuple[str, ...] = ()) -> tuple[Stage, ...]:
+    """The core's redaction steps, in order; ``extra_key_words`` (regex fragments such as
+    ``db_?pass`` or ``credentials?``, from a library's keyword list) join the words a
+    ``key = value`` key may end in.
+
+    Order matters: whole PEM blocks first (their dashes and base64 would otherwise be read
+    as tokens), then URLs, then token shapes, then the context-based rules that keep a key
+    or header name and replace the value."""
+    key_value = (_KEY_VALUE_RE if not extra_key_words
+                 else key_value_pattern("|".join((_KEY_WORDS, *extra_key_words))))
+    literals = [_mandatory_literal(word) for word in extra_key_words]
+    # A word whose literal cannot be read off leaves the rule ungated.
+    key_literals = (() if None in literals
+                    else (*_KEY_LITERALS, *(literal for literal in literals if literal)))
+    return (
+        _redact_pem,
+        _sub(_SLACK_WEBHOOK_RE, r"\g<1>" + redaction_placeholder("slack_webhook"),
+             ("hooks.slack.com",)),
+        _sub(_URL_PASSWORD_RE, r"\g<1>" + redaction_placeholder("url_password"), ("://",)),
+        _sub(_TOKEN_RE_ALL, _token_replacement),
+        _sub(_AUTHORIZATION_RE, r"\g<1>" + redaction_placeholder("authorization"), _ASSIGNS),
+        _sub(_AUTHORIZATION_RAW_RE, r"\g<1>" + redaction_placeholder("authorization"),
+             _ASSIGNS),
+        _sub(_BEARER_RE, r"\g<1>" + redaction_placeholder("bearer_token")),
+        _sub(key_value, key_value_replacement, _ASSIGNS, key_literals),
+    )
+
+
+_STAGES = redaction_stages()
+
+
+def redact_secrets(text: str, found: list[str] | None = None) -> str:
     """Replace credential-shaped substrings of ``text`` with typed placeholders.
 
     Applied to anything that leaves the process for a model (the reflection
@@ -443,12 +571,16 @@ def redact_secrets(text: str) -> str:
 
     * PEM ``-----BEGIN ... PRIVATE KEY-----`` blocks through their END line
       (a block with no END line loses its header and the key-like lines after it);
-    * Slack webhook URLs (path hidden) and the password in ``scheme://user:pw@host``;
+    * Slack webhook URLs (path hidden) and the password in ``scheme://user:pw@host``
+      (a password holding ``@`` or ``/`` included);
     * provider tokens, matched only as whole words and with realistic minimum
       lengths: Anthropic ``sk-ant-``, OpenAI ``sk-`` (incl. ``sk-proj-``), GitHub
       ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``/``github_pat_``, GitLab
-      ``glpat-``, Slack ``xox[abposr]-``/``xapp-``, AWS ``AKIA``/``ASIA`` key ids,
-      Google ``AIza`` keys, Stripe ``sk_``/``rk_`` live and test keys, and JWTs;
+      ``glpat-``, Slack ``xox[abposr]-``/``xapp-``/``xoxe-``, AWS ``AKIA``/``ASIA``
+      key ids, Google ``AIza`` keys, Stripe ``sk_``/``rk_`` live and test keys, JWTs
+      (unsigned ones too), npm ``npm_``, PyPI ``pypi-``, Hugging Face ``hf_``,
+      DigitalOcean ``dop_v1_``/``doo_v1_``/``dor_v1_``, Vault ``hvs.``/``hvb.``/``hvr.``,
+      ``AGE-SECRET-KEY-1``, Databricks ``dapi`` and Shopify ``shpat_``-style tokens;
     * ``Authorization: <scheme> <value>`` headers (scheme kept) and bare
       ``Bearer <token>`` where the token is 16+ characters with a digit;
     * ``key = value`` / ``key: value`` pairs whose key ends in password, passwd,
@@ -463,8 +595,9 @@ def redact_secrets(text: str) -> str:
     trade-off is that ``the secret: caching`` does lose the word after the colon.
 
     The function never raises, runs in time linear in ``len(text)`` and is
-    idempotent.
+    idempotent. Given ``found``, it appends each secret it removed (the value alone where
+    a key name was kept), so a caller can tell which other strings held one.
     """
     for stage in _STAGES:
-        text = stage(text)
+        text = stage(text, found)
     return text

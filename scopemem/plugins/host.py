@@ -2,8 +2,8 @@
 
 ``screen_candidate`` is the one path every producer's candidate takes before a store sees
 it (reflection's facts and summary, a person's ``remember``): redaction and the record
-contract's caps (``scopemem.core.hygiene``), then the status gate. Nothing reaches a store
-by a side door.
+contract's caps (``scopemem.secrets``, ``scopemem.core.hygiene``), then the status gate.
+Nothing reaches a store by a side door.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import attrs
 
 from scopemem.config import MemoryConfig
 from scopemem.core.gate import MARKER_NAMES, combine_markers
-from scopemem.core.hygiene import fit_candidate, redact_candidate
+from scopemem.core.hygiene import fit_candidate
 from scopemem.core.policy import RunActor, WriteDecision, settle_decision
 from scopemem.core.records import Candidate, Kind
 from scopemem.core.requests import ScopeKind, merge_scope_kinds
 from scopemem.plugins.manager import PluginManager
+from scopemem.secrets import redact_candidate
 
 BUILTIN_GATE = "scopemem.plugins.builtin_gate"
 

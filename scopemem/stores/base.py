@@ -29,6 +29,7 @@ from scopemem.core.scoring import keyword_match
 from scopemem.errors import StoreError
 from scopemem.languages import DEFAULT_LANGUAGES, analyzer_for
 from scopemem.options import OptionsTable
+from scopemem.secrets import redact_candidate
 
 __all__ = [
     "DEFAULT_RANKING",
@@ -71,8 +72,9 @@ class MemoryStore(Protocol):
     ) -> WriteCounts:
         """Apply the engine's plan to each candidate in order, as one all-or-nothing batch,
         then evict least recently used records above ``cap`` (the store's default if None).
-        Each candidate is first fitted to the record contract (``fit_batch``), so a
-        candidate lands the same way on every store."""
+        Each candidate is first redacted and fitted to the record contract
+        (``fit_batch``), so a candidate lands the same way on every store and no store
+        keeps a secret."""
 
     async def list(
         self, scope_key: str, limit: int, query: str | None = None, kind: Kind | None = None
@@ -168,11 +170,13 @@ def check_cap(cap: object) -> int:
 
 
 def fit_batch(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """The candidates as every store writes them: each one fitted to the record contract
+    """The candidates as every store writes them: each one redacted
+    (``scopemem.secrets.redact_candidate``: secrets in the text replaced, keywords holding
+    one dropped), then fitted to the record contract
     (``scopemem.core.hygiene.fit_candidate``: text and keyword caps, a thread key), so no
-    store keeps what another would refuse and the worker client never sends what the worker
-    would answer 400 to."""
-    return [fit_candidate(candidate) for candidate in candidates]
+    store keeps a secret or what another would refuse, and the worker client never sends
+    either (the worker server's own store redacts what any other client sends)."""
+    return [fit_candidate(redact_candidate(candidate)) for candidate in candidates]
 
 
 async def retrieve_or_raise(store: MemoryStore, scope_key: str, query: str, limit: int

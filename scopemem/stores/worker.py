@@ -10,10 +10,11 @@ a body the worker refuses (400, 413) raises its subclass ``StoreRefused``.
 
 What is sent always fits the wire contract the worker checks: a query longer than
 ``MAX_QUERY_CHARS`` goes as its distinct tokens (``engine.wire_query``, which every store reads
-exactly as the whole query), and every candidate is fitted first (``fit_batch``: text and
-keyword caps, a thread key), so a long brief or one odd candidate never costs a scope's
-records or a batch. Records of another kind than a ``list`` asked for are dropped, whatever an
-older worker that ignores ``kind`` returns.
+exactly as the whole query), and every candidate is redacted and fitted first
+(``fit_batch``: secrets, text and keyword caps, a thread key), so no secret leaves the
+process and a long brief or one odd candidate never costs a scope's records or a batch.
+Records of another kind than a ``list`` asked for are dropped, whatever an older worker that
+ignores ``kind`` returns.
 
 Configuration (``[memory.stores.worker]``)::
 

@@ -10,7 +10,6 @@ from scopemem.core.hygiene import (
     cut_text,
     fit_candidate,
     fit_keywords,
-    redact_candidate,
 )
 from scopemem.core.records import (
     MAX_KEYWORD_CHARS,
@@ -50,14 +49,6 @@ def test_long_keywords_give_way_to_their_tokens_and_the_list_is_capped():
 def test_an_empty_thread_key_gets_a_placeholder():
     candidate = Candidate(kind=Kind.SUMMARY, text="s", source_thread_key="")
     assert fit_candidate(candidate).source_thread_key == NO_THREAD_KEY
-
-
-def test_redaction_then_fitting_covers_the_text_and_each_keyword():
-    candidate = Candidate(kind=Kind.FACT, text="the key is sk-" + "a" * 40,
-                          source_thread_key="t", keywords=("password=hunter2xyz",))
-    cleaned = fit_candidate(redact_candidate(candidate))
-    assert "sk-aaaa" not in cleaned.text and "[REDACTED:openai_key]" in cleaned.text
-    assert cleaned.keywords == ("password=[REDACTED:credential]",)
 
 
 # Any code point, lone surrogates included (a JSON "\ud800" escape decodes to one).

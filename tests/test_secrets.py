@@ -1,0 +1,91 @@
+"""``scopemem.secrets``: the corpus is redacted, ordinary lessons are not, and ``remember``
+stores what redaction leaves."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scopemem import Memory, MemoryConfig
+from scopemem.core.hygiene import fit_candidate
+from scopemem.core.records import Candidate, Kind
+from scopemem.secrets import redact, redact_candidate
+from scopemem.stores.memory import InMemoryStore
+from tests.secret_corpus import CORPUS, ORDINARY
+
+ALICE = "user:slack:UA"
+
+
+@pytest.mark.parametrize("secret", CORPUS, ids=lambda secret: secret.kind)
+def test_every_corpus_secret_is_redacted(secret):
+    redacted = redact(secret.text)
+    assert "[REDACTED:" in redacted
+    assert secret.raw not in redacted
+    assert not [fragment for fragment in secret.fragments if fragment in redacted]
+    assert redact(redacted) == redacted
+
+
+@pytest.mark.parametrize("text", ORDINARY)
+def test_ordinary_lessons_come_out_unchanged(text):
+    assert redact(text) == text
+
+
+async def test_remember_stores_the_redacted_text(clock):
+    store = InMemoryStore(clock=clock)
+    memory = Memory(MemoryConfig(enabled=True, organization="acme", store="memory"), store,
+                    clock=clock)
+    for secret in CORPUS:
+        reply = await memory.handle_command(f"memory remember remember that {secret.text}", ALICE,
+                                            channel_id="slack:C1")
+        assert reply.startswith("🧠") and "redacted" in reply, (secret.kind, reply)
+    records = await store.list(ALICE, 500)
+    assert len(records) == len(CORPUS)
+    stored = "\n".join(record.text for record in records)
+    for secret in CORPUS:
+        assert secret.raw not in stored, secret.kind
+        assert not [f for f in secret.fragments if f in stored], secret.kind
+
+
+def test_redaction_then_fitting_covers_the_text_and_each_keyword():
+    candidate = Candidate(kind=Kind.FACT, text="the key is sk-" + "a" * 40,
+                          source_thread_key="t",
+                          keywords=("key", "password=hunter2xyz", "hunter2xyz", "openai"))
+    cleaned = fit_candidate(redact_candidate(candidate))
+    assert "sk-aaaa" not in cleaned.text and "[REDACTED:openai_key]" in cleaned.text
+    assert cleaned.keywords == ("key", "openai")
+
+
+async def test_reflection_sends_and_stores_no_secret(clock):
+    from tests.test_memory_write import Scripted, lesson, make_memory, reflect, run
+
+    store, scripted = InMemoryStore(clock=clock), Scripted()
+    memory = make_memory(store, clock, scripted)
+    groups = [CORPUS[start:start + 5] for start in range(0, len(CORPUS), 5)]
+    scripted.replies = [{"facts": [
+        lesson(secret.text, keywords=["credentials", "password=", secret.raw.lower()[:60]])
+        for secret in group]} for group in groups]
+    for group in groups:
+        await reflect(memory, run(answer="\n".join(secret.text for secret in group)))
+    sent = "\n".join(call["user"] for call in scripted.calls)
+    records = [record for scope in ("org:acme",) for record in await store.list(scope, 500)]
+    assert len(scripted.calls) == len(groups) and len(records) == len(CORPUS)
+    stored = "\n".join(f"{r.text} {' '.join(r.keywords or ())}" for r in records)
+    for secret in CORPUS:
+        for needle in (secret.raw, *secret.fragments):
+            assert needle not in sent and needle.lower() not in stored.lower(), secret.kind
+
+
+_SECRETISH = st.lists(st.sampled_from(
+    list("aAkK019_-.:=/@+ \"'") + ["AKIA", "xoxb-", "eyJ", "password", "://u:", "-u ", "SG.",
+                                   "hvs.", "npm_", "token=", "@host.io", "[REDACTED:jwt]"]),
+    max_size=40).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=200), _SECRETISH,
+                 st.lists(st.sampled_from([s.text for s in CORPUS] + list(ORDINARY)),
+                          max_size=4).map(" ".join)))
+def test_redaction_is_idempotent_and_never_raises(text):
+    once = redact(text)
+    assert redact(once) == once
