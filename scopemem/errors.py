@@ -20,5 +20,11 @@ class StoreRefused(StoreError):
     would be refused again, though a smaller one may not be."""
 
 
+class ScopeLimitReached(StoreError):
+    """A write would create a scope beyond the operator's limit on scopes per data directory
+    (``max_scopes``): nothing was written. The worker answers it with 507; writes to scopes
+    that exist already still succeed."""
+
+
 class PluginError(ScopememError):
     """A plugin registered something twice, or something asked for is not installed."""
