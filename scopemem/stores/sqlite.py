@@ -72,6 +72,13 @@ Reads
     it), and a write, forget or sweep commits them at the start of its own transaction.
     ``flush`` saves them at once, ``close`` saves them too.
 
+Disk
+    Superseded, evicted and swept rows keep their text for ``retention_days``, then a write
+    transaction purges them (at most ``_PURGE_ROWS`` per write, oldest death first). A
+    forgotten row is scrubbed in its own transaction and kept. Every connection runs with
+    ``secure_delete`` on, and a forget truncates the WAL, so forgotten text is in no file.
+    ``max_scopes`` bounds the scope files of the directory (``ScopeLimitReached``).
+
 Durability
     WAL journal; ``synchronous`` FULL by default (configurable). A write batch, a forget and
     a sweep are each one ``BEGIN IMMEDIATE`` transaction: all of it commits or none of it
