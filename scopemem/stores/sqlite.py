@@ -110,6 +110,7 @@ from scopemem.core.ranking import Ranking
 from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
+    MAX_BATCH,
     Candidate,
     Kind,
     Record,
@@ -156,10 +157,10 @@ _POOL_THREADS = max(2, min(4, os.cpu_count() or 2))
 # Rows changed per statement when a whole set is retired (eviction, sweep).
 _CHUNK = 500
 # The most dead rows past the retention one write transaction purges: twice what a full
-# batch can retire (a batch's supersedes and its evictions), so the purge keeps up with
-# any steady stream of writes and a backlog (after an upgrade, a long pause) drains over
-# the next writes instead of in one long transaction.
-_PURGE_ROWS = 4 * 50
+# batch can retire (a supersede and an eviction per candidate), so the purge keeps up with
+# any steady stream of writes and a backlog (after an upgrade, a long pause, a cap lowered)
+# drains over the next writes instead of in one long transaction.
+_PURGE_ROWS = 2 * 2 * MAX_BATCH
 # Active rows held in memory across all scopes for answering retrievals on the event loop
 # (about 1.5 KB each). A scope gets its view on its second retrieval through SQL.
 DEFAULT_CACHE_ROWS = 50_000
@@ -854,14 +855,15 @@ class SqliteStore:
     @staticmethod
     def _truncate_wal(conn: Any, path: str) -> None:
         """Checkpoint the whole WAL into the database and truncate it to nothing. A reader
-        of another process holding an old snapshot can keep it from finishing: then the log
-        is overwritten by later commits instead, and a warning says so."""
+        of another process holding an old snapshot past ``busy_timeout_ms`` keeps it from
+        finishing: then the log is overwritten by later commits instead, and a warning says
+        so. The forget has committed either way, so this never fails it."""
         apsw = _apsw()
         try:
             conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
-        except apsw.BusyError:
+        except apsw.Error as exc:
             log.warning("sqlite store: %s: the WAL could not be truncated after a forget"
-                        " (another connection is reading); later commits overwrite it", path)
+                        " (%s); later commits overwrite it", path, _describe(exc))
 
     def _commit_pending(self, handle: _Handle) -> None:
         """Commit the handle's pending bumps, if any (a closed handle committed its own)."""

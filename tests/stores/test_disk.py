@@ -321,3 +321,18 @@ async def test_without_a_limit_scopes_are_never_counted(make: Make,
     store = make()
     for n in range(5):
         await store.write(f"org:s{n}", [fact("one")])
+
+
+async def test_a_reader_holding_a_snapshot_costs_the_wal_truncation_not_the_forget(
+        make: Make, caplog: pytest.LogCaptureFixture):
+    store = make(busy_timeout_ms=0)
+    await store.write(ORG, [fact(SECRET), fact("another note")])
+    reader = apsw.Connection(store.path_for(ORG))
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM records").fetchall()
+        assert await store.forget(ORG, f"mem:{ORG}:1")
+    finally:
+        reader.close()
+    assert "the WAL could not be truncated after a forget" in caplog.text
+    assert [r.text for r in await store.list(ORG, 5)] == ["another note"]
