@@ -174,7 +174,8 @@ class WorkerStore:
                 settings.option_key("base_url"), token_env,
             )
             return InMemoryStore(cap=settings.cap, clock=settings.clock,
-                                 ranking=settings.ranking)
+                                 ranking=settings.ranking,
+                                 retention_days=settings.retention_days)
         try:
             return cls(base_url, token, cap=settings.cap, timeout=timeout,
                        ranking=settings.ranking)
