@@ -19,7 +19,13 @@ import attrs
 import cattrs
 
 from scopemem.core.ranking import SEED, Ranking
-from scopemem.core.records import DEFAULT_SCOPE_CAP, MAX_LIMIT, MAX_SCOPE_CAP
+from scopemem.core.records import (
+    DEFAULT_RETENTION_DAYS,
+    DEFAULT_SCOPE_CAP,
+    MAX_LIMIT,
+    MAX_RETENTION_DAYS,
+    MAX_SCOPE_CAP,
+)
 from scopemem.core.scopes import scope_key_problem
 from scopemem.core.scoring import MIN_BLOCK_TOKENS
 from scopemem.errors import ConfigError
@@ -28,6 +34,8 @@ from scopemem.languages import analyzer_for, available_languages
 log = logging.getLogger("scopemem")
 
 DEFAULT_CONFIG_FILE = "scopemem.toml"
+# The least cap a worker client may ask for (``memory.min_records_per_scope``).
+DEFAULT_CAP_FLOOR = 100
 RANKINGS = ("weighted", "seed")
 CONFIG_ENV = "SCOPEMEM_CONFIG"
 
@@ -44,6 +52,14 @@ class MemoryConfig:
     max_tokens: int = 3000
     repo_window: int = 24
     max_records_per_scope: int = DEFAULT_SCOPE_CAP
+    # The Memory Worker's floor under a client's ``cap``: a client may lower the cap of its
+    # writes from ``max_records_per_scope`` down to this, never below (nor raise it). Above
+    # ``max_records_per_scope`` it is that cap: clients cannot lower it at all.
+    min_records_per_scope: int = DEFAULT_CAP_FLOOR
+    # Days a superseded, evicted or swept record keeps its text before the store purges it;
+    # 0 purges it at once (with the write that retires it). Forgotten records are scrubbed
+    # at once whatever this says.
+    retention_days: int = DEFAULT_RETENTION_DAYS
     admins: tuple[str, ...] = ()
     no_reflect_agents: tuple[str, ...] = ("review", "ship")
     # The status gate (003): a fact carrying a status or change-description marker is never
@@ -65,6 +81,10 @@ class MemoryConfig:
         if self.ranking == "seed":
             return SEED
         return Ranking(analyzer_for(self.languages))
+
+    def cap_floor(self) -> int:
+        """The floor the worker applies to a client's cap, never above the default cap."""
+        return min(self.min_records_per_scope, self.max_records_per_scope)
 
     def store_options(self, name: str) -> Mapping[str, Any]:
         return self.stores.get(name, {})
@@ -177,6 +197,8 @@ def _check_ranges(config: MemoryConfig) -> None:
     _in_range("max_tokens", config.max_tokens, MIN_BLOCK_TOKENS, None,
               " (room for the block's prefix, its fences and one record)")
     _in_range("repo_window", config.repo_window, 0, MAX_LIMIT)
+    _in_range("min_records_per_scope", config.min_records_per_scope, 1, MAX_SCOPE_CAP)
+    _in_range("retention_days", config.retention_days, 0, MAX_RETENTION_DAYS)
     if not config.store:
         raise ConfigError("memory.store: must name a store")
     if config.ranking not in RANKINGS:

@@ -25,5 +25,11 @@ class StoreBusy(StoreError):
     succeed shortly. The worker answers 503 with ``Retry-After``."""
 
 
+class ScopeLimitReached(StoreError):
+    """A write would create a scope beyond the operator's limit on scopes per data directory
+    (``max_scopes``): nothing was written. The worker answers it with 507; writes to scopes
+    that exist already still succeed."""
+
+
 class PluginError(ScopememError):
     """A plugin registered something twice, or something asked for is not installed."""

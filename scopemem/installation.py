@@ -47,7 +47,8 @@ def store_registry(pm: PluginManager) -> Registry[Any]:
 def _store_settings(config: MemoryConfig, name: str, environ: Mapping[str, str],
                     clock: Clock, **flags: bool) -> StoreSettings:
     return StoreSettings(name=name, options=dict(config.store_options(name)),
-                         cap=config.max_records_per_scope, environ=dict(environ), clock=clock,
+                         cap=config.max_records_per_scope,
+                         retention_days=config.retention_days, environ=dict(environ), clock=clock,
                          ranking=config.ranking_spec(), **flags)
 
 

@@ -59,10 +59,36 @@ path = "./data"
     ({"min_match": 1.5}, "memory.min_match: must be from 0 to 1"),
     ({"min_match": "0.2"}, "memory.min_match"),
     ({"min_match": True}, "memory.min_match"),
+    ({"retention_days": -1}, "memory.retention_days: must be from 0 to 36500"),
+    ({"retention_days": 36_501}, "memory.retention_days"),
+    ({"retention_days": "30"}, "memory.retention_days"),
+    ({"min_records_per_scope": 0}, "memory.min_records_per_scope: must be from 1 to 10000"),
+    ({"min_records_per_scope": 2.5}, "memory.min_records_per_scope"),
 ])
 def test_mistakes_name_the_key(table, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         config_from_mapping({"memory": table})
+
+
+def test_retention_and_the_cap_floor_have_defaults_and_the_floor_never_tops_the_cap():
+    config = config_from_mapping({"memory": {}})
+    assert (config.retention_days, config.min_records_per_scope, config.cap_floor()) == (
+        30, 100, 100)
+    config = config_from_mapping({"memory": {"retention_days": 0, "max_records_per_scope": 40}})
+    assert (config.retention_days, config.cap_floor()) == (0, 40)
+    config = config_from_mapping({"memory": {"min_records_per_scope": 7}})
+    assert config.cap_floor() == 7
+
+
+def test_the_retention_reaches_the_built_store(tmp_path):
+    from scopemem.installation import build_store
+    from scopemem.plugins.manager import new_plugin_manager
+
+    config = config_from_mapping({"memory": {
+        "enabled": True, "organization": "acme", "retention_days": 4, "stores": {
+        "sqlite": {"path": str(tmp_path / "data")}}}})
+    store = build_store(config, new_plugin_manager(environ={}))
+    assert store.retention_days == 4
 
 
 def test_max_tokens_may_sit_at_its_floor():

@@ -35,6 +35,10 @@ MAX_USED_SCOPES = 32
 MAX_USED_IDS = 256
 DEFAULT_SCOPE_CAP = 500
 MAX_SCOPE_CAP = 10_000
+# How long a superseded, evicted or swept record keeps its text (an audit of what a sweep or
+# the cap retired) before the store purges it (``memory.retention_days``).
+DEFAULT_RETENTION_DAYS = 30
+MAX_RETENTION_DAYS = 36_500
 
 
 class Kind(enum.StrEnum):

@@ -16,7 +16,9 @@ import attrs
 from scopemem.core.hygiene import fit_candidate
 from scopemem.core.ranking import Ranking, query_terms
 from scopemem.core.records import (
+    DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
+    MAX_RETENTION_DAYS,
     MAX_SCOPE_CAP,
     Candidate,
     Kind,
@@ -41,8 +43,10 @@ __all__ = [
     "StoreFactory",
     "StoreSettings",
     "check_cap",
+    "check_retention_days",
     "check_scope_key",
     "fit_batch",
+    "retention_cutoff",
     "retrieve_or_raise",
     "search_hits",
     "wall_clock_ms",
@@ -52,6 +56,9 @@ Clock = Callable[[], int]
 
 #: What a store ranks with when nothing is configured: weighted, English.
 DEFAULT_RANKING = Ranking(analyzer_for(DEFAULT_LANGUAGES))
+
+
+DAY_MS = 24 * 60 * 60 * 1000
 
 
 def wall_clock_ms() -> int:
@@ -130,6 +137,10 @@ class StoreSettings(OptionsTable):
     TABLE: ClassVar[str] = "stores"
 
     cap: int = DEFAULT_SCOPE_CAP
+    # How long a dead row (superseded, evicted, swept) keeps its text before it is purged
+    # (``memory.retention_days``); 0 purges it with the write that retires it. A forgotten
+    # row's text is scrubbed at once whatever this says.
+    retention_days: int = DEFAULT_RETENTION_DAYS
     clock: Clock = wall_clock_ms
     # How the store ranks (``memory.languages`` and ``memory.ranking``).
     ranking: Ranking = DEFAULT_RANKING
@@ -167,6 +178,19 @@ def check_cap(cap: object) -> int:
     if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_SCOPE_CAP:
         raise StoreError(f"cap must be an integer from 1 to {MAX_SCOPE_CAP}, got {cap!r}")
     return cap
+
+
+def check_retention_days(days: object) -> int:
+    if (isinstance(days, bool) or not isinstance(days, int)
+            or not 0 <= days <= MAX_RETENTION_DAYS):
+        raise StoreError(f"retention_days must be an integer from 0 to {MAX_RETENTION_DAYS},"
+                         f" got {days!r}")
+    return days
+
+
+def retention_cutoff(now: int, retention_days: int) -> int:
+    """The latest time a dead row may have died at and be purged ``now``."""
+    return now - retention_days * DAY_MS
 
 
 def fit_batch(candidates: Sequence[Candidate]) -> list[Candidate]:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-import attrs
-
 from scopemem.core import engine
 from scopemem.core.ranking import Ranking
 from scopemem.core.records import (
+    DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
     Candidate,
     Kind,
@@ -18,6 +17,7 @@ from scopemem.core.records import (
     Status,
     SweepResult,
     WriteCounts,
+    trusted_record,
 )
 from scopemem.core.scopes import record_seq
 from scopemem.core.text import normalize_text
@@ -28,12 +28,27 @@ from scopemem.stores.base import (
     Hit,
     StoreSettings,
     check_cap,
+    check_retention_days,
     check_scope_key,
     fit_batch,
+    retention_cutoff,
     wall_clock_ms,
 )
 
 log = logging.getLogger("scopemem")
+
+# The statuses whose rows are dropped once past the retention; a forgotten row is scrubbed
+# instead, and kept.
+_PURGEABLE = frozenset({Status.SUPERSEDED, Status.EVICTED, Status.SWEPT})
+
+
+def _scrubbed(record: Record) -> Record:
+    """``record`` forgotten: its id, status and provenance, no text or keywords (built
+    without the validators, which refuse an empty text)."""
+    return trusted_record(record.id, record.scope_key, record.kind, "", (),
+                          record.source_thread_key, record.source_run_id, record.created_at,
+                          record.last_used_at, record.use_count, record.confidence,
+                          record.supersedes, record.restates, Status.FORGOTTEN, record.source)
 
 
 class InMemoryStore:
@@ -44,8 +59,13 @@ class InMemoryStore:
     durable = False
 
     def __init__(self, *, cap: int = DEFAULT_SCOPE_CAP, clock: Clock = wall_clock_ms,
-                 ranking: Ranking = DEFAULT_RANKING) -> None:
+                 ranking: Ranking = DEFAULT_RANKING,
+                 retention_days: int = DEFAULT_RETENTION_DAYS) -> None:
         self.cap = check_cap(cap)
+        self.retention_days = check_retention_days(retention_days)
+        # When each superseded, evicted or swept record died (record id → epoch ms), for the
+        # purge past the retention that every write applies, as the SQLite store does.
+        self._died: dict[str, int] = {}
         self._clock = clock
         self.ranking = ranking
         self._scopes: dict[str, list[Record]] = {}
@@ -61,7 +81,8 @@ class InMemoryStore:
                 "[memory] store 'memory' keeps records in this process only: they are lost on "
                 "restart (memory.store = \"sqlite\" or \"worker\" keeps them)"
             )
-        return cls(cap=settings.cap, clock=settings.clock, ranking=settings.ranking)
+        return cls(cap=settings.cap, clock=settings.clock, ranking=settings.ranking,
+                   retention_days=settings.retention_days)
 
     def _rows(self, scope_key: str) -> list[Record]:
         return self._scopes.get(check_scope_key(scope_key), [])
@@ -149,9 +170,25 @@ class InMemoryStore:
         for record in evicted:
             rows[index[record.id]] = record
         # Committed only now, all at once: a failure above leaves the scope untouched.
-        self._scopes[scope_key] = rows
+        self._scopes[scope_key] = self._purged(rows, now)
         self._next_seq[scope_key] = seq
         return counts + WriteCounts(evicted=len(evicted))
+
+    def _purged(self, rows: list[Record], now: int) -> list[Record]:
+        """Note when the rows that just died did, and drop the dead rows past the
+        retention (a forgotten row stays, scrubbed)."""
+        died = self._died
+        cutoff = retention_cutoff(now, self.retention_days)
+        kept = []
+        for record in rows:
+            if record.status in _PURGEABLE:
+                when = died.setdefault(record.id, now)
+                if when <= cutoff:
+                    del died[record.id]
+                    self._terms.pop(record.id, None)
+                    continue
+            kept.append(record)
+        return kept
 
     async def list(
         self, scope_key: str, limit: int, query: str | None = None, kind: Kind | None = None
@@ -162,7 +199,8 @@ class InMemoryStore:
     async def forget(self, scope_key: str, record_id: str) -> bool:
         for record in self._rows(scope_key):
             if record.id == record_id and record.is_active:
-                self._replace(scope_key, [attrs.evolve(record, status=Status.FORGOTTEN)])
+                self._replace(scope_key, [_scrubbed(record)])
+                self._terms.pop(record.id, None)
                 return True
         return False
 
@@ -171,6 +209,9 @@ class InMemoryStore:
         if dry_run:
             return SweepResult(swept=len(swept), ids=tuple(record.id for record in swept))
         self._replace(scope_key, swept)
+        now = self._clock()
+        for record in swept:
+            self._died[record.id] = now
         return SweepResult(swept=len(swept))
 
     async def close(self) -> None:

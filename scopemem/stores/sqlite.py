@@ -72,6 +72,13 @@ Reads
     it), and a write, forget or sweep commits them at the start of its own transaction.
     ``flush`` saves them at once, ``close`` saves them too.
 
+Disk
+    Superseded, evicted and swept rows keep their text for ``retention_days``, then a write
+    transaction purges them (at most ``_PURGE_ROWS`` per write, oldest death first). A
+    forgotten row is scrubbed in its own transaction and kept. Every connection runs with
+    ``secure_delete`` on, and a forget truncates the WAL, so forgotten text is in no file.
+    ``max_scopes`` bounds the scope files of the directory (``ScopeLimitReached``).
+
 Durability
     WAL journal; ``synchronous`` FULL by default (configurable). A write batch, a forget and
     a sweep are each one ``BEGIN IMMEDIATE`` transaction: all of it commits or none of it
@@ -102,7 +109,9 @@ from typing import Any, TypeVar
 from scopemem.core import engine
 from scopemem.core.ranking import Ranking
 from scopemem.core.records import (
+    DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
+    MAX_BATCH,
     Candidate,
     Kind,
     Record,
@@ -113,7 +122,7 @@ from scopemem.core.records import (
 )
 from scopemem.core.text import normalize_text
 from scopemem.core.words import PLAIN, Analyzer
-from scopemem.errors import ConfigError, StoreBusy, StoreError
+from scopemem.errors import ConfigError, ScopeLimitReached, StoreBusy, StoreError
 from scopemem.plugins.markers import hookimpl
 from scopemem.stores import sqlite_schema as schema
 from scopemem.stores.base import (
@@ -122,8 +131,10 @@ from scopemem.stores.base import (
     Hit,
     StoreSettings,
     check_cap,
+    check_retention_days,
     check_scope_key,
     fit_batch,
+    retention_cutoff,
     wall_clock_ms,
 )
 from scopemem.stores.sqlite_view import ScopeView
@@ -146,6 +157,11 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 _POOL_THREADS = max(2, min(4, os.cpu_count() or 2))
 # Rows changed per statement when a whole set is retired (eviction, sweep).
 _CHUNK = 500
+# The most dead rows past the retention one write transaction purges: twice what a full
+# batch can retire (a supersede and an eviction per candidate), so the purge keeps up with
+# any steady stream of writes and a backlog (after an upgrade, a long pause, a cap lowered)
+# drains over the next writes instead of in one long transaction.
+_PURGE_ROWS = 2 * 2 * MAX_BATCH
 # Active rows held in memory across all scopes for answering retrievals on the event loop
 # (about 1.5 KB each). A scope gets its view on its second retrieval through SQL.
 DEFAULT_CACHE_ROWS = 50_000
@@ -430,8 +446,15 @@ class SqliteStore:
         cache_rows: int = DEFAULT_CACHE_ROWS,
         usage_flush_ms: int = DEFAULT_USAGE_FLUSH_MS,
         ranking: Ranking = DEFAULT_RANKING,
+        retention_days: int = DEFAULT_RETENTION_DAYS,
+        max_scopes: int = 0,
     ) -> None:
         self.cap = check_cap(cap)
+        self.retention_days = check_retention_days(retention_days)
+        self.max_scopes = _check_int(max_scopes, "max_scopes", 0)
+        # Database files in the directory, counted once when a limit applies and kept up to
+        # date by this store's own creations (see _reserve_scope); None until counted.
+        self._scope_files: int | None = None
         self.ranking = ranking
         self.analyzer = ranking.analyzer
         self.directory = os.path.abspath(os.path.expanduser(_check_path(path, "path")))
@@ -455,10 +478,12 @@ class SqliteStore:
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> SqliteStore:
         """Build from ``[memory.stores.sqlite]``: ``path``, ``synchronous``,
-        ``busy_timeout_ms``, ``max_open_connections``, ``cache_rows``, ``usage_flush_ms``."""
+        ``busy_timeout_ms``, ``max_open_connections``, ``cache_rows``, ``usage_flush_ms``,
+        ``max_scopes``."""
         settings = settings.named("sqlite")
         settings.unknown_options(("path", "synchronous", "busy_timeout_ms",
-                                  "max_open_connections", "cache_rows", "usage_flush_ms"))
+                                  "max_open_connections", "cache_rows", "usage_flush_ms",
+                                  "max_scopes"))
         return cls(
             settings.record("path", _check_path(settings.options.get("path", DEFAULT_PATH),
                                                 settings.option_key("path"))),
@@ -471,6 +496,8 @@ class SqliteStore:
             usage_flush_ms=settings.int_option("usage_flush_ms", DEFAULT_USAGE_FLUSH_MS, 0,
                                                USAGE_FLUSH_MS_MAX),
             ranking=settings.ranking,
+            retention_days=settings.retention_days,
+            max_scopes=settings.int_option("max_scopes", 0, 0),
         )
 
     # --- the MemoryStore methods -----------------------------------------------------------
@@ -549,12 +576,13 @@ class SqliteStore:
         if seq is None:
             return False
         async with self._writer(scope_key):
-            return await self._run("write", self._forget, scope_key, record_id, seq)
+            return await self._run("write", self._forget, scope_key, record_id, seq,
+                                   self._clock())
 
     async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
         check_scope_key(scope_key)
         async with self._writer(scope_key):
-            return await self._run("write", self._sweep, scope_key, dry_run)
+            return await self._run("write", self._sweep, scope_key, dry_run, self._clock())
 
     async def flush(self) -> None:
         """Save every use count still pending now, instead of within ``usage_flush_ms``
@@ -655,7 +683,7 @@ class SqliteStore:
         with (self._connection(scope_key, create=True) as handle,
               self._transaction(handle.conn, bumps=handle)):
             conn = handle.conn
-            seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM records").fetchall()[0][0]
+            seq = conn.execute(schema.NEXT_SEQ_SQL).fetchall()[0][0]
             counts = WriteCounts()
             for candidate in candidates:
                 pool = self._pool_for(conn, scope_key, candidate)
@@ -663,7 +691,7 @@ class SqliteStore:
                 counts += engine.count_action(action, candidate)
                 if isinstance(action, engine.Insert):
                     if action.superseded is not None:
-                        self._retire(conn, scope_key, [action.superseded])
+                        self._retire(conn, scope_key, [action.superseded], now)
                     self._insert(conn, engine.mint_record(scope_key, seq, candidate, now), seq)
                     seq += 1
                 else:
@@ -679,7 +707,8 @@ class SqliteStore:
                 "SELECT count(*) FROM records WHERE status = 'active'").fetchall()[0][0]
             if active > cap:
                 evicted = self._plan_eviction(conn, active - cap)
-                self._retire(conn, scope_key, evicted)
+                self._retire(conn, scope_key, evicted, now)
+            self._purge(conn, retention_cutoff(now, self.retention_days))
             self._compact_index(conn)
         # No log line of its own: the counts say what was evicted, the Worker logs the
         # eviction for a served store and Memory's [memory] line counts it for an embedded one.
@@ -739,9 +768,9 @@ class SqliteStore:
                      (seq, fts_tokens(record.text, record.keywords, self.analyzer)))
 
     @staticmethod
-    def _retire(conn: Any, scope_key: str, records: Sequence[Record]) -> None:
-        """Persist soft deletes: the new status, and the row leaves the full-text index in
-        the same transaction."""
+    def _retire(conn: Any, scope_key: str, records: Sequence[Record], now: int) -> None:
+        """Persist soft deletes: the new status and when it died, and the row leaves the
+        full-text index in the same transaction."""
         by_status: dict[Status, list[int]] = {}
         for record in records:
             seq = _seq_of(scope_key, record.id)
@@ -751,9 +780,30 @@ class SqliteStore:
             for start in range(0, len(seqs), _CHUNK):
                 chunk = seqs[start:start + _CHUNK]
                 marks = ", ".join("?" * len(chunk))
-                conn.execute(f"UPDATE records SET status = ? WHERE seq IN ({marks})",
-                             (status.value, *chunk))
+                conn.execute(f"UPDATE records SET status = ?, retired_at = ?"
+                             f" WHERE seq IN ({marks})", (status.value, now, *chunk))
                 conn.execute(f"DELETE FROM records_fts WHERE rowid IN ({marks})", chunk)
+
+    @staticmethod
+    def _purge(conn: Any, cutoff: int) -> int:
+        """Delete up to ``_PURGE_ROWS`` superseded, evicted and swept rows that died at
+        ``cutoff`` or before, oldest death first; how many. None of them is in the token
+        index. The highest seq is recorded first, so ids are never reused."""
+        seqs = [seq for (seq,) in conn.execute(
+            # Pinned to the partial index: read in death order, the scan stops at the first
+            # row too young or at the limit, however many dead rows the retention keeps.
+            f"SELECT seq FROM records INDEXED BY records_dead"
+            f" WHERE status IN {schema.PURGEABLE_STATUSES}"
+            " AND retired_at <= ? ORDER BY retired_at LIMIT ?", (cutoff, _PURGE_ROWS))]
+        if not seqs:
+            return 0
+        last = conn.execute(schema.NEXT_SEQ_SQL).fetchall()[0][0] - 1
+        schema.set_meta(conn, schema.META_LAST_SEQ, str(last))
+        for start in range(0, len(seqs), _CHUNK):
+            chunk = seqs[start:start + _CHUNK]
+            conn.execute(f"DELETE FROM records WHERE seq IN ({', '.join('?' * len(chunk))})",
+                         chunk)
+        return len(seqs)
 
     def _list(self, scope_key: str, limit: int, query: str | None, tokens: list[str] | None,
               kind: Kind | None) -> list[Record]:
@@ -779,7 +829,11 @@ class SqliteStore:
         return engine.listing([_record(row) for row in rows], limit, query=query, kind=kind,
                               analyzer=self.analyzer)
 
-    def _forget(self, scope_key: str, record_id: str, seq: int) -> bool:
+    def _forget(self, scope_key: str, record_id: str, seq: int, now: int) -> bool:
+        """Retire the row as forgotten and scrub its text, dedup key and keywords, all in
+        one transaction; then merge the token index (so no segment keeps its terms) and
+        truncate the WAL (so no old page image keeps its text). ``secure_delete`` zeroes
+        what the database file freed."""
         with self._connection(scope_key, create=False) as handle:
             if handle is None:
                 return False
@@ -788,13 +842,29 @@ class SqliteStore:
                                 " AND status = 'active'", (seq, record_id)).fetchall():
                 return False  # nothing to forget: no transaction, and the view stays
             with self._transaction(conn, bumps=handle):
-                conn.execute("UPDATE records SET status = ? WHERE seq = ? AND id = ?"
-                             " AND status = 'active'", (Status.FORGOTTEN.value, seq, record_id))
+                conn.execute("UPDATE records SET status = ?, retired_at = ?, text = '',"
+                             " norm = '', keywords = '[]' WHERE seq = ? AND id = ?"
+                             " AND status = 'active'",
+                             (Status.FORGOTTEN.value, now, seq, record_id))
                 if not conn.changes():
                     return False
                 conn.execute("DELETE FROM records_fts WHERE rowid = ?", (seq,))
-                self._compact_index(conn)
+                conn.execute("INSERT INTO records_fts (records_fts) VALUES ('optimize')")
+            self._truncate_wal(conn, handle.path)
         return True
+
+    @staticmethod
+    def _truncate_wal(conn: Any, path: str) -> None:
+        """Checkpoint the whole WAL into the database and truncate it to nothing. A reader
+        of another process holding an old snapshot past ``busy_timeout_ms`` keeps it from
+        finishing: then the log is overwritten by later commits instead, and a warning says
+        so. The forget has committed either way, so this never fails it."""
+        apsw = _apsw()
+        try:
+            conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+        except apsw.Error as exc:
+            log.warning("sqlite store: %s: the WAL could not be truncated after a forget"
+                        " (%s); later commits overwrite it", path, _describe(exc))
 
     def _commit_pending(self, handle: _Handle) -> None:
         """Commit the handle's pending bumps, if any (a closed handle committed its own)."""
@@ -807,7 +877,7 @@ class SqliteStore:
             except _apsw().Error as exc:
                 raise StoreError(f"sqlite store: {handle.path}: {_describe(exc)}") from exc
 
-    def _sweep(self, scope_key: str, dry_run: bool) -> SweepResult:
+    def _sweep(self, scope_key: str, dry_run: bool, now: int) -> SweepResult:
         with self._connection(scope_key, create=False) as handle:
             if handle is None:
                 return SweepResult(swept=0, ids=() if dry_run else None)
@@ -821,7 +891,7 @@ class SqliteStore:
                 swept = engine.plan_sweep([_record(row) for row in rows])
                 if dry_run:
                     return SweepResult(swept=len(swept), ids=tuple(r.id for r in swept))
-                self._retire(conn, scope_key, swept)
+                self._retire(conn, scope_key, swept, now)
                 self._compact_index(conn)
         return SweepResult(swept=len(swept))
 
@@ -924,10 +994,9 @@ class SqliteStore:
                                                       self.analyzer))
                           for row in rows), generation)
         if handle.probe is None:
-            apsw = _apsw()
             try:
-                probe = apsw.Connection(handle.path, flags=apsw.SQLITE_OPEN_READWRITE)
-            except apsw.Error:
+                probe = _connect(handle.path)
+            except _apsw().Error:
                 return  # no descriptor to spare, say: this scope is read through SQL
             probe.set_busy_timeout(0)
             with handle.probe_lock:
@@ -1099,8 +1168,7 @@ class SqliteStore:
     def _checkpoint_now(path: str) -> None:
         """A passive checkpoint on a connection of its own: it neither holds the scope's
         connection nor blocks its writers, so bump commits go on while it syncs the file."""
-        apsw = _apsw()
-        conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE)
+        conn = _connect(path)
         try:
             # A connection learns the file is in WAL mode from its first read; until then
             # a checkpoint does nothing.
@@ -1167,8 +1235,10 @@ class SqliteStore:
                         doomed.append((scope_key, closing))
                     else:
                         path = self.path_for(scope_key)
-                        if not create and not os.path.exists(path):
-                            return None
+                        if (not create or self.max_scopes) and not os.path.exists(path):
+                            if not create:
+                                return None
+                            self._reserve_scope(path)
                         handle = self._handles[scope_key] = _Handle(path)
                         while len(self._handles) > self.max_open:
                             doomed.append(self._handles.popitem(last=False))
@@ -1197,6 +1267,33 @@ class SqliteStore:
                     handle.lock.release()
                     raise
             return handle
+
+    def _reserve_scope(self, path: str) -> None:
+        """Count a new scope file about to be created at ``path``, or raise
+        ``ScopeLimitReached`` when ``max_scopes`` files exist already. The count is read
+        from the directory once, then kept by this store's own creations; it is read again
+        before refusing, so files removed (or created by another process) meanwhile are
+        seen. The caller holds ``_cache_lock``."""
+        if self._scope_files is None or self._scope_files >= self.max_scopes:
+            self._scope_files = self._count_scope_files()
+        if self._scope_files >= self.max_scopes:
+            raise ScopeLimitReached(
+                f"sqlite store: the data directory holds {self._scope_files} scopes, the"
+                f" limit (max_scopes = {self.max_scopes}); a write to a new scope is refused")
+        self._scope_files += 1
+        log.debug("sqlite store: new scope file %s (%d of %d)", path, self._scope_files,
+                  self.max_scopes)
+
+    def _count_scope_files(self) -> int:
+        try:
+            with os.scandir(self.directory) as entries:
+                return sum(1 for entry in entries
+                           if entry.name.endswith(FILE_SUFFIX) and entry.is_file())
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise StoreError(f"sqlite store: cannot read the data directory {self.directory}:"
+                             f" {exc.strerror or exc}") from exc
 
     def _close_handle(self, handle: _Handle) -> None:
         with handle.lock:
@@ -1236,7 +1333,7 @@ class SqliteStore:
         flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
         flags |= getattr(apsw, "SQLITE_OPEN_NOFOLLOW", 0)
         try:
-            conn = apsw.Connection(path, flags=flags)
+            conn = _connect(path, flags)
         except apsw.Error as exc:
             if isinstance(exc, apsw.CantOpenError) and _out_of_descriptors():
                 raise StoreBusy(f"sqlite store: cannot open {path} now: the process has no "
@@ -1331,9 +1428,11 @@ class SqliteStore:
 
     @staticmethod
     def _compact_index(conn: Any) -> None:
-        """Merge the token index into one segment when it has more than
-        ``MAX_FTS_SEGMENTS``. The caller holds a write transaction."""
-        if conn.execute(FTS_SEGMENTS_SQL).fetchall()[0][0] > MAX_FTS_SEGMENTS:
+        """Merge the token index into one segment when it would have more than
+        ``MAX_FTS_SEGMENTS`` after the commit. The caller holds a write transaction whose
+        index changes FTS5 still holds in memory: they become one more segment at the
+        commit, which the count cannot see yet."""
+        if conn.execute(FTS_SEGMENTS_SQL).fetchall()[0][0] >= MAX_FTS_SEGMENTS:
             conn.execute("INSERT INTO records_fts (records_fts) VALUES ('optimize')")
 
     @staticmethod
@@ -1407,6 +1506,21 @@ def _out_of_descriptors() -> bool:
         return exc.errno in (errno.EMFILE, errno.ENFILE)
     os.close(fd)
     return False
+
+
+def _connect(path: str, flags: int | None = None) -> Any:
+    """An apsw connection to ``path`` (read-write, not creating, unless ``flags`` say
+    otherwise) with ``secure_delete`` on: whatever SQLite frees (a forgotten row's cells, a
+    purged row, a merged index segment) is overwritten with zeros, in the tables and in the
+    FTS5 shadow tables alike. Every connection the store opens is made here."""
+    apsw = _apsw()
+    conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE if flags is None else flags)
+    try:
+        conn.execute("PRAGMA secure_delete = ON")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def _describe(exc: BaseException) -> str:

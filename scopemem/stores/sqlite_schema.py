@@ -28,13 +28,16 @@ META_FOLDING = "folding"
 
 @attrs.frozen
 class Migration:
-    """Statements safe to repeat, and columns to add where a file lacks them (SQLite has no
-    ``ADD COLUMN IF NOT EXISTS``): ``(table, column, definition)``."""
+    """Columns to add where a file lacks them (SQLite has no ``ADD COLUMN IF NOT EXISTS``):
+    ``(table, column, definition)``, added before the statements, so those may use them;
+    statements safe to repeat; and ``once``: statements run only when the file first reaches
+    this version, in the same transaction, with the open's time bound to every ``?``."""
 
     version: int
     name: str
     statements: tuple[str, ...]
     columns: tuple[tuple[str, str, str], ...] = ()
+    once: tuple[str, ...] = ()
 
 
 # Column order shared by every SELECT that builds a Record (see sqlite.py ``_record``): the
@@ -78,6 +81,20 @@ _BOOKKEEPING = (
         name       TEXT NOT NULL,
         applied_at INTEGER NOT NULL
     )""",
+)
+
+# The dead rows that are purged once past the retention; a forgotten row is scrubbed instead,
+# and kept.
+PURGEABLE_STATUSES = "('superseded', 'evicted', 'swept')"
+# What a forgotten row keeps of its content: nothing (its FTS entry is deleted with it).
+SCRUB_FORGOTTEN_SQL = ("UPDATE records SET text = '', norm = '', keywords = '[]'"
+                       " WHERE status = 'forgotten' AND (text != '' OR keywords != '[]')")
+# The highest seq the file has ever held, recorded before a purge deletes rows, so the next
+# id never goes back (ids are MAX(seq) + 1 otherwise).
+META_LAST_SEQ = "last_seq"
+NEXT_SEQ_SQL = (
+    "SELECT max(ifnull((SELECT max(seq) FROM records), 0),"
+    f" ifnull((SELECT CAST(value AS INTEGER) FROM meta WHERE key = '{META_LAST_SEQ}'), 0)) + 1"
 )
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -133,6 +150,22 @@ MIGRATIONS: tuple[Migration, ...] = (
         ("records", "source", "TEXT NOT NULL DEFAULT 'reflection'"
                               " CHECK (source IN ('human', 'reflection'))"),
     )),
+    Migration(4, "when each row left active, and forgotten text scrubbed", (
+        # The purge of dead rows past the retention (sqlite.py ``_purge``) reads them oldest
+        # death first; the index holds only the rows it may purge.
+        f"CREATE INDEX IF NOT EXISTS records_dead ON records (retired_at)"
+        f" WHERE status IN {PURGEABLE_STATUSES}",
+    ), columns=(
+        # Epoch milliseconds; NULL while the row is active. A file at this version is refused
+        # by an older scopemem, which would retire rows without it.
+        ("records", "retired_at", "INTEGER"),
+    ), once=(
+        # Rows that died before the column existed count as dying at the upgrade, so they
+        # keep their retention from then: an upgrade purges nothing at once.
+        "UPDATE records SET retired_at = ? WHERE status != 'active' AND retired_at IS NULL",
+        # A forgotten row keeps its id, status and provenance, never its text.
+        SCRUB_FORGOTTEN_SQL,
+    )),
 )
 
 SCHEMA_VERSION = max(migration.version for migration in MIGRATIONS)
@@ -144,13 +177,15 @@ def apply_schema(conn: Any, now: int) -> None:
         conn.execute(statement)
     seen = {version for (version,) in conn.execute("SELECT version FROM schema_migrations")}
     for migration in MIGRATIONS:
-        for statement in migration.statements:
-            conn.execute(statement)
         for table, column, definition in migration.columns:
             present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
             if column not in present:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+        for statement in migration.statements:
+            conn.execute(statement)
         if migration.version not in seen:
+            for statement in migration.once:
+                conn.execute(statement, (now,) * statement.count("?"))
             conn.execute(
                 "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                 (migration.version, migration.name, now),

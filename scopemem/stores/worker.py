@@ -6,7 +6,9 @@ not JSON, a transport error or a timeout costs the caller that scope's records a
 (``retrieve_strict`` is the same call raising instead, for a caller that must say a scope
 failed). ``write``, ``list``, ``forget`` and ``sweep`` raise ``StoreError`` naming the route,
 the status and the server's reason, because an empty answer there would be a lie to a person;
-a body the worker refuses (400, 413) raises its subclass ``StoreRefused``.
+a body the worker refuses (400, 413) raises its subclass ``StoreRefused``, and a write to a new
+scope beyond the worker's limit on scopes (507) ``ScopeLimitReached``, as the SQLite store
+itself would.
 
 What is sent always fits the wire contract the worker checks: a query longer than
 ``MAX_QUERY_CHARS`` goes as its distinct tokens (``engine.wire_query``, which every store reads
@@ -51,7 +53,7 @@ from scopemem.core.records import (
     to_wire,
 )
 from scopemem.core.scoring import keyword_match
-from scopemem.errors import ConfigError, StoreError, StoreRefused
+from scopemem.errors import ConfigError, ScopeLimitReached, StoreError, StoreRefused
 from scopemem.plugins.markers import hookimpl
 from scopemem.stores.base import (
     DEFAULT_RANKING,
@@ -173,7 +175,8 @@ class WorkerStore:
                 settings.option_key("base_url"), token_env,
             )
             return InMemoryStore(cap=settings.cap, clock=settings.clock,
-                                 ranking=settings.ranking)
+                                 ranking=settings.ranking,
+                                 retention_days=settings.retention_days)
         try:
             return cls(base_url, token, cap=settings.cap, timeout=timeout,
                        ranking=settings.ranking)
@@ -223,7 +226,8 @@ class WorkerStore:
         try:
             return await self._call(route, payload)
         except _CallFailed as exc:
-            error = StoreRefused if exc.status in _REFUSED_BODY else StoreError
+            error = (StoreRefused if exc.status in _REFUSED_BODY
+                     else ScopeLimitReached if exc.status == 507 else StoreError)
             raise error(f"memory worker {route} failed: {exc}") from None
 
     # --- the store ------------------------------------------------------------------------

@@ -13,7 +13,12 @@ Routes (bodies are JSON objects, camelCase, times in epoch milliseconds)::
     GET  /openapi.json                                 -> the shipped document (no auth)
 
 Any other path is 404 and another method on a known path is 405. Every error body is
-``{"error": "<reason>"}``.
+``{"error": "<reason>"}``. A write that would create a scope beyond the store's limit on scopes
+is 507 (``ScopeLimitReached``); writes to existing scopes go on.
+
+A client's ``cap`` is bounded by the operator: never above the server's cap (``cap``, the
+store's default), never below its floor (``min_cap``). A client may lower its scopes' cap down
+to the floor, so a token holder cannot retire a scope's records by sending ``cap: 1``.
 
 A request to a data route passes three gates, in this order; the first two look only at the
 headers, so a request they refuse never has its body read and its connection is closed after
@@ -53,8 +58,8 @@ from aiohttp import ClientConnectionResetError, hdrs, web
 from aiohttp.http_exceptions import ContentLengthError
 from multidict import CIMultiDictProxy
 
-from scopemem.core.records import Record, to_wire
-from scopemem.errors import StoreBusy, StoreError
+from scopemem.core.records import MAX_SCOPE_CAP, Record, to_wire
+from scopemem.errors import ScopeLimitReached, StoreBusy, StoreError
 from scopemem.stores.base import MemoryStore, search_hits
 from scopemem.worker_aiohttp import validation
 from scopemem.worker_aiohttp.records_json import RecordsJson, dumps
@@ -93,8 +98,21 @@ class _Served:
     source: Any
     token: bytes
     max_body: int
+    cap: int | None = None
+    min_cap: int | None = None
     store: MemoryStore | None = None
     records_json: RecordsJson = attrs.field(factory=RecordsJson)
+
+    def bounded_cap(self, requested: int | None) -> int | None:
+        """The cap a write runs under for a client's ``requested`` one: at most the server's
+        cap, at least its floor; None (the store's default) when the client sent none."""
+        if requested is None:
+            return None
+        if self.cap is not None:
+            requested = min(requested, self.cap)
+        if self.min_cap is not None:
+            requested = max(requested, self.min_cap)
+        return requested
 
     def require_store(self) -> MemoryStore:
         if self.store is None:
@@ -209,6 +227,10 @@ async def _errors(request: web.Request, handler: Callable[..., Awaitable[web.Str
         log.warning("[busy] %s: %s", request.path, exc)
         return _error(503, "busy: the store cannot take more now, retry shortly",
                       {hdrs.RETRY_AFTER: "1"})
+    except ScopeLimitReached as exc:
+        log.warning("[error] %s refused: %s", request.path, exc)
+        return _error(507, "the worker's limit on scopes is reached: a write to a new scope"
+                           " is refused (existing scopes still take writes)")
     except StoreError as exc:
         log.error("[error] %s failed in the store: %s", request.path, exc)
         return _error(500, "the store failed; see the worker's log")
@@ -318,8 +340,9 @@ async def used(request: web.Request) -> web.StreamResponse:
 @_data_route
 async def write(request: web.Request) -> web.StreamResponse:
     args = validation.write_args(await _body(request))
-    store = request.app[SERVED].require_store()
-    counts = await store.write(args.scope_key, args.candidates, args.cap)
+    served = request.app[SERVED]
+    store = served.require_store()
+    counts = await store.write(args.scope_key, args.candidates, served.bounded_cap(args.cap))
     if counts.evicted:
         log.info("[write] %s <- %d candidates (evicted %d)",
                  args.scope_key, len(args.candidates), counts.evicted)
@@ -419,6 +442,8 @@ def create_app(
     token: str | None,
     *,
     max_body: int = DEFAULT_MAX_BODY,
+    cap: int | None = None,
+    min_cap: int | None = None,
 ) -> web.Application:
     """The worker application serving ``store``.
 
@@ -426,11 +451,21 @@ def create_app(
         way the store is closed when the application shuts down, after in-flight requests.
     :param token: the bearer every data route requires; ``None`` or ``""`` refuses everyone.
     :param max_body: the largest request body accepted, in bytes (413 above it).
+    :param cap: the most a client's ``cap`` may be (the store's default cap); None: no bound.
+    :param min_cap: the least a client's ``cap`` may be; None: no floor.
     """
     if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
         raise ValueError(f"max_body must be a positive integer, got {max_body!r}")
+    for name, value in (("cap", cap), ("min_cap", min_cap)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 1 <= value <= MAX_SCOPE_CAP):
+            raise ValueError(f"{name} must be an integer from 1 to {MAX_SCOPE_CAP},"
+                             f" got {value!r}")
+    if cap is not None and min_cap is not None and min_cap > cap:
+        raise ValueError(f"min_cap ({min_cap}) must not be above cap ({cap})")
     app = web.Application(middlewares=[_errors, _gates], client_max_size=max_body)
-    app[SERVED] = _Served(source=store, token=_check_token(token), max_body=max_body)
+    app[SERVED] = _Served(source=store, token=_check_token(token), max_body=max_body,
+                          cap=cap, min_cap=min_cap)
     app[OPENAPI] = load_openapi()
     app.cleanup_ctx.append(_open_store)
     app.on_response_prepare.append(_no_banner)

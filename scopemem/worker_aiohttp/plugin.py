@@ -98,6 +98,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
             else:
                 log.warning("--data applies to the sqlite store only; ignored for %r", name)
         settings = StoreSettings(name=name, options=options, cap=config.max_records_per_scope,
+                                 retention_days=config.retention_days,
                                  environ=dict(os.environ), ranking=config.ranking_spec())
         token = os.environ.get(TOKEN_ENV, "")
         if len(token) < MIN_TOKEN_CHARS:
@@ -116,7 +117,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
         except ScopememError as exc:
             raise click.ClickException(str(exc)) from None
         try:
-            app = create_app(store, token)
+            app = create_app(store, token, cap=config.max_records_per_scope,
+                             min_cap=config.cap_floor())
         except ValueError as exc:
             asyncio.run(store.close())
             raise click.ClickException(f"{TOKEN_ENV}: {exc}") from None

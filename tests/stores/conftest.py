@@ -25,18 +25,22 @@ STORE_KINDS = ["memory", "sqlite", "worker"]
 @pytest.fixture(params=STORE_KINDS)
 async def make_store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path
                      ) -> AsyncIterator[MakeStore]:
-    """``await make_store(cap=…)`` builds a fresh store of the parametrized kind."""
+    """``await make_store(cap=…, retention_days=…)`` builds a fresh store of the
+    parametrized kind (the worker's retention is its backing store's)."""
     built: list[MemoryStore] = []
     servers = AsyncExitStack()
 
-    async def make(cap: int = 500) -> MemoryStore:
+    async def make(cap: int = 500, retention_days: int = 30) -> MemoryStore:
         if request.param == "memory":
-            store: MemoryStore = InMemoryStore(cap=cap, clock=clock)
+            store: MemoryStore = InMemoryStore(cap=cap, clock=clock,
+                                               retention_days=retention_days)
         elif request.param == "sqlite":
-            store = SqliteStore(tmp_path / f"sqlite-{len(built)}", cap=cap, clock=clock)
+            store = SqliteStore(tmp_path / f"sqlite-{len(built)}", cap=cap, clock=clock,
+                                retention_days=retention_days)
         elif request.param == "worker":
             # WorkerStore -> a live aiohttp server on 127.0.0.1 -> a SqliteStore.
-            backing = SqliteStore(tmp_path / f"worker-{len(built)}", cap=cap, clock=clock)
+            backing = SqliteStore(tmp_path / f"worker-{len(built)}", cap=cap, clock=clock,
+                                  retention_days=retention_days)
             store = await _served(servers, backing, cap)
         else:  # pragma: no cover - every kind above is handled
             raise AssertionError(request.param)

@@ -439,6 +439,26 @@ async def test_nothing_is_evicted_at_the_cap(make_store):
     assert counts.evicted == 0
 
 
+# --- retention ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("retention_days", [0, 1])
+async def test_purged_dead_rows_change_no_answer_and_no_id_is_reused(
+        make_store, clock: FakeClock, retention_days: int):
+    store = await make_store(cap=2, retention_days=retention_days)
+    await store.write(ORG, [fact("alpha one"), fact("beta two"), fact("gamma three")])
+    await store.write(ORG, [fact("gamma, corrected", supersedes=f"mem:{ORG}:3")])
+    assert await store.forget(ORG, f"mem:{ORG}:4")
+    clock.advance(DAY_MS)
+    # Every dead row is past the retention now: this write purges them.
+    await store.write(ORG, [fact("delta four")])
+    await store.write(ORG, [fact("alpha one")])  # an evicted text comes back as new
+    assert [r.id for r in await store.list(ORG, 10)] == [f"mem:{ORG}:6", f"mem:{ORG}:5"]
+    assert [r.text for r in await store.retrieve(ORG, "alpha gamma", 5)] == ["alpha one"]
+    assert await store.forget(ORG, f"mem:{ORG}:1") is False
+    assert await store.forget(ORG, f"mem:{ORG}:4") is False
+
+
 # --- sweep -----------------------------------------------------------------------------------
 
 

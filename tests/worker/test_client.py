@@ -304,7 +304,7 @@ def test_constructor_refuses_bad_arguments(args, message):
 
 
 def settings(environ: dict[str, str] | None = None, **options: Any) -> StoreSettings:
-    return StoreSettings(name="worker", options=options, cap=321,
+    return StoreSettings(name="worker", options=options, cap=321, retention_days=9,
                          environ=environ if environ is not None else {"MEMORY_TOKEN": "t0k"})
 
 
@@ -323,6 +323,7 @@ def test_from_settings_builds_a_worker_store():
 def test_a_missing_token_falls_back_to_the_in_process_store(environ, memory_warnings):
     store = WorkerStore.from_settings(settings(environ, base_url="http://127.0.0.1:8787"))
     assert isinstance(store, InMemoryStore) and store.cap == 321
+    assert store.retention_days == 9
     [warning] = memory_warnings()
     assert "$MEMORY_TOKEN" in warning and "lost on restart" in warning
     assert "memory.stores.worker.base_url" in warning

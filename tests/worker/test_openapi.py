@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 from yarl import URL
 
+from scopemem.errors import ScopeLimitReached
 from scopemem.worker_aiohttp.app import DATA_ROUTES, create_app, load_openapi, running
 from tests.worker.conftest import AUTH, ORG, TOKEN, candidate, raw_exchange
 
@@ -86,6 +87,8 @@ async def drive(session: aiohttp.ClientSession, url: str, spy, path: str, method
         kwargs["headers"]["Content-Encoding"] = "gzip"
     elif status == 500:
         spy.fail = RuntimeError("the disk is on fire")
+    elif status == 507:
+        spy.fail = ScopeLimitReached("the data directory holds 1 scopes, the limit")
     try:
         async with session.request(method, url + path, **kwargs) as response:
             return response.status, await response.json(content_type=None)
@@ -95,7 +98,7 @@ async def drive(session: aiohttp.ClientSession, url: str, spy, path: str, method
 
 async def test_every_documented_status_is_what_the_server_does(spy):
     triples = documented()
-    assert {status for _, _, status in triples} == {200, 400, 401, 411, 413, 415, 500}
+    assert {status for _, _, status in triples} == {200, 400, 401, 411, 413, 415, 500, 507}
     async with running(create_app(spy, TOKEN)) as url, aiohttp.ClientSession() as session:
         for path, method, status in triples:
             got, answer = await drive(session, url, spy, path, method, status)
