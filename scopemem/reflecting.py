@@ -94,6 +94,7 @@ class ReflectionReport:
     skipped: str | None = None
     offered: int = 0
     dropped: int = 0
+    dropped_reasons: Counter[str] = attrs.field(factory=Counter)
     rejected: int = 0
     summary: int = 0
     counts: WriteCounts = attrs.field(factory=WriteCounts)
@@ -124,7 +125,8 @@ class ReflectionReport:
         line = (
             f"{head}offered {self.offered}, rejected {self.rejected}, "
             f"restated {c.restated}, inserted {self.inserted_facts}, summary {self.summary}, "
-            f"dropped {self.dropped}, deduped {c.deduped}, superseded {c.superseded}, "
+            f"dropped {reasons(self.dropped_reasons) if self.dropped_reasons else self.dropped}, "
+            f"deduped {c.deduped}, superseded {c.superseded}, "
             f"outranked {c.outranked}, evicted {c.evicted}, "
             f"narrowed {reasons(self.narrowed)}, denied {reasons(self.denied)}"
             + (f", failed reads {self.failed_reads}" if self.failed_reads else "")
@@ -226,6 +228,7 @@ async def reflect(memory: Memory, run: Run) -> ReflectionReport | None:
         return report
     report.offered = len(reflection.facts)
     report.dropped = reflection.dropped
+    report.dropped_reasons.update(reflection.drop_reasons)
 
     items: list[Reflected] = []
     for item in (*reflection.facts, *([reflection.summary] if reflection.summary else [])):

@@ -318,3 +318,18 @@ async def test_a_batch_refused_as_a_whole_is_written_one_candidate_at_a_time(
                                        "lint before pushing"]
     [line] = lines(caplog)
     assert "inserted 2, summary 1," in line and line.count("failed writes 1") == 1
+
+
+async def test_a_fact_that_is_not_text_is_dropped_with_its_reason_not_the_batch(
+        store, clock, scripted, caplog):
+    caplog.set_level(logging.INFO, logger="scopemem")
+    memory = make_memory(store, clock, scripted)
+    # The extractor's JSON can carry "\ud800": a lone surrogate, which no store can keep.
+    scripted.replies = [{"facts": [lesson("deploys need the vpn"), lesson("bad \ud800 text"),
+                                   lesson("lint before pushing")],
+                         "summary": "a deploy question"}]
+    await reflect(memory, run())
+    assert await texts(store, ORG) == ["a deploy question", "deploys need the vpn",
+                                       "lint before pushing"]
+    [line] = lines(caplog)
+    assert "inserted 2, summary 1," in line and "dropped 1 (not text 1)" in line

@@ -228,6 +228,8 @@ class Reflection:
     facts: tuple[Reflected, ...]
     summary: Reflected | None
     dropped: int
+    # Why facts were dropped: reason → how many (the reasons ``parse_reflection`` names).
+    drop_reasons: Mapping[str, int] = attrs.field(factory=dict)
 
 
 _FENCE = re.compile(r"^\s*```(?:json|JSON)?\s*\n(.*?)\n?\s*```\s*$", re.DOTALL)
@@ -283,27 +285,37 @@ def parse_reflection(
     redact: Callable[[str], str] = redact_secrets,
 ) -> Reflection:
     """Read the extractor's reply. Raises ``ReflectionRejected`` for a bad envelope; inside,
-    a fact without non-empty text or with a confidence outside [0.6, 1] is dropped and
-    counted. At most five facts survive; pointers survive only when they name a shown id; a
-    missing or unknown audience (one not in ``audiences``, narrowest first as
-    ``audience_order`` gives them) is org; the summary takes the narrowest audience any fact
-    carried, so a personal thread's summary stays personal. Every text and keyword is
-    passed through ``redact`` (as in ``build_reflection_input``); the write boundary then
-    redacts the keywords again in the context of their text."""
+    a fact without non-empty text or with a confidence outside [0.6, 1], or whose text is
+    not valid Unicode (a lone surrogate), is dropped and counted with its reason. At most
+    five facts survive; pointers survive only when they name a shown id; a missing or
+    unknown audience (one not in ``audiences``, narrowest first as ``audience_order`` gives
+    them) is org; the summary takes the narrowest audience any fact carried, so a personal
+    thread's summary stays personal. Every text and keyword is passed through ``redact``
+    (as in ``build_reflection_input``); the write boundary then redacts the keywords again
+    in the context of their text."""
     data = _envelope(raw)
     facts: list[Reflected] = []
-    dropped = 0
+    reasons: dict[str, int] = {}
+
+    def drop(reason: str) -> None:
+        reasons[reason] = reasons.get(reason, 0) + 1
+
     for item in data["facts"]:
         if not isinstance(item, dict):
-            dropped += 1
+            drop("malformed")
             continue
         text = item.get("text")
         confidence = _confidence(item.get("confidence"))
         if not isinstance(text, str) or not text.strip() or confidence is None:
-            dropped += 1
+            drop("malformed")
+            continue
+        if not _is_text(text):
+            # A lone surrogate: no store can keep it; this fact alone is lost, never the
+            # batch.
+            drop("not text")
             continue
         if len(facts) == MAX_FACTS:
-            dropped += 1
+            drop("over five")
             continue
         facts.append(Reflected(
             Candidate(
@@ -328,4 +340,14 @@ def parse_reflection(
                       source_thread_key=thread_key, source_run_id=run_id),
             narrowest,
         )
-    return Reflection(facts=tuple(facts), summary=summary, dropped=dropped)
+    return Reflection(facts=tuple(facts), summary=summary, dropped=sum(reasons.values()),
+                      drop_reasons=reasons)
+
+
+def _is_text(value: str) -> bool:
+    """Whether ``value`` encodes as UTF-8 (a lone surrogate does not)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -106,6 +106,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import attrs
+
 from scopemem.core import engine
 from scopemem.core.ranking import Ranking
 from scopemem.core.records import (
@@ -351,6 +353,22 @@ def _check_path(value: object, name: str) -> str:
     return value
 
 
+#: How much ranking work (postings read: the query terms' document frequencies summed) a
+#: retrieval may do on the event loop; past it the ranking runs on the read pool. About a
+#: millisecond of work: a light brief reads tens or hundreds of postings, while 24 common
+#: words over 10,000 matching rows read 240,000 (about 25 ms that would hold every other
+#: client's request).
+LOOP_WORK = 20_000
+
+
+@attrs.frozen
+class _Heavy:
+    """A view that can answer, but not on the loop."""
+
+    handle: Any
+    view: ScopeView
+
+
 class _Handle:
     """One cached connection and the lock that keeps it to one thread at a time."""
 
@@ -513,6 +531,11 @@ class SqliteStore:
         if not terms.terms or limit <= 0:
             return []
         answered = self._from_view(scope_key, terms, limit, now, bump)
+        if isinstance(answered, _Heavy):
+            # Too much ranking for the event loop: the same work on a pool thread, so light
+            # queries on other scopes are answered meanwhile.
+            ranked = await self._run("read", self._rank_view, answered.view, terms, limit, now)
+            answered = self._view_answer(answered.handle, ranked, bump, now)
         if answered is None:
             entry = self._writers.get(scope_key)
             if entry is not None and entry[0].locked():
@@ -898,10 +921,11 @@ class SqliteStore:
     # --- the in-memory views (see "Reads") -------------------------------------------------
 
     def _from_view(self, scope_key: str, terms: engine.QueryTerms, limit: int, now: int,
-                   bump: bool) -> tuple[list[Hit], _Handle | None] | None:
+                   bump: bool) -> tuple[list[Hit], _Handle | None] | _Heavy | None:
         """Answer a retrieval from the scope's view, on the event loop, with its bumps added
         when ``bump`` (and the handle holding them, when there are any); None when the view
-        cannot answer (there is none, or the rows changed since it was read)."""
+        cannot answer (there is none, or the rows changed since it was read); ``_Heavy`` when
+        the ranking would hold the loop longer than ``LOOP_WORK`` allows."""
         with self._cache_lock:
             handle = self._handles.get(scope_key)
             if handle is None:
@@ -922,9 +946,23 @@ class SqliteStore:
         if generation != view.generation:
             self._release_view(handle, view)
             return None
+        if view.work(terms) > LOOP_WORK:
+            return _Heavy(handle, view)
+        return self._view_answer(handle, self._rank_view(view, terms, limit, now), bump, now)
+
+    def _rank_view(self, view: ScopeView, terms: engine.QueryTerms, limit: int, now: int
+                   ) -> list[tuple[tuple[Any, ...], float]]:
+        """The view's ranked rows. Safe on a pool thread: the postings never change, and the
+        loop only replaces whole entries (a usage bump), one atomic assignment each."""
         weights = engine.term_weights(terms, view.stats(terms), self.ranking)
-        ranked = engine.rank_covered(view.covered(terms, weights), sum(weights), limit, now,
-                                     self.ranking, view.continues, view.entries)
+        return engine.rank_covered(view.covered(terms, weights), sum(weights), limit, now,
+                                   self.ranking, view.continues, view.entries)
+
+    @staticmethod
+    def _view_answer(handle: _Handle, ranked: list[tuple[tuple[Any, ...], float]], bump: bool,
+                     now: int) -> tuple[list[Hit], _Handle | None] | None:
+        """A view's ranked rows as hits, their bumps added when ``bump``; None when the
+        handle closed meanwhile (the caller answers through SQL)."""
         if not ranked:
             return [], None
         if not bump:

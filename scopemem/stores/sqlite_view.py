@@ -68,6 +68,11 @@ class ScopeView:
     def __len__(self) -> int:
         return len(self.entries)
 
+    def work(self, terms: QueryTerms) -> int:
+        """How many postings ranking ``terms`` reads: the cost of ``covered``."""
+        postings = self.postings
+        return sum(len(postings.get(term, ())) for term in terms.terms)
+
     def stats(self, terms: QueryTerms) -> ScopeStats:
         """The scope's statistics for the query's terms, as the FTS vocabulary gives them:
         every row held is active and indexed, and a posting list holds each row once."""

@@ -14,9 +14,10 @@ stores cannot open their files either). ``Limits`` bounds all of it:
 * ``body_timeout``: the application reads a body within this many seconds or answers 408
   (``app._body``).
 * ``max_connections``: at most this many connections at once. A connection beyond it first
-  displaces the oldest connection that is waiting for a request (idle or dribbling a header:
-  it has cost the server nothing yet and loses nothing); when every connection is busy
-  with a request, the newcomer is answered a fixed 503 and closed, without parsing
+  displaces the oldest connection that has never sent a complete request (idle or dribbling
+  a header: it has cost the server nothing yet and loses nothing), else the oldest that waits
+  for its next request (a client reconnects and loses nothing either); when every connection
+  is busy with a request, the newcomer is answered a fixed 503 and closed, without parsing
   anything. The default is half the process's open-file limit, so the other half stays for
   the store's files.
 
@@ -125,6 +126,11 @@ class _FencedRequestHandler(RequestHandler):
         return (waiter is not None and not waiter.done()
                 and not getattr(self, "_messages", True))
 
+    def proven(self) -> bool:
+        """Whether the connection has sent a complete request already (a client keeping
+        its connection alive), as opposed to one that never has (idle or dribbling)."""
+        return getattr(self, "_request_count", 1) > 0
+
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
         if status >= 500 and exc is not None:
@@ -147,11 +153,21 @@ class _FencedServer(web.Server):
         connections = self._connections
         if len(connections) <= self.limits.max_connections:
             return True
-        for other in connections:  # insertion order: the oldest first
-            if other is not handler and isinstance(other, _FencedRequestHandler) \
-                    and other.waiting():
+        # Oldest first (insertion order): a connection that never sent a request before one
+        # that has and now waits for its next (a client keeping its connection alive).
+        fallback = None
+        for other in connections:
+            if other is handler or not isinstance(other, _FencedRequestHandler) \
+                    or not other.waiting():
+                continue
+            if not other.proven():
                 other.force_close()
                 return True
+            if fallback is None:
+                fallback = other
+        if fallback is not None:
+            fallback.force_close()
+            return True
         return False
 
 

@@ -408,3 +408,29 @@ async def test_every_change_to_the_rows_counts_a_generation_and_a_retrieval_does
         assert await change
         assert generation() == seen + 1
         seen += 1
+
+
+async def test_a_heavy_query_is_ranked_off_the_event_loop_with_the_same_answer(
+        make, monkeypatch):
+    import threading
+
+    from scopemem.stores import sqlite as sqlite_module
+
+    store = make()
+    await store.write(ORG, [fact(f"deploy cache rule {n}") for n in range(40)])
+    await warm(store)
+    assert store._handles[ORG].view is not None
+    threads: list[str] = []
+    rank = SqliteStore._rank_view
+
+    def spying(self, *args):
+        threads.append(threading.current_thread().name)
+        return rank(self, *args)
+
+    monkeypatch.setattr(SqliteStore, "_rank_view", spying)
+    light = await store.search(ORG, "deploy cache", 5, bump=False)
+    monkeypatch.setattr(sqlite_module, "LOOP_WORK", 10)  # every query is heavy now
+    heavy = await store.search(ORG, "deploy cache", 5, bump=False)
+    assert heavy == light
+    assert threads[0] == threading.current_thread().name  # light: on the loop's thread
+    assert threads[1].startswith("scopemem-sqlite-read")  # heavy: on the read pool
