@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from scopemem.core.records import MAX_TEXT_CHARS, Candidate, Kind, Record
-from scopemem.core.text import redact_secrets
+from scopemem.core.text import is_text, redact_secrets
 
 REFLECT_MIN_TURNS = 4
 # A request or thread carrying this (any case) keeps its run out of memory: it is never
@@ -309,7 +309,7 @@ def parse_reflection(
         if not isinstance(text, str) or not text.strip() or confidence is None:
             drop("malformed")
             continue
-        if not _is_text(text):
+        if not is_text(text):
             # A lone surrogate: no store can keep it; this fact alone is lost, never the
             # batch.
             drop("not text")
@@ -343,11 +343,3 @@ def parse_reflection(
     return Reflection(facts=tuple(facts), summary=summary, dropped=sum(reasons.values()),
                       drop_reasons=reasons)
 
-
-def _is_text(value: str) -> bool:
-    """Whether ``value`` encodes as UTF-8 (a lone surrogate does not)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

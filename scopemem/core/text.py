@@ -154,6 +154,11 @@ _STRAY_JOINER_RE = re.compile(
     f"(?<!{_VISIBLE_NON_ASCII})[{JOINERS}]|[{JOINERS}](?!{_VISIBLE_NON_ASCII})")
 
 
+def is_text(value: str) -> bool:
+    """Whether ``value`` encodes as UTF-8: it holds no lone surrogate."""
+    return value.isascii() or _SURROGATE_RE.search(value) is None
+
+
 def encodable(value: str) -> str:
     """``value`` with every lone surrogate replaced by U+FFFD, so it encodes as UTF-8.
 

@@ -36,6 +36,7 @@ from scopemem.core.records import (
     from_wire,
 )
 from scopemem.core.scopes import identifier_problem, scope_key_problem
+from scopemem.core.text import is_text
 
 KINDS = tuple(kind.value for kind in Kind)
 SOURCES = tuple(source.value for source in Source)
@@ -125,11 +126,11 @@ def _unencodable(value: Any, where: str) -> str | None:
     encoded as UTF-8: JSON's ``\\ud800`` escapes decode to lone surrogates, which no store
     can keep and no answer can carry. None when every string is text."""
     if isinstance(value, str):
-        return None if value.isascii() or _is_text(value) else (where or "body")
+        return None if value.isascii() or is_text(value) else (where or "body")
     if isinstance(value, dict):
         for key, item in value.items():
             path = f"{where}.{key}" if where else str(key)
-            if not _is_text(key):
+            if not is_text(key):
                 return where or "body"
             found = _unencodable(item, path)
             if found is not None:
@@ -140,14 +141,6 @@ def _unencodable(value: Any, where: str) -> str | None:
             if found is not None:
                 return found
     return None
-
-
-def _is_text(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 # --- single fields ------------------------------------------------------------------------------
