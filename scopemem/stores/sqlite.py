@@ -460,7 +460,7 @@ class SqliteStore:
         clock: Clock = wall_clock_ms,
         synchronous: str = "full",
         busy_timeout_ms: int = 5000,
-        max_open: int = 64,
+        max_open: int | None = None,
         cache_rows: int = DEFAULT_CACHE_ROWS,
         usage_flush_ms: int = DEFAULT_USAGE_FLUSH_MS,
         ranking: Ranking = DEFAULT_RANKING,
@@ -478,11 +478,15 @@ class SqliteStore:
         self.directory = os.path.abspath(os.path.expanduser(_check_path(path, "path")))
         self.synchronous = _check_synchronous(synchronous, "synchronous")
         self.busy_timeout_ms = _check_int(busy_timeout_ms, "busy_timeout_ms", 0)
-        self.max_open = _check_int(max_open, "max_open", 1)
+        self.max_open = (default_max_open() if max_open is None
+                         else _check_int(max_open, "max_open", 1))
         self.cache_rows = _check_int(cache_rows, "cache_rows", 0)
         self.usage_flush_ms = _check_int(usage_flush_ms, "usage_flush_ms", 0,
                                          USAGE_FLUSH_MS_MAX)
         self._cached_rows = 0  # rows held by views, across scopes (guarded by _cache_lock)
+        # Files whose token index this store has checked against their rows: once per file
+        # per store, not on every reopen from the cache of open files.
+        self._reconciled: set[str] = set()
         self._clock = clock
         self._handles: OrderedDict[str, _Handle] = OrderedDict()
         self._closing: dict[str, _Handle] = {}  # evicted from the cache, not closed yet
@@ -509,7 +513,7 @@ class SqliteStore:
             clock=settings.clock,
             synchronous=settings.choice_option("synchronous", "full", SYNCHRONOUS_LEVELS),
             busy_timeout_ms=settings.int_option("busy_timeout_ms", 5000, 0),
-            max_open=settings.int_option("max_open_connections", 64, 1),
+            max_open=settings.int_option("max_open_connections", default_max_open(), 1),
             cache_rows=settings.int_option("cache_rows", DEFAULT_CACHE_ROWS, 0),
             usage_flush_ms=settings.int_option("usage_flush_ms", DEFAULT_USAGE_FLUSH_MS, 0,
                                                USAGE_FLUSH_MS_MAX),
@@ -634,12 +638,12 @@ class SqliteStore:
         executors, self._executors = self._executors, {}
         if not executors:
             for handle in handles:
-                self._close_handle(handle)
+                self._close_handle(handle, final=True)
             return
         # Closing waits for operations already running on a connection to finish.
         executor = executors.get("write") or next(iter(executors.values()))
         await asyncio.get_running_loop().run_in_executor(
-            executor, lambda: [self._close_handle(handle) for handle in handles])
+            executor, lambda: [self._close_handle(handle, final=True) for handle in handles])
         for pool in executors.values():
             pool.shutdown(wait=False)
 
@@ -1333,7 +1337,11 @@ class SqliteStore:
             raise StoreError(f"sqlite store: cannot read the data directory {self.directory}:"
                              f" {exc.strerror or exc}") from exc
 
-    def _close_handle(self, handle: _Handle) -> None:
+    def _close_handle(self, handle: _Handle, *, final: bool = False) -> None:
+        """Close a handle's connections, committing its pending usage bumps. ``final`` (the
+        store closing) also checkpoints the WAL into the database file and removes it, so a
+        store that was closed leaves each scope one self-contained file; an eviction from
+        the cache does not (see ``_connect``)."""
         with handle.lock:
             if handle.closed:
                 return
@@ -1355,6 +1363,8 @@ class SqliteStore:
                                 handle.path, len(handle.pending), _describe(exc))
             if conn is not None:
                 try:
+                    if final:
+                        conn.config(_apsw().SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0)
                     conn.close()
                 except Exception:  # pragma: no cover - closing never fails in practice
                     log.warning("sqlite store: closing %s failed", handle.path, exc_info=True)
@@ -1385,14 +1395,12 @@ class SqliteStore:
                 raise StoreError(f"sqlite store: {path}: cannot switch to WAL (got {mode})")
             conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
             conn.wal_autocheckpoint(_WAL_AUTOCHECKPOINT_PAGES)
-            with self._transaction(conn):
-                schema.apply_schema(conn, self._clock())
-                owner = schema.claim_scope(conn, scope_key)
-                if owner != scope_key:
-                    raise StoreError(f"sqlite store: {path} holds scope {owner!r},"
-                                     f" not {scope_key!r}; left untouched")
-                self._refold(conn, path)
-                self._reconcile(conn)
+            if not self._is_current(conn, scope_key):
+                self._prepare(conn, path, scope_key)
+            elif path not in self._reconciled:
+                with self._transaction(conn):  # writes only what is out of step
+                    self._reconcile(conn)
+            self._reconciled.add(path)
             conn.execute(VOCAB_TABLE_SQL)
         except BaseException as exc:
             conn.close()
@@ -1401,6 +1409,28 @@ class SqliteStore:
                                  "; left untouched") from exc
             raise
         return conn
+
+    def _is_current(self, conn: Any, scope_key: str) -> bool:
+        """Whether the file needs nothing before use: this scope's, at this schema version,
+        indexed under this store's rules. Then opening it writes nothing (no transaction,
+        no sync): the common case, paid on the read path whenever a scope comes back into
+        the cache of open files."""
+        return (schema.pragma(conn, "application_id") == schema.APPLICATION_ID
+                and schema.pragma(conn, "user_version") == schema.SCHEMA_VERSION
+                and schema.stored_scope(conn) == scope_key
+                and schema.stored_meta(conn, schema.META_FOLDING) == self.analyzer.signature)
+
+    def _prepare(self, conn: Any, path: str, scope_key: str) -> None:
+        """Create or migrate the schema, claim the file for the scope, re-derive its terms
+        and reconcile the index, in one write transaction."""
+        with self._transaction(conn):
+            schema.apply_schema(conn, self._clock())
+            owner = schema.claim_scope(conn, scope_key)
+            if owner != scope_key:
+                raise StoreError(f"sqlite store: {path} holds scope {owner!r},"
+                                 f" not {scope_key!r}; left untouched")
+            self._refold(conn, path)
+            self._reconcile(conn)
 
     @staticmethod
     def _check_identity(conn: Any, path: str, scope_key: str) -> None:
@@ -1535,6 +1565,19 @@ class SqliteStore:
                 conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
 
 
+def default_max_open() -> int:
+    """How many scope files may be open at once by default: a twelfth of the process's soft
+    open-file limit (an open scope holds up to six descriptors: the database, its WAL and its
+    shared memory, for the scope's connection and for its view's probe; the worker keeps
+    half the limit for its network connections), at least 16 and at most 4,096."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return 4096
+    return max(16, min(4096, soft // 12))
+
+
 def _out_of_descriptors() -> bool:
     """Whether the process cannot open one more file (EMFILE/ENFILE): what a ``CantOpen``
     means when the directory and the path are fine."""
@@ -1550,11 +1593,18 @@ def _connect(path: str, flags: int | None = None) -> Any:
     """An apsw connection to ``path`` (read-write, not creating, unless ``flags`` say
     otherwise) with ``secure_delete`` on: whatever SQLite frees (a forgotten row's cells, a
     purged row, a merged index segment) is overwritten with zeros, in the tables and in the
-    FTS5 shadow tables alike. Every connection the store opens is made here."""
+    FTS5 shadow tables alike; and no checkpoint on close. Every connection the store opens is
+    made here."""
     apsw = _apsw()
     conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE if flags is None else flags)
     try:
         conn.execute("PRAGMA secure_delete = ON")
+        # Closing does not checkpoint: every commit is already durable in the WAL (synced
+        # as ``synchronous`` says), and a checkpoint on close (two syncs and an unlink of the
+        # WAL) made every eviction from the open-connection cache cost a millisecond, paid
+        # on the read path when many scopes take turns. The WAL is checkpointed as writes
+        # grow it (``wal_autocheckpoint``, and ``_checkpoint_soon``), and stays on disk.
+        conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
     except BaseException:
         conn.close()
         raise

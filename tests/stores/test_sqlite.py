@@ -27,7 +27,7 @@ from scopemem.stores import sqlite as sqlite_module
 from scopemem.stores import sqlite_schema as schema
 from scopemem.stores.base import StoreSettings
 from scopemem.stores.memory import InMemoryStore
-from scopemem.stores.sqlite import SqliteStore, fts_tokens, scope_file_name
+from scopemem.stores.sqlite import SqliteStore, default_max_open, fts_tokens, scope_file_name
 from tests.conftest import DAY_MS, FakeClock, fact, summary
 from tests.stores.conftest import on_every_connection
 
@@ -638,7 +638,7 @@ def test_from_settings_reads_its_table(tmp_path: Path, monkeypatch):
     default = SqliteStore.from_settings(StoreSettings())
     assert default.directory == str(tmp_path / "scopemem-data")
     assert default.synchronous == "full" and default.busy_timeout_ms == 5000
-    assert default.max_open == 64 and default.usage_flush_ms == 1000
+    assert default.max_open == default_max_open() and default.usage_flush_ms == 1000
 
 
 @pytest.mark.parametrize(("options", "key"), [
@@ -789,3 +789,27 @@ async def test_a_file_opened_under_other_languages_is_reindexed_once(tmp_path, m
     assert len([r for r in caplog.records if "re-derived" in r.getMessage()]) == 1
     # Nothing was lost, and ids and use counts are the file's own.
     assert [r.id for r in await german.list(ORG, 10)] == [f"mem:{ORG}:2", f"mem:{ORG}:1"]
+
+
+def test_the_open_file_bound_follows_the_process_limit(monkeypatch):
+    import resource
+
+    for soft, expected in ((1024, 85), (256, 21), (100, 16), (120_000, 4096)):
+        monkeypatch.setattr(resource, "getrlimit", lambda _which, soft=soft: (soft, soft))
+        assert default_max_open() == expected
+
+
+async def test_a_file_closed_to_make_room_is_not_checkpointed_but_a_closed_store_is(make):
+    """Eviction from the cache of open files keeps the WAL (no sync, no unlink on the read
+    path); closing the store checkpoints the files it closes and removes their WAL."""
+    store = make(max_open=1)
+    await store.write(ORG, [fact("org lesson")])
+    await store.write(USER, [fact("user lesson")])  # evicts the org file from the cache
+    assert os.path.exists(store.path_for(ORG) + "-wal")
+    await store.close()
+    # The file open at the end is one self-contained file again; the one evicted earlier
+    # keeps its WAL, and its records are all there.
+    assert not os.path.exists(store.path_for(USER) + "-wal")
+    again = make()
+    assert [r.text for r in await again.list(ORG, 5)] == ["org lesson"]
+    assert [r.text for r in await again.list(USER, 5)] == ["user lesson"]
