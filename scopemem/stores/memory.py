@@ -289,16 +289,18 @@ class InMemoryStore:
         kept = self._purged(rows, now)
         if len(kept) != len(rows):
             positions = {record.id: position for position, record in enumerate(kept)}
-        was_active = index.details
+        # New active records join the index, changed ones replace their entry, and those
+        # that left active status in this batch (were indexed, are not active) leave it.
+        indexed = index.details
         for record_id, record in changed.items():
-            record_seq_ = record_seq(record_id)
+            number = record_seq(record_id)
             if record_id in fresh:
                 self._terms[record_id] = fresh[record_id]
-                index.add(record_seq_, record, fresh[record_id])
+                index.add(number, record, fresh[record_id])
             elif record.is_active:
-                index.touch(record_seq_, record)
-            elif record_seq_ in was_active:
-                self._retire(index, was_active[record_seq_][1])
+                index.touch(number, record)
+            elif number in indexed:
+                self._retire(index, indexed[number][1])
         index.positions = positions
         self._scopes[scope_key] = kept
         self._indexes[scope_key] = index
