@@ -7,7 +7,8 @@ generated records, then prints medians (milliseconds) of:
 
 * retrieve: ``SqliteStore.retrieve`` (thread hop, FTS5 prefilter, engine ranking, usage bump
   committed), the raw FTS5 candidate query that retrieve issues, run directly with apsw on the
-  same file (same SQL, same parameters), and ``InMemoryStore.retrieve``;
+  same file (same SQL, same parameters), and ``InMemoryStore.retrieve`` (target: at most
+  twice SqliteStore's, i.e. ``store / in-memory`` at least 0.5);
 * write: a batch of 50 new candidates through ``SqliteStore.write`` (with the scope under its
   cap, so no eviction), the same rows inserted raw (records + token index, one
   ``BEGIN IMMEDIATE`` transaction, same ``synchronous``) on the same file, the same batch
@@ -228,13 +229,11 @@ async def bench_size(size: int, limit: int, seconds: float, synchronous: str) ->
         raw.close()
         await sqlite.close()
 
-    # The in-process store holds the same records. Filling it through write() is quadratic
-    # (every candidate is compared with every record), so the scope is loaded directly with
-    # the records those writes would have minted (distinct texts: every one an insert).
+    # The in-process store holds the same records, written through the same batches (its
+    # index is kept by its writes).
     memory = InMemoryStore(cap=MAX_SCOPE_CAP, clock=clock)
-    memory._scopes[SCOPE] = [engine.mint_record(SCOPE, seq, candidate, clock())
-                             for seq, candidate in enumerate(written, start=1)]
-    memory._next_seq[SCOPE] = len(written) + 1
+    for start in range(0, len(written), BATCH):
+        await memory.write(SCOPE, written[start:start + BATCH])
     await memory.retrieve(SCOPE, queries[0], limit)
     retrieve["memory"] = await timed(lambda: memory.retrieve(SCOPE, next(cycle), limit),
                                      seconds, max_runs=100)
@@ -251,7 +250,7 @@ async def bench_size(size: int, limit: int, seconds: float, synchronous: str) ->
     print(f"retrieve  SqliteStore {r_store:8.3f} ms   raw FTS5 query {r_raw:8.3f} ms"
           f"   InMemoryStore {r_mem:9.3f} ms")
     print(f"          store / raw = {r_store / r_raw:5.2f}x (target <= 1.5x)"
-          f"   store / in-memory = {r_store / r_mem:5.2f}x (target < 1x)"
+          f"   store / in-memory = {r_store / r_mem:5.2f}x (target >= 0.5x)"
           f"   n = {len(retrieve['store'])} / {len(retrieve['raw'])} / {len(retrieve['memory'])}")
     s_store, s_raw = median_ms(selective_store), median_ms(selective_raw)
     print(f"selective query (matches {int(statistics.median(selective_matched))} records,"

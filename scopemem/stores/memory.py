@@ -1,5 +1,19 @@
 """The in-process store: a dict of scopes, for tests, development and the fallback when a
-durable store is not configured. Everything is lost when the process exits."""
+durable store is not configured. Everything is lost when the process exits.
+
+Each scope keeps, beside its rows, an index of its active records that the store's own
+writes keep in step (it is the only writer): term → the seqs of the active records holding
+it, each record's thread and ``(last touched, record)``, the seqs that continue their
+predecessor's thread, the active ids per normalized text, and each row's place in the list.
+A record leaves the index as it leaves active status (superseded, evicted, forgotten,
+swept), before any purge past the retention drops its row. A retrieval finds its candidates
+and weighs them from the postings (``stores.postings``, the code the SQLite store's views
+run) and hands them to ``engine.rank_covered``: its cost follows the postings the query's
+terms hold, not the scope's size, and it answers exactly as the SQLite store does. A usage
+bump replaces the record in its row and its index entry. A write reads only the rows its
+candidates collide with or point at (plus one pass over the scope for the purge, and the
+eviction's sort when the scope exceeds its cap).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +36,7 @@ from scopemem.core.records import (
 from scopemem.core.scopes import record_seq
 from scopemem.core.text import normalize_text
 from scopemem.plugins.markers import hookimpl
+from scopemem.stores import postings as inverted
 from scopemem.stores.base import (
     DEFAULT_RANKING,
     Clock,
@@ -51,6 +66,65 @@ def _scrubbed(record: Record) -> Record:
                           record.supersedes, record.restates, Status.FORGOTTEN, record.source)
 
 
+class _Index:
+    """One scope's active records as a retrieval reads them, kept in step with every change
+    the store makes (it is the only writer): the postings (term → seqs), each record's
+    thread, ``(last touched, record)`` per seq, the seqs that continue their predecessor's
+    thread, the active ids per normalized text (what a write's dedup reads), and where each
+    row, active or not, sits in the scope's list."""
+
+    __slots__ = ("continues", "details", "norms", "positions", "postings", "threads")
+
+    def __init__(self) -> None:
+        self.postings: dict[str, set[int]] = {}
+        self.threads: dict[int, str] = {}
+        self.details: dict[int, tuple[int, Record]] = {}
+        self.continues: set[int] = set()
+        self.norms: dict[str, list[str]] = {}
+        self.positions: dict[str, int] = {}
+
+    def add(self, seq: int, record: Record, terms: frozenset[str]) -> None:
+        """Index an active record."""
+        postings = self.postings
+        for term in terms:
+            holders = postings.get(term)
+            if holders is None:
+                postings[term] = {seq}
+            else:
+                holders.add(seq)
+        thread = record.source_thread_key
+        threads = self.threads
+        threads[seq] = thread
+        self.details[seq] = (record.last_touched, record)
+        if threads.get(seq - 1) == thread:
+            self.continues.add(seq)
+        if threads.get(seq + 1) == thread:  # only when built from rows out of order
+            self.continues.add(seq + 1)
+        self.norms.setdefault(normalize_text(record.text), []).append(record.id)
+
+    def remove(self, seq: int, record: Record, terms: frozenset[str]) -> None:
+        """Unindex a record that has left active status (``record`` as it was indexed)."""
+        postings = self.postings
+        for term in terms:
+            holders = postings[term]
+            holders.discard(seq)
+            if not holders:
+                del postings[term]
+        del self.threads[seq]
+        del self.details[seq]
+        self.continues.discard(seq)
+        self.continues.discard(seq + 1)
+        norm = normalize_text(record.text)
+        ids = self.norms[norm]
+        ids.remove(record.id)
+        if not ids:
+            del self.norms[norm]
+
+    def touch(self, seq: int, record: Record) -> None:
+        """An active record's new version (a use, a dedup, a restatement)."""
+        self.details[seq] = (record.last_touched, record)
+
+
 class InMemoryStore:
     """Records per scope in sequence order. No method awaits while it changes state, so on
     one event loop every call is atomic: a batch is never seen half applied."""
@@ -70,8 +144,11 @@ class InMemoryStore:
         self.ranking = ranking
         self._scopes: dict[str, list[Record]] = {}
         self._next_seq: dict[str, int] = {}
-        # Each record's terms, derived once per record (text and keywords never change).
+        # Each active record's terms, derived once per record (text and keywords never
+        # change), by record id.
         self._terms: dict[str, frozenset[str]] = {}
+        # Each scope's index (built from its rows when missing, e.g. rows loaded directly).
+        self._indexes: dict[str, _Index] = {}
 
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> InMemoryStore:
@@ -87,12 +164,30 @@ class InMemoryStore:
     def _rows(self, scope_key: str) -> list[Record]:
         return self._scopes.get(check_scope_key(scope_key), [])
 
-    def _replace(self, scope_key: str, changed: Sequence[Record]) -> None:
-        if not changed:
-            return
-        by_id = {record.id: record for record in changed}
-        rows = self._scopes[scope_key]
-        self._scopes[scope_key] = [by_id.get(record.id, record) for record in rows]
+    def _index(self, scope_key: str) -> _Index:
+        """The scope's index; a scope without rows gets a fresh one, not kept."""
+        index = self._indexes.get(scope_key)
+        if index is not None:
+            return index
+        index = _Index()
+        rows = self._scopes.get(scope_key)
+        if rows:
+            for position, record in enumerate(rows):
+                index.positions[record.id] = position
+                if record.is_active:
+                    index.add(record_seq(record.id), record, self._terms_of(record))
+            self._indexes[scope_key] = index
+        return index
+
+    def _terms_of(self, record: Record) -> frozenset[str]:
+        terms = self._terms.get(record.id)
+        if terms is None:
+            terms = self._terms[record.id] = engine.record_terms(record, self.ranking.analyzer)
+        return terms
+
+    def _retire(self, index: _Index, record: Record) -> None:
+        """Unindex an active record that has just left active status."""
+        index.remove(record_seq(record.id), record, self._terms.pop(record.id))
 
     async def retrieve(self, scope_key: str, query: str, limit: int) -> list[Record]:
         return [hit.record for hit in await self.search(scope_key, query, limit)]
@@ -102,34 +197,43 @@ class InMemoryStore:
         now = self._clock()
         rows = self._rows(scope_key)
         terms = engine.query_terms(query, self.ranking.analyzer)
-        if not terms.terms or limit <= 0:
+        if not terms.terms or limit <= 0 or not rows:
             return []
-        entries = [(record_seq(record.id), self._terms_of(record), record.source_thread_key,
-                    record.last_touched, record) for record in rows if record.is_active]
-        stats = engine.scope_stats(terms, (entry[1] for entry in entries))
-        ranked = engine.rank_entries(entries, terms, stats, limit, now, self.ranking)
+        # The candidates from the postings, weighed as the SQLite store's view weighs them.
+        index = self._index(scope_key)
+        postings = index.postings
+        weights = engine.term_weights(terms, inverted.stats(postings, len(index.details), terms),
+                                      self.ranking)
+        ranked = engine.rank_covered(inverted.covered(postings, terms, weights), sum(weights),
+                                     limit, now, self.ranking, index.continues, index.details)
         if not bump:
             return [Hit(record, match) for record, match in ranked]
-        bumped = [Hit(engine.bump_usage(record, now), match) for record, match in ranked]
-        self._replace(scope_key, [hit.record for hit in bumped])
-        return bumped
+        hits = []
+        positions = index.positions
+        for record, match in ranked:
+            bumped = engine.bump_usage(record, now)
+            rows[positions[record.id]] = bumped
+            index.touch(record_seq(record.id), bumped)
+            hits.append(Hit(bumped, match))
+        return hits
 
     async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
         now = self._clock()
         marked = 0
         for scope_key, ids in used.items():
-            wanted = set(ids)
-            bumped = [engine.bump_usage(record, now) for record in self._rows(scope_key)
-                      if record.id in wanted and record.is_active]
-            self._replace(scope_key, bumped)
-            marked += len(bumped)
+            rows = self._rows(scope_key)
+            if not rows:
+                continue
+            index = self._index(scope_key)
+            for record_id in set(ids):
+                position = index.positions.get(record_id)
+                if position is None or not rows[position].is_active:
+                    continue
+                bumped = engine.bump_usage(rows[position], now)
+                rows[position] = bumped
+                index.touch(record_seq(record_id), bumped)
+                marked += 1
         return marked
-
-    def _terms_of(self, record: Record) -> frozenset[str]:
-        terms = self._terms.get(record.id)
-        if terms is None:
-            terms = self._terms[record.id] = engine.record_terms(record, self.ranking.analyzer)
-        return terms
 
     async def write(
         self, scope_key: str, candidates: Sequence[Candidate], cap: int | None = None
@@ -139,38 +243,67 @@ class InMemoryStore:
         if not candidates:
             return WriteCounts()
         now = self._clock()
+        index = self._index(scope_key)
         rows = list(self._scopes.get(scope_key, []))
-        index = {record.id: i for i, record in enumerate(rows)}
+        positions = dict(index.positions)
         # The engine needs only the rows sharing the candidate's normalized text and the
-        # rows it points at; indexing the norms once keeps a batch linear in the scope.
-        by_norm: dict[str, list[int]] = {}
-        for i, record in enumerate(rows):
-            if record.is_active:
-                by_norm.setdefault(normalize_text(record.text), []).append(i)
+        # rows it points at: the index's active ids per text, and this batch's inserts.
+        norms = index.norms
+        inserted: dict[str, list[str]] = {}
+        # The latest version of every row this batch inserts or changes, by id.
+        changed: dict[str, Record] = {}
+        live = len(index.details)
         seq = self._next_seq.get(scope_key, 1)
         counts = WriteCounts()
         for candidate in fit_batch(candidates):
             norm = normalize_text(candidate.text)
-            pool = [rows[i] for i in by_norm.get(norm, ())]
-            pool += [rows[index[p]] for p in (candidate.supersedes, candidate.restates)
-                     if p and p in index]
+            pool = [rows[positions[i]] for i in norms.get(norm, ())]
+            pool += [rows[positions[i]] for i in inserted.get(norm, ())]
+            pool += [rows[positions[p]] for p in (candidate.supersedes, candidate.restates)
+                     if p and p in positions]
             action = engine.plan_write(scope_key, candidate, pool, now)
             counts += engine.count_action(action, candidate)
             if isinstance(action, engine.Insert):
                 if action.superseded is not None:
-                    rows[index[action.superseded.id]] = action.superseded
+                    retired = action.superseded
+                    rows[positions[retired.id]] = changed[retired.id] = retired
+                    live -= 1
                 record = engine.mint_record(scope_key, seq, candidate, now)
                 seq += 1
-                index[record.id] = len(rows)
-                by_norm.setdefault(norm, []).append(len(rows))
+                positions[record.id] = len(rows)
+                inserted.setdefault(norm, []).append(record.id)
                 rows.append(record)
+                changed[record.id] = record
+                live += 1
             else:
-                rows[index[action.updated.id]] = action.updated
-        evicted = engine.plan_eviction(rows, cap)
+                updated = action.updated
+                rows[positions[updated.id]] = changed[updated.id] = updated
+        evicted = engine.plan_eviction(rows, cap) if live > cap else []
         for record in evicted:
-            rows[index[record.id]] = record
+            rows[positions[record.id]] = changed[record.id] = record
+        # The new records' terms, before anything is committed.
+        fresh = {record.id: engine.record_terms(record, self.ranking.analyzer)
+                 for record in changed.values()
+                 if record.is_active and record.id not in index.positions}
         # Committed only now, all at once: a failure above leaves the scope untouched.
-        self._scopes[scope_key] = self._purged(rows, now)
+        kept = self._purged(rows, now)
+        if len(kept) != len(rows):
+            positions = {record.id: position for position, record in enumerate(kept)}
+        # New active records join the index, changed ones replace their entry, and those
+        # that left active status in this batch (were indexed, are not active) leave it.
+        indexed = index.details
+        for record_id, record in changed.items():
+            number = record_seq(record_id)
+            if record_id in fresh:
+                self._terms[record_id] = fresh[record_id]
+                index.add(number, record, fresh[record_id])
+            elif record.is_active:
+                index.touch(number, record)
+            elif number in indexed:
+                self._retire(index, indexed[number][1])
+        index.positions = positions
+        self._scopes[scope_key] = kept
+        self._indexes[scope_key] = index
         self._next_seq[scope_key] = seq
         return counts + WriteCounts(evicted=len(evicted))
 
@@ -185,7 +318,6 @@ class InMemoryStore:
                 when = died.setdefault(record.id, now)
                 if when <= cutoff:
                     del died[record.id]
-                    self._terms.pop(record.id, None)
                     continue
             kept.append(record)
         return kept
@@ -197,20 +329,31 @@ class InMemoryStore:
                               analyzer=self.ranking.analyzer)
 
     async def forget(self, scope_key: str, record_id: str) -> bool:
-        for record in self._rows(scope_key):
-            if record.id == record_id and record.is_active:
-                self._replace(scope_key, [_scrubbed(record)])
-                self._terms.pop(record.id, None)
-                return True
-        return False
+        rows = self._rows(scope_key)
+        if not rows:
+            return False
+        index = self._index(scope_key)
+        position = index.positions.get(record_id)
+        if position is None or not rows[position].is_active:
+            return False
+        record = rows[position]
+        rows[position] = _scrubbed(record)
+        self._retire(index, record)
+        return True
 
     async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
-        swept = engine.plan_sweep(self._rows(scope_key))
+        rows = self._rows(scope_key)
+        swept = engine.plan_sweep(rows)
         if dry_run:
             return SweepResult(swept=len(swept), ids=tuple(record.id for record in swept))
-        self._replace(scope_key, swept)
+        if not swept:
+            return SweepResult(swept=0)
+        index = self._index(scope_key)
         now = self._clock()
         for record in swept:
+            position = index.positions[record.id]
+            self._retire(index, rows[position])
+            rows[position] = record
             self._died[record.id] = now
         return SweepResult(swept=len(swept))
 

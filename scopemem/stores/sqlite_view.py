@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from scopemem.core.ranking import QueryTerms, ScopeStats
+from scopemem.stores import postings as inverted
 
 # (last touched, the row of RECORD_COLUMNS with its keywords decoded to a tuple).
 Entry = tuple[int, tuple[Any, ...]]
@@ -70,43 +71,17 @@ class ScopeView:
 
     def work(self, terms: QueryTerms) -> int:
         """How many postings ranking ``terms`` reads: the cost of ``covered``."""
-        postings = self.postings
-        return sum(len(postings.get(term, ())) for term in terms.terms)
+        return inverted.work(self.postings, terms)
 
     def stats(self, terms: QueryTerms) -> ScopeStats:
         """The scope's statistics for the query's terms, as the FTS vocabulary gives them:
         every row held is active and indexed, and a posting list holds each row once."""
-        postings = self.postings
-        return ScopeStats(len(self.entries),
-                          {term: len(postings.get(term, ())) for term in terms.terms})
+        return inverted.stats(self.postings, len(self.entries), terms)
 
     def covered(self, terms: QueryTerms, weights: Sequence[float]) -> dict[int, float]:
         """What ``engine.rank_covered`` takes, for every row holding a prefilter term (the
-        rows the FTS prefilter matches): seq → the weight of the query terms it holds,
-        summed in query order (as ``ranking.covered_weight`` sums, so the floats agree)."""
-        postings = self.postings
-        sums: dict[int, float] = {}
-        get = sums.get
-        if len(terms.terms) == len(terms.prefilter):  # every term lets its rows in
-            for term, weight in zip(terms.terms, weights, strict=True):
-                holders = postings.get(term)
-                if not holders:
-                    continue
-                if not sums:
-                    sums = dict.fromkeys(holders, 0.0 + weight)
-                    get = sums.get
-                    continue
-                for seq in holders:
-                    sums[seq] = get(seq, 0.0) + weight
-            return sums
-        gated: set[int] = set()
-        for term in terms.prefilter:
-            gated.update(postings.get(term, ()))
-        for term, weight in zip(terms.terms, weights, strict=True):
-            for seq in postings.get(term, ()):
-                if seq in gated:
-                    sums[seq] = get(seq, 0.0) + weight
-        return sums
+        rows the FTS prefilter matches), as ``postings.covered`` computes it."""
+        return inverted.covered(self.postings, terms, weights)
 
     def bump(self, pending: Mapping[int, Sequence[int]]) -> None:
         """Apply usage bumps (seq → (uses, last use)) to the rows held, as saving them

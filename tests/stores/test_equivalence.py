@@ -11,21 +11,28 @@ A second SQLite store on the same directory (another process, in effect) writes 
 now and then: the first store must never answer from rows it changed (the in-memory views).
 The machine runs twice: with the SQLite store's views, and with every retrieval through SQL.
 
-Scopes stay under 50 active records (the stores' cap is 40), so the bm25 candidate cap never
-has to choose and the two stores must agree on every ranking.
+In the first two runs scopes stay under 50 active records (the stores' cap is 40), so the
+candidate cap never has to choose. A third run adds crowds (batches of distinct texts of the
+same few words) under a cap of 150, so most retrievals match more records than the candidate
+cap takes; a deterministic test below does the same at 300 records with every way a record
+leaves active status. Every run also checks that the in-process store's index is what its
+rows give.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import shutil
 import tempfile
 
 import apsw
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from scopemem.core import engine
 from scopemem.core.records import Candidate, Kind, Source
 from scopemem.stores import sqlite as sqlite_module
 from scopemem.stores import sqlite_schema as schema
@@ -92,16 +99,17 @@ queries = st.one_of(
 
 class StoresAgree(RuleBasedStateMachine):
     CACHE_ROWS = 50_000
+    STORE_CAP = CAP
 
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.directory = tempfile.mkdtemp(prefix="scopemem-eq-")
         self.clock = FakeClock()
-        self.memory = InMemoryStore(cap=CAP, clock=self.clock)
-        self.sqlite = SqliteStore(self.directory, cap=CAP, clock=self.clock,
+        self.memory = InMemoryStore(cap=self.STORE_CAP, clock=self.clock)
+        self.sqlite = SqliteStore(self.directory, cap=self.STORE_CAP, clock=self.clock,
                                   synchronous="off", cache_rows=self.CACHE_ROWS)
-        self.elsewhere = SqliteStore(self.directory, cap=CAP, clock=self.clock,
+        self.elsewhere = SqliteStore(self.directory, cap=self.STORE_CAP, clock=self.clock,
                                      synchronous="off")
         self.raw: dict[str, apsw.Connection] = {}
         # Views from a scope's first retrieval on, so most retrievals here use them.
@@ -202,6 +210,9 @@ class StoresAgree(RuleBasedStateMachine):
                 "SELECT seq FROM records WHERE status = 'active'")}
             indexed = {rowid for (rowid,) in conn.execute("SELECT rowid FROM records_fts")}
             assert indexed == active
+            # The in-process store's index is what its rows give.
+            kept, built = index_rebuilt(self.memory, scope)
+            assert kept == built
 
     def teardown(self) -> None:
         sqlite_module._VIEW_AFTER_RETRIEVALS = self.view_after
@@ -227,3 +238,165 @@ class StoresAgreeThroughSql(StoresAgree):
 
 StoresAgreeThroughSql.TestCase.settings = StoresAgree.TestCase.settings
 TestStoresAgreeThroughSql = StoresAgreeThroughSql.TestCase
+
+
+class StoresAgreeOverTheCandidateCap(StoresAgree):
+    """The same machine with crowds: batches of distinct texts, each of a few of the same
+    eight words, so a scope soon holds more matching records than the candidate cap takes
+    (the stores' cap is 150) and the ranking has to choose among them."""
+
+    STORE_CAP = 150
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.serial = 0
+
+    def crowd(self, seed: int, size: int) -> list[Candidate]:
+        rng = random.Random(seed)
+        crowd = []
+        for _ in range(size):
+            self.serial += 1
+            words = [*rng.sample(WORDS, rng.randint(1, 4)), serial(self.serial)]
+            rng.shuffle(words)
+            crowd.append(Candidate(
+                kind=rng.choice((Kind.FACT, Kind.FACT, Kind.SUMMARY)), text=" ".join(words),
+                source_thread_key=f"slack:C1/{rng.randint(0, 2)}",
+                keywords=tuple(rng.sample(WORDS, rng.randint(0, 2))) or None,
+                confidence=rng.choice((None, 0.6, 0.9))))
+        return crowd
+
+    @initialize(seed=st.integers(0, 2**16))
+    def seed_crowd(self, seed: int) -> None:
+        for batch in (self.crowd(seed, 50), self.crowd(seed + 1, 50)):
+            self.both(lambda store, batch=batch: store.write(SCOPES[0], batch))
+
+    @rule(scope=st.sampled_from(SCOPES), seed=st.integers(0, 2**16), size=st.integers(10, 50))
+    def write_crowd(self, scope: str, seed: int, size: int) -> None:
+        batch = self.crowd(seed, size)
+        self.both(lambda store: store.write(scope, batch))
+
+
+StoresAgreeOverTheCandidateCap.TestCase.settings = settings(
+    max_examples=20, stateful_step_count=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestStoresAgreeOverTheCandidateCap = StoresAgreeOverTheCandidateCap.TestCase
+
+
+# --- scopes where more records match than the candidate cap ---------------------------------
+
+COMMON = "deploy"
+VARIED = ("cache", "vpn", "docker", "staging", "node", "runner", "gateway", "ledger", "quota",
+          "mirror", "the", "of")
+THREADS = ("slack:C1/1", "slack:C1/2", "slack:C2/7")
+CROWD = 300
+LIMITS = (1, 3, 8, 12, 20)  # candidate caps 50, 50, 50, 60 and 100
+
+
+def serial(n: int) -> str:
+    """A word of its own for record ``n`` (letters only, so every analyzer keeps it)."""
+    return "tk" + chr(97 + n % 26) + chr(97 + n // 26 % 26)
+
+
+def crowd_candidate(rng: random.Random, n: int, thread: str) -> Candidate:
+    words = [COMMON, *rng.sample(VARIED, rng.randint(0, 4)), serial(n)]
+    rng.shuffle(words)
+    if n % 37 == 0:  # something for a sweep to retire
+        words += ["and", "all", str(300 + n), "tests", "passing"]
+    keywords = tuple(rng.sample(VARIED, rng.randint(0, 2))) or None
+    return Candidate(kind=Kind.FACT if n % 9 else Kind.SUMMARY, text=" ".join(words),
+                     source_thread_key=thread, keywords=keywords,
+                     confidence=rng.choice((None, 0.6, 0.9)))
+
+
+def crowd_queries() -> list[str]:
+    return [COMMON, f"{COMMON} cache", "Deploying the cache of the VPN docker node",
+            "staging runner gateway", "ledger", f"{serial(5)} {COMMON}",
+            # More terms than the prefilter takes: the gate reads only the longest 24.
+            " ".join([COMMON, *VARIED, *(serial(n) for n in range(0, 60, 3))])]
+
+
+def index_rebuilt(store: InMemoryStore, scope: str) -> tuple:
+    """The scope's index as kept by the store's writes, and as built afresh from its rows."""
+    fresh = InMemoryStore(ranking=store.ranking)
+    fresh._scopes[scope] = list(store._scopes[scope])
+    kept, built = store._index(scope), fresh._index(scope)
+    return ((kept.postings, kept.threads, kept.details, kept.continues, kept.norms,
+             kept.positions),
+            (built.postings, built.threads, built.details, built.continues, built.norms,
+             built.positions))
+
+
+@pytest.fixture(params=["views", "sql"])
+def sqlite_kind(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+async def test_stores_agree_when_more_records_match_than_the_candidate_cap(
+        tmp_path, clock: FakeClock, sqlite_kind: str):
+    scope = SCOPES[0]
+    rng = random.Random(15)
+    memory = InMemoryStore(cap=1000, clock=clock, retention_days=2)
+    sqlite = SqliteStore(tmp_path / "data", cap=1000, clock=clock, synchronous="off",
+                         retention_days=2, cache_rows=50_000 if sqlite_kind == "views" else 0)
+    stores = (memory, sqlite)
+
+    async def both(call):  # type: ignore[no-untyped-def]
+        expected = await call(memory)
+        assert await call(sqlite) == expected
+        return expected
+
+    async def compare(bump: bool = False) -> None:
+        matched = 0
+        for query in crowd_queries():
+            for limit in LIMITS:
+                hits = await both(lambda store, query=query, limit=limit: store.search(
+                    scope, query, limit, bump=bump))
+                assert len(hits) == min(limit, len(hits) or limit)
+                matched = max(matched, len(hits))
+        assert matched == max(LIMITS)
+        assert index_rebuilt(memory, scope)[0] == index_rebuilt(memory, scope)[1]
+
+    try:
+        thread = THREADS[0]
+        for start in range(0, CROWD, 50):
+            batch = []
+            for n in range(start, start + 50):
+                if rng.random() < 0.3:
+                    thread = rng.choice(THREADS)
+                batch.append(crowd_candidate(rng, n, thread))
+            await both(lambda store, batch=batch: store.write(scope, batch))
+            clock.advance(rng.choice((1000, 3_600_000, DAY_MS // 3)))
+            used = [f"mem:{scope}:{rng.randint(1, start + 50)}" for _ in range(15)]
+            await both(lambda store, used=used: store.mark_used({scope: used}))
+        active = [r for r in memory._scopes[scope] if r.is_active]
+        assert sum(COMMON in r.text for r in active) > 2 * engine.candidate_cap(max(LIMITS))
+
+        await compare()
+        await compare(bump=True)  # the bumps change recency: the next answers follow
+        clock.advance(DAY_MS // 2)
+        await compare()
+
+        # Records leave active status every way there is: the index must follow.
+        for n in rng.sample(range(1, CROWD + 1), 40):
+            await both(lambda store, n=n: store.forget(scope, f"mem:{scope}:{n}"))
+        corrections = [Candidate(kind=Kind.FACT, text=f"{COMMON} corrected {serial(n)} vpn",
+                                 source_thread_key=THREADS[n % 3],
+                                 supersedes=f"mem:{scope}:{n}")
+                       for n in rng.sample(range(1, CROWD + 1), 30)]
+        await both(lambda store: store.write(scope, corrections))
+        await both(lambda store: store.sweep(scope))
+        await compare()
+        live = sum(r.is_active for r in memory._scopes[scope])
+        evicting = [crowd_candidate(rng, n, THREADS[1]) for n in range(CROWD, CROWD + 20)]
+        await both(lambda store: store.write(scope, evicting, cap=live - 30))
+        await compare(bump=True)
+        # Past the retention a write purges the dead rows: the live ones keep their places.
+        clock.advance(3 * DAY_MS)
+        late = [crowd_candidate(rng, 999, THREADS[2])]
+        await both(lambda store: store.write(scope, late))
+        assert len(memory._scopes[scope]) < CROWD
+        await compare()
+    finally:
+        for store in stores:
+            await store.close()

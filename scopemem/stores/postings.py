@@ -1,0 +1,61 @@
+"""What a retrieval reads of a scope held as an inverted index, for every store that holds one.
+
+A store that keeps a scope's active records in memory (the SQLite store's ``ScopeView``, the
+in-process store) keeps ``postings``: each term mapped to the seqs of the active records
+holding it, each record once. From those postings these functions give what
+``engine.rank_covered`` takes: the scope's statistics for a query's terms and, for every
+record the prefilter lets in, the weight of the query terms it holds. The weights are summed
+in query-term order starting from 0.0, as ``ranking.covered_weight`` sums them, so every
+store's floats agree bit for bit and every store answers with the same ids in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+from scopemem.core.ranking import QueryTerms, ScopeStats
+
+__all__ = ["Postings", "covered", "stats", "work"]
+
+#: term → the seqs of the active records holding it (a list or a set: each record once).
+Postings = Mapping[str, Collection[int]]
+
+
+def work(postings: Postings, terms: QueryTerms) -> int:
+    """How many postings ranking ``terms`` reads: the cost of ``covered``."""
+    return sum(len(postings.get(term, ())) for term in terms.terms)
+
+
+def stats(postings: Postings, records: int, terms: QueryTerms) -> ScopeStats:
+    """The statistics of a scope of ``records`` active records, all of them indexed in
+    ``postings``, for the query's terms (as the FTS vocabulary gives them)."""
+    return ScopeStats(records, {term: len(postings.get(term, ())) for term in terms.terms})
+
+
+def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float]
+            ) -> dict[int, float]:
+    """What ``engine.rank_covered`` takes, for every record holding a prefilter term (the
+    records an FTS prefilter matches): seq → the weight of the query terms it holds, summed
+    in query order (as ``ranking.covered_weight`` sums, so the floats agree)."""
+    sums: dict[int, float] = {}
+    get = sums.get
+    if len(terms.terms) == len(terms.prefilter):  # every term lets its records in
+        for term, weight in zip(terms.terms, weights, strict=True):
+            holders = postings.get(term)
+            if not holders:
+                continue
+            if not sums:
+                sums = dict.fromkeys(holders, 0.0 + weight)
+                get = sums.get
+                continue
+            for seq in holders:
+                sums[seq] = get(seq, 0.0) + weight
+        return sums
+    gated: set[int] = set()
+    for term in terms.prefilter:
+        gated.update(postings.get(term, ()))
+    for term, weight in zip(terms.terms, weights, strict=True):
+        for seq in postings.get(term, ()):
+            if seq in gated:
+                sums[seq] = get(seq, 0.0) + weight
+    return sums
