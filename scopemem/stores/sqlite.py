@@ -39,12 +39,12 @@ Reads
     A scope's second retrieval through SQL reads all its active rows into a ``ScopeView``
     (``sqlite_view.py``) when the store-wide budget ``cache_rows`` has room (dropping the
     views of the least recently used scopes if need be). From then on a retrieval is
-    answered on the event loop, without a trip to a thread: the view's token index finds
-    exactly the rows the FTS prefilter would hand the engine and counts their matches,
-    and the engine ranks them (``engine.rank_matched``). When more rows match than the
-    prefilter takes, bm25 chooses among them on the loop's read connection, in one
-    snapshot with a fresh generation check, and the view supplies the chosen rows. It
-    falls back to SQL when the view may be stale. Staleness is decided by the
+    answered on the event loop, without a trip to a thread: the view's term index finds
+    exactly the rows the FTS prefilter would hand the engine, with the scope's statistics
+    (``postings.py``), and the engine ranks them (``engine.rank_covered``). A query whose
+    ranking would read more than ``LOOP_WORK`` postings is ranked from the view on the read
+    pool instead, so a heavy query never holds the loop. It falls back to SQL when the
+    view may be stale. Staleness is decided by the
     ``generation`` counter that every transaction changing rows increments (this store's,
     another store's, another process's; usage bumps do not count): the view remembers the
     generation it was read at, and the event loop reads the current one on a connection
@@ -56,11 +56,12 @@ Reads
 
     A retrieval through SQL does not take the writer lock (unless a write to its scope is
     running or queued: then it waits on the loop with it). Under the connection's lock it
-    reads the candidate rows, applies the usage bumps still pending from concurrent
-    retrievals of the scope, ranks, and adds its own bumps to the pending set. The rows
-    come with the tokens the FTS index holds for them (the engine's own tokens,
-    space-joined), so ranking splits a string instead of running the tokenizer over every
-    candidate.
+    reads every row holding a prefilter term (``HITS_SQL``: what ranking needs of them, not
+    the whole row) and the scope's statistics from FTS5's ``fts5vocab``, applies the usage
+    bumps still pending from concurrent retrievals of the scope, ranks, reads the few rows
+    it keeps in full, and adds its own bumps to the pending set. The rows come with the
+    terms the FTS index holds for them (the engine's own, space-joined), so ranking splits
+    a string instead of running the analyzer over every candidate.
 
     Usage bumps are saved in the background. A retrieval (from a view or through SQL)
     returns as soon as its bumps are pending; the first bump of a scope schedules a save
