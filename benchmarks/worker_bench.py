@@ -83,10 +83,10 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def subprocess_server(argv: list[str], port: int, env: dict[str, str] | None = None
-                            ) -> AsyncIterator[str]:
+async def subprocess_server(argv: list[str], port: int, env: dict[str, str] | None = None,
+                            cwd: str | None = None) -> AsyncIterator[str]:
     process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+                               stderr=subprocess.DEVNULL, cwd=cwd)
     url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as session:
