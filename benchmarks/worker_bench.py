@@ -23,6 +23,11 @@ ratios alike; each ratio is the median of the rounds' ratios. The last two rows 
 writes to many scopes stall reads of other scopes?": compare their read p99. Targets (32
 clients, 2 cores): retrieve at least half the bare handler's req/s with p99 under 50 ms,
 and read p99 under write load close to read p99 alone.
+
+Path measured: the Memory Worker over HTTP on loopback, over one to eight 300-record scopes
+(and 64 written ones), with short queries (3-8 words) from a 600-word vocabulary that never
+match more than the candidate cap. It does not measure long or common-word briefs, large
+scopes, or thousands of scopes; ``load_bench.py`` does.
 """
 
 from __future__ import annotations
