@@ -17,6 +17,9 @@ plus WAL) and after it closes (the database alone), and the time taken. Then it 
 record to each of ``--scopes`` scopes and prints the size per scope. Every case is bounded
 by ``--seconds`` (a case cut short says how many writes it made). Nothing here asserts: it
 prints figures.
+
+Path measured: the SQLite store's write path and files, in process (one scope under its
+cap, then one-record scopes). It does not measure reads, read latency, or the worker.
 """
 
 from __future__ import annotations

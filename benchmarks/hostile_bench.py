@@ -20,6 +20,11 @@ Every phase is bounded by a count and a time limit and prints figures; nothing a
 4. **Secrets.** The test corpus of realistic secrets written through ``/write``: how many
    survive in any file of the data directory (``-wal`` included).
 5. **Tokens.** ``serve`` with a 9-character token: its exit status.
+
+Path measured: the worker's HTTP front (connections, validation, refusals, scrubbing on
+write) against hostile clients on loopback. Its heavy-query figure draws records from 24
+common words and queries with all 24, not realistic briefs, over three scopes;
+``load_bench.py`` repeats that figure on Zipf text.
 """
 
 from __future__ import annotations

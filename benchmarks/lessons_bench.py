@@ -23,6 +23,10 @@ block) and, for briefs with no target, the keyword-hit bullets per brief (bullet
 the repository window, which a run with this brief gets by design). The topics come in two
 halves: ``dev`` (what the defaults were chosen on) and ``held-out`` (measured, not tuned
 on). Nothing here asserts: it prints figures.
+
+Path measured: the per-turn read, ``Memory.context_block``, for what reaches the prompt, in
+process on the in-memory or SQLite store. It times nothing and never goes over the worker;
+``load_bench.py`` times that read.
 """
 
 from __future__ import annotations

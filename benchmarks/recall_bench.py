@@ -20,6 +20,10 @@ fixed, so recency is the same for every record and only the keyword term ranks.
 
 The data set is read from ``../shared/data``, never copied into the project. Nothing here
 asserts: it prints figures.
+
+Path measured: ``retrieve``'s quality (recall) through each store, one question at a time,
+one scope per conversation. It measures no load and does not go through
+``Memory.context_block``; its query times are single-client medians.
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ generated records, then prints medians (milliseconds) of:
 Texts come from a seeded Zipf-like vocabulary so common words match many records, as in
 real briefs. Every case runs for a bounded time (``--seconds``), so a full run takes well
 under a minute. Nothing here asserts: it prints figures.
+
+Path measured: one scope, in process (``SqliteStore`` called directly, no HTTP, no
+``Memory``). It does not measure many scopes, concurrent clients, the worker, or the per-turn
+read over several scopes; ``load_bench.py`` does.
 """
 
 from __future__ import annotations

@@ -23,6 +23,11 @@ ratios alike; each ratio is the median of the rounds' ratios. The last two rows 
 writes to many scopes stall reads of other scopes?": compare their read p99. Targets (32
 clients, 2 cores): retrieve at least half the bare handler's req/s with p99 under 50 ms,
 and read p99 under write load close to read p99 alone.
+
+Path measured: the Memory Worker over HTTP on loopback, over one to eight 300-record scopes
+(and 64 written ones), with short queries (3-8 words) from a 600-word vocabulary that never
+match more than the candidate cap. It does not measure long or common-word briefs, large
+scopes, or thousands of scopes; ``load_bench.py`` does.
 """
 
 from __future__ import annotations
@@ -83,10 +88,10 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def subprocess_server(argv: list[str], port: int, env: dict[str, str] | None = None
-                            ) -> AsyncIterator[str]:
+async def subprocess_server(argv: list[str], port: int, env: dict[str, str] | None = None,
+                            cwd: str | None = None) -> AsyncIterator[str]:
     process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+                               stderr=subprocess.DEVNULL, cwd=cwd)
     url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as session:

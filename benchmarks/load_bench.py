@@ -1,0 +1,654 @@
+"""Realistic load: Zipf text, many and large scopes, long briefs. Prints figures; asserts nothing.
+
+    python benchmarks/load_bench.py [--quick] [--scopes 10,1000,10000] [--rounds 3]
+                                    [--seconds 2] [--clients 32] [--large 10000]
+
+Text is drawn from a seeded 20,000-word pseudo-vocabulary with probability proportional to
+1 / rank^1.07 (no scopemem code in the generator): records of 8-40 words, briefs of 5-40
+words, and one brief in ten of 300 words (a pasted log). Scope sizes are 20 records (the
+many-scope cases), 500 and ``--large`` (10,000, the largest cap a scope may have; a larger
+figure lifts the cap for this run only). Everything is seeded once, in process, through
+``SqliteStore`` (``synchronous=off`` while seeding; the seeding times are printed), into one
+data directory that a ``scopemem serve`` subprocess then serves over loopback.
+
+Every figure is a ratio to a baseline measured in the same run, in ``--rounds`` rounds in
+which the baseline and the measured cases take turns (``--seconds`` each, and a bounded
+count of operations), so a drift in the machine's speed reaches both. Each line prints the
+median across rounds of the measured value and of the baseline, and the ratio's per-round
+min / median / max:
+
+1. many scopes: ``--clients`` clients (a tenth of them writing one record per request,
+   the rest retrieving with a brief, limit 8) over each ``--scopes`` count of 20-record
+   scopes, chosen at random per request, against the first count (10); then, if strace
+   exists, the syscalls of read-only load (fsync, fdatasync, openat, unlink per request),
+   and the worker's open file descriptors after the largest case;
+2. head-of-line blocking: one light client's ``/retrieve`` p99 on a 500-record scope while
+   8 clients send heavy queries (the 24 commonest words, or 300-word briefs) to the large
+   scope, against the same while the 8 send short briefs to another 500-record scope;
+3. reads after writes (in process): the first ``SqliteStore.retrieve`` after a one-record
+   write to the large scope against the raw FTS5 query (``store_bench.RAW_FTS_SQL``) after
+   the same write; a write of 50 at the cap (10,000: each evicts 50) against a raw insert
+   of the same rows into a copy of the file, over 100 batches, p50 and p99;
+4. the per-turn read: ``Memory.context_block`` over four 500-record scopes (org, repo,
+   channel, user), in process and over the worker (``WorkerStore``), against the raw SQL it
+   needs in process (four FTS5 candidate queries and the repo window's listing);
+5. a realistic brief's retrieve on the large scope (in process) against the raw FTS5 query,
+   with how many records the brief's prefilter terms match;
+6. ``InMemoryStore.retrieve`` on the large scope's records against ``SqliteStore``'s.
+
+``--quick`` is a smoke run (scopes 10,1000; smaller large scope; short rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import contextlib
+import itertools
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.hostile_bench import percentile  # noqa: E402
+from benchmarks.store_bench import (  # noqa: E402
+    RAW_FTS_SQL,
+    SCOPE,
+    prefilter,
+    raw_connection,
+    raw_insert,
+)
+from benchmarks.worker_bench import (  # noqa: E402
+    TOKEN,
+    free_port,
+    run_clients,
+    subprocess_server,
+)
+from scopemem.config import MemoryConfig  # noqa: E402
+from scopemem.core import engine  # noqa: E402
+from scopemem.core.records import MAX_SCOPE_CAP, MAX_TEXT_CHARS, Candidate, Kind  # noqa: E402
+from scopemem.core.requests import Request  # noqa: E402
+from scopemem.memory import Memory  # noqa: E402
+from scopemem.stores import sqlite as sqlite_store  # noqa: E402
+from scopemem.stores.memory import InMemoryStore  # noqa: E402
+from scopemem.stores.sqlite import SqliteStore  # noqa: E402
+from scopemem.stores.sqlite_schema import RECORD_COLUMNS  # noqa: E402
+from scopemem.stores.worker import WorkerStore  # noqa: E402
+
+LIMIT = 8
+SMALL = 500
+MANY_RECORDS = 20
+HEAVY_CLIENTS = 8
+LIGHT_SCOPE, OTHER_SCOPE = "repo:load/light", "repo:load/other"
+ORG, REPO, CHANNEL, USER = "loadorg", "loadorg/app", "slack:C0LOAD", "slack:U0LOAD"
+WINDOW_SQL = (f"SELECT {RECORD_COLUMNS} FROM records"
+              " WHERE status = 'active' AND kind = 'fact' ORDER BY seq DESC LIMIT ?")
+
+
+def many_scope(n: int) -> str:
+    return f"channel:load:C{n:05d}"
+
+
+# --- text ---------------------------------------------------------------------------------------
+
+
+class Zipf:
+    """Seeded pseudo-words drawn by rank with probability proportional to 1 / rank^1.07."""
+
+    def __init__(self, seed: int = 15, words: int = 20_000, exponent: float = 1.07) -> None:
+        self.rng = random.Random(seed)
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        vocab: dict[str, None] = {}
+        while len(vocab) < words:
+            vocab["".join(self.rng.choice(letters) for _ in range(self.rng.randint(3, 9)))] = None
+        self.vocab = list(vocab)
+        self.cumulative = list(itertools.accumulate(
+            1 / rank ** exponent for rank in range(1, words + 1)))
+
+    def words(self, n: int) -> list[str]:
+        top = self.cumulative[-1]
+        random_ = self.rng.random
+        return [self.vocab[bisect.bisect(self.cumulative, random_() * top)] for _ in range(n)]
+
+    def text(self, low: int, high: int) -> str:
+        return " ".join(self.words(self.rng.randint(low, high)))[:MAX_TEXT_CHARS]
+
+    def record(self) -> str:
+        return self.text(8, 40)
+
+    def brief(self) -> str:
+        """5-40 words; one brief in ten is a 300-word pasted log."""
+        return self.text(300, 300) if self.rng.random() < 0.1 else self.text(5, 40)
+
+    def short_brief(self) -> str:
+        return self.text(5, 40)
+
+
+def candidates(zipf: Zipf, n: int, thread: str = "slack:C0LOAD/1") -> list[Candidate]:
+    return [Candidate(kind=Kind.FACT, text=zipf.record(), source_thread_key=thread)
+            for _ in range(n)]
+
+
+# --- measuring ----------------------------------------------------------------------------------
+
+
+def p50(samples: Sequence[float]) -> float:
+    return statistics.median(samples) * 1000 if samples else float("nan")
+
+
+def p99(samples: Sequence[float]) -> float:
+    return percentile(list(samples), 0.99) * 1000
+
+
+def ratio_line(label: str, base_label: str, pairs: Sequence[tuple[float, float]],
+               unit: str = "ms", target: str = "") -> None:
+    """One figure: the median across rounds of the measured value and of its baseline, and
+    the per-round ratio's min / median / max."""
+    ratios = [m / b if b else float("nan") for m, b in pairs]
+    measured = statistics.median(m for m, _ in pairs)
+    base = statistics.median(b for _, b in pairs)
+    print(f"   {label:<40}{measured:10.2f} {unit:<5} vs {base_label:<26}{base:10.2f} {unit:<5}"
+          f" = {statistics.median(ratios):5.2f}x  (rounds {min(ratios):.2f} / "
+          f"{statistics.median(ratios):.2f} / {max(ratios):.2f})"
+          + (f"  target {target}" if target else ""))
+
+
+Op = Callable[[], Awaitable[object]]
+
+
+async def alternate(cases: Sequence[tuple[str, Op, Op | None]], rounds: int, seconds: float,
+                    max_runs: int, block: int = 10) -> dict[str, list[list[float]]]:
+    """Per case, per round, the times (s) of its operation. In every round the cases take
+    turns in blocks of ``block`` calls until ``seconds`` per case have passed or each made
+    ``max_runs`` calls; ``before`` (untimed) runs ahead of every call."""
+    times: dict[str, list[list[float]]] = {name: [] for name, _, _ in cases}
+    for _ in range(rounds):
+        samples: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+        deadline = time.perf_counter() + seconds * len(cases)
+        while time.perf_counter() < deadline and all(
+                len(s) < max_runs for s in samples.values()):
+            for name, op, before in cases:
+                for _ in range(block):
+                    if before is not None:
+                        await before()
+                    started = time.perf_counter()
+                    await op()
+                    samples[name].append(time.perf_counter() - started)
+        for name in samples:
+            times[name].append(samples[name])
+    return times
+
+
+def pairs_of(times: dict[str, list[list[float]]], measured: str, base: str,
+             stat: Callable[[Sequence[float]], float] = p50) -> list[tuple[float, float]]:
+    return [(stat(m), stat(b)) for m, b in zip(times[measured], times[base], strict=True)]
+
+
+# --- seeding ------------------------------------------------------------------------------------
+
+
+async def seed(data: str, zipf: Zipf, scope_counts: Sequence[int], large: int
+               ) -> tuple[list[Candidate], list[str]]:
+    """Every scope the figures read; the large scope's candidates and the context scopes."""
+    store = SqliteStore(data, cap=MAX_SCOPE_CAP, synchronous="off")
+    if large > MAX_SCOPE_CAP:
+        store.cap = large  # past the configurable maximum, for this measurement only
+    started = time.perf_counter()
+    count = max(scope_counts)
+    keys = [many_scope(n) for n in range(count)]
+    for start in range(0, count, 32):
+        await asyncio.gather(*(store.write(key, candidates(zipf, MANY_RECORDS))
+                               for key in keys[start:start + 32]))
+    many = time.perf_counter() - started
+    started = time.perf_counter()
+    written: list[Candidate] = []
+    for _ in range(large // 50):
+        batch = candidates(zipf, 50)
+        await store.write(SCOPE, batch)
+        written.extend(batch)
+    big = time.perf_counter() - started
+    started = time.perf_counter()
+    memory = Memory(MemoryConfig(enabled=True, organization=ORG, store="sqlite"), store)
+    context_keys = list((await memory.context(context_request("probe"))).scopes)
+    for key in [LIGHT_SCOPE, OTHER_SCOPE, *context_keys]:
+        for _ in range(SMALL // 50):
+            await store.write(key, candidates(zipf, 50))
+    small = time.perf_counter() - started
+    await store.close()
+    size = sum(os.path.getsize(os.path.join(data, name)) for name in os.listdir(data))
+    print(f"seeded in process (synchronous=off): {count:,} scopes x {MANY_RECORDS} records in "
+          f"{many:.1f} s ({many / count * 1000:.2f} ms a scope); {large:,} records in one scope "
+          f"in {big:.1f} s; {2 + len(context_keys)} scopes x {SMALL} records in {small:.1f} s;"
+          f" {size / 2**20:.0f} MiB on disk")
+    return written, context_keys
+
+
+def context_request(text: str) -> Request:
+    return Request(text=text, user_id=USER, channel_id=CHANNEL, repo=REPO,
+                   channel_visibility="public")
+
+
+# --- the worker ---------------------------------------------------------------------------------
+
+
+def server_pid(port: int) -> int | None:
+    """The pid of the ``scopemem serve`` listening on ``port`` (not of a strace around it)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in argv and str(port).encode() in argv and b"strace" not in argv[0]:
+            return int(entry)
+    return None
+
+
+@contextlib.asynccontextmanager
+async def serve(data: str, wrap: Sequence[str] = ()) -> AsyncIterator[tuple[str, int]]:
+    port = free_port()
+    env = {**os.environ, "SCOPEMEM_TOKEN": TOKEN}
+    env.pop("SCOPEMEM_CONFIG", None)
+    argv = [*wrap, sys.executable, "-m", "scopemem", "serve", "--port", str(port),
+            "--store", "sqlite", "--data", data, "--no-access-log"]
+    # The current directory comes first on sys.path with -m: run from an empty one.
+    with tempfile.TemporaryDirectory(prefix="scopemem-load-cwd-") as cwd:
+        async with subprocess_server(argv, port, env, cwd=cwd) as url:
+            yield url, port
+
+
+def session_for(clients: int) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients * 2),
+                                 timeout=aiohttp.ClientTimeout(total=60))
+
+
+Body = Callable[[int, random.Random], tuple[str, dict[str, Any]]]
+
+
+def bodies(url: str, scopes: int, briefs: Sequence[str], texts: Sequence[str]
+           ) -> tuple[Body, Body]:
+    def read(_i: int, rng: random.Random) -> tuple[str, dict[str, Any]]:
+        return url + "/retrieve", {"scopeKey": many_scope(rng.randrange(scopes)),
+                                   "query": rng.choice(briefs), "limit": LIMIT}
+
+    def write(_i: int, rng: random.Random) -> tuple[str, dict[str, Any]]:
+        return url + "/write", {"scopeKey": many_scope(rng.randrange(scopes)), "records": [
+            {"kind": "fact", "sourceThreadKey": "slack:C0LOAD/2", "text": rng.choice(texts)}]}
+
+    return read, write
+
+
+async def many_scopes(url: str, port: int, args: argparse.Namespace, briefs: list[str],
+                      texts: list[str]) -> None:
+    writers = max(1, round(args.clients / 10))
+    readers = args.clients - writers
+    counts = args.scope_counts
+    rates: dict[int, list[float]] = {n: [] for n in counts}
+    reads: dict[int, list[list[float]]] = {n: [] for n in counts}
+    writes: dict[int, list[list[float]]] = {n: [] for n in counts}
+    errors: Counter[int] = Counter()
+    async with session_for(args.clients) as session:
+        read, write = bodies(url, counts[0], briefs, texts)
+        await run_clients(session, args.clients, min(1.0, args.seconds), read)  # warm-up
+        for _ in range(args.rounds):
+            for n in counts:
+                read, write = bodies(url, n, briefs, texts)
+                (r_lat, r_err), (w_lat, w_err) = await asyncio.gather(
+                    run_clients(session, readers, args.seconds, read),
+                    run_clients(session, writers, args.seconds, write, first_client=readers))
+                rates[n].append((len(r_lat) + len(w_lat)) / args.seconds)
+                reads[n].append(r_lat)
+                writes[n].append(w_lat)
+                errors[n] += r_err + w_err
+    pid = server_pid(port)
+    fds = len(os.listdir(f"/proc/{pid}/fd")) if pid else None
+    base = counts[0]
+    print(f"\n1. many scopes: {readers} clients retrieving (a brief, limit {LIMIT}) and {writers}"
+          f" writing one record, over scopes of {MANY_RECORDS} records chosen at random per "
+          f"request, {args.seconds:g} s per case per round, {args.rounds} rounds")
+    for n in counts:
+        total_w = sum(map(len, writes[n]))
+        share = total_w / max(1, total_w + sum(map(len, reads[n])))
+        print(f"   -- {n:,} scopes: {sum(map(len, reads[n]))} retrievals, {total_w} writes "
+              f"({share:.0%}), {errors[n]} errors")
+        if n == base:
+            continue
+        ratio_line(f"req/s over {n:,} scopes", f"over {base:,} scopes",
+                   list(zip(rates[n], rates[base], strict=True)), unit="req/s")
+        for name, lat in (("retrieve", reads), ("write", writes)):
+            for stat_name, stat in (("p50", p50), ("p99", p99)):
+                ratio_line(f"{name} {stat_name} over {n:,} scopes", f"over {base:,} scopes",
+                           [(stat(m), stat(b)) for m, b in zip(lat[n], lat[base], strict=True)])
+    print(f"   worker's open file descriptors after the {counts[-1]:,}-scope case: {fds}")
+
+
+async def head_of_line(url: str, args: argparse.Namespace, zipf: Zipf, briefs: list[str]
+                       ) -> None:
+    light_briefs = [zipf.short_brief() for _ in range(200)]
+    common = " ".join(zipf.vocab[:24])
+    heavy_briefs = [zipf.text(300, 300) for _ in range(20)]
+
+    def light_body(scope: str) -> Body:
+        def body(_i: int, rng: random.Random) -> tuple[str, dict[str, Any]]:
+            return url + "/retrieve", {"scopeKey": scope, "query": rng.choice(light_briefs),
+                                       "limit": LIMIT}
+        return body
+
+    def heavy_body(_i: int, rng: random.Random) -> tuple[str, dict[str, Any]]:
+        query = common if rng.random() < 0.5 else rng.choice(heavy_briefs)
+        return url + "/retrieve", {"scopeKey": SCOPE, "query": query, "limit": LIMIT}
+
+    light: dict[str, list[list[float]]] = {"beside light": [], "beside heavy": []}
+    others: dict[str, list[float]] = {"beside light": [], "beside heavy": []}
+    async with session_for(HEAVY_CLIENTS + 1) as session:
+        await run_clients(session, HEAVY_CLIENTS, min(1.0, args.seconds), heavy_body)  # warm-up
+        for _ in range(args.rounds):
+            for name, body in (("beside light", light_body(OTHER_SCOPE)),
+                               ("beside heavy", heavy_body)):
+                (lat, _), (other, _) = await asyncio.gather(
+                    run_clients(session, 1, args.seconds, light_body(LIGHT_SCOPE), 100),
+                    run_clients(session, HEAVY_CLIENTS, args.seconds, body))
+                light[name].append(lat)
+                others[name].extend(other)
+    print(f"\n2. head-of-line blocking: one client's /retrieve on a {SMALL}-record scope beside "
+          f"{HEAVY_CLIENTS} clients (heavy: the 24 commonest words or a 300-word brief on the "
+          f"{args.large:,}-record scope; light: 5-40-word briefs on another {SMALL}-record "
+          "scope)")
+    for stat_name, stat in (("p99", p99), ("p50", p50)):
+        ratio_line(f"light {stat_name} beside heavy queries", "beside light queries",
+                   [(stat(m), stat(b)) for m, b in zip(
+                       light["beside heavy"], light["beside light"], strict=True)],
+                   target="<= 2x" if stat_name == "p99" else "")
+    print(f"   the 8 heavy clients' p50 {p50(others['beside heavy']):.1f} ms, p99 "
+          f"{p99(others['beside heavy']):.1f} ms (n = {len(others['beside heavy'])}); the light "
+          f"ones' p50 {p50(others['beside light']):.1f} ms (n = {len(others['beside light'])})")
+
+
+async def syscalls(data: str, args: argparse.Namespace, briefs: list[str], texts: list[str]
+                   ) -> None:
+    if shutil.which("strace") is None:
+        print("\n1b. syscalls on the read path: skipped (no strace on this machine)")
+        return
+    with tempfile.TemporaryDirectory(prefix="scopemem-load-strace-") as tmp:
+        log = os.path.join(tmp, "strace.log")
+        wrap = ("strace", "-f", "-qq", "--seccomp-bpf", "-ttt", "-o", log,
+                "-e", "trace=fsync,fdatasync,openat,unlink")
+        windows: dict[int, tuple[float, float, int]] = {}
+        async with serve(data, wrap) as (url, _port), session_for(args.clients) as session:
+            for n in (args.scope_counts[0], args.scope_counts[-1]):
+                read, _ = bodies(url, n, briefs, texts)
+                await run_clients(session, args.clients, 0.5, read)  # opens, views: unmeasured
+                await asyncio.sleep(1.5)  # the usage flushes of the warm-up land outside
+                started = time.time()
+                latencies, _ = await run_clients(session, args.clients, args.seconds, read)
+                await asyncio.sleep(1.5)  # ... and those of the window inside it
+                windows[n] = (started, time.time(), len(latencies))
+        counted: dict[int, Counter[str]] = {n: Counter() for n in windows}
+        with open(log, errors="replace") as f:
+            for line in f:
+                parts = line.split(None, 2)
+                if len(parts) < 3 or parts[2].startswith("<..."):
+                    continue
+                name = parts[2].split("(", 1)[0]
+                stamp = float(parts[1])
+                for n, (start, end, _) in windows.items():
+                    if start <= stamp <= end:
+                        counted[n][name] += 1
+    print(f"\n1b. syscalls on the read path (a worker under strace, {args.clients} clients "
+          f"retrieving only, {args.seconds:g} s, plus the usage flushes of the next 1.5 s):")
+    for n, (_, _, requests) in windows.items():
+        per = ", ".join(f"{name} {counted[n][name] / max(1, requests):.3f}"
+                        for name in ("fsync", "fdatasync", "openat", "unlink"))
+        print(f"   over {n:,} scopes: {requests} retrievals; per retrieval {per}"
+              f" (totals {dict(counted[n])})")
+
+
+async def per_turn(url: str | None, args: argparse.Namespace, briefs: list[str],
+                   context_keys: list[str], data: str) -> None:
+    config = MemoryConfig(enabled=True, organization=ORG, store="sqlite")
+    local_store = SqliteStore(data, cap=MAX_SCOPE_CAP)
+    local = Memory(config, local_store)
+    remote_store = WorkerStore(url, TOKEN, timeout=30) if url else None
+    remote = Memory(config, remote_store) if remote_store else None
+    cap = engine.candidate_cap(config.limit)
+    raws = {key: raw_connection(local_store.path_for(key), "full") for key in context_keys}
+    repo_key = f"repo:{REPO}"
+    rng = random.Random(4)
+
+    async def raw() -> None:
+        expression = sqlite_store._match_expression(prefilter(rng.choice(briefs)))
+        for conn in raws.values():
+            conn.execute(RAW_FTS_SQL, (expression, cap)).fetchall()
+        raws[repo_key].execute(WINDOW_SQL, (config.repo_window,)).fetchall()
+
+    def turn(memory: Memory) -> Op:
+        async def op() -> None:
+            await memory.context_block(context_request(rng.choice(briefs)))
+        return op
+
+    def drain(memory: Memory) -> Op:
+        async def op() -> None:
+            await memory.drain(timeout=10)  # the shown hits' use counts, saved untimed
+        return op
+
+    cases: list[tuple[str, Op, Op | None]] = [("raw", raw, None),
+                                              ("local", turn(local), drain(local))]
+    if remote is not None:
+        cases.append(("worker", turn(remote), drain(remote)))
+    for _, op, before in cases:  # warm-up
+        for _ in range(5):
+            if before is not None:
+                await before()
+            await op()
+    times = await alternate(cases, args.rounds, args.seconds, max_runs=2000)
+    print(f"\n4. the per-turn read: Memory.context_block over {len(context_keys)} scopes x "
+          f"{SMALL} records (limit {config.limit}, repo window {config.repo_window}), against "
+          f"{len(context_keys)} raw FTS5 queries + the raw window listing, in process")
+    for name, label, target in (("local", "in process (SqliteStore)", "<= 1.5x"),
+                                ("worker", "over the worker (WorkerStore)", "<= 2.5x")):
+        if name not in times:
+            continue
+        for stat_name, stat in (("p50", p50), ("p99", p99)):
+            ratio_line(f"{label} {stat_name}", "raw SQL", pairs_of(times, name, "raw", stat),
+                       target=target)
+    print("   n = " + " / ".join(f"{name} {sum(map(len, t))}" for name, t in times.items()))
+    for conn in raws.values():
+        conn.close()
+    await local.drain(timeout=10)
+    await local_store.close()
+    if remote is not None and remote_store is not None:
+        await remote.drain(timeout=10)
+        await remote_store.close()
+
+
+# --- in process ---------------------------------------------------------------------------------
+
+
+async def in_process(data: str, args: argparse.Namespace, zipf: Zipf, briefs: list[str],
+                     written: list[Candidate]) -> None:
+    cap = engine.candidate_cap(LIMIT)
+    store = SqliteStore(data, cap=min(args.large, MAX_SCOPE_CAP))
+    store.cap = args.large  # at the cap (above the configurable maximum only if --large is)
+    raw = raw_connection(store.path_for(SCOPE), "full")
+    rng = random.Random(5)
+
+    def raw_query(pick: Callable[[], str]) -> Op:
+        async def op() -> None:
+            expression = sqlite_store._match_expression(prefilter(pick()))
+            raw.execute(RAW_FTS_SQL, (expression, cap)).fetchall()
+        return op
+
+    def store_query(pick: Callable[[], str], target: Any = store) -> Op:
+        async def op() -> None:
+            await target.retrieve(SCOPE, pick(), LIMIT)
+        return op
+
+    def matched(query: str) -> int:
+        expression = sqlite_store._match_expression(prefilter(query))
+        return raw.execute("SELECT count(*) FROM records_fts WHERE records_fts MATCH ?",
+                           (expression,)).fetchall()[0][0]
+
+    active = raw.execute("SELECT count(*) FROM records WHERE status = 'active'"
+                         ).fetchall()[0][0]
+
+    # 5. a realistic brief.
+    def pick() -> str:
+        return rng.choice(briefs)
+
+    await store.retrieve(SCOPE, briefs[0], LIMIT)
+    await store.retrieve(SCOPE, briefs[1], LIMIT)
+    times = await alternate([("raw", raw_query(pick), None), ("store", store_query(pick), None)],
+                            args.rounds, args.seconds, max_runs=2000)
+    short = [matched(b) for b in briefs if len(b.split()) <= 40]
+    long = [matched(b) for b in briefs if len(b.split()) > 40]
+    print(f"\n5. a realistic brief's retrieve on the {active:,}-record scope (limit {LIMIT}, "
+          f"candidate cap {cap}), in process")
+    ratio_line("SqliteStore.retrieve p50", "raw FTS5 query", pairs_of(times, "store", "raw"))
+    ratio_line("SqliteStore.retrieve p99", "raw FTS5 query",
+               pairs_of(times, "store", "raw", p99))
+    for name, counts in (("a 5-40-word brief", short), ("a 300-word brief", long)):
+        if counts:
+            median = statistics.median(counts)
+            print(f"   {name}'s prefilter terms match {median:,.0f} records (median of "
+                  f"{len(counts)}; {median / active:.0%} of the scope; max {max(counts):,})")
+
+    # 6. the in-process store on the same records (loaded directly: filling it through
+    # write() compares every candidate with every record).
+    clock = store._clock
+    memory = InMemoryStore(cap=MAX_SCOPE_CAP, clock=clock)
+    memory._scopes[SCOPE] = [engine.mint_record(SCOPE, seq, candidate, clock())
+                             for seq, candidate in enumerate(written, start=1)]
+    memory._next_seq[SCOPE] = len(written) + 1
+    await memory.retrieve(SCOPE, briefs[0], LIMIT)
+    times = await alternate([("store", store_query(pick), None),
+                             ("memory", store_query(pick, memory), None)],
+                            args.rounds, args.seconds, max_runs=200, block=5)
+    print(f"\n6. InMemoryStore.retrieve on the same {len(written):,} records")
+    ratio_line("InMemoryStore.retrieve p50", "SqliteStore.retrieve",
+               pairs_of(times, "memory", "store"), target="<= 2x")
+
+    # 3. reads after writes, then writes at the cap.
+    async def one_write() -> None:
+        await store.write(SCOPE, candidates(zipf, 1))
+
+    times = await alternate([("raw", raw_query(pick), one_write),
+                             ("store", store_query(pick), one_write)],
+                            args.rounds, args.seconds, max_runs=args.after_writes, block=1)
+    print(f"\n3. reads after writes on the {args.large:,}-record scope, in process")
+    ratio_line("first retrieve after a write p50", "raw FTS5 query", pairs_of(times, "store",
+                                                                            "raw"))
+    ratio_line("first retrieve after a write p99", "raw FTS5 query",
+               pairs_of(times, "store", "raw", p99))
+    print(f"   n = {sum(map(len, times['store']))} / {sum(map(len, times['raw']))}"
+          " (each after a one-record write, untimed)")
+    await store.flush()
+    copy = os.path.join(data, "raw-copy.db")
+    with contextlib.closing(raw_connection(store.path_for(SCOPE), "full")) as source, \
+            contextlib.closing(raw_connection(copy, "full")) as target, \
+            target.backup("main", source, "main") as backup:
+        backup.step()
+    raw_target = raw_connection(copy, "full")
+    now = itertools.count(1_800_000_000_000, 1000)
+    at_cap: list[float] = []
+    inserted: list[float] = []
+    evicted = 0
+    deadline = time.perf_counter() + args.seconds * 10
+    for _ in range(args.batches):
+        if time.perf_counter() > deadline:
+            break
+        batch = candidates(zipf, 50)
+        started = time.perf_counter()
+        counts = await store.write(SCOPE, batch)
+        at_cap.append(time.perf_counter() - started)
+        evicted += counts.evicted
+        started = time.perf_counter()
+        raw_insert(raw_target, batch, next(now))
+        inserted.append(time.perf_counter() - started)
+    per_round = max(1, -(-len(at_cap) // args.rounds))
+    print(f"   a write of 50 at the cap ({store.cap:,}; {evicted / max(1, len(at_cap)):.0f} "
+          f"evicted per write), {len(at_cap)} batches in rounds of {per_round}, each beside a "
+          "raw insert of the same rows into a copy of the file (then all batches at once):")
+    for stat_name, stat in (("p50", p50), ("p99", p99),
+                            ("mean", lambda s: statistics.mean(s) * 1000)):
+        ratio_line(f"write 50 at the cap {stat_name}", "raw insert",
+                   [(stat(at_cap[k:k + per_round]), stat(inserted[k:k + per_round]))
+                    for k in range(0, len(at_cap), per_round)])
+        print(f"   {'':<40}{stat(at_cap):10.2f} ms    vs {'(all batches)':<26}"
+              f"{stat(inserted):10.2f} ms    = {stat(at_cap) / stat(inserted):5.2f}x")
+    raw_target.close()
+    raw.close()
+    await store.close()
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+
+async def main(args: argparse.Namespace) -> None:
+    began = time.perf_counter()
+    zipf = Zipf()
+    briefs = [zipf.brief() for _ in range(400)]
+    texts = [zipf.record() for _ in range(2000)]
+    print(f"scopemem load bench: {len(zipf.vocab):,}-word Zipf vocabulary (s = 1.07), "
+          f"{os.cpu_count()} CPUs, {args.rounds} rounds of {args.seconds:g} s per case")
+    with tempfile.TemporaryDirectory(prefix="scopemem-load-") as tmp:
+        data = os.path.join(tmp, "scopes")
+        written, context_keys = await seed(data, zipf, args.scope_counts, args.large)
+        async with serve(data) as (url, port):
+            await many_scopes(url, port, args, briefs, texts)
+            await head_of_line(url, args, zipf, briefs)
+            await per_turn(url, args, briefs, context_keys, data)
+        await syscalls(data, args, briefs, texts)
+        await in_process(data, args, zipf, briefs, written)
+    print(f"\nthe whole run took {time.perf_counter() - began:.0f} s")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 10 and 1,000 scopes, 2,000 records, short rounds")
+    parser.add_argument("--scopes", default=None,
+                        help="scope counts of figure 1, the first the baseline "
+                             "(default 10,1000,10000)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3)")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="seconds per case per round (default 2)")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--large", type=int, default=None,
+                        help="records in the large scope (default 10000)")
+    parser.add_argument("--batches", type=int, default=100,
+                        help="batches of 50 written at the cap (figure 3)")
+    parser.add_argument("--after-writes", type=int, default=100,
+                        help="retrievals after a write per case per round (figure 3)")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    args.scopes = args.scopes or ("10,1000" if quick else "10,1000,10000")
+    args.rounds = args.rounds or (2 if quick else 3)
+    args.seconds = args.seconds or (0.5 if quick else 2.0)
+    args.large = args.large or (2000 if quick else MAX_SCOPE_CAP)
+    if quick:
+        args.batches = min(args.batches, 20)
+        args.after_writes = min(args.after_writes, 20)
+    args.scope_counts = [int(n) for n in args.scopes.split(",")]
+    if (args.clients < 2 or args.rounds < 1 or args.seconds <= 0 or args.large < 50
+            or args.batches < 1 or args.after_writes < 1
+            or not all(n > 0 for n in args.scope_counts)):
+        parser.error("--clients must be at least 2; counts and seconds above zero; "
+                     "--large at least 50")
+    return args
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args()))
