@@ -708,39 +708,61 @@ class SqliteStore:
 
     def _write(self, scope_key: str, candidates: list[Candidate], cap: int, now: int
                ) -> WriteCounts:
-        with (self._connection(scope_key, create=True) as handle,
-              self._transaction(handle.conn, bumps=handle)):
-            conn = handle.conn
-            seq = conn.execute(schema.NEXT_SEQ_SQL).fetchall()[0][0]
-            counts = WriteCounts()
-            for candidate in candidates:
-                pool = self._pool_for(conn, scope_key, candidate)
-                action = engine.plan_write(scope_key, candidate, pool, now)
-                counts += engine.count_action(action, candidate)
-                if isinstance(action, engine.Insert):
-                    if action.superseded is not None:
-                        self._retire(conn, scope_key, [action.superseded], now)
-                    self._insert(conn, engine.mint_record(scope_key, seq, candidate, now), seq)
-                    seq += 1
-                else:
-                    updated = action.updated
-                    conn.execute(
-                        "UPDATE records SET use_count = ?, last_used_at = ?, confidence = ?"
-                        " WHERE seq = ?",
-                        (updated.use_count, updated.last_used_at, updated.confidence,
-                         _seq_of(scope_key, updated.id)),
-                    )
-            evicted: list[Record] = []
-            active = conn.execute(
-                "SELECT count(*) FROM records WHERE status = 'active'").fetchall()[0][0]
-            if active > cap:
-                evicted = self._plan_eviction(conn, active - cap)
-                self._retire(conn, scope_key, evicted, now)
-            self._purge(conn, retention_cutoff(now, self.retention_days))
-            self._compact_index(conn)
+        with self._connection(scope_key, create=True) as handle:
+            old_view = handle.view  # the transaction drops it; the write may carry it on
+            changed: set[int] = set()
+            retired: list[Record] = []
+            with self._transaction(handle.conn, bumps=handle, applied=changed):
+                generation = (None if old_view is None else
+                              handle.conn.execute(schema.GENERATION_SQL).fetchall()[0][0])
+                counts, evicted = self._write_rows(handle.conn, scope_key, candidates, cap,
+                                                   now, changed, retired)
+            if old_view is not None and generation is not None \
+                    and old_view.generation == generation:
+                self._carry_view(handle, old_view, changed, retired, generation + 1)
         # No log line of its own: the counts say what was evicted, the Worker logs the
         # eviction for a served store and Memory's [memory] line counts it for an embedded one.
         return counts + WriteCounts(evicted=len(evicted))
+
+    def _write_rows(self, conn: Any, scope_key: str, candidates: list[Candidate], cap: int,
+                    now: int, changed: set[int], retired: list[Record]
+                    ) -> tuple[WriteCounts, list[Record]]:
+        """The batch's statements, inside the write's transaction; ``changed`` gathers the
+        seqs of rows inserted or updated, ``retired`` the records that left."""
+        seq = conn.execute(schema.NEXT_SEQ_SQL).fetchall()[0][0]
+        counts = WriteCounts()
+        for candidate in candidates:
+            pool = self._pool_for(conn, scope_key, candidate)
+            action = engine.plan_write(scope_key, candidate, pool, now)
+            counts += engine.count_action(action, candidate)
+            if isinstance(action, engine.Insert):
+                if action.superseded is not None:
+                    self._retire(conn, scope_key, [action.superseded], now)
+                    retired.append(action.superseded)
+                self._insert(conn, engine.mint_record(scope_key, seq, candidate, now), seq)
+                changed.add(seq)
+                seq += 1
+            else:
+                updated = action.updated
+                updated_seq = _seq_of(scope_key, updated.id)
+                conn.execute(
+                    "UPDATE records SET use_count = ?, last_used_at = ?, confidence = ?"
+                    " WHERE seq = ?",
+                    (updated.use_count, updated.last_used_at, updated.confidence,
+                     updated_seq),
+                )
+                if updated_seq is not None:
+                    changed.add(updated_seq)
+        evicted: list[Record] = []
+        active = conn.execute(
+            "SELECT count(*) FROM records WHERE status = 'active'").fetchall()[0][0]
+        if active > cap:
+            evicted = self._plan_eviction(conn, active - cap)
+            self._retire(conn, scope_key, evicted, now)
+            retired.extend(evicted)
+        self._purge(conn, retention_cutoff(now, self.retention_days))
+        self._compact_index(conn)
+        return counts, evicted
 
     @staticmethod
     def _plan_eviction(conn: Any, excess: int) -> list[Record]:
@@ -1051,6 +1073,53 @@ class SqliteStore:
             view.bump(handle.pending)
             handle.view = view
             handle.probed = None  # a check older than the view must not judge it
+
+    def _carry_view(self, handle: _Handle, old: ScopeView, changed: set[int],
+                    retired: Sequence[Record], generation: int) -> None:
+        """Install the view ``old`` becomes after this store's own committed write (at
+        ``generation``: nobody else wrote in between), instead of leaving the scope to be
+        read through SQL and its view rebuilt from every row. Only the rows the write
+        inserted or updated (and those whose pending use counts it committed) are read
+        back; the retired ones leave. The caller holds the handle, outside any
+        transaction."""
+        if self.cache_rows == 0 or handle.closed:
+            return
+        conn = handle.conn
+        gone = {seq for seq in (_seq_of(record.scope_key, record.id) for record in retired)
+                if seq is not None}
+        removed_terms: dict[int, list[str]] = {}
+        for seq in gone:
+            entry = old.entries.get(seq)
+            if entry is not None:
+                row = entry[1]
+                removed_terms[seq] = fts_tokens(row[4], row[5], self.analyzer).split()
+        seqs = sorted(changed - gone)
+        rows: list[Sequence[Any]] = []
+        with self._snapshot(conn):
+            if conn.execute(schema.GENERATION_SQL).fetchall()[0][0] != generation:
+                return  # another writer came in after the commit: rebuild as usual
+            for start in range(0, len(seqs), _CHUNK):
+                chunk = seqs[start:start + _CHUNK]
+                rows.extend(conn.execute(
+                    f"{schema.ACTIVE_ROWS_SQL} AND records.seq IN"
+                    f" ({', '.join('?' * len(chunk))})", chunk))
+        rows = [row if row[16] is not None
+                else (*row[:16], fts_tokens(row[4], json.loads(row[5]), self.analyzer))
+                for row in rows]
+        view = ScopeView.carried(old, rows, gone, removed_terms, generation)
+        if not self._reserve_rows(handle, len(view)):
+            return
+        with handle.bump_lock:
+            if handle.view is not None or handle.closed:  # built meanwhile, or closing
+                self._cached_rows_release(len(view))
+                return
+            view.bump(handle.pending)
+            handle.view = view
+            handle.probed = None
+
+    def _cached_rows_release(self, count: int) -> None:
+        with self._cache_lock:
+            self._cached_rows -= count
 
     def _reserve_rows(self, handle: _Handle, count: int) -> bool:
         """Make room for a view of ``count`` rows, dropping the views of the least recently
@@ -1517,15 +1586,15 @@ class SqliteStore:
 
     @contextlib.contextmanager
     def _transaction(self, conn: Any, *, relaxed: bool = False,
-                     bumps: _Handle | None = None, changes_rows: bool = True
-                     ) -> Iterator[None]:
+                     bumps: _Handle | None = None, changes_rows: bool = True,
+                     applied: set[int] | None = None) -> Iterator[None]:
         """One ``BEGIN IMMEDIATE`` transaction: committed if the block finishes, rolled back
         if it raises. ``relaxed`` commits without waiting for the disk (usage bumps only).
         The pending usage bumps of the handle ``bumps`` (held by the caller) are applied
         first, so the block reads rows with them; they are pending again if the transaction
-        does not commit. A transaction that is not ``relaxed`` on a handle changes rows
-        (unless ``changes_rows`` says it never does): it drops the scope's view and counts a
-        generation."""
+        does not commit (``applied``, when given, gathers their seqs). A transaction that is
+        not ``relaxed`` on a handle changes rows (unless ``changes_rows`` says it never
+        does): it drops the scope's view and counts a generation."""
         relax = relaxed and self.synchronous in ("full", "extra")
         changes_rows = changes_rows and bumps is not None and not relaxed
         if changes_rows:
@@ -1543,6 +1612,8 @@ class SqliteStore:
                     batch = bumps.take_batch()
                     if batch:
                         _apply_bumps(conn, batch)
+                        if applied is not None:
+                            applied.update(batch)
                 yield
                 if changes_rows:
                     conn.execute(schema.NEXT_GENERATION_SQL)

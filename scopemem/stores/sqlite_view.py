@@ -66,6 +66,61 @@ class ScopeView:
                           if (before := entries.get(seq - 1)) is not None
                           and before[1][6] == row[6]}
 
+    @classmethod
+    def carried(cls, old: ScopeView, rows: Iterable[Sequence[Any]], removed: Iterable[int],
+                removed_terms: Mapping[int, Iterable[str]], generation: int) -> ScopeView:
+        """The view ``old`` becomes after one write of this store: ``rows`` (RECORD_COLUMNS and
+        indexed tokens, active) are added or replace the rows of their seqs, the seqs in
+        ``removed`` (holding ``removed_terms``) leave. ``old`` is left as it is (a ranking on
+        a pool thread may still read it): posting lists that change are copied, the others
+        shared."""
+        view = cls.__new__(cls)
+        view.generation = generation
+        entries = dict(old.entries)
+        postings = dict(old.postings)
+        continues = set(old.continues)
+        gone = set(removed)
+        fresh: dict[str, list[int]] = {}  # term → its copied list (copied once)
+
+        def own(term: str) -> list[int]:
+            holders = fresh.get(term)
+            if holders is None:
+                holders = fresh[term] = list(postings.get(term, ()))
+                postings[term] = holders
+            return holders
+
+        touched: set[str] = set()
+        for seq in gone:
+            if entries.pop(seq, None) is not None:
+                touched.update(removed_terms.get(seq, ()))
+            continues.discard(seq)
+            continues.discard(seq + 1)
+        for term in touched:
+            kept = [seq for seq in postings.get(term, ()) if seq not in gone]
+            if kept:
+                postings[term] = fresh[term] = kept
+            else:
+                postings.pop(term, None)
+                fresh.pop(term, None)
+        for row in rows:
+            seq = row[0]
+            known = seq in entries
+            entries[seq] = _entry(row)
+            if not known:
+                for token in set(map(sys.intern, row[16].split())):
+                    own(token).append(seq)
+        for seq in entries.keys() - old.entries.keys():
+            for candidate in (seq, seq + 1):
+                before = entries.get(candidate - 1)
+                current = entries.get(candidate)
+                if before is not None and current is not None \
+                        and before[1][6] == current[1][6]:
+                    continues.add(candidate)
+        view.entries = entries
+        view.postings = postings
+        view.continues = continues
+        return view
+
     def __len__(self) -> int:
         return len(self.entries)
 

@@ -300,12 +300,21 @@ async def test_a_change_made_by_another_store_is_never_answered_from_memory(make
     assert "pushed" not in " ".join(r.text for r in await ours.retrieve(ORG, "deploy", 8))
 
 
-async def test_our_own_changes_replace_the_view(make):
+async def test_our_own_changes_replace_the_view(make, tmp_path):
     store = make()
-    await store.write(ORG, [fact("deploy with the blue script")])
+    plain = make(tmp_path / "plain", cache_rows=0)
+    for each in (store, plain):
+        await each.write(ORG, [fact("deploy with the blue script")])
     await warm(store)
-    await store.write(ORG, [fact("deploy from main only")])
-    assert store._handles[ORG].view is None
+    before = store._handles[ORG].view
+    for each in (store, plain):
+        await each.write(ORG, [fact("deploy from main only"), fact("deploy with the blue script")])
+    # The write carried the view on (a new one: the old may still be read on a pool thread),
+    # and it answers exactly as SQL over the same rows does.
+    after = store._handles[ORG].view
+    assert after is not None and after is not before and len(after) == 2
+    assert await store.search(ORG, "deploy blue", 8, bump=False) == await plain.search(
+        ORG, "deploy blue", 8, bump=False)
     assert len(await store.retrieve(ORG, "deploy", 8)) == 2
     await warm(store)
     assert await store.forget(ORG, f"mem:{ORG}:1")
@@ -434,3 +443,44 @@ async def test_a_heavy_query_is_ranked_off_the_event_loop_with_the_same_answer(
     assert heavy == light
     assert threads[0] == threading.current_thread().name  # light: on the loop's thread
     assert threads[1].startswith("scopemem-sqlite-read")  # heavy: on the read pool
+
+
+WORDS = ("deploy", "cache", "vpn", "blue", "green", "lint", "tests", "staging")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(
+    st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+                       st.sampled_from(("t", "u")), st.integers(0, 12),
+                       st.sampled_from(("", "supersedes", "restates"))),
+             min_size=1, max_size=6),
+    st.lists(st.sampled_from(WORDS), min_size=1, max_size=3)), min_size=1, max_size=8))
+def test_a_view_carried_across_our_writes_answers_as_sql_does(tmp_path_factory, steps):
+    """Writes at a small cap (evictions), supersedes, restates and dedups, each followed by
+    a search: the store whose view each write carries on answers exactly like a store that
+    reads through SQL, hits and matches alike."""
+
+    async def run() -> None:
+        base = tmp_path_factory.mktemp("carried")
+        now = [NOW]
+        viewed = SqliteStore(base / "viewed", cap=12, clock=lambda: now[0])
+        plain = SqliteStore(base / "plain", cap=12, cache_rows=0, clock=lambda: now[0])
+        try:
+            for batch, query in steps:
+                now[0] += 60_000
+                for store in (viewed, plain):
+                    await warm(store)
+                    candidates = []
+                    for words, thread, target, pointer in batch:
+                        extra = {pointer: f"mem:{ORG}:{target + 1}"} if pointer else {}
+                        candidates.append(fact(" ".join(words), source_thread_key=thread,
+                                               **extra))
+                    await store.write(ORG, candidates)
+                got = await viewed.search(ORG, " ".join(query), 8, bump=False)
+                want = await plain.search(ORG, " ".join(query), 8, bump=False)
+                assert got == want
+        finally:
+            await viewed.close()
+            await plain.close()
+
+    asyncio.run(run())
