@@ -363,6 +363,17 @@ LOOP_WORK = 20_000
 
 
 @attrs.frozen
+class _Carry:
+    """What a write read to carry its scope's view on (``SqliteStore._plan_carry``)."""
+
+    view: ScopeView
+    rows: list[Sequence[Any]]
+    gone: set[int]
+    removed_terms: dict[int, list[str]]
+    generation: int
+
+
+@attrs.frozen
 class _Heavy:
     """A view that can answer, but not on the loop."""
 
@@ -373,8 +384,8 @@ class _Heavy:
 class _Handle:
     """One cached connection and the lock that keeps it to one thread at a time."""
 
-    __slots__ = ("bump_lock", "checkpoint", "closed", "conn", "flush", "lock", "path",
-                 "pending", "probe", "probe_lock", "probed", "retrievals", "view",
+    __slots__ = ("bump_lock", "carry", "checkpoint", "closed", "conn", "flush", "lock",
+                 "path", "pending", "probe", "probe_lock", "probed", "retrievals", "view",
                  "view_refused")
 
     def __init__(self, path: str) -> None:
@@ -398,6 +409,8 @@ class _Handle:
         self.probe_lock = threading.Lock()
         self.probed: tuple[object, int] | None = None  # (epoch, generation read in it)
         self.checkpoint: asyncio.Task[None] | None = None  # queued by _commit_on_loop
+        # What a write read for carrying the view on (see _plan_carry), applied on the loop.
+        self.carry: _Carry | None = None
 
     def add_bumps(self, seqs: Sequence[int], now: int) -> bool:
         """Count one use of each row at ``now``; False (nothing counted) when the handle is
@@ -539,7 +552,12 @@ class SqliteStore:
         if isinstance(answered, _Heavy):
             # Too much ranking for the event loop: the same work on a pool thread, so light
             # queries on other scopes are answered meanwhile.
-            ranked = await self._run("read", self._rank_view, answered.view, terms, limit, now)
+            view = answered.view
+            view.readers += 1  # on the loop only: a carry never changes it meanwhile
+            try:
+                ranked = await self._run("read", self._rank_view, view, terms, limit, now)
+            finally:
+                view.readers -= 1
             answered = self._view_answer(answered.handle, ranked, bump, now)
         if answered is None:
             entry = self._writers.get(scope_key)
@@ -583,7 +601,9 @@ class SqliteStore:
         now = self._clock()
         batch = fit_batch(candidates)
         async with self._writer(scope_key):
-            return await self._run("write", self._write, scope_key, batch, cap, now)
+            counts = await self._run("write", self._write, scope_key, batch, cap, now)
+            self._apply_carry(scope_key)
+            return counts
 
     async def list(
         self, scope_key: str, limit: int, query: str | None = None, kind: Kind | None = None
@@ -719,7 +739,8 @@ class SqliteStore:
                                                    now, changed, retired)
             if old_view is not None and generation is not None \
                     and old_view.generation == generation:
-                self._carry_view(handle, old_view, changed, retired, generation + 1)
+                handle.carry = self._plan_carry(handle, old_view, changed, retired,
+                                                generation + 1)
         # No log line of its own: the counts say what was evicted, the Worker logs the
         # eviction for a served store and Memory's [memory] line counts it for an embedded one.
         return counts + WriteCounts(evicted=len(evicted))
@@ -1074,16 +1095,16 @@ class SqliteStore:
             handle.view = view
             handle.probed = None  # a check older than the view must not judge it
 
-    def _carry_view(self, handle: _Handle, old: ScopeView, changed: set[int],
-                    retired: Sequence[Record], generation: int) -> None:
-        """Install the view ``old`` becomes after this store's own committed write (at
-        ``generation``: nobody else wrote in between), instead of leaving the scope to be
-        read through SQL and its view rebuilt from every row. Only the rows the write
-        inserted or updated (and those whose pending use counts it committed) are read
-        back; the retired ones leave. The caller holds the handle, outside any
-        transaction."""
+    def _plan_carry(self, handle: _Handle, old: ScopeView, changed: set[int],
+                    retired: Sequence[Record], generation: int) -> _Carry | None:
+        """What the view ``old`` needs to become the view after this store's own committed
+        write (at ``generation``: nobody else wrote in between), read here on the write
+        pool: the rows the write inserted or updated (and those whose pending use counts it
+        committed), and the terms of the rows it retired. ``_apply_carry`` applies it on the
+        event loop, instead of leaving the scope to be read through SQL and its view rebuilt
+        from every row. The caller holds the handle, outside any transaction."""
         if self.cache_rows == 0 or handle.closed:
-            return
+            return None
         conn = handle.conn
         gone = {seq for seq in (_seq_of(record.scope_key, record.id) for record in retired)
                 if seq is not None}
@@ -1097,7 +1118,7 @@ class SqliteStore:
         rows: list[Sequence[Any]] = []
         with self._snapshot(conn):
             if conn.execute(schema.GENERATION_SQL).fetchall()[0][0] != generation:
-                return  # another writer came in after the commit: rebuild as usual
+                return None  # another writer came in after the commit: rebuild as usual
             for start in range(0, len(seqs), _CHUNK):
                 chunk = seqs[start:start + _CHUNK]
                 rows.extend(conn.execute(
@@ -1106,20 +1127,36 @@ class SqliteStore:
         rows = [row if row[16] is not None
                 else (*row[:16], fts_tokens(row[4], json.loads(row[5]), self.analyzer))
                 for row in rows]
-        view = ScopeView.carried(old, rows, gone, removed_terms, generation)
+        return _Carry(old, rows, gone, removed_terms, generation)
+
+    def _apply_carry(self, scope_key: str) -> None:
+        """Install the carried view a write planned, on the event loop: in place when no
+        ranking on a pool thread reads the old view (a few set operations), else as a copy.
+        Nothing happens when a view was built meanwhile, or the handle closed."""
+        with self._cache_lock:
+            handle = self._handles.get(scope_key)
+        if handle is None:
+            return
+        carry, handle.carry = handle.carry, None
+        if carry is None or handle.view is not None or handle.closed:
+            return
+        old = carry.view
+        if old.readers == 0:
+            old.carry_in_place(carry.rows, carry.gone, carry.removed_terms, carry.generation)
+            view = old
+        else:
+            view = ScopeView.carried(old, carry.rows, carry.gone, carry.removed_terms,
+                                     carry.generation)
         if not self._reserve_rows(handle, len(view)):
             return
         with handle.bump_lock:
             if handle.view is not None or handle.closed:  # built meanwhile, or closing
-                self._cached_rows_release(len(view))
+                with self._cache_lock:
+                    self._cached_rows -= len(view)
                 return
             view.bump(handle.pending)
             handle.view = view
             handle.probed = None
-
-    def _cached_rows_release(self, count: int) -> None:
-        with self._cache_lock:
-            self._cached_rows -= count
 
     def _reserve_rows(self, handle: _Handle, count: int) -> bool:
         """Make room for a view of ``count`` rows, dropping the views of the least recently

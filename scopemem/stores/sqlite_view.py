@@ -38,17 +38,18 @@ class ScopeView:
     """Every active row of one scope at one ``generation`` of its database (the counter every
     data-changing transaction increments), with the usage bumps applied since."""
 
-    __slots__ = ("continues", "entries", "generation", "postings")
+    __slots__ = ("continues", "entries", "generation", "postings", "readers")
 
     def __init__(self, rows: Iterable[Sequence[Any]], generation: int) -> None:
         """``rows`` are RECORD_COLUMNS followed by the row's indexed tokens (space-joined),
         active rows only."""
         self.generation = generation
+        # Rankings reading the view on a pool thread now (counted on the event loop).
+        self.readers = 0
         self.entries: dict[int, Entry] = {}
-        # token → the seqs of the rows holding it, each row once. Lists, not sets: a view
-        # is built once and never loses a row (a change to the scope's rows drops the whole
-        # view), and a list costs a fraction of a set's memory.
-        self.postings: dict[str, list[int]] = {}
+        # token → the seqs of the rows holding it. Sets: a write carries the view on by
+        # copying the sets it changes and removing its retired rows from them, in C.
+        self.postings: dict[str, set[int]] = {}
         postings = self.postings
         for row in rows:
             seq = row[0]
@@ -57,9 +58,9 @@ class ScopeView:
             for token in set(map(sys.intern, row[16].split())):
                 holders = postings.get(token)
                 if holders is None:
-                    postings[token] = [seq]
+                    postings[token] = {seq}
                 else:
-                    holders.append(seq)
+                    holders.add(seq)
         # The rows whose predecessor is a row of the same thread (see core.ranking).
         entries = self.entries
         self.continues = {seq for seq, (_last, row) in entries.items()
@@ -69,57 +70,57 @@ class ScopeView:
     @classmethod
     def carried(cls, old: ScopeView, rows: Iterable[Sequence[Any]], removed: Iterable[int],
                 removed_terms: Mapping[int, Iterable[str]], generation: int) -> ScopeView:
-        """The view ``old`` becomes after one write of this store: ``rows`` (RECORD_COLUMNS and
-        indexed tokens, active) are added or replace the rows of their seqs, the seqs in
-        ``removed`` (holding ``removed_terms``) leave. ``old`` is left as it is (a ranking on
-        a pool thread may still read it): posting lists that change are copied, the others
-        shared."""
+        """A copy of ``old`` carried on (``carry_in_place``), ``old`` left as it is: for a
+        view a ranking on a pool thread still reads. It copies every posting set, which
+        the in-place carry does not need to."""
         view = cls.__new__(cls)
-        view.generation = generation
-        entries = dict(old.entries)
-        postings = dict(old.postings)
-        continues = set(old.continues)
+        view.generation = old.generation
+        view.readers = 0
+        view.entries = dict(old.entries)
+        view.postings = {term: set(holders) for term, holders in old.postings.items()}
+        view.continues = set(old.continues)
+        view.carry_in_place(rows, removed, removed_terms, generation)
+        return view
+
+    def carry_in_place(self, rows: Iterable[Sequence[Any]], removed: Iterable[int],
+                       removed_terms: Mapping[int, Iterable[str]], generation: int) -> None:
+        """Become the view after one write of this store: ``rows`` (RECORD_COLUMNS and
+        indexed tokens, active) are added or replace the rows of their seqs, the seqs in
+        ``removed`` (holding ``removed_terms``) leave, and the view is at ``generation``.
+        For the event loop, when nothing else reads the view."""
+        entries, postings, continues = self.entries, self.postings, self.continues
         gone = set(removed)
-        fresh: dict[str, list[int]] = {}  # term → its copied list (copied once)
-
-        def own(term: str) -> list[int]:
-            holders = fresh.get(term)
-            if holders is None:
-                holders = fresh[term] = list(postings.get(term, ()))
-                postings[term] = holders
-            return holders
-
-        touched: set[str] = set()
         for seq in gone:
             if entries.pop(seq, None) is not None:
-                touched.update(removed_terms.get(seq, ()))
+                for term in removed_terms.get(seq, ()):
+                    holders = postings.get(term)
+                    if holders is not None:
+                        holders.discard(seq)
+                        if not holders:
+                            del postings[term]
             continues.discard(seq)
             continues.discard(seq + 1)
-        for term in touched:
-            kept = [seq for seq in postings.get(term, ()) if seq not in gone]
-            if kept:
-                postings[term] = fresh[term] = kept
-            else:
-                postings.pop(term, None)
-                fresh.pop(term, None)
+        added = []
         for row in rows:
             seq = row[0]
             known = seq in entries
             entries[seq] = _entry(row)
             if not known:
+                added.append(seq)
                 for token in set(map(sys.intern, row[16].split())):
-                    own(token).append(seq)
-        for seq in entries.keys() - old.entries.keys():
+                    holders = postings.get(token)
+                    if holders is None:
+                        postings[token] = {seq}
+                    else:
+                        holders.add(seq)
+        for seq in added:
             for candidate in (seq, seq + 1):
                 before = entries.get(candidate - 1)
                 current = entries.get(candidate)
                 if before is not None and current is not None \
                         and before[1][6] == current[1][6]:
                     continues.add(candidate)
-        view.entries = entries
-        view.postings = postings
-        view.continues = continues
-        return view
+        self.generation = generation
 
     def __len__(self) -> int:
         return len(self.entries)

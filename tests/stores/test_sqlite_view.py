@@ -309,10 +309,10 @@ async def test_our_own_changes_replace_the_view(make, tmp_path):
     before = store._handles[ORG].view
     for each in (store, plain):
         await each.write(ORG, [fact("deploy from main only"), fact("deploy with the blue script")])
-    # The write carried the view on (a new one: the old may still be read on a pool thread),
-    # and it answers exactly as SQL over the same rows does.
+    # The write carried the view on (changed in place: nothing else read it), and it
+    # answers exactly as SQL over the same rows does.
     after = store._handles[ORG].view
-    assert after is not None and after is not before and len(after) == 2
+    assert after is before and len(after) == 2
     assert await store.search(ORG, "deploy blue", 8, bump=False) == await plain.search(
         ORG, "deploy blue", 8, bump=False)
     assert len(await store.retrieve(ORG, "deploy", 8)) == 2
@@ -484,3 +484,17 @@ def test_a_view_carried_across_our_writes_answers_as_sql_does(tmp_path_factory, 
             await plain.close()
 
     asyncio.run(run())
+
+
+async def test_a_view_read_on_a_pool_thread_is_carried_on_as_a_copy(make):
+    store = make()
+    await store.write(ORG, [fact("deploy with the blue script")])
+    await warm(store)
+    before = store._handles[ORG].view
+    before.readers += 1  # as while a heavy ranking reads it on the read pool
+    entries = dict(before.entries)
+    await store.write(ORG, [fact("deploy from main only")])
+    after = store._handles[ORG].view
+    assert after is not before and len(after) == 2
+    assert before.entries == entries  # the reader's view did not change under it
+    before.readers -= 1
