@@ -49,9 +49,11 @@ Reads
     another store's, another process's; usage bumps do not count): the view remembers the
     generation it was read at, and the event loop reads the current one on a connection
     of its own (once per scope per loop iteration, see ``_current_epoch``). A change made
-    through this store drops the view as its transaction begins. The view holds the usage
-    bumps too: every retrieval applies its bumps to the view as it adds them to the pending
-    set. Use counts added by *other* processes' retrievals reach the view only with the
+    through this store drops the view as its transaction begins; a write that committed
+    with nobody else writing in between then carries it on (``_plan_carry`` on the write
+    pool, ``_apply_carry`` on the loop) rather than leave it to be rebuilt. The view holds
+    the usage bumps too: every retrieval applies its bumps to the view as it adds them to
+    the pending set. Use counts added by *other* processes' retrievals reach the view only with the
     next change.
 
     A retrieval through SQL does not take the writer lock (unless a write to its scope is
