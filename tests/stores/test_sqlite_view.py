@@ -498,3 +498,33 @@ async def test_a_view_read_on_a_pool_thread_is_carried_on_as_a_copy(make):
     assert after is not before and len(after) == 2
     assert before.entries == entries  # the reader's view did not change under it
     before.readers -= 1
+
+
+async def test_a_write_that_fails_carries_nothing_into_the_view(make, monkeypatch):
+    """A batch that fails midway commits nothing, and its rows reach no view: the view is
+    carried on only from a committed write."""
+    store = make()
+    await store.write(ORG, [fact("deploy with the blue script")])
+    await warm(store)
+    assert store._handles[ORG].view is not None
+    insert = SqliteStore._insert
+    calls = []
+
+    def failing(self, conn, record, seq):
+        calls.append(seq)
+        if len(calls) == 2:
+            raise apsw.IOError("disk gone mid-batch")
+        return insert(self, conn, record, seq)
+
+    monkeypatch.setattr(SqliteStore, "_insert", failing)
+    with pytest.raises(Exception, match="disk gone"):
+        await store.write(ORG, [fact("deploy from main only"), fact("deploy on fridays")])
+    monkeypatch.setattr(SqliteStore, "_insert", insert)
+    assert store._handles[ORG].carry is None
+    hits = await store.search(ORG, "deploy", 8, bump=False)
+    assert [hit.record.text for hit in hits] == ["deploy with the blue script"]
+    # And a later committed write is carried on as usual.
+    await warm(store)
+    await store.write(ORG, [fact("deploy on fridays")])
+    assert sorted(h.record.text for h in await store.search(ORG, "deploy", 8, bump=False)) == [
+        "deploy on fridays", "deploy with the blue script"]
