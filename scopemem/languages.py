@@ -91,12 +91,11 @@ def analyzer_for(languages: Sequence[str]) -> Analyzer:
 
 
 def _folded(stem: Callable[[str], str]) -> Callable[[str], str]:
-    """A stem function safe to share between threads (a PyStemmer object is not), memoized,
-    whose answer is folded again (a stemmer may rewrite a letter), so a stem is always a
-    folded token."""
+    """A stem function safe to share between threads (a PyStemmer object is not) whose
+    answer is folded again (a stemmer may rewrite a letter), so a stem is always a folded
+    token. The analyzer remembers what it stemmed."""
     lock = threading.Lock()
 
-    @functools.lru_cache(maxsize=65536)
     def stem_word(word: str) -> str:
         with lock:
             stemmed = stem(word)

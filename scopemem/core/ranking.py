@@ -102,10 +102,6 @@ class QueryTerms:
     terms: tuple[str, ...]
     prefilter: tuple[str, ...]
 
-    @property
-    def tokens(self) -> tuple[str, ...]:
-        return self.terms
-
 
 def query_words(query: str, analyzer: Analyzer = PLAIN) -> list[str]:
     """The query's distinct folded content words, first appearance first.

@@ -85,13 +85,7 @@ class _Index:
 
     def add(self, seq: int, record: Record, terms: frozenset[str]) -> None:
         """Index an active record."""
-        postings = self.postings
-        for term in terms:
-            holders = postings.get(term)
-            if holders is None:
-                postings[term] = {seq}
-            else:
-                holders.add(seq)
+        inverted.post(self.postings, seq, terms)
         thread = record.source_thread_key
         threads = self.threads
         threads[seq] = thread
@@ -104,12 +98,7 @@ class _Index:
 
     def remove(self, seq: int, record: Record, terms: frozenset[str]) -> None:
         """Unindex a record that has left active status (``record`` as it was indexed)."""
-        postings = self.postings
-        for term in terms:
-            holders = postings[term]
-            holders.discard(seq)
-            if not holders:
-                del postings[term]
+        inverted.unpost(self.postings, seq, terms)
         del self.threads[seq]
         del self.details[seq]
         self.continues.discard(seq)

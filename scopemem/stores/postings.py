@@ -11,14 +11,34 @@ store's floats agree bit for bit and every store answers with the same ids in th
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, MutableMapping, Sequence
 
 from scopemem.core.ranking import QueryTerms, ScopeStats
 
-__all__ = ["Postings", "covered", "stats", "work"]
+__all__ = ["Postings", "covered", "post", "stats", "unpost", "work"]
 
 #: term → the seqs of the active records holding it (a list or a set: each record once).
 Postings = Mapping[str, Collection[int]]
+
+
+def post(postings: MutableMapping[str, set[int]], seq: int, terms: Iterable[str]) -> None:
+    """Index the record ``seq`` under each of ``terms``."""
+    for term in terms:
+        holders = postings.get(term)
+        if holders is None:
+            postings[term] = {seq}
+        else:
+            holders.add(seq)
+
+
+def unpost(postings: MutableMapping[str, set[int]], seq: int, terms: Iterable[str]) -> None:
+    """Take the record ``seq`` out of each of ``terms`` (a term left with no record goes)."""
+    for term in terms:
+        holders = postings.get(term)
+        if holders is not None:
+            holders.discard(seq)
+            if not holders:
+                del postings[term]
 
 
 def work(postings: Postings, terms: QueryTerms) -> int:

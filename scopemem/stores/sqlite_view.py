@@ -55,12 +55,7 @@ class ScopeView:
             seq = row[0]
             self.entries[seq] = _entry(row)
             # Interned: a token string is shared by every posting holding it.
-            for token in set(map(sys.intern, row[16].split())):
-                holders = postings.get(token)
-                if holders is None:
-                    postings[token] = {seq}
-                else:
-                    holders.add(seq)
+            inverted.post(postings, seq, set(map(sys.intern, row[16].split())))
         # The rows whose predecessor is a row of the same thread (see core.ranking).
         entries = self.entries
         self.continues = {seq for seq, (_last, row) in entries.items()
@@ -92,12 +87,7 @@ class ScopeView:
         gone = set(removed)
         for seq in gone:
             if entries.pop(seq, None) is not None:
-                for term in removed_terms.get(seq, ()):
-                    holders = postings.get(term)
-                    if holders is not None:
-                        holders.discard(seq)
-                        if not holders:
-                            del postings[term]
+                inverted.unpost(postings, seq, removed_terms.get(seq, ()))
             continues.discard(seq)
             continues.discard(seq + 1)
         added = []
@@ -107,12 +97,7 @@ class ScopeView:
             entries[seq] = _entry(row)
             if not known:
                 added.append(seq)
-                for token in set(map(sys.intern, row[16].split())):
-                    holders = postings.get(token)
-                    if holders is None:
-                        postings[token] = {seq}
-                    else:
-                        holders.add(seq)
+                inverted.post(postings, seq, set(map(sys.intern, row[16].split())))
         for seq in added:
             for candidate in (seq, seq + 1):
                 before = entries.get(candidate - 1)

@@ -89,6 +89,17 @@ def candidate(text: str = "run npm ci before the license check", **fields: Any
     return {"kind": "fact", "text": text, "sourceThreadKey": "slack:C1/100", **fields}
 
 
+async def read_to_close(port: int, raw: bytes, timeout: float = 5.0) -> bytes:
+    """Everything the server sends on one connection until it closes it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(raw)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), timeout)  # read() returns at EOF only
+    finally:
+        writer.close()
+
+
 async def raw_exchange(port: int, request: bytes, *, timeout: float = 5.0) -> tuple[int, bytes]:
     """Send raw bytes to 127.0.0.1:port; the status and body of the first response.
 

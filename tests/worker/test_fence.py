@@ -15,7 +15,7 @@ from yarl import URL
 
 from scopemem.worker_aiohttp import validation
 from scopemem.worker_aiohttp.app import create_app, running
-from tests.worker.conftest import ORG, TOKEN, raw_exchange
+from tests.worker.conftest import ORG, TOKEN, raw_exchange, read_to_close
 
 AUTH_LINE = f"Authorization: Bearer {TOKEN}\r\n".encode()
 NOT_JSON = b"this is not json at all"
@@ -45,17 +45,6 @@ def request(headers: bytes, body: bytes = b"", *, path: bytes = b"/list",
             auth: bool = True) -> bytes:
     return (b"POST " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             + (AUTH_LINE if auth else b"") + headers + b"\r\n" + body)
-
-
-async def read_to_close(port: int, raw: bytes) -> bytes:
-    """Everything the server sends on one connection until it closes it."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(raw)
-        await writer.drain()
-        return await asyncio.wait_for(reader.read(), 5)  # read() returns at EOF only
-    finally:
-        writer.close()
 
 
 async def test_a_well_formed_request_gets_through(port, spy, parsed):

@@ -14,7 +14,7 @@ from yarl import URL
 from scopemem.errors import StoreBusy
 from scopemem.worker_aiohttp.app import Limits, create_app, running
 from scopemem.worker_aiohttp.logs import RepeatLimit
-from tests.worker.conftest import ORG, TOKEN, raw_exchange
+from tests.worker.conftest import ORG, TOKEN, raw_exchange, read_to_close
 
 AUTH_LINE = f"Authorization: Bearer {TOKEN}\r\n".encode()
 
@@ -74,14 +74,8 @@ async def test_an_idle_connection_is_closed_after_seconds_not_an_hour(quick):
 
 
 async def test_a_body_that_never_finishes_is_408_and_closed(quick, spy):
-    reader, writer = await asyncio.open_connection("127.0.0.1", quick)
-    try:
-        writer.write(b"POST /list HTTP/1.1\r\nHost: x\r\n" + AUTH_LINE
-                     + b"Content-Length: 100\r\n\r\n{\"scopeKey\"")
-        await writer.drain()
-        answer = await closed_within(reader, 3)
-    finally:
-        writer.close()
+    answer = await read_to_close(quick, b"POST /list HTTP/1.1\r\nHost: x\r\n" + AUTH_LINE
+                                 + b"Content-Length: 100\r\n\r\n{\"scopeKey\"", 3)
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408")
     assert json.loads(body) == {"error": "the body did not arrive in time"}
@@ -137,13 +131,7 @@ async def test_when_every_connection_is_busy_a_newcomer_gets_a_fixed_503(spy):
     b"GET /healthz HTTP/9.9\r\n\r\n",
 ])
 async def test_the_parsers_refusals_are_json_and_never_echo_the_request(quick, raw, caplog):
-    reader, writer = await asyncio.open_connection("127.0.0.1", quick)
-    try:
-        writer.write(raw)
-        await writer.drain()
-        answer = await closed_within(reader, 3)
-    finally:
-        writer.close()
+    answer = await read_to_close(quick, raw, 3)
     head, _, body = answer.partition(b"\r\n\r\n")
     assert b" 400 " in head.split(b"\r\n")[0] or b" 505 " in head.split(b"\r\n")[0]
     assert b"application/json" in head and b"Server: scopemem" in head
@@ -154,13 +142,7 @@ async def test_the_parsers_refusals_are_json_and_never_echo_the_request(quick, r
 
 async def test_a_post_without_length_whose_body_follows_at_once_is_411(quick, spy):
     raw = (b"POST /list HTTP/1.1\r\nHost: x\r\n" + AUTH_LINE + b"\r\n" + LIST)
-    reader, writer = await asyncio.open_connection("127.0.0.1", quick)
-    try:
-        writer.write(raw)
-        await writer.drain()
-        answer = await closed_within(reader, 3)
-    finally:
-        writer.close()
+    answer = await read_to_close(quick, raw, 3)
     assert answer.startswith(b"HTTP/1.1 411") or answer.startswith(b"HTTP/1.0 411")
     assert spy.calls == []
 
@@ -185,7 +167,7 @@ async def test_a_client_gone_mid_body_logs_one_line_without_a_traceback(quick, s
     status, _answer = await raw_exchange(quick, post(b"/list", LIST))
     assert status == 200
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
-    assert spy.calls == [("list", ORG, 3, None, None)] or len(spy.calls) == 1
+    assert len(spy.calls) == 1  # the /list; the body cut short never reached the store
 
 
 async def test_a_store_out_of_descriptors_answers_503_busy(spy):
