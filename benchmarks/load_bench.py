@@ -2,6 +2,7 @@
 
     python benchmarks/load_bench.py [--quick] [--scopes 10,1000,10000] [--rounds 3]
                                     [--seconds 2] [--clients 32] [--large 10000]
+                                    [--only 1,2,3,4,5,6]
 
 Text is drawn from a seeded 20,000-word pseudo-vocabulary with probability proportional to
 1 / rank^1.07 (no scopemem code in the generator): records of 8-40 words, briefs of 5-40
@@ -80,10 +81,10 @@ from scopemem.core import engine  # noqa: E402
 from scopemem.core.records import MAX_SCOPE_CAP, MAX_TEXT_CHARS, Candidate, Kind  # noqa: E402
 from scopemem.core.requests import Request  # noqa: E402
 from scopemem.memory import Memory  # noqa: E402
-from scopemem.stores import sqlite as sqlite_store  # noqa: E402
 from scopemem.stores.memory import InMemoryStore  # noqa: E402
 from scopemem.stores.sqlite import SqliteStore  # noqa: E402
-from scopemem.stores.sqlite_schema import RECORD_COLUMNS  # noqa: E402
+from scopemem.stores.sqlite import sql as sqlite_sql  # noqa: E402
+from scopemem.stores.sqlite.schema import RECORD_COLUMNS  # noqa: E402
 from scopemem.stores.worker import WorkerStore  # noqa: E402
 
 LIMIT = 8
@@ -429,7 +430,7 @@ async def per_turn(url: str | None, args: argparse.Namespace, briefs: list[str],
     rng = random.Random(4)
 
     async def raw() -> None:
-        expression = sqlite_store._match_expression(prefilter(rng.choice(briefs)))
+        expression = sqlite_sql.match_expression(prefilter(rng.choice(briefs)))
         for conn in raws.values():
             conn.execute(RAW_FTS_SQL, (expression, cap)).fetchall()
         raws[repo_key].execute(WINDOW_SQL, (config.repo_window,)).fetchall()
@@ -487,7 +488,7 @@ async def in_process(data: str, args: argparse.Namespace, zipf: Zipf, briefs: li
 
     def raw_query(pick: Callable[[], str]) -> Op:
         async def op() -> None:
-            expression = sqlite_store._match_expression(prefilter(pick()))
+            expression = sqlite_sql.match_expression(prefilter(pick()))
             raw.execute(RAW_FTS_SQL, (expression, cap)).fetchall()
         return op
 
@@ -497,7 +498,7 @@ async def in_process(data: str, args: argparse.Namespace, zipf: Zipf, briefs: li
         return op
 
     def matched(query: str) -> int:
-        expression = sqlite_store._match_expression(prefilter(query))
+        expression = sqlite_sql.match_expression(prefilter(query))
         return raw.execute("SELECT count(*) FROM records_fts WHERE records_fts MATCH ?",
                            (expression,)).fetchall()[0][0]
 
@@ -606,12 +607,19 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="scopemem-load-") as tmp:
         data = os.path.join(tmp, "scopes")
         written, context_keys = await seed(data, zipf, args.scope_counts, args.large)
-        async with serve(data) as (url, port):
-            await many_scopes(url, port, args, briefs, texts)
-            await head_of_line(url, args, zipf, briefs)
-            await per_turn(url, args, briefs, context_keys, data)
-        await syscalls(data, args, briefs, texts)
-        await in_process(data, args, zipf, briefs, written)
+        only = args.only
+        if only & {1, 2, 4}:
+            async with serve(data) as (url, port):
+                if 1 in only:
+                    await many_scopes(url, port, args, briefs, texts)
+                if 2 in only:
+                    await head_of_line(url, args, zipf, briefs)
+                if 4 in only:
+                    await per_turn(url, args, briefs, context_keys, data)
+        if 1 in only:
+            await syscalls(data, args, briefs, texts)
+        if only & {3, 5, 6}:
+            await in_process(data, args, zipf, briefs, written)
     print(f"\nthe whole run took {time.perf_counter() - began:.0f} s")
 
 
@@ -632,7 +640,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="batches of 50 written at the cap (figure 3)")
     parser.add_argument("--after-writes", type=int, default=100,
                         help="retrievals after a write per case per round (figure 3)")
+    parser.add_argument("--only", default="1,2,3,4,5,6",
+                        help="the figures to measure, comma-separated (default all: 1-6;"
+                             " 3, 5 and 6 run together)")
     args = parser.parse_args(argv)
+    try:
+        args.only = {int(n) for n in args.only.split(",")}
+    except ValueError:
+        parser.error(f"--only: figures are numbers from 1 to 6; got {args.only!r}")
+    if not args.only or not args.only <= {1, 2, 3, 4, 5, 6}:
+        parser.error(f"--only: figures are numbers from 1 to 6; got {args.only}")
     quick = args.quick
     args.scopes = args.scopes or ("10,1000" if quick else "10,1000,10000")
     args.rounds = args.rounds or (2 if quick else 3)

@@ -44,11 +44,11 @@ from scopemem.core import engine  # noqa: E402
 from scopemem.core.records import MAX_SCOPE_CAP, Candidate, Kind  # noqa: E402
 from scopemem.core.scopes import memory_id  # noqa: E402
 from scopemem.core.text import normalize_text  # noqa: E402
-from scopemem.stores import sqlite as sqlite_store  # noqa: E402
 from scopemem.stores.base import DEFAULT_RANKING  # noqa: E402
 from scopemem.stores.memory import InMemoryStore  # noqa: E402
 from scopemem.stores.sqlite import SqliteStore  # noqa: E402
-from scopemem.stores.sqlite_schema import HIT_TOKENS, RECORD_COLUMNS  # noqa: E402
+from scopemem.stores.sqlite import sql as sqlite_sql  # noqa: E402
+from scopemem.stores.sqlite.schema import HIT_TOKENS, RECORD_COLUMNS  # noqa: E402
 
 SCOPE = "repo:acme/widgets"
 BATCH = 50
@@ -121,7 +121,7 @@ def raw_insert(conn, candidates: list[Candidate], now: int) -> None:  # type: ig
         rows.append((seq + offset, memory_id(SCOPE, seq + offset), SCOPE, c.kind.value, c.text,
                      normalize_text(c.text), json.dumps(keywords), c.source_thread_key,
                      c.source_run_id, now, None, 0, c.confidence, None, None, "active"))
-        tokens.append((seq + offset, sqlite_store.fts_tokens(c.text, keywords, ANALYZER)))
+        tokens.append((seq + offset, sqlite_sql.fts_tokens(c.text, keywords, ANALYZER)))
     conn.executemany(
         "INSERT INTO records (seq, id, scope_key, kind, text, norm, keywords,"
         " source_thread_key, source_run_id, created_at, last_used_at, use_count,"
@@ -164,7 +164,7 @@ async def bench_size(size: int, limit: int, seconds: float, synchronous: str) ->
         fill = time.perf_counter() - fill
         raw = raw_connection(sqlite.path_for(SCOPE), synchronous)
         matched = [raw.execute("SELECT count(*) FROM records_fts WHERE records_fts MATCH ?",
-                               (sqlite_store._match_expression(prefilter(q)),)
+                               (sqlite_sql.match_expression(prefilter(q)),)
                                ).fetchall()[0][0] for q in queries]
         cycle = itertools.cycle(queries)
 
@@ -185,7 +185,7 @@ async def bench_size(size: int, limit: int, seconds: float, synchronous: str) ->
                 block += 1
                 for query in queries_now:
                     start = time.perf_counter()
-                    expression = sqlite_store._match_expression(prefilter(query))
+                    expression = sqlite_sql.match_expression(prefilter(query))
                     raw.execute(RAW_FTS_SQL, (expression, cap)).fetchall()
                     raw_times.append(time.perf_counter() - start)
                 for query in queries_now:
@@ -199,7 +199,7 @@ async def bench_size(size: int, limit: int, seconds: float, synchronous: str) ->
         selective_queries = [corpus.selective_query() for _ in range(40)]
         selective_matched = [raw.execute(
             "SELECT count(*) FROM records_fts WHERE records_fts MATCH ?",
-            (sqlite_store._match_expression(prefilter(q)),)).fetchall()[0][0]
+            (sqlite_sql.match_expression(prefilter(q)),)).fetchall()[0][0]
             for q in selective_queries]
         selective_store, selective_raw = await measure(selective_queries)
 

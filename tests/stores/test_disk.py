@@ -12,11 +12,10 @@ import pytest
 
 from scopemem.core.records import Status, WriteCounts
 from scopemem.errors import ConfigError, ScopeLimitReached, StoreError
-from scopemem.stores import sqlite as sqlite_module
-from scopemem.stores import sqlite_schema as schema
 from scopemem.stores.base import StoreSettings
 from scopemem.stores.memory import InMemoryStore
-from scopemem.stores.sqlite import SqliteStore
+from scopemem.stores.sqlite import SqliteStore, schema
+from scopemem.stores.sqlite import writes as sqlite_writes
 from tests.conftest import DAY_MS, FakeClock, fact
 from tests.stores.conftest import on_every_connection
 
@@ -191,7 +190,7 @@ async def test_a_write_purges_a_bounded_number_of_dead_rows(make: Make, clock: F
     clock.advance(DAY_MS)
     again = make(cap=10_000, retention_days=1)
     await again.write(ORG, [fact("a new note")])
-    assert len(rows(path)) == 451 - sqlite_module._PURGE_ROWS
+    assert len(rows(path)) == 451 - sqlite_writes._PURGE_ROWS
     await again.write(ORG, [fact("another note")])
     await again.write(ORG, [fact("a third note")])
     assert sorted(rows(path)) == [451, 452, 453]

@@ -34,10 +34,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from scopemem.core import engine
 from scopemem.core.records import Candidate, Kind, Source
-from scopemem.stores import sqlite as sqlite_module
-from scopemem.stores import sqlite_schema as schema
 from scopemem.stores.memory import InMemoryStore
-from scopemem.stores.sqlite import SqliteStore, _record
+from scopemem.stores.sqlite import SqliteStore, schema
+from scopemem.stores.sqlite import reads as sqlite_reads
+from scopemem.stores.sqlite.sql import record as _record
 from tests.conftest import DAY_MS, FakeClock
 
 SCOPES = ("org:acme", "user:slack:U1")
@@ -113,8 +113,8 @@ class StoresAgree(RuleBasedStateMachine):
                                      synchronous="off")
         self.raw: dict[str, apsw.Connection] = {}
         # Views from a scope's first retrieval on, so most retrievals here use them.
-        self.view_after, sqlite_module._VIEW_AFTER_RETRIEVALS = (
-            sqlite_module._VIEW_AFTER_RETRIEVALS, 1)
+        self.view_after, sqlite_reads.VIEW_AFTER_RETRIEVALS = (
+            sqlite_reads.VIEW_AFTER_RETRIEVALS, 1)
 
     def both(self, call):  # type: ignore[no-untyped-def]
         expected = self.loop.run_until_complete(call(self.memory))
@@ -215,7 +215,7 @@ class StoresAgree(RuleBasedStateMachine):
             assert kept == built
 
     def teardown(self) -> None:
-        sqlite_module._VIEW_AFTER_RETRIEVALS = self.view_after
+        sqlite_reads.VIEW_AFTER_RETRIEVALS = self.view_after
         for conn in self.raw.values():
             conn.close()
         self.loop.run_until_complete(self.sqlite.close())

@@ -24,10 +24,17 @@ import pytest
 from scopemem.core.records import Kind, Source, Status, WriteCounts
 from scopemem.errors import ConfigError, StoreError
 from scopemem.stores import sqlite as sqlite_module
-from scopemem.stores import sqlite_schema as schema
 from scopemem.stores.base import StoreSettings
 from scopemem.stores.memory import InMemoryStore
-from scopemem.stores.sqlite import SqliteStore, default_max_open, fts_tokens, scope_file_name
+from scopemem.stores.sqlite import (
+    SqliteStore,
+    default_max_open,
+    fts_tokens,
+    schema,
+    scope_file_name,
+)
+from scopemem.stores.sqlite import files as sqlite_files
+from scopemem.stores.sqlite import sql as sqlite_sql
 from tests.conftest import DAY_MS, FakeClock, fact, summary
 from tests.stores.conftest import on_every_connection
 
@@ -128,7 +135,7 @@ async def test_tricky_keys_stay_inside_the_directory(make, tmp_path: Path):
 
 async def test_a_name_that_would_escape_is_refused(make, tmp_path: Path, monkeypatch):
     store = make()
-    monkeypatch.setattr(sqlite_module, "scope_file_name", lambda key: "../escaped.db")
+    monkeypatch.setattr(sqlite_files, "scope_file_name", lambda key: "../escaped.db")
     with pytest.raises(StoreError, match="outside the data directory"):
         await store.write(ORG, [fact("x")])
     with pytest.raises(StoreError, match="outside the data directory"):
@@ -380,7 +387,7 @@ async def test_database_work_runs_off_the_event_loop_but_for_checks_and_bumps(
     on_loop = [sql for sql, _, thread in traced if not thread.startswith("scopemem-sqlite")]
     assert on_loop[0] == schema.GENERATION_SQL
     assert on_loop[1:] == ["PRAGMA synchronous = NORMAL", "BEGIN IMMEDIATE",
-                           sqlite_module._BUMP_SQL, "COMMIT", "PRAGMA synchronous = FULL"]
+                           sqlite_sql.BUMP_SQL, "COMMIT", "PRAGMA synchronous = FULL"]
 
 
 async def test_writes_use_targeted_lookups_under_the_cap(make, rows_read, traced):

@@ -14,14 +14,10 @@ import pytest
 
 from scopemem.core import engine
 from scopemem.errors import ConfigError
-from scopemem.stores import sqlite as sqlite_module
-from scopemem.stores.sqlite import (
-    FTS_SEGMENTS_SQL,
-    HITS_SQL,
-    MAX_FTS_SEGMENTS,
-    SqliteStore,
-)
-from scopemem.stores.sqlite_schema import RECORD_COLUMNS
+from scopemem.stores.sqlite import SqliteStore
+from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite.schema import RECORD_COLUMNS
+from scopemem.stores.sqlite.sql import FTS_SEGMENTS_SQL, HITS_SQL, MAX_FTS_SEGMENTS
 from tests.conftest import fact
 
 ORG = "org:acme"
@@ -75,12 +71,12 @@ async def test_a_failed_save_keeps_the_use_counts_for_the_next(make, clock, monk
                                                                  caplog):
     store = make(usage_flush_ms=0)
     await store.write(ORG, [fact("deploy with care")])
-    apply_bumps = sqlite_module._apply_bumps
+    apply_bumps = sqlite_sql.apply_bumps
 
     def failing(conn, pending):  # type: ignore[no-untyped-def]
         raise apsw.IOError("disk I/O error")
 
-    monkeypatch.setattr(sqlite_module, "_apply_bumps", failing)
+    monkeypatch.setattr(sqlite_sql, "apply_bumps", failing)
     clock.advance(5)
     await store.retrieve(ORG, "deploy", 5)
     for _ in range(100):  # the save runs in the background, tries the loop, then the pool
@@ -92,7 +88,7 @@ async def test_a_failed_save_keeps_the_use_counts_for_the_next(make, clock, monk
     assert "deploy with care" not in caplog.text  # counts and paths only, never text
     assert use_counts(store.path_for(ORG)) == {1: (0, None)}
     assert [r.use_count for r in await store.list(ORG, 5)] == [1]  # still counted here
-    monkeypatch.setattr(sqlite_module, "_apply_bumps", apply_bumps)
+    monkeypatch.setattr(sqlite_sql, "apply_bumps", apply_bumps)
     await store.flush()
     assert use_counts(store.path_for(ORG)) == {1: (1, clock.now)}
 
@@ -112,13 +108,13 @@ async def test_retrieval_ranks_on_the_indexed_terms_which_are_the_records(make):
     ])
     conn = read_only(store.path_for(ORG))
     try:
-        rows = conn.execute(HITS_SQL, (sqlite_module._match_expression(["deploy"]),)
+        rows = conn.execute(HITS_SQL, (sqlite_sql.match_expression(["deploy"]),)
                             ).fetchall()
-        records = {row[0]: sqlite_module._record(row) for row in conn.execute(
+        records = {row[0]: sqlite_sql.record(row) for row in conn.execute(
             f"SELECT {RECORD_COLUMNS} FROM records")}
     finally:
         conn.close()
-    entries = sqlite_module._hit_entries(rows, {})
+    entries = sqlite_sql.hit_entries(rows, {})
     assert len(entries) == 3
     for seq, terms, _thread, _last, _item in entries:
         assert terms == engine.record_terms(records[seq], store.analyzer)

@@ -16,11 +16,12 @@ from hypothesis import strategies as st
 from scopemem.core import engine
 from scopemem.core.ranking import Ranking
 from scopemem.errors import ConfigError
-from scopemem.stores import sqlite as sqlite_module
-from scopemem.stores import sqlite_schema as schema
 from scopemem.stores.base import StoreSettings
-from scopemem.stores.sqlite import SqliteStore, fts_tokens
-from scopemem.stores.sqlite_view import ScopeView
+from scopemem.stores.sqlite import SqliteStore, fts_tokens, schema
+from scopemem.stores.sqlite import files as sqlite_files
+from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite import usage as sqlite_usage
+from scopemem.stores.sqlite.view import ScopeView
 from tests.conftest import DAY_MS, fact
 from tests.stores.conftest import on_every_connection
 
@@ -197,7 +198,7 @@ async def test_flush_waits_for_a_save_already_under_way_on_the_pool(make):
     release, reached = threading.Event(), threading.Event()
 
     def tracer(_cursor, sql, _bindings):  # type: ignore[no-untyped-def]
-        if sql == sqlite_module._BUMP_SQL and threading.current_thread() is not main:
+        if sql == sqlite_sql.BUMP_SQL and threading.current_thread() is not main:
             reached.set()
             release.wait(5)  # the save has taken the pending bumps and is writing them
         return True
@@ -236,7 +237,7 @@ async def test_a_commit_waits_on_the_loop_for_a_connection_held_a_moment(make, t
 
 
 async def test_a_save_of_many_rows_runs_on_the_pool(make, traced, monkeypatch):
-    monkeypatch.setattr(sqlite_module, "_LOOP_SAVE_ROWS", 3)
+    monkeypatch.setattr(sqlite_usage, "_LOOP_SAVE_ROWS", 3)
     store = make(usage_flush_ms=60_000)
     await store.write(ORG, [fact(f"deploy note {n}") for n in range(6)])
     await warm(store)
@@ -251,7 +252,7 @@ async def test_a_save_of_many_rows_runs_on_the_pool(make, traced, monkeypatch):
 
 async def test_the_wal_is_checkpointed_off_the_loop_at_the_auto_checkpoint_size(
         make, monkeypatch):
-    monkeypatch.setattr(sqlite_module, "_WAL_AUTOCHECKPOINT_PAGES", 4)
+    monkeypatch.setattr(sqlite_files, "WAL_AUTOCHECKPOINT_PAGES", 4)
     checkpoints: list[str] = []
     checkpoint_now = SqliteStore._checkpoint_now
 
@@ -423,7 +424,7 @@ async def test_a_heavy_query_is_ranked_off_the_event_loop_with_the_same_answer(
         make, monkeypatch):
     import threading
 
-    from scopemem.stores import sqlite as sqlite_module
+    from scopemem.stores.sqlite import views as sqlite_views
 
     store = make()
     await store.write(ORG, [fact(f"deploy cache rule {n}") for n in range(40)])
@@ -438,7 +439,7 @@ async def test_a_heavy_query_is_ranked_off_the_event_loop_with_the_same_answer(
 
     monkeypatch.setattr(SqliteStore, "_rank_view", spying)
     light = await store.search(ORG, "deploy cache", 5, bump=False)
-    monkeypatch.setattr(sqlite_module, "LOOP_WORK", 10)  # every query is heavy now
+    monkeypatch.setattr(sqlite_views, "LOOP_WORK", 10)  # every query is heavy now
     heavy = await store.search(ORG, "deploy cache", 5, bump=False)
     assert heavy == light
     assert threads[0] == threading.current_thread().name  # light: on the loop's thread

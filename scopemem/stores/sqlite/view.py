@@ -7,8 +7,8 @@ retrieval statements read it, and the tokens the FTS index holds for those rows 
 inverted index from term to rows, so the same candidates are found, their matches weighed
 and the scope's statistics read, with a few dictionary lookups.
 
-The view is a cache of the database plus the usage bumps not yet committed; ``sqlite.py``
-decides when one may be used (see "Reads" there). It never decides an answer: the candidates
+The view is a cache of the database plus the usage bumps not yet committed; ``views.py``
+decides when one may be used (see its docstring). It never decides an answer: the candidates
 and their weights go to ``engine.rank_covered``, the same last step ``engine.rank_entries``
 takes for the SQL prefilter's rows.
 """

@@ -40,7 +40,7 @@ class Migration:
     once: tuple[str, ...] = ()
 
 
-# Column order shared by every SELECT that builds a Record (see sqlite.py ``_record``): the
+# Column order shared by every SELECT that builds a Record (see ``sql.record``): the
 # seq, then the record's fields in ``Record``'s order (columns 1-15). Retrieval statements
 # append the row's indexed tokens as column 16.
 RECORD_COLUMNS = (
@@ -151,7 +151,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                               " CHECK (source IN ('human', 'reflection'))"),
     )),
     Migration(4, "when each row left active, and forgotten text scrubbed", (
-        # The purge of dead rows past the retention (sqlite.py ``_purge``) reads them oldest
+        # The purge of dead rows past the retention (``writes.Writes._purge``) reads them oldest
         # death first; the index holds only the rows it may purge.
         f"CREATE INDEX IF NOT EXISTS records_dead ON records (retired_at)"
         f" WHERE status IN {PURGEABLE_STATUSES}",

@@ -1,0 +1,41 @@
+"""The embedded durable store: one SQLite database file per scope key, through apsw.
+
+What it decides is decided by ``scopemem.core.engine``, exactly as in the in-process store;
+this package only finds the rows the engine asks for and persists what it answers.
+``docs/sqlite-store.md`` explains the design for users and newcomers; each part here has
+one job:
+
+============  ==============================================================================
+``store``     ``SqliteStore``: configuration and the ``MemoryStore`` methods
+``files``     which file holds a scope; opening it (identity, schema, reindexing)
+``base``      thread pools, writer locks, the cache of open files, transactions
+``handles``   one open scope file: connection, lock, pending use counts, view
+``views``     answering retrievals from a scope's rows held in memory, kept current
+``view``      ``ScopeView``: those rows and their term index
+``reads``     retrieval, usage marks and listings through SQL
+``writes``    write batches, forget, sweep, retention purge
+``usage``     saving use counts in the background
+``rows``      the SQL the parts share; rows to records and back
+``schema``    the tables, migrations and bookkeeping of a scope file
+============  ==============================================================================
+
+Durability: WAL journal, ``synchronous`` FULL by default. A write batch, a forget and a sweep
+are each one ``BEGIN IMMEDIATE`` transaction: all of it commits or none of it does. Usage
+bumps are saved within ``usage_flush_ms`` of their retrieval; a process killed outright
+loses at most those use counts, never a record.
+"""
+
+from __future__ import annotations
+
+from scopemem.plugins.markers import hookimpl
+from scopemem.stores.sqlite.files import default_max_open, scope_file_name
+from scopemem.stores.sqlite.sql import fts_tokens
+from scopemem.stores.sqlite.store import DEFAULT_PATH, SYNCHRONOUS_LEVELS, SqliteStore
+
+__all__ = ["DEFAULT_PATH", "SYNCHRONOUS_LEVELS", "SqliteStore", "default_max_open",
+           "fts_tokens", "scope_file_name"]
+
+
+@hookimpl
+def scopemem_register_stores(register) -> None:  # type: ignore[no-untyped-def]
+    register("sqlite", SqliteStore.from_settings)

@@ -1,0 +1,270 @@
+"""Which file holds a scope, and opening it: naming, identity checks, schema, reindexing.
+
+``scope_file_name`` turns a scope key into a file name that can never leave the data
+directory; the file records its scope key and every open checks it, so a renamed or copied
+file is refused rather than read as another scope. ``Files._open`` brings a file's schema up
+to date and its token index in line with its rows (once per file per store), and writes
+nothing when the file needs nothing: the common case, paid whenever a scope comes back into
+the cache of open files.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import logging
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+from scopemem.core.text import normalize_text
+from scopemem.core.words import Analyzer
+from scopemem.errors import ScopeLimitReached, StoreBusy, StoreError
+from scopemem.stores.base import check_scope_key
+from scopemem.stores.sqlite import schema, sql
+
+log = logging.getLogger("scopemem.stores.sqlite")
+
+FILE_SUFFIX = ".db"
+_READABLE_CHARS = 40
+_DIGEST_CHARS = 32
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+# SQLite's default auto-checkpoint size, set explicitly on every connection: bump commits on
+# the event loop checkpoint at the same size, on the pool (see usage.Usage._commit_on_loop).
+WAL_AUTOCHECKPOINT_PAGES = 1000
+
+
+def scope_file_name(scope_key: str) -> str:
+    """The database file name for a scope key: a readable prefix and a digest of the key."""
+    digest = hashlib.sha256(scope_key.encode("utf-8")).hexdigest()[:_DIGEST_CHARS]
+    readable = _UNSAFE.sub("_", scope_key).strip("_-")[:_READABLE_CHARS].rstrip("_-")
+    return f"{readable or 'scope'}-{digest}{FILE_SUFFIX}"
+
+
+
+class Files:
+    """The data directory's files: where a scope lives, and opening it for use."""
+
+    directory: str
+    synchronous: str
+    busy_timeout_ms: int
+    analyzer: Analyzer
+    max_scopes: int
+    _clock: Callable[[], int]
+    # Database files in the directory, counted once when a limit applies and kept up to
+    # date by this store's own creations (see _reserve_scope); None until counted.
+    _scope_files: int | None
+    # Files whose token index this store has checked against their rows: once per file
+    # per store, not on every reopen from the cache of open files.
+    _reconciled: set[str]
+
+    def path_for(self, scope_key: str) -> str:
+        """The database file holding ``scope_key`` (whether or not it exists yet)."""
+        check_scope_key(scope_key)
+        name = scope_file_name(scope_key)
+        path = os.path.join(self.directory, name)
+        separators = {os.sep, os.altsep} - {None}
+        if (name in {"", ".", ".."} or any(sep in name for sep in separators)
+                or os.path.dirname(path) != self.directory):
+            raise StoreError(f"scope key {scope_key!r} maps outside the data directory")
+        return path
+
+    def _reserve_scope(self, path: str) -> None:
+        """Count a new scope file about to be created at ``path``, or raise
+        ``ScopeLimitReached`` when ``max_scopes`` files exist already. The count is read
+        from the directory once, then kept by this store's own creations; it is read again
+        before refusing, so files removed (or created by another process) meanwhile are
+        seen. The caller holds ``_cache_lock``."""
+        if self._scope_files is None or self._scope_files >= self.max_scopes:
+            self._scope_files = self._count_scope_files()
+        if self._scope_files >= self.max_scopes:
+            raise ScopeLimitReached(
+                f"sqlite store: the data directory holds {self._scope_files} scopes, the"
+                f" limit (max_scopes = {self.max_scopes}); a write to a new scope is refused")
+        self._scope_files += 1
+        log.debug("sqlite store: new scope file %s (%d of %d)", path, self._scope_files,
+                  self.max_scopes)
+
+    def _count_scope_files(self) -> int:
+        try:
+            with os.scandir(self.directory) as entries:
+                return sum(1 for entry in entries
+                           if entry.name.endswith(FILE_SUFFIX) and entry.is_file())
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise StoreError(f"sqlite store: cannot read the data directory {self.directory}:"
+                             f" {exc.strerror or exc}") from exc
+
+    def _open(self, path: str, scope_key: str) -> Any:
+        """Open (creating if needed) one scope's database, refuse it if it is not ours or
+        not this scope's, bring its schema up to date and reconcile the token index."""
+        apsw = sql.apsw_module()
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"sqlite store: cannot create the data directory"
+                             f" {self.directory}: {exc.strerror or exc}") from exc
+        flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+        flags |= getattr(apsw, "SQLITE_OPEN_NOFOLLOW", 0)
+        try:
+            conn = connect(path, flags)
+        except apsw.Error as exc:
+            if isinstance(exc, apsw.CantOpenError) and out_of_descriptors():
+                raise StoreBusy(f"sqlite store: cannot open {path} now: the process has no "
+                                "file descriptor left") from exc
+            raise StoreError(f"sqlite store: cannot open {path}: {sql.describe(exc)}") from exc
+        try:
+            conn.set_busy_timeout(self.busy_timeout_ms)
+            self._check_identity(conn, path, scope_key)
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"sqlite store: {path}: cannot switch to WAL (got {mode})")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+            conn.wal_autocheckpoint(WAL_AUTOCHECKPOINT_PAGES)
+            if not self._is_current(conn, scope_key):
+                self._prepare(conn, path, scope_key)
+            elif path not in self._reconciled:
+                with sql.immediate(conn):  # writes only what is out of step
+                    self._reconcile(conn)
+            self._reconciled.add(path)
+            conn.execute(sql.VOCAB_TABLE_SQL)
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, apsw.Error):
+                raise StoreError(f"sqlite store: cannot use {path}: {sql.describe(exc)}"
+                                 "; left untouched") from exc
+            raise
+        return conn
+
+    def _is_current(self, conn: Any, scope_key: str) -> bool:
+        """Whether the file needs nothing before use: this scope's, at this schema version,
+        indexed under this store's rules. Then opening it writes nothing (no transaction,
+        no sync): the common case, paid on the read path whenever a scope comes back into
+        the cache of open """
+        return (schema.pragma(conn, "application_id") == schema.APPLICATION_ID
+                and schema.pragma(conn, "user_version") == schema.SCHEMA_VERSION
+                and schema.stored_scope(conn) == scope_key
+                and schema.stored_meta(conn, schema.META_FOLDING) == self.analyzer.signature)
+
+    def _prepare(self, conn: Any, path: str, scope_key: str) -> None:
+        """Create or migrate the schema, claim the file for the scope, re-derive its terms
+        and reconcile the index, in one write transaction."""
+        with sql.immediate(conn):
+            schema.apply_schema(conn, self._clock())
+            owner = schema.claim_scope(conn, scope_key)
+            if owner != scope_key:
+                raise StoreError(f"sqlite store: {path} holds scope {owner!r},"
+                                 f" not {scope_key!r}; left untouched")
+            self._refold(conn, path)
+            self._reconcile(conn)
+
+    @staticmethod
+    def _check_identity(conn: Any, path: str, scope_key: str) -> None:
+        """Read-only checks before anything is written: the file is a SQLite database, ours
+        (or empty), of a schema version we understand, and this scope's."""
+        apsw = sql.apsw_module()
+        try:
+            app_id = schema.pragma(conn, "application_id")
+            tables = schema.table_count(conn)
+        except (apsw.NotADBError, apsw.CorruptError) as exc:
+            raise StoreError(f"sqlite store: {path} is not a SQLite database or is corrupt"
+                             f" ({sql.describe(exc)}); left untouched") from exc
+        if app_id == 0 and tables == 0:
+            return  # a new (or never initialized) file
+        if app_id != schema.APPLICATION_ID:
+            raise StoreError(f"sqlite store: {path} is a SQLite database of another"
+                             " application; left untouched")
+        version = schema.pragma(conn, "user_version")
+        if version > schema.SCHEMA_VERSION:
+            raise StoreError(f"sqlite store: {path} has schema version {version}, newer than"
+                             f" this scopemem understands ({schema.SCHEMA_VERSION})")
+        owner = schema.stored_scope(conn) if schema.has_table(conn, "meta") else None
+        if owner is not None and owner != scope_key:
+            raise StoreError(f"sqlite store: {path} holds scope {owner!r}, not {scope_key!r};"
+                             " left untouched")
+
+    def _refold(self, conn: Any, path: str) -> None:
+        """Re-derive what the file keeps from the text by the tokenizing rules and languages
+        (``Analyzer.signature``): every row's dedup key and the active rows' indexed terms,
+        once, inside the open's transaction, when the file was written under other rules (or
+        none recorded: before Unicode folding). Rows, ids, statuses and use counts are
+        untouched."""
+        signature = self.analyzer.signature
+        if schema.stored_meta(conn, schema.META_FOLDING) == signature:
+            return
+        rows = conn.execute("SELECT seq, text, keywords, status FROM records").fetchall()
+        conn.executemany("UPDATE records SET norm = ? WHERE seq = ?",
+                         [(normalize_text(text), seq) for seq, text, _kw, _status in rows])
+        conn.execute("DELETE FROM records_fts")
+        conn.executemany("INSERT INTO records_fts (rowid, tokens) VALUES (?, ?)",
+                         [(seq, sql.fts_tokens(text, json.loads(keywords), self.analyzer))
+                          for seq, text, keywords, status in rows if status == "active"])
+        schema.set_meta(conn, schema.META_FOLDING, signature)
+        conn.execute(schema.NEXT_GENERATION_SQL)
+        if rows:
+            log.info("sqlite store: %s: re-derived the tokens of %d records (%s)", path,
+                     len(rows), signature)
+
+    def _reconcile(self, conn: Any) -> None:
+        """Make the token index hold exactly the active rows: drop entries of rows that are
+        no longer active (or gone) and index active rows that are missing."""
+        conn.execute("DELETE FROM records_fts WHERE rowid NOT IN"
+                     " (SELECT seq FROM records WHERE status = 'active')")
+        missing = conn.execute(
+            "SELECT seq, text, keywords FROM records WHERE status = 'active'"
+            " AND seq NOT IN (SELECT rowid FROM records_fts)").fetchall()
+        for seq, text, keywords in missing:
+            conn.execute("INSERT INTO records_fts (rowid, tokens) VALUES (?, ?)",
+                         (seq, sql.fts_tokens(text, json.loads(keywords), self.analyzer)))
+        if missing:
+            log.warning("sqlite store: re-indexed %d active records", len(missing))
+        sql.compact_index(conn)
+
+
+def default_max_open() -> int:
+    """How many scope files may be open at once by default: a twelfth of the process's soft
+    open-file limit (an open scope holds up to six descriptors: the database, its WAL and its
+    shared memory, for the scope's connection and for its view's probe; the worker keeps
+    half the limit for its network connections), at least 16 and at most 4,096."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return 4096
+    return max(16, min(4096, soft // 12))
+
+
+def out_of_descriptors() -> bool:
+    """Whether the process cannot open one more file (EMFILE/ENFILE): what a ``CantOpen``
+    means when the directory and the path are fine."""
+    try:
+        fd = os.open(os.devnull, os.O_RDONLY)
+    except OSError as exc:
+        return exc.errno in (errno.EMFILE, errno.ENFILE)
+    os.close(fd)
+    return False
+
+
+def connect(path: str, flags: int | None = None) -> Any:
+    """An apsw connection to ``path`` (read-write, not creating, unless ``flags`` say
+    otherwise) with ``secure_delete`` on: whatever SQLite frees (a forgotten row's cells, a
+    purged row, a merged index segment) is overwritten with zeros, in the tables and in the
+    FTS5 shadow tables alike; and no checkpoint on close. Every connection the store opens is
+    made here."""
+    apsw = sql.apsw_module()
+    conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE if flags is None else flags)
+    try:
+        conn.execute("PRAGMA secure_delete = ON")
+        # Closing does not checkpoint: every commit is already durable in the WAL (synced
+        # as ``synchronous`` says), and a checkpoint on close (two syncs and an unlink of the
+        # WAL) made every eviction from the open-connection cache cost a millisecond, paid
+        # on the read path when many scopes take turns. The WAL is checkpointed as writes
+        # grow it (``wal_autocheckpoint``, and ``_checkpoint_soon``), and stays on disk.
+        conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+    except BaseException:
+        conn.close()
+        raise
+    return conn

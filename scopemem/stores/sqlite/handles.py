@@ -1,0 +1,120 @@
+"""One open scope file as the store holds it (``Handle``), and what travels with it.
+
+A handle is a cached connection with the lock that keeps it to one thread at a time, the
+usage bumps not saved yet, the scope's in-memory view and the probe connection that checks
+the view is current. ``base.StoreBase`` keeps handles in its cache of open files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from scopemem.stores.sqlite.view import ScopeView
+
+
+@attrs.frozen
+class Carry:
+    """What a write read to carry its scope's view on (``SqliteStore._plan_carry``)."""
+
+    view: ScopeView
+    rows: list[Sequence[Any]]
+    gone: set[int]
+    removed_terms: dict[int, list[str]]
+    generation: int
+
+
+
+@attrs.frozen
+class Heavy:
+    """A view that can answer, but not on the loop."""
+
+    handle: Any
+    view: ScopeView
+
+
+
+class Handle:
+    """One cached connection and the lock that keeps it to one thread at a time."""
+
+    __slots__ = ("bump_lock", "carry", "checkpoint", "closed", "conn", "flush", "lock",
+                 "path", "pending", "probe", "probe_lock", "probed", "retrievals", "view",
+                 "view_refused")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+        self.conn: Any = None
+        self.closed = False
+        # Usage bumps of retrievals, not committed yet: seq → [uses, last use]. A
+        # transaction takes the whole dict as its batch and applies it first. ``bump_lock``
+        # guards it and ``view`` (never held across I/O: the event loop takes it too).
+        self.bump_lock = threading.Lock()
+        self.pending: dict[int, list[int]] = {}
+        # The save of the pending bumps that is scheduled or under way (see _flush_soon).
+        self.flush: asyncio.Task[None] | None = None
+        # The scope's active rows in memory (None until built, and again after any change to
+        # the rows), and the read-only connection the event loop checks its generation on.
+        self.view: ScopeView | None = None
+        self.view_refused = False  # too large for the cache when last tried
+        self.retrievals = 0  # through SQL, since the handle opened
+        self.probe: Any = None
+        self.probe_lock = threading.Lock()
+        self.probed: tuple[object, int] | None = None  # (epoch, generation read in it)
+        self.checkpoint: asyncio.Task[None] | None = None  # queued by _commit_on_loop
+        # What a write read for carrying the view on (see _plan_carry), applied on the loop.
+        self.carry: Carry | None = None
+
+    def add_bumps(self, seqs: Sequence[int], now: int) -> bool:
+        """Count one use of each row at ``now``; False (nothing counted) when the handle is
+        closed: its last commit may be done."""
+        with self.bump_lock:
+            if self.closed:
+                return False
+            pending = self.pending
+            for seq in seqs:
+                bump = pending.get(seq)
+                if bump is None:
+                    pending[seq] = [1, now]
+                else:
+                    bump[0] += 1
+                    bump[1] = now
+            if self.view is not None:
+                self.view.bump(dict.fromkeys(seqs, (1, now)))
+            return True
+
+    def pending_copy(self) -> dict[int, list[int]]:
+        with self.bump_lock:
+            return {seq: list(bump) for seq, bump in self.pending.items()}
+
+    def take_batch(self) -> dict[int, list[int]]:
+        """The pending bumps, now a batch of their own (the caller commits or returns it)."""
+        with self.bump_lock:
+            batch = self.pending
+            self.pending = {}
+            return batch
+
+    def return_batch(self, batch: Mapping[int, list[int]]) -> None:
+        """A batch whose transaction failed: its bumps are pending again."""
+        with self.bump_lock:
+            pending = self.pending
+            for seq, (uses, last) in batch.items():
+                bump = pending.get(seq)
+                if bump is None:
+                    pending[seq] = [uses, last]
+                else:
+                    bump[0] += uses
+                    bump[1] = max(bump[1], last)
+
+    def drop_view(self, view: ScopeView | None = None) -> ScopeView | None:
+        """Forget the view (only if it is still ``view``, when given); the view dropped."""
+        with self.bump_lock:
+            current = self.view
+            if current is None or (view is not None and current is not view):
+                return None
+            self.view = None
+            return current

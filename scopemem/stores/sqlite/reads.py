@@ -1,0 +1,111 @@
+"""Reading a scope through SQL: ranked retrieval, usage marks and listings.
+
+A retrieval through SQL does not take the writer lock (unless a write to its scope is
+running or queued: then it waits on the loop with it). Under the connection's lock it reads
+every row holding a prefilter term (``sql.HITS_SQL``: what ranking needs of them, not the
+whole row) and the scope's statistics from FTS5's ``fts5vocab``, applies the usage bumps
+still pending from concurrent retrievals of the scope, ranks, reads the few rows it keeps in
+full, and adds its own bumps to the pending set. The rows come with the terms the FTS index
+holds for them (the engine's own, space-joined), so ranking splits a string instead of
+running the analyzer over every candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from scopemem.core import engine
+from scopemem.core.records import Kind, Record
+from scopemem.stores.base import Hit
+from scopemem.stores.sqlite import schema, sql
+from scopemem.stores.sqlite.handles import Handle
+from scopemem.stores.sqlite.views import Views
+
+# A scope's view is built on this many retrievals through SQL (see views.py).
+VIEW_AFTER_RETRIEVALS = 2
+
+
+class Reads(Views):
+    """What a retrieval, a usage mark and a listing do on the read pool."""
+
+    def _retrieve(self, scope_key: str, terms: engine.QueryTerms, limit: int, now: int,
+                  bump: bool) -> tuple[list[Hit], Handle | None]:
+        """The ranked records with their matches, bumped when ``bump``, and the handle now
+        holding their pending bumps (None when nothing was bumped). Builds the scope's view
+        on its second retrieval, so the next ones are answered by ``_from_view``."""
+        with self._connection(scope_key, create=False) as handle:
+            if handle is None:
+                return [], None
+            conn = handle.conn
+            with sql.snapshot(conn):  # the statistics and the hits they count, together
+                rows = conn.execute(sql.HITS_SQL,
+                                    (sql.match_expression(terms.prefilter),)).fetchall()
+                stats = self._stats(conn, terms) if rows else None
+            pending = handle.pending_copy()
+            ranked = engine.rank_entries(sql.hit_entries(rows, pending), terms, stats, limit,
+                                         now, self.ranking)
+            full = {row[0]: row for row in sql.rows_by_seq(conn, [seq for seq, _m in ranked])}
+            if pending:
+                full = {row[0]: row for row in sql.with_bumps(list(full.values()), pending)}
+            handle.retrievals += 1
+            # The handle is held, so it cannot close meanwhile and the bumps are counted.
+            bumped = handle if bump and ranked and handle.add_bumps(
+                [seq for seq, _m in ranked], now) else None
+            if handle.view is None and handle.retrievals >= VIEW_AFTER_RETRIEVALS:
+                self._build_view(handle)
+        if bump:
+            return [Hit(sql.bumped(full[seq], now), match) for seq, match in ranked], bumped
+        return [Hit(sql.record(full[seq]), match) for seq, match in ranked], None
+
+    @staticmethod
+    def _stats(conn: Any, terms: engine.QueryTerms) -> engine.ScopeStats:
+        count = conn.execute(sql.ACTIVE_COUNT_SQL).fetchall()[0][0]
+        frequency: dict[str, int] = {}
+        words = list(terms.terms)
+        for start in range(0, len(words), sql.CHUNK):
+            chunk = words[start:start + sql.CHUNK]
+            frequency.update(conn.execute(
+                f"SELECT term, doc FROM temp.records_vocab"
+                f" WHERE term IN ({', '.join('?' * len(chunk))})", chunk).fetchall())
+        return engine.ScopeStats(count, frequency)
+
+    def _mark(self, scope_key: str, seqs: Sequence[int], now: int
+              ) -> tuple[int, Handle | None]:
+        """Count a use of each of ``seqs`` that is an active row; how many, and the handle
+        holding the bumps."""
+        with self._connection(scope_key, create=False) as handle:
+            if handle is None:
+                return 0, None
+            active = [seq for (seq,) in (row for start in range(0, len(seqs), sql.CHUNK)
+                                          for row in handle.conn.execute(
+                f"SELECT seq FROM records WHERE status = 'active' AND seq IN"
+                f" ({', '.join('?' * len(seqs[start:start + sql.CHUNK]))})",
+                seqs[start:start + sql.CHUNK]))]
+            if not active or not handle.add_bumps(active, now):
+                return 0, None
+            return len(active), handle
+
+    def _list(self, scope_key: str, limit: int, query: str | None, tokens: list[str] | None,
+              kind: Kind | None) -> list[Record]:
+        with self._connection(scope_key, create=False) as handle:
+            if handle is None:
+                return []
+            conn = handle.conn
+            where = ["status = 'active'"]
+            params: list[Any] = []
+            if kind is not None:
+                where.append("kind = ?")
+                params.append(str(kind))
+            if tokens is not None:
+                where.append("seq IN (SELECT rowid FROM records_fts WHERE records_fts MATCH ?)")
+                params.append(sql.match_expression(tokens))
+            rows = conn.execute(
+                f"SELECT {schema.RECORD_COLUMNS} FROM records WHERE {' AND '.join(where)}"
+                " ORDER BY seq DESC LIMIT ?", (*params, limit)).fetchall()
+            pending = handle.pending_copy()
+            if pending:
+                rows = sql.with_bumps(rows, pending)
+        # The index and the engine agree by construction; the engine still has the last word.
+        return engine.listing([sql.record(row) for row in rows], limit, query=query, kind=kind,
+                              analyzer=self.analyzer)

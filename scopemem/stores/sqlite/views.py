@@ -1,0 +1,246 @@
+"""Answering retrievals from memory: each scope's ``ScopeView``, kept current.
+
+A scope's second retrieval through SQL reads all its active rows into a ``ScopeView``
+(``view.py``) when the store-wide budget ``cache_rows`` has room (dropping the views of the
+least recently used scopes if need be). From then on a retrieval is answered on the event
+loop, without a trip to a thread: the view's term index finds exactly the rows the FTS
+prefilter would hand the engine, with the scope's statistics, and the engine ranks them. A
+query whose ranking would read more than ``LOOP_WORK`` postings is ranked from the view on
+the read pool instead, so a heavy query never holds the loop.
+
+Staleness is decided by the ``generation`` counter that every transaction changing rows
+increments (this store's, another store's, another process's; usage bumps do not count):
+the view remembers the generation it was read at, and the event loop reads the current one
+on a probe connection of its own (once per scope per loop iteration, see
+``_current_epoch``). A change made through this store drops the view as its transaction
+begins; a write that committed with nobody else writing in between then carries it on
+(``_plan_carry`` on the write pool, ``_apply_carry`` on the loop) rather than leave it to
+be rebuilt. The view holds the usage bumps too: every retrieval applies its bumps to the
+view as it adds them to the pending set. Use counts added by *other* processes' retrievals
+reach the view only with the next change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from scopemem.core import engine
+from scopemem.core.records import Record, trusted_record
+from scopemem.stores.base import Hit
+from scopemem.stores.sqlite import files, schema, sql
+from scopemem.stores.sqlite.base import StoreBase
+from scopemem.stores.sqlite.handles import Carry, Handle, Heavy
+from scopemem.stores.sqlite.view import ScopeView
+
+T = TypeVar("T")
+
+# Active rows held in memory across all scopes for answering retrievals on the event loop
+# (about 1.5 KB each). A scope gets its view on its second retrieval through SQL
+# (``reads.VIEW_AFTER_RETRIEVALS``).
+DEFAULT_CACHE_ROWS = 50_000
+#: How much ranking work (postings read: the query terms' document frequencies summed) a
+#: retrieval may do on the event loop; past it the ranking runs on the read pool. About a
+#: millisecond of work: a light brief reads tens or hundreds of postings, while 24 common
+#: words over 10,000 matching rows read 240,000 (about 25 ms that would hold every other
+#: client's request).
+LOOP_WORK = 20_000
+
+
+class Views(StoreBase):
+    """The in-memory views of the scopes: answering from them, building and carrying them."""
+
+    _epoch: object | None  # see _current_epoch
+    _epoch_loop: asyncio.AbstractEventLoop | None
+
+    def _from_view(self, scope_key: str, terms: engine.QueryTerms, limit: int, now: int,
+                   bump: bool) -> tuple[list[Hit], Handle | None] | Heavy | None:
+        """Answer a retrieval from the scope's view, on the event loop, with its bumps added
+        when ``bump`` (and the handle holding them, when there are any); None when the view
+        cannot answer (there is none, or the rows changed since it was read); ``Heavy`` when
+        the ranking would hold the loop longer than ``LOOP_WORK`` allows."""
+        with self._cache_lock:
+            handle = self._handles.get(scope_key)
+            if handle is None:
+                return None
+            self._handles.move_to_end(scope_key)
+        view = handle.view
+        if view is None:
+            return None
+        epoch = self._current_epoch()
+        probed = handle.probed
+        if probed is not None and probed[0] is epoch:
+            generation: int | None = probed[1]
+        else:
+            generation = self._probe(handle)
+            if generation is None:
+                return None
+            handle.probed = (epoch, generation)
+        if generation != view.generation:
+            self._release_view(handle, view)
+            return None
+        if view.work(terms) > LOOP_WORK:
+            return Heavy(handle, view)
+        return self._view_answer(handle, self._rank_view(view, terms, limit, now), bump, now)
+
+    def _rank_view(self, view: ScopeView, terms: engine.QueryTerms, limit: int, now: int
+                   ) -> list[tuple[tuple[Any, ...], float]]:
+        """The view's ranked rows. Safe on a pool thread: the postings never change, and the
+        loop only replaces whole entries (a usage bump), one atomic assignment each."""
+        weights = engine.term_weights(terms, view.stats(terms), self.ranking)
+        return engine.rank_covered(view.covered(terms, weights), sum(weights), limit, now,
+                                   self.ranking, view.continues, view.entries)
+
+    @staticmethod
+    def _view_answer(handle: Handle, ranked: list[tuple[tuple[Any, ...], float]], bump: bool,
+                     now: int) -> tuple[list[Hit], Handle | None] | None:
+        """A view's ranked rows as hits, their bumps added when ``bump``; None when the
+        handle closed meanwhile (the caller answers through SQL)."""
+        if not ranked:
+            return [], None
+        if not bump:
+            return [Hit(trusted_record(*row[1:16]), match) for row, match in ranked], None
+        if not handle.add_bumps([row[0] for row, _match in ranked], now):
+            return None  # closed meanwhile: answer through SQL on a new handle
+        # View rows hold their keywords decoded already.
+        return [Hit(trusted_record(*row[1:9], now, row[10] + 1, *row[11:16]), match)
+                for row, match in ranked], handle
+
+    def _current_epoch(self) -> object:
+        """A token that stays the same until the event loop's next iteration.
+
+        One check of a scope's generation serves every retrieval of that scope in the same
+        loop iteration. That loses nothing: a change committed elsewhere can only become
+        known here through an event handled in a later iteration (a request arriving, a
+        future completing), and the first retrieval after that event checks again. A
+        retrieval in the same iteration as the check is concurrent with such a change, and
+        may be answered before it."""
+        loop = asyncio.get_running_loop()
+        if self._epoch is None or self._epoch_loop is not loop:
+            self._epoch, self._epoch_loop = object(), loop
+            loop.call_soon(self._end_epoch)
+        return self._epoch
+
+    def _end_epoch(self) -> None:
+        self._epoch = None
+
+    @staticmethod
+    def _on_probe(handle: Handle, read: Callable[[Any], T | None]) -> T | None:
+        """``read(probe connection)`` under the probe's lock, or None when that cannot be done
+        without waiting (the lock is taken, the probe is gone) or fails: the caller then
+        answers through SQL, which reports any real failure."""
+        if not handle.probe_lock.acquire(blocking=False):
+            return None
+        try:
+            probe = handle.probe
+            return None if probe is None else read(probe)
+        except Exception:
+            return None
+        finally:
+            handle.probe_lock.release()
+
+    @staticmethod
+    def _probe(handle: Handle) -> int | None:
+        """The scope's generation as committed now, read on the probe connection (which only
+        the event loop uses); None when it cannot be read without waiting."""
+        return Views._on_probe(
+            handle, lambda probe: probe.execute(schema.GENERATION_SQL).fetchall()[0][0])
+
+    def _build_view(self, handle: Handle) -> None:
+        """Read the scope's active rows into a view, when the cache has room. The caller
+        holds the handle, outside any transaction."""
+        if self.cache_rows == 0 or handle.view_refused or handle.closed:
+            return
+        conn = handle.conn
+        with sql.snapshot(conn):  # the generation and the rows it counts, together
+            generation = conn.execute(schema.GENERATION_SQL).fetchall()[0][0]
+            count = conn.execute(
+                "SELECT count(*) FROM records WHERE status = 'active'").fetchall()[0][0]
+            if count > self.cache_rows:
+                handle.view_refused = True
+                return
+            rows = conn.execute(schema.ACTIVE_ROWS_SQL).fetchall()
+        view = ScopeView((row if row[16] is not None
+                          else (*row[:16], sql.fts_tokens(row[4], json.loads(row[5]),
+                                                      self.analyzer))
+                          for row in rows), generation)
+        if handle.probe is None:
+            try:
+                probe = files.connect(handle.path)
+            except sql.apsw_module().Error:
+                return  # no descriptor to spare, say: this scope is read through SQL
+            probe.set_busy_timeout(0)
+            with handle.probe_lock:
+                handle.probe = probe
+        if not self._reserve_rows(handle, len(view)):
+            handle.view_refused = True
+            return
+        with handle.bump_lock:
+            view.bump(handle.pending)
+            handle.view = view
+            handle.probed = None  # a check older than the view must not judge it
+
+    def _plan_carry(self, handle: Handle, old: ScopeView, changed: set[int],
+                    retired: Sequence[Record], generation: int) -> Carry | None:
+        """What the view ``old`` needs to become the view after this store's own committed
+        write (at ``generation``: nobody else wrote in between), read here on the write
+        pool: the rows the write inserted or updated (and those whose pending use counts it
+        committed), and the terms of the rows it retired. ``_apply_carry`` applies it on the
+        event loop, instead of leaving the scope to be read through SQL and its view rebuilt
+        from every row. The caller holds the handle, outside any transaction."""
+        if self.cache_rows == 0 or handle.closed:
+            return None
+        conn = handle.conn
+        gone = {seq for seq in (sql.seq_of(record.scope_key, record.id) for record in retired)
+                if seq is not None}
+        removed_terms: dict[int, list[str]] = {}
+        for seq in gone:
+            entry = old.entries.get(seq)
+            if entry is not None:
+                row = entry[1]
+                removed_terms[seq] = sql.fts_tokens(row[4], row[5], self.analyzer).split()
+        seqs = sorted(changed - gone)
+        rows: list[Sequence[Any]] = []
+        with sql.snapshot(conn):
+            if conn.execute(schema.GENERATION_SQL).fetchall()[0][0] != generation:
+                return None  # another writer came in after the commit: rebuild as usual
+            for start in range(0, len(seqs), sql.CHUNK):
+                chunk = seqs[start:start + sql.CHUNK]
+                rows.extend(conn.execute(
+                    f"{schema.ACTIVE_ROWS_SQL} AND records.seq IN"
+                    f" ({', '.join('?' * len(chunk))})", chunk))
+        rows = [row if row[16] is not None
+                else (*row[:16], sql.fts_tokens(row[4], json.loads(row[5]), self.analyzer))
+                for row in rows]
+        return Carry(old, rows, gone, removed_terms, generation)
+
+    def _apply_carry(self, scope_key: str) -> None:
+        """Install the carried view a write planned, on the event loop: in place when no
+        ranking on a pool thread reads the old view (a few set operations), else as a copy.
+        Nothing happens when a view was built meanwhile, or the handle closed."""
+        with self._cache_lock:
+            handle = self._handles.get(scope_key)
+        if handle is None:
+            return
+        carry, handle.carry = handle.carry, None
+        if carry is None or handle.view is not None or handle.closed:
+            return
+        old = carry.view
+        if old.readers == 0:
+            old.carry_in_place(carry.rows, carry.gone, carry.removed_terms, carry.generation)
+            view = old
+        else:
+            view = ScopeView.carried(old, carry.rows, carry.gone, carry.removed_terms,
+                                     carry.generation)
+        if not self._reserve_rows(handle, len(view)):
+            return
+        with handle.bump_lock:
+            if handle.view is not None or handle.closed:  # built meanwhile, or closing
+                with self._cache_lock:
+                    self._cached_rows -= len(view)
+                return
+            view.bump(handle.pending)
+            handle.view = view
+            handle.probed = None

@@ -1,0 +1,249 @@
+"""Changing a scope: write batches, forgetting and sweeping, each one transaction.
+
+Every decision is the engine's (``plan_write``, ``plan_eviction``, ``plan_sweep``); this
+module finds the few rows each decision reads and persists what it answers. A write batch
+(its deduplication, supersedes and the evictions it triggers), a forget and a sweep are each
+one ``BEGIN IMMEDIATE`` transaction. Superseded, evicted and swept rows keep their text for
+``retention_days``, then a write transaction purges them (at most ``_PURGE_ROWS`` per write,
+oldest death first). A forgotten row is scrubbed in its own transaction and kept; the WAL is
+then truncated so no old page image keeps its text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from scopemem.core import engine
+from scopemem.core.records import (
+    MAX_BATCH,
+    Candidate,
+    Kind,
+    Record,
+    Status,
+    SweepResult,
+    WriteCounts,
+)
+from scopemem.core.text import normalize_text
+from scopemem.stores.base import retention_cutoff
+from scopemem.stores.sqlite import schema, sql
+from scopemem.stores.sqlite.views import Views
+
+log = logging.getLogger("scopemem.stores.sqlite")
+
+# The most dead rows past the retention one write transaction purges: twice what a full
+# batch can retire (a supersede and an eviction per candidate), so the purge keeps up with
+# any steady stream of writes and a backlog (after an upgrade, a long pause, a cap lowered)
+# drains over the next writes instead of in one long transaction.
+_PURGE_ROWS = 2 * 2 * MAX_BATCH
+
+
+class Writes(Views):
+    """What a write, a forget and a sweep do on the write pool."""
+
+    def _write(self, scope_key: str, candidates: list[Candidate], cap: int, now: int
+               ) -> WriteCounts:
+        with self._connection(scope_key, create=True) as handle:
+            old_view = handle.view  # the transaction drops it; the write may carry it on
+            changed: set[int] = set()
+            retired: list[Record] = []
+            with self._transaction(handle.conn, bumps=handle, applied=changed):
+                generation = (None if old_view is None else
+                              handle.conn.execute(schema.GENERATION_SQL).fetchall()[0][0])
+                counts, evicted = self._write_rows(handle.conn, scope_key, candidates, cap,
+                                                   now, changed, retired)
+            if old_view is not None and generation is not None \
+                    and old_view.generation == generation:
+                handle.carry = self._plan_carry(handle, old_view, changed, retired,
+                                                generation + 1)
+        # No log line of its own: the counts say what was evicted, the Worker logs the
+        # eviction for a served store and Memory's [memory] line counts it for an embedded one.
+        return counts + WriteCounts(evicted=len(evicted))
+
+    def _write_rows(self, conn: Any, scope_key: str, candidates: list[Candidate], cap: int,
+                    now: int, changed: set[int], retired: list[Record]
+                    ) -> tuple[WriteCounts, list[Record]]:
+        """The batch's statements, inside the write's transaction; ``changed`` gathers the
+        seqs of rows inserted or updated, ``retired`` the records that left."""
+        seq = conn.execute(schema.NEXT_SEQ_SQL).fetchall()[0][0]
+        counts = WriteCounts()
+        for candidate in candidates:
+            pool = self._pool_for(conn, scope_key, candidate)
+            action = engine.plan_write(scope_key, candidate, pool, now)
+            counts += engine.count_action(action, candidate)
+            if isinstance(action, engine.Insert):
+                if action.superseded is not None:
+                    self._retire(conn, scope_key, [action.superseded], now)
+                    retired.append(action.superseded)
+                self._insert(conn, engine.mint_record(scope_key, seq, candidate, now), seq)
+                changed.add(seq)
+                seq += 1
+            else:
+                updated = action.updated
+                updated_seq = sql.seq_of(scope_key, updated.id)
+                conn.execute(
+                    "UPDATE records SET use_count = ?, last_used_at = ?, confidence = ?"
+                    " WHERE seq = ?",
+                    (updated.use_count, updated.last_used_at, updated.confidence,
+                     updated_seq),
+                )
+                if updated_seq is not None:
+                    changed.add(updated_seq)
+        evicted: list[Record] = []
+        active = conn.execute(
+            "SELECT count(*) FROM records WHERE status = 'active'").fetchall()[0][0]
+        if active > cap:
+            evicted = self._plan_eviction(conn, active - cap)
+            self._retire(conn, scope_key, evicted, now)
+            retired.extend(evicted)
+        self._purge(conn, retention_cutoff(now, self.retention_days))
+        sql.compact_index(conn)
+        return counts, evicted
+
+    @staticmethod
+    def _plan_eviction(conn: Any, excess: int) -> list[Record]:
+        """The ``excess`` records the engine evicts, read without loading the whole scope.
+
+        The engine retires the least recently used first: last use, else creation, then
+        creation, then sequence number. Within the never-used rows that order is (creation,
+        seq); within the used ones it is (last use, creation, seq); so the ``excess`` first
+        rows overall are among the ``excess`` first of each group. Those two short lists,
+        read from the covering ``(status, last_used_at, created_at)`` index, are all the
+        engine is handed, and ``plan_eviction`` chooses among them."""
+        seqs: set[int] = set()
+        for condition, order in (("last_used_at IS NULL", "created_at, seq"),
+                                 ("last_used_at IS NOT NULL", "last_used_at, created_at, seq")):
+            seqs.update(seq for (seq,) in conn.execute(
+                f"SELECT seq FROM records WHERE status = 'active' AND {condition}"
+                f" ORDER BY {order} LIMIT ?", (excess,)))
+        records = [sql.record(row) for row in sql.rows_by_seq(conn, sorted(seqs))]
+        return engine.plan_eviction(records, len(records) - excess)
+
+    def _pool_for(self, conn: Any, scope_key: str, candidate: Candidate) -> list[Record]:
+        """The only rows ``plan_write`` reads for this candidate: the active rows named by its
+        pointers and, without a supersede pointer, the active rows sharing its text."""
+        rows: dict[int, Sequence[Any]] = {}
+        for pointer in (candidate.restates, candidate.supersedes):
+            seq = sql.seq_of(scope_key, pointer) if pointer else None
+            if seq is not None:
+                for row in conn.execute(
+                        f"SELECT {schema.RECORD_COLUMNS} FROM records"
+                        " WHERE seq = ? AND id = ? AND status = 'active'", (seq, pointer)):
+                    rows[row[0]] = row
+        if not candidate.supersedes:
+            for row in conn.execute(
+                    f"SELECT {schema.RECORD_COLUMNS} FROM records"
+                    " WHERE status = 'active' AND norm = ? ORDER BY seq",
+                    (normalize_text(candidate.text),)):
+                rows[row[0]] = row
+        return [sql.record(rows[seq]) for seq in sorted(rows)]
+
+    def _insert(self, conn: Any, record: Record, seq: int) -> None:
+        conn.execute(
+            "INSERT INTO records (seq, id, scope_key, kind, text, norm, keywords,"
+            " source_thread_key, source_run_id, created_at, last_used_at, use_count,"
+            " confidence, supersedes, restates, status, source)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (seq, record.id, record.scope_key, record.kind.value, record.text,
+             normalize_text(record.text), json.dumps(list(record.keywords), ensure_ascii=False),
+             record.source_thread_key, record.source_run_id, record.created_at,
+             record.last_used_at, record.use_count, record.confidence, record.supersedes,
+             record.restates, record.status.value, record.source.value),
+        )
+        conn.execute("INSERT INTO records_fts (rowid, tokens) VALUES (?, ?)",
+                     (seq, sql.fts_tokens(record.text, record.keywords, self.analyzer)))
+
+    @staticmethod
+    def _retire(conn: Any, scope_key: str, records: Sequence[Record], now: int) -> None:
+        """Persist soft deletes: the new status and when it died, and the row leaves the
+        full-text index in the same transaction."""
+        by_status: dict[Status, list[int]] = {}
+        for record in records:
+            seq = sql.seq_of(scope_key, record.id)
+            if seq is not None:
+                by_status.setdefault(record.status, []).append(seq)
+        for status, seqs in by_status.items():
+            for start in range(0, len(seqs), sql.CHUNK):
+                chunk = seqs[start:start + sql.CHUNK]
+                marks = ", ".join("?" * len(chunk))
+                conn.execute(f"UPDATE records SET status = ?, retired_at = ?"
+                             f" WHERE seq IN ({marks})", (status.value, now, *chunk))
+                conn.execute(f"DELETE FROM records_fts WHERE rowid IN ({marks})", chunk)
+
+    @staticmethod
+    def _purge(conn: Any, cutoff: int) -> int:
+        """Delete up to ``_PURGE_ROWS`` superseded, evicted and swept rows that died at
+        ``cutoff`` or before, oldest death first; how many. None of them is in the token
+        index. The highest seq is recorded first, so ids are never reused."""
+        seqs = [seq for (seq,) in conn.execute(
+            # Pinned to the partial index: read in death order, the scan stops at the first
+            # row too young or at the limit, however many dead rows the retention keeps.
+            f"SELECT seq FROM records INDEXED BY records_dead"
+            f" WHERE status IN {schema.PURGEABLE_STATUSES}"
+            " AND retired_at <= ? ORDER BY retired_at LIMIT ?", (cutoff, _PURGE_ROWS))]
+        if not seqs:
+            return 0
+        last = conn.execute(schema.NEXT_SEQ_SQL).fetchall()[0][0] - 1
+        schema.set_meta(conn, schema.META_LAST_SEQ, str(last))
+        for start in range(0, len(seqs), sql.CHUNK):
+            chunk = seqs[start:start + sql.CHUNK]
+            conn.execute(f"DELETE FROM records WHERE seq IN ({', '.join('?' * len(chunk))})",
+                         chunk)
+        return len(seqs)
+
+    def _forget(self, scope_key: str, record_id: str, seq: int, now: int) -> bool:
+        """Retire the row as forgotten and scrub its text, dedup key and keywords, all in
+        one transaction; then merge the token index (so no segment keeps its terms) and
+        truncate the WAL (so no old page image keeps its text). ``secure_delete`` zeroes
+        what the database file freed."""
+        with self._connection(scope_key, create=False) as handle:
+            if handle is None:
+                return False
+            conn = handle.conn
+            if not conn.execute("SELECT 1 FROM records WHERE seq = ? AND id = ?"
+                                " AND status = 'active'", (seq, record_id)).fetchall():
+                return False  # nothing to forget: no transaction, and the view stays
+            with self._transaction(conn, bumps=handle):
+                conn.execute("UPDATE records SET status = ?, retired_at = ?, text = '',"
+                             " norm = '', keywords = '[]' WHERE seq = ? AND id = ?"
+                             " AND status = 'active'",
+                             (Status.FORGOTTEN.value, now, seq, record_id))
+                if not conn.changes():
+                    return False
+                conn.execute("DELETE FROM records_fts WHERE rowid = ?", (seq,))
+                conn.execute("INSERT INTO records_fts (records_fts) VALUES ('optimize')")
+            self._truncate_wal(conn, handle.path)
+        return True
+
+    @staticmethod
+    def _truncate_wal(conn: Any, path: str) -> None:
+        """Checkpoint the whole WAL into the database and truncate it to nothing. A reader
+        of another process holding an old snapshot past ``busy_timeout_ms`` keeps it from
+        finishing: then the log is overwritten by later commits instead, and a warning says
+        so. The forget has committed either way, so this never fails it."""
+        apsw = sql.apsw_module()
+        try:
+            conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+        except apsw.Error as exc:
+            log.warning("sqlite store: %s: the WAL could not be truncated after a forget"
+                        " (%s); later commits overwrite it", path, sql.describe(exc))
+
+    def _sweep(self, scope_key: str, dry_run: bool, now: int) -> SweepResult:
+        with self._connection(scope_key, create=False) as handle:
+            if handle is None:
+                return SweepResult(swept=0, ids=() if dry_run else None)
+            conn = handle.conn
+            # A dry run reads and commits only pending use counts: the scope's view stays.
+            with self._transaction(conn, bumps=handle, changes_rows=not dry_run):
+                rows = conn.execute(
+                    f"SELECT {schema.RECORD_COLUMNS} FROM records"
+                    " WHERE status = 'active' AND kind = ? ORDER BY seq",
+                    (Kind.FACT.value,)).fetchall()
+                swept = engine.plan_sweep([sql.record(row) for row in rows])
+                if dry_run:
+                    return SweepResult(swept=len(swept), ids=tuple(r.id for r in swept))
+                self._retire(conn, scope_key, swept, now)
+                sql.compact_index(conn)
+        return SweepResult(swept=len(swept))
