@@ -19,6 +19,7 @@ from scopemem.errors import ConfigError
 from scopemem.memory import Memory
 from scopemem.plugins.manager import new_plugin_manager
 from scopemem.stores.sqlite import default_max_open
+from scopemem.stores.sqlite.ranker import DEFAULT_RANK_PROCESSES
 
 
 def run(*args: str, env: dict[str, str] | None = None):
@@ -138,7 +139,7 @@ def test_the_effective_settings_are_toml_with_every_plugins_defaults(tmp_path: P
         "path": str(tmp_path / "data"), "synchronous": "full", "busy_timeout_ms": 5000,
         "max_open_connections": default_max_open(), "cache_rows": 50_000,
         "usage_flush_ms": 1000,
-        "max_scopes": 0}
+        "max_scopes": 0, "rank_processes": DEFAULT_RANK_PROCESSES}
     assert printed["memory"]["providers"]["anthropic"]["api_key_env"] == "ANTHROPIC_API_KEY"
     # What it prints is a configuration that loads back as the same one.
     again = tmp_path / "again.toml"

@@ -43,11 +43,13 @@ __all__ = [
     "QueryTerms",
     "Ranking",
     "ScopeStats",
+    "best_matches",
     "candidate_cap",
     "query_terms",
     "query_words",
     "rank_covered",
     "rank_entries",
+    "score_best",
     "term_weights",
     "wire_query",
 ]
@@ -208,12 +210,19 @@ def rank_covered(covered: Mapping[int, float], total: float, limit: int, now: in
     (at least) the seqs of the gated records whose predecessor (seq − 1) is an active record
     of the same thread. ``details[seq]`` is ``(last touched, item)``, read only for the
     records that reach the final score. Answers the ``limit`` best items with their match."""
+    return score_best(best_matches(covered, total, limit, ranking, continues), limit, now,
+                      details)
+
+
+def best_matches(covered: Mapping[int, float], total: float, limit: int, ranking: Ranking,
+                 continues: Container[int]) -> list[tuple[float, int]]:
+    """The first half of ``rank_covered``: the candidates that reach the final score, as
+    ``(match, seq)``, best match first (ties to the newer record), at most
+    ``candidate_cap(limit)`` of them. It reads no time, so it may run apart from the
+    second half (``score_best``), on another thread or in another process."""
     if limit <= 0 or not covered or total <= 0:
         return []
     matched = _matches(covered, total, ranking.context_weight, continues)
-    # The candidates best match first (ties to the newer record): at most the cap of them.
-    # Going down that order, a candidate whose best possible score (recency 1) cannot beat
-    # the ``limit``-th score found so far ends the scan; so does the cap.
     cap = candidate_cap(limit)
     if len(matched) > cap:
         # A large scope: the cap-th best match from the sorted floats (C speed), then
@@ -222,8 +231,19 @@ def rank_covered(covered: Mapping[int, float], total: float, limit: int, now: in
         candidates = sorted(((value, seq) for seq, value in matched.items()
                              if value >= threshold), reverse=True)
         del candidates[cap:]
-    else:
-        candidates = sorted(zip(matched.values(), matched.keys(), strict=True), reverse=True)
+        return candidates
+    return sorted(zip(matched.values(), matched.keys(), strict=True), reverse=True)
+
+
+def score_best(candidates: Iterable[tuple[float, int]], limit: int, now: int,
+               details: Mapping[int, tuple[int, T]]) -> list[tuple[T, float]]:
+    """The second half of ``rank_covered``: the ``limit`` best of ``best_matches``'s
+    candidates by the seed's score at ``now``, each item with its match.
+
+    Going down the candidates (best match first), one whose best possible score (recency
+    1) cannot beat the ``limit``-th score found so far ends the scan."""
+    if limit <= 0:
+        return []
     exp = math.exp
     scored: list[tuple[float, int, float, T]] = []
     push, replace = heapq.heappush, heapq.heapreplace

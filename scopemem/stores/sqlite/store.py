@@ -41,6 +41,7 @@ from scopemem.stores.base import (
 )
 from scopemem.stores.sqlite import files, sql
 from scopemem.stores.sqlite.handles import Handle, Heavy
+from scopemem.stores.sqlite.ranker import DEFAULT_RANK_PROCESSES, RANK_PROCESSES_MAX, Ranker
 from scopemem.stores.sqlite.reads import Reads
 from scopemem.stores.sqlite.usage import DEFAULT_USAGE_FLUSH_MS, USAGE_FLUSH_MS_MAX, Usage
 from scopemem.stores.sqlite.views import DEFAULT_CACHE_ROWS
@@ -94,6 +95,7 @@ class SqliteStore(Reads, Writes, Usage):
         ranking: Ranking = DEFAULT_RANKING,
         retention_days: int = DEFAULT_RETENTION_DAYS,
         max_scopes: int = 0,
+        rank_processes: int = DEFAULT_RANK_PROCESSES,
     ) -> None:
         self.cap = check_cap(cap)
         self.retention_days = check_retention_days(retention_days)
@@ -124,16 +126,18 @@ class SqliteStore(Reads, Writes, Usage):
         self._epoch: object | None = None  # see _current_epoch
         self._epoch_loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._ranker = Ranker(_check_int(rank_processes, "rank_processes", 0,
+                                         RANK_PROCESSES_MAX), self.cache_rows)
 
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> SqliteStore:
         """Build from ``[memory.stores.sqlite]``: ``path``, ``synchronous``,
         ``busy_timeout_ms``, ``max_open_connections``, ``cache_rows``, ``usage_flush_ms``,
-        ``max_scopes``."""
+        ``max_scopes``, ``rank_processes``."""
         settings = settings.named("sqlite")
         settings.unknown_options(("path", "synchronous", "busy_timeout_ms",
                                   "max_open_connections", "cache_rows", "usage_flush_ms",
-                                  "max_scopes"))
+                                  "max_scopes", "rank_processes"))
         return cls(
             settings.record("path", _check_path(settings.options.get("path", DEFAULT_PATH),
                                                 settings.option_key("path"))),
@@ -148,6 +152,8 @@ class SqliteStore(Reads, Writes, Usage):
             ranking=settings.ranking,
             retention_days=settings.retention_days,
             max_scopes=settings.int_option("max_scopes", 0, 0),
+            rank_processes=settings.int_option("rank_processes", DEFAULT_RANK_PROCESSES, 0,
+                                               RANK_PROCESSES_MAX),
         )
 
     async def retrieve(self, scope_key: str, query: str, limit: int) -> list[Record]:
@@ -162,15 +168,7 @@ class SqliteStore(Reads, Writes, Usage):
             return []
         answered = self._from_view(scope_key, terms, limit, now, bump)
         if isinstance(answered, Heavy):
-            # Too much ranking for the event loop: the same work on a pool thread, so light
-            # queries on other scopes are answered meanwhile.
-            view = answered.view
-            view.readers += 1  # on the loop only: a carry never changes it meanwhile
-            try:
-                ranked = await self._run("read", self._rank_view, view, terms, limit, now)
-            finally:
-                view.readers -= 1
-            answered = self._view_answer(answered.handle, ranked, bump, now)
+            answered = await self._rank_heavy(scope_key, answered, terms, limit, now, bump)
         if answered is None:
             entry = self._writers.get(scope_key)
             if entry is not None and entry[0].locked():
@@ -268,6 +266,7 @@ class SqliteStore(Reads, Writes, Usage):
             # (one that has stopped) never runs again.
             if handle.flush is not None and handle.flush.get_loop() is loop:
                 handle.flush.cancel()
+        self._ranker.close()
         executors, self._executors = self._executors, {}
         if not executors:
             for handle in handles:

@@ -5,8 +5,9 @@ A scope's second retrieval through SQL reads all its active rows into a ``ScopeV
 least recently used scopes if need be). From then on a retrieval is answered on the event
 loop, without a trip to a thread: the view's term index finds exactly the rows the FTS
 prefilter would hand the engine, with the scope's statistics, and the engine ranks them. A
-query whose ranking would read more than ``LOOP_WORK`` postings is ranked from the view on
-the read pool instead, so a heavy query never holds the loop.
+query whose ranking would read more than ``LOOP_WORK`` postings has its candidates chosen
+in a ranking process (``ranker.py``), or on the read pool when none can answer, so a heavy
+query never holds the loop.
 
 Staleness is decided by the ``generation`` counter that every transaction changing rows
 increments (this store's, another store's, another process's; usage bumps do not count):
@@ -33,6 +34,7 @@ from scopemem.stores.base import Hit
 from scopemem.stores.sqlite import files, schema, sql
 from scopemem.stores.sqlite.base import StoreBase
 from scopemem.stores.sqlite.handles import Carry, Handle, Heavy
+from scopemem.stores.sqlite.ranker import Ranker
 from scopemem.stores.sqlite.view import ScopeView
 
 T = TypeVar("T")
@@ -42,7 +44,8 @@ T = TypeVar("T")
 # (``reads.VIEW_AFTER_RETRIEVALS``).
 DEFAULT_CACHE_ROWS = 50_000
 #: How much ranking work (postings read: the query terms' document frequencies summed) a
-#: retrieval may do on the event loop; past it the ranking runs on the read pool. About a
+#: retrieval may do on the event loop; past it the ranking runs in a ranking process (or on
+#: the read pool). About a
 #: millisecond of work: a light brief reads tens or hundreds of postings, while 24 common
 #: words over 10,000 matching rows read 240,000 (about 25 ms that would hold every other
 #: client's request).
@@ -52,6 +55,7 @@ LOOP_WORK = 20_000
 class Views(StoreBase):
     """The in-memory views of the scopes: answering from them, building and carrying them."""
 
+    _ranker: Ranker  # the ranking processes of heavy queries
     _epoch: object | None  # see _current_epoch
     _epoch_loop: asyncio.AbstractEventLoop | None
 
@@ -84,6 +88,29 @@ class Views(StoreBase):
         if view.work(terms) > LOOP_WORK:
             return Heavy(handle, view)
         return self._view_answer(handle, self._rank_view(view, terms, limit, now), bump, now)
+
+    async def _rank_heavy(self, scope_key: str, heavy: Heavy, terms: engine.QueryTerms,
+                          limit: int, now: int, bump: bool
+                          ) -> tuple[list[Hit], Handle | None] | None:
+        """A retrieval too heavy for the event loop, answered from the view all the same:
+        its candidates chosen in a ranking process (``ranker.py``) and scored here from the
+        view, or, when no process can answer for the view's generation, the whole ranking
+        on the read pool. Either way light queries on other scopes are answered meanwhile."""
+        view = heavy.view
+        best = await self._ranker.best(heavy.handle.path, scope_key, terms, limit,
+                                       self.ranking)
+        if best is not None and best[0] == view.generation:
+            entries = view.entries  # no await from here on: the view cannot change
+            candidates = best[1]
+            if all(seq in entries for _match, seq in candidates):
+                ranked = engine.score_best(candidates, limit, now, entries)
+                return self._view_answer(heavy.handle, ranked, bump, now)
+        view.readers += 1  # on the loop only: a carry never changes it meanwhile
+        try:
+            ranked = await self._run("read", self._rank_view, view, terms, limit, now)
+        finally:
+            view.readers -= 1
+        return self._view_answer(heavy.handle, ranked, bump, now)
 
     def _rank_view(self, view: ScopeView, terms: engine.QueryTerms, limit: int, now: int
                    ) -> list[tuple[tuple[Any, ...], float]]:
