@@ -20,7 +20,6 @@ from scopemem.stores.base import StoreSettings
 from scopemem.stores.sqlite import SqliteStore, fts_tokens, schema
 from scopemem.stores.sqlite import files as sqlite_files
 from scopemem.stores.sqlite import sql as sqlite_sql
-from scopemem.stores.sqlite import usage as sqlite_usage
 from scopemem.stores.sqlite.view import ScopeView
 from tests.conftest import DAY_MS, fact
 from tests.stores.conftest import on_every_connection
@@ -167,10 +166,10 @@ def hold_write_lock(store: SqliteStore) -> apsw.Connection:
     return other
 
 
-async def test_uses_are_committed_on_the_loop_without_ever_waiting_on_a_lock(make, traced):
+async def test_a_save_waiting_on_another_process_never_holds_the_loop(make, traced):
     store, before = await saved_view(make, busy_timeout_ms=3000, usage_flush_ms=0)
-    # The loop cannot commit at once, so the save goes to the pool, which waits for the
-    # lock while the loop goes on serving.
+    # Another process holds the file's write lock: the save waits for it on the write pool
+    # while the loop goes on serving.
     other = hold_write_lock(store)
     [got] = await asyncio.wait_for(store.retrieve(ORG, "deploy", 5), timeout=1)
     loop = asyncio.get_running_loop()
@@ -179,19 +178,14 @@ async def test_uses_are_committed_on_the_loop_without_ever_waiting_on_a_lock(mak
         started = loop.time()
         await asyncio.sleep(0.02)
         longest_tick = max(longest_tick, loop.time() - started)
-    # Not blocked for the 3 s busy timeout: the loop tried the lock once, without waiting.
+    # Not blocked for the 3 s busy timeout, nor for any part of it worth measuring.
     assert longest_tick < 1.5 and use_counts(store, ORG) == before
     other.execute("COMMIT")
     other.close()
     await store.flush()  # waits for the save under way
     assert use_counts(store, ORG)[got.id] == before[got.id] + 1 == got.use_count
-    # The lock is free again: the next save runs on the loop.
-    traced.clear()
-    [again] = await store.retrieve(ORG, "deploy", 5)
-    await store.flush()
-    assert use_counts(store, ORG)[got.id] == again.use_count == got.use_count + 1
     updates = [thread for sql, _, thread in traced if sql.startswith("UPDATE records")]
-    assert updates == [threading.current_thread().name]
+    assert updates and all(name.startswith("scopemem-sqlite-write") for name in updates)
 
 
 async def test_flush_waits_for_a_save_already_under_way_on_the_pool(make):
@@ -221,46 +215,30 @@ async def test_flush_waits_for_a_save_already_under_way_on_the_pool(make):
         assert use_counts(store, ORG)[got.id] == before[got.id] + 1 == got.use_count
 
 
-async def test_a_commit_waits_on_the_loop_for_a_connection_held_a_moment(make, traced):
-    store, before = await saved_view(make, usage_flush_ms=60_000)
-    handle = store._handles[ORG]
-    # A pool thread holds the scope's connection for 30 ms (as a retrieval through SQL
-    # does for a moment): the commit tries again on the loop instead of queuing a thread.
-    handle.lock.acquire()
-    asyncio.get_running_loop().call_later(0.03, handle.lock.release)
-    traced.clear()
-    [got] = await store.retrieve(ORG, "deploy", 5)
-    await store.flush()
-    assert use_counts(store, ORG)[got.id] == before[got.id] + 1 == got.use_count
-    updates = [thread for sql, _, thread in traced if sql.startswith("UPDATE records")]
-    assert updates == [threading.current_thread().name]
+async def test_one_background_save_commits_the_uses_of_every_scope_read(make, monkeypatch):
+    store = make(usage_flush_ms=50)
+    scopes = [f"user:slack:U{n}" for n in range(5)]
+    for scope in scopes:
+        await store.write(scope, [fact("deploy with the blue script")])
+    jobs: list[list[str]] = []
+    commit_all = SqliteStore._commit_all
+
+    def spy(self, handles):  # type: ignore[no-untyped-def]
+        jobs.append(sorted(key for key, _handle in handles))
+        return commit_all(self, handles)
+
+    monkeypatch.setattr(SqliteStore, "_commit_all", spy)
+    hits = {scope: (await store.retrieve(scope, "deploy", 5))[0] for scope in scopes}
+    saver = store._saver
+    assert saver is not None
+    await saver  # the one save of this window
+    assert jobs == [sorted(scopes)]  # one job on the pool for all five scopes
+    for scope, hit in hits.items():
+        assert use_counts(store, scope)[hit.id] == hit.use_count == 1
 
 
-async def test_a_save_of_many_rows_runs_on_the_pool(make, traced, monkeypatch):
-    monkeypatch.setattr(sqlite_usage, "_LOOP_SAVE_ROWS", 3)
-    store = make(usage_flush_ms=60_000)
-    await store.write(ORG, [fact(f"deploy note {n}") for n in range(6)])
-    await warm(store)
-    await store.flush()
-    for rows in (3, 4):  # at the limit: on the loop; past it: on the pool
-        traced.clear()
-        assert len(await store.retrieve(ORG, "deploy", rows)) == rows
-        await store.flush()
-        [thread] = [thread for sql, _, thread in traced if sql.startswith("UPDATE records")]
-        assert (thread == threading.current_thread().name) == (rows == 3)
-
-
-async def test_the_wal_is_checkpointed_off_the_loop_at_the_auto_checkpoint_size(
-        make, monkeypatch):
+async def test_the_wal_is_checkpointed_as_saves_grow_it(make, monkeypatch):
     monkeypatch.setattr(sqlite_files, "WAL_AUTOCHECKPOINT_PAGES", 4)
-    checkpoints: list[str] = []
-    checkpoint_now = SqliteStore._checkpoint_now
-
-    def spy(path):  # type: ignore[no-untyped-def]
-        checkpoints.append(threading.current_thread().name)
-        checkpoint_now(path)
-
-    monkeypatch.setattr(SqliteStore, "_checkpoint_now", staticmethod(spy))
     store = make(usage_flush_ms=0)  # a save after each retrieval
     await store.write(ORG, [fact(f"deploy note {n} " + "padding " * 400) for n in range(40)])
     await warm(store)
@@ -268,12 +246,10 @@ async def test_the_wal_is_checkpointed_off_the_loop_at_the_auto_checkpoint_size(
     start = os.path.getsize(wal)
     for n in range(30):
         await store.retrieve(ORG, f"note {n}", 8)
-        await asyncio.sleep(0.01)  # room for the queued checkpoint to run
-    # Each commit on the loop went past 4 pages and was followed by a checkpoint on the
-    # pool, so the log kept being reused from its start instead of growing by every
-    # commit's pages (30 commits of 8 rows would not fit in what the write left).
-    assert len(checkpoints) >= 25
-    assert all(name.startswith("scopemem-sqlite-write") for name in checkpoints)
+        await store.flush()
+    # Each save went past 4 pages and checkpointed (on the write pool, where it commits),
+    # so the log kept being reused from its start instead of growing by every save's
+    # pages (30 saves of 8 rows would not fit in what the write left).
     assert os.path.getsize(wal) == start
 
 

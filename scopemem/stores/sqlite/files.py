@@ -31,8 +31,8 @@ FILE_SUFFIX = ".db"
 _READABLE_CHARS = 40
 _DIGEST_CHARS = 32
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
-# SQLite's default auto-checkpoint size, set explicitly on every connection: bump commits on
-# the event loop checkpoint at the same size, on the pool (see usage.Usage._commit_on_loop).
+# SQLite's default auto-checkpoint size, set explicitly on every connection: a commit that
+# grows the WAL past it checkpoints (on the pool thread that commits).
 WAL_AUTOCHECKPOINT_PAGES = 1000
 
 
@@ -262,7 +262,7 @@ def connect(path: str, flags: int | None = None) -> Any:
         # as ``synchronous`` says), and a checkpoint on close (two syncs and an unlink of the
         # WAL) made every eviction from the open-connection cache cost a millisecond, paid
         # on the read path when many scopes take turns. The WAL is checkpointed as writes
-        # grow it (``wal_autocheckpoint``, and ``_checkpoint_soon``), and stays on disk.
+        # grow it (``wal_autocheckpoint``) and stays on disk.
         conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
     except BaseException:
         conn.close()

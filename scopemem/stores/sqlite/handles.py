@@ -7,7 +7,6 @@ the view is current. ``base.StoreBase`` keeps handles in its cache of open files
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -41,9 +40,8 @@ class Heavy:
 class Handle:
     """One cached connection and the lock that keeps it to one thread at a time."""
 
-    __slots__ = ("bump_lock", "carry", "checkpoint", "closed", "conn", "flush", "lock",
-                 "path", "pending", "probe", "probe_lock", "probed", "retrievals", "view",
-                 "view_refused")
+    __slots__ = ("bump_lock", "carry", "closed", "conn", "lock", "path", "pending", "probe",
+                 "probe_lock", "probed", "retrievals", "view", "view_refused")
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -55,8 +53,6 @@ class Handle:
         # guards it and ``view`` (never held across I/O: the event loop takes it too).
         self.bump_lock = threading.Lock()
         self.pending: dict[int, list[int]] = {}
-        # The save of the pending bumps that is scheduled or under way (see _flush_soon).
-        self.flush: asyncio.Task[None] | None = None
         # The scope's active rows in memory (None until built, and again after any change to
         # the rows), and the read-only connection the event loop checks its generation on.
         self.view: ScopeView | None = None
@@ -65,7 +61,6 @@ class Handle:
         self.probe: Any = None
         self.probe_lock = threading.Lock()
         self.probed: tuple[object, int] | None = None  # (epoch, generation read in it)
-        self.checkpoint: asyncio.Task[None] | None = None  # queued by _commit_on_loop
         # What a write read for carrying the view on (see _plan_carry), applied on the loop.
         self.carry: Carry | None = None
 

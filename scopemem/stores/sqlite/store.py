@@ -126,6 +126,8 @@ class SqliteStore(Reads, Writes, Usage):
         self._epoch: object | None = None  # see _current_epoch
         self._epoch_loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._dirty: dict[str, Handle] = {}  # scopes whose use counts the next save commits
+        self._saver: asyncio.Task[None] | None = None
         self._ranker = Ranker(_check_int(rank_processes, "rank_processes", 0,
                                          RANK_PROCESSES_MAX), self.cache_rows)
 
@@ -246,10 +248,7 @@ class SqliteStore(Reads, Writes, Usage):
         """Save every use count still pending now, instead of within ``usage_flush_ms``
         (``close`` saves them too). For a backup or a copy of the files taken while the
         store runs. Raises ``StoreError`` when a scope's counts cannot be saved."""
-        with self._cache_lock:
-            handles = list(self._handles.items())
-        for scope_key, handle in handles:
-            await self._save_bumps(scope_key, handle)
+        await self._save_all_now()
 
     async def close(self) -> None:
         """Close every connection (saving the use counts still pending) and stop the thread
@@ -260,12 +259,11 @@ class SqliteStore(Reads, Writes, Usage):
             self._closed = True
             handles = list(self._handles.values())
             self._handles.clear()
-        loop = asyncio.get_running_loop()
-        for handle in handles:
-            # Closing saves the pending bumps itself; a save scheduled in another loop
-            # (one that has stopped) never runs again.
-            if handle.flush is not None and handle.flush.get_loop() is loop:
-                handle.flush.cancel()
+        # Closing a handle saves its pending bumps itself; a save scheduled in another loop
+        # (one that has stopped) never runs again.
+        saver, self._saver = self._saver, None
+        if saver is not None and saver.get_loop() is asyncio.get_running_loop():
+            saver.cancel()
         self._ranker.close()
         executors, self._executors = self._executors, {}
         if not executors:
