@@ -19,6 +19,7 @@ from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite.schema import RECORD_COLUMNS
 from scopemem.stores.sqlite.sql import FTS_SEGMENTS_SQL, HITS_SQL, MAX_FTS_SEGMENTS
 from tests.conftest import fact
+from tests.stores.conftest import on_every_connection
 
 ORG = "org:acme"
 
@@ -240,3 +241,31 @@ async def test_the_token_index_is_kept_in_few_segments(make):
     finally:
         conn.close()
     assert len(await store.retrieve(ORG, "caching", 50)) == 34
+
+
+async def test_a_large_index_is_left_to_fts5s_own_merging(make, monkeypatch):
+    """Past SMALL_INDEX_ROWS a write never rebuilds the whole index (which rewrote every
+    page of it every few writes); FTS5's leveled merging keeps the segments few."""
+    monkeypatch.setattr(sqlite_sql, "SMALL_INDEX_ROWS", 30)
+    store = make(cap=1000)
+    optimized: list[int] = []
+
+    def tracer(_cursor, statement, _bindings):  # type: ignore[no-untyped-def]
+        if "'optimize'" in statement:
+            optimized.append(len(optimized))
+        return True
+
+    with on_every_connection(lambda conn: setattr(conn, "exec_trace", tracer)):
+        for n in range(30):  # up to the threshold: rebuilt into one segment now and then
+            await store.write(ORG, [fact(f"note {n} about caching")])
+        small = len(optimized)
+        for n in range(30, 90):  # past it: never rebuilt by a write
+            await store.write(ORG, [fact(f"note {n} about caching")])
+    assert small > 0 and len(optimized) == small
+    conn = read_only(store.path_for(ORG))
+    try:
+        assert conn.execute(FTS_SEGMENTS_SQL).fetchall()[0][0] <= 16  # FTS5's crisis merge
+    finally:
+        conn.close()
+    # And every answer is the same: the index still holds exactly the active rows.
+    assert [r.text for r in await store.retrieve(ORG, "note 77", 1)] == ["note 77 about caching"]

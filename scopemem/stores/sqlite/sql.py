@@ -32,13 +32,19 @@ HITS_SQL = (
 ACTIVE_COUNT_SQL = "SELECT count(*) FROM records WHERE status = 'active'"
 VOCAB_TABLE_SQL = ("CREATE VIRTUAL TABLE IF NOT EXISTS temp.records_vocab"
                    " USING fts5vocab(main, records_fts, row)")
-# The token index is an FTS5 b-tree forest: every write transaction adds a segment and FTS5
-# merges them only in bulk now and then, and a query pays for every segment it must search
-# (six segments make a small scope's lookup about seven times slower than one). After each
-# write transaction the store counts segments (FTS5 data rowids carry the segment id above
-# bit 37, the documented on-disk layout) and rebuilds the index into one segment when there
-# are more than this many. Only speed depends on it, never an answer.
+# The token index is an FTS5 b-tree forest: every write transaction adds a segment, and a
+# query pays for every segment it must search (six segments make a small scope's lookup
+# about seven times slower than one). After each write transaction to a scope of at most
+# SMALL_INDEX_ROWS active rows the store counts segments (FTS5 data rowids carry the segment
+# id above bit 37, the documented on-disk layout) and rebuilds the index into one segment
+# when there are more than MAX_FTS_SEGMENTS: cheap for a small index. A rebuild rewrites the
+# whole index, though: on a scope of 10,000 rows it cost a write of 50 about 10 ms every
+# third write (90-130 ms at 100,000), while FTS5's own leveled merging (``automerge``, four
+# segments a level) costs a logarithmic share. So a larger index is left to it, a few more
+# segments that retrievals from memory (views.py) never read. Only speed depends on it,
+# never an answer.
 MAX_FTS_SEGMENTS = 4
+SMALL_INDEX_ROWS = 2000
 FTS_SEGMENTS_SQL = ("SELECT count(DISTINCT id >> 37) FROM records_fts_data"
                     " WHERE id >= (1 << 37)")
 
@@ -190,11 +196,14 @@ def immediate(conn: Any) -> Iterator[None]:
     conn.execute("COMMIT")
 
 
-def compact_index(conn: Any) -> None:
+def compact_index(conn: Any, active: int | None = None) -> None:
     """Merge the token index into one segment when it would have more than
-    ``MAX_FTS_SEGMENTS`` after the commit. The caller holds a write transaction whose
-    index changes FTS5 still holds in memory: they become one more segment at the
+    ``MAX_FTS_SEGMENTS`` after the commit, unless the scope's ``active`` rows (when given)
+    are more than ``SMALL_INDEX_ROWS`` (see there). The caller holds a write transaction
+    whose index changes FTS5 still holds in memory: they become one more segment at the
     commit, which the count cannot see yet."""
+    if active is not None and active > SMALL_INDEX_ROWS:
+        return
     if conn.execute(FTS_SEGMENTS_SQL).fetchall()[0][0] >= MAX_FTS_SEGMENTS:
         conn.execute("INSERT INTO records_fts (records_fts) VALUES ('optimize')")
 

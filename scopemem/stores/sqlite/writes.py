@@ -99,7 +99,7 @@ class Writes(Views):
             self._retire(conn, scope_key, evicted, now)
             retired.extend(evicted)
         self._purge(conn, retention_cutoff(now, self.retention_days))
-        sql.compact_index(conn)
+        sql.compact_index(conn, min(active, cap))
         return counts, evicted
 
     @staticmethod
