@@ -343,6 +343,21 @@ async def test_cache_rows_bounds_the_rows_held(make, tmp_path):
     assert store._cached_rows == 3
 
 
+async def test_the_view_dropped_for_room_is_the_least_recently_read(make):
+    store = make(cache_rows=5)  # room for two views of two rows
+    for scope in ("org:a", "org:b", "org:c"):
+        await store.write(scope, [fact("deploy one"), fact("deploy two")])
+    await warm(store, "org:a")
+    await warm(store, "org:b")
+    await store.retrieve("org:a", "deploy", 1)  # answered from a's view: a is the newer
+    await warm(store, "org:c")
+    views = {scope: store._handles[scope].view is not None for scope in ("org:a", "org:b",
+                                                                           "org:c")}
+    assert views == {"org:a": True, "org:b": False, "org:c": True}
+    assert store._cached_rows == 4
+    assert set(store._viewed) == {store._handles["org:a"], store._handles["org:c"]}
+
+
 async def test_cache_rows_zero_keeps_every_retrieval_in_sql(make, traced):
     store = make(cache_rows=0)
     await store.write(ORG, [fact("deploy")])

@@ -54,6 +54,8 @@ class StoreBase(Files):
     cache_rows: int
     usage_flush_ms: int
     _cached_rows: int  # rows held by views, across scopes (guarded by _cache_lock)
+    # The handles holding (or about to hold) views, least recently used first.
+    _viewed: OrderedDict[Handle, None]
     _handles: OrderedDict[str, Handle]
     _closing: dict[str, Handle]  # evicted from the cache, not closed yet
     _cache_lock: threading.Lock
@@ -240,24 +242,38 @@ class StoreBase(Files):
 
     def _reserve_rows(self, handle: Handle, count: int) -> bool:
         """Make room for a view of ``count`` rows, dropping the views of the least recently
-        used scopes if need be; False when it cannot fit."""
+        used scopes if need be; False when it cannot fit. Only the scopes holding views are
+        looked at (``_viewed``), so this costs the views it drops, not the open files."""
         with self._cache_lock:
             if count > self.cache_rows:
                 return False
-            for other in list(self._handles.values()):
+            viewed = self._viewed
+            for other in list(viewed):
                 if self._cached_rows + count <= self.cache_rows:
                     break
                 if other is not handle:
                     dropped = other.drop_view()
                     if dropped is not None:
                         self._cached_rows -= len(dropped)
+                        del viewed[other]
             if self._cached_rows + count > self.cache_rows:
                 return False
             self._cached_rows += count
+            viewed[handle] = None
+            viewed.move_to_end(handle)
             return True
+
+    def _unreserve_rows(self, handle: Handle, count: int) -> None:
+        """Give back rows reserved for a view that was not installed after all."""
+        with self._cache_lock:
+            self._cached_rows -= count
+            if handle.view is None:
+                self._viewed.pop(handle, None)
 
     def _release_view(self, handle: Handle, view: ScopeView | None = None) -> None:
         dropped = handle.drop_view(view)
         if dropped is not None:
             with self._cache_lock:
                 self._cached_rows -= len(dropped)
+                if handle.view is None:
+                    self._viewed.pop(handle, None)

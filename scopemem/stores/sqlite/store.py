@@ -114,6 +114,7 @@ class SqliteStore(Reads, Writes, Usage):
         self.usage_flush_ms = _check_int(usage_flush_ms, "usage_flush_ms", 0,
                                          USAGE_FLUSH_MS_MAX)
         self._cached_rows = 0  # rows held by views, across scopes (guarded by _cache_lock)
+        self._viewed: OrderedDict[Handle, None] = OrderedDict()
         # Files whose token index this store has checked against their rows: once per file
         # per store, not on every reopen from the cache of open files.
         self._reconciled: set[str] = set()

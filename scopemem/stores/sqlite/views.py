@@ -70,6 +70,8 @@ class Views(StoreBase):
             if handle is None:
                 return None
             self._handles.move_to_end(scope_key)
+            if handle in self._viewed:
+                self._viewed.move_to_end(handle)
         view = handle.view
         if view is None:
             return None
@@ -264,10 +266,10 @@ class Views(StoreBase):
         if not self._reserve_rows(handle, len(view)):
             return
         with handle.bump_lock:
-            if handle.view is not None or handle.closed:  # built meanwhile, or closing
-                with self._cache_lock:
-                    self._cached_rows -= len(view)
-                return
-            view.bump(handle.pending)
-            handle.view = view
-            handle.probed = None
+            refused = handle.view is not None or handle.closed  # built meanwhile, closing
+            if not refused:
+                view.bump(handle.pending)
+                handle.view = view
+                handle.probed = None
+        if refused:
+            self._unreserve_rows(handle, len(view))
