@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -18,6 +20,9 @@ from scopemem.plugins.markers import hookimpl
 TOKEN_ENV = "SCOPEMEM_TOKEN"
 #: The shortest bearer token ``serve`` starts with (unless ``--insecure-dev``).
 MIN_TOKEN_CHARS = 16
+
+#: The most worker processes ``--workers`` starts.
+MAX_WORKERS = 64
 
 WORKER_CLIENT = "worker"
 EMBEDDED_DEFAULT = "sqlite"
@@ -56,13 +61,18 @@ def scopemem_register_commands(cli: click.Group) -> None:
                        "opening or after its last answer.")
     @click.option("--body-timeout", type=click.FloatRange(0.1, 3600), default=30.0,
                   show_default=True, help="Seconds a request may take to send its body.")
+    @click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=1,
+                  show_default=True,
+                  help="Worker processes answering on the port (each with its own store "
+                       "connection; any answers any scope).")
     @click.option("--insecure-dev", is_flag=True,
                   help=f"Start without a {MIN_TOKEN_CHARS}-character token (development "
                        "only: anyone who can reach the port may try short tokens).")
     @click.pass_obj
     def serve(state: CliState, host: str, port: int, data_dir: str | None,
               store_name: str | None, access_log: bool, max_connections: int | None,
-              idle_timeout: float, body_timeout: float, insecure_dev: bool) -> None:
+              idle_timeout: float, body_timeout: float, workers: int,
+              insecure_dev: bool) -> None:
         """Serve memory to remote agents over HTTP (the Memory Worker).
 
         Data routes need ``Authorization: Bearer $SCOPEMEM_TOKEN``. The store is built
@@ -112,29 +122,72 @@ def scopemem_register_commands(cli: click.Group) -> None:
             log.warning("INSECURE: %s %s; started with --insecure-dev, for development "
                         "only%s", TOKEN_ENV, problem,
                         "" if token else ": every data route will answer 401")
-        try:
-            store = registry.get(name)(settings)
-        except ScopememError as exc:
-            raise click.ClickException(str(exc)) from None
-        try:
-            app = create_app(store, token, cap=config.max_records_per_scope,
-                             min_cap=config.cap_floor())
-        except ValueError as exc:
-            asyncio.run(store.close())
-            raise click.ClickException(f"{TOKEN_ENV}: {exc}") from None
-
-        def ready(url: str) -> None:
-            click.echo(f"scopemem worker listening on {url} (store: {name})")
+        def build() -> tuple[Any, Any]:
+            """The store and the application serving it."""
+            try:
+                store = registry.get(name)(settings)
+            except ScopememError as exc:
+                raise click.ClickException(str(exc)) from None
+            try:
+                return store, create_app(store, token, cap=config.max_records_per_scope,
+                                         min_cap=config.cap_floor())
+            except ValueError as exc:
+                asyncio.run(store.close())
+                raise click.ClickException(f"{TOKEN_ENV}: {exc}") from None
 
         limits = Limits(idle_timeout=idle_timeout, body_timeout=body_timeout,
                         **({} if max_connections is None
                            else {"max_connections": max_connections}))
-        runner_kwargs: dict[str, object] = {"limits": limits}
+        runner_kwargs: dict[str, Any] = {"limits": limits}
         if not access_log:
             runner_kwargs["access_log"] = None
+        if workers > 1:
+            _serve_processes(workers, host, port, build, runner_kwargs, name)
+            click.echo("scopemem worker stopped")
+            return
+
+        def ready(url: str) -> None:
+            click.echo(f"scopemem worker listening on {url} (store: {name})")
+
+        _store, app = build()
         try:
             asyncio.run(serve_until_signalled(app, host, port, on_ready=ready,
                                               **runner_kwargs))
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
         click.echo("scopemem worker stopped")
+
+
+def _serve_processes(workers: int, host: str, port: int,
+                     build: Callable[[], tuple[Any, Any]],
+                     runner_kwargs: dict[str, Any], name: str) -> None:
+    """``--workers N``: bind, fork N processes that each build the app (and its store) and
+    serve the one socket, supervise them (``workers.py``)."""
+    import asyncio
+
+    from scopemem.worker_aiohttp.app import serve_until_signalled
+    from scopemem.worker_aiohttp.workers import listening_socket, serve_workers
+
+    if not hasattr(os, "fork"):
+        raise click.UsageError("--workers needs a system with fork(); use one process here")
+    # A configuration error shows here, once, not as N workers failing: the store is built
+    # and closed before anything forks (building one opens nothing for the built-in stores).
+    store, _app = build()
+    asyncio.run(store.close())
+    try:
+        sock = listening_socket(host, port)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
+
+    def run_worker(sock_: Any) -> None:
+        asyncio.run(serve_until_signalled(build()[1], host, port, sock=sock_,
+                                          **runner_kwargs))
+
+    def ready(url: str) -> None:
+        click.echo(f"scopemem worker listening on {url} (store: {name}, {workers} worker"
+                   " processes)")
+
+    status = serve_workers(workers, sock, run_worker, ready)
+    if status:
+        raise click.ClickException("worker processes kept failing right after starting;"
+                                   " see the log above")

@@ -1,0 +1,153 @@
+"""``scopemem serve --workers N``: N processes on one port, any of them killed at any moment.
+
+The crash test kills one of two worker processes 30 times at random moments while eight
+clients write batches. What a client was told is written must be in the store afterwards,
+every batch must be there whole or not at all, and no id may appear twice."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import apsw
+import pytest
+
+from scopemem.stores.sqlite import SqliteStore
+from tests.worker.test_serve import TOKEN, stop, wait_healthy
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not os.path.exists("/proc"),
+                                reason="--workers needs fork(); the test reads /proc")
+
+SCOPES = ("org:acme", "repo:acme/widgets")
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def start_workers(tmp_path: Path, data: Path, workers: int) -> tuple[subprocess.Popen, str]:
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("SCOPEMEM_CONFIG", "SCOPEMEM_TOKEN")}
+    env["SCOPEMEM_TOKEN"] = TOKEN
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scopemem", "serve", "--port", "0", "--workers", str(workers),
+         "--data", str(data), "--no-access-log"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    line = process.stdout.readline()  # printed once every worker process is forked
+    assert "listening on http://" in line and f"{workers} worker processes" in line, (
+        line, process.stderr.read())
+    url = line.split("listening on ", 1)[1].split()[0]
+    return process, url
+
+
+def worker_pids(parent: int) -> list[int]:
+    with open(f"/proc/{parent}/task/{parent}/children") as f:
+        return [int(pid) for pid in f.read().split()]
+
+
+async def until(condition, what: str) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(400):  # bounded by a count, never by a margin on the clock
+        if condition():
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"never: {what}")
+
+
+async def test_every_worker_answers_every_scope_and_a_killed_one_is_replaced(tmp_path):
+    process, url = start_workers(tmp_path, tmp_path / "data", 2)
+    try:
+        await wait_healthy(process, url)
+        await until(lambda: len(worker_pids(process.pid)) == 2, "two workers")
+        first = worker_pids(process.pid)
+        async with aiohttp.ClientSession() as session:
+            for n in range(20):  # new connections each time: both workers get some
+                async with session.post(url + "/write", headers={**AUTH, "Connection": "close"},
+                                        json={"scopeKey": SCOPES[n % 2], "records": [{
+                                            "kind": "fact", "sourceThreadKey": "t:1",
+                                            "text": f"note number {n}"}]}) as response:
+                    assert response.status == 200
+            os.kill(first[0], signal.SIGKILL)
+            await until(lambda: len(worker_pids(process.pid)) == 2
+                        and first[0] not in worker_pids(process.pid), "a replacement")
+            for scope in SCOPES:  # whichever worker answers sees every other one's writes
+                async with session.post(url + "/list", headers=AUTH,
+                                        json={"scopeKey": scope, "limit": 50}) as response:
+                    assert len((await response.json())["records"]) == 10
+    finally:
+        out, err = stop(process, signal.SIGTERM)
+    assert "stopped" in out
+    assert "ended (signal SIGKILL); starting another" in err
+    assert "Traceback" not in err
+
+
+async def test_thirty_kills_while_eight_writers_write_lose_nothing_acknowledged(tmp_path):
+    data = tmp_path / "data"
+    process, url = start_workers(tmp_path, data, 2)
+    acknowledged: set[str] = set()  # batch names a 200 answered
+    sent: set[str] = set()
+    stop_writing = asyncio.Event()
+
+    async def writer(index: int, session: aiohttp.ClientSession) -> None:
+        rng = random.Random(index)
+        batch = 0
+        while not stop_writing.is_set():
+            name = f"w{index}b{batch}"
+            batch += 1
+            sent.add(name)
+            records = [{"kind": "fact", "sourceThreadKey": f"t:{index}",
+                        "text": f"{name} part {part} of the batch"} for part in range(3)]
+            try:
+                async with session.post(url + "/write", headers=AUTH, json={
+                        "scopeKey": rng.choice(SCOPES), "records": records}) as response:
+                    if response.status == 200:
+                        acknowledged.add(name)
+            except (TimeoutError, aiohttp.ClientError):
+                await asyncio.sleep(0.01)  # that worker died mid-answer: not acknowledged
+
+    try:
+        await wait_healthy(process, url)
+        await until(lambda: len(worker_pids(process.pid)) == 2, "two workers")
+        timeout = aiohttp.ClientTimeout(total=20)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            writers = [asyncio.ensure_future(writer(n, session)) for n in range(8)]
+            rng = random.Random(30)
+            deadline = time.monotonic() + 120  # a bound; 30 kills take some seconds
+            kills = 0
+            while kills < 30 and time.monotonic() < deadline:
+                # One of the two, at a random moment after both are up.
+                await until(lambda: len(worker_pids(process.pid)) == 2, "two workers")
+                await asyncio.sleep(rng.uniform(0.1, 0.5))
+                os.kill(rng.choice(worker_pids(process.pid)), signal.SIGKILL)
+                kills += 1
+            await until(lambda: len(worker_pids(process.pid)) == 2, "two workers again")
+            stop_writing.set()
+            await asyncio.gather(*writers)
+        assert kills == 30
+    finally:
+        stop(process, signal.SIGTERM)
+
+    # Every row the files hold, whatever its status (the cap evicts the oldest as they
+    # grow: an evicted row keeps its text for the retention).
+    store = SqliteStore(data)
+    rows: list[tuple[str, str]] = []
+    for scope in SCOPES:
+        conn = apsw.Connection(store.path_for(scope), flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            rows += conn.execute("SELECT id, text FROM records").fetchall()
+        finally:
+            conn.close()
+    ids = [record_id for record_id, _text in rows]
+    assert len(ids) == len(set(ids))  # no id twice
+    parts: dict[str, int] = {}
+    for _id, text in rows:
+        parts[text.split()[0]] = parts.get(text.split()[0], 0) + 1
+    assert all(count == 3 for count in parts.values()), {  # no batch half-applied
+        name: count for name, count in parts.items() if count != 3}
+    assert acknowledged <= set(parts)  # nothing acknowledged lost
+    assert set(parts) <= sent
+    assert acknowledged  # the writers got through between the kills
