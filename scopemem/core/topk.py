@@ -31,6 +31,7 @@ import math
 from collections.abc import Collection, Container, Mapping, Sequence
 
 from scopemem.core.ranking import QueryTerms, candidate_cap
+from scopemem.core.scoring import KEYWORD_WEIGHT, RECENCY_TAU_MS, RECENCY_WEIGHT
 
 __all__ = ["Postings", "covered", "covered_all"]
 
@@ -78,7 +79,9 @@ def covered_all(postings: Postings, terms: QueryTerms, weights: Sequence[float]
 
 
 def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], limit: int,
-            context: float, continues: Container[int]) -> dict[int, float]:
+            context: float, continues: Container[int],
+            details: Mapping[int, tuple[int, object]] | None = None, now: int = 0
+            ) -> dict[int, float]:
     """What ``ranking.rank_covered`` takes, for enough of the gated records that it answers
     exactly as it would with all of them (``covered_all``): seq → the weight of the query
     terms the record holds. ``context`` is the ranking's neighbour credit
@@ -123,17 +126,10 @@ def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], lim
             step_read = 0
     prefilter = frozenset(terms.prefilter)
     every_gated: set[int] | None = None
-    weighing = _Weighing(columns, total, context, continues, cap)
+    weighing = _Weighing(columns, total, context, continues, cap, gate)
     sums = weighing.sums
-    # Past half the postings the full computation reads, weigh every gated record at once.
-    budget = sum(len(holders) for holders, _weight in columns) * 1000
     start = 0
     for end in ends:
-        if weighing.spent > budget:
-            if every_gated is None:
-                every_gated = set().union(*gate)
-            weighing.add(every_gated - sums.keys(), offer=False)
-            break
         fresh: set[int] = set()
         for term in order[start:end]:
             holders = postings[term]
@@ -149,84 +145,109 @@ def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], lim
                 fresh.update(seq for seq in holders if any(seq in gated for gated in gate))
         start = end
         weighing.add(fresh - sums.keys())
-        if weighing.floor() > bounds[end] + MARGIN:
-            weighing.settle(rests[end], gate)
+        floor = weighing.floor()
+        if floor > bounds[end] + MARGIN:
+            # The cap rule: no record left out can reach the cap.
+            weighing.settle(floor - MARGIN, rests[end])
             break
+        if details is not None:
+            # The score rule: no record left out can score among the ``limit`` best.
+            cut = bounds[end] + MARGIN
+            if weighing.scores_past(cut, limit, details, now):
+                weighing.settle(cut, rests[end])
+                break
     return sums
 
 
 class _Weighing:
     """The records weighed so far: ``sums`` (seq → the weight of the query terms it holds)
-    and ``best``, the ``cap`` best of their weights with their predecessor's credit as
-    they were first weighed (a predecessor weighed later is not counted: each no more than
-    the record's match times the query's weight), best first."""
+    and ``best``, the ``cap`` best of them as (weight with the predecessor's credit as
+    first weighed, seq), best first: a predecessor weighed later is not counted, so each
+    is no more than the record's match times the query's weight."""
 
-    __slots__ = ("best", "cap", "columns", "context", "continues", "spent", "sums", "total")
+    __slots__ = ("best", "cap", "columns", "context", "continues", "gate", "sums", "total")
 
     def __init__(self, columns: Sequence[tuple[set[int], float]], total: float,
-                 context: float, continues: Container[int], cap: int) -> None:
-        self.columns, self.total, self.cap = columns, total, cap
+                 context: float, continues: Container[int], cap: int,
+                 gate: Sequence[Collection[int]]) -> None:
+        self.columns, self.total, self.cap, self.gate = columns, total, cap, gate
         self.context, self.continues = context, continues
         self.sums: dict[int, float] = {}
-        self.best: list[float] = []
-        # How many postings the set intersections of ``add`` have read so far, at most.
-        self.spent = 0
+        self.best: list[tuple[float, int]] = []
 
     def add(self, seqs: set[int], offer: bool = True) -> None:
         """Weigh ``seqs`` (none weighed yet) in full, summed in query order from 0.0 as
-        ``covered_all`` sums; ``offer`` their credited weights to ``best``."""
+        ``covered_all`` sums; ``offer`` them to ``best``."""
         if not seqs:
             return
         new: dict[int, float] = {}
         get = new.get
-        size = len(seqs)
         for holders, weight in self.columns:
-            self.spent += min(size, len(holders))
             for seq in seqs & holders:
                 new[seq] = get(seq, 0.0) + weight
         sums = self.sums
         sums.update(new)
         if not offer:
             return
+        best, cap = self.best, self.cap
+        low = best[-1][0] if len(best) >= cap else -1.0
         context, continues = self.context, self.continues
         if context:
             before = sums.get
-            offered = [weight + context * before(seq - 1, 0.0) if seq in continues else weight
-                       for seq, weight in new.items()]
+            offered = [(value, seq) for seq, weight in new.items()
+                       if (value := weight + context * before(seq - 1, 0.0)
+                           if seq in continues else weight) > low]
         else:
-            offered = list(new.values())
-        offered.extend(self.best)
+            offered = [(weight, seq) for seq, weight in new.items() if weight > low]
+        offered.extend(best)
         offered.sort(reverse=True)
-        del offered[self.cap:]
+        del offered[cap:]
         self.best = offered
 
     def floor(self) -> float:
         """No more than the cap-th best match of the full computation (-1 while fewer
         than the cap are weighed)."""
         best = self.best
-        return min(1.0, best[self.cap - 1] / self.total) if len(best) >= self.cap else -1.0
+        return min(1.0, best[self.cap - 1][0] / self.total) if len(best) >= self.cap else -1.0
 
-    def settle(self, rest: float, gate: Sequence[Collection[int]]) -> None:
-        """Weigh the neighbours the cap can still need, once no unweighed record whose
-        predecessor is unweighed too can reach it (each unweighed record holds at most
-        ``rest``; ``gate`` the prefilter's posting lists)."""
-        context, continues, sums = self.context, self.continues, self.sums
+    def scores_past(self, cut: float, limit: int, details: Mapping[int, tuple[int, object]],
+                    now: int) -> bool:
+        """Whether ``limit`` of the records weighed that match at least ``cut`` score more
+        than any record matching less than ``cut`` can (``rank_covered``'s score)."""
+        best, total = self.best, self.total
+        if len(best) < limit or best[limit - 1][0] < cut * total:
+            return False
+        exp = math.exp
+        scores = []
+        for value, seq in best:
+            if value < cut * total:
+                break
+            age = now - details[seq][0]
+            match = value / total
+            scores.append(KEYWORD_WEIGHT * (match if match < 1.0 else 1.0)
+                          + RECENCY_WEIGHT * exp(-(age if age > 0 else 0) / RECENCY_TAU_MS))
+        scores.sort(reverse=True)
+        return scores[limit - 1] > KEYWORD_WEIGHT * cut + RECENCY_WEIGHT + MARGIN
+
+    def settle(self, cut: float, rest: float) -> None:
+        """Weigh the neighbours a record matching ``cut`` or more may have, once no
+        unweighed record whose predecessor is unweighed too can (each unweighed record
+        holds at most ``rest``): after it, every record matching ``cut`` or more is
+        weighed with its predecessor, and every other match is below ``cut``."""
+        context, continues, sums, gate = self.context, self.continues, self.sums, self.gate
         if not context:
             return
-        while True:
-            # What a record's own weight plus its predecessor's credit must reach to tie
-            # the cap-th best match (or a lower match: ``floor``), less the margin.
-            need = (self.floor() - MARGIN) * self.total
-            # A weighed record whose predecessor is not weighed (it holds at most rest).
-            own = need - context * rest
-            missing = {seq - 1 for seq, weight in sums.items()
-                       if weight >= own and seq in continues and seq - 1 not in sums}
-            # An unweighed record after a weighed one (it holds at most rest itself).
-            credit = (need - rest) / context
-            missing.update(seq + 1 for seq, weight in sums.items()
-                           if weight >= credit and seq + 1 in continues
+        need = cut * self.total
+        # A weighed record whose predecessor is not weighed (it holds at most rest).
+        own = need - context * rest
+        # An unweighed record after a weighed one (it holds at most rest itself).
+        credit = (need - rest) / context
+        todo = set(sums)
+        while todo:
+            missing = {seq - 1 for seq in todo
+                       if sums[seq] >= own and seq in continues and seq - 1 not in sums}
+            missing.update(seq + 1 for seq in todo
+                           if sums[seq] >= credit and seq + 1 in continues
                            and seq + 1 not in sums)
             todo = {seq for seq in missing if any(seq in holders for holders in gate)}
-            if not todo:
-                return
             self.add(todo, offer=False)

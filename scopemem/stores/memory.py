@@ -196,7 +196,7 @@ class InMemoryStore:
                                       self.ranking)
         ranking = self.ranking
         covered = inverted.covered(postings, terms, weights, limit, ranking.context_weight,
-                                   index.continues)
+                                   index.continues, index.details, now)
         ranked = engine.rank_covered(covered, sum(weights), limit, now, ranking,
                                      index.continues, index.details)
         if not bump:

@@ -42,9 +42,11 @@ def scope(rng: random.Random, records: int, vocabulary: int, gaps: float, thread
             if rng.random() < 0.9 / (rank + 1) ** rng.choice((0.7, 1.0, 1.3)):
                 postings.setdefault(f"t{rank}", set()).add(seq)
     continues = {seq for seq in active if thread.get(seq - 1) == thread[seq]}
-    # Few distinct ages: equal scores, so the seq decides.
-    details = {seq: (NOW - rng.choice((0, 1, 60_000, 86_400_000)), f"r{seq}")
-               for seq in active}
+    # Few distinct ages (equal scores, so the seq decides): all new (the score rule then
+    # prunes most), new and a day old, or old.
+    ages = rng.choice(((0,), (0, 1, 60_000, 86_400_000), (0, 30 * 86_400_000),
+                       (86_400_000, 200 * 86_400_000)))
+    details = {seq: (NOW - rng.choice(ages), f"r{seq}") for seq in active}
     return postings, len(active), continues, details
 
 
@@ -58,11 +60,14 @@ def query(rng: random.Random, vocabulary: int, size: int, prefilter: int) -> Que
     return QueryTerms(tuple(words), tuple(gate))
 
 
-def both(postings, records, terms, limit, ranking, continues, details):
+def both(postings, records, terms, limit, ranking, continues, details, scored=True):
+    """The full weighing, the pruned one (with the score rule when ``scored``), the query's
+    weight, and what ``rank_covered`` answers from each."""
     stats = ScopeStats(records, {term: len(postings.get(term, ())) for term in terms.terms})
     weights = term_weights(terms, stats, ranking)
     full = topk.covered_all(postings, terms, weights)
-    pruned = topk.covered(postings, terms, weights, limit, ranking.context_weight, continues)
+    pruned = topk.covered(postings, terms, weights, limit, ranking.context_weight, continues,
+                          details if scored else None, NOW)
     total = sum(weights)
     return full, pruned, total, [
         rank_covered(covered, total, limit, NOW, ranking, continues, details)
@@ -87,15 +92,29 @@ def test_the_pruned_weighing_ranks_exactly_as_the_full_one(
     postings, active, continues, details = scope(rng, records, vocabulary, gaps, threads)
     terms = query(rng, vocabulary, size, prefilter)
     ranking = WEIGHTED if weighted else SEED
+    context = ranking.context_weight
+    # The cap rule alone: the same candidates in the same order, bit-for-bit the same
+    # matches.
+    full, pruned, total, (expected, got) = both(postings, active, terms, limit, ranking,
+                                                continues, details, scored=False)
+    assert got == expected
+    assert best(pruned, total, context, continues, limit) == \
+        best(full, total, context, continues, limit)
+    assert all(full[seq] == weight for seq, weight in pruned.items())
+    # With the score rule: the same answer, from the same leading candidates.
     full, pruned, total, (expected, got) = both(postings, active, terms, limit, ranking,
                                                 continues, details)
     assert got == expected
-    # The same candidates in the same order, with bit-for-bit the same matches.
-    context = ranking.context_weight
-    assert best(pruned, total, context, continues, limit) == \
-        best(full, total, context, continues, limit)
-    # Only gated records, each with its full weight.
     assert all(full[seq] == weight for seq, weight in pruned.items())
+    leading = 0
+    for ours, theirs in zip(best(pruned, total, context, continues, limit),
+                            best(full, total, context, continues, limit), strict=False):
+        if ours != theirs:
+            break
+        leading += 1
+    answered = {item for item, _match in expected}
+    assert answered <= {details[seq][1] for _value, seq in
+                        best(full, total, context, continues, limit)[:leading]}
 
 
 def zipf_scope(records: int = 3000, seed: int = 7):
