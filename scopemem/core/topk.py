@@ -28,7 +28,7 @@ cap, either way.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Container, Mapping, Sequence
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 
 from scopemem.core.ranking import QueryTerms, candidate_cap
 from scopemem.core.scoring import KEYWORD_WEIGHT, RECENCY_TAU_MS, RECENCY_WEIGHT
@@ -55,27 +55,31 @@ def covered_all(postings: Postings, terms: QueryTerms, weights: Sequence[float]
     term (the records a full-text prefilter matches), summed in query order starting from
     0.0 (as ``ranking.covered_weight`` sums, so the floats agree)."""
     sums: dict[int, float] = {}
-    get = sums.get
     if len(terms.terms) == len(terms.prefilter):  # every term lets its records in
         for term, weight in zip(terms.terms, weights, strict=True):
             holders = postings.get(term)
-            if not holders:
-                continue
-            if not sums:
-                sums = dict.fromkeys(holders, 0.0 + weight)
-                get = sums.get
-                continue
-            for seq in holders:
-                sums[seq] = get(seq, 0.0) + weight
+            if holders:
+                _sum(sums, holders, weight)
         return sums
     gated: set[int] = set()
     for term in terms.prefilter:
         gated.update(postings.get(term, ()))
     for term, weight in zip(terms.terms, weights, strict=True):
-        for seq in postings.get(term, ()):
-            if seq in gated:
-                sums[seq] = get(seq, 0.0) + weight
+        holders = postings.get(term)
+        if holders:
+            _sum(sums, gated.intersection(holders), weight)
     return sums
+
+
+def _sum(sums: dict[int, float], seqs: Iterable[int], weight: float) -> None:
+    """Add ``weight`` to the sum of each of ``seqs``, a sum not begun yet beginning at 0.0:
+    called once a term in query order, it sums as ``ranking.covered_weight`` does."""
+    if not sums:
+        sums.update(dict.fromkeys(seqs, 0.0 + weight))
+        return
+    get = sums.get
+    for seq in seqs:
+        sums[seq] = get(seq, 0.0) + weight
 
 
 def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], limit: int,
@@ -181,10 +185,10 @@ class _Weighing:
         if not seqs:
             return
         new: dict[int, float] = {}
-        get = new.get
         for holders, weight in self.columns:
-            for seq in seqs & holders:
-                new[seq] = get(seq, 0.0) + weight
+            held = seqs & holders
+            if held:
+                _sum(new, held, weight)
         sums = self.sums
         sums.update(new)
         if not offer:
