@@ -2,7 +2,7 @@
 
     python benchmarks/load_bench.py [--quick] [--scopes 10,1000,10000] [--rounds 3]
                                     [--seconds 2] [--clients 32] [--large 10000]
-                                    [--only 1,2,3,4,5,6]
+                                    [--only 5,6]
 
 Text is drawn from a seeded 20,000-word pseudo-vocabulary with probability proportional to
 1 / rank^1.07 (no scopemem code in the generator): records of 8-40 words, briefs of 5-40
@@ -38,7 +38,9 @@ min / median / max:
    with how many records the brief's prefilter terms match;
 6. ``InMemoryStore.retrieve`` on the large scope's records against ``SqliteStore``'s.
 
-``--quick`` is a smoke run (scopes 10,1000; smaller large scope; short rounds).
+``--quick`` is a smoke run (scopes 10,1000; smaller large scope; short rounds). ``--only``
+runs the named figures alone (``--only 5,6``: the large scope's retrieve, in process), seeding
+only the scopes they read.
 """
 
 from __future__ import annotations
@@ -200,14 +202,15 @@ def pairs_of(times: dict[str, list[list[float]]], measured: str, base: str,
 # --- seeding ------------------------------------------------------------------------------------
 
 
-async def seed(data: str, zipf: Zipf, scope_counts: Sequence[int], large: int
-               ) -> tuple[list[Candidate], list[str]]:
-    """Every scope the figures read; the large scope's candidates and the context scopes."""
+async def seed(data: str, zipf: Zipf, scope_counts: Sequence[int], large: int,
+               figures: frozenset[int]) -> tuple[list[Candidate], list[str]]:
+    """Every scope the ``figures`` read; the large scope's candidates and the context
+    scopes."""
     store = SqliteStore(data, cap=MAX_SCOPE_CAP, synchronous="off")
     if large > MAX_SCOPE_CAP:
         store.cap = large  # past the configurable maximum, for this measurement only
     started = time.perf_counter()
-    count = max(scope_counts)
+    count = max(scope_counts) if 1 in figures else 0
     keys = [many_scope(n) for n in range(count)]
     for start in range(0, count, 32):
         await asyncio.gather(*(store.write(key, candidates(zipf, MANY_RECORDS))
@@ -223,15 +226,17 @@ async def seed(data: str, zipf: Zipf, scope_counts: Sequence[int], large: int
     started = time.perf_counter()
     memory = Memory(MemoryConfig(enabled=True, organization=ORG, store="sqlite"), store)
     context_keys = list((await memory.context(context_request("probe"))).scopes)
-    for key in [LIGHT_SCOPE, OTHER_SCOPE, *context_keys]:
+    small_keys = [LIGHT_SCOPE, OTHER_SCOPE, *context_keys] if figures & {2, 4} else []
+    for key in small_keys:
         for _ in range(SMALL // 50):
             await store.write(key, candidates(zipf, 50))
     small = time.perf_counter() - started
     await store.close()
     size = sum(os.path.getsize(os.path.join(data, name)) for name in os.listdir(data))
     print(f"seeded in process (synchronous=off): {count:,} scopes x {MANY_RECORDS} records in "
-          f"{many:.1f} s ({many / count * 1000:.2f} ms a scope); {large:,} records in one scope "
-          f"in {big:.1f} s; {2 + len(context_keys)} scopes x {SMALL} records in {small:.1f} s;"
+          f"{many:.1f} s ({many / max(1, count) * 1000:.2f} ms a scope); {large:,} records in "
+          f"one scope in {big:.1f} s; {len(small_keys)} scopes x {SMALL} records in "
+          f"{small:.1f} s;"
           f" {size / 2**20:.0f} MiB on disk")
     return written, context_keys
 
@@ -530,42 +535,48 @@ async def in_process(data: str, args: argparse.Namespace, zipf: Zipf, briefs: li
     active = raw.execute("SELECT count(*) FROM records WHERE status = 'active'"
                          ).fetchall()[0][0]
 
-    # 5. a realistic brief.
     def pick() -> str:
         return rng.choice(briefs)
 
-    await store.retrieve(SCOPE, briefs[0], LIMIT)
-    await store.retrieve(SCOPE, briefs[1], LIMIT)
-    times = await alternate([("raw", raw_query(pick), None), ("store", store_query(pick), None)],
-                            args.rounds, args.seconds, max_runs=2000)
-    short = [matched(b) for b in briefs if len(b.split()) <= 40]
-    long = [matched(b) for b in briefs if len(b.split()) > 40]
-    print(f"\n5. a realistic brief's retrieve on the {active:,}-record scope (limit {LIMIT}, "
-          f"candidate cap {cap}), in process")
-    ratio_line("SqliteStore.retrieve p50", "raw FTS5 query", pairs_of(times, "store", "raw"))
-    ratio_line("SqliteStore.retrieve p99", "raw FTS5 query",
-               pairs_of(times, "store", "raw", p99))
-    for name, counts in (("a 5-40-word brief", short), ("a 300-word brief", long)):
-        if counts:
-            median = statistics.median(counts)
-            print(f"   {name}'s prefilter terms match {median:,.0f} records (median of "
-                  f"{len(counts)}; {median / active:.0%} of the scope; max {max(counts):,})")
+    if 5 in args.figures:  # 5. a realistic brief.
+        await store.retrieve(SCOPE, briefs[0], LIMIT)
+        await store.retrieve(SCOPE, briefs[1], LIMIT)
+        times = await alternate([("raw", raw_query(pick), None),
+                                 ("store", store_query(pick), None)],
+                                args.rounds, args.seconds, max_runs=2000)
+        short = [matched(b) for b in briefs if len(b.split()) <= 40]
+        long = [matched(b) for b in briefs if len(b.split()) > 40]
+        print(f"\n5. a realistic brief's retrieve on the {active:,}-record scope (limit {LIMIT}, "
+              f"candidate cap {cap}), in process")
+        ratio_line("SqliteStore.retrieve p50", "raw FTS5 query", pairs_of(times, "store", "raw"))
+        ratio_line("SqliteStore.retrieve p99", "raw FTS5 query",
+                   pairs_of(times, "store", "raw", p99))
+        for name, counts in (("a 5-40-word brief", short), ("a 300-word brief", long)):
+            if counts:
+                median = statistics.median(counts)
+                print(f"   {name}'s prefilter terms match {median:,.0f} records (median of "
+                      f"{len(counts)}; {median / active:.0%} of the scope; max {max(counts):,})")
 
-    # 6. the in-process store on the same records (loaded directly: filling it through
-    # write() compares every candidate with every record).
-    clock = store._clock
-    memory = InMemoryStore(cap=MAX_SCOPE_CAP, clock=clock)
-    memory._scopes[SCOPE] = [engine.mint_record(SCOPE, seq, candidate, clock())
-                             for seq, candidate in enumerate(written, start=1)]
-    memory._next_seq[SCOPE] = len(written) + 1
-    await memory.retrieve(SCOPE, briefs[0], LIMIT)
-    times = await alternate([("store", store_query(pick), None),
-                             ("memory", store_query(pick, memory), None)],
-                            args.rounds, args.seconds, max_runs=200, block=5)
-    print(f"\n6. InMemoryStore.retrieve on the same {len(written):,} records")
-    ratio_line("InMemoryStore.retrieve p50", "SqliteStore.retrieve",
-               pairs_of(times, "memory", "store"), target="<= 2x")
+    if 6 in args.figures:
+        # 6. the in-process store on the same records (loaded directly: filling it through
+        # write() compares every candidate with every record).
+        clock = store._clock
+        memory = InMemoryStore(cap=MAX_SCOPE_CAP, clock=clock)
+        memory._scopes[SCOPE] = [engine.mint_record(SCOPE, seq, candidate, clock())
+                                 for seq, candidate in enumerate(written, start=1)]
+        memory._next_seq[SCOPE] = len(written) + 1
+        await memory.retrieve(SCOPE, briefs[0], LIMIT)
+        times = await alternate([("store", store_query(pick), None),
+                                 ("memory", store_query(pick, memory), None)],
+                                args.rounds, args.seconds, max_runs=200, block=5)
+        print(f"\n6. InMemoryStore.retrieve on the same {len(written):,} records")
+        ratio_line("InMemoryStore.retrieve p50", "SqliteStore.retrieve",
+                   pairs_of(times, "memory", "store"), target="<= 2x")
 
+    if 3 not in args.figures:
+        raw.close()
+        await store.close()
+        return
     # 3. reads after writes, then writes at the cap.
     async def one_write() -> None:
         await store.write(SCOPE, candidates(zipf, 1))
@@ -631,19 +642,20 @@ async def main(args: argparse.Namespace) -> None:
           f"{os.cpu_count()} CPUs, {args.rounds} rounds of {args.seconds:g} s per case")
     with tempfile.TemporaryDirectory(prefix="scopemem-load-") as tmp:
         data = os.path.join(tmp, "scopes")
-        written, context_keys = await seed(data, zipf, args.scope_counts, args.large)
-        only = args.only
-        if only & {1, 2, 4}:
+        figures = args.figures
+        written, context_keys = await seed(data, zipf, args.scope_counts, args.large,
+                                           figures)
+        if figures & {1, 2, 4}:
             async with serve(data) as (url, port):
-                if 1 in only:
+                if 1 in figures:
                     await many_scopes(url, port, args, briefs, texts)
-                if 2 in only:
+                if 2 in figures:
                     await head_of_line(url, args, zipf, briefs)
-                if 4 in only:
+                if 4 in figures:
                     await per_turn(url, args, briefs, context_keys, data)
-        if 1 in only:
+        if 1 in figures:
             await syscalls(data, args, briefs, texts)
-        if only & {3, 5, 6}:
+        if figures & {3, 5, 6}:
             await in_process(data, args, zipf, briefs, written)
     print(f"\nthe whole run took {time.perf_counter() - began:.0f} s")
 
@@ -666,15 +678,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--after-writes", type=int, default=100,
                         help="retrievals after a write per case per round (figure 3)")
     parser.add_argument("--only", default="1,2,3,4,5,6",
-                        help="the figures to measure, comma-separated (default all: 1-6;"
-                             " 3, 5 and 6 run together)")
+                        help="the figures to run, comma-separated (default all: 1,2,3,4,5,6)")
     args = parser.parse_args(argv)
-    try:
-        args.only = {int(n) for n in args.only.split(",")}
-    except ValueError:
-        parser.error(f"--only: figures are numbers from 1 to 6; got {args.only!r}")
-    if not args.only or not args.only <= {1, 2, 3, 4, 5, 6}:
-        parser.error(f"--only: figures are numbers from 1 to 6; got {args.only}")
     quick = args.quick
     args.scopes = args.scopes or ("10,1000" if quick else "10,1000,10000")
     args.rounds = args.rounds or (2 if quick else 3)
@@ -684,11 +689,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.batches = min(args.batches, 20)
         args.after_writes = min(args.after_writes, 20)
     args.scope_counts = [int(n) for n in args.scopes.split(",")]
-    if (args.clients < 2 or args.rounds < 1 or args.seconds <= 0 or args.large < 50
-            or args.batches < 1 or args.after_writes < 1
+    try:
+        args.figures = frozenset(int(n) for n in args.only.split(","))
+    except ValueError:
+        args.figures = frozenset({0})
+    if (not args.figures <= {1, 2, 3, 4, 5, 6} or args.clients < 2 or args.rounds < 1
+            or args.seconds <= 0 or args.large < 50 or args.batches < 1 or args.after_writes < 1
             or not all(n > 0 for n in args.scope_counts)):
         parser.error("--clients must be at least 2; counts and seconds above zero; "
-                     "--large at least 50")
+                     "--large at least 50; --only names figures 1 to 6")
     return args
 
 

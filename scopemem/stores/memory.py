@@ -9,7 +9,8 @@ A record leaves the index as it leaves active status (superseded, evicted, forgo
 swept), before any purge past the retention drops its row. A retrieval finds its candidates
 and weighs them from the postings (``stores.postings``, the code the SQLite store's views
 run) and hands them to ``engine.rank_covered``: its cost follows the postings the query's
-terms hold, not the scope's size, and it answers exactly as the SQLite store does. A usage
+terms hold, not the scope's size (and of those it weighs only the records that can reach
+the candidate cap, ``core.topk``), and it answers exactly as the SQLite store does. A usage
 bump replaces the record in its row and its index entry. A write reads only the rows its
 candidates collide with or point at (plus one pass over the scope for the purge, and the
 eviction's sort when the scope exceeds its cap).
@@ -193,8 +194,11 @@ class InMemoryStore:
         postings = index.postings
         weights = engine.term_weights(terms, inverted.stats(postings, len(index.details), terms),
                                       self.ranking)
-        ranked = engine.rank_covered(inverted.covered(postings, terms, weights), sum(weights),
-                                     limit, now, self.ranking, index.continues, index.details)
+        ranking = self.ranking
+        covered = inverted.covered(postings, terms, weights, limit, ranking.context_weight,
+                                   index.continues, index.details, now)
+        ranked = engine.rank_covered(covered, sum(weights), limit, now, ranking,
+                                     index.continues, index.details)
         if not bump:
             return [Hit(record, match) for record, match in ranked]
         hits = []

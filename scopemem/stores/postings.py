@@ -4,21 +4,23 @@ A store that keeps a scope's active records in memory (the SQLite store's ``Scop
 in-process store) keeps ``postings``: each term mapped to the seqs of the active records
 holding it, each record once. From those postings these functions give what
 ``engine.rank_covered`` takes: the scope's statistics for a query's terms and, for every
-record the prefilter lets in, the weight of the query terms it holds. The weights are summed
+record the prefilter lets in (or only for those the ranking can need: ``core.topk``), the
+weight of the query terms it holds. The weights are summed
 in query-term order starting from 0.0, as ``ranking.covered_weight`` sums them, so every
 store's floats agree bit for bit and every store answers with the same ids in the same order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Container, Iterable, Mapping, MutableMapping, Sequence
 
+from scopemem.core import topk
 from scopemem.core.ranking import QueryTerms, ScopeStats
 
 __all__ = ["Postings", "covered", "post", "stats", "unpost", "work"]
 
 #: term → the seqs of the active records holding it (a list or a set: each record once).
-Postings = Mapping[str, Collection[int]]
+Postings = topk.Postings
 
 
 def post(postings: MutableMapping[str, set[int]], seq: int, terms: Iterable[str]) -> None:
@@ -52,30 +54,17 @@ def stats(postings: Postings, records: int, terms: QueryTerms) -> ScopeStats:
     return ScopeStats(records, {term: len(postings.get(term, ())) for term in terms.terms})
 
 
-def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float]
+def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float],
+            limit: int | None = None, context: float = 0.0, continues: Container[int] = (),
+            details: Mapping[int, tuple[int, object]] | None = None, now: int = 0
             ) -> dict[int, float]:
-    """What ``engine.rank_covered`` takes, for every record holding a prefilter term (the
-    records an FTS prefilter matches): seq → the weight of the query terms it holds, summed
-    in query order (as ``ranking.covered_weight`` sums, so the floats agree)."""
-    sums: dict[int, float] = {}
-    get = sums.get
-    if len(terms.terms) == len(terms.prefilter):  # every term lets its records in
-        for term, weight in zip(terms.terms, weights, strict=True):
-            holders = postings.get(term)
-            if not holders:
-                continue
-            if not sums:
-                sums = dict.fromkeys(holders, 0.0 + weight)
-                get = sums.get
-                continue
-            for seq in holders:
-                sums[seq] = get(seq, 0.0) + weight
-        return sums
-    gated: set[int] = set()
-    for term in terms.prefilter:
-        gated.update(postings.get(term, ()))
-    for term, weight in zip(terms.terms, weights, strict=True):
-        for seq in postings.get(term, ()):
-            if seq in gated:
-                sums[seq] = get(seq, 0.0) + weight
-    return sums
+    """What ``engine.rank_covered`` takes: seq → the weight of the query terms the record
+    holds, summed in query order (as ``ranking.covered_weight`` sums, so the floats agree).
+    Without ``limit``, for every record holding a prefilter term (the records an FTS
+    prefilter matches); with it, for only as many of them as ranking ``limit`` hits with
+    the neighbour credit ``context``, the thread continuations ``continues`` and (when
+    given) the records' ``details`` at ``now`` needs to answer exactly as with all of them
+    (``core.topk``)."""
+    if limit is None:
+        return topk.covered_all(postings, terms, weights)
+    return topk.covered(postings, terms, weights, limit, context, continues, details, now)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scopemem.core import engine
-from scopemem.core.ranking import SEED, Ranking, wire_query
+from scopemem.core.ranking import SEED, Ranking, query_terms, wire_query
 from scopemem.core.records import MAX_QUERY_CHARS, Kind, Record
 from scopemem.core.scoring import score_of
 from scopemem.languages import analyzer_for, available_languages
@@ -78,6 +78,17 @@ def test_function_words_are_dropped_in_every_language(language, words):
     analyzer = analyzer_for((language,))
     assert analyzer.content_words(words) == []
     assert analyzer.content_words(f"{words} server") == ["server"]
+
+
+def test_function_words_never_reach_the_prefilter():
+    # A brief as people write one: its function words neither gate nor weigh.
+    brief = ("What is the status of the deployment for the payments service and why did it "
+             "fail again yesterday? Was it because of the new config that we pushed?")
+    terms = query_terms(brief, ENGLISH.analyzer)
+    stopwords = ENGLISH.analyzer.stopwords
+    assert terms.prefilter and not stopwords & set(terms.prefilter)
+    assert not stopwords & set(terms.terms)
+    assert set(terms.prefilter) == set(terms.terms)  # a short brief: every term gates
 
 
 def test_the_languages_are_the_ones_both_libraries_have():

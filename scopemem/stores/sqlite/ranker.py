@@ -149,8 +149,12 @@ def _best_in_child(path: str, scope_key: str, terms: QueryTerms, limit: int, wei
     _views.move_to_end(path)
     ranking = Ranking(PLAIN, weighted)  # what the first half reads of it: the weighing
     weights = engine.term_weights(terms, view.stats(terms), ranking)
-    return generation, engine.best_matches(view.covered(terms, weights), sum(weights), limit,
-                                           ranking, view.continues)
+    # Only the records that can reach the candidate cap are weighed (core.topk); not the
+    # score rule, which reads the records' times: the store's view has its own, with the
+    # use counts it has not saved yet.
+    covered = view.covered(terms, weights, limit, ranking.context_weight)
+    return generation, engine.best_matches(covered, sum(weights), limit, ranking,
+                                           view.continues)
 
 
 def _connection(path: str, scope_key: str) -> Any:

@@ -118,9 +118,11 @@ class Views(StoreBase):
                    ) -> list[tuple[tuple[Any, ...], float]]:
         """The view's ranked rows. Safe on a pool thread: the postings never change, and the
         loop only replaces whole entries (a usage bump), one atomic assignment each."""
-        weights = engine.term_weights(terms, view.stats(terms), self.ranking)
-        return engine.rank_covered(view.covered(terms, weights), sum(weights), limit, now,
-                                   self.ranking, view.continues, view.entries)
+        ranking = self.ranking
+        weights = engine.term_weights(terms, view.stats(terms), ranking)
+        covered = view.covered(terms, weights, limit, ranking.context_weight, now)
+        return engine.rank_covered(covered, sum(weights), limit, now, ranking,
+                                   view.continues, view.entries)
 
     @staticmethod
     def _view_answer(handle: Handle, ranked: list[tuple[tuple[Any, ...], float]], bump: bool,

@@ -1,0 +1,257 @@
+"""Which records a query's ranking must weigh, read from an inverted index: exactly, and few.
+
+A store that holds a scope as postings (term → the seqs of the active records holding it)
+hands ``ranking.rank_covered`` the weight of the query terms each gated record holds. Only
+the best ``candidate_cap(limit)`` of them by match ever reach the final score, and under
+realistic text a brief's prefilter lets in nearly every record of a large scope, so weighing
+them all costs most of a retrieval. ``covered`` weighs only the records that can reach the
+cap, MaxScore-style, and answers *exactly* as weighing every gated record would:
+
+* The prefilter's terms are taken heaviest first (rarest first, for equal weights): the
+  *essential* terms E. Every record holding an E term is weighed in full (every query term
+  it holds, summed in query order, so the floats are those of the full computation), and
+  so are the gated records right after them (their match takes the neighbour credit) and,
+  for the neighbour credit, the gated records right before them.
+* A record that holds no E term, and whose predecessor holds none either, matches at most
+  ``(1 + context) · R / total`` (R the weight of the terms with holders outside E). Once the
+  cap-th best match among the records weighed exactly *exceeds* that bound (with a margin
+  for float error: ties go to the newer record, so equality is not enough), no record left
+  unweighed can enter the cap, and the records weighed give the same candidates in the same
+  order as all of them would; else the next term joins E and only its new records are
+  weighed. At worst every gated record is weighed, today's full computation.
+
+A record weighed only as a predecessor may get a lower match here than in the full
+computation (its own predecessor is not looked at); it is below the bound, so below the
+cap, either way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
+
+from scopemem.core.ranking import QueryTerms, candidate_cap
+from scopemem.core.scoring import KEYWORD_WEIGHT, RECENCY_TAU_MS, RECENCY_WEIGHT
+
+__all__ = ["Postings", "covered", "covered_all"]
+
+#: term → the seqs of the active records holding it (each record once).
+Postings = Mapping[str, Collection[int]]
+
+# How far the cap-th match must clear the bound: far above the float error of sums of a few
+# hundred weights, far below any difference between two matches that matters.
+MARGIN = 1e-9
+# A term outside the prefilter with more holders than this has them gated by one set
+# intersection with every gated record, not one look-up each.
+SMALL = 64
+# A query of more terms some record holds than this is weighed in full (see ``covered``).
+LONG = 48
+GROW = 2
+
+
+def covered_all(postings: Postings, terms: QueryTerms, weights: Sequence[float]
+                ) -> dict[int, float]:
+    """seq → the weight of the query terms it holds, for every record holding a prefilter
+    term (the records a full-text prefilter matches), summed in query order starting from
+    0.0 (as ``ranking.covered_weight`` sums, so the floats agree)."""
+    sums: dict[int, float] = {}
+    if len(terms.terms) == len(terms.prefilter):  # every term lets its records in
+        for term, weight in zip(terms.terms, weights, strict=True):
+            holders = postings.get(term)
+            if holders:
+                _sum(sums, holders, weight)
+        return sums
+    gated: set[int] = set()
+    for term in terms.prefilter:
+        gated.update(postings.get(term, ()))
+    for term, weight in zip(terms.terms, weights, strict=True):
+        holders = postings.get(term)
+        if holders:
+            _sum(sums, gated.intersection(holders), weight)
+    return sums
+
+
+def _sum(sums: dict[int, float], seqs: Iterable[int], weight: float) -> None:
+    """Add ``weight`` to the sum of each of ``seqs``, a sum not begun yet beginning at 0.0:
+    called once a term in query order, it sums as ``ranking.covered_weight`` does."""
+    if not sums:
+        sums.update(dict.fromkeys(seqs, 0.0 + weight))
+        return
+    get = sums.get
+    for seq in seqs:
+        sums[seq] = get(seq, 0.0) + weight
+
+
+def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], limit: int,
+            context: float, continues: Container[int],
+            details: Mapping[int, tuple[int, object]] | None = None, now: int = 0
+            ) -> dict[int, float]:
+    """What ``ranking.rank_covered`` takes, for enough of the gated records that it answers
+    exactly as it would with all of them (``covered_all``): seq → the weight of the query
+    terms the record holds. ``context`` is the ranking's neighbour credit
+    (``Ranking.context_weight``), ``continues`` holds the seqs whose predecessor is an
+    active record of the same thread, as ``rank_covered`` takes them."""
+    total = sum(weights)
+    if limit <= 0 or total <= 0:
+        return covered_all(postings, terms, weights)
+    cap = candidate_cap(limit)
+    # (holders, weight) of each query term some record holds, in query order.
+    columns = [(holders if isinstance(holders, (set, frozenset)) else set(holders), weight)
+               for term, weight in zip(terms.terms, weights, strict=True)
+               if (holders := postings.get(term))]
+    held = {term: weight for term, weight in zip(terms.terms, weights, strict=True)
+            if postings.get(term)}
+    # Every term some record holds, heaviest first (then rarest first): E is a prefix.
+    order = sorted(held, key=lambda term: (-held[term], len(postings[term])))
+    # The prefilter's lists, longest first: a gated record is found in the first looked at.
+    gate = sorted((postings[term] for term in terms.prefilter if term in held), key=len,
+                  reverse=True)
+    if not gate or sum(map(len, gate)) <= cap or len(columns) > LONG:
+        # Every gated record is a candidate; or a query so long that its cap-th match is
+        # a small share of its weight, which no bound gets under before most records
+        # are weighed.
+        return covered_all(postings, terms, weights)
+    # R after the first n terms of ``order`` joined E, summed with fsum (it must not come
+    # out below a record's own sum), and the bound on a record holding no E term whose
+    # predecessor holds none either.
+    rests = [math.fsum(held[term] for term in order[n:]) for n in range(len(order) + 1)]
+    bounds = [(1.0 + context) * rest / total for rest in rests]
+    # Until the bound falls below 1 nothing can stop: the first step takes all those terms;
+    # each next step at least half as many postings as were read before it (so a query
+    # that cannot stop early takes a few steps, not one a term).
+    ends = [next(n for n in range(1, len(order) + 1) if bounds[n] + MARGIN < 1.0)]
+    read = sum(len(postings[term]) for term in order[:ends[0]])
+    step_read = 0
+    for n in range(ends[0], len(order)):
+        step_read += len(postings[order[n]])
+        if GROW * step_read >= read or n + 1 == len(order):
+            ends.append(n + 1)
+            read += step_read
+            step_read = 0
+    prefilter = frozenset(terms.prefilter)
+    every_gated: set[int] | None = None
+    weighing = _Weighing(columns, total, context, continues, cap, gate)
+    sums = weighing.sums
+    start = 0
+    for end in ends:
+        fresh: set[int] = set()
+        for term in order[start:end]:
+            holders = postings[term]
+            if term in prefilter:
+                fresh.update(holders)
+                continue
+            # Only the gated holders of a term outside the prefilter are candidates.
+            if len(holders) > SMALL and every_gated is None:
+                every_gated = set().union(*gate)
+            if every_gated is not None:
+                fresh.update(every_gated.intersection(holders))
+            else:
+                fresh.update(seq for seq in holders if any(seq in gated for gated in gate))
+        start = end
+        weighing.add(fresh - sums.keys())
+        floor = weighing.floor()
+        if floor > bounds[end] + MARGIN:
+            # The cap rule: no record left out can reach the cap.
+            weighing.settle(floor - MARGIN, rests[end])
+            break
+        if details is not None:
+            # The score rule: no record left out can score among the ``limit`` best.
+            cut = bounds[end] + MARGIN
+            if weighing.scores_past(cut, limit, details, now):
+                weighing.settle(cut, rests[end])
+                break
+    return sums
+
+
+class _Weighing:
+    """The records weighed so far: ``sums`` (seq → the weight of the query terms it holds)
+    and ``best``, the ``cap`` best of them as (weight with the predecessor's credit as
+    first weighed, seq), best first: a predecessor weighed later is not counted, so each
+    is no more than the record's match times the query's weight."""
+
+    __slots__ = ("best", "cap", "columns", "context", "continues", "gate", "sums", "total")
+
+    def __init__(self, columns: Sequence[tuple[set[int], float]], total: float,
+                 context: float, continues: Container[int], cap: int,
+                 gate: Sequence[Collection[int]]) -> None:
+        self.columns, self.total, self.cap, self.gate = columns, total, cap, gate
+        self.context, self.continues = context, continues
+        self.sums: dict[int, float] = {}
+        self.best: list[tuple[float, int]] = []
+
+    def add(self, seqs: set[int], offer: bool = True) -> None:
+        """Weigh ``seqs`` (none weighed yet) in full, summed in query order from 0.0 as
+        ``covered_all`` sums; ``offer`` them to ``best``."""
+        if not seqs:
+            return
+        new: dict[int, float] = {}
+        for holders, weight in self.columns:
+            held = seqs & holders
+            if held:
+                _sum(new, held, weight)
+        sums = self.sums
+        sums.update(new)
+        if not offer:
+            return
+        best, cap = self.best, self.cap
+        low = best[-1][0] if len(best) >= cap else -1.0
+        context, continues = self.context, self.continues
+        if context:
+            before = sums.get
+            offered = [(value, seq) for seq, weight in new.items()
+                       if (value := weight + context * before(seq - 1, 0.0)
+                           if seq in continues else weight) > low]
+        else:
+            offered = [(weight, seq) for seq, weight in new.items() if weight > low]
+        offered.extend(best)
+        offered.sort(reverse=True)
+        del offered[cap:]
+        self.best = offered
+
+    def floor(self) -> float:
+        """No more than the cap-th best match of the full computation (-1 while fewer
+        than the cap are weighed)."""
+        best = self.best
+        return min(1.0, best[self.cap - 1][0] / self.total) if len(best) >= self.cap else -1.0
+
+    def scores_past(self, cut: float, limit: int, details: Mapping[int, tuple[int, object]],
+                    now: int) -> bool:
+        """Whether ``limit`` of the records weighed that match at least ``cut`` score more
+        than any record matching less than ``cut`` can (``rank_covered``'s score)."""
+        best, total = self.best, self.total
+        if len(best) < limit or best[limit - 1][0] < cut * total:
+            return False
+        exp = math.exp
+        scores = []
+        for value, seq in best:
+            if value < cut * total:
+                break
+            age = now - details[seq][0]
+            match = value / total
+            scores.append(KEYWORD_WEIGHT * (match if match < 1.0 else 1.0)
+                          + RECENCY_WEIGHT * exp(-(age if age > 0 else 0) / RECENCY_TAU_MS))
+        scores.sort(reverse=True)
+        return scores[limit - 1] > KEYWORD_WEIGHT * cut + RECENCY_WEIGHT + MARGIN
+
+    def settle(self, cut: float, rest: float) -> None:
+        """Weigh the neighbours a record matching ``cut`` or more may have, once no
+        unweighed record whose predecessor is unweighed too can (each unweighed record
+        holds at most ``rest``): after it, every record matching ``cut`` or more is
+        weighed with its predecessor, and every other match is below ``cut``."""
+        context, continues, sums, gate = self.context, self.continues, self.sums, self.gate
+        if not context:
+            return
+        need = cut * self.total
+        # A weighed record whose predecessor is not weighed (it holds at most rest).
+        own = need - context * rest
+        # An unweighed record after a weighed one (it holds at most rest itself).
+        credit = (need - rest) / context
+        todo = set(sums)
+        while todo:
+            missing = {seq - 1 for seq in todo
+                       if sums[seq] >= own and seq in continues and seq - 1 not in sums}
+            missing.update(seq + 1 for seq in todo
+                           if sums[seq] >= credit and seq + 1 in continues
+                           and seq + 1 not in sums)
+            todo = {seq for seq in missing if any(seq in holders for holders in gate)}
+            self.add(todo, offer=False)
