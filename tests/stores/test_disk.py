@@ -55,7 +55,7 @@ async def test_a_forgotten_text_is_in_no_file_of_the_data_directory(
     await store.write(ORG, [fact(f"note {n} about the deploy") for n in range(30)])
     await store.write(ORG, [fact(text, keywords=("zanzibarquux-key", "plover"))])
     secret_id = f"mem:{ORG}:31"
-    # A retrieval builds the view and opens the probe connection, as in service.
+    # A retrieval builds the view, as in service.
     for _ in range(3):
         assert [r.id for r in await store.retrieve(ORG, "zanzibarquux plover", 5)] == [secret_id]
     await store.flush()
@@ -119,10 +119,10 @@ async def test_every_connection_the_store_opens_runs_secure_delete(make: Make):
         store = make()
         await store.write(ORG, [fact("one note about caching")])
         for _ in range(3):
-            await store.retrieve(ORG, "caching", 5)  # the second builds the view and probe
+            await store.retrieve(ORG, "caching", 5)  # the second builds the view
         await store.close()
-    assert len(first) == 2  # the scope's and its view's probe (a ranking process's are
-    # opened by the same function, files.connect)
+    assert len(first) == 1  # the scope's (a ranking process opens its own through the
+    # same function, files.connect)
     assert all(seen[0] == "PRAGMA secure_delete = ON" for seen in first.values())
 
 

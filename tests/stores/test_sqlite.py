@@ -805,7 +805,7 @@ async def test_a_file_opened_under_other_languages_is_reindexed_once(tmp_path, m
 def test_the_open_file_bound_follows_the_process_limit(monkeypatch):
     import resource
 
-    for soft, expected in ((1024, 85), (256, 21), (100, 16), (120_000, 4096)):
+    for soft, expected in ((1024, 170), (256, 42), (60, 16), (120_000, 8192)):
         monkeypatch.setattr(resource, "getrlimit", lambda _which, soft=soft: (soft, soft))
         assert default_max_open() == expected
 

@@ -167,11 +167,6 @@ class StoreBase(Files):
             with handle.bump_lock:  # no retrieval adds bumps to a closed handle
                 handle.closed = True
             self._release_view(handle)
-            with handle.probe_lock:
-                probe, handle.probe = handle.probe, None
-            if probe is not None:
-                with contextlib.suppress(Exception):
-                    probe.close()
             conn, handle.conn = handle.conn, None
             if conn is not None and handle.pending:
                 try:

@@ -34,6 +34,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 # SQLite's default auto-checkpoint size, set explicitly on every connection: a commit that
 # grows the WAL past it checkpoints (on the pool thread that commits).
 WAL_AUTOCHECKPOINT_PAGES = 1000
+MAX_DEFAULT_OPEN = 8192
 
 
 def scope_file_name(scope_key: str) -> str:
@@ -225,16 +226,16 @@ class Files:
 
 
 def default_max_open() -> int:
-    """How many scope files may be open at once by default: a twelfth of the process's soft
-    open-file limit (an open scope holds up to six descriptors: the database, its WAL and its
-    shared memory, for the scope's connection and for its view's probe; the worker keeps
-    half the limit for its network connections), at least 16 and at most 4,096."""
+    """How many scope files may be open at once by default: a sixth of the process's soft
+    open-file limit (an open scope holds three descriptors: the database, its WAL and its
+    shared memory; the worker keeps half the limit for its network connections), at least
+    16 and at most 8,192."""
     import resource
 
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft <= 0:
-        return 4096
-    return max(16, min(4096, soft // 12))
+        return MAX_DEFAULT_OPEN
+    return max(16, min(MAX_DEFAULT_OPEN, soft // 6))
 
 
 def out_of_descriptors() -> bool:

@@ -1,8 +1,9 @@
 """One open scope file as the store holds it (``Handle``), and what travels with it.
 
-A handle is a cached connection with the lock that keeps it to one thread at a time, the
-usage bumps not saved yet, the scope's in-memory view and the probe connection that checks
-the view is current. ``base.StoreBase`` keeps handles in its cache of open files.
+A handle is a cached connection with the lock that keeps it to one thread at a time (the
+event loop takes it too, without waiting, to check the view is current), the usage bumps
+not saved yet and the scope's in-memory view. ``base.StoreBase`` keeps handles in its cache
+of open files.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ class Heavy:
 class Handle:
     """One cached connection and the lock that keeps it to one thread at a time."""
 
-    __slots__ = ("bump_lock", "carry", "closed", "conn", "lock", "path", "pending", "probe",
-                 "probe_lock", "probed", "retrievals", "view", "view_refused")
+    __slots__ = ("bump_lock", "carry", "closed", "conn", "lock", "path", "pending", "probed",
+                 "retrievals", "view", "view_refused")
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -58,8 +59,6 @@ class Handle:
         self.view: ScopeView | None = None
         self.view_refused = False  # too large for the cache when last tried
         self.retrievals = 0  # through SQL, since the handle opened
-        self.probe: Any = None
-        self.probe_lock = threading.Lock()
         self.probed: tuple[object, int] | None = None  # (epoch, generation read in it)
         # What a write read for carrying the view on (see _plan_carry), applied on the loop.
         self.carry: Carry | None = None

@@ -12,9 +12,9 @@ query never holds the loop.
 Staleness is decided by the ``generation`` counter that every transaction changing rows
 increments (this store's, another store's, another process's; usage bumps do not count):
 the view remembers the generation it was read at, and the event loop reads the current one
-on a probe connection of its own (once per scope per loop iteration, see
-``_current_epoch``). A change made through this store drops the view as its transaction
-begins; a write that committed with nobody else writing in between then carries it on
+on the scope's own connection when no pool thread holds it (once per scope per loop
+iteration, see ``_current_epoch``). A change made through this store drops the view as its
+transaction begins; a write that committed with nobody else writing in between then carries it on
 (``_plan_carry`` on the write pool, ``_apply_carry`` on the loop) rather than leave it to
 be rebuilt. The view holds the usage bumps too: every retrieval applies its bumps to the
 view as it adds them to the pending set. Use counts added by *other* processes' retrievals
@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from scopemem.core import engine
 from scopemem.core.records import Record, trusted_record
 from scopemem.stores.base import Hit
-from scopemem.stores.sqlite import files, schema, sql
+from scopemem.stores.sqlite import schema, sql
 from scopemem.stores.sqlite.base import StoreBase
 from scopemem.stores.sqlite.handles import Carry, Handle, Heavy
 from scopemem.stores.sqlite.ranker import Ranker
@@ -157,27 +157,28 @@ class Views(StoreBase):
     def _end_epoch(self) -> None:
         self._epoch = None
 
-    @staticmethod
-    def _on_probe(handle: Handle, read: Callable[[Any], T | None]) -> T | None:
-        """``read(probe connection)`` under the probe's lock, or None when that cannot be done
-        without waiting (the lock is taken, the probe is gone) or fails: the caller then
-        answers through SQL, which reports any real failure."""
-        if not handle.probe_lock.acquire(blocking=False):
+    def _probe(self, handle: Handle) -> int | None:
+        """The scope's generation as committed now, read on the scope's own connection right
+        here on the event loop, when that needs no waiting: nobody holds the connection (a
+        pool thread writing or reading through SQL), and the read does not wait for SQLite
+        either (no busy timeout for it). None otherwise: the caller answers through SQL,
+        which waits its turn and reports any real failure. One cached row: a few
+        microseconds."""
+        if not handle.lock.acquire(blocking=False):
             return None
         try:
-            probe = handle.probe
-            return None if probe is None else read(probe)
+            conn = handle.conn
+            if handle.closed or conn is None:
+                return None
+            conn.set_busy_timeout(0)
+            try:
+                return conn.execute(schema.GENERATION_SQL).fetchall()[0][0]
+            finally:
+                conn.set_busy_timeout(self.busy_timeout_ms)
         except Exception:
             return None
         finally:
-            handle.probe_lock.release()
-
-    @staticmethod
-    def _probe(handle: Handle) -> int | None:
-        """The scope's generation as committed now, read on the probe connection (which only
-        the event loop uses); None when it cannot be read without waiting."""
-        return Views._on_probe(
-            handle, lambda probe: probe.execute(schema.GENERATION_SQL).fetchall()[0][0])
+            handle.lock.release()
 
     def _build_view(self, handle: Handle) -> None:
         """Read the scope's active rows into a view, when the cache has room. The caller
@@ -197,14 +198,6 @@ class Views(StoreBase):
                           else (*row[:16], sql.fts_tokens(row[4], json.loads(row[5]),
                                                       self.analyzer))
                           for row in rows), generation)
-        if handle.probe is None:
-            try:
-                probe = files.connect(handle.path)
-            except sql.apsw_module().Error:
-                return  # no descriptor to spare, say: this scope is read through SQL
-            probe.set_busy_timeout(0)
-            with handle.probe_lock:
-                handle.probe = probe
         if not self._reserve_rows(handle, len(view)):
             handle.view_refused = True
             return
