@@ -1,0 +1,122 @@
+"""Every statement the PostgreSQL store runs, for one schema, and how a row becomes a record.
+
+Each statement names the scope: ``scope_key = %(scope)s`` (bound, never formatted) is in the
+WHERE clause of every read and every change of ``records``, and every index leads with
+``scope_key``, so no statement can read or change another scope's rows whatever its key
+holds (quotes, ``%``, ``_``, backslashes: they are values, never SQL or patterns). User text
+reaches the server only as bound values and ``text[]`` arrays compared with ``&&`` and
+``= ANY``: no tsquery or LIKE parser ever sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from scopemem.core.records import Record, trusted_record
+from scopemem.stores.postgres.migrations import quoted
+
+__all__ = ["COLUMNS", "Statements", "record_of"]
+
+# The seq, then the record's fields in ``Record``'s order (positions 1-15).
+COLUMNS = ("seq, id, scope_key, kind, text, keywords, source_thread_key, source_run_id,"
+           " created_at, last_used_at, use_count, confidence, supersedes, restates, status,"
+           " source")
+_R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in COLUMNS.split(","))
+PURGEABLE = "('superseded', 'evicted', 'swept')"
+
+
+def record_of(row: Sequence[Any]) -> Record:
+    """The record of a row of ``COLUMNS`` (columns after those are ignored)."""
+    return trusted_record(*row[1:16])
+
+
+class Statements:
+    """The statements of one schema (its name validated and quoted once, here)."""
+
+    def __init__(self, schema: str) -> None:
+        s = quoted(schema)
+        records = f"{s}.records"
+        active = "scope_key = %(scope)s AND status = 'active'"
+        # The prefilter: every active row holding one of the query's terms, with which of
+        # them it holds (1-based positions), and the scope's active count from the same
+        # snapshot (one statement).
+        self.hits = (
+            f"SELECT (SELECT count(*) FROM {records} WHERE {active}),"
+            " r.seq, r.source_thread_key, coalesce(r.last_used_at, r.created_at),"
+            " ARRAY(SELECT q.i::int FROM unnest(%(terms)s::text[]) WITH ORDINALITY AS q(t, i)"
+            "       WHERE q.t = ANY(r.tokens))"
+            f" FROM {records} r WHERE r.scope_key = %(scope)s AND r.status = 'active'"
+            " AND r.tokens && %(terms)s::text[]")
+        self.rows_by_seq = (f"SELECT {COLUMNS} FROM {records}"
+                            " WHERE scope_key = %(scope)s AND seq = ANY(%(seqs)s::bigint[])")
+        # One use of each named active row, skipping rows a writer holds: a reader never
+        # waits on a row lock (the skipped ones are bumped later, see usage.py).
+        self.bump_now = (
+            f"WITH free AS (SELECT seq FROM {records} WHERE {active}"
+            " AND seq = ANY(%(seqs)s::bigint[]) FOR UPDATE SKIP LOCKED)"
+            f" UPDATE {records} r SET use_count = r.use_count + 1,"
+            " last_used_at = greatest(coalesce(r.last_used_at, 0), %(now)s)"
+            " FROM free WHERE r.scope_key = %(scope)s AND r.seq = free.seq"
+            f" RETURNING {_R_COLUMNS}")
+        # Deferred bumps: any number of rows and uses in one statement; it may wait.
+        self.bump_later = (
+            f"UPDATE {records} r SET use_count = r.use_count + b.uses,"
+            " last_used_at = greatest(coalesce(r.last_used_at, 0), b.last)"
+            " FROM unnest(%(seqs)s::bigint[], %(uses)s::bigint[], %(lasts)s::bigint[])"
+            " AS b(seq, uses, last)"
+            " WHERE r.scope_key = %(scope)s AND r.seq = b.seq AND r.status = 'active'")
+        self.active_seqs = (f"SELECT seq FROM {records} WHERE {active}"
+                            " AND seq = ANY(%(seqs)s::bigint[])")
+        self.listing = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
+                        " AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)"
+                        " AND (%(tokens)s::text[] IS NULL OR tokens && %(tokens)s::text[])"
+                        " ORDER BY seq DESC LIMIT %(limit)s")
+        # Writes. The scope's row is the writers' lock: a write, a forget and a sweep take
+        # it first, so changes to one scope are serialized and seqs never collide.
+        self.lock_scope = (f"SELECT last_seq FROM {s}.scopes WHERE scope_key = %(scope)s"
+                           " FOR UPDATE")
+        self.new_scope = (f"INSERT INTO {s}.scopes (scope_key, created_at)"
+                          " VALUES (%(scope)s, %(now)s) ON CONFLICT DO NOTHING")
+        self.count_scopes = f"SELECT count(*) FROM {s}.scopes"
+        self.set_last_seq = (f"UPDATE {s}.scopes SET last_seq = %(last)s"
+                             " WHERE scope_key = %(scope)s")
+        self.active_count = f"SELECT count(*) FROM {records} WHERE {active}"
+        self.batch_rows = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
+                           " AND (norm = ANY(%(norms)s::text[]) OR seq = ANY(%(seqs)s::bigint[]))"
+                           " ORDER BY seq FOR UPDATE")
+        self.insert = (
+            f"INSERT INTO {records} (scope_key, seq, id, kind, text, norm, keywords,"
+            " source_thread_key, source_run_id, created_at, last_used_at, use_count,"
+            " confidence, supersedes, restates, status, source, retired_at, tokens)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s::text[], %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+            " %s, %s, %s::text[])")
+        self.change = (
+            f"UPDATE {records} SET use_count = %s, last_used_at = %s, confidence = %s,"
+            " status = %s, retired_at = CASE WHEN %s = 'active' THEN retired_at ELSE %s END"
+            " WHERE scope_key = %s AND seq = %s")
+        self.retire = (f"UPDATE {records} SET status = %(status)s, retired_at = %(now)s"
+                       f" WHERE {active} AND seq = ANY(%(seqs)s::bigint[])")
+        # The eviction's two short reads (``batch.pick_eviction``).
+        self.lru_never_used = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
+                               " AND last_used_at IS NULL ORDER BY created_at, seq"
+                               " LIMIT %(excess)s")
+        self.lru_used = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
+                         " AND last_used_at IS NOT NULL ORDER BY last_used_at, created_at, seq"
+                         " LIMIT %(excess)s")
+        self.purge = (f"DELETE FROM {records} WHERE scope_key = %(scope)s AND seq IN"
+                      f" (SELECT seq FROM {records} WHERE scope_key = %(scope)s"
+                      f" AND status IN {PURGEABLE} AND retired_at <= %(cutoff)s"
+                      " ORDER BY retired_at LIMIT %(rows)s)")
+        self.forget = (f"UPDATE {records} SET status = 'forgotten', retired_at = %(now)s,"
+                       " text = '', norm = '', keywords = '{}', tokens = '{}'"
+                       f" WHERE {active} AND seq = %(seq)s AND id = %(id)s")
+        self.active_facts = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
+                             " AND kind = 'fact' ORDER BY seq")
+        # Re-deriving what rows keep from their text when the analyzer changes.
+        self.get_meta = f"SELECT value FROM {s}.meta WHERE key = %s"
+        self.set_meta = (f"INSERT INTO {s}.meta (key, value) VALUES (%s, %s)"
+                         " ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+        self.all_rows = f"SELECT scope_key, {COLUMNS} FROM {records}"
+        self.refold = (f"UPDATE {records} SET norm = %s, tokens = %s::text[]"
+                       " WHERE scope_key = %s AND seq = %s")
