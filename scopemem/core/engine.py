@@ -21,8 +21,10 @@ from scopemem.core.ranking import (
     candidate_cap,
     query_terms,
     query_words,
+    rank_candidates,
     rank_covered,
     rank_entries,
+    score_candidates,
     term_weights,
     wire_query,
 )
@@ -40,10 +42,10 @@ from scopemem.core.words import PLAIN, Analyzer
 
 __all__ = [
     "SEED", "Dedup", "Insert", "QueryTerms", "Ranking", "Restate", "ScopeStats",
-    "WriteAction", "bump_usage", "candidate_cap", "count_action", "listing", "matches",
-    "mint_record", "plan_eviction", "plan_sweep", "plan_write", "query_terms", "query_words",
-    "rank_covered", "rank_entries", "rank_records", "record_terms", "scope_stats",
-    "term_weights", "wire_query",
+    "WriteAction", "bump_usage", "candidate_cap", "count_action", "listing",
+    "matches", "mint_record", "plan_eviction", "plan_sweep", "plan_write", "query_terms",
+    "query_words", "rank_candidates", "rank_covered", "rank_entries", "rank_records",
+    "record_terms", "scope_stats", "score_candidates", "term_weights", "wire_query",
 ]
 
 T = TypeVar("T")

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule, run_state_machine_as_test
 
 from scopemem.core import engine
+from scopemem.core.scopes import record_seq
 from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.postgres.statements import COLUMNS, record_of
 from tests.conftest import FakeClock
@@ -54,7 +55,8 @@ class PostgresAgrees(AgreeingRules):
         self.raw = psycopg.connect(pg.dsn(), autocommit=True)
         # Migrate (first example), then start from nothing.
         self.loop.run_until_complete(self.other.list(SCOPES[0], 1))
-        self.raw.execute(f'TRUNCATE "{self.schema}".records, "{self.schema}".scopes')
+        self.raw.execute(f'TRUNCATE "{self.schema}".records, "{self.schema}".scopes,'
+                         f' "{self.schema}".postings')
 
     @rule(scope=st.sampled_from(SCOPES), query=queries, limit=st.sampled_from((1, 3, 8)))
     def search_without_bumps(self, scope: str, query: str, limit: int) -> None:
@@ -78,9 +80,29 @@ class PostgresAgrees(AgreeingRules):
             for record, row in zip(records, rows, strict=True):
                 if record.is_active:
                     assert frozenset(row[16]) == engine.record_terms(record, analyzer)
+            self.check_postings(scope, records)
             if scope in self.memory._scopes:
                 kept, built = index_rebuilt(self.memory, scope)
                 assert kept == built
+
+    def check_postings(self, scope: str, records: list) -> None:
+        """The index holds exactly the active records' terms, each posting's ``continues``
+        says whether the record before is of the same thread (when that row is still there
+        to tell), and the scope's row counts the active records."""
+        analyzer = self.other.analyzer
+        posted = self.raw.execute(f'SELECT term, seq, continues FROM "{self.schema}".postings'
+                                  " WHERE scope_key = %s", (scope,)).fetchall()
+        by_seq = {record_seq(record.id): record for record in records}
+        active = {seq for seq, record in by_seq.items() if record.is_active}
+        assert {(term, seq) for term, seq, _c in posted} == {
+            (term, seq) for seq in active for term in engine.record_terms(by_seq[seq], analyzer)}
+        for _term, seq, continues in posted:
+            before = by_seq.get(seq - 1)
+            if before is not None:
+                assert continues == (before.source_thread_key == by_seq[seq].source_thread_key)
+        counted = self.raw.execute(f'SELECT active FROM "{self.schema}".scopes'
+                                   " WHERE scope_key = %s", (scope,)).fetchall()
+        assert counted == ([(len(active),)] if records else [])
 
     def teardown(self) -> None:
         for store in (self.other, self.elsewhere, self.memory):

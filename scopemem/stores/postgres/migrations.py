@@ -21,14 +21,18 @@ import attrs
 
 from scopemem.errors import StoreError
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "advisory_key", "migrate", "quoted"]
+__all__ = ["MIGRATIONS", "POST_ALL", "SCHEMA_VERSION", "advisory_key", "migrate", "quoted"]
 
 
 @attrs.frozen
 class Migration:
+    """``statements`` run in order, in one transaction with the version's record; each is
+    safe to repeat, and ``once`` ones (backfills) run only when the version is applied."""
+
     version: int
     name: str
     statements: tuple[str, ...]
+    once: tuple[str, ...] = ()
 
 
 _BOOKKEEPING = (
@@ -39,12 +43,6 @@ _BOOKKEEPING = (
         applied_at timestamptz NOT NULL DEFAULT now()
     )""",
 )
-
-# btree_gin lets one GIN index hold (scope_key, token) pairs, so the prefilter's index scan
-# is keyed by scope like every other statement. It ships with PostgreSQL (contrib) and is a
-# trusted extension; where it cannot be created, the token index is a plain GIN index (the
-# statements stay scope-keyed, only the index scan reads further).
-_BTREE_GIN = "CREATE EXTENSION IF NOT EXISTS btree_gin"
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "scopes, records, lookup indexes and the token index", (
@@ -93,13 +91,40 @@ MIGRATIONS: tuple[Migration, ...] = (
         "CREATE INDEX IF NOT EXISTS records_dead ON {s}.records (scope_key, retired_at)"
         " WHERE status IN ('superseded', 'evicted', 'swept')",
     )),
+    Migration(2, "the inverted index of active records, and each scope's active count", (
+        # The prefilter and the statistics: one row per (scope, term, active record holding
+        # it), read by an index-only range scan per query term; ``continues``: the record
+        # was written just after one of its own thread (what the neighbour credit reads).
+        # It replaces a GIN index over ``records.tokens``, which made a retrieval visit
+        # every matching row (docs/postgres-store.md has the figures).
+        """CREATE TABLE IF NOT EXISTS {s}.postings (
+            scope_key text NOT NULL,
+            term      text NOT NULL,
+            seq       bigint NOT NULL,
+            continues boolean NOT NULL DEFAULT false,
+            PRIMARY KEY (scope_key, term, seq) INCLUDE (continues)
+        )""",
+        "DROP INDEX IF EXISTS {s}.records_tokens",
+        "ALTER TABLE {s}.scopes ADD COLUMN IF NOT EXISTS active bigint NOT NULL DEFAULT 0",
+    ), once=(
+        "{post_all}",
+        "UPDATE {s}.scopes AS sc SET active = (SELECT count(*) FROM {s}.records r"
+        " WHERE r.scope_key = sc.scope_key AND r.status = 'active')",
+    )),
+)
+
+#: Every active row's postings, from its tokens (the backfill, and the re-derivation when
+#: the analyzer changes): the same pairs the store's writes add one batch at a time.
+POST_ALL = (
+    "INSERT INTO {s}.postings (scope_key, term, seq, continues)"
+    " SELECT r.scope_key, t.term, r.seq,"
+    " coalesce(p.source_thread_key = r.source_thread_key, false)"
+    " FROM {s}.records r CROSS JOIN LATERAL unnest(r.tokens) AS t(term)"
+    " LEFT JOIN {s}.records p ON p.scope_key = r.scope_key AND p.seq = r.seq - 1"
+    " WHERE r.status = 'active' ON CONFLICT DO NOTHING"
 )
 
 SCHEMA_VERSION = max(migration.version for migration in MIGRATIONS)
-
-_TOKEN_INDEX = ("CREATE INDEX IF NOT EXISTS records_tokens ON {s}.records USING gin"
-                " ({columns}) WHERE status = 'active'")
-
 
 def quoted(schema: str) -> str:
     return '"' + schema.replace('"', '""') + '"'
@@ -135,10 +160,8 @@ async def migrate(conn: Any, schema: str,
             if migration.version in seen:
                 continue
             async with conn.transaction():
-                for statement in migration.statements:
-                    await conn.execute(statement.format(s=s))
-                if migration.version == 1:
-                    await _token_index(conn, s)
+                for statement in (*migration.statements, *migration.once):
+                    await conn.execute(statement.format(s=s, post_all=POST_ALL.format(s=s)))
                 await conn.execute(
                     f"INSERT INTO {s}.schema_migrations (version, name) VALUES (%s, %s)",
                     (migration.version, migration.name))
@@ -148,17 +171,3 @@ async def migrate(conn: Any, schema: str,
         return applied
     finally:
         await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-
-
-async def _token_index(conn: Any, s: str) -> None:
-    """The token index: (scope_key, tokens) with btree_gin, else tokens alone."""
-    try:
-        async with conn.transaction():  # a savepoint: a refused extension undoes only this
-            await conn.execute(_BTREE_GIN)
-            await conn.execute(_TOKEN_INDEX.format(s=s, columns="scope_key, tokens"))
-        return
-    except Exception:  # no privilege, not installed, or another schema created it just now
-        pass
-    cursor = await conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'btree_gin'")
-    columns = "scope_key, tokens" if await cursor.fetchall() else "tokens"
-    await conn.execute(_TOKEN_INDEX.format(s=s, columns=columns))

@@ -4,8 +4,8 @@ Each statement names the scope: ``scope_key = %(scope)s`` (bound, never formatte
 WHERE clause of every read and every change of ``records``, and every index leads with
 ``scope_key``, so no statement can read or change another scope's rows whatever its key
 holds (quotes, ``%``, ``_``, backslashes: they are values, never SQL or patterns). User text
-reaches the server only as bound values and ``text[]`` arrays compared with ``&&`` and
-``= ANY``: no tsquery or LIKE parser ever sees it.
+reaches the server only as bound values and ``text[]`` arrays compared with ``= ANY``: no
+tsquery or LIKE parser ever sees it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scopemem.core.records import Record, trusted_record
-from scopemem.stores.postgres.migrations import quoted
+from scopemem.stores.postgres.migrations import POST_ALL, quoted
 
 __all__ = ["COLUMNS", "Statements", "record_of"]
 
@@ -38,23 +38,43 @@ class Statements:
         s = quoted(schema)
         records = f"{s}.records"
         active = "scope_key = %(scope)s AND status = 'active'"
-        # The prefilter: every active row holding one of the query's terms, with which of
-        # them it holds (1-based positions), and the scope's active count from the same
-        # snapshot (one statement).
-        self.hits = (
-            f"SELECT (SELECT count(*) FROM {records} WHERE {active}),"
-            " r.seq, r.source_thread_key, coalesce(r.last_used_at, r.created_at),"
-            " ARRAY(SELECT q.i::int FROM unnest(%(terms)s::text[]) WITH ORDINALITY AS q(t, i)"
-            "       WHERE q.t = ANY(r.tokens))"
-            f" FROM {records} r WHERE r.scope_key = %(scope)s AND r.status = 'active'"
-            " AND r.tokens && %(terms)s::text[]")
+        postings = f"{s}.postings"
+        # The postings of the query's terms: per term one array of the seqs holding it,
+        # negated for a record that continues its predecessor's thread (one index-only range
+        # scan per term, in seq order: no sort, no row visited), with the scope's active
+        # count from the same snapshot.
+        self.postings = (
+            f"SELECT (SELECT active FROM {s}.scopes WHERE scope_key = %(scope)s), q.term,"
+            " ARRAY(SELECT CASE WHEN p.continues THEN -p.seq ELSE p.seq END"
+            f"       FROM {postings} p WHERE p.scope_key = %(scope)s AND p.term = q.term)"
+            " FROM unnest(%(terms)s::text[]) AS q(term)")
+        self.post = (f"INSERT INTO {postings} (scope_key, term, seq, continues)"
+                     " SELECT %(scope)s, x.term, x.seq, x.continues"
+                     " FROM unnest(%(terms)s::text[], %(seqs)s::bigint[],"
+                     " %(continues)s::boolean[]) AS x(term, seq, continues)")
+        # Rows leaving active status leave the index (before a forget scrubs their tokens).
+        self.unpost = (
+            f"DELETE FROM {postings} p USING (SELECT r.seq, x.term FROM {records} r,"
+            " unnest(r.tokens) AS x(term)"
+            " WHERE r.scope_key = %(scope)s AND r.seq = ANY(%(seqs)s::bigint[])) AS gone"
+            " WHERE p.scope_key = %(scope)s AND p.term = gone.term AND p.seq = gone.seq")
+        self.thread_of = (f"SELECT source_thread_key FROM {records}"
+                          " WHERE scope_key = %(scope)s AND seq = %(seq)s")
+        self.active_rows_by_seq = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
+                                   " AND seq = ANY(%(seqs)s::bigint[])")
         self.rows_by_seq = (f"SELECT {COLUMNS} FROM {records}"
                             " WHERE scope_key = %(scope)s AND seq = ANY(%(seqs)s::bigint[])")
         # One use of each named active row, skipping rows a writer holds: a reader never
         # waits on a row lock (the skipped ones are bumped later, see usage.py).
+        # Its commit does not wait for the WAL to reach the disk (``synchronous_commit``
+        # off for this statement's transaction only): a use count is not worth a sync per
+        # retrieval. A server crash may lose the last fraction of a second of use counts
+        # (as the SQLite store may lose its last ``usage_flush_ms``), never a record.
         self.bump_now = (
             f"WITH free AS (SELECT seq FROM {records} WHERE {active}"
-            " AND seq = ANY(%(seqs)s::bigint[]) FOR UPDATE SKIP LOCKED)"
+            " AND seq = ANY(%(seqs)s::bigint[])"
+            " AND set_config('synchronous_commit', 'off', true) = 'off'"
+            " FOR UPDATE SKIP LOCKED)"
             f" UPDATE {records} r SET use_count = r.use_count + 1,"
             " last_used_at = greatest(coalesce(r.last_used_at, 0), %(now)s)"
             " FROM free WHERE r.scope_key = %(scope)s AND r.seq = free.seq"
@@ -65,23 +85,27 @@ class Statements:
             " last_used_at = greatest(coalesce(r.last_used_at, 0), b.last)"
             " FROM unnest(%(seqs)s::bigint[], %(uses)s::bigint[], %(lasts)s::bigint[])"
             " AS b(seq, uses, last)"
-            " WHERE r.scope_key = %(scope)s AND r.seq = b.seq AND r.status = 'active'")
+            " WHERE r.scope_key = %(scope)s AND r.seq = b.seq AND r.status = 'active'"
+            " AND set_config('synchronous_commit', 'off', true) = 'off'")
         self.active_seqs = (f"SELECT seq FROM {records} WHERE {active}"
                             " AND seq = ANY(%(seqs)s::bigint[])")
         self.listing = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
                         " AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)"
-                        " AND (%(tokens)s::text[] IS NULL OR tokens && %(tokens)s::text[])"
+                        " AND (%(tokens)s::text[] IS NULL OR seq IN (SELECT seq FROM"
+                        f" {postings} WHERE scope_key = %(scope)s"
+                        " AND term = ANY(%(tokens)s::text[])))"
                         " ORDER BY seq DESC LIMIT %(limit)s")
         # Writes. The scope's row is the writers' lock: a write, a forget and a sweep take
         # it first, so changes to one scope are serialized and seqs never collide.
-        self.lock_scope = (f"SELECT last_seq FROM {s}.scopes WHERE scope_key = %(scope)s"
-                           " FOR UPDATE")
+        self.lock_scope = (f"SELECT last_seq, active FROM {s}.scopes"
+                           " WHERE scope_key = %(scope)s FOR UPDATE")
         self.new_scope = (f"INSERT INTO {s}.scopes (scope_key, created_at)"
                           " VALUES (%(scope)s, %(now)s) ON CONFLICT DO NOTHING")
         self.count_scopes = f"SELECT count(*) FROM {s}.scopes"
-        self.set_last_seq = (f"UPDATE {s}.scopes SET last_seq = %(last)s"
-                             " WHERE scope_key = %(scope)s")
-        self.active_count = f"SELECT count(*) FROM {records} WHERE {active}"
+        self.set_counts = (f"UPDATE {s}.scopes SET last_seq = %(last)s, active = %(active)s"
+                           " WHERE scope_key = %(scope)s")
+        self.add_active = (f"UPDATE {s}.scopes SET active = active + %(delta)s"
+                           " WHERE scope_key = %(scope)s")
         self.batch_rows = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
                            " AND (norm = ANY(%(norms)s::text[]) OR seq = ANY(%(seqs)s::bigint[]))"
                            " ORDER BY seq FOR UPDATE")
@@ -96,7 +120,7 @@ class Statements:
             " status = %s, retired_at = CASE WHEN %s = 'active' THEN retired_at ELSE %s END"
             " WHERE scope_key = %s AND seq = %s")
         self.retire = (f"UPDATE {records} SET status = %(status)s, retired_at = %(now)s"
-                       f" WHERE {active} AND seq = ANY(%(seqs)s::bigint[])")
+                       f" WHERE {active} AND seq = ANY(%(seqs)s::bigint[]) RETURNING seq")
         # The eviction's two short reads (``batch.pick_eviction``).
         self.lru_never_used = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
                                " AND last_used_at IS NULL ORDER BY created_at, seq"
@@ -120,3 +144,6 @@ class Statements:
         self.all_rows = f"SELECT scope_key, {COLUMNS} FROM {records}"
         self.refold = (f"UPDATE {records} SET norm = %s, tokens = %s::text[]"
                        " WHERE scope_key = %s AND seq = %s")
+        # Every posting again, from the re-derived tokens.
+        self.unpost_all = f"DELETE FROM {postings}"
+        self.post_all = POST_ALL.format(s=s)

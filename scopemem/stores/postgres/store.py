@@ -39,7 +39,7 @@ from scopemem.core.records import (
     SweepResult,
     WriteCounts,
 )
-from scopemem.core.scopes import memory_id
+from scopemem.core.scopes import memory_id, record_seq
 from scopemem.core.text import normalize_text
 from scopemem.errors import ScopeLimitReached, StoreBusy, StoreError
 from scopemem.stores.base import (
@@ -58,7 +58,7 @@ from scopemem.stores.postgres import batch as batches
 from scopemem.stores.postgres import migrations
 from scopemem.stores.postgres.options import PostgresOptions, options_from_settings
 from scopemem.stores.postgres.statements import Statements, record_of
-from scopemem.stores.postgres.tokens import hit_entries, record_tokens
+from scopemem.stores.postgres.tokens import postings_of, rank_inputs, record_tokens
 from scopemem.stores.postgres.usage import DeferredUsage
 
 __all__ = ["PostgresStore"]
@@ -123,41 +123,59 @@ class PostgresStore:
         if not terms.terms or limit <= 0:
             return []
         async with self._connection() as conn:
-            cursor = await conn.execute(self.sql.hits,
+            cursor = await conn.execute(self.sql.postings,
                                         {"scope": scope_key, "terms": list(terms.terms)})
             rows = await cursor.fetchall()
-            if not rows:
+            if not rows or rows[0][0] is None:
                 return []
-            stats, entries = hit_entries((row[1:] for row in rows), terms, rows[0][0])
-            ranked = engine.rank_entries(entries, terms, stats, limit, now, self.ranking)
+            covered, total, continues = rank_inputs(
+                (row[1:] for row in rows), rows[0][0], terms, self.ranking)
+            if not covered:
+                return []
+            ranked = await self._rank(conn, scope_key, covered, total, continues, limit, now)
             if not ranked:
                 return []
-            seqs = [seq for seq, _match in ranked]
-            full = await self._full_rows(conn, scope_key, seqs, now, bump)
-        return [Hit(full[seq], match) for seq, match in ranked if seq in full]
+            if not bump:
+                return [Hit(record, match) for record, match in ranked]
+            full = await self._bumped(conn, scope_key, [record for record, _m in ranked], now)
+        return [Hit(full[record.id], match) for record, match in ranked]
 
-    async def _full_rows(self, conn: Any, scope_key: str, seqs: list[int], now: int,
-                         bump: bool) -> dict[int, Record]:
-        """The records of ``seqs``, each with one more use when ``bump``."""
-        full: dict[int, Record] = {}
-        if bump:
-            cursor = await conn.execute(self.sql.bump_now,
-                                        {"scope": scope_key, "seqs": seqs, "now": now})
-            full = {row[0]: record_of(row) for row in await cursor.fetchall()}
-        missing = [seq for seq in seqs if seq not in full]
-        if missing:
-            # Not bumped now (a writer holds them) or not asked to: read without waiting.
-            cursor = await conn.execute(self.sql.rows_by_seq,
-                                        {"scope": scope_key, "seqs": missing})
-            late = []
-            for row in await cursor.fetchall():
-                record = record_of(row)
-                if bump and record.is_active:
-                    record = engine.bump_usage(record, now)
-                    late.append(row[0])
-                full[row[0]] = record
-            if late:
-                self._usage.add(scope_key, late, now)
+    async def _rank(self, conn: Any, scope_key: str, covered: dict[int, float], total: float,
+                    continues: set[int], limit: int, now: int
+                    ) -> list[tuple[Record, float]]:
+        """``engine.rank_covered`` with the details of only the candidates it may read (the
+        best ``candidate_cap`` by match), read in one statement. A candidate that left
+        active status since the postings were read (a concurrent forget) is dropped and the
+        candidates chosen again."""
+        details: dict[int, tuple[int, Record]] = {}
+        while True:
+            candidates = engine.rank_candidates(covered, total, limit, self.ranking, continues)
+            wanted = [seq for _match, seq in candidates if seq not in details]
+            if wanted:
+                cursor = await conn.execute(self.sql.active_rows_by_seq,
+                                            {"scope": scope_key, "seqs": wanted})
+                for row in await cursor.fetchall():
+                    record = record_of(row)
+                    details[row[0]] = (record.last_touched, record)
+            gone = [seq for seq in wanted if seq not in details]
+            if not gone:
+                return engine.score_candidates(candidates, limit, now, details)
+            for seq in gone:
+                del covered[seq]
+
+    async def _bumped(self, conn: Any, scope_key: str, records: list[Record], now: int
+                      ) -> dict[str, Record]:
+        """``records`` each with one more use, by id: counted now in one statement, or, for
+        a row a writer holds, a moment later (``usage.DeferredUsage``)."""
+        seqs = [record_seq(record.id) for record in records]
+        cursor = await conn.execute(self.sql.bump_now,
+                                    {"scope": scope_key, "seqs": seqs, "now": now})
+        full = {row[1]: record_of(row) for row in await cursor.fetchall()}
+        late = [record for record in records if record.id not in full]
+        for record in late:
+            full[record.id] = engine.bump_usage(record, now)
+        if late:
+            self._usage.add(scope_key, [record_seq(record.id) for record in late], now)
         return full
 
     async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
@@ -192,14 +210,13 @@ class PostgresStore:
         now = self._clock()
         fitted = fit_batch(candidates)
         async with self._connection() as conn, conn.transaction():
-            last_seq = await self._lock_scope(conn, scope_key, now, create=True)
-            active = await self._scalar(conn, self.sql.active_count, {"scope": scope_key})
+            last_seq, active = await self._lock_scope(conn, scope_key, now, create=True)
             norms, seqs = batches.lookup_keys(scope_key, fitted)
             cursor = await conn.execute(self.sql.batch_rows,
                                         {"scope": scope_key, "norms": norms, "seqs": seqs})
             known = [record_of(row) for row in await cursor.fetchall()]
             plan = batches.plan_batch(scope_key, fitted, known, last_seq + 1, now)
-            await self._persist(conn, scope_key, plan, now)
+            await self._persist(conn, scope_key, plan, last_seq, now)
             evicted: list[Record] = []
             live = active + plan.live_delta
             if live > cap:
@@ -207,27 +224,38 @@ class PostgresStore:
             await conn.execute(self.sql.purge, {
                 "scope": scope_key, "rows": PURGE_ROWS,
                 "cutoff": retention_cutoff(now, self.retention_days)})
-            if plan.next_seq - 1 != last_seq:
-                await conn.execute(self.sql.set_last_seq,
-                                   {"scope": scope_key, "last": plan.next_seq - 1})
+            await conn.execute(self.sql.set_counts, {
+                "scope": scope_key, "last": plan.next_seq - 1, "active": live - len(evicted)})
         return plan.counts + WriteCounts(evicted=len(evicted))
 
     async def _persist(self, conn: Any, scope_key: str, plan: batches.BatchPlan,
-                       now: int) -> None:
+                       last_seq: int, now: int) -> None:
+        """The batch's new rows and their postings, and its changes to existing rows (those
+        it retired leave the index)."""
         async with conn.cursor() as cursor:
             if plan.inserts:
                 await cursor.executemany(self.sql.insert, [
-                    (scope_key, batches.seq_in_scope(scope_key, r.id), r.id, r.kind.value,
-                     r.text, normalize_text(r.text), list(r.keywords), r.source_thread_key,
+                    (scope_key, record_seq(r.id), r.id, r.kind.value, r.text,
+                     normalize_text(r.text), list(r.keywords), r.source_thread_key,
                      r.source_run_id, r.created_at, r.last_used_at, r.use_count, r.confidence,
                      r.supersedes, r.restates, r.status.value, r.source.value,
                      None if r.is_active else now, record_tokens(r, self.analyzer))
                     for r in plan.inserts])
+                previous = None
+                if last_seq:
+                    previous = await self._scalar(conn, self.sql.thread_of,
+                                                  {"scope": scope_key, "seq": last_seq})
+                terms, seqs, continues = postings_of(plan.inserts, previous, self.analyzer)
+                await conn.execute(self.sql.post, {"scope": scope_key, "terms": terms,
+                                                   "seqs": seqs, "continues": continues})
             if plan.changes:
                 await cursor.executemany(self.sql.change, [
                     (r.use_count, r.last_used_at, r.confidence, r.status.value,
-                     r.status.value, now, scope_key, batches.seq_in_scope(scope_key, r.id))
+                     r.status.value, now, scope_key, record_seq(r.id))
                     for r in plan.changes])
+                retired = [record_seq(r.id) for r in plan.changes if not r.is_active]
+                if retired:
+                    await conn.execute(self.sql.unpost, {"scope": scope_key, "seqs": retired})
 
     async def _evict(self, conn: Any, scope_key: str, excess: int, now: int) -> list[Record]:
         groups = []
@@ -239,12 +267,17 @@ class PostgresStore:
         return evicted
 
     async def _retire(self, conn: Any, scope_key: str, records: Sequence[Record],
-                      status: Status, now: int) -> None:
-        seqs = [seq for seq in (batches.seq_in_scope(scope_key, r.id) for r in records)
-                if seq is not None]
-        if seqs:
-            await conn.execute(self.sql.retire, {"scope": scope_key, "seqs": seqs,
-                                                 "status": status.value, "now": now})
+                      status: Status, now: int) -> int:
+        """Retire the active ones of ``records`` with ``status``, out of the index; how many."""
+        seqs = [record_seq(r.id) for r in records]
+        if not seqs:
+            return 0
+        cursor = await conn.execute(self.sql.retire, {"scope": scope_key, "seqs": seqs,
+                                                      "status": status.value, "now": now})
+        retired = [seq for (seq,) in await cursor.fetchall()]
+        if retired:
+            await conn.execute(self.sql.unpost, {"scope": scope_key, "seqs": retired})
+        return len(retired)
 
     async def list(self, scope_key: str, limit: int, query: str | None = None,
                    kind: Kind | None = None) -> list[Record]:
@@ -274,8 +307,14 @@ class PostgresStore:
         async with self._connection() as conn, conn.transaction():
             if await self._lock_scope(conn, scope_key, now, create=False) is None:
                 return False
-            cursor = await conn.execute(self.sql.forget, {
-                "scope": scope_key, "seq": seq, "id": memory_id(scope_key, seq), "now": now})
+            params = {"scope": scope_key, "seq": seq, "id": memory_id(scope_key, seq),
+                      "now": now, "seqs": [seq]}
+            cursor = await conn.execute(self.sql.active_seqs, params)
+            if not await cursor.fetchall():
+                return False
+            await conn.execute(self.sql.unpost, params)  # while the row holds its tokens
+            cursor = await conn.execute(self.sql.forget, params)
+            await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": -1})
             return cursor.rowcount > 0
 
     async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
@@ -289,7 +328,8 @@ class PostgresStore:
             swept = engine.plan_sweep([record_of(row) for row in await cursor.fetchall()])
             if dry_run:
                 return SweepResult(swept=len(swept), ids=tuple(r.id for r in swept))
-            await self._retire(conn, scope_key, swept, Status.SWEPT, now)
+            retired = await self._retire(conn, scope_key, swept, Status.SWEPT, now)
+            await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": -retired})
         return SweepResult(swept=len(swept))
 
     async def flush(self) -> None:
@@ -312,13 +352,13 @@ class PostgresStore:
     # --- plumbing --------------------------------------------------------------------------
 
     async def _lock_scope(self, conn: Any, scope_key: str, now: int, *, create: bool
-                          ) -> int | None:
-        """Take the scope's row FOR UPDATE (creating it when ``create``); its last seq, or
-        None when the scope has no row and ``create`` is false."""
+                          ) -> tuple[int, int] | None:
+        """Take the scope's row FOR UPDATE (creating it when ``create``): its last seq and
+        active count, or None when the scope has no row and ``create`` is false."""
         cursor = await conn.execute(self.sql.lock_scope, {"scope": scope_key})
         row = await cursor.fetchone()
         if row is not None or not create:
-            return None if row is None else row[0]
+            return None if row is None else (row[0], row[1])
         if self.options.max_scopes:
             # New scopes are counted one at a time, across processes.
             await conn.execute("SELECT pg_advisory_xact_lock(%s)",
@@ -332,7 +372,7 @@ class PostgresStore:
         await conn.execute(self.sql.new_scope, {"scope": scope_key, "now": now})
         cursor = await conn.execute(self.sql.lock_scope, {"scope": scope_key})
         row = await cursor.fetchone()
-        return row[0]
+        return row[0], row[1]
 
     @staticmethod
     async def _scalar(conn: Any, statement: str, params: Any) -> Any:
@@ -420,4 +460,6 @@ class PostgresStore:
                         for row in rows for record in (record_of(row[1:]),)])
                 log.info("postgres store: schema %s: re-derived the tokens of %d records (%s)",
                          self.schema, len(rows), signature)
+            await conn.execute(self.sql.unpost_all)
+            await conn.execute(self.sql.post_all)
             await conn.execute(self.sql.set_meta, (META_FOLDING, signature))
