@@ -18,6 +18,10 @@ and neighbours on a shared machine hit both alike. Both are called directly in p
 HTTP, no ``Memory``); the server runs on the same machine (a socket round trip of about
 0.1 ms). Default durability on both: SQLite ``synchronous = full``, PostgreSQL's own
 ``synchronous_commit``. Target: Postgres retrieve within 3x SQLite's at 10,000 records.
+With ``--curve 1,10,40`` it also fills one table with that many scopes of 500 records and
+prints retrieve p50 on one of them at each count: what sharing one table costs a scope.
+Before measuring, the tables are vacuumed and analyzed, as autovacuum would have done by
+then (fresh planner statistics, the visibility map that lets postings be read index-only).
 Nothing here asserts: it prints figures.
 """
 
@@ -119,8 +123,41 @@ async def bench_size(size: int, limit: int, seconds: float, dsn: str) -> None:
             await drop(dsn, schema)
 
 
+async def bench_curve(counts: list[int], size: int, limit: int, seconds: float, dsn: str
+                      ) -> None:
+    """Retrieve p50 on one scope of ``size`` records as the table fills with other scopes
+    of the same size: what one table keyed by scope costs a scope as the server fills."""
+    corpus = Corpus(seed=size + 1)
+    clock = itertools.count(1_790_000_000_000, 1000).__next__
+    schema = f"scopemem_bench_{secrets.token_hex(4)}"
+    store = PostgresStore(PostgresOptions(dsn=dsn, schema=schema, min_pool=2, max_pool=4),
+                          cap=MAX_SCOPE_CAP, clock=clock)
+    print(f"\none scope of {size} records among others of the same size (Postgres)")
+    print(f"  {'scopes':>7} {'rows':>9} {'brief p50':>10} {'selective p50':>14}  (ms)")
+    brief = [corpus.query() for _ in range(40)]
+    selective = [corpus.selective_query() for _ in range(40)]
+    filled = 0
+    try:
+        for count in counts:
+            while filled < count:
+                for _ in range(size // BATCH):
+                    await store.write(f"org:tenant{filled}",
+                                      [corpus.candidate() for _ in range(BATCH)])
+                filled += 1
+            await postgres_analyze(store, dsn)
+            figures = []
+            for queries in (brief, selective):
+                samples = await alternate({"q": lambda i, queries=queries: store.retrieve(
+                    "org:tenant0", queries[i % len(queries)], limit)}, seconds)
+                figures.append(percentile_ms(samples["q"], 0.5))
+            print(f"  {count:>7} {count * size:>9} {figures[0]:>10.2f} {figures[1]:>14.2f}")
+    finally:
+        await store.close()
+        await drop(dsn, schema)
+
+
 async def postgres_analyze(store: PostgresStore, dsn: str) -> None:
-    """Fresh planner statistics, as autovacuum would have gathered them by now."""
+    """Fresh planner statistics and visibility map, as autovacuum would have by now."""
     import psycopg
 
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
@@ -141,10 +178,16 @@ async def main() -> None:
     parser.add_argument("--limit", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--dsn", default=DEFAULT_DSN)
+    parser.add_argument("--curve", default="",
+                        help="also: scope counts (e.g. 1,10,40) of 500-record scopes, retrieve"
+                             " p50 on one of them as the table fills")
     args = parser.parse_args()
     print(f"PostgresStore vs SqliteStore, limit {args.limit}, {os.cpu_count()} cores")
-    for size in (int(s) for s in args.sizes.split(",")):
+    for size in (int(s) for s in args.sizes.split(",") if s):
         await bench_size(size, args.limit, args.seconds, args.dsn)
+    if args.curve:
+        await bench_curve([int(n) for n in args.curve.split(",")], 500, args.limit,
+                          args.seconds, args.dsn)
 
 
 if __name__ == "__main__":
