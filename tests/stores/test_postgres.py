@@ -275,3 +275,18 @@ async def test_a_changed_analyzer_re_derives_the_tokens(stores, clock: FakeClock
     assert [r.id for r in await plain.retrieve(ORG, "deploying", 5)] == [f"mem:{ORG}:1"]
     (tokens,) = raw(f'SELECT tokens FROM "{english.schema}".records')
     assert tokens == (["caches", "deploying", "the"],)
+
+
+async def test_close_applies_the_uses_still_deferred(stores):
+    import psycopg
+
+    store = stores()
+    await store.write(ORG, [fact("deploy uses docker")])
+    async with await psycopg.AsyncConnection.connect(pg.dsn()) as writer:
+        await writer.execute(f'SELECT 1 FROM "{store.schema}".records WHERE scope_key = %s'
+                             " FOR UPDATE", (ORG,))
+        assert [r.use_count for r in await store.retrieve(ORG, "docker", 5)] == [1]
+        assert [r.use_count for r in await store.retrieve(ORG, "docker", 5)] == [2]
+        await writer.rollback()
+    await store.close()
+    assert raw(f'SELECT use_count FROM "{store.schema}".records') == [(2,)]

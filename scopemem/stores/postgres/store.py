@@ -26,6 +26,8 @@ import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from scopemem.core import engine
 from scopemem.core.ranking import Ranking
 from scopemem.core.records import (
@@ -173,7 +175,10 @@ class PostgresStore:
         full = {row[1]: record_of(row) for row in await cursor.fetchall()}
         late = [record for record in records if record.id not in full]
         for record in late:
-            full[record.id] = engine.bump_usage(record, now)
+            # As it will be: with this use and those of earlier retrievals still queued.
+            waiting = self._usage.pending(scope_key, record_seq(record.id))
+            full[record.id] = attrs.evolve(engine.bump_usage(record, now),
+                                           use_count=record.use_count + 1 + waiting)
         if late:
             self._usage.add(scope_key, [record_seq(record.id) for record in late], now)
         return full
@@ -341,12 +346,12 @@ class PostgresStore:
         if self._closed:
             return
         self._closed = True
-        pool, self._pool = self._pool, None
-        if pool is None:
+        if self._pool is None:
             return
         try:
-            await self._usage.drain()
+            await self._usage.drain()  # on the pool, still open for it
         finally:
+            pool, self._pool = self._pool, None
             await pool.close()
 
     # --- plumbing --------------------------------------------------------------------------
@@ -381,8 +386,6 @@ class PostgresStore:
         return row[0]
 
     async def _bump_later(self, scope_key: str, bumps: Mapping[int, list[int]]) -> None:
-        if self._pool is None:
-            raise StoreError("the postgres store is closed")
         seqs = sorted(bumps)
         async with self._connection(closing_ok=True) as conn:
             await conn.execute(self.sql.bump_later, {
@@ -410,6 +413,8 @@ class PostgresStore:
         """The open pool, the schema migrated (once per store)."""
         if self._pool is not None:
             return self._pool
+        if self._closed:
+            raise StoreError("the postgres store is closed")
         if self._ready_lock is None:
             self._ready_lock = asyncio.Lock()
         async with self._ready_lock:

@@ -44,11 +44,18 @@ class DeferredUsage:
     def __init__(self, apply: Apply) -> None:
         self._apply = apply
         self._pending: dict[str, Bumps] = {}
+        self._applying: dict[str, Bumps] = {}  # the round under way
         self._task: asyncio.Task[None] | None = None
         self._draining = False
 
     def __len__(self) -> int:
         return sum(map(len, self._pending.values()))
+
+    def pending(self, scope_key: str, seq: int) -> int:
+        """The uses of one row still waiting here (what a read of it does not show yet)."""
+        return sum(bumps[seq][0] for bumps in (self._pending.get(scope_key, {}),
+                                                self._applying.get(scope_key, {}))
+                   if seq in bumps)
 
     def add(self, scope_key: str, seqs: Iterable[int], now: int) -> None:
         add_bumps(self._pending.setdefault(scope_key, {}), seqs, now)
@@ -68,8 +75,9 @@ class DeferredUsage:
     async def _round(self) -> bool:
         """Apply every scope's pending bumps once; False when one failed (kept)."""
         batch, self._pending = self._pending, {}
+        self._applying = batch
         ok = True
-        for scope_key, bumps in batch.items():
+        for scope_key, bumps in list(batch.items()):
             try:
                 await self._apply(scope_key, bumps)
             except Exception as exc:
@@ -79,6 +87,8 @@ class DeferredUsage:
                 pending = self._pending.setdefault(scope_key, {})
                 for seq, (uses, last) in bumps.items():
                     add_bumps(pending, (seq,), last, uses)
+            finally:
+                del batch[scope_key]
         return ok
 
     async def drain(self) -> None:
