@@ -55,7 +55,7 @@ async def make_store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path
                                   retention_days=retention_days)
             store = await _served(servers, backing, cap)
         elif request.param == "postgres":
-            schemas.append(pg.new_schema())
+            schemas.append(pg.lend_schema())
             store = pg.make(schemas[-1], cap=cap, clock=clock, retention_days=retention_days)
         else:  # pragma: no cover - every kind above is handled
             raise AssertionError(request.param)
@@ -67,7 +67,7 @@ async def make_store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path
         await store.close()
     await servers.aclose()  # stops each server, which closes the store it served
     if schemas:
-        pg.drop_schemas(*schemas)
+        pg.give_back(*schemas)
 
 
 async def _served(servers: AsyncExitStack, backing: MemoryStore, cap: int) -> MemoryStore:
