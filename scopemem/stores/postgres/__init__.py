@@ -3,7 +3,8 @@ PostgreSQL database, shared by any number of processes.
 
 Modules, one job each: ``options`` (the ``[memory.stores.postgres]`` table), ``migrations``
 (the versioned schema, applied under an advisory lock), ``statements`` (every SQL statement,
-scope-keyed), ``store`` (the ``MemoryStore`` methods and the pool). The dialect-free parts a
+scope-keyed), ``reads`` (a retrieval's statements in order), ``store`` (the ``MemoryStore``
+methods, the write transaction and the pool). The dialect-free parts a
 second SQL store can share: ``batch`` (a write batch through the engine), ``tokens`` (what a
 record is indexed by; ranking's input from prefilter hits) and ``usage`` (deferred bumps).
 

@@ -79,6 +79,20 @@ class Statements:
             " last_used_at = greatest(coalesce(r.last_used_at, 0), %(now)s)"
             " FROM free WHERE r.scope_key = %(scope)s AND r.seq = free.seq"
             f" RETURNING {_R_COLUMNS}")
+        # The candidates' rows as they are, and one use of each counted (skipping rows a
+        # writer holds: the last column says which were counted), for a retrieval that
+        # returns every candidate (see reads.py).
+        self.read_and_bump = (
+            f"WITH old AS (SELECT {COLUMNS} FROM {records} WHERE {active}"
+            " AND seq = ANY(%(seqs)s::bigint[])),"
+            f" free AS (SELECT seq FROM {records} WHERE {active}"
+            " AND seq = ANY(%(seqs)s::bigint[])"
+            " AND set_config('synchronous_commit', 'off', true) = 'off'"
+            " FOR UPDATE SKIP LOCKED),"
+            f" done AS (UPDATE {records} r SET use_count = r.use_count + 1,"
+            " last_used_at = greatest(coalesce(r.last_used_at, 0), %(now)s)"
+            " FROM free WHERE r.scope_key = %(scope)s AND r.seq = free.seq RETURNING r.seq)"
+            " SELECT old.*, old.seq IN (SELECT seq FROM done) FROM old")
         # Deferred bumps: any number of rows and uses in one statement; it may wait.
         self.bump_later = (
             f"UPDATE {records} r SET use_count = r.use_count + b.uses,"

@@ -6,16 +6,18 @@ this module only finds the rows the engine asks for and persists what it answers
 no copy of any scope in memory: every answer is read from the server, so a process never
 contradicts another's write. See ``docs/postgres-store.md`` for the schema and why.
 
-Reads: one statement finds the active rows holding any query term through the token index
-with the scope's active count (``Statements.hits``); ``engine.rank_entries`` ranks them;
-a second statement reads the winners in full and, when the retrieval counts as a use, bumps
-them (skipping rows a writer holds; ``usage.py`` bumps those a moment later).
+Reads (``reads.py``): one statement reads each query term's postings with the scope's
+active count; the engine weighs them and picks the candidates; a second statement reads
+just the candidates' rows, and a third counts a use of what is returned (skipping rows a
+writer holds; ``usage.py`` counts those a moment later). The last two are one statement
+when every candidate is returned anyway.
 
 Writes: one transaction per batch. It takes the scope's row in ``scopes`` FOR UPDATE (so
 writers to a scope queue there, across processes, and the next seq is read under the lock),
 reads and locks the rows the batch can touch, lets ``batch.plan_batch`` run the engine over
-them, inserts and changes rows in two pipelined ``executemany`` calls, evicts above the cap,
-purges dead rows past the retention and records the new last seq. All of it commits, or none.
+them, inserts and changes rows in two pipelined ``executemany`` calls and keeps the postings
+in step, evicts above the cap, purges dead rows past the retention and records the new last
+seq and active count. All of it commits, or none.
 """
 
 from __future__ import annotations
@@ -25,8 +27,6 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
-
-import attrs
 
 from scopemem.core import engine
 from scopemem.core.ranking import Ranking
@@ -57,10 +57,10 @@ from scopemem.stores.base import (
     wall_clock_ms,
 )
 from scopemem.stores.postgres import batch as batches
-from scopemem.stores.postgres import migrations
+from scopemem.stores.postgres import migrations, reads
 from scopemem.stores.postgres.options import PostgresOptions, options_from_settings
 from scopemem.stores.postgres.statements import Statements, record_of
-from scopemem.stores.postgres.tokens import postings_of, rank_inputs, record_tokens
+from scopemem.stores.postgres.tokens import postings_of, record_tokens
 from scopemem.stores.postgres.usage import DeferredUsage
 
 __all__ = ["PostgresStore"]
@@ -125,63 +125,8 @@ class PostgresStore:
         if not terms.terms or limit <= 0:
             return []
         async with self._connection() as conn:
-            cursor = await conn.execute(self.sql.postings,
-                                        {"scope": scope_key, "terms": list(terms.terms)})
-            rows = await cursor.fetchall()
-            if not rows or rows[0][0] is None:
-                return []
-            covered, total, continues = rank_inputs(
-                (row[1:] for row in rows), rows[0][0], terms, self.ranking)
-            if not covered:
-                return []
-            ranked = await self._rank(conn, scope_key, covered, total, continues, limit, now)
-            if not ranked:
-                return []
-            if not bump:
-                return [Hit(record, match) for record, match in ranked]
-            full = await self._bumped(conn, scope_key, [record for record, _m in ranked], now)
-        return [Hit(full[record.id], match) for record, match in ranked]
-
-    async def _rank(self, conn: Any, scope_key: str, covered: dict[int, float], total: float,
-                    continues: set[int], limit: int, now: int
-                    ) -> list[tuple[Record, float]]:
-        """``engine.rank_covered`` with the details of only the candidates it may read (the
-        best ``candidate_cap`` by match), read in one statement. A candidate that left
-        active status since the postings were read (a concurrent forget) is dropped and the
-        candidates chosen again."""
-        details: dict[int, tuple[int, Record]] = {}
-        while True:
-            candidates = engine.rank_candidates(covered, total, limit, self.ranking, continues)
-            wanted = [seq for _match, seq in candidates if seq not in details]
-            if wanted:
-                cursor = await conn.execute(self.sql.active_rows_by_seq,
-                                            {"scope": scope_key, "seqs": wanted})
-                for row in await cursor.fetchall():
-                    record = record_of(row)
-                    details[row[0]] = (record.last_touched, record)
-            gone = [seq for seq in wanted if seq not in details]
-            if not gone:
-                return engine.score_candidates(candidates, limit, now, details)
-            for seq in gone:
-                del covered[seq]
-
-    async def _bumped(self, conn: Any, scope_key: str, records: list[Record], now: int
-                      ) -> dict[str, Record]:
-        """``records`` each with one more use, by id: counted now in one statement, or, for
-        a row a writer holds, a moment later (``usage.DeferredUsage``)."""
-        seqs = [record_seq(record.id) for record in records]
-        cursor = await conn.execute(self.sql.bump_now,
-                                    {"scope": scope_key, "seqs": seqs, "now": now})
-        full = {row[1]: record_of(row) for row in await cursor.fetchall()}
-        late = [record for record in records if record.id not in full]
-        for record in late:
-            # As it will be: with this use and those of earlier retrievals still queued.
-            waiting = self._usage.pending(scope_key, record_seq(record.id))
-            full[record.id] = attrs.evolve(engine.bump_usage(record, now),
-                                           use_count=record.use_count + 1 + waiting)
-        if late:
-            self._usage.add(scope_key, [record_seq(record.id) for record in late], now)
-        return full
+            return await reads.search(conn, self.sql, self._usage, self.ranking, scope_key,
+                                      terms, limit, now, bump)
 
     async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
         now = self._clock()
@@ -193,17 +138,8 @@ class PostgresStore:
             if not seqs:
                 continue
             async with self._connection() as conn:
-                cursor = await conn.execute(self.sql.bump_now,
-                                            {"scope": scope_key, "seqs": seqs, "now": now})
-                done = {row[0] for row in await cursor.fetchall()}
-                rest = [seq for seq in seqs if seq not in done]
-                if rest:
-                    cursor = await conn.execute(self.sql.active_seqs,
-                                                {"scope": scope_key, "seqs": rest})
-                    late = [seq for (seq,) in await cursor.fetchall()]
-                    self._usage.add(scope_key, late, now)
-                    done.update(late)
-            marked += len(done)
+                done = await reads.mark_used(conn, self.sql, self._usage, scope_key, seqs, now)
+            marked += done
         return marked
 
     async def write(self, scope_key: str, candidates: Sequence[Candidate],
