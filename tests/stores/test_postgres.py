@@ -7,6 +7,7 @@ what every store does; these need the real server too (see ``tests/stores/pg.py`
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import tomllib
@@ -116,6 +117,7 @@ def test_a_skip_is_a_failure_under_ci(monkeypatch):
 
 
 async def test_an_unreachable_server_is_a_store_error(clock: FakeClock):
+    pytest.importorskip("psycopg")
     from scopemem.stores.postgres.options import PostgresOptions
 
     store = PostgresStore(PostgresOptions(dsn="postgresql://127.0.0.1:1/none?connect_timeout=2",
@@ -290,3 +292,21 @@ async def test_close_applies_the_uses_still_deferred(stores):
         await writer.rollback()
     await store.close()
     assert raw(f'SELECT use_count FROM "{store.schema}".records') == [(2,)]
+
+
+def test_two_processes_starting_together_migrate_once(stores):
+    schema = pg.new_schema()
+    stores(schema)  # dropped with the test
+    code = ("import asyncio, sys\n"
+            "from tests.stores import pg\n"
+            "async def main():\n"
+            "    store = pg.make(sys.argv[1])\n"
+            "    await store.list('org:acme', 1)\n"
+            "    await store.close()\n"
+            "asyncio.run(main())\n")
+    children = [subprocess.Popen([sys.executable, "-c", code, schema], cwd=ROOT,
+                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
+                for _ in range(2)]
+    assert [child.wait(timeout=60) for child in children] == [0, 0]
+    versions = raw(f'SELECT version FROM "{schema}".schema_migrations ORDER BY 1')
+    assert versions == [(v.version,) for v in migrations.MIGRATIONS]
