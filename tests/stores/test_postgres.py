@@ -310,3 +310,34 @@ def test_two_processes_starting_together_migrate_once(stores):
     assert [child.wait(timeout=60) for child in children] == [0, 0]
     versions = raw(f'SELECT version FROM "{schema}".schema_migrations ORDER BY 1')
     assert versions == [(v.version,) for v in migrations.MIGRATIONS]
+
+
+async def test_readers_and_writers_on_one_scope_lose_no_use_and_never_deadlock(stores):
+    first = stores()
+    second = stores(first.schema)  # another process, in effect
+    texts = [f"deploy step {n} uses the docker cache" for n in range(12)]
+    await first.write(ORG, [fact(text) for text in texts])
+
+    async def writer(store: PostgresStore, k: int) -> int:
+        deduped = 0
+        for n in range(6):  # the same texts again (dedup bumps) and new ones
+            counts = await store.write(ORG, [fact(texts[(k + n) % 12]),
+                                             fact(f"new fact {k} {n} about docker")])
+            deduped += counts.deduped
+        return deduped
+
+    async def reader(store: PostgresStore) -> int:
+        hits = 0
+        for _ in range(8):
+            hits += len(await store.retrieve(ORG, "deploy docker cache", 8))
+        return hits
+
+    results = await asyncio.gather(*(writer(s, k) for k, s in enumerate([first, second] * 2)),
+                                   *(reader(s) for s in [first, second] * 3))
+    await first.flush()
+    await second.flush()
+    deduped, hits = sum(results[:4]), sum(results[4:])
+    (uses,) = raw(f'SELECT sum(use_count) FROM "{first.schema}".records')
+    assert uses == (deduped + hits,)
+    ids = [r.id for r in await first.list(ORG, 50)]
+    assert len(ids) == len(set(ids)) == 12 + 4 * 6

@@ -93,14 +93,20 @@ class Statements:
             " last_used_at = greatest(coalesce(r.last_used_at, 0), %(now)s)"
             " FROM free WHERE r.scope_key = %(scope)s AND r.seq = free.seq RETURNING r.seq)"
             " SELECT old.*, old.seq IN (SELECT seq FROM done) FROM old")
-        # Deferred bumps: any number of rows and uses in one statement; it may wait.
+        # Deferred bumps: any number of rows and uses in one statement. It skips rows that
+        # are still locked too (waiting there could deadlock with a writer that holds one
+        # row and wants another this statement holds); those stay queued.
         self.bump_later = (
-            f"UPDATE {records} r SET use_count = r.use_count + b.uses,"
+            f"WITH free AS (SELECT seq FROM {records} WHERE {active}"
+            " AND seq = ANY(%(seqs)s::bigint[])"
+            " AND set_config('synchronous_commit', 'off', true) = 'off'"
+            " FOR UPDATE SKIP LOCKED)"
+            f" UPDATE {records} r SET use_count = r.use_count + b.uses,"
             " last_used_at = greatest(coalesce(r.last_used_at, 0), b.last)"
-            " FROM unnest(%(seqs)s::bigint[], %(uses)s::bigint[], %(lasts)s::bigint[])"
+            " FROM free, unnest(%(seqs)s::bigint[], %(uses)s::bigint[], %(lasts)s::bigint[])"
             " AS b(seq, uses, last)"
-            " WHERE r.scope_key = %(scope)s AND r.seq = b.seq AND r.status = 'active'"
-            " AND set_config('synchronous_commit', 'off', true) = 'off'")
+            " WHERE r.scope_key = %(scope)s AND r.seq = free.seq AND b.seq = free.seq"
+            " RETURNING r.seq")
         self.active_seqs = (f"SELECT seq FROM {records} WHERE {active}"
                             " AND seq = ANY(%(seqs)s::bigint[])")
         self.listing = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"

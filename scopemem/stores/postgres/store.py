@@ -321,12 +321,20 @@ class PostgresStore:
         row = await cursor.fetchone()
         return row[0]
 
-    async def _bump_later(self, scope_key: str, bumps: Mapping[int, list[int]]) -> None:
+    async def _bump_later(self, scope_key: str, bumps: Mapping[int, list[int]]) -> list[int]:
+        """Apply deferred bumps; the seqs of those still locked (active, to try again)."""
         seqs = sorted(bumps)
         async with self._connection(closing_ok=True) as conn:
-            await conn.execute(self.sql.bump_later, {
+            cursor = await conn.execute(self.sql.bump_later, {
                 "scope": scope_key, "seqs": seqs, "uses": [bumps[s][0] for s in seqs],
                 "lasts": [bumps[s][1] for s in seqs]})
+            done = {seq for (seq,) in await cursor.fetchall()}
+            rest = [seq for seq in seqs if seq not in done]
+            if not rest:
+                return []
+            cursor = await conn.execute(self.sql.active_seqs,
+                                        {"scope": scope_key, "seqs": rest})
+            return [seq for (seq,) in await cursor.fetchall()]
 
     @contextlib.asynccontextmanager
     async def _connection(self, *, closing_ok: bool = False) -> AsyncIterator[Any]:

@@ -3,9 +3,10 @@
 A retrieval counts the uses of what it returns in one statement that skips rows another
 transaction holds locked (``FOR UPDATE SKIP LOCKED``: a write batch changing them), so a
 reader never waits on a writer's row lock. The uses of the rows it skipped are handed to
-``DeferredUsage``, which applies them from a background task with a statement that may wait
-(the writer's transaction is short), merging every bump pending by then: one statement per
-scope per round, however many retrievals fed it. A use is never dropped silently: a failed
+``DeferredUsage``, which applies them from a background task, merging every bump pending by
+then: one statement per scope per round, however many retrievals fed it. That statement
+skips rows still locked too (waiting could deadlock with a writer), and tries them again
+half a second later. A use is never dropped silently: a failed
 round keeps its bumps for the next, and ``drain`` (called by ``close``) applies what is left.
 Nothing here is state another process could contradict: a deferred bump is an increment,
 applied whenever it lands.
@@ -23,7 +24,8 @@ log = logging.getLogger("scopemem.stores.postgres")
 
 #: seq -> [uses, last use]
 Bumps = dict[int, list[int]]
-Apply = Callable[[str, Mapping[int, list[int]]], Awaitable[None]]
+# Applies a scope's bumps; answers the seqs it could not apply yet (rows still locked).
+Apply = Callable[[str, Mapping[int, list[int]]], Awaitable[Iterable[int]]]
 
 RETRY_SECONDS = 0.5
 
@@ -73,22 +75,28 @@ class DeferredUsage:
                 await asyncio.sleep(RETRY_SECONDS)
 
     async def _round(self) -> bool:
-        """Apply every scope's pending bumps once; False when one failed (kept)."""
+        """Apply every scope's pending bumps once; False when some are kept for later (a
+        failure, or rows still locked)."""
         batch, self._pending = self._pending, {}
         self._applying = batch
         ok = True
         for scope_key, bumps in list(batch.items()):
+            kept: Iterable[int] = ()
             try:
-                await self._apply(scope_key, bumps)
+                kept = await self._apply(scope_key, bumps)
             except Exception as exc:
-                ok = False
+                kept = bumps
                 log.warning("postgres store: use counts of %d record(s) of a scope not saved"
                             " yet, kept for the next try: %s", len(bumps), exc)
-                pending = self._pending.setdefault(scope_key, {})
-                for seq, (uses, last) in bumps.items():
-                    add_bumps(pending, (seq,), last, uses)
             finally:
                 del batch[scope_key]
+            pending = self._pending.setdefault(scope_key, {})
+            for seq in kept:
+                ok = False
+                uses, last = bumps[seq]
+                add_bumps(pending, (seq,), last, uses)
+            if not pending:
+                del self._pending[scope_key]
         return ok
 
     async def drain(self) -> None:
