@@ -64,7 +64,7 @@ def test_config_check_names_the_bad_key_without_a_traceback(tmp_path: Path):
 
 def test_config_check_refuses_an_uninstalled_store(tmp_path: Path):
     path = tmp_path / "scopemem.toml"
-    path.write_text('[memory]\nenabled = true\norganization = "a"\nstore = "postgres"\n')
+    path.write_text('[memory]\nenabled = true\norganization = "a"\nstore = "cassandra"\n')
     result = run("--config", str(path), "config", "check")
     assert result.exit_code == 1 and "plugin may not be installed" in result.output
 

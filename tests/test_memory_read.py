@@ -307,7 +307,7 @@ def test_an_unknown_store_lists_the_installed_ones():
     with pytest.raises(ConfigError, match=r"memory\.store: .*installed: .*memory.*"
                                           r"\(plugin may not be installed\)"):
         Memory.from_config({"memory": {"enabled": True, "organization": "a",
-                                        "store": "postgres"}})
+                                        "store": "cassandra"}})
 
 
 def test_the_in_process_store_warns_that_it_forgets_on_restart(memory_warnings):

@@ -18,13 +18,13 @@ from scopemem.core.ranking import (
     QueryTerms,
     Ranking,
     ScopeStats,
-    best_matches,
     candidate_cap,
     query_terms,
     query_words,
+    rank_candidates,
     rank_covered,
     rank_entries,
-    score_best,
+    score_candidates,
     term_weights,
     wire_query,
 )
@@ -42,10 +42,10 @@ from scopemem.core.words import PLAIN, Analyzer
 
 __all__ = [
     "SEED", "Dedup", "Insert", "QueryTerms", "Ranking", "Restate", "ScopeStats",
-    "WriteAction", "best_matches", "bump_usage", "candidate_cap", "count_action", "listing",
+    "WriteAction", "bump_usage", "candidate_cap", "count_action", "listing",
     "matches", "mint_record", "plan_eviction", "plan_sweep", "plan_write", "query_terms",
-    "query_words", "rank_covered", "rank_entries", "rank_records", "record_terms",
-    "scope_stats", "score_best", "term_weights", "wire_query",
+    "query_words", "rank_candidates", "rank_covered", "rank_entries", "rank_records",
+    "record_terms", "scope_stats", "score_candidates", "term_weights", "wire_query",
 ]
 
 T = TypeVar("T")

@@ -43,13 +43,13 @@ __all__ = [
     "QueryTerms",
     "Ranking",
     "ScopeStats",
-    "best_matches",
     "candidate_cap",
     "query_terms",
     "query_words",
+    "rank_candidates",
     "rank_covered",
     "rank_entries",
-    "score_best",
+    "score_candidates",
     "term_weights",
     "wire_query",
 ]
@@ -210,38 +210,26 @@ def rank_covered(covered: Mapping[int, float], total: float, limit: int, now: in
     (at least) the seqs of the gated records whose predecessor (seq − 1) is an active record
     of the same thread. ``details[seq]`` is ``(last touched, item)``, read only for the
     records that reach the final score. Answers the ``limit`` best items with their match."""
-    return score_best(best_matches(covered, total, limit, ranking, continues), limit, now,
-                      details)
+    return score_candidates(rank_candidates(covered, total, limit, ranking, continues),
+                            limit, now, details)
 
 
-def best_matches(covered: Mapping[int, float], total: float, limit: int, ranking: Ranking,
-                 continues: Container[int]) -> list[tuple[float, int]]:
-    """The first half of ``rank_covered``: the candidates that reach the final score, as
-    ``(match, seq)``, best match first (ties to the newer record), at most
-    ``candidate_cap(limit)`` of them. It reads no time, so it may run apart from the
-    second half (``score_best``), on another thread or in another process."""
+def rank_candidates(covered: Mapping[int, float], total: float, limit: int,
+                    ranking: Ranking, continues: Container[int]) -> list[tuple[float, int]]:
+    """``rank_covered``'s first half: (match, seq) of the best ``candidate_cap(limit)``
+    records by match, best first (ties to the newer record). A store that keeps the
+    records' details on a server reads just these seqs' details, then scores them with
+    ``score_candidates``: the same answer as ``rank_covered``."""
     if limit <= 0 or not covered or total <= 0:
         return []
-    matched = _matches(covered, total, ranking.context_weight, continues)
-    cap = candidate_cap(limit)
-    if len(matched) > cap:
-        # A large scope: the cap-th best match from the sorted floats (C speed), then
-        # tuples for only the few at or above it.
-        threshold = sorted(matched.values(), reverse=True)[cap - 1]
-        candidates = sorted(((value, seq) for seq, value in matched.items()
-                             if value >= threshold), reverse=True)
-        del candidates[cap:]
-        return candidates
-    return sorted(zip(matched.values(), matched.keys(), strict=True), reverse=True)
+    return _candidates(_matches(covered, total, ranking.context_weight, continues), limit)
 
 
-def score_best(candidates: Iterable[tuple[float, int]], limit: int, now: int,
-               details: Mapping[int, tuple[int, T]]) -> list[tuple[T, float]]:
-    """The second half of ``rank_covered``: the ``limit`` best of ``best_matches``'s
-    candidates by the seed's score at ``now``, each item with its match.
-
-    Going down the candidates (best match first), one whose best possible score (recency
-    1) cannot beat the ``limit``-th score found so far ends the scan."""
+def score_candidates(candidates: Sequence[tuple[float, int]], limit: int, now: int,
+                     details: Mapping[int, tuple[int, T]]) -> list[tuple[T, float]]:
+    """``rank_covered``'s second half: the ``limit`` best of ``rank_candidates``'s answer by
+    the final score, best first, each with its match. ``details[seq]`` is ``(last touched,
+    item)``, read only for the candidates that can still reach the final score."""
     if limit <= 0:
         return []
     exp = math.exp
@@ -266,6 +254,23 @@ def score_best(candidates: Iterable[tuple[float, int]], limit: int, now: int,
     # never compared (seqs are unique).
     scored.sort(key=_score_then_seq, reverse=True)
     return [(item, value) for _score, _seq, value, item in scored]
+
+
+def _candidates(matched: Mapping[int, float], limit: int) -> list[tuple[float, int]]:
+    """(match, seq) of the candidates best match first (ties to the newer record): at most
+    the cap of them. Going down that order, a candidate whose best possible score (recency
+    1) cannot beat the ``limit``-th score found so far ends ``rank_covered``'s scan; so does
+    the cap."""
+    cap = candidate_cap(limit)
+    if len(matched) > cap:
+        # A large scope: the cap-th best match from the sorted floats (C speed), then
+        # tuples for only the few at or above it.
+        threshold = sorted(matched.values(), reverse=True)[cap - 1]
+        candidates = sorted(((value, seq) for seq, value in matched.items()
+                             if value >= threshold), reverse=True)
+        del candidates[cap:]
+        return candidates
+    return sorted(zip(matched.values(), matched.keys(), strict=True), reverse=True)
 
 
 def _matches(covered: Mapping[int, float], total: float, context: float,

@@ -16,10 +16,19 @@ from scopemem.stores.base import MemoryStore
 from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.sqlite import SqliteStore
 from tests.conftest import FakeClock
+from tests.stores import pg
 
 MakeStore = Callable[..., Awaitable[MemoryStore]]
 
-STORE_KINDS = ["memory", "sqlite", "worker"]
+STORE_KINDS = ["memory", "sqlite", "worker", "postgres"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _postgres_run_schemas() -> Iterator[None]:
+    """Drop whatever schema a Postgres test of this run left behind (a crash, say)."""
+    yield
+    if pg.unavailable() is None:
+        pg.drop_run_schemas()
 
 
 @pytest.fixture(params=STORE_KINDS)
@@ -29,6 +38,9 @@ async def make_store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path
     parametrized kind (the worker's retention is its backing store's)."""
     built: list[MemoryStore] = []
     servers = AsyncExitStack()
+    schemas: list[str] = []
+    if request.param == "postgres":
+        pg.require()
 
     async def make(cap: int = 500, retention_days: int = 30) -> MemoryStore:
         if request.param == "memory":
@@ -42,6 +54,9 @@ async def make_store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path
             backing = SqliteStore(tmp_path / f"worker-{len(built)}", cap=cap, clock=clock,
                                   retention_days=retention_days)
             store = await _served(servers, backing, cap)
+        elif request.param == "postgres":
+            schemas.append(pg.lend_schema())
+            store = pg.make(schemas[-1], cap=cap, clock=clock, retention_days=retention_days)
         else:  # pragma: no cover - every kind above is handled
             raise AssertionError(request.param)
         built.append(store)
@@ -51,6 +66,8 @@ async def make_store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path
     for store in built:
         await store.close()
     await servers.aclose()  # stops each server, which closes the store it served
+    if schemas:
+        pg.give_back(*schemas)
 
 
 async def _served(servers: AsyncExitStack, backing: MemoryStore, cap: int) -> MemoryStore:

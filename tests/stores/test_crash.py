@@ -35,11 +35,14 @@ RUNS = 15
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 
 
-def spawn(directory: Path, run: int) -> subprocess.Popen[str]:
+def spawn(directory: Path, run: int) -> subprocess.Popen[bytes]:
+    # Unbuffered bytes: ``readline`` then reads no further than the line, so what follows is
+    # left for ``communicate`` (which reads the pipe itself, not a text wrapper's buffer: a
+    # buffered first ``readline`` could swallow the acknowledgements just after it).
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.Popen(
         [sys.executable, "-m", "tests.stores.crash_child", str(directory), str(run)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
 
 
 def check_database(path: str, acknowledged: set[str], runs_so_far: int) -> int:
@@ -92,14 +95,15 @@ def test_killed_writers_lose_nothing_acknowledged(tmp_path: Path):
         first = ""
         if run % 3 != 0:
             # Most runs: let the writer get going, then kill it mid-stream.
-            first = child.stdout.readline()
-            assert first, f"child died early (seed {seed}): {child.stderr.read()}"
+            first = child.stdout.readline().decode()
+            assert first, f"child died early (seed {seed}): {child.stderr.read()!r}"
             time.sleep(rng.uniform(0.0, 0.25))
         else:
             # Every third: kill at a random moment from start-up on (open, schema, recovery).
             time.sleep(rng.uniform(0.05, 0.6))
         child.send_signal(signal.SIGKILL)
-        out, err = child.communicate(timeout=30)
+        out_bytes, err_bytes = child.communicate(timeout=30)
+        out, err = out_bytes.decode(), err_bytes.decode(errors="replace")
         watchdog.cancel()
         assert child.returncode == -signal.SIGKILL, f"seed {seed}: {err}"
         lines = [first, *out.splitlines()]

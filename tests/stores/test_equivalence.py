@@ -25,6 +25,7 @@ import asyncio
 import random
 import shutil
 import tempfile
+from typing import Any
 
 import apsw
 import pytest
@@ -39,6 +40,7 @@ from scopemem.stores.sqlite import SqliteStore, schema
 from scopemem.stores.sqlite import reads as sqlite_reads
 from scopemem.stores.sqlite.sql import record as _record
 from tests.conftest import DAY_MS, FakeClock
+from tests.stores import pg
 
 SCOPES = ("org:acme", "user:slack:U1")
 CAP = 40
@@ -97,28 +99,22 @@ queries = st.one_of(
 )
 
 
-class StoresAgree(RuleBasedStateMachine):
-    CACHE_ROWS = 50_000
-    STORE_CAP = CAP
+class AgreeingRules(RuleBasedStateMachine):
+    """The calls every equivalence machine makes: each to the in-process store
+    (``self.memory``) and to the store under test (``self.other``), answers compared; the
+    ``elsewhere`` rules write and forget through ``self.elsewhere``, a second store on the
+    same storage (another process, in effect). A subclass builds the three stores (on
+    ``self.loop`` and ``self.clock``) and checks its own storage in an invariant."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.directory = tempfile.mkdtemp(prefix="scopemem-eq-")
-        self.clock = FakeClock()
-        self.memory = InMemoryStore(cap=self.STORE_CAP, clock=self.clock)
-        self.sqlite = SqliteStore(self.directory, cap=self.STORE_CAP, clock=self.clock,
-                                  synchronous="off", cache_rows=self.CACHE_ROWS)
-        self.elsewhere = SqliteStore(self.directory, cap=self.STORE_CAP, clock=self.clock,
-                                     synchronous="off")
-        self.raw: dict[str, apsw.Connection] = {}
-        # Views from a scope's first retrieval on, so most retrievals here use them.
-        self.view_after, sqlite_reads.VIEW_AFTER_RETRIEVALS = (
-            sqlite_reads.VIEW_AFTER_RETRIEVALS, 1)
+    loop: asyncio.AbstractEventLoop
+    clock: FakeClock
+    memory: InMemoryStore
+    other: Any
+    elsewhere: Any
 
     def both(self, call):  # type: ignore[no-untyped-def]
         expected = self.loop.run_until_complete(call(self.memory))
-        got = self.loop.run_until_complete(call(self.sqlite))
+        got = self.loop.run_until_complete(call(self.other))
         assert got == expected, (got, expected)
         return got
 
@@ -183,6 +179,27 @@ class StoresAgree(RuleBasedStateMachine):
     @rule(ms=st.sampled_from((0, 1, 1000, 3_600_000, DAY_MS, 30 * DAY_MS)))
     def advance(self, ms: int) -> None:
         self.clock.advance(ms)
+
+
+class StoresAgree(AgreeingRules):
+    CACHE_ROWS = 50_000
+    STORE_CAP = CAP
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.directory = tempfile.mkdtemp(prefix="scopemem-eq-")
+        self.clock = FakeClock()
+        self.memory = InMemoryStore(cap=self.STORE_CAP, clock=self.clock)
+        self.sqlite = self.other = SqliteStore(
+            self.directory, cap=self.STORE_CAP, clock=self.clock, synchronous="off",
+            cache_rows=self.CACHE_ROWS)
+        self.elsewhere = SqliteStore(self.directory, cap=self.STORE_CAP, clock=self.clock,
+                                     synchronous="off")
+        self.raw: dict[str, apsw.Connection] = {}
+        # Views from a scope's first retrieval on, so most retrievals here use them.
+        self.view_after, sqlite_reads.VIEW_AFTER_RETRIEVALS = (
+            sqlite_reads.VIEW_AFTER_RETRIEVALS, 1)
 
     def connection(self, scope: str) -> apsw.Connection | None:
         if scope not in self.raw:
@@ -327,8 +344,11 @@ def index_rebuilt(store: InMemoryStore, scope: str) -> tuple:
              built.positions))
 
 
-@pytest.fixture(params=["views", "sql"])
+@pytest.fixture(params=["views", "sql", "postgres"])
 def sqlite_kind(request: pytest.FixtureRequest) -> str:
+    """The SQLite store with its views, or through SQL only; or the PostgreSQL store."""
+    if request.param == "postgres":
+        pg.require()
     return request.param
 
 
@@ -337,8 +357,13 @@ async def test_stores_agree_when_more_records_match_than_the_candidate_cap(
     scope = SCOPES[0]
     rng = random.Random(15)
     memory = InMemoryStore(cap=1000, clock=clock, retention_days=2)
-    sqlite = SqliteStore(tmp_path / "data", cap=1000, clock=clock, synchronous="off",
-                         retention_days=2, cache_rows=50_000 if sqlite_kind == "views" else 0)
+    if sqlite_kind == "postgres":
+        schema = pg.new_schema()
+        sqlite = pg.make(schema, cap=1000, clock=clock, retention_days=2)
+    else:
+        sqlite = SqliteStore(tmp_path / "data", cap=1000, clock=clock, synchronous="off",
+                             retention_days=2,
+                             cache_rows=50_000 if sqlite_kind == "views" else 0)
     stores = (memory, sqlite)
 
     async def both(call):  # type: ignore[no-untyped-def]
@@ -400,3 +425,5 @@ async def test_stores_agree_when_more_records_match_than_the_candidate_cap(
     finally:
         for store in stores:
             await store.close()
+        if sqlite_kind == "postgres":
+            pg.drop_schemas(schema)

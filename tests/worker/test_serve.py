@@ -131,9 +131,9 @@ async def test_insecure_dev_starts_without_a_token_warns_and_refuses_every_data_
 def test_an_unknown_store_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("SCOPEMEM_CONFIG", raising=False)
-    result = CliRunner().invoke(build_cli(), ["serve", "--store", "postgres"])
+    result = CliRunner().invoke(build_cli(), ["serve", "--store", "cassandra"])
     assert result.exit_code == 1
-    assert "store 'postgres' is not installed; installed:" in result.output
+    assert "store 'cassandra' is not installed; installed:" in result.output
     assert "sqlite" in result.output and "Traceback" not in result.output
 
 

@@ -9,7 +9,7 @@ times beside eight heavy clients, against eight light ones). In a process of its
 holds only that process's GIL: the two cores are shared, the event loop is not.
 
 The ranking process answers one question, the first half of every ranking
-(``core.ranking.best_matches``): which records reach the final score, with their matches,
+(``core.ranking.rank_candidates``): which records reach the final score, with their matches,
 for a query on a scope file at its current generation. It keeps a ``ScopeView`` of each
 scope it was asked about (rebuilt when the file's generation moves on, a bounded number of
 rows in all), read from the committed file as any reader of the directory does. The store
@@ -48,7 +48,7 @@ RANK_PROCESSES_MAX = 16
 _CHILD_FILES = 16
 _CHILD_ROWS = 50_000
 
-Best = tuple[int, list[tuple[float, int]]]  # (generation, best_matches' candidates)
+Best = tuple[int, list[tuple[float, int]]]  # (generation, rank_candidates' answer)
 
 
 class Ranker:
@@ -63,7 +63,7 @@ class Ranker:
 
     async def best(self, path: str, scope_key: str, terms: QueryTerms, limit: int,
                    ranking: Ranking) -> Best | None:
-        """``best_matches`` for the query on the scope file at ``path``, computed in a
+        """``rank_candidates`` for the query on the scope file at ``path``, computed in a
         ranking process, with the generation it read; None when no process could answer."""
         executor = self._pool()
         if executor is None or not self._up():
@@ -153,7 +153,7 @@ def _best_in_child(path: str, scope_key: str, terms: QueryTerms, limit: int, wei
     # score rule, which reads the records' times: the store's view has its own, with the
     # use counts it has not saved yet.
     covered = view.covered(terms, weights, limit, ranking.context_weight)
-    return generation, engine.best_matches(covered, sum(weights), limit, ranking,
+    return generation, engine.rank_candidates(covered, sum(weights), limit, ranking,
                                            view.continues)
 
 

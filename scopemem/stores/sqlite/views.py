@@ -105,7 +105,7 @@ class Views(StoreBase):
             entries = view.entries  # no await from here on: the view cannot change
             candidates = best[1]
             if all(seq in entries for _match, seq in candidates):
-                ranked = engine.score_best(candidates, limit, now, entries)
+                ranked = engine.score_candidates(candidates, limit, now, entries)
                 return self._view_answer(heavy.handle, ranked, bump, now)
         view.readers += 1  # on the loop only: a carry never changes it meanwhile
         try:

@@ -1,0 +1,25 @@
+"""The PostgreSQL store (``memory.store = "postgres"``): every scope in one schema of one
+PostgreSQL database, shared by any number of processes.
+
+Modules, one job each: ``options`` (the ``[memory.stores.postgres]`` table), ``migrations``
+(the versioned schema, applied under an advisory lock), ``statements`` (every SQL statement,
+scope-keyed), ``reads`` (a retrieval's statements in order), ``store`` (the ``MemoryStore``
+methods, the write transaction and the pool). The dialect-free parts a
+second SQL store can share: ``batch`` (a write batch through the engine), ``tokens`` (what a
+record is indexed by; ranking's input from prefilter hits) and ``usage`` (deferred bumps).
+
+psycopg is imported only when a store first connects, so listing plugins or running another
+store never needs it (``pip install 'scopemem[postgres]'``).
+"""
+
+from __future__ import annotations
+
+from scopemem.plugins.markers import hookimpl
+from scopemem.stores.postgres.store import PostgresStore
+
+__all__ = ["PostgresStore"]
+
+
+@hookimpl
+def scopemem_register_stores(register) -> None:  # type: ignore[no-untyped-def]
+    register("postgres", PostgresStore.from_settings)

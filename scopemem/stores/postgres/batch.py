@@ -1,0 +1,133 @@
+"""Driving one write batch through the engine: no SQL, no connection, no dialect.
+
+A SQL store hands ``plan_batch`` the scope's rows a batch can touch (read once, locked, in
+the write's transaction): the active rows sharing a candidate's normalized text and the rows
+its ``supersedes`` / ``restates`` pointers name. The engine's ``plan_write`` then decides each
+candidate in order against the rows as the batch has left them so far (its own inserts, its
+dedup bumps, its supersedes), and the answer is the batch's net effect: the rows to insert,
+the existing rows to change (each once, in its final state), and the counts. The store
+persists that with a few statements, whatever the batch's size, instead of a lookup and a
+statement per candidate.
+
+``pick_eviction`` is the other half of a write: which of the least recently used rows the
+cap retires, from two short ordered reads the store makes (see its docstring).
+
+This is the logic the SQLite store runs candidate by candidate in ``SqliteStore._write_rows``
+and ``_plan_eviction``; it is kept apart from any dialect so both SQL stores can share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from scopemem.core import engine
+from scopemem.core.records import Candidate, Record, WriteCounts
+from scopemem.core.scopes import memory_id
+from scopemem.core.text import normalize_text
+
+__all__ = ["BatchPlan", "lookup_keys", "pick_eviction", "plan_batch", "seq_in_scope"]
+
+
+def seq_in_scope(scope_key: str, record_id: object) -> int | None:
+    """The seq of ``record_id`` when it is exactly an id this scope mints
+    (``mem:<scope>:<seq>``), else None (another scope's, malformed, not a string)."""
+    prefix = f"mem:{scope_key}:"
+    if not isinstance(record_id, str) or not record_id.startswith(prefix):
+        return None
+    digits = record_id[len(prefix):]
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 18:
+        return None
+    seq = int(digits)
+    return seq if memory_id(scope_key, seq) == record_id else None
+
+
+def lookup_keys(scope_key: str, candidates: Sequence[Candidate]
+                ) -> tuple[list[str], list[int]]:
+    """What a store reads for a batch: the candidates' normalized texts (the active rows
+    holding one of them) and the seqs their pointers name in this scope."""
+    norms = sorted({normalize_text(candidate.text) for candidate in candidates})
+    seqs = sorted({seq for candidate in candidates
+                   for pointer in (candidate.restates, candidate.supersedes) if pointer
+                   for seq in (seq_in_scope(scope_key, pointer),) if seq is not None})
+    return norms, seqs
+
+
+@attrs.frozen
+class BatchPlan:
+    """A batch's net effect. ``inserts``: the new records in seq order, each as the batch
+    left it (a later candidate may have bumped or superseded it). ``changes``: the existing
+    rows the batch changed, each once in its final state (a status other than active means
+    it was retired now). ``live_delta``: how the scope's active count moved."""
+
+    counts: WriteCounts
+    inserts: list[Record]
+    changes: list[Record]
+    next_seq: int
+    live_delta: int
+
+
+def plan_batch(scope_key: str, candidates: Sequence[Candidate], known: Iterable[Record],
+               first_seq: int, now: int) -> BatchPlan:
+    """Apply ``engine.plan_write`` to each candidate in order. ``known`` must hold at least
+    the scope's active rows whose normalized text is a candidate's and the rows the
+    candidates' pointers name (``lookup_keys``); ``first_seq`` is the next seq to mint."""
+    rows: dict[int, Record] = {}  # seq -> the row as the batch has left it
+    norms: dict[int, str] = {}
+    for record in known:
+        seq = seq_in_scope(scope_key, record.id)
+        if seq is not None:
+            rows[seq] = record
+            norms[seq] = normalize_text(record.text)
+    existing = set(rows)
+    changed: set[int] = set()
+    seq = first_seq
+    counts = WriteCounts()
+    live_delta = 0
+    for candidate in candidates:
+        norm = normalize_text(candidate.text)
+        pointers = {candidate.restates, candidate.supersedes} - {None, ""}
+        pool = [rows[number] for number in sorted(rows)
+                if (norms[number] == norm and rows[number].is_active)
+                or rows[number].id in pointers]
+        action = engine.plan_write(scope_key, candidate, pool, now)
+        counts += engine.count_action(action, candidate)
+        if isinstance(action, engine.Insert):
+            if action.superseded is not None:
+                retired = seq_in_scope(scope_key, action.superseded.id)
+                if retired is not None:
+                    rows[retired] = action.superseded
+                    changed.add(retired)
+                    live_delta -= 1
+            rows[seq] = engine.mint_record(scope_key, seq, candidate, now)
+            norms[seq] = norm
+            seq += 1
+            live_delta += 1
+        else:
+            number = seq_in_scope(scope_key, action.updated.id)
+            if number is not None:
+                rows[number] = action.updated
+                changed.add(number)
+    return BatchPlan(
+        counts=counts,
+        inserts=[rows[number] for number in range(first_seq, seq)],
+        changes=[rows[number] for number in sorted(changed & existing)],
+        next_seq=seq,
+        live_delta=live_delta,
+    )
+
+
+def pick_eviction(never_used: Sequence[Record], used: Sequence[Record], excess: int
+                  ) -> list[Record]:
+    """The ``excess`` records the engine evicts, as they become once evicted.
+
+    The engine retires the least recently used first: last use, else creation, then
+    creation, then seq. Within the never-used rows that order is (creation, seq); within the
+    used ones (last use, creation, seq); so the ``excess`` first rows overall are among the
+    ``excess`` first of each group. The store reads those two short lists (active rows in
+    those orders, ``excess`` each) and ``engine.plan_eviction`` chooses among them."""
+    if excess <= 0:
+        return []
+    records = {record.id: record for record in (*never_used, *used)}
+    return engine.plan_eviction(records.values(), len(records) - excess)

@@ -1,0 +1,173 @@
+"""The PostgreSQL store's tables, and how a database is brought up to date.
+
+Migrations are versioned: ``schema_migrations`` records each version a schema has seen, and
+every migration runs in its own transaction with its record, so it is applied once or not at
+all. Every statement is also safe to repeat (``IF NOT EXISTS``). ``migrate`` runs them under
+a session advisory lock keyed by the schema's name, so processes starting together migrate
+once: the first takes the lock and migrates, the others wait, then find nothing to do. A
+schema written by a newer scopemem (a version above ``SCHEMA_VERSION``) is refused.
+
+The statements name the schema through ``{s}`` (a validated identifier, quoted); nothing a
+user or a caller chose is ever formatted into SQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+
+from scopemem.errors import StoreError
+
+__all__ = ["MIGRATIONS", "POST_ALL", "SCHEMA_VERSION", "advisory_key", "migrate", "quoted"]
+
+
+@attrs.frozen
+class Migration:
+    """``statements`` run in order, in one transaction with the version's record; each is
+    safe to repeat, and ``once`` ones (backfills) run only when the version is applied."""
+
+    version: int
+    name: str
+    statements: tuple[str, ...]
+    once: tuple[str, ...] = ()
+
+
+_BOOKKEEPING = (
+    "CREATE SCHEMA IF NOT EXISTS {s}",
+    """CREATE TABLE IF NOT EXISTS {s}.schema_migrations (
+        version    integer PRIMARY KEY,
+        name       text NOT NULL,
+        applied_at timestamptz NOT NULL DEFAULT now()
+    )""",
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "scopes, records, lookup indexes and the token index", (
+        """CREATE TABLE IF NOT EXISTS {s}.meta (
+            key   text PRIMARY KEY,
+            value text NOT NULL
+        )""",
+        # One row per scope: the highest seq it ever handed out (ids are never reused, even
+        # after a purge), taken FOR UPDATE by every transaction that changes the scope's rows.
+        """CREATE TABLE IF NOT EXISTS {s}.scopes (
+            scope_key  text PRIMARY KEY,
+            last_seq   bigint NOT NULL DEFAULT 0,
+            created_at bigint NOT NULL
+        )""",
+        """CREATE TABLE IF NOT EXISTS {s}.records (
+            scope_key         text NOT NULL,
+            seq               bigint NOT NULL,
+            id                text NOT NULL,
+            kind              text NOT NULL CHECK (kind IN ('fact', 'summary')),
+            text              text NOT NULL,
+            norm              text NOT NULL,
+            keywords          text[] NOT NULL DEFAULT '{{}}',
+            source_thread_key text NOT NULL,
+            source_run_id     text,
+            created_at        bigint NOT NULL,
+            last_used_at      bigint,
+            use_count         bigint NOT NULL DEFAULT 0,
+            confidence        double precision,
+            supersedes        text,
+            restates          text,
+            status            text NOT NULL DEFAULT 'active' CHECK (status IN
+                                ('active', 'superseded', 'forgotten', 'evicted', 'swept')),
+            source            text NOT NULL DEFAULT 'reflection'
+                                CHECK (source IN ('human', 'reflection')),
+            retired_at        bigint,
+            tokens            text[] NOT NULL DEFAULT '{{}}',
+            PRIMARY KEY (scope_key, seq)
+        )""",
+        # Write-time dedup: the active rows sharing a candidate's normalized text.
+        "CREATE INDEX IF NOT EXISTS records_active_norm ON {s}.records (scope_key, norm)"
+        " WHERE status = 'active'",
+        # Eviction (least recently used first) and the active count.
+        "CREATE INDEX IF NOT EXISTS records_active_lru ON {s}.records"
+        " (scope_key, last_used_at, created_at, seq) WHERE status = 'active'",
+        # The purge past the retention, oldest death first.
+        "CREATE INDEX IF NOT EXISTS records_dead ON {s}.records (scope_key, retired_at)"
+        " WHERE status IN ('superseded', 'evicted', 'swept')",
+    )),
+    Migration(2, "the inverted index of active records, and each scope's active count", (
+        # The prefilter and the statistics: one row per (scope, term, active record holding
+        # it), read by an index-only range scan per query term; ``continues``: the record
+        # was written just after one of its own thread (what the neighbour credit reads).
+        # It replaces a GIN index over ``records.tokens``, which made a retrieval visit
+        # every matching row (docs/postgres-store.md has the figures).
+        """CREATE TABLE IF NOT EXISTS {s}.postings (
+            scope_key text NOT NULL,
+            term      text NOT NULL,
+            seq       bigint NOT NULL,
+            continues boolean NOT NULL DEFAULT false,
+            PRIMARY KEY (scope_key, term, seq) INCLUDE (continues)
+        )""",
+        "DROP INDEX IF EXISTS {s}.records_tokens",
+        "ALTER TABLE {s}.scopes ADD COLUMN IF NOT EXISTS active bigint NOT NULL DEFAULT 0",
+    ), once=(
+        "{post_all}",
+        "UPDATE {s}.scopes AS sc SET active = (SELECT count(*) FROM {s}.records r"
+        " WHERE r.scope_key = sc.scope_key AND r.status = 'active')",
+    )),
+)
+
+#: Every active row's postings, from its tokens (the backfill, and the re-derivation when
+#: the analyzer changes): the same pairs the store's writes add one batch at a time.
+POST_ALL = (
+    "INSERT INTO {s}.postings (scope_key, term, seq, continues)"
+    " SELECT r.scope_key, t.term, r.seq,"
+    " coalesce(p.source_thread_key = r.source_thread_key, false)"
+    " FROM {s}.records r CROSS JOIN LATERAL unnest(r.tokens) AS t(term)"
+    " LEFT JOIN {s}.records p ON p.scope_key = r.scope_key AND p.seq = r.seq - 1"
+    " WHERE r.status = 'active' ON CONFLICT DO NOTHING"
+)
+
+SCHEMA_VERSION = max(migration.version for migration in MIGRATIONS)
+
+def quoted(schema: str) -> str:
+    return '"' + schema.replace('"', '""') + '"'
+
+
+def advisory_key(schema: str) -> int:
+    """The advisory lock key of a schema's migrations: a signed 64-bit integer."""
+    digest = hashlib.sha256(f"scopemem-migrate:{schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+async def migrate(conn: Any, schema: str,
+                  after: Callable[[Any], Awaitable[None]] | None = None) -> list[int]:
+    """Bring ``schema`` up to date on ``conn`` (an autocommit connection), under the
+    schema's advisory lock; the versions applied now (empty when another process did).
+    ``after(conn)`` runs under the same lock once the schema is current (the store
+    re-derives tokens there when its analyzer changed)."""
+    s = quoted(schema)
+    key = advisory_key(schema)
+    await conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+    try:
+        async with conn.transaction():
+            for statement in _BOOKKEEPING:
+                await conn.execute(statement.format(s=s))
+        cursor = await conn.execute(f"SELECT version FROM {s}.schema_migrations")
+        seen = {version for (version,) in await cursor.fetchall()}
+        newest = max(seen, default=0)
+        if newest > SCHEMA_VERSION:
+            raise StoreError(f"postgres store: schema {schema!r} has version {newest}, newer"
+                             f" than this scopemem understands ({SCHEMA_VERSION})")
+        applied = []
+        for migration in MIGRATIONS:
+            if migration.version in seen:
+                continue
+            async with conn.transaction():
+                for statement in (*migration.statements, *migration.once):
+                    await conn.execute(statement.format(s=s, post_all=POST_ALL.format(s=s)))
+                await conn.execute(
+                    f"INSERT INTO {s}.schema_migrations (version, name) VALUES (%s, %s)",
+                    (migration.version, migration.name))
+            applied.append(migration.version)
+        if after is not None:
+            await after(conn)
+        return applied
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))

@@ -1,0 +1,145 @@
+"""A retrieval and a use count on the PostgreSQL store: the statements, in order.
+
+1. ``Statements.postings``: each query term's postings (seqs, negated for a record that
+   continues its predecessor's thread) and the scope's active count, in one snapshot;
+2. ``tokens.rank_inputs`` and ``engine.rank_candidates``: the weights, each record's
+   covered weight, and the best ``candidate_cap(limit)`` by match;
+3. the candidates' rows, and ``engine.score_candidates``: the answer, exactly the one
+   ``engine.rank_covered`` gives every other store;
+4. one more use of each record returned (when the retrieval counts as one).
+
+When every candidate is returned anyway (no more of them than ``limit``: a selective
+query, a small scope), steps 3 and 4 are one statement, which reads the rows as they were
+and counts their use together.
+
+A use is counted in one statement that skips rows a writer holds locked (a reader never
+waits on a row lock); the skipped ones go to ``usage.DeferredUsage``, and the records
+returned show them counted either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from scopemem.core import engine
+from scopemem.core.records import Record
+from scopemem.core.scopes import record_seq
+from scopemem.stores.base import Hit
+from scopemem.stores.postgres.statements import Statements, record_of
+from scopemem.stores.postgres.tokens import rank_inputs
+from scopemem.stores.postgres.usage import DeferredUsage
+
+__all__ = ["mark_used", "search"]
+
+Details = dict[int, tuple[int, Record]]
+
+
+async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engine.Ranking,
+                 scope_key: str, terms: engine.QueryTerms, limit: int, now: int, bump: bool
+                 ) -> list[Hit]:
+    cursor = await conn.execute(sql.postings, {"scope": scope_key, "terms": list(terms.terms)})
+    rows = await cursor.fetchall()
+    if not rows or rows[0][0] is None:
+        return []
+    covered, total, continues = rank_inputs((row[1:] for row in rows), rows[0][0], terms,
+                                            ranking)
+    candidates = engine.rank_candidates(covered, total, limit, ranking, continues)
+    if not candidates:
+        return []
+    if bump and len(candidates) <= limit:
+        return await _all_returned(conn, sql, usage, ranking, scope_key, covered, total,
+                                   continues, candidates, limit, now)
+    details: Details = {}
+    while True:
+        wanted = [seq for _match, seq in candidates if seq not in details]
+        if wanted:
+            cursor = await conn.execute(sql.active_rows_by_seq,
+                                        {"scope": scope_key, "seqs": wanted})
+            for row in await cursor.fetchall():
+                record = record_of(row)
+                details[row[0]] = (record.last_touched, record)
+        gone = [seq for seq in wanted if seq not in details]
+        if not gone:
+            break
+        # Left active status since the postings were read (a concurrent forget): drop
+        # them, and choose the candidates again.
+        for seq in gone:
+            del covered[seq]
+        candidates = engine.rank_candidates(covered, total, limit, ranking, continues)
+    ranked = engine.score_candidates(candidates, limit, now, details)
+    if not bump:
+        return [Hit(record, match) for record, match in ranked]
+    bumped = await _bump(conn, sql, usage, scope_key, [record for record, _m in ranked], now)
+    return [Hit(bumped[record.id], match) for record, match in ranked]
+
+
+async def _all_returned(conn: Any, sql: Statements, usage: DeferredUsage,
+                        ranking: engine.Ranking, scope_key: str, covered: dict[int, float],
+                        total: float, continues: set[int],
+                        candidates: list[tuple[float, int]], limit: int, now: int
+                        ) -> list[Hit]:
+    """Steps 3 and 4 in one statement, when every candidate is returned (then the
+    candidates are every covered record: the cap exceeds the limit). A candidate gone since
+    the postings were read is dropped; the others are still every candidate."""
+    cursor = await conn.execute(sql.read_and_bump, {
+        "scope": scope_key, "seqs": [seq for _match, seq in candidates], "now": now})
+    details: Details = {}
+    counted: set[int] = set()
+    for row in await cursor.fetchall():
+        record = record_of(row)
+        details[row[0]] = (record.last_touched, record)
+        if row[16]:
+            counted.add(row[0])
+    gone = [seq for _match, seq in candidates if seq not in details]
+    if gone:
+        for seq in gone:
+            del covered[seq]
+        candidates = engine.rank_candidates(covered, total, limit, ranking, continues)
+    ranked = engine.score_candidates(candidates, limit, now, details)
+    late = [record for record, _m in ranked if record_seq(record.id) not in counted]
+    bumped = _counted_later(usage, scope_key, late, now)
+    return [Hit(bumped.get(record.id) or engine.bump_usage(record, now), match)
+            for record, match in ranked]
+
+
+async def _bump(conn: Any, sql: Statements, usage: DeferredUsage, scope_key: str,
+                records: list[Record], now: int) -> dict[str, Record]:
+    """``records`` each with one more use, by id: counted now in one statement, or, for a
+    row a writer holds, a moment later."""
+    seqs = [record_seq(record.id) for record in records]
+    cursor = await conn.execute(sql.bump_now, {"scope": scope_key, "seqs": seqs, "now": now})
+    full = {row[1]: record_of(row) for row in await cursor.fetchall()}
+    full.update(_counted_later(usage, scope_key,
+                               [record for record in records if record.id not in full], now))
+    return full
+
+
+def _counted_later(usage: DeferredUsage, scope_key: str, records: Sequence[Record], now: int
+                   ) -> dict[str, Record]:
+    """Queue one use of each record (rows a writer held), and the records as they will be:
+    with this use and those of earlier retrievals still queued."""
+    out = {}
+    for record in records:
+        waiting = usage.pending(scope_key, record_seq(record.id))
+        out[record.id] = attrs.evolve(engine.bump_usage(record, now),
+                                      use_count=record.use_count + 1 + waiting)
+    if records:
+        usage.add(scope_key, [record_seq(record.id) for record in records], now)
+    return out
+
+
+async def mark_used(conn: Any, sql: Statements, usage: DeferredUsage, scope_key: str,
+                    seqs: list[int], now: int) -> int:
+    """One use of each of ``seqs`` that is an active row; how many."""
+    cursor = await conn.execute(sql.bump_now, {"scope": scope_key, "seqs": seqs, "now": now})
+    done = {row[0] for row in await cursor.fetchall()}
+    rest = [seq for seq in seqs if seq not in done]
+    if rest:
+        cursor = await conn.execute(sql.active_seqs, {"scope": scope_key, "seqs": rest})
+        late = [seq for (seq,) in await cursor.fetchall()]
+        usage.add(scope_key, late, now)
+        done.update(late)
+    return len(done)

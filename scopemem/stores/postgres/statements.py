@@ -1,0 +1,169 @@
+"""Every statement the PostgreSQL store runs, for one schema, and how a row becomes a record.
+
+Each statement names the scope: ``scope_key = %(scope)s`` (bound, never formatted) is in the
+WHERE clause of every read and every change of ``records``, and every index leads with
+``scope_key``, so no statement can read or change another scope's rows whatever its key
+holds (quotes, ``%``, ``_``, backslashes: they are values, never SQL or patterns). User text
+reaches the server only as bound values and ``text[]`` arrays compared with ``= ANY``: no
+tsquery or LIKE parser ever sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from scopemem.core.records import Record, trusted_record
+from scopemem.stores.postgres.migrations import POST_ALL, quoted
+
+__all__ = ["COLUMNS", "Statements", "record_of"]
+
+# The seq, then the record's fields in ``Record``'s order (positions 1-15).
+COLUMNS = ("seq, id, scope_key, kind, text, keywords, source_thread_key, source_run_id,"
+           " created_at, last_used_at, use_count, confidence, supersedes, restates, status,"
+           " source")
+_R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in COLUMNS.split(","))
+PURGEABLE = "('superseded', 'evicted', 'swept')"
+
+
+def record_of(row: Sequence[Any]) -> Record:
+    """The record of a row of ``COLUMNS`` (columns after those are ignored)."""
+    return trusted_record(*row[1:16])
+
+
+class Statements:
+    """The statements of one schema (its name validated and quoted once, here)."""
+
+    def __init__(self, schema: str) -> None:
+        s = quoted(schema)
+        records = f"{s}.records"
+        active = "scope_key = %(scope)s AND status = 'active'"
+        postings = f"{s}.postings"
+        # The postings of the query's terms: per term one array of the seqs holding it,
+        # negated for a record that continues its predecessor's thread (one index-only range
+        # scan per term, in seq order: no sort, no row visited), with the scope's active
+        # count from the same snapshot.
+        self.postings = (
+            f"SELECT (SELECT active FROM {s}.scopes WHERE scope_key = %(scope)s), q.term,"
+            " ARRAY(SELECT CASE WHEN p.continues THEN -p.seq ELSE p.seq END"
+            f"       FROM {postings} p WHERE p.scope_key = %(scope)s AND p.term = q.term)"
+            " FROM unnest(%(terms)s::text[]) AS q(term)")
+        self.post = (f"INSERT INTO {postings} (scope_key, term, seq, continues)"
+                     " SELECT %(scope)s, x.term, x.seq, x.continues"
+                     " FROM unnest(%(terms)s::text[], %(seqs)s::bigint[],"
+                     " %(continues)s::boolean[]) AS x(term, seq, continues)")
+        # Rows leaving active status leave the index (before a forget scrubs their tokens).
+        self.unpost = (
+            f"DELETE FROM {postings} p USING (SELECT r.seq, x.term FROM {records} r,"
+            " unnest(r.tokens) AS x(term)"
+            " WHERE r.scope_key = %(scope)s AND r.seq = ANY(%(seqs)s::bigint[])) AS gone"
+            " WHERE p.scope_key = %(scope)s AND p.term = gone.term AND p.seq = gone.seq")
+        self.thread_of = (f"SELECT source_thread_key FROM {records}"
+                          " WHERE scope_key = %(scope)s AND seq = %(seq)s")
+        self.active_rows_by_seq = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
+                                   " AND seq = ANY(%(seqs)s::bigint[])")
+        self.rows_by_seq = (f"SELECT {COLUMNS} FROM {records}"
+                            " WHERE scope_key = %(scope)s AND seq = ANY(%(seqs)s::bigint[])")
+        # One use of each named active row, skipping rows a writer holds: a reader never
+        # waits on a row lock (the skipped ones are bumped later, see usage.py).
+        # Its commit does not wait for the WAL to reach the disk (``synchronous_commit``
+        # off for this statement's transaction only): a use count is not worth a sync per
+        # retrieval. A server crash may lose the last fraction of a second of use counts
+        # (as the SQLite store may lose its last ``usage_flush_ms``), never a record.
+        self.bump_now = (
+            f"WITH free AS (SELECT seq FROM {records} WHERE {active}"
+            " AND seq = ANY(%(seqs)s::bigint[])"
+            " AND set_config('synchronous_commit', 'off', true) = 'off'"
+            " FOR UPDATE SKIP LOCKED)"
+            f" UPDATE {records} r SET use_count = r.use_count + 1,"
+            " last_used_at = greatest(coalesce(r.last_used_at, 0), %(now)s)"
+            " FROM free WHERE r.scope_key = %(scope)s AND r.seq = free.seq"
+            f" RETURNING {_R_COLUMNS}")
+        # The candidates' rows as they are, and one use of each counted (skipping rows a
+        # writer holds: the last column says which were counted), for a retrieval that
+        # returns every candidate (see reads.py).
+        self.read_and_bump = (
+            f"WITH old AS (SELECT {COLUMNS} FROM {records} WHERE {active}"
+            " AND seq = ANY(%(seqs)s::bigint[])),"
+            f" free AS (SELECT seq FROM {records} WHERE {active}"
+            " AND seq = ANY(%(seqs)s::bigint[])"
+            " AND set_config('synchronous_commit', 'off', true) = 'off'"
+            " FOR UPDATE SKIP LOCKED),"
+            f" done AS (UPDATE {records} r SET use_count = r.use_count + 1,"
+            " last_used_at = greatest(coalesce(r.last_used_at, 0), %(now)s)"
+            " FROM free WHERE r.scope_key = %(scope)s AND r.seq = free.seq RETURNING r.seq)"
+            " SELECT old.*, old.seq IN (SELECT seq FROM done) FROM old")
+        # Deferred bumps: any number of rows and uses in one statement. It skips rows that
+        # are still locked too (waiting there could deadlock with a writer that holds one
+        # row and wants another this statement holds); those stay queued.
+        self.bump_later = (
+            f"WITH free AS (SELECT seq FROM {records} WHERE {active}"
+            " AND seq = ANY(%(seqs)s::bigint[])"
+            " AND set_config('synchronous_commit', 'off', true) = 'off'"
+            " FOR UPDATE SKIP LOCKED)"
+            f" UPDATE {records} r SET use_count = r.use_count + b.uses,"
+            " last_used_at = greatest(coalesce(r.last_used_at, 0), b.last)"
+            " FROM free, unnest(%(seqs)s::bigint[], %(uses)s::bigint[], %(lasts)s::bigint[])"
+            " AS b(seq, uses, last)"
+            " WHERE r.scope_key = %(scope)s AND r.seq = free.seq AND b.seq = free.seq"
+            " RETURNING r.seq")
+        self.active_seqs = (f"SELECT seq FROM {records} WHERE {active}"
+                            " AND seq = ANY(%(seqs)s::bigint[])")
+        self.listing = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
+                        " AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)"
+                        " AND (%(tokens)s::text[] IS NULL OR seq IN (SELECT seq FROM"
+                        f" {postings} WHERE scope_key = %(scope)s"
+                        " AND term = ANY(%(tokens)s::text[])))"
+                        " ORDER BY seq DESC LIMIT %(limit)s")
+        # Writes. The scope's row is the writers' lock: a write, a forget and a sweep take
+        # it first, so changes to one scope are serialized and seqs never collide.
+        self.lock_scope = (f"SELECT last_seq, active FROM {s}.scopes"
+                           " WHERE scope_key = %(scope)s FOR UPDATE")
+        self.new_scope = (f"INSERT INTO {s}.scopes (scope_key, created_at)"
+                          " VALUES (%(scope)s, %(now)s) ON CONFLICT DO NOTHING")
+        self.count_scopes = f"SELECT count(*) FROM {s}.scopes"
+        self.set_counts = (f"UPDATE {s}.scopes SET last_seq = %(last)s, active = %(active)s"
+                           " WHERE scope_key = %(scope)s")
+        self.add_active = (f"UPDATE {s}.scopes SET active = active + %(delta)s"
+                           " WHERE scope_key = %(scope)s")
+        self.batch_rows = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
+                           " AND (norm = ANY(%(norms)s::text[]) OR seq = ANY(%(seqs)s::bigint[]))"
+                           " ORDER BY seq FOR UPDATE")
+        self.insert = (
+            f"INSERT INTO {records} (scope_key, seq, id, kind, text, norm, keywords,"
+            " source_thread_key, source_run_id, created_at, last_used_at, use_count,"
+            " confidence, supersedes, restates, status, source, retired_at, tokens)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s::text[], %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+            " %s, %s, %s::text[])")
+        self.change = (
+            f"UPDATE {records} SET use_count = %s, last_used_at = %s, confidence = %s,"
+            " status = %s, retired_at = CASE WHEN %s = 'active' THEN retired_at ELSE %s END"
+            " WHERE scope_key = %s AND seq = %s")
+        self.retire = (f"UPDATE {records} SET status = %(status)s, retired_at = %(now)s"
+                       f" WHERE {active} AND seq = ANY(%(seqs)s::bigint[]) RETURNING seq")
+        # The eviction's two short reads (``batch.pick_eviction``).
+        self.lru_never_used = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
+                               " AND last_used_at IS NULL ORDER BY created_at, seq"
+                               " LIMIT %(excess)s")
+        self.lru_used = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
+                         " AND last_used_at IS NOT NULL ORDER BY last_used_at, created_at, seq"
+                         " LIMIT %(excess)s")
+        self.purge = (f"DELETE FROM {records} WHERE scope_key = %(scope)s AND seq IN"
+                      f" (SELECT seq FROM {records} WHERE scope_key = %(scope)s"
+                      f" AND status IN {PURGEABLE} AND retired_at <= %(cutoff)s"
+                      " ORDER BY retired_at LIMIT %(rows)s)")
+        self.forget = (f"UPDATE {records} SET status = 'forgotten', retired_at = %(now)s,"
+                       " text = '', norm = '', keywords = '{}', tokens = '{}'"
+                       f" WHERE {active} AND seq = %(seq)s AND id = %(id)s")
+        self.active_facts = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
+                             " AND kind = 'fact' ORDER BY seq")
+        # Re-deriving what rows keep from their text when the analyzer changes.
+        self.get_meta = f"SELECT value FROM {s}.meta WHERE key = %s"
+        self.set_meta = (f"INSERT INTO {s}.meta (key, value) VALUES (%s, %s)"
+                         " ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+        self.all_rows = f"SELECT scope_key, {COLUMNS} FROM {records}"
+        self.refold = (f"UPDATE {records} SET norm = %s, tokens = %s::text[]"
+                       " WHERE scope_key = %s AND seq = %s")
+        # Every posting again, from the re-derived tokens.
+        self.unpost_all = f"DELETE FROM {postings}"
+        self.post_all = POST_ALL.format(s=s)

@@ -1,0 +1,414 @@
+"""The PostgreSQL store: every scope in one table, any number of processes on any number
+of machines, through psycopg 3's async pool.
+
+What it decides is decided by ``scopemem.core.engine``, exactly as in the other stores;
+this module only finds the rows the engine asks for and persists what it answers. It keeps
+no copy of any scope in memory: every answer is read from the server, so a process never
+contradicts another's write. See ``docs/postgres-store.md`` for the schema and why.
+
+Reads (``reads.py``): one statement reads each query term's postings with the scope's
+active count; the engine weighs them and picks the candidates; a second statement reads
+just the candidates' rows, and a third counts a use of what is returned (skipping rows a
+writer holds; ``usage.py`` counts those a moment later). The last two are one statement
+when every candidate is returned anyway.
+
+Writes: one transaction per batch. It takes the scope's row in ``scopes`` FOR UPDATE (so
+writers to a scope queue there, across processes, and the next seq is read under the lock),
+reads and locks the rows the batch can touch, lets ``batch.plan_batch`` run the engine over
+them, inserts and changes rows in two pipelined ``executemany`` calls and keeps the postings
+in step, evicts above the cap, purges dead rows past the retention and records the new last
+seq and active count. All of it commits, or none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from scopemem.core import engine
+from scopemem.core.ranking import Ranking
+from scopemem.core.records import (
+    DEFAULT_RETENTION_DAYS,
+    DEFAULT_SCOPE_CAP,
+    MAX_BATCH,
+    Candidate,
+    Kind,
+    Record,
+    Status,
+    SweepResult,
+    WriteCounts,
+)
+from scopemem.core.scopes import memory_id, record_seq
+from scopemem.core.text import normalize_text
+from scopemem.errors import ScopeLimitReached, StoreBusy, StoreError
+from scopemem.stores.base import (
+    DEFAULT_RANKING,
+    Clock,
+    Hit,
+    StoreSettings,
+    check_cap,
+    check_retention_days,
+    check_scope_key,
+    fit_batch,
+    retention_cutoff,
+    wall_clock_ms,
+)
+from scopemem.stores.postgres import batch as batches
+from scopemem.stores.postgres import migrations, reads
+from scopemem.stores.postgres.options import PostgresOptions, options_from_settings
+from scopemem.stores.postgres.statements import Statements, record_of
+from scopemem.stores.postgres.tokens import postings_of, record_tokens
+from scopemem.stores.postgres.usage import DeferredUsage
+
+__all__ = ["PostgresStore"]
+
+log = logging.getLogger("scopemem.stores.postgres")
+
+# The most dead rows past the retention one write purges (as the SQLite store does).
+PURGE_ROWS = 2 * 2 * MAX_BATCH
+META_FOLDING = "folding"
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg  # deferred: the plugin list must load without it
+        import psycopg_pool
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise StoreError("postgres store: psycopg is not installed"
+                         " (pip install 'scopemem[postgres]')") from exc
+    return psycopg, psycopg_pool
+
+
+class PostgresStore:
+    """Durable memory in one PostgreSQL schema, shared by every process using it."""
+
+    durable = True
+
+    def __init__(self, options: PostgresOptions, *, cap: int = DEFAULT_SCOPE_CAP,
+                 clock: Clock = wall_clock_ms, ranking: Ranking = DEFAULT_RANKING,
+                 retention_days: int = DEFAULT_RETENTION_DAYS) -> None:
+        self.options = options
+        self.cap = check_cap(cap)
+        self.retention_days = check_retention_days(retention_days)
+        self.ranking = ranking
+        self.analyzer = ranking.analyzer
+        self.schema = options.schema
+        self.sql = Statements(options.schema)
+        self._clock = clock
+        self._pool: Any = None
+        self._ready_lock: asyncio.Lock | None = None
+        self._closed = False
+        self._usage = DeferredUsage(self._bump_later)
+
+    def __repr__(self) -> str:  # never the DSN: it may hold a password
+        return f"PostgresStore(schema={self.schema!r}, cap={self.cap!r})"
+
+    @classmethod
+    def from_settings(cls, settings: StoreSettings) -> PostgresStore:
+        settings = settings.named("postgres")
+        return cls(options_from_settings(settings), cap=settings.cap, clock=settings.clock,
+                   ranking=settings.ranking, retention_days=settings.retention_days)
+
+    # --- the MemoryStore methods -----------------------------------------------------------
+
+    async def retrieve(self, scope_key: str, query: str, limit: int) -> list[Record]:
+        return [hit.record for hit in await self.search(scope_key, query, limit)]
+
+    async def search(self, scope_key: str, query: str, limit: int, *, bump: bool = True
+                     ) -> list[Hit]:
+        check_scope_key(scope_key)
+        now = self._clock()
+        terms = engine.query_terms(query, self.analyzer)
+        if not terms.terms or limit <= 0:
+            return []
+        async with self._connection() as conn:
+            return await reads.search(conn, self.sql, self._usage, self.ranking, scope_key,
+                                      terms, limit, now, bump)
+
+    async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
+        now = self._clock()
+        marked = 0
+        for scope_key, ids in used.items():
+            check_scope_key(scope_key)
+            seqs = sorted({seq for seq in (batches.seq_in_scope(scope_key, record_id)
+                                           for record_id in ids) if seq is not None})
+            if not seqs:
+                continue
+            async with self._connection() as conn:
+                done = await reads.mark_used(conn, self.sql, self._usage, scope_key, seqs, now)
+            marked += done
+        return marked
+
+    async def write(self, scope_key: str, candidates: Sequence[Candidate],
+                    cap: int | None = None) -> WriteCounts:
+        check_scope_key(scope_key)
+        cap = self.cap if cap is None else check_cap(cap)
+        if not candidates:
+            return WriteCounts()
+        now = self._clock()
+        fitted = fit_batch(candidates)
+        async with self._connection() as conn, conn.transaction():
+            last_seq, active = await self._lock_scope(conn, scope_key, now, create=True)
+            norms, seqs = batches.lookup_keys(scope_key, fitted)
+            cursor = await conn.execute(self.sql.batch_rows,
+                                        {"scope": scope_key, "norms": norms, "seqs": seqs})
+            known = [record_of(row) for row in await cursor.fetchall()]
+            plan = batches.plan_batch(scope_key, fitted, known, last_seq + 1, now)
+            await self._persist(conn, scope_key, plan, last_seq, now)
+            evicted: list[Record] = []
+            live = active + plan.live_delta
+            if live > cap:
+                evicted = await self._evict(conn, scope_key, live - cap, now)
+            await conn.execute(self.sql.purge, {
+                "scope": scope_key, "rows": PURGE_ROWS,
+                "cutoff": retention_cutoff(now, self.retention_days)})
+            await conn.execute(self.sql.set_counts, {
+                "scope": scope_key, "last": plan.next_seq - 1, "active": live - len(evicted)})
+        return plan.counts + WriteCounts(evicted=len(evicted))
+
+    async def _persist(self, conn: Any, scope_key: str, plan: batches.BatchPlan,
+                       last_seq: int, now: int) -> None:
+        """The batch's new rows and their postings, and its changes to existing rows (those
+        it retired leave the index)."""
+        async with conn.cursor() as cursor:
+            if plan.inserts:
+                await cursor.executemany(self.sql.insert, [
+                    (scope_key, record_seq(r.id), r.id, r.kind.value, r.text,
+                     normalize_text(r.text), list(r.keywords), r.source_thread_key,
+                     r.source_run_id, r.created_at, r.last_used_at, r.use_count, r.confidence,
+                     r.supersedes, r.restates, r.status.value, r.source.value,
+                     None if r.is_active else now, record_tokens(r, self.analyzer))
+                    for r in plan.inserts])
+                previous = None
+                if last_seq:
+                    previous = await self._scalar(conn, self.sql.thread_of,
+                                                  {"scope": scope_key, "seq": last_seq})
+                terms, seqs, continues = postings_of(plan.inserts, previous, self.analyzer)
+                await conn.execute(self.sql.post, {"scope": scope_key, "terms": terms,
+                                                   "seqs": seqs, "continues": continues})
+            if plan.changes:
+                await cursor.executemany(self.sql.change, [
+                    (r.use_count, r.last_used_at, r.confidence, r.status.value,
+                     r.status.value, now, scope_key, record_seq(r.id))
+                    for r in plan.changes])
+                retired = [record_seq(r.id) for r in plan.changes if not r.is_active]
+                if retired:
+                    await conn.execute(self.sql.unpost, {"scope": scope_key, "seqs": retired})
+
+    async def _evict(self, conn: Any, scope_key: str, excess: int, now: int) -> list[Record]:
+        groups = []
+        for statement in (self.sql.lru_never_used, self.sql.lru_used):
+            cursor = await conn.execute(statement, {"scope": scope_key, "excess": excess})
+            groups.append([record_of(row) for row in await cursor.fetchall()])
+        evicted = batches.pick_eviction(groups[0], groups[1], excess)
+        await self._retire(conn, scope_key, evicted, Status.EVICTED, now)
+        return evicted
+
+    async def _retire(self, conn: Any, scope_key: str, records: Sequence[Record],
+                      status: Status, now: int) -> int:
+        """Retire the active ones of ``records`` with ``status``, out of the index; how many."""
+        seqs = [record_seq(r.id) for r in records]
+        if not seqs:
+            return 0
+        cursor = await conn.execute(self.sql.retire, {"scope": scope_key, "seqs": seqs,
+                                                      "status": status.value, "now": now})
+        retired = [seq for (seq,) in await cursor.fetchall()]
+        if retired:
+            await conn.execute(self.sql.unpost, {"scope": scope_key, "seqs": retired})
+        return len(retired)
+
+    async def list(self, scope_key: str, limit: int, query: str | None = None,
+                   kind: Kind | None = None) -> list[Record]:
+        check_scope_key(scope_key)
+        if limit <= 0:
+            return []
+        tokens: list[str] | None = None
+        if query is not None:
+            tokens = list(engine.query_terms(query, self.analyzer).prefilter)
+            if not tokens:
+                return []
+        async with self._connection() as conn:
+            cursor = await conn.execute(self.sql.listing, {
+                "scope": scope_key, "limit": limit, "tokens": tokens,
+                "kind": None if kind is None else str(kind)})
+            rows = await cursor.fetchall()
+        # The index and the engine agree by construction; the engine still has the last word.
+        return engine.listing([record_of(row) for row in rows], limit, query=query, kind=kind,
+                              analyzer=self.analyzer)
+
+    async def forget(self, scope_key: str, record_id: str) -> bool:
+        check_scope_key(scope_key)
+        seq = batches.seq_in_scope(scope_key, record_id)
+        if seq is None:
+            return False
+        now = self._clock()
+        async with self._connection() as conn, conn.transaction():
+            if await self._lock_scope(conn, scope_key, now, create=False) is None:
+                return False
+            params = {"scope": scope_key, "seq": seq, "id": memory_id(scope_key, seq),
+                      "now": now, "seqs": [seq]}
+            cursor = await conn.execute(self.sql.active_seqs, params)
+            if not await cursor.fetchall():
+                return False
+            await conn.execute(self.sql.unpost, params)  # while the row holds its tokens
+            cursor = await conn.execute(self.sql.forget, params)
+            await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": -1})
+            return cursor.rowcount > 0
+
+    async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
+        check_scope_key(scope_key)
+        now = self._clock()
+        async with self._connection() as conn, conn.transaction():
+            if not dry_run and await self._lock_scope(conn, scope_key, now,
+                                                      create=False) is None:
+                return SweepResult(swept=0)
+            cursor = await conn.execute(self.sql.active_facts, {"scope": scope_key})
+            swept = engine.plan_sweep([record_of(row) for row in await cursor.fetchall()])
+            if dry_run:
+                return SweepResult(swept=len(swept), ids=tuple(r.id for r in swept))
+            retired = await self._retire(conn, scope_key, swept, Status.SWEPT, now)
+            await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": -retired})
+        return SweepResult(swept=len(swept))
+
+    async def flush(self) -> None:
+        """Apply the use counts still deferred now (``close`` applies them too)."""
+        await self._usage.drain()
+
+    async def close(self) -> None:
+        """Apply deferred use counts and close the pool. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._pool is None:
+            return
+        try:
+            await self._usage.drain()  # on the pool, still open for it
+        finally:
+            pool, self._pool = self._pool, None
+            await pool.close()
+
+    # --- plumbing --------------------------------------------------------------------------
+
+    async def _lock_scope(self, conn: Any, scope_key: str, now: int, *, create: bool
+                          ) -> tuple[int, int] | None:
+        """Take the scope's row FOR UPDATE (creating it when ``create``): its last seq and
+        active count, or None when the scope has no row and ``create`` is false."""
+        cursor = await conn.execute(self.sql.lock_scope, {"scope": scope_key})
+        row = await cursor.fetchone()
+        if row is not None or not create:
+            return None if row is None else (row[0], row[1])
+        if self.options.max_scopes:
+            # New scopes are counted one at a time, across processes.
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)",
+                               (migrations.advisory_key(self.schema) ^ 1,))
+            held = await self._scalar(conn, self.sql.count_scopes, None)
+            if held >= self.options.max_scopes:
+                raise ScopeLimitReached(
+                    f"postgres store: schema {self.schema!r} holds {held} scopes, the limit"
+                    f" (max_scopes = {self.options.max_scopes}); a write to a new scope is"
+                    " refused")
+        await conn.execute(self.sql.new_scope, {"scope": scope_key, "now": now})
+        cursor = await conn.execute(self.sql.lock_scope, {"scope": scope_key})
+        row = await cursor.fetchone()
+        return row[0], row[1]
+
+    @staticmethod
+    async def _scalar(conn: Any, statement: str, params: Any) -> Any:
+        cursor = await conn.execute(statement, params)
+        row = await cursor.fetchone()
+        return row[0]
+
+    async def _bump_later(self, scope_key: str, bumps: Mapping[int, list[int]]) -> list[int]:
+        """Apply deferred bumps; the seqs of those still locked (active, to try again)."""
+        seqs = sorted(bumps)
+        async with self._connection(closing_ok=True) as conn:
+            cursor = await conn.execute(self.sql.bump_later, {
+                "scope": scope_key, "seqs": seqs, "uses": [bumps[s][0] for s in seqs],
+                "lasts": [bumps[s][1] for s in seqs]})
+            done = {seq for (seq,) in await cursor.fetchall()}
+            rest = [seq for seq in seqs if seq not in done]
+            if not rest:
+                return []
+            cursor = await conn.execute(self.sql.active_seqs,
+                                        {"scope": scope_key, "seqs": rest})
+            return [seq for (seq,) in await cursor.fetchall()]
+
+    @contextlib.asynccontextmanager
+    async def _connection(self, *, closing_ok: bool = False) -> AsyncIterator[Any]:
+        """A pooled autocommit connection; psycopg's errors become ``StoreError``."""
+        if self._closed and not closing_ok:
+            raise StoreError("the postgres store is closed")
+        psycopg, psycopg_pool = _psycopg()
+        pool = await self._ready()
+        try:
+            async with pool.connection() as conn:
+                yield conn
+        except psycopg_pool.PoolTimeout as exc:
+            raise StoreBusy(f"postgres store: no connection free: {exc}") from exc
+        except psycopg.errors.QueryCanceled as exc:
+            raise StoreBusy(f"postgres store: statement timed out: {exc}") from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"postgres store: {type(exc).__name__}: {exc}") from exc
+
+    async def _ready(self) -> Any:
+        """The open pool, the schema migrated (once per store)."""
+        if self._pool is not None:
+            return self._pool
+        if self._closed:
+            raise StoreError("the postgres store is closed")
+        if self._ready_lock is None:
+            self._ready_lock = asyncio.Lock()
+        async with self._ready_lock:
+            if self._pool is not None:
+                return self._pool
+            psycopg, psycopg_pool = _psycopg()
+            options = self.options
+            kwargs: dict[str, Any] = {"autocommit": True}
+            if options.statement_timeout_ms:
+                kwargs["options"] = f"-c statement_timeout={options.statement_timeout_ms}"
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                        options.dsn, autocommit=True) as conn:
+                    await migrations.migrate(conn, self.schema, self._refold)
+                pool = psycopg_pool.AsyncConnectionPool(
+                    options.dsn, min_size=options.min_pool, max_size=options.max_pool,
+                    kwargs=kwargs, open=False, name=f"scopemem-{self.schema}")
+                await pool.open(wait=options.min_pool > 0, timeout=30)
+            except psycopg.Error as exc:
+                raise StoreError(f"postgres store: cannot open schema {self.schema!r}:"
+                                 f" {type(exc).__name__}: {exc}") from exc
+            except psycopg_pool.PoolTimeout as exc:
+                raise StoreError(f"postgres store: cannot connect: {exc}") from exc
+            if self._closed:
+                await pool.close()
+                raise StoreError("the postgres store is closed")
+            self._pool = pool
+            return pool
+
+    async def _refold(self, conn: Any) -> None:
+        """Re-derive every row's dedup key and tokens when they were written under other
+        tokenizing rules or languages (``Analyzer.signature``). Runs under the migration
+        lock, in one transaction; rows, ids, statuses and use counts are untouched."""
+        signature = self.analyzer.signature
+        cursor = await conn.execute(self.sql.get_meta, (META_FOLDING,))
+        row = await cursor.fetchone()
+        if row is not None and row[0] == signature:
+            return
+        async with conn.transaction():
+            cursor = await conn.execute(self.sql.all_rows)
+            rows = await cursor.fetchall()
+            if rows:
+                async with conn.cursor() as cur:
+                    await cur.executemany(self.sql.refold, [
+                        (normalize_text(record.text),
+                         record_tokens(record, self.analyzer) if record.is_active else [],
+                         row[0], row[1])
+                        for row in rows for record in (record_of(row[1:]),)])
+                log.info("postgres store: schema %s: re-derived the tokens of %d records (%s)",
+                         self.schema, len(rows), signature)
+            await conn.execute(self.sql.unpost_all)
+            await conn.execute(self.sql.post_all)
+            await conn.execute(self.sql.set_meta, (META_FOLDING, signature))

@@ -1,0 +1,343 @@
+"""What only the PostgreSQL store has: its options, its schema and migrations, scope
+isolation under hostile scope keys, many processes on one schema, bumps that never wait.
+
+The contract suite (``test_contract``, kind ``postgres``) and the equivalence tests cover
+what every store does; these need the real server too (see ``tests/stores/pg.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from scopemem.core.records import Status
+from scopemem.errors import ConfigError, ScopeLimitReached, StoreError
+from scopemem.stores import postgres as postgres_plugin
+from scopemem.stores.base import StoreSettings
+from scopemem.stores.postgres import PostgresStore, migrations
+from scopemem.stores.postgres.statements import Statements
+from tests.conftest import FakeClock, fact, summary
+from tests.stores import pg
+
+ROOT = Path(__file__).resolve().parents[2]
+ORG = "org:acme"
+
+
+def settings(**options: object) -> StoreSettings:
+    return StoreSettings(options=options, name="postgres", environ={"PG_URL": "postgresql://h/db"})
+
+
+# --- options, registration, imports (no server needed) -----------------------------------
+
+def test_from_settings_reads_its_table():
+    store = PostgresStore.from_settings(settings(dsn_env="PG_URL", schema="tenant_7",
+                                                 min_pool=2, max_pool=3,
+                                                 statement_timeout_ms=250, max_scopes=9))
+    assert (store.options.dsn, store.schema, store.options.min_pool, store.options.max_pool,
+            store.options.statement_timeout_ms, store.options.max_scopes) == (
+        "postgresql://h/db", "tenant_7", 2, 3, 250, 9)
+    assert "postgresql://" not in repr(store) and "postgresql://" not in repr(store.options)
+    default = PostgresStore.from_settings(settings(dsn="postgresql://x/y"))
+    assert default.schema == "scopemem"
+
+
+@pytest.mark.parametrize(("options", "key", "says"), [
+    ({}, "dsn", "exactly one of dsn and dsn_env"),
+    ({"dsn": "postgresql://x", "dsn_env": "PG_URL"}, "dsn", "exactly one"),
+    ({"dsn_env": "NOT_SET"}, "dsn_env", r"\$NOT_SET is not set"),
+    ({"dsn": ""}, "dsn", "must not be empty"),
+    ({"dsn": "postgresql://x", "schema": "Bad-Name"}, "schema", "lower-case identifier"),
+    ({"dsn": "postgresql://x", "schema": 'x"; DROP'}, "schema", "lower-case identifier"),
+    ({"dsn": "postgresql://x", "min_pool": 5, "max_pool": 2}, "max_pool", "at least min_pool"),
+    ({"dsn": "postgresql://x", "max_pool": 0}, "max_pool", "whole number"),
+    ({"dsn": "postgresql://x", "statement_timeout_ms": -1}, "statement_timeout_ms", "whole"),
+    ({"dsn": "postgresql://x", "pool": 3}, "pool", "unknown option"),
+])
+def test_from_settings_names_the_bad_key(options, key, says):
+    with pytest.raises(ConfigError, match=rf"^memory\.stores\.postgres\.{key}: .*{says}"):
+        PostgresStore.from_settings(settings(**options))
+
+
+def test_registered_as_the_postgres_store_with_an_extra():
+    found: dict = {}
+    postgres_plugin.scopemem_register_stores(register=found.__setitem__)
+    assert found == {"postgres": PostgresStore.from_settings}
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"]["scopemem"]["postgres"] == "scopemem.stores.postgres"
+    extra = project["optional-dependencies"]["postgres"]
+    assert any(dep.startswith("psycopg[binary,pool]") for dep in extra)
+    assert set(extra) <= set(project["optional-dependencies"]["test"])
+
+
+def test_the_plugin_loads_and_builds_without_psycopg():
+    code = ("import sys; sys.modules['psycopg'] = None; sys.modules['psycopg_pool'] = None;"
+            " import scopemem.stores.postgres as p;"
+            " from scopemem.stores.base import StoreSettings as S;"
+            " p.PostgresStore.from_settings(S(options={'dsn': 'postgresql://x'}));"
+            " print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    assert out.stdout.strip() == "ok"
+
+
+def test_every_statement_on_records_is_keyed_by_scope():
+    # Each mention of a scope's table (a read, a change, a subquery) has a scope condition
+    # of its own; an insert names its scope as a value. Only the re-derivation of every
+    # row's tokens when the analyzer changes (at startup, under the migration lock) reads
+    # across scopes, and it answers nothing.
+    rederive = {"all_rows", "unpost_all", "post_all"}
+    sql = Statements("s")
+    checked = 0
+    for name, statement in vars(sql).items():
+        mentions = statement.count(".records") + statement.count(".postings")
+        if not mentions or name in rederive:
+            continue
+        checked += 1
+        keyed = statement.count("scope_key = %(scope)s") + statement.count("scope_key = %s")
+        if statement.startswith("INSERT"):
+            assert "(scope_key, seq," in statement or "SELECT %(scope)s," in statement, name
+            keyed += 1
+        assert keyed >= mentions, name
+    assert checked >= 20
+
+
+def test_a_skip_is_a_failure_under_ci(monkeypatch):
+    monkeypatch.setattr(pg, "unavailable", lambda: "no server here")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true"):
+        pg.require()
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception, match="no server here"):
+        pg.require()
+
+
+async def test_an_unreachable_server_is_a_store_error(clock: FakeClock):
+    pytest.importorskip("psycopg")
+    from scopemem.stores.postgres.options import PostgresOptions
+
+    store = PostgresStore(PostgresOptions(dsn="postgresql://127.0.0.1:1/none?connect_timeout=2",
+                                          min_pool=0), clock=clock)
+    with pytest.raises(StoreError, match="postgres store: cannot open schema"):
+        await store.write(ORG, [fact("anything")])
+    await store.close()
+
+
+# --- against the server ----------------------------------------------------------------
+
+@pytest.fixture
+async def stores(clock: FakeClock):
+    """``make(schema=None, **kwargs)``: PostgresStores, closed and their schemas dropped."""
+    pg.require()
+    built: list[PostgresStore] = []
+
+    def make(schema: str | None = None, **kwargs: object) -> PostgresStore:
+        kwargs.setdefault("clock", clock)
+        store = pg.make(schema, **kwargs)
+        built.append(store)
+        return store
+
+    yield make
+    for store in built:
+        await store.close()
+    pg.drop_schemas(*{store.schema for store in built})
+
+
+def raw(sql: str, params: tuple = ()) -> list[tuple]:
+    import psycopg
+
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        cursor = conn.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+HOSTILE = ["org:a", "org:a'b", "org:a''", "org:a%", "org:_", "org:a_", "org:a\\b", "org:a\\",
+           'org:"a"', "org:a;DROP", "org:%'||'", "org:ünïcødé", "org:日本", "org:a" + "x" * 190,
+           "org:A", "org:a:1", "user:*", "org:$1", "org:%(scope)s"]
+
+
+async def test_hostile_scope_keys_never_see_each_other(stores):
+    store = stores()
+    for n, key in enumerate(HOSTILE):
+        counts = await store.write(key, [fact(f"deploy uses docker {n}"), fact("shared text"),
+                                         summary(f"the sha 3f9a2c1 was pushed {n}")])
+        assert counts.inserted == 3
+    for n, key in enumerate(HOSTILE):
+        got = await store.retrieve(key, "deploy docker shared sha pushed", 10)
+        assert {r.scope_key for r in got} == {key}
+        assert {r.id for r in got} == {f"mem:{key}:{seq}" for seq in (1, 2, 3)}
+        listed = await store.list(key, 50)
+        assert [r.text for r in listed] == [f"the sha 3f9a2c1 was pushed {n}", "shared text",
+                                            f"deploy uses docker {n}"]
+        assert [r.text for r in await store.list(key, 50, query="shared")] == ["shared text"]
+        # Another scope's id (alike but for one character) is never this scope's record.
+        for other in HOSTILE:
+            if other != key:
+                assert not await store.forget(key, f"mem:{other}:1")
+                assert await store.mark_used({key: [f"mem:{other}:2"]}) == 0
+    assert await store.forget(HOSTILE[1], f"mem:{HOSTILE[1]}:2")
+    assert (await store.sweep(HOSTILE[2])).swept == 0  # summaries are never swept
+    for key in HOSTILE:
+        texts = [r.text for r in await store.list(key, 50)]
+        assert ("shared text" in texts) == (key != HOSTILE[1]), key
+    rows = raw(f'SELECT scope_key, count(*) FROM "{store.schema}".records GROUP BY 1')
+    assert dict(rows) == dict.fromkeys(HOSTILE, 3)
+
+
+async def test_two_stores_starting_together_migrate_once(stores):
+    schema = pg.new_schema()
+    together = [stores(schema) for _ in range(4)]
+    await asyncio.gather(*(store.list(ORG, 1) for store in together))
+    versions = raw(f'SELECT version FROM "{schema}".schema_migrations ORDER BY 1')
+    assert versions == [(v.version,) for v in migrations.MIGRATIONS]
+    # Migrating again (a restart) changes nothing.
+    again = stores(schema)
+    await again.list(ORG, 1)
+    assert raw(f'SELECT version FROM "{schema}".schema_migrations ORDER BY 1') == versions
+
+
+async def test_a_newer_schema_is_refused(stores):
+    store = stores()
+    await store.list(ORG, 1)
+    raw(f'INSERT INTO "{store.schema}".schema_migrations (version, name) VALUES (99, %s)',
+        ("from the future",))
+    later = stores(store.schema)
+    with pytest.raises(StoreError, match="version 99, newer"):
+        await later.list(ORG, 1)
+
+
+async def test_writers_in_two_processes_never_collide_on_an_id(stores):
+    first = stores()
+    second = stores(first.schema)  # another process, in effect: its own pool
+    batches = [[fact(f"fact {who} {n} {m}") for m in range(5)] for who in range(2)
+               for n in range(10)]
+    writers = [(first if index % 2 else second).write(ORG, batch)
+               for index, batch in enumerate(batches)]
+    counts = await asyncio.gather(*writers)
+    assert sum(c.inserted for c in counts) == 100
+    ids = [r.id for r in await first.list(ORG, 200)]
+    assert sorted(ids, key=lambda i: int(i.rsplit(":", 1)[1])) == [
+        f"mem:{ORG}:{seq}" for seq in range(1, 101)]
+    assert raw(f'SELECT last_seq FROM "{first.schema}".scopes') == [(100,)]
+
+
+async def test_a_retrieval_never_waits_on_a_writers_row_lock(stores):
+    import psycopg
+
+    store = stores()
+    await store.write(ORG, [fact("deploy uses docker"), fact("deploy on fridays")])
+    async with await psycopg.AsyncConnection.connect(pg.dsn()) as writer:
+        await writer.execute(f'SELECT 1 FROM "{store.schema}".records WHERE scope_key = %s'
+                             " AND seq = 1 FOR UPDATE", (ORG,))  # held until rollback
+        hits = await asyncio.wait_for(store.retrieve(ORG, "deploy docker", 5), timeout=3)
+        assert [(r.id, r.use_count) for r in hits] == [(f"mem:{ORG}:1", 1),
+                                                       (f"mem:{ORG}:2", 1)]
+        counts = raw(f'SELECT seq, use_count FROM "{store.schema}".records ORDER BY seq')
+        assert counts == [(1, 0), (2, 1)]  # the locked row's use is still to come
+        await writer.rollback()
+    await store.flush()
+    counts = raw(f'SELECT seq, use_count FROM "{store.schema}".records ORDER BY seq')
+    assert counts == [(1, 1), (2, 1)]
+
+
+async def test_forget_scrubs_the_row_and_keeps_its_provenance(stores):
+    store = stores()
+    await store.write(ORG, [fact("the vault password rotates monthly", keywords=("vault",),
+                                 source_run_id="r-9")])
+    assert await store.forget(ORG, f"mem:{ORG}:1")
+    (row,) = raw(f'SELECT text, norm, keywords, tokens, status, source_run_id, id'
+                 f' FROM "{store.schema}".records')
+    assert row == ("", "", [], [], Status.FORGOTTEN.value, "r-9", f"mem:{ORG}:1")
+    assert not await store.forget(ORG, f"mem:{ORG}:1")
+
+
+async def test_max_scopes_refuses_a_new_scope_only(stores):
+    store = stores(max_scopes=2)
+    await store.write("org:a", [fact("one")])
+    await store.write("org:b", [fact("two")])
+    with pytest.raises(ScopeLimitReached, match="max_scopes = 2"):
+        await store.write("org:c", [fact("three")])
+    await store.write("org:a", [fact("four")])  # an existing scope still takes writes
+    assert await store.list("org:c", 5) == []
+
+
+async def test_a_changed_analyzer_re_derives_the_tokens(stores, clock: FakeClock):
+    from scopemem.core.ranking import Ranking
+    from scopemem.core.words import PLAIN
+
+    english = stores()
+    await english.write(ORG, [fact("deploying the caches")])
+    assert [r.id for r in await english.retrieve(ORG, "deploy cache", 5)] == [f"mem:{ORG}:1"]
+    plain = stores(english.schema, ranking=Ranking(PLAIN))
+    assert await plain.retrieve(ORG, "deploy cache", 5) == []  # no stemming now
+    assert [r.id for r in await plain.retrieve(ORG, "deploying", 5)] == [f"mem:{ORG}:1"]
+    (tokens,) = raw(f'SELECT tokens FROM "{english.schema}".records')
+    assert tokens == (["caches", "deploying", "the"],)
+
+
+async def test_close_applies_the_uses_still_deferred(stores):
+    import psycopg
+
+    store = stores()
+    await store.write(ORG, [fact("deploy uses docker")])
+    async with await psycopg.AsyncConnection.connect(pg.dsn()) as writer:
+        await writer.execute(f'SELECT 1 FROM "{store.schema}".records WHERE scope_key = %s'
+                             " FOR UPDATE", (ORG,))
+        assert [r.use_count for r in await store.retrieve(ORG, "docker", 5)] == [1]
+        assert [r.use_count for r in await store.retrieve(ORG, "docker", 5)] == [2]
+        await writer.rollback()
+    await store.close()
+    assert raw(f'SELECT use_count FROM "{store.schema}".records') == [(2,)]
+
+
+def test_two_processes_starting_together_migrate_once(stores):
+    schema = pg.new_schema()
+    stores(schema)  # dropped with the test
+    code = ("import asyncio, sys\n"
+            "from tests.stores import pg\n"
+            "async def main():\n"
+            "    store = pg.make(sys.argv[1])\n"
+            "    await store.list('org:acme', 1)\n"
+            "    await store.close()\n"
+            "asyncio.run(main())\n")
+    children = [subprocess.Popen([sys.executable, "-c", code, schema], cwd=ROOT,
+                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
+                for _ in range(2)]
+    assert [child.wait(timeout=60) for child in children] == [0, 0]
+    versions = raw(f'SELECT version FROM "{schema}".schema_migrations ORDER BY 1')
+    assert versions == [(v.version,) for v in migrations.MIGRATIONS]
+
+
+async def test_readers_and_writers_on_one_scope_lose_no_use_and_never_deadlock(stores):
+    first = stores()
+    second = stores(first.schema)  # another process, in effect
+    texts = [f"deploy step {n} uses the docker cache" for n in range(12)]
+    await first.write(ORG, [fact(text) for text in texts])
+
+    async def writer(store: PostgresStore, k: int) -> int:
+        deduped = 0
+        for n in range(6):  # the same texts again (dedup bumps) and new ones
+            counts = await store.write(ORG, [fact(texts[(k + n) % 12]),
+                                             fact(f"new fact {k} {n} about docker")])
+            deduped += counts.deduped
+        return deduped
+
+    async def reader(store: PostgresStore) -> int:
+        hits = 0
+        for _ in range(8):
+            hits += len(await store.retrieve(ORG, "deploy docker cache", 8))
+        return hits
+
+    results = await asyncio.gather(*(writer(s, k) for k, s in enumerate([first, second] * 2)),
+                                   *(reader(s) for s in [first, second] * 3))
+    await first.flush()
+    await second.flush()
+    deduped, hits = sum(results[:4]), sum(results[4:])
+    (uses,) = raw(f'SELECT sum(use_count) FROM "{first.schema}".records')
+    assert uses == (deduped + hits,)
+    ids = [r.id for r in await first.list(ORG, 50)]
+    assert len(ids) == len(set(ids)) == 12 + 4 * 6
