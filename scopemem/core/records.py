@@ -41,6 +41,9 @@ MAX_EXPORT_PAGE = 100
 MAX_SCOPES_PAGE = 1000
 MAX_SEQ = 10**18 - 1
 MAX_IMPORT_INT = 2**53 - 1
+# The most bytes of records a client puts in one /import body: half the worker's default
+# body limit, so a batch of long non-ASCII records is split rather than refused.
+MAX_IMPORT_BYTES = 256 * 1024
 DEFAULT_SCOPE_CAP = 500
 MAX_SCOPE_CAP = 10_000
 # How long a superseded, evicted or swept record keeps its text (an audit of what a sweep or

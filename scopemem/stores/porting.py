@@ -38,7 +38,7 @@ from typing import Protocol, runtime_checkable
 
 from scopemem.core.porting import record_problem, record_seq_of, scrub
 from scopemem.core.records import MAX_EXPORT_PAGE, Record
-from scopemem.errors import StoreError, StoreRefused
+from scopemem.errors import StoreError, StoreRefused, StoreUnsupported
 from scopemem.stores.base import MemoryStore, check_scope_key
 
 __all__ = ["PortableStore", "export_records", "group_import", "portable"]
@@ -61,12 +61,12 @@ class PortableStore(Protocol):
 
 
 def portable(store: MemoryStore, name: str | None = None) -> PortableStore:
-    """``store`` as a ``PortableStore``; a ``StoreError`` saying so when it is not one (the
-    null store keeps nothing to move)."""
+    """``store`` as a ``PortableStore``; ``StoreUnsupported`` saying so when it is not one
+    (the null store keeps nothing to move)."""
     if isinstance(store, PortableStore):
         return store
     label = f"memory.store = {name!r}" if name else type(store).__name__
-    raise StoreError(f"{label} cannot export or import records"
+    raise StoreUnsupported(f"{label} cannot export or import records"
                      " (the memory, sqlite and worker stores can)")
 
 
