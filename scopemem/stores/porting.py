@@ -73,7 +73,9 @@ def portable(store: MemoryStore, name: str | None = None) -> PortableStore:
 async def export_records(store: PortableStore, scope_key: str | None = None, *,
                          page: int = MAX_EXPORT_PAGE) -> AsyncIterator[Record]:
     """Every record of ``scope_key`` (every scope's, scope keys sorted, when None), in id
-    order within a scope, fetched ``page`` records at a time."""
+    order within a scope, fetched ``page`` records at a time (at most ``MAX_EXPORT_PAGE``,
+    what the worker serves). A page out of seq order is a ``StoreError``, never a loop."""
+    page = max(1, min(page, MAX_EXPORT_PAGE))
     scopes = [check_scope_key(scope_key)] if scope_key is not None else \
         await store.export_scopes()
     for key in scopes:
@@ -81,12 +83,14 @@ async def export_records(store: PortableStore, scope_key: str | None = None, *,
         while True:
             records = await store.export_page(key, after, page)
             for record in records:
+                seq = record_seq_of(record)
+                if seq is None or seq <= after or record.scope_key != key:
+                    raise StoreError(f"export of {key}: {record.id!r} is not the next of"
+                                     " its records (out of order or another scope's)")
+                after = seq
                 yield record
             if len(records) < page:
                 break
-            after = record_seq_of(records[-1]) or 0
-            if after == 0:  # pragma: no cover - a store answered an id it could not mint
-                raise StoreError(f"export of {key}: {records[-1].id!r} is not one of its ids")
 
 
 def group_import(records: Sequence[Record]) -> dict[str, list[tuple[int, Record]]]:
