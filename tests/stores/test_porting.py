@@ -3,6 +3,7 @@ exports and imports with every field and status kept, the same way."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 
@@ -12,6 +13,7 @@ import pytest
 from scopemem.core.porting import record_line
 from scopemem.core.records import Kind, Record, Status, to_wire
 from scopemem.errors import StoreRefused, StoreUnsupported
+from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.null import NullStore
 from scopemem.stores.porting import export_records, portable
 from scopemem.stores.sqlite import scope_file_name
@@ -189,3 +191,32 @@ async def test_sqlite_lists_scopes_by_the_key_inside_each_file(make, tmp_path, c
     store = make()
     assert await portable(store).export_scopes() == [ORG, USER]
     assert "copied or renamed" in caplog.text
+
+
+async def test_every_store_exports_what_the_in_process_store_does(make_store, clock):
+    """The same calls give the same export on every store, and an export moves from any
+    store kind into any other unchanged."""
+    source = await make_store(cap=500)
+    await populate(source, clock)
+    reference_clock = FakeClock()
+    reference = InMemoryStore(clock=reference_clock)
+    await populate(reference, reference_clock)
+    lines = await dump(source)
+    assert lines == await dump(reference)
+    moved = InMemoryStore()
+    await moved.import_records([r async for r in export_records(portable(source))])
+    assert await dump(moved) == lines
+    target = await make_store()
+    await portable(target).import_records([r async for r in export_records(reference)])
+    assert await dump(target) == lines
+
+
+async def test_an_import_beside_concurrent_writes_never_duplicates_an_id(store):
+    imported = [record(ORG, seq, f"imported number {seq}") for seq in range(40, 60)]
+    await asyncio.gather(*(store.write(ORG, [fact(f"written number {n}")])
+                           for n in range(10)),
+                         portable(store).import_records(imported))
+    await store.write(ORG, [fact("written last")])
+    ids = [line.split('"id":"', 1)[1].split('"', 1)[0] for line in await dump(store, ORG)]
+    assert len(ids) == len(set(ids)) == 31
+    assert int(ids[-1].rsplit(":", 1)[1]) > 59  # the write after the import: above it
