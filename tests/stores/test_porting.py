@@ -220,3 +220,31 @@ async def test_an_import_beside_concurrent_writes_never_duplicates_an_id(store):
     ids = [line.split('"id":"', 1)[1].split('"', 1)[0] for line in await dump(store, ORG)]
     assert len(ids) == len(set(ids)) == 31
     assert int(ids[-1].rsplit(":", 1)[1]) > 59  # the write after the import: above it
+
+
+async def test_a_sqlite_import_indexes_only_active_rows_and_counts_a_generation(make, tmp_path):
+    import apsw
+
+    from scopemem.stores.sqlite import schema
+
+    store = make()
+    await store.write(ORG, [fact("the staging cluster is in eu-west")])
+    path = store.path_for(ORG)
+    probe = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        before = probe.execute(schema.GENERATION_SQL).fetchall()[0][0]
+        await portable(store).import_records([
+            record(ORG, 5, "staging deploys wait"),
+            record(ORG, 6, "staging was on heroku", status=Status.SUPERSEDED),
+            record(ORG, 7, "a forgotten staging note", status=Status.FORGOTTEN)])
+        assert probe.execute(schema.GENERATION_SQL).fetchall()[0][0] == before + 1
+        indexed = {seq for (seq,) in probe.execute("SELECT rowid FROM records_fts")}
+        assert indexed == {1, 5}
+        dead = probe.execute("SELECT seq, retired_at IS NOT NULL, text FROM records"
+                             " WHERE status != 'active' ORDER BY seq").fetchall()
+        assert dead == [(6, 1, "staging was on heroku"), (7, 1, "")]
+        # Nothing new to add: no transaction, no generation.
+        await portable(store).import_records([record(ORG, 5, "staging deploys wait")])
+        assert probe.execute(schema.GENERATION_SQL).fetchall()[0][0] == before + 1
+    finally:
+        probe.close()
