@@ -114,6 +114,20 @@ def test_a_bad_line_is_named_and_its_batch_is_not_written(tmp_path: Path, bad: s
     assert ok(run(config, "export", "--all")).stdout_bytes == b""
 
 
+def test_lines_that_are_not_utf8_or_too_long_are_named(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch):
+    config = sqlite_config(tmp_path, "data")
+    source = tmp_path / "bytes.jsonl"
+    source.write_bytes(line(1).encode() + b"\n" + b'{"id": "\xff\xfe"}\n')
+    result = run(config, "import", str(source))
+    assert result.exit_code == 1 and "line 2: not UTF-8 text" in result.output
+    monkeypatch.setattr(builtin_port_commands, "MAX_LINE_BYTES", 300)
+    source.write_text(line(1) + "\n" + line(2, text="y" * 400) + "\n" + line(3) + "\n")
+    result = run(config, "import", str(source))
+    assert result.exit_code == 1 and "line 2: longer than 300 bytes" in result.output
+    assert ok(run(config, "export", "--all")).stdout_bytes == b""
+
+
 def test_batches_before_a_bad_line_stay_written(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(builtin_port_commands, "IMPORT_BATCH", 2)

@@ -78,8 +78,9 @@ class _Progress:
         self.count = 0
         self.bar: Any = None
         if self.shown and length:
-            self.bar = click.progressbar(length=length, label=label,
-                                         file=sys.stderr)
+            # Drawn at most about a thousand times, however many lines or bytes.
+            self.bar = click.progressbar(length=length, label=label, file=sys.stderr,
+                                         update_min_steps=max(1, length // 1000))
             self.bar.__enter__()
 
     def advance(self, records: int = 1, units: int = 0) -> None:
