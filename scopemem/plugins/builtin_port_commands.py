@@ -3,7 +3,8 @@
 An export file holds one record a line, in the wire's form (``core.porting.record_line``,
 the one cattrs converter): every field and every status, ids included. Both commands stream:
 the export holds one page of records at a time (``stores.porting.export_records``), the
-import one batch of ``IMPORT_BATCH`` records, whatever the file's size. A progress bar shows
+import at most two batches of ``IMPORT_BATCH`` records (one being written while the next is
+read and checked), whatever the file's size. A progress bar shows
 on stderr when it is a terminal, never in a pipe or a log.
 
 The import's error policy: lines are read, checked and written in batches, in file order. At
@@ -30,6 +31,7 @@ from scopemem.errors import ScopememError, StoreError
 from scopemem.plugins.markers import hookimpl
 
 if TYPE_CHECKING:
+    from scopemem.core.records import Record
     from scopemem.memory import Memory
     from scopemem.stores.porting import PortableStore
 
@@ -155,54 +157,83 @@ async def _export(store: PortableStore, scope_key: str | None, out: IO[bytes]) -
     return count
 
 
-async def _import(store: PortableStore, stream: IO[bytes], name: str, size: int | None,
-                  dry_run: bool) -> tuple[int, int]:
-    """Read, check and write ``stream``; (records read, records added)."""
+def _parse(raw: bytes | None) -> Record | str | None:
+    """The record of one line, None for a blank line, or what is wrong with it."""
     from scopemem.core.porting import parse_record_line
     from scopemem.core.records import WireError
 
+    if raw is None:
+        return f"longer than {MAX_LINE_BYTES} bytes"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    if not text.strip():
+        return None
+    try:
+        return parse_record_line(text)
+    except WireError as exc:
+        return str(exc)
+
+
+class _Writer:
+    """Writes batches in file order, one in flight while the next one is read (at most two
+    batches in memory); ``written_through`` is the last line of the last batch written."""
+
+    def __init__(self, store: PortableStore) -> None:
+        self.store = store
+        self.task: asyncio.Future[int] | None = None
+        self.pending_through = 0
+        self.written_through = 0
+        self.added = 0
+
+    async def settle(self) -> None:
+        task, self.task = self.task, None
+        if task is not None:
+            self.added += await task
+            self.written_through = self.pending_through
+
+    async def submit(self, batch: list[Record], through: int) -> None:
+        await self.settle()
+        self.task = asyncio.ensure_future(self.store.import_records(batch))
+        self.pending_through = through
+
+
+async def _import(store: PortableStore, stream: IO[bytes], name: str, size: int | None,
+                  dry_run: bool) -> tuple[int, int]:
+    """Read, check and write ``stream``; (records read, records added)."""
     progress = _Progress("importing", size)
-    batch = []
-    read = added = 0
-    written_through = 0  # the last line of the last batch written
+    writer = _Writer(store)
+    batch: list[Record] = []
+    read = 0
     try:
         for number, raw in _lines(stream):
-            problem = None
-            record = None
-            if raw is None:
-                problem = f"longer than {MAX_LINE_BYTES} bytes"
-            else:
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    problem = "not UTF-8 text"
-                else:
-                    if not text.strip():
-                        progress.advance(0, units=len(raw))
-                        continue
-                    try:
-                        record = parse_record_line(text)
-                    except WireError as exc:
-                        problem = str(exc)
-            if problem is not None:
-                done = (f"the records of lines 1-{written_through} were written, nothing"
-                        f" from line {written_through + 1} on (importing the corrected file"
-                        " again skips what is written)" if written_through
-                        else "nothing was written")
-                raise _BadLine(f"{name} line {number}: {problem}; {done}")
-            batch.append(record)
+            parsed = _parse(raw)
+            progress.advance(0 if parsed is None else 1, units=len(raw or b""))
+            if parsed is None:
+                continue
+            if isinstance(parsed, str):
+                await writer.settle()
+                through = writer.written_through
+                done = (f"the records of lines 1-{through} were written, nothing from line"
+                        f" {through + 1} on (importing the corrected file again skips what"
+                        " is written)" if through else "nothing was written")
+                raise _BadLine(f"{name} line {number}: {parsed}; {done}")
+            batch.append(parsed)
             read += 1
-            progress.advance(units=len(raw or b""))
             if len(batch) >= IMPORT_BATCH:
                 if not dry_run:
-                    added += await store.import_records(batch)
-                    written_through = number
+                    await writer.submit(batch, number)
                 batch = []
         if batch and not dry_run:
-            added += await store.import_records(batch)
+            await writer.submit(batch, 0)
+        await writer.settle()
     finally:
+        if writer.task is not None:  # an error on the way: the batch in flight ends first
+            with contextlib.suppress(Exception):
+                await writer.settle()
         progress.close()
-    return read, added
+    return read, writer.added
 
 
 def _scope_key(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
