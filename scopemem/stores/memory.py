@@ -374,9 +374,13 @@ class InMemoryStore:
             for record in fresh:
                 if record.status in _PURGEABLE:
                     self._died[record.id] = now  # its retention counts from the import
-            # Rows stay in seq order; the index is rebuilt from them on next use.
-            self._scopes[scope_key] = sorted([*rows, *fresh],
-                                             key=lambda record: record_seq(record.id))
+            # Rows stay in seq order (``fresh`` is in seq order: appended when it all comes
+            # after the scope's rows); the index is rebuilt from them on next use.
+            if rows and record_seq(fresh[0].id) < record_seq(rows[-1].id):
+                self._scopes[scope_key] = sorted([*rows, *fresh],
+                                                 key=lambda record: record_seq(record.id))
+            else:
+                self._scopes[scope_key] = [*rows, *fresh]
             self._indexes.pop(scope_key, None)
             top = max(seq for seq, _record in batch)
             self._next_seq[scope_key] = max(self._next_seq.get(scope_key, 1), top + 1)
