@@ -20,6 +20,11 @@ class StoreRefused(StoreError):
     would be refused again, though a smaller one may not be."""
 
 
+class StoreUnsupported(StoreError):
+    """The store has no such capability (the null store cannot export or import records):
+    asking again will not help. The worker answers 501."""
+
+
 class StoreBusy(StoreError):
     """The store cannot take the call now (out of file descriptors, say): the same call may
     succeed shortly. The worker answers 503 with ``Retry-After``."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -53,5 +54,9 @@ async def test_the_walkthrough_runs_against_a_live_worker(tmp_path: Path):
     assert '"scopeKey": "org:acme"' in out
     assert "Background memory for org:acme + user:slack:U0123" in out
     assert "🧹 Forgot `mem:org:acme:1`" in out
-    assert completed.stdout.rstrip().endswith("no active records")
+    assert "*org:acme*\nno active records\n" in completed.stdout
+    # The backup holds the forgotten record, and importing it again adds nothing.
+    assert json.loads((tmp_path / "memory.jsonl").read_text())["status"] == "forgotten"
+    assert completed.stdout.rstrip().endswith("imported 0 of 1 records (1 already present)")
+    assert "exported 1 records" in completed.stderr
     assert list((tmp_path / "scopemem-data").glob("*.db"))

@@ -33,6 +33,17 @@ MAX_ID_CHARS = 200
 # A /used request: at most this many scopes, and this many ids in all.
 MAX_USED_SCOPES = 32
 MAX_USED_IDS = 256
+# Moving records between stores (``scopemem export`` / ``import``, the worker's /export,
+# /scopes and /import): records per /import body, records per /export page, scope keys per
+# /scopes page, and the bounds of what an imported record may carry.
+MAX_IMPORT_BATCH = 25
+MAX_EXPORT_PAGE = 100
+MAX_SCOPES_PAGE = 1000
+MAX_SEQ = 10**18 - 1
+MAX_IMPORT_INT = 2**53 - 1
+# The most bytes of records a client puts in one /import body: half the worker's default
+# body limit, so a batch of long non-ASCII records is split rather than refused.
+MAX_IMPORT_BYTES = 256 * 1024
 DEFAULT_SCOPE_CAP = 500
 MAX_SCOPE_CAP = 10_000
 # How long a superseded, evicted or swept record keeps its text (an audit of what a sweep or
@@ -79,6 +90,12 @@ def _optional_unit_interval(_instance: object, attribute: attrs.Attribute, value
         raise ValueError(f"{attribute.name} must not be NaN")
 
 
+def _text(instance: object, attribute: attrs.Attribute, value: str) -> None:
+    """A record's text: non-empty, except a forgotten record's, which is scrubbed to ""."""
+    if not value and getattr(instance, "status", None) is not Status.FORGOTTEN:
+        raise ValueError(f"{attribute.name} must be a non-empty string")
+
+
 def _non_negative_int(_instance: object, attribute: attrs.Attribute, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{attribute.name} must be a non-negative integer, got {value!r}")
@@ -104,7 +121,8 @@ class Record:
     id: str = attrs.field(validator=_non_empty)
     scope_key: str = attrs.field(validator=_non_empty)
     kind: Kind = attrs.field(converter=Kind)
-    text: str = attrs.field(validator=_non_empty)
+    # Never empty, but for a forgotten record (scrubbed: no text, no keywords).
+    text: str = attrs.field(validator=_text)
     keywords: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     # Provenance: which thread and which run produced this record, so it can be re-grounded.
     source_thread_key: str

@@ -36,6 +36,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "scopemem.plugins.builtin_policy",
     "scopemem.plugins.builtin_commands",
     "scopemem.plugins.builtin_memory_commands",
+    "scopemem.plugins.builtin_port_commands",
     "scopemem.plugins.builtin_providers",
 )
 

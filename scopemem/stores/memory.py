@@ -18,6 +18,7 @@ eviction's sort when the scope exceeds its cap).
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Mapping, Sequence
 
@@ -50,6 +51,7 @@ from scopemem.stores.base import (
     retention_cutoff,
     wall_clock_ms,
 )
+from scopemem.stores.porting import group_import
 
 log = logging.getLogger("scopemem")
 
@@ -352,6 +354,42 @@ class InMemoryStore:
 
     async def close(self) -> None:
         return None
+
+    # --- moving records (``stores.porting.PortableStore``) -------------------------------
+
+    async def export_scopes(self) -> list[str]:
+        return sorted(key for key, rows in self._scopes.items() if rows)
+
+    async def export_page(self, scope_key: str, after: int, limit: int) -> list[Record]:
+        rows = self._rows(scope_key)
+        start = bisect.bisect_right(rows, after, key=lambda record: record_seq(record.id))
+        return rows[start:start + max(limit, 0)]
+
+    async def import_records(self, records: Sequence[Record]) -> int:
+        groups = group_import(records)
+        now = self._clock()
+        added = 0
+        for scope_key, batch in groups.items():
+            rows = self._scopes.get(scope_key, [])
+            held = {record_seq(record.id) for record in rows}
+            fresh = [record for seq, record in batch if seq not in held]
+            if not fresh:
+                continue
+            for record in fresh:
+                if record.status in _PURGEABLE:
+                    self._died[record.id] = now  # its retention counts from the import
+            # Rows stay in seq order (``fresh`` is in seq order: appended when it all comes
+            # after the scope's rows); the index is rebuilt from them on next use.
+            if rows and record_seq(fresh[0].id) < record_seq(rows[-1].id):
+                self._scopes[scope_key] = sorted([*rows, *fresh],
+                                                 key=lambda record: record_seq(record.id))
+            else:
+                self._scopes[scope_key] = [*rows, *fresh]
+            self._indexes.pop(scope_key, None)
+            top = max(seq for seq, _record in batch)
+            self._next_seq[scope_key] = max(self._next_seq.get(scope_key, 1), top + 1)
+            added += len(fresh)
+        return added
 
 
 @hookimpl

@@ -39,8 +39,13 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from scopemem.core.porting import record_from_wire
 from scopemem.core.ranking import Ranking, query_terms, wire_query
 from scopemem.core.records import (
+    MAX_EXPORT_PAGE,
+    MAX_IMPORT_BATCH,
+    MAX_IMPORT_BYTES,
+    MAX_SCOPES_PAGE,
     MAX_USED_IDS,
     MAX_USED_SCOPES,
     Candidate,
@@ -53,7 +58,13 @@ from scopemem.core.records import (
     to_wire,
 )
 from scopemem.core.scoring import keyword_match
-from scopemem.errors import ConfigError, ScopeLimitReached, StoreError, StoreRefused
+from scopemem.errors import (
+    ConfigError,
+    ScopeLimitReached,
+    StoreError,
+    StoreRefused,
+    StoreUnsupported,
+)
 from scopemem.plugins.markers import hookimpl
 from scopemem.stores.base import (
     DEFAULT_RANKING,
@@ -64,6 +75,7 @@ from scopemem.stores.base import (
     check_scope_key,
     fit_batch,
 )
+from scopemem.stores.porting import group_import
 
 if TYPE_CHECKING:
     import aiohttp
@@ -227,7 +239,8 @@ class WorkerStore:
             return await self._call(route, payload)
         except _CallFailed as exc:
             error = (StoreRefused if exc.status in _REFUSED_BODY
-                     else ScopeLimitReached if exc.status == 507 else StoreError)
+                     else ScopeLimitReached if exc.status == 507
+                     else StoreUnsupported if exc.status == 501 else StoreError)
             raise error(f"memory worker {route} failed: {exc}") from None
 
     # --- the store ------------------------------------------------------------------------
@@ -358,6 +371,73 @@ class WorkerStore:
         session, self._session, self._session_loop = self._session, None, None
         if session is not None and not session.closed:
             await session.close()
+
+    # --- moving records (``stores.porting.PortableStore``) -------------------------------
+
+    async def export_scopes(self) -> list[str]:
+        """Every scope key the worker's store holds, through /scopes a page at a time."""
+        keys: list[str] = []
+        while True:
+            payload: dict[str, Any] = {"limit": MAX_SCOPES_PAGE}
+            if keys:
+                payload["after"] = keys[-1]
+            data = await self._command("/scopes", payload)
+            page, more = data.get("scopes"), data.get("more")
+            if (not isinstance(page, list) or not isinstance(more, bool)
+                    or not all(isinstance(key, str) for key in page)
+                    or (keys and page and page[0] <= keys[-1]) or (more and not page)):
+                raise StoreError("memory worker /scopes answered without a sorted 'scopes'"
+                                 " list and a boolean 'more'")
+            keys.extend(page)
+            if not more:
+                return keys
+
+    async def export_page(self, scope_key: str, after: int, limit: int) -> list[Record]:
+        check_scope_key(scope_key)
+        data = await self._command("/export", {"scopeKey": scope_key, "after": after,
+                                               "limit": min(limit, MAX_EXPORT_PAGE)})
+        items = data.get("records")
+        if not isinstance(items, list):
+            raise StoreError("memory worker /export answered without a 'records' list")
+        records = []
+        for n, item in enumerate(items):
+            try:
+                record = record_from_wire(item)
+            except WireError as exc:
+                raise StoreError(f"memory worker /export answered a record that is not"
+                                 f" valid (records[{n}]: {exc})") from None
+            if record.scope_key != scope_key:
+                raise StoreError(f"memory worker /export for {scope_key} answered a record"
+                                 f" of {record.scope_key}")
+            records.append(record)
+        return records
+
+    async def import_records(self, records: Sequence[Record]) -> int:
+        """The records checked here first (``group_import``: nothing is sent when one is
+        refused), then sent to /import in bodies of at most ``MAX_IMPORT_BATCH`` records
+        and about ``MAX_IMPORT_BYTES``; each body is one transaction per scope there."""
+        groups = group_import(records)
+        imported = 0
+        batch: list[dict[str, Any]] = []
+        size = 0
+        for _seq, record in (item for group in groups.values() for item in group):
+            item = to_wire(record)
+            length = len(json.dumps(item, ensure_ascii=False).encode("utf-8"))
+            if batch and (len(batch) >= MAX_IMPORT_BATCH or size + length > MAX_IMPORT_BYTES):
+                imported += await self._import_batch(batch)
+                batch, size = [], 0
+            batch.append(item)
+            size += length
+        if batch:
+            imported += await self._import_batch(batch)
+        return imported
+
+    async def _import_batch(self, batch: list[dict[str, Any]]) -> int:
+        data = await self._command("/import", {"records": batch})
+        count = data.get("imported")
+        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= len(batch):
+            raise StoreError("memory worker /import answered without a valid 'imported'")
+        return count
 
 
 async def _read_capped(response: aiohttp.ClientResponse) -> bytes:

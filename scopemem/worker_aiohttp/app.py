@@ -9,12 +9,16 @@ Routes (bodies are JSON objects, camelCase, times in epoch milliseconds)::
     POST /list      {scopeKey, limit, query?, kind?}   -> {records}
     POST /forget    {scopeKey, id}                     -> {ok, forgotten}
     POST /sweep     {scopeKey, dryRun?}                -> {ok, swept, ids?}
+    POST /scopes    {after?, limit}                    -> {scopes, more}   (scope keys, sorted)
+    POST /export    {scopeKey, after?, limit}          -> {records}  (seq > after, seq order)
+    POST /import    {records}                          -> {ok, imported}
     GET  /healthz                                      -> {"ok": true}        (no auth)
     GET  /openapi.json                                 -> the shipped document (no auth)
 
 Any other path is 404 and another method on a known path is 405. Every error body is
 ``{"error": "<reason>"}``. A write that would create a scope beyond the store's limit on scopes
-is 507 (``ScopeLimitReached``); writes to existing scopes go on.
+is 507 (``ScopeLimitReached``); writes to existing scopes go on. /scopes, /export and /import
+move records between stores (``stores.porting``): a store that cannot answers 501.
 
 A client's ``cap`` is bounded by the operator: never above the server's cap (``cap``, the
 store's default), never below its floor (``min_cap``). A client may lower its scopes' cap down
@@ -44,6 +48,7 @@ nothing about the data.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import functools
 import hmac
 import importlib.resources
@@ -59,8 +64,15 @@ from aiohttp.http_exceptions import ContentLengthError
 from multidict import CIMultiDictProxy
 
 from scopemem.core.records import MAX_SCOPE_CAP, Record, to_wire
-from scopemem.errors import ScopeLimitReached, StoreBusy, StoreError
+from scopemem.errors import (
+    ScopeLimitReached,
+    StoreBusy,
+    StoreError,
+    StoreRefused,
+    StoreUnsupported,
+)
 from scopemem.stores.base import MemoryStore, search_hits
+from scopemem.stores.porting import PortableStore, portable
 from scopemem.worker_aiohttp import validation
 from scopemem.worker_aiohttp.records_json import RecordsJson, dumps
 from scopemem.worker_aiohttp.server import (
@@ -231,6 +243,10 @@ async def _errors(request: web.Request, handler: Callable[..., Awaitable[web.Str
         log.warning("[error] %s refused: %s", request.path, exc)
         return _error(507, "the worker's limit on scopes is reached: a write to a new scope"
                            " is refused (existing scopes still take writes)")
+    except StoreUnsupported as exc:
+        log.warning("[error] %s: %s", request.path, exc)
+        return _error(501, "this worker's store cannot do that (it cannot export or import"
+                           " records)")
     except StoreError as exc:
         log.error("[error] %s failed in the store: %s", request.path, exc)
         return _error(500, "the store failed; see the worker's log")
@@ -377,6 +393,38 @@ async def sweep(request: web.Request) -> web.StreamResponse:
     return _json({"ok": True, **to_wire(result)})
 
 
+def _portable(request: web.Request) -> PortableStore:
+    """The served store as a ``PortableStore`` (``StoreUnsupported``, a 501, otherwise)."""
+    return portable(request.app[SERVED].require_store())
+
+
+@_data_route
+async def scopes(request: web.Request) -> web.StreamResponse:
+    args = validation.scopes_args(await _body(request))
+    keys = await _portable(request).export_scopes()
+    start = 0 if args.after is None else bisect.bisect_right(keys, args.after)
+    page = keys[start:start + args.limit]
+    return _json({"scopes": page, "more": start + len(page) < len(keys)})
+
+
+@_data_route
+async def export(request: web.Request) -> web.StreamResponse:
+    args = validation.export_args(await _body(request))
+    records = await _portable(request).export_page(args.scope_key, args.after, args.limit)
+    return _records(request, records)
+
+
+@_data_route
+async def import_records(request: web.Request) -> web.StreamResponse:
+    args = validation.import_args(await _body(request))
+    try:
+        imported = await _portable(request).import_records(args.records)
+    except StoreRefused as exc:
+        return _error(400, str(exc))
+    log.info("[import] %d of %d records added", imported, len(args.records))
+    return _json({"ok": True, "imported": imported})
+
+
 async def healthz(_request: web.Request) -> web.StreamResponse:
     return _json({"ok": True})
 
@@ -392,6 +440,9 @@ DATA_ROUTES: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] =
     "/forget": forget,
     "/sweep": sweep,
     "/used": used,
+    "/scopes": scopes,
+    "/export": export,
+    "/import": import_records,
 }
 
 

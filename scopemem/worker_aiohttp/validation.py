@@ -18,19 +18,25 @@ from typing import Any
 
 import attrs
 
+from scopemem.core.porting import record_from_wire
 from scopemem.core.records import (
     MAX_BATCH,
+    MAX_EXPORT_PAGE,
     MAX_ID_CHARS,
+    MAX_IMPORT_BATCH,
     MAX_KEYWORD_CHARS,
     MAX_KEYWORDS,
     MAX_LIMIT,
     MAX_QUERY_CHARS,
     MAX_SCOPE_CAP,
+    MAX_SCOPES_PAGE,
+    MAX_SEQ,
     MAX_TEXT_CHARS,
     MAX_USED_IDS,
     MAX_USED_SCOPES,
     Candidate,
     Kind,
+    Record,
     Source,
     WireError,
     from_wire,
@@ -333,3 +339,58 @@ def sweep_args(body: Mapping[str, Any]) -> SweepArgs:
     if not isinstance(dry_run, bool):
         raise BodyError("dryRun must be a boolean")
     return SweepArgs(scope_key, dry_run)
+
+
+# --- moving records: /scopes, /export, /import --------------------------------------------------
+
+
+@attrs.frozen
+class ScopesArgs:
+    after: str | None
+    limit: int
+
+
+@attrs.frozen
+class ExportArgs:
+    scope_key: str
+    after: int
+    limit: int
+
+
+@attrs.frozen
+class ImportArgs:
+    records: tuple[Record, ...]
+
+
+def scopes_args(body: Mapping[str, Any]) -> ScopesArgs:
+    """``{after?, limit}``: the scope keys sorted after ``after``, at most ``limit``."""
+    after = None
+    if "after" in body:
+        after = body["after"]
+        problem = scope_key_problem(after)
+        if problem is not None:
+            raise BodyError(f"after {problem}")
+    if "limit" not in body:
+        raise BodyError("limit is required")
+    return ScopesArgs(after, _bounded_int(body, "limit", 1, MAX_SCOPES_PAGE))
+
+
+def export_args(body: Mapping[str, Any]) -> ExportArgs:
+    """``{scopeKey, after?, limit}``: the scope's records with a seq above ``after``."""
+    scope_key = _scope_key(body)
+    after = _bounded_int(body, "after", 0, MAX_SEQ) if "after" in body else 0
+    if "limit" not in body:
+        raise BodyError("limit is required")
+    return ExportArgs(scope_key, after, _bounded_int(body, "limit", 1, MAX_EXPORT_PAGE))
+
+
+def import_args(body: Mapping[str, Any]) -> ImportArgs:
+    """``{records: [Record, …]}``, each an exported record (``core.porting``)."""
+    items = _required_list(body, "records", MAX_IMPORT_BATCH, "records")
+    records = []
+    for n, item in enumerate(items):
+        try:
+            records.append(record_from_wire(item))
+        except WireError as exc:
+            raise BodyError(f"records[{n}]: {exc}") from None
+    return ImportArgs(tuple(records))

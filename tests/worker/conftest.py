@@ -70,6 +70,18 @@ class SpyStore:
         await self._enter("sweep", scope_key, dry_run)
         return await self.inner.sweep(scope_key, dry_run)
 
+    async def export_scopes(self) -> list[str]:
+        await self._enter("scopes")
+        return await self.inner.export_scopes()
+
+    async def export_page(self, scope_key: str, after: int, limit: int) -> list[Record]:
+        await self._enter("export", scope_key, after, limit)
+        return await self.inner.export_page(scope_key, after, limit)
+
+    async def import_records(self, records: Sequence[Record]) -> int:
+        await self._enter("import", tuple(records))
+        return await self.inner.import_records(records)
+
     async def close(self) -> None:
         self.closed = True
 

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from yarl import URL
 
-from scopemem.errors import ScopeLimitReached
+from scopemem.errors import ScopeLimitReached, StoreUnsupported
 from scopemem.worker_aiohttp.app import DATA_ROUTES, create_app, load_openapi, running
 from tests.worker.conftest import AUTH, ORG, TOKEN, candidate, raw_exchange
 
@@ -24,6 +24,12 @@ VALID_BODIES: dict[str, dict[str, Any]] = {
     "/forget": {"scopeKey": ORG, "id": f"mem:{ORG}:1"},
     "/used": {"used": [{"scopeKey": ORG, "ids": [f"mem:{ORG}:1"]}]},
     "/sweep": {"scopeKey": ORG, "dryRun": True},
+    "/scopes": {"limit": 10, "after": "org:a"},
+    "/export": {"scopeKey": ORG, "after": 0, "limit": 10},
+    "/import": {"records": [{"id": f"mem:{ORG}:7", "scopeKey": ORG, "kind": "fact",
+                             "text": "run npm ci first", "keywords": [],
+                             "sourceThreadKey": "slack:C1/1", "createdAt": 1,
+                             "useCount": 0, "status": "active"}]},
 }
 
 
@@ -89,6 +95,8 @@ async def drive(session: aiohttp.ClientSession, url: str, spy, path: str, method
         spy.fail = RuntimeError("the disk is on fire")
     elif status == 507:
         spy.fail = ScopeLimitReached("the data directory holds 1 scopes, the limit")
+    elif status == 501:
+        spy.fail = StoreUnsupported("the null store cannot export or import records")
     try:
         async with session.request(method, url + path, **kwargs) as response:
             return response.status, await response.json(content_type=None)
@@ -98,7 +106,7 @@ async def drive(session: aiohttp.ClientSession, url: str, spy, path: str, method
 
 async def test_every_documented_status_is_what_the_server_does(spy):
     triples = documented()
-    assert {status for _, _, status in triples} == {200, 400, 401, 411, 413, 415, 500, 507}
+    assert {status for _, _, status in triples} == {200, 400, 401, 411, 413, 415, 500, 501, 507}
     async with running(create_app(spy, TOKEN)) as url, aiohttp.ClientSession() as session:
         for path, method, status in triples:
             got, answer = await drive(session, url, spy, path, method, status)

@@ -59,6 +59,7 @@ from scopemem.stores.base import (
 from scopemem.stores.postgres import batch as batches
 from scopemem.stores.postgres import migrations, reads
 from scopemem.stores.postgres.options import PostgresOptions, options_from_settings
+from scopemem.stores.postgres.porting import Porting
 from scopemem.stores.postgres.statements import Statements, record_of
 from scopemem.stores.postgres.tokens import postings_of, record_tokens
 from scopemem.stores.postgres.usage import DeferredUsage
@@ -82,7 +83,7 @@ def _psycopg() -> Any:
     return psycopg, psycopg_pool
 
 
-class PostgresStore:
+class PostgresStore(Porting):
     """Durable memory in one PostgreSQL schema, shared by every process using it."""
 
     durable = True

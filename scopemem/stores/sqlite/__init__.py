@@ -15,6 +15,7 @@ one job:
 ``reads``     retrieval, usage marks and listings through SQL
 ``writes``    write batches, forget, sweep, retention purge
 ``usage``     saving use counts in the background
+``porting``   export and import (every field and status kept)
 ``rows``      the SQL the parts share; rows to records and back
 ``schema``    the tables, migrations and bookkeeping of a scope file
 ============  ==============================================================================

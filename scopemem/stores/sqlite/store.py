@@ -41,6 +41,7 @@ from scopemem.stores.base import (
 )
 from scopemem.stores.sqlite import files, sql
 from scopemem.stores.sqlite.handles import Handle, Heavy
+from scopemem.stores.sqlite.porting import Porting
 from scopemem.stores.sqlite.ranker import DEFAULT_RANK_PROCESSES, RANK_PROCESSES_MAX, Ranker
 from scopemem.stores.sqlite.reads import Reads
 from scopemem.stores.sqlite.usage import DEFAULT_USAGE_FLUSH_MS, USAGE_FLUSH_MS_MAX, Usage
@@ -78,7 +79,7 @@ def _check_path(value: object, name: str) -> str:
 
 
 
-class SqliteStore(Reads, Writes, Usage):
+class SqliteStore(Reads, Writes, Usage, Porting):
     """Durable memory: one SQLite database per scope key under ``path``."""
 
     def __init__(

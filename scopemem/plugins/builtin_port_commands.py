@@ -1,0 +1,318 @@
+"""``scopemem export`` and ``scopemem import``: records moved between stores as JSON Lines.
+
+An export file holds one record a line, in the wire's form (``core.porting.record_line``,
+the one cattrs converter): every field and every status, ids included. Both commands stream:
+the export holds one page of records at a time (``stores.porting.export_records``), the
+import at most two batches of ``IMPORT_BATCH`` records (one being written while the next is
+read and checked), whatever the file's size. A progress bar shows
+on stderr when it is a terminal, never in a pipe or a log.
+
+The import's error policy: lines are read, checked and written in batches, in file order. At
+the first line that is not a valid record the import stops with an error naming the line
+and the problem; the batches before it are written (and say so), nothing from the batch
+holding the bad line is. Importing the corrected file again is safe: records already present
+are skipped. ``--dry-run`` checks every line and writes nothing, for a check before the real
+run. Blank lines are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import IO, TYPE_CHECKING, Any
+
+import click
+
+from scopemem.cli import CliState, echo_json
+from scopemem.errors import ScopememError, StoreError
+from scopemem.plugins.markers import hookimpl
+
+if TYPE_CHECKING:
+    from scopemem.core.records import Record
+    from scopemem.memory import Memory
+    from scopemem.stores.porting import PortableStore
+
+# Records per ``import_records`` call: what an import holds in memory at once.
+IMPORT_BATCH = 500
+# The longest line an import reads: a record at every cap, each character escaped, fits.
+MAX_LINE_BYTES = 1024 * 1024
+# A record count on stderr every this many records, when no bar can be drawn.
+_TICK = 1000
+
+
+class _BadLine(click.ClickException):
+    """A line of an import file that is not a valid record."""
+
+
+def _store(state: CliState, *, changes: bool) -> tuple[Memory, PortableStore]:
+    """The configured memory and its store as a ``PortableStore``, or a click error."""
+    from scopemem.plugins.builtin_memory_commands import _durable, _memory
+    from scopemem.stores.porting import portable
+
+    memory = _memory(state)
+    if not memory.enabled:
+        asyncio.run(memory.close())
+        raise click.ClickException("memory is off (memory.enabled = false): there is no"
+                                   " store to move records " + ("into" if changes else "from"))
+    if changes:
+        _durable(memory)
+    try:
+        return memory, portable(memory.store, memory.config.store)
+    except StoreError as exc:
+        asyncio.run(memory.close())
+        raise click.ClickException(str(exc)) from None
+
+
+def _stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
+class _Progress:
+    """A bar on stderr when it is a terminal (over ``length`` units when known, else a
+    count of records); nothing otherwise."""
+
+    def __init__(self, label: str, length: int | None) -> None:
+        self.shown = _stderr_is_terminal()
+        self.label = label
+        self.count = 0
+        self.bar: Any = None
+        if self.shown and length:
+            # Drawn at most about a thousand times, however many lines or bytes.
+            self.bar = click.progressbar(length=length, label=label, file=sys.stderr,
+                                         update_min_steps=max(1, length // 1000))
+            self.bar.__enter__()
+
+    def advance(self, records: int = 1, units: int = 0) -> None:
+        self.count += records
+        if self.bar is not None:
+            self.bar.update(units)
+        elif self.shown and self.count % _TICK < records:
+            click.echo(f"\r{self.label}: {self.count} records", err=True, nl=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+        elif self.shown and self.count >= _TICK:
+            click.echo("", err=True)
+
+
+@contextlib.contextmanager
+def _output(path: str | None) -> Iterator[IO[bytes]]:
+    """Where an export goes: stdout, or ``path`` written beside it and renamed into place
+    only when the export is complete (a failed export never leaves half a file)."""
+    if path is None or path == "-":
+        with click.open_file("-", "wb") as stream:
+            yield stream
+            stream.flush()
+        return
+    partial = f"{path}.partial"
+    try:
+        handle = open(partial, "wb")  # noqa: SIM115 - closed below, renamed on success
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {partial}: {exc.strerror or exc}") from None
+    try:
+        with handle:
+            yield handle
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise
+
+
+def _lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes | None]]:
+    """``(line number, line)`` of an import stream, one line in memory at a time; the line
+    is None when it is longer than ``MAX_LINE_BYTES``."""
+    number = 0
+    while True:
+        raw = stream.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            yield number, None
+            return
+        yield number, raw
+
+
+async def _export(store: PortableStore, scope_key: str | None, out: IO[bytes]) -> int:
+    from scopemem.core.porting import record_line
+    from scopemem.stores.porting import export_records
+
+    scopes = None if scope_key is not None else await store.export_scopes()
+    progress = _Progress("exporting", None if scopes is None else len(scopes))
+    count = 0
+    try:
+        for key in [scope_key] if scopes is None else scopes:
+            async for record in export_records(store, key):
+                out.write(record_line(record).encode("utf-8") + b"\n")
+                count += 1
+                progress.advance()
+            progress.advance(0, units=1)
+    finally:
+        progress.close()
+    return count
+
+
+def _parse(raw: bytes | None) -> Record | str | None:
+    """The record of one line, None for a blank line, or what is wrong with it."""
+    from scopemem.core.porting import parse_record_line
+    from scopemem.core.records import WireError
+
+    if raw is None:
+        return f"longer than {MAX_LINE_BYTES} bytes"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    if not text.strip():
+        return None
+    try:
+        return parse_record_line(text)
+    except WireError as exc:
+        return str(exc)
+
+
+class _Writer:
+    """Writes batches in file order, one in flight while the next one is read (at most two
+    batches in memory); ``written_through`` is the last line of the last batch written."""
+
+    def __init__(self, store: PortableStore) -> None:
+        self.store = store
+        self.task: asyncio.Future[int] | None = None
+        self.pending_through = 0
+        self.written_through = 0
+        self.added = 0
+
+    async def settle(self) -> None:
+        task, self.task = self.task, None
+        if task is not None:
+            self.added += await task
+            self.written_through = self.pending_through
+
+    async def submit(self, batch: list[Record], through: int) -> None:
+        await self.settle()
+        self.task = asyncio.ensure_future(self.store.import_records(batch))
+        self.pending_through = through
+
+
+async def _import(store: PortableStore, stream: IO[bytes], name: str, size: int | None,
+                  dry_run: bool) -> tuple[int, int]:
+    """Read, check and write ``stream``; (records read, records added)."""
+    progress = _Progress("importing", size)
+    writer = _Writer(store)
+    batch: list[Record] = []
+    read = 0
+    try:
+        for number, raw in _lines(stream):
+            parsed = _parse(raw)
+            progress.advance(0 if parsed is None else 1, units=len(raw or b""))
+            if parsed is None:
+                continue
+            if isinstance(parsed, str):
+                await writer.settle()
+                through = writer.written_through
+                done = (f"the records of lines 1-{through} were written, nothing from line"
+                        f" {through + 1} on (importing the corrected file again skips what"
+                        " is written)" if through else "nothing was written")
+                raise _BadLine(f"{name} line {number}: {parsed}; {done}")
+            batch.append(parsed)
+            read += 1
+            if len(batch) >= IMPORT_BATCH:
+                if not dry_run:
+                    await writer.submit(batch, number)
+                batch = []
+        if batch and not dry_run:
+            await writer.submit(batch, 0)
+        await writer.settle()
+    finally:
+        if writer.task is not None:  # an error on the way: the batch in flight ends first
+            with contextlib.suppress(Exception):
+                await writer.settle()
+        progress.close()
+    return read, writer.added
+
+
+def _scope_key(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    from scopemem.stores.base import check_scope_key
+
+    try:
+        return check_scope_key(value)
+    except StoreError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@hookimpl
+def scopemem_register_commands(cli: click.Group) -> None:
+    @cli.command(name="export")
+    @click.option("--scope", "scope_key", metavar="KEY", callback=_scope_key,
+                  help="The scope key to export (e.g. org:acme, user:slack:U0123).")
+    @click.option("--all", "every", is_flag=True, help="Export every scope the store holds.")
+    @click.option("--out", type=click.Path(dir_okay=False, allow_dash=True),
+                  help="Write here (default: stdout). Written in full or not at all.")
+    @click.pass_obj
+    def export_command(state: CliState, scope_key: str | None, every: bool,
+                       out: str | None) -> None:
+        """Write records as JSON Lines, one record a line, every field and status kept.
+
+        Scopes come sorted by key, records in id order within a scope."""
+        if (scope_key is None) == (not every):
+            raise click.UsageError("give either --scope KEY or --all")
+        memory, store = _store(state, changes=False)
+
+        async def main() -> int:
+            try:
+                with _output(out) as stream:
+                    return await _export(store, scope_key, stream)
+            finally:
+                await memory.close()
+
+        try:
+            count = asyncio.run(main())
+        except ScopememError as exc:
+            raise click.ClickException(f"export failed: {exc}") from None
+        click.echo(f"exported {count} records", err=True)
+
+    @cli.command(name="import")
+    @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+    @click.option("--dry-run", is_flag=True, help="Check every line; write nothing.")
+    @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+    @click.pass_obj
+    def import_command(state: CliState, file: str, dry_run: bool, as_json: bool) -> None:
+        """Add the records of a JSON Lines export (FILE, or - for stdin) to the store.
+
+        Ids, statuses, times and counts are kept; a record whose id is already in its scope
+        is skipped, so importing a file twice adds nothing. At the first bad line the import
+        stops: earlier batches stay written, nothing of the bad line's batch is."""
+        name = "stdin" if file == "-" else file
+        try:
+            stream: IO[bytes] = click.open_file(file, "rb")
+        except OSError as exc:
+            raise click.ClickException(f"cannot read {file}: {exc.strerror or exc}") from None
+        size = None if file == "-" else os.stat(file).st_size
+        memory, store = _store(state, changes=not dry_run)
+
+        async def main() -> tuple[int, int]:
+            try:
+                return await _import(store, stream, name, size, dry_run)
+            finally:
+                await memory.close()
+
+        try:
+            read, added = asyncio.run(main())
+        except ScopememError as exc:
+            raise click.ClickException(f"import failed: {exc}") from None
+        finally:
+            stream.close()  # stdin stays open (click.open_file)
+        if as_json:
+            echo_json({"ok": True, "read": read, "imported": added, "dryRun": dry_run})
+        elif dry_run:
+            click.echo(f"{read} valid records in {name}; nothing written (dry run)")
+        else:
+            click.echo(f"imported {added} of {read} records"
+                       f" ({read - added} already present)")

@@ -1,0 +1,110 @@
+"""Moving records between stores: the ``PortableStore`` capability and the helpers on it.
+
+A store that can move its records implements three methods beside ``MemoryStore``'s:
+
+``export_scopes()``
+    every scope key it holds records for, sorted (the SQLite store reads each key from its
+    file, never from the file name);
+``export_page(scope_key, after, limit)``
+    up to ``limit`` records of the scope whose seq is above ``after``, in seq order, every
+    status included, each with every field (use counts as of now);
+``import_records(records)``
+    add the records whose id its scope does not hold yet, keeping id, seq, status, times,
+    counts and pointers; answer how many were added.
+
+``export_records`` streams a scope (or every scope) through ``export_page``, one page in
+memory at a time. ``group_import`` is the check every store runs first.
+
+What an import promises, on every store:
+
+- A record whose id already exists in its scope is skipped, so importing a file twice adds
+  nothing the second time (a record whose row the retention purged since is added again).
+- Ids keep their seq, and the scope's next id stays above every seq it holds, so a write
+  after an import never collides with an imported id.
+- A record whose id names another scope than its ``scopeKey`` is refused
+  (``StoreRefused``), as is one beyond the shared caps (``core.porting.record_problem``):
+  the whole call is refused before anything is written.
+- Nothing is evicted or deduplicated: active records beyond the scope's cap stay until the
+  next write to that scope evicts down to the cap, and two active records with one text
+  stay two. A dead record (superseded, evicted, swept) keeps its text for the retention
+  counted from the import; a forgotten one is scrubbed.
+- Each scope of a call is one transaction on a durable store: all its records or none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol, runtime_checkable
+
+from scopemem.core.porting import record_problem, record_seq_of, scrub
+from scopemem.core.records import MAX_EXPORT_PAGE, Record
+from scopemem.errors import StoreError, StoreRefused, StoreUnsupported
+from scopemem.stores.base import MemoryStore, check_scope_key
+
+__all__ = ["PortableStore", "export_records", "group_import", "portable"]
+
+
+@runtime_checkable
+class PortableStore(Protocol):
+    """A store whose records can be exported and imported with every field kept."""
+
+    async def export_scopes(self) -> list[str]:
+        """Every scope key the store holds records for, sorted."""
+
+    async def export_page(self, scope_key: str, after: int, limit: int) -> list[Record]:
+        """Up to ``limit`` of the scope's records (any status) with a seq above ``after``,
+        in seq order. Never bumps usage."""
+
+    async def import_records(self, records: Sequence[Record]) -> int:
+        """Add the records whose id their scope lacks (see the module's promises); how many
+        were added. Raises ``StoreRefused`` before writing anything if one is refused."""
+
+
+def portable(store: MemoryStore, name: str | None = None) -> PortableStore:
+    """``store`` as a ``PortableStore``; ``StoreUnsupported`` saying so when it is not one
+    (the null store keeps nothing to move)."""
+    if isinstance(store, PortableStore):
+        return store
+    label = f"memory.store = {name!r}" if name else type(store).__name__
+    raise StoreUnsupported(f"{label} cannot export or import records"
+                     " (the memory, sqlite, postgres and worker stores can)")
+
+
+async def export_records(store: PortableStore, scope_key: str | None = None, *,
+                         page: int = MAX_EXPORT_PAGE) -> AsyncIterator[Record]:
+    """Every record of ``scope_key`` (every scope's, scope keys sorted, when None), in id
+    order within a scope, fetched ``page`` records at a time (at most ``MAX_EXPORT_PAGE``,
+    what the worker serves). A page out of seq order is a ``StoreError``, never a loop."""
+    page = max(1, min(page, MAX_EXPORT_PAGE))
+    scopes = [check_scope_key(scope_key)] if scope_key is not None else \
+        await store.export_scopes()
+    for key in scopes:
+        after = 0
+        while True:
+            records = await store.export_page(key, after, page)
+            for record in records:
+                seq = record_seq_of(record)
+                if seq is None or seq <= after or record.scope_key != key:
+                    raise StoreError(f"export of {key}: {record.id!r} is not the next of"
+                                     " its records (out of order or another scope's)")
+                after = seq
+                yield record
+            if len(records) < page:
+                break
+
+
+def group_import(records: Sequence[Record]) -> dict[str, list[tuple[int, Record]]]:
+    """The records of an import call by scope, each with its seq, checked and scrubbed; the
+    first of two records with one id wins. ``StoreRefused`` naming the record when one
+    cannot be imported (nothing is written then)."""
+    groups: dict[str, dict[int, Record]] = {}
+    for n, record in enumerate(records):
+        if not isinstance(record, Record):
+            raise StoreRefused(f"import: item {n} is not a Record")
+        problem = record_problem(record)
+        if problem is not None:
+            raise StoreRefused(f"import: record {n}: {problem}")
+        seq = record_seq_of(record)
+        assert seq is not None  # record_problem checked it
+        groups.setdefault(record.scope_key, {}).setdefault(seq, scrub(record))
+    return {key: sorted(batch.items()) for key, batch in groups.items()}

@@ -1,0 +1,135 @@
+"""Moving records in and out of the PostgreSQL store (``stores.porting.PortableStore``).
+
+``export_scopes`` reads the ``scopes`` table; ``export_page`` reads rows in seq order, with
+the use counts still queued (``usage.DeferredUsage``) added, so an export shows the counts
+as of now. ``import_records`` writes each scope's records in one transaction, the scope's
+row taken ``FOR UPDATE`` as every write takes it: rows keep their seq, ``last_seq`` moves up
+to the highest imported one (so the next id stays above every imported id), ``active``
+counts the imported active rows, and only active rows are posted to the token index. A
+posting's ``continues`` flag (the record follows one of its own thread) is read from the
+row before it, imported or not, and an existing row right after an imported one of its
+thread gets the flag too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from scopemem.core.records import Record
+from scopemem.core.text import normalize_text
+from scopemem.stores.porting import group_import
+from scopemem.stores.postgres.migrations import quoted
+from scopemem.stores.postgres.statements import COLUMNS, record_of
+from scopemem.stores.postgres.tokens import record_tokens
+
+__all__ = ["Porting"]
+
+
+class Porting:
+    """Export and import for ``PostgresStore`` (which provides the attributes used)."""
+
+    sql: Any
+    schema: str
+    analyzer: Any
+    _usage: Any
+    _clock: Any
+    _connection: Any
+    _lock_scope: Any
+
+    async def export_scopes(self) -> list[str]:
+        async with self._connection() as conn:
+            cursor = await conn.execute(
+                f"SELECT scope_key FROM {quoted(self.schema)}.scopes ORDER BY scope_key")
+            return [key for (key,) in await cursor.fetchall()]
+
+    async def export_page(self, scope_key: str, after: int, limit: int) -> list[Record]:
+        if limit <= 0:
+            return []
+        async with self._connection() as conn:
+            cursor = await conn.execute(
+                f"SELECT {COLUMNS} FROM {quoted(self.schema)}.records"
+                " WHERE scope_key = %(scope)s AND seq > %(after)s ORDER BY seq"
+                " LIMIT %(limit)s",
+                {"scope": scope_key, "after": after, "limit": limit})
+            records = [record_of(row) for row in await cursor.fetchall()]
+        out = []
+        for record in records:
+            queued = self._usage.pending(scope_key, int(record.id.rsplit(":", 1)[1]))
+            out.append(attrs.evolve(record, use_count=record.use_count + queued)
+                       if queued else record)
+        return out
+
+    async def import_records(self, records: Sequence[Record]) -> int:
+        groups = group_import(records)
+        now = self._clock()
+        added = 0
+        for scope_key, batch in groups.items():
+            added += await self._import_scope(scope_key, batch, now)
+        return added
+
+    async def _import_scope(self, scope_key: str, batch: list[tuple[int, Record]],
+                            now: int) -> int:
+        records_table = f"{quoted(self.schema)}.records"
+        async with self._connection() as conn, conn.transaction():
+            last_seq, _active = await self._lock_scope(conn, scope_key, now, create=True)
+            seqs = [seq for seq, _record in batch]
+            cursor = await conn.execute(
+                f"SELECT seq FROM {records_table} WHERE scope_key = %(scope)s"
+                " AND seq = ANY(%(seqs)s::bigint[])", {"scope": scope_key, "seqs": seqs})
+            held = {seq for (seq,) in await cursor.fetchall()}
+            fresh = sorted(((seq, record) for seq, record in batch if seq not in held),
+                           key=lambda item: item[0])
+            if not fresh:
+                return 0
+            async with conn.cursor() as rows:
+                await rows.executemany(self.sql.insert, [
+                    (scope_key, seq, r.id, r.kind.value, r.text, normalize_text(r.text),
+                     list(r.keywords), r.source_thread_key, r.source_run_id, r.created_at,
+                     r.last_used_at, r.use_count, r.confidence, r.supersedes, r.restates,
+                     r.status.value, r.source.value, None if r.is_active else now,
+                     record_tokens(r, self.analyzer) if r.is_active else [])
+                    for seq, r in fresh])
+            # Each record's neighbours, from the table (which now holds the imported rows).
+            around = sorted({n for seq, _r in fresh for n in (seq - 1, seq + 1)})
+            cursor = await conn.execute(
+                f"SELECT seq, source_thread_key, status FROM {records_table}"
+                " WHERE scope_key = %(scope)s AND seq = ANY(%(seqs)s::bigint[])",
+                {"scope": scope_key, "seqs": around})
+            neighbours = {seq: (thread, status) for seq, thread, status
+                          in await cursor.fetchall()}
+            terms: list[str] = []
+            posted: list[int] = []
+            continues: list[bool] = []
+            follows: list[int] = []  # existing active rows that now continue an import
+            fresh_seqs = {seq for seq, _r in fresh}
+            for seq, record in fresh:
+                thread = record.source_thread_key
+                if record.is_active:
+                    before = neighbours.get(seq - 1)
+                    tokens = record_tokens(record, self.analyzer)
+                    terms += tokens
+                    posted += [seq] * len(tokens)
+                    continues += [before is not None and before[0] == thread] * len(tokens)
+                after = neighbours.get(seq + 1)
+                if (after is not None and seq + 1 not in fresh_seqs and after[0] == thread
+                        and after[1] == "active"):
+                    follows.append(seq + 1)
+            if terms:
+                await conn.execute(self.sql.post, {"scope": scope_key, "terms": terms,
+                                                   "seqs": posted, "continues": continues})
+            if follows:
+                await conn.execute(
+                    f"UPDATE {quoted(self.schema)}.postings SET continues = true"
+                    " WHERE scope_key = %(scope)s AND seq = ANY(%(seqs)s::bigint[])",
+                    {"scope": scope_key, "seqs": follows})
+            imported_active = sum(1 for _seq, r in fresh if r.is_active)
+            await conn.execute(
+                f"UPDATE {quoted(self.schema)}.scopes"
+                " SET last_seq = GREATEST(last_seq, %(last)s), active = active + %(added)s"
+                " WHERE scope_key = %(scope)s",
+                {"scope": scope_key, "last": max(last_seq, fresh[-1][0]),
+                 "added": imported_active})
+        return len(fresh)

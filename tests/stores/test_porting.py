@@ -1,0 +1,250 @@
+"""Moving records between stores (``stores.porting``): every store kind of the contract suite
+exports and imports with every field and status kept, the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+
+import attrs
+import pytest
+
+from scopemem.core.porting import record_line
+from scopemem.core.records import Kind, Record, Status, to_wire
+from scopemem.errors import StoreRefused, StoreUnsupported
+from scopemem.stores.memory import InMemoryStore
+from scopemem.stores.null import NullStore
+from scopemem.stores.porting import export_records, portable
+from scopemem.stores.sqlite import scope_file_name
+from tests.conftest import DAY_MS, FakeClock, fact, summary
+
+ORG = "org:acme"
+USER = "user:slack:U2"
+
+
+def record(scope_key: str, seq: int, text: str = "imported fact", **fields: object) -> Record:
+    values: dict[str, object] = {"id": f"mem:{scope_key}:{seq}", "scope_key": scope_key,
+                                 "kind": Kind.FACT, "text": text, "source_thread_key": "t/1",
+                                 "created_at": 1_000 + seq}
+    values.update(fields)
+    return Record(**values)  # type: ignore[arg-type]
+
+
+async def dump(store, scope_key: str | None = None, page: int = 100) -> list[str]:
+    return [record_line(r) async for r in export_records(portable(store), scope_key,
+                                                            page=page)]
+
+
+async def populate(store, clock: FakeClock) -> None:
+    """One scope holding every status and every optional field."""
+    await store.write(ORG, [
+        fact("deploys need the vpn", source_run_id="r-1", keywords=("deploy",),
+             confidence=0.8),
+        fact("the build uses node 18"),
+        summary("the deploy thread"),
+        fact("PR 1835 was pushed at sha 3f9a2c1 with all tests passing"),
+    ])
+    clock.advance(DAY_MS)
+    await store.write(ORG, [fact("the build uses node 20", supersedes=f"mem:{ORG}:2"),
+                            fact("deploys need the vpn again",
+                                 restates=f"mem:{ORG}:1")])
+    await store.retrieve(ORG, "deploy vpn", 5)  # use counts and last use
+    await store.forget(ORG, f"mem:{ORG}:3")
+    # The status fact is found by the gate, mem:1 stays: written through its own path.
+    await store.sweep(ORG)
+    await store.write(ORG, [fact(f"filler fact number {n}") for n in range(4)], cap=4)
+    await store.write(USER, [fact("my own preference", source="human")])
+
+
+async def test_round_trip_keeps_every_field_and_status(make_store, clock: FakeClock):
+    source = await make_store()
+    await populate(source, clock)
+    lines = await dump(source)
+    statuses = {Status(json.loads(line)["status"]) for line in lines}
+    assert statuses == set(Status)
+    target = await make_store()
+    records = [r async for r in export_records(portable(source))]
+    assert await portable(target).import_records(records) == len(lines)
+    assert await dump(target) == lines
+    # What a reader sees is the same too.
+    assert [r.id for r in await target.list(ORG, 50)] == [
+        r.id for r in await source.list(ORG, 50)]
+
+
+async def test_a_reimport_adds_nothing(make_store, clock: FakeClock):
+    source = await make_store()
+    await populate(source, clock)
+    records = [r async for r in export_records(portable(source))]
+    target = portable(await make_store())
+    assert await target.import_records(records) == len(records)
+    lines = await dump(target)
+    assert await target.import_records(records) == 0
+    assert await target.import_records(records[:3]) == 0
+    assert await dump(target) == lines
+
+
+async def test_writes_after_an_import_get_ids_above_every_imported_seq(store):
+    await store.write(ORG, [fact("written before the import")])
+    imported = [record(ORG, 9, "imported nine"), record(ORG, 5, "imported five"),
+                record(ORG, 7, "imported seven", status=Status.EVICTED)]
+    assert await portable(store).import_records(imported) == 3
+    await store.write(ORG, [fact("written after the import")])
+    listed = [r.id for r in await store.list(ORG, 10)]
+    assert listed == [f"mem:{ORG}:10", f"mem:{ORG}:9", f"mem:{ORG}:5", f"mem:{ORG}:1"]
+    lines = await dump(store, ORG)
+    assert [line.split('"id":"', 1)[1].split('"', 1)[0] for line in lines] == [
+        f"mem:{ORG}:{n}" for n in (1, 5, 7, 9, 10)]
+
+
+async def test_an_import_is_scope_isolated(store):
+    await portable(store).import_records([record(ORG, 1), record(USER, 1, "mine")])
+    assert [r.text for r in await store.retrieve(ORG, "imported", 10)] == ["imported fact"]
+    assert await store.retrieve(USER, "imported", 10) == []
+    # A record whose id names another scope than its own is refused, and so is the call.
+    foreign = Record(**{**_fields(record(ORG, 2)), "id": f"mem:{USER}:2"})
+    with pytest.raises(StoreRefused, match="own scope"):
+        await portable(store).import_records([record(ORG, 3), foreign])
+    assert [r.id for r in await store.list(ORG, 10)] == [f"mem:{ORG}:1"]
+    assert [r.id for r in await store.list(USER, 10)] == [f"mem:{USER}:1"]
+
+
+def _fields(value: Record) -> dict[str, object]:
+    return {field.name: getattr(value, field.name) for field in attrs.fields(Record)}
+
+
+@pytest.mark.parametrize("bad_id", ["mem:org:acme:0", "mem:org:acme:07", "mem:org:acme:x",
+                                    "org:acme:3", "mem:org:acme:", "mem:org:acm:3"])
+async def test_malformed_ids_are_refused(store, bad_id):
+    bad = Record(**{**_fields(record(ORG, 1)), "id": bad_id})
+    with pytest.raises(StoreRefused):
+        await portable(store).import_records([bad])
+    assert await store.list(ORG, 10) == []
+
+
+async def test_an_import_evicts_nothing_and_the_next_write_does(make_store):
+    store = await make_store(cap=2)
+    assert await portable(store).import_records([record(ORG, n, f"fact {n}")
+                                                 for n in range(1, 5)]) == 4
+    assert len(await store.list(ORG, 10)) == 4
+    counts = await store.write(ORG, [fact("one more")])
+    assert counts.inserted == 1 and counts.evicted == 3
+    assert len(await store.list(ORG, 10)) == 2
+
+
+async def test_forgotten_records_stay_scrubbed(store):
+    forgotten = record(ORG, 1, "a secret someone forgot", keywords=("secret",),
+                       status=Status.FORGOTTEN)
+    assert await portable(store).import_records([forgotten]) == 1
+    [line] = await dump(store)
+    assert '"text":""' in line and '"keywords":[]' in line and "secret" not in line
+    assert await store.retrieve(ORG, "secret", 10) == []
+
+
+async def test_only_active_imported_records_are_read(store):
+    await store.write(ORG, [fact("the staging cluster is in eu-west")])
+    assert len(await store.retrieve(ORG, "staging", 10)) == 1  # a view may now hold the scope
+    await portable(store).import_records([
+        record(ORG, 4, "staging deploys wait for review"),
+        record(ORG, 5, "staging once ran on heroku", status=Status.SUPERSEDED),
+        record(ORG, 6, "staging swept fact", status=Status.SWEPT)])
+    assert sorted(r.id for r in await store.retrieve(ORG, "staging", 10)) == [
+        f"mem:{ORG}:1", f"mem:{ORG}:4"]
+    assert sorted(r.id for r in await store.list(ORG, 10, query="staging")) == [
+        f"mem:{ORG}:1", f"mem:{ORG}:4"]
+
+
+async def test_an_export_streams_every_scope_in_pages(store):
+    await portable(store).import_records(
+        [record(USER, n, f"user fact {n}") for n in range(1, 8)]
+        + [record(ORG, n, f"org fact {n}") for n in (3, 1, 2)])
+    lines = await dump(store, page=2)
+    ids = [line.split('"id":"', 1)[1].split('"', 1)[0] for line in lines]
+    assert ids == [f"mem:{ORG}:{n}" for n in (1, 2, 3)] + [f"mem:{USER}:{n}"
+                                                           for n in range(1, 8)]
+    assert await dump(store, USER, page=3) == lines[3:]
+    assert await portable(store).export_scopes() == [ORG, USER]
+
+
+async def test_export_carries_use_counts_as_of_now(store, clock: FakeClock):
+    await store.write(ORG, [fact("the vpn is required")])
+    clock.advance(1000)
+    await store.retrieve(ORG, "vpn", 5)
+    [exported] = [r async for r in export_records(portable(store), ORG)]
+    assert exported.use_count == 1 and exported.last_used_at == clock.now
+    assert to_wire(exported)["useCount"] == 1
+
+
+async def test_the_null_store_cannot_move_records():
+    with pytest.raises(StoreUnsupported, match="cannot export or import"):
+        portable(NullStore(), "null")
+
+
+async def test_sqlite_lists_scopes_by_the_key_inside_each_file(make, tmp_path, caplog):
+    store = make()
+    await portable(store).import_records([record(ORG, 1), record(USER, 1)])
+    await store.close()
+    directory = tmp_path / "data"
+    # A copy under another scope's name holds ORG's key: it is not read as that scope.
+    shutil.copy(directory / scope_file_name(ORG), directory / scope_file_name("org:other"))
+    (directory / "notes.db").write_bytes(b"not a database at all")
+    store = make()
+    assert await portable(store).export_scopes() == [ORG, USER]
+    assert "copied or renamed" in caplog.text
+
+
+async def test_every_store_exports_what_the_in_process_store_does(make_store, clock):
+    """The same calls give the same export on every store, and an export moves from any
+    store kind into any other unchanged."""
+    source = await make_store(cap=500)
+    await populate(source, clock)
+    reference_clock = FakeClock()
+    reference = InMemoryStore(clock=reference_clock)
+    await populate(reference, reference_clock)
+    lines = await dump(source)
+    assert lines == await dump(reference)
+    moved = InMemoryStore()
+    await moved.import_records([r async for r in export_records(portable(source))])
+    assert await dump(moved) == lines
+    target = await make_store()
+    await portable(target).import_records([r async for r in export_records(reference)])
+    assert await dump(target) == lines
+
+
+async def test_an_import_beside_concurrent_writes_never_duplicates_an_id(store):
+    imported = [record(ORG, seq, f"imported number {seq}") for seq in range(40, 60)]
+    await asyncio.gather(*(store.write(ORG, [fact(f"written number {n}")])
+                           for n in range(10)),
+                         portable(store).import_records(imported))
+    await store.write(ORG, [fact("written last")])
+    ids = [line.split('"id":"', 1)[1].split('"', 1)[0] for line in await dump(store, ORG)]
+    assert len(ids) == len(set(ids)) == 31
+    assert int(ids[-1].rsplit(":", 1)[1]) > 59  # the write after the import: above it
+
+
+async def test_a_sqlite_import_indexes_only_active_rows_and_counts_a_generation(make, tmp_path):
+    import apsw
+
+    from scopemem.stores.sqlite import schema
+
+    store = make()
+    await store.write(ORG, [fact("the staging cluster is in eu-west")])
+    path = store.path_for(ORG)
+    probe = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        before = probe.execute(schema.GENERATION_SQL).fetchall()[0][0]
+        await portable(store).import_records([
+            record(ORG, 5, "staging deploys wait"),
+            record(ORG, 6, "staging was on heroku", status=Status.SUPERSEDED),
+            record(ORG, 7, "a forgotten staging note", status=Status.FORGOTTEN)])
+        assert probe.execute(schema.GENERATION_SQL).fetchall()[0][0] == before + 1
+        indexed = {seq for (seq,) in probe.execute("SELECT rowid FROM records_fts")}
+        assert indexed == {1, 5}
+        dead = probe.execute("SELECT seq, retired_at IS NOT NULL, text FROM records"
+                             " WHERE status != 'active' ORDER BY seq").fetchall()
+        assert dead == [(6, 1, "staging was on heroku"), (7, 1, "")]
+        # Nothing new to add: no transaction, no generation.
+        await portable(store).import_records([record(ORG, 5, "staging deploys wait")])
+        assert probe.execute(schema.GENERATION_SQL).fetchall()[0][0] == before + 1
+    finally:
+        probe.close()

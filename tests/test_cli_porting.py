@@ -1,0 +1,277 @@
+"""``scopemem export`` and ``scopemem import`` through click's CliRunner: real SQLite data
+directories, and a live Memory Worker (``scopemem serve`` in a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from scopemem.cli import build_cli
+from scopemem.core.porting import record_line
+from scopemem.core.records import MAX_EXPORT_PAGE, Kind, Record, Status
+from scopemem.plugins import builtin_port_commands
+from scopemem.plugins.manager import new_plugin_manager
+from scopemem.stores.sqlite import SqliteStore
+from tests.stores import pg
+from tests.test_cli_memory import worker  # noqa: F401 - the live worker fixture
+
+ADMIN = "user:cli:local"
+TOKEN = "cli-token-0123456789"
+
+
+def sqlite_config(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(f'[memory]\nenabled = true\norganization = "acme"\nadmins = ["{ADMIN}"]\n'
+                    f'store = "sqlite"\n[memory.stores.sqlite]\npath = "{tmp_path / name}"\n')
+    return path
+
+
+def run(config: Path, *args: str, stdin: bytes | None = None) -> Result:
+    cli = build_cli(new_plugin_manager(environ={}))
+    return CliRunner().invoke(cli, ["--config", str(config), *args], input=stdin,
+                              env={"MEMORY_TOKEN": TOKEN})
+
+
+def ok(result: Result) -> Result:
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def line(seq: int, scope_key: str = "org:acme", **fields: object) -> str:
+    values: dict[str, object] = {"id": f"mem:{scope_key}:{seq}", "scope_key": scope_key,
+                                 "kind": Kind.FACT, "text": f"imported fact {seq}",
+                                 "source_thread_key": "t/1", "created_at": 1000 + seq}
+    values.update(fields)
+    return record_line(Record(**values))  # type: ignore[arg-type]
+
+
+def populate(config: Path) -> None:
+    for scope, text in (("org", "deploys need the vpn"), ("org", "staging is in eu-west"),
+                        ("me", "I review on mondays"), ("org", "the build uses node 20")):
+        ok(run(config, "remember", "--scope", scope, text))
+    ok(run(config, "forget", "mem:org:acme:2"))
+    ok(run(config, "remember", "--scope", "org", "the build uses node 22",
+           "--supersedes", "mem:org:acme:3"))
+    ok(run(config, "list", "deploy"))
+
+
+def test_sqlite_to_jsonl_to_sqlite_to_jsonl_is_the_same_file(tmp_path: Path):
+    first, second = sqlite_config(tmp_path, "first"), sqlite_config(tmp_path, "second")
+    populate(first)
+    exported = tmp_path / "first.jsonl"
+    ok(run(first, "export", "--all", "--out", str(exported)))
+    lines = exported.read_text(encoding="utf-8").splitlines()
+    assert {json.loads(text)["status"] for text in lines} == {"active", "forgotten",
+                                                              "superseded"}
+    assert [json.loads(text)["scopeKey"] for text in lines] == ["org:acme"] * 4 + [ADMIN]
+    assert "imported 5 of 5 records" in ok(run(second, "import", str(exported))).output
+    again = ok(run(second, "export", "--all"))
+    assert again.stdout_bytes == exported.read_bytes()
+    assert "exported 5 records" in again.stderr
+    # A re-import, here from stdin, adds nothing.
+    result = ok(run(second, "import", "-", "--json", stdin=exported.read_bytes()))
+    assert json.loads(result.stdout) == {"ok": True, "read": 5, "imported": 0,
+                                         "dryRun": False}
+    assert ok(run(second, "export", "--scope", ADMIN)).stdout_bytes.decode().splitlines() \
+        == lines[4:]
+
+
+def test_sqlite_to_jsonl_to_the_worker_to_jsonl_is_the_same_file(tmp_path: Path, worker):  # noqa: F811
+    first = sqlite_config(tmp_path, "first")
+    org = f"org:port{tmp_path.name.replace('_', '').replace('-', '')}"
+    ok(run(first, "remember", "--scope", "org", "deploys need the vpn"))
+    exported = ok(run(first, "export", "--scope", "org:acme")).stdout_bytes
+    moved = exported.replace(b"org:acme", org.encode())  # the worker is shared by tests
+    served = tmp_path / "worker.toml"
+    served.write_text(f'[memory]\nenabled = true\norganization = "acme"\nstore = "worker"\n'
+                      f'[memory.stores.worker]\nbase_url = "{worker}"\n')
+    ok(run(served, "import", "-", stdin=moved))
+    assert ok(run(served, "export", "--scope", org)).stdout_bytes == moved
+    assert "imported 0 of 1" in ok(run(served, "import", "-", stdin=moved)).output
+
+
+def test_sqlite_to_jsonl_to_postgres_to_jsonl_is_the_same_file(tmp_path: Path):
+    pg.require()
+    first = sqlite_config(tmp_path, "first")
+    populate(first)
+    exported = ok(run(first, "export", "--all")).stdout_bytes
+    schema = pg.new_schema()
+    served = tmp_path / "postgres.toml"
+    served.write_text(f'[memory]\nenabled = true\norganization = "acme"\nadmins = ["{ADMIN}"]\n'
+                      f'store = "postgres"\n[memory.stores.postgres]\ndsn = "{pg.dsn()}"\n'
+                      f'schema = "{schema}"\n')
+    try:
+        assert "imported 5 of 5 records" in ok(run(served, "import", "-",
+                                                   stdin=exported)).output
+        assert ok(run(served, "export", "--all")).stdout_bytes == exported
+        assert "imported 0 of 5" in ok(run(served, "import", "-", stdin=exported)).output
+        # A write after the import gets an id above every imported one (org:acme: 1-4).
+        ok(run(served, "remember", "--scope", "org", "the deploy window is friday"))
+        listed = ok(run(served, "list", "deploy window")).output
+        assert "`mem:org:acme:5` fact" in listed, listed
+    finally:
+        pg.drop_schemas(schema)
+
+
+@pytest.mark.parametrize(("bad", "says"), [
+    ("{not json", "line 3: not valid JSON"),
+    (json.dumps({"id": "mem:org:acme:3"}), "line 3: required field missing @ $.scopeKey"),
+    (line(3).replace('"id":"mem:org:acme:3"', '"id":"mem:user:slack:U9:3"'),
+     "line 3: id 'mem:user:slack:U9:3' is not mem:org:acme:<n>"),
+    (line(3).replace('"useCount":0', '"useCount":"0"'), "line 3: expected int"),
+    (line(3).replace('"status":"active"', '"status":"lost"'), "line 3:"),
+    (line(3, text="x" * 4001), "line 3: text must be at most 4000 characters"),
+])
+def test_a_bad_line_is_named_and_its_batch_is_not_written(tmp_path: Path, bad: str,
+                                                         says: str):
+    config = sqlite_config(tmp_path, "data")
+    source = tmp_path / "bad.jsonl"
+    source.write_text("\n".join([line(1), line(2), bad, line(4)]) + "\n", encoding="utf-8")
+    result = run(config, "import", str(source))
+    assert result.exit_code == 1
+    assert says in result.output and "nothing was written" in result.output
+    assert "Traceback" not in result.output
+    assert ok(run(config, "export", "--all")).stdout_bytes == b""
+
+
+def test_lines_that_are_not_utf8_or_too_long_are_named(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch):
+    config = sqlite_config(tmp_path, "data")
+    source = tmp_path / "bytes.jsonl"
+    source.write_bytes(line(1).encode() + b"\n" + b'{"id": "\xff\xfe"}\n')
+    result = run(config, "import", str(source))
+    assert result.exit_code == 1 and "line 2: not UTF-8 text" in result.output
+    monkeypatch.setattr(builtin_port_commands, "MAX_LINE_BYTES", 300)
+    source.write_text(line(1) + "\n" + line(2, text="y" * 400) + "\n" + line(3) + "\n")
+    result = run(config, "import", str(source))
+    assert result.exit_code == 1 and "line 2: longer than 300 bytes" in result.output
+    assert ok(run(config, "export", "--all")).stdout_bytes == b""
+
+
+def test_batches_before_a_bad_line_stay_written(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(builtin_port_commands, "IMPORT_BATCH", 2)
+    config = sqlite_config(tmp_path, "data")
+    source = tmp_path / "bad.jsonl"
+    source.write_text("\n".join([line(1), line(2), "", line(3), "[]", line(4)]) + "\n")
+    result = run(config, "import", str(source))
+    assert result.exit_code == 1
+    assert "line 5: a record must be a JSON object" in result.output
+    assert "lines 1-2 were written, nothing from line 3 on" in result.output
+    exported = ok(run(config, "export", "--all")).stdout_bytes.decode().splitlines()
+    assert exported == [line(1), line(2)]
+    # The corrected file goes in whole; what was written is skipped.
+    source.write_text("\n".join([line(1), line(2), line(3), line(4)]) + "\n")
+    assert "imported 2 of 4 records" in ok(run(config, "import", str(source))).output
+
+
+def test_a_dry_run_checks_every_line_and_writes_nothing(tmp_path: Path):
+    config = sqlite_config(tmp_path, "data")
+    source = tmp_path / "good.jsonl"
+    source.write_text("\n".join(line(n) for n in range(1, 4)) + "\n")
+    assert "3 valid records" in ok(run(config, "import", "--dry-run", str(source))).output
+    assert ok(run(config, "export", "--all")).stdout_bytes == b""
+
+
+def test_an_imported_forgotten_record_stays_scrubbed(tmp_path: Path):
+    config = sqlite_config(tmp_path, "data")
+    forgotten = line(1, text="the old deploy key", keywords=("deploy",),
+                     status=Status.FORGOTTEN)
+    ok(run(config, "import", "-", stdin=forgotten.encode() + b"\n"))
+    exported = ok(run(config, "export", "--all")).stdout_bytes.decode()
+    assert '"text":""' in exported and "deploy" not in exported
+
+
+def test_stores_that_cannot_keep_an_import_are_refused(tmp_path: Path):
+    off = tmp_path / "off.toml"
+    off.write_text("[memory]\nenabled = false\n")
+    result = run(off, "export", "--all")
+    assert result.exit_code == 1 and "memory is off" in result.output
+    null = tmp_path / "null.toml"
+    null.write_text('[memory]\nenabled = true\norganization = "acme"\nstore = "null"\n')
+    result = run(null, "export", "--all")
+    assert result.exit_code == 1 and "'null' cannot export or import records" in result.output
+    in_process = tmp_path / "memory.toml"
+    in_process.write_text('[memory]\nenabled = true\norganization = "acme"\nstore = "memory"\n')
+    result = run(in_process, "import", "-", stdin=(line(1) + "\n").encode())
+    assert result.exit_code == 1 and "in this process only" in result.output
+    result = run(in_process, "export")
+    assert result.exit_code == 2 and "--scope KEY or --all" in result.output
+    result = run(in_process, "import", str(tmp_path / "missing.jsonl"))
+    assert result.exit_code == 1 and "cannot read" in result.output
+
+
+def test_a_progress_bar_shows_only_on_a_terminal(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch):
+    config = sqlite_config(tmp_path, "data")
+    source = tmp_path / "good.jsonl"
+    source.write_text("\n".join(line(n) for n in range(1, 4)) + "\n")
+    result = ok(run(config, "import", str(source)))
+    assert "importing" not in result.stderr
+    monkeypatch.setattr(builtin_port_commands, "_stderr_is_terminal", lambda: True)
+    result = ok(run(config, "export", "--all", "--out", str(tmp_path / "out.jsonl")))
+    assert "exporting" in result.stderr
+    result = ok(run(sqlite_config(tmp_path, "other"), "import", str(source)))
+    assert "importing" in result.stderr
+
+
+_WORDS = ("deploy", "staging", "review", "license", "cluster", "vpn", "build")
+
+
+def _large_file(path: Path, total: int) -> Path:
+    # Texts from a few words: the analyzer's (bounded) cache of stems stays out of the count.
+    with path.open("w", encoding="utf-8") as out:
+        for n in range(1, total + 1):
+            out.write(line(n, scope_key=f"user:slack:U{n % 3}",
+                           text=f"imported {_WORDS[n % 7]} fact") + "\n")
+    return path
+
+
+def _import_peak(config: Path, source: Path) -> int:
+    """The most Python memory an import of ``source`` held at once, in bytes."""
+    tracemalloc.start()
+    try:
+        ok(run(config, "import", str(source)))
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_large_file_streams_in_bounded_batches(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch):
+    """Memory stays flat: no import call holds more than ``IMPORT_BATCH`` records, no
+    export call reads more than a page, and an import of four times the records peaks at
+    about the same memory (counted, not timed)."""
+    imports: list[int] = []
+    pages: list[int] = []
+    real_import, real_page = SqliteStore.import_records, SqliteStore.export_page
+
+    async def spy_import(self, records):  # type: ignore[no-untyped-def]
+        imports.append(len(records))
+        return await real_import(self, records)
+
+    async def spy_page(self, scope_key, after, limit):  # type: ignore[no-untyped-def]
+        page = await real_page(self, scope_key, after, limit)
+        pages.append(len(page))
+        return page
+
+    monkeypatch.setattr(SqliteStore, "import_records", spy_import)
+    monkeypatch.setattr(SqliteStore, "export_page", spy_page)
+    batch = builtin_port_commands.IMPORT_BATCH
+    small = _import_peak(sqlite_config(tmp_path, "small"),
+                         _large_file(tmp_path / "small.jsonl", 4 * batch))
+    total = 16 * batch
+    source = _large_file(tmp_path / "large.jsonl", total)
+    imports.clear()
+    config = sqlite_config(tmp_path, "data")
+    large = _import_peak(config, source)
+    assert max(imports) == batch and sum(imports) == total and len(imports) == 16
+    assert large < small * 1.5, (small, large)  # four times the file, not four times the peak
+    out = tmp_path / "again.jsonl"
+    ok(run(config, "export", "--all", "--out", str(out)))
+    assert max(pages) == MAX_EXPORT_PAGE and sum(pages) == total
+    assert sorted(out.read_text().splitlines()) == sorted(source.read_text().splitlines())

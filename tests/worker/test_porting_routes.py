@@ -1,0 +1,135 @@
+"""The worker's /scopes, /export and /import: what they answer, and what they refuse (a 4xx
+with a JSON reason naming the field; nothing written from a refused body)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from scopemem.core.records import MAX_EXPORT_PAGE, MAX_IMPORT_BATCH, MAX_SCOPES_PAGE, Record
+from scopemem.errors import StoreRefused
+from scopemem.stores.null import NullStore
+from scopemem.stores.porting import export_records
+from scopemem.stores.worker import WorkerStore
+from scopemem.worker_aiohttp.app import create_app, running
+from tests.worker.conftest import AUTH, ORG, TOKEN
+
+USER = "user:slack:U2"
+
+
+def wire_record(seq: int, scope_key: str = ORG, **fields: Any) -> dict[str, Any]:
+    item: dict[str, Any] = {"id": f"mem:{scope_key}:{seq}", "scopeKey": scope_key,
+                            "kind": "fact", "text": f"record {seq}", "keywords": [],
+                            "sourceThreadKey": "slack:C1/1", "createdAt": 1_000 + seq,
+                            "useCount": 0, "status": "active"}
+    item.update(fields)
+    return item
+
+
+async def post(client, path: str, body: Any, headers=AUTH) -> tuple[int, Any]:
+    response = await client.post(path, json=body, headers=headers)
+    return response.status, await response.json()
+
+
+async def test_import_then_export_a_page_at_a_time(client, spy):
+    status, answer = await post(client, "/import", {"records": [
+        wire_record(3), wire_record(1, status="superseded"), wire_record(2, USER)]})
+    assert (status, answer) == (200, {"ok": True, "imported": 3})
+    status, answer = await post(client, "/import", {"records": [wire_record(3)]})
+    assert answer == {"ok": True, "imported": 0}
+    status, answer = await post(client, "/scopes", {"limit": 1})
+    assert answer == {"scopes": [ORG], "more": True}
+    status, answer = await post(client, "/scopes", {"limit": 5, "after": ORG})
+    assert answer == {"scopes": [USER], "more": False}
+    status, answer = await post(client, "/export", {"scopeKey": ORG, "limit": 1})
+    assert [r["id"] for r in answer["records"]] == [f"mem:{ORG}:1"]
+    assert answer["records"][0]["status"] == "superseded"
+    status, answer = await post(client, "/export", {"scopeKey": ORG, "after": 1, "limit": 5})
+    assert [r["id"] for r in answer["records"]] == [f"mem:{ORG}:3"]
+
+
+@pytest.mark.parametrize(("path", "body", "says"), [
+    ("/import", {}, "records is required"),
+    ("/import", {"records": {}}, "records must be a list"),
+    ("/import", {"records": [wire_record(n) for n in range(1, MAX_IMPORT_BATCH + 2)]},
+     f"records must hold at most {MAX_IMPORT_BATCH} records"),
+    ("/import", {"records": [wire_record(1), wire_record(2, id=f"mem:{USER}:2")]},
+     "records[1]: id 'mem:user:slack:U2:2' is not mem:org:acme:<n>"),
+    ("/import", {"records": [wire_record(1, id=f"mem:{ORG}:01")]}, "no leading zero"),
+    ("/import", {"records": [wire_record(1, scopeKey="has space")]}, "records[0]: scopeKey"),
+    ("/import", {"records": [wire_record(1, text="x" * 4001)]},
+     "records[0]: text must be at most 4000 characters"),
+    ("/import", {"records": [wire_record(1, keywords=["k"] * 21)]},
+     "records[0]: keywords must hold at most 20"),
+    ("/import", {"records": [wire_record(1, useCount=-1)]}, "records[0]:"),
+    ("/import", {"records": [wire_record(1, createdAt=2**60)]},
+     "records[0]: createdAt must be at most"),
+    ("/import", {"records": [wire_record(1, status="gone")]}, "records[0]:"),
+    ("/import", {"records": [wire_record(1, confidence=True)]}, "records[0]:"),
+    ("/import", {"records": ["not an object"]}, "records[0]: a record must be a JSON object"),
+    ("/import", {"records": [wire_record(1, text="")]}, "records[0]:"),
+    ("/export", {"scopeKey": ORG}, "limit is required"),
+    ("/export", {"scopeKey": ORG, "limit": MAX_EXPORT_PAGE + 1}, "limit must be an integer"),
+    ("/export", {"scopeKey": ORG, "limit": 5, "after": -1}, "after must be an integer"),
+    ("/export", {"scopeKey": ORG, "limit": 5, "after": "3"}, "after must be an integer"),
+    ("/export", {"limit": 5}, "scopeKey is required"),
+    ("/scopes", {}, "limit is required"),
+    ("/scopes", {"limit": MAX_SCOPES_PAGE + 1}, "limit must be an integer"),
+    ("/scopes", {"limit": 5, "after": ""}, "after"),
+])
+async def test_hostile_bodies_are_refused_with_a_reason(client, spy, path, body, says):
+    status, answer = await post(client, path, body)
+    assert status == 400
+    assert says in answer["error"], answer
+    assert not [call for call in spy.calls if call[0] == "import"]
+    assert await spy.inner.export_scopes() == []
+
+
+async def test_a_lone_surrogate_is_refused(client, spy):
+    raw = ('{"records": [' + json.dumps(wire_record(1))[:-1]
+           + ', "sourceRunId": "\\ud800"}]}')
+    response = await client.post("/import", data=raw.encode(), headers={
+        **AUTH, "Content-Type": "application/json"})
+    assert response.status == 400
+    assert "lone surrogate" in (await response.json())["error"]
+
+
+@pytest.mark.parametrize("path", ["/scopes", "/export", "/import"])
+async def test_the_routes_need_the_bearer(client, path):
+    status, answer = await post(client, path, {"limit": 1}, headers={})
+    assert status == 401 and answer["error"]
+
+
+async def test_a_store_that_cannot_move_records_is_a_501(aiohttp_client):
+    client = await aiohttp_client(create_app(NullStore(), TOKEN))
+    for path, body in (("/scopes", {"limit": 5}), ("/export", {"scopeKey": ORG, "limit": 5}),
+                       ("/import", {"records": [wire_record(1)]})):
+        status, answer = await post(client, path, body)
+        assert status == 501 and "cannot" in answer["error"], (path, answer)
+
+
+async def test_the_client_splits_imports_and_pages_scopes(spy, monkeypatch):
+    monkeypatch.setattr("scopemem.stores.worker.MAX_SCOPES_PAGE", 2)
+    long_text = "ü" * 4000  # two bytes a character: a few fill an import body's bytes
+    records = [Record(id=f"mem:user:slack:U{n}:1", scope_key=f"user:slack:U{n}",
+                      kind="fact", text=long_text, source_thread_key="t", created_at=n)
+               for n in range(60)]
+    async with running(create_app(spy, TOKEN)) as url:
+        client = WorkerStore(url, TOKEN)
+        try:
+            assert await client.import_records(records) == 60
+            bodies = [call[1] for call in spy.calls if call[0] == "import"]
+            assert all(len(body) <= MAX_IMPORT_BATCH for body in bodies)
+            assert sum(len(body) for body in bodies) == 60 and len(bodies) > 60 // 25
+            with pytest.raises(StoreRefused, match="own scope"):
+                await client.import_records([Record(
+                    id="mem:org:other:1", scope_key=ORG, kind="fact", text="x",
+                    source_thread_key="t", created_at=1)])
+            assert len([call for call in spy.calls if call[0] == "import"]) == len(bodies)
+            exported = [r async for r in export_records(client)]
+            assert sorted(r.id for r in exported) == sorted(r.id for r in records)
+            assert len([call for call in spy.calls if call[0] == "scopes"]) == 30
+        finally:
+            await client.close()
