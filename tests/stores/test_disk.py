@@ -189,7 +189,7 @@ async def test_a_write_purges_a_bounded_number_of_dead_rows(make: Make, clock: F
     clock.advance(DAY_MS)
     again = make(cap=10_000, retention_days=1)
     await again.write(ORG, [fact("a new note")])
-    assert len(rows(path)) == 451 - sqlite_writes._PURGE_ROWS
+    assert len(rows(path)) == 451 - sqlite_writes.PURGE_ROWS
     await again.write(ORG, [fact("another note")])
     await again.write(ORG, [fact("a third note")])
     assert sorted(rows(path)) == [451, 452, 453]

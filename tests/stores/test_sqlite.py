@@ -279,8 +279,9 @@ async def test_synchronous_is_configurable_and_restored_after_a_bump(make):
 async def test_the_index_holds_the_engines_tokens(store: SqliteStore):
     await store.write(ORG, [fact("Le café: NEAR-by OR* \"quoted\"", keywords=("Big-Deploy",))])
     rows = query(store.path_for(ORG), "SELECT rowid, tokens FROM records_fts")
-    # Folded and stemmed (English by default): "quoted" is indexed as its stem.
-    assert rows == [(1, "le cafe near by or quot big deploy")]
+    # Folded and stemmed (English by default): "quoted" is indexed as its stem; each term
+    # once, sorted (the terms both SQL stores index a record by).
+    assert rows == [(1, "big by cafe deploy le near or quot")]
     assert rows[0][1] == fts_tokens("Le café: NEAR-by OR* \"quoted\"", ("Big-Deploy",),
                                     store.analyzer)
     # The whole-token gate and the index agree: "caf" is a fragment, "café" folds to "cafe".
@@ -332,7 +333,7 @@ async def test_reconciliation_repairs_the_index_on_open(make):
     again = make()
     assert [r.id for r in await again.retrieve(ORG, "beta gamma ghost", 5)] == [f"mem:{ORG}:3"]
     assert fts_rowids(path) == active_seqs(path) == {1, 3}
-    assert query(path, "SELECT tokens FROM records_fts WHERE rowid = 3") == [("lost gamma",)]
+    assert query(path, "SELECT tokens FROM records_fts WHERE rowid = 3") == [("gamma lost",)]
 
 
 # --- how the work is done --------------------------------------------------------------------

@@ -502,11 +502,11 @@ async def test_a_write_that_fails_carries_nothing_into_the_view(make, monkeypatc
     insert = SqliteStore._insert
     calls = []
 
-    def failing(self, conn, record, seq):
+    def failing(self, conn, record, seq, **options):
         calls.append(seq)
         if len(calls) == 2:
             raise apsw.IOError("disk gone mid-batch")
-        return insert(self, conn, record, seq)
+        return insert(self, conn, record, seq, **options)
 
     monkeypatch.setattr(SqliteStore, "_insert", failing)
     with pytest.raises(Exception, match="disk gone"):

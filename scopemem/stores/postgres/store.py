@@ -33,7 +33,6 @@ from scopemem.core.ranking import Ranking
 from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
-    MAX_BATCH,
     Candidate,
     Kind,
     Record,
@@ -56,20 +55,20 @@ from scopemem.stores.base import (
     retention_cutoff,
     wall_clock_ms,
 )
-from scopemem.stores.postgres import batch as batches
 from scopemem.stores.postgres import migrations, reads
 from scopemem.stores.postgres.options import PostgresOptions, options_from_settings
 from scopemem.stores.postgres.porting import Porting
 from scopemem.stores.postgres.statements import Statements, record_of
 from scopemem.stores.postgres.tokens import postings_of, record_tokens
 from scopemem.stores.postgres.usage import DeferredUsage
+from scopemem.stores.shared import batches
+from scopemem.stores.shared.batches import PURGE_ROWS
 
 __all__ = ["PostgresStore"]
 
 log = logging.getLogger("scopemem.stores.postgres")
 
 # The most dead rows past the retention one write purges (as the SQLite store does).
-PURGE_ROWS = 2 * 2 * MAX_BATCH
 META_FOLDING = "folding"
 
 

@@ -14,7 +14,7 @@ the postings (as the sign of the seq). The predecessor's thread never changes, a
 predecessor that is no longer active is no candidate, which is all the credit asks
 (``ranking.rank_covered``).
 
-The SQLite store builds the same terms space-joined (``sqlite.fts_tokens``) for FTS5.
+The SQLite store space-joins the same terms (``sqlite.fts_tokens``) for FTS5.
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from scopemem.core.records import Record
 from scopemem.core.scopes import record_seq
 from scopemem.core.words import Analyzer
 from scopemem.stores import postings as inverted
+from scopemem.stores.shared.tokens import index_tokens
 
 __all__ = ["postings_of", "rank_inputs", "record_tokens"]
 
 
 def record_tokens(record: Record, analyzer: Analyzer) -> list[str]:
-    """The terms a record is indexed by, sorted (a stable array to store)."""
-    return sorted(engine.record_terms(record, analyzer))
+    """The terms a record is indexed by, sorted (``shared.tokens.index_tokens``)."""
+    return index_tokens(record.text, record.keywords, analyzer)
 
 
 def postings_of(inserts: Sequence[Record], previous_thread: str | None, analyzer: Analyzer

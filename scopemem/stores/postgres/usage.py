@@ -18,26 +18,16 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 
-__all__ = ["DeferredUsage", "Bumps"]
+from scopemem.stores.shared.bumps import Bumps, add_bumps
+
+__all__ = ["DeferredUsage"]
 
 log = logging.getLogger("scopemem.stores.postgres")
 
-#: seq -> [uses, last use]
-Bumps = dict[int, list[int]]
 # Applies a scope's bumps; answers the seqs it could not apply yet (rows still locked).
 Apply = Callable[[str, Mapping[int, list[int]]], Awaitable[Iterable[int]]]
 
 RETRY_SECONDS = 0.5
-
-
-def add_bumps(pending: Bumps, seqs: Iterable[int], now: int, uses: int = 1) -> None:
-    for seq in seqs:
-        bump = pending.get(seq)
-        if bump is None:
-            pending[seq] = [uses, now]
-        else:
-            bump[0] += uses
-            bump[1] = max(bump[1], now)
 
 
 class DeferredUsage:

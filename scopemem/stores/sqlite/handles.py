@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from scopemem.stores.shared.bumps import add_bumps, merge_bumps
 from scopemem.stores.sqlite.view import ScopeView
 
 
@@ -69,14 +70,7 @@ class Handle:
         with self.bump_lock:
             if self.closed:
                 return False
-            pending = self.pending
-            for seq in seqs:
-                bump = pending.get(seq)
-                if bump is None:
-                    pending[seq] = [1, now]
-                else:
-                    bump[0] += 1
-                    bump[1] = now
+            add_bumps(self.pending, seqs, now)
             if self.view is not None:
                 self.view.bump(dict.fromkeys(seqs, (1, now)))
             return True
@@ -95,14 +89,7 @@ class Handle:
     def return_batch(self, batch: Mapping[int, list[int]]) -> None:
         """A batch whose transaction failed: its bumps are pending again."""
         with self.bump_lock:
-            pending = self.pending
-            for seq, (uses, last) in batch.items():
-                bump = pending.get(seq)
-                if bump is None:
-                    pending[seq] = [uses, last]
-                else:
-                    bump[0] += uses
-                    bump[1] = max(bump[1], last)
+            merge_bumps(self.pending, batch)
 
     def drop_view(self, view: ScopeView | None = None) -> ScopeView | None:
         """Forget the view (only if it is still ``view``, when given); the view dropped."""

@@ -107,10 +107,7 @@ class Porting(StoreBase):
                 return 0  # no transaction: the scope's view stays
             with self._transaction(conn, bumps=handle):
                 for seq, record in fresh:
-                    self._insert(conn, record, seq)
-                    if not record.is_active:
-                        conn.execute("UPDATE records SET retired_at = ? WHERE seq = ?",
-                                     (now, seq))
-                        conn.execute("DELETE FROM records_fts WHERE rowid = ?", (seq,))
+                    self._insert(conn, record, seq,
+                                 retired_at=None if record.is_active else now)
                 sql.compact_index(conn)
         return len(fresh)

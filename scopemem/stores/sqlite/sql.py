@@ -13,6 +13,7 @@ from typing import Any
 
 from scopemem.core.records import Record, trusted_record
 from scopemem.core.words import PLAIN, Analyzer
+from scopemem.stores.shared.tokens import index_tokens
 from scopemem.stores.sqlite import schema
 
 # Rows changed or read per statement when a whole set is handled (eviction, sweep).
@@ -57,14 +58,10 @@ def apsw_module() -> Any:
 
 
 def fts_tokens(text: str, keywords: Sequence[str], analyzer: Analyzer = PLAIN) -> str:
-    """What the full-text index holds for a record: the engine's terms of its text and of
-    its keywords (``Analyzer.terms``), space-joined, so a term matches in FTS exactly when
-    the engine's gate says the record holds it."""
-    terms = analyzer.terms(text)
-    for keyword in keywords:
-        terms.extend(analyzer.terms(keyword))
-    return " ".join(terms)
-
+    """What the full-text index holds for a record: the terms it is indexed by
+    (``shared.tokens.index_tokens``, the engine's own), space-joined, so a term matches in
+    FTS exactly when the engine's gate says the record holds it."""
+    return " ".join(index_tokens(text, keywords, analyzer))
 
 
 def match_expression(tokens: Sequence[str]) -> str:
@@ -154,19 +151,6 @@ def rows_by_seq(conn: Any, seqs: Sequence[int]) -> list[Sequence[Any]]:
             f"SELECT {schema.RECORD_COLUMNS} FROM records"
             f" WHERE seq IN ({', '.join('?' * len(chunk))}) ORDER BY seq", chunk))
     return rows
-
-
-
-def seq_of(scope_key: str, record_id: object) -> int | None:
-    """The sequence number ``record_id`` would have in this scope, or None when it cannot be
-    one of this scope's ids (another scope's, malformed, not a string)."""
-    prefix = f"mem:{scope_key}:"
-    if not isinstance(record_id, str) or not record_id.startswith(prefix):
-        return None
-    digits = record_id[len(prefix):]
-    if not digits.isascii() or not digits.isdigit() or len(digits) > 18:
-        return None
-    return int(digits)
 
 
 

@@ -39,7 +39,8 @@ from scopemem.stores.base import (
     fit_batch,
     wall_clock_ms,
 )
-from scopemem.stores.sqlite import files, sql
+from scopemem.stores.shared import batches
+from scopemem.stores.sqlite import files
 from scopemem.stores.sqlite.handles import Handle, Heavy
 from scopemem.stores.sqlite.porting import Porting
 from scopemem.stores.sqlite.ranker import DEFAULT_RANK_PROCESSES, RANK_PROCESSES_MAX, Ranker
@@ -195,8 +196,8 @@ class SqliteStore(Reads, Writes, Usage, Porting):
         marked = 0
         for scope_key, ids in used.items():
             check_scope_key(scope_key)
-            seqs = sorted({seq for seq in (sql.seq_of(scope_key, record_id) for record_id in ids)
-                           if seq is not None})
+            seqs = sorted({seq for seq in (batches.seq_in_scope(scope_key, record_id)
+                                           for record_id in ids) if seq is not None})
             if not seqs:
                 continue
             count, handle = await self._run("read", self._mark, scope_key, seqs, now)
@@ -234,7 +235,7 @@ class SqliteStore(Reads, Writes, Usage, Porting):
 
     async def forget(self, scope_key: str, record_id: str) -> bool:
         check_scope_key(scope_key)
-        seq = sql.seq_of(scope_key, record_id)
+        seq = batches.seq_in_scope(scope_key, record_id)
         if seq is None:
             return False
         async with self._writer(scope_key):

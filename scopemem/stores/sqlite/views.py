@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 from scopemem.core import engine
 from scopemem.core.records import Record, trusted_record
 from scopemem.stores.base import Hit
+from scopemem.stores.shared import batches
 from scopemem.stores.sqlite import schema, sql
 from scopemem.stores.sqlite.base import StoreBase
 from scopemem.stores.sqlite.handles import Carry, Handle, Heavy
@@ -217,8 +218,8 @@ class Views(StoreBase):
         if self.cache_rows == 0 or handle.closed:
             return None
         conn = handle.conn
-        gone = {seq for seq in (sql.seq_of(record.scope_key, record.id) for record in retired)
-                if seq is not None}
+        gone = {seq for seq in (batches.seq_in_scope(record.scope_key, record.id)
+                                for record in retired) if seq is not None}
         removed_terms: dict[int, list[str]] = {}
         for seq in gone:
             entry = old.entries.get(seq)

@@ -4,7 +4,7 @@ Every decision is the engine's (``plan_write``, ``plan_eviction``, ``plan_sweep`
 module finds the few rows each decision reads and persists what it answers. A write batch
 (its deduplication, supersedes and the evictions it triggers), a forget and a sweep are each
 one ``BEGIN IMMEDIATE`` transaction. Superseded, evicted and swept rows keep their text for
-``retention_days``, then a write transaction purges them (at most ``_PURGE_ROWS`` per write,
+``retention_days``, then a write transaction purges them (at most ``PURGE_ROWS`` per write,
 oldest death first). A forgotten row is scrubbed in its own transaction and kept; the WAL is
 then truncated so no old page image keeps its text.
 """
@@ -18,7 +18,6 @@ from typing import Any
 
 from scopemem.core import engine
 from scopemem.core.records import (
-    MAX_BATCH,
     Candidate,
     Kind,
     Record,
@@ -28,16 +27,13 @@ from scopemem.core.records import (
 )
 from scopemem.core.text import normalize_text
 from scopemem.stores.base import retention_cutoff
+from scopemem.stores.shared import batches
+from scopemem.stores.shared.batches import PURGE_ROWS
 from scopemem.stores.sqlite import schema, sql
 from scopemem.stores.sqlite.views import Views
 
 log = logging.getLogger("scopemem.stores.sqlite")
 
-# The most dead rows past the retention one write transaction purges: twice what a full
-# batch can retire (a supersede and an eviction per candidate), so the purge keeps up with
-# any steady stream of writes and a backlog (after an upgrade, a long pause, a cap lowered)
-# drains over the next writes instead of in one long transaction.
-_PURGE_ROWS = 2 * 2 * MAX_BATCH
 
 
 class Writes(Views):
@@ -65,32 +61,43 @@ class Writes(Views):
     def _write_rows(self, conn: Any, scope_key: str, candidates: list[Candidate], cap: int,
                     now: int, changed: set[int], retired: list[Record]
                     ) -> tuple[WriteCounts, list[Record]]:
-        """The batch's statements, inside the write's transaction; ``changed`` gathers the
-        seqs of rows inserted or updated, ``retired`` the records that left."""
-        seq = conn.execute(schema.NEXT_SEQ_SQL).fetchall()[0][0]
-        counts = WriteCounts()
-        for candidate in candidates:
-            pool = self._pool_for(conn, scope_key, candidate)
-            action = engine.plan_write(scope_key, candidate, pool, now)
-            counts += engine.count_action(action, candidate)
-            if isinstance(action, engine.Insert):
-                if action.superseded is not None:
-                    self._retire(conn, scope_key, [action.superseded], now)
-                    retired.append(action.superseded)
-                self._insert(conn, engine.mint_record(scope_key, seq, candidate, now), seq)
-                changed.add(seq)
-                seq += 1
-            else:
-                updated = action.updated
-                updated_seq = sql.seq_of(scope_key, updated.id)
-                conn.execute(
-                    "UPDATE records SET use_count = ?, last_used_at = ?, confidence = ?"
-                    " WHERE seq = ?",
-                    (updated.use_count, updated.last_used_at, updated.confidence,
-                     updated_seq),
-                )
-                if updated_seq is not None:
-                    changed.add(updated_seq)
+        """The batch's statements, inside the write's transaction: the rows it can touch,
+        read in two statements; the engine's plan for the whole batch
+        (``shared.batches.plan_batch``, as the PostgreSQL store writes); its inserts and
+        changes; then eviction down to the cap and the purge. ``changed`` gathers the seqs
+        of rows inserted or updated, ``retired`` the records that left."""
+        first_seq = conn.execute(schema.NEXT_SEQ_SQL).fetchall()[0][0]
+        norms, seqs = batches.lookup_keys(scope_key, candidates)
+        known: dict[int, Sequence[Any]] = {}
+        for column, values in (("norm", norms), ("seq", seqs)):
+            for start in range(0, len(values), sql.CHUNK):
+                chunk = values[start:start + sql.CHUNK]
+                for row in conn.execute(
+                        f"SELECT {schema.RECORD_COLUMNS} FROM records WHERE status = 'active'"
+                        f" AND {column} IN ({', '.join('?' * len(chunk))})", chunk):
+                    known[row[0]] = row
+        plan = batches.plan_batch(scope_key, candidates, [sql.record(known[seq])
+                                                          for seq in sorted(known)],
+                                  first_seq, now)
+        for record in plan.inserts:
+            seq = batches.seq_in_scope(scope_key, record.id)
+            assert seq is not None  # minted by the plan for this scope
+            self._insert(conn, record, seq, retired_at=None if record.is_active else now)
+            changed.add(seq)
+        for record in plan.changes:
+            seq = batches.seq_in_scope(scope_key, record.id)
+            if seq is None:
+                continue
+            conn.execute(
+                "UPDATE records SET use_count = ?, last_used_at = ?, confidence = ?,"
+                " status = ?, retired_at = CASE WHEN ? = 'active' THEN retired_at ELSE ? END"
+                " WHERE seq = ?",
+                (record.use_count, record.last_used_at, record.confidence,
+                 record.status.value, record.status.value, now, seq))
+            changed.add(seq)
+            if not record.is_active:
+                conn.execute("DELETE FROM records_fts WHERE rowid = ?", (seq,))
+                retired.append(record)
         evicted: list[Record] = []
         active = conn.execute(
             "SELECT count(*) FROM records WHERE status = 'active'").fetchall()[0][0]
@@ -100,60 +107,40 @@ class Writes(Views):
             retired.extend(evicted)
         self._purge(conn, retention_cutoff(now, self.retention_days))
         sql.compact_index(conn, min(active, cap))
-        return counts, evicted
+        return plan.counts, evicted
 
     @staticmethod
     def _plan_eviction(conn: Any, excess: int) -> list[Record]:
-        """The ``excess`` records the engine evicts, read without loading the whole scope.
-
-        The engine retires the least recently used first: last use, else creation, then
-        creation, then sequence number. Within the never-used rows that order is (creation,
-        seq); within the used ones it is (last use, creation, seq); so the ``excess`` first
-        rows overall are among the ``excess`` first of each group. Those two short lists,
-        read from the covering ``(status, last_used_at, created_at)`` index, are all the
-        engine is handed, and ``plan_eviction`` chooses among them."""
-        seqs: set[int] = set()
+        """The ``excess`` records the engine evicts, read without loading the whole scope:
+        the two short least-recently-used lists ``shared.batches.pick_eviction`` chooses
+        from, read from the covering ``(status, last_used_at, created_at)`` index."""
+        groups = []
         for condition, order in (("last_used_at IS NULL", "created_at, seq"),
                                  ("last_used_at IS NOT NULL", "last_used_at, created_at, seq")):
-            seqs.update(seq for (seq,) in conn.execute(
-                f"SELECT seq FROM records WHERE status = 'active' AND {condition}"
-                f" ORDER BY {order} LIMIT ?", (excess,)))
-        records = [sql.record(row) for row in sql.rows_by_seq(conn, sorted(seqs))]
-        return engine.plan_eviction(records, len(records) - excess)
+            groups.append([sql.record(row) for row in conn.execute(
+                f"SELECT {schema.RECORD_COLUMNS} FROM records"
+                f" WHERE status = 'active' AND {condition} ORDER BY {order} LIMIT ?",
+                (excess,))])
+        return batches.pick_eviction(groups[0], groups[1], excess)
 
-    def _pool_for(self, conn: Any, scope_key: str, candidate: Candidate) -> list[Record]:
-        """The only rows ``plan_write`` reads for this candidate: the active rows named by its
-        pointers and, without a supersede pointer, the active rows sharing its text."""
-        rows: dict[int, Sequence[Any]] = {}
-        for pointer in (candidate.restates, candidate.supersedes):
-            seq = sql.seq_of(scope_key, pointer) if pointer else None
-            if seq is not None:
-                for row in conn.execute(
-                        f"SELECT {schema.RECORD_COLUMNS} FROM records"
-                        " WHERE seq = ? AND id = ? AND status = 'active'", (seq, pointer)):
-                    rows[row[0]] = row
-        if not candidate.supersedes:
-            for row in conn.execute(
-                    f"SELECT {schema.RECORD_COLUMNS} FROM records"
-                    " WHERE status = 'active' AND norm = ? ORDER BY seq",
-                    (normalize_text(candidate.text),)):
-                rows[row[0]] = row
-        return [sql.record(rows[seq]) for seq in sorted(rows)]
-
-    def _insert(self, conn: Any, record: Record, seq: int) -> None:
+    def _insert(self, conn: Any, record: Record, seq: int, *,
+                retired_at: int | None = None) -> None:
+        """One new row (``retired_at``: when a record that is not active died), in the token
+        index when it is active."""
         conn.execute(
             "INSERT INTO records (seq, id, scope_key, kind, text, norm, keywords,"
             " source_thread_key, source_run_id, created_at, last_used_at, use_count,"
-            " confidence, supersedes, restates, status, source)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " confidence, supersedes, restates, status, source, retired_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (seq, record.id, record.scope_key, record.kind.value, record.text,
              normalize_text(record.text), json.dumps(list(record.keywords), ensure_ascii=False),
              record.source_thread_key, record.source_run_id, record.created_at,
              record.last_used_at, record.use_count, record.confidence, record.supersedes,
-             record.restates, record.status.value, record.source.value),
+             record.restates, record.status.value, record.source.value, retired_at),
         )
-        conn.execute("INSERT INTO records_fts (rowid, tokens) VALUES (?, ?)",
-                     (seq, sql.fts_tokens(record.text, record.keywords, self.analyzer)))
+        if record.is_active:
+            conn.execute("INSERT INTO records_fts (rowid, tokens) VALUES (?, ?)",
+                         (seq, sql.fts_tokens(record.text, record.keywords, self.analyzer)))
 
     @staticmethod
     def _retire(conn: Any, scope_key: str, records: Sequence[Record], now: int) -> None:
@@ -161,7 +148,7 @@ class Writes(Views):
         full-text index in the same transaction."""
         by_status: dict[Status, list[int]] = {}
         for record in records:
-            seq = sql.seq_of(scope_key, record.id)
+            seq = batches.seq_in_scope(scope_key, record.id)
             if seq is not None:
                 by_status.setdefault(record.status, []).append(seq)
         for status, seqs in by_status.items():
@@ -174,7 +161,7 @@ class Writes(Views):
 
     @staticmethod
     def _purge(conn: Any, cutoff: int) -> int:
-        """Delete up to ``_PURGE_ROWS`` superseded, evicted and swept rows that died at
+        """Delete up to ``PURGE_ROWS`` superseded, evicted and swept rows that died at
         ``cutoff`` or before, oldest death first; how many. None of them is in the token
         index. The highest seq is recorded first, so ids are never reused."""
         seqs = [seq for (seq,) in conn.execute(
@@ -182,7 +169,7 @@ class Writes(Views):
             # row too young or at the limit, however many dead rows the retention keeps.
             f"SELECT seq FROM records INDEXED BY records_dead"
             f" WHERE status IN {schema.PURGEABLE_STATUSES}"
-            " AND retired_at <= ? ORDER BY retired_at LIMIT ?", (cutoff, _PURGE_ROWS))]
+            " AND retired_at <= ? ORDER BY retired_at LIMIT ?", (cutoff, PURGE_ROWS))]
         if not seqs:
             return 0
         last = conn.execute(schema.NEXT_SEQ_SQL).fetchall()[0][0] - 1

@@ -12,8 +12,8 @@ statement per candidate.
 ``pick_eviction`` is the other half of a write: which of the least recently used rows the
 cap retires, from two short ordered reads the store makes (see its docstring).
 
-This is the logic the SQLite store runs candidate by candidate in ``SqliteStore._write_rows``
-and ``_plan_eviction``; it is kept apart from any dialect so both SQL stores can share it.
+Both SQL stores write through these: the SQLite store (``sqlite/writes.py``) and the
+PostgreSQL store (``postgres/store.py``).
 """
 
 from __future__ import annotations
@@ -23,11 +23,18 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from scopemem.core import engine
-from scopemem.core.records import Candidate, Record, WriteCounts
+from scopemem.core.records import MAX_BATCH, Candidate, Record, WriteCounts
 from scopemem.core.scopes import memory_id
 from scopemem.core.text import normalize_text
 
-__all__ = ["BatchPlan", "lookup_keys", "pick_eviction", "plan_batch", "seq_in_scope"]
+__all__ = ["PURGE_ROWS", "BatchPlan", "lookup_keys", "pick_eviction", "plan_batch",
+           "seq_in_scope"]
+
+# The most dead rows past the retention one write transaction purges: twice what a full
+# batch can retire (a supersede and an eviction per candidate), so the purge keeps up with
+# any steady stream of writes and a backlog (after an upgrade, a long pause, a cap lowered)
+# drains over the next writes instead of in one long transaction.
+PURGE_ROWS = 2 * 2 * MAX_BATCH
 
 
 def seq_in_scope(scope_key: str, record_id: object) -> int | None:

@@ -1,0 +1,34 @@
+"""Use counts not saved yet: ``seq → [uses, last use]``, as both SQL stores keep them.
+
+A retrieval counts one use of each record it returns (``add_bumps``); a save takes the whole
+dict as its batch and, when it fails, merges it back (``add_bumps`` with the batch's uses
+and times), so no use is lost or counted twice. A last use never moves back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+__all__ = ["Bumps", "add_bumps", "merge_bumps"]
+
+#: seq -> [uses, last use]
+Bumps = dict[int, list[int]]
+
+
+def add_bumps(pending: Bumps, seqs: Iterable[int], now: int, uses: int = 1) -> None:
+    """Count ``uses`` uses at ``now`` of each of ``seqs``."""
+    for seq in seqs:
+        bump = pending.get(seq)
+        if bump is None:
+            pending[seq] = [uses, now]
+        else:
+            bump[0] += uses
+            if now > bump[1]:
+                bump[1] = now
+
+
+def merge_bumps(pending: Bumps, batch: Mapping[int, list[int]] | Mapping[int, tuple[int, int]]
+                ) -> None:
+    """Put a batch whose save failed back into ``pending``."""
+    for seq, (uses, last) in batch.items():
+        add_bumps(pending, (seq,), last, uses)
