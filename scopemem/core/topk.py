@@ -161,14 +161,15 @@ def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], lim
         floor = weighing.floor()
         if floor > bounds[end] + MARGIN:
             # The cap rule: no record left out can reach the cap.
-            weighing.settle(floor - MARGIN, rests[end])
-            break
-        if details is not None:
+            cut = floor - MARGIN
+        elif details is not None and weighing.scores_past(bounds[end] + MARGIN, limit,
+                                                          details, now):
             # The score rule: no record left out can score among the ``limit`` best.
             cut = bounds[end] + MARGIN
-            if weighing.scores_past(cut, limit, details, now):
-                weighing.settle(cut, rests[end])
-                break
+        else:
+            continue
+        weighing.settle(cut, rests[end])
+        return weighing.above(cut - MARGIN)
     return sums
 
 
@@ -241,6 +242,20 @@ class _Weighing:
                           + RECENCY_WEIGHT * exp(-(age if age > 0 else 0) / RECENCY_TAU_MS))
         scores.sort(reverse=True)
         return scores[limit - 1] > KEYWORD_WEIGHT * cut + RECENCY_WEIGHT + MARGIN
+
+    def above(self, cut: float) -> dict[int, float]:
+        """The records weighed that match ``cut`` or more, with their predecessors: all
+        ``rank_covered`` needs once every other record matches less than ``cut``."""
+        sums, context, continues = self.sums, self.context, self.continues
+        need = cut * self.total
+        before = sums.get
+        kept = [seq for seq, weight in sums.items()
+                if weight >= need or context and seq in continues
+                and weight + context * before(seq - 1, 0.0) >= need]
+        chosen = {seq: sums[seq] for seq in kept}
+        if context:
+            chosen.update((seq - 1, sums[seq - 1]) for seq in kept if seq - 1 in sums)
+        return chosen
 
     def settle(self, cut: float, rest: float) -> None:
         """Weigh the neighbours a record matching ``cut`` or more may have, once no
