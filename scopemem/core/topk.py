@@ -24,7 +24,8 @@ same items in the same order with bit-for-bit the same matches):
   a weighed record whose match with the predecessor's credit could reach the cut, and the
   gated successor of a weighed record whose credit could lift it to the cut. Every
   record matching at least the cut is then weighed with its predecessor, so its match is
-  the full computation's, and every other record, weighed or not, matches less.
+  the full computation's, and every other record, weighed or not, matches less: only
+  those records and their predecessors go to ``rank_covered``.
 
 At worst every gated record is weighed, the full computation (``covered_all``); a query
 of more than ``LONG`` terms is weighed in full from the start (its cap-th match is too
