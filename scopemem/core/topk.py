@@ -53,6 +53,7 @@ MARGIN = 1e-9
 SMALL = 64
 # A query of more terms some record holds than this is weighed in full (see ``covered``).
 LONG = 48
+# After the first step, a step reads at least 1 / GROW of the postings read before it.
 GROW = 2
 
 
