@@ -20,7 +20,9 @@ plain share of the query's words), no neighbour credit, and with the ``PLAIN`` a
 function word is dropped and nothing is stemmed.
 
 Every store hands these functions the rows they ask for and the scope's statistics
-(``ScopeStats``), so every store answers a query with the same ids in the same order.
+(``ScopeStats``), so every store answers a query with the same ids in the same order. A
+store holding a scope as postings may hand ``rank_covered`` only the records ``core.topk``
+selects, which rank exactly as all of them do.
 """
 
 from __future__ import annotations

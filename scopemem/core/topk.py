@@ -4,25 +4,32 @@ A store that holds a scope as postings (term → the seqs of the active records 
 hands ``ranking.rank_covered`` the weight of the query terms each gated record holds. Only
 the best ``candidate_cap(limit)`` of them by match ever reach the final score, and under
 realistic text a brief's prefilter lets in nearly every record of a large scope, so weighing
-them all costs most of a retrieval. ``covered`` weighs only the records that can reach the
-cap, MaxScore-style, and answers *exactly* as weighing every gated record would:
+them all costs most of a retrieval. ``covered`` weighs only the records that can matter,
+MaxScore-style, and ``rank_covered`` answers from them *exactly* as from all of them (the
+same items in the same order with bit-for-bit the same matches):
 
-* The prefilter's terms are taken heaviest first (rarest first, for equal weights): the
-  *essential* terms E. Every record holding an E term is weighed in full (every query term
-  it holds, summed in query order, so the floats are those of the full computation), and
-  so are the gated records right after them (their match takes the neighbour credit) and,
-  for the neighbour credit, the gated records right before them.
-* A record that holds no E term, and whose predecessor holds none either, matches at most
-  ``(1 + context) · R / total`` (R the weight of the terms with holders outside E). Once the
-  cap-th best match among the records weighed exactly *exceeds* that bound (with a margin
-  for float error: ties go to the newer record, so equality is not enough), no record left
-  unweighed can enter the cap, and the records weighed give the same candidates in the same
-  order as all of them would; else the next term joins E and only its new records are
-  weighed. At worst every gated record is weighed, today's full computation.
+* The query's terms are taken heaviest first (then rarest first): the *essential* terms E.
+  Every gated record holding an E term is weighed in full (every query term it holds,
+  summed in query order from 0.0, so its float is the full computation's).
+* An unweighed record holds no E term, so at most R, the weight of the terms (with
+  holders) outside E; one whose predecessor is unweighed too matches at most
+  ``(1 + context) · R / total``. Once a lower bound of the cap-th best match weighed beats
+  that bound by ``MARGIN`` (the cap rule: ties go to the newer record, so equality is not
+  enough), or once ``limit`` of the records weighed above the bound score more than
+  ``KEYWORD_WEIGHT · bound + RECENCY_WEIGHT`` (the score rule: ``rank_covered`` stops its
+  scan at the first candidate that cannot beat them, which is then one left out), the
+  terms taken so far are enough; else the next terms join E (each step reads at least
+  half as many postings as all before it) and only their new records are weighed.
+* Then ``settle`` weighs the neighbours that can still matter: the gated predecessor of
+  a weighed record whose match with the predecessor's credit could reach the cut, and the
+  gated successor of a weighed record whose credit could lift it to the cut. Every
+  record matching at least the cut is then weighed with its predecessor, so its match is
+  the full computation's, and every other record, weighed or not, matches less: only
+  those records and their predecessors go to ``rank_covered``.
 
-A record weighed only as a predecessor may get a lower match here than in the full
-computation (its own predecessor is not looked at); it is below the bound, so below the
-cap, either way.
+At worst every gated record is weighed, the full computation (``covered_all``); a query
+of more than ``LONG`` terms is weighed in full from the start (its cap-th match is too
+small a share of its weight for any bound to beat before most records are weighed).
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ MARGIN = 1e-9
 SMALL = 64
 # A query of more terms some record holds than this is weighed in full (see ``covered``).
 LONG = 48
+# After the first step, a step reads at least 1 / GROW of the postings read before it.
 GROW = 2
 
 
@@ -90,7 +98,10 @@ def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], lim
     exactly as it would with all of them (``covered_all``): seq → the weight of the query
     terms the record holds. ``context`` is the ranking's neighbour credit
     (``Ranking.context_weight``), ``continues`` holds the seqs whose predecessor is an
-    active record of the same thread, as ``rank_covered`` takes them."""
+    active record of the same thread, as ``rank_covered`` takes them. With ``details``
+    (seq → (last touched, item), as ``rank_covered`` reads them) and ``now``, the score
+    rule may stop sooner than the cap rule; a last touch that moves on before
+    ``rank_covered`` reads it (a usage bump) only raises the scores it counted on."""
     total = sum(weights)
     if limit <= 0 or total <= 0:
         return covered_all(postings, terms, weights)
@@ -152,14 +163,15 @@ def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], lim
         floor = weighing.floor()
         if floor > bounds[end] + MARGIN:
             # The cap rule: no record left out can reach the cap.
-            weighing.settle(floor - MARGIN, rests[end])
-            break
-        if details is not None:
+            cut = floor - MARGIN
+        elif details is not None and weighing.scores_past(bounds[end] + MARGIN, limit,
+                                                          details, now):
             # The score rule: no record left out can score among the ``limit`` best.
             cut = bounds[end] + MARGIN
-            if weighing.scores_past(cut, limit, details, now):
-                weighing.settle(cut, rests[end])
-                break
+        else:
+            continue
+        weighing.settle(cut, rests[end])
+        return weighing.above(cut - MARGIN)
     return sums
 
 
@@ -232,6 +244,20 @@ class _Weighing:
                           + RECENCY_WEIGHT * exp(-(age if age > 0 else 0) / RECENCY_TAU_MS))
         scores.sort(reverse=True)
         return scores[limit - 1] > KEYWORD_WEIGHT * cut + RECENCY_WEIGHT + MARGIN
+
+    def above(self, cut: float) -> dict[int, float]:
+        """The records weighed that match ``cut`` or more, with their predecessors: all
+        ``rank_covered`` needs once every other record matches less than ``cut``."""
+        sums, context, continues = self.sums, self.context, self.continues
+        need = cut * self.total
+        before = sums.get
+        kept = [seq for seq, weight in sums.items()
+                if weight >= need or context and seq in continues
+                and weight + context * before(seq - 1, 0.0) >= need]
+        chosen = {seq: sums[seq] for seq in kept}
+        if context:
+            chosen.update((seq - 1, sums[seq - 1]) for seq in kept if seq - 1 in sums)
+        return chosen
 
     def settle(self, cut: float, rest: float) -> None:
         """Weigh the neighbours a record matching ``cut`` or more may have, once no
