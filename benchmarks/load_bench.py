@@ -53,6 +53,7 @@ import itertools
 import os
 import random
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -264,6 +265,17 @@ def server_pid(port: int) -> int | None:
     return None
 
 
+async def stop_pid(pid: int, patience: float = 30.0) -> None:
+    """SIGTERM ``pid``, then SIGKILL if it is still there after ``patience`` seconds."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + patience
+        while time.monotonic() < deadline:
+            os.kill(pid, 0)  # raises ProcessLookupError once it is gone
+            await asyncio.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
+
+
 @contextlib.asynccontextmanager
 async def serve(data: str, wrap: Sequence[str] = ()) -> AsyncIterator[tuple[str, int]]:
     port = free_port()
@@ -273,8 +285,15 @@ async def serve(data: str, wrap: Sequence[str] = ()) -> AsyncIterator[tuple[str,
             "--store", "sqlite", "--data", data, "--no-access-log"]
     # The current directory comes first on sys.path with -m: run from an empty one.
     with tempfile.TemporaryDirectory(prefix="scopemem-load-cwd-") as cwd:
-        async with subprocess_server(argv, port, env, cwd=cwd) as url:
-            yield url, port
+        pid = None
+        try:
+            async with subprocess_server(argv, port, env, cwd=cwd) as url:
+                pid = server_pid(port) if wrap else None
+                yield url, port
+        finally:
+            # Stopping a strace stops the trace, not the server it wraps: stop that too.
+            if pid is not None:
+                await stop_pid(pid)
 
 
 def session_for(clients: int) -> aiohttp.ClientSession:

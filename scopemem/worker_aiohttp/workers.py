@@ -11,6 +11,8 @@ them), and supervises them:
   answer, so its client retries (every write is one transaction: none is half-applied);
 * SIGINT or SIGTERM to the parent is passed on to every worker, each finishes its in-flight
   requests and closes its store, and the parent exits when the last one has;
+* a parent killed outright (SIGKILL) takes its workers with it on Linux (each asks the
+  kernel for SIGTERM when its parent dies), so no worker goes on serving unsupervised;
 * a worker that keeps failing to start (it exits by itself, not by a signal, within a
   second of starting, five times in a row: a store that cannot open, say) stops the whole
   server with an error rather than being restarted forever.
@@ -60,6 +62,7 @@ def serve_workers(count: int, sock: socket.socket, run_worker: Callable[[socket.
     """Fork ``count`` processes running ``run_worker(sock)`` and supervise them until
     SIGINT/SIGTERM; the exit status for the parent (0, or 1 when workers kept failing)."""
     workers: dict[int, float] = {}  # pid → when it started
+    parent = os.getpid()
     stopping = False
     quick_deaths = 0
 
@@ -70,7 +73,7 @@ def serve_workers(count: int, sock: socket.socket, run_worker: Callable[[socket.
         try:
             pid = os.fork()
             if pid == 0:  # the worker
-                _run_worker(run_worker, sock)
+                _run_worker(run_worker, sock, parent)
             workers[pid] = time.monotonic()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
@@ -123,13 +126,15 @@ def serve_workers(count: int, sock: socket.socket, run_worker: Callable[[socket.
     return 1 if quick_deaths >= _QUICK_DEATHS_ALLOWED else 0
 
 
-def _run_worker(run_worker: Callable[[socket.socket], None], sock: socket.socket) -> None:
+def _run_worker(run_worker: Callable[[socket.socket], None], sock: socket.socket,
+                parent: int) -> None:
     """In a forked worker: the stop signals back to their defaults (the worker's event loop
     installs its own), unblocked, then ``run_worker``; never returns."""
     code = 1
     try:
         for signum in _STOP_SIGNALS:
             signal.signal(signum, signal.SIG_DFL)
+        _stop_with_parent(parent)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
         run_worker(sock)
         code = 0
@@ -140,3 +145,19 @@ def _run_worker(run_worker: Callable[[socket.socket], None], sock: socket.socket
     finally:
         logging.shutdown()
         os._exit(code)
+
+
+def _stop_with_parent(parent: int) -> None:
+    """Have the kernel send this worker SIGTERM when the parent dies (Linux), so a parent
+    killed outright leaves no worker serving on its own; exit at once if it is gone
+    already."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the worker outlives a killed parent
+        pass
+    if os.getppid() != parent:
+        os._exit(0)

@@ -109,7 +109,7 @@ async def test_an_answer_for_another_generation_is_not_used(make, tmp_path, heav
 
 async def ranker_up_stale(store: SqliteStore) -> None:
     for _ in range(400):
-        if store._ranker._up():
+        if store._ranker.up():
             return
         await store.search(ORG, "deploy cache", 5, bump=False)
         await asyncio.sleep(0.025)
@@ -153,4 +153,22 @@ async def test_no_ranking_process_without_heavy_queries(make, tmp_path):
     await store.write(ORG, [fact("deploy with the blue script")])
     await warm(store)
     await store.search(ORG, "deploy", 5)
-    assert store._ranker._executor is None
+    assert store._ranker._slots == {}
+
+
+async def test_after_a_write_the_process_reads_its_copy_again_without_making_a_query_wait(
+        make, tmp_path, heavy):
+    store = make(tmp_path / "a", rank_processes=1)
+    await store.write(ORG, texts(60, 6))
+    await warm(store)
+    await ranker_up(store)
+    await store.write(ORG, texts(3, 7))  # the store's view is carried to a new generation
+    answered = store._ranker.answered
+    after = await store.search(ORG, "deploy cache", 5, bump=False)
+    # Answered on the read pool while the process reads the file again...
+    assert store._ranker.answered == answered
+    [slot] = store._ranker._slots.values()
+    assert slot.refreshing is not None
+    # ... and by the process once it has, with the write's rows in its copy.
+    await ranker_up(store)
+    assert await store.search(ORG, "deploy cache", 5, bump=False) == after

@@ -522,24 +522,26 @@ async def test_a_write_that_fails_carries_nothing_into_the_view(make, monkeypatc
         "deploy on fridays", "deploy with the blue script"]
 
 
-async def test_a_connection_held_by_a_pool_thread_sends_the_retrieval_through_sql(make,
-                                                                                 traced):
+async def test_a_connection_held_by_a_pool_thread_is_waited_for_on_the_pool(make, traced):
     """The view's check reads the scope's own connection only when nobody holds it, never
-    waiting on the loop; otherwise the retrieval queues on the read pool, same answer."""
+    waiting on the loop; when a pool thread holds it (a save of use counts, say), the check
+    waits behind it on the read pool, and the view still answers: no read through SQL."""
     store = make()
     await store.write(ORG, [fact("deploy with the blue script"), fact("rollback plan")])
     await warm(store)
     expected = await store.retrieve(ORG, "deploy", 5)
     handle = store._handles[ORG]
     await asyncio.sleep(0)  # a new loop iteration: the view is checked again
-    handle.lock.acquire()  # as a pool thread writing or reading through SQL holds it
+    handle.lock.acquire()  # as a pool thread saving use counts holds it
     asyncio.get_running_loop().call_later(0.05, handle.lock.release)
     traced.clear()
     got = await store.retrieve(ORG, "deploy", 5)
     assert [r.id for r in got] == [r.id for r in expected]
-    assert prefilters(traced) and all(name.startswith("scopemem-sqlite-read")
-                                      for name in prefilters(traced))
+    assert prefilters(traced) == []  # from the view
+    checks = [thread for sql, _, thread in traced if sql == schema.GENERATION_SQL]
+    assert checks and all(name.startswith("scopemem-sqlite-read") for name in checks)
     await asyncio.sleep(0)
     traced.clear()
-    await store.retrieve(ORG, "deploy", 5)  # free again: answered from the view
-    assert prefilters(traced) == []
+    await store.retrieve(ORG, "deploy", 5)  # free again: checked on the loop itself
+    checks = [thread for sql, _, thread in traced if sql == schema.GENERATION_SQL]
+    assert checks == [threading.current_thread().name] and prefilters(traced) == []

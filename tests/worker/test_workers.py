@@ -50,6 +50,15 @@ def worker_pids(parent: int) -> list[int]:
         return [int(pid) for pid in f.read().split()]
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process (not gone, not a zombie waiting to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "zombie" not in f.read().lower()
+    except FileNotFoundError:
+        return False
+
+
 async def until(condition, what: str) -> None:  # type: ignore[no-untyped-def]
     for _ in range(400):  # bounded by a count, never by a margin on the clock
         if condition():
@@ -151,3 +160,17 @@ async def test_thirty_kills_while_eight_writers_write_lose_nothing_acknowledged(
     assert acknowledged <= set(parts)  # nothing acknowledged lost
     assert set(parts) <= sent
     assert acknowledged  # the writers got through between the kills
+
+
+async def test_a_parent_killed_outright_takes_its_workers_with_it(tmp_path):
+    process, url = start_workers(tmp_path, tmp_path / "data", 2)
+    try:
+        await wait_healthy(process, url)
+        await until(lambda: len(worker_pids(process.pid)) == 2, "two workers")
+        workers = worker_pids(process.pid)
+        process.kill()  # SIGKILL: the parent cannot pass anything on
+        process.wait(timeout=20)
+        await until(lambda: not any(map(alive, workers)), "the workers gone")
+    finally:
+        if process.poll() is None:
+            process.kill()

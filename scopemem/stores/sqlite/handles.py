@@ -39,6 +39,14 @@ class Heavy:
 
 
 
+@attrs.frozen
+class Unverified:
+    """A view the event loop could not check without waiting: a pool thread holds the
+    scope's connection for a moment."""
+
+    handle: Any
+
+
 class Handle:
     """One cached connection and the lock that keeps it to one thread at a time."""
 

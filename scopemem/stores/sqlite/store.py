@@ -41,7 +41,7 @@ from scopemem.stores.base import (
 )
 from scopemem.stores.shared import batches
 from scopemem.stores.sqlite import files
-from scopemem.stores.sqlite.handles import Handle, Heavy
+from scopemem.stores.sqlite.handles import Handle, Heavy, Unverified
 from scopemem.stores.sqlite.porting import Porting
 from scopemem.stores.sqlite.ranker import DEFAULT_RANK_PROCESSES, RANK_PROCESSES_MAX, Ranker
 from scopemem.stores.sqlite.reads import Reads
@@ -172,6 +172,13 @@ class SqliteStore(Reads, Writes, Usage, Porting):
         if not terms.terms or limit <= 0:
             return []
         answered = self._from_view(scope_key, terms, limit, now, bump)
+        if isinstance(answered, Unverified):
+            # Checked behind the thread holding the connection rather than read through SQL
+            # (which, on a large scope, costs far more than the wait).
+            answered = (self._from_view(scope_key, terms, limit, now, bump)
+                        if await self._check_view(answered) else None)
+            if isinstance(answered, Unverified):
+                answered = None
         if isinstance(answered, Heavy):
             answered = await self._rank_heavy(scope_key, answered, terms, limit, now, bump)
         if answered is None:

@@ -34,7 +34,7 @@ from scopemem.stores.base import Hit
 from scopemem.stores.shared import batches
 from scopemem.stores.sqlite import schema, sql
 from scopemem.stores.sqlite.base import StoreBase
-from scopemem.stores.sqlite.handles import Carry, Handle, Heavy
+from scopemem.stores.sqlite.handles import Carry, Handle, Heavy, Unverified
 from scopemem.stores.sqlite.ranker import Ranker
 from scopemem.stores.sqlite.view import ScopeView
 
@@ -61,11 +61,13 @@ class Views(StoreBase):
     _epoch_loop: asyncio.AbstractEventLoop | None
 
     def _from_view(self, scope_key: str, terms: engine.QueryTerms, limit: int, now: int,
-                   bump: bool) -> tuple[list[Hit], Handle | None] | Heavy | None:
+                   bump: bool) -> tuple[list[Hit], Handle | None] | Heavy | Unverified | None:
         """Answer a retrieval from the scope's view, on the event loop, with its bumps added
         when ``bump`` (and the handle holding them, when there are any); None when the view
         cannot answer (there is none, or the rows changed since it was read); ``Heavy`` when
-        the ranking would hold the loop longer than ``LOOP_WORK`` allows."""
+        the ranking would hold the loop longer than ``LOOP_WORK`` allows; ``Unverified``
+        when a pool thread holds the scope's connection (not for a write) so the view could
+        not be checked: ``_check_view`` checks it in line behind that thread."""
         with self._cache_lock:
             handle = self._handles.get(scope_key)
             if handle is None:
@@ -83,6 +85,9 @@ class Views(StoreBase):
         else:
             generation = self._probe(handle)
             if generation is None:
+                writer = self._writers.get(scope_key)
+                if handle.lock.locked() and not (writer is not None and writer[0].locked()):
+                    return Unverified(handle)  # held for a moment, not by a write
                 return None
             handle.probed = (epoch, generation)
         if generation != view.generation:
@@ -101,7 +106,7 @@ class Views(StoreBase):
         on the read pool. Either way light queries on other scopes are answered meanwhile."""
         view = heavy.view
         best = await self._ranker.best(heavy.handle.path, scope_key, terms, limit,
-                                       self.ranking)
+                                       self.ranking, view.generation)
         if best is not None and best[0] == view.generation:
             entries = view.entries  # no await from here on: the view cannot change
             candidates = best[1]
@@ -157,6 +162,25 @@ class Views(StoreBase):
 
     def _end_epoch(self) -> None:
         self._epoch = None
+
+    async def _check_view(self, unverified: Unverified) -> bool:
+        """Check a view the loop could not (``Unverified``) on the read pool, waiting for
+        the connection there (a save of use counts holds it a millisecond or two): True when
+        the next ``_from_view`` in this loop iteration can answer from it."""
+        handle = unverified.handle
+        generation = await self._run("read", self._generation_of, handle)
+        if generation is None:
+            return False
+        handle.probed = (self._current_epoch(), generation)
+        return True
+
+    @staticmethod
+    def _generation_of(handle: Handle) -> int | None:
+        """The scope's generation, read on its connection once it is free (on the pool)."""
+        with handle.lock:
+            if handle.closed or handle.conn is None:
+                return None
+            return handle.conn.execute(schema.GENERATION_SQL).fetchall()[0][0]
 
     def _probe(self, handle: Handle) -> int | None:
         """The scope's generation as committed now, read on the scope's own connection right
