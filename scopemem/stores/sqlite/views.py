@@ -106,7 +106,7 @@ class Views(StoreBase):
         on the read pool. Either way light queries on other scopes are answered meanwhile."""
         view = heavy.view
         best = await self._ranker.best(heavy.handle.path, scope_key, terms, limit,
-                                       self.ranking, view.generation)
+                                       self.ranking, view.generation, now)
         if best is not None and best[0] == view.generation:
             entries = view.entries  # no await from here on: the view cannot change
             candidates = best[1]
