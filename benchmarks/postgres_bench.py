@@ -22,6 +22,9 @@ With ``--curve 1,10,40`` it also fills one table with that many scopes of 500 re
 prints retrieve p50 on one of them at each count: what sharing one table costs a scope.
 Before measuring, the tables are vacuumed and analyzed, as autovacuum would have done by
 then (fresh planner statistics, the visibility map that lets postings be read index-only).
+Then (``--workers on``, the default) ``workers_bench.py``'s figures: worker ``/retrieve``
+req/s, 32 clients, with one and two worker processes over Postgres, and over SQLite with
+one (target: two processes at least 1.6x one, on two cores).
 Nothing here asserts: it prints figures.
 """
 
@@ -40,6 +43,7 @@ from collections.abc import Awaitable, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import workers_bench  # noqa: E402
 from benchmarks.store_bench import Corpus  # noqa: E402
 from scopemem.core.records import MAX_SCOPE_CAP  # noqa: E402
 from scopemem.stores.postgres import PostgresStore  # noqa: E402
@@ -178,6 +182,10 @@ async def main() -> None:
     parser.add_argument("--limit", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--dsn", default=DEFAULT_DSN)
+    parser.add_argument("--workers", choices=("on", "off"), default="on",
+                        help="also the worker figures: /retrieve req/s with 1 and 2 worker"
+                             " processes over Postgres, and over SQLite with 1"
+                             " (benchmarks/workers_bench.py)")
     parser.add_argument("--curve", default="",
                         help="also: scope counts (e.g. 1,10,40) of 500-record scopes, retrieve"
                              " p50 on one of them as the table fills")
@@ -188,6 +196,10 @@ async def main() -> None:
     if args.curve:
         await bench_curve([int(n) for n in args.curve.split(",")], 500, args.limit,
                           args.seconds, args.dsn)
+    if args.workers == "on":
+        os.environ.setdefault("SCOPEMEM_TEST_POSTGRES_DSN", args.dsn)
+        print()
+        await workers_bench.main(workers_bench.parse_args([]))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import apsw
 import pytest
 
 from scopemem.stores.sqlite import SqliteStore
+from tests.stores import pg
 from tests.worker.test_serve import TOKEN, stop, wait_healthy
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not os.path.exists("/proc"),
@@ -29,13 +30,22 @@ SCOPES = ("org:acme", "repo:acme/widgets")
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def start_workers(tmp_path: Path, data: Path, workers: int) -> tuple[subprocess.Popen, str]:
+def start_workers(tmp_path: Path, data: Path, workers: int, schema: str | None = None
+                  ) -> tuple[subprocess.Popen, str]:
+    """``scopemem serve --workers N`` over SQLite files in ``data``, or over the PostgreSQL
+    store in ``schema`` when given."""
     env = {key: value for key, value in os.environ.items()
            if key not in ("SCOPEMEM_CONFIG", "SCOPEMEM_TOKEN")}
     env["SCOPEMEM_TOKEN"] = TOKEN
+    store: list[str] = ["--data", str(data)]
+    if schema is not None:
+        config = tmp_path / "postgres.toml"
+        config.write_text(f'[memory.stores.postgres]\ndsn = "{pg.dsn()}"\n'
+                          f'schema = "{schema}"\n')
+        store = ["--store", "postgres"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "scopemem", "serve", "--port", "0", "--workers", str(workers),
-         "--data", str(data), "--no-access-log"],
+        [sys.executable, "-m", "scopemem", *(["--config", str(config)] if schema else []),
+         "serve", "--port", "0", "--workers", str(workers), *store, "--no-access-log"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None
     line = process.stdout.readline()  # printed once every worker process is forked
@@ -43,6 +53,30 @@ def start_workers(tmp_path: Path, data: Path, workers: int) -> tuple[subprocess.
         line, process.stderr.read())
     url = line.split("listening on ", 1)[1].split()[0]
     return process, url
+
+
+def stored_rows(data: Path, schema: str | None) -> list[tuple[str, str]]:
+    """(id, text) of every row of ``SCOPES``, read past the store: the SQLite files, or the
+    PostgreSQL schema (dropped afterwards)."""
+    rows: list[tuple[str, str]] = []
+    if schema is None:
+        store = SqliteStore(data)
+        for scope in SCOPES:
+            conn = apsw.Connection(store.path_for(scope), flags=apsw.SQLITE_OPEN_READONLY)
+            try:
+                rows += conn.execute("SELECT id, text FROM records").fetchall()
+            finally:
+                conn.close()
+        return rows
+    import psycopg
+
+    try:
+        with psycopg.connect(pg.dsn()) as conn:
+            rows += conn.execute(f'SELECT id, text FROM "{schema}".records'
+                                 " WHERE scope_key = ANY(%s)", (list(SCOPES),)).fetchall()
+    finally:
+        pg.drop_schemas(schema)
+    return rows
 
 
 def worker_pids(parent: int) -> list[int]:
@@ -94,9 +128,15 @@ async def test_every_worker_answers_every_scope_and_a_killed_one_is_replaced(tmp
     assert "Traceback" not in err
 
 
-async def test_thirty_kills_while_eight_writers_write_lose_nothing_acknowledged(tmp_path):
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+async def test_thirty_kills_while_eight_writers_write_lose_nothing_acknowledged(tmp_path,
+                                                                                store):
     data = tmp_path / "data"
-    process, url = start_workers(tmp_path, data, 2)
+    schema = None
+    if store == "postgres":
+        pg.require()
+        schema = pg.new_schema()
+    process, url = start_workers(tmp_path, data, 2, schema)
     acknowledged: set[str] = set()  # batch names a 200 answered
     sent: set[str] = set()
     stop_writing = asyncio.Event()
@@ -140,16 +180,9 @@ async def test_thirty_kills_while_eight_writers_write_lose_nothing_acknowledged(
     finally:
         stop(process, signal.SIGTERM)
 
-    # Every row the files hold, whatever its status (the cap evicts the oldest as they
+    # Every row the store holds, whatever its status (the cap evicts the oldest as they
     # grow: an evicted row keeps its text for the retention).
-    store = SqliteStore(data)
-    rows: list[tuple[str, str]] = []
-    for scope in SCOPES:
-        conn = apsw.Connection(store.path_for(scope), flags=apsw.SQLITE_OPEN_READONLY)
-        try:
-            rows += conn.execute("SELECT id, text FROM records").fetchall()
-        finally:
-            conn.close()
+    rows = stored_rows(data, schema)
     ids = [record_id for record_id, _text in rows]
     assert len(ids) == len(set(ids))  # no id twice
     parts: dict[str, int] = {}
