@@ -4,7 +4,9 @@
                                        [--seconds 3] [--rounds 3] [--records 500]
 
 Path measured: ``scopemem serve`` subprocesses on loopback, ``--clients`` clients with one
-keep-alive connection each sending ``/retrieve`` (3-8-word queries from a 600-word
+keep-alive connection each (prepared requests on raw sockets by default, ``--client
+aiohttp`` for aiohttp's client, which costs the shared cores several times more) sending
+``/retrieve`` (3-8-word queries from a 600-word
 vocabulary, limit 8) over eight scopes of ``--records`` records. Each store is seeded once
 through a one-process worker; then, in ``--rounds`` rounds, a one-process and a two-process
 worker over the same data take turns (``--seconds`` each, after a second of unmeasured
@@ -23,11 +25,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import random
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -95,14 +99,61 @@ def retrieve(url: str) -> Any:
 
 async def req_per_s(store: str, config: str, workers: int, args: argparse.Namespace) -> float:
     async with server(store, config, workers) as url:
-        connector = aiohttp.TCPConnector(limit=args.clients)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            await run_clients(session, args.clients, 1.0, retrieve(url))  # warm-up
-            latencies, errors = await run_clients(session, args.clients, args.seconds,
-                                                  retrieve(url))
+        if args.client == "aiohttp":
+            connector = aiohttp.TCPConnector(limit=args.clients)
+            async with aiohttp.ClientSession(connector=connector) as session:
+                await run_clients(session, args.clients, 1.0, retrieve(url))  # warm-up
+                latencies, errors = await run_clients(session, args.clients, args.seconds,
+                                                      retrieve(url))
+        else:
+            await raw_clients(url, args.clients, 1.0)  # warm-up
+            latencies, errors = await raw_clients(url, args.clients, args.seconds)
     if errors:
         print(f"   ({store}, {workers} processes: {errors} errors)")
     return len(latencies) / args.seconds
+
+
+async def raw_clients(url: str, clients: int, seconds: float) -> tuple[list[float], int]:
+    """``clients`` keep-alive connections, each sending prepared ``/retrieve`` requests
+    back to back and reading each answer by its Content-Length: a load generator that costs
+    a fraction of aiohttp's client per request, so on a machine whose cores it shares with
+    the server it leaves them to the server (the figure of interest: how the server scales
+    with its processes, not how fast the client is)."""
+    host, port = url.split("//", 1)[1].rsplit(":", 1)
+    rng = random.Random(11)
+    requests = []
+    for _ in range(200):
+        body = json.dumps({"scopeKey": rng.choice(SCOPES), "query": sentence(
+            rng, rng.randint(3, 8)), "limit": 8}).encode()
+        requests.append(b"POST /retrieve HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer "
+                        + TOKEN.encode() + b"\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    latencies: list[float] = []
+    errors = 0
+    deadline = time.perf_counter() + seconds
+
+    async def client(index: int) -> None:
+        nonlocal errors
+        reader, writer = await asyncio.open_connection(host, int(port))
+        n = index
+        try:
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                writer.write(requests[n % len(requests)])
+                n += clients
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line[:15].lower() == b"content-length:":
+                        length = int(line[15:])
+                await reader.readexactly(length)
+                latencies.append(time.perf_counter() - started)
+                errors += not head.startswith(b"HTTP/1.1 200")
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(client(n) for n in range(clients)))
+    return latencies, errors
 
 
 async def postgres_reachable() -> str | None:
@@ -186,6 +237,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--records", type=int, default=500)
+    parser.add_argument("--client", choices=("raw", "aiohttp"), default="raw",
+                        help="the load generator: prepared requests on raw keep-alive sockets"
+                             " (default: cheap, so the server gets the cores) or aiohttp's"
+                             " client")
     args = parser.parse_args(argv)
     args.stores = [name.strip() for name in args.stores.split(",") if name.strip()]
     if (not args.stores or not set(args.stores) <= {"sqlite", "postgres"}
