@@ -499,19 +499,16 @@ async def test_a_write_that_fails_carries_nothing_into_the_view(make, monkeypatc
     await store.write(ORG, [fact("deploy with the blue script")])
     await warm(store)
     assert store._handles[ORG].view is not None
-    insert = SqliteStore._insert
-    calls = []
+    insert = SqliteStore._insert_many
 
-    def failing(self, conn, record, seq, **options):
-        calls.append(seq)
-        if len(calls) == 2:
-            raise apsw.IOError("disk gone mid-batch")
-        return insert(self, conn, record, seq, **options)
+    def failing(self, conn, rows):  # the first row written, then the disk goes
+        insert(self, conn, rows[:1])
+        raise apsw.IOError("disk gone mid-batch")
 
-    monkeypatch.setattr(SqliteStore, "_insert", failing)
+    monkeypatch.setattr(SqliteStore, "_insert_many", failing)
     with pytest.raises(Exception, match="disk gone"):
         await store.write(ORG, [fact("deploy from main only"), fact("deploy on fridays")])
-    monkeypatch.setattr(SqliteStore, "_insert", insert)
+    monkeypatch.setattr(SqliteStore, "_insert_many", insert)
     assert store._handles[ORG].carry is None
     hits = await store.search(ORG, "deploy", 8, bump=False)
     assert [hit.record.text for hit in hits] == ["deploy with the blue script"]

@@ -79,11 +79,11 @@ class Writes(Views):
         plan = batches.plan_batch(scope_key, candidates, [sql.record(known[seq])
                                                           for seq in sorted(known)],
                                   first_seq, now)
-        for record in plan.inserts:
-            seq = batches.seq_in_scope(scope_key, record.id)
-            assert seq is not None  # minted by the plan for this scope
-            self._insert(conn, record, seq, retired_at=None if record.is_active else now)
-            changed.add(seq)
+        inserts = [(seq, record, None if record.is_active else now)
+                   for seq, record in enumerate(plan.inserts, start=first_seq)]
+        if inserts:
+            self._insert_many(conn, inserts)
+            changed.update(seq for seq, _record, _retired_at in inserts)
         for record in plan.changes:
             seq = batches.seq_in_scope(scope_key, record.id)
             if seq is None:
@@ -127,20 +127,25 @@ class Writes(Views):
                 retired_at: int | None = None) -> None:
         """One new row (``retired_at``: when a record that is not active died), in the token
         index when it is active."""
-        conn.execute(
+        self._insert_many(conn, [(seq, record, retired_at)])
+
+    def _insert_many(self, conn: Any, rows: Sequence[tuple[int, Record, int | None]]
+                     ) -> None:
+        """New rows, each ``(seq, record, retired_at)``, the active ones in the token index:
+        two statements for the lot (``executemany``), not two a row."""
+        conn.executemany(
             "INSERT INTO records (seq, id, scope_key, kind, text, norm, keywords,"
             " source_thread_key, source_run_id, created_at, last_used_at, use_count,"
             " confidence, supersedes, restates, status, source, retired_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (seq, record.id, record.scope_key, record.kind.value, record.text,
-             normalize_text(record.text), json.dumps(list(record.keywords), ensure_ascii=False),
-             record.source_thread_key, record.source_run_id, record.created_at,
-             record.last_used_at, record.use_count, record.confidence, record.supersedes,
-             record.restates, record.status.value, record.source.value, retired_at),
-        )
-        if record.is_active:
-            conn.execute("INSERT INTO records_fts (rowid, tokens) VALUES (?, ?)",
-                         (seq, sql.fts_tokens(record.text, record.keywords, self.analyzer)))
+            [(seq, r.id, r.scope_key, r.kind.value, r.text, normalize_text(r.text),
+              json.dumps(list(r.keywords), ensure_ascii=False), r.source_thread_key,
+              r.source_run_id, r.created_at, r.last_used_at, r.use_count, r.confidence,
+              r.supersedes, r.restates, r.status.value, r.source.value, retired_at)
+             for seq, r, retired_at in rows])
+        conn.executemany("INSERT INTO records_fts (rowid, tokens) VALUES (?, ?)",
+                         [(seq, sql.fts_tokens(r.text, r.keywords, self.analyzer))
+                          for seq, r, _retired_at in rows if r.is_active])
 
     @staticmethod
     def _retire(conn: Any, scope_key: str, records: Sequence[Record], now: int) -> None:
