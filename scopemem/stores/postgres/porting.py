@@ -19,10 +19,10 @@ from typing import Any
 import attrs
 
 from scopemem.core.records import Record
+from scopemem.core.scopes import record_seq
 from scopemem.core.text import normalize_text
 from scopemem.stores.porting import group_import
-from scopemem.stores.postgres.migrations import quoted
-from scopemem.stores.postgres.statements import COLUMNS, record_of
+from scopemem.stores.postgres.statements import record_of
 from scopemem.stores.postgres.tokens import record_tokens
 
 __all__ = ["Porting"]
@@ -32,7 +32,6 @@ class Porting:
     """Export and import for ``PostgresStore`` (which provides the attributes used)."""
 
     sql: Any
-    schema: str
     analyzer: Any
     _usage: Any
     _clock: Any
@@ -41,23 +40,19 @@ class Porting:
 
     async def export_scopes(self) -> list[str]:
         async with self._connection() as conn:
-            cursor = await conn.execute(
-                f"SELECT scope_key FROM {quoted(self.schema)}.scopes ORDER BY scope_key")
+            cursor = await conn.execute(self.sql.export_scopes)
             return [key for (key,) in await cursor.fetchall()]
 
     async def export_page(self, scope_key: str, after: int, limit: int) -> list[Record]:
         if limit <= 0:
             return []
         async with self._connection() as conn:
-            cursor = await conn.execute(
-                f"SELECT {COLUMNS} FROM {quoted(self.schema)}.records"
-                " WHERE scope_key = %(scope)s AND seq > %(after)s ORDER BY seq"
-                " LIMIT %(limit)s",
-                {"scope": scope_key, "after": after, "limit": limit})
+            cursor = await conn.execute(self.sql.export_page,
+                                        {"scope": scope_key, "after": after, "limit": limit})
             records = [record_of(row) for row in await cursor.fetchall()]
         out = []
         for record in records:
-            queued = self._usage.pending(scope_key, int(record.id.rsplit(":", 1)[1]))
+            queued = self._usage.pending(scope_key, record_seq(record.id))
             out.append(attrs.evolve(record, use_count=record.use_count + queued)
                        if queued else record)
         return out
@@ -72,13 +67,10 @@ class Porting:
 
     async def _import_scope(self, scope_key: str, batch: list[tuple[int, Record]],
                             now: int) -> int:
-        records_table = f"{quoted(self.schema)}.records"
         async with self._connection() as conn, conn.transaction():
             last_seq, _active = await self._lock_scope(conn, scope_key, now, create=True)
             seqs = [seq for seq, _record in batch]
-            cursor = await conn.execute(
-                f"SELECT seq FROM {records_table} WHERE scope_key = %(scope)s"
-                " AND seq = ANY(%(seqs)s::bigint[])", {"scope": scope_key, "seqs": seqs})
+            cursor = await conn.execute(self.sql.held_seqs, {"scope": scope_key, "seqs": seqs})
             held = {seq for (seq,) in await cursor.fetchall()}
             fresh = sorted(((seq, record) for seq, record in batch if seq not in held),
                            key=lambda item: item[0])
@@ -94,10 +86,8 @@ class Porting:
                     for seq, r in fresh])
             # Each record's neighbours, from the table (which now holds the imported rows).
             around = sorted({n for seq, _r in fresh for n in (seq - 1, seq + 1)})
-            cursor = await conn.execute(
-                f"SELECT seq, source_thread_key, status FROM {records_table}"
-                " WHERE scope_key = %(scope)s AND seq = ANY(%(seqs)s::bigint[])",
-                {"scope": scope_key, "seqs": around})
+            cursor = await conn.execute(self.sql.neighbours,
+                                        {"scope": scope_key, "seqs": around})
             neighbours = {seq: (thread, status) for seq, thread, status
                           in await cursor.fetchall()}
             terms: list[str] = []
@@ -121,15 +111,10 @@ class Porting:
                 await conn.execute(self.sql.post, {"scope": scope_key, "terms": terms,
                                                    "seqs": posted, "continues": continues})
             if follows:
-                await conn.execute(
-                    f"UPDATE {quoted(self.schema)}.postings SET continues = true"
-                    " WHERE scope_key = %(scope)s AND seq = ANY(%(seqs)s::bigint[])",
-                    {"scope": scope_key, "seqs": follows})
+                await conn.execute(self.sql.mark_continues,
+                                   {"scope": scope_key, "seqs": follows})
             imported_active = sum(1 for _seq, r in fresh if r.is_active)
-            await conn.execute(
-                f"UPDATE {quoted(self.schema)}.scopes"
-                " SET last_seq = GREATEST(last_seq, %(last)s), active = active + %(added)s"
-                " WHERE scope_key = %(scope)s",
-                {"scope": scope_key, "last": max(last_seq, fresh[-1][0]),
-                 "added": imported_active})
+            await conn.execute(self.sql.import_counts, {
+                "scope": scope_key, "last": max(last_seq, fresh[-1][0]),
+                "added": imported_active})
         return len(fresh)

@@ -62,8 +62,18 @@ class Statements:
                           " WHERE scope_key = %(scope)s AND seq = %(seq)s")
         self.active_rows_by_seq = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
                                    " AND seq = ANY(%(seqs)s::bigint[])")
-        self.rows_by_seq = (f"SELECT {COLUMNS} FROM {records}"
-                            " WHERE scope_key = %(scope)s AND seq = ANY(%(seqs)s::bigint[])")
+        # Moving records in and out (``porting.py``).
+        self.export_scopes = f"SELECT scope_key FROM {s}.scopes ORDER BY scope_key"
+        self.export_page = (f"SELECT {COLUMNS} FROM {records} WHERE scope_key = %(scope)s"
+                            " AND seq > %(after)s ORDER BY seq LIMIT %(limit)s")
+        self.held_seqs = (f"SELECT seq FROM {records} WHERE scope_key = %(scope)s"
+                          " AND seq = ANY(%(seqs)s::bigint[])")
+        self.neighbours = (f"SELECT seq, source_thread_key, status FROM {records}"
+                           " WHERE scope_key = %(scope)s AND seq = ANY(%(seqs)s::bigint[])")
+        self.mark_continues = (f"UPDATE {postings} SET continues = true"
+                               " WHERE scope_key = %(scope)s AND seq = ANY(%(seqs)s::bigint[])")
+        self.import_counts = (f"UPDATE {s}.scopes SET last_seq = GREATEST(last_seq, %(last)s),"
+                              " active = active + %(added)s WHERE scope_key = %(scope)s")
         # One use of each named active row, skipping rows a writer holds: a reader never
         # waits on a row lock (the skipped ones are bumped later, see usage.py).
         # Its commit does not wait for the WAL to reach the disk (``synchronous_commit``

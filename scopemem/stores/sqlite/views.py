@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from scopemem.core import engine
 from scopemem.core.records import Record, trusted_record
@@ -37,8 +37,6 @@ from scopemem.stores.sqlite.base import StoreBase
 from scopemem.stores.sqlite.handles import Carry, Handle, Heavy, Unverified
 from scopemem.stores.sqlite.ranker import Ranker
 from scopemem.stores.sqlite.view import ScopeView
-
-T = TypeVar("T")
 
 # Active rows held in memory across all scopes for answering retrievals on the event loop
 # (about 1.5 KB each). A scope gets its view on its second retrieval through SQL
