@@ -1,0 +1,98 @@
+"""A fake OpenAI-compatible model server on loopback, for end-to-end tests.
+
+It runs in a thread of its own (``http.server``), so a program under test in another process
+(``scopemem mcp``, ``scopemem hook``) can call it while the test itself blocks on that
+process. Every request is recorded; each reply is the next one scripted, or a reply with no
+facts when the script has run out. Point a config at it with::
+
+    [memory.providers.openai]
+    base_url = "<server.base_url>"     # ends in /v1
+    api_key_env = "FAKE_MODEL_KEY"
+
+and ``model = "openai/fake-model"`` in ``[memory]``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def lesson(text: str, **extra: Any) -> dict[str, Any]:
+    """One fact as the reflection extractor returns it."""
+    return {"text": text, "confidence": 0.9, **extra}
+
+
+class FakeModel:
+    """The scripted state behind the server: ``replies`` are reflection envelopes
+    (``{"facts": [...]}``) answered in order; ``requests`` are the bodies received."""
+
+    def __init__(self) -> None:
+        self.replies: list[Mapping[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []
+        self.base_url = ""
+        self._lock = threading.Lock()
+
+    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self.requests.append(body)
+            envelope = self.replies.pop(0) if self.replies else {"facts": []}
+        return {
+            "id": f"fake-{len(self.requests)}",
+            "object": "chat.completion",
+            "model": body.get("model", "fake-model"),
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": json.dumps(envelope)}}],
+        }
+
+    def prompts(self) -> list[str]:
+        """The user message of every request received, in order."""
+        with self._lock:
+            return [message["content"] for body in self.requests
+                    for message in body.get("messages", []) if message.get("role") == "user"]
+
+
+def _handler(model: FakeModel) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}")
+            except ValueError:
+                self.send_error(400, "not JSON")
+                return
+            if not self.path.endswith("/chat/completions"):
+                self.send_error(404, "unknown path")
+                return
+            raw = json.dumps(model.answer(body)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            return  # quiet: pytest shows what matters
+
+    return Handler
+
+
+@contextmanager
+def fake_model_server() -> Iterator[FakeModel]:
+    """Serve a ``FakeModel`` on 127.0.0.1 (a free port) until the block ends."""
+    model = FakeModel()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(model))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="fake-model", daemon=True)
+    thread.start()
+    model.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        yield model
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
