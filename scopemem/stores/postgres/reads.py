@@ -1,9 +1,11 @@
 """A retrieval and a use count on the PostgreSQL store: the statements, in order.
 
-1. ``Statements.postings``: each query term's postings (seqs, negated for a record that
-   continues its predecessor's thread) and the scope's active count, in one snapshot;
-2. ``tokens.rank_inputs`` and ``engine.rank_candidates``: the weights, each record's
-   covered weight, and the best ``candidate_cap(limit)`` by match;
+1. ``Statements.postings``: each query term's postings (the seqs holding it, split by
+   whether the record continues its predecessor's thread) and the scope's active count,
+   in one snapshot;
+2. ``tokens.term_weights``, ``tokens.covered`` and ``engine.rank_candidates``: the weights,
+   the covered weight of each record the answer can need (``core.topk``), and the best
+   ``candidate_cap(limit)`` by match;
 3. the candidates' rows, and ``engine.score_candidates``: the answer, exactly the one
    ``engine.rank_covered`` gives every other store;
 4. one more use of each record returned (when the retrieval counts as one).
@@ -28,8 +30,8 @@ from scopemem.core import engine
 from scopemem.core.records import Record
 from scopemem.core.scopes import record_seq
 from scopemem.stores.base import Hit
+from scopemem.stores.postgres import tokens
 from scopemem.stores.postgres.statements import Statements, record_of
-from scopemem.stores.postgres.tokens import rank_inputs
 from scopemem.stores.postgres.usage import DeferredUsage
 
 __all__ = ["mark_used", "search"]
@@ -40,13 +42,24 @@ Details = dict[int, tuple[int, Record]]
 async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engine.Ranking,
                  scope_key: str, terms: engine.QueryTerms, limit: int, now: int, bump: bool
                  ) -> list[Hit]:
-    cursor = await conn.execute(sql.postings, {"scope": scope_key, "terms": list(terms.terms)})
+    cursor = await conn.execute(sql.postings, {"scope": scope_key, "terms": list(terms.terms)},
+                                binary=True)
     rows = await cursor.fetchall()
     if not rows or rows[0][0] is None:
         return []
-    covered, total, continues = rank_inputs((row[1:] for row in rows), rows[0][0], terms,
-                                            ranking)
-    candidates = engine.rank_candidates(covered, total, limit, ranking, continues)
+    postings, continues = tokens.read_postings(row[1:] for row in rows)
+    weights = tokens.term_weights(postings, rows[0][0], terms, ranking)
+    total = sum(weights)
+
+    def choose(gone: Sequence[int] = ()) -> tuple[dict[int, float], list[tuple[float, int]]]:
+        # Records that left active status since the postings were read (a concurrent
+        # forget) leave the postings first, so the weighing can reach past them.
+        for holders in postings.values():
+            holders.difference_update(gone)
+        covered = tokens.covered(postings, continues, terms, weights, limit, ranking)
+        return covered, engine.rank_candidates(covered, total, limit, ranking, continues)
+
+    covered, candidates = choose()
     if not candidates:
         return []
     if bump and len(candidates) <= limit:
@@ -64,11 +77,7 @@ async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engi
         gone = [seq for seq in wanted if seq not in details]
         if not gone:
             break
-        # Left active status since the postings were read (a concurrent forget): drop
-        # them, and choose the candidates again.
-        for seq in gone:
-            del covered[seq]
-        candidates = engine.rank_candidates(covered, total, limit, ranking, continues)
+        covered, candidates = choose(gone)
     ranked = engine.score_candidates(candidates, limit, now, details)
     if not bump:
         return [Hit(record, match) for record, match in ranked]

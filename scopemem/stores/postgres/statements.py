@@ -39,15 +39,16 @@ class Statements:
         records = f"{s}.records"
         active = "scope_key = %(scope)s AND status = 'active'"
         postings = f"{s}.postings"
-        # The postings of the query's terms: per term one array of the seqs holding it,
-        # negated for a record that continues its predecessor's thread (one index-only range
-        # scan per term, in seq order: no sort, no row visited), with the scope's active
-        # count from the same snapshot.
+        # The postings of the query's terms: per term the seqs holding it, in two arrays:
+        # the records that continue their predecessor's thread and the others (one
+        # index-only range scan per term, in seq order: no sort, no row visited), with the
+        # scope's active count from the same snapshot.
         self.postings = (
             f"SELECT (SELECT active FROM {s}.scopes WHERE scope_key = %(scope)s), q.term,"
-            " ARRAY(SELECT CASE WHEN p.continues THEN -p.seq ELSE p.seq END"
-            f"       FROM {postings} p WHERE p.scope_key = %(scope)s AND p.term = q.term)"
-            " FROM unnest(%(terms)s::text[]) AS q(term)")
+            " p.plain, p.continuing FROM unnest(%(terms)s::text[]) AS q(term) CROSS JOIN"
+            " LATERAL (SELECT array_agg(p.seq) FILTER (WHERE NOT p.continues) AS plain,"
+            "                 array_agg(p.seq) FILTER (WHERE p.continues) AS continuing"
+            f"         FROM {postings} p WHERE p.scope_key = %(scope)s AND p.term = q.term) p")
         self.post = (f"INSERT INTO {postings} (scope_key, term, seq, continues)"
                      " SELECT %(scope)s, x.term, x.seq, x.continues"
                      " FROM unnest(%(terms)s::text[], %(seqs)s::bigint[],"

@@ -4,15 +4,16 @@ A record is indexed by the engine's own terms (``engine.record_terms``: its text
 keywords' terms under the configured analyzer), so the prefilter (rows holding any of a
 query's prefilter terms) and the engine's gate can never disagree. The index is a postings
 list per term, as the in-process store keeps it in memory (``stores.postings``), kept in a
-table: ``postings_of`` gives the postings a batch adds, ``rank_inputs`` turns the postings a
-retrieval read back into ``engine.rank_covered``'s input with the very functions the
-in-process store ranks with, so every store's floats agree bit for bit.
+table: ``postings_of`` gives the postings a batch adds; ``read_postings``, ``term_weights``
+and ``covered`` turn the postings a retrieval read back into ``engine.rank_covered``'s input
+with the very functions the in-process store ranks with, so every store's floats agree bit
+for bit.
 
 Each posting also says whether its record continues its predecessor's thread (was written
 just after a record of the same thread): the neighbour credit's "continues" set, read with
-the postings (as the sign of the seq). The predecessor's thread never changes, and a
-predecessor that is no longer active is no candidate, which is all the credit asks
-(``ranking.rank_covered``).
+the postings (each term's seqs come back as two arrays, by that flag). The predecessor's
+thread never changes, and a predecessor that is no longer active is no candidate, which is
+all the credit asks (``ranking.rank_covered``).
 
 The SQLite store space-joins the same terms (``sqlite.fts_tokens``) for FTS5.
 """
@@ -28,7 +29,7 @@ from scopemem.core.words import Analyzer
 from scopemem.stores import postings as inverted
 from scopemem.stores.shared.tokens import index_tokens
 
-__all__ = ["postings_of", "rank_inputs", "record_tokens"]
+__all__ = ["covered", "postings_of", "read_postings", "record_tokens", "term_weights"]
 
 
 def record_tokens(record: Record, analyzer: Analyzer) -> list[str]:
@@ -57,18 +58,36 @@ def postings_of(inserts: Sequence[Record], previous_thread: str | None, analyzer
     return terms, seqs, continues
 
 
-def rank_inputs(rows: Iterable[tuple[str, Sequence[int]]], active: int,
-                terms: engine.QueryTerms, ranking: engine.Ranking
-                ) -> tuple[dict[int, float], float, set[int]]:
-    """``rank_covered``'s covered weights, total weight and continues set, from the
-    postings of the query's terms in a scope of ``active`` active records: per term, the
-    seqs holding it, negated for a record that continues its predecessor's thread.
+def read_postings(rows: Iterable[tuple[str, Sequence[int] | None, Sequence[int] | None]]
+                  ) -> tuple[dict[str, set[int]], set[int]]:
+    """The postings of a query's terms as read back (per term, the seqs holding it that do
+    not continue their predecessor's thread and those that do, either None for none):
+    term → the seqs, and the set of seqs that continue their predecessor's thread."""
+    postings: dict[str, set[int]] = {}
+    continues: set[int] = set()
+    for term, plain, continuing in rows:
+        holders = set(plain or ())
+        if continuing:
+            holders.update(continuing)
+            continues.update(continuing)
+        if holders:
+            postings[term] = holders
+    return postings, continues
 
-    A record has the same sign in every posting, so the weights are summed per signed seq
-    (by the in-process store's own ``postings.covered``) and the signs read once per
-    covered record, not once per posting."""
-    postings = {term: seqs for term, seqs in rows if seqs}
-    weights = engine.term_weights(terms, inverted.stats(postings, active, terms), ranking)
-    signed = inverted.covered(postings, terms, weights)
-    covered = {(seq if seq > 0 else -seq): weight for seq, weight in signed.items()}
-    return covered, sum(weights), {-seq for seq in signed if seq < 0}
+
+def term_weights(postings: inverted.Postings, active: int, terms: engine.QueryTerms,
+                 ranking: engine.Ranking) -> list[float]:
+    """The query terms' weights in a scope of ``active`` active records, as the in-process
+    store weighs them (``postings.stats``, ``engine.term_weights``)."""
+    return engine.term_weights(terms, inverted.stats(postings, active, terms), ranking)
+
+
+def covered(postings: inverted.Postings, continues: set[int], terms: engine.QueryTerms,
+            weights: Sequence[float], limit: int, ranking: engine.Ranking
+            ) -> dict[int, float]:
+    """``rank_covered``'s covered weights for only the records ``limit`` hits can need
+    (``postings.covered`` with the limit: ``core.topk``'s cap rule), so a brief that
+    matches most of a large scope weighs a few hundred records, not all of them, and the
+    answer is exactly the one weighing all of them gives."""
+    return inverted.covered(postings, terms, weights, limit, ranking.context_weight,
+                            continues)
