@@ -229,19 +229,72 @@ async def test_schema_is_idempotent_and_versioned(make):
     assert query(path, "SELECT count(*) FROM records") == [(2,)]
 
 
-async def test_the_lookup_indexes_exist(store: SqliteStore):
+LOOKUP_INDEXES = {
+    "records_active_norm": [("norm", 0)],
+    "records_active_by_seq": [("seq", 1)],
+    "records_active_by_use": [("last_used_at", 1), ("created_at", 1)],
+}
+OLD_INDEXES = ("records_status_norm", "records_active_seq", "records_active_used")
+
+
+def index_sql(path: str) -> dict[str, str]:
+    return dict(query(path, "SELECT name, sql FROM sqlite_master WHERE type = 'index'"
+                            " AND sql IS NOT NULL"))
+
+
+async def test_the_lookup_indexes_hold_only_the_active_rows(store: SqliteStore):
     await store.write(ORG, [fact("x")])
     path = store.path_for(ORG)
-    expected = {
-        "records_status_norm": [("status", 0), ("norm", 0)],
-        "records_active_seq": [("status", 0), ("seq", 1)],
-        "records_active_used": [("status", 0), ("last_used_at", 1), ("created_at", 1)],
-    }
-    for name, columns in expected.items():
+    indexes = index_sql(path)
+    for name, columns in LOOKUP_INDEXES.items():
         info = query(path, f"PRAGMA index_xinfo({name})")
         # Key columns only (cid >= -1 and key flag set); name and DESC flag.
         keys = [(row[2] if row[1] != -1 else "seq", row[3]) for row in info if row[5]]
         assert keys == columns, name
+        # Partial: an eviction or a supersede only takes the row out of them.
+        assert indexes[name].endswith("WHERE status = 'active'"), name
+    assert not set(OLD_INDEXES) & indexes.keys()
+
+
+@pytest.mark.parametrize(("statement", "index"), [
+    ("SELECT seq FROM records WHERE status = 'active' AND norm IN ('a', 'b')",
+     "records_active_norm"),
+    ("SELECT count(*) FROM records WHERE status = 'active'", "records_active_by_seq"),
+    ("SELECT seq FROM records WHERE status = 'active' ORDER BY seq DESC LIMIT 5",
+     "records_active_by_seq"),
+    ("SELECT seq FROM records WHERE status = 'active' AND last_used_at IS NOT NULL"
+     " ORDER BY last_used_at, created_at, seq LIMIT 5", "records_active_by_use"),
+])
+async def test_the_store_s_lookups_use_the_partial_indexes(store: SqliteStore, statement,
+                                                           index):
+    await store.write(ORG, [fact(f"note {n}") for n in range(30)])
+    plan = " ".join(row[3] for row in query(store.path_for(ORG),
+                                             f"EXPLAIN QUERY PLAN {statement}"))
+    assert index in plan, plan
+
+
+async def test_an_older_file_trades_its_status_indexes_for_the_partial_ones(make):
+    store = make()
+    await store.write(ORG, [fact("kept across the upgrade")])
+    await store.close()
+    path = store.path_for(ORG)
+    # The file as version 4 left it: the status-prefixed indexes of every row.
+    conn = raw(path)
+    for name in LOOKUP_INDEXES:
+        conn.execute(f"DROP INDEX {name}")
+    conn.execute("CREATE INDEX records_status_norm ON records (status, norm)")
+    conn.execute("CREATE INDEX records_active_seq ON records (status, seq DESC)")
+    conn.execute("CREATE INDEX records_active_used"
+                 " ON records (status, last_used_at DESC, created_at DESC)")
+    conn.execute("DELETE FROM schema_migrations WHERE version = 5")
+    conn.execute("PRAGMA user_version = 4")
+    conn.close()
+    again = make()
+    assert [r.text for r in await again.list(ORG, 5)] == ["kept across the upgrade"]
+    await again.close()
+    indexes = index_sql(path)
+    assert set(LOOKUP_INDEXES) <= indexes.keys()
+    assert not set(OLD_INDEXES) & indexes.keys()
 
 
 async def test_a_database_from_a_newer_scopemem_is_refused(make):

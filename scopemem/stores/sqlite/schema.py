@@ -120,13 +120,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             status            TEXT NOT NULL DEFAULT 'active'
                 CHECK (status IN ('active', 'superseded', 'forgotten', 'evicted', 'swept'))
         )""",
-        # Write-time dedup: the active rows sharing a candidate's normalized text.
-        "CREATE INDEX IF NOT EXISTS records_status_norm ON records (status, norm)",
-        # list: the newest active rows first.
-        "CREATE INDEX IF NOT EXISTS records_active_seq ON records (status, seq DESC)",
-        # Status-prefixed scans: the active count and the eviction fetch.
-        "CREATE INDEX IF NOT EXISTS records_active_used"
-        " ON records (status, last_used_at DESC, created_at DESC)",
+        # The lookup indexes of the active rows are migration 5's (they were status-prefixed
+        # indexes of every row before it).
         # The prefilter. It indexes the engine's own tokens (space-joined), not the raw text,
         # and holds exactly the active rows, keyed by seq as its rowid.
         "CREATE VIRTUAL TABLE IF NOT EXISTS records_fts USING fts5(tokens, tokenize = 'ascii')",
@@ -165,6 +160,26 @@ MIGRATIONS: tuple[Migration, ...] = (
         "UPDATE records SET retired_at = ? WHERE status != 'active' AND retired_at IS NULL",
         # A forgotten row keeps its id, status and provenance, never its text.
         SCRUB_FORGOTTEN_SQL,
+    )),
+    Migration(5, "lookup indexes of the active rows only", (
+        # Partial indexes: a row leaving active status (an eviction, a supersede) only leaves
+        # them, and the dead rows the retention keeps weigh on none of them. Every statement
+        # they serve says ``status = 'active'`` literally, which is how SQLite matches a
+        # partial index. Write-time dedup: the active rows sharing a candidate's normalized
+        # text.
+        "CREATE INDEX IF NOT EXISTS records_active_norm ON records (norm)"
+        " WHERE status = 'active'",
+        # list, and the active count: the newest active rows first.
+        "CREATE INDEX IF NOT EXISTS records_active_by_seq ON records (seq DESC)"
+        " WHERE status = 'active'",
+        # The eviction fetch: the least recently used active rows.
+        "CREATE INDEX IF NOT EXISTS records_active_by_use"
+        " ON records (last_used_at DESC, created_at DESC) WHERE status = 'active'",
+    ), once=(
+        # The status-prefixed indexes of every row that these replace.
+        "DROP INDEX IF EXISTS records_status_norm",
+        "DROP INDEX IF EXISTS records_active_seq",
+        "DROP INDEX IF EXISTS records_active_used",
     )),
 )
 

@@ -113,7 +113,7 @@ class Writes(Views):
     def _plan_eviction(conn: Any, excess: int) -> list[Record]:
         """The ``excess`` records the engine evicts, read without loading the whole scope:
         the two short least-recently-used lists ``shared.batches.pick_eviction`` chooses
-        from, read from the covering ``(status, last_used_at, created_at)`` index."""
+        from, read from the partial index of the active rows by ``(last_used_at, created_at)``."""
         groups = []
         for condition, order in (("last_used_at IS NULL", "created_at, seq"),
                                  ("last_used_at IS NOT NULL", "last_used_at, created_at, seq")):
