@@ -5,14 +5,15 @@ Integrators need only what is exported here::
     from scopemem import Memory, Request, hookimpl
 """
 
+from scopemem.api.memory import Memory
+from scopemem.api.reflecting import Run
+from scopemem.chat.commands import handle_command
 from scopemem.config import MemoryConfig, load_config
 from scopemem.core.policy import RunActor, Visibility, WriteDecision
 from scopemem.core.records import Candidate, Kind, Record, Status, SweepResult, WriteCounts
 from scopemem.core.requests import Request, ScopeKind, ScopeRefused
 from scopemem.errors import ConfigError, PluginError, ScopememError, StoreError
-from scopemem.memory import Memory
 from scopemem.plugins.markers import hookimpl, hookspec
-from scopemem.reflecting import Run
 
 __all__ = [
     "Candidate",
@@ -34,6 +35,7 @@ __all__ = [
     "Visibility",
     "WriteCounts",
     "WriteDecision",
+    "handle_command",
     "hookimpl",
     "hookspec",
     "load_config",

@@ -34,9 +34,9 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "scopemem.plugins.builtin_scopes",
     "scopemem.plugins.builtin_gate",
     "scopemem.plugins.builtin_policy",
-    "scopemem.plugins.builtin_commands",
-    "scopemem.plugins.builtin_memory_commands",
-    "scopemem.plugins.builtin_port_commands",
+    "scopemem.cli.builtin_commands",
+    "scopemem.cli.builtin_memory_commands",
+    "scopemem.cli.builtin_port_commands",
     "scopemem.plugins.builtin_providers",
 )
 

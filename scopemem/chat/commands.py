@@ -1,6 +1,6 @@
 """Running the human memory commands against a ``Memory``: list, forget, sweep, remember.
 
-Chat adapters call ``Memory.handle_command(text, caller)`` and post the reply; the command
+Chat adapters call ``handle_command(memory, text, caller)`` and post the reply; the command
 line calls the ``run_*`` functions and prints their outcome as text or JSON. Failures come
 back as outcomes (``ok=False``) with a reason, never as exceptions: a person asked, and a
 person gets an answer.
@@ -40,7 +40,7 @@ from scopemem.core.text import sanitize_field
 from scopemem.plugins import host
 
 if TYPE_CHECKING:
-    from scopemem.memory import Memory
+    from scopemem.api.memory import Memory
 
 MACHINE_PLATFORMS = frozenset({"cli", "mcp", "http"})
 UNTRUSTED_OPEN, UNTRUSTED_CLOSE = "<untrusted_memory_records>", "</untrusted_memory_records>"
@@ -347,9 +347,30 @@ async def run_remember(memory: Memory, command: RememberCommand, ctx: CommandCon
 # --- the chat surface ----------------------------------------------------------------------------
 
 
-async def handle_command(memory: Memory, text: str, ctx: CommandContext) -> str | None:
-    """The reply to a chat message that is a memory command, or ``None`` when it is not one
-    (the adapter goes on to the model)."""
+async def handle_command(
+    memory: Memory,
+    text: str,
+    caller: str,
+    *,
+    channel_id: str | None = None,
+    repo: RepoSource = None,
+    machine: bool | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> str | None:
+    """The reply to a chat message that is a ``memory list|forget|sweep|remember`` command,
+    or ``None`` when the message is not one (the adapter goes on to the model). Never
+    raises for a user's mistake or a store failure: those are reply lines (🚫, ⚠️).
+    ``caller`` is the person's own user scope key; ``repo`` may be a callable, resolved only
+    if the repository scope is asked for; ``machine`` marks a surface whose record text
+    must be wrapped as untrusted (default: callers on the cli, mcp and http platforms);
+    ``extra`` carries what a plugin's scope kind is derived from (as ``Request.extra``)."""
+    context = CommandContext(caller=caller, channel_id=channel_id, repo=repo,
+                             machine=machine, extra=dict(extra or {}))
+    return await reply(memory, text, context)
+
+
+async def reply(memory: Memory, text: str, ctx: CommandContext) -> str | None:
+    """``handle_command`` for a ``CommandContext`` already built."""
     try:
         command = parse_memory_command(text, memory.scope_kinds)
     except CommandUsageError as exc:
