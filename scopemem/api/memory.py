@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from scopemem.api.operations import Operations
 from scopemem.api.reflecting import Run, reflect
 from scopemem.config import MemoryConfig, load_config
 from scopemem.core import scoring
@@ -31,9 +32,7 @@ from scopemem.core.records import Kind, Record
 from scopemem.core.requests import (
     Request,
     ScopeKind,
-    ScopeRefused,
     breadth_of,
-    derive_scope_key,
     request_scope_keys,
     resolved,
 )
@@ -75,8 +74,10 @@ class _ScopeRead:
     error: str | None = None
 
 
-class Memory:
-    """One installation's memory: its config, its store, its scope kinds."""
+class Memory(Operations):
+    """One installation's memory: its config, its store, its scope kinds. The read path and
+    reflection are here; the manual operations (remember, list, forget, sweep, search,
+    export, stats) come from ``Operations``."""
 
     def __init__(
         self,
@@ -128,19 +129,6 @@ class Memory:
         store = build_store(config, pm, environ=environ, clock=clock,
                             allow_fallback=allow_fallback)
         return cls(config, store, plugin_manager=pm, clock=clock, environ=environ)
-
-    @property
-    def enabled(self) -> bool:
-        return self.config.enabled
-
-    @property
-    def org_key(self) -> str | None:
-        """This installation's own org scope key (``org:<organization>``), the one org scope
-        its people share; None when no organization is configured."""
-        try:
-            return derive_scope_key(self.scope_kinds, "org", Request())
-        except ScopeRefused:
-            return None
 
     with_memory = staticmethod(scoring.with_memory)
 

@@ -50,7 +50,7 @@ DEFAULT_CALLER = "user:cli:local"
 
 
 def _caller(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    from scopemem.chat.commands import caller_problem
+    from scopemem.api.results import caller_problem
 
     problem = caller_problem(value)
     if problem:
