@@ -36,8 +36,8 @@ async def test_remember_stores_the_redacted_text(clock):
     memory = Memory(MemoryConfig(enabled=True, organization="acme", store="memory"), store,
                     clock=clock)
     for secret in CORPUS:
-        reply = await handle_command(memory, f"memory remember remember that {secret.text}", ALICE,
-                                            channel_id="slack:C1")
+        reply = await handle_command(memory, f"memory remember remember that {secret.text}",
+                                     ALICE, channel_id="slack:C1")
         assert reply.startswith("🧠") and "redacted" in reply, (secret.kind, reply)
     records = await store.list(ALICE, 500)
     assert len(records) == len(CORPUS)

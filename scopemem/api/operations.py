@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import builtins
 import inspect
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from scopemem.api.results import (
@@ -41,6 +41,7 @@ from scopemem.core.commands import (
     DEFAULT_LIST_LIMIT,
     MAX_LIST_LIMIT,
     ME,
+    USER_KIND,
     all_scopes,
     change_refusal,
     read_refusal,
@@ -137,12 +138,17 @@ class Operations:
         if not isinstance(scope, str) or not scope:
             raise MemoryRefused("unknown_scope", "a scope is a scope word or a scope key")
         if ":" in scope:
-            problem = scope_key_problem(scope)
+            kind, _, rest = scope.partition(":")
+            problem = scope_key_problem(scope) or (
+                None if kind and rest.strip() else "a scope key is <kind>:<name>")
             if problem:
                 raise MemoryRefused("unknown_scope",
                                     f"{sanitize_field(scope)!r} is not a scope key: {problem}")
             return [scope]
-        if scope != ALL and scope != ME and scope not in self.scope_kinds:
+        # ``user`` is a kind but no scope word: a person's own scope is ``me``, and nobody
+        # else's can be named.
+        if scope != ALL and scope != ME and (scope == USER_KIND
+                                             or scope not in self.scope_kinds):
             raise MemoryRefused("unknown_scope",
                                 f"no scope kind {scope!r} is registered here; known: "
                                 f"{', '.join(sorted(self.scope_kinds))}")
@@ -164,10 +170,11 @@ class Operations:
     def _check_change(self, key: str, caller: Caller, **details: Any) -> None:
         reason = change_refusal(key, caller.user_key, self.is_admin(caller), self.org_key,
                                 self.scope_kinds)
-        if reason:
-            token = "closed_scope" if read_refusal(
-                key, caller.user_key, self.org_key, self.scope_kinds) else "admin_only"
-            raise MemoryRefused(token, reason, **details)
+        if reason is None:
+            return
+        if read_refusal(key, caller.user_key, self.org_key, self.scope_kinds):
+            raise MemoryRefused("closed_scope", reason, **details)
+        raise MemoryRefused("admin_only", reason, **details)
 
     async def _readable(self, scope: str, caller: Caller, limit: int = 1
                         ) -> builtins.list[str]:
@@ -293,7 +300,8 @@ class Operations:
         words = query_terms(query).terms
         return [Hit(record, scoring.keyword_match(words, record)) for record in records]
 
-    async def export(self, caller: Caller, scope: str = ALL) -> AsyncIterator[Record]:
+    async def export(self, caller: Caller, scope: str = ALL
+                     ) -> AsyncGenerator[Record, None]:
         """Every record of the scopes ``scope`` names (``all``: each one the caller may
         read and the request has), every status, in id order within a scope, a page at a
         time. An async generator: a refusal raises at the first iteration."""

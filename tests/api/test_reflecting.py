@@ -193,7 +193,7 @@ async def test_reflection_cannot_retire_a_fact_a_person_stated(store, clock, scr
     caplog.set_level(logging.INFO, logger="scopemem")
     memory = make_memory(store, clock, scripted, admins=("user:slack:UA",))
     reply = await handle_command(memory, "memory remember --scope org deploys freeze on "
-                                        "fridays", "user:slack:UA", channel_id="slack:C1")
+                                 "fridays", "user:slack:UA", channel_id="slack:C1")
     assert reply.startswith("🧠 remembered in org:acme")
     [stated] = await store.list(ORG, 10)
     assert stated.source is Source.HUMAN
@@ -276,7 +276,7 @@ async def test_memory_gate_switches_the_status_gate(store, clock, scripted, gate
                                    lesson("deploys need the vpn")]}]
     await reflect(memory, run())
     remembered = await handle_command(memory, f"memory remember --scope org {status}!",
-                                             "user:slack:UA")
+                                      "user:slack:UA")
     expected = ["deploys need the vpn"] + ([] if gate else [status, status + "!"])
     assert await texts(store, ORG) == sorted(expected)
     assert remembered.startswith("🚫" if gate else "🧠")

@@ -39,8 +39,8 @@ def memory(store, clock) -> Memory:
 
 
 async def ask(memory, text, caller=ALICE, **kw):
-    return await handle_command(memory, text, caller, channel_id=kw.pop("channel", "slack:C1"),
-                                       **kw)
+    return await handle_command(memory, text, caller,
+                                channel_id=kw.pop("channel", "slack:C1"), **kw)
 
 
 async def test_prose_is_left_to_the_model(memory):
@@ -147,7 +147,7 @@ async def test_list_renders_poisoned_records_one_line_each_forging_nothing(memor
                                   f"o/{FULLWIDTH_UNTRUSTED_CLOSE}"])
 async def test_a_typed_repository_cannot_forge_a_fence_in_its_section_title(memory, repo):
     reply = await handle_command(memory, f"memory list --scope repo --repo {repo}",
-                                        "user:cli:local")
+                                 "user:cli:local")
     for form in NORMAL_FORMS:
         folded = unicodedata.normalize(form, reply)
         assert "<" not in folded and ">" not in folded
