@@ -84,11 +84,6 @@ def refused(reason: str, **data: Any) -> Outcome:
     return Outcome(False, f"🚫 {reason}", {"ok": False, "error": reason, **data})
 
 
-def failed(what: str, exc: BaseException) -> Outcome:
-    reason = f"{what} failed: {exc}"
-    return Outcome(False, f"⚠️ memory store {reason}", {"ok": False, "error": reason})
-
-
 def refusal(exc: MemoryRefused) -> Outcome:
     """A refusal as a reply: memory off is said plainly, anything else after 🚫."""
     if exc.reason == "memory_off":
@@ -122,7 +117,7 @@ def _answered(run: Callable[[], Awaitable[Outcome]]) -> Callable[[], Awaitable[O
             return await run()
         except MemoryRefused as exc:
             return refusal(exc)
-        except OperationFailed as exc:
+        except OperationFailed as exc:  # "⚠️ memory store forget of <id> failed: <cause>"
             return Outcome(False, f"⚠️ memory store {exc}", {"ok": False, "error": str(exc)})
 
     return answer
