@@ -80,11 +80,11 @@ from benchmarks.worker_bench import (  # noqa: E402
     run_clients,
     subprocess_server,
 )
+from scopemem.api.memory import Memory  # noqa: E402
 from scopemem.config import MemoryConfig  # noqa: E402
 from scopemem.core import engine  # noqa: E402
 from scopemem.core.records import MAX_SCOPE_CAP, MAX_TEXT_CHARS, Candidate, Kind  # noqa: E402
 from scopemem.core.requests import Request  # noqa: E402
-from scopemem.memory import Memory  # noqa: E402
 from scopemem.stores.memory import InMemoryStore  # noqa: E402
 from scopemem.stores.sqlite import SqliteStore  # noqa: E402
 from scopemem.stores.sqlite import sql as sqlite_sql  # noqa: E402

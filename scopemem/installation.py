@@ -31,25 +31,27 @@ from scopemem.plugins.providers import (
     provider_registry,
 )
 from scopemem.plugins.registry import Registry
-from scopemem.stores.base import Clock, MemoryStore, StoreSettings, wall_clock_ms
+from scopemem.stores.base import Clock, MemoryStore, StoreFactory, StoreSettings, wall_clock_ms
 from scopemem.stores.null import NullStore
 
 __all__ = ["PluginTables", "build_store", "check_plugin_tables", "effective_settings",
            "effective_toml", "store_registry"]
 
 
-def store_registry(pm: PluginManager) -> Registry[Any]:
-    registry: Registry[Any] = Registry("store", StoreError)
+def store_registry(pm: PluginManager) -> Registry[StoreFactory]:
+    registry: Registry[StoreFactory] = Registry("store", StoreError)
     pm.hook.scopemem_register_stores(register=registry.register)
     return registry
 
 
 def _store_settings(config: MemoryConfig, name: str, environ: Mapping[str, str],
-                    clock: Clock, **flags: bool) -> StoreSettings:
+                    clock: Clock, *, allow_fallback: bool = True,
+                    validate_only: bool = False) -> StoreSettings:
     return StoreSettings(name=name, options=dict(config.store_options(name)),
                          cap=config.max_records_per_scope,
                          retention_days=config.retention_days, environ=dict(environ), clock=clock,
-                         ranking=config.ranking_spec(), **flags)
+                         ranking=config.ranking_spec(), allow_fallback=allow_fallback,
+                         validate_only=validate_only)
 
 
 def build_store(

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scopemem import Memory, MemoryConfig
+from scopemem import Memory, MemoryConfig, handle_command
 from scopemem.core.hygiene import fit_candidate
 from scopemem.core.records import Candidate, Kind
 from scopemem.secrets import redact, redact_candidate
@@ -36,8 +36,8 @@ async def test_remember_stores_the_redacted_text(clock):
     memory = Memory(MemoryConfig(enabled=True, organization="acme", store="memory"), store,
                     clock=clock)
     for secret in CORPUS:
-        reply = await memory.handle_command(f"memory remember remember that {secret.text}", ALICE,
-                                            channel_id="slack:C1")
+        reply = await handle_command(memory, f"memory remember remember that {secret.text}",
+                                     ALICE, channel_id="slack:C1")
         assert reply.startswith("🧠") and "redacted" in reply, (secret.kind, reply)
     records = await store.list(ALICE, 500)
     assert len(records) == len(CORPUS)
@@ -57,7 +57,7 @@ def test_redaction_then_fitting_covers_the_text_and_each_keyword():
 
 
 async def test_reflection_sends_and_stores_no_secret(clock):
-    from tests.test_memory_write import Scripted, lesson, make_memory, reflect, run
+    from tests.api.test_memory_write import Scripted, lesson, make_memory, reflect, run
 
     store, scripted = InMemoryStore(clock=clock), Scripted()
     memory = make_memory(store, clock, scripted)

@@ -104,15 +104,14 @@ def fit_candidate(candidate: Candidate) -> Candidate:
     thread_key = encodable(candidate.source_thread_key)
     if not thread_key.strip():
         thread_key = NO_THREAD_KEY
-    changes = {
-        "text": text,
-        "keywords": keywords,
-        "source_thread_key": thread_key,
-        "source_run_id": _optional(candidate.source_run_id),
-        "supersedes": _optional(candidate.supersedes),
-        "restates": _optional(candidate.restates),
-    }
-    if all(value == getattr(candidate, name) for name, value in changes.items()):
-        return candidate
-    return attrs.evolve(candidate, **changes)
+    fitted = attrs.evolve(
+        candidate,
+        text=text,
+        keywords=keywords,
+        source_thread_key=thread_key,
+        source_run_id=_optional(candidate.source_run_id),
+        supersedes=_optional(candidate.supersedes),
+        restates=_optional(candidate.restates),
+    )
+    return candidate if fitted == candidate else fitted
 

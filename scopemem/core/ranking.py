@@ -249,9 +249,9 @@ def score_candidates(candidates: Sequence[tuple[float, int]], limit: int, now: i
                  + RECENCY_WEIGHT * exp(-(age if age > 0 else 0) / RECENCY_TAU_MS))
         entry = (score, seq, value, item)
         if len(scored) < limit:
-            push(scored, entry)  # type: ignore[misc]
+            push(scored, entry)
         elif (score, seq) > scored[0][:2]:
-            replace(scored, entry)  # type: ignore[misc]
+            replace(scored, entry)
     # Best score first, the newer record (higher seq) first among equals; the items are
     # never compared (seqs are unique).
     scored.sort(key=_score_then_seq, reverse=True)

@@ -76,12 +76,12 @@ class Status(enum.StrEnum):
     SWEPT = "swept"
 
 
-def _non_empty(_instance: object, attribute: attrs.Attribute, value: str) -> None:
+def _non_empty(_instance: object, attribute: attrs.Attribute[str], value: str) -> None:
     if not value:
         raise ValueError(f"{attribute.name} must be a non-empty string")
 
 
-def _optional_unit_interval(_instance: object, attribute: attrs.Attribute, value: Any) -> None:
+def _optional_unit_interval(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
@@ -90,18 +90,19 @@ def _optional_unit_interval(_instance: object, attribute: attrs.Attribute, value
         raise ValueError(f"{attribute.name} must not be NaN")
 
 
-def _text(instance: object, attribute: attrs.Attribute, value: str) -> None:
+def _text(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
     """A record's text: non-empty, except a forgotten record's, which is scrubbed to ""."""
     if not value and getattr(instance, "status", None) is not Status.FORGOTTEN:
         raise ValueError(f"{attribute.name} must be a non-empty string")
 
 
-def _non_negative_int(_instance: object, attribute: attrs.Attribute, value: Any) -> None:
+def _non_negative_int(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{attribute.name} must be a non-negative integer, got {value!r}")
 
 
-def _optional_non_negative_int(instance: object, attribute: attrs.Attribute, value: Any) -> None:
+def _optional_non_negative_int(instance: object, attribute: attrs.Attribute[Any],
+                               value: Any) -> None:
     if value is not None:
         _non_negative_int(instance, attribute, value)
 
@@ -304,11 +305,15 @@ def _build_wire_converter() -> cattrs.Converter:
             for f in fields
         }
         structure_overrides = {f.name: override(rename=_camel(f.name)) for f in fields}
+        # The overrides go in as ``**kwargs``; mypy matches an unpacked dict against the
+        # functions' named flags too, so it cannot tell they are all field overrides.
         converter.register_unstructure_hook(
-            cls, make_dict_unstructure_fn(cls, converter, **unstructure_overrides)
+            cls, make_dict_unstructure_fn(cls, converter,
+                                          **unstructure_overrides)  # type: ignore[arg-type]
         )
         converter.register_structure_hook(
-            cls, make_dict_structure_fn(cls, converter, **structure_overrides)
+            cls, make_dict_structure_fn(cls, converter,
+                                        **structure_overrides)  # type: ignore[arg-type]
         )
     # Records are what retrievals answer, many per response: a hand-written form of the
     # generated function above (same keys, same order, the same optionals omitted).

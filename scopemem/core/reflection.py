@@ -159,8 +159,9 @@ def turn_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, Mapping):
-        if content.get("type", "text") == "text" and isinstance(content.get("text"), str):
-            return content["text"]
+        text = content.get("text")
+        if content.get("type", "text") == "text" and isinstance(text, str):
+            return text
         return ""
     if isinstance(content, Iterable):
         return "\n".join(part for part in (turn_text(item) for item in content) if part)

@@ -19,7 +19,7 @@ class ScopeRefused(ValueError):
     """A scope was asked for but the request does not carry what it is derived from."""
 
 
-def _optional_str(_instance: object, attribute: attrs.Attribute, value: Any) -> None:
+def _optional_str(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not isinstance(value, str):
         raise TypeError(f"{attribute.name} must be a string or None, got {type(value).__name__}")
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Container, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from scopemem.core.ranking import QueryTerms, candidate_cap
 from scopemem.core.scoring import KEYWORD_WEIGHT, RECENCY_TAU_MS, RECENCY_WEIGHT
@@ -107,9 +108,10 @@ def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], lim
         return covered_all(postings, terms, weights)
     cap = candidate_cap(limit)
     # (holders, weight) of each query term some record holds, in query order.
-    columns = [(holders if isinstance(holders, (set, frozenset)) else set(holders), weight)
-               for term, weight in zip(terms.terms, weights, strict=True)
-               if (holders := postings.get(term))]
+    columns: list[tuple[AbstractSet[int], float]] = [
+        (holders if isinstance(holders, (set, frozenset)) else set(holders), weight)
+        for term, weight in zip(terms.terms, weights, strict=True)
+        if (holders := postings.get(term))]
     held = {term: weight for term, weight in zip(terms.terms, weights, strict=True)
             if postings.get(term)}
     # Every term some record holds, heaviest first (then rarest first): E is a prefix.
@@ -183,7 +185,7 @@ class _Weighing:
 
     __slots__ = ("best", "cap", "columns", "context", "continues", "gate", "sums", "total")
 
-    def __init__(self, columns: Sequence[tuple[set[int], float]], total: float,
+    def __init__(self, columns: Sequence[tuple[AbstractSet[int], float]], total: float,
                  context: float, continues: Container[int], cap: int,
                  gate: Sequence[Collection[int]]) -> None:
         self.columns, self.total, self.cap, self.gate = columns, total, cap, gate

@@ -20,6 +20,7 @@ import os
 import threading
 from collections.abc import Mapping
 from types import ModuleType
+from typing import NotRequired, TypedDict
 
 import pluggy
 
@@ -34,9 +35,9 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "scopemem.plugins.builtin_scopes",
     "scopemem.plugins.builtin_gate",
     "scopemem.plugins.builtin_policy",
-    "scopemem.plugins.builtin_commands",
-    "scopemem.plugins.builtin_memory_commands",
-    "scopemem.plugins.builtin_port_commands",
+    "scopemem.cli.builtin_commands",
+    "scopemem.cli.builtin_memory_commands",
+    "scopemem.cli.builtin_port_commands",
     "scopemem.plugins.builtin_providers",
 )
 
@@ -118,14 +119,24 @@ def get_plugin_manager() -> PluginManager:
         return _shared
 
 
-def plugin_rows(pm: PluginManager) -> list[dict[str, object]]:
+class PluginRow(TypedDict):
+    """One loaded plugin, as ``scopemem plugins`` shows it (``--json``: these keys)."""
+
+    name: str
+    hooks: list[str]
+    version: NotRequired[str]
+    distribution: NotRequired[str]
+    module: NotRequired[str]
+
+
+def plugin_rows(pm: PluginManager) -> list[PluginRow]:
     """What loaded, for ``scopemem plugins``: name, hooks, and the distribution if any."""
-    rows = []
+    rows: list[PluginRow] = []
     for name, plugin in pm.list_name_plugin():
         if plugin is None:
             continue
         hooks = sorted(caller.name for caller in pm.get_hookcallers(plugin) or ())
-        row: dict[str, object] = {"name": name, "hooks": hooks}
+        row: PluginRow = {"name": name, "hooks": hooks}
         dist = pm.distributions.get(name)
         if dist is not None:
             row["version"] = dist.version
@@ -133,4 +144,4 @@ def plugin_rows(pm: PluginManager) -> list[dict[str, object]]:
         if isinstance(plugin, ModuleType):
             row["module"] = plugin.__name__
         rows.append(row)
-    return sorted(rows, key=lambda row: str(row["name"]))
+    return sorted(rows, key=lambda row: row["name"])

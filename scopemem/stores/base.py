@@ -211,7 +211,8 @@ async def retrieve_or_raise(store: MemoryStore, scope_key: str, query: str, limi
     scope failed" (and say so to a person)."""
     strict = getattr(store, "retrieve_strict", None)
     if strict is not None:
-        return await strict(scope_key, query, limit)
+        records: list[Record] = await strict(scope_key, query, limit)
+        return records
     return await store.retrieve(scope_key, query, limit)
 
 

@@ -19,6 +19,7 @@ eviction's sort when the scope exceeds its cap).
 from __future__ import annotations
 
 import bisect
+import builtins
 import logging
 from collections.abc import Mapping, Sequence
 
@@ -357,10 +358,10 @@ class InMemoryStore:
 
     # --- moving records (``stores.porting.PortableStore``) -------------------------------
 
-    async def export_scopes(self) -> list[str]:
+    async def export_scopes(self) -> builtins.list[str]:
         return sorted(key for key, rows in self._scopes.items() if rows)
 
-    async def export_page(self, scope_key: str, after: int, limit: int) -> list[Record]:
+    async def export_page(self, scope_key: str, after: int, limit: int) -> builtins.list[Record]:
         rows = self._rows(scope_key)
         start = bisect.bisect_right(rows, after, key=lambda record: record_seq(record.id))
         return rows[start:start + max(limit, 0)]

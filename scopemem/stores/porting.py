@@ -33,7 +33,7 @@ What an import promises, on every store:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Protocol, runtime_checkable
 
 from scopemem.core.porting import record_problem, record_seq_of, scrub
@@ -71,7 +71,7 @@ def portable(store: MemoryStore, name: str | None = None) -> PortableStore:
 
 
 async def export_records(store: PortableStore, scope_key: str | None = None, *,
-                         page: int = MAX_EXPORT_PAGE) -> AsyncIterator[Record]:
+                         page: int = MAX_EXPORT_PAGE) -> AsyncGenerator[Record, None]:
     """Every record of ``scope_key`` (every scope's, scope keys sorted, when None), in id
     order within a scope, fetched ``page`` records at a time (at most ``MAX_EXPORT_PAGE``,
     what the worker serves). A page out of seq order is a ``StoreError``, never a loop."""

@@ -33,6 +33,7 @@ variable, since a store that dies with the command would lose everything it was 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -374,7 +375,7 @@ class WorkerStore:
 
     # --- moving records (``stores.porting.PortableStore``) -------------------------------
 
-    async def export_scopes(self) -> list[str]:
+    async def export_scopes(self) -> builtins.list[str]:
         """Every scope key the worker's store holds, through /scopes a page at a time."""
         keys: list[str] = []
         while True:
@@ -392,7 +393,7 @@ class WorkerStore:
             if not more:
                 return keys
 
-    async def export_page(self, scope_key: str, after: int, limit: int) -> list[Record]:
+    async def export_page(self, scope_key: str, after: int, limit: int) -> builtins.list[Record]:
         check_scope_key(scope_key)
         data = await self._command("/export", {"scopeKey": scope_key, "after": after,
                                                "limit": min(limit, MAX_EXPORT_PAGE)})
@@ -432,7 +433,7 @@ class WorkerStore:
             imported += await self._import_batch(batch)
         return imported
 
-    async def _import_batch(self, batch: list[dict[str, Any]]) -> int:
+    async def _import_batch(self, batch: builtins.list[dict[str, Any]]) -> int:
         data = await self._command("/import", {"records": batch})
         count = data.get("imported")
         if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= len(batch):

@@ -231,7 +231,8 @@ async def _errors(request: web.Request, handler: Callable[..., Awaitable[web.Str
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        headers = {hdrs.ALLOW: exc.headers[hdrs.ALLOW]} if hdrs.ALLOW in exc.headers else None
+        headers = ({str(hdrs.ALLOW): exc.headers[hdrs.ALLOW]} if hdrs.ALLOW in exc.headers
+                   else None)
         return _error(exc.status, exc.reason.lower(), headers)
     except asyncio.CancelledError:
         raise

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from scopemem.cli import CliState
+from scopemem.cli.root import CliState
 from scopemem.errors import ScopememError
 from scopemem.plugins.markers import hookimpl
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import attrs
 
@@ -157,12 +157,12 @@ def _scope_key(body: Mapping[str, Any], where: str = "scopeKey") -> str:
         raise BodyError(f"{where} is required")
     value = body["scopeKey"]
     problem = scope_key_problem(value)
-    if problem is not None:
-        raise BodyError(f"{where} {problem}")
+    if problem is not None or not isinstance(value, str):
+        raise BodyError(f"{where} {problem or 'must be a string'}")
     return value
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from scopemem import Candidate, Kind, MemoryConfig, Request, ScopeKind, hookimpl
+from scopemem.api.memory import Memory
 from scopemem.core.policy import RunActor, WriteDecision
 from scopemem.errors import PluginError, StoreError
 from scopemem.installation import store_registry
-from scopemem.memory import Memory
 from scopemem.plugins import hookspecs, host
 from scopemem.plugins.manager import (
     BUILTIN_PLUGINS,

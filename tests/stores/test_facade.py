@@ -4,12 +4,12 @@ what a run reads and what reflection writes must not depend on which store is co
 from __future__ import annotations
 
 from scopemem import Memory, MemoryConfig, Request
+from scopemem.api.reflecting import Run
 from scopemem.core.records import MAX_QUERY_CHARS
 from scopemem.plugins.manager import new_plugin_manager
-from scopemem.reflecting import Run
+from tests.api.test_memory_write import Scripted, lesson
 from tests.conftest import fact, summary
 from tests.stores.conftest import MakeStore
-from tests.test_memory_write import Scripted, lesson
 
 ORG, USER = "org:acme", "user:slack:UA"
 # A pasted build log: short, repetitive tokens, 20,000 characters of them.

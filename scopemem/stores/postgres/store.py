@@ -23,10 +23,11 @@ seq and active count. All of it commits, or none.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 from scopemem.core import engine
 from scopemem.core.ranking import Ranking
@@ -256,7 +257,7 @@ class PostgresStore(Porting):
             await conn.execute(self.sql.unpost, params)  # while the row holds its tokens
             cursor = await conn.execute(self.sql.forget, params)
             await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": -1})
-            return cursor.rowcount > 0
+            return int(cursor.rowcount) > 0
 
     async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
         check_scope_key(scope_key)
@@ -292,6 +293,14 @@ class PostgresStore(Porting):
 
     # --- plumbing --------------------------------------------------------------------------
 
+    @overload
+    async def _lock_scope(self, conn: Any, scope_key: str, now: int, *,
+                          create: Literal[True]) -> tuple[int, int]: ...
+
+    @overload
+    async def _lock_scope(self, conn: Any, scope_key: str, now: int, *,
+                          create: Literal[False]) -> tuple[int, int] | None: ...
+
     async def _lock_scope(self, conn: Any, scope_key: str, now: int, *, create: bool
                           ) -> tuple[int, int] | None:
         """Take the scope's row FOR UPDATE (creating it when ``create``): its last seq and
@@ -321,7 +330,8 @@ class PostgresStore(Porting):
         row = await cursor.fetchone()
         return row[0]
 
-    async def _bump_later(self, scope_key: str, bumps: Mapping[int, list[int]]) -> list[int]:
+    async def _bump_later(self, scope_key: str, bumps: Mapping[int, builtins.list[int]]
+                          ) -> builtins.list[int]:
         """Apply deferred bumps; the seqs of those still locked (active, to try again)."""
         seqs = sorted(bumps)
         async with self._connection(closing_ok=True) as conn:

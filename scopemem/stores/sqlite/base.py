@@ -196,7 +196,7 @@ class StoreBase(Files):
         does): it drops the scope's view and counts a generation."""
         relax = relaxed and self.synchronous in ("full", "extra")
         changes_rows = changes_rows and bumps is not None and not relaxed
-        if changes_rows:
+        if changes_rows and bumps is not None:
             # The scope's rows are about to change: no retrieval may be answered from the
             # view from here on (one already answered saw the rows before this commit).
             self._release_view(bumps)

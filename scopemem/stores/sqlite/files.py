@@ -66,7 +66,7 @@ class Files:
         check_scope_key(scope_key)
         name = scope_file_name(scope_key)
         path = os.path.join(self.directory, name)
-        separators = {os.sep, os.altsep} - {None}
+        separators = [sep for sep in (os.sep, os.altsep) if sep]
         if (name in {"", ".", ".."} or any(sep in name for sep in separators)
                 or os.path.dirname(path) != self.directory):
             raise StoreError(f"scope key {scope_key!r} maps outside the data directory")

@@ -239,7 +239,8 @@ def has_table(conn: Any, name: str) -> bool:
 
 
 def table_count(conn: Any) -> int:
-    return conn.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]
+    count: int = conn.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]
+    return count
 
 
 def pragma(conn: Any, name: str) -> Any:

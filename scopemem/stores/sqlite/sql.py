@@ -75,16 +75,21 @@ def match_expression(tokens: Sequence[str]) -> str:
 def record(row: Sequence[Any]) -> Record:
     """The record of a row of ``RECORD_COLUMNS`` (columns after those are ignored)."""
     keywords = row[5]
-    return trusted_record(*row[1:5], json.loads(keywords) if keywords != "[]" else (),
-                          *row[6:16])
+    # Each column by index (not slices unpacked): as fast, and a type checker can count them.
+    return trusted_record(row[1], row[2], row[3], row[4],
+                          json.loads(keywords) if keywords != "[]" else (),
+                          row[6], row[7], row[8], row[9], row[10], row[11], row[12], row[13],
+                          row[14], row[15])
 
 
 
 def bumped(row: Sequence[Any], now: int) -> Record:
     """``engine.bump_usage(_record(row), now)`` without building the record twice."""
     keywords = row[5]
-    return trusted_record(*row[1:5], json.loads(keywords) if keywords != "[]" else (),
-                          *row[6:9], now, row[10] + 1, *row[11:16])
+    return trusted_record(row[1], row[2], row[3], row[4],
+                          json.loads(keywords) if keywords != "[]" else (),
+                          row[6], row[7], row[8], now, row[10] + 1, row[11], row[12], row[13],
+                          row[14], row[15])
 
 
 

@@ -282,7 +282,10 @@ class SqliteStore(Reads, Writes, Usage, Porting):
             return
         # Closing waits for operations already running on a connection to finish.
         executor = executors.get("write") or next(iter(executors.values()))
-        await asyncio.get_running_loop().run_in_executor(
-            executor, lambda: [self._close_handle(handle, final=True) for handle in handles])
+        def close_all() -> None:
+            for handle in handles:
+                self._close_handle(handle, final=True)
+
+        await asyncio.get_running_loop().run_in_executor(executor, close_all)
         for pool in executors.values():
             pool.shutdown(wait=False)

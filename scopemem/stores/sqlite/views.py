@@ -140,7 +140,9 @@ class Views(StoreBase):
         if not handle.add_bumps([row[0] for row, _match in ranked], now):
             return None  # closed meanwhile: answer through SQL on a new handle
         # View rows hold their keywords decoded already.
-        return [Hit(trusted_record(*row[1:9], now, row[10] + 1, *row[11:16]), match)
+        return [Hit(trusted_record(row[1], row[2], row[3], row[4], row[5], row[6],
+                                   row[7], row[8], now, row[10] + 1, row[11], row[12],
+                                   row[13], row[14], row[15]), match)
                 for row, match in ranked], handle
 
     def _current_epoch(self) -> object:
@@ -178,7 +180,8 @@ class Views(StoreBase):
         with handle.lock:
             if handle.closed or handle.conn is None:
                 return None
-            return handle.conn.execute(schema.GENERATION_SQL).fetchall()[0][0]
+            generation: int = handle.conn.execute(schema.GENERATION_SQL).fetchall()[0][0]
+            return generation
 
     def _probe(self, handle: Handle) -> int | None:
         """The scope's generation as committed now, read on the scope's own connection right
@@ -195,7 +198,8 @@ class Views(StoreBase):
                 return None
             conn.set_busy_timeout(0)
             try:
-                return conn.execute(schema.GENERATION_SQL).fetchall()[0][0]
+                generation: int = conn.execute(schema.GENERATION_SQL).fetchall()[0][0]
+                return generation
             finally:
                 conn.set_busy_timeout(self.busy_timeout_ms)
         except Exception:

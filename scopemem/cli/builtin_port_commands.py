@@ -26,13 +26,13 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
-from scopemem.cli import CliState, echo_json
+from scopemem.cli.root import CliState, echo_json
 from scopemem.errors import ScopememError, StoreError
 from scopemem.plugins.markers import hookimpl
 
 if TYPE_CHECKING:
+    from scopemem.api.memory import Memory
     from scopemem.core.records import Record
-    from scopemem.memory import Memory
     from scopemem.stores.porting import PortableStore
 
 # Records per ``import_records`` call: what an import holds in memory at once.
@@ -49,7 +49,7 @@ class _BadLine(click.ClickException):
 
 def _store(state: CliState, *, changes: bool) -> tuple[Memory, PortableStore]:
     """The configured memory and its store as a ``PortableStore``, or a click error."""
-    from scopemem.plugins.builtin_memory_commands import _durable, _memory
+    from scopemem.cli.builtin_memory_commands import _durable, _memory
     from scopemem.stores.porting import portable
 
     memory = _memory(state)

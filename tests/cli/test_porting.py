@@ -10,14 +10,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from scopemem.cli import build_cli
+from scopemem.cli import build_cli, builtin_port_commands
 from scopemem.core.porting import record_line
 from scopemem.core.records import MAX_EXPORT_PAGE, Kind, Record, Status
-from scopemem.plugins import builtin_port_commands
 from scopemem.plugins.manager import new_plugin_manager
 from scopemem.stores.sqlite import SqliteStore
+from tests.cli.test_memory_commands import worker  # noqa: F401 - the live worker fixture
 from tests.stores import pg
-from tests.test_cli_memory import worker  # noqa: F401 - the live worker fixture
 
 ADMIN = "user:cli:local"
 TOKEN = "cli-token-0123456789"

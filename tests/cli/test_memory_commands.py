@@ -105,7 +105,7 @@ def test_the_gate_refuses_status_and_other_peoples_scopes(config: Path):
 def test_sweep_dry_run_then_real(config: Path, tmp_path: Path):
     org = org_of(config)
     # A status line stored before the gate existed: write it below the gate, to the store.
-    from scopemem.memory import Memory
+    from scopemem.api.memory import Memory
 
     async def plant() -> None:
         memory = Memory.from_config(config, environ={"MEMORY_TOKEN": "cli-token-0123456789"})
@@ -230,8 +230,8 @@ def test_remember_redacts_caps_and_marks_the_fact_as_a_persons(config: Path):
 
 
 def test_another_organisations_records_are_nobodys(config: Path):
+    from scopemem.api.memory import Memory
     from scopemem.core.records import Candidate, Kind
-    from scopemem.memory import Memory
 
     other = "org:someoneelse" + org_of(config)[4:]
 

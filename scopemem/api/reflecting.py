@@ -20,11 +20,12 @@ import functools
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
 from scopemem import secrets
+from scopemem.config import MemoryConfig
 from scopemem.core.policy import RunActor
 from scopemem.core.records import Candidate, Kind, Record, WriteCounts
 from scopemem.core.reflection import (
@@ -40,17 +41,34 @@ from scopemem.core.reflection import (
     reflection_system,
     should_reflect,
 )
-from scopemem.core.requests import Request, resolved
+from scopemem.core.requests import Request, ScopeKind, resolved
 from scopemem.core.scopes import order_scope_keys, scope_kind
 from scopemem.errors import StoreRefused
 from scopemem.plugins import host
-
-if TYPE_CHECKING:
-    from scopemem.memory import Memory
+from scopemem.plugins.manager import PluginManager
+from scopemem.plugins.providers import Provider
+from scopemem.stores.base import MemoryStore
 
 log = logging.getLogger("scopemem")
 
 SKIPPED_NO_MEMORY = "no_memory"
+
+
+class ReflectionHost(Protocol):
+    """What reflection needs of the installation it runs in (``Memory`` is one). A protocol,
+    so this module never imports the facade that schedules it."""
+
+    config: MemoryConfig
+    store: MemoryStore
+    pm: PluginManager
+    scope_kinds: dict[str, ScopeKind]
+    breadth: dict[str, int]
+
+    def reflection_model(self, run_model: str | None) -> tuple[Provider | None, str]: ...
+
+    async def resolve_repo(self, repo: str | Awaitable[str | None] | None) -> str | None: ...
+
+    def scope_keys(self, request: Request) -> list[str]: ...
 
 
 @attrs.frozen(kw_only=True)
@@ -144,7 +162,7 @@ class ReflectionReport:
         return line + (f"; by scope: {', '.join(scopes)}" if scopes else "")
 
 
-async def shown_records(memory: Memory, keys: Sequence[str], query: str
+async def shown_records(memory: ReflectionHost, keys: Sequence[str], query: str
                         ) -> tuple[list[Record], int]:
     """What the extractor is shown, and how many reads failed: per scope, up to
     ``SHOWN_PER_SCOPE`` records the run's own request and answer match (retrieval, which
@@ -184,7 +202,7 @@ def _route(item: Reflected, actor: RunActor, org_key: str, shown: Mapping[str, s
     return actor.scope(item.audience) or org_key
 
 
-async def reflect(memory: Memory, run: Run) -> ReflectionReport | None:
+async def reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
     """Distill one run. Returns the report, or ``None`` when the run does not qualify or no
     model could be used. Raises on provider failure; the scheduler catches."""
     config = memory.config
@@ -268,7 +286,7 @@ async def reflect(memory: Memory, run: Run) -> ReflectionReport | None:
     return report
 
 
-async def _write_scope(memory: Memory, key: str, candidates: list[Candidate]
+async def _write_scope(memory: ReflectionHost, key: str, candidates: list[Candidate]
                        ) -> tuple[WriteCounts, int]:
     """Write one scope's batch; the counts and how many candidates were lost. A batch the
     store refuses as a whole (``StoreRefused``) is written again one candidate at a time, so

@@ -9,10 +9,10 @@ import logging
 import pytest
 
 from scopemem import Memory, MemoryConfig, Request, hookimpl
+from scopemem.api.reflecting import Run
 from scopemem.core.records import Kind
 from scopemem.core.reflection import REFLECTION_SYSTEM
 from scopemem.plugins.manager import new_plugin_manager
-from scopemem.reflecting import Run
 from scopemem.stores.sqlite import SqliteStore
 from tests.conftest import fact
 

@@ -9,14 +9,13 @@ import logging
 
 import pytest
 
-from scopemem import Memory, MemoryConfig, Request, ScopeKind, hookimpl
+from scopemem import Memory, MemoryConfig, Request, ScopeKind, handle_command, hookimpl
+from scopemem.api.reflecting import Run
 from scopemem.core.records import Kind, Source
 from scopemem.core.requests import Request as CoreRequest
 from scopemem.errors import StoreRefused
 from scopemem.plugins.manager import new_plugin_manager
-from scopemem.reflecting import Run
-from tests.conftest import fact
-from tests.test_memory_write import (
+from tests.api.test_memory_write import (
     ORG,
     REPO,
     USER_A,
@@ -27,6 +26,7 @@ from tests.test_memory_write import (
     run,
     texts,
 )
+from tests.conftest import fact
 
 GUILD = "guild:discord:G1"
 
@@ -192,8 +192,8 @@ async def test_a_plugin_audience_without_its_scope_falls_back_to_org(store, cloc
 async def test_reflection_cannot_retire_a_fact_a_person_stated(store, clock, scripted, caplog):
     caplog.set_level(logging.INFO, logger="scopemem")
     memory = make_memory(store, clock, scripted, admins=("user:slack:UA",))
-    reply = await memory.handle_command("memory remember --scope org deploys freeze on "
-                                        "fridays", "user:slack:UA", channel_id="slack:C1")
+    reply = await handle_command(memory, "memory remember --scope org deploys freeze on "
+                                 "fridays", "user:slack:UA", channel_id="slack:C1")
     assert reply.startswith("🧠 remembered in org:acme")
     [stated] = await store.list(ORG, 10)
     assert stated.source is Source.HUMAN
@@ -275,8 +275,8 @@ async def test_memory_gate_switches_the_status_gate(store, clock, scripted, gate
     scripted.replies = [{"facts": [lesson(status), lesson("the giveaway bot posts at noon"),
                                    lesson("deploys need the vpn")]}]
     await reflect(memory, run())
-    remembered = await memory.handle_command(f"memory remember --scope org {status}!",
-                                             "user:slack:UA")
+    remembered = await handle_command(memory, f"memory remember --scope org {status}!",
+                                      "user:slack:UA")
     expected = ["deploys need the vpn"] + ([] if gate else [status, status + "!"])
     assert await texts(store, ORG) == sorted(expected)
     assert remembered.startswith("🚫" if gate else "🧠")

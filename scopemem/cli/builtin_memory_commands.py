@@ -1,7 +1,7 @@
 """The human memory commands on the command line: list, forget, sweep, remember, context.
 
 They share the chat grammar's rules (``scopemem.core.commands``) and its executor
-(``scopemem.commands``), act as ``user:cli:local`` unless ``--as`` names another user scope,
+(``scopemem.chat.commands``), act as ``user:cli:local`` unless ``--as`` names another user scope,
 and run against the configured store (an SQLite directory or a worker URL). Human output by
 default, ``--json`` for scripts; a refusal or failure exits 1, a usage error 2.
 
@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from scopemem.cli import CliState, echo_json
-from scopemem.commands import (
+from scopemem.chat.commands import (
     CommandContext,
     Outcome,
     run_forget,
@@ -29,6 +28,7 @@ from scopemem.commands import (
     run_remember,
     run_sweep,
 )
+from scopemem.cli.root import CliState, echo_json
 from scopemem.core.commands import (
     ALL,
     DEFAULT_LIST_LIMIT,
@@ -44,13 +44,13 @@ from scopemem.errors import ScopememError
 from scopemem.plugins.markers import hookimpl
 
 if TYPE_CHECKING:
-    from scopemem.memory import Memory
+    from scopemem.api.memory import Memory
 
 DEFAULT_CALLER = "user:cli:local"
 
 
 def _caller(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    from scopemem.commands import caller_problem
+    from scopemem.api.results import caller_problem
 
     problem = caller_problem(value)
     if problem:
@@ -72,7 +72,7 @@ def _extra(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
 def _memory(state: CliState) -> Memory:
     """The configured memory for one command. Never the in-process stand-in a bot may fall
     back to: it would die with the command, and everything the command wrote with it."""
-    from scopemem.memory import Memory
+    from scopemem.api.memory import Memory
 
     try:
         return Memory.from_config(state.config(), plugin_manager=state.pm,

@@ -24,16 +24,15 @@ from typing import Any
 
 import attrs
 
-from scopemem.commands import CommandContext, RepoSource, handle_command
+from scopemem.api.operations import Operations
+from scopemem.api.reflecting import Run, reflect
 from scopemem.config import MemoryConfig, load_config
 from scopemem.core import scoring
 from scopemem.core.records import Kind, Record
 from scopemem.core.requests import (
     Request,
     ScopeKind,
-    ScopeRefused,
     breadth_of,
-    derive_scope_key,
     request_scope_keys,
     resolved,
 )
@@ -43,7 +42,6 @@ from scopemem.installation import build_store, check_plugin_tables
 from scopemem.plugins import host
 from scopemem.plugins.manager import PluginManager, get_plugin_manager
 from scopemem.plugins.providers import Provider, build_provider, parse_model_ref
-from scopemem.reflecting import Run, reflect
 from scopemem.stores.base import Clock, Hit, MemoryStore, search_hits, wall_clock_ms
 
 log = logging.getLogger("scopemem")
@@ -76,8 +74,10 @@ class _ScopeRead:
     error: str | None = None
 
 
-class Memory:
-    """One installation's memory: its config, its store, its scope kinds."""
+class Memory(Operations):
+    """One installation's memory: its config, its store, its scope kinds. The read path and
+    reflection are here; the manual operations (remember, list, forget, sweep, search,
+    export, stats) come from ``Operations``."""
 
     def __init__(
         self,
@@ -129,19 +129,6 @@ class Memory:
         store = build_store(config, pm, environ=environ, clock=clock,
                             allow_fallback=allow_fallback)
         return cls(config, store, plugin_manager=pm, clock=clock, environ=environ)
-
-    @property
-    def enabled(self) -> bool:
-        return self.config.enabled
-
-    @property
-    def org_key(self) -> str | None:
-        """This installation's own org scope key (``org:<organization>``), the one org scope
-        its people share; None when no organization is configured."""
-        try:
-            return derive_scope_key(self.scope_kinds, "org", Request())
-        except ScopeRefused:
-            return None
 
     with_memory = staticmethod(scoring.with_memory)
 
@@ -239,29 +226,6 @@ class Memory:
                 return None, ""
             self._providers[ref.provider] = provider
         return provider, ref.model
-
-    # --- human commands ---------------------------------------------------------------------
-
-    async def handle_command(
-        self,
-        text: str,
-        caller: str,
-        *,
-        channel_id: str | None = None,
-        repo: RepoSource = None,
-        machine: bool | None = None,
-        extra: Mapping[str, str] | None = None,
-    ) -> str | None:
-        """The reply to a chat message that is a ``memory list|forget|sweep|remember``
-        command, or ``None`` when the message is not one. Never raises for a user's mistake
-        or a store failure: those are reply lines (🚫, ⚠️). ``caller`` is the person's own
-        user scope key; ``repo`` may be a callable, resolved only if the repository scope is
-        asked for; ``machine`` marks a surface whose record text must be wrapped as
-        untrusted (default: callers on the cli, mcp and http platforms); ``extra`` carries
-        what a plugin's scope kind is derived from (as ``Request.extra``)."""
-        context = CommandContext(caller=caller, channel_id=channel_id, repo=repo,
-                                 machine=machine, extra=dict(extra or {}))
-        return await handle_command(self, text, context)
 
     # --- the read path ----------------------------------------------------------------------
 

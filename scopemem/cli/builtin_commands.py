@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from scopemem.cli import CliState, echo_json
+from scopemem.cli.root import CliState, echo_json
 from scopemem.plugins.manager import plugin_rows
 from scopemem.plugins.markers import hookimpl
 

@@ -13,10 +13,10 @@ import attrs
 import pytest
 from click.testing import CliRunner
 
+from scopemem.api.memory import Memory
 from scopemem.cli import build_cli
 from scopemem.config import load_config
 from scopemem.errors import ConfigError
-from scopemem.memory import Memory
 from scopemem.plugins.manager import new_plugin_manager
 from scopemem.stores.sqlite import default_max_open
 from scopemem.stores.sqlite.ranker import DEFAULT_RANK_PROCESSES

@@ -1,0 +1,41 @@
+"""The typed programmatic API: the ``Memory`` facade (read path, reflection, the manual
+operations) that every surface above it (chat, CLI, worker, MCP, hooks) is built on, and
+``SyncMemory``, the same API blocking."""
+
+from scopemem.api.memory import Memory, MemoryContext
+from scopemem.api.reflecting import ReflectionReport, Run
+from scopemem.api.results import (
+    REFUSAL_REASONS,
+    Caller,
+    ForgetResult,
+    ListResult,
+    ListSection,
+    MemoryRefused,
+    OperationFailed,
+    RememberResult,
+    ScopeSweep,
+    SearchHit,
+    SearchResult,
+    SweepReport,
+)
+from scopemem.api.sync import SyncMemory
+
+__all__ = [
+    "REFUSAL_REASONS",
+    "Caller",
+    "ForgetResult",
+    "ListResult",
+    "ListSection",
+    "Memory",
+    "MemoryContext",
+    "MemoryRefused",
+    "OperationFailed",
+    "ReflectionReport",
+    "RememberResult",
+    "Run",
+    "ScopeSweep",
+    "SearchHit",
+    "SearchResult",
+    "SweepReport",
+    "SyncMemory",
+]

@@ -1,0 +1,357 @@
+"""The typed manual operations on ``Memory``: what they return, what they refuse (with which
+reason token), and that they go through the same gate and write path as the commands."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from scopemem import (
+    REFUSAL_REASONS,
+    Caller,
+    Memory,
+    MemoryConfig,
+    MemoryRefused,
+    OperationFailed,
+    Record,
+    ScopememError,
+    Status,
+)
+from scopemem.errors import StoreUnsupported
+from scopemem.stores.memory import InMemoryStore
+from tests.conftest import DAY_MS, FakeClock, fact
+
+ORG, REPO, CHANNEL = "org:acme", "repo:acme/api", "channel:slack:C1"
+ALICE = Caller(user_key="user:slack:UA", channel_id="slack:C1", repo="acme/api")
+BOB = Caller(user_key="user:slack:UB", channel_id="slack:C1")
+ADMIN = Caller(user_key="user:slack:UADMIN", channel_id="slack:C1")
+STATUS = "PR 1835 was pushed at sha 3f9a2c1 with all 10512 tests passing"
+SECRET = "the deploy key is sk-" + "a" * 40
+
+#: Scope arguments that name something the caller may never read or change, whoever asks.
+HOSTILE_SCOPES = [
+    BOB.user_key,                       # another person's scope
+    "user:slack:UB ",                   # the same with a trailing space
+    "user:slack:UA\nuser:slack:UB",     # a forged second line
+    "org:evil",                         # another organisation
+    "guild:123",                        # a kind nobody registered
+    "repo:",                            # no name
+    ":",
+    "user",                             # the kind word itself is no scope word
+    "x" * 5000 + ":y",
+    "",
+]
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> InMemoryStore:
+    return InMemoryStore(clock=clock)
+
+
+def make(store, clock, **config) -> Memory:
+    config.setdefault("admins", (ADMIN.user_key,))
+    return Memory(MemoryConfig(enabled=True, organization="acme", store="memory", **config),
+                  store, clock=clock)
+
+
+@pytest.fixture
+def memory(store, clock) -> Memory:
+    return make(store, clock)
+
+
+async def refusal(call) -> MemoryRefused:
+    with pytest.raises(MemoryRefused) as caught:
+        await call
+    assert caught.value.reason in REFUSAL_REASONS
+    return caught.value
+
+
+# --- remember ---------------------------------------------------------------------------------
+
+
+async def test_remember_writes_a_human_fact_to_the_callers_own_scope(memory, store):
+    result = await memory.remember(ALICE, "  run make bootstrap before the tests  ")
+    assert result.scope_key == ALICE.user_key and result.outcome == "inserted"
+    [record] = await store.list(ALICE.user_key, 5)
+    assert record.text == "run make bootstrap before the tests"
+    assert record.source.value == "human" and record.source_thread_key == "cli:remember"
+    again = await memory.remember(ALICE, "run make bootstrap before the tests")
+    assert again.outcome == "strengthened"
+
+
+async def test_remember_redacts_a_secret_before_it_is_stored(memory, store):
+    result = await memory.remember(ALICE, SECRET)
+    assert result.redacted
+    [record] = await store.list(ALICE.user_key, 5)
+    assert "sk-aaaa" not in record.text and "[REDACTED:" in record.text
+
+
+async def test_remember_refuses_what_the_status_gate_refuses(memory, store):
+    refused = await refusal(memory.remember(ALICE, STATUS))
+    assert refused.reason == "gated" and refused.details["markers"]
+    assert await store.list(ALICE.user_key, 5) == []
+
+
+async def test_remember_refuses_empty_and_overlong_text_and_all(memory):
+    assert (await refusal(memory.remember(ALICE, "  \n "))).reason == "empty_text"
+    assert (await refusal(memory.remember(ALICE, "word " * 1000))).reason == "too_long"
+    assert (await refusal(memory.remember(ALICE, "a fact", "all"))).reason == "one_scope"
+
+
+async def test_a_shared_scope_takes_an_admin_and_the_admin_list_is_the_installations(
+        memory, store):
+    refused = await refusal(memory.remember(ALICE, "deploys freeze on fridays", "org"))
+    assert refused.reason == "admin_only"
+    result = await memory.remember(ADMIN, "deploys freeze on fridays", "org")
+    assert result.scope_key == ORG
+    # Admin is who the configuration names, not a flag a caller sets.
+    assert memory.is_admin(ADMIN) and not memory.is_admin(ALICE)
+
+
+async def test_supersedes_must_be_an_id_of_the_same_scope(memory, store):
+    await store.write(ORG, [fact("deploys go through jenkins")])
+    assert (await refusal(memory.remember(ALICE, "x y", supersedes="nope"))).reason == "bad_id"
+    wrong = await refusal(memory.remember(ALICE, "deploys go through argo",
+                                          supersedes=f"mem:{ORG}:1"))
+    assert wrong.reason == "wrong_scope"
+    result = await memory.remember(ADMIN, "deploys go through argo", "org",
+                                   supersedes=f"mem:{ORG}:1")
+    assert result.outcome == "replaced"
+    assert [r.text for r in await store.list(ORG, 5)] == ["deploys go through argo"]
+
+
+@pytest.mark.parametrize("scope", HOSTILE_SCOPES)
+async def test_remember_cannot_cross_a_scope_line(memory, store, scope):
+    for caller in (ALICE, ADMIN):
+        refused = await refusal(memory.remember(caller, "a plain fact", scope))
+        assert refused.reason in {"closed_scope", "unknown_scope"}
+    assert await store.list(BOB.user_key, 5) == []
+    assert await store.list("org:evil", 5) == []
+
+
+# --- list, search, export: the read gate ------------------------------------------------------
+
+
+@pytest.mark.parametrize("scope", HOSTILE_SCOPES)
+async def test_reads_cannot_cross_a_scope_line(memory, store, scope):
+    await store.write(BOB.user_key, [fact("bob's private note about deploys")])
+    await store.write("org:evil", [fact("evil org note about deploys")])
+    for caller in (ALICE, ADMIN):
+        for call in (memory.list(caller, scope), memory.search(caller, "deploys", scope),
+                     memory.stats(caller, scope)):
+            assert (await refusal(call)).reason in {"closed_scope", "unknown_scope"}
+        with pytest.raises(MemoryRefused):
+            [record async for record in memory.export(caller, scope)]
+
+
+async def test_list_all_reads_the_callers_scopes_newest_first(memory, store, clock):
+    await store.write(ALICE.user_key, [fact("alice prefers tabs")])
+    await store.write(BOB.user_key, [fact("bob prefers spaces")])
+    await store.write(REPO, [fact("the api repo uses poetry")])
+    clock.advance(DAY_MS)
+    await store.write(ORG, [fact("deploys freeze on fridays"), fact("on-call rotates weekly")])
+    result = await memory.list(ALICE)
+    assert [s.scope_key for s in result.sections] == [ALICE.user_key, REPO, CHANNEL, ORG]
+    assert all(isinstance(r, Record) for r in result.records)
+    texts = [r.text for r in result.records]
+    assert "bob prefers spaces" not in texts
+    assert texts[-2:] == ["on-call rotates weekly", "deploys freeze on fridays"]
+    assert result.ok
+    # BOB's request has no repository: ``all`` is what the request has.
+    assert REPO not in [s.scope_key for s in (await memory.list(BOB)).sections]
+    assert (await refusal(memory.list(BOB, "repo"))).reason == "scope_unavailable"
+
+
+async def test_a_scope_key_is_gated_like_its_word(memory, store):
+    await store.write(REPO, [fact("the api repo uses poetry")])
+    by_key = await memory.list(BOB, "repo:acme/api")
+    assert [r.text for r in by_key.records] == ["the api repo uses poetry"]
+    assert (await refusal(memory.forget(BOB, f"mem:{REPO}:1"))).reason == "admin_only"
+
+
+async def test_list_keeps_a_failed_scope_apart(memory, store):
+    await store.write(ORG, [fact("deploys freeze on fridays")])
+    real_list = store.list
+
+    async def flaky(scope_key, *args, **kwargs):
+        if scope_key == CHANNEL:
+            raise OSError("disk gone")
+        return await real_list(scope_key, *args, **kwargs)
+
+    store.list = flaky
+    result = await memory.list(ALICE)
+    failed = {s.scope_key: s.error for s in result.sections if s.error}
+    assert list(failed) == [CHANNEL] and "disk gone" in failed[CHANNEL]
+    assert result.ok and [r.text for r in result.records] == ["deploys freeze on fridays"]
+
+
+async def test_limits_outside_the_range_are_refused(memory):
+    for limit in (0, 51, -1, True, "5"):
+        assert (await refusal(memory.list(ALICE, limit=limit))).reason == "bad_limit"
+        assert (await refusal(memory.search(ALICE, "x", limit=limit))).reason == "bad_limit"
+
+
+async def test_search_ranks_across_scopes_and_counts_nothing_as_used(embedded_store, clock):
+    store = embedded_store
+    memory = make(store, clock)
+    await store.write(ORG, [fact("deploys go through the bastion host"),
+                            fact("lunch is at noon")])
+    await store.write(ALICE.user_key, [fact("alice deploys with the bastion host and vpn")])
+    clock.advance(DAY_MS)
+    before = {r.id: (r.use_count, r.last_used_at)
+              for key in (ORG, ALICE.user_key) for r in await store.list(key, 10)}
+
+    result = await memory.search(ALICE, "bastion host deploys")
+    assert {r.text for r in result.records} == {"deploys go through the bastion host",
+                                               "alice deploys with the bastion host and vpn"}
+    assert [hit.score for hit in result.hits] == sorted((h.score for h in result.hits),
+                                                        reverse=True)
+    if hasattr(store, "flush"):
+        await store.flush()
+    after = {r.id: (r.use_count, r.last_used_at)
+             for key in (ORG, ALICE.user_key) for r in await store.list(key, 10)}
+    assert after == before
+    # What the same query through ``retrieve`` does, so the check above can fail.
+    await store.retrieve(ORG, "bastion host deploys", 5)
+    if hasattr(store, "flush"):
+        await store.flush()
+    assert [r.use_count for r in await store.list(ORG, 10) if "bastion" in r.text] == [1]
+
+
+async def test_search_on_a_store_without_search_bumps_nothing_either(clock):
+    class Plain(InMemoryStore):
+        search = None  # a third-party store with only MemoryStore's methods
+
+    store = Plain(clock=clock)
+    memory = make(store, clock)
+    await store.write(ORG, [fact("deploys go through the bastion host")])
+    [hit] = (await memory.search(ALICE, "bastion", "org")).hits
+    assert hit.match == 1.0
+    [record] = await store.list(ORG, 5)
+    assert record.use_count == 0 and record.last_used_at is None
+
+
+async def test_search_names_a_scope_that_failed(memory, store):
+    await store.write(ORG, [fact("deploys go through the bastion host")])
+
+    async def broken(*args, **kwargs):
+        raise OSError("disk gone")
+
+    store.search = broken
+    result = await memory.search(ALICE, "bastion")
+    assert result.hits == () and ORG in result.failed and "disk gone" in result.failed[ORG]
+
+
+async def test_export_yields_every_record_of_a_scope_every_status(memory, store):
+    await store.write(ALICE.user_key, [fact("first note"), fact("second note")])
+    await memory.forget(ALICE, f"mem:{ALICE.user_key}:1")
+    records = [r async for r in memory.export(ALICE, "me")]
+    assert [r.id for r in records] == [f"mem:{ALICE.user_key}:1", f"mem:{ALICE.user_key}:2"]
+    assert [r.status for r in records] == [Status.FORGOTTEN, Status.ACTIVE]
+    everything = [r async for r in memory.export(ALICE)]
+    assert {r.scope_key for r in everything} == {ALICE.user_key}
+
+
+async def test_export_needs_a_store_that_can(clock):
+    from scopemem.stores.null import NullStore
+
+    memory = make(NullStore(), clock)
+    with pytest.raises(StoreUnsupported):
+        [r async for r in memory.export(ALICE, "me")]
+
+
+# --- forget and sweep ---------------------------------------------------------------------------
+
+
+async def test_forget_own_and_the_gate_on_everyone_elses(memory, store):
+    await store.write(ALICE.user_key, [fact("alice prefers tabs")])
+    await store.write(BOB.user_key, [fact("bob prefers spaces")])
+    await store.write(ORG, [fact("deploys freeze on fridays")])
+    result = await memory.forget(ALICE, f"mem:{ALICE.user_key}:1")
+    assert result.forgotten and await store.list(ALICE.user_key, 5) == []
+    assert not (await memory.forget(ALICE, f"mem:{ALICE.user_key}:1")).forgotten
+    other = await refusal(memory.forget(ADMIN, f"mem:{BOB.user_key}:1"))
+    assert other.reason == "closed_scope" and other.details == {"id": f"mem:{BOB.user_key}:1"}
+    assert (await refusal(memory.forget(ALICE, f"mem:{ORG}:1"))).reason == "admin_only"
+    assert (await refusal(memory.forget(ALICE, "mem:org:evil:1"))).reason == "closed_scope"
+    assert (await refusal(memory.forget(ALICE, "not-an-id"))).reason == "bad_id"
+    assert len(await store.list(BOB.user_key, 5)) == 1 and len(await store.list(ORG, 5)) == 1
+
+
+async def test_a_store_failure_is_operation_failed(memory, store):
+    async def broken(*args, **kwargs):
+        raise OSError("disk gone")
+
+    store.forget = broken
+    with pytest.raises(OperationFailed, match="forget of .* failed: disk gone") as caught:
+        await memory.forget(ALICE, f"mem:{ALICE.user_key}:1")
+    assert isinstance(caught.value, ScopememError)
+    assert isinstance(caught.value.__cause__, OSError)
+
+
+async def test_sweep_is_for_admins_and_reports_per_scope(memory, store):
+    # The store keeps what it is given: the gate is the host's, so this one got past it.
+    await store.write(ORG, [fact(STATUS), fact("deploys freeze on fridays")])
+    assert (await refusal(memory.sweep(ALICE, "org"))).reason == "admin_only"
+    dry = await memory.sweep(ADMIN, "org", dry_run=True)
+    assert dry.dry_run and dry.swept == 1 and dry.scopes[0].result.ids == (f"mem:{ORG}:1",)
+    assert len(await store.list(ORG, 5)) == 2
+    done = await memory.sweep(ADMIN, "all")
+    assert [s.scope_key for s in done.scopes] == [ORG, CHANNEL] and done.swept == 1
+    assert [r.text for r in await store.list(ORG, 5)] == ["deploys freeze on fridays"]
+
+
+# --- memory off, the caller, stats --------------------------------------------------------------
+
+
+async def test_memory_off_refuses_every_operation_and_touches_no_store(clock):
+    class Untouchable(InMemoryStore):
+        def __getattribute__(self, name):
+            if name in {"list", "write", "forget", "sweep", "search", "retrieve"}:
+                raise AssertionError(f"store.{name} touched with memory off")
+            return super().__getattribute__(name)
+
+    memory = Memory(MemoryConfig(), Untouchable(clock=clock), clock=clock)
+    calls = [memory.remember(ALICE, "a fact"), memory.list(ALICE), memory.forget(ALICE, "x"),
+             memory.sweep(ADMIN, "org"), memory.search(ALICE, "x"), memory.stats(ALICE)]
+    for call in calls:
+        assert (await refusal(call)).reason == "memory_off"
+
+
+@pytest.mark.parametrize("user_key",
+                         ["slack:UA", "org:acme", "usr:slack:UA", "user:a\nb", "", "  "])
+async def test_the_caller_must_be_a_user_scope_key(memory, user_key):
+    caller = Caller(user_key=user_key)
+    for call in (memory.list(caller), memory.remember(caller, "a fact")):
+        assert (await refusal(call)).reason == "bad_caller"
+
+
+async def test_stats_reads_a_counting_store_for_the_gated_keys(memory, clock):
+    with pytest.raises(StoreUnsupported, match="keeps no counters"):
+        await memory.stats(ALICE)
+
+    asked = []
+
+    class Counting(InMemoryStore):
+        async def read_counts(self, scope_keys, since):
+            asked.append((list(scope_keys), since))
+            return [{"scopeKey": key, "inserted": 1} for key in scope_keys]
+
+    memory = make(Counting(clock=clock), clock)
+    rows = await memory.stats(ALICE, "org", since=5)
+    assert rows == [{"scopeKey": ORG, "inserted": 1}] and asked == [([ORG], 5)]
+
+
+def test_every_refusal_reason_is_raised_and_documented():
+    source = (Path(__file__).parents[2] / "scopemem" / "api" / "operations.py").read_text()
+    raised = set(re.findall(r'MemoryRefused\(\s*"(\w+)"', source))
+    assert raised == set(REFUSAL_REASONS)
+    docs = (Path(__file__).parents[2] / "docs" / "memory.md").read_text()
+    assert [token for token in REFUSAL_REASONS if f"`{token}`" not in docs] == []
+
+
+def test_an_unknown_reason_token_is_a_bug_not_a_refusal():
+    with pytest.raises(ValueError):
+        MemoryRefused("no_such_reason", "x")

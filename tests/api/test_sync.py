@@ -1,0 +1,95 @@
+"""``SyncMemory`` from plain synchronous code: the same operations, blocking, from any thread,
+on a real SQLite directory; and closing cleanly."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from scopemem import Caller, MemoryRefused, Request, ScopememError, SyncMemory, handle_command
+
+ADMIN = "user:slack:UADMIN"
+ALICE = Caller(user_key="user:slack:UA", channel_id="slack:C1")
+BOB = Caller(user_key="user:slack:UB", channel_id="slack:C1")
+
+
+def config(tmp_path: Path) -> dict[str, object]:
+    return {"memory": {"enabled": True, "organization": "acme", "store": "sqlite",
+                       "admins": [ADMIN],
+                       "stores": {"sqlite": {"path": str(tmp_path / "data")}}}}
+
+
+def test_the_operations_block_and_answer_like_memory(tmp_path: Path):
+    with SyncMemory.from_config(config(tmp_path)) as memory:
+        remembered = memory.remember(ALICE, "the api tests need make bootstrap first")
+        assert remembered.scope_key == ALICE.user_key and remembered.outcome == "inserted"
+        [record] = memory.list(ALICE, "me").records
+        assert record.text == "the api tests need make bootstrap first"
+        assert memory.search(ALICE, "bootstrap tests").records == (record,)
+        assert [r.id for r in memory.export(ALICE, "me")] == [record.id]
+        with pytest.raises(MemoryRefused) as refused:
+            memory.list(ALICE, BOB.user_key)
+        assert refused.value.reason == "closed_scope"
+        block = memory.context_block(Request(text="how do I run the api tests",
+                                             user_id="slack:UA"))
+        assert "make bootstrap" in block
+        assert memory.forget(ALICE, record.id).forgotten
+        assert memory.list(ALICE, "me").records == ()
+        # What the class does not wrap runs on its loop through ``run``.
+        reply = memory.run(handle_command(memory.memory, "memory list me", ALICE.user_key))
+        assert reply is not None and "no active records" in reply
+    # Written to the files: a new SyncMemory on the same directory sees it.
+    with SyncMemory.from_config(config(tmp_path)) as again:
+        assert [r.status.value for r in again.export(ALICE, "me")] == ["forgotten"]
+
+
+def test_two_threads_share_one_sync_memory(tmp_path: Path):
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    with SyncMemory.from_config(config(tmp_path)) as memory:
+        def work(caller: Caller) -> None:
+            try:
+                start.wait()
+                for n in range(10):
+                    memory.remember(caller, f"fact {n} of {caller.user_key.rsplit(':', 1)[1]}")
+                    memory.list(caller, "me")
+            except BaseException as exc:  # surfaced below, in the test's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(caller,)) for caller in (ALICE, BOB)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        for caller, name in ((ALICE, "UA"), (BOB, "UB")):
+            texts = {r.text for r in memory.list(caller, "me", limit=50).records}
+            assert texts == {f"fact {n} of {name}" for n in range(10)}
+
+
+def test_a_closed_sync_memory_refuses_calls_and_closes_once(tmp_path: Path):
+    memory = SyncMemory.from_config(config(tmp_path))
+    memory.close()
+    memory.close()
+    with pytest.raises(ScopememError, match="closed"):
+        memory.list(ALICE)
+    assert not memory._thread.is_alive()
+
+
+def test_a_call_from_its_own_loop_is_an_error_not_a_hang(tmp_path: Path):
+    with SyncMemory.from_config(config(tmp_path)) as memory:
+        async def inside() -> None:
+            memory.list(ALICE)
+
+        with pytest.raises(ScopememError, match="its own loop"):
+            memory.run(inside())
+
+
+def test_a_config_error_stops_the_loop_thread(tmp_path: Path):
+    before = threading.active_count()
+    with pytest.raises(ScopememError):
+        SyncMemory.from_config({"memory": {"enabled": True}})  # no organization
+    assert threading.active_count() == before
