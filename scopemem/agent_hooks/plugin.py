@@ -130,6 +130,10 @@ def _guarded(body: Callable[[], HookOutcome], log_path: Callable[[], Path | None
              ) -> NoReturn:
     """Run one hook; whatever happens, finish with an exit code Claude Code does not read as
     blocking, and no traceback anywhere but the log (``log_path()`` names it, once known)."""
+    # Until the log file is known (the configuration names it) lines go nowhere: a hook's
+    # stderr is the person's screen, and the summary line says what matters.
+    log.handlers[:] = [logging.NullHandler()]
+    log.propagate = False
     try:
         outcome = body()
     except (PayloadError, ScopememError) as exc:
