@@ -159,11 +159,11 @@ def _event_command(event: HookEvent) -> click.Command:
             config = _load(state)
             limit = timeout or config.hooks.timeout
             _watchdog(limit + GRACE_SECONDS)
+            if not config.enabled:  # memory off: no files, no reads, no answer
+                return HookOutcome()
             directory = state_dir(config, dict(os.environ))
             log_path = log_to_file(directory)
             payload = parse_payload(_read_stdin(), event)
-            if not config.enabled:
-                return HookOutcome()
             if not event.reads:
                 return hand_off(config, _config_path(state), payload, directory, log_path)
             memory = Memory.from_config(config, plugin_manager=state.pm, allow_fallback=False)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -18,6 +20,27 @@ from scopemem.agent_hooks.ledger import Ledger, SessionState
 
 PAYLOADS = Path(__file__).parent / "payloads"
 REPO_ROOT = Path(__file__).resolve().parents[2]
+GUIDE = REPO_ROOT / "docs" / "coding-agents.md"
+GUIDE_CONFIG = "~/.config/scopemem/hooks.toml"
+
+
+def guide_settings() -> dict[str, Any]:
+    """The ``.claude/settings.json`` snippet of docs/coding-agents.md, parsed."""
+    section = GUIDE.read_text().split("<!-- settings:start -->", 1)[1].split(
+        "<!-- settings:end -->", 1)[0]
+    match = re.search(r"```json\n(.*?)```", section, re.DOTALL)
+    assert match is not None, "no settings.json snippet in docs/coding-agents.md"
+    settings: dict[str, Any] = json.loads(match.group(1))
+    return settings
+
+
+def guide_command(event: str) -> str:
+    """The shell command docs/coding-agents.md registers for ``event``."""
+    (entry,) = guide_settings()["hooks"][event]
+    (hook,) = entry["hooks"]
+    assert hook["type"] == "command"
+    command: str = hook["command"]
+    return command
 
 
 def payload(event: str, **fields: Any) -> dict[str, Any]:
@@ -108,6 +131,19 @@ def run_hook(config: Path | None, event: str, stdin: bytes | str | Mapping[str, 
     return subprocess.run([sys.executable, "-m", "scopemem", *root, "hook", event, *args],
                           input=stdin, capture_output=True, text=True, env=environ,
                           cwd=cwd, timeout=60, check=False)
+
+
+def run_guide_hook(config: Path, event: str, stdin: Mapping[str, Any],
+                   env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The hook exactly as docs/coding-agents.md registers it, through a shell as Claude Code
+    runs it; only the configuration path and the ``scopemem`` executable are substituted."""
+    command = guide_command(event)
+    assert command.startswith("scopemem ") and GUIDE_CONFIG in command
+    command = command.replace(GUIDE_CONFIG, shlex.quote(str(config))).replace(
+        "scopemem ", f"{shlex.quote(sys.executable)} -m scopemem ", 1)
+    environ = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+    return subprocess.run(["bash", "-c", command], input=json.dumps(stdin),
+                          capture_output=True, text=True, env=environ, timeout=60, check=False)
 
 
 def wait_reflected(state_dir: Path, session_id: str, wait: float = 60.0) -> SessionState:

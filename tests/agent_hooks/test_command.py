@@ -118,6 +118,7 @@ def test_memory_off_answers_nothing(tmp_path: Path, repo: Path) -> None:
         result = run_hook(config, event, payload(event, cwd=str(repo)), cwd=tmp_path,
                           env={"XDG_STATE_HOME": str(tmp_path / "xdg")})
         assert (result.returncode, result.stdout, result.stderr) == (0, "", ""), event
+    assert not (tmp_path / "xdg").exists()
 
 
 def worker_config(tmp_path: Path, port: int) -> Path:

@@ -1,20 +1,24 @@
 """Done when: a lesson from a coding session's first run is in the prompt of its second, with
-the hooks configured as docs/coding-agents.md says, a fake OpenAI-compatible model on
-loopback, and the Stop hook's background reflection."""
+the hooks registered exactly as docs/coding-agents.md's settings.json snippet says, a fake
+OpenAI-compatible model on loopback, and the Stop hook's background reflection."""
 
 from __future__ import annotations
 
 import json
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from scopemem.config import config_from_mapping
 from tests.agent_hooks.claude_code import (
+    GUIDE,
     Transcript,
     git_repo,
+    guide_command,
     payload,
-    run_hook,
+    run_guide_hook,
     text,
     tool_use,
     wait_reflected,
@@ -66,8 +70,9 @@ def first_session(tmp_path: Path, repo: Path) -> Transcript:
 
 
 def hook(config: Path, event: str, t: Transcript, **fields: str) -> str:
-    result = run_hook(config, event, payload(event, session_id=t.session_id, cwd=t.cwd,
-                                             transcript_path=str(t.path), **fields), env=ENV)
+    result = run_guide_hook(config, event, payload(event, session_id=t.session_id, cwd=t.cwd,
+                                                   transcript_path=str(t.path), **fields),
+                            env=ENV)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     return result.stdout
 
@@ -152,3 +157,11 @@ api_key_env = "FAKE_MODEL_KEY"
 subject = "alice"
 state_dir = "{tmp_path / 'state'}"
 """)
+
+
+def test_the_guide_registers_every_event_and_its_config_is_valid() -> None:
+    for event in ("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd"):
+        assert guide_command(event).endswith(f" hook {event}")
+    toml_text = GUIDE.read_text().split("```toml\n", 1)[1].split("```", 1)[0]
+    config = config_from_mapping(tomllib.loads(toml_text))
+    assert config.enabled and config.hooks.subject == "alice" and config.hooks.timeout == 3
