@@ -38,6 +38,25 @@ DEFAULT_CONFIG_FILE = "scopemem.toml"
 DEFAULT_CAP_FLOOR = 100
 RANKINGS = ("weighted", "seed")
 CONFIG_ENV = "SCOPEMEM_CONFIG"
+VISIBILITIES = ("public", "private", "dm", "machine")
+#: Claude Code's own default hook timeout is 60 s; a hook allowed longer would be killed.
+MAX_HOOK_TIMEOUT = 60.0
+
+
+@attrs.frozen(kw_only=True)
+class HooksConfig:
+    """``[memory.hooks]``: how ``scopemem hook <event>`` (coding-agent hooks) reads and
+    reflects. The person is ``user:<platform>:<subject>``; ``subject`` absent means the
+    login name of whoever runs the agent. ``timeout`` bounds a hook's store reads (seconds);
+    ``visibility`` stamps the sessions' origin for the write policy (a local session is one
+    person's conversation: ``dm``); ``state_dir`` holds what was reflected and the log
+    (default ``$XDG_STATE_HOME/scopemem/hooks``, else ``~/.local/state/scopemem/hooks``)."""
+
+    platform: str = "claude-code"
+    subject: str | None = None
+    timeout: float = 3.0
+    visibility: str = "dm"
+    state_dir: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -75,6 +94,7 @@ class MemoryConfig:
     min_match: float = 0.0
     stores: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     providers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    hooks: HooksConfig = attrs.field(factory=HooksConfig)
 
     def ranking_spec(self) -> Ranking:
         """The ``Ranking`` these settings name (``_check_ranges`` has validated them)."""
@@ -164,6 +184,8 @@ def config_from_mapping(data: Mapping[str, Any], *, source: str = "config") -> M
     if not isinstance(table, Mapping):
         raise ConfigError(f"{source}: memory must be a table")
     table = dict(table)
+    if not isinstance(table.get("hooks", {}), Mapping):
+        raise ConfigError(f"{source}: memory.hooks must be a table")
     cap = _scope_cap(table.pop("max_records_per_scope", DEFAULT_SCOPE_CAP))
     try:
         config = _converter.structure(table, MemoryConfig)
@@ -219,10 +241,33 @@ def _check_ranges(config: MemoryConfig) -> None:
             raise ConfigError(f"memory.organization: {problem or 'must not be empty'}")
     if config.enabled and not config.organization:
         raise ConfigError("memory.organization: required when memory.enabled is true")
+    _check_hooks(config.hooks)
     if config.model is not None and "/" not in config.model:
         raise ConfigError(
             f"memory.model: expected <provider>/<model>, got {config.model!r}"
         )
+
+
+def _check_hooks(hooks: HooksConfig) -> None:
+    if not 0 < hooks.timeout <= MAX_HOOK_TIMEOUT:
+        raise ConfigError(f"memory.hooks.timeout: must be above 0 and at most "
+                          f"{MAX_HOOK_TIMEOUT:g} seconds, got {hooks.timeout:g}")
+    if hooks.visibility not in VISIBILITIES:
+        raise ConfigError(f"memory.hooks.visibility: must be one of {', '.join(VISIBILITIES)},"
+                          f" got {hooks.visibility!r}")
+    if not hooks.platform or ":" in hooks.platform:
+        raise ConfigError("memory.hooks.platform: must be a non-empty word without a colon, "
+                          f"got {hooks.platform!r}")
+    # Both end up in the person's scope key, user:<platform>:<subject>.
+    problem = scope_key_problem(f"user:{hooks.platform}")
+    if problem is not None:
+        raise ConfigError(f"memory.hooks.platform: {problem}")
+    if hooks.subject is not None:
+        problem = scope_key_problem(f"user:{hooks.platform}:{hooks.subject}")
+        if problem is not None:
+            raise ConfigError(f"memory.hooks.subject: {problem}")
+    if hooks.state_dir is not None and not hooks.state_dir.strip():
+        raise ConfigError("memory.hooks.state_dir: must not be empty")
 
 
 def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfig | None = None

@@ -169,6 +169,8 @@ def _plain(value: Any) -> Any:
     """A value TOML can hold: tuples as lists, strings with any secret redacted."""
     if isinstance(value, str):
         return redact_secrets(value)
+    if attrs.has(type(value)):  # a nested settings table ([memory.hooks])
+        return _plain(attrs.asdict(value, recurse=False))
     if isinstance(value, tuple | list):
         return [_plain(item) for item in value]
     if isinstance(value, Mapping):

@@ -1,0 +1,181 @@
+"""One hook's work, apart from the command line: the block under a deadline, the hand-off of
+a finished part of the session to reflection, and that reflection in its own process.
+
+Nothing here may hold the agent. The read path runs under the hook's deadline: a worker
+that is down or slow costs the block (an empty answer, exit 0) and one summary line.
+Reflection takes a model call and store writes, seconds to minutes, so ``Stop`` and
+``SessionEnd`` only claim the new part of the transcript and start a detached process
+(``scopemem hook reflect``, in a session of its own) that reflects it and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import logging
+import logging.handlers
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import attrs
+
+from scopemem import Memory, MemoryConfig, Request, Run
+from scopemem.agent_hooks.gitremote import repo_of
+from scopemem.agent_hooks.ledger import Ledger, SessionState
+from scopemem.agent_hooks.payload import HookEvent, HookPayload, render_output
+from scopemem.agent_hooks.transcript import read_slice, split_run
+from scopemem.core.reflection import should_reflect
+
+log = logging.getLogger("scopemem")
+
+LOG_FILE = "hooks.log"
+LOG_BYTES = 5 * 1024 * 1024
+#: How long a background reflection may take before it gives up (a model call, writes).
+REFLECT_TIMEOUT = 600.0
+#: Part of the deadline the git remote lookup may use; the rest is for the store.
+GIT_SHARE = 0.3
+
+
+@attrs.frozen
+class HookOutcome:
+    """What the command prints (``stdout``), its exit code, and one line for stderr."""
+
+    stdout: str = ""
+    exit_code: int = 0
+    summary: str | None = None
+
+
+def state_dir(config: MemoryConfig, environ: Mapping[str, str]) -> Path:
+    """Where the ledger and the log live: ``memory.hooks.state_dir``, else the XDG state
+    directory."""
+    if config.hooks.state_dir:
+        return Path(config.hooks.state_dir).expanduser().absolute()
+    base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "scopemem" / "hooks"
+
+
+def log_to_file(directory: Path) -> Path:
+    """Send the ``scopemem`` logger's lines to the hooks' log file, and nowhere else: a
+    hook's stderr reaches the person's screen, a warning there per prompt would be noise."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / LOG_FILE
+    handler = logging.handlers.RotatingFileHandler(path, maxBytes=LOG_BYTES, backupCount=1,
+                                                   encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    return path
+
+
+def user_id(config: MemoryConfig) -> str | None:
+    """The person as the user scope derives them (``<platform>:<subject>``): the configured
+    subject, else the login name running the agent; never anything from the hook input."""
+    subject = config.hooks.subject
+    if subject is None:
+        try:
+            subject = getpass.getuser()
+        except (OSError, KeyError):  # no login name: reads go without the user scope
+            log.warning("[memory] hooks: no memory.hooks.subject and no login name; "
+                        "no user scope")
+            return None
+    return f"{config.hooks.platform}:{subject}"
+
+
+def session_brief(repo: str | None, cwd: str | None) -> str:
+    """What a session start is about before anyone typed: its repository and folder."""
+    words = [*(repo or "").replace("/", " ").split(), Path(cwd).name if cwd else ""]
+    return " ".join(dict.fromkeys(word for word in words if word))
+
+
+async def read_block(memory: Memory, payload: HookPayload, timeout: float) -> HookOutcome:
+    """The advisory block for a session start or a prompt, within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    repo = await asyncio.to_thread(repo_of, payload.cwd, timeout * GIT_SHARE)
+    brief = (payload.prompt if payload.event is HookEvent.USER_PROMPT_SUBMIT
+             else session_brief(repo, payload.cwd))
+    request = Request(text=brief, user_id=user_id(memory.config), repo=repo,
+                      channel_visibility=memory.config.hooks.visibility)
+    try:
+        result = await asyncio.wait_for(memory.context(request),
+                                        max(deadline - time.monotonic(), 0.01))
+    except TimeoutError:
+        log.warning("[memory] hooks: %s read timed out after %gs; no block",
+                    payload.event.value, timeout)
+        return HookOutcome(summary=f"memory read timed out after {timeout:g}s; "
+                                   "the agent goes on without memory")
+    # The use counts of what was shown are saved in the background; give them what is left.
+    await memory.drain(timeout=max(deadline - time.monotonic(), 0.0))
+    summary = None
+    if result.failed:
+        key, reason = next(iter(result.failed.items()))
+        summary = (f"memory read of {len(result.failed)} of {len(result.scopes)} scope(s) "
+                   f"failed ({key}: {reason}); the block goes without them")
+    return HookOutcome(render_output(payload.event, result.block), 0, summary)
+
+
+def reflect_command(config_path: str | None, payload: HookPayload, start: int, end: int
+                    ) -> list[str]:
+    """The background reflection's command line (this interpreter, this package)."""
+    root = ["--config", config_path] if config_path else []
+    return [sys.executable, "-m", "scopemem", *root, "hook", "reflect",
+            "--session", payload.session_id, "--transcript", payload.transcript_path or "",
+            "--start", str(start), "--end", str(end),
+            *(["--cwd", payload.cwd] if payload.cwd else []),
+            *(["--agent", payload.agent_type] if payload.agent_type else [])]
+
+
+def _spawn(command: Sequence[str], log_path: Path) -> int:
+    """Start ``command`` detached: its own session (the agent's Ctrl-C and exit do not reach
+    it), no stdin, output to the log. Returns its pid; the hook does not wait for it."""
+    with open(log_path, "ab") as out:
+        process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=out, start_new_session=True, close_fds=True)
+    return process.pid
+
+
+def hand_off(config: MemoryConfig, config_path: str | None, payload: HookPayload,
+             directory: Path, log_path: Path) -> HookOutcome:
+    """Claim the transcript's part not yet reflected and start its reflection. A part that
+    does not qualify (no tool call, under four turns) is left for the next hook."""
+    if not config.enabled:
+        return HookOutcome()
+    if not payload.transcript_path:
+        return HookOutcome(summary="the hook input has no transcript_path; nothing reflected")
+    ledger = Ledger(directory)
+    path = payload.transcript_path
+    with ledger.locked(payload.session_id):
+        state = ledger.read(payload.session_id)
+        start = state.claimed if state.transcript == path else 0
+        try:
+            piece = read_slice(path, start)
+        except OSError as exc:
+            return HookOutcome(summary=f"cannot read the transcript: {exc.strerror or exc}")
+        history, _request, _answer = split_run(piece.turns)
+        if piece.empty or not should_reflect(piece.tool_calls, len(history),
+                                             payload.agent_type, config.no_reflect_agents):
+            return HookOutcome()
+        pid = _spawn(reflect_command(config_path, payload, piece.start, piece.end), log_path)
+        finished = state.finished if state.transcript == path else 0
+        ledger.write(payload.session_id, SessionState(path, piece.end, finished))
+    log.info("[memory] hooks: %s handed bytes %d-%d of session %s to reflection (pid %d)",
+             payload.event.value, piece.start, piece.end, payload.session_id[:40], pid)
+    return HookOutcome()
+
+
+async def reflect_part(memory: Memory, *, session_id: str, transcript: str, start: int,
+                       end: int, cwd: str | None, agent: str | None) -> None:
+    """Reflect bytes ``start``-``end`` of a transcript (the background process's work)."""
+    piece = read_slice(transcript, start, stop=end)
+    history, request_text, answer = split_run(piece.turns)
+    repo = await asyncio.to_thread(repo_of, cwd, 10.0)
+    request = Request(text=request_text, user_id=user_id(memory.config), repo=repo,
+                      channel_visibility=memory.config.hooks.visibility)
+    memory.schedule_reflection(Run(
+        request=request, answer=answer, history=history, tool_calls=piece.tool_calls,
+        agent_name=agent, thread_key=f"{memory.config.hooks.platform}:{session_id}"[:200],
+        run_id=f"{session_id[:40]}@{end}"))
+    await memory.drain(timeout=REFLECT_TIMEOUT)

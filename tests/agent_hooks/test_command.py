@@ -1,0 +1,245 @@
+"""``scopemem hook <event>`` as Claude Code runs it: a subprocess with a recorded payload on
+stdin, against real stores, a real git repository, a dead worker and a hung one."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scopemem.agent_hooks.ledger import Ledger
+from tests.agent_hooks.claude_code import (
+    REPO_ROOT,
+    Transcript,
+    git_repo,
+    payload,
+    run_hook,
+    text,
+    write_config,
+)
+
+LESSON = "the integration tests need make bootstrap first"
+
+
+def sqlite_config(tmp_path: Path, extra: str = "") -> Path:
+    return write_config(tmp_path / "scopemem.toml", f"""
+[memory]
+enabled = true
+organization = "acme"
+store = "sqlite"
+admins = ["user:cli:local"]
+{extra}
+[memory.stores.sqlite]
+path = "{tmp_path / 'data'}"
+
+[memory.hooks]
+subject = "alice"
+state_dir = "{tmp_path / 'state'}"
+""")
+
+
+def remember(config: Path, fact: str, *args: str) -> None:
+    """A fact a person states, through the command line (the hooks never write one)."""
+    subprocess.run([sys.executable, "-m", "scopemem", "--config", str(config), "remember",
+                    fact, *args], check=True, capture_output=True,
+                   env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+
+
+def context_of(result: subprocess.CompletedProcess[str], event: str) -> str:
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["hookSpecificOutput"]["hookEventName"] == event
+    block: str = answer["hookSpecificOutput"]["additionalContext"]
+    return block
+
+
+def assert_quiet_failure(result: subprocess.CompletedProcess[str], code: int) -> None:
+    """Failed the way Claude Code tolerates: never 2 (blocking), one line, no traceback."""
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return git_repo(tmp_path / "api")
+
+
+def test_a_prompt_gets_the_block_with_the_repo_from_the_git_remote(tmp_path: Path,
+                                                                    repo: Path) -> None:
+    config = sqlite_config(tmp_path)
+    remember(config, LESSON, "--scope", "repo", "--repo", "acme/api")
+    result = run_hook(config, "UserPromptSubmit",
+                      payload("UserPromptSubmit", cwd=str(repo),
+                              prompt="why do the integration tests fail?"))
+    block = context_of(result, "UserPromptSubmit")
+    assert LESSON in block
+    assert "repo:acme/api" in block and "user:claude-code:alice" in block
+    assert result.stderr == ""
+
+
+def test_session_start_gets_the_repository_window(tmp_path: Path, repo: Path) -> None:
+    config = sqlite_config(tmp_path)
+    remember(config, LESSON, "--scope", "repo", "--repo", "acme/api")
+    block = context_of(run_hook(config, "SessionStart", payload("SessionStart", cwd=str(repo))),
+                       "SessionStart")
+    assert LESSON in block
+
+
+def test_no_git_remote_means_no_repo_scope(tmp_path: Path) -> None:
+    config = sqlite_config(tmp_path)
+    remember(config, LESSON, "--scope", "repo", "--repo", "acme/api")
+    remember(config, "deploys go through the release train", "--scope", "org")
+    plain = git_repo(tmp_path / "scratch", remote=None)
+    block = context_of(run_hook(config, "UserPromptSubmit",
+                                payload("UserPromptSubmit", cwd=str(plain),
+                                        prompt="how do deploys and integration tests work")),
+                       "UserPromptSubmit")
+    assert "release train" in block
+    assert LESSON not in block and "repo:" not in block
+
+
+def test_nothing_matched_answers_nothing(tmp_path: Path, repo: Path) -> None:
+    result = run_hook(sqlite_config(tmp_path), "UserPromptSubmit",
+                      payload("UserPromptSubmit", cwd=str(repo)))
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_memory_off_answers_nothing(tmp_path: Path, repo: Path) -> None:
+    config = write_config(tmp_path / "off.toml", "[memory]\nenabled = false\n")
+    for event in ("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd"):
+        result = run_hook(config, event, payload(event, cwd=str(repo)), cwd=tmp_path,
+                          env={"XDG_STATE_HOME": str(tmp_path / "xdg")})
+        assert (result.returncode, result.stdout, result.stderr) == (0, "", ""), event
+    assert not (tmp_path / "xdg").exists()
+
+
+def worker_config(tmp_path: Path, port: int) -> Path:
+    return write_config(tmp_path / "worker.toml", f"""
+[memory]
+enabled = true
+organization = "acme"
+store = "worker"
+
+[memory.stores.worker]
+base_url = "http://127.0.0.1:{port}"
+
+[memory.hooks]
+subject = "alice"
+state_dir = "{tmp_path / 'state'}"
+""")
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@pytest.fixture
+def hung_worker() -> Iterator[int]:
+    """A port that accepts connections and never answers a byte."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        yield server.getsockname()[1]
+
+
+@pytest.mark.parametrize("event", ["SessionStart", "UserPromptSubmit"])
+def test_a_dead_worker_costs_the_block_not_the_turn(tmp_path: Path, repo: Path,
+                                                    event: str) -> None:
+    result = run_hook(worker_config(tmp_path, closed_port()), event,
+                      payload(event, cwd=str(repo)), env={"MEMORY_TOKEN": "t" * 24})
+    assert_quiet_failure(result, 0)
+    assert "memory read of 3 of 3 scope(s) failed" in result.stderr
+    log = (tmp_path / "state" / "hooks.log").read_text()
+    assert "retrieve from org:acme failed" in log
+
+
+def test_a_hung_worker_is_given_up_at_the_deadline(tmp_path: Path, repo: Path,
+                                                   hung_worker: int) -> None:
+    result = run_hook(worker_config(tmp_path, hung_worker), "UserPromptSubmit",
+                      payload("UserPromptSubmit", cwd=str(repo)), "--timeout", "0.5",
+                      env={"MEMORY_TOKEN": "t" * 24})
+    assert_quiet_failure(result, 0)
+    assert "timed out after 0.5s" in result.stderr
+
+
+def test_the_timeout_comes_from_the_config(tmp_path: Path, repo: Path,
+                                           hung_worker: int) -> None:
+    config = worker_config(tmp_path, hung_worker)
+    config.write_text(config.read_text() + "timeout = 0.25\n")
+    result = run_hook(config, "UserPromptSubmit", payload("UserPromptSubmit", cwd=str(repo)),
+                      env={"MEMORY_TOKEN": "t" * 24})
+    assert_quiet_failure(result, 0)
+    assert "timed out after 0.25s" in result.stderr
+
+
+@pytest.mark.parametrize("stdin", [
+    "", "not json", "[]", '{"hook_event_name": "UserPromptSubmit"}',
+    json.dumps(payload("Stop")), json.dumps(payload("UserPromptSubmit", prompt=7)),
+])
+def test_malformed_stdin_is_one_line_and_a_non_blocking_exit(tmp_path: Path, stdin: str) -> None:
+    result = run_hook(sqlite_config(tmp_path), "UserPromptSubmit", stdin)
+    assert_quiet_failure(result, 1)
+    assert result.stderr.startswith("scopemem hook: ")
+
+
+@pytest.mark.parametrize("args", [("PreToolUse",), ("UserPromptSubmit", "--timeout", "0"),
+                                  ("UserPromptSubmit", "--timeout", "abc"),
+                                  ("UserPromptSubmit", "--bogus")])
+def test_a_settings_mistake_never_blocks_the_prompt(tmp_path: Path, args: tuple[str, ...]
+                                                    ) -> None:
+    result = run_hook(sqlite_config(tmp_path), args[0], payload("UserPromptSubmit"), *args[1:])
+    assert_quiet_failure(result, 1)
+
+
+def test_a_config_error_is_one_line(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "bad.toml", "[memory]\nenabled = true\n"
+                                                 'organization = "acme"\n[memory.hooks]\n'
+                                                 "timeout = 99\n")
+    result = run_hook(config, "UserPromptSubmit", payload("UserPromptSubmit"))
+    assert_quiet_failure(result, 1)
+    assert "memory.hooks.timeout" in result.stderr
+
+
+def test_a_missing_worker_token_is_named_not_fallen_back_from(tmp_path: Path,
+                                                              repo: Path) -> None:
+    result = run_hook(worker_config(tmp_path, closed_port()), "UserPromptSubmit",
+                      payload("UserPromptSubmit", cwd=str(repo)), env={"MEMORY_TOKEN": ""})
+    assert_quiet_failure(result, 1)
+    assert "MEMORY_TOKEN" in result.stderr
+
+
+def small_talk(tmp_path: Path, session_id: str) -> Transcript:
+    t = Transcript(tmp_path / f"{session_id}.jsonl", session_id, tmp_path)
+    t.user("hello")
+    t.assistant(text("Hello! What are we working on?"))
+    return t
+
+
+def test_a_part_too_small_to_reflect_is_left_for_later(tmp_path: Path, repo: Path) -> None:
+    config = sqlite_config(tmp_path, 'model = "openai/fake-model"\n'
+                                     '[memory.providers.openai]\n'
+                                     'base_url = "http://127.0.0.1:9/v1"\n')
+    t = small_talk(tmp_path, "s-small")
+    result = run_hook(config, "Stop", payload("Stop", session_id="s-small", cwd=str(repo),
+                                              transcript_path=str(t.path)))
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert Ledger(tmp_path / "state").read("s-small").claimed == 0
+
+
+def test_stop_without_a_readable_transcript_is_one_line(tmp_path: Path, repo: Path) -> None:
+    result = run_hook(sqlite_config(tmp_path), "Stop",
+                      payload("Stop", cwd=str(repo),
+                              transcript_path=str(tmp_path / "missing.jsonl")))
+    assert_quiet_failure(result, 0)
+    assert "cannot read the transcript" in result.stderr
