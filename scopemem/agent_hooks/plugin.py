@@ -25,7 +25,6 @@ from typing import Any, NoReturn
 
 import click
 
-from scopemem import Memory, MemoryConfig, ScopememError, hookimpl
 from scopemem.agent_hooks.payload import (
     MAX_PAYLOAD_BYTES,
     HookEvent,
@@ -41,8 +40,11 @@ from scopemem.agent_hooks.runner import (
     reflect_part,
     state_dir,
 )
+from scopemem.api.memory import Memory
 from scopemem.cli import CliState
-from scopemem.config import DEFAULT_CONFIG_FILE, MAX_HOOK_TIMEOUT
+from scopemem.config import DEFAULT_CONFIG_FILE, MAX_HOOK_TIMEOUT, MemoryConfig
+from scopemem.errors import ScopememError
+from scopemem.plugins.markers import hookimpl
 
 log = logging.getLogger("scopemem")
 

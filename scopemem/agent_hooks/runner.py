@@ -22,12 +22,15 @@ from pathlib import Path
 
 import attrs
 
-from scopemem import Memory, MemoryConfig, Request, Run
 from scopemem.agent_hooks.gitremote import repo_of
 from scopemem.agent_hooks.ledger import Ledger, SessionState
 from scopemem.agent_hooks.payload import HookEvent, HookPayload, render_output
 from scopemem.agent_hooks.transcript import read_slice, split_run
+from scopemem.api.memory import Memory
+from scopemem.api.reflecting import Run
+from scopemem.config import MemoryConfig
 from scopemem.core.reflection import should_reflect
+from scopemem.core.requests import Request
 
 log = logging.getLogger("scopemem")
 
