@@ -40,6 +40,24 @@ RANKINGS = ("weighted", "seed")
 CONFIG_ENV = "SCOPEMEM_CONFIG"
 
 
+#: The origins a surface may stamp its runs with (``core.policy.Visibility``'s values).
+VISIBILITIES = ("public", "private", "dm", "machine")
+
+
+@attrs.frozen(kw_only=True)
+class McpSettings:
+    """``[memory.mcp]``: who the MCP server (``scopemem mcp``) acts for. Its clients never
+    name an identity: every call is the configured ``subject``'s (``user:mcp:<subject>``),
+    reading and writing the configured repository and channel. ``visibility`` is the origin
+    its sessions' reflections are stamped with; ``dm`` (one person with an agent) keeps an
+    organisation-wide lesson in the person's own scope unless an admin widens it."""
+
+    subject: str = "local"
+    repo: str | None = None
+    channel: str | None = None
+    visibility: str = "dm"
+
+
 @attrs.frozen(kw_only=True)
 class MemoryConfig:
     """The effective settings. Defaults leave memory off: no store, prompts untouched."""
@@ -75,6 +93,7 @@ class MemoryConfig:
     min_match: float = 0.0
     stores: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     providers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    mcp: McpSettings = attrs.field(factory=McpSettings)
 
     def ranking_spec(self) -> Ranking:
         """The ``Ranking`` these settings name (``_check_ranges`` has validated them)."""
@@ -164,6 +183,8 @@ def config_from_mapping(data: Mapping[str, Any], *, source: str = "config") -> M
     if not isinstance(table, Mapping):
         raise ConfigError(f"{source}: memory must be a table")
     table = dict(table)
+    if not isinstance(table.get("mcp", {}), Mapping):
+        raise ConfigError(f"{source}: memory.mcp must be a table")
     cap = _scope_cap(table.pop("max_records_per_scope", DEFAULT_SCOPE_CAP))
     try:
         config = _converter.structure(table, MemoryConfig)
@@ -223,6 +244,20 @@ def _check_ranges(config: MemoryConfig) -> None:
         raise ConfigError(
             f"memory.model: expected <provider>/<model>, got {config.model!r}"
         )
+    _check_mcp(config.mcp)
+
+
+def _check_mcp(mcp: McpSettings) -> None:
+    # Each value ends up inside a scope key (user:mcp:<subject>, repo:<repo>, channel:<id>).
+    for key, value in (("subject", mcp.subject), ("repo", mcp.repo), ("channel", mcp.channel)):
+        if value is None:
+            continue
+        problem = scope_key_problem(f"user:mcp:{value}") if value else "must not be empty"
+        if problem:
+            raise ConfigError(f"memory.mcp.{key}: {problem}")
+    if mcp.visibility not in VISIBILITIES:
+        raise ConfigError(f"memory.mcp.visibility: must be one of {', '.join(VISIBILITIES)},"
+                          f" got {mcp.visibility!r}")
 
 
 def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfig | None = None

@@ -38,6 +38,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "scopemem.plugins.builtin_memory_commands",
     "scopemem.plugins.builtin_port_commands",
     "scopemem.plugins.builtin_providers",
+    "scopemem.mcp.plugin",
 )
 
 
