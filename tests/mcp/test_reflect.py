@@ -1,0 +1,68 @@
+"""``memory_reflect`` and the "Done when" of issue 17: a lesson from an agent's first MCP
+session is in the context of its second, with a fake OpenAI-compatible model on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.fake_model import fake_model_server, lesson
+from tests.mcp.conftest import call, mcp_session, text_of
+
+LESSON = "the api tests need docker compose up first, else every request times out"
+SESSION = [
+    {"role": "user", "content": "run the api tests"},
+    {"role": "assistant", "content": "they timed out until I ran docker compose up; "
+                                     "then all of them passed"},
+]
+
+
+async def test_a_lesson_of_the_first_session_is_in_the_second_sessions_context(
+        config: Callable[..., Path]):
+    with fake_model_server() as model:
+        model.replies.append({"facts": [lesson(LESSON, audience="repo")],
+                              "summary": "ran the api tests"})
+        path = config(model_url=model.base_url)
+        async with mcp_session(path) as first:
+            before = await call(first, "memory_context", brief="run the api tests")
+            assert LESSON not in text_of(before)
+            result = await call(first, "memory_reflect", transcript=SESSION, tool_calls=3)
+            assert result.structured_content["scheduled"] is True, text_of(result)
+            assert result.structured_content["runId"].startswith("mcp-")
+        # The first server drained its reflection before exiting: the model was asked, with
+        # the session's own words.
+        [prompt] = model.prompts()
+        assert "run the api tests" in prompt and "docker compose up" in prompt
+        async with mcp_session(path) as second:
+            context = await call(second, "memory_context",
+                                 brief="the api tests time out, what now?")
+    assert LESSON in context.structured_content["block"]
+    assert "repo:acme/api" in context.structured_content["scopes"]
+
+
+async def test_a_session_that_did_no_work_or_opted_out_is_not_reflected(
+        config: Callable[..., Path]):
+    with fake_model_server() as model:
+        path = config(model_url=model.base_url)
+        async with mcp_session(path) as session:
+            idle = await call(session, "memory_reflect", transcript=SESSION)
+            private = await call(session, "memory_reflect", tool_calls=2, transcript=[
+                {"role": "user", "content": "<no-memory> rotate the prod keys"},
+                {"role": "assistant", "content": "rotated"}])
+            unanswered = await call(session, "memory_reflect", tool_calls=2, transcript=[
+                {"role": "assistant", "content": "hello"},
+                {"role": "user", "content": "fix the build"}])
+        assert model.requests == []
+    assert idle.structured_content == {
+        "scheduled": False, "reason": idle.structured_content["reason"]}
+    assert "no tool calls" in idle.structured_content["reason"]
+    assert private.structured_content["scheduled"] is False
+    assert "<no-memory>" in private.structured_content["reason"]
+    assert unanswered.is_error and "followed by the agent's answer" in text_of(unanswered)
+
+
+async def test_reflect_without_a_configured_model_is_a_clear_error(
+        config: Callable[..., Path]):
+    async with mcp_session(config()) as session:
+        result = await call(session, "memory_reflect", transcript=SESSION, tool_calls=1)
+    assert result.is_error and "memory.model" in text_of(result)
