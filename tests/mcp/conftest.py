@@ -45,10 +45,11 @@ def server_env() -> dict[str, str]:
 
 
 @asynccontextmanager
-async def mcp_session(config: Path, *args: str) -> AsyncIterator[ClientSession]:
+async def mcp_session(config: Path, *args: str, env: dict[str, str] | None = None
+                      ) -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "scopemem", "--config", str(config), "mcp", *args],
-        env=server_env(), cwd=str(config.parent))
+        env={**server_env(), **(env or {})}, cwd=str(config.parent))
     with (config.parent / "server.log").open("a") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write), \
                 ClientSession(read, write) as session:

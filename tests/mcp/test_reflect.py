@@ -3,12 +3,14 @@ session is in the context of its second, with a fake OpenAI-compatible model on 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 from tests.fake_model import fake_model_server, lesson
 from tests.mcp.conftest import call, mcp_session, text_of
 
+ROOT = Path(__file__).resolve().parents[2]
 LESSON = "the api tests need docker compose up first, else every request times out"
 SESSION = [
     {"role": "user", "content": "run the api tests"},
@@ -17,13 +19,32 @@ SESSION = [
 ]
 
 
+def docs_config(tmp_path: Path, model_url: str) -> Path:
+    """The configuration docs/mcp.md gives, as written but for the data directory, the
+    model (the fake one) and where its provider is."""
+    docs = (ROOT / "docs" / "mcp.md").read_text()
+    section = docs.split("<!-- mcp-config:start -->", 1)[1].split("<!-- mcp-config:end -->")[0]
+    text = re.search(r"```toml\n(.*?)```", section, re.DOTALL).group(1)
+    replaced = (text.replace('"openai/gpt-4o-mini"', '"openai/fake-model"')
+                .replace('"/home/you/.local/share/scopemem"', f'"{tmp_path / "data"}"')
+                .replace("[memory.providers.openai]\n",
+                         f'[memory.providers.openai]\nbase_url = "{model_url}"\n'))
+    assert "fake-model" in replaced and model_url in replaced and str(tmp_path) in replaced
+    path = tmp_path / "from-docs.toml"
+    path.write_text(replaced)
+    return path
+
+
 async def test_a_lesson_of_the_first_session_is_in_the_second_sessions_context(
-        config: Callable[..., Path]):
+        tmp_path: Path):
+    """An agent configured from docs/mcp.md alone gets its first session's lesson in the
+    context of its second."""
+    key = {"OPENAI_API_KEY": "fake-key-not-secret"}
     with fake_model_server() as model:
         model.replies.append({"facts": [lesson(LESSON, audience="repo")],
                               "summary": "ran the api tests"})
-        path = config(model_url=model.base_url)
-        async with mcp_session(path) as first:
+        path = docs_config(tmp_path, model.base_url)
+        async with mcp_session(path, env=key) as first:
             before = await call(first, "memory_context", brief="run the api tests")
             assert LESSON not in text_of(before)
             result = await call(first, "memory_reflect", transcript=SESSION, tool_calls=3)
@@ -33,7 +54,7 @@ async def test_a_lesson_of_the_first_session_is_in_the_second_sessions_context(
         # the session's own words.
         [prompt] = model.prompts()
         assert "run the api tests" in prompt and "docker compose up" in prompt
-        async with mcp_session(path) as second:
+        async with mcp_session(path, env=key) as second:
             context = await call(second, "memory_context",
                                  brief="the api tests time out, what now?")
     assert LESSON in context.structured_content["block"]
