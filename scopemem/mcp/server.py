@@ -78,16 +78,23 @@ def _error(reason: str) -> CallToolResult:
                           is_error=True)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("scopemem")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "0+unknown"
+
+
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
 
 def build_server(memory: Memory, identity: Identity) -> MCPServer:
     """The SDK server with the memory tools, every call acting as ``identity``."""
-    from importlib.metadata import version
-
     server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS,
-                                  version=version("scopemem"))
+                                  version=_version())
 
     @server.tool(annotations=READ_ONLY)
     async def memory_context(
@@ -142,7 +149,7 @@ def build_server(memory: Memory, identity: Identity) -> MCPServer:
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,
                                              idempotent_hint=True, open_world_hint=False))
     async def memory_forget(
-        id: Annotated[str, Field(min_length=1, max_length=200, description=(  # noqa: A002
+        id: Annotated[str, Field(min_length=1, max_length=200, description=(
             "The record's id, mem:<scope>:<n>, as memory_list or memory_search show it."))],
     ) -> Annotated[CallToolResult, models.ForgetResult]:
         """Forget one record: its text is erased and no read shows it again. Your own
