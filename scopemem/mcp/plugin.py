@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import sys
 from typing import cast
 
@@ -113,7 +114,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
         _configure_logging()
 
         def ready(where: str) -> None:
-            click.echo(f"scopemem mcp serving {identity.caller} on {where}", err=True)
+            click.echo(f"scopemem mcp (pid {os.getpid()}) serving {identity.caller} on {where}",
+                       err=True)
 
         try:
             anyio.run(lambda: serve(memory, identity, transport=cast(Transport, transport),

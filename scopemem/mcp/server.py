@@ -61,9 +61,7 @@ async def _answer(work: Awaitable[ToolReply] | Callable[[], ToolReply], tool: st
     """The tool's reply as text plus structured content, or a tool error with the reason."""
     try:
         text, result = await work if not callable(work) else work()
-    except Refused as exc:
-        return _error(str(exc))
-    except ScopememError as exc:
+    except (Refused, ScopememError) as exc:
         return _error(str(exc))
     except Exception as exc:  # the reason, never the traceback (that goes to the log)
         log.exception("[memory] mcp tool %s failed", tool)

@@ -3,10 +3,16 @@ session is in the context of its second, with a fake OpenAI-compatible model on 
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
+import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from scopemem import Memory
 from tests.fake_model import fake_model_server, lesson
 from tests.mcp.conftest import call, mcp_session, text_of
 
@@ -87,3 +93,42 @@ async def test_reflect_without_a_configured_model_is_a_clear_error(
     async with mcp_session(config()) as session:
         result = await call(session, "memory_reflect", transcript=SESSION, tool_calls=1)
     assert result.is_error and "memory.model" in text_of(result)
+
+
+async def test_a_signal_while_serving_still_lets_the_running_reflection_finish(
+        tmp_path: Path):
+    """SIGTERM (a client giving up, a person's Ctrl-C) ends the server only once the
+    reflection in flight is written: the model is held until the signal has been sent."""
+    key = {"OPENAI_API_KEY": "fake-key-not-secret"}
+    with fake_model_server() as model:
+        release = threading.Event()
+        answer = model.answer
+
+        def held(body: dict[str, Any]) -> dict[str, Any]:
+            release.wait(120)
+            return answer(body)
+
+        model.answer = held  # type: ignore[method-assign]
+        model.replies.append({"facts": [lesson(LESSON, audience="repo")]})
+        path = docs_config(tmp_path, model.base_url)
+        try:
+            async with mcp_session(path, env=key) as session:
+                result = await call(session, "memory_reflect", transcript=SESSION,
+                                    tool_calls=1)
+                assert result.structured_content["scheduled"] is True
+                log = (tmp_path / "server.log").read_text()
+                pid = int(re.search(r"scopemem mcp \(pid (\d+)\)", log).group(1))
+                os.kill(pid, signal.SIGTERM)
+                release.set()
+                for _ in range(600):  # the process writes the lesson, then exits on its own
+                    if await stored_texts(path, "repo:acme/api"):
+                        break
+                    await asyncio.sleep(0.1)
+        finally:
+            release.set()
+    assert await stored_texts(path, "repo:acme/api") == [LESSON]
+
+
+async def stored_texts(config: Path, scope_key: str) -> list[str]:
+    async with Memory.from_config(config, allow_fallback=False) as memory:
+        return [record.text for record in await memory.store.list(scope_key, 10)]
