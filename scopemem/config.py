@@ -38,6 +38,7 @@ DEFAULT_CONFIG_FILE = "scopemem.toml"
 DEFAULT_CAP_FLOOR = 100
 RANKINGS = ("weighted", "seed")
 CONFIG_ENV = "SCOPEMEM_CONFIG"
+#: The origins a surface may stamp its runs with (``core.policy.Visibility``'s values).
 VISIBILITIES = ("public", "private", "dm", "machine")
 #: Claude Code's own default hook timeout is 60 s; a hook allowed longer would be killed.
 MAX_HOOK_TIMEOUT = 60.0
@@ -57,6 +58,20 @@ class HooksConfig:
     timeout: float = 3.0
     visibility: str = "dm"
     state_dir: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class McpSettings:
+    """``[memory.mcp]``: who the MCP server (``scopemem mcp``) acts for. Its clients never
+    name an identity: every call is the configured ``subject``'s (``user:mcp:<subject>``),
+    reading and writing the configured repository and channel. ``visibility`` is the origin
+    its sessions' reflections are stamped with; ``dm`` (one person with an agent) keeps an
+    organisation-wide lesson in the person's own scope unless an admin widens it."""
+
+    subject: str = "local"
+    repo: str | None = None
+    channel: str | None = None
+    visibility: str = "dm"
 
 
 @attrs.frozen(kw_only=True)
@@ -95,6 +110,7 @@ class MemoryConfig:
     stores: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     providers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     hooks: HooksConfig = attrs.field(factory=HooksConfig)
+    mcp: McpSettings = attrs.field(factory=McpSettings)
 
     def ranking_spec(self) -> Ranking:
         """The ``Ranking`` these settings name (``_check_ranges`` has validated them)."""
@@ -186,6 +202,8 @@ def config_from_mapping(data: Mapping[str, Any], *, source: str = "config") -> M
     table = dict(table)
     if not isinstance(table.get("hooks", {}), Mapping):
         raise ConfigError(f"{source}: memory.hooks must be a table")
+    if not isinstance(table.get("mcp", {}), Mapping):
+        raise ConfigError(f"{source}: memory.mcp must be a table")
     cap = _scope_cap(table.pop("max_records_per_scope", DEFAULT_SCOPE_CAP))
     try:
         config = _converter.structure(table, MemoryConfig)
@@ -246,6 +264,20 @@ def _check_ranges(config: MemoryConfig) -> None:
         raise ConfigError(
             f"memory.model: expected <provider>/<model>, got {config.model!r}"
         )
+    _check_mcp(config.mcp)
+
+
+def _check_mcp(mcp: McpSettings) -> None:
+    # Each value ends up inside a scope key (user:mcp:<subject>, repo:<repo>, channel:<id>).
+    for key, value in (("subject", mcp.subject), ("repo", mcp.repo), ("channel", mcp.channel)):
+        if value is None:
+            continue
+        problem = scope_key_problem(f"user:mcp:{value}") if value else "must not be empty"
+        if problem:
+            raise ConfigError(f"memory.mcp.{key}: {problem}")
+    if mcp.visibility not in VISIBILITIES:
+        raise ConfigError(f"memory.mcp.visibility: must be one of {', '.join(VISIBILITIES)},"
+                          f" got {mcp.visibility!r}")
 
 
 def _check_hooks(hooks: HooksConfig) -> None:

@@ -175,6 +175,8 @@ def _plain(value: Any) -> Any:
         return [_plain(item) for item in value]
     if isinstance(value, Mapping):
         return {str(key): _plain(item) for key, item in value.items() if item is not None}
+    if attrs.has(type(value)):  # a settings table of its own, such as [memory.mcp]
+        return _plain(attrs.asdict(value))
     return value
 
 

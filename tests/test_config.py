@@ -148,3 +148,22 @@ def test_the_ranking_settings_build_the_ranking():
     assert config_from_mapping({"memory": {"ranking": "seed"}}).ranking_spec() == SEED
     assert config_from_mapping({"memory": {"ranking": "seed", "languages": []}}).ranking_spec() \
         == SEED
+
+
+def test_the_mcp_table_names_the_servers_identity_and_refuses_mistakes():
+    from scopemem.config import McpSettings
+
+    assert MemoryConfig().mcp == McpSettings(subject="local", visibility="dm")
+    config = config_from_mapping({"memory": {"mcp": {"subject": "alice", "repo": "acme/api",
+                                                     "channel": "slack:C1"}}})
+    assert (config.mcp.subject, config.mcp.repo, config.mcp.channel) == (
+        "alice", "acme/api", "slack:C1")
+    for table, message in (
+            ({"subjet": "alice"}, "memory.mcp: unknown key(s): subjet"),
+            ({"subject": "two words"}, "memory.mcp.subject: must not contain whitespace"),
+            ({"subject": ""}, "memory.mcp.subject: must not be empty"),
+            ({"repo": 7}, "memory.mcp.repo"),
+            ({"visibility": "everyone"}, "memory.mcp.visibility: must be one of"),
+            ("alice", "memory.mcp must be a table")):
+        with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            config_from_mapping({"memory": {"mcp": table}})

@@ -22,6 +22,7 @@ from scopemem.api.results import (
     ListResult,
     MemoryRefused,
     OperationFailed,
+    RememberResult,
     RepoSource,
 )
 from scopemem.core.commands import (
@@ -219,21 +220,24 @@ async def run_remember(memory: Memory, command: RememberCommand, ctx: CommandCon
     takes, and a shared scope needs an admin)."""
 
     async def run() -> Outcome:
-        result = await memory.remember(ctx.identity(command.repo), command.text,
-                                       command.scope, supersedes=command.supersedes,
-                                       thread_key=thread_key)
-        what = _REMEMBERED[result.outcome].format(result.supersedes)
-        notes = []
-        if result.replaced_nothing:
-            notes.append(f"`{result.supersedes}` was not an active record; nothing replaced")
-        if result.redacted:
-            notes.append("a secret in it was redacted")
-        note = f" ({'; '.join(notes)})" if notes else ""
-        return Outcome(True, f"🧠 {what} in {result.scope_key}{note}",
-                       {"ok": True, "scopeKey": result.scope_key, "redacted": result.redacted,
-                        **to_wire(result.counts)})
+        return render_remember(await memory.remember(
+            ctx.identity(command.repo), command.text, command.scope,
+            supersedes=command.supersedes, thread_key=thread_key))
 
     return await _answered(run)()
+
+
+def render_remember(result: RememberResult) -> Outcome:
+    what = _REMEMBERED[result.outcome].format(result.supersedes)
+    notes = []
+    if result.replaced_nothing:
+        notes.append(f"`{result.supersedes}` was not an active record; nothing replaced")
+    if result.redacted:
+        notes.append("a secret in it was redacted")
+    note = f" ({'; '.join(notes)})" if notes else ""
+    return Outcome(True, f"🧠 {what} in {result.scope_key}{note}",
+                   {"ok": True, "scopeKey": result.scope_key, "redacted": result.redacted,
+                    **to_wire(result.counts)})
 
 
 # --- the chat surface ----------------------------------------------------------------------------

@@ -40,6 +40,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "scopemem.cli.builtin_port_commands",
     "scopemem.plugins.builtin_providers",
     "scopemem.agent_hooks.plugin",
+    "scopemem.mcp.plugin",
 )
 
 
