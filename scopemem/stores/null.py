@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from scopemem.core.counters import CountRow
 from scopemem.core.records import Candidate, Kind, Record, SweepResult, WriteCounts
 from scopemem.plugins.markers import hookimpl
 from scopemem.stores.base import Hit, StoreSettings
@@ -40,6 +41,14 @@ class NullStore:
 
     async def close(self) -> None:
         return None
+
+    # Memory off counts nothing, and says so by having nothing to read.
+    async def add_counts(self, rows: Sequence[CountRow]) -> None:
+        return None
+
+    async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
+                          prefix: str | None = None, since_day: int = 0) -> list[CountRow]:
+        return []
 
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> NullStore:
