@@ -16,9 +16,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-import attrs
-
-from scopemem.core.records import WriteCounts
+from scopemem.core.records import CountRow, WriteCounts
+from scopemem.core.scopes import scope_kind
 
 DAY_MS: Final = 24 * 60 * 60 * 1000
 
@@ -98,16 +97,6 @@ def counter_name_problem(name: object) -> str | None:
             f" or {REJECTED_BY}<marker>)")
 
 
-@attrs.frozen
-class CountRow:
-    """One counter of one scope on one UTC day."""
-
-    scope_key: str
-    day: int
-    name: str
-    value: int
-
-
 def write_deltas(counts: WriteCounts) -> dict[str, int]:
     """What one write adds to its scope's counters (zeros left out)."""
     deltas = {
@@ -144,3 +133,51 @@ def name_order(name: str) -> tuple[int, str]:
         return COUNTER_NAMES.index(name), ""
     except ValueError:
         return len(COUNTER_NAMES), name
+
+
+# --- readings: what a person asks of the counters ---------------------------------------
+
+
+def add_up(rows: Iterable[CountRow]) -> dict[str, int]:
+    """Every counter of ``rows`` summed, in table order."""
+    totals: dict[str, int] = {}
+    for row in rows:
+        totals[row.name] = totals.get(row.name, 0) + row.value
+    return dict(sorted(totals.items(), key=lambda item: name_order(item[0])))
+
+
+def group_rows(rows: Iterable[CountRow], by: str) -> dict[str, dict[str, int]]:
+    """Counters summed per ``scope`` (key), ``kind`` (scope kind) or ``day`` (ISO date),
+    groups sorted."""
+    groups: dict[str, list[CountRow]] = {}
+    for row in rows:
+        if by == "scope":
+            key = row.scope_key
+        elif by == "kind":
+            key = scope_kind(row.scope_key)
+        elif by == "day":
+            key = day_label(row.day)
+        else:
+            raise ValueError(f"group by scope, kind or day, not {by!r}")
+        groups.setdefault(key, []).append(row)
+    return {key: add_up(groups[key]) for key in sorted(groups)}
+
+
+def lessons_per_day(rows: Iterable[CountRow]) -> list[tuple[str, str, int]]:
+    """``(day, scope, lessons inserted)`` for every scope and day that inserted any, by day
+    then scope: 003's first reading (above about 40 a day, the window is too small)."""
+    return [(day_label(row.day), row.scope_key, row.value)
+            for row in sorted(rows, key=lambda row: (row.day, row.scope_key))
+            if row.name == INSERTED and row.value > 0]
+
+
+def share(part: int, whole: int) -> float | None:
+    """``part / whole``, None when nothing was offered."""
+    return part / whole if whole > 0 else None
+
+
+def rejected_markers(counters: Mapping[str, int]) -> dict[str, int]:
+    """The per-marker rejections of summed counters, most first."""
+    markers = {name.removeprefix(REJECTED_BY): n for name, n in counters.items()
+               if name.startswith(REJECTED_BY)}
+    return dict(sorted(markers.items(), key=lambda item: (-item[1], item[0])))

@@ -13,7 +13,6 @@ from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import attrs
 
-from scopemem.core.counters import CountRow
 from scopemem.core.hygiene import fit_candidate
 from scopemem.core.ranking import Ranking, query_terms
 from scopemem.core.records import (
@@ -22,6 +21,7 @@ from scopemem.core.records import (
     MAX_RETENTION_DAYS,
     MAX_SCOPE_CAP,
     Candidate,
+    CountRow,
     Kind,
     Record,
     SweepResult,

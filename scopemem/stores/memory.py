@@ -19,16 +19,17 @@ eviction's sort when the scope exceeds its cap).
 from __future__ import annotations
 
 import bisect
+import builtins
 import logging
 from collections.abc import Mapping, Sequence
 
 from scopemem.core import engine
-from scopemem.core.counters import CountRow
 from scopemem.core.ranking import Ranking
 from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
     Candidate,
+    CountRow,
     Kind,
     Record,
     Status,
@@ -373,7 +374,8 @@ class InMemoryStore:
         self._count(counting.check_rows(rows))
 
     async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
-                          prefix: str | None = None, since_day: int = 0) -> list[CountRow]:
+                          prefix: str | None = None, since_day: int = 0
+                          ) -> builtins.list[CountRow]:
         wanted = None if scope_keys is None else {check_scope_key(k) for k in scope_keys}
         return [CountRow(scope, day, name, value)
                 for (scope, day, name), value in sorted(self._counts.items())

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping, Sequence
 
-from scopemem.core.counters import CountRow
-from scopemem.core.records import Candidate, Kind, Record, SweepResult, WriteCounts
+from scopemem.core.records import Candidate, CountRow, Kind, Record, SweepResult, WriteCounts
 from scopemem.plugins.markers import hookimpl
 from scopemem.stores.base import Hit, StoreSettings
 
@@ -47,7 +47,8 @@ class NullStore:
         return None
 
     async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
-                          prefix: str | None = None, since_day: int = 0) -> list[CountRow]:
+                          prefix: str | None = None, since_day: int = 0
+                          ) -> builtins.list[CountRow]:
         return []
 
     @classmethod

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from scopemem.core.counters import CountRow
+from scopemem.core.records import CountRow
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.shared import counts as counting
 

@@ -17,14 +17,13 @@ from scopemem.core.counters import (
     MAX_DAY,
     MAX_DELTA,
     SWEPT,
-    CountRow,
     counter_name_problem,
     day_of,
     merge_rows,
     rows_for,
     write_deltas,
 )
-from scopemem.core.records import WriteCounts
+from scopemem.core.records import CountRow, WriteCounts
 from scopemem.core.scopes import ScopeKeyError, validate_scope_key
 from scopemem.errors import StoreError
 

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from scopemem.core.counters import CountRow
+from scopemem.core.records import CountRow
 from scopemem.errors import StoreError
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.shared import counts as counting
