@@ -37,6 +37,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "scopemem.plugins.builtin_commands",
     "scopemem.plugins.builtin_memory_commands",
     "scopemem.plugins.builtin_port_commands",
+    "scopemem.plugins.builtin_stats_commands",
     "scopemem.plugins.builtin_providers",
 )
 
