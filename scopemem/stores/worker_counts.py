@@ -45,7 +45,7 @@ class WorkerCounts:
     async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
                           prefix: str | None = None, since_day: int = 0) -> list[CountRow]:
         payloads: list[dict[str, Any]] = []
-        base: dict[str, Any] = {"since": since_day * DAY_MS} if since_day > 0 else {}
+        base: dict[str, Any] = {"since": max(since_day, 0) * DAY_MS}
         if prefix is not None:
             base["prefix"] = prefix
         keys: list[str] = []

@@ -13,7 +13,7 @@ Routes (bodies are JSON objects, camelCase, times in epoch milliseconds)::
     POST /export    {scopeKey, after?, limit}          -> {records}  (seq > after, seq order)
     POST /import    {records}                          -> {ok, imported}
     POST /counts    {counts: [{scopeKey, day, name, value}]} -> {ok, added}
-    POST /stats     {scopeKey? | scopeKeys?, prefix?, since?} -> {rows, truncated}
+    POST /stats     {scopeKey? | scopeKeys?, prefix?, since} -> {rows, truncated}
     GET  /metrics                                      -> Prometheus text (bearer or the
                                                           metrics token)
     GET  /healthz                                      -> {"ok": true}        (no auth)

@@ -439,9 +439,9 @@ def counts_args(body: Mapping[str, Any]) -> CountsArgs:
 
 
 def stats_args(body: Mapping[str, Any]) -> StatsArgs:
-    """``{scopeKey? | scopeKeys?, prefix?, since?}``: the counters of one scope, of a few,
+    """``{scopeKey? | scopeKeys?, prefix?, since}``: the counters of one scope, of a few,
     or of every scope (whose key starts with ``prefix``, when given), on the UTC day holding
-    ``since`` (epoch milliseconds; default: all days) and later."""
+    ``since`` (epoch milliseconds; 0: every day kept) and later."""
     if "scopeKey" in body and "scopeKeys" in body:
         raise BodyError("send scopeKey or scopeKeys, not both")
     keys: tuple[str, ...] | None = None
@@ -460,5 +460,6 @@ def stats_args(body: Mapping[str, Any]) -> StatsArgs:
         problem = identifier_problem(prefix, max_chars=MAX_SCOPE_KEY_CHARS)
         if problem is not None:
             raise BodyError(f"prefix {problem}")
-    since = _bounded_int(body, "since", 0, MAX_IMPORT_INT) if "since" in body else 0
-    return StatsArgs(keys, prefix, since)
+    if "since" not in body:
+        raise BodyError("since is required (epoch milliseconds; 0 reads every day kept)")
+    return StatsArgs(keys, prefix, _bounded_int(body, "since", 0, MAX_IMPORT_INT))
