@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from scopemem.cli import build_cli
-from scopemem.core.counters import DAY_MS, day_of, day_label
+from scopemem.core.counters import DAY_MS, day_label, day_of
 from scopemem.core.records import CountRow
 from scopemem.plugins.manager import new_plugin_manager
 from scopemem.stores.base import wall_clock_ms
