@@ -43,6 +43,7 @@ from scopemem.plugins import host
 from scopemem.plugins.manager import PluginManager, get_plugin_manager
 from scopemem.plugins.providers import Provider, build_provider, parse_model_ref
 from scopemem.stores.base import Clock, Hit, MemoryStore, search_hits, wall_clock_ms
+from scopemem.stores.counting import CountBuffer
 
 log = logging.getLogger("scopemem")
 
@@ -105,6 +106,8 @@ class Memory(Operations):
         self._resolutions: set[asyncio.Task[None]] = set()  # running, so not collected
         self._marks: set[asyncio.Task[None]] = set()  # use counts of shown records, saving
         self.ranking = config.ranking_spec()
+        # What the read path and reflection count (stores.counting), saved in batches.
+        self.counters = CountBuffer(store, clock)
 
     @classmethod
     def from_config(
@@ -140,6 +143,7 @@ class Memory(Operations):
                 await provider.close()
             except Exception as exc:  # closing must go on to the store whatever happens
                 log.warning("[memory] closing a model provider failed: %s", exc)
+        await self.counters.close()
         await self.store.close()
 
     async def __aenter__(self) -> Memory:
@@ -281,6 +285,7 @@ class Memory(Operations):
         # The window's display never reinforces it (003): only the hits shown count as used.
         in_window = {record.id for record in window}
         self._mark_shown([record for record in kept if record.id not in in_window])
+        self.counters.count_injected(kept, in_window)
         return MemoryContext(scoring.render_block(kept, keys), tuple(keys), failed)
 
     def _select(self, window: Sequence[Record], hits: Sequence[Hit], keys: Sequence[str]

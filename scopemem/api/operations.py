@@ -17,7 +17,7 @@ from __future__ import annotations
 import builtins
 import inspect
 from collections.abc import AsyncGenerator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from scopemem.api.results import (
     Caller,
@@ -55,18 +55,11 @@ from scopemem.core.text import sanitize_field
 from scopemem.errors import StoreUnsupported
 from scopemem.plugins import host
 from scopemem.plugins.manager import PluginManager
-from scopemem.stores.base import Clock, Hit, MemoryStore
+from scopemem.stores.base import Clock, CountingStore, Hit, MemoryStore
+from scopemem.stores.counting import Stats
 from scopemem.stores.porting import export_records, portable
 
 REMEMBER_THREAD_KEY = "cli:remember"
-
-
-@runtime_checkable
-class CountingStore(Protocol):
-    """A store that keeps per-scope counters (``Memory.stats`` reads them)."""
-
-    async def read_counts(self, scope_keys: Sequence[str], since: int | None
-                          ) -> Sequence[Any]: ...
 
 
 async def _resolve(repo: RepoSource) -> str | None:
@@ -321,18 +314,21 @@ class Operations:
             finally:
                 await records.aclose()
 
-    async def stats(self, caller: Caller, scope: str = ALL, *, since: int | None = None
-                    ) -> Sequence[Any]:
-        """The counters the store keeps for the scopes ``scope`` names, from ``since``
-        (epoch milliseconds) on; ``StoreUnsupported`` when the store keeps none."""
+    async def stats(self, caller: Caller, scope: str = ALL, *, since_day: int = 0) -> Stats:
+        """The counters the store keeps (``stores.counting``) for the scopes ``scope`` names,
+        on ``since_day`` (``core.counters.day_of``) and later; ``StoreUnsupported`` when the
+        store keeps none."""
         keys = await self._readable(scope, caller)
         if not isinstance(self.store, CountingStore):
             raise StoreUnsupported(f"this store (memory.store = {self.config.store!r}) keeps "
                                    "no counters")
         try:
-            return await self.store.read_counts(keys, since)
+            rows = await self.store.read_counts(keys, since_day=since_day)
+        except StoreUnsupported:
+            raise
         except Exception as exc:
             raise OperationFailed("reading the counters", exc) from exc
+        return Stats(True, since_day, tuple(rows))
 
     # Last, so that ``list`` in the annotations above is still the builtin.
     async def list(self, caller: Caller, scope: str = ALL, *, query: str | None = None,

@@ -26,6 +26,7 @@ import attrs
 
 from scopemem import secrets
 from scopemem.config import MemoryConfig
+from scopemem.core import counters
 from scopemem.core.policy import RunActor
 from scopemem.core.records import Candidate, Kind, Record, WriteCounts
 from scopemem.core.reflection import (
@@ -41,13 +42,14 @@ from scopemem.core.reflection import (
     reflection_system,
     should_reflect,
 )
-from scopemem.core.requests import Request, ScopeKind, resolved
+from scopemem.core.requests import Request, ScopeKind, request_scope_keys, resolved
 from scopemem.core.scopes import order_scope_keys, scope_kind
 from scopemem.errors import StoreRefused
 from scopemem.plugins import host
 from scopemem.plugins.manager import PluginManager
 from scopemem.plugins.providers import Provider
 from scopemem.stores.base import MemoryStore
+from scopemem.stores.counting import CountBuffer
 
 log = logging.getLogger("scopemem")
 
@@ -63,6 +65,7 @@ class ReflectionHost(Protocol):
     pm: PluginManager
     scope_kinds: dict[str, ScopeKind]
     breadth: dict[str, int]
+    counters: CountBuffer  # what reflection offered, rejected, ran, skipped and failed
 
     def reflection_model(self, run_model: str | None) -> tuple[Provider | None, str]: ...
 
@@ -208,13 +211,16 @@ async def reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
     config = memory.config
     if not should_reflect(run.tool_calls, len(run.history), run.agent_name,
                           config.no_reflect_agents):
+        await _count_skip(memory, run)
         return None
     if run.opted_out:
+        await _count_skip(memory, run)
         report = ReflectionReport(run_id=run.run_id, skipped=SKIPPED_NO_MEMORY)
         log.info("%s", report.log_line())
         return report
     provider, model = memory.reflection_model(run.model)
     if provider is None:
+        await _count_skip(memory, run)
         return None
 
     repo = await memory.resolve_repo(run.request.repo)
@@ -224,39 +230,52 @@ async def reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
     if org_key is None:
         log.warning("[memory] reflection skipped: the run has no org scope")
         return None
+    # How the reflection ends is counted at the run's home scope: its repository, else org.
+    home = actor.scope("repo") or org_key
 
     shown, failed_reads = await shown_records(memory, keys, f"{run.request.text}\n{run.answer}")
     audiences = audience_order(memory.breadth)
     hints = {name: kind.description for name, kind in memory.scope_kinds.items()
              if kind.description}
-    raw = await provider.complete(
-        model=model,
-        system=reflection_system(audiences, hints),
-        user=build_reflection_input(shown, run.history, run.request.text, run.answer,
-                                    redact=secrets.redact),
-        max_tokens=MAX_OUTPUT_TOKENS,
-    )
+    try:
+        raw = await provider.complete(
+            model=model,
+            system=reflection_system(audiences, hints),
+            user=build_reflection_input(shown, run.history, run.request.text, run.answer,
+                                        redact=secrets.redact),
+            max_tokens=MAX_OUTPUT_TOKENS,
+        )
+    except Exception:
+        _count(memory, home, {counters.REFLECTIONS_FAILED: 1})
+        raise
     report = ReflectionReport(run_id=run.run_id, failed_reads=failed_reads)
     try:
         reflection = parse_reflection(raw, shown_ids={r.id for r in shown},
                                       thread_key=run.thread_key, run_id=run.run_id,
                                       audiences=audiences, redact=secrets.redact)
     except ReflectionRejected as exc:
+        _count(memory, home, {counters.REFLECTIONS_FAILED: 1})
         log.warning("[memory] reflection %s rejected: %s", run.run_id or "-", exc)
         return report
+    _count(memory, home, {counters.REFLECTIONS_RUN: 1})
     report.offered = len(reflection.facts)
     report.dropped = reflection.dropped
     report.dropped_reasons.update(reflection.drop_reasons)
 
+    shown_scopes = {record.id: record.scope_key for record in shown}
     items: list[Reflected] = []
     for item in (*reflection.facts, *([reflection.summary] if reflection.summary else [])):
         screened = host.screen_candidate(memory.pm, config, item.candidate)
+        if item.candidate.kind == Kind.FACT:
+            # Offers and rejections count where the fact was headed (before authorization),
+            # beside what the store counts there, so a scope's rejected share reads whole.
+            _count(memory, _route(item, actor, org_key, shown_scopes),
+                   _screen_counts(screened.markers if screened.rejected else None))
         if screened.rejected:
             report.rejected += 1
         else:
             items.append(attrs.evolve(item, candidate=screened.candidate))
 
-    shown_scopes = {record.id: record.scope_key for record in shown}
     batches: dict[str, list[Candidate]] = {}
     for item in items:
         target = _route(item, actor, org_key, shown_scopes)
@@ -284,6 +303,30 @@ async def reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
         report.written[key] = len(candidates) - failed
     log.info("%s", report.log_line())
     return report
+
+
+def _count(memory: ReflectionHost, scope_key: str | None, deltas: Mapping[str, int]) -> None:
+    if scope_key is not None:
+        memory.counters.add(scope_key, deltas)
+
+
+async def _count_skip(memory: ReflectionHost, run: Run) -> None:
+    """A run that is not reflected, counted at its home scope (its repository, else org;
+    the read path has resolved the repository already, and a refused scope was warned of
+    there)."""
+    repo = await memory.resolve_repo(run.request.repo)
+    keys, _refused = request_scope_keys(memory.scope_kinds, resolved(run.request, repo))
+    kinds = {scope_kind(key): key for key in keys}
+    _count(memory, kinds.get("repo") or kinds.get("org"), {counters.REFLECTIONS_SKIPPED: 1})
+
+
+def _screen_counts(markers: Sequence[str] | None) -> dict[str, int]:
+    """One fact offered, and when ``markers`` (it was rejected) one rejection and one per
+    marker that tripped."""
+    if markers is None:
+        return {counters.OFFERED: 1}
+    return {counters.OFFERED: 1, counters.REJECTED: 1,
+            **{counters.rejected_by(marker): 1 for marker in dict.fromkeys(markers)}}
 
 
 async def _write_scope(memory: ReflectionHost, key: str, candidates: list[Candidate]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
 from scopemem.api.memory import Memory, MemoryContext
@@ -34,6 +34,7 @@ from scopemem.core.commands import ALL, DEFAULT_LIST_LIMIT, ME
 from scopemem.core.records import Record
 from scopemem.core.requests import Request
 from scopemem.errors import ScopememError
+from scopemem.stores.counting import Stats
 
 T = TypeVar("T")
 
@@ -143,9 +144,8 @@ class SyncMemory:
                limit: int = DEFAULT_LIST_LIMIT) -> SearchResult:
         return self._call(self.memory.search(caller, query, scope, limit=limit))
 
-    def stats(self, caller: Caller, scope: str = ALL, *, since: int | None = None
-              ) -> Sequence[Any]:
-        return self._call(self.memory.stats(caller, scope, since=since))
+    def stats(self, caller: Caller, scope: str = ALL, *, since_day: int = 0) -> Stats:
+        return self._call(self.memory.stats(caller, scope, since_day=since_day))
 
     def export(self, caller: Caller, scope: str = ALL) -> Iterator[Record]:
         """``Memory.export`` as a blocking iterator, fetching as it is read."""

@@ -44,6 +44,9 @@ MAX_IMPORT_INT = 2**53 - 1
 # The most bytes of records a client puts in one /import body: half the worker's default
 # body limit, so a batch of long non-ASCII records is split rather than refused.
 MAX_IMPORT_BYTES = 256 * 1024
+# Counters: rows per /counts body, scope keys per /stats body.
+MAX_COUNT_ROWS = 512
+MAX_STATS_SCOPES = 100
 DEFAULT_SCOPE_CAP = 500
 MAX_SCOPE_CAP = 10_000
 # How long a superseded, evicted or swept record keeps its text (an audit of what a sweep or
@@ -259,6 +262,17 @@ class SweepResult:
     ids: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_str_tuple)
 
 
+@attrs.frozen
+class CountRow:
+    """One counter of one scope on one UTC day (days since the epoch; ``core.counters``
+    names the counters and adds rows up)."""
+
+    scope_key: str
+    day: int
+    name: str
+    value: int
+
+
 # --- the wire converter ---------------------------------------------------------------------
 
 T = TypeVar("T")
@@ -298,7 +312,7 @@ def _build_wire_converter() -> cattrs.Converter:
     converter.register_unstructure_hook(Status, lambda value: value.value)
     converter.register_unstructure_hook(Source, lambda value: value.value)
 
-    for cls in (Record, Candidate, WriteCounts, SweepResult):
+    for cls in (Record, Candidate, WriteCounts, SweepResult, CountRow):
         fields = attrs.fields(cls)
         unstructure_overrides = {
             f.name: override(rename=_camel(f.name), omit_if_default=f.default is None)

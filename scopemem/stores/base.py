@@ -21,6 +21,7 @@ from scopemem.core.records import (
     MAX_RETENTION_DAYS,
     MAX_SCOPE_CAP,
     Candidate,
+    CountRow,
     Kind,
     Record,
     SweepResult,
@@ -36,6 +37,7 @@ from scopemem.secrets import redact_candidate
 __all__ = [
     "DEFAULT_RANKING",
     "Clock",
+    "CountingStore",
     "Hit",
     "MemoryStore",
     "RankedStore",
@@ -117,6 +119,28 @@ class RankedStore(MemoryStore, Protocol):
         returned them would; ids that are not active records of their scope are skipped.
         Answers how many were marked."""
 
+
+@runtime_checkable
+class CountingStore(Protocol):
+    """A store that keeps per-scope counters by UTC day (``core.counters``). Optional: a
+    store without these methods still works, and ``scopemem stats`` then says that it keeps
+    no counters.
+
+    What a store changes it counts itself, inside the transaction making the change (write
+    outcomes, sweeps, forgets), so after a crash the counters and the rows never disagree.
+    What only the host sees (reflection's offers and rejections, the records a prompt
+    showed) comes through ``add_counts``."""
+
+    async def add_counts(self, rows: Sequence[CountRow]) -> None:
+        """Add each row's value to its scope's counter on its day. Rows of many scopes and
+        days may come in one call (the host batches them); a name ``core.counters`` does not
+        know is refused with ``StoreError`` before anything is added."""
+
+    async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
+                          prefix: str | None = None, since_day: int = 0) -> list[CountRow]:
+        """The counters on ``since_day`` and later of the named scopes (every scope when
+        ``scope_keys`` is None) whose key starts with ``prefix`` (when given); sorted by
+        scope, day and name, one row each. A scope that has counted nothing has no rows."""
 
 
 class Hit(NamedTuple):

@@ -29,6 +29,7 @@ from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
     Candidate,
+    CountRow,
     Kind,
     Record,
     Status,
@@ -53,6 +54,7 @@ from scopemem.stores.base import (
     wall_clock_ms,
 )
 from scopemem.stores.porting import group_import
+from scopemem.stores.shared import counts as counting
 
 log = logging.getLogger("scopemem")
 
@@ -142,6 +144,9 @@ class InMemoryStore:
         self._terms: dict[str, frozenset[str]] = {}
         # Each scope's index (built from its rows when missing, e.g. rows loaded directly).
         self._indexes: dict[str, _Index] = {}
+        # The counters: (scope key, day, name) → value. Changed in the same step as the rows
+        # they count (no await in between), as the SQL stores do in one transaction.
+        self._counts: dict[tuple[str, int, str], int] = {}
 
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> InMemoryStore:
@@ -301,7 +306,9 @@ class InMemoryStore:
         self._scopes[scope_key] = kept
         self._indexes[scope_key] = index
         self._next_seq[scope_key] = seq
-        return counts + WriteCounts(evicted=len(evicted))
+        counts += WriteCounts(evicted=len(evicted))
+        self._count(counting.write_rows(scope_key, counts, now))
+        return counts
 
     def _purged(self, rows: list[Record], now: int) -> list[Record]:
         """Note when the rows that just died did, and drop the dead rows past the
@@ -335,6 +342,7 @@ class InMemoryStore:
         record = rows[position]
         rows[position] = _scrubbed(record)
         self._retire(index, record)
+        self._count(counting.forget_rows(scope_key, self._clock()))
         return True
 
     async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
@@ -351,7 +359,27 @@ class InMemoryStore:
             self._retire(index, rows[position])
             rows[position] = record
             self._died[record.id] = now
+        self._count(counting.sweep_rows(scope_key, len(swept), now))
         return SweepResult(swept=len(swept))
+
+    # --- counters (``stores.base.CountingStore``) ----------------------------------------
+
+    def _count(self, rows: Sequence[CountRow]) -> None:
+        counts = self._counts
+        for row in rows:
+            key = (row.scope_key, row.day, row.name)
+            counts[key] = counts.get(key, 0) + row.value
+
+    async def add_counts(self, rows: Sequence[CountRow]) -> None:
+        self._count(counting.check_rows(rows))
+
+    async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
+                          prefix: str | None = None, since_day: int = 0
+                          ) -> builtins.list[CountRow]:
+        wanted = None if scope_keys is None else {check_scope_key(k) for k in scope_keys}
+        return [CountRow(scope, day, name, value)
+                for (scope, day, name), value in sorted(self._counts.items())
+                if day >= since_day and counting.select_scope(scope, wanted, prefix)]
 
     async def close(self) -> None:
         return None

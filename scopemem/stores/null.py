@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping, Sequence
 
-from scopemem.core.records import Candidate, Kind, Record, SweepResult, WriteCounts
+from scopemem.core.records import Candidate, CountRow, Kind, Record, SweepResult, WriteCounts
 from scopemem.plugins.markers import hookimpl
 from scopemem.stores.base import Hit, StoreSettings
 
@@ -40,6 +41,15 @@ class NullStore:
 
     async def close(self) -> None:
         return None
+
+    # Memory off counts nothing, and says so by having nothing to read.
+    async def add_counts(self, rows: Sequence[CountRow]) -> None:
+        return None
+
+    async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
+                          prefix: str | None = None, since_day: int = 0
+                          ) -> builtins.list[CountRow]:
+        return []
 
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> NullStore:

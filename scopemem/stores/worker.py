@@ -77,6 +77,7 @@ from scopemem.stores.base import (
     fit_batch,
 )
 from scopemem.stores.porting import group_import
+from scopemem.stores.worker_counts import WorkerCounts
 
 if TYPE_CHECKING:
     import aiohttp
@@ -124,7 +125,7 @@ def _url_problem(base_url: object) -> str | None:
     return None
 
 
-class WorkerStore:
+class WorkerStore(WorkerCounts):
     """A ``MemoryStore`` whose records live in a Memory Worker.
 
     One ``aiohttp.ClientSession`` per store, created on first use on the running event loop

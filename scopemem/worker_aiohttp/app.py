@@ -12,13 +12,20 @@ Routes (bodies are JSON objects, camelCase, times in epoch milliseconds)::
     POST /scopes    {after?, limit}                    -> {scopes, more}   (scope keys, sorted)
     POST /export    {scopeKey, after?, limit}          -> {records}  (seq > after, seq order)
     POST /import    {records}                          -> {ok, imported}
+    POST /counts    {counts: [{scopeKey, day, name, value}]} -> {ok, added}
+    POST /stats     {scopeKey? | scopeKeys?, prefix?, since} -> {rows, truncated}
+    GET  /metrics                                      -> Prometheus text (bearer or the
+                                                          metrics token)
     GET  /healthz                                      -> {"ok": true}        (no auth)
     GET  /openapi.json                                 -> the shipped document (no auth)
 
 Any other path is 404 and another method on a known path is 405. Every error body is
 ``{"error": "<reason>"}``. A write that would create a scope beyond the store's limit on scopes
 is 507 (``ScopeLimitReached``); writes to existing scopes go on. /scopes, /export and /import
-move records between stores (``stores.porting``): a store that cannot answers 501.
+move records between stores (``stores.porting``): a store that cannot answers 501. /counts,
+/stats and /metrics serve the store's counters (``stores.base.CountingStore``; a store
+without them answers 501): /counts adds what a client's host counted, /stats reads rows per
+scope and day, /metrics sums them per scope kind for Prometheus (``metrics.py``).
 
 A client's ``cap`` is bounded by the operator: never above the server's cap (``cap``, the
 store's default), never below its floor (``min_cap``). A client may lower its scopes' cap down
@@ -63,6 +70,7 @@ from aiohttp import ClientConnectionResetError, hdrs, web
 from aiohttp.http_exceptions import ContentLengthError
 from multidict import CIMultiDictProxy
 
+from scopemem.core.counters import day_of
 from scopemem.core.records import MAX_SCOPE_CAP, Record, to_wire
 from scopemem.errors import (
     ScopeLimitReached,
@@ -71,7 +79,7 @@ from scopemem.errors import (
     StoreRefused,
     StoreUnsupported,
 )
-from scopemem.stores.base import MemoryStore, search_hits
+from scopemem.stores.base import CountingStore, MemoryStore, search_hits
 from scopemem.stores.porting import PortableStore, portable
 from scopemem.worker_aiohttp import validation
 from scopemem.worker_aiohttp.records_json import RecordsJson, dumps
@@ -114,6 +122,8 @@ class _Served:
     min_cap: int | None = None
     store: MemoryStore | None = None
     records_json: RecordsJson = attrs.field(factory=RecordsJson)
+    # A second bearer that opens /metrics only (a scraper need not hold the data token).
+    metrics_token: bytes = b""
 
     def bounded_cap(self, requested: int | None) -> int | None:
         """The cap a write runs under for a client's ``requested`` one: at most the server's
@@ -426,6 +436,59 @@ async def import_records(request: web.Request) -> web.StreamResponse:
     return _json({"ok": True, "imported": imported})
 
 
+#: The most counter rows one /stats answer carries (``truncated`` says when there were more:
+#: ask for fewer scopes or days).
+MAX_STATS_ROWS = 50_000
+
+
+def _counting(request: web.Request) -> CountingStore | None:
+    store = request.app[SERVED].require_store()
+    return store if isinstance(store, CountingStore) else None
+
+
+def _no_counters() -> web.Response:
+    return _error(501, "this worker's store keeps no counters")
+
+
+@_data_route
+async def counts(request: web.Request) -> web.StreamResponse:
+    args = validation.counts_args(await _body(request))
+    store = _counting(request)
+    if store is None:
+        return _no_counters()
+    await store.add_counts(args.rows)
+    return _json({"ok": True, "added": len(args.rows)})
+
+
+@_data_route
+async def stats(request: web.Request) -> web.StreamResponse:
+    args = validation.stats_args(await _body(request))
+    store = _counting(request)
+    if store is None:
+        return _no_counters()
+    rows = await store.read_counts(args.scope_keys, prefix=args.prefix,
+                                   since_day=day_of(args.since))
+    return _json({"rows": to_wire(rows[:MAX_STATS_ROWS]),
+                  "truncated": len(rows) > MAX_STATS_ROWS})
+
+
+async def metrics(request: web.Request) -> web.StreamResponse:
+    """Either bearer opens it; the scrape reads the store now (``metrics.py``)."""
+    served = request.app[SERVED]
+    given = request.headers.getall(hdrs.AUTHORIZATION, [])
+    if not (_bearer_matches(given, served.token)
+            or _bearer_matches(given, served.metrics_token)):
+        return _error(401, "a valid bearer token is required",
+                      headers={hdrs.WWW_AUTHENTICATE: "Bearer"})
+    store = _counting(request)
+    if store is None:
+        return _no_counters()
+    from scopemem.worker_aiohttp import metrics as exposition  # prometheus-client: here only
+
+    body = exposition.render(await store.read_counts())
+    return web.Response(body=body, headers={hdrs.CONTENT_TYPE: exposition.CONTENT_TYPE})
+
+
 async def healthz(_request: web.Request) -> web.StreamResponse:
     return _json({"ok": True})
 
@@ -444,6 +507,8 @@ DATA_ROUTES: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] =
     "/scopes": scopes,
     "/export": export,
     "/import": import_records,
+    "/counts": counts,
+    "/stats": stats,
 }
 
 
@@ -496,6 +561,7 @@ def create_app(
     max_body: int = DEFAULT_MAX_BODY,
     cap: int | None = None,
     min_cap: int | None = None,
+    metrics_token: str | None = None,
 ) -> web.Application:
     """The worker application serving ``store``.
 
@@ -505,6 +571,8 @@ def create_app(
     :param max_body: the largest request body accepted, in bytes (413 above it).
     :param cap: the most a client's ``cap`` may be (the store's default cap); None: no bound.
     :param min_cap: the least a client's ``cap`` may be; None: no floor.
+    :param metrics_token: a second bearer that opens ``GET /metrics`` and nothing else
+        (the data token opens it too); None or ``""``: only the data token.
     """
     if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
         raise ValueError(f"max_body must be a positive integer, got {max_body!r}")
@@ -517,12 +585,13 @@ def create_app(
         raise ValueError(f"min_cap ({min_cap}) must not be above cap ({cap})")
     app = web.Application(middlewares=[_errors, _gates], client_max_size=max_body)
     app[SERVED] = _Served(source=store, token=_check_token(token), max_body=max_body,
-                          cap=cap, min_cap=min_cap)
+                          cap=cap, min_cap=min_cap, metrics_token=_check_token(metrics_token))
     app[OPENAPI] = load_openapi()
     app.cleanup_ctx.append(_open_store)
     app.on_response_prepare.append(_no_banner)
     for path, handler in DATA_ROUTES.items():
         app.router.add_post(path, handler, expect_handler=_expect)
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/openapi.json", openapi)
     return app

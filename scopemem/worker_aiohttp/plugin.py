@@ -18,6 +18,8 @@ from scopemem.errors import ScopememError
 from scopemem.plugins.markers import hookimpl
 
 TOKEN_ENV = "SCOPEMEM_TOKEN"
+#: A second bearer that opens GET /metrics only, for a Prometheus scraper (optional).
+METRICS_TOKEN_ENV = "SCOPEMEM_METRICS_TOKEN"
 #: The shortest bearer token ``serve`` starts with (unless ``--insecure-dev``).
 MIN_TOKEN_CHARS = 16
 
@@ -75,7 +77,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
               insecure_dev: bool) -> None:
         """Serve memory to remote agents over HTTP (the Memory Worker).
 
-        Data routes need ``Authorization: Bearer $SCOPEMEM_TOKEN``. The store is built
+        Data routes need ``Authorization: Bearer $SCOPEMEM_TOKEN``; GET /metrics takes it
+        or ``$SCOPEMEM_METRICS_TOKEN`` when that is set. The store is built
         whether or not memory.enabled is set: the server serves storage, the agents decide
         whether to use it. SIGINT or SIGTERM stops it gracefully.
         """
@@ -122,6 +125,13 @@ def scopemem_register_commands(cli: click.Group) -> None:
             log.warning("INSECURE: %s %s; started with --insecure-dev, for development "
                         "only%s", TOKEN_ENV, problem,
                         "" if token else ": every data route will answer 401")
+        metrics_token = os.environ.get(METRICS_TOKEN_ENV, "")
+        if metrics_token and len(metrics_token) < MIN_TOKEN_CHARS and not insecure_dev:
+            raise click.ClickException(
+                f"{METRICS_TOKEN_ENV} is {len(metrics_token)} characters; at least"
+                f" {MIN_TOKEN_CHARS} are needed (or leave it unset: the data token opens"
+                " /metrics too)")
+
         def build() -> tuple[Any, Any]:
             """The store and the application serving it."""
             try:
@@ -130,10 +140,12 @@ def scopemem_register_commands(cli: click.Group) -> None:
                 raise click.ClickException(str(exc)) from None
             try:
                 return store, create_app(store, token, cap=config.max_records_per_scope,
-                                         min_cap=config.cap_floor())
+                                         min_cap=config.cap_floor(),
+                                         metrics_token=metrics_token or None)
             except ValueError as exc:
                 asyncio.run(store.close())
-                raise click.ClickException(f"{TOKEN_ENV}: {exc}") from None
+                raise click.ClickException(f"{TOKEN_ENV} or {METRICS_TOKEN_ENV}: {exc}"
+                                           ) from None
 
         limits = Limits(idle_timeout=idle_timeout, body_timeout=body_timeout,
                         **({} if max_connections is None

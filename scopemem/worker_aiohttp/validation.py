@@ -18,12 +18,15 @@ from typing import Any, TypeGuard
 
 import attrs
 
+from scopemem.core.counters import MAX_DAY, MAX_DELTA, counter_name_problem
 from scopemem.core.porting import record_from_wire
 from scopemem.core.records import (
     MAX_BATCH,
+    MAX_COUNT_ROWS,
     MAX_EXPORT_PAGE,
     MAX_ID_CHARS,
     MAX_IMPORT_BATCH,
+    MAX_IMPORT_INT,
     MAX_KEYWORD_CHARS,
     MAX_KEYWORDS,
     MAX_LIMIT,
@@ -31,17 +34,19 @@ from scopemem.core.records import (
     MAX_SCOPE_CAP,
     MAX_SCOPES_PAGE,
     MAX_SEQ,
+    MAX_STATS_SCOPES,
     MAX_TEXT_CHARS,
     MAX_USED_IDS,
     MAX_USED_SCOPES,
     Candidate,
+    CountRow,
     Kind,
     Record,
     Source,
     WireError,
     from_wire,
 )
-from scopemem.core.scopes import identifier_problem, scope_key_problem
+from scopemem.core.scopes import MAX_SCOPE_KEY_CHARS, identifier_problem, scope_key_problem
 from scopemem.core.text import is_text
 
 KINDS = tuple(kind.value for kind in Kind)
@@ -394,3 +399,67 @@ def import_args(body: Mapping[str, Any]) -> ImportArgs:
         except WireError as exc:
             raise BodyError(f"records[{n}]: {exc}") from None
     return ImportArgs(tuple(records))
+
+
+# --- counters: /counts, /stats ------------------------------------------------------------------
+
+@attrs.frozen
+class CountsArgs:
+    rows: tuple[CountRow, ...]
+
+
+@attrs.frozen
+class StatsArgs:
+    scope_keys: tuple[str, ...] | None
+    prefix: str | None
+    since: int
+
+
+def counts_args(body: Mapping[str, Any]) -> CountsArgs:
+    """``{counts: [{scopeKey, day, name, value}, …]}``: what the client's host counted
+    (``day`` in UTC days since the epoch). Only the names ``core.counters`` knows pass, so
+    a client cannot invent counters; the store adds every row or none."""
+    items = _required_list(body, "counts", MAX_COUNT_ROWS, "rows")
+    rows = []
+    for n, item in enumerate(items):
+        where = f"counts[{n}]"
+        if not isinstance(item, dict):
+            raise BodyError(f"{where} must be an object")
+        scope_key = _scope_key(item, f"{where}.scopeKey")
+        for field, low, high in (("day", 0, MAX_DAY), ("value", 1, MAX_DELTA)):
+            if field not in item:
+                raise BodyError(f"{where}.{field} is required")
+            if not _is_int(item[field]) or not low <= item[field] <= high:
+                raise BodyError(f"{where}.{field} must be an integer from {low} to {high}")
+        problem = counter_name_problem(item.get("name"))
+        if problem is not None:
+            raise BodyError(f"{where}.name: {problem}")
+        rows.append(CountRow(scope_key, item["day"], item["name"], item["value"]))
+    return CountsArgs(tuple(rows))
+
+
+def stats_args(body: Mapping[str, Any]) -> StatsArgs:
+    """``{scopeKey? | scopeKeys?, prefix?, since}``: the counters of one scope, of a few,
+    or of every scope (whose key starts with ``prefix``, when given), on the UTC day holding
+    ``since`` (epoch milliseconds; 0: every day kept) and later."""
+    if "scopeKey" in body and "scopeKeys" in body:
+        raise BodyError("send scopeKey or scopeKeys, not both")
+    keys: tuple[str, ...] | None = None
+    if "scopeKey" in body:
+        keys = (_scope_key(body),)
+    elif "scopeKeys" in body:
+        items = _required_list(body, "scopeKeys", MAX_STATS_SCOPES, "scope keys")
+        for n, key in enumerate(items):
+            problem = scope_key_problem(key)
+            if problem is not None:
+                raise BodyError(f"scopeKeys[{n}] {problem}")
+        keys = tuple(items)
+    prefix = None
+    if "prefix" in body:
+        prefix = body["prefix"]
+        problem = identifier_problem(prefix, max_chars=MAX_SCOPE_KEY_CHARS)
+        if problem is not None:
+            raise BodyError(f"prefix {problem}")
+    if "since" not in body:
+        raise BodyError("since is required (epoch milliseconds; 0 reads every day kept)")
+    return StatsArgs(keys, prefix, _bounded_int(body, "since", 0, MAX_IMPORT_INT))

@@ -19,6 +19,7 @@ from scopemem import (
     ScopememError,
     Status,
 )
+from scopemem.core.records import CountRow
 from scopemem.errors import StoreUnsupported
 from scopemem.stores.memory import InMemoryStore
 from tests.conftest import DAY_MS, FakeClock, fact
@@ -328,20 +329,34 @@ async def test_the_caller_must_be_a_user_scope_key(memory, user_key):
         assert (await refusal(call)).reason == "bad_caller"
 
 
-async def test_stats_reads_a_counting_store_for_the_gated_keys(memory, clock):
+class PlainStore:
+    """A third-party store that keeps no counters: the MemoryStore methods only."""
+
+    def __init__(self, inner: InMemoryStore) -> None:
+        self.retrieve, self.write, self.list = inner.retrieve, inner.write, inner.list
+        self.forget, self.sweep, self.close = inner.forget, inner.sweep, inner.close
+
+
+async def test_stats_reads_a_counting_store_for_the_gated_keys(clock):
+    plain = make(PlainStore(InMemoryStore(clock=clock)), clock)
     with pytest.raises(StoreUnsupported, match="keeps no counters"):
-        await memory.stats(ALICE)
+        await plain.stats(ALICE)
 
     asked = []
 
     class Counting(InMemoryStore):
-        async def read_counts(self, scope_keys, since):
-            asked.append((list(scope_keys), since))
-            return [{"scopeKey": key, "inserted": 1} for key in scope_keys]
+        async def add_counts(self, rows):
+            pass
+
+        async def read_counts(self, scope_keys=None, *, prefix=None, since_day=0):
+            asked.append((list(scope_keys), since_day))
+            return [CountRow(scope_key=key, day=since_day, name="inserted", value=1)
+                    for key in scope_keys]
 
     memory = make(Counting(clock=clock), clock)
-    rows = await memory.stats(ALICE, "org", since=5)
-    assert rows == [{"scopeKey": ORG, "inserted": 1}] and asked == [([ORG], 5)]
+    stats = await memory.stats(ALICE, "org", since_day=5)
+    assert stats.counting and stats.by("scope") == {ORG: {"inserted": 1}}
+    assert asked == [([ORG], 5)]
 
 
 def test_every_refusal_reason_is_raised_and_documented():

@@ -7,8 +7,8 @@ before any store opens the file again (so nothing is repaired first), checks wit
 apsw connection: ``PRAGMA integrity_check``, the FTS5 integrity check, that the token index
 holds exactly the active rows, that every acknowledged batch is fully there, that any other
 batch is either fully there or absent, and that each batch's supersede of the previous head
-landed together with the batch. The runs share one database, so each run also recovers from
-the previous kill.
+landed together with the batch, and that the scope's counters count exactly the rows there.
+The runs share one database, so each run also recovers from the previous kill.
 """
 
 from __future__ import annotations
@@ -76,6 +76,12 @@ def check_database(path: str, acknowledged: set[str], runs_so_far: int) -> int:
                 later = n + 1 in present
                 assert head_status == ("superseded" if later else "active"), (run, n)
                 assert all(status == "active" for _, status, _ in by_tag[tag(run, n)][1:])
+        # The counters commit with the rows they count: after any kill they agree exactly
+        # (nothing is purged or evicted here, so every row ever written is still a row).
+        counted = dict(conn.execute("SELECT name, sum(value) FROM counters GROUP BY name"))
+        superseded = sum(1 for _, _, status, _ in rows if status == "superseded")
+        assert counted.get("inserted", 0) == len(rows)
+        assert counted.get("superseded", 0) == superseded
         return len(rows)
     finally:
         conn.close()

@@ -286,7 +286,8 @@ async def test_an_older_file_trades_its_status_indexes_for_the_partial_ones(make
     conn.execute("CREATE INDEX records_active_seq ON records (status, seq DESC)")
     conn.execute("CREATE INDEX records_active_used"
                  " ON records (status, last_used_at DESC, created_at DESC)")
-    conn.execute("DELETE FROM schema_migrations WHERE version = 5")
+    conn.execute("DROP TABLE counters")
+    conn.execute("DELETE FROM schema_migrations WHERE version >= 5")
     conn.execute("PRAGMA user_version = 4")
     conn.close()
     again = make()

@@ -82,6 +82,15 @@ class SpyStore:
         await self._enter("import", tuple(records))
         return await self.inner.import_records(records)
 
+    async def add_counts(self, rows: Sequence[Any]) -> None:
+        await self._enter("counts", tuple(rows))
+        await self.inner.add_counts(rows)
+
+    async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
+                          prefix: str | None = None, since_day: int = 0) -> list[Any]:
+        await self._enter("stats", scope_keys, prefix, since_day)
+        return await self.inner.read_counts(scope_keys, prefix=prefix, since_day=since_day)
+
     async def close(self) -> None:
         self.closed = True
 

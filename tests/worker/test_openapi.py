@@ -30,6 +30,8 @@ VALID_BODIES: dict[str, dict[str, Any]] = {
                              "text": "run npm ci first", "keywords": [],
                              "sourceThreadKey": "slack:C1/1", "createdAt": 1,
                              "useCount": 0, "status": "active"}]},
+    "/counts": {"counts": [{"scopeKey": ORG, "day": 20000, "name": "offered", "value": 2}]},
+    "/stats": {"scopeKey": ORG, "since": 0},
 }
 
 
@@ -61,7 +63,8 @@ def test_the_document_is_openapi_3_with_every_route():
               for route in app.router.routes() if route.method != "HEAD"}
     in_doc = {(path, method) for path, item in DOC["paths"].items() for method in item}
     assert served == in_doc
-    assert {path for path, _ in served} == {*DATA_ROUTES, "/healthz", "/openapi.json"}
+    assert {path for path, _ in served} == {*DATA_ROUTES, "/metrics", "/healthz",
+                                            "/openapi.json"}
 
 
 async def _chunks():
@@ -99,6 +102,8 @@ async def drive(session: aiohttp.ClientSession, url: str, spy, path: str, method
         spy.fail = StoreUnsupported("the null store cannot export or import records")
     try:
         async with session.request(method, url + path, **kwargs) as response:
+            if response.content_type == "text/plain":  # /metrics: Prometheus' text format
+                return response.status, await response.text()
             return response.status, await response.json(content_type=None)
     finally:
         spy.fail = None
@@ -111,6 +116,10 @@ async def test_every_documented_status_is_what_the_server_does(spy):
         for path, method, status in triples:
             got, answer = await drive(session, url, spy, path, method, status)
             assert got == status, (path, method, status, answer)
+            if isinstance(answer, str):
+                assert "text/plain" in resolve(
+                    DOC["paths"][path][method]["responses"][str(status)])["content"]
+                continue
             schema = response_schema(path, method, status)
             missing = set(schema.get("required", ())) - set(answer)
             assert not missing, (path, method, status, missing)

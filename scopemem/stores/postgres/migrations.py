@@ -111,6 +111,19 @@ MIGRATIONS: tuple[Migration, ...] = (
         "UPDATE {s}.scopes AS sc SET active = (SELECT count(*) FROM {s}.records r"
         " WHERE r.scope_key = sc.scope_key AND r.status = 'active')",
     )),
+    Migration(3, "per-day counters", (
+        # What happened in each scope per UTC day and counter name (``core.counters``). A
+        # write, a forget and a sweep add to it in their own transaction, so the counts
+        # agree with the rows whatever crashes. A schema at this version is refused by an
+        # older scopemem, which would change rows without counting them.
+        """CREATE TABLE IF NOT EXISTS {s}.counters (
+            scope_key text NOT NULL,
+            day       integer NOT NULL,
+            name      text NOT NULL,
+            value     bigint NOT NULL,
+            PRIMARY KEY (scope_key, day, name)
+        )""",
+    )),
 )
 
 #: Every active row's postings, from its tokens (the backfill, and the re-derivation when

@@ -168,6 +168,21 @@ class Statements:
                        f" WHERE {active} AND seq = %(seq)s AND id = %(id)s")
         self.active_facts = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
                              " AND kind = 'fact' ORDER BY seq")
+        # Counters (``counts.py``): rows of any scopes added in one statement (in the
+        # order ``core.counters.merge_rows`` sorts them, so two transactions adding to the
+        # same counters lock them in the same order and never deadlock), and the reading.
+        counters = f"{s}.counters"
+        self.add_counts = (
+            f"INSERT INTO {counters} (scope_key, day, name, value)"
+            " SELECT * FROM unnest(%(scopes)s::text[], %(days)s::integer[],"
+            " %(names)s::text[], %(values)s::bigint[])"
+            f" ON CONFLICT (scope_key, day, name) DO UPDATE SET value = {counters}.value"
+            " + excluded.value")
+        self.read_counts = (
+            f"SELECT scope_key, day, name, value FROM {counters} WHERE day >= %(since)s"
+            " AND (%(keys)s::text[] IS NULL OR scope_key = ANY(%(keys)s::text[]))"
+            " AND (%(prefix)s::text IS NULL OR starts_with(scope_key, %(prefix)s::text))"
+            " ORDER BY scope_key, day, name")
         # Re-deriving what rows keep from their text when the analyzer changes.
         self.get_meta = f"SELECT value FROM {s}.meta WHERE key = %s"
         self.set_meta = (f"INSERT INTO {s}.meta (key, value) VALUES (%s, %s)"

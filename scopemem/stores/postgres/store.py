@@ -57,12 +57,14 @@ from scopemem.stores.base import (
     wall_clock_ms,
 )
 from scopemem.stores.postgres import migrations, reads
+from scopemem.stores.postgres.counts import Counts, add_rows
 from scopemem.stores.postgres.options import PostgresOptions, options_from_settings
 from scopemem.stores.postgres.porting import Porting
 from scopemem.stores.postgres.statements import Statements, record_of
 from scopemem.stores.postgres.tokens import postings_of, record_tokens
 from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.shared import batches
+from scopemem.stores.shared import counts as counting
 from scopemem.stores.shared.batches import PURGE_ROWS
 
 __all__ = ["PostgresStore"]
@@ -83,7 +85,7 @@ def _psycopg() -> Any:
     return psycopg, psycopg_pool
 
 
-class PostgresStore(Porting):
+class PostgresStore(Porting, Counts):
     """Durable memory in one PostgreSQL schema, shared by every process using it."""
 
     durable = True
@@ -168,7 +170,9 @@ class PostgresStore(Porting):
                 "cutoff": retention_cutoff(now, self.retention_days)})
             await conn.execute(self.sql.set_counts, {
                 "scope": scope_key, "last": plan.next_seq - 1, "active": live - len(evicted)})
-        return plan.counts + WriteCounts(evicted=len(evicted))
+            counts = plan.counts + WriteCounts(evicted=len(evicted))
+            await add_rows(conn, self.sql, counting.write_rows(scope_key, counts, now))
+        return counts
 
     async def _persist(self, conn: Any, scope_key: str, plan: batches.BatchPlan,
                        last_seq: int, now: int) -> None:
@@ -256,8 +260,11 @@ class PostgresStore(Porting):
                 return False
             await conn.execute(self.sql.unpost, params)  # while the row holds its tokens
             cursor = await conn.execute(self.sql.forget, params)
+            if cursor.rowcount <= 0:
+                return False
             await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": -1})
-            return int(cursor.rowcount) > 0
+            await add_rows(conn, self.sql, counting.forget_rows(scope_key, now))
+            return True
 
     async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
         check_scope_key(scope_key)
@@ -272,6 +279,7 @@ class PostgresStore(Porting):
                 return SweepResult(swept=len(swept), ids=tuple(r.id for r in swept))
             retired = await self._retire(conn, scope_key, swept, Status.SWEPT, now)
             await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": -retired})
+            await add_rows(conn, self.sql, counting.sweep_rows(scope_key, retired, now))
         return SweepResult(swept=len(swept))
 
     async def flush(self) -> None:

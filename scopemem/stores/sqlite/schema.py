@@ -181,7 +181,24 @@ MIGRATIONS: tuple[Migration, ...] = (
         "DROP INDEX IF EXISTS records_active_seq",
         "DROP INDEX IF EXISTS records_active_used",
     )),
+    Migration(6, "per-day counters", (
+        # What happened in this scope, per UTC day and counter name (``core.counters``).
+        # The store adds write outcomes, sweeps and forgets in the transaction making the
+        # change, so the counts agree with the rows after any crash. A file at this version
+        # is refused by an older scopemem, which would change rows without counting them.
+        """CREATE TABLE IF NOT EXISTS counters (
+            day   INTEGER NOT NULL,
+            name  TEXT NOT NULL,
+            value INTEGER NOT NULL,
+            PRIMARY KEY (day, name)
+        ) WITHOUT ROWID""",
+    )),
 )
+
+# Adds to one counter of the file's scope (one ``executemany`` per transaction).
+ADD_COUNT_SQL = ("INSERT INTO counters (day, name, value) VALUES (?, ?, ?)"
+                 " ON CONFLICT (day, name) DO UPDATE SET value = value + excluded.value")
+READ_COUNTS_SQL = "SELECT day, name, value FROM counters WHERE day >= ? ORDER BY day, name"
 
 SCHEMA_VERSION = max(migration.version for migration in MIGRATIONS)
 

@@ -41,6 +41,7 @@ from scopemem.stores.base import (
 )
 from scopemem.stores.shared import batches
 from scopemem.stores.sqlite import files
+from scopemem.stores.sqlite.counts import Counts
 from scopemem.stores.sqlite.handles import Handle, Heavy, Unverified
 from scopemem.stores.sqlite.porting import Porting
 from scopemem.stores.sqlite.ranker import DEFAULT_RANK_PROCESSES, RANK_PROCESSES_MAX, Ranker
@@ -80,7 +81,7 @@ def _check_path(value: object, name: str) -> str:
 
 
 
-class SqliteStore(Reads, Writes, Usage, Porting):
+class SqliteStore(Reads, Writes, Usage, Porting, Counts):
     """Durable memory: one SQLite database per scope key under ``path``."""
 
     def __init__(

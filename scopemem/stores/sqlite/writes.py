@@ -28,8 +28,10 @@ from scopemem.core.records import (
 from scopemem.core.text import normalize_text
 from scopemem.stores.base import retention_cutoff
 from scopemem.stores.shared import batches
+from scopemem.stores.shared import counts as counting
 from scopemem.stores.shared.batches import PURGE_ROWS
 from scopemem.stores.sqlite import schema, sql
+from scopemem.stores.sqlite.counts import add_rows
 from scopemem.stores.sqlite.views import Views
 
 log = logging.getLogger("scopemem.stores.sqlite")
@@ -50,13 +52,16 @@ class Writes(Views):
                               handle.conn.execute(schema.GENERATION_SQL).fetchall()[0][0])
                 counts, evicted = self._write_rows(handle.conn, scope_key, candidates, cap,
                                                    now, changed, retired)
+                counts += WriteCounts(evicted=len(evicted))
+                # Counted in the change's own transaction: a crash keeps both or neither.
+                add_rows(handle.conn, counting.write_rows(scope_key, counts, now))
             if old_view is not None and generation is not None \
                     and old_view.generation == generation:
                 handle.carry = self._plan_carry(handle, old_view, changed, retired,
                                                 generation + 1)
         # No log line of its own: the counts say what was evicted, the Worker logs the
         # eviction for a served store and Memory's [memory] line counts it for an embedded one.
-        return counts + WriteCounts(evicted=len(evicted))
+        return counts
 
     def _write_rows(self, conn: Any, scope_key: str, candidates: list[Candidate], cap: int,
                     now: int, changed: set[int], retired: list[Record]
@@ -206,6 +211,7 @@ class Writes(Views):
                     return False
                 conn.execute("DELETE FROM records_fts WHERE rowid = ?", (seq,))
                 conn.execute("INSERT INTO records_fts (records_fts) VALUES ('optimize')")
+                add_rows(conn, counting.forget_rows(scope_key, now))
             self._truncate_wal(conn, handle.path)
         return True
 
@@ -238,4 +244,5 @@ class Writes(Views):
                     return SweepResult(swept=len(swept), ids=tuple(r.id for r in swept))
                 self._retire(conn, scope_key, swept, now)
                 sql.compact_index(conn)
+                add_rows(conn, counting.sweep_rows(scope_key, len(swept), now))
         return SweepResult(swept=len(swept))

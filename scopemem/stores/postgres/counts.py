@@ -1,0 +1,54 @@
+"""The PostgreSQL store's counters (``stores.base.CountingStore``): one ``counters`` table,
+keyed by scope, UTC day and name (migration 3).
+
+A write batch, a forget and a sweep add their counts with one statement in their own
+transaction (``add_rows``), so the counts and the rows commit together or not at all.
+``add_counts`` (the host's counts, already batched by it) is one statement for every scope
+of the call, committed without waiting for the WAL to reach the disk: the counts are
+advisory, and a server crash may lose the last fraction of a second of them, as it may lose
+use counts, never a record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from scopemem.core.records import CountRow
+from scopemem.stores.base import check_scope_key
+from scopemem.stores.shared import counts as counting
+
+__all__ = ["Counts", "add_rows"]
+
+
+async def add_rows(conn: Any, sql: Any, rows: Sequence[CountRow]) -> None:
+    """Add ``rows`` in the caller's transaction (sorted, as ``merge_rows`` leaves them)."""
+    if rows:
+        await conn.execute(sql.add_counts, {
+            "scopes": [row.scope_key for row in rows], "days": [row.day for row in rows],
+            "names": [row.name for row in rows], "values": [row.value for row in rows]})
+
+
+class Counts:
+    """``add_counts`` and ``read_counts`` for ``PostgresStore`` (which provides ``sql`` and
+    ``_connection``)."""
+
+    sql: Any
+    _connection: Any
+
+    async def add_counts(self, rows: Sequence[CountRow]) -> None:
+        checked = counting.check_rows(rows)
+        if not checked:
+            return
+        async with self._connection() as conn, conn.transaction():
+            await conn.execute("SET LOCAL synchronous_commit = off")
+            await add_rows(conn, self.sql, checked)
+
+    async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
+                          prefix: str | None = None, since_day: int = 0) -> list[CountRow]:
+        keys = None if scope_keys is None else sorted({check_scope_key(k) for k in scope_keys})
+        async with self._connection() as conn:
+            cursor = await conn.execute(self.sql.read_counts, {
+                "since": since_day, "keys": keys, "prefix": prefix})
+            return [CountRow(scope, day, name, value)
+                    for scope, day, name, value in await cursor.fetchall()]

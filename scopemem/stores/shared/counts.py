@@ -1,0 +1,77 @@
+"""Counters as every store keeps them: the checks on rows to add, what a change adds, and
+which scopes a reading selects. No I/O; each store keeps the rows in its own way (a
+``counters`` table per SQLite file, one table keyed by scope in PostgreSQL, a dict in
+process) and adds with one statement per transaction.
+
+Every row a store adds passes ``check_rows`` first, whoever sent it: a scope key the store
+would refuse, a name ``core.counters`` does not know, a day outside the calendar or a value
+that is not a small positive integer is a ``StoreError`` and nothing of the call is added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from scopemem.core.counters import (
+    FORGOTTEN,
+    MAX_DAY,
+    MAX_DELTA,
+    SWEPT,
+    counter_name_problem,
+    day_of,
+    merge_rows,
+    rows_for,
+    write_deltas,
+)
+from scopemem.core.records import CountRow, WriteCounts
+from scopemem.core.scopes import ScopeKeyError, validate_scope_key
+from scopemem.errors import StoreError
+
+__all__ = ["check_rows", "forget_rows", "select_scope", "sweep_rows", "write_rows"]
+
+
+def _int_problem(value: object, low: int, high: int) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high
+
+
+def check_rows(rows: Sequence[CountRow]) -> list[CountRow]:
+    """``rows`` merged (one per scope, day and name), or ``StoreError`` naming the first
+    row a store must not add."""
+    for row in rows:
+        if not isinstance(row, CountRow):
+            raise StoreError(f"a counter row must be a CountRow, got {type(row).__name__}")
+        try:
+            validate_scope_key(row.scope_key)
+        except ScopeKeyError as exc:
+            raise StoreError(f"counter row: {exc}") from None
+        problem = counter_name_problem(row.name)
+        if problem is not None:
+            raise StoreError(f"counter row: {problem}")
+        if _int_problem(row.day, 0, MAX_DAY):
+            raise StoreError(f"counter row: day must be an integer from 0 to {MAX_DAY},"
+                             f" got {row.day!r}")
+        if _int_problem(row.value, 1, MAX_DELTA):
+            raise StoreError(f"counter row: value must be an integer from 1 to {MAX_DELTA},"
+                             f" got {row.value!r}")
+    return merge_rows(rows)
+
+
+def write_rows(scope_key: str, counts: WriteCounts, now: int) -> list[CountRow]:
+    """What one write batch adds to its scope's counters today."""
+    return rows_for(scope_key, day_of(now), write_deltas(counts))
+
+
+def sweep_rows(scope_key: str, swept: int, now: int) -> list[CountRow]:
+    return rows_for(scope_key, day_of(now), {SWEPT: swept})
+
+
+def forget_rows(scope_key: str, now: int) -> list[CountRow]:
+    return rows_for(scope_key, day_of(now), {FORGOTTEN: 1})
+
+
+def select_scope(scope_key: str, scope_keys: Collection[str] | None, prefix: str | None
+                 ) -> bool:
+    """Whether a reading of ``scope_keys`` (None: all) and ``prefix`` includes the scope."""
+    if scope_keys is not None and scope_key not in scope_keys:
+        return False
+    return prefix is None or scope_key.startswith(prefix)

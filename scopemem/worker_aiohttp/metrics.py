@@ -1,0 +1,89 @@
+"""``GET /metrics``: the store's counters in Prometheus' text format, via prometheus-client.
+
+A scrape reads the counters from the store (``CountingStore.read_counts``) and hands the rows
+to a ``Collector`` that exists for that one scrape, rendered by prometheus-client's own
+``generate_latest``. Nothing lives in a process-global registry: with ``serve --workers N``
+every process answers from the same store, so any one of them gives the whole truth, and
+two scrapes never disagree because they hit different processes.
+
+Series and their labels:
+
+``scopemem_memory_events_total{kind, counter}``
+    a counter per scope kind (``org``, ``repo``, ``channel``, ``user``, a plugin's own) and
+    counter name (``core.counters.COUNTER_NAMES``), summed over every scope of the kind and
+    every day the store has kept.
+``scopemem_memory_rejected_total{kind, marker}``
+    facts the gate rejected, per marker.
+``scopemem_memory_scopes{kind}``
+    how many scopes of the kind have counted anything.
+
+Why no per-scope label: scopes grow with the people and channels an installation serves (one
+user scope per person), and a label per scope would grow the series without bound, which is
+exactly what Prometheus asks exporters not to do. Kinds and counter names are a small fixed
+set. A per-scope or per-day reading is one ``POST /stats`` (or ``scopemem stats``) away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from scopemem.core.counters import REJECTED_BY, name_order
+from scopemem.core.records import CountRow
+from scopemem.core.scopes import scope_kind
+
+__all__ = ["CONTENT_TYPE", "CountersCollector", "render"]
+
+# The text format prometheus-client writes (``prometheus_client.CONTENT_TYPE_LATEST``).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class CountersCollector(Collector):
+    """The series of one scrape, from the rows read for it."""
+
+    def __init__(self, rows: Sequence[CountRow]) -> None:
+        self.rows = rows
+
+    def collect(self) -> Iterator[Metric]:
+        events: dict[tuple[str, str], int] = {}
+        rejected: dict[tuple[str, str], int] = {}
+        scopes: dict[str, set[str]] = {}
+        for row in self.rows:
+            kind = scope_kind(row.scope_key)
+            scopes.setdefault(kind, set()).add(row.scope_key)
+            if row.name.startswith(REJECTED_BY):
+                key = (kind, row.name.removeprefix(REJECTED_BY))
+                rejected[key] = rejected.get(key, 0) + row.value
+            else:
+                key = (kind, row.name)
+                events[key] = events.get(key, 0) + row.value
+        family = CounterMetricFamily(
+            "scopemem_memory_events", "What memory did, per scope kind and counter.",
+            labels=("kind", "counter"))
+        for (kind, name), value in sorted(events.items(),
+                                          key=lambda item: (item[0][0],
+                                                            name_order(item[0][1]))):
+            family.add_metric((kind, name), value)
+        yield family
+        markers = CounterMetricFamily(
+            "scopemem_memory_rejected", "Facts the gate rejected, per scope kind and marker.",
+            labels=("kind", "marker"))
+        for (kind, marker), value in sorted(rejected.items()):
+            markers.add_metric((kind, marker), value)
+        yield markers
+        gauge = GaugeMetricFamily("scopemem_memory_scopes",
+                                  "Scopes that have counted anything, per kind.",
+                                  labels=("kind",))
+        for kind, keys in sorted(scopes.items()):
+            gauge.add_metric((kind,), len(keys))
+        yield gauge
+
+
+def render(rows: Sequence[CountRow]) -> bytes:
+    """The exposition text of ``rows``, through a registry of this scrape alone."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(CountersCollector(rows))
+    return generate_latest(registry)
