@@ -10,7 +10,6 @@ from scopemem import Request
 from scopemem.core.counters import DAY_MS
 from scopemem.core.records import CountRow
 from scopemem.stores.memory import InMemoryStore
-from tests.conftest import FakeClock, fact
 from tests.api.test_memory_write import (
     ORG,
     REPO,
@@ -21,6 +20,7 @@ from tests.api.test_memory_write import (
     reflect,
     run,
 )
+from tests.conftest import FakeClock, fact
 
 
 @pytest.fixture
