@@ -12,7 +12,7 @@ stores cannot open their files either). ``Limits`` bounds all of it:
   and bytes of an incomplete header do not reset it), so one setting is both the header
   deadline and the idle keep-alive timeout.
 * ``body_timeout``: the application reads a body within this many seconds or answers 408
-  (``app._body``).
+  (``handling.read_body``).
 * ``max_connections``: at most this many connections at once. A connection beyond it first
   displaces the oldest connection that has never sent a complete request (idle or dribbling
   a header: it has cost the server nothing yet and loses nothing), else the oldest that waits
