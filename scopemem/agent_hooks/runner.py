@@ -22,7 +22,6 @@ from pathlib import Path
 
 import attrs
 
-from scopemem.agent_hooks.gitremote import repo_of
 from scopemem.agent_hooks.ledger import Ledger, SessionState
 from scopemem.agent_hooks.payload import HookEvent, HookPayload, render_output
 from scopemem.agent_hooks.transcript import read_slice, split_run
@@ -31,6 +30,7 @@ from scopemem.api.reflecting import Run
 from scopemem.config import MemoryConfig
 from scopemem.core.reflection import should_reflect
 from scopemem.core.requests import Request
+from scopemem.gitremote import repo_of
 
 log = logging.getLogger("scopemem")
 

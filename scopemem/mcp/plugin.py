@@ -17,9 +17,14 @@ import click
 
 from scopemem.cli import CliState
 from scopemem.errors import ScopememError
+from scopemem.gitremote import repo_of
 from scopemem.plugins.markers import hookimpl
 
 INSTALL_HINT = "pip install 'scopemem[mcp]'"
+
+
+#: Seconds ``git`` may take to name the working directory's origin remote at startup.
+REMOTE_TIMEOUT = 2.0
 
 
 def _check_sdk() -> None:
@@ -61,7 +66,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
                   help="Whose memory this is: calls act as user:mcp:NAME "
                        "(default: memory.mcp.subject, else local).")
     @click.option("--repo", metavar="OWNER/NAME",
-                  help="The repository scope (default: memory.mcp.repo).")
+                  help="The repository scope (default: memory.mcp.repo, else the origin "
+                       "remote of the git repository the server starts in).")
     @click.option("--channel", metavar="ID",
                   help="The channel scope (default: memory.mcp.channel).")
     @click.option("--drain-timeout", type=click.FloatRange(0, 3600), default=60.0,
@@ -90,6 +96,10 @@ def scopemem_register_commands(cli: click.Group) -> None:
             raise click.ClickException(
                 "memory is off (memory.enabled is false): the MCP server would have nothing "
                 "to serve; see docs/mcp.md for a configuration")
+        if repo is None and config.mcp.repo is None:
+            # Launched by the agent in the project's folder: its git remote names the repo,
+            # as for the coding-agent hooks (``gitremote``); none when there is no remote.
+            repo = repo_of(os.getcwd(), REMOTE_TIMEOUT)
         identity = Identity.from_settings(config.mcp, subject=subject, repo=repo,
                                           channel=channel)
         try:

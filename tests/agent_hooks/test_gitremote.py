@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scopemem.agent_hooks.gitremote import (
+from scopemem.gitremote import (
     _origin_from_files,
     origin_from_config,
     repo_from_url,

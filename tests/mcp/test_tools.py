@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -222,3 +223,23 @@ async def test_bad_arguments_are_validation_errors_never_tracebacks(
             text = text_of(result)
             assert "validation error" in text and field in text, text
             assert "Traceback" not in text
+
+
+async def test_without_a_configured_repo_the_git_remote_of_its_folder_names_it(
+        config: Callable[..., Path], tmp_path: Path):
+    # The agent starts the server in the project's folder: a git repository with an origin.
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "remote", "add", "origin",
+                    "git@github.com:acme/web.git"], check=True)
+    path = config(mcp='subject = "alice"')
+    await seed(path, "repo:acme/web", "the web app builds with pnpm, never npm")
+    async with mcp_session(path) as session:
+        context = await call(session, "memory_context", brief="how do I build the web app?")
+    assert "repo:acme/web" in context.structured_content["scopes"]
+    assert "pnpm" in context.structured_content["block"]
+    # A repository named in the configuration wins over the folder's remote.
+    named = config(mcp='subject = "alice"\nrepo = "acme/api"')
+    async with mcp_session(named) as session:
+        context = await call(session, "memory_context", brief="how do I build the web app?")
+    assert "repo:acme/api" in context.structured_content["scopes"]
+    assert "repo:acme/web" not in context.structured_content["scopes"]
