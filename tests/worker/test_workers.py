@@ -94,7 +94,9 @@ def alive(pid: int) -> bool:
 
 
 async def until(condition, what: str) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(400):  # bounded by a count, never by a margin on the clock
+    # Bounded by a count, never by a margin on the clock: up to 50 s, which only a failure
+    # uses up (a loaded CI machine may take seconds to fork and start a worker).
+    for _ in range(2000):
         if condition():
             return
         await asyncio.sleep(0.025)
