@@ -180,7 +180,10 @@ class Analyzer:
         """What a record is indexed by: the stems of its words, in order, repeats kept."""
         if not self.stemmers:
             return tokenize(text)
-        return [self.stem(word) for word in tokenize(text)]
+        # The cache read inline (one dict look-up a word, no call): this runs for every
+        # record written and every query.
+        known, stem = self._stems.get, self.stem
+        return [known(word) or stem(word) for word in tokenize(text)]
 
     def content_words(self, text: str) -> list[str]:
         """The distinct folded words of a query, function words dropped, in first-appearance

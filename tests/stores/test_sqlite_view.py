@@ -501,8 +501,8 @@ async def test_a_write_that_fails_carries_nothing_into_the_view(make, monkeypatc
     assert store._handles[ORG].view is not None
     insert = SqliteStore._insert_many
 
-    def failing(self, conn, rows):  # the first row written, then the disk goes
-        insert(self, conn, rows[:1])
+    def failing(self, conn, rows, *rest):  # the first row written, then the disk goes
+        insert(self, conn, rows[:1], *rest)
         raise apsw.IOError("disk gone mid-batch")
 
     monkeypatch.setattr(SqliteStore, "_insert_many", failing)

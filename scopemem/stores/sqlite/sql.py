@@ -199,3 +199,16 @@ def compact_index(conn: Any, active: int | None = None) -> None:
 
 def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def indexed_terms(conn: Any, seqs: Sequence[int]) -> dict[int, list[str]]:
+    """The indexed terms of the rows ``seqs`` that are in the token index, by seq: read from
+    the FTS5 content table by its integer key (as ``schema.HIT_TOKENS`` reads them)."""
+    terms: dict[int, list[str]] = {}
+    for start in range(0, len(seqs), CHUNK):
+        chunk = seqs[start:start + CHUNK]
+        for seq, tokens in conn.execute(
+                "SELECT id, c0 FROM records_fts_content"
+                f" WHERE id IN ({', '.join('?' * len(chunk))})", chunk):
+            terms[seq] = tokens.split()
+    return terms

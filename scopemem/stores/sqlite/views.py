@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scopemem.core import engine
@@ -234,13 +234,18 @@ class Views(StoreBase):
             handle.probed = None  # a check older than the view must not judge it
 
     def _plan_carry(self, handle: Handle, old: ScopeView, changed: set[int],
-                    retired: Sequence[Record], generation: int) -> Carry | None:
+                    retired: Sequence[Record], generation: int,
+                    removed: Mapping[int, list[str]] | None = None,
+                    inserted: Mapping[int, tuple[Any, ...]] | None = None) -> Carry | None:
         """What the view ``old`` needs to become the view after this store's own committed
         write (at ``generation``: nobody else wrote in between), read here on the write
         pool: the rows the write inserted or updated (and those whose pending use counts it
         committed), and the terms of the rows it retired. ``_apply_carry`` applies it on the
         event loop, instead of leaving the scope to be read through SQL and its view rebuilt
-        from every row. The caller holds the handle, outside any transaction."""
+        from every row. ``removed`` holds the indexed terms of retired rows, read before they
+        left the index; the others' are derived from their text again. ``inserted`` holds
+        the active rows the write inserted, as it wrote them: only the other changed rows are
+        read back. The caller holds the handle, outside any transaction."""
         if self.cache_rows == 0 or handle.closed:
             return None
         conn = handle.conn
@@ -249,11 +254,17 @@ class Views(StoreBase):
         removed_terms: dict[int, list[str]] = {}
         for seq in gone:
             entry = old.entries.get(seq)
-            if entry is not None:
+            if entry is None:
+                continue
+            known = removed.get(seq) if removed is not None else None
+            if known is not None:
+                removed_terms[seq] = known
+            else:
                 row = entry[1]
                 removed_terms[seq] = sql.fts_tokens(row[4], row[5], self.analyzer).split()
-        seqs = sorted(changed - gone)
-        rows: list[Sequence[Any]] = []
+        rows: list[Sequence[Any]] = [row for seq, row in (inserted or {}).items()
+                                     if seq not in gone]
+        seqs = sorted(changed - gone - (inserted or {}).keys())
         with sql.snapshot(conn):
             if conn.execute(schema.GENERATION_SQL).fetchall()[0][0] != generation:
                 return None  # another writer came in after the commit: rebuild as usual

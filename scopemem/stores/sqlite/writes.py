@@ -47,30 +47,41 @@ class Writes(Views):
             old_view = handle.view  # the transaction drops it; the write may carry it on
             changed: set[int] = set()
             retired: list[Record] = []
+            # The indexed terms of the rows leaving, read before they leave the index: what
+            # carrying the view on takes out of its postings (no tokenizing again).
+            removed: dict[int, list[str]] | None = None if old_view is None else {}
+            # The active rows the batch inserted, as the view reads rows: carried on as
+            # written, not read back.
+            inserted: dict[int, tuple[Any, ...]] | None = None if old_view is None else {}
             with self._transaction(handle.conn, bumps=handle, applied=changed):
                 generation = (None if old_view is None else
                               handle.conn.execute(schema.GENERATION_SQL).fetchall()[0][0])
                 counts, evicted = self._write_rows(handle.conn, scope_key, candidates, cap,
-                                                   now, changed, retired)
+                                                   now, changed, retired, removed, inserted)
                 counts += WriteCounts(evicted=len(evicted))
                 # Counted in the change's own transaction: a crash keeps both or neither.
                 add_rows(handle.conn, counting.write_rows(scope_key, counts, now))
             if old_view is not None and generation is not None \
                     and old_view.generation == generation:
                 handle.carry = self._plan_carry(handle, old_view, changed, retired,
-                                                generation + 1)
+                                                generation + 1, removed, inserted)
         # No log line of its own: the counts say what was evicted, the Worker logs the
         # eviction for a served store and Memory's [memory] line counts it for an embedded one.
         return counts
 
     def _write_rows(self, conn: Any, scope_key: str, candidates: list[Candidate], cap: int,
-                    now: int, changed: set[int], retired: list[Record]
+                    now: int, changed: set[int], retired: list[Record],
+                    removed: dict[int, list[str]] | None = None,
+                    inserted: dict[int, tuple[Any, ...]] | None = None
                     ) -> tuple[WriteCounts, list[Record]]:
         """The batch's statements, inside the write's transaction: the rows it can touch,
         read in two statements; the engine's plan for the whole batch
         (``shared.batches.plan_batch``, as the PostgreSQL store writes); its inserts and
         changes; then eviction down to the cap and the purge. ``changed`` gathers the seqs
-        of rows inserted or updated, ``retired`` the records that left."""
+        of rows inserted or updated, ``retired`` the records that left; ``removed`` (when
+        given) the indexed terms of those that left the token index, by seq; ``inserted``
+        (when given) the active rows inserted, by seq, as ``schema.ACTIVE_ROWS_SQL`` reads
+        them."""
         first_seq = conn.execute(schema.NEXT_SEQ_SQL).fetchall()[0][0]
         norms, seqs = batches.lookup_keys(scope_key, candidates)
         known: dict[int, Sequence[Any]] = {}
@@ -87,7 +98,7 @@ class Writes(Views):
         inserts = [(seq, record, None if record.is_active else now)
                    for seq, record in enumerate(plan.inserts, start=first_seq)]
         if inserts:
-            self._insert_many(conn, inserts)
+            self._insert_many(conn, inserts, inserted)
             changed.update(seq for seq, _record, _retired_at in inserts)
         for record in plan.changes:
             seq = batches.seq_in_scope(scope_key, record.id)
@@ -101,6 +112,8 @@ class Writes(Views):
                  record.status.value, record.status.value, now, seq))
             changed.add(seq)
             if not record.is_active:
+                if removed is not None:
+                    removed.update(sql.indexed_terms(conn, [seq]))
                 conn.execute("DELETE FROM records_fts WHERE rowid = ?", (seq,))
                 retired.append(record)
         evicted: list[Record] = []
@@ -108,6 +121,10 @@ class Writes(Views):
             "SELECT count(*) FROM records WHERE status = 'active'").fetchall()[0][0]
         if active > cap:
             evicted = self._plan_eviction(conn, active - cap)
+            if removed is not None:
+                removed.update(sql.indexed_terms(conn, [
+                    seq for seq in (batches.seq_in_scope(scope_key, record.id)
+                                    for record in evicted) if seq is not None]))
             self._retire(conn, scope_key, evicted, now)
             retired.extend(evicted)
         self._purge(conn, retention_cutoff(now, self.retention_days))
@@ -134,23 +151,31 @@ class Writes(Views):
         index when it is active."""
         self._insert_many(conn, [(seq, record, retired_at)])
 
-    def _insert_many(self, conn: Any, rows: Sequence[tuple[int, Record, int | None]]
-                     ) -> None:
+    def _insert_many(self, conn: Any, rows: Sequence[tuple[int, Record, int | None]],
+                     active_rows: dict[int, tuple[Any, ...]] | None = None) -> None:
         """New rows, each ``(seq, record, retired_at)``, the active ones in the token index:
-        two statements for the lot (``executemany``), not two a row."""
+        two statements for the lot (``executemany``), not two a row. ``active_rows`` (when
+        given) gathers the active ones as ``schema.ACTIVE_ROWS_SQL`` reads them back: the
+        values bound here, then the indexed tokens."""
+        values = [(seq, r.id, r.scope_key, r.kind.value, r.text,
+                   json.dumps(list(r.keywords), ensure_ascii=False), r.source_thread_key,
+                   r.source_run_id, r.created_at, r.last_used_at, r.use_count, r.confidence,
+                   r.supersedes, r.restates, r.status.value, r.source.value)
+                  for seq, r, _retired_at in rows]
         conn.executemany(
-            "INSERT INTO records (seq, id, scope_key, kind, text, norm, keywords,"
+            "INSERT INTO records (seq, id, scope_key, kind, text, keywords,"
             " source_thread_key, source_run_id, created_at, last_used_at, use_count,"
-            " confidence, supersedes, restates, status, source, retired_at)"
+            " confidence, supersedes, restates, status, source, norm, retired_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(seq, r.id, r.scope_key, r.kind.value, r.text, normalize_text(r.text),
-              json.dumps(list(r.keywords), ensure_ascii=False), r.source_thread_key,
-              r.source_run_id, r.created_at, r.last_used_at, r.use_count, r.confidence,
-              r.supersedes, r.restates, r.status.value, r.source.value, retired_at)
-             for seq, r, retired_at in rows])
-        conn.executemany("INSERT INTO records_fts (rowid, tokens) VALUES (?, ?)",
-                         [(seq, sql.fts_tokens(r.text, r.keywords, self.analyzer))
-                          for seq, r, _retired_at in rows if r.is_active])
+            [(*row, normalize_text(r.text), retired_at)
+             for row, (_seq, r, retired_at) in zip(values, rows, strict=True)])
+        tokens = [(seq, sql.fts_tokens(r.text, r.keywords, self.analyzer))
+                  for seq, r, _retired_at in rows if r.is_active]
+        conn.executemany("INSERT INTO records_fts (rowid, tokens) VALUES (?, ?)", tokens)
+        if active_rows is not None:
+            indexed = dict(tokens)
+            active_rows.update((row[0], (*row, indexed[row[0]])) for row in values
+                               if row[0] in indexed)
 
     @staticmethod
     def _retire(conn: Any, scope_key: str, records: Sequence[Record], now: int) -> None:
