@@ -344,10 +344,12 @@ def index_rebuilt(store: InMemoryStore, scope: str) -> tuple:
              built.positions))
 
 
-@pytest.fixture(params=["views", "sql", "postgres"])
+@pytest.fixture(params=["views", "sql", "postgres", "postgres-copies"])
 def sqlite_kind(request: pytest.FixtureRequest) -> str:
-    """The SQLite store with its views, or through SQL only; or the PostgreSQL store."""
-    if request.param == "postgres":
+    """The SQLite store with its views, or through SQL only; or the PostgreSQL store,
+    reading every query's postings from the server or (``postgres-copies``) answering from
+    its copy of the scope's index whenever the scope's change counter allows."""
+    if request.param.startswith("postgres"):
         pg.require()
     return request.param
 
@@ -357,9 +359,11 @@ async def test_stores_agree_when_more_records_match_than_the_candidate_cap(
     scope = SCOPES[0]
     rng = random.Random(15)
     memory = InMemoryStore(cap=1000, clock=clock, retention_days=2)
-    if sqlite_kind == "postgres":
+    if sqlite_kind.startswith("postgres"):
         schema = pg.new_schema()
-        sqlite = pg.make(schema, cap=1000, clock=clock, retention_days=2)
+        copies = {"cache_min_postings": 0} if sqlite_kind == "postgres-copies" else {
+            "postings_cache": 0}
+        sqlite = pg.make(schema, cap=1000, clock=clock, retention_days=2, **copies)
     else:
         sqlite = SqliteStore(tmp_path / "data", cap=1000, clock=clock, synchronous="off",
                              retention_days=2,
@@ -372,6 +376,8 @@ async def test_stores_agree_when_more_records_match_than_the_candidate_cap(
         return expected
 
     async def compare(bump: bool = False) -> None:
+        if sqlite_kind == "postgres-copies":
+            await sqlite._cache.settled()  # the copy read after the last change, if any
         matched = 0
         for query in crowd_queries():
             for limit in LIMITS:
@@ -422,8 +428,10 @@ async def test_stores_agree_when_more_records_match_than_the_candidate_cap(
         await both(lambda store: store.write(scope, late))
         assert len(memory._scopes[scope]) < CROWD
         await compare()
+        if sqlite_kind == "postgres-copies":
+            assert sqlite._cache.answered > 100  # the copies answered, not only the server
     finally:
         for store in stores:
             await store.close()
-        if sqlite_kind == "postgres":
+        if sqlite_kind.startswith("postgres"):
             pg.drop_schemas(schema)

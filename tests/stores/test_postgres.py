@@ -13,9 +13,11 @@ import sys
 import tomllib
 from pathlib import Path
 
+import attrs
 import pytest
 
 from scopemem.core.records import Status
+from scopemem.core.scopes import record_seq
 from scopemem.errors import ConfigError, ScopeLimitReached, StoreError
 from scopemem.stores import postgres as postgres_plugin
 from scopemem.stores.base import StoreSettings
@@ -26,6 +28,7 @@ from tests.stores import pg
 
 ROOT = Path(__file__).resolve().parents[2]
 ORG = "org:acme"
+TEAM = "channel:acme-team"
 
 
 def settings(**options: object) -> StoreSettings:
@@ -57,6 +60,8 @@ def test_from_settings_reads_its_table():
     ({"dsn": "postgresql://x", "max_pool": 0}, "max_pool", "whole number"),
     ({"dsn": "postgresql://x", "statement_timeout_ms": -1}, "statement_timeout_ms", "whole"),
     ({"dsn": "postgresql://x", "pool": 3}, "pool", "unknown option"),
+    ({"dsn": "postgresql://x", "postings_cache": -1}, "postings_cache", "whole number"),
+    ({"dsn": "postgresql://x", "cache_min_postings": "x"}, "cache_min_postings", "whole"),
 ])
 def test_from_settings_names_the_bad_key(options, key, says):
     with pytest.raises(ConfigError, match=rf"^memory\.stores\.postgres\.{key}: .*{says}"):
@@ -186,6 +191,52 @@ async def test_hostile_scope_keys_never_see_each_other(stores):
         assert ("shared text" in texts) == (key != HOSTILE[1]), key
     rows = raw(f'SELECT scope_key, count(*) FROM "{store.schema}".records GROUP BY 1')
     assert dict(rows) == dict.fromkeys(HOSTILE, 3)
+
+
+async def test_a_worker_s_copy_of_a_scope_never_answers_past_another_worker_s_change(stores):
+    """Two workers on one schema: ``here`` holds a copy of the scope's index (every retrieval
+    is copy-worthy); every change ``there`` makes (a write, a forget, a sweep, an import)
+    is in ``here``'s very next answer, and ``here`` answers from its copy again once it
+    has read the scope after the change."""
+    schema = pg.new_schema()
+    here = stores(schema, cache_min_postings=0)
+    there = stores(schema)
+    words = ("alpha", "beta", "gamma")
+    await there.write(ORG, [fact(f"deploy note {n} {words[n % 3]}") for n in range(30)])
+
+    async def copied() -> None:
+        await here.retrieve(ORG, "deploy note", 50)
+        await here._cache.settled()
+        assert here._cache.has(ORG)
+        before = here._cache.answered
+        await here.retrieve(ORG, "deploy note", 50)
+        assert here._cache.answered == before + 1  # answered from the copy
+
+    async def texts() -> set[str]:
+        # The very answer (ids, order, match floats) of a worker that holds no copy.
+        hits = await here.search(ORG, "deploy note alpha", 50, bump=False)
+        assert hits == await there.search(ORG, "deploy note alpha", 50, bump=False)
+        return {hit.record.text for hit in hits}
+
+    await copied()
+    await there.write(ORG, [fact("deploy note from the other worker")])
+    assert "deploy note from the other worker" in await texts()
+    await copied()
+    [gone] = [r for r in await there.list(ORG, 50) if r.text == "deploy note 6 alpha"]
+    assert await there.forget(ORG, gone.id)
+    assert "deploy note 6 alpha" not in await texts()
+    await copied()
+    await there.write(ORG, [fact("deploy note: PR 1835 was pushed at sha 3f9a2c1 with all tests"
+                                 " passing")])
+    await copied()
+    assert (await there.sweep(ORG)).swept == 1
+    assert not any("3f9a2c1" in text for text in await texts())
+    await copied()
+    record = (await there.export_page(ORG, 0, 1))[0]
+    elsewhere = attrs.evolve(record, scope_key=TEAM, id=f"mem:{TEAM}:{record_seq(record.id)}")
+    await here.retrieve(TEAM, "deploy note", 5)
+    assert await there.import_records([elsewhere]) == 1
+    assert [r.id for r in await here.retrieve(TEAM, "deploy note", 5)] == [elsewhere.id]
 
 
 async def test_two_stores_starting_together_migrate_once(stores):

@@ -50,7 +50,10 @@ class PostgresAgrees(AgreeingRules):
         self.loop = asyncio.new_event_loop()
         self.clock = FakeClock()
         self.memory = InMemoryStore(cap=CAP, clock=self.clock)
-        self.other = pg.make(self.schema, cap=CAP, clock=self.clock)
+        # ``other`` copies every scope it reads (``cache.py``) and answers from a copy
+        # whenever the scope's change counter allows: writes and forgets ``elsewhere``
+        # (another worker) must reach its very next answer all the same.
+        self.other = pg.make(self.schema, cap=CAP, clock=self.clock, cache_min_postings=0)
         self.elsewhere = pg.make(self.schema, cap=CAP, clock=self.clock)
         self.raw = psycopg.connect(pg.dsn(), autocommit=True)
         # Migrate (first example), then start from nothing.

@@ -4,7 +4,10 @@
 exactly one; ``schema`` (the PostgreSQL schema the store's tables live in, "scopemem" by
 default: tests and operators isolate installations by it); ``min_pool`` / ``max_pool`` (the
 connection pool's bounds); ``statement_timeout_ms`` (every statement's limit on the server;
-0 is none); ``max_scopes`` (0: no limit). Every mistake is a ``ConfigError`` naming the key.
+0 is none); ``max_scopes`` (0: no limit); ``postings_cache`` (postings of large scopes a worker
+holds in memory, checked against the scope's change counter with every retrieval; 0 turns the
+copies off) and ``cache_min_postings`` (a retrieval reading this many postings has its scope
+copied). Every mistake is a ``ConfigError`` naming the key.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ import attrs
 
 from scopemem.errors import ConfigError
 from scopemem.stores.base import StoreSettings
+from scopemem.stores.postgres.cache import DEFAULT_MIN_POSTINGS, DEFAULT_POSTINGS_CACHE
 
 __all__ = ["OPTIONS", "PostgresOptions", "check_schema_name", "options_from_settings"]
 
 OPTIONS = ("dsn", "dsn_env", "schema", "min_pool", "max_pool", "statement_timeout_ms",
-           "max_scopes")
+           "max_scopes", "postings_cache", "cache_min_postings")
 DEFAULT_SCHEMA = "scopemem"
 DEFAULT_MIN_POOL = 1
 DEFAULT_MAX_POOL = 10
@@ -38,6 +42,8 @@ class PostgresOptions:
     max_pool: int = DEFAULT_MAX_POOL
     statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS
     max_scopes: int = 0
+    postings_cache: int = DEFAULT_POSTINGS_CACHE
+    cache_min_postings: int = DEFAULT_MIN_POSTINGS
 
 
 def check_schema_name(value: object, name: str = "schema") -> str:
@@ -79,4 +85,6 @@ def options_from_settings(settings: StoreSettings) -> PostgresOptions:
         statement_timeout_ms=settings.int_option(
             "statement_timeout_ms", DEFAULT_STATEMENT_TIMEOUT_MS, 0, 3_600_000),
         max_scopes=settings.int_option("max_scopes", 0, 0),
+        postings_cache=settings.int_option("postings_cache", DEFAULT_POSTINGS_CACHE, 0),
+        cache_min_postings=settings.int_option("cache_min_postings", DEFAULT_MIN_POSTINGS, 0),
     )

@@ -2,7 +2,9 @@
 
 1. ``Statements.postings``: each query term's postings (the seqs holding it, split by
    whether the record continues its predecessor's thread) and the scope's active count,
-   in one snapshot;
+   in one snapshot; or, for a scope whose whole index this worker holds (``cache.py``),
+   only the scope's change counter and active count, and the postings from the copy when
+   the counter is the copy's;
 2. ``tokens.term_weights``, ``tokens.covered`` and ``engine.rank_candidates``: the weights,
    the covered weight of each record the answer can need (``core.topk``), and the best
    ``candidate_cap(limit)`` by match;
@@ -21,7 +23,8 @@ returned show them counted either way.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import attrs
@@ -31,6 +34,7 @@ from scopemem.core.records import Record
 from scopemem.core.scopes import record_seq
 from scopemem.stores.base import Hit
 from scopemem.stores.postgres import tokens
+from scopemem.stores.postgres.cache import Loader, PostingsCache
 from scopemem.stores.postgres.statements import Statements, record_of
 from scopemem.stores.postgres.usage import DeferredUsage
 
@@ -40,22 +44,42 @@ Details = dict[int, tuple[int, Record]]
 
 
 async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engine.Ranking,
-                 scope_key: str, terms: engine.QueryTerms, limit: int, now: int, bump: bool
+                 scope_key: str, terms: engine.QueryTerms, limit: int, now: int, bump: bool,
+                 cache: PostingsCache | None = None, load: Loader | None = None
                  ) -> list[Hit]:
-    cursor = await conn.execute(sql.postings, {"scope": scope_key, "terms": list(terms.terms)},
-                                binary=True)
-    rows = await cursor.fetchall()
-    if not rows or rows[0][0] is None:
-        return []
-    postings, continues = tokens.read_postings(row[1:] for row in rows)
-    weights = tokens.term_weights(postings, rows[0][0], terms, ranking)
+    postings: Mapping[str, AbstractSet[int]] | None = None
+    continues: AbstractSet[int] = frozenset()
+    if cache is not None and cache.has(scope_key):
+        # A copy is held: the scope's change counter says whether it may answer.
+        cursor = await conn.execute(sql.scope_state, {"scope": scope_key})
+        state = await cursor.fetchone()
+        if state is None:
+            return []
+        copy = cache.current(scope_key, state[1])
+        if copy is not None:
+            active, postings, continues = copy.active, copy.terms(terms.terms), copy.continues
+    if postings is None:
+        cursor = await conn.execute(sql.postings,
+                                    {"scope": scope_key, "terms": list(terms.terms)},
+                                    binary=True)
+        rows = await cursor.fetchall()
+        if not rows or rows[0][0] is None:
+            return []
+        active = rows[0][0]
+        postings, continues = tokens.read_postings(row[2:] for row in rows)
+        if cache is not None and load is not None:
+            cache.offer(scope_key, sum(map(len, postings.values())), load)
+    weights = tokens.term_weights(postings, active, terms, ranking)
     total = sum(weights)
 
     def choose(gone: Sequence[int] = ()) -> tuple[dict[int, float], list[tuple[float, int]]]:
         # Records that left active status since the postings were read (a concurrent
-        # forget) leave the postings first, so the weighing can reach past them.
-        for holders in postings.values():
-            holders.difference_update(gone)
+        # forget) leave the postings first (new sets: a held copy is shared), so the
+        # weighing can reach past them.
+        nonlocal postings
+        assert postings is not None
+        if gone:
+            postings = {term: holders - set(gone) for term, holders in postings.items()}
         covered = tokens.covered(postings, continues, terms, weights, limit, ranking)
         return covered, engine.rank_candidates(covered, total, limit, ranking, continues)
 
@@ -87,7 +111,7 @@ async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engi
 
 async def _all_returned(conn: Any, sql: Statements, usage: DeferredUsage,
                         ranking: engine.Ranking, scope_key: str, covered: dict[int, float],
-                        total: float, continues: set[int],
+                        total: float, continues: AbstractSet[int],
                         candidates: list[tuple[float, int]], limit: int, now: int
                         ) -> list[Hit]:
     """Steps 3 and 4 in one statement, when every candidate is returned (then the

@@ -44,11 +44,25 @@ class Statements:
         # index-only range scan per term, in seq order: no sort, no row visited), with the
         # scope's active count from the same snapshot.
         self.postings = (
-            f"SELECT (SELECT active FROM {s}.scopes WHERE scope_key = %(scope)s), q.term,"
+            f"SELECT sc.active, sc.generation, q.term,"
             " p.plain, p.continuing FROM unnest(%(terms)s::text[]) AS q(term) CROSS JOIN"
             " LATERAL (SELECT array_agg(p.seq) FILTER (WHERE NOT p.continues) AS plain,"
             "                 array_agg(p.seq) FILTER (WHERE p.continues) AS continuing"
-            f"         FROM {postings} p WHERE p.scope_key = %(scope)s AND p.term = q.term) p")
+            f"         FROM {postings} p WHERE p.scope_key = %(scope)s AND p.term = q.term) p"
+            f" LEFT JOIN {s}.scopes sc ON sc.scope_key = %(scope)s")
+        # What a worker's copy of a scope's postings is checked against (``cache.py``).
+        self.scope_state = (f"SELECT active, generation FROM {s}.scopes"
+                            " WHERE scope_key = %(scope)s")
+        # A scope's whole index for that copy, with the state it is at: one statement, so
+        # one snapshot.
+        self.scope_postings = (
+            f"SELECT sc.active, sc.generation, p.term, p.plain, p.continuing"
+            f" FROM {s}.scopes sc LEFT JOIN LATERAL ("
+            "  SELECT term, array_agg(seq) FILTER (WHERE NOT continues) AS plain,"
+            "         array_agg(seq) FILTER (WHERE continues) AS continuing"
+            f"  FROM {postings} WHERE scope_key = sc.scope_key GROUP BY term) p ON true"
+            " WHERE sc.scope_key = %(scope)s")
+        self.bump_generations = f"UPDATE {s}.scopes SET generation = generation + 1"
         self.post = (f"INSERT INTO {postings} (scope_key, term, seq, continues)"
                      " SELECT %(scope)s, x.term, x.seq, x.continues"
                      " FROM unnest(%(terms)s::text[], %(seqs)s::bigint[],"
@@ -74,7 +88,8 @@ class Statements:
         self.mark_continues = (f"UPDATE {postings} SET continues = true"
                                " WHERE scope_key = %(scope)s AND seq = ANY(%(seqs)s::bigint[])")
         self.import_counts = (f"UPDATE {s}.scopes SET last_seq = GREATEST(last_seq, %(last)s),"
-                              " active = active + %(added)s WHERE scope_key = %(scope)s")
+                              " active = active + %(added)s, generation = generation + 1"
+                              " WHERE scope_key = %(scope)s")
         # One use of each named active row, skipping rows a writer holds: a reader never
         # waits on a row lock (the skipped ones are bumped later, see usage.py).
         # Its commit does not wait for the WAL to reach the disk (``synchronous_commit``
@@ -133,9 +148,11 @@ class Statements:
         self.new_scope = (f"INSERT INTO {s}.scopes (scope_key, created_at)"
                           " VALUES (%(scope)s, %(now)s) ON CONFLICT DO NOTHING")
         self.count_scopes = f"SELECT count(*) FROM {s}.scopes"
-        self.set_counts = (f"UPDATE {s}.scopes SET last_seq = %(last)s, active = %(active)s"
+        self.set_counts = (f"UPDATE {s}.scopes SET last_seq = %(last)s, active = %(active)s,"
+                           " generation = generation + 1"
                            " WHERE scope_key = %(scope)s")
-        self.add_active = (f"UPDATE {s}.scopes SET active = active + %(delta)s"
+        self.add_active = (f"UPDATE {s}.scopes SET active = active + %(delta)s,"
+                           " generation = generation + 1"
                            " WHERE scope_key = %(scope)s")
         self.batch_rows = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
                            " AND (norm = ANY(%(norms)s::text[]) OR seq = ANY(%(seqs)s::bigint[]))"

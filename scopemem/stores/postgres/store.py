@@ -57,6 +57,7 @@ from scopemem.stores.base import (
     wall_clock_ms,
 )
 from scopemem.stores.postgres import migrations, reads
+from scopemem.stores.postgres.cache import PostingsCache, ScopeCopy
 from scopemem.stores.postgres.counts import Counts, add_rows
 from scopemem.stores.postgres.options import PostgresOptions, options_from_settings
 from scopemem.stores.postgres.porting import Porting
@@ -105,6 +106,9 @@ class PostgresStore(Porting, Counts):
         self._ready_lock: asyncio.Lock | None = None
         self._closed = False
         self._usage = DeferredUsage(self._bump_later)
+        # Copies of large scopes' postings, checked against each scope's change counter
+        # with every retrieval (``cache.py``).
+        self._cache = PostingsCache(options.postings_cache, options.cache_min_postings)
 
     def __repr__(self) -> str:  # never the DSN: it may hold a password
         return f"PostgresStore(schema={self.schema!r}, cap={self.cap!r})"
@@ -129,7 +133,14 @@ class PostgresStore(Porting, Counts):
             return []
         async with self._connection() as conn:
             return await reads.search(conn, self.sql, self._usage, self.ranking, scope_key,
-                                      terms, limit, now, bump)
+                                      terms, limit, now, bump, self._cache, self._copy)
+
+    async def _copy(self, scope_key: str) -> ScopeCopy | None:
+        """The scope's whole index as it is now, for the worker's copy (``cache.py``)."""
+        async with self._connection() as conn:
+            cursor = await conn.execute(self.sql.scope_postings, {"scope": scope_key},
+                                        binary=True)
+            return ScopeCopy.from_rows(await cursor.fetchall())
 
     async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
         now = self._clock()
@@ -294,6 +305,7 @@ class PostgresStore(Porting, Counts):
         if self._pool is None:
             return
         try:
+            await self._cache.close()
             await self._usage.drain()  # on the pool, still open for it
         finally:
             pool, self._pool = self._pool, None
@@ -429,4 +441,5 @@ class PostgresStore(Porting, Counts):
                          self.schema, len(rows), signature)
             await conn.execute(self.sql.unpost_all)
             await conn.execute(self.sql.post_all)
+            await conn.execute(self.sql.bump_generations)  # no copy of the old terms holds
             await conn.execute(self.sql.set_meta, (META_FOLDING, signature))

@@ -21,6 +21,7 @@ The SQLite store space-joins the same terms (``sqlite.fts_tokens``) for FTS5.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 
 from scopemem.core import engine
 from scopemem.core.records import Record
@@ -82,9 +83,9 @@ def term_weights(postings: inverted.Postings, active: int, terms: engine.QueryTe
     return engine.term_weights(terms, inverted.stats(postings, active, terms), ranking)
 
 
-def covered(postings: inverted.Postings, continues: set[int], terms: engine.QueryTerms,
-            weights: Sequence[float], limit: int, ranking: engine.Ranking
-            ) -> dict[int, float]:
+def covered(postings: inverted.Postings, continues: AbstractSet[int],
+            terms: engine.QueryTerms, weights: Sequence[float], limit: int,
+            ranking: engine.Ranking) -> dict[int, float]:
     """``rank_covered``'s covered weights for only the records ``limit`` hits can need
     (``postings.covered`` with the limit: ``core.topk``'s cap rule), so a brief that
     matches most of a large scope weighs a few hundred records, not all of them, and the

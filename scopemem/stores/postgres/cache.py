@@ -1,0 +1,154 @@
+"""A worker's copies of large scopes' postings, checked with every retrieval.
+
+A brief matches most of a large scope, so reading its terms' postings from the server costs
+most of a retrieval (a 10,000-record scope: about 18,000 postings a brief). A worker that
+keeps a scope's whole index in memory (``postings_cache``, counted in postings) answers from
+it instead, but only after reading the scope's change counter (``scopes.generation``, which
+every transaction changing the scope's postings increments, on any worker) and finding it
+the one its copy was read at. A copy is never answered from once another write committed:
+there is no worker state another worker's write could contradict, only a copy that is
+stale, and a stale copy is not read. A use count is never in the copy (the rows' details are
+read from the server with every answer, as without it).
+
+A scope is copied when a retrieval read at least ``min_postings`` of its postings (a large
+scope and a brief that matches much of it), in the background, and again after each change
+(a copy read at an older counter is dropped). The least recently read copies go first when
+the budget is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+
+import attrs
+
+from scopemem.stores.postgres.tokens import read_postings
+
+__all__ = ["DEFAULT_MIN_POSTINGS", "DEFAULT_POSTINGS_CACHE", "PostingsCache", "ScopeCopy"]
+
+log = logging.getLogger("scopemem.stores.postgres")
+
+#: Postings held in memory across all scopes (about 60 bytes each): a 10,000-record scope
+#: holds about 200,000.
+DEFAULT_POSTINGS_CACHE = 1_000_000
+#: A retrieval that reads this many postings has its scope copied.
+DEFAULT_MIN_POSTINGS = 4_000
+
+
+@attrs.frozen
+class ScopeCopy:
+    """A scope's index at change counter ``generation``: term → the seqs of the active
+    records holding it, the seqs that continue their predecessor's thread, and the active
+    count. Never changed once made (readers share it)."""
+
+    generation: int
+    active: int
+    postings: dict[str, frozenset[int]]
+    continues: frozenset[int]
+    size: int
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Sequence[object]]) -> ScopeCopy | None:
+        """From ``Statements.scope_postings``'s rows (active, generation, term, plain,
+        continuing); None for a scope that does not exist."""
+        if not rows or rows[0][0] is None:
+            return None
+        active, generation = int(rows[0][0]), int(rows[0][1])  # type: ignore[call-overload]
+        postings, continues = read_postings(
+            (row[2], row[3], row[4]) for row in rows if row[2] is not None)  # type: ignore[misc]
+        frozen = {term: frozenset(seqs) for term, seqs in postings.items()}
+        return cls(generation, active, frozen, frozenset(continues),
+                   sum(map(len, frozen.values())))
+
+    def terms(self, terms: Iterable[str]) -> dict[str, frozenset[int]]:
+        """The postings of ``terms`` (those some record holds)."""
+        postings = self.postings
+        return {term: postings[term] for term in terms if term in postings}
+
+
+Loader = Callable[[str], Awaitable[ScopeCopy | None]]
+
+
+class PostingsCache:
+    """The copies, least recently read first, within ``budget`` postings."""
+
+    def __init__(self, budget: int = DEFAULT_POSTINGS_CACHE,
+                 min_postings: int = DEFAULT_MIN_POSTINGS) -> None:
+        self.budget = budget
+        self.min_postings = min_postings
+        self._copies: OrderedDict[str, ScopeCopy] = OrderedDict()
+        self._held = 0
+        self._loading: dict[str, asyncio.Task[None]] = {}
+        self.answered = 0  # retrievals answered from a copy (for tests and benchmarks)
+
+    @property
+    def enabled(self) -> bool:
+        return self.budget > 0
+
+    async def settled(self) -> None:
+        """Wait for the copies being read now (tests and benchmarks)."""
+        while self._loading:
+            await asyncio.gather(*self._loading.values(), return_exceptions=True)
+
+    def has(self, scope_key: str) -> bool:
+        """Whether a copy of the scope is held (of whatever change counter)."""
+        return scope_key in self._copies
+
+    def current(self, scope_key: str, generation: int) -> ScopeCopy | None:
+        """The copy read at ``generation``, if held; a copy of another is dropped."""
+        copy = self._copies.get(scope_key)
+        if copy is None:
+            return None
+        if copy.generation != generation:
+            self._drop(scope_key)
+            return None
+        self._copies.move_to_end(scope_key)
+        self.answered += 1
+        return copy
+
+    def offer(self, scope_key: str, postings_read: int, load: Loader) -> None:
+        """After a retrieval that read ``postings_read`` postings from the server: copy the
+        scope in the background when that is enough to pay for a copy."""
+        if (not self.enabled or postings_read < self.min_postings
+                or scope_key in self._loading):
+            return
+        self._loading[scope_key] = asyncio.get_running_loop().create_task(
+            self._load(scope_key, load), name=f"scopemem-postgres-copy:{scope_key}")
+
+    async def _load(self, scope_key: str, load: Loader) -> None:
+        try:
+            copy = await load(scope_key)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a copy is an optimization: the server still answers
+            log.warning("postgres store: copying the index of %s failed: %s", scope_key, exc)
+            return
+        finally:
+            self._loading.pop(scope_key, None)
+        if copy is None or copy.size > self.budget:
+            return
+        held = self._copies.get(scope_key)
+        if held is not None and held.generation >= copy.generation:
+            return  # a copy at least as new arrived meanwhile
+        self._drop(scope_key)
+        while self._copies and self._held + copy.size > self.budget:
+            self._drop(next(iter(self._copies)))
+        self._copies[scope_key] = copy
+        self._held += copy.size
+
+    def _drop(self, scope_key: str) -> None:
+        copy = self._copies.pop(scope_key, None)
+        if copy is not None:
+            self._held -= copy.size
+
+    async def close(self) -> None:
+        """Stop the copies being read (the store is closing)."""
+        tasks = list(self._loading.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._copies.clear()
+        self._held = 0
