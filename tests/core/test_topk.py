@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -167,3 +168,28 @@ def test_neighbour_credit_from_a_record_outside_the_essential_terms_is_counted()
         _full, _pruned, _total, (expected, got) = both(postings, 399, terms, limit,
                                                        WEIGHTED, continues, details)
         assert got == expected
+
+
+def test_a_budget_stops_a_weighing_that_needs_more_and_changes_no_other():
+    """``budget`` raises ``OverBudget`` for a ranking that would weigh more records than it
+    allows, and changes nothing about one that does not."""
+    postings, records, continues, details, words = zipf_scope()
+    stopped = answered = 0
+    for brief in range(40):
+        distinct = list(dict.fromkeys(words(random.Random(brief).randint(5, 20))))
+        terms = QueryTerms(tuple(distinct), tuple(distinct))
+        stats = ScopeStats(records, {term: len(postings.get(term, ())) for term in terms.terms})
+        weights = term_weights(terms, stats, WEIGHTED)
+        context = WEIGHTED.context_weight
+        unbounded = topk.covered(postings, terms, weights, 8, context, continues, details, NOW)
+        try:
+            bounded = topk.covered(postings, terms, weights, 8, context, continues, details,
+                                   NOW, budget=300)
+        except topk.OverBudget:
+            stopped += 1
+            continue
+        answered += 1
+        assert bounded == unbounded
+    assert stopped and answered  # both kinds among these briefs
+    with pytest.raises(topk.OverBudget):  # nothing may be weighed at all
+        topk.covered(postings, terms, weights, 8, context, continues, details, NOW, budget=0)

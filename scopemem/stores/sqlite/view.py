@@ -120,15 +120,16 @@ class ScopeView:
         return inverted.stats(self.postings, len(self.entries), terms)
 
     def covered(self, terms: QueryTerms, weights: Sequence[float], limit: int | None = None,
-                context: float = 0.0, now: int | None = None) -> dict[int, float]:
+                context: float = 0.0, now: int | None = None, budget: int | None = None
+                ) -> dict[int, float]:
         """What ``engine.rank_covered`` takes, as ``postings.covered`` computes it: for every
         row holding a prefilter term (the rows the FTS prefilter matches), or with ``limit``
         (the ranking's neighbour credit ``context`` and, when given, the time ``now`` the
         ranking scores at) for only those ranking ``limit`` hits can need, which rank
-        exactly as all of them."""
+        exactly as all of them; ``budget``: ``topk.OverBudget`` rather than weigh more rows."""
         return inverted.covered(self.postings, terms, weights, limit, context, self.continues,
                                 None if now is None else self.entries,
-                                0 if now is None else now)
+                                0 if now is None else now, budget)
 
     def bump(self, pending: Mapping[int, Sequence[int]]) -> None:
         """Apply usage bumps (seq → (uses, last use)) to the rows held, as saving them
