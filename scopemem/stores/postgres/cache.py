@@ -3,9 +3,10 @@
 A brief matches most of a large scope, so reading its terms' postings from the server costs
 most of a retrieval (a 10,000-record scope: about 18,000 postings a brief). A worker that
 keeps a scope's whole index in memory (``postings_cache``, counted in postings) answers from
-it instead, but only after reading the scope's change counter (``scopes.generation``, which
-every transaction changing the scope's postings increments, on any worker) and finding it
-the one its copy was read at. A copy is never answered from once another write committed:
+it instead, but only once it has read the scope's change counter (``scopes.generation``,
+which every transaction changing the scope's postings increments, on any worker) and found
+it the one its copy was read at: with the first read of the candidates' rows, before any use
+is counted (``reads.search``). A copy is never answered from once another write committed:
 there is no worker state another worker's write could contradict, only a copy that is
 stale, and a stale copy is not read. A use count is never in the copy (the rows' details are
 read from the server with every answer, as without it).
@@ -38,6 +39,14 @@ DEFAULT_POSTINGS_CACHE = 1_000_000
 DEFAULT_MIN_POSTINGS = 4_000
 
 
+class Touches(dict[int, tuple[int, None]]):
+    """seq → (last touch, None), where a seq not held reads as touched at 0: the oldest
+    possible, so the lowest score a row can have (the score rule stays a lower bound)."""
+
+    def __missing__(self, seq: int) -> tuple[int, None]:
+        return (0, None)
+
+
 @attrs.frozen
 class ScopeCopy:
     """A scope's index at change counter ``generation``: term → the seqs of the active
@@ -49,11 +58,16 @@ class ScopeCopy:
     postings: dict[str, frozenset[int]]
     continues: frozenset[int]
     size: int
+    # seq → (its last touch when copied, None): lower bounds of the rows' last touches, as
+    # ``core.topk``'s score rule reads ``details``; a seq not held reads as never touched.
+    touches: Touches = attrs.field(factory=lambda: Touches({}))
 
     @classmethod
-    def from_rows(cls, rows: Sequence[Sequence[object]]) -> ScopeCopy | None:
+    def from_rows(cls, rows: Sequence[Sequence[object]],
+                  touches: Iterable[Sequence[int]] = ()) -> ScopeCopy | None:
         """From ``Statements.scope_postings``'s rows (active, generation, term, plain,
-        continuing); None for a scope that does not exist."""
+        continuing) and ``Statements.scope_touches``'s (seq, last touch), read in one
+        snapshot; None for a scope that does not exist."""
         if not rows or rows[0][0] is None:
             return None
         active, generation = int(rows[0][0]), int(rows[0][1])  # type: ignore[call-overload]
@@ -61,7 +75,8 @@ class ScopeCopy:
             (row[2], row[3], row[4]) for row in rows if row[2] is not None)  # type: ignore[misc]
         frozen = {term: frozenset(seqs) for term, seqs in postings.items()}
         return cls(generation, active, frozen, frozenset(continues),
-                   sum(map(len, frozen.values())))
+                   sum(map(len, frozen.values())),
+                   Touches({seq: (touched, None) for seq, touched in touches}))
 
     def terms(self, terms: Iterable[str]) -> dict[str, frozenset[int]]:
         """The postings of ``terms`` (those some record holds)."""
@@ -97,17 +112,18 @@ class PostingsCache:
         """Whether a copy of the scope is held (of whatever change counter)."""
         return scope_key in self._copies
 
-    def current(self, scope_key: str, generation: int) -> ScopeCopy | None:
-        """The copy read at ``generation``, if held; a copy of another is dropped."""
+    def latest(self, scope_key: str) -> ScopeCopy | None:
+        """The copy held, of whatever change counter (the caller checks it)."""
         copy = self._copies.get(scope_key)
-        if copy is None:
-            return None
-        if copy.generation != generation:
-            self._drop(scope_key)
-            return None
-        self._copies.move_to_end(scope_key)
-        self.answered += 1
+        if copy is not None:
+            self._copies.move_to_end(scope_key)
         return copy
+
+    def discard(self, scope_key: str, generation: int) -> None:
+        """Drop the copy read at ``generation`` (found out of date), if it is the one held."""
+        copy = self._copies.get(scope_key)
+        if copy is not None and copy.generation == generation:
+            self._drop(scope_key)
 
     def offer(self, scope_key: str, postings_read: int, load: Loader) -> None:
         """After a retrieval that read ``postings_read`` postings from the server: copy the

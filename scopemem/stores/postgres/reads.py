@@ -47,28 +47,44 @@ async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engi
                  scope_key: str, terms: engine.QueryTerms, limit: int, now: int, bump: bool,
                  cache: PostingsCache | None = None, load: Loader | None = None
                  ) -> list[Hit]:
-    postings: Mapping[str, AbstractSet[int]] | None = None
-    continues: AbstractSet[int] = frozenset()
-    if cache is not None and cache.has(scope_key):
-        # A copy is held: the scope's change counter says whether it may answer.
-        cursor = await conn.execute(sql.scope_state, {"scope": scope_key})
-        state = await cursor.fetchone()
-        if state is None:
-            return []
-        copy = cache.current(scope_key, state[1])
-        if copy is not None:
-            active, postings, continues = copy.active, copy.terms(terms.terms), copy.continues
-    if postings is None:
-        cursor = await conn.execute(sql.postings,
-                                    {"scope": scope_key, "terms": list(terms.terms)},
-                                    binary=True)
-        rows = await cursor.fetchall()
-        if not rows or rows[0][0] is None:
-            return []
-        active = rows[0][0]
-        postings, continues = tokens.read_postings(row[2:] for row in rows)
-        if cache is not None and load is not None:
-            cache.offer(scope_key, sum(map(len, postings.values())), load)
+    """The retrieval's hits. With a copy of the scope held (``cache.py``), it is weighed
+    at once and checked with the first read of the candidates' rows (which also reads the
+    scope's change counter): when the counter has moved on, the copy is dropped and the
+    retrieval is answered from the server's postings instead, as without a copy."""
+    copy = cache.latest(scope_key) if cache is not None else None
+    if copy is not None:
+        hits = await _ranked(conn, sql, usage, ranking, scope_key, terms, limit, now, bump,
+                             copy.active, copy.terms(terms.terms), copy.continues,
+                             copy.touches, copy.generation)
+        if hits is not None:
+            assert cache is not None
+            cache.answered += 1
+            return hits
+        assert cache is not None
+        cache.discard(scope_key, copy.generation)
+    cursor = await conn.execute(sql.postings, {"scope": scope_key, "terms": list(terms.terms)},
+                                binary=True)
+    rows = await cursor.fetchall()
+    if not rows or rows[0][0] is None:
+        return []
+    postings, continues = tokens.read_postings(row[2:] for row in rows)
+    if cache is not None and load is not None:
+        cache.offer(scope_key, sum(map(len, postings.values())), load)
+    hits = await _ranked(conn, sql, usage, ranking, scope_key, terms, limit, now, bump,
+                         rows[0][0], postings, continues)
+    assert hits is not None  # nothing to check against a counter
+    return hits
+
+
+async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engine.Ranking,
+                  scope_key: str, terms: engine.QueryTerms, limit: int, now: int, bump: bool,
+                  active: int, postings: Mapping[str, AbstractSet[int]],
+                  continues: AbstractSet[int],
+                  touches: Mapping[int, tuple[int, object]] | None = None,
+                  generation: int | None = None) -> list[Hit] | None:
+    """Steps 2 to 4 from the query terms' ``postings`` in a scope of ``active`` records.
+    With ``generation`` (they are a copy's), None when the scope's change counter is not
+    that any more, before anything is counted."""
     weights = tokens.term_weights(postings, active, terms, ranking)
     total = sum(weights)
 
@@ -77,31 +93,45 @@ async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engi
         # forget) leave the postings first (new sets: a held copy is shared), so the
         # weighing can reach past them.
         nonlocal postings
-        assert postings is not None
         if gone:
             postings = {term: holders - set(gone) for term, holders in postings.items()}
-        covered = tokens.covered(postings, continues, terms, weights, limit, ranking)
+        covered = tokens.covered(postings, continues, terms, weights, limit, ranking, touches,
+                                 now)
         return covered, engine.rank_candidates(covered, total, limit, ranking, continues)
 
     covered, candidates = choose()
-    if not candidates:
-        return []
-    if bump and len(candidates) <= limit:
+    if generation is None and bump and candidates and len(candidates) <= limit:
         return await _all_returned(conn, sql, usage, ranking, scope_key, covered, total,
                                    continues, candidates, limit, now)
     details: Details = {}
+    check = generation
     while True:
         wanted = [seq for _match, seq in candidates if seq not in details]
-        if wanted:
+        if check is not None:
+            # The first read of the rows also reads the change counter: a copy answers
+            # only at its own (even with no candidate: "nothing" must be checked too).
+            cursor = await conn.execute(sql.active_rows_at,
+                                        {"scope": scope_key, "seqs": wanted})
+            rows = await cursor.fetchall()
+            if not rows or rows[0][0] != check:
+                return None
+            check = None
+            found = [row[1:] for row in rows if row[1] is not None]
+        elif wanted:
             cursor = await conn.execute(sql.active_rows_by_seq,
                                         {"scope": scope_key, "seqs": wanted})
-            for row in await cursor.fetchall():
-                record = record_of(row)
-                details[row[0]] = (record.last_touched, record)
+            found = await cursor.fetchall()
+        else:
+            found = []
+        for row in found:
+            record = record_of(row)
+            details[row[0]] = (record.last_touched, record)
         gone = [seq for seq in wanted if seq not in details]
         if not gone:
             break
         covered, candidates = choose(gone)
+    if not candidates:
+        return []
     ranked = engine.score_candidates(candidates, limit, now, details)
     if not bump:
         return [Hit(record, match) for record, match in ranked]

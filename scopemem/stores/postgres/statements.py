@@ -62,6 +62,10 @@ class Statements:
             "         array_agg(seq) FILTER (WHERE continues) AS continuing"
             f"  FROM {postings} WHERE scope_key = sc.scope_key GROUP BY term) p ON true"
             " WHERE sc.scope_key = %(scope)s")
+        # Each active record's last touch when the copy is read: a lower bound ever after
+        # (a use only moves it on), which is all ``core.topk``'s score rule needs.
+        self.scope_touches = (f"SELECT seq, coalesce(last_used_at, created_at) FROM {records}"
+                              " WHERE scope_key = %(scope)s AND status = 'active'")
         self.bump_generations = f"UPDATE {s}.scopes SET generation = generation + 1"
         self.post = (f"INSERT INTO {postings} (scope_key, term, seq, continues)"
                      " SELECT %(scope)s, x.term, x.seq, x.continues"
@@ -77,6 +81,13 @@ class Statements:
                           " WHERE scope_key = %(scope)s AND seq = %(seq)s")
         self.active_rows_by_seq = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
                                    " AND seq = ANY(%(seqs)s::bigint[])")
+        # The same with the scope's change counter first in every row (one row of NULLs
+        # after it when none is found): what a worker's copy is checked against.
+        self.active_rows_at = (
+            f"SELECT sc.generation, {_R_COLUMNS}"
+            f" FROM {s}.scopes sc LEFT JOIN {records} r ON r.scope_key = sc.scope_key"
+            " AND r.status = 'active' AND r.seq = ANY(%(seqs)s::bigint[])"
+            " WHERE sc.scope_key = %(scope)s")
         # Moving records in and out (``porting.py``).
         self.export_scopes = f"SELECT scope_key FROM {s}.scopes ORDER BY scope_key"
         self.export_page = (f"SELECT {COLUMNS} FROM {records} WHERE scope_key = %(scope)s"

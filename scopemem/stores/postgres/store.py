@@ -137,10 +137,15 @@ class PostgresStore(Porting, Counts):
 
     async def _copy(self, scope_key: str) -> ScopeCopy | None:
         """The scope's whole index as it is now, for the worker's copy (``cache.py``)."""
-        async with self._connection() as conn:
+        async with self._connection() as conn, conn.transaction():
+            # One snapshot for the index and the touches (a row in one is in the other).
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             cursor = await conn.execute(self.sql.scope_postings, {"scope": scope_key},
                                         binary=True)
-            return ScopeCopy.from_rows(await cursor.fetchall())
+            rows = await cursor.fetchall()
+            cursor = await conn.execute(self.sql.scope_touches, {"scope": scope_key},
+                                        binary=True)
+            return ScopeCopy.from_rows(rows, await cursor.fetchall())
 
     async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
         now = self._clock()

@@ -20,7 +20,7 @@ The SQLite store space-joins the same terms (``sqlite.fts_tokens``) for FTS5.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from scopemem.core import engine
@@ -85,10 +85,11 @@ def term_weights(postings: inverted.Postings, active: int, terms: engine.QueryTe
 
 def covered(postings: inverted.Postings, continues: AbstractSet[int],
             terms: engine.QueryTerms, weights: Sequence[float], limit: int,
-            ranking: engine.Ranking) -> dict[int, float]:
+            ranking: engine.Ranking, touches: Mapping[int, tuple[int, object]] | None = None,
+            now: int = 0) -> dict[int, float]:
     """``rank_covered``'s covered weights for only the records ``limit`` hits can need
     (``postings.covered`` with the limit: ``core.topk``'s cap rule), so a brief that
     matches most of a large scope weighs a few hundred records, not all of them, and the
     answer is exactly the one weighing all of them gives."""
     return inverted.covered(postings, terms, weights, limit, ranking.context_weight,
-                            continues)
+                            continues, touches, now)
