@@ -249,16 +249,31 @@ def mint_record(scope_key: str, seq: int, candidate: Candidate, now: int) -> Rec
 # --- the cap and the sweep ------------------------------------------------------------------
 
 
+def eviction_order(seq: int, last_used_at: int | None, created_at: int
+                   ) -> tuple[int, int, int]:
+    """Where an active record stands in line for eviction, first out first: least recently
+    used (last use, else creation), ties to the older record, then the lower seq."""
+    return (created_at if last_used_at is None else last_used_at, created_at, seq)
+
+
 def plan_eviction(active: Iterable[Record], cap: int) -> list[Record]:
-    """The records to evict so at most ``cap`` active ones remain: least recently used first
-    (last use, else creation), ties to the older record, then the lower sequence number.
+    """The records to evict so at most ``cap`` active ones remain, in ``eviction_order``.
     Only active records count and only active records are evicted."""
     live = [record for record in active if record.is_active]
     excess = len(live) - cap
     if excess <= 0:
         return []
-    live.sort(key=lambda r: (r.last_touched, r.created_at, record_seq(r.id)))
+    live.sort(key=lambda r: eviction_order(record_seq(r.id), r.last_used_at, r.created_at))
     return [attrs.evolve(record, status=Status.EVICTED) for record in live[:excess]]
+
+
+def evicted_seqs(active: Iterable[tuple[int, int | None, int]], excess: int) -> list[int]:
+    """``plan_eviction`` for a store that reads only what the order needs: the seqs of the
+    ``excess`` first in ``eviction_order`` of ``active`` rows (seq, last use, creation)."""
+    if excess <= 0:
+        return []
+    ordered = sorted(dict.fromkeys(active), key=lambda row: eviction_order(*row))
+    return [row[0] for row in ordered[:excess]]
 
 
 def plan_sweep(

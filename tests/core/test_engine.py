@@ -176,6 +176,18 @@ def test_plan_eviction_least_recently_used_first_ties_to_older():
     assert all(r.status == Status.EVICTED for r in evicted)
 
 
+@given(st.lists(st.tuples(st.integers(0, 5), st.one_of(st.none(), st.integers(0, 5))),
+                max_size=30), st.integers(0, 12))
+def test_the_seqs_a_lean_store_evicts_are_the_engine_s(times, excess):
+    """``evicted_seqs`` over (seq, last use, creation) rows evicts exactly the records
+    ``plan_eviction`` does over the whole records, ties included."""
+    records = [rec(seq, f"r{seq}", created_at=created, last_used_at=used)
+               for seq, (created, used) in enumerate(times, start=1)]
+    rows = [(seq, used, created) for seq, (created, used) in enumerate(times, start=1)]
+    planned = engine.plan_eviction(records, len(records) - excess)
+    assert engine.evicted_seqs(rows, excess) == [int(r.id.rsplit(":", 1)[1]) for r in planned]
+
+
 def test_plan_sweep_takes_marked_active_facts_only():
     status = "PR 12 was merged at sha 3f9a2c1"
     records = [rec(1, status), rec(2, "run npm ci first"),

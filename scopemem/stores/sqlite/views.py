@@ -29,9 +29,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scopemem.core import engine, topk
-from scopemem.core.records import Record, trusted_record
+from scopemem.core.records import trusted_record
 from scopemem.stores.base import Hit
-from scopemem.stores.shared import batches
 from scopemem.stores.sqlite import schema, sql
 from scopemem.stores.sqlite.base import StoreBase
 from scopemem.stores.sqlite.handles import Carry, Handle, Heavy, Unverified
@@ -247,7 +246,7 @@ class Views(StoreBase):
             handle.probed = None  # a check older than the view must not judge it
 
     def _plan_carry(self, handle: Handle, old: ScopeView, changed: set[int],
-                    retired: Sequence[Record], generation: int,
+                    retired: Sequence[int], generation: int,
                     removed: Mapping[int, list[str]] | None = None,
                     inserted: Mapping[int, tuple[Any, ...]] | None = None) -> Carry | None:
         """What the view ``old`` needs to become the view after this store's own committed
@@ -262,8 +261,7 @@ class Views(StoreBase):
         if self.cache_rows == 0 or handle.closed:
             return None
         conn = handle.conn
-        gone = {seq for seq in (batches.seq_in_scope(record.scope_key, record.id)
-                                for record in retired) if seq is not None}
+        gone = set(retired)
         removed_terms: dict[int, list[str]] = {}
         for seq in gone:
             entry = old.entries.get(seq)

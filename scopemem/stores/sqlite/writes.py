@@ -46,7 +46,7 @@ class Writes(Views):
         with self._connection(scope_key, create=True) as handle:
             old_view = handle.view  # the transaction drops it; the write may carry it on
             changed: set[int] = set()
-            retired: list[Record] = []
+            retired: list[int] = []
             # The indexed terms of the rows leaving, read before they leave the index: what
             # carrying the view on takes out of its postings (no tokenizing again).
             removed: dict[int, list[str]] | None = None if old_view is None else {}
@@ -70,15 +70,15 @@ class Writes(Views):
         return counts
 
     def _write_rows(self, conn: Any, scope_key: str, candidates: list[Candidate], cap: int,
-                    now: int, changed: set[int], retired: list[Record],
+                    now: int, changed: set[int], retired: list[int],
                     removed: dict[int, list[str]] | None = None,
                     inserted: dict[int, tuple[Any, ...]] | None = None
-                    ) -> tuple[WriteCounts, list[Record]]:
+                    ) -> tuple[WriteCounts, list[int]]:
         """The batch's statements, inside the write's transaction: the rows it can touch,
         read in two statements; the engine's plan for the whole batch
         (``shared.batches.plan_batch``, as the PostgreSQL store writes); its inserts and
         changes; then eviction down to the cap and the purge. ``changed`` gathers the seqs
-        of rows inserted or updated, ``retired`` the records that left; ``removed`` (when
+        of rows inserted or updated, ``retired`` the seqs of the rows that left; ``removed`` (when
         given) the indexed terms of those that left the token index, by seq; ``inserted``
         (when given) the active rows inserted, by seq, as ``schema.ACTIVE_ROWS_SQL`` reads
         them."""
@@ -115,35 +115,35 @@ class Writes(Views):
                 if removed is not None:
                     removed.update(sql.indexed_terms(conn, [seq]))
                 conn.execute("DELETE FROM records_fts WHERE rowid = ?", (seq,))
-                retired.append(record)
-        evicted: list[Record] = []
+                retired.append(seq)
+        evicted: list[int] = []
         active = conn.execute(
             "SELECT count(*) FROM records WHERE status = 'active'").fetchall()[0][0]
         if active > cap:
             evicted = self._plan_eviction(conn, active - cap)
             if removed is not None:
-                removed.update(sql.indexed_terms(conn, [
-                    seq for seq in (batches.seq_in_scope(scope_key, record.id)
-                                    for record in evicted) if seq is not None]))
-            self._retire(conn, scope_key, evicted, now)
+                removed.update(sql.indexed_terms(conn, evicted))
+            self._retire_seqs(conn, Status.EVICTED, evicted, now)
             retired.extend(evicted)
         self._purge(conn, retention_cutoff(now, self.retention_days))
         sql.compact_index(conn, min(active, cap))
         return plan.counts, evicted
 
     @staticmethod
-    def _plan_eviction(conn: Any, excess: int) -> list[Record]:
-        """The ``excess`` records the engine evicts, read without loading the whole scope:
-        the two short least-recently-used lists ``shared.batches.pick_eviction`` chooses
-        from, read from the partial index of the active rows by ``(last_used_at, created_at)``."""
-        groups = []
+    def _plan_eviction(conn: Any, excess: int) -> list[int]:
+        """The seqs of the ``excess`` rows the engine evicts (``engine.evicted_seqs``), read
+        without loading the whole scope, nor whole rows: the two short least-recently-used
+        lists the order draws from (never used, by creation; used, by last use), each read
+        from the partial index of the active rows by ``(last_used_at, created_at)``, the
+        ``excess`` first of each, and only the columns the order reads."""
+        rows: list[tuple[int, int | None, int]] = []
         for condition, order in (("last_used_at IS NULL", "created_at, seq"),
                                  ("last_used_at IS NOT NULL", "last_used_at, created_at, seq")):
-            groups.append([sql.record(row) for row in conn.execute(
-                f"SELECT {schema.RECORD_COLUMNS} FROM records"
+            rows.extend(conn.execute(
+                "SELECT seq, last_used_at, created_at FROM records"
                 f" WHERE status = 'active' AND {condition} ORDER BY {order} LIMIT ?",
-                (excess,))])
-        return batches.pick_eviction(groups[0], groups[1], excess)
+                (excess,)))
+        return engine.evicted_seqs(rows, excess)
 
     def _insert(self, conn: Any, record: Record, seq: int, *,
                 retired_at: int | None = None) -> None:
@@ -177,8 +177,8 @@ class Writes(Views):
             active_rows.update((row[0], (*row, indexed[row[0]])) for row in values
                                if row[0] in indexed)
 
-    @staticmethod
-    def _retire(conn: Any, scope_key: str, records: Sequence[Record], now: int) -> None:
+    @classmethod
+    def _retire(cls, conn: Any, scope_key: str, records: Sequence[Record], now: int) -> None:
         """Persist soft deletes: the new status and when it died, and the row leaves the
         full-text index in the same transaction."""
         by_status: dict[Status, list[int]] = {}
@@ -187,12 +187,17 @@ class Writes(Views):
             if seq is not None:
                 by_status.setdefault(record.status, []).append(seq)
         for status, seqs in by_status.items():
-            for start in range(0, len(seqs), sql.CHUNK):
-                chunk = seqs[start:start + sql.CHUNK]
-                marks = ", ".join("?" * len(chunk))
-                conn.execute(f"UPDATE records SET status = ?, retired_at = ?"
-                             f" WHERE seq IN ({marks})", (status.value, now, *chunk))
-                conn.execute(f"DELETE FROM records_fts WHERE rowid IN ({marks})", chunk)
+            cls._retire_seqs(conn, status, seqs, now)
+
+    @staticmethod
+    def _retire_seqs(conn: Any, status: Status, seqs: Sequence[int], now: int) -> None:
+        """The rows ``seqs`` leave active status for ``status``, and the token index."""
+        for start in range(0, len(seqs), sql.CHUNK):
+            chunk = seqs[start:start + sql.CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            conn.execute(f"UPDATE records SET status = ?, retired_at = ?"
+                         f" WHERE seq IN ({marks})", (status.value, now, *chunk))
+            conn.execute(f"DELETE FROM records_fts WHERE rowid IN ({marks})", chunk)
 
     @staticmethod
     def _purge(conn: Any, cutoff: int) -> int:
