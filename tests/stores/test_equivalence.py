@@ -364,6 +364,7 @@ async def test_stores_agree_when_more_records_match_than_the_candidate_cap(
         copies = {"cache_min_postings": 0} if sqlite_kind == "postgres-copies" else {
             "postings_cache": 0}
         sqlite = pg.make(schema, cap=1000, clock=clock, retention_days=2, **copies)
+        sqlite._cache.interval = 0  # copied again after every change
     else:
         sqlite = SqliteStore(tmp_path / "data", cap=1000, clock=clock, synchronous="off",
                              retention_days=2,

@@ -22,6 +22,7 @@ from scopemem.errors import ConfigError, ScopeLimitReached, StoreError
 from scopemem.stores import postgres as postgres_plugin
 from scopemem.stores.base import StoreSettings
 from scopemem.stores.postgres import PostgresStore, migrations
+from scopemem.stores.postgres.cache import READS_BEFORE_COPY, PostingsCache, ScopeCopy
 from scopemem.stores.postgres.statements import Statements
 from tests.conftest import FakeClock, fact, summary
 from tests.stores import pg
@@ -200,12 +201,14 @@ async def test_a_worker_s_copy_of_a_scope_never_answers_past_another_worker_s_ch
     has read the scope after the change."""
     schema = pg.new_schema()
     here = stores(schema, cache_min_postings=0)
+    here._cache.interval = 0  # copy again after every change, not once every few seconds
     there = stores(schema)
     words = ("alpha", "beta", "gamma")
     await there.write(ORG, [fact(f"deploy note {n} {words[n % 3]}") for n in range(30)])
 
     async def copied() -> None:
-        await here.retrieve(ORG, "deploy note", 50)
+        for _ in range(READS_BEFORE_COPY):  # read that often at one change counter
+            await here.retrieve(ORG, "deploy note", 50)
         await here._cache.settled()
         assert here._cache.has(ORG)
         before = here._cache.answered
@@ -237,6 +240,39 @@ async def test_a_worker_s_copy_of_a_scope_never_answers_past_another_worker_s_ch
     await here.retrieve(TEAM, "deploy note", 5)
     assert await there.import_records([elsewhere]) == 1
     assert [r.id for r in await here.retrieve(TEAM, "deploy note", 5)] == [elsewhere.id]
+
+
+async def test_a_scope_changed_between_its_reads_is_not_copied_again_and_again():
+    """A copy is read only once a scope was read READS_BEFORE_COPY times at one change
+    counter, and at most once every COPY_INTERVAL seconds: a scope written between most of
+    its reads is answered by the server instead of copied after every write."""
+    cache = PostingsCache(budget=1_000, min_postings=10)
+    loads: list[str] = []
+
+    async def load(scope_key: str) -> ScopeCopy:
+        loads.append(scope_key)
+        return ScopeCopy(generation=7, active=1, postings={"a": frozenset({1})},
+                         continues=frozenset(), size=1)
+
+    for generation in range(1, 6):  # a change before every read
+        cache.offer(ORG, generation, 50, load)
+    await cache.settled()
+    assert loads == []
+    cache.offer(ORG, 7, 5, load)  # too few postings read to pay for a copy
+    for _ in range(READS_BEFORE_COPY):
+        cache.offer(ORG, 7, 50, load)
+    await cache.settled()
+    assert loads == [ORG] and cache.has(ORG) and cache.latest(ORG).generation == 7
+    # Changed and read twice again at once: not copied again within COPY_INTERVAL.
+    for _ in range(READS_BEFORE_COPY):
+        cache.offer(ORG, 8, 50, load)
+    await cache.settled()
+    assert loads == [ORG]
+    cache.interval = 0
+    for _ in range(READS_BEFORE_COPY):
+        cache.offer(ORG, 9, 50, load)
+    await cache.settled()
+    assert loads == [ORG, ORG]
 
 
 async def test_two_stores_starting_together_migrate_once(stores):

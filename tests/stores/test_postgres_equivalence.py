@@ -54,6 +54,7 @@ class PostgresAgrees(AgreeingRules):
         # whenever the scope's change counter allows: writes and forgets ``elsewhere``
         # (another worker) must reach its very next answer all the same.
         self.other = pg.make(self.schema, cap=CAP, clock=self.clock, cache_min_postings=0)
+        self.other._cache.interval = 0
         self.elsewhere = pg.make(self.schema, cap=CAP, clock=self.clock)
         self.raw = psycopg.connect(pg.dsn(), autocommit=True)
         # Migrate (first example), then start from nothing.

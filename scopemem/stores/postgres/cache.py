@@ -11,9 +11,12 @@ there is no worker state another worker's write could contradict, only a copy th
 stale, and a stale copy is not read. A use count is never in the copy (the rows' details are
 read from the server with every answer, as without it).
 
-A scope is copied when a retrieval read at least ``min_postings`` of its postings (a large
-scope and a brief that matches much of it), in the background, and again after each change
-(a copy read at an older counter is dropped). The least recently read copies go first when
+A scope is copied when retrievals read at least ``min_postings`` of its postings (a large
+scope and a brief that matches much of it) ``READS_BEFORE_COPY`` times at one change
+counter, in the background (the rows come through a server-side cursor a slice at a time
+and the copy is built on a thread, so the event loop goes on), and again after a change once
+it is read that often again, at most once every ``COPY_INTERVAL`` seconds (a copy read at an
+older counter is dropped). The least recently read copies go first when
 the budget is full.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
@@ -37,6 +41,16 @@ log = logging.getLogger("scopemem.stores.postgres")
 DEFAULT_POSTINGS_CACHE = 1_000_000
 #: A retrieval that reads this many postings has its scope copied.
 DEFAULT_MIN_POSTINGS = 4_000
+#: Retrievals of a scope at one change counter before it is copied: a scope written between
+#: most of its reads is answered by the server rather than copied again after every write
+#: (a copy of 10,000 records takes about a quarter of a second to read).
+READS_BEFORE_COPY = 2
+#: Seconds between two copies of one scope: a large scope written every few seconds and read
+#: in between is copied at most this often (each copy allocates a scope's index anew, and
+#: Python's collector may then pause the process for tens of milliseconds).
+COPY_INTERVAL = 5.0
+#: Scopes whose reads since their last change are counted (the least recent are forgotten).
+_SEEN = 4_096
 
 
 class Touches(dict[int, tuple[int, None]]):
@@ -97,6 +111,10 @@ class PostingsCache:
         self._copies: OrderedDict[str, ScopeCopy] = OrderedDict()
         self._held = 0
         self._loading: dict[str, asyncio.Task[None]] = {}
+        # scope → (the change counter its last reads saw, how many read it)
+        self._seen: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self._copied_at: dict[str, float] = {}  # when each scope's last copy was begun
+        self.interval = COPY_INTERVAL
         self.answered = 0  # retrievals answered from a copy (for tests and benchmarks)
 
     @property
@@ -125,12 +143,28 @@ class PostingsCache:
         if copy is not None and copy.generation == generation:
             self._drop(scope_key)
 
-    def offer(self, scope_key: str, postings_read: int, load: Loader) -> None:
-        """After a retrieval that read ``postings_read`` postings from the server: copy the
-        scope in the background when that is enough to pay for a copy."""
-        if (not self.enabled or postings_read < self.min_postings
-                or scope_key in self._loading):
+    def offer(self, scope_key: str, generation: int, postings_read: int, load: Loader
+              ) -> None:
+        """After a retrieval that read ``postings_read`` postings from the server at change
+        counter ``generation``: copy the scope in the background when that is enough to pay
+        for a copy and the scope was read ``READS_BEFORE_COPY`` times since it last
+        changed."""
+        if not self.enabled or postings_read < self.min_postings or scope_key in self._loading:
             return
+        seen, reads = self._seen.pop(scope_key, (generation, 0))
+        reads = reads + 1 if seen == generation else 1
+        self._seen[scope_key] = (generation, reads)
+        while len(self._seen) > _SEEN:
+            self._seen.popitem(last=False)
+        if reads < READS_BEFORE_COPY:
+            return
+        began = time.monotonic()
+        if began - self._copied_at.get(scope_key, -self.interval) < self.interval:
+            return
+        self._copied_at[scope_key] = began
+        if len(self._copied_at) > _SEEN:  # forget the oldest beginnings
+            for old in sorted(self._copied_at, key=self._copied_at.__getitem__)[:_SEEN // 2]:
+                del self._copied_at[old]
         self._loading[scope_key] = asyncio.get_running_loop().create_task(
             self._load(scope_key, load), name=f"scopemem-postgres-copy:{scope_key}")
 

@@ -69,7 +69,7 @@ async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engi
         return []
     postings, continues = tokens.read_postings(row[2:] for row in rows)
     if cache is not None and load is not None:
-        cache.offer(scope_key, sum(map(len, postings.values())), load)
+        cache.offer(scope_key, rows[0][1], sum(map(len, postings.values())), load)
     hits = await _ranked(conn, sql, usage, ranking, scope_key, terms, limit, now, bump,
                          rows[0][0], postings, continues)
     assert hits is not None  # nothing to check against a counter
