@@ -50,9 +50,6 @@ class Statements:
             "                 array_agg(p.seq) FILTER (WHERE p.continues) AS continuing"
             f"         FROM {postings} p WHERE p.scope_key = %(scope)s AND p.term = q.term) p"
             f" LEFT JOIN {s}.scopes sc ON sc.scope_key = %(scope)s")
-        # What a worker's copy of a scope's postings is checked against (``cache.py``).
-        self.scope_state = (f"SELECT active, generation FROM {s}.scopes"
-                            " WHERE scope_key = %(scope)s")
         # A scope's whole index for that copy, with the state it is at: one statement, so
         # one snapshot.
         self.scope_postings = (
@@ -180,13 +177,12 @@ class Statements:
             " WHERE scope_key = %s AND seq = %s")
         self.retire = (f"UPDATE {records} SET status = %(status)s, retired_at = %(now)s"
                        f" WHERE {active} AND seq = ANY(%(seqs)s::bigint[]) RETURNING seq")
-        # The eviction's two short reads (``batch.pick_eviction``).
-        self.lru_never_used = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
-                               " AND last_used_at IS NULL ORDER BY created_at, seq"
+        # The eviction's two short reads (``batches.pick_eviction``): what its order reads.
+        lru = f"SELECT seq, last_used_at, created_at FROM {records} WHERE {active}"
+        self.lru_never_used = (f"{lru} AND last_used_at IS NULL ORDER BY created_at, seq"
                                " LIMIT %(excess)s")
-        self.lru_used = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
-                         " AND last_used_at IS NOT NULL ORDER BY last_used_at, created_at, seq"
-                         " LIMIT %(excess)s")
+        self.lru_used = (f"{lru} AND last_used_at IS NOT NULL"
+                         " ORDER BY last_used_at, created_at, seq LIMIT %(excess)s")
         self.purge = (f"DELETE FROM {records} WHERE scope_key = %(scope)s AND seq IN"
                       f" (SELECT seq FROM {records} WHERE scope_key = %(scope)s"
                       f" AND status IN {PURGEABLE} AND retired_at <= %(cutoff)s"

@@ -176,7 +176,7 @@ class PostgresStore(Porting, Counts):
             known = [record_of(row) for row in await cursor.fetchall()]
             plan = batches.plan_batch(scope_key, fitted, known, last_seq + 1, now)
             await self._persist(conn, scope_key, plan, last_seq, now)
-            evicted: list[Record] = []
+            evicted: list[int] = []
             live = active + plan.live_delta
             if live > cap:
                 evicted = await self._evict(conn, scope_key, live - cap, now)
@@ -218,19 +218,26 @@ class PostgresStore(Porting, Counts):
                 if retired:
                     await conn.execute(self.sql.unpost, {"scope": scope_key, "seqs": retired})
 
-    async def _evict(self, conn: Any, scope_key: str, excess: int, now: int) -> list[Record]:
+    async def _evict(self, conn: Any, scope_key: str, excess: int, now: int) -> list[int]:
+        """The seqs of the rows evicted to bring the scope down by ``excess``."""
         groups = []
         for statement in (self.sql.lru_never_used, self.sql.lru_used):
             cursor = await conn.execute(statement, {"scope": scope_key, "excess": excess})
-            groups.append([record_of(row) for row in await cursor.fetchall()])
+            groups.append(await cursor.fetchall())
         evicted = batches.pick_eviction(groups[0], groups[1], excess)
-        await self._retire(conn, scope_key, evicted, Status.EVICTED, now)
+        await self._retire_seqs(conn, scope_key, evicted, Status.EVICTED, now)
         return evicted
 
     async def _retire(self, conn: Any, scope_key: str, records: Sequence[Record],
                       status: Status, now: int) -> int:
         """Retire the active ones of ``records`` with ``status``, out of the index; how many."""
-        seqs = [record_seq(r.id) for r in records]
+        return await self._retire_seqs(conn, scope_key, [record_seq(r.id) for r in records],
+                                       status, now)
+
+    async def _retire_seqs(self, conn: Any, scope_key: str, seqs: Sequence[int],
+                           status: Status, now: int) -> int:
+        """Retire the active ones of rows ``seqs`` with ``status``, out of the index; how
+        many."""
         if not seqs:
             return 0
         cursor = await conn.execute(self.sql.retire, {"scope": scope_key, "seqs": seqs,

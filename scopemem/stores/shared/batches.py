@@ -125,16 +125,14 @@ def plan_batch(scope_key: str, candidates: Sequence[Candidate], known: Iterable[
     )
 
 
-def pick_eviction(never_used: Sequence[Record], used: Sequence[Record], excess: int
-                  ) -> list[Record]:
-    """The ``excess`` records the engine evicts, as they become once evicted.
+def pick_eviction(never_used: Iterable[tuple[int, int | None, int]],
+                  used: Iterable[tuple[int, int | None, int]], excess: int) -> list[int]:
+    """The seqs of the ``excess`` records the engine evicts (``engine.evicted_seqs``).
 
     The engine retires the least recently used first: last use, else creation, then
     creation, then seq. Within the never-used rows that order is (creation, seq); within the
     used ones (last use, creation, seq); so the ``excess`` first rows overall are among the
     ``excess`` first of each group. The store reads those two short lists (active rows in
-    those orders, ``excess`` each) and ``engine.plan_eviction`` chooses among them."""
-    if excess <= 0:
-        return []
-    records = {record.id: record for record in (*never_used, *used)}
-    return engine.plan_eviction(records.values(), len(records) - excess)
+    those orders, ``excess`` each, as (seq, last use, creation): no whole rows) and the
+    engine chooses among them."""
+    return engine.evicted_seqs([*never_used, *used], excess)

@@ -131,19 +131,18 @@ class Writes(Views):
 
     @staticmethod
     def _plan_eviction(conn: Any, excess: int) -> list[int]:
-        """The seqs of the ``excess`` rows the engine evicts (``engine.evicted_seqs``), read
-        without loading the whole scope, nor whole rows: the two short least-recently-used
-        lists the order draws from (never used, by creation; used, by last use), each read
-        from the partial index of the active rows by ``(last_used_at, created_at)``, the
-        ``excess`` first of each, and only the columns the order reads."""
-        rows: list[tuple[int, int | None, int]] = []
-        for condition, order in (("last_used_at IS NULL", "created_at, seq"),
-                                 ("last_used_at IS NOT NULL", "last_used_at, created_at, seq")):
-            rows.extend(conn.execute(
-                "SELECT seq, last_used_at, created_at FROM records"
-                f" WHERE status = 'active' AND {condition} ORDER BY {order} LIMIT ?",
-                (excess,)))
-        return engine.evicted_seqs(rows, excess)
+        """The seqs of the ``excess`` rows the engine evicts, read without loading the whole
+        scope, nor whole rows: the two short least-recently-used lists
+        ``shared.batches.pick_eviction`` chooses from, each read from the partial index of
+        the active rows by ``(last_used_at, created_at)``."""
+        groups = [conn.execute(
+            "SELECT seq, last_used_at, created_at FROM records"
+            f" WHERE status = 'active' AND {condition} ORDER BY {order} LIMIT ?",
+            (excess,)).fetchall()
+            for condition, order in (("last_used_at IS NULL", "created_at, seq"),
+                                     ("last_used_at IS NOT NULL",
+                                      "last_used_at, created_at, seq"))]
+        return batches.pick_eviction(groups[0], groups[1], excess)
 
     def _insert(self, conn: Any, record: Record, seq: int, *,
                 retired_at: int | None = None) -> None:
