@@ -43,7 +43,7 @@ from operator import add
 from scopemem.core.ranking import QueryTerms, candidate_cap
 from scopemem.core.scoring import KEYWORD_WEIGHT, RECENCY_TAU_MS, RECENCY_WEIGHT
 
-__all__ = ["OverBudget", "Postings", "covered", "covered_all"]
+__all__ = ["Postings", "covered", "covered_all"]
 
 #: term → the seqs of the active records holding it (each record once).
 Postings = Mapping[str, Collection[int]]
@@ -58,11 +58,6 @@ SMALL = 64
 LONG = 48
 # After the first step, a step reads at least 1 / GROW of the postings read before it.
 GROW = 2
-
-
-class OverBudget(Exception):
-    """``covered`` would weigh more records than its ``budget`` allows (raised between
-    steps, so at most one step's records past it are weighed first)."""
 
 
 def covered_all(postings: Postings, terms: QueryTerms, weights: Sequence[float]
@@ -103,8 +98,8 @@ def _sum(sums: dict[int, float], seqs: Iterable[int], weight: float) -> None:
 
 def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], limit: int,
             context: float, continues: Container[int],
-            details: Mapping[int, tuple[int, object]] | None = None, now: int = 0,
-            budget: int | None = None) -> dict[int, float]:
+            details: Mapping[int, tuple[int, object]] | None = None, now: int = 0
+            ) -> dict[int, float]:
     """What ``ranking.rank_covered`` takes, for enough of the gated records that it answers
     exactly as it would with all of them (``covered_all``): seq → the weight of the query
     terms the record holds. ``context`` is the ranking's neighbour credit
@@ -112,9 +107,7 @@ def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], lim
     active record of the same thread, as ``rank_covered`` takes them. With ``details``
     (seq → (last touched, item), as ``rank_covered`` reads them) and ``now``, the score
     rule may stop sooner than the cap rule; a last touch that moves on before
-    ``rank_covered`` reads it (a usage bump) only raises the scores it counted on. With
-    ``budget``, ``OverBudget`` is raised instead of weighing more than about that many
-    records (a caller that must not be held long tries here, then elsewhere)."""
+    ``rank_covered`` reads it (a usage bump) only raises the scores it counted on."""
     total = sum(weights)
     if limit <= 0 or total <= 0:
         return covered_all(postings, terms, weights)
@@ -135,8 +128,6 @@ def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], lim
         # Every gated record is a candidate; or a query so long that its cap-th match is
         # a small share of its weight, which no bound gets under before most records
         # are weighed.
-        if budget is not None and sum(map(len, gate)) > budget:
-            raise OverBudget  # at most that many records to weigh, and more than allowed
         return covered_all(postings, terms, weights)
     # R after the first n terms of ``order`` joined E, summed with fsum (it must not come
     # out below a record's own sum), and the bound on a record holding no E term whose
@@ -175,8 +166,6 @@ def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], lim
             else:
                 fresh.update(seq for seq in holders if any(seq in gated for gated in gate))
         start = end
-        if budget is not None and len(sums) + len(fresh) > budget:
-            raise OverBudget
         weighing.add(fresh - sums.keys())
         floor = weighing.floor()
         if floor > bounds[end] + MARGIN:

@@ -53,6 +53,7 @@ from scopemem.stores.base import (
     retention_cutoff,
     wall_clock_ms,
 )
+from scopemem.stores.dense import DenseIndex
 from scopemem.stores.porting import group_import
 from scopemem.stores.shared import counts as counting
 
@@ -79,9 +80,13 @@ class _Index:
     thread, the active ids per normalized text (what a write's dedup reads), and where each
     row, active or not, sits in the scope's list."""
 
-    __slots__ = ("continues", "details", "norms", "positions", "postings", "threads")
+    __slots__ = ("_dense", "continues", "details", "norms", "positions", "postings",
+                 "threads")
 
     def __init__(self) -> None:
+        # The postings as arrays (stores.dense) for this set of active records: dropped by
+        # any change to the set, built again by the next retrieval.
+        self._dense: DenseIndex | None = None
         self.postings: dict[str, set[int]] = {}
         self.threads: dict[int, str] = {}
         self.details: dict[int, tuple[int, Record]] = {}
@@ -91,6 +96,7 @@ class _Index:
 
     def add(self, seq: int, record: Record, terms: frozenset[str]) -> None:
         """Index an active record."""
+        self._dense = None
         inverted.post(self.postings, seq, terms)
         thread = record.source_thread_key
         threads = self.threads
@@ -104,6 +110,7 @@ class _Index:
 
     def remove(self, seq: int, record: Record, terms: frozenset[str]) -> None:
         """Unindex a record that has left active status (``record`` as it was indexed)."""
+        self._dense = None
         inverted.unpost(self.postings, seq, terms)
         del self.threads[seq]
         del self.details[seq]
@@ -114,6 +121,14 @@ class _Index:
         ids.remove(record.id)
         if not ids:
             del self.norms[norm]
+
+    def dense(self) -> DenseIndex:
+        """The postings as arrays, for retrievals until the active records change."""
+        dense = self._dense
+        if dense is None:
+            dense = self._dense = DenseIndex(self.postings, self.details.keys(),
+                                             self.continues)
+        return dense
 
     def touch(self, seq: int, record: Record) -> None:
         """An active record's new version (a use, a dedup, a restatement)."""
@@ -203,8 +218,7 @@ class InMemoryStore:
         weights = engine.term_weights(terms, inverted.stats(postings, len(index.details), terms),
                                       self.ranking)
         ranking = self.ranking
-        covered = inverted.covered(postings, terms, weights, limit, ranking.context_weight,
-                                   index.continues, index.details, now)
+        covered = index.dense().covered(terms, weights, limit, ranking.context_weight)
         ranked = engine.rank_covered(covered, sum(weights), limit, now, ranking,
                                      index.continues, index.details)
         if not bump:

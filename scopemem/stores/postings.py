@@ -56,16 +56,15 @@ def stats(postings: Postings, records: int, terms: QueryTerms) -> ScopeStats:
 
 def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float],
             limit: int | None = None, context: float = 0.0, continues: Container[int] = (),
-            details: Mapping[int, tuple[int, object]] | None = None, now: int = 0,
-            budget: int | None = None) -> dict[int, float]:
+            details: Mapping[int, tuple[int, object]] | None = None, now: int = 0
+            ) -> dict[int, float]:
     """What ``engine.rank_covered`` takes: seq → the weight of the query terms the record
     holds, summed in query order (as ``ranking.covered_weight`` sums, so the floats agree).
     Without ``limit``, for every record holding a prefilter term (the records an FTS
     prefilter matches); with it, for only as many of them as ranking ``limit`` hits with
     the neighbour credit ``context``, the thread continuations ``continues`` and (when
     given) the records' ``details`` at ``now`` needs to answer exactly as with all of them
-    (``core.topk``; with ``budget``, ``topk.OverBudget`` rather than weigh more records)."""
+    (``core.topk``)."""
     if limit is None:
         return topk.covered_all(postings, terms, weights)
-    return topk.covered(postings, terms, weights, limit, context, continues, details, now,
-                        budget)
+    return topk.covered(postings, terms, weights, limit, context, continues, details, now)

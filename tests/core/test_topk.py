@@ -6,7 +6,6 @@ from __future__ import annotations
 import bisect
 import random
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,18 +80,28 @@ def best(covered, total, context, continues, limit):
                   reverse=True)[:candidate_cap(limit)]
 
 
-@settings(max_examples=300, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), records=st.sampled_from((0, 3, 40, 120, 400, 900)),
-       vocabulary=st.integers(1, 40), size=st.integers(1, 30),
-       prefilter=st.integers(1, 30), limit=st.integers(1, 20),
-       weighted=st.booleans(), gaps=st.sampled_from((0.0, 0.1, 0.5)),
-       threads=st.sampled_from((1, 2, 5)))
-def test_the_pruned_weighing_ranks_exactly_as_the_full_one(
-        seed, records, vocabulary, size, prefilter, limit, weighted, gaps, threads):
+def scope_and_query(seed, records, vocabulary, size, prefilter, weighted, gaps, threads):
+    """A scope, a query of it and a ranking from what ``SCOPE_AND_QUERY`` draws: postings,
+    active records, continues, details, the query's terms, the ranking."""
     rng = random.Random(seed)
     postings, active, continues, details = scope(rng, records, vocabulary, gaps, threads)
-    terms = query(rng, vocabulary, size, prefilter)
-    ranking = WEIGHTED if weighted else SEED
+    return (postings, active, continues, details, query(rng, vocabulary, size, prefilter),
+            WEIGHTED if weighted else SEED)
+
+
+#: A random scope and query (``scope_and_query``) and a limit, for ``@given``.
+SCOPE_AND_QUERY = {
+    "seed": st.integers(0, 2**32 - 1), "records": st.sampled_from((0, 3, 40, 120, 400, 900)),
+    "vocabulary": st.integers(1, 40), "size": st.integers(1, 30),
+    "prefilter": st.integers(1, 30), "limit": st.integers(1, 20),
+    "weighted": st.booleans(), "gaps": st.sampled_from((0.0, 0.1, 0.5)),
+    "threads": st.sampled_from((1, 2, 5))}
+
+
+@settings(max_examples=300, deadline=None)
+@given(**SCOPE_AND_QUERY)
+def test_the_pruned_weighing_ranks_exactly_as_the_full_one(limit, **drawn):
+    postings, active, continues, details, terms, ranking = scope_and_query(**drawn)
     context = ranking.context_weight
     # The cap rule alone: the same candidates in the same order, bit-for-bit the same
     # matches.
@@ -140,12 +149,17 @@ def zipf_scope(records: int = 3000, seed: int = 7):
     return postings, records, continues, details, words
 
 
+def briefs(words, count: int = 40):
+    """``count`` seeded briefs of 5-20 of ``zipf_scope``'s words, as query terms."""
+    for brief in range(count):
+        distinct = tuple(dict.fromkeys(words(random.Random(brief).randint(5, 20))))
+        yield QueryTerms(distinct, distinct)
+
+
 def test_a_realistic_brief_weighs_a_fraction_of_the_scope_and_ranks_the_same():
     postings, records, continues, details, words = zipf_scope()
     fractions = []
-    for brief in range(40):
-        distinct = list(dict.fromkeys(words(random.Random(brief).randint(5, 20))))
-        terms = QueryTerms(tuple(distinct), tuple(distinct))
+    for terms in briefs(words):
         for ranking in (WEIGHTED, SEED):
             full, pruned, _total, (expected, got) = both(postings, records, terms, 8,
                                                          ranking, continues, details)
@@ -168,28 +182,3 @@ def test_neighbour_credit_from_a_record_outside_the_essential_terms_is_counted()
         _full, _pruned, _total, (expected, got) = both(postings, 399, terms, limit,
                                                        WEIGHTED, continues, details)
         assert got == expected
-
-
-def test_a_budget_stops_a_weighing_that_needs_more_and_changes_no_other():
-    """``budget`` raises ``OverBudget`` for a ranking that would weigh more records than it
-    allows, and changes nothing about one that does not."""
-    postings, records, continues, details, words = zipf_scope()
-    stopped = answered = 0
-    for brief in range(40):
-        distinct = list(dict.fromkeys(words(random.Random(brief).randint(5, 20))))
-        terms = QueryTerms(tuple(distinct), tuple(distinct))
-        stats = ScopeStats(records, {term: len(postings.get(term, ())) for term in terms.terms})
-        weights = term_weights(terms, stats, WEIGHTED)
-        context = WEIGHTED.context_weight
-        unbounded = topk.covered(postings, terms, weights, 8, context, continues, details, NOW)
-        try:
-            bounded = topk.covered(postings, terms, weights, 8, context, continues, details,
-                                   NOW, budget=300)
-        except topk.OverBudget:
-            stopped += 1
-            continue
-        answered += 1
-        assert bounded == unbounded
-    assert stopped and answered  # both kinds among these briefs
-    with pytest.raises(topk.OverBudget):  # nothing may be weighed at all
-        topk.covered(postings, terms, weights, 8, context, continues, details, NOW, budget=0)

@@ -51,7 +51,6 @@ async def ranker_up(store: SqliteStore, scope: str = ORG) -> None:
 @pytest.fixture
 def heavy(monkeypatch):
     monkeypatch.setattr(sqlite_views, "LOOP_WORK", 10)  # every query is heavy now
-    monkeypatch.setattr(sqlite_views, "LOOP_WEIGH", 0)  # and none is tried on the loop
 
 
 async def test_a_heavy_query_ranked_in_a_process_answers_as_the_thread_does(make, tmp_path,
@@ -176,25 +175,3 @@ async def test_after_a_write_the_process_reads_its_copy_again_without_making_a_q
     # ... and by the process once it has, with the write's rows in its copy.
     await ranker_up(store)
     assert await store.search(ORG, "deploy cache", 5, bump=False) == after
-
-
-async def test_a_query_of_many_postings_that_weighs_few_rows_stays_on_the_loop(
-        make, tmp_path, monkeypatch):
-    """Past LOOP_WORK postings the ranking is tried on the loop, within LOOP_WEIGH rows
-    weighed: one that needs no more is answered there; one that needs more goes to a
-    ranking process. Either way the answer is the read pool's."""
-    monkeypatch.setattr(sqlite_views, "LOOP_WORK", 10)  # every query has many postings
-    store = make(tmp_path / "a", rank_processes=1)
-    threads = make(tmp_path / "a", rank_processes=0)
-    await store.write(ORG, texts(120, 1))
-    await warm(store)
-    await warm(threads)
-    monkeypatch.setattr(sqlite_views, "LOOP_WEIGH", 0)
-    await ranker_up(store)
-    for weigh, query in ((10_000, "deploy cache"), (0, "rollback schema token")):
-        monkeypatch.setattr(sqlite_views, "LOOP_WEIGH", weigh)
-        for limit in (1, 5):
-            answered = store._ranker.answered
-            got = await store.search(ORG, query, limit, bump=False)
-            assert store._ranker.answered == answered + (weigh == 0), (weigh, limit)
-            assert got == await threads.search(ORG, query, limit, bump=False)

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not os.path.exists("/
 
 SCOPES = ("org:acme", "repo:acme/widgets")
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+STDERR = "workers.stderr"
 
 
 def start_workers(tmp_path: Path, data: Path, workers: int, schema: str | None = None
@@ -43,16 +44,25 @@ def start_workers(tmp_path: Path, data: Path, workers: int, schema: str | None =
         config.write_text(f'[memory.stores.postgres]\ndsn = "{pg.dsn()}"\n'
                           f'schema = "{schema}"\n')
         store = ["--store", "postgres"]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "scopemem", *(["--config", str(config)] if schema else []),
-         "serve", "--port", "0", "--workers", str(workers), *store, "--no-access-log"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The log goes to a file, not a pipe: eight writers make the workers log thousands of
+    # lines, and a pipe nobody reads while they run fills up and blocks every process
+    # writing to it.
+    with (tmp_path / STDERR).open("w") as errors:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "scopemem", *(["--config", str(config)] if schema else []),
+             "serve", "--port", "0", "--workers", str(workers), *store, "--no-access-log"],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=errors, text=True)
     assert process.stdout is not None
     line = process.stdout.readline()  # printed once every worker process is forked
     assert "listening on http://" in line and f"{workers} worker processes" in line, (
-        line, process.stderr.read())
+        line, logged(tmp_path))
     url = line.split("listening on ", 1)[1].split()[0]
     return process, url
+
+
+def logged(tmp_path: Path) -> str:
+    """What the workers started by ``start_workers`` wrote to stderr so far."""
+    return (tmp_path / STDERR).read_text()
 
 
 def stored_rows(data: Path, schema: str | None) -> list[tuple[str, str]]:
@@ -124,7 +134,8 @@ async def test_every_worker_answers_every_scope_and_a_killed_one_is_replaced(tmp
                                         json={"scopeKey": scope, "limit": 50}) as response:
                     assert len((await response.json())["records"]) == 10
     finally:
-        out, err = stop(process, signal.SIGTERM)
+        out, _err = stop(process, signal.SIGTERM)
+    err = logged(tmp_path)
     assert "stopped" in out
     assert "ended (signal SIGKILL); starting another" in err
     assert "Traceback" not in err

@@ -86,7 +86,7 @@ class Ranker:
         self.answered = 0  # heavy queries the processes answered (for tests and figures)
 
     async def best(self, path: str, scope_key: str, terms: QueryTerms, limit: int,
-                   ranking: Ranking, generation: int, now: int) -> Best | None:
+                   ranking: Ranking, generation: int) -> Best | None:
         """``rank_candidates`` for the query on the scope file at ``path`` as it is at
         ``generation``, computed in a ranking process; None when no process can answer
         for that generation now. A process whose copy of the scope is of another
@@ -107,7 +107,7 @@ class Ranker:
         try:
             candidates = await loop.run_in_executor(
                 slot.executor, _best_in_child, path, terms, limit, ranking.weighted,
-                generation, now)
+                generation)
         except BrokenProcessPool:
             self._broken(index, slot)
             return None
@@ -203,7 +203,7 @@ def _refresh_in_child(path: str, scope_key: str, cache_rows: int
 
 
 def _best_in_child(path: str, terms: QueryTerms, limit: int, weighted: bool,
-                   generation: int, now: int) -> list[tuple[float, int]] | None:
+                   generation: int) -> list[tuple[float, int]] | None:
     """Runs in a ranking process: ``rank_candidates`` from its copy of the scope, which must
     be at ``generation`` (None otherwise: the store has it read again)."""
     view = _views.get(path)
@@ -212,14 +212,8 @@ def _best_in_child(path: str, terms: QueryTerms, limit: int, weighted: bool,
     _views.move_to_end(path)
     ranking = Ranking(PLAIN, weighted)  # what the first half reads of it: the weighing
     weights = engine.term_weights(terms, view.stats(terms), ranking)
-    # Only the records that can reach the candidate cap or score among the best at ``now``
-    # are weighed (core.topk). The score rule reads the records' last uses: the copy's are
-    # the file's, no later than the store's own view (which holds the uses not saved yet),
-    # so the scores it counts on are if anything too low, never too high, and what it
-    # leaves out could not reach the final score with the store's later uses either. (One
-    # exception: uses another process saved after the store's view was read, which that
-    # view does not show until the scope next changes; the copy ranks with them.)
-    covered = view.covered(terms, weights, limit, ranking.context_weight, now)
+    # Every gated record weighed, only those the candidate cap can need handed on.
+    covered = view.covered(terms, weights, limit, ranking.context_weight)
     return engine.rank_candidates(covered, sum(weights), limit, ranking, view.continues)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from scopemem.core.ranking import QueryTerms, ScopeStats
 from scopemem.stores import postings as inverted
+from scopemem.stores.dense import DenseIndex
 
 # (last touched, the row of RECORD_COLUMNS with its keywords decoded to a tuple).
 Entry = tuple[int, tuple[Any, ...]]
@@ -38,7 +39,7 @@ class ScopeView:
     """Every active row of one scope at one ``generation`` of its database (the counter every
     data-changing transaction increments), with the usage bumps applied since."""
 
-    __slots__ = ("continues", "entries", "generation", "postings", "readers")
+    __slots__ = ("_dense", "continues", "entries", "generation", "postings", "readers")
 
     def __init__(self, rows: Iterable[Sequence[Any]], generation: int) -> None:
         """``rows`` are RECORD_COLUMNS followed by the row's indexed tokens (space-joined),
@@ -46,6 +47,8 @@ class ScopeView:
         self.generation = generation
         # Rankings reading the view on a pool thread now (counted on the event loop).
         self.readers = 0
+        # The postings as arrays (stores.dense), built by the first ranking that needs them.
+        self._dense: DenseIndex | None = None
         self.entries: dict[int, Entry] = {}
         # token → the seqs of the rows holding it. Sets: a write carries the view on by
         # copying the sets it changes and removing its retired rows from them, in C.
@@ -71,6 +74,7 @@ class ScopeView:
         view = cls.__new__(cls)
         view.generation = old.generation
         view.readers = 0
+        view._dense = None
         view.entries = dict(old.entries)
         view.postings = {term: set(holders) for term, holders in old.postings.items()}
         view.continues = set(old.continues)
@@ -84,6 +88,7 @@ class ScopeView:
         ``removed`` (holding ``removed_terms``) leave, and the view is at ``generation``.
         For the event loop, when nothing else reads the view."""
         entries, postings, continues = self.entries, self.postings, self.continues
+        self._dense = None  # built again from the new rows by the next ranking
         gone = set(removed)
         for seq in gone:
             if entries.pop(seq, None) is not None:
@@ -119,17 +124,21 @@ class ScopeView:
         every row held is active and indexed, and a posting list holds each row once."""
         return inverted.stats(self.postings, len(self.entries), terms)
 
+    def dense(self) -> DenseIndex:
+        """The view's postings as arrays (``stores.dense``), for rankings of this state of
+        the view (a carry drops them)."""
+        dense = self._dense
+        if dense is None:
+            dense = self._dense = DenseIndex(self.postings, self.entries.keys(), self.continues)
+        return dense
+
     def covered(self, terms: QueryTerms, weights: Sequence[float], limit: int | None = None,
-                context: float = 0.0, now: int | None = None, budget: int | None = None
-                ) -> dict[int, float]:
-        """What ``engine.rank_covered`` takes, as ``postings.covered`` computes it: for every
-        row holding a prefilter term (the rows the FTS prefilter matches), or with ``limit``
-        (the ranking's neighbour credit ``context`` and, when given, the time ``now`` the
-        ranking scores at) for only those ranking ``limit`` hits can need, which rank
-        exactly as all of them; ``budget``: ``topk.OverBudget`` rather than weigh more rows."""
-        return inverted.covered(self.postings, terms, weights, limit, context, self.continues,
-                                None if now is None else self.entries,
-                                0 if now is None else now, budget)
+                context: float = 0.0) -> dict[int, float]:
+        """What ``engine.rank_covered`` takes: for every row holding a prefilter term (the
+        rows the FTS prefilter matches), or with ``limit`` (and the ranking's neighbour
+        credit ``context``) for only those ranking ``limit`` hits can need, which rank
+        exactly as all of them (``DenseIndex.covered``)."""
+        return self.dense().covered(terms, weights, limit, context)
 
     def bump(self, pending: Mapping[int, Sequence[int]]) -> None:
         """Apply usage bumps (seq → (uses, last use)) to the rows held, as saving them

@@ -28,7 +28,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scopemem.core import engine, topk
+from scopemem.core import engine
 from scopemem.core.records import trusted_record
 from scopemem.stores.base import Hit
 from scopemem.stores.sqlite import schema, sql
@@ -43,15 +43,11 @@ from scopemem.stores.sqlite.view import ScopeView
 DEFAULT_CACHE_ROWS = 50_000
 #: How much ranking work (postings read: the query terms' document frequencies summed) a
 #: retrieval may do on the event loop; past it the ranking runs in a ranking process (or on
-#: the read pool). About a
-#: millisecond of work: a light brief reads tens or hundreds of postings, while 24 common
-#: words over 10,000 matching rows read 240,000 (about 25 ms that would hold every other
-#: client's request).
-LOOP_WORK = 20_000
-#: Past ``LOOP_WORK``, how many rows a ranking may weigh on the event loop before it goes to
-#: a ranking process instead (a few milliseconds): a realistic brief on a 10,000-row
-#: scope weighs around a thousand (``core.topk``), 24 common words nearly all of them.
-LOOP_WEIGH = 2_500
+#: the read pool). A view weighs about 5 ns a posting (``stores.dense``), so this is about a
+#: millisecond: a realistic brief on a 10,000-row scope reads 20,000-50,000 postings, 24
+#: common words or a 300-word brief 60,000-90,000, and only a query over a scope of very
+#: long records reads more (which would hold every other client's request).
+LOOP_WORK = 250_000
 
 
 class Views(StoreBase):
@@ -94,16 +90,9 @@ class Views(StoreBase):
         if generation != view.generation:
             self._release_view(handle, view)
             return None
-        budget = None
         if view.work(terms) > LOOP_WORK:
-            # Many postings, but the answer may need few of them weighed (a brief: most of
-            # a large scope matches, a few hundred rows can reach the answer): tried here
-            # within LOOP_WEIGH rows, then in a ranking process.
-            budget = LOOP_WEIGH
-        try:
-            ranked = self._rank_view(view, terms, limit, now, budget)
-        except topk.OverBudget:
             return Heavy(handle, view)
+        ranked = self._rank_view(view, terms, limit, now)
         return self._view_answer(handle, ranked, bump, now)
 
     async def _rank_heavy(self, scope_key: str, heavy: Heavy, terms: engine.QueryTerms,
@@ -115,7 +104,7 @@ class Views(StoreBase):
         on the read pool. Either way light queries on other scopes are answered meanwhile."""
         view = heavy.view
         best = await self._ranker.best(heavy.handle.path, scope_key, terms, limit,
-                                       self.ranking, view.generation, now)
+                                       self.ranking, view.generation)
         if best is not None and best[0] == view.generation:
             entries = view.entries  # no await from here on: the view cannot change
             candidates = best[1]
@@ -129,14 +118,13 @@ class Views(StoreBase):
             view.readers -= 1
         return self._view_answer(heavy.handle, ranked, bump, now)
 
-    def _rank_view(self, view: ScopeView, terms: engine.QueryTerms, limit: int, now: int,
-                   budget: int | None = None) -> list[tuple[tuple[Any, ...], float]]:
-        """The view's ranked rows (``topk.OverBudget`` past ``budget`` rows weighed). Safe on
-        a pool thread: the postings never change, and the loop only replaces whole entries
-        (a usage bump), one atomic assignment each."""
+    def _rank_view(self, view: ScopeView, terms: engine.QueryTerms, limit: int, now: int
+                   ) -> list[tuple[tuple[Any, ...], float]]:
+        """The view's ranked rows. Safe on a pool thread: the postings never change, and
+        the loop only replaces whole entries (a usage bump), one atomic assignment each."""
         ranking = self.ranking
         weights = engine.term_weights(terms, view.stats(terms), ranking)
-        covered = view.covered(terms, weights, limit, ranking.context_weight, now, budget)
+        covered = view.covered(terms, weights, limit, ranking.context_weight)
         return engine.rank_covered(covered, sum(weights), limit, now, ranking,
                                    view.continues, view.entries)
 
