@@ -43,11 +43,12 @@ from scopemem.stores.sqlite.view import ScopeView
 DEFAULT_CACHE_ROWS = 50_000
 #: How much ranking work (postings read: the query terms' document frequencies summed) a
 #: retrieval may do on the event loop; past it the ranking runs in a ranking process (or on
-#: the read pool). A view weighs about 5 ns a posting (``stores.dense``), so this is about a
-#: millisecond: a realistic brief on a 10,000-row scope reads 20,000-50,000 postings, 24
-#: common words or a 300-word brief 60,000-90,000, and only a query over a scope of very
-#: long records reads more (which would hold every other client's request).
-LOOP_WORK = 250_000
+#: the read pool). A view weighs about 5 ns a posting (``stores.dense``), so this is about
+#: 0.3 ms of array work and a millisecond with the rest of the ranking: a realistic brief on
+#: a 10,000-row scope reads 20,000-50,000 postings and stays; 24 common words or a 300-word
+#: pasted log read 60,000-90,000 and go to the other core, so a client sending them cannot
+#: take the loop from everyone else (``load_bench.py`` figure 2).
+LOOP_WORK = 60_000
 
 
 class Views(StoreBase):
