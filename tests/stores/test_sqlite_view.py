@@ -223,9 +223,9 @@ async def test_one_background_save_commits_the_uses_of_every_scope_read(make, mo
     jobs: list[list[str]] = []
     commit_all = SqliteStore._commit_all
 
-    def spy(self, handles):  # type: ignore[no-untyped-def]
+    def spy(self, handles, *args):  # type: ignore[no-untyped-def]
         jobs.append(sorted(key for key, _handle in handles))
-        return commit_all(self, handles)
+        return commit_all(self, handles, *args)
 
     monkeypatch.setattr(SqliteStore, "_commit_all", spy)
     hits = {scope: (await store.retrieve(scope, "deploy", 5))[0] for scope in scopes}
@@ -543,3 +543,56 @@ async def test_a_connection_held_by_a_pool_thread_is_waited_for_on_the_pool(make
     await store.retrieve(ORG, "deploy", 5)  # free again: checked on the loop itself
     checks = [thread for sql, _, thread in traced if sql == schema.GENERATION_SQL]
     assert checks == [threading.current_thread().name] and prefilters(traced) == []
+
+
+async def test_retrievals_during_our_own_write_are_answered_from_the_view(make, tmp_path,
+                                                                          monkeypatch, traced):
+    """While this store's write holds the scope's file (its transaction open, the file's
+    write lock taken, so nobody else can commit), retrievals are answered from the view,
+    as the committed rows stand, without waiting for the write; the uses they count are
+    counted once, in the carried view and in the file alike; once the write has returned,
+    its rows are in every answer."""
+    store = make()
+    plain = make(tmp_path / "plain", cache_rows=0)
+    for each in (store, plain):
+        await each.write(ORG, [fact("deploy with the blue script"), fact("rollback plan")])
+    await warm(store)
+    inside, release = threading.Event(), threading.Event()
+    write_rows = SqliteStore._write_rows
+
+    def held(self, *args, **kwargs):  # the write, stopped inside its transaction
+        inside.set()
+        if not release.wait(30):
+            raise AssertionError("never released")
+        return write_rows(self, *args, **kwargs)
+
+    monkeypatch.setattr(SqliteStore, "_write_rows", held)
+    writing = asyncio.ensure_future(store.write(ORG, [fact("deploy from main only")]))
+    try:
+        while not inside.is_set():
+            await asyncio.sleep(0.005)
+        traced.clear()
+        during = []
+        for _ in range(3):  # a new loop iteration each: the view is checked every time
+            during.append(await asyncio.wait_for(store.search(ORG, "deploy", 8), 10))
+            await asyncio.sleep(0)
+        assert not writing.done()  # answered while the write still held the file
+        assert prefilters(traced) == []  # from the view, no SQL
+        for hits in during:
+            assert sorted(hit.record.text for hit in hits) == [
+                "deploy with the blue script"]
+    finally:
+        release.set()
+    await writing
+    monkeypatch.setattr(SqliteStore, "_write_rows", write_rows)
+    for _ in range(3):  # the same retrievals, before the same write, through SQL
+        await plain.search(ORG, "deploy", 8)
+    await plain.write(ORG, [fact("deploy from main only")])
+    after = await store.search(ORG, "deploy", 8)
+    expected = await plain.search(ORG, "deploy", 8)
+    assert [(hit.record.id, hit.record.use_count) for hit in after] == [
+        (hit.record.id, hit.record.use_count) for hit in expected]
+    blue = next(hit.record for hit in after if "blue" in hit.record.text)
+    assert blue.use_count == 4  # three during the write, one now: each once
+    await store.flush()
+    assert use_counts(store, ORG)[blue.id] == 4

@@ -186,20 +186,21 @@ class StoreBase(Files):
     @contextlib.contextmanager
     def _transaction(self, conn: Any, *, relaxed: bool = False,
                      bumps: Handle | None = None, changes_rows: bool = True,
-                     applied: set[int] | None = None) -> Iterator[None]:
+                     applied: set[int] | None = None, vouch: ScopeView | None = None
+                     ) -> Iterator[None]:
         """One ``BEGIN IMMEDIATE`` transaction: committed if the block finishes, rolled back
         if it raises. ``relaxed`` commits without waiting for the disk (usage bumps only).
         The pending usage bumps of the handle ``bumps`` (held by the caller) are applied
         first, so the block reads rows with them; they are pending again if the transaction
         does not commit (``applied``, when given, gathers their seqs). A transaction that is
         not ``relaxed`` on a handle changes rows (unless ``changes_rows`` says it never
-        does): it drops the scope's view and counts a generation."""
+        does): it counts a generation and drops the scope's view once committed. With
+        ``vouch`` (the scope's view as the transaction began), the transaction reads the
+        generation as soon as it holds the file's write lock, and when it is the view's,
+        vouches for the view (``Handle.live``) until the commit."""
         relax = relaxed and self.synchronous in ("full", "extra")
         changes_rows = changes_rows and bumps is not None and not relaxed
         if changes_rows and bumps is not None:
-            # The scope's rows are about to change: no retrieval may be answered from the
-            # view from here on (one already answered saw the rows before this commit).
-            self._release_view(bumps)
             bumps.view_refused = False
         if relax:
             conn.execute("PRAGMA synchronous = NORMAL")
@@ -207,6 +208,9 @@ class StoreBase(Files):
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
+                if vouch is not None and changes_rows and bumps is not None and \
+                        conn.execute(schema.GENERATION_SQL).fetchall()[0][0] == vouch.generation:
+                    bumps.live = vouch  # no other process can commit before we do
                 if bumps is not None:
                     batch = bumps.take_batch()
                     if batch:
@@ -229,7 +233,15 @@ class StoreBase(Files):
                         conn.execute("ROLLBACK")
                 raise
             batch = {}
+            if changes_rows and bumps is not None:
+                # The rows changed: from here on no retrieval is answered from the view.
+                # Until this commit it was the committed state (a retrieval answered from it
+                # meanwhile is concurrent with the change, which nobody has been told of).
+                bumps.live = None
+                self._release_view(bumps)
         finally:
+            if bumps is not None:
+                bumps.live = None
             if batch and bumps is not None:
                 bumps.return_batch(batch)
             if relax:

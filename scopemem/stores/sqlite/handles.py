@@ -27,6 +27,9 @@ class Carry:
     gone: set[int]
     removed_terms: dict[int, list[str]]
     generation: int
+    # The uses of each pending bump the old view already held when the write dropped it
+    # (``Handle.seen``): at the install only the bumps added since are applied to it again.
+    seen: dict[int, int] = attrs.Factory(dict)
 
 
 
@@ -50,8 +53,8 @@ class Unverified:
 class Handle:
     """One cached connection and the lock that keeps it to one thread at a time."""
 
-    __slots__ = ("bump_lock", "carry", "closed", "conn", "lock", "path", "pending", "probed",
-                 "retrievals", "view", "view_refused")
+    __slots__ = ("bump_lock", "carry", "closed", "conn", "live", "lock", "path", "pending",
+                 "probed", "retrievals", "seen", "view", "view_refused")
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -71,6 +74,12 @@ class Handle:
         self.probed: tuple[object, int] | None = None  # (epoch, generation read in it)
         # What a write read for carrying the view on (see _plan_carry), applied on the loop.
         self.carry: Carry | None = None
+        # The view this store's own write vouches for while its transaction holds the file's
+        # write lock (no other process can commit meanwhile) and the view's generation is
+        # the file's: the event loop answers from it without a probe until the commit.
+        self.live: ScopeView | None = None
+        # seq -> uses of the pending bumps the last view dropped held (see Carry.seen).
+        self.seen: dict[int, int] = {}
 
     def add_bumps(self, seqs: Sequence[int], now: int) -> bool:
         """Count one use of each row at ``now``; False (nothing counted) when the handle is
@@ -106,4 +115,5 @@ class Handle:
             if current is None or (view is not None and current is not view):
                 return None
             self.view = None
+            self.seen = {seq: bump[0] for seq, bump in self.pending.items()}
             return current

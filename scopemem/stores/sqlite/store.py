@@ -189,7 +189,9 @@ class SqliteStore(Reads, Writes, Usage, Porting, Counts):
                 # rather than park read threads on its connection for the length of its
                 # transaction.
                 async with self._writer(scope_key):
-                    answered = await self._run(
+                    # The write has carried the view on, as a rule: answer from it.
+                    retried = self._from_view(scope_key, terms, limit, now, bump)
+                    answered = retried if isinstance(retried, tuple) else await self._run(
                         "read", self._retrieve, scope_key, terms, limit, now, bump)
             else:
                 answered = await self._run(

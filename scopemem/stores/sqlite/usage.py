@@ -70,12 +70,16 @@ class Usage(StoreBase):
                 await asyncio.sleep(self.usage_flush_ms / 1000)
                 dirty, self._dirty = self._dirty, {}
                 try:
-                    failed = await self._run("write", self._commit_all, list(dirty.items()))
+                    failed = await self._run("write", self._commit_all, list(dirty.items()),
+                                             True)
                 except Exception as exc:
                     if self._closed:
                         return  # closing saves them
                     failed = [(key, handle, sql.describe(exc)) for key, handle in dirty.items()]
                 for scope_key, handle, reason in failed:
+                    if not reason:  # a write's carry is on its way: saved next round
+                        self._dirty.setdefault(scope_key, handle)
+                        continue
                     log.warning("sqlite store: %s: use counts of %d record(s) not saved yet,"
                                 " kept for the next save: %s", handle.path,
                                 len(handle.pending), reason)
@@ -84,16 +88,21 @@ class Usage(StoreBase):
             if self._saver is asyncio.current_task():
                 self._saver = None
 
-    def _commit_all(self, handles: Sequence[tuple[str, Handle]]
+    def _commit_all(self, handles: Sequence[tuple[str, Handle]], later: bool = False
                     ) -> list[tuple[str, Handle, str]]:
         """On the write pool: commit each scope's pending bumps in a transaction of its own
         (waiting for whatever holds its connection now). The scopes whose commit failed,
-        with why; their bumps are pending again."""
+        with why; their bumps are pending again. With ``later``, a scope whose view a write
+        is carrying on is left for the next round (reason ""): the carry applies the
+        pending bumps to the rows it read back, which must still be pending then."""
         failed: list[tuple[str, Handle, str]] = []
         for scope_key, handle in handles:
             with handle.lock:
                 if handle.closed or not handle.pending:
                     continue  # a closed handle committed its own; a write took them
+                if later and handle.carry is not None:
+                    failed.append((scope_key, handle, ""))
+                    continue
                 try:
                     with self._transaction(handle.conn, relaxed=True, bumps=handle):
                         pass

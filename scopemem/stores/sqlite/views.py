@@ -82,12 +82,16 @@ class Views(StoreBase):
             generation: int | None = probed[1]
         else:
             generation = self._probe(handle)
-            if generation is None:
+            if generation is None and handle.live is view:
+                # Our own write holds the file and has not committed: the view is current.
+                generation = view.generation
+            elif generation is None:
                 writer = self._writers.get(scope_key)
                 if handle.lock.locked() and not (writer is not None and writer[0].locked()):
                     return Unverified(handle)  # held for a moment, not by a write
                 return None
-            handle.probed = (epoch, generation)
+            else:
+                handle.probed = (epoch, generation)
         if generation != view.generation:
             self._release_view(handle, view)
             return None
@@ -276,7 +280,7 @@ class Views(StoreBase):
         rows = [row if row[16] is not None
                 else (*row[:16], sql.fts_tokens(row[4], json.loads(row[5]), self.analyzer))
                 for row in rows]
-        return Carry(old, rows, gone, removed_terms, generation)
+        return Carry(old, rows, gone, removed_terms, generation, dict(handle.seen))
 
     def _apply_carry(self, scope_key: str) -> None:
         """Install the carried view a write planned, on the event loop: in place when no
@@ -301,8 +305,23 @@ class Views(StoreBase):
         with handle.bump_lock:
             refused = handle.view is not None or handle.closed  # built meanwhile, closing
             if not refused:
-                view.bump(handle.pending)
+                view.bump(_unseen(handle.pending, carry))
                 handle.view = view
                 handle.probed = None
         if refused:
             self._unreserve_rows(handle, len(view))
+
+
+def _unseen(pending: Mapping[int, Sequence[int]], carry: Carry) -> dict[int, tuple[int, int]]:
+    """The pending bumps a carried view does not hold yet: all of them for the rows the
+    carry read again, and for the others those added since the write dropped the old view
+    (which held the ones in ``carry.seen``)."""
+    replaced = {row[0] for row in carry.rows}
+    seen = carry.seen
+    unseen: dict[int, tuple[int, int]] = {}
+    for seq, (uses, last) in pending.items():
+        if seq not in replaced:
+            uses -= seen.get(seq, 0)
+        if uses > 0:
+            unseen[seq] = (uses, last)
+    return unseen

@@ -53,18 +53,19 @@ class Writes(Views):
             # The active rows the batch inserted, as the view reads rows: carried on as
             # written, not read back.
             inserted: dict[int, tuple[Any, ...]] | None = None if old_view is None else {}
-            with self._transaction(handle.conn, bumps=handle, applied=changed):
-                generation = (None if old_view is None else
-                              handle.conn.execute(schema.GENERATION_SQL).fetchall()[0][0])
+            # The transaction vouches for the view while it holds the file's write lock (the
+            # view is the committed state until the commit): retrievals answer from it.
+            with self._transaction(handle.conn, bumps=handle, applied=changed,
+                                   vouch=old_view):
+                vouched = old_view is not None and handle.live is old_view
                 counts, evicted = self._write_rows(handle.conn, scope_key, candidates, cap,
                                                    now, changed, retired, removed, inserted)
                 counts += WriteCounts(evicted=len(evicted))
                 # Counted in the change's own transaction: a crash keeps both or neither.
                 add_rows(handle.conn, counting.write_rows(scope_key, counts, now))
-            if old_view is not None and generation is not None \
-                    and old_view.generation == generation:
+            if old_view is not None and vouched:
                 handle.carry = self._plan_carry(handle, old_view, changed, retired,
-                                                generation + 1, removed, inserted)
+                                                old_view.generation + 1, removed, inserted)
         # No log line of its own: the counts say what was evicted, the Worker logs the
         # eviction for a served store and Memory's [memory] line counts it for an embedded one.
         return counts
