@@ -13,10 +13,12 @@ Staleness is decided by the ``generation`` counter that every transaction changi
 increments (this store's, another store's, another process's; usage bumps do not count):
 the view remembers the generation it was read at, and the event loop reads the current one
 on the scope's own connection when no pool thread holds it (once per scope per loop
-iteration, see ``_current_epoch``). A change made through this store drops the view as its
-transaction begins; a write that committed with nobody else writing in between then carries it on
-(``_plan_carry`` on the write pool, ``_apply_carry`` on the loop) rather than leave it to
-be rebuilt. The view holds the usage bumps too: every retrieval applies its bumps to the
+iteration, see ``_current_epoch``). While a write of this store holds the file's write
+lock and has found the view's generation, it vouches for the view (``Handle.live``): no
+one else can commit, so retrievals answer from it without a check. A change made through
+this store drops the view as it commits; a write that committed with nobody else writing
+in between then carries it on (``_plan_carry`` on the write pool, ``_apply_carry`` on the
+loop) rather than leave it to be rebuilt. The view holds the usage bumps too: every retrieval applies its bumps to the
 view as it adds them to the pending set. Use counts added by *other* processes' retrievals
 reach the view only with the next change.
 """
