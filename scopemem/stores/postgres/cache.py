@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import attrs
 
+from scopemem.stores.dense import DenseIndex
 from scopemem.stores.postgres.tokens import read_postings
 
 __all__ = ["DEFAULT_MIN_POSTINGS", "DEFAULT_POSTINGS_CACHE", "PostingsCache", "ScopeCopy"]
@@ -75,6 +76,8 @@ class ScopeCopy:
     # seq → (its last touch when copied, None): lower bounds of the rows' last touches, as
     # ``core.topk``'s score rule reads ``details``; a seq not held reads as never touched.
     touches: Touches = attrs.field(factory=lambda: Touches({}))
+    # The postings as arrays (stores.dense): a retrieval weighs every record at once.
+    dense: DenseIndex | None = None
 
     @classmethod
     def from_rows(cls, rows: Sequence[Sequence[object]],
@@ -88,9 +91,11 @@ class ScopeCopy:
         postings, continues = read_postings(
             (row[2], row[3], row[4]) for row in rows if row[2] is not None)  # type: ignore[misc]
         frozen = {term: frozenset(seqs) for term, seqs in postings.items()}
-        return cls(generation, active, frozen, frozenset(continues),
-                   sum(map(len, frozen.values())),
-                   Touches({seq: (touched, None) for seq, touched in touches}))
+        chained = frozenset(continues)
+        held: set[int] = set().union(*frozen.values()) if frozen else set()
+        return cls(generation, active, frozen, chained, sum(map(len, frozen.values())),
+                   Touches({seq: (touched, None) for seq, touched in touches}),
+                   DenseIndex(frozen, held, chained))
 
     def terms(self, terms: Iterable[str]) -> dict[str, frozenset[int]]:
         """The postings of ``terms`` (those some record holds)."""

@@ -33,6 +33,7 @@ from scopemem.core import engine
 from scopemem.core.records import Record
 from scopemem.core.scopes import record_seq
 from scopemem.stores.base import Hit
+from scopemem.stores.dense import DenseIndex
 from scopemem.stores.postgres import tokens
 from scopemem.stores.postgres.cache import Loader, PostingsCache
 from scopemem.stores.postgres.statements import Statements, record_of
@@ -55,7 +56,7 @@ async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engi
     if copy is not None:
         hits = await _ranked(conn, sql, usage, ranking, scope_key, terms, limit, now, bump,
                              copy.active, copy.terms(terms.terms), copy.continues,
-                             copy.touches, copy.generation)
+                             copy.touches, copy.generation, copy.dense)
         if hits is not None:
             assert cache is not None
             cache.answered += 1
@@ -81,10 +82,13 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
                   active: int, postings: Mapping[str, AbstractSet[int]],
                   continues: AbstractSet[int],
                   touches: Mapping[int, tuple[int, object]] | None = None,
-                  generation: int | None = None) -> list[Hit] | None:
+                  generation: int | None = None, dense: DenseIndex | None = None
+                  ) -> list[Hit] | None:
     """Steps 2 to 4 from the query terms' ``postings`` in a scope of ``active`` records.
     With ``generation`` (they are a copy's), None when the scope's change counter is not
-    that any more, before anything is counted."""
+    that any more, before anything is counted; ``dense``, the copy's postings as arrays,
+    weighs every record at once (``stores.dense``) rather than the few ``core.topk``
+    needs one at a time."""
     weights = tokens.term_weights(postings, active, terms, ranking)
     total = sum(weights)
 
@@ -95,8 +99,11 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
         nonlocal postings
         if gone:
             postings = {term: holders - set(gone) for term, holders in postings.items()}
-        covered = tokens.covered(postings, continues, terms, weights, limit, ranking, touches,
-                                 now)
+        if dense is not None and not gone:
+            covered = dense.covered(terms, weights, limit, ranking.context_weight)
+        else:
+            covered = tokens.covered(postings, continues, terms, weights, limit, ranking,
+                                     touches, now)
         return covered, engine.rank_candidates(covered, total, limit, ranking, continues)
 
     covered, candidates = choose()

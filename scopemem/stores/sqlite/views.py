@@ -18,9 +18,9 @@ lock and has found the view's generation, it vouches for the view (``Handle.live
 one else can commit, so retrievals answer from it without a check. A change made through
 this store drops the view as it commits; a write that committed with nobody else writing
 in between then carries it on (``_plan_carry`` on the write pool, ``_apply_carry`` on the
-loop) rather than leave it to be rebuilt. The view holds the usage bumps too: every retrieval applies its bumps to the
-view as it adds them to the pending set. Use counts added by *other* processes' retrievals
-reach the view only with the next change.
+loop) rather than leave it to be rebuilt. The view holds the usage bumps too: every
+retrieval applies its bumps to the view as it adds them to the pending set. Use counts
+added by *other* processes' retrievals reach the view only with the next change.
 """
 
 from __future__ import annotations
