@@ -194,14 +194,19 @@ class StoreBase(Files):
         first, so the block reads rows with them; they are pending again if the transaction
         does not commit (``applied``, when given, gathers their seqs). A transaction that is
         not ``relaxed`` on a handle changes rows (unless ``changes_rows`` says it never
-        does): it counts a generation and drops the scope's view once committed. With
-        ``vouch`` (the scope's view as the transaction began), the transaction reads the
-        generation as soon as it holds the file's write lock, and when it is the view's,
-        vouches for the view (``Handle.live``) until the commit."""
+        does): it counts a generation and drops the scope's view, as it begins; with
+        ``vouch`` (the scope's view as the transaction began), only once committed: the
+        transaction reads the generation as soon as it holds the file's write lock, and when
+        it is the view's, vouches for the view (``Handle.live``) until the commit."""
         relax = relaxed and self.synchronous in ("full", "extra")
         changes_rows = changes_rows and bumps is not None and not relaxed
         if changes_rows and bumps is not None:
             bumps.view_refused = False
+            if vouch is None:
+                # Nothing vouches for the view while this transaction holds the file (a
+                # forget, a sweep, an import): it leaves use now, so no retrieval is answered
+                # from it in the moment after the commit.
+                self._release_view(bumps)
         if relax:
             conn.execute("PRAGMA synchronous = NORMAL")
         batch: dict[int, list[int]] = {}
@@ -236,7 +241,7 @@ class StoreBase(Files):
             if changes_rows and bumps is not None:
                 # The rows changed: from here on no retrieval is answered from the view.
                 # Until this commit it was the committed state (a retrieval answered from it
-                # meanwhile is concurrent with the change, which nobody has been told of).
+                # meanwhile is concurrent with the write, which nobody has been told of).
                 bumps.live = None
                 self._release_view(bumps)
         finally:
