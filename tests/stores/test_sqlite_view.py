@@ -545,6 +545,22 @@ async def test_a_connection_held_by_a_pool_thread_is_waited_for_on_the_pool(make
     assert checks == [threading.current_thread().name] and prefilters(traced) == []
 
 
+def hold_writes(monkeypatch):  # type: ignore[no-untyped-def]
+    """Stop every write inside its transaction (its rows not written yet) until released:
+    (set once a write is held, the release, the unpatched ``_write_rows``)."""
+    inside, release = threading.Event(), threading.Event()
+    write_rows = SqliteStore._write_rows
+
+    def held(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        inside.set()
+        if not release.wait(30):
+            raise AssertionError("never released")
+        return write_rows(self, *args, **kwargs)
+
+    monkeypatch.setattr(SqliteStore, "_write_rows", held)
+    return inside, release, write_rows
+
+
 async def test_retrievals_during_our_own_write_are_answered_from_the_view(make, tmp_path,
                                                                           monkeypatch, traced):
     """While this store's write holds the scope's file (its transaction open, the file's
@@ -557,16 +573,7 @@ async def test_retrievals_during_our_own_write_are_answered_from_the_view(make, 
     for each in (store, plain):
         await each.write(ORG, [fact("deploy with the blue script"), fact("rollback plan")])
     await warm(store)
-    inside, release = threading.Event(), threading.Event()
-    write_rows = SqliteStore._write_rows
-
-    def held(self, *args, **kwargs):  # the write, stopped inside its transaction
-        inside.set()
-        if not release.wait(30):
-            raise AssertionError("never released")
-        return write_rows(self, *args, **kwargs)
-
-    monkeypatch.setattr(SqliteStore, "_write_rows", held)
+    inside, release, write_rows = hold_writes(monkeypatch)
     writing = asyncio.ensure_future(store.write(ORG, [fact("deploy from main only")]))
     try:
         while not inside.is_set():
@@ -596,3 +603,34 @@ async def test_retrievals_during_our_own_write_are_answered_from_the_view(make, 
     assert blue.use_count == 4  # three during the write, one now: each once
     await store.flush()
     assert use_counts(store, ORG)[blue.id] == 4
+
+
+async def test_a_write_cancelled_while_its_thread_runs_still_carries_the_view_on(
+        make, monkeypatch, traced):
+    """A write whose caller went away (its request cancelled) still finishes on its thread;
+    the view it carries on is installed all the same, so the scope's use counts keep being
+    saved in the background rather than held back for a carry nobody applies."""
+    store = make(usage_flush_ms=20)
+    await store.write(ORG, [fact("deploy with the blue script")])
+    await warm(store)
+    inside, release, _write_rows = hold_writes(monkeypatch)
+    writing = asyncio.ensure_future(store.write(ORG, [fact("deploy from main only")]))
+    while not inside.is_set():
+        await asyncio.sleep(0.005)
+    writing.cancel()
+    release.set()
+    handle = store._handles[ORG]
+    for _ in range(2000):  # bounded by a count: the thread commits, then hands the carry on
+        if not handle.lock.locked() and handle.carry is None and handle.view is not None:
+            break
+        await asyncio.sleep(0.005)
+    assert handle.carry is None and handle.view is not None
+    traced.clear()
+    hits = await store.search(ORG, "deploy", 8)
+    assert sorted(hit.record.text for hit in hits) == [
+        "deploy from main only", "deploy with the blue script"]
+    assert prefilters(traced) == []  # from the carried view
+    saver = store._saver
+    assert saver is not None
+    await saver
+    assert all(use_counts(store, ORG)[hit.record.id] == 1 for hit in hits)

@@ -9,6 +9,7 @@ loop which part answers and on which pool it runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from collections import OrderedDict
@@ -225,9 +226,20 @@ class SqliteStore(Reads, Writes, Usage, Porting, Counts):
             return WriteCounts()
         now = self._clock()
         batch = fit_batch(candidates)
+        loop = asyncio.get_running_loop()
+
+        def write_then_carry() -> WriteCounts:
+            try:
+                return self._write(scope_key, batch, cap, now)
+            finally:
+                # Also when this call was cancelled meanwhile: a carry left pending would
+                # hold the scope's use counts back from the background saves.
+                with contextlib.suppress(RuntimeError):  # the loop closed
+                    loop.call_soon_threadsafe(self._apply_carry, scope_key)
+
         async with self._writer(scope_key):
-            counts = await self._run("write", self._write, scope_key, batch, cap, now)
-            self._apply_carry(scope_key)
+            counts = await self._run("write", write_then_carry)
+            self._apply_carry(scope_key)  # before the write is answered
             return counts
 
     async def list(
