@@ -35,6 +35,7 @@ from scopemem.stores.sqlite import (
 )
 from scopemem.stores.sqlite import files as sqlite_files
 from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite.walheader import WalHeader
 from tests.conftest import DAY_MS, FakeClock, fact, summary
 from tests.stores.conftest import on_every_connection
 
@@ -426,8 +427,11 @@ async def test_the_batched_bump_takes_the_largest_limit_in_one_statement(make, t
     assert sorted(counts.values()) == [0] * 10 + [1] * 50
 
 
+@pytest.mark.parametrize("header", [True, False])
 async def test_database_work_runs_off_the_event_loop_but_for_the_views_check(
-        store: SqliteStore, traced):
+        store: SqliteStore, traced, monkeypatch, header):
+    if not header:  # the WAL-index header cannot be mapped: the check reads the file
+        monkeypatch.setattr(WalHeader, "open", classmethod(lambda cls, path: None))
     await store.write(ORG, [fact("deploy")])
     for _ in range(3):  # the third is answered from the scope's view
         await store.retrieve(ORG, "deploy", 5)
@@ -437,9 +441,10 @@ async def test_database_work_runs_off_the_event_loop_but_for_the_views_check(
     await store.sweep(ORG)
     threads = {thread for _, _, thread in traced}
     assert any(name.startswith("scopemem-sqlite") for name in threads)
-    # What the loop runs: the view's check of the scope's change counter, one cached row.
+    # What the loop runs: nothing when the view is checked from the WAL-index header in
+    # memory; else the check of the scope's change counter, one cached row.
     on_loop = [sql for sql, _, thread in traced if not thread.startswith("scopemem-sqlite")]
-    assert on_loop == [schema.GENERATION_SQL]
+    assert on_loop == ([] if header else [schema.GENERATION_SQL])
     # The use counts are saved on the write pool, unsynced (NORMAL under FULL).
     saves = [index for index, (sql, _, _) in enumerate(traced) if sql == sqlite_sql.BUMP_SQL]
     assert saves and all(traced[index][2].startswith("scopemem-sqlite-write")

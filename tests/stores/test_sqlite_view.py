@@ -21,6 +21,7 @@ from scopemem.stores.sqlite import SqliteStore, fts_tokens, schema
 from scopemem.stores.sqlite import files as sqlite_files
 from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite.view import ScopeView
+from scopemem.stores.sqlite.walheader import WalHeader
 from tests.conftest import DAY_MS, fact
 from tests.stores.conftest import on_every_connection
 
@@ -520,10 +521,13 @@ async def test_a_write_that_fails_carries_nothing_into_the_view(make, monkeypatc
         "deploy on fridays", "deploy with the blue script"]
 
 
-async def test_a_connection_held_by_a_pool_thread_is_waited_for_on_the_pool(make, traced):
-    """The view's check reads the scope's own connection only when nobody holds it, never
-    waiting on the loop; when a pool thread holds it (a save of use counts, say), the check
-    waits behind it on the read pool, and the view still answers: no read through SQL."""
+async def test_a_connection_held_by_a_pool_thread_is_waited_for_on_the_pool(make, traced,
+                                                                           monkeypatch):
+    """Without the WAL-index header, the view's check reads the scope's own connection only
+    when nobody holds it, never waiting on the loop; when a pool thread holds it (a save of
+    use counts, say), the check waits behind it on the read pool, and the view still
+    answers: no read through SQL."""
+    monkeypatch.setattr(WalHeader, "open", classmethod(lambda cls, path: None))
     store = make()
     await store.write(ORG, [fact("deploy with the blue script"), fact("rollback plan")])
     await warm(store)
@@ -634,3 +638,67 @@ async def test_a_write_cancelled_while_its_thread_runs_still_carries_the_view_on
     assert saver is not None
     await saver
     assert all(use_counts(store, ORG)[hit.record.id] == 1 for hit in hits)
+
+
+async def test_a_view_is_checked_from_the_wal_header_and_sees_every_commit(make, tmp_path,
+                                                                           traced):
+    """While nobody commits, a view answers with no call into SQLite at all (its check reads
+    the WAL-index header from memory); any commit by another store on the same files moves
+    the header, and the next retrieval checks the file: a change of rows is answered through
+    SQL, a save of use counts only (rows unchanged) from the view again."""
+    ours = make(tmp_path / "shared")
+    theirs = make(tmp_path / "shared")  # another process on the same directory, in effect
+    await ours.write(ORG, [fact("deploy with the blue script"), fact("deploy on fridays")])
+    await warm(ours)
+    await ours.retrieve(ORG, "deploy", 8)
+    await asyncio.sleep(0)
+    traced.clear()
+    assert len(await ours.retrieve(ORG, "deploy", 8)) == 2
+    assert traced == []  # not one statement: checked from the header, ranked from the view
+
+    await theirs.write(ORG, [fact("deploy from main only")])
+    await asyncio.sleep(0)
+    assert {r.text for r in await ours.retrieve(ORG, "deploy", 8)} == {
+        "deploy with the blue script", "deploy on fridays", "deploy from main only"}
+
+    await warm(ours)
+    await ours.retrieve(ORG, "deploy", 8)
+    await theirs.retrieve(ORG, "deploy", 8)  # their use counts, saved: rows unchanged
+    await theirs.flush()
+    await asyncio.sleep(0)
+    traced.clear()
+    assert len(await ours.retrieve(ORG, "deploy", 8)) == 3
+    assert prefilters(traced) == []  # the view still answers
+    assert [sql for sql, _, _ in traced] == [schema.GENERATION_SQL]  # after one check
+    await asyncio.sleep(0)
+    traced.clear()
+    assert len(await ours.retrieve(ORG, "deploy", 8)) == 3
+    assert traced == []  # and the header it checked at is kept
+
+
+def test_the_wal_header_moves_with_every_commit_and_only_then(tmp_path):
+    path = str(tmp_path / "x.db")
+    assert WalHeader.open(path) is None  # no -shm file yet
+    writer = apsw.Connection(path)
+    writer.execute("PRAGMA journal_mode = WAL").fetchall()
+    writer.execute("CREATE TABLE t (v)")
+    header = WalHeader.open(path)
+    assert header is not None
+    before = header.read()
+    assert before is not None and header.read() == before
+    reader = apsw.Connection(path)
+    assert reader.execute("SELECT count(*) FROM t").fetchall() == [(0,)]
+    assert header.read() == before  # a read commits nothing
+    seen = {before}
+    for n in range(5):
+        writer.execute("INSERT INTO t VALUES (?)", (n,))
+        now = header.read()
+        assert now is not None and now not in seen  # each commit, a header never seen
+        seen.add(now)
+    writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    writer.execute("INSERT INTO t VALUES (9)")  # the WAL restarts from its start
+    assert header.read() not in seen
+    header.close()
+    assert header.read() is None  # closed: unknown, so the caller probes
+    reader.close()
+    writer.close()

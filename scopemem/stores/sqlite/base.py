@@ -167,6 +167,7 @@ class StoreBase(Files):
             with handle.bump_lock:  # no retrieval adds bumps to a closed handle
                 handle.closed = True
             self._release_view(handle)
+            handle.close_wal()
             conn, handle.conn = handle.conn, None
             if conn is not None and handle.pending:
                 try:

@@ -16,6 +16,7 @@ import attrs
 
 from scopemem.stores.shared.bumps import add_bumps, merge_bumps
 from scopemem.stores.sqlite.view import ScopeView
+from scopemem.stores.sqlite.walheader import WalHeader
 
 
 @attrs.frozen
@@ -30,6 +31,8 @@ class Carry:
     # The uses of each pending bump the old view already held when the write dropped it
     # (``Handle.seen``): at the install only the bumps added since are applied to it again.
     seen: dict[int, int] = attrs.Factory(dict)
+    # The WAL-index header read just before ``generation`` was (see walheader.py).
+    header: bytes | None = None
 
 
 
@@ -54,7 +57,7 @@ class Handle:
     """One cached connection and the lock that keeps it to one thread at a time."""
 
     __slots__ = ("bump_lock", "carry", "closed", "conn", "live", "lock", "path", "pending",
-                 "probed", "retrievals", "seen", "view", "view_refused")
+                 "probed", "retrievals", "seen", "view", "view_refused", "wal", "wal_tried")
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -80,6 +83,27 @@ class Handle:
         self.live: ScopeView | None = None
         # seq -> uses of the pending bumps the last view dropped held (see Carry.seen).
         self.seen: dict[int, int] = {}
+        # A map of the file's WAL-index header (walheader.py), made on first use while the
+        # connection is open; closed with it.
+        self.wal: WalHeader | None = None
+        self.wal_tried = False
+
+    def wal_header(self) -> bytes | None:
+        """The file's WAL-index header now (None when it cannot be read: probe instead)."""
+        wal = self.wal
+        if wal is None:
+            if self.wal_tried or self.closed or self.conn is None:
+                return None
+            self.wal_tried = True
+            wal = self.wal = WalHeader.open(self.path)
+            if wal is None:
+                return None
+        return wal.read()
+
+    def close_wal(self) -> None:
+        wal, self.wal = self.wal, None
+        if wal is not None:
+            wal.close()
 
     def add_bumps(self, seqs: Sequence[int], now: int) -> bool:
         """Count one use of each row at ``now``; False (nothing counted) when the handle is

@@ -39,12 +39,16 @@ class ScopeView:
     """Every active row of one scope at one ``generation`` of its database (the counter every
     data-changing transaction increments), with the usage bumps applied since."""
 
-    __slots__ = ("_dense", "continues", "entries", "generation", "postings", "readers")
+    __slots__ = ("_dense", "continues", "entries", "generation", "header", "postings",
+                 "readers")
 
     def __init__(self, rows: Iterable[Sequence[Any]], generation: int) -> None:
         """``rows`` are RECORD_COLUMNS followed by the row's indexed tokens (space-joined),
         active rows only."""
         self.generation = generation
+        # The file's WAL-index header read just before ``generation`` was confirmed
+        # (walheader.py): while the header is this, nobody has committed since.
+        self.header: bytes | None = None
         # Rankings reading the view on a pool thread now (counted on the event loop).
         self.readers = 0
         # The postings as arrays (stores.dense), built by the first ranking that needs them.
@@ -73,6 +77,7 @@ class ScopeView:
         the in-place carry does not need to."""
         view = cls.__new__(cls)
         view.generation = old.generation
+        view.header = None
         view.readers = 0
         view._dense = None
         view.entries = dict(old.entries)

@@ -11,7 +11,9 @@ query never holds the loop.
 
 Staleness is decided by the ``generation`` counter that every transaction changing rows
 increments (this store's, another store's, another process's; usage bumps do not count):
-the view remembers the generation it was read at, and the event loop reads the current one
+the view remembers the generation it was read at, and the WAL-index header read just before
+it was confirmed (``walheader.py``): while the header is unchanged nobody has committed, and
+the view answers with no call into SQLite. Else the event loop reads the current generation
 on the scope's own connection when no pool thread holds it (once per scope per loop
 iteration, see ``_current_epoch``). While a write of this store holds the file's write
 lock and has found the view's generation, it vouches for the view (``Handle.live``): no
@@ -80,10 +82,15 @@ class Views(StoreBase):
             return None
         epoch = self._current_epoch()
         probed = handle.probed
-        if probed is not None and probed[0] is epoch:
-            generation: int | None = probed[1]
+        header = handle.wal_header()  # read before any probe: see walheader.py
+        probed_now = False
+        if header is not None and header == view.header:
+            generation: int | None = view.generation  # nobody has committed since
+        elif probed is not None and probed[0] is epoch:
+            generation = probed[1]
         else:
             generation = self._probe(handle)
+            probed_now = generation is not None
             if generation is None and handle.live is view:
                 # Our own write holds the file and has not committed: the view is current.
                 generation = view.generation
@@ -97,6 +104,8 @@ class Views(StoreBase):
         if generation != view.generation:
             self._release_view(handle, view)
             return None
+        if probed_now and header is not None:
+            view.header = header  # the probe after it found the view's generation
         if view.work(terms) > LOOP_WORK:
             return Heavy(handle, view)
         ranked = self._rank_view(view, terms, limit, now)
@@ -220,6 +229,7 @@ class Views(StoreBase):
         if self.cache_rows == 0 or handle.view_refused or handle.closed:
             return
         conn = handle.conn
+        header = handle.wal_header()  # before the generation: see walheader.py
         with sql.snapshot(conn):  # the generation and the rows it counts, together
             generation = conn.execute(schema.GENERATION_SQL).fetchall()[0][0]
             count = conn.execute(
@@ -235,6 +245,7 @@ class Views(StoreBase):
         if not self._reserve_rows(handle, len(view)):
             handle.view_refused = True
             return
+        view.header = header
         with handle.bump_lock:
             view.bump(handle.pending)
             handle.view = view
@@ -271,6 +282,7 @@ class Views(StoreBase):
         rows: list[Sequence[Any]] = [row for seq, row in (inserted or {}).items()
                                      if seq not in gone]
         seqs = sorted(changed - gone - (inserted or {}).keys())
+        header = handle.wal_header()  # before the generation: see walheader.py
         with sql.snapshot(conn):
             if conn.execute(schema.GENERATION_SQL).fetchall()[0][0] != generation:
                 return None  # another writer came in after the commit: rebuild as usual
@@ -282,7 +294,7 @@ class Views(StoreBase):
         rows = [row if row[16] is not None
                 else (*row[:16], sql.fts_tokens(row[4], json.loads(row[5]), self.analyzer))
                 for row in rows]
-        return Carry(old, rows, gone, removed_terms, generation, dict(handle.seen))
+        return Carry(old, rows, gone, removed_terms, generation, dict(handle.seen), header)
 
     def _apply_carry(self, scope_key: str) -> None:
         """Install the carried view a write planned, on the event loop: in place when no
@@ -308,6 +320,7 @@ class Views(StoreBase):
             refused = handle.view is not None or handle.closed  # built meanwhile, closing
             if not refused:
                 view.bump(_unseen(handle.pending, carry))
+                view.header = carry.header
                 handle.view = view
                 handle.probed = None
         if refused:
