@@ -702,3 +702,30 @@ def test_the_wal_header_moves_with_every_commit_and_only_then(tmp_path):
     assert header.read() is None  # closed: unknown, so the caller probes
     reader.close()
     writer.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+async def test_the_wal_header_maps_hold_no_file_descriptor(make, tmp_path, monkeypatch):
+    """An open scope holds three descriptors (database, WAL, shared memory), which the
+    open-file budget counts on; checking its views from the WAL-index header adds none."""
+    scopes = [f"user:slack:U{n}" for n in range(12)]
+
+    async def descriptors(store: SqliteStore) -> int:
+        for scope in scopes:
+            await store.write(scope, [fact("deploy with the blue script")])
+            await warm(store, scope)
+            await store.retrieve(scope, "deploy", 5)
+        return len(os.listdir("/proc/self/fd"))
+
+    before = len(os.listdir("/proc/self/fd"))
+    mapped = make(tmp_path / "mapped")
+    with_maps = await descriptors(mapped) - before
+    assert all(mapped._handles[scope].wal is not None for scope in scopes)
+    await mapped.close()
+    monkeypatch.setattr(WalHeader, "open", classmethod(lambda cls, path: None))
+    before = len(os.listdir("/proc/self/fd"))
+    plain = make(tmp_path / "plain")
+    without = await descriptors(plain) - before
+    assert all(plain._handles[scope].wal is None for scope in scopes)
+    await plain.close()
+    assert with_maps == without
