@@ -884,3 +884,25 @@ async def test_a_file_closed_to_make_room_is_not_checkpointed_but_a_closed_store
     again = make()
     assert [r.text for r in await again.list(ORG, 5)] == ["org lesson"]
     assert [r.text for r in await again.list(USER, 5)] == ["user lesson"]
+
+
+async def test_reopening_a_current_file_reads_each_identity_fact_once(make, traced):
+    """A scope coming back into the cache of open files pays for its open on the read path:
+    a file of this scope, at this schema, under these rules reads its id, its schema version
+    and its scope once each, counts no tables and writes nothing."""
+    store = make(max_open=16)
+    await store.write(ORG, [fact("deploy with the blue script")])
+    for n in range(16):  # ORG's file is closed to make room (its first open reconciled it)
+        await store.write(f"user:slack:U{n}", [fact("x")])
+    assert ORG not in store._handles
+    traced.clear()
+    assert len(await store.retrieve(ORG, "deploy", 5)) == 1
+    opening = [sql for sql, _, _ in traced]
+    assert opening.count("PRAGMA application_id") == 1
+    assert opening.count("PRAGMA user_version") == 1
+    assert opening.count("SELECT count(*) FROM sqlite_master") == 0
+    assert sum(1 for sql, bound, _ in traced if sql == "SELECT value FROM meta WHERE key = ?"
+               and bound == (schema.META_SCOPE_KEY,)) == 1
+    # (The retrieval's own read snapshot is a plain BEGIN.)
+    assert not any(sql.startswith(("BEGIN IMMEDIATE", "INSERT", "UPDATE", "DELETE"))
+                   for sql in opening)

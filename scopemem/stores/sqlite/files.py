@@ -119,13 +119,13 @@ class Files:
             raise StoreError(f"sqlite store: cannot open {path}: {sql.describe(exc)}") from exc
         try:
             conn.set_busy_timeout(self.busy_timeout_ms)
-            self._check_identity(conn, path, scope_key)
+            identity = self._check_identity(conn, path, scope_key)
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"sqlite store: {path}: cannot switch to WAL (got {mode})")
             conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
             conn.wal_autocheckpoint(WAL_AUTOCHECKPOINT_PAGES)
-            if not self._is_current(conn, scope_key):
+            if not self._is_current(conn, scope_key, identity):
                 self._prepare(conn, path, scope_key)
             elif path not in self._reconciled:
                 with sql.immediate(conn):  # writes only what is out of step
@@ -140,14 +140,18 @@ class Files:
             raise
         return conn
 
-    def _is_current(self, conn: Any, scope_key: str) -> bool:
+    def _is_current(self, conn: Any, scope_key: str,
+                    identity: tuple[int, int, str | None] | None) -> bool:
         """Whether the file needs nothing before use: this scope's, at this schema version,
-        indexed under this store's rules. Then opening it writes nothing (no transaction,
-        no sync): the common case, paid on the read path whenever a scope comes back into
-        the cache of open """
-        return (schema.pragma(conn, "application_id") == schema.APPLICATION_ID
-                and schema.pragma(conn, "user_version") == schema.SCHEMA_VERSION
-                and schema.stored_scope(conn) == scope_key
+        indexed under this store's rules (``identity``: what ``_check_identity`` read of it,
+        None for a new file). Then opening it writes nothing (no transaction, no sync): the
+        common case, paid on the read path whenever a scope comes back into the cache of
+        open files, so what was read already is not read again."""
+        if identity is None:
+            return False
+        app_id, version, owner = identity
+        return (app_id == schema.APPLICATION_ID and version == schema.SCHEMA_VERSION
+                and owner == scope_key
                 and schema.stored_meta(conn, schema.META_FOLDING) == self.analyzer.signature)
 
     def _prepare(self, conn: Any, path: str, scope_key: str) -> None:
@@ -163,18 +167,22 @@ class Files:
             self._reconcile(conn)
 
     @staticmethod
-    def _check_identity(conn: Any, path: str, scope_key: str) -> None:
+    def _check_identity(conn: Any, path: str, scope_key: str
+                        ) -> tuple[int, int, str | None] | None:
         """Read-only checks before anything is written: the file is a SQLite database, ours
-        (or empty), of a schema version we understand, and this scope's."""
+        (or empty), of a schema version we understand, and this scope's. What it read (the
+        application id, the schema version, the scope key it holds), or None for a new
+        file."""
         apsw = sql.apsw_module()
         try:
             app_id = schema.pragma(conn, "application_id")
-            tables = schema.table_count(conn)
+            # Only a file without our id needs its tables counted (to tell a new one).
+            tables = schema.table_count(conn) if app_id != schema.APPLICATION_ID else -1
         except (apsw.NotADBError, apsw.CorruptError) as exc:
             raise StoreError(f"sqlite store: {path} is not a SQLite database or is corrupt"
                              f" ({sql.describe(exc)}); left untouched") from exc
         if app_id == 0 and tables == 0:
-            return  # a new (or never initialized) file
+            return None  # a new (or never initialized) file
         if app_id != schema.APPLICATION_ID:
             raise StoreError(f"sqlite store: {path} is a SQLite database of another"
                              " application; left untouched")
@@ -186,6 +194,7 @@ class Files:
         if owner is not None and owner != scope_key:
             raise StoreError(f"sqlite store: {path} holds scope {owner!r}, not {scope_key!r};"
                              " left untouched")
+        return app_id, version, owner
 
     def _refold(self, conn: Any, path: str) -> None:
         """Re-derive what the file keeps from the text by the tokenizing rules and languages
