@@ -73,9 +73,6 @@ class DenseIndex:
             chained[at] = True
         self._continues = chained
 
-    def __len__(self) -> int:
-        return len(self._seqs)
-
     def positions(self, term: str) -> Positions | None:
         """The positions of the records holding ``term`` (None when none does)."""
         found = self._arrays.get(term)

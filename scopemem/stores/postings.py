@@ -4,10 +4,11 @@ A store that keeps a scope's active records in memory (the SQLite store's ``Scop
 in-process store) keeps ``postings``: each term mapped to the seqs of the active records
 holding it, each record once. From those postings these functions give what
 ``engine.rank_covered`` takes: the scope's statistics for a query's terms and, for every
-record the prefilter lets in (or only for those the ranking can need: ``core.topk``), the
-weight of the query terms it holds. The weights are summed
-in query-term order starting from 0.0, as ``ranking.covered_weight`` sums them, so every
-store's floats agree bit for bit and every store answers with the same ids in the same order.
+record the ranking can need (``core.topk``; the stores holding the postings in memory
+weigh them as arrays instead, ``stores.dense``), the weight of the query terms it holds.
+The weights are summed in query-term order starting from 0.0, as ``ranking.covered_weight``
+sums them, so every store's floats agree bit for bit and every store answers with the same
+ids in the same order.
 """
 
 from __future__ import annotations
@@ -54,17 +55,15 @@ def stats(postings: Postings, records: int, terms: QueryTerms) -> ScopeStats:
     return ScopeStats(records, {term: len(postings.get(term, ())) for term in terms.terms})
 
 
-def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float],
-            limit: int | None = None, context: float = 0.0, continues: Container[int] = (),
+def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], limit: int,
+            context: float = 0.0, continues: Container[int] = (),
             details: Mapping[int, tuple[int, object]] | None = None, now: int = 0
             ) -> dict[int, float]:
     """What ``engine.rank_covered`` takes: seq → the weight of the query terms the record
-    holds, summed in query order (as ``ranking.covered_weight`` sums, so the floats agree).
-    Without ``limit``, for every record holding a prefilter term (the records an FTS
-    prefilter matches); with it, for only as many of them as ranking ``limit`` hits with
+    holds, summed in query order (as ``ranking.covered_weight`` sums, so the floats agree),
+    for only as many of the records holding a prefilter term as ranking ``limit`` hits with
     the neighbour credit ``context``, the thread continuations ``continues`` and (when
     given) the records' ``details`` at ``now`` needs to answer exactly as with all of them
-    (``core.topk``)."""
-    if limit is None:
-        return topk.covered_all(postings, terms, weights)
+    (``core.topk``, one record at a time: for postings read from a server, where weighing
+    few matters; postings held in memory are weighed as arrays, ``stores.dense``)."""
     return topk.covered(postings, terms, weights, limit, context, continues, details, now)

@@ -243,11 +243,10 @@ class StoreBase(Files):
                 # The rows changed: from here on no retrieval is answered from the view.
                 # Until this commit it was the committed state (a retrieval answered from it
                 # meanwhile is concurrent with the write, which nobody has been told of).
-                bumps.live = None
                 self._release_view(bumps)
         finally:
             if bumps is not None:
-                bumps.live = None
+                bumps.live = None  # after the view left use: nothing vouches for it now
             if batch and bumps is not None:
                 bumps.return_batch(batch)
             if relax:
