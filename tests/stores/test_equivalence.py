@@ -9,10 +9,11 @@ index holds exactly the active rows.
 
 A second SQLite store on the same directory (another process, in effect) writes and forgets
 now and then: the first store must never answer from rows it changed (the in-memory views).
-The machine runs twice: with the SQLite store's views, and with every retrieval through SQL.
+The machine runs three times: with the SQLite store's views; with every retrieval through SQL
+(small scopes read whole, ``reads.SMALL_SCOPE_ROWS``); and through SQL and the FTS prefilter.
 
-In the first two runs scopes stay under 50 active records (the stores' cap is 40), so the
-candidate cap never has to choose. A third run adds crowds (batches of distinct texts of the
+In the first three runs scopes stay under 50 active records (the stores' cap is 40), so the
+candidate cap never has to choose. A fourth run adds crowds (batches of distinct texts of the
 same few words) under a cap of 150, so most retrievals match more records than the candidate
 cap takes; a deterministic test below does the same at 300 records with every way a record
 leaves active status. Every run also checks that the in-process store's index is what its
@@ -184,6 +185,7 @@ class AgreeingRules(RuleBasedStateMachine):
 class StoresAgree(AgreeingRules):
     CACHE_ROWS = 50_000
     STORE_CAP = CAP
+    SMALL_SCOPE_ROWS = sqlite_reads.SMALL_SCOPE_ROWS
 
     def __init__(self) -> None:
         super().__init__()
@@ -200,6 +202,8 @@ class StoresAgree(AgreeingRules):
         # Views from a scope's first retrieval on, so most retrievals here use them.
         self.view_after, sqlite_reads.VIEW_AFTER_RETRIEVALS = (
             sqlite_reads.VIEW_AFTER_RETRIEVALS, 1)
+        self.small_rows, sqlite_reads.SMALL_SCOPE_ROWS = (
+            sqlite_reads.SMALL_SCOPE_ROWS, self.SMALL_SCOPE_ROWS)
 
     def connection(self, scope: str) -> apsw.Connection | None:
         if scope not in self.raw:
@@ -233,6 +237,7 @@ class StoresAgree(AgreeingRules):
 
     def teardown(self) -> None:
         sqlite_reads.VIEW_AFTER_RETRIEVALS = self.view_after
+        sqlite_reads.SMALL_SCOPE_ROWS = self.small_rows
         for conn in self.raw.values():
             conn.close()
         self.loop.run_until_complete(self.sqlite.close())
@@ -255,6 +260,17 @@ class StoresAgreeThroughSql(StoresAgree):
 
 StoresAgreeThroughSql.TestCase.settings = StoresAgree.TestCase.settings
 TestStoresAgreeThroughSql = StoresAgreeThroughSql.TestCase
+
+
+class StoresAgreeThroughTheIndex(StoresAgreeThroughSql):
+    """Every retrieval through SQL and through the FTS prefilter, however small the scope
+    (the run above reads these small scopes whole, in one statement)."""
+
+    SMALL_SCOPE_ROWS = 0
+
+
+StoresAgreeThroughTheIndex.TestCase.settings = StoresAgree.TestCase.settings
+TestStoresAgreeThroughTheIndex = StoresAgreeThroughTheIndex.TestCase
 
 
 class StoresAgreeOverTheCandidateCap(StoresAgree):

@@ -34,6 +34,7 @@ from scopemem.stores.sqlite import (
     scope_file_name,
 )
 from scopemem.stores.sqlite import files as sqlite_files
+from scopemem.stores.sqlite import reads as sqlite_reads
 from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite.walheader import WalHeader
 from tests.conftest import DAY_MS, FakeClock, fact, summary
@@ -394,7 +395,10 @@ async def test_reconciliation_repairs_the_index_on_open(make):
 # --- how the work is done --------------------------------------------------------------------
 
 
-async def test_retrieve_bumps_in_one_batched_update(store: SqliteStore, traced, clock):
+@pytest.mark.parametrize("small_rows", [sqlite_reads.SMALL_SCOPE_ROWS, 0])
+async def test_retrieve_bumps_in_one_batched_update(store: SqliteStore, traced, clock,
+                                                    monkeypatch, small_rows: int):
+    monkeypatch.setattr(sqlite_reads, "SMALL_SCOPE_ROWS", small_rows)
     await store.write(ORG, [fact(f"cache rule {n}") for n in range(6)] + [fact("unrelated")])
     traced.clear()
     clock.advance(5)
@@ -407,9 +411,14 @@ async def test_retrieve_bumps_in_one_batched_update(store: SqliteStore, traced, 
     assert "FROM json_each(?)" in sql
     assert sorted(json.loads(bumps)) == sorted(
         [int(r.id.rsplit(":", 1)[1]), 1, clock.now] for r in got)
-    # The prefilter is the documented statement, bound to the quoted (stemmed) terms.
-    [(_, match_args)] = [(sql, args) for sql, args, _ in traced if "MATCH" in sql]
-    assert match_args == ('"cach" OR "rule"',)
+    reads = [(sql, args) for sql, args, _ in traced
+             if "MATCH" in sql or sql == schema.SMALL_SCOPE_SQL]
+    if small_rows:
+        # A small scope is read whole, in one statement, and ranked in memory.
+        assert reads == [(schema.SMALL_SCOPE_SQL, (small_rows + 1,))]
+    else:
+        # The prefilter is the documented statement, bound to the quoted (stemmed) terms.
+        assert [args for _sql, args in reads] == [('"cach" OR "rule"',)]
 
 
 async def test_the_batched_bump_takes_the_largest_limit_in_one_statement(make, traced):

@@ -14,11 +14,12 @@ import pytest
 
 from scopemem.core import engine
 from scopemem.errors import ConfigError
-from scopemem.stores.sqlite import SqliteStore
+from scopemem.stores.sqlite import SqliteStore, schema
+from scopemem.stores.sqlite import reads as sqlite_reads
 from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite.schema import RECORD_COLUMNS
 from scopemem.stores.sqlite.sql import FTS_SEGMENTS_SQL, HITS_SQL, MAX_FTS_SEGMENTS
-from tests.conftest import fact
+from tests.conftest import DAY_MS, fact
 from tests.stores.conftest import on_every_connection
 
 ORG = "org:acme"
@@ -269,3 +270,44 @@ async def test_a_large_index_is_left_to_fts5s_own_merging(make, monkeypatch):
         conn.close()
     # And every answer is the same: the index still holds exactly the active rows.
     assert [r.text for r in await store.retrieve(ORG, "note 77", 1)] == ["note 77 about caching"]
+
+
+async def test_a_small_scope_is_read_whole_and_answers_as_the_prefilter_does(
+        make, tmp_path, clock, traced, monkeypatch):
+    """Through SQL, a scope of at most ``SMALL_SCOPE_ROWS`` active rows is read in one
+    statement and ranked in memory; the answers (records, use counts, matches) are those of
+    the FTS prefilter's path, with the use counts of earlier retrievals still pending."""
+    def reads() -> list[str]:
+        return ["small" if sql == schema.SMALL_SCOPE_SQL else "prefilter"
+                for sql, _, _ in traced if sql == schema.SMALL_SCOPE_SQL or "MATCH" in sql]
+
+    texts = ("deploy with the blue script", "the cache is warm", "deploy only on fridays",
+             "warm up the deploy cache", "unrelated words here")
+    small, indexed = (make(tmp_path / name, cache_rows=0) for name in ("small", "indexed"))
+    for store in (small, indexed):
+        await store.write(ORG, [fact(text) for text in texts])
+    for query, limit in (("deploy", 2), ("cache deploy", 8), ("fridays", 1), ("nothing", 8),
+                         ("deploy warm", 3), ("deploy", 8)):
+        clock.advance(DAY_MS)
+        answers, paths = [], []
+        for store, most in ((small, 6), (indexed, 0)):
+            monkeypatch.setattr(sqlite_reads, "SMALL_SCOPE_ROWS", most)
+            traced.clear()
+            answers.append(await store.search(ORG, query, limit))
+            paths.append(reads())
+        assert answers[0] == answers[1]
+        assert paths == [["small"], ["prefilter"]]
+    await small.flush()
+    await indexed.flush()
+    assert use_counts(small.path_for(ORG)) == use_counts(indexed.path_for(ORG))
+
+    # Grown past the limit, the scope goes through the prefilter from its next read on.
+    monkeypatch.setattr(sqlite_reads, "SMALL_SCOPE_ROWS", 6)
+    await small.write(ORG, [fact("deploy twice"), fact("deploy thrice")])
+    traced.clear()
+    assert [hit.record.text for hit in await small.search(ORG, "deploy", 8)][:2] == [
+        "deploy thrice", "deploy twice"]
+    traced_once = reads()
+    await small.search(ORG, "deploy", 8)
+    assert traced_once == ["small", "prefilter"] and reads() == ["small", "prefilter",
+                                                                 "prefilter"]

@@ -29,8 +29,10 @@ ORG = "org:acme"
 
 
 def prefilters(traced: list[tuple[str, tuple, str]]) -> list[str]:
-    """The threads that ran the FTS prefilter, one per statement."""
-    return [thread for sql, _, thread in traced if "MATCH" in sql]
+    """The threads that read a scope through SQL for a retrieval, one per statement: the
+    FTS prefilter, or a small scope's one read of its rows."""
+    return [thread for sql, _, thread in traced
+            if "MATCH" in sql or sql == schema.SMALL_SCOPE_SQL]
 
 
 def use_counts(store: SqliteStore, scope: str) -> dict[str, int]:

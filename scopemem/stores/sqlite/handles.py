@@ -56,7 +56,7 @@ class Unverified:
 class Handle:
     """One cached connection and the lock that keeps it to one thread at a time."""
 
-    __slots__ = ("bump_lock", "carry", "closed", "conn", "live", "lock", "path", "pending",
+    __slots__ = ("bump_lock", "carry", "closed", "conn", "large", "live", "lock", "path", "pending",
                  "probed", "retrievals", "seen", "view", "view_refused", "wal", "wal_tried")
 
     def __init__(self, path: str) -> None:
@@ -74,6 +74,9 @@ class Handle:
         self.view: ScopeView | None = None
         self.view_refused = False  # too large for the cache when last tried
         self.retrievals = 0  # through SQL, since the handle opened
+        # More active rows than a small scope's read takes (reads.SMALL_SCOPE_ROWS) when
+        # last read: retrievals through SQL ask the index.
+        self.large = False
         self.probed: tuple[object, int] | None = None  # (epoch, generation read in it)
         # What a write read for carrying the view on (see _plan_carry), applied on the loop.
         self.carry: Carry | None = None

@@ -71,6 +71,16 @@ ACTIVE_ROWS_SQL = (
     " WHERE status = 'active'"
 )
 
+# A small scope's every active row (as ACTIVE_ROWS_SQL reads it) followed by the generation it
+# was read at, in one statement, so in one committed state: what a retrieval through SQL reads
+# of a scope of at most ``reads.SMALL_SCOPE_ROWS`` rows (bind that number plus one). It ranks
+# them in memory rather than asking the index and counting the statistics statement by
+# statement; the same rows build the scope's view.
+SMALL_SCOPE_SQL = (
+    f"SELECT {RECORD_COLUMNS}, {_indexed_tokens('records.seq')}, ({GENERATION_SQL})"
+    " FROM records WHERE status = 'active' LIMIT ?"
+)
+
 _BOOKKEEPING = (
     """CREATE TABLE IF NOT EXISTS meta (
         key   TEXT PRIMARY KEY,

@@ -238,10 +238,25 @@ class Views(StoreBase):
                 handle.view_refused = True
                 return
             rows = conn.execute(schema.ACTIVE_ROWS_SQL).fetchall()
-        view = ScopeView((row if row[16] is not None
-                          else (*row[:16], sql.fts_tokens(row[4], json.loads(row[5]),
-                                                      self.analyzer))
-                          for row in rows), generation)
+        self._install_view(handle, self._indexed(rows), generation, header)
+
+    def _indexed(self, rows: Sequence[Sequence[Any]]) -> Sequence[Sequence[Any]]:
+        """``rows`` (of ``ACTIVE_ROWS_SQL``) with the tokens of any active row the index
+        misses (which the reconciliation on open repairs) derived from its text."""
+        if all(row[16] is not None for row in rows):
+            return rows
+        return [row if row[16] is not None
+                else (*row[:16], sql.fts_tokens(row[4], json.loads(row[5]), self.analyzer))
+                for row in rows]
+
+    def _install_view(self, handle: Handle, rows: Sequence[Sequence[Any]], generation: int,
+                      header: bytes | None) -> None:
+        """Make ``rows`` (every active row, with their tokens, read at ``generation``; the
+        WAL-index ``header`` read before that generation) the scope's view, when the cache
+        has room. The caller holds the handle."""
+        if self.cache_rows == 0 or handle.view_refused or handle.closed:
+            return
+        view = ScopeView(rows, generation)
         if not self._reserve_rows(handle, len(view)):
             handle.view_refused = True
             return
