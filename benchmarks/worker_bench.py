@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -134,16 +135,25 @@ async def seed(session: aiohttp.ClientSession, url: str, scope: str, count: int)
 Body = Callable[[int, random.Random], tuple[str, dict[str, Any]]]
 
 
+# How many times ``run_clients`` has run in this process: part of each client's seed.
+_runs = itertools.count()
+
+
 async def run_clients(session: aiohttp.ClientSession, clients: int, duration: float,
                       body: Body, first_client: int = 0) -> tuple[list[float], int]:
-    """``clients`` loops posting until the deadline; every latency (s) and the error count."""
+    """``clients`` loops posting until the deadline; every latency (s) and the error count.
+
+    Each client draws from its own generator, seeded by its index and by how many times
+    this ran before: a run never replays an earlier run's draws (the same scopes in the same
+    order would find them warm), and a whole benchmark run draws the same as the last."""
     latencies: list[float] = []
     errors = 0
     deadline = time.perf_counter() + duration
+    run = next(_runs)
 
     async def client(index: int) -> None:
         nonlocal errors
-        rng = random.Random(index)
+        rng = random.Random(f"{run}:{index}")
         while time.perf_counter() < deadline:
             route, payload = body(index, rng)
             data = json.dumps(payload).encode()
