@@ -915,3 +915,21 @@ async def test_reopening_a_current_file_reads_each_identity_fact_once(make, trac
     # (The retrieval's own read snapshot is a plain BEGIN.)
     assert not any(sql.startswith(("BEGIN IMMEDIATE", "INSERT", "UPDATE", "DELETE"))
                    for sql in opening)
+    # A small scope's retrieval needs no FTS5 vocabulary table: none is made.
+    assert sqlite_sql.VOCAB_TABLE_SQL not in opening
+
+
+async def test_a_file_of_ours_at_this_version_without_its_meta_table_is_claimed(make):
+    """A file that carries our id and schema version but no ``meta`` table (cut short
+    before its first transaction) is set up and claimed like a new one, not refused."""
+    store = make()
+    path = store.path_for(ORG)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    conn = apsw.Connection(path)
+    conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
+    conn.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")
+    conn.close()
+    await store.write(ORG, [fact("deploy with the blue script")])
+    assert [r.text for r in await store.retrieve(ORG, "deploy", 5)] == [
+        "deploy with the blue script"]
+    assert query(path, "SELECT value FROM meta WHERE key = 'scope_key'") == [(ORG,)]

@@ -311,3 +311,20 @@ async def test_a_small_scope_is_read_whole_and_answers_as_the_prefilter_does(
     await small.search(ORG, "deploy", 8)
     assert traced_once == ["small", "prefilter"] and reads() == ["small", "prefilter",
                                                                  "prefilter"]
+
+
+async def test_the_vocabulary_table_is_made_once_by_the_first_read_through_the_prefilter(
+        make, tmp_path, traced, monkeypatch):
+    """A connection makes its FTS5 vocabulary table when a retrieval first counts the
+    statistics from it, and only then; what it counts ranks as the rows' own tokens do."""
+    texts = ("deploy the blue script", "deploy on fridays", "the cache is warm")
+    store, whole = make(tmp_path / "a", cache_rows=0), make(tmp_path / "b", cache_rows=0)
+    for each in (store, whole):
+        await each.write(ORG, [fact(text) for text in texts])
+    traced.clear()
+    monkeypatch.setattr(sqlite_reads, "SMALL_SCOPE_ROWS", 0)
+    answers = [await store.search(ORG, "deploy cache", 5, bump=False) for _ in range(3)]
+    assert [sql for sql, _, _ in traced if sql == sqlite_sql.VOCAB_TABLE_SQL] == [
+        sqlite_sql.VOCAB_TABLE_SQL]
+    monkeypatch.setattr(sqlite_reads, "SMALL_SCOPE_ROWS", 128)
+    assert answers == [await whole.search(ORG, "deploy cache", 5, bump=False)] * 3

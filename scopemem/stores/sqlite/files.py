@@ -131,7 +131,6 @@ class Files:
                 with sql.immediate(conn):  # writes only what is out of step
                     self._reconcile(conn)
             self._reconciled.add(path)
-            conn.execute(sql.VOCAB_TABLE_SQL)
         except BaseException as exc:
             conn.close()
             if isinstance(exc, apsw.Error):

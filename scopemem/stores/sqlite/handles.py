@@ -57,7 +57,8 @@ class Handle:
     """One cached connection and the lock that keeps it to one thread at a time."""
 
     __slots__ = ("bump_lock", "carry", "closed", "conn", "large", "live", "lock", "path", "pending",
-                 "probed", "retrievals", "seen", "view", "view_refused", "wal", "wal_tried")
+                 "probed", "retrievals", "seen", "view", "view_refused", "vocab", "wal",
+                 "wal_tried")
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -77,6 +78,10 @@ class Handle:
         # More active rows than a small scope's read takes (reads.SMALL_SCOPE_ROWS) when
         # last read: retrievals through SQL ask the index.
         self.large = False
+        # Whether the connection has its temp.records_vocab table (sql.VOCAB_TABLE_SQL),
+        # made by the first retrieval through the prefilter: a small scope's never needs it,
+        # and making it costs a tenth of an open.
+        self.vocab = False
         self.probed: tuple[object, int] | None = None  # (epoch, generation read in it)
         # What a write read for carrying the view on (see _plan_carry), applied on the loop.
         self.carry: Carry | None = None

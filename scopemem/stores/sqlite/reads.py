@@ -93,11 +93,8 @@ class Reads(Views):
         rows = self._indexed(small[0])
         pending = handle.pending_copy()
         held = [frozenset(row[16].split()) for row in rows]
-        frequency = {term: count for term in terms.terms
-                     if (count := sum(term in tokens for tokens in held))}
-        ranked = engine.rank_entries(
-            sql.entries(rows, held, pending), terms, engine.ScopeStats(len(rows), frequency),
-            limit, now, self.ranking)
+        ranked = engine.rank_entries(sql.entries(rows, held, pending), terms,
+                                     engine.scope_stats(terms, held), limit, now, self.ranking)
         keep = {seq for seq, _m in ranked}
         full = [row for row in rows if row[0] in keep]
         if pending:
@@ -108,6 +105,9 @@ class Reads(Views):
                       ) -> tuple[list[tuple[int, float]], dict[int, Sequence[Any]]]:
         """Rank the rows the index's prefilter finds, with the statistics FTS5 keeps."""
         conn = handle.conn
+        if not handle.vocab:
+            conn.execute(sql.VOCAB_TABLE_SQL)
+            handle.vocab = True
         with sql.snapshot(conn):  # the statistics and the hits they count, together
             rows = conn.execute(sql.HITS_SQL,
                                 (sql.match_expression(terms.prefilter),)).fetchall()
