@@ -534,11 +534,13 @@ async def per_turn(url: str | None, args: argparse.Namespace, briefs: list[str],
     print("   n = " + " / ".join(f"{name} {sum(map(len, t))}" for name, t in times.items()))
     for conn in raws.values():
         conn.close()
+    # Memory.close saves the blocks' counters, then closes the store: closing the store
+    # first left them to a timer that found it closed (a warning per store).
     await local.drain(timeout=10)
-    await local_store.close()
-    if remote is not None and remote_store is not None:
+    await local.close()
+    if remote is not None:
         await remote.drain(timeout=10)
-        await remote_store.close()
+        await remote.close()
 
 
 # --- in process ---------------------------------------------------------------------------------
