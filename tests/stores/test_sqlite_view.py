@@ -731,3 +731,20 @@ async def test_the_wal_header_maps_hold_no_file_descriptor(make, tmp_path, monke
     assert all(plain._handles[scope].wal is None for scope in scopes)
     await plain.close()
     assert with_maps == without
+
+
+async def test_a_small_scopes_first_retrieval_builds_its_view_while_the_budget_has_room(make):
+    """Read whole through SQL, a small scope gets its view from its first retrieval while
+    the budget has room for it unused; when it would have to drop another scope's view, it
+    waits for its second retrieval, as a scope read through the prefilter does."""
+    store = make(cache_rows=5)
+    await store.write("org:a", [fact(f"deploy note {n}") for n in range(3)])
+    await store.write("org:b", [fact(f"deploy memo {n}") for n in range(3)])
+    assert len(await store.retrieve("org:a", "deploy", 5)) == 3
+    assert store._handles["org:a"].view is not None
+    assert len(await store.retrieve("org:b", "deploy", 5)) == 3
+    assert store._handles["org:b"].view is None
+    assert store._handles["org:a"].view is not None
+    assert len(await store.retrieve("org:b", "deploy", 5)) == 3
+    assert store._handles["org:b"].view is not None
+    assert store._handles["org:a"].view is None

@@ -252,6 +252,11 @@ class StoreBase(Files):
             if relax:
                 conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
 
+    def _has_room(self, count: int) -> bool:
+        """Whether a view of ``count`` rows fits in the budget without dropping another."""
+        with self._cache_lock:
+            return self._cached_rows + count <= self.cache_rows
+
     def _reserve_rows(self, handle: Handle, count: int) -> bool:
         """Make room for a view of ``count`` rows, dropping the views of the least recently
         used scopes if need be; False when it cannot fit. Only the scopes holding views are

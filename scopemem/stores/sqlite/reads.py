@@ -13,7 +13,8 @@ A scope of at most ``SMALL_SCOPE_ROWS`` active rows is read whole instead, in on
 (``schema.SMALL_SCOPE_SQL``), and ranked in memory with its statistics counted from the
 rows' tokens: the same candidates and weights (the engine gates on the prefilter terms
 itself), at a third less per retrieval than the five statements above. The same rows build
-the scope's view on its second retrieval, with no second read.
+the scope's view with no second read: on its first retrieval while the views' budget has
+room for it unused, else on its second as for any scope.
 """
 
 from __future__ import annotations
@@ -57,11 +58,15 @@ class Reads(Views):
             # The handle is held, so it cannot close meanwhile and the bumps are counted.
             bumped = handle if bump and ranked and handle.add_bumps(
                 [seq for seq, _m in ranked], now) else None
-            if handle.view is None and handle.retrievals >= VIEW_AFTER_RETRIEVALS:
-                if small is not None and small[0]:  # read just now: build from them
+            if handle.view is None:
+                if small is not None and small[0] and (
+                        handle.retrievals >= VIEW_AFTER_RETRIEVALS
+                        or self._has_room(len(small[0]))):
+                    # Read just now: the view is built from these rows, on the first
+                    # retrieval already while the budget has room for it unused.
                     rows, generation, header = small
                     self._install_view(handle, self._indexed(rows), generation, header)
-                else:
+                elif handle.retrievals >= VIEW_AFTER_RETRIEVALS:
                     self._build_view(handle)
         if bump:
             return [Hit(sql.bumped(full[seq], now), match) for seq, match in ranked], bumped

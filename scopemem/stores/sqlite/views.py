@@ -2,12 +2,13 @@
 
 A scope's second retrieval through SQL reads all its active rows into a ``ScopeView``
 (``view.py``) when the store-wide budget ``cache_rows`` has room (dropping the views of the
-least recently used scopes if need be). From then on a retrieval is answered on the event
-loop, without a trip to a thread: the view's term index finds exactly the rows the FTS
-prefilter would hand the engine, with the scope's statistics, and the engine ranks them. A
-query whose ranking would read more than ``LOOP_WORK`` postings has its candidates chosen
-in a ranking process (``ranker.py``), or on the read pool when none can answer, so a heavy
-query never holds the loop.
+least recently used scopes if need be); a small scope's first does, with the rows it read
+anyway, while the budget has room unused (``reads.SMALL_SCOPE_ROWS``). From then on a
+retrieval is answered on the event loop, without a trip to a thread: the view's term index
+finds exactly the rows the FTS prefilter would hand the engine, with the scope's
+statistics, and the engine ranks them. A query whose ranking would read more than
+``LOOP_WORK`` postings has its candidates chosen in a ranking process (``ranker.py``), or
+on the read pool when none can answer, so a heavy query never holds the loop.
 
 Staleness is decided by the ``generation`` counter that every transaction changing rows
 increments (this store's, another store's, another process's; usage bumps do not count):
