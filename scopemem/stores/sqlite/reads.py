@@ -51,7 +51,7 @@ class Reads(Views):
                 return [], None
             small = None if handle.large else self._read_small(handle)
             if small is not None:
-                ranked, full = self._rank_small(handle, small, terms, limit, now)
+                ranked, full = self._rank_small(handle, small[0], terms, limit, now)
             else:
                 ranked, full = self._rank_indexed(handle, terms, limit, now)
             handle.retrievals += 1
@@ -64,20 +64,19 @@ class Reads(Views):
                         or self._has_room(len(small[0]))):
                     # Read just now: the view is built from these rows, on the first
                     # retrieval already while the budget has room for it unused.
-                    rows, generation, header = small
-                    self._install_view(handle, self._indexed(rows), generation, header)
+                    self._install_view(handle, *small)
                 elif handle.retrievals >= VIEW_AFTER_RETRIEVALS:
                     self._build_view(handle)
         if bump:
             return [Hit(sql.bumped(full[seq], now), match) for seq, match in ranked], bumped
         return [Hit(sql.record(full[seq]), match) for seq, match in ranked], None
 
-    @staticmethod
-    def _read_small(handle: Handle
-                    ) -> tuple[list[Sequence[Any]], int, bytes | None] | None:
-        """Every active row of a scope of at most ``SMALL_SCOPE_ROWS`` rows, the generation
-        they were read at and the WAL-index header read before it (what a view of them
-        needs); None, and the handle marked ``large``, when the scope has more rows."""
+    def _read_small(self, handle: Handle
+                    ) -> tuple[Sequence[Sequence[Any]], int, bytes | None] | None:
+        """Every active row of a scope of at most ``SMALL_SCOPE_ROWS`` rows, with their
+        tokens (``_indexed``), the generation they were read at and the WAL-index header
+        read before it (what a view of them needs); None, and the handle marked ``large``,
+        when the scope has more rows."""
         most = SMALL_SCOPE_ROWS
         if most <= 0:
             return None
@@ -86,20 +85,21 @@ class Reads(Views):
         if len(rows) > most:
             handle.large = True
             return None
-        return rows, rows[0][17] if rows else 0, header
+        return self._indexed(rows), rows[0][17] if rows else 0, header
 
-    def _rank_small(self, handle: Handle,
-                    small: tuple[list[Sequence[Any]], int, bytes | None],
+    def _rank_small(self, handle: Handle, rows: Sequence[Sequence[Any]],
                     terms: engine.QueryTerms, limit: int, now: int
                     ) -> tuple[list[tuple[int, float]], dict[int, Sequence[Any]]]:
         """Rank a small scope's rows in memory, with the statistics counted from their
         tokens: the candidates and the order the index's prefilter would give (the engine
         gates on the prefilter terms itself), read by one statement instead of five."""
-        rows = self._indexed(small[0])
         pending = handle.pending_copy()
-        held = [frozenset(row[16].split()) for row in rows]
-        ranked = engine.rank_entries(sql.entries(rows, held, pending), terms,
-                                     engine.scope_stats(terms, held), limit, now, self.ranking)
+        # Shaped as HITS_SQL reads a row: seq, thread, created, last used, status, tokens.
+        entries = sql.hit_entries([(row[0], row[6], row[8], row[9], "active", row[16])
+                                   for row in rows], pending)
+        ranked = engine.rank_entries(entries, terms,
+                                     engine.scope_stats(terms, (entry[1] for entry in entries)),
+                                     limit, now, self.ranking)
         keep = {seq for seq, _m in ranked}
         full = [row for row in rows if row[0] in keep]
         if pending:

@@ -148,23 +148,6 @@ def hit_entries(rows: Sequence[Sequence[Any]], pending: Mapping[int, list[int]]
 
 
 
-def entries(rows: Sequence[Sequence[Any]], held: Sequence[frozenset[str]],
-            pending: Mapping[int, list[int]]
-            ) -> list[tuple[int, frozenset[str], str, int, int]]:
-    """``hit_entries`` for active rows of ``RECORD_COLUMNS`` (``held``: each one's indexed
-    terms, in order)."""
-    out = []
-    for row, tokens in zip(rows, held, strict=True):
-        seq, created_at, last_used_at = row[0], row[8], row[9]
-        bump = pending.get(seq)
-        if bump is not None and (last_used_at is None or bump[1] > last_used_at):
-            last_used_at = bump[1]
-        out.append((seq, tokens, row[6], created_at if last_used_at is None else last_used_at,
-                    seq))
-    return out
-
-
-
 def rows_by_seq(conn: Any, seqs: Sequence[int]) -> list[Sequence[Any]]:
     rows: list[Sequence[Any]] = []
     for start in range(0, len(seqs), CHUNK):
