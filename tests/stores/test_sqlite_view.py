@@ -529,7 +529,7 @@ async def test_a_connection_held_by_a_pool_thread_is_waited_for_on_the_pool(make
     when nobody holds it, never waiting on the loop; when a pool thread holds it (a save of
     use counts, say), the check waits behind it on the read pool, and the view still
     answers: no read through SQL."""
-    monkeypatch.setattr(WalHeader, "open", classmethod(lambda cls, path: None))
+    monkeypatch.setattr(WalHeader, "open", classmethod(lambda cls, conn: None))
     store = make()
     await store.write(ORG, [fact("deploy with the blue script"), fact("rollback plan")])
     await warm(store)
@@ -680,20 +680,22 @@ async def test_a_view_is_checked_from_the_wal_header_and_sees_every_commit(make,
 
 def test_the_wal_header_moves_with_every_commit_and_only_then(tmp_path):
     path = str(tmp_path / "x.db")
-    assert WalHeader.open(path) is None  # no -shm file yet
     writer = apsw.Connection(path)
-    writer.execute("PRAGMA journal_mode = WAL").fetchall()
     writer.execute("CREATE TABLE t (v)")
-    header = WalHeader.open(path)
+    assert WalHeader.open(writer) is None  # not in WAL mode: no wal-index
+    assert not os.path.exists(path + "-shm")  # and none made by asking
+    writer.execute("PRAGMA journal_mode = WAL").fetchall()
+    writer.execute("INSERT INTO t VALUES (0)")
+    header = WalHeader.open(writer)
     assert header is not None
     before = header.read()
     assert before is not None and header.read() == before
     reader = apsw.Connection(path)
-    assert reader.execute("SELECT count(*) FROM t").fetchall() == [(0,)]
+    assert reader.execute("SELECT count(*) FROM t").fetchall() == [(1,)]
     assert header.read() == before  # a read commits nothing
     seen = {before}
     for n in range(5):
-        writer.execute("INSERT INTO t VALUES (?)", (n,))
+        reader.execute("INSERT INTO t VALUES (?)", (n,))  # another connection's commits too
         now = header.read()
         assert now is not None and now not in seen  # each commit, a header never seen
         seen.add(now)
@@ -704,6 +706,41 @@ def test_the_wal_header_moves_with_every_commit_and_only_then(tmp_path):
     assert header.read() is None  # closed: unknown, so the caller probes
     reader.close()
     writer.close()
+
+
+LOCK_PROBE = """
+import sys, apsw
+conn = apsw.Connection(sys.argv[1])
+conn.set_busy_timeout(0)
+try:
+    conn.execute("BEGIN IMMEDIATE")
+except apsw.BusyError:
+    print("busy")
+else:
+    print("began")
+"""
+
+
+async def test_reading_the_wal_header_leaves_sqlites_locks_in_place(make):
+    """Finding a scope's WAL-index header opens and closes no descriptor of its -shm file:
+    closing one would drop every POSIX lock the process holds on that file, the write lock
+    among them, and another process could begin writing while this one commits."""
+    import subprocess
+    import sys
+
+    store = make()
+    await store.write(ORG, [fact("deploy with the blue script")])
+    with store._connection(ORG, create=False) as handle:
+        assert handle.wal is None  # not found yet
+        handle.conn.execute("BEGIN IMMEDIATE")  # this process holds the write lock
+        try:
+            assert handle.wal_header(held=True) is not None
+            other = subprocess.run([sys.executable, "-c", LOCK_PROBE, handle.path],
+                                   capture_output=True, text=True, timeout=60)
+        finally:
+            handle.conn.execute("ROLLBACK")
+    assert other.stdout.strip() == "busy", other.stderr
+    await store.close()
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
@@ -724,7 +761,7 @@ async def test_the_wal_header_maps_hold_no_file_descriptor(make, tmp_path, monke
     with_maps = await descriptors(mapped) - before
     assert all(mapped._handles[scope].wal is not None for scope in scopes)
     await mapped.close()
-    monkeypatch.setattr(WalHeader, "open", classmethod(lambda cls, path: None))
+    monkeypatch.setattr(WalHeader, "open", classmethod(lambda cls, conn: None))
     before = len(os.listdir("/proc/self/fd"))
     plain = make(tmp_path / "plain")
     without = await descriptors(plain) - before

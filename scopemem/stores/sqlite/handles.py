@@ -91,19 +91,21 @@ class Handle:
         self.live: ScopeView | None = None
         # seq -> uses of the pending bumps the last view dropped held (see Carry.seen).
         self.seen: dict[int, int] = {}
-        # A map of the file's WAL-index header (walheader.py), made on first use while the
-        # connection is open; closed with it.
+        # The file's WAL-index header as SQLite maps it (walheader.py), found by the first
+        # read of rows for a view; closed before the connection is.
         self.wal: WalHeader | None = None
         self.wal_tried = False
 
-    def wal_header(self) -> bytes | None:
-        """The file's WAL-index header now (None when it cannot be read: probe instead)."""
+    def wal_header(self, *, held: bool = False) -> bytes | None:
+        """The file's WAL-index header now (None when it cannot be read: probe instead).
+        The map is made only by a caller that holds the connection (``held``): the first
+        read of a view's rows always does."""
         wal = self.wal
         if wal is None:
-            if self.wal_tried or self.closed or self.conn is None:
+            if not held or self.wal_tried or self.closed or self.conn is None:
                 return None
             self.wal_tried = True
-            wal = self.wal = WalHeader.open(self.path)
+            wal = self.wal = WalHeader.open(self.conn)
             if wal is None:
                 return None
         return wal.read()

@@ -80,7 +80,7 @@ class Reads(Views):
         most = SMALL_SCOPE_ROWS
         if most <= 0:
             return None
-        header = handle.wal_header()  # before the generation: see walheader.py
+        header = handle.wal_header(held=True)  # before the generation: see walheader.py
         rows = handle.conn.execute(schema.SMALL_SCOPE_SQL, (most + 1,)).fetchall()
         if len(rows) > most:
             handle.large = True

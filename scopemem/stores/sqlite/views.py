@@ -230,7 +230,7 @@ class Views(StoreBase):
         if self.cache_rows == 0 or handle.view_refused or handle.closed:
             return
         conn = handle.conn
-        header = handle.wal_header()  # before the generation: see walheader.py
+        header = handle.wal_header(held=True)  # before the generation: see walheader.py
         with sql.snapshot(conn):  # the generation and the rows it counts, together
             generation = conn.execute(schema.GENERATION_SQL).fetchall()[0][0]
             count = conn.execute(
@@ -298,7 +298,7 @@ class Views(StoreBase):
         rows: list[Sequence[Any]] = [row for seq, row in (inserted or {}).items()
                                      if seq not in gone]
         seqs = sorted(changed - gone - (inserted or {}).keys())
-        header = handle.wal_header()  # before the generation: see walheader.py
+        header = handle.wal_header(held=True)  # before the generation: see walheader.py
         with sql.snapshot(conn):
             if conn.execute(schema.GENERATION_SQL).fetchall()[0][0] != generation:
                 return None  # another writer came in after the commit: rebuild as usual

@@ -14,103 +14,122 @@ the second copy first, so a reader that finds the two copies equal has read a wh
 
 * when a view's generation is confirmed (built, carried on, or probed), the header read
   *just before* that confirmation is kept with it;
-* a later retrieval reads the header from a read-only memory map of the ``-shm`` file (no
-  system call, no release of the interpreter lock) and, when it is byte for byte the one
-  kept, no commit has completed since: the view answers without a probe;
-* anything else (another header, copies that differ while a writer updates them, a map that
-  cannot be made) means "probe as before", and a probe that finds the generation unchanged
-  (a save of use counts commits without changing rows) keeps the new header.
+* a later retrieval reads the header from memory (no system call, no release of the
+  interpreter lock) and, when it is byte for byte the one kept, no commit has completed
+  since: the view answers without a probe;
+* anything else (another header, copies that differ while a writer updates them, no map)
+  means "probe as before", and a probe that finds the generation unchanged (a save of use
+  counts commits without changing rows) keeps the new header.
 
 A commit in flight (frames written, header not yet) is not yet visible to any reader, so
-answering without it is answering before it. The map lives as long as the handle's own
-connection, which keeps the ``-shm`` file from being removed meanwhile.
+answering without it is answering before it.
+
+The memory read is SQLite's own map of the ``-shm`` file, asked of the connection's file
+through the VFS's documented ``xShmMap`` method (region 0, never extended), not a map of our
+own. Opening the ``-shm`` file ourselves would mean closing that descriptor again, and
+closing *any* descriptor of a file drops every POSIX lock the process holds on it: SQLite's
+locks on the ``-shm`` file, its write lock among them, so another process could begin
+writing while this one was committing. SQLite's map keeps no descriptor of its own and stays
+where it is until the connection closes, so the handle stops reading it (``close``) before
+closing the connection.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import mmap
-import os
+import threading
 from typing import Any
+
+from scopemem.stores.sqlite import sql
 
 # Two copies of the 48-byte WalIndexHdr; isInit is the byte at offset 12 of each.
 _HEADER = 48
 _IS_INIT = 12
 _SIZE = 2 * _HEADER
+_REGION_BYTES = 32768  # a wal-index region: what every SQLite asks xShmMap for
+_SHM_MAP_VERSION = 2  # sqlite3_io_methods version from which xShmMap is there
 
 
-def _libc() -> Any:
-    """The C library's ``mmap`` and ``munmap``, or None. Python's own ``mmap`` keeps a
-    duplicate of the file descriptor for the map's whole life (before Python 3.13's
-    ``trackfd``): a fourth descriptor per open scope, which the open-file budget
-    (``files.default_max_open``) does not allow for. A map made here keeps none."""
+class _IoMethods(ctypes.Structure):
+    """The head of ``sqlite3_io_methods`` (sqlite3.h), up to ``xShmMap``."""
+
+    _fields_ = [("iVersion", ctypes.c_int)] + [(name, ctypes.c_void_p) for name in (
+        "xClose", "xRead", "xWrite", "xTruncate", "xSync", "xFileSize", "xLock", "xUnlock",
+        "xCheckReservedLock", "xFileControl", "xSectorSize", "xDeviceCharacteristics",
+        "xShmMap")]
+
+
+class _File(ctypes.Structure):
+    """The head of ``sqlite3_file``: its methods."""
+
+    _fields_ = [("pMethods", ctypes.POINTER(_IoMethods))]
+
+
+_ShmMap = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                           ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
+
+
+def _shm_region(conn: Any) -> int | None:
+    """The address of SQLite's map of the connection's wal-index (region 0), or None when it
+    has none (not in WAL mode, not read yet, a VFS without shared memory)."""
+    apsw = sql.apsw_module()
+    file = ctypes.c_void_p()
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                              ctypes.c_int, ctypes.c_long)
-        libc.munmap.restype = ctypes.c_int
-        libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
-    except (OSError, AttributeError, TypeError):
+        # Only a connection in WAL mode has a wal-index to map (asked of any other, the VFS
+        # would make one).
+        if str(conn.execute("PRAGMA journal_mode").fetchall()[0][0]).lower() != "wal":
+            return None
+        if not conn.file_control("main", apsw.SQLITE_FCNTL_FILE_POINTER,
+                                 ctypes.addressof(file)):
+            return None
+    except apsw.Error:
         return None
-    return libc
-
-
-_LIBC = _libc()
-_FAILED = ctypes.c_void_p(-1).value
+    if not file.value:
+        return None
+    methods = ctypes.cast(file, ctypes.POINTER(_File)).contents.pMethods
+    if not methods or methods.contents.iVersion < _SHM_MAP_VERSION:
+        return None
+    shm_map = methods.contents.xShmMap
+    if not shm_map:
+        return None
+    region = ctypes.c_void_p()
+    # bExtend = 0: an existing region's address, never a new one.
+    if _ShmMap(shm_map)(file, 0, _REGION_BYTES, 0, ctypes.byref(region)) != 0:
+        return None
+    return region.value or None
 
 
 class WalHeader:
-    """A read-only map of one scope file's WAL-index header (no descriptor kept)."""
+    """A scope file's WAL-index header, read from SQLite's own map of it."""
 
-    __slots__ = ("_address", "_bytes", "_mapped")
+    __slots__ = ("_bytes", "_lock")
 
     def __init__(self, address: int) -> None:
-        self._mapped = address  # unmapped only when nothing refers to the map any more
-        self._address: int | None = address
-        self._bytes = (ctypes.c_char * _SIZE).from_address(address)
+        self._lock = threading.Lock()  # a read never overlaps the close before the unmap
+        self._bytes: Any = (ctypes.c_char * _SIZE).from_address(address)
 
     @classmethod
-    def open(cls, database_path: str) -> WalHeader | None:
-        """The map of ``database_path``'s ``-shm`` file, or None when it cannot be made (no
-        such file yet, too short, no C library to map it with): the caller then probes
-        every time."""
-        if _LIBC is None:
-            return None
-        try:
-            fd = os.open(database_path + "-shm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
-            return None
-        try:
-            if os.fstat(fd).st_size < _SIZE:
-                return None
-            address = _LIBC.mmap(None, _SIZE, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)  # the map stays valid without the descriptor
-        if address is None or address == _FAILED:
-            return None
-        return cls(address)
+    def open(cls, conn: Any) -> WalHeader | None:
+        """The header of ``conn``'s file, or None when it cannot be read this way (the
+        caller then probes every time). The caller holds the connection: no other thread
+        is using it."""
+        address = _shm_region(conn)
+        return None if address is None else cls(address)
 
     def read(self) -> bytes | None:
         """The header as it stands, or None while a writer is updating it (the two copies
         differ), before the WAL-index is initialized, or once closed."""
-        if self._address is None:
-            return None
-        both = self._bytes.raw  # a copy of the memory: no call, no lock handed over
+        with self._lock:
+            if self._bytes is None:
+                return None
+            both: bytes = self._bytes.raw  # a copy of the memory: no call, no lock handed over
         first = both[:_HEADER]
         if first != both[_HEADER:] or not first[_IS_INIT]:
             return None
         return first
 
     def close(self) -> None:
-        """Stop answering (``read`` says None from now on). The memory is unmapped once no
-        thread holds the map, so a read already under way on another thread still reads
-        mapped memory."""
-        self._address = None
-
-    def __del__(self) -> None:
-        if _LIBC is not None:
-            _LIBC.munmap(self._mapped, _SIZE)
+        """Stop reading (``read`` says None from now on): called before the connection
+        closes, which unmaps the memory."""
+        with self._lock:
+            self._bytes = None
