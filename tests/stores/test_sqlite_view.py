@@ -361,6 +361,20 @@ async def test_the_view_dropped_for_room_is_the_least_recently_read(make):
     assert set(store._viewed) == {store._handles["org:a"], store._handles["org:c"]}
 
 
+async def test_room_for_a_view_drops_the_least_recently_read_until_it_fits_and_no_more(make):
+    store = make(cache_rows=6)  # room for three views of two rows
+    for scope in ("org:a", "org:b", "org:c"):
+        await store.write(scope, [fact("deploy one"), fact("deploy two")])
+        await warm(store, scope)
+    await store.write("org:d", [fact(f"deploy note {n}") for n in range(4)])
+    await warm(store, "org:d")  # 4 rows: a's and b's views go, c's stays
+    views = {scope: store._handles[scope].view is not None
+             for scope in ("org:a", "org:b", "org:c", "org:d")}
+    assert views == {"org:a": False, "org:b": False, "org:c": True, "org:d": True}
+    assert store._cached_rows == 6
+    assert list(store._viewed) == [store._handles["org:c"], store._handles["org:d"]]
+
+
 async def test_cache_rows_zero_keeps_every_retrieval_in_sql(make, traced):
     store = make(cache_rows=0)
     await store.write(ORG, [fact("deploy")])
