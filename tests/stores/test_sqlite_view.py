@@ -256,6 +256,27 @@ async def test_the_wal_is_checkpointed_as_saves_grow_it(make, monkeypatch):
     assert os.path.getsize(wal) == start
 
 
+async def test_a_small_scopes_wal_stays_about_the_size_of_its_database(make):
+    """Saves of use counts add pages to the WAL, which a file closed to make room keeps: a
+    small scope's log is checkpointed once it holds as many pages as the database (at least
+    WAL_MIN_CHECKPOINT_PAGES), not at SQLite's 1,000 pages (4 MB beside a 64 KB scope)."""
+    store = make(usage_flush_ms=0, max_open=1)
+    await store.write(ORG, [fact(f"deploy note {n}") for n in range(20)])
+    wal = store.path_for(ORG) + "-wal"
+    page = 4096 + 24  # a WAL frame: a page and its header
+    returned = 0
+    for n in range(200):
+        returned += len(await store.retrieve(ORG, f"deploy note {n % 20}", 8))
+        await store.flush()
+        if n % 2:
+            await store.retrieve("org:other", "deploy", 1)  # closes ORG's file, WAL kept
+    limit = sqlite_files.checkpoint_pages(os.path.getsize(store.path_for(ORG)) // 4096)
+    assert limit == sqlite_files.WAL_MIN_CHECKPOINT_PAGES
+    # Past the limit by at most the one commit that crossed it.
+    assert os.path.getsize(wal) <= (limit + 8) * page + 32
+    assert sum(r.use_count for r in await store.list(ORG, 20)) == returned  # every use saved
+
+
 async def test_a_change_made_by_another_store_is_never_answered_from_memory(make, tmp_path):
     ours = make(tmp_path / "shared")
     theirs = make(tmp_path / "shared")  # another process on the same directory, in effect

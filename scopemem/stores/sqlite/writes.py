@@ -30,7 +30,7 @@ from scopemem.stores.base import retention_cutoff
 from scopemem.stores.shared import batches
 from scopemem.stores.shared import counts as counting
 from scopemem.stores.shared.batches import PURGE_ROWS
-from scopemem.stores.sqlite import schema, sql
+from scopemem.stores.sqlite import files, schema, sql
 from scopemem.stores.sqlite.counts import add_rows
 from scopemem.stores.sqlite.views import Views
 
@@ -63,6 +63,7 @@ class Writes(Views):
                 counts += WriteCounts(evicted=len(evicted))
                 # Counted in the change's own transaction: a crash keeps both or neither.
                 add_rows(handle.conn, counting.write_rows(scope_key, counts, now))
+                files.size_checkpoints(handle.conn)  # the commit checkpoints by the new size
             if old_view is not None and vouched:
                 handle.carry = self._plan_carry(handle, old_view, changed, retired,
                                                 old_view.generation + 1, removed, inserted)
