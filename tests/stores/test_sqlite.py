@@ -440,7 +440,7 @@ async def test_the_batched_bump_takes_the_largest_limit_in_one_statement(make, t
 async def test_database_work_runs_off_the_event_loop_but_for_the_views_check(
         store: SqliteStore, traced, monkeypatch, header):
     if not header:  # the WAL-index header cannot be mapped: the check reads the file
-        monkeypatch.setattr(WalHeader, "open", classmethod(lambda cls, conn: None))
+        monkeypatch.setattr(WalHeader, "open", classmethod(lambda cls, conn, **_: None))
     await store.write(ORG, [fact("deploy")])
     for _ in range(3):  # the third is answered from the scope's view
         await store.retrieve(ORG, "deploy", 5)

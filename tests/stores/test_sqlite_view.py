@@ -564,7 +564,7 @@ async def test_a_connection_held_by_a_pool_thread_is_waited_for_on_the_pool(make
     when nobody holds it, never waiting on the loop; when a pool thread holds it (a save of
     use counts, say), the check waits behind it on the read pool, and the view still
     answers: no read through SQL."""
-    monkeypatch.setattr(WalHeader, "open", classmethod(lambda cls, conn: None))
+    monkeypatch.setattr(WalHeader, "open", classmethod(lambda cls, conn, **_: None))
     store = make()
     await store.write(ORG, [fact("deploy with the blue script"), fact("rollback plan")])
     await warm(store)
@@ -796,7 +796,7 @@ async def test_the_wal_header_maps_hold_no_file_descriptor(make, tmp_path, monke
     with_maps = await descriptors(mapped) - before
     assert all(mapped._handles[scope].wal is not None for scope in scopes)
     await mapped.close()
-    monkeypatch.setattr(WalHeader, "open", classmethod(lambda cls, conn: None))
+    monkeypatch.setattr(WalHeader, "open", classmethod(lambda cls, conn, **_: None))
     before = len(os.listdir("/proc/self/fd"))
     plain = make(tmp_path / "plain")
     without = await descriptors(plain) - before

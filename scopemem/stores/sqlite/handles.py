@@ -105,7 +105,7 @@ class Handle:
             if not held or self.wal_tried or self.closed or self.conn is None:
                 return None
             self.wal_tried = True
-            wal = self.wal = WalHeader.open(self.conn)
+            wal = self.wal = WalHeader.open(self.conn, in_wal=True)
             if wal is None:
                 return None
         return wal.read()

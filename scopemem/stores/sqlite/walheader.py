@@ -69,7 +69,7 @@ _ShmMap = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c
                            ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
 
 
-def _shm_region(conn: Any) -> int | None:
+def _shm_region(conn: Any, in_wal: bool) -> int | None:
     """The address of SQLite's map of the connection's wal-index (region 0), or None when it
     has none (not in WAL mode, not read yet, a VFS without shared memory)."""
     apsw = sql.apsw_module()
@@ -77,7 +77,8 @@ def _shm_region(conn: Any) -> int | None:
     try:
         # Only a connection in WAL mode has a wal-index to map (asked of any other, the VFS
         # would make one).
-        if str(conn.execute("PRAGMA journal_mode").fetchall()[0][0]).lower() != "wal":
+        if not in_wal and str(conn.execute("PRAGMA journal_mode").fetchall()[0][0]).lower(
+                ) != "wal":
             return None
         if not conn.file_control("main", apsw.SQLITE_FCNTL_FILE_POINTER,
                                  ctypes.addressof(file)):
@@ -109,11 +110,12 @@ class WalHeader:
         self._bytes: Any = (ctypes.c_char * _SIZE).from_address(address)
 
     @classmethod
-    def open(cls, conn: Any) -> WalHeader | None:
+    def open(cls, conn: Any, *, in_wal: bool = False) -> WalHeader | None:
         """The header of ``conn``'s file, or None when it cannot be read this way (the
         caller then probes every time). The caller holds the connection: no other thread
-        is using it."""
-        address = _shm_region(conn)
+        is using it. ``in_wal``: the caller knows the connection is in WAL mode, and it is
+        not asked again (the store's are: opening refuses a file that cannot switch)."""
+        address = _shm_region(conn, in_wal)
         return None if address is None else cls(address)
 
     def read(self) -> bytes | None:
