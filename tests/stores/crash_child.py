@@ -1,10 +1,18 @@
-"""The writer ``test_crash.py`` kills: run as ``python -m tests.stores.crash_child DIR RUN``.
+"""The writers ``test_crash.py`` kills: run as ``python -m tests.stores.crash_child DIR RUN``
+(one scope) or ``... DIR RUN many`` (many scopes).
 
-It writes batches of ``BATCH`` facts to one scope forever. Every fact of a batch carries the
-batch's tag (``r<run>b<n>``) as its run id, and the first fact supersedes the first fact of
-the previous batch, so a half-applied batch would show as a wrong count or a wrong status.
-A batch's tag is printed (and flushed) only after ``write`` returned: that line is the
-acknowledgement the parent holds the store to.
+One scope: it writes batches of ``BATCH`` facts to one scope forever. Every fact of a batch
+carries the batch's tag (``r<run>b<n>``) as its run id, and the first fact supersedes the
+first fact of the previous batch, so a half-applied batch would show as a wrong count or a
+wrong status. A batch's tag is printed (and flushed) only after ``write`` returned: that
+line is the acknowledgement the parent holds the store to.
+
+Many scopes: the store's own moving parts under the kill. Batches go to ``MANY_SCOPES`` in
+turn through a store that keeps two files open, so files are closed to make room all the
+time (keeping their WAL), each write is followed by a retrieval on another scope whose use
+counts are saved in the background at once, and the WALs are checkpointed every few pages.
+It prints ``W <scope> <tag>`` once a write returned and ``R <scope> <hits>`` once a
+retrieval did.
 """
 
 from __future__ import annotations
@@ -13,10 +21,12 @@ import asyncio
 import sys
 
 from scopemem.core.records import Candidate, Kind
-from scopemem.stores.sqlite import SqliteStore
+from scopemem.stores.sqlite import SqliteStore, files
 
 SCOPE = "org:crash"
 BATCH = 4
+MANY_SCOPES = tuple(f"org:crash{n}" for n in range(5))
+MANY_LIMIT = 3  # what one retrieval can add to a scope's use counts
 
 
 def tag(run: int, batch: int) -> str:
@@ -41,5 +51,28 @@ async def main(directory: str, run: int) -> None:
         batch += 1
 
 
+async def many(directory: str, run: int) -> None:
+    files.WAL_AUTOCHECKPOINT_PAGES = 16  # checkpoints every few commits, kills among them
+    files.WAL_MIN_CHECKPOINT_PAGES = 4
+    store = SqliteStore(directory, cap=10_000, max_open=2, usage_flush_ms=0)
+    n = 0
+    while True:
+        scope = MANY_SCOPES[n % len(MANY_SCOPES)]
+        name = tag(run, n)
+        await store.write(scope, [
+            Candidate(kind=Kind.FACT, text=f"{name} fact {i} about the deploy pipeline",
+                      source_thread_key="crash/1", source_run_id=name)
+            for i in range(BATCH)
+        ])
+        print("W", scope, name, flush=True)
+        other = MANY_SCOPES[(n * 3 + 1) % len(MANY_SCOPES)]
+        hits = await store.retrieve(other, "deploy pipeline", MANY_LIMIT)
+        print("R", other, len(hits), flush=True)
+        n += 1
+
+
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+    if sys.argv[3:] == ["many"]:
+        asyncio.run(many(sys.argv[1], int(sys.argv[2])))
+    else:
+        asyncio.run(main(sys.argv[1], int(sys.argv[2])))
