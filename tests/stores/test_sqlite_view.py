@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import threading
 
 import apsw
@@ -756,13 +758,41 @@ else:
 """
 
 
+# Another process asks whether it could take the -shm file's "dead man switch" byte (128 in
+# SQLite's unix VFS) for itself, as the first connection to a file does before it truncates
+# and rebuilds the shared memory: it may not while any process has the file open.
+DMS_PROBE = r"""
+import fcntl, os, struct, sys
+fd = os.open(sys.argv[1] + "-shm", os.O_RDONLY)
+fmt = "hhqqi"  # struct flock: type, whence, start, length, pid
+asked = struct.pack(fmt, fcntl.F_WRLCK, os.SEEK_SET, 128, 1, 0).ljust(32, b"\0")
+kind = struct.unpack(fmt, fcntl.fcntl(fd, fcntl.F_GETLK, asked)[:struct.calcsize(fmt)])[0]
+print("free" if kind == fcntl.F_UNLCK else "held")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="struct flock as on Linux")
+async def test_a_scope_checked_from_its_wal_header_keeps_its_shared_memory_claimed(make):
+    """While a store has a scope open, and checks its view from the WAL-index header, the
+    process keeps SQLite's shared lock on the -shm file: another process opening the file
+    must not take it for the first opener and rebuild the shared memory under it (SQLite's
+    own pages there would be truncated away)."""
+    store = make()
+    await store.write(ORG, [fact("deploy with the blue script")])
+    await warm(store)
+    handle = store._handles[ORG]
+    assert handle.wal is not None and handle.view is not None
+    assert len(await store.retrieve(ORG, "deploy", 5)) == 1
+    other = subprocess.run([sys.executable, "-c", DMS_PROBE, handle.path],
+                           capture_output=True, text=True, timeout=60)
+    assert other.stdout.strip() == "held", other.stderr
+    await store.close()
+
+
 async def test_reading_the_wal_header_leaves_sqlites_locks_in_place(make):
     """Finding a scope's WAL-index header opens and closes no descriptor of its -shm file:
     closing one would drop every POSIX lock the process holds on that file, the write lock
     among them, and another process could begin writing while this one commits."""
-    import subprocess
-    import sys
-
     store = make()
     await store.write(ORG, [fact("deploy with the blue script")])
     with store._connection(ORG, create=False) as handle:
