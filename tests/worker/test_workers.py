@@ -66,14 +66,15 @@ def logged(tmp_path: Path) -> str:
 
 
 def stored_rows(data: Path, schema: str | None) -> list[tuple[str, str]]:
-    """(id, text) of every row of ``SCOPES``, read past the store: the SQLite files, or the
-    PostgreSQL schema (dropped afterwards)."""
+    """(id, text) of every row of ``SCOPES``, read past the store: the SQLite files (each
+    checked whole first), or the PostgreSQL schema (dropped afterwards)."""
     rows: list[tuple[str, str]] = []
     if schema is None:
         store = SqliteStore(data)
         for scope in SCOPES:
             conn = apsw.Connection(store.path_for(scope), flags=apsw.SQLITE_OPEN_READONLY)
             try:
+                assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
                 rows += conn.execute("SELECT id, text FROM records").fetchall()
             finally:
                 conn.close()
@@ -144,6 +145,8 @@ async def test_every_worker_answers_every_scope_and_a_killed_one_is_replaced(tmp
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])
 async def test_thirty_kills_while_eight_writers_write_lose_nothing_acknowledged(tmp_path,
                                                                                 store):
+    """Two workers on one data directory, eight clients writing and four retrieving, and
+    thirty SIGKILLs of either worker: every acknowledged batch is there whole."""
     data = tmp_path / "data"
     schema = None
     if store == "postgres":
@@ -171,12 +174,26 @@ async def test_thirty_kills_while_eight_writers_write_lose_nothing_acknowledged(
             except (TimeoutError, aiohttp.ClientError):
                 await asyncio.sleep(0.01)  # that worker died mid-answer: not acknowledged
 
+    async def reader(index: int, session: aiohttp.ClientSession) -> None:
+        # Retrievals beside the writes: each worker keeps the scopes open, answers from
+        # its copies in memory and saves use counts while the other process writes.
+        rng = random.Random(100 + index)
+        while not stop_writing.is_set():
+            try:
+                async with session.post(url + "/retrieve", headers=AUTH, json={
+                        "scopeKey": rng.choice(SCOPES), "query": "part of the batch",
+                        "limit": 5}) as response:
+                    await response.read()
+            except (TimeoutError, aiohttp.ClientError):
+                await asyncio.sleep(0.01)
+
     try:
         await wait_healthy(process, url)
         await until(lambda: len(worker_pids(process.pid)) == 2, "two workers")
         timeout = aiohttp.ClientTimeout(total=20)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             writers = [asyncio.ensure_future(writer(n, session)) for n in range(8)]
+            writers += [asyncio.ensure_future(reader(n, session)) for n in range(4)]
             rng = random.Random(30)
             deadline = time.monotonic() + 120  # a bound; 30 kills take some seconds
             kills = 0
