@@ -28,10 +28,12 @@ The memory read is SQLite's own map of the ``-shm`` file, asked of the connectio
 through the VFS's documented ``xShmMap`` method (region 0, never extended), not a map of our
 own. Opening the ``-shm`` file ourselves would mean closing that descriptor again, and
 closing *any* descriptor of a file drops every POSIX lock the process holds on it: SQLite's
-locks on the ``-shm`` file, its write lock among them, so another process could begin
-writing while this one was committing. SQLite's map keeps no descriptor of its own and stays
-where it is until the connection closes, so the handle stops reading it (``close``) before
-closing the connection.
+locks on the ``-shm`` file. Its shared lock there tells a process opening the file that
+the shared memory is in use (without it, that process takes itself for the first opener
+and truncates and rebuilds it under our connection), and inside a transaction its write
+lock keeps another process from writing at the same time. SQLite's map keeps no
+descriptor of its own and stays where it is until the connection closes, so the handle
+stops reading it (``close``) before closing the connection.
 """
 
 from __future__ import annotations
