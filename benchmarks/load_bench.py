@@ -90,9 +90,12 @@ from scopemem.stores.sqlite import SqliteStore  # noqa: E402
 from scopemem.stores.sqlite import sql as sqlite_sql  # noqa: E402
 from scopemem.stores.sqlite.files import default_max_open  # noqa: E402
 from scopemem.stores.sqlite.schema import RECORD_COLUMNS  # noqa: E402
+from scopemem.stores.sqlite_shared import SharedSqliteStore  # noqa: E402
 from scopemem.stores.worker import WorkerStore  # noqa: E402
 
 LIMIT = 8
+# The SQLite store's layout under measurement (``--layout``).
+LAYOUT = {"layout": "file"}
 SMALL = 500
 MANY_RECORDS = 20
 HEAVY_CLIENTS = 8
@@ -208,7 +211,9 @@ async def seed(data: str, zipf: Zipf, scope_counts: Sequence[int], large: int,
                figures: frozenset[int]) -> tuple[list[Candidate], list[str]]:
     """Every scope the ``figures`` read; the large scope's candidates and the context
     scopes."""
-    store = SqliteStore(data, cap=MAX_SCOPE_CAP, synchronous="off")
+    store: Any = (SharedSqliteStore(data, cap=MAX_SCOPE_CAP, synchronous="off")
+                  if LAYOUT["layout"] == "shared"
+                  else SqliteStore(data, cap=MAX_SCOPE_CAP, synchronous="off"))
     if large > MAX_SCOPE_CAP:
         store.cap = large  # past the configurable maximum, for this measurement only
     started = time.perf_counter()
@@ -282,6 +287,11 @@ async def serve(data: str, wrap: Sequence[str] = ()) -> AsyncIterator[tuple[str,
     port = free_port()
     env = {**os.environ, "SCOPEMEM_TOKEN": TOKEN}
     env.pop("SCOPEMEM_CONFIG", None)
+    if LAYOUT["layout"] != "file":
+        config = os.path.join(os.path.dirname(data), "layout.toml")
+        with open(config, "w", encoding="utf-8") as f:
+            f.write(f'[memory.stores.sqlite]\nlayout = "{LAYOUT["layout"]}"\n')
+        env["SCOPEMEM_CONFIG"] = config
     argv = [*wrap, sys.executable, "-m", "scopemem", "serve", "--port", str(port),
             "--store", "sqlite", "--data", data, "--no-access-log"]
     # The current directory comes first on sys.path with -m: run from an empty one.
@@ -715,6 +725,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="batches of 50 written at the cap (figure 3)")
     parser.add_argument("--after-writes", type=int, default=100,
                         help="retrievals after a write per case per round (figure 3)")
+    parser.add_argument("--layout", choices=("file", "shared"), default="file",
+                        help="the SQLite store's layout (memory.stores.sqlite.layout)")
     parser.add_argument("--only", default="1,2,3,4,5,6",
                         help="the figures to run, comma-separated (default all: 1,2,3,4,5,6)")
     args = parser.parse_args(argv)
@@ -727,6 +739,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.batches = min(args.batches, 20)
         args.after_writes = min(args.after_writes, 20)
     args.scope_counts = [int(n) for n in args.scopes.split(",")]
+    LAYOUT["layout"] = args.layout
     try:
         args.figures = frozenset(int(n) for n in args.only.split(","))
     except ValueError:

@@ -139,7 +139,7 @@ def test_the_effective_settings_are_toml_with_every_plugins_defaults(tmp_path: P
         "path": str(tmp_path / "data"), "synchronous": "full", "busy_timeout_ms": 5000,
         "max_open_connections": default_max_open(), "cache_rows": 50_000,
         "usage_flush_ms": 1000,
-        "max_scopes": 0, "rank_processes": DEFAULT_RANK_PROCESSES}
+        "max_scopes": 0, "rank_processes": DEFAULT_RANK_PROCESSES, "layout": "file"}
     assert printed["memory"]["providers"]["anthropic"]["api_key_env"] == "ANTHROPIC_API_KEY"
     # What it prints is a configuration that loads back as the same one.
     again = tmp_path / "again.toml"

@@ -15,12 +15,13 @@ import pytest
 from scopemem.stores.base import MemoryStore
 from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.sqlite import SqliteStore
+from scopemem.stores.sqlite_shared import SharedSqliteStore
 from tests.conftest import FakeClock
 from tests.stores import pg
 
 MakeStore = Callable[..., Awaitable[MemoryStore]]
 
-STORE_KINDS = ["memory", "sqlite", "worker", "postgres"]
+STORE_KINDS = ["memory", "sqlite", "sqlite-shared", "worker", "postgres"]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -49,6 +50,9 @@ async def make_store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path
         elif request.param == "sqlite":
             store = SqliteStore(tmp_path / f"sqlite-{len(built)}", cap=cap, clock=clock,
                                 retention_days=retention_days)
+        elif request.param == "sqlite-shared":
+            store = SharedSqliteStore(tmp_path / f"shared-{len(built)}", cap=cap, clock=clock,
+                                      retention_days=retention_days)
         elif request.param == "worker":
             # WorkerStore -> a live aiohttp server on 127.0.0.1 -> a SqliteStore.
             backing = SqliteStore(tmp_path / f"worker-{len(built)}", cap=cap, clock=clock,

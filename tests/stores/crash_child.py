@@ -12,13 +12,15 @@ turn through a store that keeps two files open, so files are closed to make room
 time (keeping their WAL), each write is followed by a retrieval on another scope whose use
 counts are saved in the background at once, and the WALs are checkpointed every few pages.
 It prints ``W <scope> <tag>`` once a write returned and ``R <scope> <hits>`` once a
-retrieval did.
+retrieval did. ``... DIR RUN shared`` does the same through the shared-file layout, its
+five scopes in two shard files, WALs checkpointed every 16 pages.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from typing import Any
 
 from scopemem.core.records import Candidate, Kind
 from scopemem.stores.sqlite import SqliteStore, files
@@ -27,6 +29,7 @@ SCOPE = "org:crash"
 BATCH = 4
 MANY_SCOPES = tuple(f"org:crash{n}" for n in range(5))
 MANY_LIMIT = 3  # what one retrieval can add to a scope's use counts
+SHARED_SHARDS = 2  # the shared layout's run: five scopes in two files
 
 
 def tag(run: int, batch: int) -> str:
@@ -54,7 +57,12 @@ async def main(directory: str, run: int) -> None:
 async def many(directory: str, run: int) -> None:
     files.WAL_AUTOCHECKPOINT_PAGES = 16  # checkpoints every few commits, kills among them
     files.WAL_MIN_CHECKPOINT_PAGES = 4
-    store = SqliteStore(directory, cap=10_000, max_open=2, usage_flush_ms=0)
+    await write_in_turn(SqliteStore(directory, cap=10_000, max_open=2, usage_flush_ms=0),
+                        run)
+
+
+async def write_in_turn(store: Any, run: int) -> None:
+    """Batches to ``MANY_SCOPES`` in turn, each followed by a retrieval on another scope."""
     n = 0
     while True:
         scope = MANY_SCOPES[n % len(MANY_SCOPES)]
@@ -71,8 +79,21 @@ async def many(directory: str, run: int) -> None:
         n += 1
 
 
+async def shared(directory: str, run: int) -> None:
+    import apsw
+
+    from scopemem.stores.sqlite_shared import SharedSqliteStore
+
+    # Checkpoints every few commits, so kills land among them too.
+    apsw.connection_hooks.append(lambda conn: conn.wal_autocheckpoint(16))
+    await write_in_turn(SharedSqliteStore(directory, cap=10_000, usage_flush_ms=0,
+                                          shards=SHARED_SHARDS), run)
+
+
 if __name__ == "__main__":
     if sys.argv[3:] == ["many"]:
         asyncio.run(many(sys.argv[1], int(sys.argv[2])))
+    elif sys.argv[3:] == ["shared"]:
+        asyncio.run(shared(sys.argv[1], int(sys.argv[2])))
     else:
         asyncio.run(main(sys.argv[1], int(sys.argv[2])))

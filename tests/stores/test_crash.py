@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import apsw
@@ -129,6 +130,38 @@ def test_killed_writers_lose_nothing_acknowledged(tmp_path: Path):
     assert acknowledged, f"no batch was ever acknowledged (seed {seed})"
 
 
+Check = Callable[[int, dict[str, set[str]], collections.Counter[str]], None]
+
+
+def kill_in_turn(directory: Path, mode: str, rng: random.Random, seed: int, check: Check
+                 ) -> dict[str, set[str]]:
+    """``RUNS`` children of ``mode`` writing to ``MANY_SCOPES`` in turn, each killed at a
+    random moment, then ``check(run, written, hits)`` with the batches acknowledged per
+    scope and the hits retrievals returned per scope so far; the batches acknowledged."""
+    written: dict[str, set[str]] = collections.defaultdict(set)
+    hits: collections.Counter[str] = collections.Counter()
+    for run in range(RUNS):
+        child = spawn(directory, run, mode)
+        assert child.stdout is not None and child.stderr is not None
+        watchdog = threading.Timer(60, child.kill)
+        watchdog.start()
+        first = child.stdout.readline().decode()
+        assert first, f"child died early (seed {seed}): {child.stderr.read()!r}"
+        time.sleep(rng.uniform(0.0, 0.4))
+        child.send_signal(signal.SIGKILL)
+        out_bytes, err_bytes = child.communicate(timeout=30)
+        watchdog.cancel()
+        assert child.returncode == -signal.SIGKILL, f"seed {seed}: {err_bytes!r}"
+        for line in [first, *out_bytes.decode().splitlines()]:
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "W":
+                written[parts[1]].add(parts[2])
+            elif len(parts) == 3 and parts[0] == "R":
+                hits[parts[1]] += int(parts[2])
+        check(run, written, hits)
+    return written
+
+
 def check_scope_file(path: str, written: set[str], used_at_most: int) -> None:
     """One of the many-scope run's files, after a kill: whole, its index in step with its
     rows, every acknowledged batch there and no batch in part, its counters counting its
@@ -160,26 +193,8 @@ def test_killed_while_files_close_saves_run_and_wals_checkpoint_nothing_is_lost(
     directory = tmp_path / "data"
     store = SqliteStore(directory)
     paths = {scope: store.path_for(scope) for scope in MANY_SCOPES}
-    written: dict[str, set[str]] = collections.defaultdict(set)
-    hits: collections.Counter[str] = collections.Counter()
-    for run in range(RUNS):
-        child = spawn(directory, run, "many")
-        assert child.stdout is not None and child.stderr is not None
-        watchdog = threading.Timer(60, child.kill)
-        watchdog.start()
-        first = child.stdout.readline().decode()
-        assert first, f"child died early (seed {seed}): {child.stderr.read()!r}"
-        time.sleep(rng.uniform(0.0, 0.4))
-        child.send_signal(signal.SIGKILL)
-        out_bytes, err_bytes = child.communicate(timeout=30)
-        watchdog.cancel()
-        assert child.returncode == -signal.SIGKILL, f"seed {seed}: {err_bytes!r}"
-        for line in [first, *out_bytes.decode().splitlines()]:
-            parts = line.split()
-            if len(parts) == 3 and parts[0] == "W":
-                written[parts[1]].add(parts[2])
-            elif len(parts) == 3 and parts[0] == "R":
-                hits[parts[1]] += int(parts[2])
+
+    def check(run: int, written: dict[str, set[str]], hits: collections.Counter[str]) -> None:
         for scope, path in paths.items():
             if not os.path.exists(path):
                 continue
@@ -189,4 +204,66 @@ def test_killed_while_files_close_saves_run_and_wals_checkpoint_nothing_is_lost(
             except AssertionError as exc:
                 raise AssertionError(
                     f"run {run}, {scope}, SCOPEMEM_CRASH_SEED={seed}: {exc}") from exc
+
+    written = kill_in_turn(directory, "many", rng, seed, check)
+    assert sum(map(len, written.values())) > RUNS, f"too few writes acknowledged (seed {seed})"
+
+
+def check_shard_file(path: str, written: dict[str, set[str]], used_at_most: dict[str, int]
+                     ) -> None:
+    """A shard of the shared-layout run, after a kill: whole; each scope's postings exactly
+    its active rows' terms, its row in ``scopes`` counting its active rows and above its
+    highest seq; every acknowledged batch there and no batch in part; its counters counting
+    its rows; its use counts never more than its retrievals could have added."""
+    conn = apsw.Connection(path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        for scope, last_seq, active in conn.execute(
+                "SELECT scope_key, last_seq, active FROM scopes").fetchall():
+            rows = conn.execute("SELECT seq, status, tokens, source_run_id, use_count"
+                                " FROM records WHERE scope_key = ?", (scope,)).fetchall()
+            assert active == sum(status == "active" for _s, status, *_ in rows)
+            assert last_seq >= max((seq for seq, *_ in rows), default=0)
+            held = {(term, seq) for seq, status, tokens, *_ in rows if status == "active"
+                    for term in tokens.split()}
+            assert set(conn.execute("SELECT term, seq FROM postings WHERE scope_key = ?",
+                                    (scope,))) == held
+            batches = collections.Counter(name for *_x, name, _u in rows)
+            assert all(count == BATCH for count in batches.values()), batches
+            missing = written[scope] - set(batches)
+            assert not missing, f"acknowledged batches lost: {sorted(missing)}"
+            counted = dict(conn.execute("SELECT name, sum(value) FROM counters"
+                                        " WHERE scope_key = ? GROUP BY name", (scope,)))
+            assert counted.get("inserted", 0) == len(rows)
+            used = sum(uses for *_x, uses in rows)
+            assert used <= used_at_most[scope], (scope, used, used_at_most[scope])
+    finally:
+        conn.close()
+
+
+def test_killed_while_shared_shards_save_and_checkpoint_nothing_is_lost(tmp_path: Path):
+    """The shared-file layout under SIGKILL: five scopes in two shard files, writes to them
+    in turn, use counts saved in the background at once (one transaction per shard), WALs
+    checkpointed every 16 pages. After every kill each shard is checked as it was left."""
+    from scopemem.stores.sqlite_shared import schema as shared_schema
+    from tests.stores.crash_child import SHARED_SHARDS
+
+    seed = int(os.environ.get("SCOPEMEM_CRASH_SEED", time.time_ns() % 1_000_000))
+    rng = random.Random(seed)
+    directory = tmp_path / "data"
+    paths = [directory / shared_schema.shard_file_name(index, SHARED_SHARDS)
+             for index in range(SHARED_SHARDS)]
+
+    def check(run: int, written: dict[str, set[str]], hits: collections.Counter[str]) -> None:
+        # At most one retrieval per run was under way, unacknowledged, at the kill.
+        limits = {scope: hits[scope] + MANY_LIMIT * (run + 1) for scope in MANY_SCOPES}
+        for path in paths:
+            if path.exists():
+                try:
+                    check_shard_file(str(path), written, limits)
+                except AssertionError as exc:
+                    raise AssertionError(
+                        f"run {run}, {path.name}, SCOPEMEM_CRASH_SEED={seed}: {exc}") from exc
+
+    written = kill_in_turn(directory, "shared", rng, seed, check)
     assert sum(map(len, written.values())) > RUNS, f"too few writes acknowledged (seed {seed})"

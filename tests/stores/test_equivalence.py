@@ -40,6 +40,8 @@ from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.sqlite import SqliteStore, schema
 from scopemem.stores.sqlite import reads as sqlite_reads
 from scopemem.stores.sqlite.sql import record as _record
+from scopemem.stores.sqlite_shared import SharedSqliteStore
+from scopemem.stores.sqlite_shared import schema as shared_schema
 from tests.conftest import DAY_MS, FakeClock
 from tests.stores import pg
 
@@ -316,6 +318,61 @@ StoresAgreeOverTheCandidateCap.TestCase.settings = settings(
 TestStoresAgreeOverTheCandidateCap = StoresAgreeOverTheCandidateCap.TestCase
 
 
+class SharedStoresAgree(AgreeingRules):
+    """The same calls against the SQLite store over shared files (``sqlite_shared``), with
+    a second such store on the same directory; after every step the shard's rows must be the
+    in-process store's and its postings exactly the active rows' terms."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.directory = tempfile.mkdtemp(prefix="scopemem-eq-shared-")
+        self.clock = FakeClock()
+        self.memory = InMemoryStore(cap=CAP, clock=self.clock)
+        self.other = SharedSqliteStore(self.directory, cap=CAP, clock=self.clock,
+                                       synchronous="off")
+        self.elsewhere = SharedSqliteStore(self.directory, cap=CAP, clock=self.clock,
+                                           synchronous="off")
+
+    @invariant()
+    def same_rows_and_exact_postings(self) -> None:
+        self.loop.run_until_complete(self.other.flush())
+        for scope in SCOPES:
+            expected = self.memory._scopes.get(scope, [])
+            path = self.other._shards.path(self.other._shards.of(scope))
+            try:
+                conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+            except apsw.CantOpenError:
+                assert expected == []
+                continue
+            try:
+                rows = conn.execute(
+                    f"SELECT {shared_schema.RECORD_COLUMNS}, tokens FROM records"
+                    " WHERE scope_key = ? ORDER BY seq", (scope,)).fetchall()
+                assert [_record(row) for row in rows] == expected
+                held = {(term, row[0]) for row in rows if row[14] == "active"
+                        for term in row[16].split()}
+                posted = set(conn.execute(
+                    "SELECT term, seq FROM postings WHERE scope_key = ?", (scope,)))
+                assert posted == held
+                counts = conn.execute("SELECT active FROM scopes WHERE scope_key = ?",
+                                      (scope,)).fetchall()
+                assert counts[0][0] == sum(r.is_active for r in expected)
+            finally:
+                conn.close()
+
+    def teardown(self) -> None:
+        self.loop.run_until_complete(self.other.close())
+        self.loop.run_until_complete(self.elsewhere.close())
+        self.loop.run_until_complete(self.memory.close())
+        self.loop.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+SharedStoresAgree.TestCase.settings = StoresAgree.TestCase.settings
+TestSharedStoresAgree = SharedStoresAgree.TestCase
+
+
 # --- scopes where more records match than the candidate cap ---------------------------------
 
 COMMON = "deploy"
@@ -360,7 +417,7 @@ def index_rebuilt(store: InMemoryStore, scope: str) -> tuple:
              built.positions))
 
 
-@pytest.fixture(params=["views", "sql", "postgres", "postgres-copies"])
+@pytest.fixture(params=["views", "sql", "shared", "postgres", "postgres-copies"])
 def sqlite_kind(request: pytest.FixtureRequest) -> str:
     """The SQLite store with its views, or through SQL only; or the PostgreSQL store,
     reading every query's postings from the server or (``postgres-copies``) answering from
@@ -381,6 +438,9 @@ async def test_stores_agree_when_more_records_match_than_the_candidate_cap(
             "postings_cache": 0}
         sqlite = pg.make(schema, cap=1000, clock=clock, retention_days=2, **copies)
         sqlite._cache.interval = 0  # copied again after every change
+    elif sqlite_kind == "shared":
+        sqlite = SharedSqliteStore(tmp_path / "data", cap=1000, clock=clock,
+                                   synchronous="off", retention_days=2)
     else:
         sqlite = SqliteStore(tmp_path / "data", cap=1000, clock=clock, synchronous="off",
                              retention_days=2,

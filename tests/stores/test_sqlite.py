@@ -745,7 +745,7 @@ def test_from_settings_names_the_bad_key(options, key):
 def test_registered_as_the_sqlite_store():
     found: dict[str, Callable] = {}
     sqlite_module.scopemem_register_stores(register=found.__setitem__)
-    assert found == {"sqlite": SqliteStore.from_settings}
+    assert found == {"sqlite": sqlite_module.from_settings}
     points = {e.name: e.value for e in importlib.metadata.entry_points(group="scopemem")}
     assert points.get("sqlite") == "scopemem.stores.sqlite"
 

@@ -29,14 +29,25 @@ loses at most those use counts, never a record.
 from __future__ import annotations
 
 from scopemem.plugins.markers import hookimpl
+from scopemem.stores.base import MemoryStore, StoreSettings
 from scopemem.stores.sqlite.files import default_max_open, scope_file_name
 from scopemem.stores.sqlite.sql import fts_tokens
-from scopemem.stores.sqlite.store import DEFAULT_PATH, SYNCHRONOUS_LEVELS, SqliteStore
+from scopemem.stores.sqlite.store import DEFAULT_PATH, LAYOUTS, SYNCHRONOUS_LEVELS, SqliteStore
 
 __all__ = ["DEFAULT_PATH", "SYNCHRONOUS_LEVELS", "SqliteStore", "default_max_open",
-           "fts_tokens", "scope_file_name"]
+           "from_settings", "fts_tokens", "scope_file_name"]
+
+
+def from_settings(settings: StoreSettings) -> MemoryStore:
+    """The store ``[memory.stores.sqlite]`` describes: ``SqliteStore`` (a file per scope,
+    the default), or ``SharedSqliteStore`` with ``layout = "shared"``."""
+    if settings.named("sqlite").choice_option("layout", "file", LAYOUTS) == "shared":
+        from scopemem.stores.sqlite_shared import SharedSqliteStore
+
+        return SharedSqliteStore.from_settings(settings)
+    return SqliteStore.from_settings(settings)
 
 
 @hookimpl
 def scopemem_register_stores(register) -> None:  # type: ignore[no-untyped-def]
-    register("sqlite", SqliteStore.from_settings)
+    register("sqlite", from_settings)

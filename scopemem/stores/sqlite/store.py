@@ -55,6 +55,13 @@ __all__ = ["DEFAULT_PATH", "SYNCHRONOUS_LEVELS", "SqliteStore"]
 
 DEFAULT_PATH = "./scopemem-data"
 SYNCHRONOUS_LEVELS = ("off", "normal", "full", "extra")
+#: ``layout``: one file per scope (the default), or every scope in a few shared files
+#: (``stores/sqlite_shared``, a preview: no copies in memory yet, and no migration of a
+#: directory written in the other layout). The package's store factory picks the class.
+LAYOUTS = ("file", "shared")
+#: Every option of ``[memory.stores.sqlite]``, in either layout.
+OPTIONS = ("path", "synchronous", "busy_timeout_ms", "max_open_connections", "cache_rows",
+           "usage_flush_ms", "max_scopes", "rank_processes", "layout")
 
 
 def _check_synchronous(value: object, name: str) -> str:
@@ -142,9 +149,10 @@ class SqliteStore(Reads, Writes, Usage, Porting, Counts):
         ``busy_timeout_ms``, ``max_open_connections``, ``cache_rows``, ``usage_flush_ms``,
         ``max_scopes``, ``rank_processes``."""
         settings = settings.named("sqlite")
-        settings.unknown_options(("path", "synchronous", "busy_timeout_ms",
-                                  "max_open_connections", "cache_rows", "usage_flush_ms",
-                                  "max_scopes", "rank_processes"))
+        settings.unknown_options(OPTIONS)
+        if settings.choice_option("layout", "file", LAYOUTS) != "file":
+            raise ConfigError(f"{settings.option_key('layout')}: SqliteStore is the file"
+                              " layout; build the shared one with SharedSqliteStore")
         return cls(
             settings.record("path", _check_path(settings.options.get("path", DEFAULT_PATH),
                                                 settings.option_key("path"))),

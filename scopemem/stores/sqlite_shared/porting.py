@@ -1,0 +1,92 @@
+"""Moving records in and out of the shared-file SQLite store (``stores.porting``).
+
+``export_scopes`` reads every shard's ``scopes`` table; ``export_page`` reads rows in seq
+order with the pending use counts applied, so an export shows the counts as of now.
+``import_records`` writes each scope's records in one ``BEGIN IMMEDIATE`` transaction behind
+the shard's writers, as a write: rows keep their seq, ``last_seq`` moves up to the highest
+imported one (so the next id stays above every imported id), ``active`` counts the imported
+active rows (and the generation moves on), and only active rows are posted. A posting's
+``continues`` flag is read from the row before it, imported or not, and an existing active
+row right after an imported one of its thread gets the flag too.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from scopemem.core.records import Record
+from scopemem.core.text import normalize_text
+from scopemem.core.words import Analyzer
+from scopemem.stores.shared.tokens import index_tokens
+from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite_shared import statements as st
+from scopemem.stores.sqlite_shared.reads import rows_with_uses
+from scopemem.stores.sqlite_shared.usage import PendingUses
+from scopemem.stores.sqlite_shared.writes import transaction
+
+__all__ = ["export_page", "import_scope", "scope_keys"]
+
+EXPORT_PAGE = (f"SELECT {st.RECORD_COLUMNS} FROM records WHERE scope_key = :scope"
+               " AND seq > :after ORDER BY seq LIMIT :limit")
+HELD_SEQS = f"SELECT seq FROM records WHERE scope_key = :scope AND {st.IN_SEQS}"
+NEIGHBOURS = (f"SELECT seq, source_thread_key, status FROM records WHERE scope_key = :scope"
+              f" AND {st.IN_SEQS}")
+MARK_CONTINUES = f"UPDATE postings SET continues = 1 WHERE scope_key = :scope AND {st.IN_SEQS}"
+IMPORT_COUNTS = ("UPDATE scopes SET last_seq = max(last_seq, :last), active = active + :added,"
+                 " generation = generation + 1 WHERE scope_key = :scope")
+
+
+def scope_keys(conn: Any) -> list[str]:
+    return [key for (key,) in conn.execute("SELECT scope_key FROM scopes ORDER BY scope_key")]
+
+
+def export_page(conn: Any, uses: PendingUses, shard: int, scope_key: str, after: int,
+                limit: int) -> list[Record]:
+    rows = rows_with_uses(conn, uses, shard, scope_key, EXPORT_PAGE,
+                          {"scope": scope_key, "after": after, "limit": limit})
+    return [sqlite_sql.record(row) for row in rows]
+
+
+def import_scope(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer,
+                 scope_key: str, batch: list[tuple[int, Record]], now: int) -> int:
+    """Import one scope's checked records (``group_import``); how many were added."""
+    with transaction(conn, uses, shard, scope_key):
+        conn.execute(st.NEW_SCOPE, {"scope": scope_key, "now": now})
+        last_seq = conn.execute(st.LOCK_SCOPE, {"scope": scope_key}).fetchall()[0][0]
+        seqs = json.dumps([seq for seq, _record in batch])
+        held = {seq for (seq,) in conn.execute(HELD_SEQS, {"scope": scope_key, "seqs": seqs})}
+        fresh = sorted((item for item in batch if item[0] not in held), key=lambda i: i[0])
+        if not fresh:
+            return 0
+        tokens = {seq: index_tokens(r.text, r.keywords, analyzer) if r.is_active else []
+                  for seq, r in fresh}
+        conn.executemany(st.INSERT, [
+            (scope_key, seq, r.id, r.kind.value, r.text, normalize_text(r.text),
+             json.dumps(list(r.keywords), ensure_ascii=False), r.source_thread_key,
+             r.source_run_id, r.created_at, r.last_used_at, r.use_count, r.confidence,
+             r.supersedes, r.restates, r.status.value, r.source.value,
+             None if r.is_active else now, " ".join(tokens[seq]))
+            for seq, r in fresh])
+        around = json.dumps(sorted({n for seq, _r in fresh for n in (seq - 1, seq + 1)}))
+        neighbours = {seq: (thread, status) for seq, thread, status in conn.execute(
+            NEIGHBOURS, {"scope": scope_key, "seqs": around})}
+        fresh_seqs = {seq for seq, _r in fresh}
+        postings: list[tuple[str, str, int, int]] = []
+        follows: list[int] = []  # existing active rows that now continue an import
+        for seq, record in fresh:
+            thread = record.source_thread_key
+            before = neighbours.get(seq - 1)
+            continues = int(before is not None and before[0] == thread)
+            postings.extend((scope_key, term, seq, continues) for term in tokens[seq])
+            after = neighbours.get(seq + 1)
+            if (after is not None and seq + 1 not in fresh_seqs and after[0] == thread
+                    and after[1] == "active"):
+                follows.append(seq + 1)
+        conn.executemany(st.POST, postings)
+        if follows:
+            conn.execute(MARK_CONTINUES, {"scope": scope_key, "seqs": json.dumps(follows)})
+        conn.execute(IMPORT_COUNTS, {
+            "scope": scope_key, "last": max(last_seq, fresh[-1][0]),
+            "added": sum(1 for _seq, r in fresh if r.is_active)})
+    return len(fresh)

@@ -1,0 +1,118 @@
+"""Opening the shard files: a connection per shard per thread, each shard checked once.
+
+apsw releases the GIL while SQLite works, so the store's database calls run on its two
+thread pools (reads, writes). Each pool thread keeps its own connection to every shard it
+has used (``threading.local``): a connection is never shared between threads, so no lock
+guards it, and a thread holds at most ``SHARDS`` of them. WAL mode lets every thread read
+while one writes; writers to a shard are queued on the event loop by the store (one
+``asyncio.Lock`` per shard) before they reach SQLite's own lock.
+
+The first connection of the process to a shard checks the file is that shard of this store
+(``schema.identity_problem``) and brings its schema up to date, in one ``BEGIN IMMEDIATE``
+transaction; later connections only set their pragmas.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from scopemem.errors import StoreError
+from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite_shared import schema
+
+__all__ = ["Shards"]
+
+
+class Shards:
+    """The shard files of one data directory, and the threads' connections to them."""
+
+    def __init__(self, root: str, *, shards: int = schema.SHARDS, synchronous: str = "full",
+                 busy_timeout_ms: int = 5000) -> None:
+        self.root = root
+        self.count = shards
+        self.synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._checked: set[int] = set()  # shards whose identity and schema this process saw
+        self._all: list[Any] = []  # every connection, to close them all at the end
+        self._closed = False
+
+    def path(self, index: int) -> str:
+        return os.path.join(self.root, schema.shard_file_name(index, self.count))
+
+    def of(self, scope_key: str) -> int:
+        return schema.shard_of(scope_key, self.count)
+
+    def exists(self, index: int) -> bool:
+        return index in self._checked or os.path.exists(self.path(index))
+
+    def connection(self, index: int, *, create: bool) -> Any | None:
+        """This thread's connection to shard ``index``; None when the shard has no file yet
+        and ``create`` is false (a read never creates a file)."""
+        conns: dict[int, Any] | None = getattr(self._local, "conns", None)
+        if conns is None:
+            conns = self._local.conns = {}
+        conn = conns.get(index)
+        if conn is not None:
+            return conn
+        if not create and not self.exists(index):
+            return None
+        conn = self._open(index, create=create)
+        conns[index] = conn
+        return conn
+
+    def _open(self, index: int, *, create: bool) -> Any:
+        apsw = sqlite_sql.apsw_module()
+        path = self.path(index)
+        if create:
+            try:
+                os.makedirs(self.root, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"sqlite store: cannot create {self.root}: {exc}") from exc
+        flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
+        try:
+            conn = apsw.Connection(path, flags=flags)
+        except apsw.Error as exc:
+            raise StoreError(f"sqlite store: cannot open {path}: "
+                             f"{sqlite_sql.describe(exc)}") from exc
+        try:
+            conn.set_busy_timeout(self.busy_timeout_ms)
+            conn.execute("PRAGMA secure_delete = ON")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"sqlite store: {path}: cannot use WAL mode (got {mode})")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+            if index not in self._checked:
+                self._check(conn, index, path)
+        except apsw.Error as exc:
+            conn.close()
+            raise StoreError(f"sqlite store: {path}: {sqlite_sql.describe(exc)}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        with self._lock:
+            if self._closed:
+                conn.close()
+                raise StoreError("the sqlite store is closed")
+            self._all.append(conn)
+        return conn
+
+    def _check(self, conn: Any, index: int, path: str) -> None:
+        with sqlite_sql.immediate(conn):
+            problem = schema.identity_problem(conn, index, self.count)
+            if problem is not None:
+                raise StoreError(f"sqlite store: {path}: {problem}")
+            schema.apply_schema(conn, index, self.count)
+        with self._lock:
+            self._checked.add(index)
+
+    def close(self) -> None:
+        """Close every connection (the pools are stopped first: none is in use)."""
+        with self._lock:
+            self._closed = True
+            conns, self._all = self._all, []
+        for conn in conns:
+            conn.close()

@@ -1,0 +1,82 @@
+"""Every statement the shared-file SQLite store runs, for any shard.
+
+Each one names the scope as a bound value (``:scope``) in its WHERE clause, and every index
+leads with ``scope_key`` (``schema.py``). A list of values (seqs, terms, normalized texts)
+is bound as one JSON array and read with ``json_each``, so a statement's text never depends
+on what a client sent and user text never reaches SQL as anything but a value.
+"""
+
+from __future__ import annotations
+
+from scopemem.stores.sqlite_shared.schema import RECORD_COLUMNS as RECORD_COLUMNS
+
+ACTIVE = "scope_key = :scope AND status = 'active'"
+IN_SEQS = "seq IN (SELECT value FROM json_each(:seqs))"
+PURGEABLE = "('superseded', 'evicted', 'swept')"
+
+# --- reads ---------------------------------------------------------------------------------
+
+SCOPE_STATE = "SELECT active, generation FROM scopes WHERE scope_key = :scope"
+# The postings of the query's terms (one range scan of the primary key per term).
+POSTINGS = ("SELECT p.term, p.seq, p.continues FROM json_each(:terms) AS q"
+            " JOIN postings AS p ON p.scope_key = :scope AND p.term = q.value")
+ACTIVE_ROWS_BY_SEQ = f"SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE} AND {IN_SEQS}"
+ACTIVE_SEQS = f"SELECT seq FROM records WHERE {ACTIVE} AND {IN_SEQS}"
+LISTING = (f"SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE}"
+           " AND (:kind IS NULL OR kind = :kind)"
+           " AND (:tokens IS NULL OR seq IN (SELECT seq FROM postings"
+           " WHERE scope_key = :scope AND term IN (SELECT value FROM json_each(:tokens))))"
+           " ORDER BY seq DESC LIMIT :limit")
+ACTIVE_FACTS = f"SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE} AND kind = 'fact' ORDER BY seq"
+
+# --- writes --------------------------------------------------------------------------------
+
+LOCK_SCOPE = "SELECT last_seq, active FROM scopes WHERE scope_key = :scope"
+NEW_SCOPE = ("INSERT INTO scopes (scope_key, created_at) VALUES (:scope, :now)"
+             " ON CONFLICT DO NOTHING")
+COUNT_SCOPES = "SELECT count(*) FROM scopes"
+SET_COUNTS = ("UPDATE scopes SET last_seq = :last, active = :active,"
+              " generation = generation + 1 WHERE scope_key = :scope")
+ADD_ACTIVE = ("UPDATE scopes SET active = active + :delta, generation = generation + 1"
+              " WHERE scope_key = :scope")
+BATCH_ROWS = (f"SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE}"
+              f" AND (norm IN (SELECT value FROM json_each(:norms)) OR {IN_SEQS})"
+              " ORDER BY seq")
+INSERT = ("INSERT INTO records (scope_key, seq, id, kind, text, norm, keywords,"
+          " source_thread_key, source_run_id, created_at, last_used_at, use_count,"
+          " confidence, supersedes, restates, status, source, retired_at, tokens)"
+          " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+THREAD_OF = "SELECT source_thread_key FROM records WHERE scope_key = :scope AND seq = :seq"
+POST = "INSERT OR IGNORE INTO postings (scope_key, term, seq, continues) VALUES (?, ?, ?, ?)"
+TOKENS_OF = f"SELECT seq, tokens FROM records WHERE scope_key = :scope AND {IN_SEQS}"
+UNPOST = "DELETE FROM postings WHERE scope_key = ? AND term = ? AND seq = ?"
+CHANGE = ("UPDATE records SET use_count = ?, last_used_at = ?, confidence = ?, status = ?,"
+          " retired_at = CASE WHEN ? = 'active' THEN retired_at ELSE ? END"
+          " WHERE scope_key = ? AND seq = ?")
+RETIRE = (f"UPDATE records SET status = :status, retired_at = :now WHERE {ACTIVE}"
+          f" AND {IN_SEQS} RETURNING seq")
+# The eviction's two short reads (``batches.pick_eviction``): what its order reads.
+_LRU = f"SELECT seq, last_used_at, created_at FROM records WHERE {ACTIVE}"
+LRU_NEVER_USED = f"{_LRU} AND last_used_at IS NULL ORDER BY created_at, seq LIMIT :excess"
+LRU_USED = (f"{_LRU} AND last_used_at IS NOT NULL ORDER BY last_used_at, created_at, seq"
+            " LIMIT :excess")
+PURGE = ("DELETE FROM records WHERE scope_key = :scope AND seq IN"
+         " (SELECT seq FROM records WHERE scope_key = :scope"
+         f" AND status IN {PURGEABLE} AND retired_at <= :cutoff"
+         " ORDER BY retired_at LIMIT :rows)")
+FORGET = ("UPDATE records SET status = 'forgotten', retired_at = :now, text = '', norm = '',"
+          f" keywords = '[]', tokens = '' WHERE {ACTIVE} AND seq = :seq AND id = :id")
+
+# --- use counts and counters ---------------------------------------------------------------
+
+# Every pending use of a scope in one statement: [seq, uses, last use] per row, as one JSON
+# array. A last use never moves back (another process may have used the row since).
+BUMP = ("UPDATE records SET use_count = use_count + bump.uses,"
+        " last_used_at = max(ifnull(last_used_at, 0), bump.last)"
+        " FROM (SELECT value ->> 0 AS seq, value ->> 1 AS uses, value ->> 2 AS last"
+        " FROM json_each(:bumps)) AS bump"
+        " WHERE records.scope_key = :scope AND records.seq = bump.seq")
+ADD_COUNT = ("INSERT INTO counters (scope_key, day, name, value) VALUES (?, ?, ?, ?)"
+             " ON CONFLICT (scope_key, day, name) DO UPDATE SET value = value + excluded.value")
+READ_COUNTS = ("SELECT scope_key, day, name, value FROM counters WHERE day >= :since"
+               " ORDER BY scope_key, day, name")

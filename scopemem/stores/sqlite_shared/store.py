@@ -1,0 +1,408 @@
+"""``SharedSqliteStore``: every scope in a few shared SQLite files (a preview of the SQLite
+store's next layout, see ``docs/sqlite-store.md``, "Many scopes").
+
+A data directory holds ``schema.SHARDS`` shard files; a scope lives in the one its key
+hashes to, keyed by scope in every table (``schema.py``). So the files open, the descriptors
+held and the cost of reaching a scope do not grow with the number of scopes: over 10,000
+scopes a request finds its shard open, where one file per scope had to open (and close
+another) on nearly every request (``benchmarks/layout_bench.py``).
+
+This module decides on the event loop which pool runs what: reads on the read pool
+(``reads.py``, no lock: WAL readers never wait), writes on the write pool behind the shard's
+``asyncio.Lock`` (``writes.py``), and use counts saved in the background within
+``usage_flush_ms`` (``usage.py``), one transaction per shard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import functools
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from scopemem.core import engine
+from scopemem.core.ranking import Ranking
+from scopemem.core.records import (
+    DEFAULT_RETENTION_DAYS,
+    DEFAULT_SCOPE_CAP,
+    Candidate,
+    CountRow,
+    Kind,
+    Record,
+    SweepResult,
+    WriteCounts,
+)
+from scopemem.errors import ScopeLimitReached, StoreError
+from scopemem.stores.base import (
+    DEFAULT_RANKING,
+    Clock,
+    Hit,
+    StoreSettings,
+    check_cap,
+    check_retention_days,
+    check_scope_key,
+    fit_batch,
+    retention_cutoff,
+    wall_clock_ms,
+)
+from scopemem.stores.porting import group_import
+from scopemem.stores.shared import batches
+from scopemem.stores.shared import counts as counting
+from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite.store import (
+    DEFAULT_PATH,
+    LAYOUTS,
+    OPTIONS,
+    SYNCHRONOUS_LEVELS,
+    _check_int,
+    _check_path,
+    _check_synchronous,
+)
+from scopemem.stores.sqlite.usage import DEFAULT_USAGE_FLUSH_MS, USAGE_FLUSH_MS_MAX
+from scopemem.stores.sqlite_shared import porting, reads, schema, writes
+from scopemem.stores.sqlite_shared import statements as st
+from scopemem.stores.sqlite_shared.shards import Shards
+from scopemem.stores.sqlite_shared.usage import PendingUses
+
+__all__ = ["SharedSqliteStore"]
+
+log = logging.getLogger("scopemem.stores.sqlite")
+
+T = TypeVar("T")
+
+_POOL_THREADS = max(2, min(4, os.cpu_count() or 2))
+
+
+class SharedSqliteStore:
+    """Durable memory in a few SQLite files shared by every scope under ``path``."""
+
+    durable = True
+
+    def __init__(self, path: str | os.PathLike[str], *, cap: int = DEFAULT_SCOPE_CAP,
+                 clock: Clock = wall_clock_ms, synchronous: str = "full",
+                 busy_timeout_ms: int = 5000, usage_flush_ms: int = DEFAULT_USAGE_FLUSH_MS,
+                 ranking: Ranking = DEFAULT_RANKING,
+                 retention_days: int = DEFAULT_RETENTION_DAYS, max_scopes: int = 0,
+                 shards: int = schema.SHARDS) -> None:
+        self.cap = check_cap(cap)
+        self.retention_days = check_retention_days(retention_days)
+        self.max_scopes = _check_int(max_scopes, "max_scopes", 0)
+        self.ranking = ranking
+        self.analyzer = ranking.analyzer
+        self.directory = os.path.abspath(os.path.expanduser(_check_path(path, "path")))
+        self.synchronous = _check_synchronous(synchronous, "synchronous")
+        self.usage_flush_ms = _check_int(usage_flush_ms, "usage_flush_ms", 0,
+                                         USAGE_FLUSH_MS_MAX)
+        self._shards = Shards(self.directory, shards=_check_int(shards, "shards", 1, 256),
+                              synchronous=self.synchronous,
+                              busy_timeout_ms=_check_int(busy_timeout_ms, "busy_timeout_ms",
+                                                         0))
+        self._uses = PendingUses(self._shards.count)
+        self._clock = clock
+        self._writers: dict[int, asyncio.Lock] = {}
+        self._executors: dict[str, ThreadPoolExecutor] = {}
+        self._saver: asyncio.Task[None] | None = None
+        self._scope_count: int | None = None  # scopes held, once counted (max_scopes)
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"SharedSqliteStore({self.directory!r}, cap={self.cap!r})"
+
+    @classmethod
+    def from_settings(cls, settings: StoreSettings) -> SharedSqliteStore:
+        """Build from ``[memory.stores.sqlite]`` with ``layout = "shared"``: ``path``,
+        ``synchronous``, ``busy_timeout_ms``, ``usage_flush_ms`` and ``max_scopes``
+        (``max_open_connections``, ``cache_rows`` and ``rank_processes`` are the file
+        layout's and do not apply here)."""
+        settings = settings.named("sqlite")
+        settings.unknown_options(OPTIONS)
+        settings.choice_option("layout", "shared", LAYOUTS)
+        return cls(
+            settings.record("path", _check_path(settings.options.get("path", DEFAULT_PATH),
+                                                settings.option_key("path"))),
+            cap=settings.cap, clock=settings.clock,
+            synchronous=settings.choice_option("synchronous", "full", SYNCHRONOUS_LEVELS),
+            busy_timeout_ms=settings.int_option("busy_timeout_ms", 5000, 0),
+            usage_flush_ms=settings.int_option("usage_flush_ms", DEFAULT_USAGE_FLUSH_MS, 0,
+                                               USAGE_FLUSH_MS_MAX),
+            ranking=settings.ranking, retention_days=settings.retention_days,
+            max_scopes=settings.int_option("max_scopes", 0, 0))
+
+    # --- reads ---------------------------------------------------------------------------
+
+    async def retrieve(self, scope_key: str, query: str, limit: int) -> builtins.list[Record]:
+        return [hit.record for hit in await self.search(scope_key, query, limit)]
+
+    async def search(self, scope_key: str, query: str, limit: int, *, bump: bool = True
+                     ) -> builtins.list[Hit]:
+        check_scope_key(scope_key)
+        now = self._clock()
+        terms = engine.query_terms(query, self.analyzer)
+        if not terms.terms or limit <= 0:
+            return []
+        shard = self._shards.of(scope_key)
+        hits = await self._read(shard, reads.search, self._uses, shard, self.ranking,
+                                scope_key, terms, limit, now, bump)
+        if bump and hits:
+            self._schedule_save()
+        return hits or []
+
+    async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
+        now = self._clock()
+        marked = 0
+        for scope_key, ids in used.items():
+            check_scope_key(scope_key)
+            seqs = sorted({seq for seq in (batches.seq_in_scope(scope_key, record_id)
+                                           for record_id in ids) if seq is not None})
+            if not seqs:
+                continue
+            shard = self._shards.of(scope_key)
+            marked += await self._read(shard, reads.mark_used, self._uses, shard, scope_key,
+                                       seqs, now) or 0
+        if marked:
+            self._schedule_save()
+        return marked
+
+    async def list(self, scope_key: str, limit: int, query: str | None = None,
+                   kind: Kind | None = None) -> builtins.list[Record]:
+        check_scope_key(scope_key)
+        if limit <= 0:
+            return []
+        held: builtins.list[str] | None = None
+        if query is not None:
+            held = list(engine.query_terms(query, self.analyzer).prefilter)
+            if not held:
+                return []
+        shard = self._shards.of(scope_key)
+        rows = await self._read(shard, reads.listing, self._uses, shard, scope_key, limit,
+                                held, kind)
+        # The postings and the engine agree by construction; the engine has the last word.
+        return engine.listing(rows or [], limit, query=query, kind=kind,
+                              analyzer=self.analyzer)
+
+    # --- writes --------------------------------------------------------------------------
+
+    async def write(self, scope_key: str, candidates: Sequence[Candidate],
+                    cap: int | None = None) -> WriteCounts:
+        check_scope_key(scope_key)
+        cap = self.cap if cap is None else check_cap(cap)
+        if not candidates:
+            return WriteCounts()
+        fitted = fit_batch(candidates)
+        now = self._clock()
+        shard = self._shards.of(scope_key)
+        counts = await self._write(shard, writes.write, self._uses, shard, self.analyzer,
+                                   scope_key, fitted, cap, now,
+                                   retention_cutoff(now, self.retention_days),
+                                   self._reserve_scope, create=True)
+        assert counts is not None  # created: the shard has a file
+        return counts
+
+    async def forget(self, scope_key: str, record_id: str) -> bool:
+        check_scope_key(scope_key)
+        seq = batches.seq_in_scope(scope_key, record_id)
+        if seq is None:
+            return False
+        shard = self._shards.of(scope_key)
+        done = await self._write(shard, self._forget, shard, scope_key, seq, self._clock())
+        return bool(done)
+
+    def _forget(self, conn: Any, shard: int, scope_key: str, seq: int, now: int) -> bool:
+        if not writes.forget(conn, self._uses, shard, scope_key, seq, now):
+            return False
+        # No page image of the scrubbed row stays in the WAL (secure_delete zeroed it in the
+        # database file once checkpointed).
+        busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
+        if busy:
+            log.warning("sqlite store: %s: a reader holds an old snapshot; the WAL could not"
+                        " be truncated after a forget (later commits overwrite it)",
+                        self._shards.path(shard))
+        return True
+
+    async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
+        check_scope_key(scope_key)
+        shard = self._shards.of(scope_key)
+        result = await self._write(shard, writes.sweep, self._uses, shard, scope_key,
+                                   self._clock(), dry_run)
+        if result is None:  # no shard file yet: nothing to sweep
+            return SweepResult(swept=0, ids=()) if dry_run else SweepResult(swept=0)
+        return result
+
+    def _reserve_scope(self) -> None:
+        """Count a new scope against ``max_scopes`` (on the write pool, inside the new
+        scope's write transaction); raise ``ScopeLimitReached`` past it."""
+        if not self.max_scopes:
+            return
+        if self._scope_count is None or self._scope_count >= self.max_scopes:
+            self._scope_count = self._count_scopes()
+        if self._scope_count >= self.max_scopes:
+            raise ScopeLimitReached(
+                f"sqlite store: {self.directory} holds {self._scope_count} scopes, the limit"
+                f" (max_scopes = {self.max_scopes}); a write to a new scope is refused")
+        self._scope_count += 1
+
+    def _count_scopes(self) -> int:
+        total = 0
+        for index in range(self._shards.count):
+            conn = self._shards.connection(index, create=False)
+            if conn is not None:
+                total += conn.execute(st.COUNT_SCOPES).fetchall()[0][0]
+        return total
+
+    # --- export and import (``porting.py``) ----------------------------------------------
+
+    async def export_scopes(self) -> builtins.list[str]:
+        keys: builtins.list[str] = []
+        for shard in range(self._shards.count):
+            keys.extend(await self._read(shard, porting.scope_keys) or [])
+        return sorted(keys)
+
+    async def export_page(self, scope_key: str, after: int, limit: int) -> builtins.list[Record]:
+        check_scope_key(scope_key)
+        if limit <= 0:
+            return []
+        shard = self._shards.of(scope_key)
+        return await self._read(shard, porting.export_page, self._uses, shard, scope_key,
+                                after, limit) or []
+
+    async def import_records(self, records: Sequence[Record]) -> int:
+        groups = group_import(records)
+        now = self._clock()
+        added = 0
+        for scope_key, batch in groups.items():
+            shard = self._shards.of(scope_key)
+            added += await self._write(shard, self._import, shard, scope_key, batch, now,
+                                       create=True) or 0
+        return added
+
+    def _import(self, conn: Any, shard: int, scope_key: str,
+                batch: builtins.list[tuple[int, Record]], now: int) -> int:
+        if conn.execute(st.LOCK_SCOPE, {"scope": scope_key}).fetchall() == []:
+            self._reserve_scope()
+        return porting.import_scope(conn, self._uses, shard, self.analyzer, scope_key, batch,
+                                    now)
+
+    # --- counters ------------------------------------------------------------------------
+
+    async def add_counts(self, rows: Sequence[CountRow]) -> None:
+        checked = counting.check_rows(rows)
+        by_shard: dict[int, builtins.list[CountRow]] = {}
+        for row in checked:
+            by_shard.setdefault(self._shards.of(row.scope_key), []).append(row)
+        for shard, group in sorted(by_shard.items()):
+            await self._write(shard, self._add_counts, group, create=True)
+
+    def _add_counts(self, conn: Any, rows: Sequence[CountRow]) -> None:
+        relax = self.synchronous in ("full", "extra")
+        if relax:
+            conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            with sqlite_sql.immediate(conn):
+                writes.add_rows(conn, rows)
+        finally:
+            if relax:
+                conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+
+    async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
+                          prefix: str | None = None, since_day: int = 0) -> builtins.list[CountRow]:
+        keys = None if scope_keys is None else {check_scope_key(k) for k in scope_keys}
+        shards = (range(self._shards.count) if keys is None
+                  else sorted({self._shards.of(key) for key in keys}))
+        rows: builtins.list[CountRow] = []
+        for shard in shards:
+            found: builtins.list[tuple[Any, ...]] = await self._read(
+                shard, self._read_counts, since_day) or []
+            rows.extend(CountRow(*row) for row in found
+                        if counting.select_scope(row[0], keys, prefix))
+        return sorted(rows, key=lambda r: (r.scope_key, r.day, r.name))
+
+    @staticmethod
+    def _read_counts(conn: Any, since_day: int) -> builtins.list[tuple[Any, ...]]:
+        rows: builtins.list[tuple[Any, ...]] = conn.execute(
+            st.READ_COUNTS, {"since": since_day}).fetchall()
+        return rows
+
+    # --- use counts ----------------------------------------------------------------------
+
+    def _schedule_save(self) -> None:
+        if self._saver is None or self._saver.done():
+            self._saver = asyncio.get_running_loop().create_task(self._save_later())
+
+    async def _save_later(self) -> None:
+        await asyncio.sleep(self.usage_flush_ms / 1000)
+        await self._save()
+
+    async def _save(self) -> None:
+        relax = self.synchronous in ("full", "extra")
+        for shard in self._uses.shards():
+            try:
+                await self._write(shard, self._uses.save, shard, relax, self.synchronous)
+            except Exception as exc:  # kept pending for the next save
+                log.warning("sqlite store: %s: use counts not saved yet: %s",
+                            self._shards.path(shard), sqlite_sql.describe(exc))
+        if len(self._uses) and not self._closed:
+            self._schedule_save()
+
+    async def flush(self) -> None:
+        """Save the use counts not saved yet, now (``close`` saves them too)."""
+        await self._save()
+
+    async def close(self) -> None:
+        """Save pending use counts, stop the pools and close every shard. Safe to call
+        twice."""
+        if self._closed:
+            return
+        saver, self._saver = self._saver, None
+        if saver is not None and not saver.done():
+            saver.cancel()
+        try:
+            await self._save()
+        finally:
+            self._closed = True
+            for executor in self._executors.values():
+                executor.shutdown(wait=True)
+            self._shards.close()
+
+    # --- plumbing ------------------------------------------------------------------------
+
+    def _pool(self, name: str) -> ThreadPoolExecutor:
+        if self._closed:
+            raise StoreError("the sqlite store is closed")
+        executor = self._executors.get(name)
+        if executor is None:
+            executor = self._executors[name] = ThreadPoolExecutor(
+                _POOL_THREADS, thread_name_prefix=f"scopemem-sqlite-{name}")
+        return executor
+
+    async def _read(self, shard: int, fn: Callable[..., T], *args: Any) -> T | None:
+        """``fn(conn, *args)`` on the read pool; None when the shard has no file yet."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._pool("read"), functools.partial(self._on_shard, shard, False, fn, *args))
+
+    async def _write(self, shard: int, fn: Callable[..., T], *args: Any,
+                     create: bool = False) -> T | None:
+        """``fn(conn, *args)`` on the write pool, after the shard's earlier writers."""
+        lock = self._writers.get(shard)
+        if lock is None:
+            lock = self._writers[shard] = asyncio.Lock()
+        async with lock:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._pool("write"),
+                functools.partial(self._on_shard, shard, create, fn, *args))
+
+    def _on_shard(self, shard: int, create: bool, fn: Callable[..., T], *args: Any
+                  ) -> T | None:
+        conn = self._shards.connection(shard, create=create)
+        if conn is None:
+            return None
+        try:
+            return fn(conn, *args)
+        except StoreError:
+            raise
+        except sqlite_sql.apsw_module().Error as exc:
+            raise StoreError(f"sqlite store: {self._shards.path(shard)}: "
+                             f"{sqlite_sql.describe(exc)}") from exc

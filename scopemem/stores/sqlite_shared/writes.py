@@ -1,0 +1,201 @@
+"""A write batch, a forget and a sweep on one shard: each one ``BEGIN IMMEDIATE``
+transaction, committed whole or not at all.
+
+They run on the write pool, one at a time per shard (the store queues them on the event loop
+first). A write reads the scope's row in ``scopes`` (its last seq and active count, created
+by the scope's first write), saves the scope's pending uses, reads the rows the batch can
+touch, lets ``batches.plan_batch`` run the engine over them, inserts and changes rows with
+their postings, evicts above the cap, purges dead rows past the retention, records the new
+last seq and active count (and counts a generation) and adds the day's counters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from scopemem.core import engine
+from scopemem.core.records import Candidate, CountRow, Record, Status, SweepResult, WriteCounts
+from scopemem.core.scopes import memory_id, record_seq
+from scopemem.core.text import normalize_text
+from scopemem.core.words import Analyzer
+from scopemem.stores.shared import batches
+from scopemem.stores.shared import counts as counting
+from scopemem.stores.shared.batches import PURGE_ROWS
+from scopemem.stores.shared.tokens import index_tokens
+from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite_shared import statements as st
+from scopemem.stores.sqlite_shared import usage
+from scopemem.stores.sqlite_shared.usage import PendingUses
+
+__all__ = ["add_rows", "forget", "sweep", "write"]
+
+
+def add_rows(conn: Any, rows: Sequence[CountRow]) -> None:
+    """Add counter rows in the caller's transaction."""
+    if rows:
+        conn.executemany(st.ADD_COUNT, [(r.scope_key, r.day, r.name, r.value) for r in rows])
+
+
+@contextlib.contextmanager
+def transaction(conn: Any, uses: PendingUses, shard: int, scope_key: str) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` with the scope's pending uses saved first (so the batch's dedup
+    and eviction see them), holding the shard's usage lock until the commit when there are
+    any (see ``usage.py``); rolled back, uses pending again, if the block raises."""
+    lock = uses.locks[shard]
+    lock.acquire()
+    bumps = uses.take_scope(shard, scope_key)
+    if bumps is None:
+        lock.release()
+    try:
+        with sqlite_sql.immediate(conn):
+            if bumps:
+                usage.apply(conn, scope_key, bumps)
+            yield
+    except BaseException:
+        if bumps:
+            uses.give_back(shard, scope_key, bumps)
+        raise
+    finally:
+        if bumps is not None:
+            lock.release()
+
+
+def _scope_row(conn: Any, scope_key: str) -> tuple[int, int] | None:
+    rows = conn.execute(st.LOCK_SCOPE, {"scope": scope_key}).fetchall()
+    return (rows[0][0], rows[0][1]) if rows else None
+
+
+def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_key: str,
+          fitted: Sequence[Candidate], cap: int, now: int, cutoff: int,
+          reserve_scope: Callable[[], None]) -> WriteCounts:
+    """Write a fitted batch; ``reserve_scope`` is called before a new scope's row is made
+    (it raises ``ScopeLimitReached`` past ``max_scopes``)."""
+    with transaction(conn, uses, shard, scope_key):
+        row = _scope_row(conn, scope_key)
+        if row is None:
+            reserve_scope()
+            conn.execute(st.NEW_SCOPE, {"scope": scope_key, "now": now})
+            row = (0, 0)
+        last_seq, active = row
+        norms, seqs = batches.lookup_keys(scope_key, fitted)
+        known = [sqlite_sql.record(r) for r in conn.execute(st.BATCH_ROWS, {
+            "scope": scope_key, "norms": json.dumps(norms), "seqs": json.dumps(seqs)})]
+        plan = batches.plan_batch(scope_key, fitted, known, last_seq + 1, now)
+        _persist(conn, analyzer, scope_key, plan, last_seq, now)
+        evicted: list[int] = []
+        live = active + plan.live_delta
+        if live > cap:
+            evicted = _evict(conn, scope_key, live - cap, now)
+        conn.execute(st.PURGE, {"scope": scope_key, "rows": PURGE_ROWS, "cutoff": cutoff})
+        conn.execute(st.SET_COUNTS, {"scope": scope_key, "last": plan.next_seq - 1,
+                                     "active": live - len(evicted)})
+        counts = plan.counts + WriteCounts(evicted=len(evicted))
+        add_rows(conn, counting.write_rows(scope_key, counts, now))
+    return counts
+
+
+def _persist(conn: Any, analyzer: Analyzer, scope_key: str, plan: batches.BatchPlan,
+             last_seq: int, now: int) -> None:
+    """The batch's new rows and their postings, and its changes to existing rows (those it
+    retired leave the postings)."""
+    if plan.inserts:
+        held = {record_seq(r.id): index_tokens(r.text, r.keywords, analyzer)
+                for r in plan.inserts}
+        conn.executemany(st.INSERT, [
+            (scope_key, record_seq(r.id), r.id, r.kind.value, r.text, normalize_text(r.text),
+             json.dumps(list(r.keywords), ensure_ascii=False), r.source_thread_key,
+             r.source_run_id, r.created_at, r.last_used_at, r.use_count, r.confidence,
+             r.supersedes, r.restates, r.status.value, r.source.value,
+             None if r.is_active else now,
+             " ".join(held[record_seq(r.id)]) if r.is_active else "")
+            for r in plan.inserts])
+        thread = None
+        if last_seq:
+            rows = conn.execute(st.THREAD_OF, {"scope": scope_key, "seq": last_seq}).fetchall()
+            thread = rows[0][0] if rows else None
+        postings: list[tuple[str, str, int, int]] = []
+        for record in plan.inserts:
+            if record.is_active:
+                seq = record_seq(record.id)
+                continues = int(record.source_thread_key == thread)
+                postings.extend((scope_key, term, seq, continues) for term in held[seq])
+            thread = record.source_thread_key
+        conn.executemany(st.POST, postings)
+    if plan.changes:
+        conn.executemany(st.CHANGE, [
+            (r.use_count, r.last_used_at, r.confidence, r.status.value, r.status.value, now,
+             scope_key, record_seq(r.id)) for r in plan.changes])
+        retired = [record_seq(r.id) for r in plan.changes if not r.is_active]
+        _unpost(conn, scope_key, retired)
+
+
+def _unpost(conn: Any, scope_key: str, seqs: Sequence[int]) -> None:
+    """Take rows ``seqs`` out of the postings (while they still hold their tokens)."""
+    if not seqs:
+        return
+    rows = conn.execute(st.TOKENS_OF, {"scope": scope_key, "seqs": json.dumps(list(seqs))})
+    conn.executemany(st.UNPOST, [(scope_key, term, seq) for seq, held in rows.fetchall()
+                                 for term in held.split()])
+
+
+def _evict(conn: Any, scope_key: str, excess: int, now: int) -> list[int]:
+    """The seqs of the rows evicted to bring the scope down by ``excess``."""
+    groups = [conn.execute(statement, {"scope": scope_key, "excess": excess}).fetchall()
+              for statement in (st.LRU_NEVER_USED, st.LRU_USED)]
+    evicted = batches.pick_eviction(groups[0], groups[1], excess)
+    return _retire(conn, scope_key, evicted, Status.EVICTED, now)
+
+
+def _retire(conn: Any, scope_key: str, seqs: Sequence[int], status: Status, now: int
+            ) -> list[int]:
+    """Retire the active ones of rows ``seqs`` with ``status``, out of the postings; their
+    seqs."""
+    if not seqs:
+        return []
+    _unpost(conn, scope_key, seqs)
+    rows = conn.execute(st.RETIRE, {"scope": scope_key, "seqs": json.dumps(list(seqs)),
+                                    "status": status.value, "now": now}).fetchall()
+    return [seq for (seq,) in rows]
+
+
+def forget(conn: Any, uses: PendingUses, shard: int, scope_key: str, seq: int, now: int
+           ) -> bool:
+    """Scrub one active record: its text, dedup key, keywords and tokens emptied, out of
+    the postings. SQLite's ``secure_delete`` zeroes the freed cells; the caller truncates
+    the WAL after the commit."""
+    with transaction(conn, uses, shard, scope_key):
+        if _scope_row(conn, scope_key) is None:
+            return False
+        params = {"scope": scope_key, "seq": seq, "id": memory_id(scope_key, seq), "now": now,
+                  "seqs": json.dumps([seq])}
+        if not conn.execute(st.ACTIVE_SEQS, params).fetchall():
+            return False
+        _unpost(conn, scope_key, [seq])
+        conn.execute(st.FORGET, params)
+        if conn.changes() <= 0:
+            return False
+        conn.execute(st.ADD_ACTIVE, {"scope": scope_key, "delta": -1})
+        add_rows(conn, counting.forget_rows(scope_key, now))
+    return True
+
+
+def sweep(conn: Any, uses: PendingUses, shard: int, scope_key: str, now: int, dry_run: bool
+          ) -> SweepResult:
+    """Retire the active facts the gate would refuse today (``engine.plan_sweep``)."""
+    if dry_run:
+        rows = conn.execute(st.ACTIVE_FACTS, {"scope": scope_key}).fetchall()
+        swept = engine.plan_sweep([sqlite_sql.record(row) for row in rows])
+        return SweepResult(swept=len(swept), ids=tuple(r.id for r in swept))
+    with transaction(conn, uses, shard, scope_key):
+        if _scope_row(conn, scope_key) is None:
+            return SweepResult(swept=0)
+        rows = conn.execute(st.ACTIVE_FACTS, {"scope": scope_key}).fetchall()
+        swept_records: list[Record] = engine.plan_sweep([sqlite_sql.record(r) for r in rows])
+        retired = _retire(conn, scope_key, [record_seq(r.id) for r in swept_records],
+                          Status.SWEPT, now)
+        conn.execute(st.ADD_ACTIVE, {"scope": scope_key, "delta": -len(retired)})
+        add_rows(conn, counting.sweep_rows(scope_key, len(retired), now))
+    return SweepResult(swept=len(swept_records))

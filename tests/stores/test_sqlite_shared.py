@@ -1,0 +1,204 @@
+"""The SQLite store over shared files: what its layout promises beyond the contract suite
+(which runs against it as ``sqlite-shared``) and the equivalence machine
+(``test_equivalence.SharedStoresAgree``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+
+import apsw
+import pytest
+
+from scopemem.core.records import Candidate, Kind
+from scopemem.errors import ConfigError, ScopeLimitReached, StoreError
+from scopemem.stores.base import StoreSettings
+from scopemem.stores.sqlite import SqliteStore
+from scopemem.stores.sqlite import from_settings as sqlite_store
+from scopemem.stores.sqlite_shared import SharedSqliteStore, schema
+from scopemem.stores.sqlite_shared.store import _POOL_THREADS
+from tests.conftest import FakeClock
+
+
+def fact(text: str) -> Candidate:
+    return Candidate(kind=Kind.FACT, text=text, source_thread_key="slack:C1/1")
+
+
+def db_files(directory: Path) -> list[str]:
+    return sorted(name for name in os.listdir(directory) if name.endswith(".db"))
+
+
+async def test_every_scope_lives_in_one_of_a_fixed_number_of_files(tmp_path, clock: FakeClock):
+    data = tmp_path / "data"
+    store = SharedSqliteStore(data, clock=clock, synchronous="off")
+    try:
+        assert await store.retrieve("user:slack:U0", "deploy", 5) == []
+        assert not data.exists()  # a read never creates a file
+        keys = [f"user:slack:U{n:04d}" for n in range(300)]
+        for key in keys:
+            await store.write(key, [fact(f"deploy notes of {key}")])
+        assert len(db_files(data)) == schema.SHARDS
+        for key in keys[::37]:
+            hits = await store.retrieve(key, "deploy notes", 5)
+            assert [r.scope_key for r in hits] == [key]
+    finally:
+        await store.close()
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+async def test_descriptors_follow_the_shards_not_the_scopes(tmp_path, clock: FakeClock):
+    before = open_descriptors()
+    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off")
+    # Each pool thread's connection to a shard holds the database and its WAL; the shared
+    # memory is one descriptor per shard for the process.
+    bound = schema.SHARDS * (2 * 2 * _POOL_THREADS + 1)
+    try:
+        for n in range(1200):
+            key = f"user:slack:U{n:04d}"
+            await store.write(key, [fact(f"vpn setup {n}")])
+            await store.retrieve(key, "vpn setup", 3)
+            if n in (40, 400, 1199):
+                assert open_descriptors() - before <= bound, n
+    finally:
+        await store.close()
+    assert open_descriptors() <= before
+
+
+async def test_scopes_in_one_file_never_see_each_other(tmp_path, clock: FakeClock):
+    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off", shards=1)
+    keys = ["user:a", "user:a'--", "user:a%", "user:a_", "user:a\\", "user:ab", "repo:a/b"]
+    try:
+        for key in keys:
+            await store.write(key, [fact(f"the staging password rotates on monday {key}"),
+                                    fact("the staging password rotates on monday")])
+        for key in keys:
+            hits = await store.retrieve(key, "staging password monday", 10)
+            assert {r.scope_key for r in hits} == {key} and len(hits) == 2
+            listed = await store.list(key, 10)
+            assert {r.scope_key for r in listed} == {key}
+        victim = keys[1]
+        one = (await store.list(victim, 1))[0]
+        assert await store.forget(keys[0], one.id) is False  # another scope's id
+        assert await store.forget(victim, one.id) is True
+        assert len(await store.list(keys[0], 10)) == 2
+    finally:
+        await store.close()
+
+
+async def write_one(data: Path, clock: FakeClock) -> str:
+    store = SharedSqliteStore(data, clock=clock, synchronous="off")
+    try:
+        await store.write("org:acme", [fact("the deploy runs on tuesdays")])
+        return schema.shard_file_name(schema.shard_of("org:acme"))
+    finally:
+        await store.close()
+
+
+async def test_a_shard_copied_over_another_shards_name_is_refused(tmp_path, clock: FakeClock):
+    data = tmp_path / "data"
+    name = await write_one(data, clock)
+    index = schema.shard_of("org:acme")
+    other_index = (index + 1) % schema.SHARDS
+    other_key = next(f"org:k{n}" for n in range(10_000)
+                     if schema.shard_of(f"org:k{n}") == other_index)
+    shutil.copy(data / name, data / schema.shard_file_name(other_index))
+    store = SharedSqliteStore(data, clock=clock, synchronous="off")
+    try:
+        with pytest.raises(StoreError, match=f"holds shard {index} of {schema.SHARDS}"):
+            await store.retrieve(other_key, "deploy", 3)
+        with pytest.raises(StoreError, match="holds shard"):
+            await store.write(other_key, [fact("nothing lands here")])
+        # Every other shard keeps working.
+        assert [r.text for r in await store.retrieve("org:acme", "deploy", 3)] == [
+            "the deploy runs on tuesdays"]
+    finally:
+        await store.close()
+
+
+async def test_another_applications_database_is_refused_and_kept(tmp_path, clock: FakeClock):
+    data = tmp_path / "data"
+    data.mkdir()
+    path = data / schema.shard_file_name(schema.shard_of("org:acme"))
+    conn = apsw.Connection(str(path))
+    conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    conn.execute("INSERT INTO invoices (total) VALUES (12.5)")
+    conn.close()
+    store = SharedSqliteStore(data, clock=clock, synchronous="off")
+    try:
+        with pytest.raises(StoreError, match="another application"):
+            await store.write("org:acme", [fact("nothing lands here")])
+    finally:
+        await store.close()
+    conn = apsw.Connection(str(path))
+    assert conn.execute("SELECT total FROM invoices").fetchall() == [(12.5,)]
+    assert conn.execute("SELECT count(*) FROM sqlite_master").fetchall() == [(1,)]
+    conn.close()
+
+
+async def test_a_shard_of_a_newer_schema_is_refused(tmp_path, clock: FakeClock):
+    data = tmp_path / "data"
+    name = await write_one(data, clock)
+    conn = apsw.Connection(str(data / name))
+    conn.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 1}")
+    conn.close()
+    store = SharedSqliteStore(data, clock=clock, synchronous="off")
+    try:
+        with pytest.raises(StoreError, match="newer scopemem"):
+            await store.retrieve("org:acme", "deploy", 3)
+    finally:
+        await store.close()
+
+
+async def test_concurrent_writers_get_contiguous_ids(tmp_path, clock: FakeClock):
+    data = tmp_path / "data"
+    first = SharedSqliteStore(data, clock=clock, synchronous="off")
+    second = SharedSqliteStore(data, clock=clock, synchronous="off")
+    try:
+        await asyncio.gather(*(store.write("org:acme", [fact(f"note {n} of writer {i}")])
+                               for n in range(40) for i, store in enumerate((first, second))))
+        rows = await first.list("org:acme", 100)
+        assert sorted(int(r.id.rsplit(":", 1)[1]) for r in rows) == list(range(1, 81))
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_max_scopes_counts_scopes_across_every_shard(tmp_path, clock: FakeClock):
+    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off", max_scopes=5)
+    try:
+        for n in range(5):
+            await store.write(f"user:slack:U{n}", [fact("the vpn needs a token")])
+        with pytest.raises(ScopeLimitReached, match="max_scopes = 5"):
+            await store.write("user:slack:U9", [fact("one scope too many")])
+        assert await store.retrieve("user:slack:U9", "scope", 3) == []
+        await store.write("user:slack:U0", [fact("existing scopes take writes")])
+    finally:
+        await store.close()
+
+
+def settings_with(tmp_path: Path, **options: object) -> StoreSettings:
+    return StoreSettings(name="sqlite", options={"path": str(tmp_path / "d"), **options})
+
+
+async def test_the_layout_option_chooses_the_shared_files(tmp_path):
+    store = sqlite_store(settings_with(tmp_path, layout="shared"))
+    try:
+        assert isinstance(store, SharedSqliteStore)
+        assert store.directory == str(tmp_path / "d")
+    finally:
+        await store.close()
+    store = sqlite_store(settings_with(tmp_path))
+    try:
+        assert isinstance(store, SqliteStore)  # the file-per-scope layout stays the default
+    finally:
+        await store.close()
+    with pytest.raises(ConfigError, match=r"memory\.stores\.sqlite\.layout"):
+        sqlite_store(settings_with(tmp_path, layout="fast"))
+    with pytest.raises(ConfigError, match=r"memory\.stores\.sqlite\.shards"):
+        sqlite_store(settings_with(tmp_path, layout="shared", shards=4))
