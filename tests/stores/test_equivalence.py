@@ -323,6 +323,8 @@ class SharedStoresAgree(AgreeingRules):
     a second such store on the same directory; after every step the shard's rows must be the
     in-process store's and its postings exactly the active rows' terms."""
 
+    MIN_POSTINGS = 256  # the store's default: these small scopes are rarely copied
+
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
@@ -330,7 +332,8 @@ class SharedStoresAgree(AgreeingRules):
         self.clock = FakeClock()
         self.memory = InMemoryStore(cap=CAP, clock=self.clock)
         self.other = SharedSqliteStore(self.directory, cap=CAP, clock=self.clock,
-                                       synchronous="off")
+                                       synchronous="off", cache_min_postings=self.MIN_POSTINGS)
+        self.other._copies.interval = 0  # copied again as soon as it is read twice
         self.elsewhere = SharedSqliteStore(self.directory, cap=CAP, clock=self.clock,
                                            synchronous="off")
 
@@ -371,6 +374,18 @@ class SharedStoresAgree(AgreeingRules):
 
 SharedStoresAgree.TestCase.settings = StoresAgree.TestCase.settings
 TestSharedStoresAgree = SharedStoresAgree.TestCase
+
+
+class SharedStoresAgreeFromCopies(SharedStoresAgree):
+    """The same, with every scope copied into memory once it is read twice at one change
+    counter, however small: most retrievals are answered from a copy, checked against the
+    counter that the other store's writes and forgets move on."""
+
+    MIN_POSTINGS = 0
+
+
+SharedStoresAgreeFromCopies.TestCase.settings = StoresAgree.TestCase.settings
+TestSharedStoresAgreeFromCopies = SharedStoresAgreeFromCopies.TestCase
 
 
 # --- scopes where more records match than the candidate cap ---------------------------------
@@ -417,7 +432,8 @@ def index_rebuilt(store: InMemoryStore, scope: str) -> tuple:
              built.positions))
 
 
-@pytest.fixture(params=["views", "sql", "shared", "postgres", "postgres-copies"])
+@pytest.fixture(params=["views", "sql", "shared", "shared-copies", "postgres",
+                        "postgres-copies"])
 def sqlite_kind(request: pytest.FixtureRequest) -> str:
     """The SQLite store with its views, or through SQL only; or the PostgreSQL store,
     reading every query's postings from the server or (``postgres-copies``) answering from
@@ -438,9 +454,11 @@ async def test_stores_agree_when_more_records_match_than_the_candidate_cap(
             "postings_cache": 0}
         sqlite = pg.make(schema, cap=1000, clock=clock, retention_days=2, **copies)
         sqlite._cache.interval = 0  # copied again after every change
-    elif sqlite_kind == "shared":
-        sqlite = SharedSqliteStore(tmp_path / "data", cap=1000, clock=clock,
-                                   synchronous="off", retention_days=2)
+    elif sqlite_kind.startswith("shared"):
+        sqlite = SharedSqliteStore(
+            tmp_path / "data", cap=1000, clock=clock, synchronous="off", retention_days=2,
+            cache_min_postings=0 if sqlite_kind == "shared-copies" else 10**9)
+        sqlite._copies.interval = 0  # copied again after every change
     else:
         sqlite = SqliteStore(tmp_path / "data", cap=1000, clock=clock, synchronous="off",
                              retention_days=2,
@@ -455,6 +473,8 @@ async def test_stores_agree_when_more_records_match_than_the_candidate_cap(
     async def compare(bump: bool = False) -> None:
         if sqlite_kind == "postgres-copies":
             await sqlite._cache.settled()  # the copy read after the last change, if any
+        if sqlite_kind == "shared-copies":
+            await sqlite._copies.settled()
         matched = 0
         for query in crowd_queries():
             for limit in LIMITS:
@@ -507,6 +527,8 @@ async def test_stores_agree_when_more_records_match_than_the_candidate_cap(
         await compare()
         if sqlite_kind == "postgres-copies":
             assert sqlite._cache.answered > 100  # the copies answered, not only the server
+        if sqlite_kind == "shared-copies":
+            assert sqlite._copies.answered > 100
     finally:
         for store in stores:
             await store.close()

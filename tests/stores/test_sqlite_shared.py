@@ -18,6 +18,7 @@ from scopemem.stores.base import StoreSettings
 from scopemem.stores.sqlite import SqliteStore
 from scopemem.stores.sqlite import from_settings as sqlite_store
 from scopemem.stores.sqlite_shared import SharedSqliteStore, schema
+from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.store import _POOL_THREADS
 from tests.conftest import FakeClock
 
@@ -202,3 +203,29 @@ async def test_the_layout_option_chooses_the_shared_files(tmp_path):
         sqlite_store(settings_with(tmp_path, layout="fast"))
     with pytest.raises(ConfigError, match=r"memory\.stores\.sqlite\.shards"):
         sqlite_store(settings_with(tmp_path, layout="shared", shards=4))
+
+
+async def test_reads_and_writes_look_up_only_the_rows_they_need(tmp_path, clock: FakeClock):
+    """A retrieval's postings and a write's dedup rows are found by key, never by scanning
+    every posting or row of the scope (SQLite's own plan, which a bare JOIN or an OR of the
+    two lookups turns into such a scan)."""
+    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off")
+    try:
+        await store.write("org:acme", [fact("the deploy runs on tuesdays")])
+    finally:
+        await store.close()
+    path = tmp_path / "data" / schema.shard_file_name(schema.shard_of("org:acme"))
+    conn = apsw.Connection(str(path))
+    try:
+        def plan(statement: str) -> list[str]:
+            return [row[3] for row in conn.execute(
+                "EXPLAIN QUERY PLAN " + statement,
+                {"scope": "org:acme", "terms": '["deploy"]', "seqs": "[1]", "norms": '["x"]'})]
+
+        assert any("USING PRIMARY KEY (scope_key=? AND term=?)" in step
+                   for step in plan(st.POSTINGS))
+        batch = plan(st.BATCH_ROWS)
+        assert any("records_active_norm (scope_key=? AND norm=?)" in step for step in batch)
+        assert not any(step.endswith("USING PRIMARY KEY (scope_key=?)") for step in batch)
+    finally:
+        conn.close()

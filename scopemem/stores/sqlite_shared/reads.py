@@ -8,7 +8,13 @@ They run on the read pool, on the thread's own connection to the scope's shard.
    the covered weight of each record the answer can need (``core.topk``) and the best
    ``candidate_cap(limit)``, with the very functions every other store ranks with;
 3. the candidates' rows with the uses still pending applied (under the shard's usage lock,
-   see ``usage.py``), and ``engine.score_candidates``: the answer. A candidate that left
+   see ``usage.py``), and ``engine.score_candidates``: the answer.
+
+A scope read often enough has its whole index copied into memory (``PostingsCache`` and
+``ScopeCopy``, the PostgreSQL store's own, ``postgres/cache.py``): step 1 is then the copy's,
+weighed as arrays (``stores.dense``), and the read of step 3 also reads the scope's change
+counter (``scopes.generation``, moved on by every transaction changing the scope, in any
+process); a copy at another counter answers nothing and is dropped. A candidate that left
    active status since step 1 (a concurrent forget) leaves the postings, and the candidates
    are chosen again without it;
 4. one use of each record returned, pending until the next save.
@@ -17,19 +23,23 @@ They run on the read pool, on the thread's own connection to the scope's shard.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
+
+import attrs
 
 from scopemem.core import engine
 from scopemem.core.records import Kind, Record
 from scopemem.core.scopes import record_seq
 from scopemem.stores.base import Hit
 from scopemem.stores.postgres import tokens
+from scopemem.stores.postgres.cache import ScopeCopy
 from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
-__all__ = ["listing", "mark_used", "search"]
+__all__ = ["Searched", "copy_of", "listing", "mark_used", "search"]
 
 
 def rows_with_uses(conn: Any, uses: PendingUses, shard: int, scope_key: str, statement: str,
@@ -44,15 +54,86 @@ def rows_with_uses(conn: Any, uses: PendingUses, shard: int, scope_key: str, sta
     return rows
 
 
+@attrs.frozen
+class Searched:
+    """A retrieval's answer (None: the copy it was given is out of date, nothing counted),
+    and, when it read the postings itself, the change counter it read them at and how many
+    (what ``PostingsCache.offer`` weighs)."""
+
+    hits: list[Hit] | None
+    generation: int | None = None
+    postings_read: int = 0
+
+
 def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, scope_key: str,
-           terms: engine.QueryTerms, limit: int, now: int, bump: bool) -> list[Hit]:
-    with sqlite_sql.snapshot(conn):
-        state = conn.execute(st.SCOPE_STATE, {"scope": scope_key}).fetchall()
-        if not state:
-            return []
-        active = state[0][0]
-        rows = conn.execute(st.POSTINGS, {"scope": scope_key,
-                                          "terms": json.dumps(list(terms.terms))}).fetchall()
+           terms: engine.QueryTerms, limit: int, now: int, bump: bool,
+           copy: ScopeCopy | None = None) -> Searched:
+    """Steps 1 to 4; with ``copy`` (the scope's index held in memory, ``postgres.cache``),
+    step 1 is the copy's, and the first read of the candidates' rows also reads the scope's
+    change counter: the copy answers only at its own."""
+    touches: Any = None
+    dense = None
+    check: int | None = None
+    generation: int | None = None
+    postings: Mapping[str, AbstractSet[int]]
+    continues: AbstractSet[int]
+    if copy is not None:
+        active, postings, continues = copy.active, copy.terms(terms.terms), copy.continues
+        touches, dense, check = copy.touches, copy.dense, copy.generation
+        read = 0
+    else:
+        with sqlite_sql.snapshot(conn):
+            state = conn.execute(st.SCOPE_STATE, {"scope": scope_key}).fetchall()
+            if not state:
+                return Searched([])
+            active, generation = state[0]
+            rows = conn.execute(st.POSTINGS, {
+                "scope": scope_key, "terms": json.dumps(list(terms.terms))}).fetchall()
+        postings, continues = _postings(rows)
+        read = len(rows)
+    weights = tokens.term_weights(postings, active, terms, ranking)
+    total = sum(weights)
+    details: dict[int, tuple[int, Record]] = {}
+    gone: set[int] = set()
+    while True:
+        if dense is not None and not gone:
+            covered = dense.covered(terms, weights, limit, ranking.context_weight)
+        else:
+            covered = tokens.covered(postings, continues, terms, weights, limit, ranking,
+                                     touches, now)
+        candidates = engine.rank_candidates(covered, total, limit, ranking, continues)
+        wanted = [seq for _match, seq in candidates if seq not in details]
+        if check is not None:
+            found = _rows_at(conn, uses, shard, scope_key, wanted, check)
+            if found is None:
+                return Searched(None)
+            check = None
+        elif wanted:
+            found = rows_with_uses(conn, uses, shard, scope_key, st.ACTIVE_ROWS_BY_SEQ,
+                                   {"scope": scope_key, "seqs": json.dumps(wanted)})
+        else:
+            break
+        for row in found:
+            record = sqlite_sql.record(row)
+            details[row[0]] = (record.last_touched, record)
+        gone = {seq for seq in wanted if seq not in details}
+        if not gone:
+            break
+        # Rows that left active status since the postings were read (a concurrent forget)
+        # leave them (new sets: a copy is shared), so the weighing can reach past them.
+        postings = {term: holders - gone for term, holders in postings.items()}
+    if not candidates:
+        return Searched([], generation, read)
+    ranked = engine.score_candidates(candidates, limit, now, details)
+    if not bump:
+        return Searched([Hit(record, match) for record, match in ranked], generation, read)
+    uses.add(shard, scope_key, [record_seq(record.id) for record, _m in ranked], now)
+    return Searched([Hit(engine.bump_usage(record, now), match) for record, match in ranked],
+                    generation, read)
+
+
+def _postings(rows: Sequence[Sequence[Any]]) -> tuple[dict[str, set[int]], set[int]]:
+    """``POSTINGS`` rows as term → seqs, and the seqs continuing their predecessor's thread."""
     postings: dict[str, set[int]] = {}
     continues: set[int] = set()
     for term, seq, continuing in rows:
@@ -62,30 +143,40 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
         holders.add(seq)
         if continuing:
             continues.add(seq)
-    weights = tokens.term_weights(postings, active, terms, ranking)
-    total = sum(weights)
-    details: dict[int, tuple[int, Record]] = {}
-    while True:
-        covered = tokens.covered(postings, continues, terms, weights, limit, ranking)
-        candidates = engine.rank_candidates(covered, total, limit, ranking, continues)
-        wanted = [seq for _match, seq in candidates if seq not in details]
-        if not wanted:
-            break
-        for row in rows_with_uses(conn, uses, shard, scope_key, st.ACTIVE_ROWS_BY_SEQ,
-                                   {"scope": scope_key, "seqs": json.dumps(wanted)}):
-            record = sqlite_sql.record(row)
-            details[row[0]] = (record.last_touched, record)
-        gone = {seq for seq in wanted if seq not in details}
-        if not gone:
-            break
-        postings = {term: holders - gone for term, holders in postings.items()}
-    if not candidates:
-        return []
-    ranked = engine.score_candidates(candidates, limit, now, details)
-    if not bump:
-        return [Hit(record, match) for record, match in ranked]
-    uses.add(shard, scope_key, [record_seq(record.id) for record, _m in ranked], now)
-    return [Hit(engine.bump_usage(record, now), match) for record, match in ranked]
+    return postings, continues
+
+
+def _rows_at(conn: Any, uses: PendingUses, shard: int, scope_key: str, seqs: list[int],
+             generation: int) -> list[Sequence[Any]] | None:
+    """The active rows ``seqs`` with their pending uses, read with the scope's change
+    counter; None when the counter is not ``generation`` (or the scope is gone)."""
+    with uses.locks[shard]:
+        rows = conn.execute(st.ACTIVE_ROWS_AT, {"scope": scope_key,
+                                                "seqs": json.dumps(seqs)}).fetchall()
+        if not rows or rows[0][0] != generation:
+            return None
+        found = [row[1:] for row in rows if row[1] is not None]
+        pending = uses.of(shard, scope_key)
+        return sqlite_sql.with_bumps(found, pending) if pending else found
+
+
+def copy_of(conn: Any, scope_key: str) -> ScopeCopy | None:
+    """The scope's whole index as it is now (one snapshot), for a copy in memory."""
+    with sqlite_sql.snapshot(conn):
+        state = conn.execute(st.SCOPE_STATE, {"scope": scope_key}).fetchall()
+        if not state:
+            return None
+        rows = conn.execute(st.SCOPE_POSTINGS, {"scope": scope_key}).fetchall()
+        touches = conn.execute(st.SCOPE_TOUCHES, {"scope": scope_key}).fetchall()
+    active, generation = state[0]
+    plain: dict[str, list[int]] = {}
+    continuing: dict[str, list[int]] = {}
+    for term, seq, continues in rows:
+        (continuing if continues else plain).setdefault(term, []).append(seq)
+    grouped: list[tuple[int, int, str | None, list[int] | None, list[int] | None]] = [
+        (active, generation, term, plain.get(term), continuing.get(term))
+        for term in {*plain, *continuing}] or [(active, generation, None, None, None)]
+    return ScopeCopy.from_rows(grouped, touches)
 
 
 def mark_used(conn: Any, uses: PendingUses, shard: int, scope_key: str, seqs: list[int],

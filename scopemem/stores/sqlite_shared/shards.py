@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
 from scopemem.errors import StoreError
@@ -81,7 +82,7 @@ class Shards:
         try:
             conn.set_busy_timeout(self.busy_timeout_ms)
             conn.execute("PRAGMA secure_delete = ON")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
+            mode = self._wal_mode(conn)
             if str(mode).lower() != "wal":
                 raise StoreError(f"sqlite store: {path}: cannot use WAL mode (got {mode})")
             conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
@@ -99,6 +100,21 @@ class Shards:
                 raise StoreError("the sqlite store is closed")
             self._all.append(conn)
         return conn
+
+    def _wal_mode(self, conn: Any) -> str:
+        """Switch to WAL mode (a no-op once the file is in it). Two connections switching a
+        new file at once can get SQLITE_BUSY without the busy handler being asked (SQLite
+        refuses to let two lock upgrades wait on each other): try again for as long as the
+        busy timeout allows."""
+        apsw = sqlite_sql.apsw_module()
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        while True:
+            try:
+                return str(conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0])
+            except apsw.BusyError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.001)
 
     def _check(self, conn: Any, index: int, path: str) -> None:
         with sqlite_sql.immediate(conn):

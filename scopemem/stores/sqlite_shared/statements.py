@@ -17,10 +17,22 @@ PURGEABLE = "('superseded', 'evicted', 'swept')"
 # --- reads ---------------------------------------------------------------------------------
 
 SCOPE_STATE = "SELECT active, generation FROM scopes WHERE scope_key = :scope"
-# The postings of the query's terms (one range scan of the primary key per term).
+# The postings of the query's terms: one range scan of the primary key per term (CROSS JOIN
+# keeps the terms outermost; left to itself SQLite scans every posting of the scope).
 POSTINGS = ("SELECT p.term, p.seq, p.continues FROM json_each(:terms) AS q"
-            " JOIN postings AS p ON p.scope_key = :scope AND p.term = q.value")
+            " CROSS JOIN postings AS p ON p.scope_key = :scope AND p.term = q.value")
 ACTIVE_ROWS_BY_SEQ = f"SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE} AND {IN_SEQS}"
+# The same with the scope's change counter first in every row (one row of NULLs after it
+# when none is found): what a copy in memory is checked against.
+_R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in RECORD_COLUMNS.split(","))
+ACTIVE_ROWS_AT = (f"SELECT sc.generation, {_R_COLUMNS} FROM scopes AS sc"
+                  " LEFT JOIN records AS r ON r.scope_key = sc.scope_key"
+                  " AND r.status = 'active' AND r.seq IN (SELECT value FROM json_each(:seqs))"
+                  " WHERE sc.scope_key = :scope")
+# A scope's whole index, and each active row's last touch (a lower bound ever after: a use
+# only moves it on), for a copy in memory.
+SCOPE_POSTINGS = "SELECT term, seq, continues FROM postings WHERE scope_key = :scope"
+SCOPE_TOUCHES = (f"SELECT seq, coalesce(last_used_at, created_at) FROM records WHERE {ACTIVE}")
 ACTIVE_SEQS = f"SELECT seq FROM records WHERE {ACTIVE} AND {IN_SEQS}"
 LISTING = (f"SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE}"
            " AND (:kind IS NULL OR kind = :kind)"
@@ -39,8 +51,11 @@ SET_COUNTS = ("UPDATE scopes SET last_seq = :last, active = :active,"
               " generation = generation + 1 WHERE scope_key = :scope")
 ADD_ACTIVE = ("UPDATE scopes SET active = active + :delta, generation = generation + 1"
               " WHERE scope_key = :scope")
-BATCH_ROWS = (f"SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE}"
-              f" AND (norm IN (SELECT value FROM json_each(:norms)) OR {IN_SEQS})"
+# Two lookups (the dedup index, then the primary key) in a UNION: with an OR, or without the
+# index named, SQLite scans every row of the scope.
+BATCH_ROWS = (f"SELECT {RECORD_COLUMNS} FROM records INDEXED BY records_active_norm"
+              f" WHERE {ACTIVE} AND norm IN (SELECT value FROM json_each(:norms))"
+              f" UNION SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE} AND {IN_SEQS}"
               " ORDER BY seq")
 INSERT = ("INSERT INTO records (scope_key, seq, id, kind, text, norm, keywords,"
           " source_thread_key, source_run_id, created_at, last_used_at, use_count,"

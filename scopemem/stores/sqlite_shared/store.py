@@ -50,6 +50,7 @@ from scopemem.stores.base import (
     wall_clock_ms,
 )
 from scopemem.stores.porting import group_import
+from scopemem.stores.postgres.cache import DEFAULT_POSTINGS_CACHE, PostingsCache, ScopeCopy
 from scopemem.stores.shared import batches
 from scopemem.stores.shared import counts as counting
 from scopemem.stores.sqlite import sql as sqlite_sql
@@ -75,6 +76,9 @@ log = logging.getLogger("scopemem.stores.sqlite")
 T = TypeVar("T")
 
 _POOL_THREADS = max(2, min(4, os.cpu_count() or 2))
+#: A retrieval reading this many postings has its scope copied into memory: a scope of a few
+#: dozen records is read as fast from its shard as from a copy.
+DEFAULT_MIN_POSTINGS = 256
 
 
 class SharedSqliteStore:
@@ -87,7 +91,8 @@ class SharedSqliteStore:
                  busy_timeout_ms: int = 5000, usage_flush_ms: int = DEFAULT_USAGE_FLUSH_MS,
                  ranking: Ranking = DEFAULT_RANKING,
                  retention_days: int = DEFAULT_RETENTION_DAYS, max_scopes: int = 0,
-                 shards: int = schema.SHARDS) -> None:
+                 shards: int = schema.SHARDS, postings_cache: int = DEFAULT_POSTINGS_CACHE,
+                 cache_min_postings: int = DEFAULT_MIN_POSTINGS) -> None:
         self.cap = check_cap(cap)
         self.retention_days = check_retention_days(retention_days)
         self.max_scopes = _check_int(max_scopes, "max_scopes", 0)
@@ -102,6 +107,10 @@ class SharedSqliteStore:
                               busy_timeout_ms=_check_int(busy_timeout_ms, "busy_timeout_ms",
                                                          0))
         self._uses = PendingUses(self._shards.count)
+        # Copies of scopes' indexes read often enough (``reads.py``), checked against each
+        # scope's change counter with every retrieval.
+        self._copies = PostingsCache(_check_int(postings_cache, "postings_cache", 0),
+                                     _check_int(cache_min_postings, "cache_min_postings", 0))
         self._clock = clock
         self._writers: dict[int, asyncio.Lock] = {}
         self._executors: dict[str, ThreadPoolExecutor] = {}
@@ -145,11 +154,30 @@ class SharedSqliteStore:
         if not terms.terms or limit <= 0:
             return []
         shard = self._shards.of(scope_key)
-        hits = await self._read(shard, reads.search, self._uses, shard, self.ranking,
-                                scope_key, terms, limit, now, bump)
+        copy = self._copies.latest(scope_key)
+        searched: reads.Searched | None = None
+        if copy is not None:
+            searched = await self._read(shard, reads.search, self._uses, shard, self.ranking,
+                                        scope_key, terms, limit, now, bump, copy)
+            if searched is not None and searched.hits is None:
+                self._copies.discard(scope_key, copy.generation)
+                searched = None
+            else:
+                self._copies.answered += 1
+        if searched is None:
+            searched = await self._read(shard, reads.search, self._uses, shard, self.ranking,
+                                        scope_key, terms, limit, now, bump)
+            if searched is not None and searched.generation is not None:
+                self._copies.offer(scope_key, searched.generation, searched.postings_read,
+                                   self._copy)
+        hits = searched.hits if searched is not None else None
         if bump and hits:
             self._schedule_save()
         return hits or []
+
+    async def _copy(self, scope_key: str) -> ScopeCopy | None:
+        """The scope's whole index as it is now, for a copy in memory (built on the pool)."""
+        return await self._read(self._shards.of(scope_key), reads.copy_of, scope_key)
 
     async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
         now = self._clock()
@@ -356,6 +384,7 @@ class SharedSqliteStore:
         twice."""
         if self._closed:
             return
+        await self._copies.close()
         saver, self._saver = self._saver, None
         if saver is not None and not saver.done():
             saver.cancel()
