@@ -229,3 +229,71 @@ async def test_reads_and_writes_look_up_only_the_rows_they_need(tmp_path, clock:
         assert not any(step.endswith("USING PRIMARY KEY (scope_key=?)") for step in batch)
     finally:
         conn.close()
+
+
+async def test_a_copy_in_memory_is_carried_across_the_stores_own_writes(tmp_path,
+                                                                         clock: FakeClock):
+    data = tmp_path / "data"
+    store = SharedSqliteStore(data, clock=clock, synchronous="off", cache_min_postings=0)
+    elsewhere = SharedSqliteStore(data, clock=clock, synchronous="off")
+    scope = "repo:acme/widgets"
+    try:
+        await store.write(scope, [fact(f"the runner {n} caches docker layers") for n in range(30)])
+        for _ in range(2):
+            await store.retrieve(scope, "runner docker", 5)
+        await store._copies.settled()
+        copy = store._copies.latest(scope)
+        assert copy is not None
+        await store.write(scope, [fact("the runner pool moved to arm machines")])
+        carried = store._copies.latest(scope)
+        assert carried is not None and carried.generation == copy.generation + 1
+        answered = store._copies.answered
+        hits = await store.retrieve(scope, "arm machines runner pool", 1)
+        assert [r.text for r in hits] == ["the runner pool moved to arm machines"]
+        assert store._copies.answered == answered + 1  # from the carried copy
+        # Another store's write is never carried: the copy is found stale and dropped.
+        await elsewhere.write(scope, [fact("the arm machines run the nightly builds")])
+        hits = await store.retrieve(scope, "arm machines nightly", 1)
+        assert [r.text for r in hits] == ["the arm machines run the nightly builds"]
+        assert store._copies.answered == answered + 1
+    finally:
+        await store.close()
+        await elsewhere.close()
+
+
+async def test_every_use_shows_once_while_saves_and_writes_commit_beside_reads(
+        tmp_path, clock: FakeClock):
+    """Uses saved in the background (at once) and by writes to the same scope and shard,
+    on the write pool, while one client retrieves over and over on the read pool: each of
+    its answers shows each record's count one above its last answer, never a use missing
+    (between leaving the pending set and the save's commit) or counted twice."""
+    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off", shards=1,
+                              usage_flush_ms=0)
+    scope = "org:acme"
+    try:
+        await store.write(scope, [fact(f"the deploy checklist item {n}") for n in range(5)])
+        stop = asyncio.Event()
+
+        async def writer() -> None:
+            n = 0
+            while not stop.is_set():
+                await store.write(scope if n % 2 else "org:other",
+                                  [fact(f"an unrelated vpn note {n}")])
+                n += 1
+
+        task = asyncio.create_task(writer())
+        seen: dict[str, int] = {}
+        try:
+            for _ in range(150):
+                for record in await store.retrieve(scope, "deploy checklist item", 5):
+                    assert record.use_count == seen.get(record.id, 0) + 1, record
+                    seen[record.id] = record.use_count
+        finally:
+            stop.set()
+            await task
+        assert len(seen) == 5
+        await store.flush()
+        listed = {r.id: r.use_count for r in await store.list(scope, 100) if r.id in seen}
+        assert listed == seen
+    finally:
+        await store.close()

@@ -148,6 +148,22 @@ class PostingsCache:
         if copy is not None and copy.generation == generation:
             self._drop(scope_key)
 
+    def replace(self, scope_key: str, generation: int, copy: ScopeCopy) -> bool:
+        """Put ``copy`` in place of the copy held at ``generation`` (the same scope after a
+        change the caller made and knows nobody made before it: the SQLite store's shared
+        files carry a copy across their own writes); False, nothing changed, when the copy
+        held is another."""
+        held = self._copies.get(scope_key)
+        if held is None or held.generation != generation:
+            return False
+        self._drop(scope_key)
+        while self._copies and self._held + copy.size > self.budget:
+            self._drop(next(iter(self._copies)))
+        if copy.size <= self.budget:
+            self._copies[scope_key] = copy
+            self._held += copy.size
+        return True
+
     def offer(self, scope_key: str, generation: int, postings_read: int, load: Loader
               ) -> None:
         """After a retrieval that read ``postings_read`` postings from the server at change

@@ -21,13 +21,13 @@ from scopemem.core.words import Analyzer
 from scopemem.stores.shared.tokens import index_tokens
 from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
-from scopemem.stores.sqlite_shared.reads import rows_with_uses
 from scopemem.stores.sqlite_shared.usage import PendingUses
 from scopemem.stores.sqlite_shared.writes import transaction
 
 __all__ = ["export_page", "import_scope", "scope_keys"]
 
-EXPORT_PAGE = (f"SELECT {st.RECORD_COLUMNS} FROM records WHERE scope_key = :scope"
+EXPORT_PAGE = (f"SELECT {st.USES_COUNTER}, {st.RECORD_COLUMNS} FROM records"
+               " WHERE scope_key = :scope"
                " AND seq > :after ORDER BY seq LIMIT :limit")
 HELD_SEQS = f"SELECT seq FROM records WHERE scope_key = :scope AND {st.IN_SEQS}"
 NEIGHBOURS = (f"SELECT seq, source_thread_key, status FROM records WHERE scope_key = :scope"
@@ -43,8 +43,8 @@ def scope_keys(conn: Any) -> list[str]:
 
 def export_page(conn: Any, uses: PendingUses, shard: int, scope_key: str, after: int,
                 limit: int) -> list[Record]:
-    rows = rows_with_uses(conn, uses, shard, scope_key, EXPORT_PAGE,
-                          {"scope": scope_key, "after": after, "limit": limit})
+    _lead, rows = uses.rows(conn, shard, scope_key, EXPORT_PAGE,
+                            {"scope": scope_key, "after": after, "limit": limit})
     return [sqlite_sql.record(row) for row in rows]
 
 

@@ -7,17 +7,18 @@ They run on the read pool, on the thread's own connection to the scope's shard.
 2. ``tokens.term_weights``, ``tokens.covered`` and ``engine.rank_candidates``: the weights,
    the covered weight of each record the answer can need (``core.topk``) and the best
    ``candidate_cap(limit)``, with the very functions every other store ranks with;
-3. the candidates' rows with the uses still pending applied (under the shard's usage lock,
-   see ``usage.py``), and ``engine.score_candidates``: the answer.
+3. the candidates' rows with the uses not saved yet applied (``usage.py``), and
+   ``engine.score_candidates``: the answer. A candidate that left active status since
+   step 1 (a concurrent forget) leaves the postings, and the candidates are chosen again
+   without it;
+4. one use of each record returned, pending until the next save.
 
 A scope read often enough has its whole index copied into memory (``PostingsCache`` and
 ``ScopeCopy``, the PostgreSQL store's own, ``postgres/cache.py``): step 1 is then the copy's,
 weighed as arrays (``stores.dense``), and the read of step 3 also reads the scope's change
 counter (``scopes.generation``, moved on by every transaction changing the scope, in any
-process); a copy at another counter answers nothing and is dropped. A candidate that left
-   active status since step 1 (a concurrent forget) leaves the postings, and the candidates
-   are chosen again without it;
-4. one use of each record returned, pending until the next save.
+process); a copy at another counter answers nothing and is dropped. The store's own writes
+carry the copy across (``copies.py``).
 """
 
 from __future__ import annotations
@@ -40,18 +41,6 @@ from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
 __all__ = ["Searched", "copy_of", "listing", "mark_used", "search"]
-
-
-def rows_with_uses(conn: Any, uses: PendingUses, shard: int, scope_key: str, statement: str,
-                    params: dict[str, Any]) -> list[Sequence[Any]]:
-    """Rows of ``statement`` (``RECORD_COLUMNS``) as they are once the pending uses of the
-    scope are saved."""
-    with uses.locks[shard]:
-        rows: list[Sequence[Any]] = conn.execute(statement, params).fetchall()
-        pending = uses.of(shard, scope_key)
-        if pending:
-            return sqlite_sql.with_bumps(rows, pending)
-    return rows
 
 
 @attrs.frozen
@@ -103,16 +92,16 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
                                      touches, now)
         candidates = engine.rank_candidates(covered, total, limit, ranking, continues)
         wanted = [seq for _match, seq in candidates if seq not in details]
+        if not wanted and check is None:
+            break
+        # The first read of a copy's candidates checks its change counter ("nothing" is
+        # checked too).
+        lead, found = uses.rows(conn, shard, scope_key, st.ACTIVE_ROWS_AT,
+                                {"scope": scope_key, "seqs": json.dumps(wanted)}, lead=2)
         if check is not None:
-            found = _rows_at(conn, uses, shard, scope_key, wanted, check)
-            if found is None:
+            if lead is None or lead[1] != check:
                 return Searched(None)
             check = None
-        elif wanted:
-            found = rows_with_uses(conn, uses, shard, scope_key, st.ACTIVE_ROWS_BY_SEQ,
-                                   {"scope": scope_key, "seqs": json.dumps(wanted)})
-        else:
-            break
         for row in found:
             record = sqlite_sql.record(row)
             details[row[0]] = (record.last_touched, record)
@@ -144,20 +133,6 @@ def _postings(rows: Sequence[Sequence[Any]]) -> tuple[dict[str, set[int]], set[i
         if continuing:
             continues.add(seq)
     return postings, continues
-
-
-def _rows_at(conn: Any, uses: PendingUses, shard: int, scope_key: str, seqs: list[int],
-             generation: int) -> list[Sequence[Any]] | None:
-    """The active rows ``seqs`` with their pending uses, read with the scope's change
-    counter; None when the counter is not ``generation`` (or the scope is gone)."""
-    with uses.locks[shard]:
-        rows = conn.execute(st.ACTIVE_ROWS_AT, {"scope": scope_key,
-                                                "seqs": json.dumps(seqs)}).fetchall()
-        if not rows or rows[0][0] != generation:
-            return None
-        found = [row[1:] for row in rows if row[1] is not None]
-        pending = uses.of(shard, scope_key)
-        return sqlite_sql.with_bumps(found, pending) if pending else found
 
 
 def copy_of(conn: Any, scope_key: str) -> ScopeCopy | None:
@@ -192,7 +167,7 @@ def mark_used(conn: Any, uses: PendingUses, shard: int, scope_key: str, seqs: li
 def listing(conn: Any, uses: PendingUses, shard: int, scope_key: str, limit: int,
             tokens_: list[str] | None, kind: Kind | None) -> list[Record]:
     """The newest active rows (holding one of ``tokens_``, of ``kind``, when given)."""
-    rows = rows_with_uses(conn, uses, shard, scope_key, st.LISTING, {
+    _lead, rows = uses.rows(conn, shard, scope_key, st.LISTING, {
         "scope": scope_key, "limit": limit,
         "tokens": None if tokens_ is None else json.dumps(tokens_),
         "kind": None if kind is None else str(kind)})

@@ -23,7 +23,7 @@ from typing import Any
 
 # "ScMs": a shard of the shared-file layout (the file-per-scope layout's files say "ScMm").
 APPLICATION_ID = 0x53634D73
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Shards of a data directory. Fixed: a scope's shard is its key's hash modulo this, so a
 #: directory written with one count cannot be read with another.
 SHARDS = 16
@@ -44,13 +44,15 @@ TABLES = (
         value TEXT NOT NULL
     ) WITHOUT ROWID""",
     # A scope's row is created by its first write; ``generation`` counts every change to its
-    # records (never a use count), for copies of the scope held in memory.
+    # records (never a use count), for copies of the scope held in memory; ``uses`` every
+    # save of its use counts (``usage.py``).
     """CREATE TABLE IF NOT EXISTS scopes (
         scope_key  TEXT PRIMARY KEY,
         last_seq   INTEGER NOT NULL DEFAULT 0,
         active     INTEGER NOT NULL DEFAULT 0,
         generation INTEGER NOT NULL DEFAULT 0,
-        created_at INTEGER NOT NULL
+        created_at INTEGER NOT NULL,
+        uses       INTEGER NOT NULL DEFAULT 0
     ) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS records (
         scope_key         TEXT NOT NULL,
@@ -151,6 +153,9 @@ def apply_schema(conn: Any, index: int, shards: int) -> None:
     write transaction and has checked ``identity_problem``."""
     for statement in TABLES:
         conn.execute(statement)
+    # Version 2 counts use-count saves; a version 1 shard gains the column.
+    if "uses" not in {row[1] for row in conn.execute("PRAGMA table_info(scopes)")}:
+        conn.execute("ALTER TABLE scopes ADD COLUMN uses INTEGER NOT NULL DEFAULT 0")
     conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?), (?, ?)",
                  (META_SHARD, str(index), META_SHARDS, str(shards)))
     if pragma(conn, "application_id") != APPLICATION_ID:

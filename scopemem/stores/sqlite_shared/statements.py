@@ -21,20 +21,22 @@ SCOPE_STATE = "SELECT active, generation FROM scopes WHERE scope_key = :scope"
 # keeps the terms outermost; left to itself SQLite scans every posting of the scope).
 POSTINGS = ("SELECT p.term, p.seq, p.continues FROM json_each(:terms) AS q"
             " CROSS JOIN postings AS p ON p.scope_key = :scope AND p.term = q.value")
-ACTIVE_ROWS_BY_SEQ = f"SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE} AND {IN_SEQS}"
-# The same with the scope's change counter first in every row (one row of NULLs after it
-# when none is found): what a copy in memory is checked against.
+# The candidates' rows, after the scope's uses counter (``usage.py``) and change counter
+# (what a copy in memory is checked against); one row of NULLs after them when none is found.
 _R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in RECORD_COLUMNS.split(","))
-ACTIVE_ROWS_AT = (f"SELECT sc.generation, {_R_COLUMNS} FROM scopes AS sc"
+ACTIVE_ROWS_AT = (f"SELECT sc.uses, sc.generation, {_R_COLUMNS} FROM scopes AS sc"
                   " LEFT JOIN records AS r ON r.scope_key = sc.scope_key"
                   " AND r.status = 'active' AND r.seq IN (SELECT value FROM json_each(:seqs))"
                   " WHERE sc.scope_key = :scope")
+# The scope's uses counter, for a statement answering rows (read once: it does not depend
+# on the row).
+USES_COUNTER = "(SELECT uses FROM scopes WHERE scope_key = :scope)"
 # A scope's whole index, and each active row's last touch (a lower bound ever after: a use
 # only moves it on), for a copy in memory.
 SCOPE_POSTINGS = "SELECT term, seq, continues FROM postings WHERE scope_key = :scope"
 SCOPE_TOUCHES = (f"SELECT seq, coalesce(last_used_at, created_at) FROM records WHERE {ACTIVE}")
 ACTIVE_SEQS = f"SELECT seq FROM records WHERE {ACTIVE} AND {IN_SEQS}"
-LISTING = (f"SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE}"
+LISTING = (f"SELECT {USES_COUNTER}, {RECORD_COLUMNS} FROM records WHERE {ACTIVE}"
            " AND (:kind IS NULL OR kind = :kind)"
            " AND (:tokens IS NULL OR seq IN (SELECT seq FROM postings"
            " WHERE scope_key = :scope AND term IN (SELECT value FROM json_each(:tokens))))"
@@ -43,7 +45,7 @@ ACTIVE_FACTS = f"SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE} AND kind = 
 
 # --- writes --------------------------------------------------------------------------------
 
-LOCK_SCOPE = "SELECT last_seq, active FROM scopes WHERE scope_key = :scope"
+LOCK_SCOPE = "SELECT last_seq, active, generation FROM scopes WHERE scope_key = :scope"
 NEW_SCOPE = ("INSERT INTO scopes (scope_key, created_at) VALUES (:scope, :now)"
              " ON CONFLICT DO NOTHING")
 COUNT_SCOPES = "SELECT count(*) FROM scopes"
@@ -91,6 +93,7 @@ BUMP = ("UPDATE records SET use_count = use_count + bump.uses,"
         " FROM (SELECT value ->> 0 AS seq, value ->> 1 AS uses, value ->> 2 AS last"
         " FROM json_each(:bumps)) AS bump"
         " WHERE records.scope_key = :scope AND records.seq = bump.seq")
+NEXT_USES = "UPDATE scopes SET uses = uses + 1 WHERE scope_key = :scope RETURNING uses"
 ADD_COUNT = ("INSERT INTO counters (scope_key, day, name, value) VALUES (?, ?, ?, ?)"
              " ON CONFLICT (scope_key, day, name) DO UPDATE SET value = value + excluded.value")
 READ_COUNTS = ("SELECT scope_key, day, name, value FROM counters WHERE day >= :since"

@@ -64,7 +64,7 @@ from scopemem.stores.sqlite.store import (
     _check_synchronous,
 )
 from scopemem.stores.sqlite.usage import DEFAULT_USAGE_FLUSH_MS, USAGE_FLUSH_MS_MAX
-from scopemem.stores.sqlite_shared import porting, reads, schema, writes
+from scopemem.stores.sqlite_shared import copies, porting, reads, schema, writes
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.shards import Shards
 from scopemem.stores.sqlite_shared.usage import PendingUses
@@ -113,6 +113,7 @@ class SharedSqliteStore:
                                      _check_int(cache_min_postings, "cache_min_postings", 0))
         self._clock = clock
         self._writers: dict[int, asyncio.Lock] = {}
+        self._writing: dict[str, int] = {}  # scope → this store's writes under way
         self._executors: dict[str, ThreadPoolExecutor] = {}
         self._saver: asyncio.Task[None] | None = None
         self._scope_count: int | None = None  # scopes held, once counted (max_scopes)
@@ -160,7 +161,10 @@ class SharedSqliteStore:
             searched = await self._read(shard, reads.search, self._uses, shard, self.ranking,
                                         scope_key, terms, limit, now, bump, copy)
             if searched is not None and searched.hits is None:
-                self._copies.discard(scope_key, copy.generation)
+                if not self._writing.get(scope_key):
+                    # Unless this store's own write is under way, which carries the copy
+                    # across (``copies.py``) as it returns.
+                    self._copies.discard(scope_key, copy.generation)
                 searched = None
             else:
                 self._copies.answered += 1
@@ -223,11 +227,19 @@ class SharedSqliteStore:
         fitted = fit_batch(candidates)
         now = self._clock()
         shard = self._shards.of(scope_key)
-        counts = await self._write(shard, writes.write, self._uses, shard, self.analyzer,
-                                   scope_key, fitted, cap, now,
-                                   retention_cutoff(now, self.retention_days),
-                                   self._reserve_scope, create=True)
-        assert counts is not None  # created: the shard has a file
+        self._writing[scope_key] = self._writing.get(scope_key, 0) + 1
+        try:
+            done = await self._write(shard, writes.write, self._uses, shard, self.analyzer,
+                                     scope_key, fitted, cap, now,
+                                     retention_cutoff(now, self.retention_days),
+                                     self._reserve_scope, create=True)
+        finally:
+            left = self._writing.pop(scope_key) - 1
+            if left:
+                self._writing[scope_key] = left
+        assert done is not None  # created: the shard has a file
+        counts, change = done
+        copies.carry(self._copies, scope_key, change)
         return counts
 
     async def forget(self, scope_key: str, record_id: str) -> bool:

@@ -3,37 +3,47 @@
 A retrieval counts one use of each record it returns here (``add``) and does not wait for
 it to be saved. ``save`` commits everything pending in a shard in one transaction (one
 ``UPDATE`` per scope, whatever the number of retrievals), without waiting for the disk: a
-process killed outright loses the uses of its last ``usage_flush_ms``, never a record.
+process killed outright loses the uses of its last ``usage_flush_ms``, never a record. A
+write saves its scope's pending uses first, in its own transaction, so its dedup and
+eviction see them.
 
-Every read of rows that answers a caller (a retrieval's candidates, a listing) applies the
-uses pending for their scope, so each answer shows the uses of every retrieval that
-returned before it. The shard's ``lock`` makes that exact: the rows and the pending uses are
-read under it, and a save holds it from taking the pending uses until its commit, so a read
-sees each use once, either in the row or pending, never in both or neither. A write that
-applies a scope's pending uses first (so its dedup and eviction see them) holds it the same
-way.
+Every read of rows that answers a caller (a retrieval's candidates, a listing, an export)
+applies the uses not in the rows yet, so each answer shows the uses of every retrieval that
+returned before it, exactly once. Uses being saved are in neither place for a moment: they
+left the pending set and their transaction has not committed. So a transaction saving a
+scope's uses also moves the scope's ``scopes.uses`` counter on, and the uses it saves wait
+in ``_saving`` tagged with the counter value it wrote; a read takes the counter with its
+rows (one statement, one snapshot) and adds the uses still pending, and those being saved
+whose tag its snapshot has not reached. A committed save's entries are kept while any read
+that may have taken its snapshot before the commit is still under way (a count of reads
+between their statement and their look at the dictionaries). The shard's lock guards only
+these dictionaries, never a statement or a transaction: a write waiting on the disk holds
+up no read, and reads of one shard do not wait for each other.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from scopemem.stores.shared.bumps import Bumps, add_bumps, merge_bumps
+from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
 
-__all__ = ["PendingUses", "apply"]
-
-log = logging.getLogger("scopemem.stores.sqlite")
+__all__ = ["PendingUses"]
 
 
-def apply(conn: Any, scope_key: str, bumps: Bumps) -> None:
-    """Persist a scope's pending uses in the caller's transaction, in one statement."""
-    conn.execute(st.BUMP, {"scope": scope_key, "bumps": json.dumps(
-        [[seq, uses, last] for seq, (uses, last) in bumps.items()])})
+class _Saving:
+    """One scope's uses in one save's transaction, tagged once applied."""
+
+    __slots__ = ("bumps", "tag")
+
+    def __init__(self, bumps: Bumps) -> None:
+        self.bumps = bumps
+        self.tag: int | None = None  # the scope's uses counter the transaction wrote
 
 
 class PendingUses:
@@ -42,6 +52,12 @@ class PendingUses:
     def __init__(self, shards: int) -> None:
         self.locks = [threading.Lock() for _ in range(shards)]
         self._pending: list[dict[str, Bumps]] = [{} for _ in range(shards)]
+        self._saving: list[dict[str, list[_Saving]]] = [{} for _ in range(shards)]
+        # Reads between their statement and their look at the dictionaries, per shard, and
+        # the committed entries kept for them: a read whose snapshot predates a commit must
+        # still find that commit's entry (see ``rows``).
+        self._readers = [0] * shards
+        self._committed: list[list[tuple[str, _Saving]]] = [[] for _ in range(shards)]
 
     def __len__(self) -> int:
         return sum(len(bumps) for shard in self._pending for bumps in shard.values())
@@ -50,51 +66,119 @@ class PendingUses:
         """The shards holding uses not saved yet."""
         return [index for index, scopes in enumerate(self._pending) if scopes]
 
-    def of(self, shard: int, scope_key: str) -> Bumps | None:
-        """The scope's pending uses (the caller holds the shard's lock)."""
-        return self._pending[shard].get(scope_key)
-
-    def add(self, shard: int, scope_key: str, seqs: Iterable[int], now: int) -> None:
+    def add(self, shard: int, scope_key: str, seqs: Sequence[int], now: int) -> None:
         with self.locks[shard]:
             pending = self._pending[shard].setdefault(scope_key, {})
             add_bumps(pending, seqs, now)
             if not pending:
                 del self._pending[shard][scope_key]
 
-    def take_scope(self, shard: int, scope_key: str) -> Bumps | None:
-        """The scope's pending uses, no longer pending (the caller holds the lock and saves
-        them in its transaction, or hands them back with ``give_back``)."""
-        return self._pending[shard].pop(scope_key, None)
+    def rows(self, conn: Any, shard: int, scope_key: str, statement: str,
+             params: dict[str, Any], lead: int = 1
+             ) -> tuple[Sequence[Any] | None, list[Sequence[Any]]]:
+        """The rows of ``statement`` (``lead`` columns, the first the scope's uses counter,
+        then ``RECORD_COLUMNS``, or NULLs for none) as they are with every use not in them
+        yet: the first row's leading columns (None: no row), and the rows without them."""
+        lock = self.locks[shard]
+        with lock:
+            self._readers[shard] += 1
+        rows: list[Any] = []
+        try:
+            rows = conn.execute(statement, params).fetchall()
+        finally:
+            with lock:
+                self._readers[shard] -= 1
+                counted = rows[0][0] if rows and rows[0][0] is not None else 0
+                missing = self._missing(shard, scope_key, counted) if rows else None
+                if not self._readers[shard]:
+                    self._forget_committed(shard)
+        if not rows:
+            return None, []
+        found = [row[lead:] for row in rows if row[lead] is not None]
+        if missing:
+            found = sqlite_sql.with_bumps(found, missing)
+        return rows[0][:lead], found
 
-    def give_back(self, shard: int, scope_key: str, bumps: Bumps) -> None:
-        """Uses whose save did not commit, pending again (the caller holds the lock)."""
-        merge_bumps(self._pending[shard].setdefault(scope_key, {}), bumps)
+    def _missing(self, shard: int, scope_key: str, counted: int) -> Bumps | None:
+        """The uses a snapshot at uses counter ``counted`` lacks (the caller holds the
+        lock)."""
+        pending = self._pending[shard].get(scope_key)
+        saving = [entry.bumps for entry in self._saving[shard].get(scope_key, ())
+                  if entry.tag is None or entry.tag > counted]
+        if not saving:
+            return pending
+        missing: Bumps = {}
+        for bumps in (pending or {}), *saving:
+            merge_bumps(missing, bumps)
+        return missing
+
+    @contextlib.contextmanager
+    def saving(self, shard: int, scope_key: str | None = None) -> Iterator[
+            list[tuple[str, _Saving]]]:
+        """The shard's pending uses (only ``scope_key``'s when given), moved to the saving
+        set for the block, which applies them (``apply``) in its transaction and commits.
+        They leave the saving set when the block ends; if it raises, they are pending again."""
+        with self.locks[shard]:
+            if scope_key is None:
+                batch, self._pending[shard] = self._pending[shard], {}
+            else:
+                one = self._pending[shard].pop(scope_key, None)
+                batch = {scope_key: one} if one else {}
+            entries = [(key, _Saving(bumps)) for key, bumps in batch.items()]
+            for key, entry in entries:
+                self._saving[shard].setdefault(key, []).append(entry)
+        committed = False
+        try:
+            yield entries
+            committed = True
+        finally:
+            with self.locks[shard]:
+                if committed:
+                    # A read under way may hold a snapshot from before the commit: the
+                    # entries stay (found by their tag) until no read is.
+                    self._committed[shard].extend(entries)
+                    if not self._readers[shard]:
+                        self._forget_committed(shard)
+                else:
+                    for key, entry in entries:
+                        self._drop(shard, key, entry)
+                        merge_bumps(self._pending[shard].setdefault(key, {}), entry.bumps)
+
+    def _forget_committed(self, shard: int) -> None:
+        """Drop the committed entries: no read holds a snapshot from before them (the
+        caller holds the lock)."""
+        for key, entry in self._committed[shard]:
+            self._drop(shard, key, entry)
+        self._committed[shard].clear()
+
+    def _drop(self, shard: int, key: str, entry: _Saving) -> None:
+        held = self._saving[shard][key]
+        held.remove(entry)
+        if not held:
+            del self._saving[shard][key]
+
+    def apply(self, conn: Any, shard: int, entries: list[tuple[str, _Saving]]) -> None:
+        """Persist ``entries`` in the caller's transaction: one statement for each scope's
+        uses, and its uses counter moved on (the entry tagged with it)."""
+        for scope_key, entry in entries:
+            conn.execute(st.BUMP, {"scope": scope_key, "bumps": json.dumps(
+                [[seq, uses, last] for seq, (uses, last) in entry.bumps.items()])})
+            tag = conn.execute(st.NEXT_USES, {"scope": scope_key}).fetchall()
+            with self.locks[shard]:
+                entry.tag = tag[0][0] if tag else 0
 
     def save(self, conn: Any, shard: int, relax: bool, synchronous: str) -> int:
         """Commit every use pending in ``shard`` in one transaction; how many rows. On
         failure the uses stay pending (for the next save) and the error is raised."""
-        with self.locks[shard]:
-            batch, self._pending[shard] = self._pending[shard], {}
-            if not batch:
+        with self.saving(shard) as entries:
+            if not entries:
                 return 0
+            if relax:
+                conn.execute("PRAGMA synchronous = NORMAL")
             try:
+                with sqlite_sql.immediate(conn):
+                    self.apply(conn, shard, entries)
+            finally:
                 if relax:
-                    conn.execute("PRAGMA synchronous = NORMAL")
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                    try:
-                        for scope_key, bumps in batch.items():
-                            apply(conn, scope_key, bumps)
-                        conn.execute("COMMIT")
-                    except BaseException:
-                        if not conn.getautocommit():
-                            conn.execute("ROLLBACK")
-                        raise
-                finally:
-                    if relax:
-                        conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-            except BaseException:
-                for scope_key, bumps in batch.items():
-                    self.give_back(shard, scope_key, bumps)
-                raise
-            return sum(map(len, batch.values()))
+                    conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+            return sum(len(entry.bumps) for _key, entry in entries)

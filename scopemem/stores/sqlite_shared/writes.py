@@ -16,6 +16,8 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import attrs
+
 from scopemem.core import engine
 from scopemem.core.records import Candidate, CountRow, Record, Status, SweepResult, WriteCounts
 from scopemem.core.scopes import memory_id, record_seq
@@ -27,10 +29,9 @@ from scopemem.stores.shared.batches import PURGE_ROWS
 from scopemem.stores.shared.tokens import index_tokens
 from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
-from scopemem.stores.sqlite_shared import usage
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
-__all__ = ["add_rows", "forget", "sweep", "write"]
+__all__ = ["Change", "add_rows", "forget", "sweep", "write"]
 
 
 def add_rows(conn: Any, rows: Sequence[CountRow]) -> None:
@@ -42,63 +43,68 @@ def add_rows(conn: Any, rows: Sequence[CountRow]) -> None:
 @contextlib.contextmanager
 def transaction(conn: Any, uses: PendingUses, shard: int, scope_key: str) -> Iterator[None]:
     """``BEGIN IMMEDIATE`` with the scope's pending uses saved first (so the batch's dedup
-    and eviction see them), holding the shard's usage lock until the commit when there are
-    any (see ``usage.py``); rolled back, uses pending again, if the block raises."""
-    lock = uses.locks[shard]
-    lock.acquire()
-    bumps = uses.take_scope(shard, scope_key)
-    if bumps is None:
-        lock.release()
-    try:
-        with sqlite_sql.immediate(conn):
-            if bumps:
-                usage.apply(conn, scope_key, bumps)
-            yield
-    except BaseException:
-        if bumps:
-            uses.give_back(shard, scope_key, bumps)
-        raise
-    finally:
-        if bumps is not None:
-            lock.release()
+    and eviction see them, ``usage.py``); rolled back, uses pending again, if the block
+    raises."""
+    with uses.saving(shard, scope_key) as entries, sqlite_sql.immediate(conn):
+        if entries:
+            uses.apply(conn, shard, entries)
+        yield
 
 
-def _scope_row(conn: Any, scope_key: str) -> tuple[int, int] | None:
+@attrs.define
+class Change:
+    """What a write did to its scope's postings, for carrying a copy of them in memory
+    across it (``copies.carried``): the scope's change counter as the transaction began
+    (the commit moves it on by one), the postings added and taken out, the added records'
+    last touches and the active count after it."""
+
+    before: int
+    posted: list[tuple[str, int, int]] = attrs.Factory(list)  # (term, seq, continues)
+    unposted: list[tuple[str, int]] = attrs.Factory(list)  # (term, seq)
+    touched: list[tuple[int, int]] = attrs.Factory(list)  # (seq, last touch)
+    active: int = 0
+
+
+def _scope_row(conn: Any, scope_key: str) -> tuple[int, int, int] | None:
+    """The scope's last seq, active count and change counter (None: no such scope)."""
     rows = conn.execute(st.LOCK_SCOPE, {"scope": scope_key}).fetchall()
-    return (rows[0][0], rows[0][1]) if rows else None
+    return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
 
 
 def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_key: str,
           fitted: Sequence[Candidate], cap: int, now: int, cutoff: int,
-          reserve_scope: Callable[[], None]) -> WriteCounts:
+          reserve_scope: Callable[[], None]) -> tuple[WriteCounts, Change]:
     """Write a fitted batch; ``reserve_scope`` is called before a new scope's row is made
-    (it raises ``ScopeLimitReached`` past ``max_scopes``)."""
+    (it raises ``ScopeLimitReached`` past ``max_scopes``). The counts, and what the write
+    did to the scope's postings."""
     with transaction(conn, uses, shard, scope_key):
         row = _scope_row(conn, scope_key)
         if row is None:
             reserve_scope()
             conn.execute(st.NEW_SCOPE, {"scope": scope_key, "now": now})
-            row = (0, 0)
-        last_seq, active = row
+            row = (0, 0, 0)
+        last_seq, active, generation = row
+        change = Change(generation)
         norms, seqs = batches.lookup_keys(scope_key, fitted)
         known = [sqlite_sql.record(r) for r in conn.execute(st.BATCH_ROWS, {
             "scope": scope_key, "norms": json.dumps(norms), "seqs": json.dumps(seqs)})]
         plan = batches.plan_batch(scope_key, fitted, known, last_seq + 1, now)
-        _persist(conn, analyzer, scope_key, plan, last_seq, now)
+        _persist(conn, analyzer, scope_key, plan, last_seq, now, change)
         evicted: list[int] = []
         live = active + plan.live_delta
         if live > cap:
-            evicted = _evict(conn, scope_key, live - cap, now)
+            evicted = _evict(conn, scope_key, live - cap, now, change)
         conn.execute(st.PURGE, {"scope": scope_key, "rows": PURGE_ROWS, "cutoff": cutoff})
         conn.execute(st.SET_COUNTS, {"scope": scope_key, "last": plan.next_seq - 1,
                                      "active": live - len(evicted)})
         counts = plan.counts + WriteCounts(evicted=len(evicted))
         add_rows(conn, counting.write_rows(scope_key, counts, now))
-    return counts
+        change.active = live - len(evicted)
+    return counts, change
 
 
 def _persist(conn: Any, analyzer: Analyzer, scope_key: str, plan: batches.BatchPlan,
-             last_seq: int, now: int) -> None:
+             last_seq: int, now: int, change: Change) -> None:
     """The batch's new rows and their postings, and its changes to existing rows (those it
     retired leave the postings)."""
     if plan.inserts:
@@ -122,40 +128,45 @@ def _persist(conn: Any, analyzer: Analyzer, scope_key: str, plan: batches.BatchP
                 seq = record_seq(record.id)
                 continues = int(record.source_thread_key == thread)
                 postings.extend((scope_key, term, seq, continues) for term in held[seq])
+                change.touched.append((seq, record.last_touched))
             thread = record.source_thread_key
         conn.executemany(st.POST, postings)
+        change.posted.extend((term, seq, continues) for _s, term, seq, continues in postings)
     if plan.changes:
         conn.executemany(st.CHANGE, [
             (r.use_count, r.last_used_at, r.confidence, r.status.value, r.status.value, now,
              scope_key, record_seq(r.id)) for r in plan.changes])
         retired = [record_seq(r.id) for r in plan.changes if not r.is_active]
-        _unpost(conn, scope_key, retired)
+        _unpost(conn, scope_key, retired, change)
 
 
-def _unpost(conn: Any, scope_key: str, seqs: Sequence[int]) -> None:
+def _unpost(conn: Any, scope_key: str, seqs: Sequence[int], change: Change | None = None
+            ) -> None:
     """Take rows ``seqs`` out of the postings (while they still hold their tokens)."""
     if not seqs:
         return
     rows = conn.execute(st.TOKENS_OF, {"scope": scope_key, "seqs": json.dumps(list(seqs))})
-    conn.executemany(st.UNPOST, [(scope_key, term, seq) for seq, held in rows.fetchall()
-                                 for term in held.split()])
+    gone = [(term, seq) for seq, held in rows.fetchall() for term in held.split()]
+    conn.executemany(st.UNPOST, [(scope_key, term, seq) for term, seq in gone])
+    if change is not None:
+        change.unposted.extend(gone)
 
 
-def _evict(conn: Any, scope_key: str, excess: int, now: int) -> list[int]:
+def _evict(conn: Any, scope_key: str, excess: int, now: int, change: Change) -> list[int]:
     """The seqs of the rows evicted to bring the scope down by ``excess``."""
     groups = [conn.execute(statement, {"scope": scope_key, "excess": excess}).fetchall()
               for statement in (st.LRU_NEVER_USED, st.LRU_USED)]
     evicted = batches.pick_eviction(groups[0], groups[1], excess)
-    return _retire(conn, scope_key, evicted, Status.EVICTED, now)
+    return _retire(conn, scope_key, evicted, Status.EVICTED, now, change)
 
 
-def _retire(conn: Any, scope_key: str, seqs: Sequence[int], status: Status, now: int
-            ) -> list[int]:
+def _retire(conn: Any, scope_key: str, seqs: Sequence[int], status: Status, now: int,
+            change: Change | None = None) -> list[int]:
     """Retire the active ones of rows ``seqs`` with ``status``, out of the postings; their
     seqs."""
     if not seqs:
         return []
-    _unpost(conn, scope_key, seqs)
+    _unpost(conn, scope_key, seqs, change)
     rows = conn.execute(st.RETIRE, {"scope": scope_key, "seqs": json.dumps(list(seqs)),
                                     "status": status.value, "now": now}).fetchall()
     return [seq for (seq,) in rows]
