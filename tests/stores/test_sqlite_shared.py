@@ -297,3 +297,69 @@ async def test_every_use_shows_once_while_saves_and_writes_commit_beside_reads(
         assert listed == seen
     finally:
         await store.close()
+
+
+async def test_records_in_memory_count_each_use_once_across_a_write_that_changes_them(
+        tmp_path, clock: FakeClock):
+    """Answers on the event loop from a scope's records in memory, a write that
+    deduplicates onto a record retrieved just before (the write's row replaces the one in
+    memory, holding the uses saved with the write) and answers after it: every answer is
+    the in-process store's, use counts included."""
+    from scopemem.stores.memory import InMemoryStore
+
+    memory = InMemoryStore(clock=clock)
+    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off",
+                              cache_min_postings=0)
+    store._copies.interval = 0
+    scope = "org:acme"
+    texts = [f"the staging cluster {word} rotates weekly" for word in
+             ("vpn", "dns", "ci", "cache", "proxy")]
+    try:
+        async def both(call):  # type: ignore[no-untyped-def]
+            expected = await call(memory)
+            assert await call(store) == expected
+            return expected
+
+        await both(lambda s: s.write(scope, [fact(text) for text in texts]))
+        for round_ in range(4):
+            for _ in range(3):
+                await both(lambda s: s.retrieve(scope, "staging cluster vpn", 2))
+                await store._copies.settled()
+            clock.advance(1000)
+            # The same text again: a dedup that counts one more use of that record.
+            await both(lambda s, r=round_: s.write(scope, [fact(texts[r % 2])]))
+            await both(lambda s: s.retrieve(scope, "staging cluster vpn", 3))
+        assert store.loop_answers > 5
+    finally:
+        await memory.close()
+        await store.close()
+
+
+async def test_a_carried_copy_leaves_out_rows_the_write_inserted_and_evicted(
+        tmp_path, clock: FakeClock):
+    """A write under a cap that evicts rows the same batch inserted (found by the
+    equivalence machine: the carried copy kept them posted)."""
+    from scopemem.stores.memory import InMemoryStore
+
+    memory = InMemoryStore(clock=clock)
+    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off",
+                              cache_min_postings=0)
+    store._copies.interval = 0
+    scope = "user:slack:U1"
+    try:
+        async def both(call):  # type: ignore[no-untyped-def]
+            expected = await call(memory)
+            assert await call(store) == expected
+            return expected
+
+        await both(lambda s: s.write(scope, [fact("the vpn token expires monthly")]))
+        for _ in range(2):
+            await both(lambda s: s.retrieve(scope, "deploy", 1))
+        await store._copies.settled()
+        assert store._copies.latest(scope) is not None
+        await both(lambda s: s.write(scope, [fact("deploy"), fact("deploy deploy")], cap=1))
+        for _ in range(3):
+            await both(lambda s: s.retrieve(scope, "deploy", 8))
+    finally:
+        await memory.close()
+        await store.close()

@@ -14,11 +14,134 @@ the next retrieval, as always.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import attrs
+
+from scopemem.core import engine
+from scopemem.core.records import Record
+from scopemem.core.scopes import record_seq
 from scopemem.stores.dense import DenseIndex
+from scopemem.stores.postgres import tokens
 from scopemem.stores.postgres.cache import PostingsCache, ScopeCopy, Touches
 from scopemem.stores.sqlite_shared.writes import Change
 
-__all__ = ["carried", "carry"]
+__all__ = ["LOOP_POSTINGS", "RowCopy", "answer", "carried", "carried_rows", "carry"]
+
+#: Uses kept apart per row of a ``RowCopy`` before it is dropped (and copied afresh): a
+#: bound on what a long-lived copy holds besides its rows.
+MAX_KEPT_USES = 64
+#: A query whose terms hold more postings than this is not weighed on the event loop.
+LOOP_POSTINGS = 20_000
+
+
+class RowCopy:
+    """A scope's active records in memory beside its ``ScopeCopy`` at the same change
+    counter, so a retrieval can be answered on the event loop with no call into SQLite
+    while the shard's WAL-index header is the one read when the copy was last confirmed
+    (``header``).
+
+    Use counts: a record holds every use numbered up to its mark (``usage.PendingUses``
+    numbers each add): the copy's, read with the rows, or the write's that replaced the
+    record (``carried_rows``). Uses numbered after it are kept apart (``note``) and added
+    whenever the record is read, so a use is counted once however late its retrieval
+    comes back to the loop."""
+
+    __slots__ = ("generation", "header", "kept", "mark", "marks", "records", "uses")
+
+    def __init__(self, generation: int, records: dict[int, Record], mark: int) -> None:
+        self.generation = generation
+        self.records = records
+        self.mark = mark
+        self.marks: dict[int, int] = {}
+        self.uses: dict[int, list[tuple[int, int]]] = {}  # seq → [(add number, when)]
+        self.kept = 0  # the most uses kept apart for one record
+        self.header: bytes | None = None
+
+    def note(self, seqs: Sequence[int], now: int, added: int) -> bool:
+        """One use at ``now``, numbered ``added``, of each of ``seqs`` its record does not
+        hold; False when a record keeps more than ``MAX_KEPT_USES`` apart (fold them in)."""
+        for seq in seqs:
+            if seq in self.records and added > self.marks.get(seq, self.mark):
+                kept = self.uses.setdefault(seq, [])
+                kept.append((added, now))
+                self.kept = max(self.kept, len(kept))
+        return self.kept <= MAX_KEPT_USES
+
+    def fold(self, mark: int) -> None:
+        """Put the uses kept apart into the records and hold every use up to ``mark``: the
+        caller knows every use numbered up to it is noted here, and that no write of the
+        scope has read its rows since."""
+        for seq in list(self.uses):
+            record = self.record(seq)
+            if record is not None:
+                self.records[seq] = record
+        self.uses.clear()
+        self.marks.clear()
+        self.kept = 0
+        self.mark = mark
+
+    def record(self, seq: int) -> Record | None:
+        """The active record ``seq`` with every use counted so far."""
+        record = self.records.get(seq)
+        kept = self.uses.get(seq)
+        if record is None or not kept:
+            return record
+        mark = self.marks.get(seq, self.mark)
+        count, last = 0, record.last_used_at
+        for added, when in kept:
+            if added > mark:
+                count += 1
+                if last is None or when > last:
+                    last = when
+        if not count:
+            return record
+        return attrs.evolve(record, use_count=record.use_count + count, last_used_at=last)
+
+
+def answer(copy: ScopeCopy, rows: RowCopy, ranking: engine.Ranking,
+           terms: engine.QueryTerms, limit: int, now: int
+           ) -> list[tuple[Record, float]] | None:
+    """The ranked records from the copies, as ``reads.search`` ranks them; None when the
+    query is too heavy for the event loop."""
+    postings = copy.terms(terms.terms)
+    if sum(map(len, postings.values())) > LOOP_POSTINGS:
+        return None
+    weights = tokens.term_weights(postings, copy.active, terms, ranking)
+    if copy.dense is not None:
+        covered = copy.dense.covered(terms, weights, limit, ranking.context_weight)
+    else:
+        covered = tokens.covered(postings, copy.continues, terms, weights, limit, ranking,
+                                 copy.touches, now)
+    candidates = engine.rank_candidates(covered, sum(weights), limit, ranking,
+                                        copy.continues)
+    details: dict[int, tuple[int, Record]] = {}
+    for _match, seq in candidates:
+        record = rows.record(seq)
+        if record is None:
+            return None
+        details[seq] = (record.last_touched, record)
+    return engine.score_candidates(candidates, limit, now, details) if candidates else []
+
+
+def carried_rows(rows: RowCopy, change: Change) -> RowCopy:
+    """``rows`` with ``change`` applied, at the counter after it: its inserted and changed
+    records replace theirs, holding the uses numbered up to its mark."""
+    new = RowCopy(change.before + 1, dict(rows.records), rows.mark)
+    new.marks = dict(rows.marks)
+    new.uses = {seq: list(kept) for seq, kept in rows.uses.items()}
+    new.kept = rows.kept
+    retired = set(change.retired)
+    for record in change.rows:
+        seq = record_seq(record.id)
+        new.records[seq] = record
+        new.marks[seq] = change.mark
+    # Then the rows it retired, those it inserted and evicted again among them.
+    for seq in retired:
+        new.records.pop(seq, None)
+        new.marks.pop(seq, None)
+        new.uses.pop(seq, None)
+    return new
 
 
 def carry(cache: PostingsCache, scope_key: str, change: Change) -> bool:
@@ -40,19 +163,21 @@ def carried(copy: ScopeCopy, change: Change) -> ScopeCopy:
     for term, seq, _continues in change.posted:
         added.setdefault(term, set()).add(seq)
     for term in gone.keys() | added.keys():
-        holders = (postings.get(term, frozenset()) - gone.get(term, set())) | added.get(
+        # Added first, then taken out: a row the write inserted and evicted again is in both.
+        holders = (postings.get(term, frozenset()) | added.get(term, set())) - gone.get(
             term, set())
         if holders:
             postings[term] = frozenset(holders)
         else:
             postings.pop(term, None)
-    retired = {seq for _term, seq in change.unposted}
-    continues = frozenset((copy.continues - retired)
-                          | {seq for _t, seq, continues in change.posted if continues})
+    retired = set(change.retired) | {seq for _term, seq in change.unposted}
+    continues = frozenset((copy.continues
+                           | {seq for _t, seq, continues in change.posted if continues})
+                          - retired)
     touches = Touches(copy.touches)
+    touches.update((seq, (touched, None)) for seq, touched in change.touched)
     for seq in retired:
         touches.pop(seq, None)
-    touches.update((seq, (touched, None)) for seq, touched in change.touched)
     held: set[int] = set().union(*postings.values()) if postings else set()
     return ScopeCopy(change.before + 1, change.active, postings, continues,
                      sum(map(len, postings.values())), touches,

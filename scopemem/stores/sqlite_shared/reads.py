@@ -38,6 +38,7 @@ from scopemem.stores.postgres import tokens
 from scopemem.stores.postgres.cache import ScopeCopy
 from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
+from scopemem.stores.sqlite_shared.copies import RowCopy
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
 __all__ = ["Searched", "copy_of", "listing", "mark_used", "search"]
@@ -52,6 +53,7 @@ class Searched:
     hits: list[Hit] | None
     generation: int | None = None
     postings_read: int = 0
+    added: int = 0  # the number of the add counting its uses (0: none)
 
 
 def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, scope_key: str,
@@ -116,9 +118,9 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
     ranked = engine.score_candidates(candidates, limit, now, details)
     if not bump:
         return Searched([Hit(record, match) for record, match in ranked], generation, read)
-    uses.add(shard, scope_key, [record_seq(record.id) for record, _m in ranked], now)
+    added = uses.add(shard, scope_key, [record_seq(record.id) for record, _m in ranked], now)
     return Searched([Hit(engine.bump_usage(record, now), match) for record, match in ranked],
-                    generation, read)
+                    generation, read, added)
 
 
 def _postings(rows: Sequence[Sequence[Any]]) -> tuple[dict[str, set[int]], set[int]]:
@@ -135,8 +137,10 @@ def _postings(rows: Sequence[Sequence[Any]]) -> tuple[dict[str, set[int]], set[i
     return postings, continues
 
 
-def copy_of(conn: Any, scope_key: str) -> ScopeCopy | None:
-    """The scope's whole index as it is now (one snapshot), for a copy in memory."""
+def copy_of(conn: Any, uses: PendingUses, shard: int, scope_key: str
+            ) -> tuple[ScopeCopy, RowCopy] | None:
+    """The scope's whole index and active rows as they are now, for a copy in memory; None
+    for no scope, or when a commit came between the two reads."""
     with sqlite_sql.snapshot(conn):
         state = conn.execute(st.SCOPE_STATE, {"scope": scope_key}).fetchall()
         if not state:
@@ -144,6 +148,10 @@ def copy_of(conn: Any, scope_key: str) -> ScopeCopy | None:
         rows = conn.execute(st.SCOPE_POSTINGS, {"scope": scope_key}).fetchall()
         touches = conn.execute(st.SCOPE_TOUCHES, {"scope": scope_key}).fetchall()
     active, generation = state[0]
+    lead, full, mark = uses.rows_marked(conn, shard, scope_key, st.ACTIVE_ROWS_ALL,
+                                        {"scope": scope_key}, lead=2)
+    if lead is None or lead[1] != generation:
+        return None
     plain: dict[str, list[int]] = {}
     continuing: dict[str, list[int]] = {}
     for term, seq, continues in rows:
@@ -151,17 +159,19 @@ def copy_of(conn: Any, scope_key: str) -> ScopeCopy | None:
     grouped: list[tuple[int, int, str | None, list[int] | None, list[int] | None]] = [
         (active, generation, term, plain.get(term), continuing.get(term))
         for term in {*plain, *continuing}] or [(active, generation, None, None, None)]
-    return ScopeCopy.from_rows(grouped, touches)
+    copy = ScopeCopy.from_rows(grouped, touches)
+    if copy is None:
+        return None
+    return copy, RowCopy(generation, {row[0]: sqlite_sql.record(row) for row in full}, mark)
 
 
 def mark_used(conn: Any, uses: PendingUses, shard: int, scope_key: str, seqs: list[int],
-              now: int) -> int:
-    """One use of each of ``seqs`` that is an active row; how many."""
+              now: int) -> tuple[list[int], int]:
+    """One use of each of ``seqs`` that is an active row: those seqs, and the add's number
+    (0: none)."""
     found = [seq for (seq,) in conn.execute(st.ACTIVE_SEQS, {
         "scope": scope_key, "seqs": json.dumps(seqs)}).fetchall()]
-    if found:
-        uses.add(shard, scope_key, found, now)
-    return len(found)
+    return found, uses.add(shard, scope_key, found, now) if found else 0
 
 
 def listing(conn: Any, uses: PendingUses, shard: int, scope_key: str, limit: int,

@@ -21,6 +21,7 @@ from typing import Any
 
 from scopemem.errors import StoreError
 from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite.walheader import WalHeader
 from scopemem.stores.sqlite_shared import schema
 
 __all__ = ["Shards"]
@@ -39,6 +40,10 @@ class Shards:
         self._lock = threading.Lock()
         self._checked: set[int] = set()  # shards whose identity and schema this process saw
         self._all: list[Any] = []  # every connection, to close them all at the end
+        # Each shard's WAL-index header, from SQLite's map of it (``sqlite.walheader``): one
+        # per shard, through whichever connection first had it mapped (the map is the
+        # process's, and the connection stays open until ``close``).
+        self._headers: dict[int, WalHeader] = {}
         self._closed = False
 
     def path(self, index: int) -> str:
@@ -58,12 +63,28 @@ class Shards:
             conns = self._local.conns = {}
         conn = conns.get(index)
         if conn is not None:
+            if index not in self._headers:
+                self._map_header(index, conn)
             return conn
         if not create and not self.exists(index):
             return None
         conn = self._open(index, create=create)
         conns[index] = conn
         return conn
+
+    def header(self, index: int) -> WalHeader | None:
+        """Shard ``index``'s WAL-index header, once a connection has it mapped."""
+        return self._headers.get(index)
+
+    def _map_header(self, index: int, conn: Any) -> None:
+        """Keep the shard's header map, if ``conn`` (held by this thread) has one yet."""
+        header = WalHeader.open(conn, in_wal=True)
+        if header is not None:
+            with self._lock:
+                if self._closed or index in self._headers:
+                    header.close()
+                else:
+                    self._headers[index] = header
 
     def _open(self, index: int, *, create: bool) -> Any:
         apsw = sqlite_sql.apsw_module()
@@ -130,5 +151,8 @@ class Shards:
         with self._lock:
             self._closed = True
             conns, self._all = self._all, []
+            headers, self._headers = self._headers, {}
+        for header in headers.values():
+            header.close()  # before the connections unmap it
         for conn in conns:
             conn.close()

@@ -28,6 +28,10 @@ ACTIVE_ROWS_AT = (f"SELECT sc.uses, sc.generation, {_R_COLUMNS} FROM scopes AS s
                   " LEFT JOIN records AS r ON r.scope_key = sc.scope_key"
                   " AND r.status = 'active' AND r.seq IN (SELECT value FROM json_each(:seqs))"
                   " WHERE sc.scope_key = :scope")
+# Every active row of the scope, the same way, for a copy of its rows in memory.
+ACTIVE_ROWS_ALL = (f"SELECT sc.uses, sc.generation, {_R_COLUMNS} FROM scopes AS sc"
+                   " LEFT JOIN records AS r ON r.scope_key = sc.scope_key"
+                   " AND r.status = 'active' WHERE sc.scope_key = :scope")
 # The scope's uses counter, for a statement answering rows (read once: it does not depend
 # on the row).
 USES_COUNTER = "(SELECT uses FROM scopes WHERE scope_key = :scope)"

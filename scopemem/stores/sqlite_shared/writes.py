@@ -41,14 +41,14 @@ def add_rows(conn: Any, rows: Sequence[CountRow]) -> None:
 
 
 @contextlib.contextmanager
-def transaction(conn: Any, uses: PendingUses, shard: int, scope_key: str) -> Iterator[None]:
+def transaction(conn: Any, uses: PendingUses, shard: int, scope_key: str) -> Iterator[int]:
     """``BEGIN IMMEDIATE`` with the scope's pending uses saved first (so the batch's dedup
     and eviction see them, ``usage.py``); rolled back, uses pending again, if the block
-    raises."""
-    with uses.saving(shard, scope_key) as entries, sqlite_sql.immediate(conn):
+    raises. It gives the number of the last use the rows it reads hold."""
+    with uses.saving(shard, scope_key) as (entries, mark), sqlite_sql.immediate(conn):
         if entries:
             uses.apply(conn, shard, entries)
-        yield
+        yield mark
 
 
 @attrs.define
@@ -59,7 +59,10 @@ class Change:
     last touches and the active count after it."""
 
     before: int
+    mark: int  # the last use the rows it read (and so its changed rows) hold, by number
     posted: list[tuple[str, int, int]] = attrs.Factory(list)  # (term, seq, continues)
+    rows: list[Record] = attrs.Factory(list)  # the active rows it inserted or changed
+    retired: list[int] = attrs.Factory(list)  # the rows it took out of active status
     unposted: list[tuple[str, int]] = attrs.Factory(list)  # (term, seq)
     touched: list[tuple[int, int]] = attrs.Factory(list)  # (seq, last touch)
     active: int = 0
@@ -77,14 +80,14 @@ def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_ke
     """Write a fitted batch; ``reserve_scope`` is called before a new scope's row is made
     (it raises ``ScopeLimitReached`` past ``max_scopes``). The counts, and what the write
     did to the scope's postings."""
-    with transaction(conn, uses, shard, scope_key):
+    with transaction(conn, uses, shard, scope_key) as mark:
         row = _scope_row(conn, scope_key)
         if row is None:
             reserve_scope()
             conn.execute(st.NEW_SCOPE, {"scope": scope_key, "now": now})
             row = (0, 0, 0)
         last_seq, active, generation = row
-        change = Change(generation)
+        change = Change(generation, mark)
         norms, seqs = batches.lookup_keys(scope_key, fitted)
         known = [sqlite_sql.record(r) for r in conn.execute(st.BATCH_ROWS, {
             "scope": scope_key, "norms": json.dumps(norms), "seqs": json.dumps(seqs)})]
@@ -129,6 +132,7 @@ def _persist(conn: Any, analyzer: Analyzer, scope_key: str, plan: batches.BatchP
                 continues = int(record.source_thread_key == thread)
                 postings.extend((scope_key, term, seq, continues) for term in held[seq])
                 change.touched.append((seq, record.last_touched))
+                change.rows.append(record)
             thread = record.source_thread_key
         conn.executemany(st.POST, postings)
         change.posted.extend((term, seq, continues) for _s, term, seq, continues in postings)
@@ -138,6 +142,8 @@ def _persist(conn: Any, analyzer: Analyzer, scope_key: str, plan: batches.BatchP
              scope_key, record_seq(r.id)) for r in plan.changes])
         retired = [record_seq(r.id) for r in plan.changes if not r.is_active]
         _unpost(conn, scope_key, retired, change)
+        change.retired.extend(retired)
+        change.rows.extend(r for r in plan.changes if r.is_active)
 
 
 def _unpost(conn: Any, scope_key: str, seqs: Sequence[int], change: Change | None = None
@@ -169,6 +175,8 @@ def _retire(conn: Any, scope_key: str, seqs: Sequence[int], status: Status, now:
     _unpost(conn, scope_key, seqs, change)
     rows = conn.execute(st.RETIRE, {"scope": scope_key, "seqs": json.dumps(list(seqs)),
                                     "status": status.value, "now": now}).fetchall()
+    if change is not None:
+        change.retired.extend(seq for (seq,) in rows)
     return [seq for (seq,) in rows]
 
 
