@@ -1,4 +1,5 @@
-"""Carrying a scope's copy in memory across this store's own write.
+"""A scope's copies in memory: its records beside its index, answers from them on the
+event loop (``RowCopy``, ``answer``), and carrying both across this store's own write.
 
 A write changes a scope's change counter, so the copy read before it (``postgres.cache``'s
 ``ScopeCopy``) would answer nothing after it, and a scope written several times a second
@@ -28,8 +29,9 @@ from scopemem.stores.sqlite_shared.writes import Change
 
 __all__ = ["LOOP_POSTINGS", "RowCopy", "answer", "carried", "carried_rows", "carry"]
 
-#: Uses kept apart per row of a ``RowCopy`` before it is dropped (and copied afresh): a
-#: bound on what a long-lived copy holds besides its rows.
+#: Uses kept apart per row of a ``RowCopy`` before they are folded into the records (or, with
+#: no moment to fold them, both copies dropped at sixteen times as many): a bound on what a
+#: long-lived copy holds besides its rows.
 MAX_KEPT_USES = 64
 #: A query whose terms hold more postings than this is not weighed on the event loop.
 LOOP_POSTINGS = 20_000

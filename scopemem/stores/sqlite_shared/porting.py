@@ -13,18 +13,21 @@ row right after an imported one of its thread gets the flag too.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from scopemem.core.records import Record
 from scopemem.core.text import normalize_text
 from scopemem.core.words import Analyzer
+from scopemem.stores.base import check_scope_key
+from scopemem.stores.porting import group_import
 from scopemem.stores.shared.tokens import index_tokens
 from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.usage import PendingUses
 from scopemem.stores.sqlite_shared.writes import transaction
 
-__all__ = ["export_page", "import_scope", "scope_keys"]
+__all__ = ["Porting", "export_page", "import_scope", "scope_keys"]
 
 EXPORT_PAGE = (f"SELECT {st.USES_COUNTER}, {st.RECORD_COLUMNS} FROM records"
                " WHERE scope_key = :scope"
@@ -90,3 +93,46 @@ def import_scope(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer,
             "scope": scope_key, "last": max(last_seq, fresh[-1][0]),
             "added": sum(1 for _seq, r in fresh if r.is_active)})
     return len(fresh)
+
+
+class Porting:
+    """Export and import for ``SharedSqliteStore`` (which provides the attributes used)."""
+
+    analyzer: Analyzer
+    _shards: Any
+    _uses: PendingUses
+    _clock: Any
+    _read: Any
+    _write: Any
+    _reserve_scope: Any
+
+    async def export_scopes(self) -> list[str]:
+        keys: list[str] = []
+        for shard in range(self._shards.count):
+            keys.extend(await self._read(shard, scope_keys) or [])
+        return sorted(keys)
+
+    async def export_page(self, scope_key: str, after: int, limit: int) -> list[Record]:
+        check_scope_key(scope_key)
+        if limit <= 0:
+            return []
+        shard = self._shards.of(scope_key)
+        found: list[Record] = await self._read(shard, export_page, self._uses, shard,
+                                               scope_key, after, limit) or []
+        return found
+
+    async def import_records(self, records: Sequence[Record]) -> int:
+        groups = group_import(records)
+        now = self._clock()
+        added = 0
+        for scope_key, batch in groups.items():
+            shard = self._shards.of(scope_key)
+            added += await self._write(shard, self._import, shard, scope_key, batch, now,
+                                       create=True) or 0
+        return added
+
+    def _import(self, conn: Any, shard: int, scope_key: str,
+                batch: list[tuple[int, Record]], now: int) -> int:
+        if conn.execute(st.LOCK_SCOPE, {"scope": scope_key}).fetchall() == []:
+            self._reserve_scope()
+        return import_scope(conn, self._uses, shard, self.analyzer, scope_key, batch, now)

@@ -1,5 +1,5 @@
 """``SharedSqliteStore``: every scope in a few shared SQLite files (a preview of the SQLite
-store's next layout, see ``docs/sqlite-store.md``, "Many scopes").
+store's next layout, see ``docs/sqlite-store.md``, "The shared-file layout").
 
 A data directory holds ``schema.SHARDS`` shard files; a scope lives in the one its key
 hashes to, keyed by scope in every table (``schema.py``). So the files open, the descriptors
@@ -10,7 +10,8 @@ another) on nearly every request (``benchmarks/layout_bench.py``).
 This module decides on the event loop which pool runs what: reads on the read pool
 (``reads.py``, no lock: WAL readers never wait), writes on the write pool behind the shard's
 ``asyncio.Lock`` (``writes.py``), and use counts saved in the background within
-``usage_flush_ms`` (``usage.py``), one transaction per shard.
+``usage_flush_ms`` (``usage.py``), one transaction per shard. Counters are ``counts.py``'s,
+export and import ``porting.py``'s.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
     Candidate,
-    CountRow,
     Kind,
     Record,
     SweepResult,
@@ -51,10 +51,8 @@ from scopemem.stores.base import (
     retention_cutoff,
     wall_clock_ms,
 )
-from scopemem.stores.porting import group_import
 from scopemem.stores.postgres.cache import DEFAULT_POSTINGS_CACHE, PostingsCache, ScopeCopy
 from scopemem.stores.shared import batches
-from scopemem.stores.shared import counts as counting
 from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite.store import (
     DEFAULT_PATH,
@@ -66,8 +64,10 @@ from scopemem.stores.sqlite.store import (
     _check_synchronous,
 )
 from scopemem.stores.sqlite.usage import DEFAULT_USAGE_FLUSH_MS, USAGE_FLUSH_MS_MAX
-from scopemem.stores.sqlite_shared import copies, porting, reads, schema, writes
+from scopemem.stores.sqlite_shared import copies, reads, schema, writes
 from scopemem.stores.sqlite_shared import statements as st
+from scopemem.stores.sqlite_shared.counts import Counts
+from scopemem.stores.sqlite_shared.porting import Porting
 from scopemem.stores.sqlite_shared.shards import Shards
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
@@ -89,7 +89,7 @@ ADD_LOG = 4_096
 DEFAULT_MIN_POSTINGS = 256
 
 
-class SharedSqliteStore:
+class SharedSqliteStore(Porting, Counts):
     """Durable memory in a few SQLite files shared by every scope under ``path``."""
 
     durable = True
@@ -402,79 +402,6 @@ class SharedSqliteStore:
                 total += conn.execute(st.COUNT_SCOPES).fetchall()[0][0]
         return total
 
-    # --- export and import (``porting.py``) ----------------------------------------------
-
-    async def export_scopes(self) -> builtins.list[str]:
-        keys: builtins.list[str] = []
-        for shard in range(self._shards.count):
-            keys.extend(await self._read(shard, porting.scope_keys) or [])
-        return sorted(keys)
-
-    async def export_page(self, scope_key: str, after: int, limit: int) -> builtins.list[Record]:
-        check_scope_key(scope_key)
-        if limit <= 0:
-            return []
-        shard = self._shards.of(scope_key)
-        return await self._read(shard, porting.export_page, self._uses, shard, scope_key,
-                                after, limit) or []
-
-    async def import_records(self, records: Sequence[Record]) -> int:
-        groups = group_import(records)
-        now = self._clock()
-        added = 0
-        for scope_key, batch in groups.items():
-            shard = self._shards.of(scope_key)
-            added += await self._write(shard, self._import, shard, scope_key, batch, now,
-                                       create=True) or 0
-        return added
-
-    def _import(self, conn: Any, shard: int, scope_key: str,
-                batch: builtins.list[tuple[int, Record]], now: int) -> int:
-        if conn.execute(st.LOCK_SCOPE, {"scope": scope_key}).fetchall() == []:
-            self._reserve_scope()
-        return porting.import_scope(conn, self._uses, shard, self.analyzer, scope_key, batch,
-                                    now)
-
-    # --- counters ------------------------------------------------------------------------
-
-    async def add_counts(self, rows: Sequence[CountRow]) -> None:
-        checked = counting.check_rows(rows)
-        by_shard: dict[int, builtins.list[CountRow]] = {}
-        for row in checked:
-            by_shard.setdefault(self._shards.of(row.scope_key), []).append(row)
-        for shard, group in sorted(by_shard.items()):
-            await self._write(shard, self._add_counts, group, create=True)
-
-    def _add_counts(self, conn: Any, rows: Sequence[CountRow]) -> None:
-        relax = self.synchronous in ("full", "extra")
-        if relax:
-            conn.execute("PRAGMA synchronous = NORMAL")
-        try:
-            with sqlite_sql.immediate(conn):
-                writes.add_rows(conn, rows)
-        finally:
-            if relax:
-                conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
-
-    async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
-                          prefix: str | None = None, since_day: int = 0) -> builtins.list[CountRow]:
-        keys = None if scope_keys is None else {check_scope_key(k) for k in scope_keys}
-        shards = (range(self._shards.count) if keys is None
-                  else sorted({self._shards.of(key) for key in keys}))
-        rows: builtins.list[CountRow] = []
-        for shard in shards:
-            found: builtins.list[tuple[Any, ...]] = await self._read(
-                shard, self._read_counts, since_day) or []
-            rows.extend(CountRow(*row) for row in found
-                        if counting.select_scope(row[0], keys, prefix))
-        return sorted(rows, key=lambda r: (r.scope_key, r.day, r.name))
-
-    @staticmethod
-    def _read_counts(conn: Any, since_day: int) -> builtins.list[tuple[Any, ...]]:
-        rows: builtins.list[tuple[Any, ...]] = conn.execute(
-            st.READ_COUNTS, {"since": since_day}).fetchall()
-        return rows
-
     # --- use counts ----------------------------------------------------------------------
 
     def _schedule_save(self) -> None:
@@ -486,10 +413,9 @@ class SharedSqliteStore:
         await self._save()
 
     async def _save(self) -> None:
-        relax = self.synchronous in ("full", "extra")
         for shard in self._uses.shards():
             try:
-                await self._write(shard, self._uses.save, shard, relax, self.synchronous)
+                await self._write(shard, self._uses.save, shard, self.synchronous)
             except Exception as exc:  # kept pending for the next save
                 log.warning("sqlite store: %s: use counts not saved yet: %s",
                             self._shards.path(shard), sqlite_sql.describe(exc))

@@ -33,7 +33,7 @@ from scopemem.stores.shared.bumps import Bumps, add_bumps, merge_bumps
 from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
 
-__all__ = ["PendingUses"]
+__all__ = ["PendingUses", "relaxed"]
 
 
 class _Saving:
@@ -191,18 +191,26 @@ class PendingUses:
             with self.locks[shard]:
                 entry.tag = tag[0][0] if tag else 0
 
-    def save(self, conn: Any, shard: int, relax: bool, synchronous: str) -> int:
+    def save(self, conn: Any, shard: int, synchronous: str) -> int:
         """Commit every use pending in ``shard`` in one transaction; how many rows. On
         failure the uses stay pending (for the next save) and the error is raised."""
         with self.saving(shard) as (entries, _mark):
             if not entries:
                 return 0
-            if relax:
-                conn.execute("PRAGMA synchronous = NORMAL")
-            try:
-                with sqlite_sql.immediate(conn):
-                    self.apply(conn, shard, entries)
-            finally:
-                if relax:
-                    conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+            with relaxed(conn, synchronous), sqlite_sql.immediate(conn):
+                self.apply(conn, shard, entries)
             return sum(len(entry.bumps) for _key, entry in entries)
+
+
+@contextlib.contextmanager
+def relaxed(conn: Any, synchronous: str) -> Iterator[None]:
+    """Commits in the block do not wait for the disk (use counts, counters: advisory), when
+    the store's ``synchronous`` level would have them wait."""
+    relax = synchronous in ("full", "extra")
+    if relax:
+        conn.execute("PRAGMA synchronous = NORMAL")
+    try:
+        yield
+    finally:
+        if relax:
+            conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
