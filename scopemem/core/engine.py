@@ -35,6 +35,7 @@ from scopemem.core.records import (
     Source,
     Status,
     WriteCounts,
+    with_uses,
 )
 from scopemem.core.scopes import memory_id, record_seq
 from scopemem.core.text import normalize_text
@@ -94,7 +95,7 @@ def matches(record: Record, terms: QueryTerms, analyzer: Analyzer = PLAIN) -> bo
 
 def bump_usage(record: Record, now: int) -> Record:
     """A record that was just returned by retrieval."""
-    return attrs.evolve(record, use_count=record.use_count + 1, last_used_at=now)
+    return with_uses(record, 1, now)
 
 
 def listing(

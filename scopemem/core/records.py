@@ -164,6 +164,7 @@ _SOURCES = {source.value: source for source in Source}
  _set_supersedes, _set_restates, _set_status, _set_source) = (
     Record.__dict__[field.name].__set__ for field in attrs.fields(Record))
 _new_record = object.__new__
+_FIELDS = tuple(Record.__dict__[field.name] for field in attrs.fields(Record))
 
 
 def trusted_record(
@@ -205,6 +206,24 @@ def trusted_record(
     _set_status(record, _STATUSES.get(status) or Status(status))
     _set_source(record, _SOURCES.get(source) or Source(source))
     return record
+
+
+def with_uses(record: Record, uses: int, last_used_at: int | None) -> Record:
+    """``attrs.evolve(record, use_count=record.use_count + uses, last_used_at=...)`` without
+    running every field's validator again: only the two changed fields are checked (the
+    rest are the valid record's own). A retrieval builds one per record it returns."""
+    if (isinstance(uses, bool) or not isinstance(uses, int) or uses < 0
+            or last_used_at is not None and (isinstance(last_used_at, bool)
+                                             or not isinstance(last_used_at, int)
+                                             or last_used_at < 0)):
+        return attrs.evolve(record, use_count=record.use_count + uses,
+                            last_used_at=last_used_at)  # raises as the constructor does
+    copy = _new_record(Record)
+    for field in _FIELDS:
+        field.__set__(copy, field.__get__(record))
+    _set_use_count(copy, record.use_count + uses)
+    _set_last_used_at(copy, last_used_at)
+    return copy
 
 
 @attrs.frozen(kw_only=True)

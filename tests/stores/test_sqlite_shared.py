@@ -247,18 +247,58 @@ async def test_a_copy_in_memory_is_carried_across_the_stores_own_writes(tmp_path
         await store.write(scope, [fact("the runner pool moved to arm machines")])
         carried = store._copies.latest(scope)
         assert carried is not None and carried.generation == copy.generation + 1
-        answered = store._copies.answered
+        def from_copies() -> int:  # confirmed through SQL, or on the event loop
+            return store._copies.answered + store.loop_answers
+
+        answered = from_copies()
         hits = await store.retrieve(scope, "arm machines runner pool", 1)
         assert [r.text for r in hits] == ["the runner pool moved to arm machines"]
-        assert store._copies.answered == answered + 1  # from the carried copy
+        assert from_copies() == answered + 1  # from the carried copy
         # Another store's write is never carried: the copy is found stale and dropped.
         await elsewhere.write(scope, [fact("the arm machines run the nightly builds")])
         hits = await store.retrieve(scope, "arm machines nightly", 1)
         assert [r.text for r in hits] == ["the arm machines run the nightly builds"]
-        assert store._copies.answered == answered + 1
+        assert from_copies() == answered + 1
     finally:
         await store.close()
         await elsewhere.close()
+
+
+async def test_the_stores_own_commits_keep_its_shards_copies_answering_from_memory(
+        tmp_path, clock: FakeClock):
+    """A write to one scope and a save of use counts leave the other copies of their shard
+    answering on the event loop (``commits.py``); another store's commit never does, and
+    every answer is the one SQL gives."""
+    data = tmp_path / "data"
+    store = SharedSqliteStore(data, clock=clock, synchronous="off", shards=1,
+                              usage_flush_ms=0)
+    elsewhere = SharedSqliteStore(data, clock=clock, synchronous="off", shards=1)
+    reference = SharedSqliteStore(data, clock=clock, synchronous="off", shards=1,
+                                  postings_cache=0)
+    written, read = "repo:acme/widgets", "org:acme"
+    try:
+        await store.write(written, [fact("the runner pool caches docker layers")])
+        await store.write(read, [fact(f"the deploy checklist item {n}") for n in range(6)])
+        for _ in range(3):  # the first retrieval copies the small scope whole, then confirmed
+            await store.retrieve(read, "deploy checklist", 3)
+        before = store.loop_answers
+        await store.retrieve(read, "deploy checklist", 3)
+        assert store.loop_answers == before + 1
+        # Its own write to another scope of the shard, and the save of the uses counted.
+        await store.write(written, [fact("the runner pool moved to arm machines")])
+        await store.flush()
+        hits = await store.search(read, "deploy checklist item", 3, bump=False)
+        assert store.loop_answers == before + 2
+        expected = await reference.search(read, "deploy checklist item", 3, bump=False)
+        assert [(h.record.id, h.record.use_count) for h in hits] == \
+            [(h.record.id, h.record.use_count) for h in expected]
+        # Another store's commit to the shard: confirmed through SQL, not from the loop.
+        await elsewhere.write(written, [fact("the arm machines run the nightly builds")])
+        await store.search(read, "deploy checklist item", 3, bump=False)
+        assert store.loop_answers == before + 2
+    finally:
+        for each in (store, elsewhere, reference):
+            await each.close()
 
 
 async def test_every_use_shows_once_while_saves_and_writes_commit_beside_reads(

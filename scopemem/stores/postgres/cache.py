@@ -33,7 +33,8 @@ import attrs
 from scopemem.stores.dense import DenseIndex
 from scopemem.stores.postgres.tokens import read_postings
 
-__all__ = ["DEFAULT_MIN_POSTINGS", "DEFAULT_POSTINGS_CACHE", "PostingsCache", "ScopeCopy"]
+__all__ = ["DEFAULT_MIN_POSTINGS", "DEFAULT_POSTINGS_CACHE", "PostingsCache", "ScopeCopy",
+           "dense_index"]
 
 log = logging.getLogger("scopemem.stores.postgres")
 
@@ -46,10 +47,20 @@ DEFAULT_MIN_POSTINGS = 4_000
 #: most of its reads is answered by the server rather than copied again after every write
 #: (a copy of 10,000 records takes about a quarter of a second to read).
 READS_BEFORE_COPY = 2
+#: Retrievals at one change counter before a scope read below ``min_postings`` is copied into
+#: room to spare (``PostingsCache.spare``): over more scopes than the copies can hold, a
+#: scope is rarely read this often before others push it out of the reads counted, so the
+#: copies are made for the scopes read most.
+SPARE_READS = 4
 #: Seconds between two copies of one scope: a large scope written every few seconds and read
 #: in between is copied at most this often (each copy allocates a scope's index anew, and
 #: Python's collector may then pause the process for tens of milliseconds).
 COPY_INTERVAL = 5.0
+#: A copy of fewer postings is weighed in Python (``core.topk``, through ``tokens.covered``)
+#: rather than as arrays: over a few hundred postings numpy's cost per call is more than the
+#: work (a 20-record scope answered from memory: 1,630 retrievals a second against 1,340
+#: with arrays, beside writes), and a copy carried across every write builds no arrays.
+DENSE_MIN_POSTINGS = 4_096
 #: Scopes whose reads since their last change are counted (the least recent are forgotten).
 _SEEN = 4_096
 
@@ -95,12 +106,20 @@ class ScopeCopy:
         held: set[int] = set().union(*frozen.values()) if frozen else set()
         return cls(generation, active, frozen, chained, sum(map(len, frozen.values())),
                    Touches({seq: (touched, None) for seq, touched in touches}),
-                   DenseIndex(frozen, held, chained))
+                   dense_index(frozen, held, chained))
 
     def terms(self, terms: Iterable[str]) -> dict[str, frozenset[int]]:
         """The postings of ``terms`` (those some record holds)."""
         postings = self.postings
         return {term: postings[term] for term in terms if term in postings}
+
+
+def dense_index(postings: dict[str, frozenset[int]], held: set[int],
+                continues: frozenset[int]) -> DenseIndex | None:
+    """The arrays of a copy's postings, for a copy large enough to be weighed that way."""
+    if sum(map(len, postings.values())) < DENSE_MIN_POSTINGS:
+        return None
+    return DenseIndex(postings, held, continues)
 
 
 Loader = Callable[[str], Awaitable[ScopeCopy | None]]
@@ -110,9 +129,16 @@ class PostingsCache:
     """The copies, least recently read first, within ``budget`` postings."""
 
     def __init__(self, budget: int = DEFAULT_POSTINGS_CACHE,
-                 min_postings: int = DEFAULT_MIN_POSTINGS) -> None:
+                 min_postings: int = DEFAULT_MIN_POSTINGS, *, spare: int = 0) -> None:
         self.budget = budget
         self.min_postings = min_postings
+        # Scopes read below ``min_postings`` are copied too while all copies held come to
+        # less than ``spare`` postings (0: never), and such a copy never drops another to
+        # fit (the SQLite store's shared files, whose small scopes a copy answers from the
+        # event loop). Kept below the budget: every copy is objects Python's collector
+        # walks, and over more small scopes than fit, a copy is rarely read again.
+        self.spare = spare
+        self._room_needed = 0  # the size of the last spare copy refused for lack of room
         self._copies: OrderedDict[str, ScopeCopy] = OrderedDict()
         self._held = 0
         self._loading: dict[str, asyncio.Task[None]] = {}
@@ -170,14 +196,16 @@ class PostingsCache:
         counter ``generation``: copy the scope in the background when that is enough to pay
         for a copy and the scope was read ``READS_BEFORE_COPY`` times since it last
         changed."""
-        if not self.enabled or postings_read < self.min_postings or scope_key in self._loading:
+        spare = postings_read < self.min_postings
+        if not self.enabled or scope_key in self._loading or spare and (
+                self._held + self._room_needed >= min(self.spare, self.budget)):
             return
         seen, reads = self._seen.pop(scope_key, (generation, 0))
         reads = reads + 1 if seen == generation else 1
         self._seen[scope_key] = (generation, reads)
         while len(self._seen) > _SEEN:
             self._seen.popitem(last=False)
-        if reads < READS_BEFORE_COPY:
+        if reads < (SPARE_READS if spare else READS_BEFORE_COPY):
             return
         began = time.monotonic()
         if began - self._copied_at.get(scope_key, -self.interval) < self.interval:
@@ -187,9 +215,9 @@ class PostingsCache:
             for old in sorted(self._copied_at, key=self._copied_at.__getitem__)[:_SEEN // 2]:
                 del self._copied_at[old]
         self._loading[scope_key] = asyncio.get_running_loop().create_task(
-            self._load(scope_key, load), name=f"scopemem-postgres-copy:{scope_key}")
+            self._load(scope_key, load, spare), name=f"scopemem-postgres-copy:{scope_key}")
 
-    async def _load(self, scope_key: str, load: Loader) -> None:
+    async def _load(self, scope_key: str, load: Loader, spare: bool = False) -> None:
         try:
             copy = await load(scope_key)
         except asyncio.CancelledError:
@@ -199,21 +227,38 @@ class PostingsCache:
             return
         finally:
             self._loading.pop(scope_key, None)
-        if copy is None or copy.size > self.budget:
-            return
+        if copy is not None:
+            self.put(scope_key, copy, spare=spare)
+
+    def has_room(self) -> bool:
+        """Whether a copy may be put into room to spare now (``put(spare=True)``)."""
+        return self.enabled and self._held + self._room_needed < min(self.spare, self.budget)
+
+    def put(self, scope_key: str, copy: ScopeCopy, *, spare: bool = False) -> bool:
+        """Hold ``copy`` (unless one at least as new is held), dropping the least recently
+        read to fit, or with ``spare`` only into room to spare; whether it is held."""
+        if copy.size > self.budget:
+            return False
         held = self._copies.get(scope_key)
         if held is not None and held.generation >= copy.generation:
-            return  # a copy at least as new arrived meanwhile
+            return False  # a copy at least as new arrived meanwhile
+        if spare and self._held - (held.size if held is not None else 0) + copy.size > \
+                min(self.spare, self.budget):
+            self._room_needed = copy.size  # no room to spare (until copies are dropped)
+            return False
         self._drop(scope_key)
+        self._room_needed = 0
         while self._copies and self._held + copy.size > self.budget:
             self._drop(next(iter(self._copies)))
         self._copies[scope_key] = copy
         self._held += copy.size
+        return True
 
     def _drop(self, scope_key: str) -> None:
         copy = self._copies.pop(scope_key, None)
         if copy is not None:
             self._held -= copy.size
+            self._room_needed = 0
 
     async def close(self) -> None:
         """Stop the copies being read (the store is closing)."""

@@ -17,14 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import attrs
-
 from scopemem.core import engine
-from scopemem.core.records import Record
+from scopemem.core.records import Record, with_uses
 from scopemem.core.scopes import record_seq
-from scopemem.stores.dense import DenseIndex
 from scopemem.stores.postgres import tokens
-from scopemem.stores.postgres.cache import PostingsCache, ScopeCopy, Touches
+from scopemem.stores.postgres.cache import PostingsCache, ScopeCopy, Touches, dense_index
 from scopemem.stores.sqlite_shared.writes import Change
 
 __all__ = ["LOOP_POSTINGS", "RowCopy", "answer", "carried", "carried_rows", "carry"]
@@ -49,7 +46,7 @@ class RowCopy:
     whenever the record is read, so a use is counted once however late its retrieval
     comes back to the loop."""
 
-    __slots__ = ("generation", "header", "kept", "mark", "marks", "records", "uses")
+    __slots__ = ("_built", "generation", "header", "kept", "mark", "marks", "records", "uses")
 
     def __init__(self, generation: int, records: dict[int, Record], mark: int) -> None:
         self.generation = generation
@@ -59,6 +56,7 @@ class RowCopy:
         self.uses: dict[int, list[tuple[int, int]]] = {}  # seq → [(add number, when)]
         self.kept = 0  # the most uses kept apart for one record
         self.header: bytes | None = None
+        self._built: dict[int, Record] = {}  # records with their kept uses, as last built
 
     def note(self, seqs: Sequence[int], now: int, added: int) -> bool:
         """One use at ``now``, numbered ``added``, of each of ``seqs`` its record does not
@@ -67,6 +65,7 @@ class RowCopy:
             if seq in self.records and added > self.marks.get(seq, self.mark):
                 kept = self.uses.setdefault(seq, [])
                 kept.append((added, now))
+                self._built.pop(seq, None)
                 self.kept = max(self.kept, len(kept))
         return self.kept <= MAX_KEPT_USES
 
@@ -79,8 +78,19 @@ class RowCopy:
             if record is not None:
                 self.records[seq] = record
         self.uses.clear()
+        self._built.clear()
         self.marks.clear()
         self.kept = 0
+        self.mark = mark
+
+    def hold(self, records: Sequence[Record], mark: int) -> None:
+        """``fold``, with nothing kept apart, and ``records`` (records of this copy with
+        one use more, the only uses numbered since their mark) in place of theirs."""
+        assert not self.uses
+        for record in records:
+            self.records[record_seq(record.id)] = record
+        self._built.clear()
+        self.marks.clear()
         self.mark = mark
 
     def record(self, seq: int) -> Record | None:
@@ -89,6 +99,9 @@ class RowCopy:
         kept = self.uses.get(seq)
         if record is None or not kept:
             return record
+        built = self._built.get(seq)
+        if built is not None:
+            return built
         mark = self.marks.get(seq, self.mark)
         count, last = 0, record.last_used_at
         for added, when in kept:
@@ -98,7 +111,8 @@ class RowCopy:
                     last = when
         if not count:
             return record
-        return attrs.evolve(record, use_count=record.use_count + count, last_used_at=last)
+        built = self._built[seq] = with_uses(record, count, last)
+        return built
 
 
 def answer(copy: ScopeCopy, rows: RowCopy, ranking: engine.Ranking,
@@ -183,4 +197,4 @@ def carried(copy: ScopeCopy, change: Change) -> ScopeCopy:
     held: set[int] = set().union(*postings.values()) if postings else set()
     return ScopeCopy(change.before + 1, change.active, postings, continues,
                      sum(map(len, postings.values())), touches,
-                     DenseIndex(postings, held, continues))
+                     dense_index(postings, held, continues))

@@ -35,13 +35,18 @@ from scopemem.core.records import Kind, Record
 from scopemem.core.scopes import record_seq
 from scopemem.stores.base import Hit
 from scopemem.stores.postgres import tokens
-from scopemem.stores.postgres.cache import ScopeCopy
+from scopemem.stores.postgres.cache import ScopeCopy, Touches, dense_index
 from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
-from scopemem.stores.sqlite_shared.copies import RowCopy
+from scopemem.stores.sqlite_shared.copies import RowCopy, answer
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
-__all__ = ["Searched", "copy_of", "listing", "mark_used", "search"]
+__all__ = ["WHOLE_ROWS", "Searched", "copy_of", "listing", "mark_used", "search"]
+
+#: A scope of at most this many active records is copied whole by the retrieval that finds it
+#: not copied (while the copies have room to spare): reading its whole index costs little
+#: more than reading the query's postings, and its later retrievals are answered from memory.
+WHOLE_ROWS = 64
 
 
 @attrs.frozen
@@ -54,14 +59,18 @@ class Searched:
     generation: int | None = None
     postings_read: int = 0
     added: int = 0  # the number of the add counting its uses (0: none)
+    # The scope copied whole, when it was asked to and small enough (``WHOLE_ROWS``).
+    made: tuple[ScopeCopy, RowCopy] | None = None
 
 
 def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, scope_key: str,
            terms: engine.QueryTerms, limit: int, now: int, bump: bool,
-           copy: ScopeCopy | None = None) -> Searched:
+           copy: ScopeCopy | None = None, whole: bool = False) -> Searched:
     """Steps 1 to 4; with ``copy`` (the scope's index held in memory, ``postgres.cache``),
     step 1 is the copy's, and the first read of the candidates' rows also reads the scope's
-    change counter: the copy answers only at its own."""
+    change counter: the copy answers only at its own. With ``whole``, a scope of at most
+    ``WHOLE_ROWS`` active records is copied whole instead (``copy_of``) and answered from
+    the copies, which come back with the answer."""
     touches: Any = None
     dense = None
     check: int | None = None
@@ -73,13 +82,18 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
         touches, dense, check = copy.touches, copy.dense, copy.generation
         read = 0
     else:
-        with sqlite_sql.snapshot(conn):
-            state = conn.execute(st.SCOPE_STATE, {"scope": scope_key}).fetchall()
-            if not state:
-                return Searched([])
-            active, generation = state[0]
-            rows = conn.execute(st.POSTINGS, {
-                "scope": scope_key, "terms": json.dumps(list(terms.terms))}).fetchall()
+        state = conn.execute(st.STATE_POSTINGS, {
+            "scope": scope_key, "terms": json.dumps(list(terms.terms))}).fetchall()
+        if not state:
+            return Searched([])
+        active, generation = state[0][0], state[0][1]
+        rows = [row[2:] for row in state if row[2] is not None]
+        if whole and active <= WHOLE_ROWS:
+            made = copy_of(conn, uses, shard, scope_key)
+            if made is not None:
+                return _from_copies(conn, uses, shard, ranking, scope_key, terms, limit, now,
+                                    bump, made)
+            return search(conn, uses, shard, ranking, scope_key, terms, limit, now, bump)
         postings, continues = _postings(rows)
         read = len(rows)
     weights = tokens.term_weights(postings, active, terms, ranking)
@@ -123,6 +137,22 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
                     generation, read, added)
 
 
+def _from_copies(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, scope_key: str,
+                 terms: engine.QueryTerms, limit: int, now: int, bump: bool,
+                 made: tuple[ScopeCopy, RowCopy]) -> Searched:
+    """The answer from copies just made, as the event loop gives it from them."""
+    copy, rows = made
+    ranked = answer(copy, rows, ranking, terms, limit, now)
+    if ranked is None:  # too heavy for the loop: never for a scope this small, but exact
+        return search(conn, uses, shard, ranking, scope_key, terms, limit, now, bump, copy)
+    if not bump or not ranked:
+        return Searched([Hit(record, match) for record, match in ranked], copy.generation,
+                        made=made)
+    added = uses.add(shard, scope_key, [record_seq(record.id) for record, _m in ranked], now)
+    return Searched([Hit(engine.bump_usage(record, now), match) for record, match in ranked],
+                    copy.generation, added=added, made=made)
+
+
 def _postings(rows: Sequence[Sequence[Any]]) -> tuple[dict[str, set[int]], set[int]]:
     """``POSTINGS`` rows as term → seqs, and the seqs continuing their predecessor's thread."""
     postings: dict[str, set[int]] = {}
@@ -146,23 +176,22 @@ def copy_of(conn: Any, uses: PendingUses, shard: int, scope_key: str
         if not state:
             return None
         rows = conn.execute(st.SCOPE_POSTINGS, {"scope": scope_key}).fetchall()
-        touches = conn.execute(st.SCOPE_TOUCHES, {"scope": scope_key}).fetchall()
     active, generation = state[0]
     lead, full, mark = uses.rows_marked(conn, shard, scope_key, st.ACTIVE_ROWS_ALL,
                                         {"scope": scope_key}, lead=2)
     if lead is None or lead[1] != generation:
         return None
-    plain: dict[str, list[int]] = {}
-    continuing: dict[str, list[int]] = {}
-    for term, seq, continues in rows:
-        (continuing if continues else plain).setdefault(term, []).append(seq)
-    grouped: list[tuple[int, int, str | None, list[int] | None, list[int] | None]] = [
-        (active, generation, term, plain.get(term), continuing.get(term))
-        for term in {*plain, *continuing}] or [(active, generation, None, None, None)]
-    copy = ScopeCopy.from_rows(grouped, touches)
-    if copy is None:
-        return None
-    return copy, RowCopy(generation, {row[0]: sqlite_sql.record(row) for row in full}, mark)
+    postings, continuing = _postings(rows)
+    frozen = {term: frozenset(seqs) for term, seqs in postings.items()}
+    continues = frozenset(continuing)
+    records = {row[0]: sqlite_sql.record(row) for row in full}
+    # Each row's last touch with the uses not saved yet: a lower bound ever after, as the
+    # weighing needs (a use only moves it on).
+    touches = Touches({seq: (record.last_touched, None) for seq, record in records.items()})
+    held: set[int] = set().union(*frozen.values()) if frozen else set()
+    copy = ScopeCopy(generation, active, frozen, continues, sum(map(len, frozen.values())),
+                     touches, dense_index(frozen, held, continues))
+    return copy, RowCopy(generation, records, mark)
 
 
 def mark_used(conn: Any, uses: PendingUses, shard: int, scope_key: str, seqs: list[int],

@@ -23,9 +23,9 @@ from scopemem.errors import StoreError
 from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite.walheader import WalHeader
 from scopemem.stores.sqlite_shared import schema
+from scopemem.stores.sqlite_shared.commits import CommitWatch
 
 __all__ = ["Shards"]
-
 
 class Shards:
     """The shard files of one data directory, and the threads' connections to them."""
@@ -70,7 +70,21 @@ class Shards:
             return None
         conn = self._open(index, create=create)
         conns[index] = conn
+        watches: dict[int, CommitWatch] | None = getattr(self._local, "watches", None)
+        if watches is None:
+            watches = self._local.watches = {}
+        watches[index] = CommitWatch(conn, lambda: self._read_header(index))
         return conn
+
+    def watch(self, index: int) -> CommitWatch | None:
+        """The commit watch of this thread's connection to shard ``index``
+        (``commits.py``), once it has one."""
+        watches: dict[int, CommitWatch] | None = getattr(self._local, "watches", None)
+        return None if watches is None else watches.get(index)
+
+    def _read_header(self, index: int) -> bytes | None:
+        header = self._headers.get(index)
+        return None if header is None else header.read()
 
     def header(self, index: int) -> WalHeader | None:
         """Shard ``index``'s WAL-index header, once a connection has it mapped."""
@@ -103,6 +117,7 @@ class Shards:
         try:
             conn.set_busy_timeout(self.busy_timeout_ms)
             conn.execute("PRAGMA secure_delete = ON")
+
             mode = self._wal_mode(conn)
             if str(mode).lower() != "wal":
                 raise StoreError(f"sqlite store: {path}: cannot use WAL mode (got {mode})")

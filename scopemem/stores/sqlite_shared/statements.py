@@ -21,6 +21,10 @@ SCOPE_STATE = "SELECT active, generation FROM scopes WHERE scope_key = :scope"
 # keeps the terms outermost; left to itself SQLite scans every posting of the scope).
 POSTINGS = ("SELECT p.term, p.seq, p.continues FROM json_each(:terms) AS q"
             " CROSS JOIN postings AS p ON p.scope_key = :scope AND p.term = q.value")
+# The scope's active count and change counter with the postings of the query's terms, in one
+# statement (one snapshot, one call): one row of NULL postings when none is found.
+STATE_POSTINGS = ("SELECT sc.active, sc.generation, p.term, p.seq, p.continues FROM scopes AS sc"
+                  f" LEFT JOIN ({POSTINGS}) AS p WHERE sc.scope_key = :scope")
 # The candidates' rows, after the scope's uses counter (``usage.py``) and change counter
 # (what a copy in memory is checked against); one row of NULLs after them when none is found.
 _R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in RECORD_COLUMNS.split(","))

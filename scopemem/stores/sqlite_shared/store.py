@@ -66,6 +66,7 @@ from scopemem.stores.sqlite.store import (
 from scopemem.stores.sqlite.usage import DEFAULT_USAGE_FLUSH_MS, USAGE_FLUSH_MS_MAX
 from scopemem.stores.sqlite_shared import copies, reads, schema, writes
 from scopemem.stores.sqlite_shared import statements as st
+from scopemem.stores.sqlite_shared.commits import Move, Moves
 from scopemem.stores.sqlite_shared.counts import Counts
 from scopemem.stores.sqlite_shared.porting import Porting
 from scopemem.stores.sqlite_shared.shards import Shards
@@ -82,10 +83,11 @@ _POOL_THREADS = max(2, min(4, os.cpu_count() or 2))
 MAX_ROW_COPIES = 4_096
 #: Uses noted per shard that records copied before them can still be given.
 ADD_LOG = 4_096
-#: A retrieval reading this many postings has its scope copied into memory. A scope of a few
-#: dozen records is not: over 10,000 such scopes, copies cost more than they answer (with 0,
-#: figure 1's read-only load served 300 req/s there against 560, and 10 scopes 1,300
-#: against 630).
+#: A retrieval reading this many postings has its scope copied into memory, dropping the
+#: least recently read copies to fit. A smaller scope is copied only into room to spare
+#: (half the budget, ``PostingsCache.spare``; a scope of at most ``reads.WHOLE_ROWS`` records
+#: whole, by the retrieval itself): over 10,000 such scopes, copies dropping each other cost
+#: more than they answer.
 DEFAULT_MIN_POSTINGS = 256
 
 
@@ -117,8 +119,10 @@ class SharedSqliteStore(Porting, Counts):
         self._uses = PendingUses(self._shards.count)
         # Copies of scopes' indexes read often enough (``reads.py``), checked against each
         # scope's change counter with every retrieval.
-        self._copies = PostingsCache(_check_int(postings_cache, "postings_cache", 0),
-                                     _check_int(cache_min_postings, "cache_min_postings", 0))
+        budget = _check_int(postings_cache, "postings_cache", 0)
+        self._copies = PostingsCache(budget,
+                                     _check_int(cache_min_postings, "cache_min_postings", 0),
+                                     spare=budget // 2)
         self._clock = clock
         self._writers: dict[int, asyncio.Lock] = {}
         self._writing: dict[str, int] = {}  # scope → this store's writes under way
@@ -133,6 +137,9 @@ class SharedSqliteStore(Porting, Counts):
         self._adds: builtins.list[deque[tuple[int, str, tuple[int, ...], int]]] = [
             deque(maxlen=ADD_LOG) for _ in range(self._shards.count)]
         self._log_floor = [0] * self._shards.count
+        # Per shard, the moves of the header by this store's writes and saves, which copies
+        # confirmed before them may follow (``commits.py``).
+        self._moves = Moves(self._shards.count)
         self._executors: dict[str, ThreadPoolExecutor] = {}
         self._saver: asyncio.Task[None] | None = None
         self._scope_count: int | None = None  # scopes held, once counted (max_scopes)
@@ -177,20 +184,31 @@ class SharedSqliteStore(Porting, Counts):
         copy = self._copies.latest(scope_key)
         rows = self._rows_of(scope_key, copy)
         header = self._shards.header(shard)
-        seen = header.read() if header is not None and rows is not None else None
-        if rows is not None and copy is not None and seen is not None and seen == rows.header:
-            # Nobody committed to the shard since the copies were last confirmed.
+        seen = header.read() if header is not None else None
+        if rows is not None and copy is not None and seen is not None and \
+                self._moves.reaches(shard, rows.header, seen):
+            # Nobody committed to the shard since the copies were last confirmed, but this
+            # store, in ways that leave them as they are.
+            rows.header = seen
             ranked = copies.answer(copy, rows, self.ranking, terms, limit, now)
             if ranked is not None:
                 self.loop_answers += 1
                 if not bump:
                     return [Hit(record, match) for record, match in ranked]
-                if ranked:
-                    seqs = [record_seq(record.id) for record, _m in ranked]
-                    self._note(shard, scope_key, seqs, now,
-                               self._uses.add(shard, scope_key, seqs, now))
+                bumped = [Hit(engine.bump_usage(record, now), match)
+                          for record, match in ranked]
+                if bumped:
+                    seqs = [record_seq(hit.record.id) for hit in bumped]
+                    added = self._uses.add(shard, scope_key, seqs, now)
+                    if rows.uses or not self._foldable(shard, scope_key):
+                        self._note(shard, scope_key, seqs, now, added)
+                    else:
+                        # Nothing kept apart: the records as returned are the records with
+                        # every use numbered so far.
+                        self._note_log(shard, scope_key, seqs, now, added)
+                        rows.hold([hit.record for hit in bumped], self._uses.mark(shard))
                     self._schedule_save()
-                return [Hit(engine.bump_usage(record, now), match) for record, match in ranked]
+                return bumped
         searched: reads.Searched | None = None
         if copy is not None:
             searched = await self._counting(shard, reads.search, self._uses, shard,
@@ -209,8 +227,15 @@ class SharedSqliteStore(Porting, Counts):
                     rows.header = seen
         if searched is None:
             searched = await self._counting(shard, reads.search, self._uses, shard,
-                                            self.ranking, scope_key, terms, limit, now, bump)
-            if searched is not None and searched.generation is not None:
+                                            self.ranking, scope_key, terms, limit, now, bump,
+                                            None, self._copies.has_room())
+            if searched is not None and searched.made is not None:
+                made_copy, made_rows = searched.made
+                if self._copies.put(scope_key, made_copy, spare=True) and \
+                        self._install(shard, scope_key, made_rows):
+                    # Read after this header: they are as it says, if it is still the one.
+                    made_rows.header = seen
+            elif searched is not None and searched.generation is not None:
                 self._copies.offer(scope_key, searched.generation, searched.postings_read,
                                    self._copy)
         hits = searched.hits if searched is not None else None
@@ -234,21 +259,33 @@ class SharedSqliteStore(Porting, Counts):
         show, and so must records copied before this and installed after it (the log)."""
         if not added:
             return
+        self._note_log(shard, scope_key, seqs, now, added)
+        rows = self._row_copies.get(scope_key)
+        if rows is None:
+            return
+        fits = rows.note(seqs, now, added)
+        if self._foldable(shard, scope_key):
+            # Every use numbered so far has been noted, and no write of the scope has read
+            # its rows: they can hold all of them (at once, so a read of a record need not
+            # add its kept uses up every time).
+            rows.fold(self._uses.mark(shard))
+        elif not fits and rows.kept > copies.MAX_KEPT_USES * 16:
+            # Never a moment to fold them in: both copies go, to be read afresh.
+            self._row_copies.pop(scope_key, None)
+            self._copies.discard(scope_key, rows.generation)
+
+    def _note_log(self, shard: int, scope_key: str, seqs: Sequence[int], now: int,
+                  added: int) -> None:
+        """Log uses numbered ``added`` for records copied before them (``_copy``)."""
         log = self._adds[shard]
         if len(log) == log.maxlen:
             self._log_floor[shard] = max(self._log_floor[shard], log[0][0])
         log.append((added, scope_key, tuple(seqs), now))
-        rows = self._row_copies.get(scope_key)
-        if rows is None or rows.note(seqs, now, added):
-            return
-        if not self._inflight[shard] and not self._writing.get(scope_key):
-            # Every use numbered so far has been noted, and no write of the scope has read
-            # its rows: they can hold all of them.
-            rows.fold(self._uses.mark(shard))
-        elif rows.kept > copies.MAX_KEPT_USES * 16:
-            # Never a moment to fold them in: both copies go, to be read afresh.
-            self._row_copies.pop(scope_key, None)
-            self._copies.discard(scope_key, rows.generation)
+
+    def _foldable(self, shard: int, scope_key: str) -> bool:
+        """Whether every use of the shard numbered so far has been noted, and no write of
+        the scope has read its rows: its records in memory can hold all of them."""
+        return not self._inflight[shard] and not self._writing.get(scope_key)
 
     async def _counting(self, shard: int, fn: Callable[..., T], *args: Any) -> T | None:
         """``_read`` of a call that may count uses on the pool: while it runs, uses of the
@@ -267,17 +304,24 @@ class SharedSqliteStore(Porting, Counts):
         if made is None:
             return None
         copy, rows = made
-        held = self._row_copies.get(scope_key)
-        if (held is None or held.generation < rows.generation) and \
-                self._log_floor[shard] <= rows.mark:
-            # Uses numbered after its rows were read, noted before it arrived.
-            for added, key, seqs, when in self._adds[shard]:
-                if key == scope_key:
-                    rows.note(seqs, when, added)
-            self._row_copies[scope_key] = rows
-            if len(self._row_copies) > 2 * MAX_ROW_COPIES:
-                self._prune_rows()
+        self._install(shard, scope_key, rows)
         return copy
+
+    def _install(self, shard: int, scope_key: str, rows: copies.RowCopy) -> bool:
+        """Hold ``rows`` beside the scope's copy, unless newer are held or uses noted since
+        they were read can no longer be replayed into them; whether they are held."""
+        held = self._row_copies.get(scope_key)
+        if (held is not None and held.generation >= rows.generation) or \
+                self._log_floor[shard] > rows.mark:
+            return False
+        # Uses numbered after its rows were read, noted before they arrived.
+        for added, key, seqs, when in self._adds[shard]:
+            if key == scope_key:
+                rows.note(seqs, when, added)
+        self._row_copies[scope_key] = rows
+        if len(self._row_copies) > 2 * MAX_ROW_COPIES:
+            self._prune_rows()
+        return True
 
     def _prune_rows(self) -> None:
         """Keep only the records of scopes whose copy is still held at their counter."""
@@ -335,10 +379,10 @@ class SharedSqliteStore(Porting, Counts):
         shard = self._shards.of(scope_key)
         self._writing[scope_key] = self._writing.get(scope_key, 0) + 1
         try:
-            done = await self._write(shard, writes.write, self._uses, shard, self.analyzer,
-                                     scope_key, fitted, cap, now,
-                                     retention_cutoff(now, self.retention_days),
-                                     self._reserve_scope, create=True)
+            done, move = await self._write_moved(
+                shard, writes.write, self._uses, shard, self.analyzer, scope_key, fitted, cap,
+                now, retention_cutoff(now, self.retention_days), self._reserve_scope,
+                create=True)
         finally:
             left = self._writing.pop(scope_key) - 1
             if left:
@@ -348,7 +392,13 @@ class SharedSqliteStore(Porting, Counts):
         rows = self._row_copies.pop(scope_key, None)
         if copies.carry(self._copies, scope_key, change) and rows is not None and \
                 rows.generation == change.before:
-            self._row_copies[scope_key] = copies.carried_rows(rows, change)
+            carried = self._row_copies[scope_key] = copies.carried_rows(rows, change)
+            if move is not None:
+                # Nobody committed between the copy and the write, nor after it.
+                carried.header = move.after
+        if move is not None:
+            # The write changed no other scope's rows: their copies stay as confirmed.
+            self._moves.add(shard, move)
         return counts
 
     async def forget(self, scope_key: str, record_id: str) -> bool:
@@ -415,7 +465,11 @@ class SharedSqliteStore(Porting, Counts):
     async def _save(self) -> None:
         for shard in self._uses.shards():
             try:
-                await self._write(shard, self._uses.save, shard, self.synchronous)
+                _saved, move = await self._write_moved(shard, self._uses.save, shard,
+                                                       self.synchronous)
+                if move is not None:
+                    # The copies hold every use saved (``copies.RowCopy``).
+                    self._moves.add(shard, move)
             except Exception as exc:  # kept pending for the next save
                 log.warning("sqlite store: %s: use counts not saved yet: %s",
                             self._shards.path(shard), sqlite_sql.describe(exc))
@@ -469,6 +523,25 @@ class SharedSqliteStore(Porting, Counts):
             return await asyncio.get_running_loop().run_in_executor(
                 self._pool("write"),
                 functools.partial(self._on_shard, shard, create, fn, *args))
+
+    async def _write_moved(self, shard: int, fn: Callable[..., T], *args: Any,
+                           create: bool = False) -> tuple[T | None, Move | None]:
+        """``_write``, and the move of the shard's header by its last commit when nobody
+        else committed just before it or just after it (``commits.py``)."""
+        done = await self._write(shard, self._watched, shard, fn, *args, create=create)
+        return done if done is not None else (None, None)
+
+    def _watched(self, conn: Any, shard: int, fn: Callable[..., T], *args: Any
+                 ) -> tuple[T, Move | None]:
+        watch = self._shards.watch(shard)
+        if watch is None:
+            return fn(conn, *args), None
+        watch.arm()
+        try:
+            done = fn(conn, *args)
+        finally:
+            move = watch.disarm()
+        return done, move
 
     def _on_shard(self, shard: int, create: bool, fn: Callable[..., T], *args: Any
                   ) -> T | None:

@@ -1,0 +1,134 @@
+"""Knowing that a commit of this store's was the last one in its shard, and what it left.
+
+Copies in memory answer on the event loop while their shard's WAL-index header is the one
+read when they were last confirmed (``copies.RowCopy``). Every commit moves the header, the
+store's own too, so without more each write, and each save of use counts, would send every
+scope of its shard back through SQL once to be confirmed again. But the store knows what
+its own commits changed: a write changes one scope (its copy is carried across, see
+``copies.py``), a save of use counts changes no copy (the copies already hold the uses).
+What it does not know by itself is whether another process committed between the header
+it saw and its own commit, or just after it.
+
+So each connection keeps two SQLite hooks (``CommitWatch``):
+
+* the commit hook runs while the transaction still holds the shard's write lock, before its
+  frames reach the WAL: the header read then is the one every reader saw last
+  (``before``), and nobody can commit until this commit is done;
+* the WAL hook runs just after the commit, with the commit's last frame number. The header
+  read then is this commit's own when it shows that frame count with the WAL's salts of
+  ``before``: a later commit by anyone appends frames (a larger count) or restarts the WAL
+  (new salts).
+
+When both hold, ``before`` → ``after`` is a *move* the store may follow for the copies its
+commit did not change (``Moves``). Anything else (no header map yet, a copy of the header
+being rewritten, a WAL restart, another process in between) is simply no move: the copies
+are confirmed through SQL, as they would be without any of this.
+
+A WAL hook replaces SQLite's automatic checkpoint (which is itself a WAL hook), so the
+watch runs the same passive checkpoint at the same threshold (the connection's
+``wal_autocheckpoint`` when the hook was installed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from scopemem.stores.sqlite import sql as sqlite_sql
+
+__all__ = ["CommitWatch", "Move", "Moves"]
+
+# WalIndexHdr (SQLite's wal.c): mxFrame is the u32 at offset 16, the two salts the u32s at
+# offsets 32 and 36, in the machine's own byte order.
+_FRAMES = struct.Struct("=I")
+_FRAMES_AT = 16
+_SALTS = slice(32, 40)
+#: Moves kept per shard: enough for the commits between two retrievals of a scope.
+MOVES_KEPT = 1_024
+
+
+@attrs.frozen
+class Move:
+    """One of this store's commits: the shard's header just before it and just after."""
+
+    before: bytes
+    after: bytes
+
+
+class CommitWatch:
+    """A connection's commit and WAL hooks, reporting the move of each commit made while
+    it is armed (the write pool's connections, for the writes that ask)."""
+
+    def __init__(self, conn: Any, header: Callable[[], bytes | None]) -> None:
+        self._header = header
+        self._checkpoint_at = int(conn.execute("PRAGMA wal_autocheckpoint").fetchall()[0][0])
+        self._armed = False
+        self._before: bytes | None = None
+        self.move: Move | None = None
+        conn.set_commit_hook(self._on_commit)
+        conn.set_wal_hook(self._on_wal)
+
+    def arm(self) -> None:
+        """Report the next commits' move (the last one stays in ``move``)."""
+        self._armed = True
+        self.move = None
+
+    def disarm(self) -> Move | None:
+        """Stop reporting; the move of the last commit since ``arm``, if it was one."""
+        self._armed = False
+        self._before = None
+        move, self.move = self.move, None
+        return move
+
+    def _on_commit(self) -> bool:
+        self.move = None
+        self._before = self._header() if self._armed else None
+        return False  # let the commit go on
+
+    def _on_wal(self, conn: Any, _name: str, frames: int) -> int:
+        before, self._before = self._before, None
+        if before is not None:
+            after = self._header()
+            if (after is not None and after[_SALTS] == before[_SALTS]
+                    and _FRAMES.unpack_from(after, _FRAMES_AT)[0] == frames):
+                self.move = Move(before, after)
+        if self._checkpoint_at > 0 and frames >= self._checkpoint_at:
+            apsw = sqlite_sql.apsw_module()
+            # As SQLite's own: a checkpoint not done now is done at a later commit.
+            with contextlib.suppress(apsw.Error):
+                conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+        return 0  # SQLITE_OK
+
+
+class Moves:
+    """Per shard, the moves of the store's commits that changed no copy but the ones the
+    store carried itself: a copy confirmed at a header may follow them to the header of
+    now."""
+
+    def __init__(self, shards: int) -> None:
+        self._moves: list[OrderedDict[bytes, bytes]] = [OrderedDict() for _ in range(shards)]
+
+    def add(self, shard: int, move: Move) -> None:
+        moves = self._moves[shard]
+        moves[move.before] = move.after
+        while len(moves) > MOVES_KEPT:
+            moves.popitem(last=False)
+
+    def reaches(self, shard: int, start: bytes | None, now: bytes) -> bool:
+        """Whether ``start`` is ``now``, or leads to it through the shard's moves."""
+        if start is None:
+            return False
+        moves = self._moves[shard]
+        header: bytes | None = start
+        for _ in range(MOVES_KEPT):
+            if header == now:
+                return True
+            header = moves.get(header)  # type: ignore[arg-type]
+            if header is None:
+                return False
+        return False
