@@ -15,6 +15,7 @@ import pytest
 from scopemem.core.records import Candidate, Kind
 from scopemem.errors import ConfigError, ScopeLimitReached, StoreError
 from scopemem.stores.base import StoreSettings
+from scopemem.stores.postgres.cache import PostingsCache, ScopeCopy
 from scopemem.stores.sqlite import SqliteStore
 from scopemem.stores.sqlite import from_settings as sqlite_store
 from scopemem.stores.sqlite_shared import SharedSqliteStore, schema
@@ -403,3 +404,22 @@ async def test_a_carried_copy_leaves_out_rows_the_write_inserted_and_evicted(
     finally:
         await memory.close()
         await store.close()
+
+
+def test_a_small_scopes_copy_goes_only_into_room_to_spare():
+    """Copies of small scopes fill at most the spare part of the budget and never drop
+    another copy to fit; a large scope's copy drops the least recently read as before."""
+    def copy(size: int, generation: int = 1) -> ScopeCopy:
+        return ScopeCopy(generation=generation, active=size, continues=frozenset(),
+                         postings={f"t{n}": frozenset({n}) for n in range(size)}, size=size)
+
+    cache = PostingsCache(budget=10, min_postings=100, spare=5)
+    assert cache.has_room()
+    assert cache.put("repo:big", copy(4))
+    assert not cache.put("org:small", copy(2), spare=True)  # 4 + 2 > 5: nothing dropped
+    assert cache.has("repo:big") and not cache.has("org:small") and not cache.has_room()
+    cache.discard("repo:big", 1)
+    assert cache.has_room()
+    assert cache.put("org:small", copy(2), spare=True)
+    assert cache.put("repo:big", copy(9, generation=2))  # drops the small copy to fit
+    assert cache.has("repo:big") and not cache.has("org:small")

@@ -103,10 +103,9 @@ class ScopeCopy:
             (row[2], row[3], row[4]) for row in rows if row[2] is not None)  # type: ignore[misc]
         frozen = {term: frozenset(seqs) for term, seqs in postings.items()}
         chained = frozenset(continues)
-        held: set[int] = set().union(*frozen.values()) if frozen else set()
         return cls(generation, active, frozen, chained, sum(map(len, frozen.values())),
                    Touches({seq: (touched, None) for seq, touched in touches}),
-                   dense_index(frozen, held, chained))
+                   dense_index(frozen, chained))
 
     def terms(self, terms: Iterable[str]) -> dict[str, frozenset[int]]:
         """The postings of ``terms`` (those some record holds)."""
@@ -114,12 +113,12 @@ class ScopeCopy:
         return {term: postings[term] for term in terms if term in postings}
 
 
-def dense_index(postings: dict[str, frozenset[int]], held: set[int],
-                continues: frozenset[int]) -> DenseIndex | None:
+def dense_index(postings: dict[str, frozenset[int]], continues: frozenset[int]
+                ) -> DenseIndex | None:
     """The arrays of a copy's postings, for a copy large enough to be weighed that way."""
     if sum(map(len, postings.values())) < DENSE_MIN_POSTINGS:
         return None
-    return DenseIndex(postings, held, continues)
+    return DenseIndex(postings, set().union(*postings.values()), continues)
 
 
 Loader = Callable[[str], Awaitable[ScopeCopy | None]]
@@ -197,8 +196,7 @@ class PostingsCache:
         for a copy and the scope was read ``READS_BEFORE_COPY`` times since it last
         changed."""
         spare = postings_read < self.min_postings
-        if not self.enabled or scope_key in self._loading or spare and (
-                self._held + self._room_needed >= min(self.spare, self.budget)):
+        if not self.enabled or scope_key in self._loading or spare and not self.has_room():
             return
         seen, reads = self._seen.pop(scope_key, (generation, 0))
         reads = reads + 1 if seen == generation else 1
@@ -232,7 +230,7 @@ class PostingsCache:
 
     def has_room(self) -> bool:
         """Whether a copy may be put into room to spare now (``put(spare=True)``)."""
-        return self.enabled and self._held + self._room_needed < min(self.spare, self.budget)
+        return self.enabled and self._held + self._room_needed < self._spare_limit
 
     def put(self, scope_key: str, copy: ScopeCopy, *, spare: bool = False) -> bool:
         """Hold ``copy`` (unless one at least as new is held), dropping the least recently
@@ -243,7 +241,7 @@ class PostingsCache:
         if held is not None and held.generation >= copy.generation:
             return False  # a copy at least as new arrived meanwhile
         if spare and self._held - (held.size if held is not None else 0) + copy.size > \
-                min(self.spare, self.budget):
+                self._spare_limit:
             self._room_needed = copy.size  # no room to spare (until copies are dropped)
             return False
         self._drop(scope_key)
@@ -253,6 +251,10 @@ class PostingsCache:
         self._copies[scope_key] = copy
         self._held += copy.size
         return True
+
+    @property
+    def _spare_limit(self) -> int:
+        return min(self.spare, self.budget)
 
     def _drop(self, scope_key: str) -> None:
         copy = self._copies.pop(scope_key, None)

@@ -194,7 +194,5 @@ def carried(copy: ScopeCopy, change: Change) -> ScopeCopy:
     touches.update((seq, (touched, None)) for seq, touched in change.touched)
     for seq in retired:
         touches.pop(seq, None)
-    held: set[int] = set().union(*postings.values()) if postings else set()
     return ScopeCopy(change.before + 1, change.active, postings, continues,
-                     sum(map(len, postings.values())), touches,
-                     dense_index(postings, held, continues))
+                     sum(map(len, postings.values())), touches, dense_index(postings, continues))

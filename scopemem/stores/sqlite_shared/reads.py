@@ -93,7 +93,7 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
             if made is not None:
                 return _from_copies(conn, uses, shard, ranking, scope_key, terms, limit, now,
                                     bump, made)
-            return search(conn, uses, shard, ranking, scope_key, terms, limit, now, bump)
+            # A commit came between the two reads: answered from the postings read.
         postings, continues = _postings(rows)
         read = len(rows)
     weights = tokens.term_weights(postings, active, terms, ranking)
@@ -137,8 +137,8 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
                     generation, read, added)
 
 
-def _from_copies(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, scope_key: str,
-                 terms: engine.QueryTerms, limit: int, now: int, bump: bool,
+def _from_copies(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking,
+                 scope_key: str, terms: engine.QueryTerms, limit: int, now: int, bump: bool,
                  made: tuple[ScopeCopy, RowCopy]) -> Searched:
     """The answer from copies just made, as the event loop gives it from them."""
     copy, rows = made
@@ -188,9 +188,8 @@ def copy_of(conn: Any, uses: PendingUses, shard: int, scope_key: str
     # Each row's last touch with the uses not saved yet: a lower bound ever after, as the
     # weighing needs (a use only moves it on).
     touches = Touches({seq: (record.last_touched, None) for seq, record in records.items()})
-    held: set[int] = set().union(*frozen.values()) if frozen else set()
     copy = ScopeCopy(generation, active, frozen, continues, sum(map(len, frozen.values())),
-                     touches, dense_index(frozen, held, continues))
+                     touches, dense_index(frozen, continues))
     return copy, RowCopy(generation, records, mark)
 
 

@@ -27,6 +27,7 @@ from scopemem.stores.sqlite_shared.commits import CommitWatch
 
 __all__ = ["Shards"]
 
+
 class Shards:
     """The shard files of one data directory, and the threads' connections to them."""
 
@@ -117,7 +118,6 @@ class Shards:
         try:
             conn.set_busy_timeout(self.busy_timeout_ms)
             conn.execute("PRAGMA secure_delete = ON")
-
             mode = self._wal_mode(conn)
             if str(mode).lower() != "wal":
                 raise StoreError(f"sqlite store: {path}: cannot use WAL mode (got {mode})")

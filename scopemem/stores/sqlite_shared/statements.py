@@ -42,7 +42,6 @@ USES_COUNTER = "(SELECT uses FROM scopes WHERE scope_key = :scope)"
 # A scope's whole index, and each active row's last touch (a lower bound ever after: a use
 # only moves it on), for a copy in memory.
 SCOPE_POSTINGS = "SELECT term, seq, continues FROM postings WHERE scope_key = :scope"
-SCOPE_TOUCHES = (f"SELECT seq, coalesce(last_used_at, created_at) FROM records WHERE {ACTIVE}")
 ACTIVE_SEQS = f"SELECT seq FROM records WHERE {ACTIVE} AND {IN_SEQS}"
 LISTING = (f"SELECT {USES_COUNTER}, {RECORD_COLUMNS} FROM records WHERE {ACTIVE}"
            " AND (:kind IS NULL OR kind = :kind)"
