@@ -206,6 +206,32 @@ async def test_the_layout_option_chooses_the_shared_files(tmp_path):
         sqlite_store(settings_with(tmp_path, layout="shared", shards=4))
 
 
+async def test_a_directory_of_one_layout_is_refused_by_the_other(tmp_path, clock: FakeClock):
+    """Opened in the wrong layout, a store would answer as if memory were empty and start a
+    second set of files beside the first: it is refused instead, naming the setting, and
+    the directory is left as it was."""
+    for written, other in (("file", "shared"), ("shared", "file")):
+        settings = settings_with(tmp_path / written, layout=written)
+        store = sqlite_store(settings)
+        try:
+            await store.write("channel:slack:C1", [fact("deploys go through staging")])
+        finally:
+            await store.close()
+        before = sorted(os.listdir(store.directory))
+        with pytest.raises(ConfigError, match=rf'memory\.stores\.sqlite\.layout.*"{written}"'):
+            sqlite_store(settings_with(tmp_path / written, layout=other))
+        with pytest.raises(ConfigError, match=rf'layout = "{written}"'):
+            (SharedSqliteStore if other == "shared" else SqliteStore)(store.directory,
+                                                                      clock=clock)
+        assert sorted(os.listdir(store.directory)) == before
+        store = sqlite_store(settings)  # its own layout still reads it
+        try:
+            assert [r.text for r in await store.list("channel:slack:C1", 5)] == [
+                "deploys go through staging"]
+        finally:
+            await store.close()
+
+
 async def test_reads_and_writes_look_up_only_the_rows_they_need(tmp_path, clock: FakeClock):
     """A retrieval's postings and a write's dedup rows are found by key, never by scanning
     every posting or row of the scope (SQLite's own plan, which a bare JOIN or an OR of the

@@ -31,8 +31,9 @@ from __future__ import annotations
 from scopemem.plugins.markers import hookimpl
 from scopemem.stores.base import MemoryStore, StoreSettings
 from scopemem.stores.sqlite.files import default_max_open, scope_file_name
+from scopemem.stores.sqlite.layouts import LAYOUTS
 from scopemem.stores.sqlite.sql import fts_tokens
-from scopemem.stores.sqlite.store import DEFAULT_PATH, LAYOUTS, SYNCHRONOUS_LEVELS, SqliteStore
+from scopemem.stores.sqlite.store import DEFAULT_PATH, SYNCHRONOUS_LEVELS, SqliteStore
 
 __all__ = ["DEFAULT_PATH", "SYNCHRONOUS_LEVELS", "SqliteStore", "default_max_open",
            "from_settings", "fts_tokens", "scope_file_name"]

@@ -44,6 +44,7 @@ from scopemem.stores.shared import batches
 from scopemem.stores.sqlite import files
 from scopemem.stores.sqlite.counts import Counts
 from scopemem.stores.sqlite.handles import Handle, Heavy, Unverified
+from scopemem.stores.sqlite.layouts import LAYOUTS, check_layout
 from scopemem.stores.sqlite.porting import Porting
 from scopemem.stores.sqlite.ranker import DEFAULT_RANK_PROCESSES, RANK_PROCESSES_MAX, Ranker
 from scopemem.stores.sqlite.reads import Reads
@@ -55,10 +56,6 @@ __all__ = ["DEFAULT_PATH", "SYNCHRONOUS_LEVELS", "SqliteStore"]
 
 DEFAULT_PATH = "./scopemem-data"
 SYNCHRONOUS_LEVELS = ("off", "normal", "full", "extra")
-#: ``layout``: one file per scope (the default), or every scope in a few shared files
-#: (``stores/sqlite_shared``, a preview: no copies in memory yet, and no migration of a
-#: directory written in the other layout). The package's store factory picks the class.
-LAYOUTS = ("file", "shared")
 #: Every option of ``[memory.stores.sqlite]``, in either layout.
 OPTIONS = ("path", "synchronous", "busy_timeout_ms", "max_open_connections", "cache_rows",
            "usage_flush_ms", "max_scopes", "rank_processes", "layout")
@@ -142,6 +139,7 @@ class SqliteStore(Reads, Writes, Usage, Porting, Counts):
         self._saver: asyncio.Task[None] | None = None
         self._ranker = Ranker(_check_int(rank_processes, "rank_processes", 0,
                                          RANK_PROCESSES_MAX), self.cache_rows)
+        check_layout(self.directory, "file")
 
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> SqliteStore:
@@ -153,9 +151,12 @@ class SqliteStore(Reads, Writes, Usage, Porting, Counts):
         if settings.choice_option("layout", "file", LAYOUTS) != "file":
             raise ConfigError(f"{settings.option_key('layout')}: SqliteStore is the file"
                               " layout; build the shared one with SharedSqliteStore")
+        path = settings.record("path", _check_path(
+            settings.options.get("path", DEFAULT_PATH), settings.option_key("path")))
+        check_layout(os.path.abspath(os.path.expanduser(path)), "file",
+                     settings.option_key("layout"))
         return cls(
-            settings.record("path", _check_path(settings.options.get("path", DEFAULT_PATH),
-                                                settings.option_key("path"))),
+            path,
             cap=settings.cap,
             clock=settings.clock,
             synchronous=settings.choice_option("synchronous", "full", SYNCHRONOUS_LEVELS),

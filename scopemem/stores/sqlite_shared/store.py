@@ -54,9 +54,9 @@ from scopemem.stores.base import (
 from scopemem.stores.postgres.cache import DEFAULT_POSTINGS_CACHE, PostingsCache, ScopeCopy
 from scopemem.stores.shared import batches
 from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite.layouts import LAYOUTS, check_layout
 from scopemem.stores.sqlite.store import (
     DEFAULT_PATH,
-    LAYOUTS,
     OPTIONS,
     SYNCHRONOUS_LEVELS,
     _check_int,
@@ -144,6 +144,7 @@ class SharedSqliteStore(Porting, Counts):
         self._saver: asyncio.Task[None] | None = None
         self._scope_count: int | None = None  # scopes held, once counted (max_scopes)
         self._closed = False
+        check_layout(self.directory, "shared")
 
     def __repr__(self) -> str:
         return f"SharedSqliteStore({self.directory!r}, cap={self.cap!r})"
@@ -157,9 +158,12 @@ class SharedSqliteStore(Porting, Counts):
         settings = settings.named("sqlite")
         settings.unknown_options(OPTIONS)
         settings.choice_option("layout", "shared", LAYOUTS)
+        path = settings.record("path", _check_path(
+            settings.options.get("path", DEFAULT_PATH), settings.option_key("path")))
+        check_layout(os.path.abspath(os.path.expanduser(path)), "shared",
+                     settings.option_key("layout"))
         return cls(
-            settings.record("path", _check_path(settings.options.get("path", DEFAULT_PATH),
-                                                settings.option_key("path"))),
+            path,
             cap=settings.cap, clock=settings.clock,
             synchronous=settings.choice_option("synchronous", "full", SYNCHRONOUS_LEVELS),
             busy_timeout_ms=settings.int_option("busy_timeout_ms", 5000, 0),

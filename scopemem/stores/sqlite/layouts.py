@@ -1,0 +1,58 @@
+"""Which of the SQLite store's two layouts a data directory holds, so that neither layout
+opens a directory the other wrote.
+
+A directory in the file layout holds one ``<readable>-<digest>.db`` per scope
+(``files.scope_file_name``); one in the shared layout holds ``shard-NNN-of-NNN.db`` files
+(``sqlite_shared.schema.shard_file_name``). Opened in the wrong layout, a store would find
+none of the scopes written, answer as if memory were empty, and start a second set of
+files beside the first: the records are not lost, but nothing reads them. So both stores
+refuse such a directory at construction, naming the setting to change.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from scopemem.errors import ConfigError
+
+__all__ = ["LAYOUTS", "check_layout"]
+
+#: ``layout``: one file per scope (the default), or every scope in a few shared files.
+LAYOUTS = ("file", "shared")
+
+_SHARD_FILE = re.compile(r"shard-[0-9]{3}-of-[0-9]{3}\.db\Z")
+_SCOPE_FILE = re.compile(r".+-[0-9a-f]{32}\.db\Z")
+
+
+def check_layout(directory: str, layout: str, key: str = "layout") -> None:
+    """Raise ``ConfigError`` naming ``key`` when ``directory`` holds the database files of
+    the layout other than ``layout``."""
+    other = "shared" if layout == "file" else "file"
+    if other not in _found(directory, stop_at=other):
+        return
+    files = "shard-NNN-of-NNN.db" if other == "shared" else "one per scope"
+    raise ConfigError(
+        f'{key}: {directory} holds database files of the "{other}" layout ({files}), which'
+        f' the "{layout}" layout would not read; set {key} = "{other}" to read them (there'
+        " is no conversion between the layouts yet), or choose another path")
+
+
+def _found(directory: str, stop_at: str | None = None) -> set[str]:
+    found: set[str] = set()
+    try:
+        entries = os.scandir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return found
+    with entries:
+        for entry in entries:
+            name = entry.name
+            if _SHARD_FILE.match(name):
+                found.add("shared")
+            elif _SCOPE_FILE.match(name):
+                found.add("file")
+            else:
+                continue
+            if stop_at in found or len(found) == 2:
+                break
+    return found
