@@ -38,6 +38,10 @@ min / median / max:
    with how many records the brief's prefilter terms match;
 6. ``InMemoryStore.retrieve`` on the large scope's records against ``SqliteStore``'s.
 
+``--layout shared`` measures the shared-file layout (``memory.stores.sqlite.layout``): the
+worker serves it, figures 3-6 time ``SharedSqliteStore``, and the raw FTS5 baselines read a
+file-layout directory beside it written with the same batches in the same order.
+
 ``--quick`` is a smoke run (scopes 10,1000; smaller large scope; short rounds). ``--only``
 runs the named figures alone (``--only 5,6``: the large scope's retrieve, in process), seeding
 only the scopes they read.
@@ -86,7 +90,7 @@ from scopemem.core import engine  # noqa: E402
 from scopemem.core.records import MAX_SCOPE_CAP, MAX_TEXT_CHARS, Candidate, Kind  # noqa: E402
 from scopemem.core.requests import Request  # noqa: E402
 from scopemem.stores.memory import InMemoryStore  # noqa: E402
-from scopemem.stores.sqlite import SqliteStore  # noqa: E402
+from scopemem.stores.sqlite import SqliteStore, scope_file_name  # noqa: E402
 from scopemem.stores.sqlite import sql as sqlite_sql  # noqa: E402
 from scopemem.stores.sqlite.files import default_max_open  # noqa: E402
 from scopemem.stores.sqlite.schema import RECORD_COLUMNS  # noqa: E402
@@ -207,15 +211,47 @@ def pairs_of(times: dict[str, list[list[float]]], measured: str, base: str,
 # --- seeding ------------------------------------------------------------------------------------
 
 
-async def seed(data: str, zipf: Zipf, scope_counts: Sequence[int], large: int,
+def layout_store(data: str, **options: Any) -> Any:
+    """The SQLite store of the layout under measurement (``--layout``)."""
+    if LAYOUT["layout"] == "shared":
+        return SharedSqliteStore(data, **options)
+    return SqliteStore(data, **options)
+
+
+def raw_path(raw_data: str, scope_key: str) -> str:
+    """The file-layout database of ``scope_key`` under ``raw_data``, which the raw FTS5
+    baselines read."""
+    return os.path.join(raw_data, scope_file_name(scope_key))
+
+
+class Both:
+    """Writes to the store under measurement and, in the shared layout, to a file-layout
+    store beside it holding the same records (the raw FTS5 baselines' files)."""
+
+    def __init__(self, *stores: Any) -> None:
+        self.stores = stores
+
+    async def write(self, scope_key: str, batch: Sequence[Candidate]) -> Any:
+        counts = [await store.write(scope_key, batch) for store in self.stores]
+        return counts[0]
+
+    async def close(self) -> None:
+        for store in self.stores:
+            await store.close()
+
+
+async def seed(data: str, raw_data: str, zipf: Zipf, scope_counts: Sequence[int], large: int,
                figures: frozenset[int]) -> tuple[list[Candidate], list[str]]:
     """Every scope the ``figures`` read; the large scope's candidates and the context
-    scopes."""
-    store: Any = (SharedSqliteStore(data, cap=MAX_SCOPE_CAP, synchronous="off")
-                  if LAYOUT["layout"] == "shared"
-                  else SqliteStore(data, cap=MAX_SCOPE_CAP, synchronous="off"))
+    scopes. With ``raw_data`` apart from ``data`` (the shared layout), the large and the
+    500-record scopes are written to a file-layout store there too, the same batches in the
+    same order, for the raw FTS5 baselines."""
+    store: Any = layout_store(data, cap=MAX_SCOPE_CAP, synchronous="off")
+    both = Both(store) if raw_data == data else Both(
+        store, SqliteStore(raw_data, cap=MAX_SCOPE_CAP, synchronous="off"))
     if large > MAX_SCOPE_CAP:
-        store.cap = large  # past the configurable maximum, for this measurement only
+        for each in both.stores:
+            each.cap = large  # past the configurable maximum, for this measurement only
     started = time.perf_counter()
     count = max(scope_counts) if 1 in figures else 0
     keys = [many_scope(n) for n in range(count)]
@@ -227,7 +263,7 @@ async def seed(data: str, zipf: Zipf, scope_counts: Sequence[int], large: int,
     written: list[Candidate] = []
     for _ in range(large // 50):
         batch = candidates(zipf, 50)
-        await store.write(SCOPE, batch)
+        await both.write(SCOPE, batch)
         written.extend(batch)
     big = time.perf_counter() - started
     started = time.perf_counter()
@@ -236,9 +272,9 @@ async def seed(data: str, zipf: Zipf, scope_counts: Sequence[int], large: int,
     small_keys = [LIGHT_SCOPE, OTHER_SCOPE, *context_keys] if figures & {2, 4} else []
     for key in small_keys:
         for _ in range(SMALL // 50):
-            await store.write(key, candidates(zipf, 50))
+            await both.write(key, candidates(zipf, 50))
     small = time.perf_counter() - started
-    await store.close()
+    await both.close()
     size = sum(os.path.getsize(os.path.join(data, name)) for name in os.listdir(data))
     print(f"seeded in process (synchronous=off): {count:,} scopes x {MANY_RECORDS} records in "
           f"{many:.1f} s ({many / max(1, count) * 1000:.2f} ms a scope); {large:,} records in "
@@ -494,14 +530,14 @@ async def visit_every_scope(session: aiohttp.ClientSession, url: str, scopes: in
 
 
 async def per_turn(url: str | None, args: argparse.Namespace, briefs: list[str],
-                   context_keys: list[str], data: str) -> None:
+                   context_keys: list[str], data: str, raw_data: str) -> None:
     config = MemoryConfig(enabled=True, organization=ORG, store="sqlite")
-    local_store = SqliteStore(data, cap=MAX_SCOPE_CAP)
+    local_store = layout_store(data, cap=MAX_SCOPE_CAP)
     local = Memory(config, local_store)
     remote_store = WorkerStore(url, TOKEN, timeout=30) if url else None
     remote = Memory(config, remote_store) if remote_store else None
     cap = engine.candidate_cap(config.limit)
-    raws = {key: raw_connection(local_store.path_for(key), "full") for key in context_keys}
+    raws = {key: raw_connection(raw_path(raw_data, key), "full") for key in context_keys}
     repo_key = f"repo:{REPO}"
     rng = random.Random(4)
 
@@ -534,7 +570,8 @@ async def per_turn(url: str | None, args: argparse.Namespace, briefs: list[str],
     print(f"\n4. the per-turn read: Memory.context_block over {len(context_keys)} scopes x "
           f"{SMALL} records (limit {config.limit}, repo window {config.repo_window}), against "
           f"{len(context_keys)} raw FTS5 queries + the raw window listing, in process")
-    for name, label, target in (("local", "in process (SqliteStore)", "<= 1.5x"),
+    for name, label, target in (("local", f"in process ({type(local_store).__name__})",
+                                  "<= 1.5x"),
                                 ("worker", "over the worker (WorkerStore)", "<= 2.5x")):
         if name not in times:
             continue
@@ -556,12 +593,20 @@ async def per_turn(url: str | None, args: argparse.Namespace, briefs: list[str],
 # --- in process ---------------------------------------------------------------------------------
 
 
-async def in_process(data: str, args: argparse.Namespace, zipf: Zipf, briefs: list[str],
+async def in_process(data: str, raw_data: str, args: argparse.Namespace, zipf: Zipf,
+                     briefs: list[str],
                      written: list[Candidate]) -> None:
     cap = engine.candidate_cap(LIMIT)
-    store = SqliteStore(data, cap=min(args.large, MAX_SCOPE_CAP))
+    store = layout_store(data, cap=min(args.large, MAX_SCOPE_CAP))
     store.cap = args.large  # at the cap (above the configurable maximum only if --large is)
-    raw = raw_connection(store.path_for(SCOPE), "full")
+    # The one-record writes of figure 3 reach the raw baseline's file too (in the shared
+    # layout, a file-layout store beside the store measured).
+    beside = Both(store)
+    if raw_data != data:
+        beside = Both(store, SqliteStore(raw_data, cap=min(args.large, MAX_SCOPE_CAP)))
+        beside.stores[1].cap = args.large
+    measured = type(store).__name__
+    raw = raw_connection(raw_path(raw_data, SCOPE), "full")
     rng = random.Random(5)
 
     def raw_query(pick: Callable[[], str]) -> Op:
@@ -596,8 +641,8 @@ async def in_process(data: str, args: argparse.Namespace, zipf: Zipf, briefs: li
         long = [matched(b) for b in briefs if len(b.split()) > 40]
         print(f"\n5. a realistic brief's retrieve on the {active:,}-record scope (limit {LIMIT}, "
               f"candidate cap {cap}), in process")
-        ratio_line("SqliteStore.retrieve p50", "raw FTS5 query", pairs_of(times, "store", "raw"))
-        ratio_line("SqliteStore.retrieve p99", "raw FTS5 query",
+        ratio_line(f"{measured}.retrieve p50", "raw FTS5 query", pairs_of(times, "store", "raw"))
+        ratio_line(f"{measured}.retrieve p99", "raw FTS5 query",
                    pairs_of(times, "store", "raw", p99))
         for name, counts in (("a 5-40-word brief", short), ("a 300-word brief", long)):
             if counts:
@@ -618,16 +663,16 @@ async def in_process(data: str, args: argparse.Namespace, zipf: Zipf, briefs: li
                                  ("memory", store_query(pick, memory), None)],
                                 args.rounds, args.seconds, max_runs=200, block=5)
         print(f"\n6. InMemoryStore.retrieve on the same {len(written):,} records")
-        ratio_line("InMemoryStore.retrieve p50", "SqliteStore.retrieve",
+        ratio_line("InMemoryStore.retrieve p50", f"{measured}.retrieve",
                    pairs_of(times, "memory", "store"), target="<= 2x")
 
     if 3 not in args.figures:
         raw.close()
-        await store.close()
+        await beside.close()
         return
     # 3. reads after writes, then writes at the cap.
     async def one_write() -> None:
-        await store.write(SCOPE, candidates(zipf, 1))
+        await beside.write(SCOPE, candidates(zipf, 1))
 
     times = await alternate([("raw", raw_query(pick), one_write),
                              ("store", store_query(pick), one_write)],
@@ -639,9 +684,10 @@ async def in_process(data: str, args: argparse.Namespace, zipf: Zipf, briefs: li
                pairs_of(times, "store", "raw", p99))
     print(f"   n = {sum(map(len, times['store']))} / {sum(map(len, times['raw']))}"
           " (each after a one-record write, untimed)")
-    await store.flush()
+    for each in beside.stores:
+        await each.flush()
     copy = os.path.join(data, "raw-copy.db")
-    with contextlib.closing(raw_connection(store.path_for(SCOPE), "full")) as source, \
+    with contextlib.closing(raw_connection(raw_path(raw_data, SCOPE), "full")) as source, \
             contextlib.closing(raw_connection(copy, "full")) as target, \
             target.backup("main", source, "main") as backup:
         backup.step()
@@ -675,7 +721,7 @@ async def in_process(data: str, args: argparse.Namespace, zipf: Zipf, briefs: li
               f"{stat(inserted):10.2f} ms    = {stat(at_cap) / stat(inserted):5.2f}x")
     raw_target.close()
     raw.close()
-    await store.close()
+    await beside.close()
 
 
 # --- main ---------------------------------------------------------------------------------------
@@ -691,7 +737,10 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="scopemem-load-") as tmp:
         data = os.path.join(tmp, "scopes")
         figures = args.figures
-        written, context_keys = await seed(data, zipf, args.scope_counts, args.large,
+        # The raw FTS5 baselines read file-layout files: in the shared layout, a directory
+        # of their own holding the same records.
+        raw_data = data if args.layout == "file" else os.path.join(tmp, "raw-file-layout")
+        written, context_keys = await seed(data, raw_data, zipf, args.scope_counts, args.large,
                                            figures)
         if figures & {1, 2, 4}:
             async with serve(data) as (url, port):
@@ -700,11 +749,11 @@ async def main(args: argparse.Namespace) -> None:
                 if 2 in figures:
                     await head_of_line(url, args, zipf, briefs)
                 if 4 in figures:
-                    await per_turn(url, args, briefs, context_keys, data)
+                    await per_turn(url, args, briefs, context_keys, data, raw_data)
         if 1 in figures:
             await syscalls(data, args, briefs, texts)
         if figures & {3, 5, 6}:
-            await in_process(data, args, zipf, briefs, written)
+            await in_process(data, raw_data, args, zipf, briefs, written)
     print(f"\nthe whole run took {time.perf_counter() - began:.0f} s")
 
 
