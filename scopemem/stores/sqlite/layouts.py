@@ -29,7 +29,7 @@ def check_layout(directory: str, layout: str, key: str = "layout") -> None:
     """Raise ``ConfigError`` naming ``key`` when ``directory`` holds the database files of
     the layout other than ``layout``."""
     other = "shared" if layout == "file" else "file"
-    if other not in _found(directory, stop_at=other):
+    if not _holds(directory, _SHARD_FILE if other == "shared" else _SCOPE_FILE):
         return
     files = "shard-NNN-of-NNN.db" if other == "shared" else "one per scope"
     raise ConfigError(
@@ -38,21 +38,11 @@ def check_layout(directory: str, layout: str, key: str = "layout") -> None:
         " is no conversion between the layouts yet), or choose another path")
 
 
-def _found(directory: str, stop_at: str | None = None) -> set[str]:
-    found: set[str] = set()
+def _holds(directory: str, name: re.Pattern[str]) -> bool:
+    """Whether ``directory`` holds a file whose name matches ``name`` (no directory: no)."""
     try:
         entries = os.scandir(directory)
     except (FileNotFoundError, NotADirectoryError):
-        return found
+        return False
     with entries:
-        for entry in entries:
-            name = entry.name
-            if _SHARD_FILE.match(name):
-                found.add("shared")
-            elif _SCOPE_FILE.match(name):
-                found.add("file")
-            else:
-                continue
-            if stop_at in found or len(found) == 2:
-                break
-    return found
+        return any(name.match(entry.name) for entry in entries)

@@ -114,6 +114,7 @@ class SqliteStore(Reads, Writes, Usage, Porting, Counts):
         self.ranking = ranking
         self.analyzer = ranking.analyzer
         self.directory = os.path.abspath(os.path.expanduser(_check_path(path, "path")))
+        check_layout(self.directory, "file")
         self.synchronous = _check_synchronous(synchronous, "synchronous")
         self.busy_timeout_ms = _check_int(busy_timeout_ms, "busy_timeout_ms", 0)
         self.max_open = (files.default_max_open() if max_open is None
@@ -139,7 +140,6 @@ class SqliteStore(Reads, Writes, Usage, Porting, Counts):
         self._saver: asyncio.Task[None] | None = None
         self._ranker = Ranker(_check_int(rank_processes, "rank_processes", 0,
                                          RANK_PROCESSES_MAX), self.cache_rows)
-        check_layout(self.directory, "file")
 
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> SqliteStore:

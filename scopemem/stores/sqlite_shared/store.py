@@ -109,6 +109,7 @@ class SharedSqliteStore(Porting, Counts):
         self.ranking = ranking
         self.analyzer = ranking.analyzer
         self.directory = os.path.abspath(os.path.expanduser(_check_path(path, "path")))
+        check_layout(self.directory, "shared")
         self.synchronous = _check_synchronous(synchronous, "synchronous")
         self.usage_flush_ms = _check_int(usage_flush_ms, "usage_flush_ms", 0,
                                          USAGE_FLUSH_MS_MAX)
@@ -144,7 +145,6 @@ class SharedSqliteStore(Porting, Counts):
         self._saver: asyncio.Task[None] | None = None
         self._scope_count: int | None = None  # scopes held, once counted (max_scopes)
         self._closed = False
-        check_layout(self.directory, "shared")
 
     def __repr__(self) -> str:
         return f"SharedSqliteStore({self.directory!r}, cap={self.cap!r})"
