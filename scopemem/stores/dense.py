@@ -55,9 +55,13 @@ class DenseIndex:
 
     def __init__(self, postings: Mapping[str, Collection[int]], seqs: Collection[int],
                  continues: Collection[int]) -> None:
-        """``seqs`` are the active records' seqs: every seq ``postings`` holds is one."""
-        order = np.fromiter(seqs, dtype=np.int64, count=len(seqs))
-        order.sort()
+        """``seqs`` are the active records' seqs: every seq ``postings`` holds is one (a
+        sorted array of them is taken as it is)."""
+        if isinstance(seqs, np.ndarray):
+            order = seqs
+        else:
+            order = np.fromiter(seqs, dtype=np.int64, count=len(seqs))
+            order.sort()
         self._seqs = order
         self._postings = postings
         self._arrays: dict[str, Positions] = {}
@@ -72,6 +76,24 @@ class DenseIndex:
             at = at[(order[at] == wanted) & (order[at - 1] == wanted - 1)]
             chained[at] = True
         self._continues = chained
+
+    def seqs_after(self, added: Collection[int], retired: Collection[int]
+                   ) -> npt.NDArray[np.int64]:
+        """The sorted active seqs once ``added`` are active and ``retired`` no longer (for
+        the next index, ``DenseIndex(postings, seqs_after(...), continues)``), without
+        hashing every seq again."""
+        order = self._seqs
+        if retired:
+            gone = np.fromiter(retired, dtype=np.int64, count=len(retired))
+            order = order[~np.isin(order, gone)]
+        if added:
+            new = np.fromiter(added, dtype=np.int64, count=len(added))
+            new.sort()
+            if len(order) and new[0] <= order[-1]:
+                order = np.union1d(order, new)
+            else:  # new records come after every other (the common case): no sort
+                order = np.concatenate((order, new))
+        return order
 
     def positions(self, term: str) -> Positions | None:
         """The positions of the records holding ``term`` (None when none does)."""

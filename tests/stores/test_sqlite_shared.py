@@ -15,10 +15,11 @@ import pytest
 from scopemem.core.records import Candidate, Kind
 from scopemem.errors import ConfigError, ScopeLimitReached, StoreError
 from scopemem.stores.base import StoreSettings
+from scopemem.stores.postgres import cache as cache_module
 from scopemem.stores.postgres.cache import PostingsCache, ScopeCopy
 from scopemem.stores.sqlite import SqliteStore
 from scopemem.stores.sqlite import from_settings as sqlite_store
-from scopemem.stores.sqlite_shared import SharedSqliteStore, schema
+from scopemem.stores.sqlite_shared import SharedSqliteStore, copies, schema
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.store import _POOL_THREADS
 from tests.conftest import FakeClock
@@ -247,13 +248,18 @@ async def test_reads_and_writes_look_up_only_the_rows_they_need(tmp_path, clock:
         def plan(statement: str) -> list[str]:
             return [row[3] for row in conn.execute(
                 "EXPLAIN QUERY PLAN " + statement,
-                {"scope": "org:acme", "terms": '["deploy"]', "seqs": "[1]", "norms": '["x"]'})]
+                {"scope": "org:acme", "terms": '["deploy"]', "seqs": "[1]", "norms": '["x"]',
+                 "bumps": "[[1, 1, 5]]"})]
 
         assert any("USING PRIMARY KEY (scope_key=? AND term=?)" in step
                    for step in plan(st.POSTINGS))
         batch = plan(st.BATCH_ROWS)
         assert any("records_active_norm (scope_key=? AND norm=?)" in step for step in batch)
         assert not any(step.endswith("USING PRIMARY KEY (scope_key=?)") for step in batch)
+        # A save of use counts looks up each row it bumps, never every row of the scope.
+        bump = plan(st.BUMP)
+        assert any("records USING PRIMARY KEY (scope_key=? AND seq=?)" in step for step in bump)
+        assert not any(step.endswith("USING PRIMARY KEY (scope_key=?)") for step in bump)
     finally:
         conn.close()
 
@@ -449,3 +455,45 @@ def test_a_small_scopes_copy_goes_only_into_room_to_spare():
     assert cache.put("org:small", copy(2), spare=True)
     assert cache.put("repo:big", copy(9, generation=2))  # drops the small copy to fit
     assert cache.has("repo:big") and not cache.has("org:small")
+
+
+async def test_a_copy_carried_across_many_writes_at_the_cap_answers_as_sql_does(
+        tmp_path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
+    """Writes at the cap insert and evict every time; the copy carried across them is layered
+    over the one read (``copies.Layered``) and folded now and then, and answers every
+    retrieval exactly as a store reading the same file with no copies does."""
+    monkeypatch.setattr(cache_module, "DENSE_MIN_POSTINGS", 64)  # weighed as arrays too
+    data = tmp_path / "data"
+    store = SharedSqliteStore(data, clock=clock, synchronous="off", cache_min_postings=0,
+                              cap=200)
+    reference = SharedSqliteStore(data, clock=clock, synchronous="off", postings_cache=0)
+    scope = "repo:acme/widgets"
+    words = ["runner", "docker", "cache", "deploy", "arm", "nightly", "build", "pool",
+             "layer", "image", "tag", "queue"]
+
+    def text(n: int) -> str:
+        return " ".join(words[(n * k) % len(words)] for k in (1, 3, 5, 7)) + f" item{n}"
+
+    try:
+        await store.write(scope, [fact(text(n)) for n in range(200)])
+        for _ in range(2):
+            await store.retrieve(scope, "runner docker", 5)
+        await store._copies.settled()
+        assert store._copies.latest(scope) is not None
+        kinds = set()
+        for n in range(200, 290, 3):
+            await store.write(scope, [fact(text(n + k)) for k in range(3)])
+            copy = store._copies.latest(scope)
+            assert copy is not None  # carried, never dropped
+            kinds.add(type(copy.postings))
+            for query in ("runner docker cache", "arm nightly build pool", f"item{n + 2}"):
+                answered = store._copies.answered + store.loop_answers
+                hits = await store.search(scope, query, 5, bump=False)
+                expected = await reference.search(scope, query, 5, bump=False)
+                assert [(h.record.id, round(h.match, 9)) for h in hits] == \
+                    [(h.record.id, round(h.match, 9)) for h in expected]
+                assert store._copies.answered + store.loop_answers == answered + 1
+        assert kinds == {copies.Layered, dict}  # layered, and folded now and then
+    finally:
+        await store.close()
+        await reference.close()

@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -81,7 +81,9 @@ class ScopeCopy:
 
     generation: int
     active: int
-    postings: dict[str, frozenset[int]]
+    # A plain dict, or (the SQLite store's shared files, carried across its own writes)
+    # ``sqlite_shared.copies.Layered``: a term not held is absent, never an empty set.
+    postings: Mapping[str, frozenset[int]]
     continues: frozenset[int]
     size: int
     # seq → (its last touch when copied, None): lower bounds of the rows' last touches, as
@@ -113,12 +115,19 @@ class ScopeCopy:
         return {term: postings[term] for term in terms if term in postings}
 
 
-def dense_index(postings: dict[str, frozenset[int]], continues: frozenset[int]
+def dense_index(postings: Mapping[str, frozenset[int]], continues: frozenset[int],
+                size: int | None = None, seqs: Collection[int] | None = None
                 ) -> DenseIndex | None:
-    """The arrays of a copy's postings, for a copy large enough to be weighed that way."""
-    if sum(map(len, postings.values())) < DENSE_MIN_POSTINGS:
+    """The arrays of a copy's postings, for a copy large enough to be weighed that way;
+    ``size`` (the postings held) and ``seqs`` (the active seqs, or a sorted array of them)
+    when the caller knows them."""
+    if size is None:
+        size = sum(map(len, postings.values()))
+    if size < DENSE_MIN_POSTINGS:
         return None
-    return DenseIndex(postings, set().union(*postings.values()), continues)
+    if seqs is None:
+        seqs = set().union(*postings.values())
+    return DenseIndex(postings, seqs, continues)
 
 
 Loader = Callable[[str], Awaitable[ScopeCopy | None]]

@@ -188,8 +188,9 @@ def copy_of(conn: Any, uses: PendingUses, shard: int, scope_key: str
     # Each row's last touch with the uses not saved yet: a lower bound ever after, as the
     # weighing needs (a use only moves it on).
     touches = Touches({seq: (record.last_touched, None) for seq, record in records.items()})
-    copy = ScopeCopy(generation, active, frozen, continues, sum(map(len, frozen.values())),
-                     touches, dense_index(frozen, continues))
+    size = sum(map(len, frozen.values()))
+    copy = ScopeCopy(generation, active, frozen, continues, size, touches,
+                     dense_index(frozen, continues, size, records.keys()))
     return copy, RowCopy(generation, records, mark)
 
 

@@ -94,12 +94,14 @@ FORGET = ("UPDATE records SET status = 'forgotten', retired_at = :now, text = ''
 # --- use counts and counters ---------------------------------------------------------------
 
 # Every pending use of a scope in one statement: [seq, uses, last use] per row, as one JSON
-# array. A last use never moves back (another process may have used the row since).
-BUMP = ("UPDATE records SET use_count = use_count + bump.uses,"
+# array. A last use never moves back (another process may have used the row since). The
+# array is materialized first so that it drives the join, one primary-key lookup a row:
+# left to itself SQLite scans every row of the scope and looks each one up in the array.
+BUMP = ("WITH bump (seq, uses, last) AS MATERIALIZED"
+        " (SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(:bumps))"
+        " UPDATE records SET use_count = use_count + bump.uses,"
         " last_used_at = max(ifnull(last_used_at, 0), bump.last)"
-        " FROM (SELECT value ->> 0 AS seq, value ->> 1 AS uses, value ->> 2 AS last"
-        " FROM json_each(:bumps)) AS bump"
-        " WHERE records.scope_key = :scope AND records.seq = bump.seq")
+        " FROM bump WHERE records.scope_key = :scope AND records.seq = bump.seq")
 NEXT_USES = "UPDATE scopes SET uses = uses + 1 WHERE scope_key = :scope RETURNING uses"
 ADD_COUNT = ("INSERT INTO counters (scope_key, day, name, value) VALUES (?, ?, ?, ?)"
              " ON CONFLICT (scope_key, day, name) DO UPDATE SET value = value + excluded.value")
