@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import apsw
@@ -19,7 +20,7 @@ from scopemem.stores.postgres import cache as cache_module
 from scopemem.stores.postgres.cache import PostingsCache, ScopeCopy
 from scopemem.stores.sqlite import SqliteStore
 from scopemem.stores.sqlite import from_settings as sqlite_store
-from scopemem.stores.sqlite_shared import SharedSqliteStore, copies, schema
+from scopemem.stores.sqlite_shared import SharedSqliteStore, copies, reads, schema
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.store import _POOL_THREADS
 from tests.conftest import FakeClock
@@ -497,3 +498,42 @@ async def test_a_copy_carried_across_many_writes_at_the_cap_answers_as_sql_does(
     finally:
         await store.close()
         await reference.close()
+
+
+async def test_a_copy_read_while_the_store_writes_arrives_carried_across_the_write(
+        tmp_path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
+    """A scope written between every two retrievals is still copied: the store's own writes
+    committed while the copy was being read are carried into it as it arrives."""
+    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off",
+                              cache_min_postings=0)
+    scope = "repo:acme/widgets"
+    read, release = threading.Event(), threading.Event()
+    copy_of = reads.copy_of
+
+    def slow_copy_of(*args: object) -> object:
+        made = copy_of(*args)
+        read.set()
+        release.wait(10)  # the write below commits after this copy was read
+        return made
+
+    monkeypatch.setattr(reads, "copy_of", slow_copy_of)
+    loop = asyncio.get_running_loop()
+    try:
+        # More records than a retrieval copies whole itself (``reads.WHOLE_ROWS``).
+        await store.write(scope, [fact(f"the runner {n} caches docker layers")
+                                  for n in range(reads.WHOLE_ROWS + 10)])
+        for _ in range(2):
+            await store.retrieve(scope, "runner docker", 5)
+        assert await loop.run_in_executor(None, read.wait, 10)
+        await store.write(scope, [fact("the runner pool moved to arm machines")])
+        release.set()
+        await store._copies.settled()
+        copy = store._copies.latest(scope)
+        assert copy is not None and store._copies.loading(scope) is False
+        answered = store._copies.answered + store.loop_answers
+        hits = await store.retrieve(scope, "arm machines runner pool", 1)
+        assert [r.text for r in hits] == ["the runner pool moved to arm machines"]
+        assert store._copies.answered + store.loop_answers == answered + 1
+    finally:
+        release.set()
+        await store.close()

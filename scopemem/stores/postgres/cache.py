@@ -137,7 +137,8 @@ class PostingsCache:
     """The copies, least recently read first, within ``budget`` postings."""
 
     def __init__(self, budget: int = DEFAULT_POSTINGS_CACHE,
-                 min_postings: int = DEFAULT_MIN_POSTINGS, *, spare: int = 0) -> None:
+                 min_postings: int = DEFAULT_MIN_POSTINGS, *, spare: int = 0,
+                 carried: bool = False) -> None:
         self.budget = budget
         self.min_postings = min_postings
         # Scopes read below ``min_postings`` are copied too while all copies held come to
@@ -146,6 +147,10 @@ class PostingsCache:
         # event loop). Kept below the budget: every copy is objects Python's collector
         # walks, and over more small scopes than fit, a copy is rarely read again.
         self.spare = spare
+        # The store carries its copies across its own writes (the SQLite store's shared
+        # files): a scope read after every write is worth copying too, so its reads are
+        # counted across changes.
+        self.carried = carried
         self._room_needed = 0  # the size of the last spare copy refused for lack of room
         self._copies: OrderedDict[str, ScopeCopy] = OrderedDict()
         self._held = 0
@@ -164,6 +169,10 @@ class PostingsCache:
         """Wait for the copies being read now (tests and benchmarks)."""
         while self._loading:
             await asyncio.gather(*self._loading.values(), return_exceptions=True)
+
+    def loading(self, scope_key: str) -> bool:
+        """Whether a copy of the scope is being read now."""
+        return scope_key in self._loading
 
     def has(self, scope_key: str) -> bool:
         """Whether a copy of the scope is held (of whatever change counter)."""
@@ -203,12 +212,12 @@ class PostingsCache:
         """After a retrieval that read ``postings_read`` postings from the server at change
         counter ``generation``: copy the scope in the background when that is enough to pay
         for a copy and the scope was read ``READS_BEFORE_COPY`` times since it last
-        changed."""
+        changed (with ``carried``, since it was last copied)."""
         spare = postings_read < self.min_postings
         if not self.enabled or scope_key in self._loading or spare and not self.has_room():
             return
         seen, reads = self._seen.pop(scope_key, (generation, 0))
-        reads = reads + 1 if seen == generation else 1
+        reads = reads + 1 if seen == generation or self.carried else 1
         self._seen[scope_key] = (generation, reads)
         while len(self._seen) > _SEEN:
             self._seen.popitem(last=False)

@@ -170,16 +170,18 @@ def _postings(rows: Sequence[Sequence[Any]]) -> tuple[dict[str, set[int]], set[i
 def copy_of(conn: Any, uses: PendingUses, shard: int, scope_key: str
             ) -> tuple[ScopeCopy, RowCopy] | None:
     """The scope's whole index and active rows as they are now, for a copy in memory; None
-    for no scope, or when a commit came between the two reads."""
+    for no scope."""
     with sqlite_sql.snapshot(conn):
+        # The rows first: their read begins the snapshot, as ``rows_marked`` needs to know
+        # which uses it holds; the index is read in the same snapshot after them.
+        lead, full, mark = uses.rows_marked(conn, shard, scope_key, st.ACTIVE_ROWS_ALL,
+                                            {"scope": scope_key}, lead=2)
         state = conn.execute(st.SCOPE_STATE, {"scope": scope_key}).fetchall()
-        if not state:
+        if not state or lead is None:
             return None
         rows = conn.execute(st.SCOPE_POSTINGS, {"scope": scope_key}).fetchall()
     active, generation = state[0]
-    lead, full, mark = uses.rows_marked(conn, shard, scope_key, st.ACTIVE_ROWS_ALL,
-                                        {"scope": scope_key}, lead=2)
-    if lead is None or lead[1] != generation:
+    if lead[1] != generation:  # one snapshot: never, but a copy must be of one state
         return None
     postings, continuing = _postings(rows)
     frozen = {term: frozenset(seqs) for term, seqs in postings.items()}

@@ -71,6 +71,7 @@ from scopemem.stores.sqlite_shared.counts import Counts
 from scopemem.stores.sqlite_shared.porting import Porting
 from scopemem.stores.sqlite_shared.shards import Shards
 from scopemem.stores.sqlite_shared.usage import PendingUses
+from scopemem.stores.sqlite_shared.writes import Change
 
 __all__ = ["SharedSqliteStore"]
 
@@ -123,13 +124,17 @@ class SharedSqliteStore(Porting, Counts):
         budget = _check_int(postings_cache, "postings_cache", 0)
         self._copies = PostingsCache(budget,
                                      _check_int(cache_min_postings, "cache_min_postings", 0),
-                                     spare=budget // 2)
+                                     spare=budget // 2, carried=True)
         self._clock = clock
         self._writers: dict[int, asyncio.Lock] = {}
         self._writing: dict[str, int] = {}  # scope → this store's writes under way
         # Scopes' records in memory beside their copies (``copies.RowCopy``), and how many
         # retrievals they answered on the event loop (for tests and benchmarks).
         self._row_copies: dict[str, copies.RowCopy] = {}
+        # The store's own writes to scopes whose copy is being read meanwhile, carried into
+        # the copy when it arrives (``_copy``): a scope written between all its reads would
+        # otherwise be copied at a counter already gone.
+        self._missed: dict[str, builtins.list[Change]] = {}
         self.loop_answers = 0
         # Per shard: calls counting uses on the pool under way; the last uses noted (their
         # number, scope, seqs, time), replayed into records copied before them; the highest
@@ -304,10 +309,18 @@ class SharedSqliteStore(Porting, Counts):
         """The scope's whole index and records as they are now, for copies in memory (built
         on the pool)."""
         shard = self._shards.of(scope_key)
-        made = await self._read(shard, reads.copy_of, self._uses, shard, scope_key)
+        self._missed[scope_key] = []
+        try:
+            made = await self._read(shard, reads.copy_of, self._uses, shard, scope_key)
+        finally:
+            missed = self._missed.pop(scope_key, [])
         if made is None:
             return None
         copy, rows = made
+        for change in missed:  # in the order they committed
+            if change.before == copy.generation:
+                copy = copies.carried(copy, change)
+                rows = copies.carried_rows(rows, change)
         self._install(shard, scope_key, rows)
         return copy
 
@@ -393,6 +406,9 @@ class SharedSqliteStore(Porting, Counts):
                 self._writing[scope_key] = left
         assert done is not None  # created: the shard has a file
         counts, change = done
+        missed = self._missed.get(scope_key)
+        if missed is not None:
+            missed.append(change)
         rows = self._row_copies.pop(scope_key, None)
         if copies.carry(self._copies, scope_key, change) and rows is not None and \
                 rows.generation == change.before:
