@@ -30,6 +30,7 @@ BATCH = 4
 MANY_SCOPES = tuple(f"org:crash{n}" for n in range(5))
 MANY_LIMIT = 3  # what one retrieval can add to a scope's use counts
 SHARED_SHARDS = 2  # the shared layout's run: five scopes in two files
+SHARED_CAP = 40  # ... each evicting past this many active rows
 
 
 def tag(run: int, batch: int) -> str:
@@ -82,11 +83,14 @@ async def write_in_turn(store: Any, run: int) -> None:
 async def shared(directory: str, run: int) -> None:
     import apsw
 
-    from scopemem.stores.sqlite_shared import SharedSqliteStore
+    from scopemem.stores.sqlite_shared import SharedSqliteStore, fresh
 
     # Checkpoints every few commits, so kills land among them too.
     apsw.connection_hooks.append(lambda conn: conn.wal_autocheckpoint(16))
-    await write_in_turn(SharedSqliteStore(directory, cap=10_000, usage_flush_ms=0,
+    # Every scope's writes go through the side tables, merged every few batches, and
+    # evict at a small cap: kills land among posts, stale rows and merges.
+    fresh.FRESH_ROWS, fresh.MERGE_MIN, fresh.MERGE_SHARE = 0, 3 * BATCH, 2
+    await write_in_turn(SharedSqliteStore(directory, cap=SHARED_CAP, usage_flush_ms=0,
                                           shards=SHARED_SHARDS), run)
 
 

@@ -33,6 +33,7 @@ import pytest
 
 from scopemem.stores.sqlite import SqliteStore
 from tests.stores.crash_child import BATCH, MANY_LIMIT, MANY_SCOPES, SCOPE, tag
+from tests.stores.shared_postings import scope_postings
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = 15
@@ -226,8 +227,7 @@ def check_shard_file(path: str, written: dict[str, set[str]], used_at_most: dict
             assert last_seq >= max((seq for seq, *_ in rows), default=0)
             held = {(term, seq) for seq, status, tokens, *_ in rows if status == "active"
                     for term in tokens.split()}
-            assert set(conn.execute("SELECT term, seq FROM postings WHERE scope_key = ?",
-                                    (scope,))) == held
+            assert scope_postings(conn, scope) == held
             batches = collections.Counter(name for *_x, name, _u in rows)
             assert all(count == BATCH for count in batches.values()), batches
             missing = written[scope] - set(batches)

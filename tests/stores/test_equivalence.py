@@ -40,10 +40,11 @@ from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.sqlite import SqliteStore, schema
 from scopemem.stores.sqlite import reads as sqlite_reads
 from scopemem.stores.sqlite.sql import record as _record
-from scopemem.stores.sqlite_shared import SharedSqliteStore
+from scopemem.stores.sqlite_shared import SharedSqliteStore, fresh
 from scopemem.stores.sqlite_shared import schema as shared_schema
 from tests.conftest import DAY_MS, FakeClock
 from tests.stores import pg
+from tests.stores.shared_postings import scope_postings
 
 SCOPES = ("org:acme", "user:slack:U1")
 CAP = 40
@@ -355,9 +356,7 @@ class SharedStoresAgree(AgreeingRules):
                 assert [_record(row) for row in rows] == expected
                 held = {(term, row[0]) for row in rows if row[14] == "active"
                         for term in row[16].split()}
-                posted = set(conn.execute(
-                    "SELECT term, seq FROM postings WHERE scope_key = ?", (scope,)))
-                assert posted == held
+                assert scope_postings(conn, scope) == held
                 counts = conn.execute("SELECT active FROM scopes WHERE scope_key = ?",
                                       (scope,)).fetchall()
                 assert counts[0][0] == sum(r.is_active for r in expected)
@@ -386,6 +385,27 @@ class SharedStoresAgreeFromCopies(SharedStoresAgree):
 
 SharedStoresAgreeFromCopies.TestCase.settings = StoresAgree.TestCase.settings
 TestSharedStoresAgreeFromCopies = SharedStoresAgreeFromCopies.TestCase
+
+
+class SharedStoresAgreeThroughFreshPostings(SharedStoresAgreeFromCopies):
+    """The same, with every scope posting its writes to the side tables and merging them
+    every few rows (``sqlite_shared/fresh.py``; by default only scopes of a thousand rows
+    do): posts, evictions, forgets and merges, read from SQL and from copies alike."""
+
+    def __init__(self) -> None:
+        self.saved = (fresh.FRESH_ROWS, fresh.MERGE_MIN, fresh.MERGE_SHARE)
+        fresh.FRESH_ROWS, fresh.MERGE_MIN, fresh.MERGE_SHARE = 0, 3, 2
+        super().__init__()
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            fresh.FRESH_ROWS, fresh.MERGE_MIN, fresh.MERGE_SHARE = self.saved
+
+
+SharedStoresAgreeThroughFreshPostings.TestCase.settings = StoresAgree.TestCase.settings
+TestSharedStoresAgreeThroughFreshPostings = SharedStoresAgreeThroughFreshPostings.TestCase
 
 
 # --- scopes where more records match than the candidate cap ---------------------------------

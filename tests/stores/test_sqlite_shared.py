@@ -537,3 +537,32 @@ async def test_a_copy_read_while_the_store_writes_arrives_carried_across_the_wri
     finally:
         release.set()
         await store.close()
+
+
+async def test_a_version_2_shard_gains_the_side_tables_and_keeps_its_records(
+        tmp_path, clock: FakeClock):
+    data = tmp_path / "data"
+    store = SharedSqliteStore(data, clock=clock, synchronous="off")
+    try:
+        await store.write("org:acme", [fact("the deploy runs on tuesdays")])
+    finally:
+        await store.close()
+    path = data / schema.shard_file_name(schema.shard_of("org:acme"))
+    conn = apsw.Connection(str(path))
+    conn.execute("DROP TABLE fresh_postings; DROP TABLE stale_postings;"
+                 " ALTER TABLE scopes DROP COLUMN fresh_from; PRAGMA user_version = 2")
+    conn.close()
+    again = SharedSqliteStore(data, clock=clock, synchronous="off")
+    try:
+        await again.write("org:acme", [fact("the nightly build runs at two")])
+        hits = await again.retrieve("org:acme", "deploy tuesdays", 5)
+        assert [r.text for r in hits] == ["the deploy runs on tuesdays"]
+    finally:
+        await again.close()
+    conn = apsw.Connection(str(path))
+    try:
+        assert conn.execute("PRAGMA user_version").fetchall() == [(schema.SCHEMA_VERSION,)]
+        assert conn.execute("SELECT fresh_from FROM scopes").fetchall() == [(None,)]
+        assert conn.execute("SELECT count(*) FROM fresh_postings").fetchall() == [(0,)]
+    finally:
+        conn.close()

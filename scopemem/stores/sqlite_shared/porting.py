@@ -23,6 +23,7 @@ from scopemem.stores.base import check_scope_key
 from scopemem.stores.porting import group_import
 from scopemem.stores.shared.tokens import index_tokens
 from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite_shared import fresh
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.usage import PendingUses
 from scopemem.stores.sqlite_shared.writes import transaction
@@ -56,43 +57,46 @@ def import_scope(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer,
     """Import one scope's checked records (``group_import``); how many were added."""
     with transaction(conn, uses, shard, scope_key):
         conn.execute(st.NEW_SCOPE, {"scope": scope_key, "now": now})
-        last_seq = conn.execute(st.LOCK_SCOPE, {"scope": scope_key}).fetchall()[0][0]
+        last_seq, active, _generation, fresh_from = conn.execute(
+            st.LOCK_SCOPE, {"scope": scope_key}).fetchall()[0]
+        # An import posts and marks rows anywhere in the scope: into ``postings`` alone.
+        fresh.merge(conn, fresh.Route.of(scope_key, active, fresh_from))
         seqs = json.dumps([seq for seq, _record in batch])
         held = {seq for (seq,) in conn.execute(HELD_SEQS, {"scope": scope_key, "seqs": seqs})}
-        fresh = sorted((item for item in batch if item[0] not in held), key=lambda i: i[0])
-        if not fresh:
+        added = sorted((item for item in batch if item[0] not in held), key=lambda i: i[0])
+        if not added:
             return 0
         tokens = {seq: index_tokens(r.text, r.keywords, analyzer) if r.is_active else []
-                  for seq, r in fresh}
+                  for seq, r in added}
         conn.executemany(st.INSERT, [
             (scope_key, seq, r.id, r.kind.value, r.text, normalize_text(r.text),
              json.dumps(list(r.keywords), ensure_ascii=False), r.source_thread_key,
              r.source_run_id, r.created_at, r.last_used_at, r.use_count, r.confidence,
              r.supersedes, r.restates, r.status.value, r.source.value,
              None if r.is_active else now, " ".join(tokens[seq]))
-            for seq, r in fresh])
-        around = json.dumps(sorted({n for seq, _r in fresh for n in (seq - 1, seq + 1)}))
+            for seq, r in added])
+        around = json.dumps(sorted({n for seq, _r in added for n in (seq - 1, seq + 1)}))
         neighbours = {seq: (thread, status) for seq, thread, status in conn.execute(
             NEIGHBOURS, {"scope": scope_key, "seqs": around})}
-        fresh_seqs = {seq for seq, _r in fresh}
+        added_seqs = {seq for seq, _r in added}
         postings: list[tuple[str, str, int, int]] = []
         follows: list[int] = []  # existing active rows that now continue an import
-        for seq, record in fresh:
+        for seq, record in added:
             thread = record.source_thread_key
             before = neighbours.get(seq - 1)
             continues = int(before is not None and before[0] == thread)
             postings.extend((scope_key, term, seq, continues) for term in tokens[seq])
             after = neighbours.get(seq + 1)
-            if (after is not None and seq + 1 not in fresh_seqs and after[0] == thread
+            if (after is not None and seq + 1 not in added_seqs and after[0] == thread
                     and after[1] == "active"):
                 follows.append(seq + 1)
         conn.executemany(st.POST, postings)
         if follows:
             conn.execute(MARK_CONTINUES, {"scope": scope_key, "seqs": json.dumps(follows)})
         conn.execute(IMPORT_COUNTS, {
-            "scope": scope_key, "last": max(last_seq, fresh[-1][0]),
-            "added": sum(1 for _seq, r in fresh if r.is_active)})
-    return len(fresh)
+            "scope": scope_key, "last": max(last_seq, added[-1][0]),
+            "added": sum(1 for _seq, r in added if r.is_active)})
+    return len(added)
 
 
 class Porting:

@@ -23,7 +23,7 @@ from typing import Any
 
 # "ScMs": a shard of the shared-file layout (the file-per-scope layout's files say "ScMm").
 APPLICATION_ID = 0x53634D73
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Shards of a data directory. Fixed: a scope's shard is its key's hash modulo this, so a
 #: directory written with one count cannot be read with another.
 SHARDS = 16
@@ -45,14 +45,16 @@ TABLES = (
     ) WITHOUT ROWID""",
     # A scope's row is created by its first write; ``generation`` counts every change to its
     # records (never a use count), for copies of the scope held in memory; ``uses`` every
-    # save of its use counts (``usage.py``).
+    # save of its use counts (``usage.py``); ``fresh_from`` the first row whose postings are
+    # in ``fresh_postings`` (NULL: none, ``fresh.py``).
     """CREATE TABLE IF NOT EXISTS scopes (
         scope_key  TEXT PRIMARY KEY,
         last_seq   INTEGER NOT NULL DEFAULT 0,
         active     INTEGER NOT NULL DEFAULT 0,
         generation INTEGER NOT NULL DEFAULT 0,
         created_at INTEGER NOT NULL,
-        uses       INTEGER NOT NULL DEFAULT 0
+        uses       INTEGER NOT NULL DEFAULT 0,
+        fresh_from INTEGER
     ) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS records (
         scope_key         TEXT NOT NULL,
@@ -94,6 +96,24 @@ TABLES = (
         seq       INTEGER NOT NULL,
         continues INTEGER NOT NULL,
         PRIMARY KEY (scope_key, term, seq)
+    ) WITHOUT ROWID""",
+    # A large scope's recent writes (``fresh.py``): the postings of its rows from
+    # ``scopes.fresh_from`` on, and the rows retired whose postings are still in ``postings``
+    # (with the terms to take out), until the scope's next merge.
+    # Ordered by seq, not term: a write appends its rows' postings on a page or two (a
+    # retrieval reads all of a scope's few fresh postings and keeps its terms').
+    """CREATE TABLE IF NOT EXISTS fresh_postings (
+        scope_key TEXT NOT NULL,
+        seq       INTEGER NOT NULL,
+        term      TEXT NOT NULL,
+        continues INTEGER NOT NULL,
+        PRIMARY KEY (scope_key, seq, term)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS stale_postings (
+        scope_key TEXT NOT NULL,
+        seq       INTEGER NOT NULL,
+        tokens    TEXT NOT NULL,
+        PRIMARY KEY (scope_key, seq)
     ) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS counters (
         scope_key TEXT NOT NULL,
@@ -154,8 +174,12 @@ def apply_schema(conn: Any, index: int, shards: int) -> None:
     for statement in TABLES:
         conn.execute(statement)
     # Version 2 counts use-count saves; a version 1 shard gains the column.
-    if "uses" not in {row[1] for row in conn.execute("PRAGMA table_info(scopes)")}:
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(scopes)")}
+    if "uses" not in columns:
         conn.execute("ALTER TABLE scopes ADD COLUMN uses INTEGER NOT NULL DEFAULT 0")
+    # Version 3 keeps large scopes' recent postings apart; a version 2 shard has none yet.
+    if "fresh_from" not in columns:
+        conn.execute("ALTER TABLE scopes ADD COLUMN fresh_from INTEGER")
     conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?), (?, ?)",
                  (META_SHARD, str(index), META_SHARDS, str(shards)))
     if pragma(conn, "application_id") != APPLICATION_ID:

@@ -17,10 +17,17 @@ PURGEABLE = "('superseded', 'evicted', 'swept')"
 # --- reads ---------------------------------------------------------------------------------
 
 SCOPE_STATE = "SELECT active, generation FROM scopes WHERE scope_key = :scope"
-# The postings of the query's terms: one range scan of the primary key per term (CROSS JOIN
-# keeps the terms outermost; left to itself SQLite scans every posting of the scope).
+# A large scope's postings are those of ``postings`` but for its stale rows, and those of
+# ``fresh_postings`` (``fresh.py``).
+NOT_STALE = "seq NOT IN (SELECT seq FROM stale_postings WHERE scope_key = :scope)"
+# The postings of the query's terms: one range scan of the primary key per term and table
+# (CROSS JOIN keeps the terms outermost; left to itself SQLite scans every posting of the
+# scope).
 POSTINGS = ("SELECT p.term, p.seq, p.continues FROM json_each(:terms) AS q"
-            " CROSS JOIN postings AS p ON p.scope_key = :scope AND p.term = q.value")
+            " CROSS JOIN postings AS p ON p.scope_key = :scope AND p.term = q.value"
+            f" WHERE p.{NOT_STALE}"
+            " UNION ALL SELECT f.term, f.seq, f.continues FROM fresh_postings AS f"
+            " WHERE f.scope_key = :scope AND f.term IN (SELECT value FROM json_each(:terms))")
 # The scope's active count and change counter with the postings of the query's terms, in one
 # statement (one snapshot, one call): one row of NULL postings when none is found.
 STATE_POSTINGS = ("SELECT sc.active, sc.generation, p.term, p.seq, p.continues FROM scopes AS sc"
@@ -41,18 +48,23 @@ ACTIVE_ROWS_ALL = (f"SELECT sc.uses, sc.generation, {_R_COLUMNS} FROM scopes AS 
 USES_COUNTER = "(SELECT uses FROM scopes WHERE scope_key = :scope)"
 # A scope's whole index, and each active row's last touch (a lower bound ever after: a use
 # only moves it on), for a copy in memory.
-SCOPE_POSTINGS = "SELECT term, seq, continues FROM postings WHERE scope_key = :scope"
+SCOPE_POSTINGS = ("SELECT term, seq, continues FROM postings WHERE scope_key = :scope"
+                  f" AND {NOT_STALE} UNION ALL SELECT term, seq, continues FROM fresh_postings"
+                  " WHERE scope_key = :scope")
 ACTIVE_SEQS = f"SELECT seq FROM records WHERE {ACTIVE} AND {IN_SEQS}"
 LISTING = (f"SELECT {USES_COUNTER}, {RECORD_COLUMNS} FROM records WHERE {ACTIVE}"
            " AND (:kind IS NULL OR kind = :kind)"
            " AND (:tokens IS NULL OR seq IN (SELECT seq FROM postings"
+           " WHERE scope_key = :scope AND term IN (SELECT value FROM json_each(:tokens))"
+           " UNION ALL SELECT seq FROM fresh_postings"
            " WHERE scope_key = :scope AND term IN (SELECT value FROM json_each(:tokens))))"
            " ORDER BY seq DESC LIMIT :limit")
 ACTIVE_FACTS = f"SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE} AND kind = 'fact' ORDER BY seq"
 
 # --- writes --------------------------------------------------------------------------------
 
-LOCK_SCOPE = "SELECT last_seq, active, generation FROM scopes WHERE scope_key = :scope"
+LOCK_SCOPE = ("SELECT last_seq, active, generation, fresh_from FROM scopes"
+              " WHERE scope_key = :scope")
 NEW_SCOPE = ("INSERT INTO scopes (scope_key, created_at) VALUES (:scope, :now)"
              " ON CONFLICT DO NOTHING")
 COUNT_SCOPES = "SELECT count(*) FROM scopes"
@@ -74,6 +86,19 @@ THREAD_OF = "SELECT source_thread_key FROM records WHERE scope_key = :scope AND 
 POST = "INSERT OR IGNORE INTO postings (scope_key, term, seq, continues) VALUES (?, ?, ?, ?)"
 TOKENS_OF = f"SELECT seq, tokens FROM records WHERE scope_key = :scope AND {IN_SEQS}"
 UNPOST = "DELETE FROM postings WHERE scope_key = ? AND term = ? AND seq = ?"
+# A large scope's side tables (``fresh.py``).
+FRESH_POST = ("INSERT OR IGNORE INTO fresh_postings (scope_key, term, seq, continues)"
+              " VALUES (?, ?, ?, ?)")
+FRESH_UNPOST = "DELETE FROM fresh_postings WHERE scope_key = ? AND seq = ?"
+STALE = "INSERT OR IGNORE INTO stale_postings (scope_key, seq, tokens) VALUES (?, ?, ?)"
+SET_FRESH_FROM = "UPDATE scopes SET fresh_from = :seq WHERE scope_key = :scope"
+STALE_COUNT = "SELECT count(*) FROM stale_postings WHERE scope_key = :scope"
+MERGE_FRESH = ("INSERT OR IGNORE INTO postings (scope_key, term, seq, continues)"
+               " SELECT scope_key, term, seq, continues FROM fresh_postings"
+               " WHERE scope_key = :scope ORDER BY term, seq")
+DROP_FRESH = "DELETE FROM fresh_postings WHERE scope_key = :scope"
+STALE_ROWS = "SELECT seq, tokens FROM stale_postings WHERE scope_key = :scope"
+DROP_STALE = "DELETE FROM stale_postings WHERE scope_key = :scope"
 CHANGE = ("UPDATE records SET use_count = ?, last_used_at = ?, confidence = ?, status = ?,"
           " retired_at = CASE WHEN ? = 'active' THEN retired_at ELSE ? END"
           " WHERE scope_key = ? AND seq = ?")

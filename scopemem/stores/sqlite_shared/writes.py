@@ -28,6 +28,7 @@ from scopemem.stores.shared import counts as counting
 from scopemem.stores.shared.batches import PURGE_ROWS
 from scopemem.stores.shared.tokens import index_tokens
 from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite_shared import fresh
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
@@ -68,10 +69,11 @@ class Change:
     active: int = 0
 
 
-def _scope_row(conn: Any, scope_key: str) -> tuple[int, int, int] | None:
-    """The scope's last seq, active count and change counter (None: no such scope)."""
+def _scope_row(conn: Any, scope_key: str) -> tuple[int, int, int, int | None] | None:
+    """The scope's last seq, active count, change counter and first fresh row (None: no
+    such scope)."""
     rows = conn.execute(st.LOCK_SCOPE, {"scope": scope_key}).fetchall()
-    return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
+    return (rows[0][0], rows[0][1], rows[0][2], rows[0][3]) if rows else None
 
 
 def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_key: str,
@@ -85,18 +87,21 @@ def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_ke
         if row is None:
             reserve_scope()
             conn.execute(st.NEW_SCOPE, {"scope": scope_key, "now": now})
-            row = (0, 0, 0)
-        last_seq, active, generation = row
+            row = (0, 0, 0, None)
+        last_seq, active, generation, fresh_from = row
+        route = fresh.Route.of(scope_key, active, fresh_from)
         change = Change(generation, mark)
         norms, seqs = batches.lookup_keys(scope_key, fitted)
         known = [sqlite_sql.record(r) for r in conn.execute(st.BATCH_ROWS, {
             "scope": scope_key, "norms": json.dumps(norms), "seqs": json.dumps(seqs)})]
         plan = batches.plan_batch(scope_key, fitted, known, last_seq + 1, now)
-        _persist(conn, analyzer, scope_key, plan, last_seq, now, change)
+        _persist(conn, analyzer, route, plan, last_seq, now, change)
         evicted: list[int] = []
         live = active + plan.live_delta
         if live > cap:
-            evicted = _evict(conn, scope_key, live - cap, now, change)
+            evicted = _evict(conn, route, live - cap, now, change)
+        if fresh.merge_due(conn, route, plan.next_seq - 1, live - len(evicted)):
+            fresh.merge(conn, route)
         conn.execute(st.PURGE, {"scope": scope_key, "rows": PURGE_ROWS, "cutoff": cutoff})
         conn.execute(st.SET_COUNTS, {"scope": scope_key, "last": plan.next_seq - 1,
                                      "active": live - len(evicted)})
@@ -106,10 +111,11 @@ def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_ke
     return counts, change
 
 
-def _persist(conn: Any, analyzer: Analyzer, scope_key: str, plan: batches.BatchPlan,
+def _persist(conn: Any, analyzer: Analyzer, route: fresh.Route, plan: batches.BatchPlan,
              last_seq: int, now: int, change: Change) -> None:
     """The batch's new rows and their postings, and its changes to existing rows (those it
     retired leave the postings)."""
+    scope_key = route.scope_key
     if plan.inserts:
         held = {record_seq(r.id): index_tokens(r.text, r.keywords, analyzer)
                 for r in plan.inserts}
@@ -134,46 +140,48 @@ def _persist(conn: Any, analyzer: Analyzer, scope_key: str, plan: batches.BatchP
                 change.touched.append((seq, record.last_touched))
                 change.rows.append(record)
             thread = record.source_thread_key
-        conn.executemany(st.POST, postings)
+        fresh.post(conn, route, postings)
         change.posted.extend((term, seq, continues) for _s, term, seq, continues in postings)
     if plan.changes:
         conn.executemany(st.CHANGE, [
             (r.use_count, r.last_used_at, r.confidence, r.status.value, r.status.value, now,
              scope_key, record_seq(r.id)) for r in plan.changes])
         retired = [record_seq(r.id) for r in plan.changes if not r.is_active]
-        _unpost(conn, scope_key, retired, change)
+        _unpost(conn, route, retired, change)
         change.retired.extend(retired)
         change.rows.extend(r for r in plan.changes if r.is_active)
 
 
-def _unpost(conn: Any, scope_key: str, seqs: Sequence[int], change: Change | None = None
-            ) -> None:
-    """Take rows ``seqs`` out of the postings (while they still hold their tokens)."""
+def _unpost(conn: Any, route: fresh.Route, seqs: Sequence[int], change: Change | None = None,
+            *, at_once: bool = False) -> None:
+    """Take rows ``seqs`` out of the postings (while they still hold their tokens;
+    ``fresh.unpost``)."""
     if not seqs:
         return
-    rows = conn.execute(st.TOKENS_OF, {"scope": scope_key, "seqs": json.dumps(list(seqs))})
-    gone = [(term, seq) for seq, held in rows.fetchall() for term in held.split()]
-    conn.executemany(st.UNPOST, [(scope_key, term, seq) for term, seq in gone])
+    rows = conn.execute(st.TOKENS_OF, {"scope": route.scope_key,
+                                       "seqs": json.dumps(list(seqs))}).fetchall()
+    gone = fresh.unpost(conn, route, rows, at_once=at_once)
     if change is not None:
         change.unposted.extend(gone)
 
 
-def _evict(conn: Any, scope_key: str, excess: int, now: int, change: Change) -> list[int]:
+def _evict(conn: Any, route: fresh.Route, excess: int, now: int, change: Change
+           ) -> list[int]:
     """The seqs of the rows evicted to bring the scope down by ``excess``."""
-    groups = [conn.execute(statement, {"scope": scope_key, "excess": excess}).fetchall()
+    groups = [conn.execute(statement, {"scope": route.scope_key, "excess": excess}).fetchall()
               for statement in (st.LRU_NEVER_USED, st.LRU_USED)]
     evicted = batches.pick_eviction(groups[0], groups[1], excess)
-    return _retire(conn, scope_key, evicted, Status.EVICTED, now, change)
+    return _retire(conn, route, evicted, Status.EVICTED, now, change)
 
 
-def _retire(conn: Any, scope_key: str, seqs: Sequence[int], status: Status, now: int,
+def _retire(conn: Any, route: fresh.Route, seqs: Sequence[int], status: Status, now: int,
             change: Change | None = None) -> list[int]:
     """Retire the active ones of rows ``seqs`` with ``status``, out of the postings; their
     seqs."""
     if not seqs:
         return []
-    _unpost(conn, scope_key, seqs, change)
-    rows = conn.execute(st.RETIRE, {"scope": scope_key, "seqs": json.dumps(list(seqs)),
+    _unpost(conn, route, seqs, change)
+    rows = conn.execute(st.RETIRE, {"scope": route.scope_key, "seqs": json.dumps(list(seqs)),
                                     "status": status.value, "now": now}).fetchall()
     if change is not None:
         change.retired.extend(seq for (seq,) in rows)
@@ -186,13 +194,15 @@ def forget(conn: Any, uses: PendingUses, shard: int, scope_key: str, seq: int, n
     the postings. SQLite's ``secure_delete`` zeroes the freed cells; the caller truncates
     the WAL after the commit."""
     with transaction(conn, uses, shard, scope_key):
-        if _scope_row(conn, scope_key) is None:
+        row = _scope_row(conn, scope_key)
+        if row is None:
             return False
         params = {"scope": scope_key, "seq": seq, "id": memory_id(scope_key, seq), "now": now,
                   "seqs": json.dumps([seq])}
         if not conn.execute(st.ACTIVE_SEQS, params).fetchall():
             return False
-        _unpost(conn, scope_key, [seq])
+        # Out of the postings now, wherever they are: a forgotten record leaves no trace.
+        _unpost(conn, fresh.Route.of(scope_key, row[1], row[3]), [seq], at_once=True)
         conn.execute(st.FORGET, params)
         if conn.changes() <= 0:
             return False
@@ -209,11 +219,13 @@ def sweep(conn: Any, uses: PendingUses, shard: int, scope_key: str, now: int, dr
         swept = engine.plan_sweep([sqlite_sql.record(row) for row in rows])
         return SweepResult(swept=len(swept), ids=tuple(r.id for r in swept))
     with transaction(conn, uses, shard, scope_key):
-        if _scope_row(conn, scope_key) is None:
+        row = _scope_row(conn, scope_key)
+        if row is None:
             return SweepResult(swept=0)
         rows = conn.execute(st.ACTIVE_FACTS, {"scope": scope_key}).fetchall()
         swept_records: list[Record] = engine.plan_sweep([sqlite_sql.record(r) for r in rows])
-        retired = _retire(conn, scope_key, [record_seq(r.id) for r in swept_records],
+        route = fresh.Route.of(scope_key, row[1], row[3])
+        retired = _retire(conn, route, [record_seq(r.id) for r in swept_records],
                           Status.SWEPT, now)
         conn.execute(st.ADD_ACTIVE, {"scope": scope_key, "delta": -len(retired)})
         add_rows(conn, counting.sweep_rows(scope_key, len(retired), now))
