@@ -5,9 +5,11 @@ Each shard is one SQLite database in WAL mode. Its tables are keyed by scope fir
 PostgreSQL store's one table is (``stores/postgres/migrations.py``): ``scopes`` (a row per
 scope: its last seq, active count and change counter), ``records`` (``(scope_key, seq)``),
 ``postings`` (``(scope_key, term, seq)``: the engine's own terms of each active record, the
-index every retrieval reads) and ``counters``. Every statement names the scope as a bound
-value in its WHERE clause, and every index leads with ``scope_key``, so no statement can
-read or change another scope's rows, whatever its key holds.
+index every retrieval reads; a large scope's recent changes are in ``fresh_postings`` and
+``stale_postings`` until they are merged, ``fresh.py``) and ``counters``. Every statement
+names the scope as a bound value in its WHERE clause, and every index leads with
+``scope_key``, so no statement can read or change another scope's rows, whatever its key
+holds.
 
 A shard records which shard it is (``meta``: its index and the shard count) and carries the
 store's application id, so a file copied over another shard's name, or a database of

@@ -68,6 +68,7 @@ from scopemem.stores.sqlite_shared import copies, reads, schema, writes
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.commits import Move, Moves
 from scopemem.stores.sqlite_shared.counts import Counts
+from scopemem.stores.sqlite_shared.notes import UseNotes
 from scopemem.stores.sqlite_shared.porting import Porting
 from scopemem.stores.sqlite_shared.shards import Shards
 from scopemem.stores.sqlite_shared.usage import PendingUses
@@ -92,7 +93,7 @@ ADD_LOG = 4_096
 DEFAULT_MIN_POSTINGS = 256
 
 
-class SharedSqliteStore(Porting, Counts):
+class SharedSqliteStore(Porting, Counts, UseNotes):
     """Durable memory in a few SQLite files shared by every scope under ``path``."""
 
     durable = True
@@ -262,49 +263,6 @@ class SharedSqliteStore(Porting, Counts):
             return None
         return rows
 
-    def _note(self, shard: int, scope_key: str, seqs: Sequence[int], now: int,
-              added: int) -> None:
-        """Uses counted (numbered ``added``), which the scope's records in memory must
-        show, and so must records copied before this and installed after it (the log)."""
-        if not added:
-            return
-        self._note_log(shard, scope_key, seqs, now, added)
-        rows = self._row_copies.get(scope_key)
-        if rows is None:
-            return
-        fits = rows.note(seqs, now, added)
-        if self._foldable(shard, scope_key):
-            # Every use numbered so far has been noted, and no write of the scope has read
-            # its rows: they can hold all of them (at once, so a read of a record need not
-            # add its kept uses up every time).
-            rows.fold(self._uses.mark(shard))
-        elif not fits and rows.kept > copies.MAX_KEPT_USES * 16:
-            # Never a moment to fold them in: both copies go, to be read afresh.
-            self._row_copies.pop(scope_key, None)
-            self._copies.discard(scope_key, rows.generation)
-
-    def _note_log(self, shard: int, scope_key: str, seqs: Sequence[int], now: int,
-                  added: int) -> None:
-        """Log uses numbered ``added`` for records copied before them (``_copy``)."""
-        log = self._adds[shard]
-        if len(log) == log.maxlen:
-            self._log_floor[shard] = max(self._log_floor[shard], log[0][0])
-        log.append((added, scope_key, tuple(seqs), now))
-
-    def _foldable(self, shard: int, scope_key: str) -> bool:
-        """Whether every use of the shard numbered so far has been noted, and no write of
-        the scope has read its rows: its records in memory can hold all of them."""
-        return not self._inflight[shard] and not self._writing.get(scope_key)
-
-    async def _counting(self, shard: int, fn: Callable[..., T], *args: Any) -> T | None:
-        """``_read`` of a call that may count uses on the pool: while it runs, uses of the
-        shard may be numbered and not noted yet (``_note``)."""
-        self._inflight[shard] += 1
-        try:
-            return await self._read(shard, fn, *args)
-        finally:
-            self._inflight[shard] -= 1
-
     async def _copy(self, scope_key: str) -> ScopeCopy | None:
         """The scope's whole index and records as they are now, for copies in memory (built
         on the pool)."""
@@ -471,34 +429,6 @@ class SharedSqliteStore(Porting, Counts):
             if conn is not None:
                 total += conn.execute(st.COUNT_SCOPES).fetchall()[0][0]
         return total
-
-    # --- use counts ----------------------------------------------------------------------
-
-    def _schedule_save(self) -> None:
-        if self._saver is None or self._saver.done():
-            self._saver = asyncio.get_running_loop().create_task(self._save_later())
-
-    async def _save_later(self) -> None:
-        await asyncio.sleep(self.usage_flush_ms / 1000)
-        await self._save()
-
-    async def _save(self) -> None:
-        for shard in self._uses.shards():
-            try:
-                _saved, move = await self._write_moved(shard, self._uses.save, shard,
-                                                       self.synchronous)
-                if move is not None:
-                    # The copies hold every use saved (``copies.RowCopy``).
-                    self._moves.add(shard, move)
-            except Exception as exc:  # kept pending for the next save
-                log.warning("sqlite store: %s: use counts not saved yet: %s",
-                            self._shards.path(shard), sqlite_sql.describe(exc))
-        if len(self._uses) and not self._closed:
-            self._schedule_save()
-
-    async def flush(self) -> None:
-        """Save the use counts not saved yet, now (``close`` saves them too)."""
-        await self._save()
 
     async def close(self) -> None:
         """Save pending use counts, stop the pools and close every shard. Safe to call
