@@ -4,6 +4,7 @@ directories, and a live Memory Worker (``scopemem serve`` in a subprocess)."""
 from __future__ import annotations
 
 import json
+import os
 import tracemalloc
 from pathlib import Path
 
@@ -22,10 +23,11 @@ ADMIN = "user:cli:local"
 TOKEN = "cli-token-0123456789"
 
 
-def sqlite_config(tmp_path: Path, name: str) -> Path:
+def sqlite_config(tmp_path: Path, name: str, layout: str = "file") -> Path:
     path = tmp_path / f"{name}.toml"
     path.write_text(f'[memory]\nenabled = true\norganization = "acme"\nadmins = ["{ADMIN}"]\n'
-                    f'store = "sqlite"\n[memory.stores.sqlite]\npath = "{tmp_path / name}"\n')
+                    f'store = "sqlite"\n[memory.stores.sqlite]\npath = "{tmp_path / name}"\n'
+                    f'layout = "{layout}"\n')
     return path
 
 
@@ -77,6 +79,25 @@ def test_sqlite_to_jsonl_to_sqlite_to_jsonl_is_the_same_file(tmp_path: Path):
                                          "dryRun": False}
     assert ok(run(second, "export", "--scope", ADMIN)).stdout_bytes.decode().splitlines() \
         == lines[4:]
+
+
+def test_a_directory_moves_to_the_shared_layout_by_export_and_import(tmp_path: Path):
+    """The way from one SQLite layout to the other (a directory is read in one layout only):
+    every record, status and count arrives, and the import can be run again, after a crash
+    or not, adding nothing twice."""
+    files, shared = sqlite_config(tmp_path, "files"), sqlite_config(tmp_path, "moved", "shared")
+    populate(files)
+    exported = tmp_path / "files.jsonl"
+    ok(run(files, "export", "--all", "--out", str(exported)))
+    assert "imported 5 of 5 records" in ok(run(shared, "import", str(exported))).output
+    assert "imported 0 of 5 records" in ok(run(shared, "import", str(exported))).output
+    assert ok(run(shared, "export", "--all")).stdout_bytes == exported.read_bytes()
+    assert any(name.startswith("shard-") for name in os.listdir(tmp_path / "moved"))
+    # The next write there gets an id above every imported one.
+    ok(run(shared, "remember", "--scope", "org", "the vpn moved to wireguard"))
+    ids = [json.loads(text)["id"] for text in
+           ok(run(shared, "export", "--scope", "org:acme")).stdout_bytes.decode().splitlines()]
+    assert ids[-1] == "mem:org:acme:5"
 
 
 def test_sqlite_to_jsonl_to_the_worker_to_jsonl_is_the_same_file(tmp_path: Path, worker):  # noqa: F811

@@ -18,6 +18,8 @@ def scope_postings(conn: Any, scope: str) -> set[tuple[str, int]]:
     (fresh_from,), = conn.execute("SELECT fresh_from FROM scopes WHERE scope_key = ?",
                                   (scope,)).fetchall() or [(None,)]
     assert not main & fresh, "a posting both merged and fresh"
+    # Retrievals read the side tables only of scopes whose fresh_from is set.
+    assert fresh_from is not None or not (fresh or stale), "side rows, fresh_from unset"
     assert all(fresh_from is not None and seq >= fresh_from for _t, seq in fresh)
     for seq, tokens in stale.items():
         (status,), = conn.execute("SELECT status FROM records WHERE scope_key = ? AND seq = ?",

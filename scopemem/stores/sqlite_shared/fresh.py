@@ -16,9 +16,10 @@ tables of the same shard (``schema.py``), each ordered by scope first:
 
 A scope's postings are then ``postings`` but for its stale rows, and ``fresh_postings``
 (``statements.POSTINGS``, ``SCOPE_POSTINGS``): the same set, so every retrieval ranks as
-before. Retiring a fresh row takes its postings out of ``fresh_postings`` at once. A forget
-always takes the row's terms out at once, wherever they are: a forgotten record leaves no
-trace in either table.
+before. ``scopes.fresh_from`` is set whenever the scope has rows in either table, so the
+retrievals of every other scope read ``postings`` alone. Retiring a fresh row takes its
+postings out of ``fresh_postings`` at once. A forget always takes the row's terms out at
+once, wherever they are: a forgotten record leaves no trace in either table.
 
 Once the fresh and stale rows together pass ``1 / MERGE_SHARE`` of the active ones (and
 ``MERGE_MIN``), the write moves them into ``postings`` (``merge``), in the same transaction:
@@ -55,10 +56,20 @@ class Route:
     scope_key: str
     fresh_from: int | None
     apart: bool
+    next_seq: int  # the seq the scope's next row gets
 
     @classmethod
-    def of(cls, scope_key: str, active: int, fresh_from: int | None) -> Route:
-        return cls(scope_key, fresh_from, fresh_from is not None or active >= FRESH_ROWS)
+    def of(cls, scope_key: str, active: int, fresh_from: int | None, last_seq: int
+           ) -> Route:
+        return cls(scope_key, fresh_from, fresh_from is not None or active >= FRESH_ROWS,
+                   last_seq + 1)
+
+    def set_apart(self, conn: Any, first: int) -> None:
+        """Mark the scope as having side tables, fresh from seq ``first`` on (retrievals
+        read the side tables only of scopes marked so)."""
+        if self.fresh_from is None:
+            self.fresh_from = first
+            conn.execute(st.SET_FRESH_FROM, {"scope": self.scope_key, "seq": first})
 
     def is_fresh(self, seq: int) -> bool:
         """Whether row ``seq``'s postings are in ``fresh_postings``."""
@@ -72,9 +83,7 @@ def post(conn: Any, route: Route, rows: Sequence[tuple[str, str, int, int]]) -> 
     if not route.apart:
         conn.executemany(st.POST, rows)
         return
-    if route.fresh_from is None:
-        route.fresh_from = min(seq for _scope, _term, seq, _continues in rows)
-        conn.execute(st.SET_FRESH_FROM, {"scope": route.scope_key, "seq": route.fresh_from})
+    route.set_apart(conn, min(seq for _scope, _term, seq, _continues in rows))
     conn.executemany(st.FRESH_POST, rows)
 
 
@@ -101,6 +110,8 @@ def unpost(conn: Any, route: Route, held: Iterable[tuple[int, str]], *, at_once:
     if now:
         conn.executemany(st.UNPOST, now)
     if stale:
+        # Marked before any row it writes later: every row from the next seq on is fresh.
+        route.set_apart(conn, route.next_seq)
         conn.executemany(st.STALE, stale)
     return gone
 

@@ -60,7 +60,7 @@ def import_scope(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer,
         last_seq, active, _generation, fresh_from = conn.execute(
             st.LOCK_SCOPE, {"scope": scope_key}).fetchall()[0]
         # An import posts and marks rows anywhere in the scope: into ``postings`` alone.
-        fresh.merge(conn, fresh.Route.of(scope_key, active, fresh_from))
+        fresh.merge(conn, fresh.Route.of(scope_key, active, fresh_from, last_seq))
         seqs = json.dumps([seq for seq, _record in batch])
         held = {seq for (seq,) in conn.execute(HELD_SEQS, {"scope": scope_key, "seqs": seqs})}
         added = sorted((item for item in batch if item[0] not in held), key=lambda i: i[0])

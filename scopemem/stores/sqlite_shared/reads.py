@@ -82,12 +82,14 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
         touches, dense, check = copy.touches, copy.dense, copy.generation
         read = 0
     else:
-        state = conn.execute(st.STATE_POSTINGS, {
-            "scope": scope_key, "terms": json.dumps(list(terms.terms))}).fetchall()
+        params = {"scope": scope_key, "terms": json.dumps(list(terms.terms))}
+        state = conn.execute(st.STATE_MAIN_POSTINGS, params).fetchall()
+        if state and state[0][2] is not None:  # side tables (``fresh.py``): all of it
+            state = conn.execute(st.STATE_POSTINGS, params).fetchall()
         if not state:
             return Searched([])
         active, generation = state[0][0], state[0][1]
-        rows = [row[2:] for row in state if row[2] is not None]
+        rows = [row[3:] for row in state if row[3] is not None]
         if whole and active <= WHOLE_ROWS:
             made = copy_of(conn, uses, shard, scope_key)
             if made is not None:

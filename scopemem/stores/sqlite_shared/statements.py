@@ -18,20 +18,24 @@ PURGEABLE = "('superseded', 'evicted', 'swept')"
 
 SCOPE_STATE = "SELECT active, generation FROM scopes WHERE scope_key = :scope"
 # A large scope's postings are those of ``postings`` but for its stale rows, and those of
-# ``fresh_postings`` (``fresh.py``).
+# ``fresh_postings`` (``fresh.py``); a scope whose ``fresh_from`` is NULL has none of either.
 NOT_STALE = "seq NOT IN (SELECT seq FROM stale_postings WHERE scope_key = :scope)"
-# The postings of the query's terms: one range scan of the primary key per term and table
-# (CROSS JOIN keeps the terms outermost; left to itself SQLite scans every posting of the
-# scope).
-POSTINGS = ("SELECT p.term, p.seq, p.continues FROM json_each(:terms) AS q"
-            " CROSS JOIN postings AS p ON p.scope_key = :scope AND p.term = q.value"
-            f" WHERE p.{NOT_STALE}"
+# The postings of the query's terms: one range scan of the primary key per term (CROSS JOIN
+# keeps the terms outermost; left to itself SQLite scans every posting of the scope) ...
+MAIN_POSTINGS = ("SELECT p.term, p.seq, p.continues FROM json_each(:terms) AS q"
+                 " CROSS JOIN postings AS p ON p.scope_key = :scope AND p.term = q.value")
+# ... and, for a scope with side tables, less its stale rows, with its fresh ones.
+POSTINGS = (f"{MAIN_POSTINGS} WHERE p.{NOT_STALE}"
             " UNION ALL SELECT f.term, f.seq, f.continues FROM fresh_postings AS f"
             " WHERE f.scope_key = :scope AND f.term IN (SELECT value FROM json_each(:terms))")
-# The scope's active count and change counter with the postings of the query's terms, in one
-# statement (one snapshot, one call): one row of NULL postings when none is found.
-STATE_POSTINGS = ("SELECT sc.active, sc.generation, p.term, p.seq, p.continues FROM scopes AS sc"
-                  f" LEFT JOIN ({POSTINGS}) AS p WHERE sc.scope_key = :scope")
+# The scope's active count, change counter and ``fresh_from`` with the postings of the
+# query's terms, in one statement (one snapshot, one call): one row of NULL postings when
+# none is found. Most scopes have no side tables: their reads leave them out (a third of
+# the statement's cost), and a read that finds ``fresh_from`` set reads again with them.
+_STATE = ("SELECT sc.active, sc.generation, sc.fresh_from, p.term, p.seq, p.continues"
+          " FROM scopes AS sc LEFT JOIN ({}) AS p WHERE sc.scope_key = :scope")
+STATE_MAIN_POSTINGS = _STATE.format(MAIN_POSTINGS)
+STATE_POSTINGS = _STATE.format(POSTINGS)
 # The candidates' rows, after the scope's uses counter (``usage.py``) and change counter
 # (what a copy in memory is checked against); one row of NULLs after them when none is found.
 _R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in RECORD_COLUMNS.split(","))

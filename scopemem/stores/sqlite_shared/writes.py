@@ -89,7 +89,7 @@ def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_ke
             conn.execute(st.NEW_SCOPE, {"scope": scope_key, "now": now})
             row = (0, 0, 0, None)
         last_seq, active, generation, fresh_from = row
-        route = fresh.Route.of(scope_key, active, fresh_from)
+        route = fresh.Route.of(scope_key, active, fresh_from, last_seq)
         change = Change(generation, mark)
         norms, seqs = batches.lookup_keys(scope_key, fitted)
         known = [sqlite_sql.record(r) for r in conn.execute(st.BATCH_ROWS, {
@@ -202,7 +202,7 @@ def forget(conn: Any, uses: PendingUses, shard: int, scope_key: str, seq: int, n
         if not conn.execute(st.ACTIVE_SEQS, params).fetchall():
             return False
         # Out of the postings now, wherever they are: a forgotten record leaves no trace.
-        _unpost(conn, fresh.Route.of(scope_key, row[1], row[3]), [seq], at_once=True)
+        _unpost(conn, fresh.Route.of(scope_key, row[1], row[3], row[0]), [seq], at_once=True)
         conn.execute(st.FORGET, params)
         if conn.changes() <= 0:
             return False
@@ -224,7 +224,7 @@ def sweep(conn: Any, uses: PendingUses, shard: int, scope_key: str, now: int, dr
             return SweepResult(swept=0)
         rows = conn.execute(st.ACTIVE_FACTS, {"scope": scope_key}).fetchall()
         swept_records: list[Record] = engine.plan_sweep([sqlite_sql.record(r) for r in rows])
-        route = fresh.Route.of(scope_key, row[1], row[3])
+        route = fresh.Route.of(scope_key, row[1], row[3], row[0])
         retired = _retire(conn, route, [record_seq(r.id) for r in swept_records],
                           Status.SWEPT, now)
         conn.execute(st.ADD_ACTIVE, {"scope": scope_key, "delta": -len(retired)})
