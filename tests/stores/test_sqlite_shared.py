@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import shutil
 import threading
 from pathlib import Path
@@ -481,12 +482,16 @@ async def test_a_copy_carried_across_many_writes_at_the_cap_answers_as_sql_does(
             await store.retrieve(scope, "runner docker", 5)
         await store._copies.settled()
         assert store._copies.latest(scope) is not None
-        kinds = set()
+        bases = set()
         for n in range(200, 290, 3):
             await store.write(scope, [fact(text(n + k)) for k in range(3)])
             copy = store._copies.latest(scope)
             assert copy is not None  # carried, never dropped
-            kinds.add(type(copy.postings))
+            postings = copy.postings
+            if isinstance(postings, copies.Layered):  # bounded, folded now and then
+                assert postings.layered * copies.FOLD_SHARE <= copies.FOLD_NOW * copy.size
+                postings = postings.base
+            bases.add(id(postings))
             for query in ("runner docker cache", "arm nightly build pool", f"item{n + 2}"):
                 answered = store._copies.answered + store.loop_answers
                 hits = await store.search(scope, query, 5, bump=False)
@@ -494,7 +499,7 @@ async def test_a_copy_carried_across_many_writes_at_the_cap_answers_as_sql_does(
                 assert [(h.record.id, round(h.match, 9)) for h in hits] == \
                     [(h.record.id, round(h.match, 9)) for h in expected]
                 assert store._copies.answered + store.loop_answers == answered + 1
-        assert kinds == {copies.Layered, dict}  # layered, and folded now and then
+        assert len(bases) > 3  # folded on a thread, under the layers of the writes since
     finally:
         await store.close()
         await reference.close()
@@ -566,3 +571,40 @@ async def test_a_version_2_shard_gains_the_side_tables_and_keeps_its_records(
         assert conn.execute("SELECT count(*) FROM fresh_postings").fetchall() == [(0,)]
     finally:
         conn.close()
+
+
+def test_layers_folded_meanwhile_go_under_the_later_layers_unchanged():
+    """A fold lands after more writes were carried (``Layered.rebased``): every term's
+    holders are those of the layers over the old base, however the writes went."""
+    rng = random.Random(7)
+    terms = [f"t{n}" for n in range(12)]
+    active: dict[int, set[str]] = {seq: set(rng.sample(terms, 3)) for seq in range(1, 41)}
+    base = {term: frozenset(s for s, held in active.items() if term in held)
+            for term in terms}
+    base = {term: held for term, held in base.items() if held}
+    postings: object = base
+    next_seq, done = 41, None
+    for step in range(30):
+        added: dict[str, set[int]] = {}
+        for _ in range(3):
+            held = set(rng.sample(terms, 3))
+            active[next_seq] = held
+            for term in held:
+                added.setdefault(term, set()).add(next_seq)
+            next_seq += 1
+        retired = set(rng.sample(sorted(active), 3))
+        for seq in retired:
+            del active[seq]
+        postings = copies.Layered.after(postings, 10**9, added, retired)  # type: ignore[arg-type]
+        assert isinstance(postings, copies.Layered)
+        if step == 10:
+            done = postings
+    assert done is not None
+    rebased = postings.rebased(done, done.folded())
+    assert rebased is not None and rebased.layered < postings.layered
+    expected = {term: frozenset(s for s, held in active.items() if term in held)
+                for term in terms}
+    assert {term: rebased.get(term, frozenset()) for term in terms} == expected
+    assert {term: postings.get(term, frozenset()) for term in terms} == expected
+    # Layers over another base are not rebased.
+    assert postings.rebased(copies.Layered({}, {}, frozenset(), 0), {}) is None

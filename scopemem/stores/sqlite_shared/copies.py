@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 
+import attrs
+
 from scopemem.core import engine
 from scopemem.core.records import Record, with_uses
 from scopemem.core.scopes import record_seq
@@ -25,7 +27,7 @@ from scopemem.stores.postgres.cache import PostingsCache, ScopeCopy, Touches, de
 from scopemem.stores.sqlite_shared.writes import Change
 
 __all__ = ["FOLD_SHARE", "LOOP_POSTINGS", "Layered", "RowCopy", "answer", "carried", "carried_rows",
-           "carry"]
+           "carry", "fold_due", "with_folded"]
 
 #: Uses kept apart per row of a ``RowCopy`` before they are folded into the records (or, with
 #: no moment to fold them, both copies dropped at sixteen times as many): a bound on what a
@@ -36,6 +38,8 @@ LOOP_POSTINGS = 20_000
 #: A carried copy's postings are folded into a plain dict once the writes layered over them
 #: (``Layered``) add or take out more than one in this many of them.
 FOLD_SHARE = 8
+#: ... and folded at once by the write that carries them past this many times that share.
+FOLD_NOW = 3
 
 _NONE: frozenset[int] = frozenset()
 
@@ -166,13 +170,35 @@ def carried_rows(rows: RowCopy, change: Change) -> RowCopy:
     return new
 
 
-def carry(cache: PostingsCache, scope_key: str, change: Change) -> bool:
+def carry(cache: PostingsCache, scope_key: str, change: Change) -> ScopeCopy | None:
     """Replace the scope's copy by the one ``change`` leaves, when the copy held is at the
-    counter the change began at; whether it was carried."""
+    counter the change began at; the copy carried, or None."""
     copy = cache.latest(scope_key)
     if copy is None or copy.generation != change.before:
-        return False
-    return cache.replace(scope_key, copy.generation, carried(copy, change))
+        return None
+    moved = carried(copy, change)
+    return moved if cache.replace(scope_key, copy.generation, moved) else None
+
+
+def fold_due(copy: ScopeCopy) -> Layered | None:
+    """The copy's layered postings, when they are due to be folded."""
+    postings = copy.postings
+    return postings if isinstance(postings, Layered) and postings.due(copy.size) else None
+
+
+def with_folded(held: ScopeCopy, done: Layered, folded: dict[str, frozenset[int]]
+                ) -> ScopeCopy | None:
+    """``held`` (the copy held now) with ``folded`` (``done`` folded) under its postings:
+    in their place if they are ``done``, else beneath its later layers; None when
+    ``held`` is layered over another base."""
+    postings: Mapping[str, frozenset[int]] | None = None
+    if held.postings is done:
+        postings = folded
+    elif isinstance(held.postings, Layered):
+        postings = held.postings.rebased(done, folded)
+    if postings is None:
+        return None
+    return attrs.evolve(held, postings=postings)
 
 
 def carried(copy: ScopeCopy, change: Change) -> ScopeCopy:
@@ -237,7 +263,33 @@ class Layered(Mapping[str, frozenset[int]]):
             layers[term] = frozenset(seqs) if held is None else held | seqs
         layered += sum(map(len, added.values())) + len(retired)
         after = cls(base, layers, gone, layered)
-        return after.folded() if layered * FOLD_SHARE > size else after
+        # Folded in the background once due (``due``; the store's ``_fold``), here only if
+        # writes keep coming faster than a fold can land.
+        return after.folded() if layered * FOLD_SHARE > FOLD_NOW * size else after
+
+    def due(self, size: int) -> bool:
+        """Whether the layers hold enough (of ``size`` postings) to be folded."""
+        return self.layered * FOLD_SHARE > size
+
+    def rebased(self, done: Layered, folded: dict[str, frozenset[int]]) -> Layered | None:
+        """These postings over ``folded`` (what ``done``, an earlier state of these same
+        layers, folds into): the layers since ``done`` alone. None when ``done`` is not
+        layered over the same base.
+
+        Layers only grow (a term's posted seqs and the retired seqs are unions), and a
+        retired seq never comes back, so what ``done`` posted is in ``folded`` or retired
+        since, and what it retired is out of ``folded``: subtracting both from these
+        layers changes no term's holders."""
+        if done.base is not self.base:
+            return None
+        gone = self.gone - done.gone
+        added: dict[str, frozenset[int]] = {}
+        for term, seqs in self.added.items():
+            before = done.added.get(term)
+            more = seqs - before if before else seqs
+            if more:
+                added[term] = more
+        return Layered(folded, added, gone, sum(map(len, added.values())) + len(gone))
 
     def folded(self) -> dict[str, frozenset[int]]:
         """Every term's holders, as a plain dict."""

@@ -136,6 +136,8 @@ class SharedSqliteStore(Porting, Counts, UseNotes):
         # the copy when it arrives (``_copy``): a scope written between all its reads would
         # otherwise be copied at a counter already gone.
         self._missed: dict[str, builtins.list[Change]] = {}
+        # Carried copies' layers being folded on a thread (``copies.Layered``), by scope.
+        self._folding: dict[str, asyncio.Task[None]] = {}
         self.loop_answers = 0
         # Per shard: calls counting uses on the pool under way; the last uses noted (their
         # number, scope, seqs, time), replayed into records copied before them; the highest
@@ -368,8 +370,10 @@ class SharedSqliteStore(Porting, Counts, UseNotes):
         if missed is not None:
             missed.append(change)
         rows = self._row_copies.pop(scope_key, None)
-        if copies.carry(self._copies, scope_key, change) and rows is not None and \
-                rows.generation == change.before:
+        moved = copies.carry(self._copies, scope_key, change)
+        if moved is not None:
+            self._fold_later(scope_key, moved)
+        if moved is not None and rows is not None and rows.generation == change.before:
             carried = self._row_copies[scope_key] = copies.carried_rows(rows, change)
             if move is not None:
                 # Nobody committed between the copy and the write, nor after it.
@@ -378,6 +382,31 @@ class SharedSqliteStore(Porting, Counts, UseNotes):
             # The write changed no other scope's rows: their copies stay as confirmed.
             self._moves.add(shard, move)
         return counts
+
+    def _fold_later(self, scope_key: str, copy: ScopeCopy) -> None:
+        """Fold the copy's layers on a thread once they are due, so the event loop never
+        spends the tens of milliseconds a fold of a large scope takes (``copies.py``)."""
+        layered = copies.fold_due(copy)
+        if layered is None or scope_key in self._folding:
+            return
+        self._folding[scope_key] = asyncio.get_running_loop().create_task(
+            self._fold(scope_key, layered), name=f"scopemem-sqlite-fold:{scope_key}")
+
+    async def _fold(self, scope_key: str, layered: copies.Layered) -> None:
+        try:
+            folded = await asyncio.get_running_loop().run_in_executor(
+                self._pool("fold", 1), layered.folded)
+        except Exception as exc:  # a fold is an optimization: the layers still answer
+            log.warning("sqlite store: folding the copy of %s failed: %s", scope_key, exc)
+            return
+        finally:
+            self._folding.pop(scope_key, None)
+        held = self._copies.latest(scope_key)
+        if held is not None:
+            # Under the copy held now, whatever writes it was carried across meanwhile.
+            done = copies.with_folded(held, layered, folded)
+            if done is not None:
+                self._copies.replace(scope_key, held.generation, done)
 
     async def forget(self, scope_key: str, record_id: str) -> bool:
         check_scope_key(scope_key)
@@ -435,6 +464,10 @@ class SharedSqliteStore(Porting, Counts, UseNotes):
         twice."""
         if self._closed:
             return
+        folding = list(self._folding.values())
+        for task in folding:
+            task.cancel()
+        await asyncio.gather(*folding, return_exceptions=True)
         await self._copies.close()
         saver, self._saver = self._saver, None
         if saver is not None and not saver.done():
