@@ -21,7 +21,7 @@ from scopemem.stores.postgres import cache as cache_module
 from scopemem.stores.postgres.cache import PostingsCache, ScopeCopy
 from scopemem.stores.sqlite import SqliteStore
 from scopemem.stores.sqlite import from_settings as sqlite_store
-from scopemem.stores.sqlite_shared import SharedSqliteStore, copies, reads, schema
+from scopemem.stores.sqlite_shared import SharedSqliteStore, copies, fresh, reads, schema
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.store import _POOL_THREADS
 from tests.conftest import FakeClock
@@ -608,3 +608,37 @@ def test_layers_folded_meanwhile_go_under_the_later_layers_unchanged():
     assert {term: postings.get(term, frozenset()) for term in terms} == expected
     # Layers over another base are not rebased.
     assert postings.rebased(copies.Layered({}, {}, frozenset(), 0), {}) is None
+
+
+async def test_a_write_runs_as_many_statements_whatever_its_size(tmp_path, clock: FakeClock,
+                                                                 monkeypatch: pytest.MonkeyPatch):
+    """Rows and postings go in as one JSON array a statement: each statement is a moment
+    the writing thread gives up the GIL and must win it back from a busy event loop, so a
+    statement a row made a write of 50 wait seconds beside busy retrievals."""
+    monkeypatch.setattr(fresh, "FRESH_ROWS", 0)  # through the side tables too
+    monkeypatch.setattr(fresh, "MERGE_MIN", 60)
+    executed: list[str] = []
+
+    def hook(conn: apsw.Connection) -> None:
+        def trace(_cursor: object, sql: str, _bindings: object) -> bool:
+            executed.append(sql)
+            return True
+        conn.exec_trace = trace
+
+    monkeypatch.setattr(apsw, "connection_hooks", [*apsw.connection_hooks, hook])
+    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off", cap=80)
+    scope = "repo:acme/widgets"
+    try:
+        counts = []
+        # 50 new rows; the same 50 again (each row restated); 50 more (evicting past the
+        # cap, then a merge of the side tables); one row.
+        for size in (1, 50, 50, 51, 1):
+            executed.clear()
+            await store.write(scope, [fact(f"runner {size} note {n} caches layers")
+                                      for n in range(size)])
+            counts.append(len(executed))
+        # A few more when a write evicts and merges, never one more a row (the first
+        # write also makes the shard's tables).
+        assert max(counts[1:]) <= 24, counts
+    finally:
+        await store.close()

@@ -30,6 +30,7 @@ write that takes it, so a crash leaves either all of it or none.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -38,7 +39,7 @@ import attrs
 from scopemem.stores.sqlite_shared import statements as st
 
 __all__ = ["FRESH_ROWS", "MERGE_MIN", "MERGE_SHARE", "Route", "merge", "merge_due", "post",
-           "unpost"]
+           "unpost", "unpost_now"]
 
 #: A scope with at least this many active rows posts its writes to ``fresh_postings``.
 FRESH_ROWS = 1_000
@@ -76,15 +77,16 @@ class Route:
         return self.fresh_from is not None and seq >= self.fresh_from
 
 
-def post(conn: Any, route: Route, rows: Sequence[tuple[str, str, int, int]]) -> None:
-    """Post new rows' ``(scope, term, seq, continues)``."""
+def post(conn: Any, route: Route, rows: Sequence[tuple[str, int, int]]) -> None:
+    """Post new rows' ``(term, seq, continues)``, in one statement."""
     if not rows:
         return
+    params = {"scope": route.scope_key, "rows": json.dumps(rows, ensure_ascii=False)}
     if not route.apart:
-        conn.executemany(st.POST, rows)
+        conn.execute(st.POST_ROWS, params)
         return
-    route.set_apart(conn, min(seq for _scope, _term, seq, _continues in rows))
-    conn.executemany(st.FRESH_POST, rows)
+    route.set_apart(conn, min(seq for _term, seq, _continues in rows))
+    conn.execute(st.FRESH_POST_ROWS, params)
 
 
 def unpost(conn: Any, route: Route, held: Iterable[tuple[int, str]], *, at_once: bool
@@ -93,27 +95,35 @@ def unpost(conn: Any, route: Route, held: Iterable[tuple[int, str]], *, at_once:
     ``fresh_postings``, the others marked stale, or with ``at_once`` (a forget) taken out of
     ``postings`` now. The ``(term, seq)`` pairs taken out."""
     gone: list[tuple[str, int]] = []
-    fresh: list[tuple[str, int]] = []
-    now: list[tuple[str, str, int]] = []
-    stale: list[tuple[str, int, str]] = []
+    fresh: list[int] = []
+    now: list[tuple[str, int]] = []
+    stale: list[tuple[int, str]] = []
     for seq, tokens in held:
         terms = tokens.split()
         gone.extend((term, seq) for term in terms)
         if route.is_fresh(seq):
-            fresh.append((route.scope_key, seq))
+            fresh.append(seq)
         elif route.apart and not at_once:
-            stale.append((route.scope_key, seq, tokens))
+            stale.append((seq, tokens))
         else:
-            now.extend((route.scope_key, term, seq) for term in terms)
+            now.extend((term, seq) for term in terms)
+    scope = route.scope_key
     if fresh:
-        conn.executemany(st.FRESH_UNPOST, fresh)
+        conn.execute(st.FRESH_UNPOST, {"scope": scope, "seqs": json.dumps(fresh)})
     if now:
-        conn.executemany(st.UNPOST, now)
+        unpost_now(conn, scope, now)
     if stale:
         # Marked before any row it writes later: every row from the next seq on is fresh.
         route.set_apart(conn, route.next_seq)
-        conn.executemany(st.STALE, stale)
+        conn.execute(st.STALE_ROWS_ADD, {"scope": scope,
+                                         "rows": json.dumps(stale, ensure_ascii=False)})
     return gone
+
+
+def unpost_now(conn: Any, scope_key: str, pairs: Sequence[tuple[str, int]]) -> None:
+    """Take ``(term, seq)`` pairs out of ``postings``, in one statement."""
+    conn.execute(st.UNPOST_ROWS, {"scope": scope_key,
+                                  "rows": json.dumps(pairs, ensure_ascii=False)})
 
 
 def merge_due(conn: Any, route: Route, last_seq: int, active: int) -> bool:
@@ -133,8 +143,8 @@ def merge(conn: Any, route: Route) -> None:
     conn.execute(st.DROP_FRESH, scope)
     stale = conn.execute(st.STALE_ROWS, scope).fetchall()
     if stale:
-        conn.executemany(st.UNPOST, sorted(
-            (route.scope_key, term, seq) for seq, tokens in stale for term in tokens.split()))
+        unpost_now(conn, route.scope_key, sorted(
+            (term, seq) for seq, tokens in stale for term in tokens.split()))
         conn.execute(st.DROP_STALE, scope)
     if route.fresh_from is not None:
         conn.execute(st.SET_FRESH_FROM, {"scope": route.scope_key, "seq": None})

@@ -86,15 +86,33 @@ INSERT = ("INSERT INTO records (scope_key, seq, id, kind, text, norm, keywords,"
           " source_thread_key, source_run_id, created_at, last_used_at, use_count,"
           " confidence, supersedes, restates, status, source, retired_at, tokens)"
           " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+# A write's rows and postings go in as one JSON array a statement, not a statement a row:
+# SQLite runs each statement without the GIL, and a thread taking the GIL back while the
+# event loop is busy may wait a switch interval (5 ms) each time, so a write of 50 rows
+# (about a thousand statements) took seconds beside busy retrievals.
+INSERT_ROWS = ("INSERT INTO records (scope_key, seq, id, kind, text, norm, keywords,"
+               " source_thread_key, source_run_id, created_at, last_used_at, use_count,"
+               " confidence, supersedes, restates, status, source, retired_at, tokens)"
+               " SELECT :scope, " + ", ".join(f"value ->> {i}" for i in range(18))
+               + " FROM json_each(:rows)")
 THREAD_OF = "SELECT source_thread_key FROM records WHERE scope_key = :scope AND seq = :seq"
 POST = "INSERT OR IGNORE INTO postings (scope_key, term, seq, continues) VALUES (?, ?, ?, ?)"
+# [[term, seq, continues], ...]
+POST_ROWS = ("INSERT OR IGNORE INTO postings (scope_key, term, seq, continues)"
+             " SELECT :scope, value ->> 0, value ->> 1, value ->> 2 FROM json_each(:rows)")
 TOKENS_OF = f"SELECT seq, tokens FROM records WHERE scope_key = :scope AND {IN_SEQS}"
-UNPOST = "DELETE FROM postings WHERE scope_key = ? AND term = ? AND seq = ?"
+# [[term, seq], ...]: one primary-key lookup each.
+UNPOST_ROWS = ("DELETE FROM postings WHERE scope_key = :scope AND (term, seq) IN"
+               " (SELECT value ->> 0, value ->> 1 FROM json_each(:rows))")
 # A large scope's side tables (``fresh.py``).
-FRESH_POST = ("INSERT OR IGNORE INTO fresh_postings (scope_key, term, seq, continues)"
-              " VALUES (?, ?, ?, ?)")
-FRESH_UNPOST = "DELETE FROM fresh_postings WHERE scope_key = ? AND seq = ?"
-STALE = "INSERT OR IGNORE INTO stale_postings (scope_key, seq, tokens) VALUES (?, ?, ?)"
+FRESH_POST_ROWS = ("INSERT OR IGNORE INTO fresh_postings (scope_key, term, seq, continues)"
+                   " SELECT :scope, value ->> 0, value ->> 1, value ->> 2"
+                   " FROM json_each(:rows)")
+FRESH_UNPOST = ("DELETE FROM fresh_postings WHERE scope_key = :scope"
+                f" AND {IN_SEQS}")
+# [[seq, tokens], ...]
+STALE_ROWS_ADD = ("INSERT OR IGNORE INTO stale_postings (scope_key, seq, tokens)"
+                  " SELECT :scope, value ->> 0, value ->> 1 FROM json_each(:rows)")
 SET_FRESH_FROM = "UPDATE scopes SET fresh_from = :seq WHERE scope_key = :scope"
 STALE_COUNT = "SELECT count(*) FROM stale_postings WHERE scope_key = :scope"
 MERGE_FRESH = ("INSERT OR IGNORE INTO postings (scope_key, term, seq, continues)"
@@ -103,9 +121,15 @@ MERGE_FRESH = ("INSERT OR IGNORE INTO postings (scope_key, term, seq, continues)
 DROP_FRESH = "DELETE FROM fresh_postings WHERE scope_key = :scope"
 STALE_ROWS = "SELECT seq, tokens FROM stale_postings WHERE scope_key = :scope"
 DROP_STALE = "DELETE FROM stale_postings WHERE scope_key = :scope"
-CHANGE = ("UPDATE records SET use_count = ?, last_used_at = ?, confidence = ?, status = ?,"
-          " retired_at = CASE WHEN ? = 'active' THEN retired_at ELSE ? END"
-          " WHERE scope_key = ? AND seq = ?")
+# [[seq, use count, last used, confidence, status], ...]: the rows a batch restates,
+# supersedes or confirms, one statement (materialized first, so each row is a key lookup).
+CHANGE_ROWS = ("WITH c (seq, uses, last, confidence, status) AS MATERIALIZED"
+               " (SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4"
+               " FROM json_each(:rows))"
+               " UPDATE records SET use_count = c.uses, last_used_at = c.last,"
+               " confidence = c.confidence, status = c.status,"
+               " retired_at = CASE WHEN c.status = 'active' THEN retired_at ELSE :now END"
+               " FROM c WHERE records.scope_key = :scope AND records.seq = c.seq")
 RETIRE = (f"UPDATE records SET status = :status, retired_at = :now WHERE {ACTIVE}"
           f" AND {IN_SEQS} RETURNING seq")
 # The eviction's two short reads (``batches.pick_eviction``): what its order reads.

@@ -119,33 +119,33 @@ def _persist(conn: Any, analyzer: Analyzer, route: fresh.Route, plan: batches.Ba
     if plan.inserts:
         held = {record_seq(r.id): index_tokens(r.text, r.keywords, analyzer)
                 for r in plan.inserts}
-        conn.executemany(st.INSERT, [
-            (scope_key, record_seq(r.id), r.id, r.kind.value, r.text, normalize_text(r.text),
+        conn.execute(st.INSERT_ROWS, {"scope": scope_key, "rows": json.dumps([
+            (record_seq(r.id), r.id, r.kind.value, r.text, normalize_text(r.text),
              json.dumps(list(r.keywords), ensure_ascii=False), r.source_thread_key,
              r.source_run_id, r.created_at, r.last_used_at, r.use_count, r.confidence,
              r.supersedes, r.restates, r.status.value, r.source.value,
              None if r.is_active else now,
              " ".join(held[record_seq(r.id)]) if r.is_active else "")
-            for r in plan.inserts])
+            for r in plan.inserts], ensure_ascii=False)})
         thread = None
         if last_seq:
             rows = conn.execute(st.THREAD_OF, {"scope": scope_key, "seq": last_seq}).fetchall()
             thread = rows[0][0] if rows else None
-        postings: list[tuple[str, str, int, int]] = []
+        postings: list[tuple[str, int, int]] = []
         for record in plan.inserts:
             if record.is_active:
                 seq = record_seq(record.id)
                 continues = int(record.source_thread_key == thread)
-                postings.extend((scope_key, term, seq, continues) for term in held[seq])
+                postings.extend((term, seq, continues) for term in held[seq])
                 change.touched.append((seq, record.last_touched))
                 change.rows.append(record)
             thread = record.source_thread_key
         fresh.post(conn, route, postings)
-        change.posted.extend((term, seq, continues) for _s, term, seq, continues in postings)
+        change.posted.extend(postings)
     if plan.changes:
-        conn.executemany(st.CHANGE, [
-            (r.use_count, r.last_used_at, r.confidence, r.status.value, r.status.value, now,
-             scope_key, record_seq(r.id)) for r in plan.changes])
+        conn.execute(st.CHANGE_ROWS, {"scope": scope_key, "now": now, "rows": json.dumps([
+            (record_seq(r.id), r.use_count, r.last_used_at, r.confidence, r.status.value)
+            for r in plan.changes])})
         retired = [record_seq(r.id) for r in plan.changes if not r.is_active]
         _unpost(conn, route, retired, change)
         change.retired.extend(retired)
