@@ -233,9 +233,10 @@ class Layered(Mapping[str, frozenset[int]]):
     Carrying a copy across a write this way costs what the write changed; making each
     term's set anew would cost every posting of the terms it touched, and a batch of
     realistic text touches the scope's most common terms: a few hundred thousand
-    postings of a 10,000-record scope, every write. The layers are folded into a plain
-    dict (``fold``) once they hold ``FOLD_SHARE`` of the postings, so a term is never
-    worked out from more than that."""
+    postings of a 10,000-record scope, every write. Once the layers hold one in
+    ``FOLD_SHARE`` of the postings (``due``), the store folds them into a plain dict on a
+    thread (``folded``, then ``rebased`` under the writes carried meanwhile), so a term is
+    seldom worked out from more than that."""
 
     __slots__ = ("_resolved", "added", "base", "gone", "layered")
 

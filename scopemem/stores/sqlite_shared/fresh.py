@@ -65,12 +65,13 @@ class Route:
         return cls(scope_key, fresh_from, fresh_from is not None or active >= FRESH_ROWS,
                    last_seq + 1)
 
-    def set_apart(self, conn: Any, first: int) -> None:
-        """Mark the scope as having side tables, fresh from seq ``first`` on (retrievals
-        read the side tables only of scopes marked so)."""
+    def set_apart(self, conn: Any) -> None:
+        """Mark the scope as having side tables, fresh from the write's first new row on
+        (every row the write or a later one adds; retrievals read the side tables only
+        of scopes marked so)."""
         if self.fresh_from is None:
-            self.fresh_from = first
-            conn.execute(st.SET_FRESH_FROM, {"scope": self.scope_key, "seq": first})
+            self.fresh_from = self.next_seq
+            conn.execute(st.SET_FRESH_FROM, {"scope": self.scope_key, "seq": self.next_seq})
 
     def is_fresh(self, seq: int) -> bool:
         """Whether row ``seq``'s postings are in ``fresh_postings``."""
@@ -85,7 +86,7 @@ def post(conn: Any, route: Route, rows: Sequence[tuple[str, int, int]]) -> None:
     if not route.apart:
         conn.execute(st.POST_ROWS, params)
         return
-    route.set_apart(conn, min(seq for _term, seq, _continues in rows))
+    route.set_apart(conn)
     conn.execute(st.FRESH_POST_ROWS, params)
 
 
@@ -113,8 +114,7 @@ def unpost(conn: Any, route: Route, held: Iterable[tuple[int, str]], *, at_once:
     if now:
         unpost_now(conn, scope, now)
     if stale:
-        # Marked before any row it writes later: every row from the next seq on is fresh.
-        route.set_apart(conn, route.next_seq)
+        route.set_apart(conn)
         conn.execute(st.STALE_ROWS_ADD, {"scope": scope,
                                          "rows": json.dumps(stale, ensure_ascii=False)})
     return gone

@@ -71,10 +71,10 @@ class UseNotes:
     def _note_log(self, shard: int, scope_key: str, seqs: Sequence[int], now: int,
                   added: int) -> None:
         """Log uses numbered ``added`` for records copied before them (``_copy``)."""
-        log = self._adds[shard]
-        if len(log) == log.maxlen:
-            self._log_floor[shard] = max(self._log_floor[shard], log[0][0])
-        log.append((added, scope_key, tuple(seqs), now))
+        adds = self._adds[shard]
+        if len(adds) == adds.maxlen:
+            self._log_floor[shard] = max(self._log_floor[shard], adds[0][0])
+        adds.append((added, scope_key, tuple(seqs), now))
 
     def _foldable(self, shard: int, scope_key: str) -> bool:
         """Whether every use of the shard numbered so far has been noted, and no write of

@@ -68,29 +68,31 @@ def import_scope(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer,
             return 0
         tokens = {seq: index_tokens(r.text, r.keywords, analyzer) if r.is_active else []
                   for seq, r in added}
-        conn.executemany(st.INSERT, [
-            (scope_key, seq, r.id, r.kind.value, r.text, normalize_text(r.text),
+        conn.execute(st.INSERT_ROWS, {"scope": scope_key, "rows": json.dumps([
+            (seq, r.id, r.kind.value, r.text, normalize_text(r.text),
              json.dumps(list(r.keywords), ensure_ascii=False), r.source_thread_key,
              r.source_run_id, r.created_at, r.last_used_at, r.use_count, r.confidence,
              r.supersedes, r.restates, r.status.value, r.source.value,
              None if r.is_active else now, " ".join(tokens[seq]))
-            for seq, r in added])
+            for seq, r in added], ensure_ascii=False)})
         around = json.dumps(sorted({n for seq, _r in added for n in (seq - 1, seq + 1)}))
         neighbours = {seq: (thread, status) for seq, thread, status in conn.execute(
             NEIGHBOURS, {"scope": scope_key, "seqs": around})}
         added_seqs = {seq for seq, _r in added}
-        postings: list[tuple[str, str, int, int]] = []
+        postings: list[tuple[str, int, int]] = []
         follows: list[int] = []  # existing active rows that now continue an import
         for seq, record in added:
             thread = record.source_thread_key
             before = neighbours.get(seq - 1)
             continues = int(before is not None and before[0] == thread)
-            postings.extend((scope_key, term, seq, continues) for term in tokens[seq])
+            postings.extend((term, seq, continues) for term in tokens[seq])
             after = neighbours.get(seq + 1)
             if (after is not None and seq + 1 not in added_seqs and after[0] == thread
                     and after[1] == "active"):
                 follows.append(seq + 1)
-        conn.executemany(st.POST, postings)
+        if postings:
+            conn.execute(st.POST_ROWS, {"scope": scope_key,
+                                        "rows": json.dumps(postings, ensure_ascii=False)})
         if follows:
             conn.execute(MARK_CONTINUES, {"scope": scope_key, "seqs": json.dumps(follows)})
         conn.execute(IMPORT_COUNTS, {

@@ -82,10 +82,6 @@ BATCH_ROWS = (f"SELECT {RECORD_COLUMNS} FROM records INDEXED BY records_active_n
               f" WHERE {ACTIVE} AND norm IN (SELECT value FROM json_each(:norms))"
               f" UNION SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE} AND {IN_SEQS}"
               " ORDER BY seq")
-INSERT = ("INSERT INTO records (scope_key, seq, id, kind, text, norm, keywords,"
-          " source_thread_key, source_run_id, created_at, last_used_at, use_count,"
-          " confidence, supersedes, restates, status, source, retired_at, tokens)"
-          " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 # A write's rows and postings go in as one JSON array a statement, not a statement a row:
 # SQLite runs each statement without the GIL, and a thread taking the GIL back while the
 # event loop is busy may wait a switch interval (5 ms) each time, so a write of 50 rows
@@ -96,7 +92,6 @@ INSERT_ROWS = ("INSERT INTO records (scope_key, seq, id, kind, text, norm, keywo
                " SELECT :scope, " + ", ".join(f"value ->> {i}" for i in range(18))
                + " FROM json_each(:rows)")
 THREAD_OF = "SELECT source_thread_key FROM records WHERE scope_key = :scope AND seq = :seq"
-POST = "INSERT OR IGNORE INTO postings (scope_key, term, seq, continues) VALUES (?, ?, ?, ?)"
 # [[term, seq, continues], ...]
 POST_ROWS = ("INSERT OR IGNORE INTO postings (scope_key, term, seq, continues)"
              " SELECT :scope, value ->> 0, value ->> 1, value ->> 2 FROM json_each(:rows)")
