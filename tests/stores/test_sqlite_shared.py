@@ -607,7 +607,7 @@ def test_layers_folded_meanwhile_go_under_the_later_layers_unchanged():
     assert {term: rebased.get(term, frozenset()) for term in terms} == expected
     assert {term: postings.get(term, frozenset()) for term in terms} == expected
     # Layers over another base are not rebased.
-    assert postings.rebased(copies.Layered({}, {}, frozenset(), 0), {}) is None
+    assert postings.rebased(copies.Layered({}, {}, (), frozenset(), 0), {}) is None
 
 
 async def test_a_write_runs_as_many_statements_whatever_its_size(tmp_path, clock: FakeClock,
@@ -642,3 +642,46 @@ async def test_a_write_runs_as_many_statements_whatever_its_size(tmp_path, clock
         assert max(counts[1:]) <= 24, counts
     finally:
         await store.close()
+
+
+async def test_a_write_leaves_the_checkpoint_it_makes_due_to_its_thread_after_it(
+        tmp_path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
+    """A commit that takes the WAL past its checkpoint threshold does not wait for the
+    checkpoint: it runs on the shard's writing thread after the write returned, before the
+    shard's next write, and the WAL stays as bounded as with SQLite's own checkpoints."""
+    from scopemem.stores.sqlite_shared import commits, writes
+
+    monkeypatch.setattr(apsw, "connection_hooks",
+                        [*apsw.connection_hooks, lambda conn: conn.wal_autocheckpoint(8)])
+    inside, ran = threading.Event(), []
+    write, checkpoint = writes.write, commits.checkpoint
+
+    def watched_write(*args: object, **kwargs: object) -> object:
+        inside.set()
+        try:
+            return write(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            inside.clear()
+
+    def watched_checkpoint(conn: object) -> None:
+        ran.append(inside.is_set())
+        checkpoint(conn)
+
+    monkeypatch.setattr(writes, "write", watched_write)
+    monkeypatch.setattr(commits, "checkpoint", watched_checkpoint)
+    data = tmp_path / "data"
+    store = SharedSqliteStore(data, clock=clock, synchronous="off")
+    scope = "repo:acme/widgets"
+    wal = data / f"{schema.shard_file_name(schema.shard_of(scope))}-wal"
+    sizes = []
+    try:
+        for n in range(40):
+            await store.write(scope, [fact(f"note {n}.{k} on runner pool {k * n}")
+                                      for k in range(20)])
+            sizes.append(wal.stat().st_size)
+    finally:
+        await store.close()
+    assert len(ran) >= 5 and not any(ran)  # run, and never inside a write
+    # The writes append about 240 pages to the log; checkpointed, it is reused from its
+    # start, so the file stays at a few commits past the threshold.
+    assert max(sizes) <= 100 * 4096

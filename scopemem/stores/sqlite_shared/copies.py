@@ -40,6 +40,8 @@ LOOP_POSTINGS = 20_000
 FOLD_SHARE = 8
 #: ... and folded at once by the write that carries them past this many times that share.
 FOLD_NOW = 3
+#: Writes whose additions a ``Layered`` keeps as they came before gathering them per term.
+RECENT_LAYERS = 8
 
 _NONE: frozenset[int] = frozenset()
 
@@ -226,24 +228,28 @@ def carried(copy: ScopeCopy, change: Change) -> ScopeCopy:
 
 class Layered(Mapping[str, frozenset[int]]):
     """A copy's postings as those of a copy some writes ago (``base``) with the postings
-    those writes added (``added``) and without the records they retired (``gone``; a seq
-    is never active again once retired, nor reused), each term's holders worked out the
-    first time it is asked for.
+    those writes added and without the records they retired (``gone``; a seq is never
+    active again once retired, nor reused), each term's holders worked out the first time
+    it is asked for.
 
-    Carrying a copy across a write this way costs what the write changed; making each
-    term's set anew would cost every posting of the terms it touched, and a batch of
-    realistic text touches the scope's most common terms: a few hundred thousand
-    postings of a 10,000-record scope, every write. Once the layers hold one in
-    ``FOLD_SHARE`` of the postings (``due``), the store folds them into a plain dict on a
-    thread (``folded``, then ``rebased`` under the writes carried meanwhile), so a term is
-    seldom worked out from more than that."""
+    The writes' additions are the last few writes' own, as they came (``recent``, at most
+    ``RECENT_LAYERS``), over the earlier ones gathered per term (``merged``): carrying a
+    copy across a write then costs what the write changed, and the gathering, once every
+    few writes, what they changed together. Making each term's set anew every write would
+    cost every posting of the terms it touched, and a batch of realistic text touches the
+    scope's most common terms: a few hundred thousand postings of a 10,000-record scope.
+    Once the layers hold one in ``FOLD_SHARE`` of the postings (``due``), the store folds
+    them into a plain dict on a thread (``folded``, then ``rebased`` under the writes
+    carried meanwhile), so a term is seldom worked out from more than that."""
 
-    __slots__ = ("_resolved", "added", "base", "gone", "layered")
+    __slots__ = ("_resolved", "base", "gone", "layered", "merged", "recent")
 
-    def __init__(self, base: Mapping[str, frozenset[int]], added: dict[str, frozenset[int]],
-                 gone: frozenset[int], layered: int) -> None:
+    def __init__(self, base: Mapping[str, frozenset[int]], merged: dict[str, frozenset[int]],
+                 recent: tuple[dict[str, frozenset[int]], ...], gone: frozenset[int],
+                 layered: int) -> None:
         self.base = base
-        self.added = added
+        self.merged = merged
+        self.recent = recent
         self.gone = gone
         self.layered = layered  # postings added and seqs gone since ``base``
         self._resolved: dict[str, frozenset[int]] = {}
@@ -254,16 +260,17 @@ class Layered(Mapping[str, frozenset[int]]):
               ) -> Mapping[str, frozenset[int]]:
         """``postings`` (``size`` of them) with ``added`` and without ``retired``: layered,
         or a plain dict once the layers hold more than their share."""
+        merged: dict[str, frozenset[int]]
         if isinstance(postings, Layered):
-            base, layers, gone = postings.base, dict(postings.added), postings.gone | retired
-            layered = postings.layered
+            base, merged, recent = postings.base, postings.merged, postings.recent
+            gone, layered = postings.gone | retired, postings.layered
         else:
-            base, layers, gone, layered = postings, {}, frozenset(retired), 0
-        for term, seqs in added.items():
-            held = layers.get(term)
-            layers[term] = frozenset(seqs) if held is None else held | seqs
+            base, merged, recent, gone, layered = postings, {}, (), frozenset(retired), 0
+        recent = (*recent, {term: frozenset(seqs) for term, seqs in added.items()})
+        if len(recent) > RECENT_LAYERS:
+            merged, recent = _gathered(merged, recent), ()
         layered += sum(map(len, added.values())) + len(retired)
-        after = cls(base, layers, gone, layered)
+        after = cls(base, merged, recent, gone, layered)
         # Folded in the background once due (``due``; the store's ``_fold``), here only if
         # writes keep coming faster than a fold can land.
         return after.folded() if layered * FOLD_SHARE > FOLD_NOW * size else after
@@ -279,18 +286,29 @@ class Layered(Mapping[str, frozenset[int]]):
 
         Layers only grow (a term's posted seqs and the retired seqs are unions), and a
         retired seq never comes back, so what ``done`` posted is in ``folded`` or retired
-        since, and what it retired is out of ``folded``: subtracting both from these
-        layers changes no term's holders."""
+        since, and what it retired is out of ``folded``: taking both out of these layers
+        changes no term's holders."""
         if done.base is not self.base:
             return None
+        merged: dict[str, frozenset[int]] = {}
+        if self.merged is done.merged:  # not gathered since: the later writes' own
+            held = len(done.recent)
+            if len(self.recent) < held or any(
+                    mine is not theirs
+                    for mine, theirs in zip(self.recent[:held], done.recent, strict=True)):
+                return None
+            recent = self.recent[held:]
+        else:  # gathered since: ``merged`` holds everything ``done`` added
+            for term, seqs in self.merged.items():
+                before = done._added(term)
+                more = seqs - before if before else seqs
+                if more:
+                    merged[term] = more
+            recent = self.recent
         gone = self.gone - done.gone
-        added: dict[str, frozenset[int]] = {}
-        for term, seqs in self.added.items():
-            before = done.added.get(term)
-            more = seqs - before if before else seqs
-            if more:
-                added[term] = more
-        return Layered(folded, added, gone, sum(map(len, added.values())) + len(gone))
+        layered = sum(map(len, merged.values())) + len(gone) + sum(
+            len(seqs) for layer in recent for seqs in layer.values())
+        return Layered(folded, merged, recent, gone, layered)
 
     def folded(self) -> dict[str, frozenset[int]]:
         """Every term's holders, as a plain dict."""
@@ -298,7 +316,18 @@ class Layered(Mapping[str, frozenset[int]]):
         return {term: held for term, held in resolved if held}
 
     def _terms(self) -> set[str]:
-        return set(self.base) | set(self.added)
+        terms = set(self.base) | set(self.merged)
+        for layer in self.recent:
+            terms.update(layer)
+        return terms
+
+    def _added(self, term: str) -> frozenset[int]:
+        """The seqs the layers posted under ``term``."""
+        parts = [layer[term] for layer in self.recent if term in layer]
+        more = self.merged.get(term)
+        if more:
+            parts.append(more)
+        return _NONE.union(*parts) if parts else _NONE
 
     def __getitem__(self, term: str) -> frozenset[int]:
         held = self._holders(term)
@@ -311,9 +340,12 @@ class Layered(Mapping[str, frozenset[int]]):
         held = self._resolved.get(term)
         if held is None:
             held = self.base.get(term, _NONE)
-            more = self.added.get(term)
+            parts = [layer[term] for layer in self.recent if term in layer]
+            more = self.merged.get(term)
             if more:
-                held = held | more
+                parts.append(more)
+            if parts:
+                held = held.union(*parts)
             if held and not self.gone.isdisjoint(held):
                 held = held - self.gone
             self._resolved[term] = held
@@ -327,3 +359,16 @@ class Layered(Mapping[str, frozenset[int]]):
 
     def __len__(self) -> int:
         return sum(1 for _term in self)
+
+
+def _gathered(merged: dict[str, frozenset[int]],
+              layers: Sequence[dict[str, frozenset[int]]]) -> dict[str, frozenset[int]]:
+    """``merged`` with ``layers`` added, term by term (a new dict)."""
+    parts: dict[str, list[frozenset[int]]] = {}
+    for layer in layers:
+        for term, seqs in layer.items():
+            parts.setdefault(term, []).append(seqs)
+    gathered = dict(merged)
+    for term, more in parts.items():
+        gathered[term] = gathered.get(term, _NONE).union(*more)
+    return gathered

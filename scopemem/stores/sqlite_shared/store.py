@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import functools
 import logging
 import os
@@ -64,7 +65,7 @@ from scopemem.stores.sqlite.store import (
     _check_synchronous,
 )
 from scopemem.stores.sqlite.usage import DEFAULT_USAGE_FLUSH_MS, USAGE_FLUSH_MS_MAX
-from scopemem.stores.sqlite_shared import copies, reads, schema, writes
+from scopemem.stores.sqlite_shared import commits, copies, reads, schema, writes
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.commits import Move, Moves
 from scopemem.stores.sqlite_shared.counts import Counts
@@ -509,9 +510,30 @@ class SharedSqliteStore(Porting, Counts, UseNotes):
         if lock is None:
             lock = self._writers[shard] = asyncio.Lock()
         async with lock:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._pool(f"write-{shard % _POOL_THREADS}", 1),
-                functools.partial(self._on_shard, shard, create, fn, *args))
+            pool = self._pool(f"write-{shard % _POOL_THREADS}", 1)
+            done, due = await asyncio.get_running_loop().run_in_executor(
+                pool, functools.partial(self._on_writer, shard, create, fn, *args))
+            if due:
+                # Queued before the shard's next writer can be: that one waits for the
+                # checkpoint, the caller of this one does not (``commits.py``). A pool shut
+                # down meanwhile (``close``) closes the shard, which checkpoints it.
+                with contextlib.suppress(RuntimeError):
+                    pool.submit(self._checkpoint, shard)
+            return done
+
+    def _on_writer(self, shard: int, create: bool, fn: Callable[..., T], *args: Any
+                   ) -> tuple[T | None, bool]:
+        """``_on_shard`` on the shard's writing thread, and whether a commit of its
+        connection made a checkpoint due (a job that raises leaves it due for the next)."""
+        done = self._on_shard(shard, create, fn, *args)
+        watch = self._shards.watch(shard)
+        return done, watch is not None and watch.take_due()
+
+    def _checkpoint(self, shard: int) -> None:
+        """A passive checkpoint of the shard, on its writing thread."""
+        conn = self._shards.connection(shard, create=False)
+        if conn is not None:
+            commits.checkpoint(conn)
 
     async def _write_moved(self, shard: int, fn: Callable[..., T], *args: Any,
                            create: bool = False) -> tuple[T | None, Move | None]:
