@@ -325,6 +325,7 @@ class SharedStoresAgree(AgreeingRules):
     in-process store's and its postings exactly the active rows' terms."""
 
     MIN_POSTINGS = 256  # the store's default: these small scopes are rarely copied
+    COPIES: dict[str, int] = {}  # the store's default budget for copies
 
     def __init__(self) -> None:
         super().__init__()
@@ -333,7 +334,8 @@ class SharedStoresAgree(AgreeingRules):
         self.clock = FakeClock()
         self.memory = InMemoryStore(cap=CAP, clock=self.clock)
         self.other = SharedSqliteStore(self.directory, cap=CAP, clock=self.clock,
-                                       synchronous="off", cache_min_postings=self.MIN_POSTINGS)
+                                       synchronous="off", cache_min_postings=self.MIN_POSTINGS,
+                                       **self.COPIES)
         self.other._copies.interval = 0  # copied again as soon as it is read twice
         self.elsewhere = SharedSqliteStore(self.directory, cap=CAP, clock=self.clock,
                                            synchronous="off")
@@ -373,6 +375,17 @@ class SharedStoresAgree(AgreeingRules):
 
 SharedStoresAgree.TestCase.settings = StoresAgree.TestCase.settings
 TestSharedStoresAgree = SharedStoresAgree.TestCase
+
+
+class SharedStoresAgreeWithoutCopies(SharedStoresAgree):
+    """The same, with no copies at all: every retrieval is read through SQL, a small
+    scope's ranked from all its rows read in one statement (``reads._small_scope``)."""
+
+    COPIES = {"postings_cache": 0}
+
+
+SharedStoresAgreeWithoutCopies.TestCase.settings = StoresAgree.TestCase.settings
+TestSharedStoresAgreeWithoutCopies = SharedStoresAgreeWithoutCopies.TestCase
 
 
 class SharedStoresAgreeFromCopies(SharedStoresAgree):

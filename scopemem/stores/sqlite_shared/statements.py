@@ -47,6 +47,12 @@ ACTIVE_ROWS_AT = (f"SELECT sc.uses, sc.generation, {_R_COLUMNS} FROM scopes AS s
 ACTIVE_ROWS_ALL = (f"SELECT sc.uses, sc.generation, {_R_COLUMNS} FROM scopes AS sc"
                    " LEFT JOIN records AS r ON r.scope_key = sc.scope_key"
                    " AND r.status = 'active' WHERE sc.scope_key = :scope")
+# A small scope's every active row with its terms (``reads.search``: ranked from them in
+# one statement); only the scope's row, with NULLs, for a scope of more than :most.
+SMALL_SCOPE_ROWS = (f"SELECT sc.uses, sc.generation, sc.active, {_R_COLUMNS}, r.tokens"
+                    " FROM scopes AS sc LEFT JOIN records AS r ON r.scope_key = sc.scope_key"
+                    " AND r.status = 'active' AND sc.active <= :most"
+                    " WHERE sc.scope_key = :scope")
 # The scope's uses counter, for a statement answering rows (read once: it does not depend
 # on the row).
 USES_COUNTER = "(SELECT uses FROM scopes WHERE scope_key = :scope)"
