@@ -251,7 +251,7 @@ async def test_reads_and_writes_look_up_only_the_rows_they_need(tmp_path, clock:
             return [row[3] for row in conn.execute(
                 "EXPLAIN QUERY PLAN " + statement,
                 {"scope": "org:acme", "terms": '["deploy"]', "seqs": "[1]", "norms": '["x"]',
-                 "bumps": "[[1, 1, 5]]"})]
+                 "bumps": '[["org:acme", 1, 1, 5]]', "scopes": '["org:acme"]'})]
 
         assert any("USING PRIMARY KEY (scope_key=? AND term=?)" in step
                    for step in plan(st.POSTINGS))
@@ -262,6 +262,10 @@ async def test_reads_and_writes_look_up_only_the_rows_they_need(tmp_path, clock:
         bump = plan(st.BUMP)
         assert any("records USING PRIMARY KEY (scope_key=? AND seq=?)" in step for step in bump)
         assert not any(step.endswith("USING PRIMARY KEY (scope_key=?)") for step in bump)
+        assert not any(step.startswith("SCAN records") for step in bump)
+        # And each scope's counter by its key.
+        assert any("scopes USING PRIMARY KEY (scope_key=?)" in step
+                   for step in plan(st.NEXT_USES))
     finally:
         conn.close()
 

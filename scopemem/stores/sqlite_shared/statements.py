@@ -151,12 +151,17 @@ FORGET = ("UPDATE records SET status = 'forgotten', retired_at = :now, text = ''
 # array. A last use never moves back (another process may have used the row since). The
 # array is materialized first so that it drives the join, one primary-key lookup a row:
 # left to itself SQLite scans every row of the scope and looks each one up in the array.
-BUMP = ("WITH bump (seq, uses, last) AS MATERIALIZED"
-        " (SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(:bumps))"
+# [[scope, seq, uses, last use], ...]: a save's uses, of every scope it saves, in one
+# statement (materialized first, so each row is a key lookup) ...
+BUMP = ("WITH bump (scope, seq, uses, last) AS MATERIALIZED"
+        " (SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(:bumps))"
         " UPDATE records SET use_count = use_count + bump.uses,"
         " last_used_at = max(ifnull(last_used_at, 0), bump.last)"
-        " FROM bump WHERE records.scope_key = :scope AND records.seq = bump.seq")
-NEXT_USES = "UPDATE scopes SET uses = uses + 1 WHERE scope_key = :scope RETURNING uses"
+        " FROM bump WHERE records.scope_key = bump.scope AND records.seq = bump.seq")
+# ... and each of those scopes' uses counter moved on, in another ([scope, ...]).
+NEXT_USES = ("UPDATE scopes SET uses = uses + 1"
+             " WHERE scope_key IN (SELECT value FROM json_each(:scopes))"
+             " RETURNING scope_key, uses")
 ADD_COUNT = ("INSERT INTO counters (scope_key, day, name, value) VALUES (?, ?, ?, ?)"
              " ON CONFLICT (scope_key, day, name) DO UPDATE SET value = value + excluded.value")
 READ_COUNTS = ("SELECT scope_key, day, name, value FROM counters WHERE day >= :since"

@@ -182,14 +182,21 @@ class PendingUses:
             del self._saving[shard][key]
 
     def apply(self, conn: Any, shard: int, entries: list[tuple[str, _Saving]]) -> None:
-        """Persist ``entries`` in the caller's transaction: one statement for each scope's
-        uses, and its uses counter moved on (the entry tagged with it)."""
-        for scope_key, entry in entries:
-            conn.execute(st.BUMP, {"scope": scope_key, "bumps": json.dumps(
-                [[seq, uses, last] for seq, (uses, last) in entry.bumps.items()])})
-            tag = conn.execute(st.NEXT_USES, {"scope": scope_key}).fetchall()
-            with self.locks[shard]:
-                entry.tag = tag[0][0] if tag else 0
+        """Persist ``entries`` in the caller's transaction: one statement for the uses of
+        every scope, one moving each scope's uses counter on (each entry tagged with its
+        scope's). Two statements whatever the scopes: over 10,000 scopes a save holds
+        hundreds of them, and a pair of statements each made saves most of the writing
+        threads' work."""
+        if not entries:
+            return
+        conn.execute(st.BUMP, {"bumps": json.dumps(
+            [[scope_key, seq, uses, last] for scope_key, entry in entries
+             for seq, (uses, last) in entry.bumps.items()], ensure_ascii=False)})
+        tags = dict(conn.execute(st.NEXT_USES, {"scopes": json.dumps(
+            [scope_key for scope_key, _entry in entries], ensure_ascii=False)}).fetchall())
+        with self.locks[shard]:
+            for scope_key, entry in entries:
+                entry.tag = tags.get(scope_key, 0)
 
     def save(self, conn: Any, shard: int, synchronous: str) -> int:
         """Commit every use pending in ``shard`` in one transaction; how many rows. On
