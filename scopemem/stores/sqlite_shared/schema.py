@@ -20,6 +20,7 @@ This module is plain data plus small functions taking an apsw connection.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any
 
@@ -127,6 +128,7 @@ TABLES = (
 )
 
 
+@functools.lru_cache(maxsize=1 << 16)  # asked several times a request, for the same keys
 def shard_of(scope_key: str, shards: int = SHARDS) -> int:
     """The shard holding ``scope_key``: the first four bytes of its SHA-256, modulo."""
     return int.from_bytes(hashlib.sha256(scope_key.encode()).digest()[:4], "big") % shards
