@@ -95,3 +95,46 @@ def test_a_continuation_whose_predecessor_is_not_active_gets_no_credit():
     terms = QueryTerms(("a", "b"), ("a", "b"))
     assert index.covered(terms, [1.0, 2.0], None, 0.5) == {5: 1.0, 9: 3.0}
     assert index.covered(terms, [1.0, 2.0], 1, 0.5) == {5: 1.0, 9: 3.0}  # under the cap
+
+
+def test_an_index_moved_on_across_changes_is_the_index_built_afresh():
+    """``DenseIndex.after`` (records added after every other, some continuing their
+    predecessor's thread; records retired) gives the arrays, and so the weighing, of an
+    index built from the postings as they are then."""
+    import random
+
+    rng = random.Random(11)
+    terms = [f"t{n}" for n in range(30)]
+    held: dict[int, set[str]] = {}
+    continuing: set[int] = set()
+    next_seq = 1
+
+    def postings() -> dict[str, frozenset[int]]:
+        out: dict[str, set[int]] = {}
+        for seq, words in held.items():
+            for word in words:
+                out.setdefault(word, set()).add(seq)
+        return {word: frozenset(seqs) for word, seqs in out.items()}
+
+    index = DenseIndex({}, [], ())
+    query = QueryTerms(terms=tuple(terms[:12]), prefilter=tuple(terms[:6]))
+    for _step in range(60):
+        added = set()
+        for _ in range(rng.randint(0, 6)):
+            held[next_seq] = set(rng.sample(terms, 4))
+            if rng.random() < 0.6:
+                continuing.add(next_seq)
+            added.add(next_seq)
+            next_seq += 1
+        retired = set(rng.sample(sorted(held), min(len(held), rng.randint(0, 4)))) - added
+        for seq in retired:
+            del held[seq]
+        now = postings()
+        index = index.after(now, added, retired, added & continuing)
+        fresh = DenseIndex(now, set(held), continuing & set(held))
+        assert index._seqs.tolist() == fresh._seqs.tolist()
+        assert index._continues.tolist() == fresh._continues.tolist()
+        weights = [1.0 + (n % 3) for n in range(len(query.terms))]
+        for limit in (None, 2, 5):
+            assert index.covered(query, weights, limit, 0.5) == \
+                fresh.covered(query, weights, limit, 0.5)

@@ -22,7 +22,8 @@ import attrs
 from scopemem.core import engine
 from scopemem.core.records import Record, with_uses
 from scopemem.core.scopes import record_seq
-from scopemem.stores.postgres import tokens
+from scopemem.stores.dense import DenseIndex
+from scopemem.stores.postgres import cache, tokens
 from scopemem.stores.postgres.cache import PostingsCache, ScopeCopy, Touches, dense_index
 from scopemem.stores.sqlite_shared.writes import Change
 
@@ -212,18 +213,23 @@ def carried(copy: ScopeCopy, change: Change) -> ScopeCopy:
     retired = set(change.retired) | {seq for _term, seq in change.unposted}
     size = copy.size + len(change.posted) - len(change.unposted)
     postings = Layered.after(copy.postings, size, added, retired)
-    continues = frozenset((copy.continues
-                           | {seq for _t, seq, continues in change.posted if continues})
-                          - retired)
-    touches = Touches(copy.touches)
-    touches.update((seq, (touched, None)) for seq, touched in change.touched)
-    for seq in retired:
-        touches.pop(seq, None)
-    seqs = None
-    if copy.dense is not None:
-        seqs = copy.dense.seqs_after(inserted - retired, retired)
+    continuing = {seq for _t, seq, continues in change.posted if continues} - retired
+    continues = (copy.continues | continuing) - retired
+    touches = copy.touches
+    dense: DenseIndex | None
+    if copy.dense is not None and size >= cache.DENSE_MIN_POSTINGS:
+        dense = copy.dense.after(postings, inserted - retired, retired, continuing)
+        # Weighed as arrays, the copy reads no touches (only a retrieval that met a forget
+        # does, and then as lower bounds: a seq missing reads as touched at 0, the oldest,
+        # and a retired one is never weighed), so they are shared as they are.
+    else:
+        dense = dense_index(postings, continues, size)
+        touches = Touches(copy.touches)
+        touches.update((seq, (touched, None)) for seq, touched in change.touched)
+        for seq in retired:
+            touches.pop(seq, None)
     return ScopeCopy(change.before + 1, change.active, postings, continues, size, touches,
-                     dense_index(postings, continues, size, seqs))
+                     dense)
 
 
 class Layered(Mapping[str, frozenset[int]]):
