@@ -143,8 +143,9 @@ def merge(conn: Any, route: Route) -> None:
     conn.execute(st.DROP_FRESH, scope)
     stale = conn.execute(st.STALE_ROWS, scope).fetchall()
     if stale:
-        unpost_now(conn, route.scope_key, sorted(
-            (term, seq) for seq, tokens in stale for term in tokens.split()))
+        # In any order: SQLite sorts the pairs itself to look them up (``UNPOST_ROWS``).
+        unpost_now(conn, route.scope_key,
+                   [(term, seq) for seq, tokens in stale for term in tokens.split()])
         conn.execute(st.DROP_STALE, scope)
     if route.fresh_from is not None:
         conn.execute(st.SET_FRESH_FROM, {"scope": route.scope_key, "seq": None})
