@@ -14,6 +14,7 @@ from pathlib import Path
 import apsw
 import pytest
 
+from scopemem.core import engine
 from scopemem.core.records import Candidate, Kind
 from scopemem.errors import ConfigError, ScopeLimitReached, StoreError
 from scopemem.stores.base import StoreSettings
@@ -689,3 +690,34 @@ async def test_a_write_leaves_the_checkpoint_it_makes_due_to_its_thread_after_it
     # The writes append about 240 pages to the log; checkpointed, it is reused from its
     # start, so the file stays at a few commits past the threshold.
     assert max(sizes) <= 100 * 4096
+
+
+async def test_records_carried_across_a_write_leave_the_old_copy_answering_nothing(
+        tmp_path, clock: FakeClock):
+    """The records in memory move to the carried copy (``copies.carried_rows``) rather than
+    being copied, so the copy they leave must answer nothing: a caller still holding it
+    (a retrieval that began before the write) reads through SQL, never from records of
+    another counter."""
+    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off",
+                              cache_min_postings=0)
+    scope = "repo:acme/widgets"
+    try:
+        await store.write(scope, [fact(f"the runner {n} caches docker layers")
+                                  for n in range(reads.WHOLE_ROWS + 10)])
+        for _ in range(2):
+            await store.retrieve(scope, "runner docker", 5)
+        await store._copies.settled()
+        await store.retrieve(scope, "runner docker", 5)
+        old_copy, old_rows = store._copies.latest(scope), store._row_copies.get(scope)
+        assert old_copy is not None and old_rows is not None
+        await store.write(scope, [fact("the runner pool moved to arm machines")])
+        new_rows = store._row_copies.get(scope)
+        assert new_rows is not None and new_rows is not old_rows
+        assert new_rows.generation == old_copy.generation + 1
+        assert old_rows.record(1) is None and old_rows.generation != old_copy.generation
+        terms = engine.query_terms("runner docker", store.analyzer)
+        assert copies.answer(old_copy, old_rows, store.ranking, terms, 5, clock()) is None
+        hits = await store.retrieve(scope, "arm machines runner pool", 1)
+        assert [r.text for r in hits] == ["the runner pool moved to arm machines"]
+    finally:
+        await store.close()
