@@ -164,22 +164,11 @@ def term_weights(terms: QueryTerms, stats: ScopeStats | None, ranking: Ranking
     return [idf(stats.records, frequency.get(term, 0)) for term in terms.terms]
 
 
-def covered_weight(terms: Sequence[str], weights: Sequence[float], held: Collection[str]
-                   ) -> float:
-    """The weight of the query terms a record holds, summed in query order (the order every
-    store sums in, so the floats agree)."""
-    total = 0.0
-    for term, weight in zip(terms, weights, strict=True):
-        if term in held:
-            total += weight
-    return total
-
-
-def _covered_in_order(position: Mapping[str, int], weights: Sequence[float],
-                      common: Collection[str]) -> float:
-    """``covered_weight`` from the query terms a record holds (``common``) and each query
-    term's place (``position``): the same additions in the same order, without a look at
-    every query term for every record (a long brief has hundreds; a record holds a few)."""
+def covered_weight(position: Mapping[str, int], weights: Sequence[float],
+                   common: Collection[str]) -> float:
+    """The weight of the query terms a record holds (``common``), summed in query order
+    (``position``: each query term's place; the order every store sums in, so the floats
+    agree), looking only at the terms it holds: a long brief has hundreds, a record a few."""
     total = 0.0
     for index in sorted([position[term] for term in common]):
         total += weights[index]
@@ -207,7 +196,7 @@ def rank_entries(entries: Iterable[tuple[int, Collection[str], str, int, T]],
         held_set = held if isinstance(held, (set, frozenset)) else frozenset(held)
         if gate.isdisjoint(held_set):
             continue
-        covered[seq] = _covered_in_order(position, weights, asked & held_set)
+        covered[seq] = covered_weight(position, weights, asked & held_set)
         threads[seq] = thread
         details[seq] = (last_touched, item)
     continues = {seq for seq, thread in threads.items() if threads.get(seq - 1) == thread}

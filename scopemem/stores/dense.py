@@ -96,18 +96,16 @@ class DenseIndex:
         return order
 
     def after(self, postings: Mapping[str, Collection[int]], added: Collection[int],
-              retired: Collection[int], continuing: Collection[int]) -> DenseIndex:
+              retired: Collection[int], continuing: Collection[int]) -> DenseIndex | None:
         """The index of ``postings``: these postings once the records ``added`` are active
         (those of them in ``continuing`` continuing their predecessor's thread) and
         ``retired`` no longer, without reading every continuing seq again. A record keeps
-        its credit while its predecessor stays active (records only ever leave; the new
-        ones come after every other)."""
-        order = self.seqs_after(added, retired)
+        its credit while its predecessor stays active (records only ever leave). None when
+        a record added comes before another: build the index anew."""
         old = self._seqs
         if len(old) and added and min(added) <= old[-1]:
-            # New records among the old ones (never for this store's own seqs): anew.
-            return DenseIndex(postings, order, set(continuing) | {
-                int(seq) for seq in old[self._continues]})
+            return None
+        order = self.seqs_after(added, retired)
         chained = self._continues
         if retired:
             gone = np.fromiter(retired, dtype=np.int64, count=len(retired))
@@ -120,10 +118,7 @@ class DenseIndex:
         # Credited only while the predecessor is active, so just before it in the seqs.
         adjacent = np.zeros(len(order), dtype=bool)
         adjacent[1:] = order[1:] == order[:-1] + 1
-        index = DenseIndex.__new__(DenseIndex)
-        index._seqs = order
-        index._postings = postings
-        index._arrays = {}
+        index = DenseIndex(postings, order, ())
         index._continues = chained & adjacent
         return index
 

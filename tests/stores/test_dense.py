@@ -138,3 +138,5 @@ def test_an_index_moved_on_across_changes_is_the_index_built_afresh():
         for limit in (None, 2, 5):
             assert index.covered(query, weights, limit, 0.5) == \
                 fresh.covered(query, weights, limit, 0.5)
+    # A record added before another (never this store's own seqs): built anew instead.
+    assert index.after(postings(), {1}, set(), set()) is None

@@ -220,14 +220,14 @@ def carried(copy: ScopeCopy, change: Change) -> ScopeCopy:
     postings = Layered.after(copy.postings, size, added, retired)
     continuing = {seq for _t, seq, continues in change.posted if continues} - retired
     continues = (copy.continues | continuing) - retired
+    # Weighed as arrays, the copy reads no touches (only a retrieval that met a forget
+    # does, and then as lower bounds: a seq missing reads as touched at 0, the oldest, and
+    # a retired one is never weighed), so they are shared as they are.
     touches = copy.touches
-    dense: DenseIndex | None
+    dense: DenseIndex | None = None
     if copy.dense is not None and size >= cache.DENSE_MIN_POSTINGS:
         dense = copy.dense.after(postings, inserted - retired, retired, continuing)
-        # Weighed as arrays, the copy reads no touches (only a retrieval that met a forget
-        # does, and then as lower bounds: a seq missing reads as touched at 0, the oldest,
-        # and a retired one is never weighed), so they are shared as they are.
-    else:
+    if dense is None:
         dense = dense_index(postings, continues, size)
         touches = Touches(copy.touches)
         touches.update((seq, (touched, None)) for seq, touched in change.touched)
@@ -332,12 +332,17 @@ class Layered(Mapping[str, frozenset[int]]):
             terms.update(layer)
         return terms
 
-    def _added(self, term: str) -> frozenset[int]:
-        """The seqs the layers posted under ``term``."""
+    def _parts(self, term: str) -> list[frozenset[int]]:
+        """The sets of seqs the layers posted under ``term``."""
         parts = [layer[term] for layer in self.recent if term in layer]
         more = self.merged.get(term)
         if more:
             parts.append(more)
+        return parts
+
+    def _added(self, term: str) -> frozenset[int]:
+        """The seqs the layers posted under ``term``."""
+        parts = self._parts(term)
         return _NONE.union(*parts) if parts else _NONE
 
     def __getitem__(self, term: str) -> frozenset[int]:
@@ -351,10 +356,7 @@ class Layered(Mapping[str, frozenset[int]]):
         held = self._resolved.get(term)
         if held is None:
             held = self.base.get(term, _NONE)
-            parts = [layer[term] for layer in self.recent if term in layer]
-            more = self.merged.get(term)
-            if more:
-                parts.append(more)
+            parts = self._parts(term)
             if parts:
                 held = held.union(*parts)
             if held and not self.gone.isdisjoint(held):

@@ -150,8 +150,9 @@ def _small_scope(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranki
     SQLite, for the many small scopes no copy holds. With ``whole``, it is copied instead
     (``copy_of``). None for a larger scope (or a copy that could not be made): read from
     its postings."""
+    # Copied whole, it is read again with its index: only its counts here.
     lead, rows = uses.rows(conn, shard, scope_key, st.SMALL_SCOPE_ROWS,
-                           {"scope": scope_key, "most": WHOLE_ROWS}, lead=3)
+                           {"scope": scope_key, "most": -1 if whole else WHOLE_ROWS}, lead=3)
     if lead is None:
         return Searched([])  # no such scope
     _uses, generation, active = lead
