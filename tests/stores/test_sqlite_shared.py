@@ -600,7 +600,9 @@ def test_layers_folded_meanwhile_go_under_the_later_layers_unchanged():
         retired = set(rng.sample(sorted(active), 3))
         for seq in retired:
             del active[seq]
-        postings = copies.Layered.after(postings, 10**9, added, retired)  # type: ignore[arg-type]
+        layer = {term: tuple(seqs) for term, seqs in added.items()}
+        postings = copies.Layered.after(postings, 10**9, layer,  # type: ignore[arg-type]
+                                        sum(map(len, layer.values())), retired)
         assert isinstance(postings, copies.Layered)
         if step == 10:
             done = postings

@@ -15,6 +15,7 @@ the next retrieval, as always.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 
 import attrs
@@ -45,6 +46,8 @@ FOLD_NOW = 3
 RECENT_LAYERS = 8
 
 _NONE: frozenset[int] = frozenset()
+#: The seqs a write posted under a term (``writes.Change.posted``).
+Seqs = tuple[int, ...]
 
 
 class RowCopy:
@@ -211,14 +214,12 @@ def with_folded(held: ScopeCopy, done: Layered, folded: dict[str, frozenset[int]
 
 def carried(copy: ScopeCopy, change: Change) -> ScopeCopy:
     """``copy`` with ``change`` applied, at the counter after it."""
-    added: dict[str, set[int]] = {}
-    for term, seq, _continues in change.posted:
-        added.setdefault(term, set()).add(seq)
-    inserted = {seq for _term, seq, _continues in change.posted}
-    retired = set(change.retired) | {seq for _term, seq in change.unposted}
-    size = copy.size + len(change.posted) - len(change.unposted)
-    postings = Layered.after(copy.postings, size, added, retired)
-    continuing = {seq for _t, seq, continues in change.posted if continues} - retired
+    inserted = set(change.inserted)
+    retired = set(change.retired).union(change.unposted)
+    size = copy.size + change.postings_added - change.postings_removed
+    postings = Layered.after(copy.postings, size, change.posted, change.postings_added,
+                             retired)
+    continuing = set(change.continuing) - retired
     continues = (copy.continues | continuing) - retired
     # Weighed as arrays, the copy reads no touches (only a retrieval that met a forget
     # does, and then as lower bounds: a seq missing reads as touched at 0, the oldest, and
@@ -255,8 +256,8 @@ class Layered(Mapping[str, frozenset[int]]):
 
     __slots__ = ("_resolved", "base", "gone", "layered", "merged", "recent")
 
-    def __init__(self, base: Mapping[str, frozenset[int]], merged: dict[str, frozenset[int]],
-                 recent: tuple[dict[str, frozenset[int]], ...], gone: frozenset[int],
+    def __init__(self, base: Mapping[str, frozenset[int]], merged: dict[str, Seqs],
+                 recent: tuple[Mapping[str, Seqs], ...], gone: frozenset[int],
                  layered: int) -> None:
         self.base = base
         self.merged = merged
@@ -267,20 +268,21 @@ class Layered(Mapping[str, frozenset[int]]):
 
     @classmethod
     def after(cls, postings: Mapping[str, frozenset[int]], size: int,
-              added: dict[str, set[int]], retired: set[int]
+              added: Mapping[str, Seqs], posted: int, retired: set[int]
               ) -> Mapping[str, frozenset[int]]:
-        """``postings`` (``size`` of them) with ``added`` and without ``retired``: layered,
-        or a plain dict once the layers hold more than their share."""
-        merged: dict[str, frozenset[int]]
+        """``postings`` (``size`` of them) with ``added`` (``posted`` postings, kept as
+        they are: never changed after) and without ``retired``: layered, or a plain dict
+        once the layers hold more than their share."""
+        merged: dict[str, Seqs]
         if isinstance(postings, Layered):
             base, merged, recent = postings.base, postings.merged, postings.recent
             gone, layered = postings.gone | retired, postings.layered
         else:
             base, merged, recent, gone, layered = postings, {}, (), frozenset(retired), 0
-        recent = (*recent, {term: frozenset(seqs) for term, seqs in added.items()})
+        recent = (*recent, added)
         if len(recent) > RECENT_LAYERS:
             merged, recent = _gathered(merged, recent), ()
-        layered += sum(map(len, added.values())) + len(retired)
+        layered += posted + len(retired)
         after = cls(base, merged, recent, gone, layered)
         # Folded in the background once due (``due``; the store's ``_fold``), here only if
         # writes keep coming faster than a fold can land.
@@ -301,7 +303,7 @@ class Layered(Mapping[str, frozenset[int]]):
         changes no term's holders."""
         if done.base is not self.base:
             return None
-        merged: dict[str, frozenset[int]] = {}
+        merged: dict[str, Seqs] = {}
         if self.merged is done.merged:  # not gathered since: the later writes' own
             held = len(done.recent)
             if len(self.recent) < held or any(
@@ -312,7 +314,7 @@ class Layered(Mapping[str, frozenset[int]]):
         else:  # gathered since: ``merged`` holds everything ``done`` added
             for term, seqs in self.merged.items():
                 before = done._added(term)
-                more = seqs - before if before else seqs
+                more = tuple(seq for seq in seqs if seq not in before) if before else seqs
                 if more:
                     merged[term] = more
             recent = self.recent
@@ -332,7 +334,7 @@ class Layered(Mapping[str, frozenset[int]]):
             terms.update(layer)
         return terms
 
-    def _parts(self, term: str) -> list[frozenset[int]]:
+    def _parts(self, term: str) -> list[Seqs]:
         """The sets of seqs the layers posted under ``term``."""
         parts = [layer[term] for layer in self.recent if term in layer]
         more = self.merged.get(term)
@@ -374,14 +376,15 @@ class Layered(Mapping[str, frozenset[int]]):
         return sum(1 for _term in self)
 
 
-def _gathered(merged: dict[str, frozenset[int]],
-              layers: Sequence[dict[str, frozenset[int]]]) -> dict[str, frozenset[int]]:
-    """``merged`` with ``layers`` added, term by term (a new dict)."""
-    parts: dict[str, list[frozenset[int]]] = {}
+def _gathered(merged: dict[str, Seqs], layers: Sequence[Mapping[str, Seqs]]
+              ) -> dict[str, Seqs]:
+    """``merged`` with ``layers`` added, term by term (a new dict). A seq is posted once
+    (seqs are never reused), so the layers' tuples are joined as they are."""
+    parts: dict[str, list[Seqs]] = {}
     for layer in layers:
         for term, seqs in layer.items():
             parts.setdefault(term, []).append(seqs)
     gathered = dict(merged)
     for term, more in parts.items():
-        gathered[term] = gathered.get(term, _NONE).union(*more)
+        gathered[term] = tuple(itertools.chain(gathered.get(term, ()), *more))
     return gathered

@@ -91,17 +91,17 @@ def post(conn: Any, route: Route, rows: Sequence[tuple[str, int, int]]) -> None:
 
 
 def unpost(conn: Any, route: Route, held: Iterable[tuple[int, str]], *, at_once: bool
-           ) -> list[tuple[str, int]]:
+           ) -> int:
     """Take rows out of the postings, from each row's ``(seq, tokens)``: fresh ones from
     ``fresh_postings``, the others marked stale, or with ``at_once`` (a forget) taken out of
-    ``postings`` now. The ``(term, seq)`` pairs taken out."""
-    gone: list[tuple[str, int]] = []
+    ``postings`` now. The number of postings taken out."""
+    gone = 0
     fresh: list[int] = []
     now: list[tuple[str, int]] = []
     stale: list[tuple[int, str]] = []
     for seq, tokens in held:
         terms = tokens.split()
-        gone.extend((term, seq) for term in terms)
+        gone += len(terms)
         if route.is_fresh(seq):
             fresh.append(seq)
         elif route.apart and not at_once:

@@ -61,10 +61,18 @@ class Change:
 
     before: int
     mark: int  # the last use the rows it read (and so its changed rows) hold, by number
-    posted: list[tuple[str, int, int]] = attrs.Factory(list)  # (term, seq, continues)
+    # term → the seqs it posted under the term. Tuples, not sets or a tuple a posting: the
+    # carried copy keeps them as they are (``copies.Layered``), and Python's collector
+    # stops walking a tuple of ints after its first collection, where a thousand tuples
+    # or sets surviving each write made it walk them again and again (half of a carry).
+    posted: dict[str, tuple[int, ...]] = attrs.Factory(dict)
+    inserted: list[int] = attrs.Factory(list)  # the seqs of the active rows it inserted
+    continuing: list[int] = attrs.Factory(list)  # those continuing their thread
     rows: list[Record] = attrs.Factory(list)  # the active rows it inserted or changed
     retired: list[int] = attrs.Factory(list)  # the rows it took out of active status
-    unposted: list[tuple[str, int]] = attrs.Factory(list)  # (term, seq)
+    unposted: list[int] = attrs.Factory(list)  # the rows whose postings it took out
+    postings_added: int = 0
+    postings_removed: int = 0
     touched: list[tuple[int, int]] = attrs.Factory(list)  # (seq, last touch)
     active: int = 0
 
@@ -132,16 +140,26 @@ def _persist(conn: Any, analyzer: Analyzer, route: fresh.Route, plan: batches.Ba
             rows = conn.execute(st.THREAD_OF, {"scope": scope_key, "seq": last_seq}).fetchall()
             thread = rows[0][0] if rows else None
         postings: list[tuple[str, int, int]] = []
+        posted: dict[str, list[int]] = {}
         for record in plan.inserts:
             if record.is_active:
                 seq = record_seq(record.id)
                 continues = int(record.source_thread_key == thread)
-                postings.extend((term, seq, continues) for term in held[seq])
+                terms = held[seq]
+                postings.extend((term, seq, continues) for term in terms)
+                for term in terms:
+                    posted.setdefault(term, []).append(seq)
+                change.inserted.append(seq)
+                if continues:
+                    change.continuing.append(seq)
                 change.touched.append((seq, record.last_touched))
                 change.rows.append(record)
             thread = record.source_thread_key
         fresh.post(conn, route, postings)
-        change.posted.extend(postings)
+        change.postings_added += len(postings)
+        for term, seqs in posted.items():
+            had = change.posted.get(term)
+            change.posted[term] = (*had, *seqs) if had else tuple(seqs)
     if plan.changes:
         conn.execute(st.CHANGE_ROWS, {"scope": scope_key, "now": now, "rows": json.dumps([
             (record_seq(r.id), r.use_count, r.last_used_at, r.confidence, r.status.value)
@@ -162,7 +180,8 @@ def _unpost(conn: Any, route: fresh.Route, seqs: Sequence[int], change: Change |
                                        "seqs": json.dumps(list(seqs))}).fetchall()
     gone = fresh.unpost(conn, route, rows, at_once=at_once)
     if change is not None:
-        change.unposted.extend(gone)
+        change.unposted.extend(seq for seq, _tokens in rows)
+        change.postings_removed += gone
 
 
 def _evict(conn: Any, route: fresh.Route, excess: int, now: int, change: Change
