@@ -83,7 +83,7 @@ class ScopeCopy:
     active: int
     # A plain dict, or (the SQLite store's shared files, carried across its own writes)
     # ``sqlite_shared.copies.Layered``: a term not held is absent, never an empty set.
-    postings: Mapping[str, frozenset[int]]
+    postings: Mapping[str, Collection[int]]
     continues: frozenset[int]
     size: int
     # seq → (its last touch when copied, None): lower bounds of the rows' last touches, as
@@ -109,13 +109,13 @@ class ScopeCopy:
                    Touches({seq: (touched, None) for seq, touched in touches}),
                    dense_index(frozen, chained))
 
-    def terms(self, terms: Iterable[str]) -> dict[str, frozenset[int]]:
+    def terms(self, terms: Iterable[str]) -> dict[str, Collection[int]]:
         """The postings of ``terms`` (those some record holds)."""
         postings = self.postings
         return {term: postings[term] for term in terms if term in postings}
 
 
-def dense_index(postings: Mapping[str, frozenset[int]], continues: frozenset[int],
+def dense_index(postings: Mapping[str, Collection[int]], continues: frozenset[int],
                 size: int | None = None, seqs: Collection[int] | None = None
                 ) -> DenseIndex | None:
     """The arrays of a copy's postings, for a copy large enough to be weighed that way;

@@ -23,7 +23,7 @@ returned show them counted either way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -79,7 +79,7 @@ async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engi
 
 async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engine.Ranking,
                   scope_key: str, terms: engine.QueryTerms, limit: int, now: int, bump: bool,
-                  active: int, postings: Mapping[str, AbstractSet[int]],
+                  active: int, postings: Mapping[str, Collection[int]],
                   continues: AbstractSet[int],
                   touches: Mapping[int, tuple[int, object]] | None = None,
                   generation: int | None = None, dense: DenseIndex | None = None
@@ -98,7 +98,8 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
         # weighing can reach past them.
         nonlocal postings
         if gone:
-            postings = {term: holders - set(gone) for term, holders in postings.items()}
+            postings = {term: frozenset(holders).difference(gone)
+                        for term, holders in postings.items()}
         if dense is not None and not gone:
             covered = dense.covered(terms, weights, limit, ranking.context_weight)
         else:

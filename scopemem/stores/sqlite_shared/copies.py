@@ -16,7 +16,7 @@ the next retrieval, as always.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 import attrs
 
@@ -197,12 +197,12 @@ def fold_due(copy: ScopeCopy) -> Layered | None:
     return postings if isinstance(postings, Layered) and postings.due(copy.size) else None
 
 
-def with_folded(held: ScopeCopy, done: Layered, folded: dict[str, frozenset[int]]
+def with_folded(held: ScopeCopy, done: Layered, folded: dict[str, Seqs]
                 ) -> ScopeCopy | None:
     """``held`` (the copy held now) with ``folded`` (``done`` folded) under its postings:
     in their place if they are ``done``, else beneath its later layers; None when
     ``held`` is layered over another base."""
-    postings: Mapping[str, frozenset[int]] | None = None
+    postings: Mapping[str, Collection[int]] | None = None
     if held.postings is done:
         postings = folded
     elif isinstance(held.postings, Layered):
@@ -256,7 +256,7 @@ class Layered(Mapping[str, frozenset[int]]):
 
     __slots__ = ("_resolved", "base", "gone", "layered", "merged", "recent")
 
-    def __init__(self, base: Mapping[str, frozenset[int]], merged: dict[str, Seqs],
+    def __init__(self, base: Mapping[str, Collection[int]], merged: dict[str, Seqs],
                  recent: tuple[Mapping[str, Seqs], ...], gone: frozenset[int],
                  layered: int) -> None:
         self.base = base
@@ -267,9 +267,9 @@ class Layered(Mapping[str, frozenset[int]]):
         self._resolved: dict[str, frozenset[int]] = {}
 
     @classmethod
-    def after(cls, postings: Mapping[str, frozenset[int]], size: int,
+    def after(cls, postings: Mapping[str, Collection[int]], size: int,
               added: Mapping[str, Seqs], posted: int, retired: set[int]
-              ) -> Mapping[str, frozenset[int]]:
+              ) -> Mapping[str, Collection[int]]:
         """``postings`` (``size`` of them) with ``added`` (``posted`` postings, kept as
         they are: never changed after) and without ``retired``: layered, or a plain dict
         once the layers hold more than their share."""
@@ -292,7 +292,7 @@ class Layered(Mapping[str, frozenset[int]]):
         """Whether the layers hold enough (of ``size`` postings) to be folded."""
         return self.layered * FOLD_SHARE > size
 
-    def rebased(self, done: Layered, folded: dict[str, frozenset[int]]) -> Layered | None:
+    def rebased(self, done: Layered, folded: dict[str, Seqs]) -> Layered | None:
         """These postings over ``folded`` (what ``done``, an earlier state of these same
         layers, folds into): the layers since ``done`` alone. None when ``done`` is not
         layered over the same base.
@@ -323,10 +323,13 @@ class Layered(Mapping[str, frozenset[int]]):
             len(seqs) for layer in recent for seqs in layer.values())
         return Layered(folded, merged, recent, gone, layered)
 
-    def folded(self) -> dict[str, frozenset[int]]:
-        """Every term's holders, as a plain dict."""
-        resolved = ((term, self._holders(term)) for term in self._terms())
-        return {term: held for term, held in resolved if held}
+    def folded(self) -> dict[str, Seqs]:
+        """Every term's holders, as a plain dict of tuples: a fold of a large scope makes
+        tens of thousands, and Python's collector stops walking a tuple of ints after its
+        first collection, where as many frozensets made it walk the whole heap again
+        (each fold cost a full collection, 40-50 ms, on the event loop or a thread)."""
+        resolved = ((term, self._work_out(term)) for term in self._terms())
+        return {term: tuple(held) for term, held in resolved if held}
 
     def _terms(self) -> set[str]:
         terms = set(self.base) | set(self.merged)
@@ -357,13 +360,20 @@ class Layered(Mapping[str, frozenset[int]]):
         """The term's holders (empty when none), worked out once."""
         held = self._resolved.get(term)
         if held is None:
-            held = self.base.get(term, _NONE)
-            parts = self._parts(term)
-            if parts:
-                held = held.union(*parts)
-            if held and not self.gone.isdisjoint(held):
-                held = held - self.gone
-            self._resolved[term] = held
+            held = self._resolved[term] = self._work_out(term)
+        return held
+
+    def _work_out(self, term: str) -> frozenset[int]:
+        """The term's holders: the base's (a frozenset, or a fold's tuple) with the layers'
+        and without the seqs gone."""
+        base = self.base.get(term)
+        parts = self._parts(term)
+        if isinstance(base, frozenset) and not parts:
+            held = base
+        else:
+            held = _NONE.union(base or (), *parts)
+        if held and not self.gone.isdisjoint(held):
+            held = held - self.gone
         return held
 
     def __contains__(self, term: object) -> bool:

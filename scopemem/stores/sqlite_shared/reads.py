@@ -28,7 +28,7 @@ carry the copy across (``copies.py``).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -79,7 +79,7 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
     dense = None
     check: int | None = None
     generation: int | None = None
-    postings: Mapping[str, AbstractSet[int]]
+    postings: Mapping[str, Collection[int]]
     continues: AbstractSet[int]
     if copy is not None:
         active, postings, continues = copy.active, copy.terms(terms.terms), copy.continues
@@ -130,7 +130,8 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
             break
         # Rows that left active status since the postings were read (a concurrent forget)
         # leave them (new sets: a copy is shared), so the weighing can reach past them.
-        postings = {term: holders - gone for term, holders in postings.items()}
+        postings = {term: frozenset(holders).difference(gone)
+                    for term, holders in postings.items()}
     if not candidates:
         return Searched([], generation, read)
     ranked = engine.score_candidates(candidates, limit, now, details)
