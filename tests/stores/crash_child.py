@@ -83,13 +83,11 @@ async def write_in_turn(store: Any, run: int) -> None:
 async def shared(directory: str, run: int) -> None:
     import apsw
 
-    from scopemem.stores.sqlite_shared import SharedSqliteStore, fresh
+    from scopemem.stores.sqlite_shared import SharedSqliteStore
 
-    # Checkpoints every few commits, so kills land among them too.
+    # Checkpoints every few commits, so kills land among them too. Writes evict at a small
+    # cap: kills land among documents indexed, taken out and merged by FTS5.
     apsw.connection_hooks.append(lambda conn: conn.wal_autocheckpoint(16))
-    # Every scope's writes go through the side tables, merged every few batches, and
-    # evict at a small cap: kills land among posts, stale rows and merges.
-    fresh.FRESH_ROWS, fresh.MERGE_MIN, fresh.MERGE_SHARE = 0, 3 * BATCH, 2
     await write_in_turn(SharedSqliteStore(directory, cap=SHARED_CAP, usage_flush_ms=0,
                                           shards=SHARED_SHARDS), run)
 

@@ -224,6 +224,8 @@ def check_shard_file(path: str, written: dict[str, set[str]], used_at_most: dict
     conn = apsw.Connection(path)
     try:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        # FTS5's own check of the token index's structure (raises when it is damaged).
+        conn.execute("INSERT INTO terms_fts (terms_fts, rank) VALUES ('integrity-check', 0)")
         for scope, last_seq, active in conn.execute(
                 "SELECT scope_key, last_seq, active FROM scopes").fetchall():
             rows = conn.execute("SELECT seq, status, tokens, source_run_id, use_count"

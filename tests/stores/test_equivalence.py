@@ -40,7 +40,7 @@ from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.sqlite import SqliteStore, schema
 from scopemem.stores.sqlite import reads as sqlite_reads
 from scopemem.stores.sqlite.sql import record as _record
-from scopemem.stores.sqlite_shared import SharedSqliteStore, fresh
+from scopemem.stores.sqlite_shared import SharedSqliteStore
 from scopemem.stores.sqlite_shared import schema as shared_schema
 from tests.conftest import DAY_MS, FakeClock
 from tests.stores import pg
@@ -398,27 +398,6 @@ class SharedStoresAgreeFromCopies(SharedStoresAgree):
 
 SharedStoresAgreeFromCopies.TestCase.settings = StoresAgree.TestCase.settings
 TestSharedStoresAgreeFromCopies = SharedStoresAgreeFromCopies.TestCase
-
-
-class SharedStoresAgreeThroughFreshPostings(SharedStoresAgreeFromCopies):
-    """The same, with every scope posting its writes to the side tables and merging them
-    every few rows (``sqlite_shared/fresh.py``; by default only scopes of a thousand rows
-    do): posts, evictions, forgets and merges, read from SQL and from copies alike."""
-
-    def __init__(self) -> None:
-        self.saved = (fresh.FRESH_ROWS, fresh.MERGE_MIN, fresh.MERGE_SHARE)
-        fresh.FRESH_ROWS, fresh.MERGE_MIN, fresh.MERGE_SHARE = 0, 3, 2
-        super().__init__()
-
-    def teardown(self) -> None:
-        try:
-            super().teardown()
-        finally:
-            fresh.FRESH_ROWS, fresh.MERGE_MIN, fresh.MERGE_SHARE = self.saved
-
-
-SharedStoresAgreeThroughFreshPostings.TestCase.settings = StoresAgree.TestCase.settings
-TestSharedStoresAgreeThroughFreshPostings = SharedStoresAgreeThroughFreshPostings.TestCase
 
 
 # --- scopes where more records match than the candidate cap ---------------------------------

@@ -22,10 +22,11 @@ from scopemem.stores.postgres import cache as cache_module
 from scopemem.stores.postgres.cache import PostingsCache, ScopeCopy
 from scopemem.stores.sqlite import SqliteStore
 from scopemem.stores.sqlite import from_settings as sqlite_store
-from scopemem.stores.sqlite_shared import SharedSqliteStore, copies, fresh, reads, schema
+from scopemem.stores.sqlite_shared import SharedSqliteStore, copies, reads, schema
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.store import _POOL_THREADS
 from tests.conftest import FakeClock
+from tests.stores.shared_postings import CONTINUES, scope_documents
 
 
 def fact(text: str) -> Candidate:
@@ -254,8 +255,8 @@ async def test_reads_and_writes_look_up_only_the_rows_they_need(tmp_path, clock:
                 {"scope": "org:acme", "terms": '["deploy"]', "seqs": "[1]", "norms": '["x"]',
                  "bumps": '[["org:acme", 1, 1, 5]]', "scopes": '["org:acme"]'})]
 
-        assert any("USING PRIMARY KEY (scope_key=? AND term=?)" in step
-                   for step in plan(st.POSTINGS))
+        # A term's postings are a MATCH of the token index, a term at a time.
+        assert "SCAN t VIRTUAL TABLE INDEX 0:M1" in plan(st.POSTINGS)
         batch = plan(st.BATCH_ROWS)
         assert any("records_active_norm (scope_key=? AND norm=?)" in step for step in batch)
         assert not any(step.endswith("USING PRIMARY KEY (scope_key=?)") for step in batch)
@@ -549,31 +550,82 @@ async def test_a_copy_read_while_the_store_writes_arrives_carried_across_the_wri
         await store.close()
 
 
-async def test_a_version_2_shard_gains_the_side_tables_and_keeps_its_records(
+# Schema version 3's token index: rows of postings, with a large scope's recent changes in
+# side tables until merged.
+_VERSION_3 = (
+    "CREATE TABLE postings (scope_key TEXT NOT NULL, term TEXT NOT NULL, seq INTEGER NOT NULL,"
+    " continues INTEGER NOT NULL, PRIMARY KEY (scope_key, term, seq)) WITHOUT ROWID;"
+    "CREATE TABLE fresh_postings (scope_key TEXT NOT NULL, seq INTEGER NOT NULL,"
+    " term TEXT NOT NULL, continues INTEGER NOT NULL, PRIMARY KEY (scope_key, seq, term))"
+    " WITHOUT ROWID;"
+    "CREATE TABLE stale_postings (scope_key TEXT NOT NULL, seq INTEGER NOT NULL,"
+    " tokens TEXT NOT NULL, PRIMARY KEY (scope_key, seq)) WITHOUT ROWID;"
+    "DROP TABLE terms_fts; DROP INDEX scopes_sid; ALTER TABLE scopes DROP COLUMN sid;"
+    "ALTER TABLE scopes ADD COLUMN fresh_from INTEGER; PRAGMA user_version = 3;")
+
+
+async def test_a_version_3_shard_moves_its_postings_into_the_token_index(
         tmp_path, clock: FakeClock):
+    """A shard written before the token index: its postings (less the stale rows', with the
+    fresh ones) become the documents of the index, each scope under its own id, continuing
+    rows marked, and the old tables go; every record stays."""
     data = tmp_path / "data"
-    store = SharedSqliteStore(data, clock=clock, synchronous="off")
+    # One shard, so both scopes are in it.
+    store = SharedSqliteStore(data, clock=clock, synchronous="off", shards=1)
+    scopes = ("org:acme", "repo:acme/widgets")
     try:
-        await store.write("org:acme", [fact("the deploy runs on tuesdays")])
+        for scope in scopes:
+            await store.write(scope, [fact(f"the {word} deploy runs on tuesdays")
+                                      for word in ("nightly", "weekly", "hourly", "canary")])
     finally:
         await store.close()
-    path = data / schema.shard_file_name(schema.shard_of("org:acme"))
+    path = data / schema.shard_file_name(0, 1)
     conn = apsw.Connection(str(path))
-    conn.execute("DROP TABLE fresh_postings; DROP TABLE stale_postings;"
-                 " ALTER TABLE scopes DROP COLUMN fresh_from; PRAGMA user_version = 2")
+    conn.execute(_VERSION_3)
+    for scope in scopes:
+        rows = dict(conn.execute("SELECT seq, tokens FROM records WHERE scope_key = ?",
+                                 (scope,)))
+        # The first scope's rows 1-2 merged, row 3 fresh, row 4 evicted while its postings
+        # were merged (stale); the other's all merged.
+        for seq, tokens in rows.items():
+            table = "fresh_postings" if seq == 3 and scope == scopes[0] else "postings"
+            conn.executemany(f"INSERT INTO {table} (scope_key, term, seq, continues)"
+                             " VALUES (?, ?, ?, ?)",
+                             [(scope, term, seq, int(seq > 1)) for term in tokens.split()])
+    scope = scopes[0]
+    conn.execute("INSERT INTO stale_postings VALUES (?, 4, ?)", (scope, rows[4]))
+    conn.execute("UPDATE records SET status = 'evicted', retired_at = 1 WHERE seq = 4"
+                 " AND scope_key = ?", (scope,))
+    conn.execute("UPDATE scopes SET active = 3, fresh_from = 3 WHERE scope_key = ?", (scope,))
     conn.close()
-    again = SharedSqliteStore(data, clock=clock, synchronous="off")
+    again = SharedSqliteStore(data, clock=clock, synchronous="off", shards=1)
     try:
-        await again.write("org:acme", [fact("the nightly build runs at two")])
-        hits = await again.retrieve("org:acme", "deploy tuesdays", 5)
-        assert [r.text for r in hits] == ["the deploy runs on tuesdays"]
+        assert len(await again.retrieve(scopes[1], "canary deploy", 5)) == 4
+        hits = await again.retrieve(scope, "canary deploy", 5)
+        assert "the canary deploy runs on tuesdays" not in [r.text for r in hits]
+        assert {r.text for r in hits} == {f"the {word} deploy runs on tuesdays"
+                                          for word in ("nightly", "weekly", "hourly")}
+        await again.write(scope, [fact("the build cache lives on the runner")])
+        assert [r.text for r in await again.retrieve(scope, "build cache", 5)] == [
+            "the build cache lives on the runner"]
     finally:
         await again.close()
     conn = apsw.Connection(str(path))
     try:
         assert conn.execute("PRAGMA user_version").fetchall() == [(schema.SCHEMA_VERSION,)]
-        assert conn.execute("SELECT fresh_from FROM scopes").fetchall() == [(None,)]
-        assert conn.execute("SELECT count(*) FROM fresh_postings").fetchall() == [(0,)]
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+        assert not tables & {"postings", "fresh_postings", "stale_postings"}
+        documents = scope_documents(conn, scope)
+        active = dict(conn.execute("SELECT seq, tokens FROM records WHERE scope_key = ?"
+                                   " AND status = 'active'", (scope,)))
+        assert {seq: terms - {CONTINUES} for seq, terms in documents.items()} == {
+            seq: set(tokens.split()) for seq, tokens in active.items()}
+        # Rows 2 and 3 continued row 1's thread; row 5 continues the evicted row 4's.
+        assert {seq for seq, terms in documents.items() if CONTINUES in terms} == {2, 3, 5}
+        other = scope_documents(conn, scopes[1])
+        assert len(other) == 4 and not other.keys() & {0}
+        sids = [sid for (sid,) in conn.execute("SELECT sid FROM scopes ORDER BY sid")]
+        assert len(sids) == 2 == len(set(sids)) and all(sid > 0 for sid in sids)
     finally:
         conn.close()
 
@@ -622,8 +674,6 @@ async def test_a_write_runs_as_many_statements_whatever_its_size(tmp_path, clock
     """Rows and postings go in as one JSON array a statement: each statement is a moment
     the writing thread gives up the GIL and must win it back from a busy event loop, so a
     statement a row made a write of 50 wait seconds beside busy retrievals."""
-    monkeypatch.setattr(fresh, "FRESH_ROWS", 0)  # through the side tables too
-    monkeypatch.setattr(fresh, "MERGE_MIN", 60)
     executed: list[str] = []
 
     def hook(conn: apsw.Connection) -> None:
@@ -638,14 +688,14 @@ async def test_a_write_runs_as_many_statements_whatever_its_size(tmp_path, clock
     try:
         counts = []
         # 50 new rows; the same 50 again (each row restated); 50 more (evicting past the
-        # cap, then a merge of the side tables); one row.
+        # cap); one row.
         for size in (1, 50, 50, 51, 1):
             executed.clear()
             await store.write(scope, [fact(f"runner {size} note {n} caches layers")
                                       for n in range(size)])
             counts.append(len(executed))
-        # A few more when a write evicts and merges, never one more a row (the first
-        # write also makes the shard's tables).
+        # A few more when a write evicts, never one more a row (the first write also
+        # makes the shard's tables).
         assert max(counts[1:]) <= 24, counts
     finally:
         await store.close()

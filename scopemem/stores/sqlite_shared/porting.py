@@ -23,7 +23,7 @@ from scopemem.stores.base import check_scope_key
 from scopemem.stores.porting import group_import
 from scopemem.stores.shared.tokens import index_tokens
 from scopemem.stores.sqlite import sql as sqlite_sql
-from scopemem.stores.sqlite_shared import fresh
+from scopemem.stores.sqlite_shared import index
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.usage import PendingUses
 from scopemem.stores.sqlite_shared.writes import transaction
@@ -34,9 +34,8 @@ EXPORT_PAGE = (f"SELECT {st.USES_COUNTER}, {st.RECORD_COLUMNS} FROM records"
                " WHERE scope_key = :scope"
                " AND seq > :after ORDER BY seq LIMIT :limit")
 HELD_SEQS = f"SELECT seq FROM records WHERE scope_key = :scope AND {st.IN_SEQS}"
-NEIGHBOURS = (f"SELECT seq, source_thread_key, status FROM records WHERE scope_key = :scope"
-              f" AND {st.IN_SEQS}")
-MARK_CONTINUES = f"UPDATE postings SET continues = 1 WHERE scope_key = :scope AND {st.IN_SEQS}"
+NEIGHBOURS = (f"SELECT seq, source_thread_key, status, tokens FROM records"
+              f" WHERE scope_key = :scope AND {st.IN_SEQS}")
 IMPORT_COUNTS = ("UPDATE scopes SET last_seq = max(last_seq, :last), active = active + :added,"
                  " generation = generation + 1 WHERE scope_key = :scope")
 
@@ -57,10 +56,8 @@ def import_scope(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer,
     """Import one scope's checked records (``group_import``); how many were added."""
     with transaction(conn, uses, shard, scope_key):
         conn.execute(st.NEW_SCOPE, {"scope": scope_key, "now": now})
-        last_seq, active, _generation, fresh_from = conn.execute(
+        last_seq, _active, _generation, sid = conn.execute(
             st.LOCK_SCOPE, {"scope": scope_key}).fetchall()[0]
-        # An import posts and marks rows anywhere in the scope: into ``postings`` alone.
-        fresh.merge(conn, fresh.Route.of(scope_key, active, fresh_from, last_seq))
         seqs = json.dumps([seq for seq, _record in batch])
         held = {seq for (seq,) in conn.execute(HELD_SEQS, {"scope": scope_key, "seqs": seqs})}
         added = sorted((item for item in batch if item[0] not in held), key=lambda i: i[0])
@@ -76,25 +73,24 @@ def import_scope(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer,
              None if r.is_active else now, " ".join(tokens[seq]))
             for seq, r in added], ensure_ascii=False)})
         around = json.dumps(sorted({n for seq, _r in added for n in (seq - 1, seq + 1)}))
-        neighbours = {seq: (thread, status) for seq, thread, status in conn.execute(
+        neighbours = {seq: row for seq, *row in conn.execute(
             NEIGHBOURS, {"scope": scope_key, "seqs": around})}
         added_seqs = {seq for seq, _r in added}
-        postings: list[tuple[str, int, int]] = []
-        follows: list[int] = []  # existing active rows that now continue an import
+        documents: list[tuple[int, list[str], bool]] = []
+        # Existing active rows that now continue an import: indexed again with the marker.
+        follows: list[tuple[int, list[str], bool]] = []
         for seq, record in added:
             thread = record.source_thread_key
             before = neighbours.get(seq - 1)
-            continues = int(before is not None and before[0] == thread)
-            postings.extend((term, seq, continues) for term in tokens[seq])
+            if record.is_active:
+                documents.append((seq, tokens[seq], before is not None and before[0] == thread))
             after = neighbours.get(seq + 1)
             if (after is not None and seq + 1 not in added_seqs and after[0] == thread
                     and after[1] == "active"):
-                follows.append(seq + 1)
-        if postings:
-            conn.execute(st.POST_ROWS, {"scope": scope_key,
-                                        "rows": json.dumps(postings, ensure_ascii=False)})
+                follows.append((seq + 1, after[2].split(), True))
         if follows:
-            conn.execute(MARK_CONTINUES, {"scope": scope_key, "seqs": json.dumps(follows)})
+            index.unpost(conn, sid, [seq for seq, _terms, _c in follows])
+        index.post(conn, sid, [*documents, *follows])
         conn.execute(IMPORT_COUNTS, {
             "scope": scope_key, "last": max(last_seq, added[-1][0]),
             "added": sum(1 for _seq, r in added if r.is_active)})

@@ -2,8 +2,8 @@
 
 They run on the read pool, on the thread's own connection to the scope's shard.
 
-1. In one read transaction, the scope's active count and the postings of the query's terms
-   (``statements.POSTINGS``);
+1. In one statement, the scope's active count and the postings of the query's terms from
+   the shard's token index (``statements.STATE_POSTINGS``, ``index.py``);
 2. ``tokens.term_weights``, ``tokens.covered`` and ``engine.rank_candidates``: the weights,
    the covered weight of each record the answer can need (``core.topk``) and the best
    ``candidate_cap(limit)``, with the very functions every other store ranks with;
@@ -41,6 +41,7 @@ from scopemem.stores.base import Hit
 from scopemem.stores.postgres import tokens
 from scopemem.stores.postgres.cache import ScopeCopy, Touches, dense_index
 from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite_shared import index
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.copies import RowCopy, answer
 from scopemem.stores.sqlite_shared.usage import PendingUses
@@ -90,16 +91,15 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
                              whole)
         if small is not None:
             return small
-        params = {"scope": scope_key, "terms": json.dumps(list(terms.terms))}
-        state = conn.execute(st.STATE_MAIN_POSTINGS, params).fetchall()
-        if state and state[0][2] is not None:  # side tables (``fresh.py``): all of it
-            state = conn.execute(st.STATE_POSTINGS, params).fetchall()
+        params = {"scope": scope_key,
+                  "terms": json.dumps([*terms.terms, index.CONTINUES], ensure_ascii=False)}
+        state = conn.execute(st.STATE_POSTINGS, params).fetchall()
         if not state:
             return Searched([])
         active, generation = state[0][0], state[0][1]
-        rows = [row[3:] for row in state if row[3] is not None]
+        rows = [row[2:] for row in state if row[2] is not None]
         postings, continues = _postings(rows)
-        read = len(rows)
+        read = len(rows) - len(continues)
     weights = tokens.term_weights(postings, active, terms, ranking)
     total = sum(weights)
     details: dict[int, tuple[int, Record]] = {}
@@ -200,17 +200,15 @@ def _from_copies(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranki
 
 
 def _postings(rows: Sequence[Sequence[Any]]) -> tuple[dict[str, set[int]], set[int]]:
-    """``POSTINGS`` rows as term → seqs, and the seqs continuing their predecessor's thread."""
+    """``(term, seq)`` rows of the token index as term → seqs, and the seqs continuing their
+    predecessor's thread (those under ``index.CONTINUES``)."""
     postings: dict[str, set[int]] = {}
-    continues: set[int] = set()
-    for term, seq, continuing in rows:
+    for term, seq in rows:
         holders = postings.get(term)
         if holders is None:
             holders = postings[term] = set()
         holders.add(seq)
-        if continuing:
-            continues.add(seq)
-    return postings, continues
+    return postings, postings.pop(index.CONTINUES, set())
 
 
 def copy_of(conn: Any, uses: PendingUses, shard: int, scope_key: str
@@ -225,8 +223,9 @@ def copy_of(conn: Any, uses: PendingUses, shard: int, scope_key: str
         state = conn.execute(st.SCOPE_STATE, {"scope": scope_key}).fetchall()
         if not state or lead is None:
             return None
-        rows = conn.execute(st.SCOPE_POSTINGS, {"scope": scope_key}).fetchall()
-    active, generation = state[0]
+        low, high = index.bounds(state[0][2])
+        rows = conn.execute(st.SCOPE_POSTINGS, {"low": low, "high": high}).fetchall()
+    active, generation, _sid = state[0]
     if lead[1] != generation:  # one snapshot: never, but a copy must be of one state
         return None
     postings, continuing = _postings(rows)
@@ -256,6 +255,6 @@ def listing(conn: Any, uses: PendingUses, shard: int, scope_key: str, limit: int
     """The newest active rows (holding one of ``tokens_``, of ``kind``, when given)."""
     _lead, rows = uses.rows(conn, shard, scope_key, st.LISTING, {
         "scope": scope_key, "limit": limit,
-        "tokens": None if tokens_ is None else json.dumps(tokens_),
+        "terms": None if tokens_ is None else json.dumps(tokens_, ensure_ascii=False),
         "kind": None if kind is None else str(kind)})
     return [sqlite_sql.record(row) for row in rows]

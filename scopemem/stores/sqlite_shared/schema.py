@@ -3,13 +3,15 @@ holding every scope whose key hashes to it.
 
 Each shard is one SQLite database in WAL mode. Its tables are keyed by scope first, as the
 PostgreSQL store's one table is (``stores/postgres/migrations.py``): ``scopes`` (a row per
-scope: its last seq, active count and change counter), ``records`` (``(scope_key, seq)``),
-``postings`` (``(scope_key, term, seq)``: the engine's own terms of each active record, the
-index every retrieval reads; a large scope's recent changes are in ``fresh_postings`` and
-``stale_postings`` until they are merged, ``fresh.py``) and ``counters``. Every statement
-names the scope as a bound value in its WHERE clause, and every index leads with
-``scope_key``, so no statement can read or change another scope's rows, whatever its key
-holds.
+scope: its last seq, active count, change counter and its id in the shard), ``records``
+(``(scope_key, seq)``) and ``counters``. Every statement names the scope as a bound value in
+its WHERE clause, and every index leads with ``scope_key``, so no statement can read or
+change another scope's rows, whatever its key holds.
+
+The engine's terms of every active record are in one FTS5 table per shard, ``terms_fts``
+(``index.py``): a document per record, rowid ``sid << 32 | seq``, each term prefixed by the
+scope's id (``scopes.sid``, eight hex digits), so a scope's terms are its own range of the
+vocabulary and a query for one of them can only match that scope's records.
 
 A shard records which shard it is (``meta``: its index and the shard count) and carries the
 store's application id, so a file copied over another shard's name, or a database of
@@ -24,9 +26,11 @@ import functools
 import hashlib
 from typing import Any
 
+from scopemem.stores.sqlite_shared import index
+
 # "ScMs": a shard of the shared-file layout (the file-per-scope layout's files say "ScMm").
 APPLICATION_ID = 0x53634D73
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Shards of a data directory. Fixed: a scope's shard is its key's hash modulo this, so a
 #: directory written with one count cannot be read with another.
 SHARDS = 16
@@ -41,6 +45,11 @@ RECORD_COLUMNS = ("seq, id, scope_key, kind, text, keywords, source_thread_key, 
                   " created_at, last_used_at, use_count, confidence, supersedes, restates,"
                   " status, source")
 
+# The active records' terms (``index.py``): contentless (the terms are in ``records.tokens``),
+# deletable by rowid, no positions (a record holds a term or not).
+TERMS_FTS = ("CREATE VIRTUAL TABLE IF NOT EXISTS terms_fts USING fts5(tokens, tokenize = 'ascii',"
+             " content = '', contentless_delete = 1, detail = none)")
+
 TABLES = (
     """CREATE TABLE IF NOT EXISTS meta (
         key   TEXT PRIMARY KEY,
@@ -48,8 +57,8 @@ TABLES = (
     ) WITHOUT ROWID""",
     # A scope's row is created by its first write; ``generation`` counts every change to its
     # records (never a use count), for copies of the scope held in memory; ``uses`` every
-    # save of its use counts (``usage.py``); ``fresh_from`` the first row whose postings are
-    # in ``fresh_postings`` (NULL: none, ``fresh.py``).
+    # save of its use counts (``usage.py``); ``sid`` is its id in the shard's token index
+    # (``index.py``), never changed and never given to another scope.
     """CREATE TABLE IF NOT EXISTS scopes (
         scope_key  TEXT PRIMARY KEY,
         last_seq   INTEGER NOT NULL DEFAULT 0,
@@ -57,8 +66,9 @@ TABLES = (
         generation INTEGER NOT NULL DEFAULT 0,
         created_at INTEGER NOT NULL,
         uses       INTEGER NOT NULL DEFAULT 0,
-        fresh_from INTEGER
+        sid        INTEGER NOT NULL
     ) WITHOUT ROWID""",
+    "CREATE UNIQUE INDEX IF NOT EXISTS scopes_sid ON scopes (sid)",
     """CREATE TABLE IF NOT EXISTS records (
         scope_key         TEXT NOT NULL,
         seq               INTEGER NOT NULL,
@@ -91,33 +101,7 @@ TABLES = (
     # The purge of dead rows past the retention, oldest death first.
     "CREATE INDEX IF NOT EXISTS records_dead ON records (scope_key, retired_at)"
     " WHERE status IN ('superseded', 'evicted', 'swept')",
-    # One row per (term, active record); ``continues``: the record was written just after
-    # one of the same thread (the neighbour credit, ``ranking.rank_covered``).
-    """CREATE TABLE IF NOT EXISTS postings (
-        scope_key TEXT NOT NULL,
-        term      TEXT NOT NULL,
-        seq       INTEGER NOT NULL,
-        continues INTEGER NOT NULL,
-        PRIMARY KEY (scope_key, term, seq)
-    ) WITHOUT ROWID""",
-    # A large scope's recent writes (``fresh.py``): the postings of its rows from
-    # ``scopes.fresh_from`` on, and the rows retired whose postings are still in ``postings``
-    # (with the terms to take out), until the scope's next merge.
-    # Ordered by seq, not term: a write appends its rows' postings on a page or two (a
-    # retrieval reads all of a scope's few fresh postings and keeps its terms').
-    """CREATE TABLE IF NOT EXISTS fresh_postings (
-        scope_key TEXT NOT NULL,
-        seq       INTEGER NOT NULL,
-        term      TEXT NOT NULL,
-        continues INTEGER NOT NULL,
-        PRIMARY KEY (scope_key, seq, term)
-    ) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS stale_postings (
-        scope_key TEXT NOT NULL,
-        seq       INTEGER NOT NULL,
-        tokens    TEXT NOT NULL,
-        PRIMARY KEY (scope_key, seq)
-    ) WITHOUT ROWID""",
+    TERMS_FTS,
     """CREATE TABLE IF NOT EXISTS counters (
         scope_key TEXT NOT NULL,
         day       INTEGER NOT NULL,
@@ -175,18 +159,48 @@ def identity_problem(conn: Any, index: int, shards: int) -> str | None:
 def apply_schema(conn: Any, index: int, shards: int) -> None:
     """Create or complete the schema and record the shard's identity. The caller holds a
     write transaction and has checked ``identity_problem``."""
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    if "postings" in tables:
+        _from_postings(conn)  # a shard of schema version 1-3
     for statement in TABLES:
         conn.execute(statement)
-    # Version 2 counts use-count saves; a version 1 shard gains the column.
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(scopes)")}
-    if "uses" not in columns:
-        conn.execute("ALTER TABLE scopes ADD COLUMN uses INTEGER NOT NULL DEFAULT 0")
-    # Version 3 keeps large scopes' recent postings apart; a version 2 shard has none yet.
-    if "fresh_from" not in columns:
-        conn.execute("ALTER TABLE scopes ADD COLUMN fresh_from INTEGER")
     conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?), (?, ?)",
                  (META_SHARD, str(index), META_SHARDS, str(shards)))
     if pragma(conn, "application_id") != APPLICATION_ID:
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     if pragma(conn, "user_version") != SCHEMA_VERSION:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+# A scope's postings in a shard of version 1-3: ``postings`` but for its stale rows, and its
+# fresh ones (the side tables of version 3), with each posting's ``continues`` flag.
+_OLD_POSTINGS = ("SELECT seq, max(continues), group_concat(term, ' ') FROM ("
+                 "SELECT term, seq, continues FROM postings WHERE scope_key = :scope{stale}"
+                 "{fresh}) GROUP BY seq")
+
+
+def _from_postings(conn: Any) -> None:
+    """Move a version 1-3 shard's postings into ``terms_fts``, each scope under a new id, in
+    the caller's transaction, and drop the tables they were in."""
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    side = "fresh_postings" in tables
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(scopes)")}
+    if "uses" not in columns:  # version 1
+        conn.execute("ALTER TABLE scopes ADD COLUMN uses INTEGER NOT NULL DEFAULT 0")
+    conn.execute("ALTER TABLE scopes ADD COLUMN sid INTEGER NOT NULL DEFAULT 0")
+    conn.execute(TERMS_FTS)
+    statement = _OLD_POSTINGS.format(
+        stale=" AND seq NOT IN (SELECT seq FROM stale_postings WHERE scope_key = :scope)"
+        if side else "",
+        fresh=" UNION ALL SELECT term, seq, continues FROM fresh_postings"
+        " WHERE scope_key = :scope" if side else "")
+    keys = [key for (key,) in conn.execute("SELECT scope_key FROM scopes ORDER BY scope_key")]
+    for sid, key in enumerate(keys, start=1):
+        conn.execute("UPDATE scopes SET sid = ? WHERE scope_key = ?", (sid, key))
+        rows = conn.execute(statement, {"scope": key}).fetchall()
+        index.post(conn, sid, [(seq, terms.split(), bool(continues))
+                               for seq, continues, terms in rows])
+    for table in ("postings", "fresh_postings", "stale_postings"):
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+    if "fresh_from" in columns:
+        conn.execute("ALTER TABLE scopes DROP COLUMN fresh_from")

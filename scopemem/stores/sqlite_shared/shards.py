@@ -124,6 +124,10 @@ class Shards:
             conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
             if index not in self._checked:
                 self._check(conn, index, path)
+            # The token index's vocabulary, which a copy of a scope is read from
+            # (``statements.SCOPE_POSTINGS``): a table of this connection's own.
+            conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.terms_vocab"
+                         " USING fts5vocab(main, terms_fts, 'instance')")
         except apsw.Error as exc:
             conn.close()
             raise StoreError(f"sqlite store: {path}: {sqlite_sql.describe(exc)}") from exc

@@ -1,4 +1,5 @@
-"""Every statement the shared-file SQLite store runs, for any shard.
+"""Every statement the shared-file SQLite store runs, for any shard (but the three that
+write its token index, which are ``index.py``'s own).
 
 Each one names the scope as a bound value (``:scope``) in its WHERE clause, and every index
 leads with ``scope_key`` (``schema.py``). A list of values (seqs, terms, normalized texts)
@@ -16,26 +17,19 @@ PURGEABLE = "('superseded', 'evicted', 'swept')"
 
 # --- reads ---------------------------------------------------------------------------------
 
-SCOPE_STATE = "SELECT active, generation FROM scopes WHERE scope_key = :scope"
-# A large scope's postings are those of ``postings`` but for its stale rows, and those of
-# ``fresh_postings`` (``fresh.py``); a scope whose ``fresh_from`` is NULL has none of either.
-NOT_STALE = "seq NOT IN (SELECT seq FROM stale_postings WHERE scope_key = :scope)"
-# The postings of the query's terms: one range scan of the primary key per term (CROSS JOIN
-# keeps the terms outermost; left to itself SQLite scans every posting of the scope) ...
-MAIN_POSTINGS = ("SELECT p.term, p.seq, p.continues FROM json_each(:terms) AS q"
-                 " CROSS JOIN postings AS p ON p.scope_key = :scope AND p.term = q.value")
-# ... and, for a scope with side tables, less its stale rows, with its fresh ones.
-POSTINGS = (f"{MAIN_POSTINGS} WHERE p.{NOT_STALE}"
-            " UNION ALL SELECT f.term, f.seq, f.continues FROM fresh_postings AS f"
-            " WHERE f.scope_key = :scope AND f.term IN (SELECT value FROM json_each(:terms))")
-# The scope's active count, change counter and ``fresh_from`` with the postings of the
-# query's terms, in one statement (one snapshot, one call): one row of NULL postings when
-# none is found. Most scopes have no side tables: their reads leave them out (a third of
-# the statement's cost), and a read that finds ``fresh_from`` set reads again with them.
-_STATE = ("SELECT sc.active, sc.generation, sc.fresh_from, p.term, p.seq, p.continues"
-          " FROM scopes AS sc LEFT JOIN ({}) AS p WHERE sc.scope_key = :scope")
-STATE_MAIN_POSTINGS = _STATE.format(MAIN_POSTINGS)
-STATE_POSTINGS = _STATE.format(POSTINGS)
+SCOPE_STATE = "SELECT active, generation, sid FROM scopes WHERE scope_key = :scope"
+# The query's terms (and ``index.CONTINUES``) as the phrases of scope :scope's terms in the
+# token index (``index.py``): each term prefixed by the scope's id.
+_PHRASE = ("'\"' || printf('%08x', (SELECT sid FROM scopes WHERE scope_key = :scope))"
+           " || q.value || '\"'")
+# The postings of the query's terms, and the seqs continuing their thread (term
+# ``index.CONTINUES``): a MATCH a term, CROSS JOIN keeping the terms outermost.
+POSTINGS = ("SELECT q.value AS term, t.rowid & 4294967295 AS seq FROM json_each(:terms) AS q"
+            f" CROSS JOIN terms_fts AS t WHERE t.terms_fts MATCH {_PHRASE}")
+# The scope's active count and change counter with those postings, in one statement (one
+# snapshot, one call): one row of NULL postings when none is found.
+STATE_POSTINGS = ("SELECT sc.active, sc.generation, p.term, p.seq FROM scopes AS sc"
+                  f" LEFT JOIN ({POSTINGS}) AS p WHERE sc.scope_key = :scope")
 # The candidates' rows, after the scope's uses counter (``usage.py``) and change counter
 # (what a copy in memory is checked against); one row of NULLs after them when none is found.
 _R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in RECORD_COLUMNS.split(","))
@@ -56,27 +50,27 @@ SMALL_SCOPE_ROWS = (f"SELECT sc.uses, sc.generation, sc.active, {_R_COLUMNS}, r.
 # The scope's uses counter, for a statement answering rows (read once: it does not depend
 # on the row).
 USES_COUNTER = "(SELECT uses FROM scopes WHERE scope_key = :scope)"
-# A scope's whole index, and each active row's last touch (a lower bound ever after: a use
-# only moves it on), for a copy in memory.
-SCOPE_POSTINGS = ("SELECT term, seq, continues FROM postings WHERE scope_key = :scope"
-                  f" AND {NOT_STALE} UNION ALL SELECT term, seq, continues FROM fresh_postings"
-                  " WHERE scope_key = :scope")
+# A scope's whole index, for a copy in memory: its range of the token index's vocabulary
+# (``index.bounds``), read through the connection's ``fts5vocab`` table (``shards.py``).
+SCOPE_POSTINGS = ("SELECT substr(term, 9), doc & 4294967295 FROM temp.terms_vocab"
+                  " WHERE term >= :low AND term < :high")
 ACTIVE_SEQS = f"SELECT seq FROM records WHERE {ACTIVE} AND {IN_SEQS}"
 LISTING = (f"SELECT {USES_COUNTER}, {RECORD_COLUMNS} FROM records WHERE {ACTIVE}"
            " AND (:kind IS NULL OR kind = :kind)"
-           " AND (:tokens IS NULL OR seq IN (SELECT seq FROM postings"
-           " WHERE scope_key = :scope AND term IN (SELECT value FROM json_each(:tokens))"
-           " UNION ALL SELECT seq FROM fresh_postings"
-           " WHERE scope_key = :scope AND term IN (SELECT value FROM json_each(:tokens))))"
+           " AND (:terms IS NULL OR seq IN (SELECT t.rowid & 4294967295"
+           f" FROM json_each(:terms) AS q CROSS JOIN terms_fts AS t"
+           f" WHERE t.terms_fts MATCH {_PHRASE}))"
            " ORDER BY seq DESC LIMIT :limit")
 ACTIVE_FACTS = f"SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE} AND kind = 'fact' ORDER BY seq"
 
 # --- writes --------------------------------------------------------------------------------
 
-LOCK_SCOPE = ("SELECT last_seq, active, generation, fresh_from FROM scopes"
+LOCK_SCOPE = ("SELECT last_seq, active, generation, sid FROM scopes"
               " WHERE scope_key = :scope")
-NEW_SCOPE = ("INSERT INTO scopes (scope_key, created_at) VALUES (:scope, :now)"
-             " ON CONFLICT DO NOTHING")
+# A new scope's id in the token index: one above the highest ever given in the shard (a
+# scope's row is never deleted, so an id is never given twice).
+NEW_SCOPE = ("INSERT INTO scopes (scope_key, created_at, sid) VALUES (:scope, :now,"
+             " (SELECT ifnull(max(sid), 0) + 1 FROM scopes)) ON CONFLICT DO NOTHING")
 COUNT_SCOPES = "SELECT count(*) FROM scopes"
 SET_COUNTS = ("UPDATE scopes SET last_seq = :last, active = :active,"
               " generation = generation + 1 WHERE scope_key = :scope")
@@ -98,30 +92,7 @@ INSERT_ROWS = ("INSERT INTO records (scope_key, seq, id, kind, text, norm, keywo
                " SELECT :scope, " + ", ".join(f"value ->> {i}" for i in range(18))
                + " FROM json_each(:rows)")
 THREAD_OF = "SELECT source_thread_key FROM records WHERE scope_key = :scope AND seq = :seq"
-# [[term, seq, continues], ...]
-POST_ROWS = ("INSERT OR IGNORE INTO postings (scope_key, term, seq, continues)"
-             " SELECT :scope, value ->> 0, value ->> 1, value ->> 2 FROM json_each(:rows)")
 TOKENS_OF = f"SELECT seq, tokens FROM records WHERE scope_key = :scope AND {IN_SEQS}"
-# [[term, seq], ...]: one primary-key lookup each.
-UNPOST_ROWS = ("DELETE FROM postings WHERE scope_key = :scope AND (term, seq) IN"
-               " (SELECT value ->> 0, value ->> 1 FROM json_each(:rows))")
-# A large scope's side tables (``fresh.py``).
-FRESH_POST_ROWS = ("INSERT OR IGNORE INTO fresh_postings (scope_key, term, seq, continues)"
-                   " SELECT :scope, value ->> 0, value ->> 1, value ->> 2"
-                   " FROM json_each(:rows)")
-FRESH_UNPOST = ("DELETE FROM fresh_postings WHERE scope_key = :scope"
-                f" AND {IN_SEQS}")
-# [[seq, tokens], ...]
-STALE_ROWS_ADD = ("INSERT OR IGNORE INTO stale_postings (scope_key, seq, tokens)"
-                  " SELECT :scope, value ->> 0, value ->> 1 FROM json_each(:rows)")
-SET_FRESH_FROM = "UPDATE scopes SET fresh_from = :seq WHERE scope_key = :scope"
-STALE_COUNT = "SELECT count(*) FROM stale_postings WHERE scope_key = :scope"
-MERGE_FRESH = ("INSERT OR IGNORE INTO postings (scope_key, term, seq, continues)"
-               " SELECT scope_key, term, seq, continues FROM fresh_postings"
-               " WHERE scope_key = :scope ORDER BY term, seq")
-DROP_FRESH = "DELETE FROM fresh_postings WHERE scope_key = :scope"
-STALE_ROWS = "SELECT seq, tokens FROM stale_postings WHERE scope_key = :scope"
-DROP_STALE = "DELETE FROM stale_postings WHERE scope_key = :scope"
 # [[seq, use count, last used, confidence, status], ...]: the rows a batch restates,
 # supersedes or confirms, one statement (materialized first, so each row is a key lookup).
 CHANGE_ROWS = ("WITH c (seq, uses, last, confidence, status) AS MATERIALIZED"

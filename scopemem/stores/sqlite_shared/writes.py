@@ -23,12 +23,13 @@ from scopemem.core.records import Candidate, CountRow, Record, Status, SweepResu
 from scopemem.core.scopes import memory_id, record_seq
 from scopemem.core.text import normalize_text
 from scopemem.core.words import Analyzer
+from scopemem.errors import StoreError
 from scopemem.stores.shared import batches
 from scopemem.stores.shared import counts as counting
 from scopemem.stores.shared.batches import PURGE_ROWS
 from scopemem.stores.shared.tokens import index_tokens
 from scopemem.stores.sqlite import sql as sqlite_sql
-from scopemem.stores.sqlite_shared import fresh
+from scopemem.stores.sqlite_shared import index
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
@@ -77,9 +78,9 @@ class Change:
     active: int = 0
 
 
-def _scope_row(conn: Any, scope_key: str) -> tuple[int, int, int, int | None] | None:
-    """The scope's last seq, active count, change counter and first fresh row (None: no
-    such scope)."""
+def _scope_row(conn: Any, scope_key: str) -> tuple[int, int, int, int] | None:
+    """The scope's last seq, active count, change counter and id in the token index
+    (None: no such scope)."""
     rows = conn.execute(st.LOCK_SCOPE, {"scope": scope_key}).fetchall()
     return (rows[0][0], rows[0][1], rows[0][2], rows[0][3]) if rows else None
 
@@ -95,9 +96,10 @@ def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_ke
         if row is None:
             reserve_scope()
             conn.execute(st.NEW_SCOPE, {"scope": scope_key, "now": now})
-            row = (0, 0, 0, None)
-        last_seq, active, generation, fresh_from = row
-        route = fresh.Route.of(scope_key, active, fresh_from, last_seq)
+            row = _scope_row(conn, scope_key)
+            assert row is not None
+        last_seq, active, generation, sid = row
+        route = Route(scope_key, sid)
         change = Change(generation, mark)
         norms, seqs = batches.lookup_keys(scope_key, fitted)
         known = [sqlite_sql.record(r) for r in conn.execute(st.BATCH_ROWS, {
@@ -108,8 +110,6 @@ def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_ke
         live = active + plan.live_delta
         if live > cap:
             evicted = _evict(conn, route, live - cap, now, change)
-        if fresh.merge_due(conn, route, plan.next_seq - 1, live - len(evicted)):
-            fresh.merge(conn, route)
         conn.execute(st.PURGE, {"scope": scope_key, "rows": PURGE_ROWS, "cutoff": cutoff})
         conn.execute(st.SET_COUNTS, {"scope": scope_key, "last": plan.next_seq - 1,
                                      "active": live - len(evicted)})
@@ -119,7 +119,15 @@ def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_ke
     return counts, change
 
 
-def _persist(conn: Any, analyzer: Analyzer, route: fresh.Route, plan: batches.BatchPlan,
+@attrs.frozen
+class Route:
+    """The scope a write changes, and its id in the token index (``index.py``)."""
+
+    scope_key: str
+    sid: int
+
+
+def _persist(conn: Any, analyzer: Analyzer, route: Route, plan: batches.BatchPlan,
              last_seq: int, now: int, change: Change) -> None:
     """The batch's new rows and their postings, and its changes to existing rows (those it
     retired leave the postings)."""
@@ -139,14 +147,17 @@ def _persist(conn: Any, analyzer: Analyzer, route: fresh.Route, plan: batches.Ba
         if last_seq:
             rows = conn.execute(st.THREAD_OF, {"scope": scope_key, "seq": last_seq}).fetchall()
             thread = rows[0][0] if rows else None
-        postings: list[tuple[str, int, int]] = []
+        documents: list[tuple[int, list[str], bool]] = []
         posted: dict[str, list[int]] = {}
         for record in plan.inserts:
             if record.is_active:
                 seq = record_seq(record.id)
-                continues = int(record.source_thread_key == thread)
+                if seq > index.MAX_SEQ:
+                    raise StoreError(f"sqlite store: scope {scope_key!r} has used every id")
+                continues = record.source_thread_key == thread
                 terms = held[seq]
-                postings.extend((term, seq, continues) for term in terms)
+                documents.append((seq, terms, continues))
+                change.postings_added += len(terms)
                 for term in terms:
                     posted.setdefault(term, []).append(seq)
                 change.inserted.append(seq)
@@ -155,8 +166,7 @@ def _persist(conn: Any, analyzer: Analyzer, route: fresh.Route, plan: batches.Ba
                 change.touched.append((seq, record.last_touched))
                 change.rows.append(record)
             thread = record.source_thread_key
-        fresh.post(conn, route, postings)
-        change.postings_added += len(postings)
+        index.post(conn, route.sid, documents)
         for term, seqs in posted.items():
             had = change.posted.get(term)
             change.posted[term] = (*had, *seqs) if had else tuple(seqs)
@@ -170,21 +180,23 @@ def _persist(conn: Any, analyzer: Analyzer, route: fresh.Route, plan: batches.Ba
         change.rows.extend(r for r in plan.changes if r.is_active)
 
 
-def _unpost(conn: Any, route: fresh.Route, seqs: Sequence[int], change: Change | None = None,
-            *, at_once: bool = False) -> None:
-    """Take rows ``seqs`` out of the postings (while they still hold their tokens;
-    ``fresh.unpost``)."""
+def _unpost(conn: Any, route: Route, seqs: Sequence[int], change: Change | None = None
+            ) -> None:
+    """Take rows ``seqs`` out of the token index (while they still hold their tokens, which
+    the copy carried across the write counts)."""
     if not seqs:
+        return
+    if change is None:
+        index.unpost(conn, route.sid, seqs)
         return
     rows = conn.execute(st.TOKENS_OF, {"scope": route.scope_key,
                                        "seqs": json.dumps(list(seqs))}).fetchall()
-    gone = fresh.unpost(conn, route, rows, at_once=at_once)
-    if change is not None:
-        change.unposted.extend(seq for seq, _tokens in rows)
-        change.postings_removed += gone
+    index.unpost(conn, route.sid, [seq for seq, _tokens in rows])
+    change.unposted.extend(seq for seq, _tokens in rows)
+    change.postings_removed += sum(len(tokens.split()) for _seq, tokens in rows)
 
 
-def _evict(conn: Any, route: fresh.Route, excess: int, now: int, change: Change
+def _evict(conn: Any, route: Route, excess: int, now: int, change: Change
            ) -> list[int]:
     """The seqs of the rows evicted to bring the scope down by ``excess``."""
     groups = [conn.execute(statement, {"scope": route.scope_key, "excess": excess}).fetchall()
@@ -193,7 +205,7 @@ def _evict(conn: Any, route: fresh.Route, excess: int, now: int, change: Change
     return _retire(conn, route, evicted, Status.EVICTED, now, change)
 
 
-def _retire(conn: Any, route: fresh.Route, seqs: Sequence[int], status: Status, now: int,
+def _retire(conn: Any, route: Route, seqs: Sequence[int], status: Status, now: int,
             change: Change | None = None) -> list[int]:
     """Retire the active ones of rows ``seqs`` with ``status``, out of the postings; their
     seqs."""
@@ -220,11 +232,12 @@ def forget(conn: Any, uses: PendingUses, shard: int, scope_key: str, seq: int, n
                   "seqs": json.dumps([seq])}
         if not conn.execute(st.ACTIVE_SEQS, params).fetchall():
             return False
-        # Out of the postings now, wherever they are: a forgotten record leaves no trace.
-        _unpost(conn, fresh.Route.of(scope_key, row[1], row[3], row[0]), [seq], at_once=True)
         conn.execute(st.FORGET, params)
         if conn.changes() <= 0:
             return False
+        # Out of the index, and the index merged: a forgotten record leaves no trace.
+        _unpost(conn, Route(scope_key, row[3]), [seq])
+        index.scrub(conn)
         conn.execute(st.ADD_ACTIVE, {"scope": scope_key, "delta": -1})
         add_rows(conn, counting.forget_rows(scope_key, now))
     return True
@@ -243,7 +256,7 @@ def sweep(conn: Any, uses: PendingUses, shard: int, scope_key: str, now: int, dr
             return SweepResult(swept=0)
         rows = conn.execute(st.ACTIVE_FACTS, {"scope": scope_key}).fetchall()
         swept_records: list[Record] = engine.plan_sweep([sqlite_sql.record(r) for r in rows])
-        route = fresh.Route.of(scope_key, row[1], row[3], row[0])
+        route = Route(scope_key, row[3])
         retired = _retire(conn, route, [record_seq(r.id) for r in swept_records],
                           Status.SWEPT, now)
         conn.execute(st.ADD_ACTIVE, {"scope": scope_key, "delta": -len(retired)})
