@@ -471,6 +471,7 @@ async def test_a_copy_carried_across_many_writes_at_the_cap_answers_as_sql_does(
     over the one read (``copies.Layered``) and folded now and then, and answers every
     retrieval exactly as a store reading the same file with no copies does."""
     monkeypatch.setattr(cache_module, "DENSE_MIN_POSTINGS", 64)  # weighed as arrays too
+    monkeypatch.setattr(copies, "FOLD_SHARE", 8)  # folded many times over these writes
     data = tmp_path / "data"
     store = SharedSqliteStore(data, clock=clock, synchronous="off", cache_min_postings=0,
                               cap=200)
@@ -628,6 +629,32 @@ async def test_a_version_3_shard_moves_its_postings_into_the_token_index(
         assert len(sids) == 2 == len(set(sids)) and all(sid > 0 for sid in sids)
     finally:
         conn.close()
+
+
+def test_a_fold_holds_each_terms_seqs_in_any_layer_but_the_gone_ones_once():
+    """``Layered.folded`` works as arrays (``copies._folded``): every term's holders are the
+    union of the base's and the layers' less the seqs gone, whatever the parts' types, a
+    seq in two parts is held once, and a term left with none is gone."""
+    rng = random.Random(11)
+    for _ in range(20):
+        terms = [f"t{n}" for n in range(rng.randint(1, 30))]
+        parts: list[dict[str, object]] = []
+        for kind in (frozenset, tuple, tuple):
+            part = {}
+            for term in rng.sample(terms, rng.randint(0, len(terms))):
+                part[term] = kind(rng.sample(range(1, 400), rng.randint(1, 25)))
+            parts.append(part)
+        gone = frozenset(rng.sample(range(1, 400), rng.randint(0, 200)))
+        layered = copies.Layered(parts[0], parts[1], (parts[2],), gone, 1)  # type: ignore[arg-type]
+        expected: dict[str, set[int]] = {}
+        for part in parts:
+            for term, seqs in part.items():
+                expected.setdefault(term, set()).update(seqs)  # type: ignore[call-overload]
+        expected = {term: held - gone for term, held in expected.items() if held - gone}
+        folded = layered.folded()
+        assert {term: set(held) for term, held in folded.items()} == expected
+        assert all(len(held) == len(set(held)) and type(held) is tuple
+                   for held in folded.values())
 
 
 def test_layers_folded_meanwhile_go_under_the_later_layers_unchanged():

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Any
 
 import attrs
+import numpy as np
 
 from scopemem.core import engine
 from scopemem.core.records import Record, with_uses
@@ -38,8 +40,14 @@ MAX_KEPT_USES = 64
 #: A query whose terms hold more postings than this is not weighed on the event loop.
 LOOP_POSTINGS = 20_000
 #: A carried copy's postings are folded into a plain dict once the writes layered over them
-#: (``Layered``) add or take out more than one in this many of them.
-FOLD_SHARE = 8
+#: (``Layered``) add or take out more than one in this many of them: as many as it holds.
+#: A fold of a 10,000-record scope costs 45-55 ms holding the GIL on its thread, and every
+#: write's Python waits on it: folding at an eighth made the writes at the cap 25% slower
+#: on the mean (a fold about every 25 writes) and set their p99. Folding later costs a
+#: term read from the layers more (its holders are the base's, the layers' and the gone
+#: seqs worked out), but a retrieval asks for few terms, and the first retrieval after a
+#: write cost the same (figure 3 of ``benchmarks/load_bench.py``).
+FOLD_SHARE = 1
 #: ... and folded at once by the write that carries them past this many times that share.
 FOLD_NOW = 3
 #: Writes whose additions a ``Layered`` keeps as they came before gathering them per term.
@@ -324,12 +332,8 @@ class Layered(Mapping[str, frozenset[int]]):
         return Layered(folded, merged, recent, gone, layered)
 
     def folded(self) -> dict[str, Seqs]:
-        """Every term's holders, as a plain dict of tuples: a fold of a large scope makes
-        tens of thousands, and Python's collector stops walking a tuple of ints after its
-        first collection, where as many frozensets made it walk the whole heap again
-        (each fold cost a full collection, 40-50 ms, on the event loop or a thread)."""
-        resolved = ((term, self._work_out(term)) for term in self._terms())
-        return {term: tuple(held) for term, held in resolved if held}
+        """Every term's holders, as a plain dict of tuples (``_folded``)."""
+        return _folded((self.base, self.merged, *self.recent), self.gone)
 
     def _terms(self) -> set[str]:
         terms = set(self.base) | set(self.merged)
@@ -384,6 +388,49 @@ class Layered(Mapping[str, frozenset[int]]):
 
     def __len__(self) -> int:
         return sum(1 for _term in self)
+
+
+def _folded(parts: Sequence[Mapping[str, Collection[int]]], gone: frozenset[int]
+            ) -> dict[str, Seqs]:
+    """Each term's seqs in any of ``parts`` but ``gone``, as a dict of tuples.
+
+    As arrays: every posting of every part in one array of ``term number << 32 | seq``
+    (a seq fits in 32 bits, ``index.MAX_SEQ``), the gone ones masked out, sorted (which also
+    groups each term's seqs, and makes a seq posted twice adjacent, so it is kept once),
+    then cut per term. A fold of a 10,000-record scope's layers worked term by term with
+    sets took 90 ms holding the GIL (18,000 terms); numpy sorts and masks without it.
+    Tuples, not frozensets: Python's collector stops walking a tuple of ints after its
+    first collection, where tens of thousands of frozensets set off a full collection."""
+    number: dict[str, int] = {}
+    keys: list[Any] = []
+    for part in parts:
+        if not part:
+            continue
+        terms = list(part)
+        ids = np.fromiter((number.setdefault(term, len(number)) for term in terms),
+                          dtype=np.int64, count=len(terms))
+        held = list(part.values())
+        sizes = np.fromiter(map(len, held), dtype=np.int64, count=len(held))
+        seqs = np.fromiter(itertools.chain.from_iterable(held), dtype=np.int64,
+                           count=int(sizes.sum()))
+        keys.append(np.repeat(ids << 32, sizes) | seqs)
+    if not keys:
+        return {}
+    merged = np.concatenate(keys)
+    if gone:
+        wanted = np.fromiter(gone, dtype=np.int64, count=len(gone))
+        merged = merged[~np.isin(merged & 0xFFFFFFFF, wanted)]
+    merged.sort()
+    if len(merged) > 1:
+        merged = merged[np.concatenate(([True], merged[1:] != merged[:-1]))]
+    ids = merged >> 32
+    starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
+    ends = [*starts[1:].tolist(), len(merged)]
+    seqs_all = (merged & 0xFFFFFFFF).tolist()
+    names = list(number)
+    return {names[term]: tuple(seqs_all[start:end])
+            for term, start, end in zip(ids[starts].tolist(), starts.tolist(), ends,
+                                        strict=True)}
 
 
 def _gathered(merged: dict[str, Seqs], layers: Sequence[Mapping[str, Seqs]]
