@@ -61,9 +61,12 @@ def rowid(sid: int, seq: int) -> int:
 def post(conn: Any, sid: int, rows: Iterable[tuple[int, Sequence[str], bool]]) -> None:
     """Index rows' ``(seq, terms, continues)`` in one statement."""
     head = prefix(sid)
-    documents = [[rowid(sid, seq), " ".join(
-        [*(head + term for term in terms), *((head + CONTINUES,) if continues else ())])]
-        for seq, terms, continues in rows]
+    between = " " + head
+    marker = between + CONTINUES
+    base = sid << 32
+    documents = [[base | seq, head + between.join(terms) + (marker if continues else "")
+                  if terms else (head + CONTINUES if continues else "")]
+                 for seq, terms, continues in rows]
     if documents:
         conn.execute(INDEX_ROWS, {"rows": json.dumps(documents, ensure_ascii=False)})
 
