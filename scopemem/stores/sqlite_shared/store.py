@@ -7,25 +7,23 @@ held and the cost of reaching a scope do not grow with the number of scopes: ove
 scopes a request finds its shard open, where one file per scope had to open (and close
 another) on nearly every request (``benchmarks/layout_bench.py``).
 
-This module decides on the event loop which pool runs what: reads on the read pool
-(``reads.py``, no lock: WAL readers never wait), writes on the write pool behind the shard's
-``asyncio.Lock`` (``writes.py``), and use counts saved in the background within
-``usage_flush_ms`` (``usage.py``), one transaction per shard. Counters are ``counts.py``'s,
-export and import ``porting.py``'s.
+This module decides on the event loop what answers a call: a copy in memory (``copies.py``)
+or the shard, read on the read pool (``reads.py``) or written behind the shard's other
+writers (``writes.py``; the threads and queues are ``pools.py``'s), with use counts saved in
+the background within ``usage_flush_ms`` (``usage.py``), one transaction per shard.
+Counters are ``counts.py``'s, export and import ``porting.py``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
-import functools
 import logging
 import os
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 from scopemem.core import engine
 from scopemem.core.ranking import Ranking
@@ -39,7 +37,7 @@ from scopemem.core.records import (
     WriteCounts,
 )
 from scopemem.core.scopes import record_seq
-from scopemem.errors import ScopeLimitReached, StoreError
+from scopemem.errors import ScopeLimitReached
 from scopemem.stores.base import (
     DEFAULT_RANKING,
     Clock,
@@ -54,7 +52,6 @@ from scopemem.stores.base import (
 )
 from scopemem.stores.postgres.cache import DEFAULT_POSTINGS_CACHE, PostingsCache, ScopeCopy
 from scopemem.stores.shared import batches
-from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite.layouts import LAYOUTS, check_layout
 from scopemem.stores.sqlite.store import (
     DEFAULT_PATH,
@@ -65,11 +62,12 @@ from scopemem.stores.sqlite.store import (
     _check_synchronous,
 )
 from scopemem.stores.sqlite.usage import DEFAULT_USAGE_FLUSH_MS, USAGE_FLUSH_MS_MAX
-from scopemem.stores.sqlite_shared import commits, copies, reads, schema, writes
+from scopemem.stores.sqlite_shared import copies, reads, schema, writes
 from scopemem.stores.sqlite_shared import statements as st
-from scopemem.stores.sqlite_shared.commits import Move, Moves
+from scopemem.stores.sqlite_shared.commits import Moves
 from scopemem.stores.sqlite_shared.counts import Counts
 from scopemem.stores.sqlite_shared.notes import UseNotes
+from scopemem.stores.sqlite_shared.pools import POOL_THREADS, ShardPools
 from scopemem.stores.sqlite_shared.porting import Porting
 from scopemem.stores.sqlite_shared.shards import Shards
 from scopemem.stores.sqlite_shared.usage import PendingUses
@@ -79,9 +77,7 @@ __all__ = ["SharedSqliteStore"]
 
 log = logging.getLogger("scopemem.stores.sqlite")
 
-T = TypeVar("T")
-
-_POOL_THREADS = max(2, min(4, os.cpu_count() or 2))
+_POOL_THREADS = POOL_THREADS  # (tests size their load by it)
 #: Scopes whose records are kept beside their copies before those without a copy are pruned.
 MAX_ROW_COPIES = 4_096
 #: Uses noted per shard that records copied before them can still be given.
@@ -94,7 +90,7 @@ ADD_LOG = 4_096
 DEFAULT_MIN_POSTINGS = 256
 
 
-class SharedSqliteStore(Porting, Counts, UseNotes):
+class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
     """Durable memory in a few SQLite files shared by every scope under ``path``."""
 
     durable = True
@@ -480,89 +476,3 @@ class SharedSqliteStore(Porting, Counts, UseNotes):
             for executor in self._executors.values():
                 executor.shutdown(wait=True)
             self._shards.close()
-
-    # --- plumbing ------------------------------------------------------------------------
-
-    def _pool(self, name: str, threads: int = _POOL_THREADS) -> ThreadPoolExecutor:
-        if self._closed:
-            raise StoreError("the sqlite store is closed")
-        executor = self._executors.get(name)
-        if executor is None:
-            executor = self._executors[name] = ThreadPoolExecutor(
-                threads, thread_name_prefix=f"scopemem-sqlite-{name}")
-        return executor
-
-    async def _read(self, shard: int, fn: Callable[..., T], *args: Any) -> T | None:
-        """``fn(conn, *args)`` on the read pool; None when the shard has no file yet."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._pool("read"), functools.partial(self._on_shard, shard, False, fn, *args))
-
-    async def _write(self, shard: int, fn: Callable[..., T], *args: Any,
-                     create: bool = False) -> T | None:
-        """``fn(conn, *args)`` on the shard's writing thread, after its earlier writers.
-
-        A shard's writes are one at a time anyway; each on the same thread, they all use
-        one connection, whose page cache holds what the last write left. Across two
-        connections each write would read again every page the other's last write
-        changed (after retrievals, a write of 50 at the cap of 10,000 took twice as long).
-        """
-        lock = self._writers.get(shard)
-        if lock is None:
-            lock = self._writers[shard] = asyncio.Lock()
-        async with lock:
-            pool = self._pool(f"write-{shard % _POOL_THREADS}", 1)
-            done, due = await asyncio.get_running_loop().run_in_executor(
-                pool, functools.partial(self._on_writer, shard, create, fn, *args))
-            if due:
-                # Queued before the shard's next writer can be: that one waits for the
-                # checkpoint, the caller of this one does not (``commits.py``). A pool shut
-                # down meanwhile (``close``) closes the shard, which checkpoints it.
-                with contextlib.suppress(RuntimeError):
-                    pool.submit(self._checkpoint, shard)
-            return done
-
-    def _on_writer(self, shard: int, create: bool, fn: Callable[..., T], *args: Any
-                   ) -> tuple[T | None, bool]:
-        """``_on_shard`` on the shard's writing thread, and whether a commit of its
-        connection made a checkpoint due (a job that raises leaves it due for the next)."""
-        done = self._on_shard(shard, create, fn, *args)
-        watch = self._shards.watch(shard)
-        return done, watch is not None and watch.take_due()
-
-    def _checkpoint(self, shard: int) -> None:
-        """A passive checkpoint of the shard, on its writing thread."""
-        conn = self._shards.connection(shard, create=False)
-        if conn is not None:
-            commits.checkpoint(conn)
-
-    async def _write_moved(self, shard: int, fn: Callable[..., T], *args: Any,
-                           create: bool = False) -> tuple[T | None, Move | None]:
-        """``_write``, and the move of the shard's header by its last commit when nobody
-        else committed just before it or just after it (``commits.py``)."""
-        done = await self._write(shard, self._watched, shard, fn, *args, create=create)
-        return done if done is not None else (None, None)
-
-    def _watched(self, conn: Any, shard: int, fn: Callable[..., T], *args: Any
-                 ) -> tuple[T, Move | None]:
-        watch = self._shards.watch(shard)
-        if watch is None:
-            return fn(conn, *args), None
-        watch.arm()
-        try:
-            done = fn(conn, *args)
-        finally:
-            move = watch.disarm()
-        return done, move
-
-    def _on_shard(self, shard: int, create: bool, fn: Callable[..., T], *args: Any
-                  ) -> T | None:
-        conn = self._shards.connection(shard, create=create)
-        if conn is None:
-            return None
-        try:
-            return fn(conn, *args)
-        except StoreError:
-            raise
-        except sqlite_sql.apsw_module().Error as exc:
-            raise StoreError(f"sqlite store: {self._shards.path(shard)}: "
-                             f"{sqlite_sql.describe(exc)}") from exc

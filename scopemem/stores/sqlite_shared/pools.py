@@ -1,0 +1,125 @@
+"""The shared-file store's plumbing: which thread runs a shard's work, on which connection.
+
+Reads go to the read pool, each thread with its own connection to each shard (WAL readers
+never wait for each other or for a writer). A shard's writes queue on the event loop behind
+the shard's ``asyncio.Lock``, then run one at a time on the shard's own writing thread, so
+they share one connection and its page cache; a passive checkpoint a commit made due runs
+on that thread right after it (``commits.py``). An apsw error becomes a ``StoreError``
+naming the shard's file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from scopemem.errors import StoreError
+from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite_shared import commits
+from scopemem.stores.sqlite_shared.commits import Move
+from scopemem.stores.sqlite_shared.shards import Shards
+
+__all__ = ["POOL_THREADS", "ShardPools"]
+
+T = TypeVar("T")
+
+#: Threads of the read pool, and writing threads the shards share.
+POOL_THREADS = max(2, min(4, os.cpu_count() or 2))
+
+
+class ShardPools:
+    """The thread pools of ``SharedSqliteStore`` (which provides the attributes used)."""
+
+    _closed: bool
+    _executors: dict[str, ThreadPoolExecutor]
+    _writers: dict[int, asyncio.Lock]
+    _shards: Shards
+
+    def _pool(self, name: str, threads: int = POOL_THREADS) -> ThreadPoolExecutor:
+        if self._closed:
+            raise StoreError("the sqlite store is closed")
+        executor = self._executors.get(name)
+        if executor is None:
+            executor = self._executors[name] = ThreadPoolExecutor(
+                threads, thread_name_prefix=f"scopemem-sqlite-{name}")
+        return executor
+
+    async def _read(self, shard: int, fn: Callable[..., T], *args: Any) -> T | None:
+        """``fn(conn, *args)`` on the read pool; None when the shard has no file yet."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._pool("read"), functools.partial(self._on_shard, shard, False, fn, *args))
+
+    async def _write(self, shard: int, fn: Callable[..., T], *args: Any,
+                     create: bool = False) -> T | None:
+        """``fn(conn, *args)`` on the shard's writing thread, after its earlier writers.
+
+        A shard's writes are one at a time anyway; each on the same thread, they all use
+        one connection, whose page cache holds what the last write left. Across two
+        connections each write would read again every page the other's last write
+        changed (after retrievals, a write of 50 at the cap of 10,000 took twice as long).
+        """
+        lock = self._writers.get(shard)
+        if lock is None:
+            lock = self._writers[shard] = asyncio.Lock()
+        async with lock:
+            pool = self._pool(f"write-{shard % POOL_THREADS}", 1)
+            done, due = await asyncio.get_running_loop().run_in_executor(
+                pool, functools.partial(self._on_writer, shard, create, fn, *args))
+            if due:
+                # Queued before the shard's next writer can be: that one waits for the
+                # checkpoint, the caller of this one does not (``commits.py``). A pool shut
+                # down meanwhile (``close``) closes the shard, which checkpoints it.
+                with contextlib.suppress(RuntimeError):
+                    pool.submit(self._checkpoint, shard)
+            return done
+
+    def _on_writer(self, shard: int, create: bool, fn: Callable[..., T], *args: Any
+                   ) -> tuple[T | None, bool]:
+        """``_on_shard`` on the shard's writing thread, and whether a commit of its
+        connection made a checkpoint due (a job that raises leaves it due for the next)."""
+        done = self._on_shard(shard, create, fn, *args)
+        watch = self._shards.watch(shard)
+        return done, watch is not None and watch.take_due()
+
+    def _checkpoint(self, shard: int) -> None:
+        """A passive checkpoint of the shard, on its writing thread."""
+        conn = self._shards.connection(shard, create=False)
+        if conn is not None:
+            commits.checkpoint(conn)
+
+    async def _write_moved(self, shard: int, fn: Callable[..., T], *args: Any,
+                           create: bool = False) -> tuple[T | None, Move | None]:
+        """``_write``, and the move of the shard's header by its last commit when nobody
+        else committed just before it or just after it (``commits.py``)."""
+        done = await self._write(shard, self._watched, shard, fn, *args, create=create)
+        return done if done is not None else (None, None)
+
+    def _watched(self, conn: Any, shard: int, fn: Callable[..., T], *args: Any
+                 ) -> tuple[T, Move | None]:
+        watch = self._shards.watch(shard)
+        if watch is None:
+            return fn(conn, *args), None
+        watch.arm()
+        try:
+            done = fn(conn, *args)
+        finally:
+            move = watch.disarm()
+        return done, move
+
+    def _on_shard(self, shard: int, create: bool, fn: Callable[..., T], *args: Any
+                  ) -> T | None:
+        conn = self._shards.connection(shard, create=create)
+        if conn is None:
+            return None
+        try:
+            return fn(conn, *args)
+        except StoreError:
+            raise
+        except sqlite_sql.apsw_module().Error as exc:
+            raise StoreError(f"sqlite store: {self._shards.path(shard)}: "
+                             f"{sqlite_sql.describe(exc)}") from exc
