@@ -800,3 +800,45 @@ async def test_records_carried_across_a_write_leave_the_old_copy_answering_nothi
         assert [r.text for r in hits] == ["the runner pool moved to arm machines"]
     finally:
         await store.close()
+
+
+async def test_deleting_a_scope_leaves_nothing_of_it_and_never_gives_its_ids_again(
+        tmp_path, clock: FakeClock):
+    """``delete_scope``: every record of the scope, active or not, its token index entries
+    and its counters go, in one transaction, with no byte of its text left in the shard;
+    the other scopes of the shard are untouched; a copy in memory answers nothing after it;
+    and the scope's next record gets an id after every one it gave before."""
+    data = tmp_path / "data"
+    store = SharedSqliteStore(data, clock=clock, synchronous="off", shards=1)
+    gone, kept = "user:slack:U0GONE", "user:slack:U0KEPT"
+    try:
+        await store.write(gone, [fact(f"the quokkaword runner {n} caches layers")
+                                 for n in range(30)])
+        first = await store.list(gone, 50)
+        assert await store.forget(gone, first[0].id)  # a forgotten row goes too
+        await store.write(kept, [fact("the deploy runs on tuesdays")])
+        for _ in range(3):  # copied into memory
+            assert await store.retrieve(gone, "quokkaword runner", 5)
+        assert await store.delete_scope(gone) == 30
+        assert await store.delete_scope("user:slack:U0NEVER") == 0
+        assert await store.retrieve(gone, "quokkaword runner", 5) == []
+        assert await store.list(gone, 50) == []
+        assert [r.text for r in await store.retrieve(kept, "deploy tuesdays", 5)] == [
+            "the deploy runs on tuesdays"]
+        await store.write(gone, [fact("a new note on the build cache")])
+        (new,) = await store.list(gone, 5)
+        assert new.id == f"mem:{gone}:31"
+        assert {(row.name, row.value) for row in await store.read_counts([gone])} == {
+            ("inserted", 1)}
+    finally:
+        await store.close()
+    path = data / schema.shard_file_name(0, 1)
+    conn = apsw.Connection(str(path))
+    try:
+        assert conn.execute("SELECT seq FROM records WHERE scope_key = ?",
+                            (gone,)).fetchall() == [(31,)]
+        assert set(scope_documents(conn, gone)) == {31}
+        assert set(scope_documents(conn, kept)) == {1}
+    finally:
+        conn.close()
+    assert b"quokkaword" not in path.read_bytes()

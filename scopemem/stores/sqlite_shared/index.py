@@ -29,13 +29,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = ["CONTINUES", "MAX_SEQ", "MAX_SID", "bounds", "post", "prefix", "rowid", "scrub",
-           "unpost"]
+           "unpost", "unpost_scope"]
 
 # [[rowid, text], ...] in; [rowid, ...] out; merged into one segment.
 INDEX_ROWS = ("INSERT INTO terms_fts (rowid, tokens) SELECT value ->> 0, value ->> 1"
               " FROM json_each(:rows)")
 UNINDEX_ROWS = "DELETE FROM terms_fts WHERE rowid IN (SELECT value FROM json_each(:rowids))"
 MERGE_INDEX = "INSERT INTO terms_fts (terms_fts) VALUES ('optimize')"
+UNINDEX_RANGE = "DELETE FROM terms_fts WHERE rowid >= :low AND rowid < :high"
 
 #: The marker term of a record continuing its predecessor's thread (never a word's term).
 CONTINUES = "\ue000"
@@ -76,6 +77,11 @@ def unpost(conn: Any, sid: int, seqs: Sequence[int]) -> None:
     if seqs:
         conn.execute(UNINDEX_ROWS, {"rowids": json.dumps([rowid(sid, seq)
                                                              for seq in seqs])})
+
+
+def unpost_scope(conn: Any, sid: int) -> None:
+    """Take every document of scope ``sid`` out of the index (its range of rowids)."""
+    conn.execute(UNINDEX_RANGE, {"low": rowid(sid, 0), "high": rowid(sid + 1, 0)})
 
 
 def scrub(conn: Any) -> None:

@@ -113,6 +113,11 @@ PURGE = ("DELETE FROM records WHERE scope_key = :scope AND seq IN"
          " (SELECT seq FROM records WHERE scope_key = :scope"
          f" AND status IN {PURGEABLE} AND retired_at <= :cutoff"
          " ORDER BY retired_at LIMIT :rows)")
+# Deleting a scope's data (``writes.delete_scope``): its row in ``scopes`` stays, emptied.
+DELETE_RECORDS = "DELETE FROM records WHERE scope_key = :scope"
+DELETE_COUNTERS = "DELETE FROM counters WHERE scope_key = :scope"
+EMPTY_SCOPE = ("UPDATE scopes SET active = 0, generation = generation + 1"
+               " WHERE scope_key = :scope")
 FORGET = ("UPDATE records SET status = 'forgotten', retired_at = :now, text = '', norm = '',"
           f" keywords = '[]', tokens = '' WHERE {ACTIVE} AND seq = :seq AND id = :id")
 

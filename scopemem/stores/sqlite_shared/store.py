@@ -417,14 +417,32 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
     def _forget(self, conn: Any, shard: int, scope_key: str, seq: int, now: int) -> bool:
         if not writes.forget(conn, self._uses, shard, scope_key, seq, now):
             return False
-        # No page image of the scrubbed row stays in the WAL (secure_delete zeroed it in the
-        # database file once checkpointed).
+        self._truncate_wal(conn, shard, "a forget")
+        return True
+
+    async def delete_scope(self, scope_key: str) -> int:
+        """Delete every record of ``scope_key``, whatever its status, with its token index
+        entries and its day counters, in one transaction (``writes.delete_scope``); the
+        number of records deleted (0: no such scope). Safe while other processes use the
+        directory: it is a write like any other. The scope's ids are never given again."""
+        check_scope_key(scope_key)
+        shard = self._shards.of(scope_key)
+        done = await self._write(shard, self._delete_scope, shard, scope_key)
+        return done or 0
+
+    def _delete_scope(self, conn: Any, shard: int, scope_key: str) -> int:
+        deleted = writes.delete_scope(conn, self._uses, shard, scope_key)
+        self._truncate_wal(conn, shard, "deleting a scope")
+        return deleted
+
+    def _truncate_wal(self, conn: Any, shard: int, after: str) -> None:
+        """No page image of what was scrubbed stays in the WAL (secure_delete zeroed it in
+        the database file once checkpointed)."""
         busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
         if busy:
             log.warning("sqlite store: %s: a reader holds an old snapshot; the WAL could not"
-                        " be truncated after a forget (later commits overwrite it)",
-                        self._shards.path(shard))
-        return True
+                        " be truncated after %s (later commits overwrite it)",
+                        self._shards.path(shard), after)
 
     async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
         check_scope_key(scope_key)

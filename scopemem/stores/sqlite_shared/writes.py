@@ -33,7 +33,7 @@ from scopemem.stores.sqlite_shared import index
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
-__all__ = ["Change", "add_rows", "forget", "sweep", "write"]
+__all__ = ["Change", "add_rows", "delete_scope", "forget", "sweep", "write"]
 
 
 def add_rows(conn: Any, rows: Sequence[CountRow]) -> None:
@@ -241,6 +241,24 @@ def forget(conn: Any, uses: PendingUses, shard: int, scope_key: str, seq: int, n
         conn.execute(st.ADD_ACTIVE, {"scope": scope_key, "delta": -1})
         add_rows(conn, counting.forget_rows(scope_key, now))
     return True
+
+
+def delete_scope(conn: Any, uses: PendingUses, shard: int, scope_key: str) -> int:
+    """Delete every record of the scope (whatever its status), its documents in the token
+    index and its counters, in one transaction, then merge the index so no trace of its
+    terms stays. Its row in ``scopes`` stays, emptied, with its last seq and its id in the
+    index, so no id the scope gave is ever given again. The number of records deleted."""
+    with transaction(conn, uses, shard, scope_key):
+        row = _scope_row(conn, scope_key)
+        if row is None:
+            return 0
+        index.unpost_scope(conn, row[3])
+        conn.execute(st.DELETE_RECORDS, {"scope": scope_key})
+        deleted = int(conn.changes())
+        conn.execute(st.DELETE_COUNTERS, {"scope": scope_key})
+        conn.execute(st.EMPTY_SCOPE, {"scope": scope_key})
+        index.scrub(conn)
+    return deleted
 
 
 def sweep(conn: Any, uses: PendingUses, shard: int, scope_key: str, now: int, dry_run: bool
