@@ -203,6 +203,11 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="scopemem-bench-") as data:
         env = {**os.environ, "SCOPEMEM_TOKEN": TOKEN}
         env.pop("SCOPEMEM_CONFIG", None)
+        # The SQLite layout under measurement, named (not left to the default).
+        config = os.path.join(data, "layout.toml")
+        with open(config, "w", encoding="utf-8") as f:
+            f.write(f'[memory.stores.sqlite]\nlayout = "{args.layout}"\n')
+        env["SCOPEMEM_CONFIG"] = config
 
         def worker_argv(store: str, port: int) -> list[str]:
             return [sys.executable, "-m", "scopemem", "serve", "--port", str(port),
@@ -320,6 +325,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--slices", type=int, default=5,
                         help="rounds the bare handler and the retrieve phases take turns in")
     parser.add_argument("--store", default="sqlite", help="store the worker serves")
+    parser.add_argument("--layout", choices=("file", "shared"), default="file",
+                        help="the SQLite store's layout (memory.stores.sqlite.layout)")
     parser.add_argument("--scopes", type=int, default=64,
                         help="distinct scopes the write phases spread over")
     parser.add_argument("--records", type=int, default=300,

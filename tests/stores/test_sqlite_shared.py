@@ -842,3 +842,24 @@ async def test_deleting_a_scope_leaves_nothing_of_it_and_never_gives_its_ids_aga
     finally:
         conn.close()
     assert b"quokkaword" not in path.read_bytes()
+
+
+async def test_the_shared_layout_honours_cache_rows_and_checks_the_file_layouts_options(
+        tmp_path):
+    """``cache_rows`` bounds the shared layout's copies in memory too (0: none), at twenty
+    postings a row; the file layout's own options are checked as that layout checks them,
+    so a mistyped value is an error naming its key in either layout."""
+    for rows, budget in ((0, 0), (1_000, 20_000), (None, 1_000_000)):
+        options = {"layout": "shared"} if rows is None else {"layout": "shared",
+                                                            "cache_rows": rows}
+        store = sqlite_store(settings_with(tmp_path, **options))
+        try:
+            assert isinstance(store, SharedSqliteStore)
+            assert store._copies.budget == budget
+            assert store._copies.enabled is (budget > 0)
+        finally:
+            await store.close()
+    for key, value in (("max_open_connections", 0), ("rank_processes", "two"),
+                       ("cache_rows", -1)):
+        with pytest.raises(ConfigError, match=rf"memory\.stores\.sqlite\.{key}"):
+            sqlite_store(settings_with(tmp_path, layout="shared", **{key: value}))

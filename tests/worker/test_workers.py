@@ -46,7 +46,7 @@ def start_workers(tmp_path: Path, data: Path, workers: int, schema: str | None =
         config.write_text(f'[memory.stores.postgres]\ndsn = "{pg.dsn()}"\n'
                           f'schema = "{schema}"\n')
         store = ["--store", "postgres"]
-    elif layout != "file":
+    else:
         config = tmp_path / "sqlite.toml"
         config.write_text(f'[memory.stores.sqlite]\nlayout = "{layout}"\n')
     # The log goes to a file, not a pipe: eight writers make the workers log thousands of

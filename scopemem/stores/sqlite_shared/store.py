@@ -88,6 +88,9 @@ ADD_LOG = 4_096
 #: whole, by the retrieval itself): over 10,000 such scopes, copies dropping each other cost
 #: more than they answer.
 DEFAULT_MIN_POSTINGS = 256
+#: ``cache_rows`` counts rows; the copies are bounded in postings, about twenty a record of
+#: realistic text (so the default 50,000 rows is ``DEFAULT_POSTINGS_CACHE``).
+POSTINGS_PER_ROW = 20
 
 
 class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
@@ -157,12 +160,18 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> SharedSqliteStore:
         """Build from ``[memory.stores.sqlite]`` with ``layout = "shared"``: ``path``,
-        ``synchronous``, ``busy_timeout_ms``, ``usage_flush_ms`` and ``max_scopes``
-        (``max_open_connections``, ``cache_rows`` and ``rank_processes`` are the file
-        layout's and do not apply here)."""
+        ``synchronous``, ``busy_timeout_ms``, ``usage_flush_ms``, ``max_scopes`` and
+        ``cache_rows`` (the copies in memory hold ``POSTINGS_PER_ROW`` postings a row of
+        it; 0: no copies). ``max_open_connections`` and ``rank_processes`` are checked but
+        are the file layout's: this layout keeps its few files open and ranks heavy
+        queries on its read pool."""
         settings = settings.named("sqlite")
         settings.unknown_options(OPTIONS)
         settings.choice_option("layout", "shared", LAYOUTS)
+        for key, low in (("max_open_connections", 1), ("rank_processes", 0)):
+            if key in settings.options:  # checked as the file layout checks it, not used
+                settings.int_option(key, low, low)
+        rows = settings.int_option("cache_rows", DEFAULT_POSTINGS_CACHE // POSTINGS_PER_ROW, 0)
         path = settings.record("path", _check_path(
             settings.options.get("path", DEFAULT_PATH), settings.option_key("path")))
         check_layout(os.path.abspath(os.path.expanduser(path)), "shared",
@@ -175,7 +184,8 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
             usage_flush_ms=settings.int_option("usage_flush_ms", DEFAULT_USAGE_FLUSH_MS, 0,
                                                USAGE_FLUSH_MS_MAX),
             ranking=settings.ranking, retention_days=settings.retention_days,
-            max_scopes=settings.int_option("max_scopes", 0, 0))
+            max_scopes=settings.int_option("max_scopes", 0, 0),
+            postings_cache=rows * POSTINGS_PER_ROW)
 
     # --- reads ---------------------------------------------------------------------------
 
