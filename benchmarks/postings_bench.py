@@ -4,17 +4,19 @@ asserts nothing.
 
     python benchmarks/postings_bench.py [--records 10000] [--batches 100] [--rounds 3]
 
-This measures a design, not the store: it is the evidence for (or against) moving a large
-scope's postings out of ``postings`` / ``fresh_postings`` / ``stale_postings`` and their
-merges (``stores/sqlite_shared/fresh.py``) into FTS5, whose doclists are appended and merged
-in C. Both sides start from the same shard file, written by ``SharedSqliteStore`` with
-``--records`` records of Zipf text in one scope (``load_bench.Zipf``), and apply the same
-batches: each one posts 50 new records and takes 50 old ones out, as a write of 50 at the
-cap does, in one ``BEGIN IMMEDIATE`` transaction committed with ``synchronous = full``.
+This measures a design, not the store: it is the evidence for moving a large scope's
+postings out of rows of ``postings`` / ``fresh_postings`` / ``stale_postings`` and their
+merges (the shared layout's schema version 3, until December 4, 2026) into FTS5, whose
+doclists are appended and merged in C (``stores/sqlite_shared/index.py``, schema version 4).
+Both sides index the same records, ``--records`` of Zipf text in one scope written by
+``SharedSqliteStore`` (``load_bench.Zipf``), each in a database of its own, and apply the
+same batches: each one posts 50 new records and takes 50 old ones out, as a write of 50 at
+the cap does, in one ``BEGIN IMMEDIATE`` transaction committed with ``synchronous = full``.
 
-* **rows**: the store's own functions on the shard (``fresh.post``, ``fresh.unpost``, and
-  ``fresh.merge`` whenever ``fresh.merge_due`` says so), so the merges are in the figures,
-  amortized over the batches;
+* **rows**: version 3's tables and rules, reproduced here (``Rows``): a new row's postings
+  appended to ``fresh_postings``, a retired old row marked in ``stale_postings``, and both
+  merged into ``postings`` once they pass an eighth of the active rows, so the merges are
+  in the figures, amortized over the batches;
 * **fts5**: ``CREATE VIRTUAL TABLE ... USING fts5(tokens, tokenize = 'ascii', content = '',
   contentless_delete = 1, detail = none)``, a document per record with rowid
   ``scope id << 32 | seq`` and each term prefixed by the scope's id in eight hex digits (a
@@ -35,7 +37,6 @@ import asyncio
 import json
 import os
 import random
-import shutil
 import statistics
 import sys
 import tempfile
@@ -50,8 +51,7 @@ from load_bench import SCOPE, Zipf, candidates, p50, p99, ratio_line  # noqa: E4
 
 from scopemem.stores.base import DEFAULT_RANKING  # noqa: E402
 from scopemem.stores.shared.tokens import index_tokens  # noqa: E402
-from scopemem.stores.sqlite_shared import fresh, schema  # noqa: E402
-from scopemem.stores.sqlite_shared import statements as st  # noqa: E402
+from scopemem.stores.sqlite_shared import schema  # noqa: E402
 from scopemem.stores.sqlite_shared.store import SharedSqliteStore  # noqa: E402
 
 ANALYZER = DEFAULT_RANKING.analyzer
@@ -107,26 +107,77 @@ def batches(zipf: Zipf, active: dict[int, list[str]], last_seq: int, count: int
     return out
 
 
-def run_rows(path: str, work: list[Any], active: int, last_seq: int) -> list[float]:
-    conn = connect(path)
-    (fresh_from,), = conn.execute("SELECT fresh_from FROM scopes WHERE scope_key = ?",
-                                  (SCOPE,)).fetchall()
-    times = []
-    for new, gone in work:
-        started = time.perf_counter()
-        conn.execute("BEGIN IMMEDIATE")
-        route = fresh.Route.of(SCOPE, active, fresh_from, last_seq)
-        fresh.post(conn, route, [(term, seq, 1) for seq, terms in new for term in terms])
-        fresh.unpost(conn, route, [(seq, " ".join(terms)) for seq, terms in gone],
-                     at_once=False)
-        last_seq = new[-1][0]
-        if fresh.merge_due(conn, route, last_seq, active):
-            fresh.merge(conn, route)
-        conn.execute("COMMIT")
-        fresh_from = route.fresh_from
-        times.append(time.perf_counter() - started)
-    conn.close()
-    return times
+class Rows:
+    """Schema version 3's postings as rows, with a large scope's recent changes apart."""
+
+    TABLES = (
+        "CREATE TABLE postings (scope_key TEXT NOT NULL, term TEXT NOT NULL,"
+        " seq INTEGER NOT NULL, continues INTEGER NOT NULL,"
+        " PRIMARY KEY (scope_key, term, seq)) WITHOUT ROWID",
+        "CREATE TABLE fresh_postings (scope_key TEXT NOT NULL, seq INTEGER NOT NULL,"
+        " term TEXT NOT NULL, continues INTEGER NOT NULL,"
+        " PRIMARY KEY (scope_key, seq, term)) WITHOUT ROWID",
+        "CREATE TABLE stale_postings (scope_key TEXT NOT NULL, seq INTEGER NOT NULL,"
+        " tokens TEXT NOT NULL, PRIMARY KEY (scope_key, seq)) WITHOUT ROWID")
+    POST = ("INSERT OR IGNORE INTO {table} (scope_key, term, seq, continues)"
+            " SELECT :scope, value ->> 0, value ->> 1, 1 FROM json_each(:rows)")
+    UNPOST_FRESH = ("DELETE FROM fresh_postings WHERE scope_key = :scope"
+                    " AND seq IN (SELECT value FROM json_each(:seqs))")
+    MARK_STALE = ("INSERT OR IGNORE INTO stale_postings (scope_key, seq, tokens)"
+                  " SELECT :scope, value ->> 0, value ->> 1 FROM json_each(:rows)")
+    MERGE_FRESH = ("INSERT OR IGNORE INTO postings (scope_key, term, seq, continues)"
+                   " SELECT scope_key, term, seq, continues FROM fresh_postings"
+                   " WHERE scope_key = :scope ORDER BY term, seq")
+    UNPOST = ("DELETE FROM postings WHERE scope_key = :scope AND (term, seq) IN"
+              " (SELECT value ->> 0, value ->> 1 FROM json_each(:rows))")
+    NOT_STALE = "seq NOT IN (SELECT seq FROM stale_postings WHERE scope_key = :scope)"
+    TERMS = ("SELECT p.term, p.seq FROM json_each(:terms) AS q CROSS JOIN postings AS p"
+             f" ON p.scope_key = :scope AND p.term = q.value WHERE p.{NOT_STALE}"
+             " UNION ALL SELECT term, seq FROM fresh_postings WHERE scope_key = :scope"
+             " AND term IN (SELECT value FROM json_each(:terms))")
+    SCOPE = (f"SELECT term, seq FROM postings WHERE scope_key = :scope AND {NOT_STALE}"
+             " UNION ALL SELECT term, seq FROM fresh_postings WHERE scope_key = :scope")
+
+    @classmethod
+    def load(cls, conn: Any, active: dict[int, list[str]]) -> None:
+        for statement in cls.TABLES:
+            conn.execute(statement)
+        conn.execute(cls.POST.format(table="postings"), {"scope": SCOPE, "rows": json.dumps(
+            [[term, seq] for seq, terms in active.items() for term in terms])})
+
+    @classmethod
+    def run(cls, path: str, work: list[Any], active: int) -> list[float]:
+        conn = connect(path)
+        scope = {"scope": SCOPE}
+        fresh: set[int] = set()  # seqs whose postings are in fresh_postings
+        stale = 0
+        times = []
+        for new, gone in work:
+            started = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(cls.POST.format(table="fresh_postings"), {**scope, "rows": json.dumps(
+                [[term, seq] for seq, terms in new for term in terms])})
+            fresh.update(seq for seq, _terms in new)
+            young = [seq for seq, _terms in gone if seq in fresh]
+            old = [[seq, " ".join(terms)] for seq, terms in gone if seq not in fresh]
+            conn.execute(cls.UNPOST_FRESH, {**scope, "seqs": json.dumps(young)})
+            conn.execute(cls.MARK_STALE, {**scope, "rows": json.dumps(old)})
+            fresh.difference_update(young)
+            stale += len(old)
+            if len(fresh) + stale > max(256, active // 8):  # merged
+                conn.execute(cls.MERGE_FRESH, scope)
+                conn.execute("DELETE FROM fresh_postings WHERE scope_key = :scope", scope)
+                marked = conn.execute("SELECT seq, tokens FROM stale_postings"
+                                      " WHERE scope_key = :scope", scope).fetchall()
+                conn.execute(cls.UNPOST, {**scope, "rows": json.dumps(
+                    [[term, seq] for seq, tokens in marked for term in tokens.split()])})
+                conn.execute("DELETE FROM stale_postings WHERE scope_key = :scope", scope)
+                fresh.clear()
+                stale = 0
+            conn.execute("COMMIT")
+            times.append(time.perf_counter() - started)
+        conn.close()
+        return times
 
 
 def run_fts(path: str, work: list[Any]) -> list[float]:
@@ -153,7 +204,7 @@ def reads(rows_path: str, fts_path: str, briefs: list[list[str]]) -> dict[str, l
     found: dict[str, int] = {}
     for terms in briefs:
         started = time.perf_counter()
-        found["rows"] = len(rows.execute(st.STATE_POSTINGS, {
+        found["rows"] = len(rows.execute(Rows.TERMS, {
             "scope": SCOPE, "terms": json.dumps(terms)}).fetchall())
         out["rows brief"].append(time.perf_counter() - started)
         started = time.perf_counter()
@@ -164,7 +215,7 @@ def reads(rows_path: str, fts_path: str, briefs: list[list[str]]) -> dict[str, l
             raise SystemExit(f"the two indexes disagree: {found}")
     for _ in range(3):
         started = time.perf_counter()
-        whole = len(rows.execute(st.SCOPE_POSTINGS, {"scope": SCOPE}).fetchall())
+        whole = len(rows.execute(Rows.SCOPE, {"scope": SCOPE}).fetchall())
         out["rows scope"].append(time.perf_counter() - started)
         started = time.perf_counter()
         also = len(fts.execute(FTS_SCOPE, {"low": PREFIX, "high": f"{SID + 1:08x}"}
@@ -199,8 +250,11 @@ def main(argv: list[str] | None = None) -> None:
               f"{time.perf_counter() - started:.1f} s; {args.batches} batches of 50 new and 50"
               f" retired records, {args.rounds} rounds (sync full, commit included)")
         work = batches(zipf, active, last_seq, args.batches * args.rounds)
-        shutil.copy(shard, rows_path)
-        shutil.copy(shard, fts_path)
+        conn = connect(rows_path)
+        conn.execute("BEGIN")
+        Rows.load(conn, active)
+        conn.execute("COMMIT")
+        conn.close()
         conn = connect(fts_path)
         conn.execute("BEGIN")
         conn.execute(FTS_TABLE)
@@ -212,9 +266,8 @@ def main(argv: list[str] | None = None) -> None:
         rounds: dict[str, list[list[float]]] = {"rows": [], "fts": []}
         for n in range(args.rounds):
             part = work[n * args.batches:(n + 1) * args.batches]
-            rounds["rows"].append(run_rows(rows_path, part, len(active), last_seq))
+            rounds["rows"].append(Rows.run(rows_path, part, len(active)))
             rounds["fts"].append(run_fts(fts_path, part))
-            last_seq = part[-1][0][-1][0]
         print("\na batch's postings, in its own transaction")
         for name, stat in (("p50", p50), ("p99", p99),
                            ("mean", lambda s: statistics.mean(s) * 1000)):

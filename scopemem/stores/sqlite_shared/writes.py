@@ -98,6 +98,8 @@ def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_ke
             conn.execute(st.NEW_SCOPE, {"scope": scope_key, "now": now})
             row = _scope_row(conn, scope_key)
             assert row is not None
+            if row[3] > index.MAX_SID:
+                raise StoreError(f"sqlite store: shard of {scope_key!r} has given every id")
         last_seq, active, generation, sid = row
         route = Route(scope_key, sid)
         change = Change(generation, mark)
