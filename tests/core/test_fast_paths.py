@@ -6,7 +6,7 @@ from __future__ import annotations
 import attrs
 from hypothesis import strategies as st
 
-from scopemem.core.records import Kind, Record, Status, to_wire, trusted_record
+from scopemem.core.records import Kind, Record, Status, to_wire, trusted_record, with_uses
 
 NOW = 1_790_000_000_000
 SCOPE = "org:acme"
@@ -47,4 +47,19 @@ def test_trusted_record_equals_the_validating_constructor():
     assert to_wire(fast) == to_wire(checked)
     assert hash(fast) == hash(checked)
     assert attrs.evolve(fast, use_count=4) == attrs.evolve(checked, use_count=4)
+
+
+def test_a_record_with_uses_added_keeps_every_other_field():
+    """``with_uses`` copies the record field by field: one left out would read as unset."""
+    values = dict(id=f"mem:{SCOPE}:7", scope_key=SCOPE, kind="summary", text="t",
+                  keywords=["a", "b"], source_thread_key="s", source_run_id="r",
+                  created_at=5, last_used_at=9, use_count=3, confidence=0.5,
+                  supersedes="mem:x:1", restates="mem:x:2", status="swept", source="human")
+    assert tuple(values) == tuple(field.name for field in attrs.fields(Record))
+    record = Record(**values)
+    used = with_uses(record, 2, 11)
+    assert used == attrs.evolve(record, use_count=5, last_used_at=11)
+    assert to_wire(used) == to_wire(attrs.evolve(record, use_count=5, last_used_at=11))
+    assert hash(used) == hash(attrs.evolve(record, use_count=5, last_used_at=11))
+    assert with_uses(record, 0, None) == attrs.evolve(record, last_used_at=None)
 

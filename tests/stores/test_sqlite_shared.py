@@ -342,6 +342,79 @@ async def test_the_stores_own_commits_keep_its_shards_copies_answering_from_memo
             await each.close()
 
 
+async def test_a_commit_lets_other_copies_answer_before_the_loop_gets_back_to_its_write(
+        tmp_path, clock: FakeClock):
+    """The writing thread notes its commit's move as soon as the commit is done: while the
+    event loop has not yet got back to the write (under load, milliseconds), the shard's
+    other copies still answer from memory. The written scope's own copy does not follow
+    that move until the loop has carried it across: a retrieval of it meanwhile goes
+    through SQL and finds the committed record."""
+    data = tmp_path / "data"
+    store = SharedSqliteStore(data, clock=clock, synchronous="off", shards=1)
+    written, read = "repo:acme/widgets", "org:acme"
+    noted, go_on = threading.Event(), threading.Event()
+    try:
+        for scope in (written, read):
+            await store.write(scope, [fact(f"the deploy checklist item {n}") for n in range(6)])
+            for _ in range(3):
+                await store.retrieve(scope, "deploy checklist", 3)
+        add = store._moves.add
+
+        def add_then_wait(*args: object) -> None:
+            add(*args)  # type: ignore[arg-type]
+            noted.set()
+            assert go_on.wait(10)
+
+        store._moves.add = add_then_wait  # type: ignore[method-assign]
+        writing = asyncio.ensure_future(store.write(written, [fact("the canary deploy step")]))
+        assert await asyncio.get_running_loop().run_in_executor(None, noted.wait, 10)
+        before = store.loop_answers
+        assert await store.retrieve(read, "deploy checklist", 3)
+        assert store.loop_answers == before + 1  # from memory, the write not back yet
+        hits = await store.retrieve(written, "canary deploy", 3)
+        assert store.loop_answers == before + 1  # through SQL: its copy is not carried yet
+        assert [h.text for h in hits][:1] == ["the canary deploy step"]
+        go_on.set()
+        await writing
+        store._moves.add = add  # type: ignore[method-assign]
+        hits = await store.retrieve(written, "canary deploy", 3)
+        assert [h.text for h in hits][:1] == ["the canary deploy step"]
+    finally:
+        go_on.set()
+        await store.close()
+
+
+async def test_a_commit_that_restarts_the_wal_is_still_a_move_the_copies_follow(
+        tmp_path, clock: FakeClock):
+    """The first commit after a checkpoint copied the whole WAL back restarts the WAL (new
+    salts). It is still this store's own commit: other copies follow it, not SQL."""
+    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off", shards=1)
+    written, read = "repo:acme/widgets", "org:acme"
+    try:
+        await store.write(read, [fact(f"the deploy checklist item {n}") for n in range(6)])
+        for _ in range(3):
+            await store.retrieve(read, "deploy checklist", 3)
+        header = store._shards.header(0)
+        assert header is not None
+        restarts = 0
+        for n in range(3_000):
+            seen = header.read()
+            assert seen is not None
+            await store.write(written, [fact(f"the runner pool note {n} " + "x" * 2_000)])
+            now = header.read()
+            assert now is not None
+            if now[32:36] != seen[32:36]:  # salt-1: the WAL restarted with this commit
+                restarts += 1
+                before = store.loop_answers
+                await store.retrieve(read, "deploy checklist", 3)
+                assert store.loop_answers == before + 1
+                if restarts == 2:
+                    break
+        assert restarts == 2
+    finally:
+        await store.close()
+
+
 async def test_every_use_shows_once_while_saves_and_writes_commit_beside_reads(
         tmp_path, clock: FakeClock):
     """Uses saved in the background (at once) and by writes to the same scope and shard,

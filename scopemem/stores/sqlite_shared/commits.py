@@ -17,12 +17,15 @@ So each connection keeps two SQLite hooks (``CommitWatch``):
 * the WAL hook runs just after the commit, with the commit's last frame number. The header
   read then is this commit's own when it shows that frame count with the WAL's salts of
   ``before``: a later commit by anyone appends frames (a larger count) or restarts the WAL
-  (new salts).
+  (new salts). A commit that restarted the WAL itself (the first after a checkpoint that
+  copied the whole WAL back) shows new salts too, but salt-1 is the WAL's restart count
+  (SQLite's file format: incremented with each restart) and is exactly one more than
+  ``before``'s; a later restart by anyone would make it two more.
 
 When both hold, ``before`` → ``after`` is a *move* the store may follow for the copies its
 commit did not change (``Moves``). Anything else (no header map yet, a copy of the header
-being rewritten, a WAL restart, another process in between) is simply no move: the copies
-are confirmed through SQL, as they would be without any of this.
+being rewritten, another process in between) is simply no move: the copies are confirmed
+through SQL, as they would be without any of this.
 
 A WAL hook replaces SQLite's automatic checkpoint (which is itself a WAL hook), so the
 watch keeps SQLite's threshold (the connection's ``wal_autocheckpoint`` when the hook was
@@ -48,11 +51,14 @@ from scopemem.stores.sqlite import sql as sqlite_sql
 
 __all__ = ["CommitWatch", "Move", "Moves", "checkpoint"]
 
-# WalIndexHdr (SQLite's wal.c): mxFrame is the u32 at offset 16, the two salts the u32s at
-# offsets 32 and 36, in the machine's own byte order.
+# WalIndexHdr (SQLite's wal.c): mxFrame is the u32 at offset 16, in the machine's own byte
+# order; the two salts are the 8 bytes at offset 32, copied from the WAL file's header, so
+# big-endian.
 _FRAMES = struct.Struct("=I")
 _FRAMES_AT = 16
 _SALTS = slice(32, 40)
+_SALT1 = struct.Struct(">I")
+_SALTS_AT = 32
 #: Moves kept per shard: enough for the commits between two retrievals of a scope.
 MOVES_KEPT = 1_024
 
@@ -100,8 +106,8 @@ class CommitWatch:
         before, self._before = self._before, None
         if before is not None:
             after = self._header()
-            if (after is not None and after[_SALTS] == before[_SALTS]
-                    and _FRAMES.unpack_from(after, _FRAMES_AT)[0] == frames):
+            if (after is not None and _FRAMES.unpack_from(after, _FRAMES_AT)[0] == frames
+                    and (after[_SALTS] == before[_SALTS] or _restarted_once(before, after))):
                 self.move = Move(before, after)
         if self._checkpoint_at > 0 and frames >= self._checkpoint_at:
             self.checkpoint_due = True
@@ -111,6 +117,13 @@ class CommitWatch:
         """Whether a commit since the last call made a checkpoint due."""
         due, self.checkpoint_due = self.checkpoint_due, False
         return due
+
+
+def _restarted_once(before: bytes, after: bytes) -> bool:
+    """Whether the WAL restarted exactly once between the two headers."""
+    (salt1,) = _SALT1.unpack_from(after, _SALTS_AT)
+    (was,) = _SALT1.unpack_from(before, _SALTS_AT)
+    return bool(salt1 == (was + 1) & 0xFFFF_FFFF)
 
 
 def checkpoint(conn: Any) -> None:
@@ -125,27 +138,49 @@ def checkpoint(conn: Any) -> None:
 class Moves:
     """Per shard, the moves of the store's commits that changed no copy but the ones the
     store carried itself: a copy confirmed at a header may follow them to the header of
-    now."""
+    now.
+
+    The writing thread adds a move as soon as its commit is done (``ShardPools._watched``),
+    not when the event loop next gets to the write: under load that takes milliseconds,
+    and every retrieval of the shard meanwhile would go through SQL to confirm its copy
+    (about one in ten beside 200 writes a second). A write's move is *unsettled* for the
+    scope it wrote until the loop has carried that scope's copy across (``settle``): until
+    then only the other scopes' copies follow it."""
 
     def __init__(self, shards: int) -> None:
-        self._moves: list[OrderedDict[bytes, bytes]] = [OrderedDict() for _ in range(shards)]
+        # before → (after, the scope whose copy may not follow it yet, or None).
+        self._moves: list[OrderedDict[bytes, tuple[bytes, str | None]]] = [
+            OrderedDict() for _ in range(shards)]
 
-    def add(self, shard: int, move: Move) -> None:
+    def add(self, shard: int, move: Move, unsettled: str | None = None) -> None:
+        """Note ``move`` (from any thread: each step is one dict operation under the
+        GIL); ``unsettled``: the scope whose copy the commit changed and the loop has not
+        carried yet."""
         moves = self._moves[shard]
-        moves[move.before] = move.after
+        moves[move.before] = (move.after, unsettled)
         while len(moves) > MOVES_KEPT:
             moves.popitem(last=False)
 
-    def reaches(self, shard: int, start: bytes | None, now: bytes) -> bool:
-        """Whether ``start`` is ``now``, or leads to it through the shard's moves."""
+    def settle(self, shard: int, move: Move) -> None:
+        """The move's scope has been carried across it (or holds no copy any more): every
+        copy may follow it now."""
+        moves = self._moves[shard]
+        if moves.get(move.before, (None, None))[0] == move.after:
+            moves[move.before] = (move.after, None)
+
+    def reaches(self, shard: int, start: bytes | None, now: bytes,
+                scope_key: str | None = None) -> bool:
+        """Whether ``start`` is ``now``, or leads to it through the shard's moves (none of
+        them unsettled for ``scope_key``)."""
         if start is None:
             return False
         moves = self._moves[shard]
-        header: bytes | None = start
+        header: bytes = start
         for _ in range(MOVES_KEPT):
             if header == now:
                 return True
-            header = moves.get(header)  # type: ignore[arg-type]
-            if header is None:
+            step = moves.get(header)
+            if step is None or (step[1] is not None and step[1] == scope_key):
                 return False
+            header = step[0]
         return False

@@ -107,12 +107,11 @@ class RowCopy:
         self.kept = 0
         self.mark = mark
 
-    def hold(self, records: Sequence[Record], mark: int) -> None:
-        """``fold``, with nothing kept apart, and ``records`` (records of this copy with
-        one use more, the only uses numbered since their mark) in place of theirs."""
+    def hold(self, seqs: Sequence[int], records: Sequence[Record], mark: int) -> None:
+        """``fold``, with nothing kept apart, and ``records`` (records ``seqs`` of this copy
+        with one use more, the only uses numbered since their mark) in place of theirs."""
         assert not self.uses
-        for record in records:
-            self.records[record_seq(record.id)] = record
+        self.records.update(zip(seqs, records, strict=True))
         self._built.clear()
         self.marks.clear()
         self.mark = mark

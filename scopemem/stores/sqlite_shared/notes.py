@@ -102,11 +102,9 @@ class UseNotes:
     async def _save(self) -> None:
         for shard in self._uses.shards():
             try:
-                _saved, move = await self._write_moved(shard, self._uses.save, shard,
-                                                       self.synchronous)
-                if move is not None:
-                    # The copies hold every use saved (``copies.RowCopy``).
-                    self._moves.add(shard, move)
+                # Its move, if any, is noted as it commits: the copies hold every use
+                # saved (``copies.RowCopy``).
+                await self._write_moved(shard, self._uses.save, shard, self.synchronous)
             except Exception as exc:  # kept pending for the next save
                 log.warning("sqlite store: %s: use counts not saved yet: %s",
                             self._shards.path(shard), sqlite_sql.describe(exc))

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from scopemem.errors import StoreError
 from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import commits
-from scopemem.stores.sqlite_shared.commits import Move
+from scopemem.stores.sqlite_shared.commits import Move, Moves
 from scopemem.stores.sqlite_shared.shards import Shards
 
 __all__ = ["POOL_THREADS", "ShardPools"]
@@ -39,6 +39,7 @@ class ShardPools:
     _executors: dict[str, ThreadPoolExecutor]
     _writers: dict[int, asyncio.Lock]
     _shards: Shards
+    _moves: Moves
 
     def _pool(self, name: str, threads: int = POOL_THREADS) -> ThreadPoolExecutor:
         if self._closed:
@@ -93,14 +94,18 @@ class ShardPools:
             commits.checkpoint(conn)
 
     async def _write_moved(self, shard: int, fn: Callable[..., T], *args: Any,
-                           create: bool = False) -> tuple[T | None, Move | None]:
+                           create: bool = False, unsettled: str | None = None
+                           ) -> tuple[T | None, Move | None]:
         """``_write``, and the move of the shard's header by its last commit when nobody
-        else committed just before it or just after it (``commits.py``)."""
-        done = await self._write(shard, self._watched, shard, fn, *args, create=create)
+        else committed just before it or just after it (``commits.py``), noted in
+        ``_moves`` by the writing thread as the commit is done, unsettled for the scope
+        ``unsettled`` (the caller settles it once that scope's copy is carried)."""
+        done = await self._write(shard, self._watched, shard, unsettled, fn, *args,
+                                 create=create)
         return done if done is not None else (None, None)
 
-    def _watched(self, conn: Any, shard: int, fn: Callable[..., T], *args: Any
-                 ) -> tuple[T, Move | None]:
+    def _watched(self, conn: Any, shard: int, unsettled: str | None, fn: Callable[..., T],
+                 *args: Any) -> tuple[T, Move | None]:
         watch = self._shards.watch(shard)
         if watch is None:
             return fn(conn, *args), None
@@ -109,6 +114,8 @@ class ShardPools:
             done = fn(conn, *args)
         finally:
             move = watch.disarm()
+        if move is not None:
+            self._moves.add(shard, move, unsettled)
         return done, move
 
     def _on_shard(self, shard: int, create: bool, fn: Callable[..., T], *args: Any

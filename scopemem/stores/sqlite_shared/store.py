@@ -205,7 +205,7 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
         header = self._shards.header(shard)
         seen = header.read() if header is not None else None
         if rows is not None and copy is not None and seen is not None and \
-                self._moves.reaches(shard, rows.header, seen):
+                self._moves.reaches(shard, rows.header, seen, scope_key):
             # Nobody committed to the shard since the copies were last confirmed, but this
             # store, in ways that leave them as they are.
             rows.header = seen
@@ -225,7 +225,8 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
                         # Nothing kept apart: the records as returned are the records with
                         # every use numbered so far.
                         self._note_log(shard, scope_key, seqs, now, added)
-                        rows.hold([hit.record for hit in bumped], self._uses.mark(shard))
+                        rows.hold(seqs, [hit.record for hit in bumped],
+                                  self._uses.mark(shard))
                     self._schedule_save()
                 return bumped
         searched: reads.Searched | None = None
@@ -366,7 +367,7 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
             done, move = await self._write_moved(
                 shard, writes.write, self._uses, shard, self.analyzer, scope_key, fitted, cap,
                 now, retention_cutoff(now, self.retention_days), self._reserve_scope,
-                create=True)
+                create=True, unsettled=scope_key)
         finally:
             left = self._writing.pop(scope_key) - 1
             if left:
@@ -386,8 +387,9 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
                 # Nobody committed between the copy and the write, nor after it.
                 carried.header = move.after
         if move is not None:
-            # The write changed no other scope's rows: their copies stay as confirmed.
-            self._moves.add(shard, move)
+            # The write changed no other scope's rows, and the scope's own are carried (or
+            # no longer held): every copy may follow its move now.
+            self._moves.settle(shard, move)
         return counts
 
     def _fold_later(self, scope_key: str, copy: ScopeCopy) -> None:
