@@ -38,9 +38,11 @@ min / median / max:
    with how many records the brief's prefilter terms match;
 6. ``InMemoryStore.retrieve`` on the large scope's records against ``SqliteStore``'s.
 
-``--layout shared`` measures the shared-file layout (``memory.stores.sqlite.layout``): the
-worker serves it, figures 3-6 time ``SharedSqliteStore``, and the raw FTS5 baselines read a
-file-layout directory beside it written with the same batches in the same order.
+``--layout`` names the SQLite layout measured (``memory.stores.sqlite.layout``; default
+``shared``, the default of a new directory). In the shared layout the worker serves it,
+figures 3-6 time ``SharedSqliteStore``, and the raw FTS5 baselines read a file-layout
+directory beside it written with the same batches in the same order; ``--layout file``
+measures the file layout's ``SqliteStore``.
 
 ``--quick`` is a smoke run (scopes 10,1000; smaller large scope; short rounds). ``--only``
 runs the named figures alone (``--only 5,6``: the large scope's retrieve, in process), seeding
@@ -323,11 +325,11 @@ async def serve(data: str, wrap: Sequence[str] = ()) -> AsyncIterator[tuple[str,
     port = free_port()
     env = {**os.environ, "SCOPEMEM_TOKEN": TOKEN}
     env.pop("SCOPEMEM_CONFIG", None)
-    if LAYOUT["layout"] != "file":
-        config = os.path.join(os.path.dirname(data), "layout.toml")
-        with open(config, "w", encoding="utf-8") as f:
-            f.write(f'[memory.stores.sqlite]\nlayout = "{LAYOUT["layout"]}"\n')
-        env["SCOPEMEM_CONFIG"] = config
+    # The layout named, not left to the default (which follows what the directory holds).
+    config = os.path.join(os.path.dirname(data), "layout.toml")
+    with open(config, "w", encoding="utf-8") as f:
+        f.write(f'[memory.stores.sqlite]\nlayout = "{LAYOUT["layout"]}"\n')
+    env["SCOPEMEM_CONFIG"] = config
     argv = [*wrap, sys.executable, "-m", "scopemem", "serve", "--port", str(port),
             "--store", "sqlite", "--data", data, "--no-access-log"]
     # The current directory comes first on sys.path with -m: run from an empty one.
@@ -774,8 +776,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="batches of 50 written at the cap (figure 3)")
     parser.add_argument("--after-writes", type=int, default=100,
                         help="retrievals after a write per case per round (figure 3)")
-    parser.add_argument("--layout", choices=("file", "shared"), default="file",
-                        help="the SQLite store's layout (memory.stores.sqlite.layout)")
+    parser.add_argument("--layout", choices=("file", "shared"), default="shared",
+                        help="the SQLite store's layout (memory.stores.sqlite.layout;"
+                             " default shared, the default of a new directory)")
     parser.add_argument("--only", default="1,2,3,4,5,6",
                         help="the figures to run, comma-separated (default all: 1,2,3,4,5,6)")
     args = parser.parse_args(argv)

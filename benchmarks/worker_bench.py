@@ -325,8 +325,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--slices", type=int, default=5,
                         help="rounds the bare handler and the retrieve phases take turns in")
     parser.add_argument("--store", default="sqlite", help="store the worker serves")
-    parser.add_argument("--layout", choices=("file", "shared"), default="file",
-                        help="the SQLite store's layout (memory.stores.sqlite.layout)")
+    parser.add_argument("--layout", choices=("file", "shared"), default="shared",
+                        help="the SQLite store's layout (memory.stores.sqlite.layout;"
+                             " default shared, the default of a new directory)")
     parser.add_argument("--scopes", type=int, default=64,
                         help="distinct scopes the write phases spread over")
     parser.add_argument("--records", type=int, default=300,

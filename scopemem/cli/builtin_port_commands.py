@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
-from scopemem.cli.root import CliState, echo_json
+from scopemem.cli.root import CliState, echo_json, scope_key_param
 from scopemem.errors import ScopememError, StoreError
 from scopemem.plugins.markers import hookimpl
 
@@ -236,21 +236,10 @@ async def _import(store: PortableStore, stream: IO[bytes], name: str, size: int 
     return read, writer.added
 
 
-def _scope_key(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    if value is None:
-        return None
-    from scopemem.stores.base import check_scope_key
-
-    try:
-        return check_scope_key(value)
-    except StoreError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 @hookimpl
 def scopemem_register_commands(cli: click.Group) -> None:
     @cli.command(name="export")
-    @click.option("--scope", "scope_key", metavar="KEY", callback=_scope_key,
+    @click.option("--scope", "scope_key", metavar="KEY", callback=scope_key_param,
                   help="The scope key to export (e.g. org:acme, user:slack:U0123).")
     @click.option("--all", "every", is_flag=True, help="Export every scope the store holds.")
     @click.option("--out", type=click.Path(dir_okay=False, allow_dash=True),

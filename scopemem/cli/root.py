@@ -39,6 +39,21 @@ def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
 
 
+def scope_key_param(_ctx: click.Context, _param: click.Parameter, value: str | None
+                    ) -> str | None:
+    """A click callback: the scope key given (None when none was), checked as every store
+    checks it; a usage error naming the parameter otherwise."""
+    if value is None:
+        return None
+    from scopemem.errors import StoreError
+    from scopemem.stores.base import check_scope_key
+
+    try:
+        return check_scope_key(value)
+    except StoreError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def build_cli(pm: PluginManager | None = None) -> click.Group:
     """A fresh root group with every plugin's commands added."""
     manager = pm or get_plugin_manager()

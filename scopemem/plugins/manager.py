@@ -38,6 +38,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "scopemem.cli.builtin_commands",
     "scopemem.cli.builtin_memory_commands",
     "scopemem.cli.builtin_port_commands",
+    "scopemem.cli.builtin_scope_commands",
     "scopemem.cli.builtin_stats_commands",
     "scopemem.plugins.builtin_providers",
     "scopemem.agent_hooks.plugin",

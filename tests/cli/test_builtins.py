@@ -127,19 +127,22 @@ def test_config_check_and_the_commands_refuse_the_same_tables(tmp_path: Path, ca
         Memory.from_config(path, plugin_manager=new_plugin_manager(environ={}))
 
 
-def test_the_effective_settings_are_toml_with_every_plugins_defaults(tmp_path: Path):
+def sqlite_config(tmp_path: Path, options: str = "") -> Path:
     path = tmp_path / "scopemem.toml"
     path.write_text('[memory]\nenabled = true\norganization = "acme"\nmodel = "anthropic/m"\n'
-                    f'[memory.stores.sqlite]\npath = "{tmp_path / "data"}"\n')
+                    f'[memory.stores.sqlite]\npath = "{tmp_path / "data"}"\n{options}')
+    return path
+
+
+def test_the_effective_settings_are_toml_with_every_plugins_defaults(tmp_path: Path):
+    path = sqlite_config(tmp_path)
     result = run("--config", str(path), "config", "check")
     assert result.exit_code == 0, result.output
     printed = tomllib.loads(result.output)
     assert printed["memory"]["gate"] is True and printed["memory"]["max_tokens"] == 3000
     assert printed["memory"]["stores"]["sqlite"] == {
         "path": str(tmp_path / "data"), "synchronous": "full", "busy_timeout_ms": 5000,
-        "max_open_connections": default_max_open(), "cache_rows": 50_000,
-        "usage_flush_ms": 1000,
-        "max_scopes": 0, "rank_processes": DEFAULT_RANK_PROCESSES, "layout": "file"}
+        "cache_rows": 50_000, "usage_flush_ms": 1000, "max_scopes": 0, "layout": "shared"}
     assert printed["memory"]["providers"]["anthropic"]["api_key_env"] == "ANTHROPIC_API_KEY"
     # What it prints is a configuration that loads back as the same one.
     again = tmp_path / "again.toml"
@@ -148,3 +151,14 @@ def test_the_effective_settings_are_toml_with_every_plugins_defaults(tmp_path: P
         load_config(path), stores=printed["memory"]["stores"],
         providers=printed["memory"]["providers"])
     assert tomllib.loads(run("--config", str(again), "config", "check").output) == printed
+
+
+def test_the_effective_settings_of_the_file_layout_are_its_own(tmp_path: Path):
+    result = run("--config", str(sqlite_config(tmp_path, 'layout = "file"\n')), "config",
+                 "check")
+    assert result.exit_code == 0, result.output
+    assert tomllib.loads(result.output)["memory"]["stores"]["sqlite"] == {
+        "path": str(tmp_path / "data"), "synchronous": "full", "busy_timeout_ms": 5000,
+        "max_open_connections": default_max_open(), "cache_rows": 50_000,
+        "usage_flush_ms": 1000,
+        "max_scopes": 0, "rank_processes": DEFAULT_RANK_PROCESSES, "layout": "file"}

@@ -202,7 +202,22 @@ async def test_the_layout_option_chooses_the_shared_files(tmp_path):
         await store.close()
     store = sqlite_store(settings_with(tmp_path))
     try:
-        assert isinstance(store, SqliteStore)  # the file-per-scope layout stays the default
+        assert isinstance(store, SharedSqliteStore)  # the default for a directory
+    finally:
+        await store.close()
+    store = sqlite_store(settings_with(tmp_path, path=str(tmp_path / "f"), layout="file"))
+    try:
+        assert isinstance(store, SqliteStore)
+        await store.write("org:acme", [fact("the deploy checklist lives in the wiki")])
+    finally:
+        await store.close()
+    # Unset, the layout of a directory of scope files stays the file layout: an
+    # installation from before the shared default keeps reading its records.
+    store = sqlite_store(settings_with(tmp_path, path=str(tmp_path / "f")))
+    try:
+        assert isinstance(store, SqliteStore)
+        assert [r.text for r in await store.list("org:acme", 5)] == [
+            "the deploy checklist lives in the wiki"]
     finally:
         await store.close()
     with pytest.raises(ConfigError, match=r"memory\.stores\.sqlite\.layout"):

@@ -1,4 +1,6 @@
-"""The embedded durable store: one SQLite database file per scope key, through apsw.
+"""The embedded durable store on SQLite, through apsw: by default every scope in a few
+shared files (``scopemem.stores.sqlite_shared``); this package is the other layout, one
+database file per scope key, and the ``from_settings`` that chooses between them.
 
 What it decides is decided by ``scopemem.core.engine``, exactly as in the in-process store;
 this package only finds the rows the engine asks for and persists what it answers.
@@ -31,7 +33,7 @@ from __future__ import annotations
 from scopemem.plugins.markers import hookimpl
 from scopemem.stores.base import MemoryStore, StoreSettings
 from scopemem.stores.sqlite.files import default_max_open, scope_file_name
-from scopemem.stores.sqlite.layouts import LAYOUTS
+from scopemem.stores.sqlite.layouts import LAYOUTS, default_layout
 from scopemem.stores.sqlite.sql import fts_tokens
 from scopemem.stores.sqlite.store import DEFAULT_PATH, SYNCHRONOUS_LEVELS, SqliteStore
 
@@ -40,9 +42,13 @@ __all__ = ["DEFAULT_PATH", "SYNCHRONOUS_LEVELS", "SqliteStore", "default_max_ope
 
 
 def from_settings(settings: StoreSettings) -> MemoryStore:
-    """The store ``[memory.stores.sqlite]`` describes: ``SqliteStore`` (a file per scope,
-    the default), or ``SharedSqliteStore`` with ``layout = "shared"``."""
-    if settings.named("sqlite").choice_option("layout", "file", LAYOUTS) == "shared":
+    """The store ``[memory.stores.sqlite]`` describes: ``SharedSqliteStore`` (every scope in
+    a few shared files) with ``layout = "shared"``, ``SqliteStore`` (a file per scope) with
+    ``layout = "file"``; unset, the layout the directory holds, shared for a new one
+    (``layouts.default_layout``)."""
+    named = settings.named("sqlite")
+    default = default_layout(named.options.get("path", DEFAULT_PATH))
+    if named.choice_option("layout", default, LAYOUTS) == "shared":
         from scopemem.stores.sqlite_shared import SharedSqliteStore
 
         return SharedSqliteStore.from_settings(settings)

@@ -7,6 +7,11 @@ A directory in the file layout holds one ``<readable>-<digest>.db`` per scope
 none of the scopes written, answer as if memory were empty, and start a second set of
 files beside the first: the records are not lost, but nothing reads them. So both stores
 refuse such a directory at construction, naming the setting to change.
+
+Left unset, ``layout`` is the one the directory already holds: ``"file"`` for a directory
+of scope files (an installation from before the shared layout was the default keeps
+reading its records), ``"shared"`` for anything else, a new directory included
+(``default_layout``).
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ import re
 
 from scopemem.errors import ConfigError
 
-__all__ = ["LAYOUTS", "check_layout"]
+__all__ = ["LAYOUTS", "check_layout", "default_layout"]
 
-#: ``layout``: one file per scope (the default), or every scope in a few shared files.
+#: ``layout``: one file per scope, or every scope in a few shared files (the default for a
+#: new directory).
 LAYOUTS = ("file", "shared")
 
 _SHARD_FILE = re.compile(r"shard-[0-9]{3}-of-[0-9]{3}\.db\Z")
@@ -36,6 +42,16 @@ def check_layout(directory: str, layout: str, key: str = "layout") -> None:
         f'{key}: {directory} holds database files of the "{other}" layout ({files}), which'
         f' the "{layout}" layout would not read; set {key} = "{other}" to read them (there'
         " is no conversion between the layouts yet), or choose another path")
+
+
+def default_layout(path: object) -> str:
+    """The layout of ``[memory.stores.sqlite]`` when ``layout`` is not set: ``"file"`` when
+    the directory at ``path`` holds scope files, else ``"shared"`` (a ``path`` that is not
+    a string is the store's to refuse, naming its key)."""
+    if isinstance(path, str) and _holds(os.path.abspath(os.path.expanduser(path)),
+                                        _SCOPE_FILE):
+        return "file"
+    return "shared"
 
 
 def _holds(directory: str, name: re.Pattern[str]) -> bool:

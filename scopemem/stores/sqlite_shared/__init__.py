@@ -1,5 +1,5 @@
-"""The SQLite store over shared files: every scope in a few shard files (a preview of the
-SQLite store's next layout; see ``store.py`` and ``docs/sqlite-store.md``)."""
+"""The SQLite store over shared files: every scope in a few shard files (the SQLite store's
+default layout; see ``store.py`` and ``docs/sqlite-store.md``)."""
 
 from scopemem.stores.sqlite_shared.store import SharedSqliteStore
 

@@ -1,5 +1,5 @@
-"""``SharedSqliteStore``: every scope in a few shared SQLite files (a preview of the SQLite
-store's next layout, see ``docs/sqlite-store.md``, "The shared-file layout").
+"""``SharedSqliteStore``: every scope in a few shared SQLite files (the SQLite store's
+default layout, see ``docs/sqlite-store.md``, "The shared layout").
 
 A data directory holds ``schema.SHARDS`` shard files; a scope lives in the one its key
 hashes to, keyed by scope in every table (``schema.py``). So the files open, the descriptors

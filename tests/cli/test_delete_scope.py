@@ -1,0 +1,51 @@
+"""``scopemem delete-scope`` through click's CliRunner on real SQLite data directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.cli.test_porting import ok, populate, run, sqlite_config
+
+
+def listed(config: Path) -> dict[str, list[str]]:
+    """Scope key → the ids ``scopemem list all`` shows in it."""
+    shown = json.loads(ok(run(config, "list", "all", "--json")).output)
+    return {scope["scopeKey"]: [r["id"] for r in scope["records"]]
+            for scope in shown["scopes"] if scope["records"]}
+
+
+def exported(config: Path, scope_key: str) -> list[str]:
+    """The ids ``scopemem export`` writes for the scope, whatever their status."""
+    out = ok(run(config, "export", "--scope", scope_key)).output
+    return [json.loads(line)["id"] for line in out.splitlines() if line.startswith("{")]
+
+
+def test_delete_scope_deletes_one_scope_and_leaves_the_others(tmp_path: Path):
+    config = sqlite_config(tmp_path, "data", layout="shared")
+    populate(config)  # org:acme (a forgotten and a superseded record among them), a user's
+    before = listed(config)
+    assert set(before) == {"org:acme", "user:cli:local"}
+    assert exported(config, "org:acme") == [f"mem:org:acme:{n}" for n in range(1, 5)]
+    refused = run(config, "delete-scope", "org:acme", stdin=b"n\n")
+    assert refused.exit_code == 1 and "Aborted" in refused.output
+    assert listed(config) == before
+    done = ok(run(config, "delete-scope", "org:acme", "--yes", "--json"))
+    assert json.loads(done.output) == {"ok": True, "scopeKey": "org:acme", "deleted": 4}
+    assert listed(config) == {"user:cli:local": before["user:cli:local"]}
+    assert exported(config, "org:acme") == []  # forgotten and superseded records too
+    again = ok(run(config, "delete-scope", "org:acme", "--yes"))
+    assert again.output.strip() == "deleted 0 records of org:acme"
+
+
+def test_delete_scope_refuses_a_bad_key_and_a_store_that_cannot(tmp_path: Path):
+    config = sqlite_config(tmp_path, "data", layout="shared")
+    bad = run(config, "delete-scope", "no colon here", "--yes")
+    assert bad.exit_code == 2 and "KEY" in bad.output and "Traceback" not in bad.output
+    files = sqlite_config(tmp_path, "files", layout="file")
+    populate(files)
+    refused = run(files, "delete-scope", "org:acme", "--yes")
+    assert refused.exit_code == 1
+    assert "cannot delete a scope's records in place" in refused.output
+    assert "nothing was changed" in refused.output
+    assert "org:acme" in listed(files)
