@@ -733,7 +733,7 @@ def test_a_fold_holds_each_terms_seqs_in_any_layer_but_the_gone_ones_once():
                 part[term] = kind(rng.sample(range(1, 400), rng.randint(1, 25)))
             parts.append(part)
         gone = frozenset(rng.sample(range(1, 400), rng.randint(0, 200)))
-        layered = copies.Layered(parts[0], parts[1], (parts[2],), gone, 1)  # type: ignore[arg-type]
+        layered = copies.Layered(parts[0], (parts[1],), (parts[2],), gone, 1)  # type: ignore[arg-type]
         expected: dict[str, set[int]] = {}
         for part in parts:
             for term, seqs in part.items():
@@ -755,8 +755,8 @@ def test_layers_folded_meanwhile_go_under_the_later_layers_unchanged():
             for term in terms}
     base = {term: held for term, held in base.items() if held}
     postings: object = base
-    next_seq, done = 41, None
-    for step in range(30):
+    next_seq, states = 41, []
+    for _step in range(30):
         added: dict[str, set[int]] = {}
         for _ in range(3):
             held = set(rng.sample(terms, 3))
@@ -771,17 +771,18 @@ def test_layers_folded_meanwhile_go_under_the_later_layers_unchanged():
         postings = copies.Layered.after(postings, 10**9, layer,  # type: ignore[arg-type]
                                         sum(map(len, layer.values())), retired)
         assert isinstance(postings, copies.Layered)
-        if step == 10:
-            done = postings
-    assert done is not None
-    rebased = postings.rebased(done, done.folded())
-    assert rebased is not None and rebased.layered < postings.layered
+        states.append(postings)
     expected = {term: frozenset(s for s, held in active.items() if term in held)
                 for term in terms}
-    assert {term: rebased.get(term, frozenset()) for term in terms} == expected
     assert {term: postings.get(term, frozenset()) for term in terms} == expected
+    # A fold of any earlier state: gathered since into one chunk or more, or not at all.
+    assert len(postings.merged) == 3 and len(states[10].merged) == 1
+    for done in states[:-1]:
+        rebased = postings.rebased(done, done.folded())
+        assert rebased is not None and rebased.layered < postings.layered
+        assert {term: rebased.get(term, frozenset()) for term in terms} == expected
     # Layers over another base are not rebased.
-    assert postings.rebased(copies.Layered({}, {}, (), frozenset(), 0), {}) is None
+    assert postings.rebased(copies.Layered({}, (), (), frozenset(), 0), {}) is None
 
 
 async def test_a_write_runs_as_many_statements_whatever_its_size(tmp_path, clock: FakeClock,
