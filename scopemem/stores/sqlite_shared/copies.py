@@ -255,8 +255,8 @@ class Layered(Mapping[str, frozenset[int]]):
     ``RECENT_LAYERS``), over the earlier ones gathered per term, ``RECENT_LAYERS`` writes to
     a chunk (``merged``, oldest first): carrying a copy across a write then costs what the
     write changed, and the gathering, once every few writes, what those writes changed
-    together (gathered into the earlier writes' terms, each gathering re-joined every
-    term's seqs since the base: 6-9 ms on a 10,000-record scope, 56 at worst). Making each
+    together (when a gathering joined them into the earlier writes' terms, it re-joined
+    every term's seqs since the base: 6-9 ms on a 10,000-record scope). Making each
     term's set anew every write would cost every posting of the terms it touched, and a
     batch of realistic text touches the scope's most common terms: a few hundred thousand
     postings of a 10,000-record scope.
