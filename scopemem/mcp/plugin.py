@@ -1,7 +1,7 @@
 """``scopemem mcp``: serve memory to a coding agent over MCP.
 
 Registered through ``scopemem_register_commands`` like every command. The SDK is an extra
-(``pip install 'scopemem[mcp]'``) and is imported only when the command runs, so a missing
+(``pip install -e '.[mcp]'`` from the checkout) and is imported only when the command runs, so a missing
 SDK is one clear error and never breaks another command.
 """
 
@@ -20,7 +20,7 @@ from scopemem.errors import ScopememError
 from scopemem.gitremote import repo_of
 from scopemem.plugins.markers import hookimpl
 
-INSTALL_HINT = "pip install 'scopemem[mcp]'"
+INSTALL_HINT = "pip install -e '.[mcp]' from the scopemem checkout"
 
 
 #: Seconds ``git`` may take to name the working directory's origin remote at startup.

@@ -33,7 +33,7 @@ def test_without_the_sdk_the_command_says_how_to_install_it(
     path = config()
     result = scopemem(path, "mcp", env=env)
     assert result.returncode == 1
-    assert "pip install 'scopemem[mcp]'" in result.stderr
+    assert "pip install -e '.[mcp]' from the scopemem checkout" in result.stderr
     assert "Traceback" not in result.stderr
     # Every other command goes on working without it.
     listed = scopemem(path, "plugins", env=env)

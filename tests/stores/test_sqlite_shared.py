@@ -22,9 +22,9 @@ from scopemem.stores.postgres import cache as cache_module
 from scopemem.stores.postgres.cache import PostingsCache, ScopeCopy
 from scopemem.stores.sqlite import SqliteStore
 from scopemem.stores.sqlite import from_settings as sqlite_store
+from scopemem.stores.sqlite.usage import USAGE_FLUSH_MS_MAX
 from scopemem.stores.sqlite_shared import SharedSqliteStore, copies, reads, schema
 from scopemem.stores.sqlite_shared import statements as st
-from scopemem.stores.sqlite.usage import USAGE_FLUSH_MS_MAX
 from scopemem.stores.sqlite_shared.store import _POOL_THREADS
 from tests.conftest import FakeClock
 from tests.stores.shared_postings import CONTINUES, scope_documents

@@ -1,15 +1,23 @@
 """The PostgreSQL store (``memory.store = "postgres"``): every scope in one schema of one
 PostgreSQL database, shared by any number of processes.
 
-Modules, one job each: ``options`` (the ``[memory.stores.postgres]`` table), ``migrations``
-(the versioned schema, applied under an advisory lock), ``statements`` (every SQL statement,
-scope-keyed), ``reads`` (a retrieval's statements in order), ``store`` (the ``MemoryStore``
-methods, the write transaction and the pool). The dialect-free parts a
-second SQL store can share: ``batch`` (a write batch through the engine), ``tokens`` (what a
-record is indexed by; ranking's input from prefilter hits) and ``usage`` (deferred bumps).
+Modules, one job each:
+
+============== ==============================================================================
+``options``    the ``[memory.stores.postgres]`` table
+``migrations`` the versioned schema, applied under an advisory lock
+``statements`` every SQL statement, scope-keyed
+``reads``      a retrieval's statements in order
+``store``      the ``MemoryStore`` methods, the write transaction and the pool
+``tokens``     what a record is indexed by; ranking's input from prefilter hits
+``cache``      a worker's copies of large scopes' postings, checked with every retrieval
+``usage``      deferred use-count bumps
+``counts``     the per-scope day counters
+``porting``    export and import (every field and status kept)
+============== ==============================================================================
 
 psycopg is imported only when a store first connects, so listing plugins or running another
-store never needs it (``pip install 'scopemem[postgres]'``).
+store never needs it (from a checkout: ``pip install -e '.[postgres]'``).
 """
 
 from __future__ import annotations

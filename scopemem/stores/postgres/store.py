@@ -82,7 +82,7 @@ def _psycopg() -> Any:
         import psycopg_pool
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise StoreError("postgres store: psycopg is not installed"
-                         " (pip install 'scopemem[postgres]')") from exc
+                         " (pip install -e '.[postgres]' from the scopemem checkout)") from exc
     return psycopg, psycopg_pool
 
 

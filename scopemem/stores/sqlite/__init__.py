@@ -9,16 +9,20 @@ one job:
 
 ============  ==============================================================================
 ``store``     ``SqliteStore``: configuration and the ``MemoryStore`` methods
+``layouts``   which layout a data directory holds; the default for a new one
 ``files``     which file holds a scope; opening it (identity, schema, reindexing)
 ``base``      thread pools, writer locks, the cache of open files, transactions
 ``handles``   one open scope file: connection, lock, pending use counts, view
 ``views``     answering retrievals from a scope's rows held in memory, kept current
 ``view``      ``ScopeView``: those rows and their term index
+``walheader`` seeing that nobody committed to a file, from its WAL-index header
+``ranker``    heavy rankings in a process of their own
 ``reads``     retrieval, usage marks and listings through SQL
 ``writes``    write batches, forget, sweep, retention purge
 ``usage``     saving use counts in the background
+``counts``    the per-scope day counters
 ``porting``   export and import (every field and status kept)
-``rows``      the SQL the parts share; rows to records and back
+``sql``       the SQL the parts share; rows to records and back
 ``schema``    the tables, migrations and bookkeeping of a scope file
 ============  ==============================================================================
 
