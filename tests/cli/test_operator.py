@@ -5,11 +5,14 @@ changed. Through click's CliRunner on real SQLite data directories."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
+from scopemem.api.memory import Memory
+from scopemem.core.records import Candidate, Kind
 from tests.cli.test_porting import ADMIN, ok, run, sqlite_config
 
 BOB, HR = "user:slack:UB", "channel:slack:CHR"
@@ -19,11 +22,21 @@ HR_NOTE = "the salary review for the api team is due in march"
 
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
+    """A store holding a record of Bob's, one of #hr's and one of the org's, written by the
+    store itself (below every gate)."""
     path = sqlite_config(tmp_path, "data", layout="shared")
-    ok(run(path, "remember", "--scope", "me", BOB_NOTE, "--as", BOB, "--operator"))
-    ok(run(path, "remember", "--scope", "channel", HR_NOTE, "--channel", "slack:CHR",
-           "--operator"))
-    ok(run(path, "remember", "--scope", "org", "deploys freeze on fridays"))
+
+    async def plant() -> None:
+        memory = Memory.from_config(path)
+        try:
+            for key, text in ((BOB, BOB_NOTE), (HR, HR_NOTE),
+                              ("org:acme", "deploys freeze on fridays")):
+                await memory.store.write(key, [Candidate(kind=Kind.FACT, text=text,
+                                                         source_thread_key="t")])
+        finally:
+            await memory.close()
+
+    asyncio.run(plant())
     return path
 
 
