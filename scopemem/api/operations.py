@@ -47,6 +47,7 @@ from scopemem.core.commands import (
     read_refusal,
     shared_scopes,
 )
+from scopemem.core.policy import AUDIENCE_KINDS, Audience
 from scopemem.core.ranking import query_terms
 from scopemem.core.records import MAX_TEXT_CHARS, Candidate, Kind, Record, Source
 from scopemem.core.requests import Request, ScopeKind, ScopeRefused, derive_scope_key
@@ -155,17 +156,33 @@ class Operations:
                 continue  # ``all`` is every scope the request has
         return keys
 
+    def _origin(self, caller: Caller) -> str | None:
+        """The scope key of the channel the caller is in (None: no channel)."""
+        if not caller.channel_id:
+            return None
+        try:
+            return derive_scope_key(self.scope_kinds, AUDIENCE_KINDS[Audience.ORIGIN],
+                                    Request(channel_id=caller.channel_id))
+        except ScopeRefused:
+            return None
+
+    def read_refusal(self, key: str, caller: Caller) -> str | None:
+        """Why ``caller`` may not read the scope ``key`` (None: allowed): the read gate
+        (``core.commands.read_refusal``) with the caller's own channel."""
+        return read_refusal(key, caller.user_key, self.org_key, self.scope_kinds,
+                            self._origin(caller))
+
     def _check_read(self, key: str, caller: Caller) -> None:
-        reason = read_refusal(key, caller.user_key, self.org_key, self.scope_kinds)
+        reason = self.read_refusal(key, caller)
         if reason:
             raise MemoryRefused("closed_scope", reason)
 
     def _check_change(self, key: str, caller: Caller, **details: Any) -> None:
         reason = change_refusal(key, caller.user_key, self.is_admin(caller), self.org_key,
-                                self.scope_kinds)
+                                self.scope_kinds, self._origin(caller))
         if reason is None:
             return
-        if read_refusal(key, caller.user_key, self.org_key, self.scope_kinds):
+        if self.read_refusal(key, caller):
             raise MemoryRefused("closed_scope", reason, **details)
         raise MemoryRefused("admin_only", reason, **details)
 

@@ -1,8 +1,10 @@
 """The human memory commands on the command line: list, forget, sweep, remember, context.
 
 They share the chat grammar's rules (``scopemem.core.commands``) and its executor
-(``scopemem.chat.commands``), act as ``user:cli:local`` unless ``--as`` names another user scope,
-and run against the configured store (an SQLite directory or a worker URL). Human output by
+(``scopemem.chat.commands``), act as the local person ``user:cli:local`` in no channel, and run
+against the configured store (an SQLite directory or a worker URL). Acting for someone else
+(``--as`` another user scope, ``--channel``; for ``context``, ``--user`` another person) is
+the operator's and takes ``--operator`` (``cli.root.need_operator``). Human output by
 default, ``--json`` for scripts; a refusal or failure exits 1, a usage error 2.
 
 A command lives for a moment, so it never runs on a store that dies with it: the worker
@@ -28,7 +30,7 @@ from scopemem.chat.commands import (
     run_remember,
     run_sweep,
 )
-from scopemem.cli.root import CliState, echo_json
+from scopemem.cli.root import CliState, echo_json, need_operator, operator_option
 from scopemem.core.commands import (
     ALL,
     DEFAULT_LIST_LIMIT,
@@ -67,6 +69,17 @@ def _extra(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
             raise click.BadParameter(f"expected KEY=VALUE, got {value!r}")
         extra[name.strip()] = given
     return extra
+
+
+def _acting(caller: str, channel: str | None, operator: bool) -> None:
+    """``--as`` another person and ``--channel`` act beyond the local person: a usage error
+    without ``--operator``."""
+    if caller != DEFAULT_CALLER:
+        need_operator(operator, f"--as {caller} acts for another person than "
+                                f"{DEFAULT_CALLER}")
+    if channel is not None:
+        need_operator(operator, f"--channel {channel} acts from a channel, whose scope only "
+                                "its members reach")
 
 
 def _memory(state: CliState) -> Memory:
@@ -121,11 +134,14 @@ def _run(memory: Memory, action: Callable[[Any], Awaitable[Outcome]], as_json: b
 
 
 as_option = click.option("--as", "caller", default=DEFAULT_CALLER, show_default=True,
-                         callback=_caller, help="Act as this user scope (user:<platform>:<id>).")
+                         callback=_caller,
+                         help="Act as this user scope (user:<platform>:<id>); another "
+                              "person's takes --operator.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 repo_option = click.option("--repo", metavar="OWNER/NAME", help="The repository scope to use.")
 channel_option = click.option("--channel", metavar="ID",
-                              help="The channel id (platform-namespaced, e.g. slack:C0456).")
+                              help="The channel id (platform-namespaced, e.g. slack:C0456); "
+                                   "takes --operator.")
 extra_option = click.option("--extra", "extra", multiple=True, metavar="KEY=VALUE",
                             callback=_extra,
                             help="An input a plugin's scope kind is derived from "
@@ -144,16 +160,18 @@ def scopemem_register_commands(cli: click.Group) -> None:
     @channel_option
     @extra_option
     @as_option
+    @operator_option
     @json_option
     @click.pass_obj
     def list_command(state: CliState, words: tuple[str, ...], scope: str | None, limit: int,
                      repo: str | None, channel: str | None, extra: dict[str, str],
-                     caller: str, as_json: bool) -> None:
+                     caller: str, operator: bool, as_json: bool) -> None:
         """List active records, newest first; WORDS filter by whole words.
 
         As in chat, a leading scope word (``scopemem list org deploy``) names the scope when
         --scope is not given. A scope that fails says so; the exit is 1 when every scope
         failed."""
+        _acting(caller, channel, operator)
         memory = _memory(state)
         allowed = [*scope_words(memory.scope_kinds), ALL]
         rest = list(words)
@@ -167,14 +185,18 @@ def scopemem_register_commands(cli: click.Group) -> None:
 
     @cli.command(name="forget")
     @click.argument("record_id", metavar="ID")
+    @channel_option
     @as_option
+    @operator_option
     @json_option
     @click.pass_obj
-    def forget_command(state: CliState, record_id: str, caller: str, as_json: bool) -> None:
+    def forget_command(state: CliState, record_id: str, channel: str | None, caller: str,
+                       operator: bool, as_json: bool) -> None:
         """Forget one record (mem:<scope>:<n>); it stays stored, invisible to every read."""
+        _acting(caller, channel, operator)
         memory = _memory(state)
         _durable(memory)
-        context = CommandContext(caller=caller)
+        context = CommandContext(caller=caller, channel_id=channel)
         _run(memory, lambda memory: run_forget(memory, ForgetCommand(record_id), context),
              as_json)
 
@@ -186,12 +208,14 @@ def scopemem_register_commands(cli: click.Group) -> None:
     @extra_option
     @click.option("--dry-run", is_flag=True, help="Only list what would be swept.")
     @as_option
+    @operator_option
     @json_option
     @click.pass_obj
     def sweep_command(state: CliState, scope: str, repo: str | None, channel: str | None,
-                      extra: dict[str, str], dry_run: bool, caller: str,
+                      extra: dict[str, str], dry_run: bool, caller: str, operator: bool,
                       as_json: bool) -> None:
         """Retire stored facts that the status gate would refuse today."""
+        _acting(caller, channel, operator)
         memory = _memory(state)
         allowed = [*(word for word in scope_words(memory.scope_kinds) if word != ME), ALL]
         checked = _scope(memory, scope, allowed) or ALL
@@ -210,12 +234,14 @@ def scopemem_register_commands(cli: click.Group) -> None:
     @channel_option
     @extra_option
     @as_option
+    @operator_option
     @json_option
     @click.pass_obj
     def remember_command(state: CliState, text: str, scope: str, supersedes: str | None,
                          repo: str | None, channel: str | None, extra: dict[str, str],
-                         caller: str, as_json: bool) -> None:
+                         caller: str, operator: bool, as_json: bool) -> None:
         """Write one fact a person states, through the same gate as reflection."""
+        _acting(caller, channel, operator)
         memory = _memory(state)
         checked = _scope(memory, scope, scope_words(memory.scope_kinds)) or ME
         _durable(memory)
@@ -225,23 +251,30 @@ def scopemem_register_commands(cli: click.Group) -> None:
 
     @cli.command(name="context")
     @click.argument("brief")
-    @click.option("--user", metavar="ID", help="The requesting user (e.g. slack:U0123).")
+    @click.option("--user", metavar="ID",
+                  help="The requesting user (e.g. slack:U0123); another person than "
+                       "cli:local takes --operator.")
     @channel_option
     @repo_option
     @extra_option
     @click.option("--visibility", type=click.Choice(["public", "private", "dm", "machine"]),
                   help="The origin's visibility.")
+    @operator_option
     @json_option
     @click.pass_obj
     def context_command(state: CliState, brief: str, user: str | None, channel: str | None,
                         repo: str | None, extra: dict[str, str], visibility: str | None,
-                        as_json: bool) -> None:
+                        operator: bool, as_json: bool) -> None:
         """Print the exact memory block a run with this brief would receive.
 
         A scope that fails is named on stderr (a run would go without its records); the
         exit is 1 when every scope failed."""
         from scopemem.core.requests import Request
 
+        if user is not None and f"user:{user}" != DEFAULT_CALLER:
+            need_operator(operator, f"--user {user} acts for another person than "
+                                    f"{DEFAULT_CALLER}")
+        _acting(DEFAULT_CALLER, channel, operator)
         request = Request(text=brief, user_id=user, channel_id=channel, repo=repo,
                           channel_visibility=visibility, extra=extra)
         memory = _memory(state)

@@ -7,6 +7,10 @@ import at most two batches of ``IMPORT_BATCH`` records (one being written while 
 read and checked), whatever the file's size. A progress bar shows
 on stderr when it is a terminal, never in a pipe or a log.
 
+Without ``--operator`` an export keeps to the scopes the local person may read (the API's read
+gate): ``--all`` and another person's or a channel's scope take it. An import writes the
+scopes its file names, as the operator.
+
 The import's error policy: lines are read, checked and written in batches, in file order. At
 the first line that is not a valid record the import stops with an error naming the line
 and the problem; the batches before it are written (and say so), nothing from the batch
@@ -26,7 +30,13 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
-from scopemem.cli.root import CliState, echo_json, scope_key_param
+from scopemem.cli.root import (
+    CliState,
+    echo_json,
+    need_operator,
+    operator_option,
+    scope_key_param,
+)
 from scopemem.errors import ScopememError, StoreError
 from scopemem.plugins.markers import hookimpl
 
@@ -64,6 +74,18 @@ def _store(state: CliState, *, changes: bool) -> tuple[Memory, PortableStore]:
     except StoreError as exc:
         asyncio.run(memory.close())
         raise click.ClickException(str(exc)) from None
+
+
+def _readable(memory: Memory, scope_key: str) -> None:
+    """A usage error naming ``--operator`` when the local person may not read ``scope_key``
+    (the API's read gate, ``Memory.read_refusal``)."""
+    from scopemem.api.results import Caller
+    from scopemem.cli.builtin_memory_commands import DEFAULT_CALLER
+
+    refusal = memory.read_refusal(scope_key, Caller(user_key=DEFAULT_CALLER))
+    if refusal is not None:
+        asyncio.run(memory.close())
+        need_operator(False, f"{DEFAULT_CALLER} may not read {scope_key} ({refusal})")
 
 
 def _stderr_is_terminal() -> bool:
@@ -244,15 +266,21 @@ def scopemem_register_commands(cli: click.Group) -> None:
     @click.option("--all", "every", is_flag=True, help="Export every scope the store holds.")
     @click.option("--out", type=click.Path(dir_okay=False, allow_dash=True),
                   help="Write here (default: stdout). Written in full or not at all.")
+    @operator_option
     @click.pass_obj
     def export_command(state: CliState, scope_key: str | None, every: bool,
-                       out: str | None) -> None:
+                       out: str | None, operator: bool) -> None:
         """Write records as JSON Lines, one record a line, every field and status kept.
 
-        Scopes come sorted by key, records in id order within a scope."""
+        Scopes come sorted by key, records in id order within a scope. A scope the local
+        person may not read (another person's, a channel's), and --all, take --operator."""
         if (scope_key is None) == (not every):
             raise click.UsageError("give either --scope KEY or --all")
+        if every:
+            need_operator(operator, "--all exports every person's and every channel's scope")
         memory, store = _store(state, changes=False)
+        if scope_key is not None and not operator:
+            _readable(memory, scope_key)
 
         async def main() -> int:
             try:

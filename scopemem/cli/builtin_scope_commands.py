@@ -1,10 +1,11 @@
 """``scopemem delete-scope``: every record of one scope deleted from the store, for good.
 
 Forgetting a record hides it from every read and keeps an audit row; deleting a scope is the
-operator's tool for data that must go (a person who left, a channel deleted): every record of
-the scope, whatever its status, with its token index entries and its day counters, in one
-transaction. Only stores that can do it in place offer it (``delete_scope``: the SQLite
-store's shared layout); any other store is a clear error, and nothing is changed.
+operator's tool (``--operator``, but for the local person's own scope) for data that must go
+(a person who left, a channel deleted): every record of the scope, whatever its status, with
+its token index entries and its day counters, in one transaction. Only stores that can do
+it in place offer it (``delete_scope``: the SQLite store's shared layout); any other store is
+a clear error, and nothing is changed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ from typing import Any
 
 import click
 
-from scopemem.cli.root import CliState, echo_json, scope_key_param
+from scopemem.cli.root import (
+    CliState,
+    echo_json,
+    need_operator,
+    operator_option,
+    scope_key_param,
+)
 from scopemem.errors import ScopememError
 from scopemem.plugins.markers import hookimpl
 
@@ -25,13 +32,18 @@ def scopemem_register_commands(cli: click.Group) -> None:
     @click.argument("scope_key", metavar="KEY", callback=scope_key_param)
     @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+    @operator_option
     @click.pass_obj
-    def delete_scope_command(state: CliState, scope_key: str, yes: bool, as_json: bool
-                             ) -> None:
+    def delete_scope_command(state: CliState, scope_key: str, yes: bool, as_json: bool,
+                             operator: bool) -> None:
         """Delete every record of the scope KEY (e.g. user:slack:U0123), whatever its
         status, with its counters. It cannot be undone: export the scope first to keep a
-        copy. Its ids are never given again."""
-        from scopemem.cli.builtin_memory_commands import _durable, _memory
+        copy. Its ids are never given again. Any scope but the local person's own takes
+        --operator."""
+        from scopemem.cli.builtin_memory_commands import DEFAULT_CALLER, _durable, _memory
+
+        if scope_key != DEFAULT_CALLER:
+            need_operator(operator, f"{scope_key} is not {DEFAULT_CALLER}'s own scope")
 
         memory = _memory(state)
         if not memory.enabled:

@@ -3,6 +3,13 @@
 ``scopemem [--config PATH] COMMAND``. The config file comes from ``--config``, else
 ``$SCOPEMEM_CONFIG``, else ``./scopemem.toml`` when it exists, else the defaults. A user's
 mistake is a usage error or one clear line and a non-zero exit, never a traceback.
+
+The command line is the operator's tool: it opens the store with the installation's own
+credentials (the data directory, the worker's token), so whoever runs it could read and
+change every scope, and its scope gate guards against mistakes, not against them. It acts as
+the local person (``user:cli:local``, in no channel) and keeps to what the gate opens to that
+person; acting for someone else or on a scope that is not theirs takes ``--operator``
+(``need_operator``), a usage error without it.
 """
 
 from __future__ import annotations
@@ -52,6 +59,21 @@ def scope_key_param(_ctx: click.Context, _param: click.Parameter, value: str | N
         return check_scope_key(value)
     except StoreError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+operator_option = click.option(
+    "--operator", is_flag=True,
+    help="Act as the operator, beyond the local person's own scopes: for another person "
+         "(--as), from a channel (--channel), or on another person's or channel's scope.")
+
+
+def need_operator(operator: bool, what: str) -> None:
+    """A usage error naming ``--operator`` when ``what`` (``"--as user:slack:U1 acts for
+    another person"``) was asked for without it."""
+    if not operator:
+        raise click.UsageError(
+            f"{what}; the command line holds the store's own credentials, so that is the "
+            "operator's to do: add --operator to do it as the operator")
 
 
 def build_cli(pm: PluginManager | None = None) -> click.Group:

@@ -11,11 +11,13 @@ command only when it starts with ``memory`` and a verb; ``memory`` alone or with
 word is a usage error (someone addressed the command and got it wrong); longer prose that
 merely starts with the word ("memory is flaky today") is not a command at all.
 
-The scope gate (``scope_refusal``) is the one rule every surface applies before a command
-touches a scope: a person's own scope is theirs; this installation's org scope and every
-repository, channel or plugin-kind scope are shared (reading is open, changing needs an
-admin); another person's scope, another organisation's, and a key of a kind nobody
-registered are closed to everyone, admins included.
+The scope gate (``scope_access``) is the one rule every surface applies before a command
+touches a scope, following each scope's audience (``core.policy.audience_of``, the rule the
+write policy narrows by): a person's own scope is theirs; the channel the request comes from,
+this installation's org scope and every repository or plugin-kind scope are shared (reading
+is open, changing needs an admin); another person's scope, another channel's, another
+organisation's, and a key of a kind nobody registered are closed to everyone, admins
+included.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Collection, Iterable
 
 import attrs
 
+from scopemem.core.policy import Audience, audience_of
 from scopemem.core.scopes import scope_kind
 
 DEFAULT_LIST_LIMIT = 20
@@ -251,39 +254,45 @@ class Access(enum.Enum):
     CLOSED = "closed"
 
 
-def scope_access(scope_key: str, caller: str, org_key: str | None, kinds: Collection[str]
-                 ) -> tuple[Access, str | None]:
+def scope_access(scope_key: str, caller: str, org_key: str | None, kinds: Collection[str],
+                 origin: str | None = None) -> tuple[Access, str | None]:
     """How ``caller`` stands to ``scope_key`` and, when it is closed, why: their own scope;
-    a shared one (this installation's org, any repository, channel or registered plugin
-    kind); or closed (another person's, another organisation's, a kind nobody registered)."""
+    a shared one (the channel scope ``origin`` the request comes from, this installation's
+    org, any repository or registered plugin kind); or closed (another person's, another
+    channel's, another organisation's, a kind nobody registered)."""
     if scope_key == caller:
         return Access.OWN, None
     kind = scope_kind(scope_key)
     if kind not in kinds:
         return Access.CLOSED, (f"no scope kind {kind!r} is registered here; nobody can "
                                "reach that scope")
-    if kind == USER_KIND:
+    audience = audience_of(scope_key)
+    if audience is Audience.PERSON:
         return Access.CLOSED, ("that record belongs to another person's scope; nobody else "
                                "can change it")
+    if audience is Audience.ORIGIN and scope_key != origin:
+        return Access.CLOSED, ("that scope is another channel's; only a request from that "
+                               "channel can reach it")
     if kind == ORG_KIND and scope_key != org_key:
         return Access.CLOSED, ("that record belongs to another organisation's scope; nobody "
                                "here can change it")
     return Access.SHARED, None
 
 
-def read_refusal(scope_key: str, caller: str, org_key: str | None, kinds: Collection[str]
-                 ) -> str | None:
-    """Why ``caller`` may not list ``scope_key`` (``None``: allowed)."""
-    access, reason = scope_access(scope_key, caller, org_key, kinds)
+def read_refusal(scope_key: str, caller: str, org_key: str | None, kinds: Collection[str],
+                 origin: str | None = None) -> str | None:
+    """Why ``caller``, in the channel whose scope is ``origin`` (None: no channel), may not
+    list ``scope_key`` (``None``: allowed)."""
+    access, reason = scope_access(scope_key, caller, org_key, kinds, origin)
     return reason if access is Access.CLOSED else None
 
 
 def change_refusal(scope_key: str, caller: str, is_admin: bool, org_key: str | None,
-                   kinds: Collection[str]) -> str | None:
+                   kinds: Collection[str], origin: str | None = None) -> str | None:
     """Why ``caller`` may not change records of ``scope_key`` (forget, sweep, remember;
     ``None``: allowed). A person's own scope is always theirs; a shared scope needs an admin
     (with no admins configured, nobody is one); a closed scope is nobody's."""
-    access, reason = scope_access(scope_key, caller, org_key, kinds)
+    access, reason = scope_access(scope_key, caller, org_key, kinds, origin)
     if access is Access.CLOSED:
         return reason
     if access is Access.SHARED and not is_admin:

@@ -1,4 +1,5 @@
-"""Write authorization: what a policy may answer, and the host's rule that it only narrows.
+"""Write authorization: what a policy may answer, and the host's rule that it only narrows;
+and who the audience of a scope is, the one rule the write policy and the read gate share.
 
 Reflection routes each candidate to a target scope; a policy plugin then allows the write,
 narrows it to another of the run's own scopes, or denies it with a reason token. The host
@@ -32,6 +33,30 @@ def parse_visibility(value: str | None) -> Visibility | None:
         return None if value is None else Visibility(value.strip().lower())
     except ValueError:
         return None
+
+
+class Audience(enum.Enum):
+    """Who may see a scope's records."""
+
+    PERSON = "person"
+    ORIGIN = "origin"
+    EVERYONE = "everyone"
+
+
+#: The kinds whose scopes have a narrower audience than the installation: a user scope is
+#: the one person it names, a channel scope the people of that one conversation. Every
+#: other kind (org, repo, a plugin's) is everyone's here. The write policy narrows an org
+#: write from a closed origin to one of these; the read gate opens one only to its audience.
+AUDIENCE_KINDS: Mapping[Audience, str] = {Audience.PERSON: "user", Audience.ORIGIN: "channel"}
+
+
+def audience_of(scope_key: str) -> Audience:
+    """The audience of ``scope_key``, by its kind."""
+    kind = scope_kind(scope_key)
+    for audience, narrow in AUDIENCE_KINDS.items():
+        if kind == narrow:
+            return audience
+    return Audience.EVERYONE
 
 
 @attrs.frozen

@@ -30,7 +30,7 @@ from scopemem.chat.commands import (
     render_remember,
 )
 from scopemem.config import McpSettings
-from scopemem.core.commands import ALL, ME, read_refusal, scope_words
+from scopemem.core.commands import ALL, ME, scope_words
 from scopemem.core.records import Record
 from scopemem.core.reflection import should_reflect
 from scopemem.core.requests import Request, ScopeRefused, derive_scope_key
@@ -124,7 +124,7 @@ def scope_keys(memory: Memory, identity: Identity, scope: str) -> list[str]:
                           + (" (set repo in [memory.mcp] or pass --repo)"
                              if word == "repo" else "")) from None
     for key in keys:
-        refusal = read_refusal(key, identity.caller, memory.org_key, memory.scope_kinds)
+        refusal = memory.read_refusal(key, identity.api_caller())
         if refusal:
             raise Refused(refusal)
     return keys

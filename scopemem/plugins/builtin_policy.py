@@ -4,7 +4,8 @@ org could already see.
 * From a DM (one person's conversation) an org write narrows to that person's own scope,
   else to the channel's.
 * From a private channel, or an origin that is unstamped or unknown, it narrows to the
-  channel's scope (the origin's own audience), else to the user's.
+  channel's scope (the origin's own audience, ``core.policy.audience_of``: the read gate
+  opens it to that channel only), else to the user's.
 * Never to the repo scope: a repository's readers span every channel it is used from.
 * Public and machine origins keep the routing; user, channel and repo writes are never moved.
 * With nowhere narrower to go the write is denied with a reason, never dropped silently.
@@ -13,6 +14,8 @@ org could already see.
 from __future__ import annotations
 
 from scopemem.core.policy import (
+    AUDIENCE_KINDS,
+    Audience,
     RunActor,
     Visibility,
     WriteDecision,
@@ -23,10 +26,10 @@ from scopemem.core.records import Candidate
 from scopemem.core.scopes import scope_kind
 from scopemem.plugins.markers import hookimpl
 
-_NARROWING: dict[Visibility | None, tuple[str, tuple[str, ...]]] = {
-    Visibility.DM: ("dm_origin", ("user", "channel")),
-    Visibility.PRIVATE: ("private_origin", ("channel", "user")),
-    None: ("unknown_origin", ("channel", "user")),
+_NARROWING: dict[Visibility | None, tuple[str, tuple[Audience, ...]]] = {
+    Visibility.DM: ("dm_origin", (Audience.PERSON, Audience.ORIGIN)),
+    Visibility.PRIVATE: ("private_origin", (Audience.ORIGIN, Audience.PERSON)),
+    None: ("unknown_origin", (Audience.ORIGIN, Audience.PERSON)),
 }
 
 
@@ -39,8 +42,8 @@ def scopemem_authorize_write(
     visibility = parse_visibility(origin)
     if visibility in (Visibility.PUBLIC, Visibility.MACHINE):
         return WriteDecision.allow(target)
-    reason, kinds = _NARROWING[visibility]
-    narrowed = first_available(actor, kinds)
+    reason, audiences = _NARROWING[visibility]
+    narrowed = first_available(actor, [AUDIENCE_KINDS[audience] for audience in audiences])
     if narrowed is None:
         return WriteDecision.deny(f"{reason}_no_scope")
     return WriteDecision.narrow(narrowed, reason)

@@ -172,6 +172,36 @@ async def test_a_scope_key_is_gated_like_its_word(memory, store):
     assert (await refusal(memory.forget(BOB, f"mem:{REPO}:1"))).reason == "admin_only"
 
 
+HR = "channel:slack:CHR"
+HR_MEMBER = Caller(user_key="user:slack:UH", channel_id="slack:CHR")
+
+
+async def test_a_channel_scope_is_read_only_from_that_channel(memory, store):
+    # What the write policy narrowed to #hr (a private origin) stays #hr's audience.
+    await store.write(HR, [fact("the salary review for the api team is due in march")])
+    await store.write(ORG, [fact("deploys freeze on fridays")])
+    for caller in (ALICE, ADMIN, Caller(user_key="user:slack:UX")):  # admins included
+        for call in (memory.list(caller, HR), memory.search(caller, "salary review", HR),
+                     memory.stats(caller, HR)):
+            refused = await refusal(call)
+            assert refused.reason == "closed_scope" and "another channel" in refused.message
+        with pytest.raises(MemoryRefused, match="another channel"):
+            [record async for record in memory.export(caller, HR)]
+        forgot = await refusal(memory.forget(caller, f"mem:{HR}:1"))
+        assert forgot.reason == "closed_scope"
+        assert (await refusal(memory.remember(caller, "a plain fact", HR))).reason \
+            == "closed_scope"
+        # ``all`` is what the caller's own request has: never another channel.
+        assert HR not in [s.scope_key for s in (await memory.list(caller)).sections]
+    member = await memory.list(HR_MEMBER, HR)
+    assert [r.text for r in member.records] == [
+        "the salary review for the api team is due in march"]
+    assert [h.record.scope_key for h in (await memory.search(HR_MEMBER, "salary")).hits] \
+        == [HR]
+    assert [r.scope_key async for r in memory.export(HR_MEMBER, "channel")] == [HR]
+    assert len(await store.list(HR, 5)) == 1
+
+
 async def test_list_keeps_a_failed_scope_apart(memory, store):
     await store.write(ORG, [fact("deploys freeze on fridays")])
     real_list = store.list

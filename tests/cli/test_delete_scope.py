@@ -27,14 +27,14 @@ def test_delete_scope_deletes_one_scope_and_leaves_the_others(tmp_path: Path):
     before = listed(config)
     assert set(before) == {"org:acme", "user:cli:local"}
     assert exported(config, "org:acme") == [f"mem:org:acme:{n}" for n in range(1, 5)]
-    refused = run(config, "delete-scope", "org:acme", stdin=b"n\n")
+    refused = run(config, "delete-scope", "org:acme", "--operator", stdin=b"n\n")
     assert refused.exit_code == 1 and "Aborted" in refused.output
     assert listed(config) == before
-    done = ok(run(config, "delete-scope", "org:acme", "--yes", "--json"))
+    done = ok(run(config, "delete-scope", "org:acme", "--operator", "--yes", "--json"))
     assert json.loads(done.output) == {"ok": True, "scopeKey": "org:acme", "deleted": 4}
     assert listed(config) == {"user:cli:local": before["user:cli:local"]}
     assert exported(config, "org:acme") == []  # forgotten and superseded records too
-    again = ok(run(config, "delete-scope", "org:acme", "--yes"))
+    again = ok(run(config, "delete-scope", "org:acme", "--operator", "--yes"))
     assert again.output.strip() == "deleted 0 records of org:acme"
 
 
@@ -44,7 +44,7 @@ def test_delete_scope_refuses_a_bad_key_and_a_store_that_cannot(tmp_path: Path):
     assert bad.exit_code == 2 and "KEY" in bad.output and "Traceback" not in bad.output
     files = sqlite_config(tmp_path, "files", layout="file")
     populate(files)
-    refused = run(files, "delete-scope", "org:acme", "--yes")
+    refused = run(files, "delete-scope", "org:acme", "--operator", "--yes")
     assert refused.exit_code == 1
     assert "cannot delete a scope's records in place" in refused.output
     assert "nothing was changed" in refused.output

@@ -72,7 +72,8 @@ def test_remember_list_context_forget(config: Path):
     record_id = section["records"][0]["id"]
     assert record_id == f"mem:{org}:1"
 
-    context = run(config, "context", "why do integration tests fail", "--user", "slack:U1")
+    context = run(config, "context", "why do integration tests fail", "--user", "slack:U1",
+                  "--operator")
     assert context.exit_code == 0
     assert f"Background memory for {org} + user:slack:U1" in context.output
     assert "- integration tests need make bootstrap (source: cli:remember)" in context.output
@@ -88,16 +89,17 @@ def test_remember_list_context_forget(config: Path):
 def test_the_gate_refuses_status_and_other_peoples_scopes(config: Path):
     refused = run(config, "remember", STATUS, "--scope", "org")
     assert refused.exit_code == 1 and "one-moment status" in refused.output
+    # The operator acting for a person (--as) gets that person's gate, not more.
     mine = run(config, "remember", "this user prefers tabs", "--scope", "me",
-               "--as", "user:slack:U7")
+               "--as", "user:slack:U7", "--operator")
     assert mine.exit_code == 0
     for caller in ("user:slack:U8", ADMIN):
-        other = run(config, "forget", "mem:user:slack:U7:1", "--as", caller)
+        other = run(config, "forget", "mem:user:slack:U7:1", "--as", caller, "--operator")
         assert other.exit_code == 1 and "another person" in other.output
     not_admin = run(config, "remember", "lint before pushing", "--scope", "org",
-                    "--as", "user:slack:U8")
+                    "--as", "user:slack:U8", "--operator")
     assert not_admin.exit_code == 1 and "only admins" in not_admin.output
-    listed = run(config, "list", "me", "--as", "user:slack:U7", "--json")
+    listed = run(config, "list", "me", "--as", "user:slack:U7", "--operator", "--json")
     assert [r["text"] for r in json.loads(listed.output)["scopes"][0]["records"]] == [
         "this user prefers tabs"]
 
@@ -125,7 +127,7 @@ def test_sweep_dry_run_then_real(config: Path, tmp_path: Path):
     assert real.exit_code == 0 and f"{org}: swept 1" in real.output
     left = json.loads(run(config, "list", "org", "--json").output)["scopes"][0]["records"]
     assert [r["text"] for r in left] == ["run npm ci first"]
-    refused = run(config, "sweep", "--scope", "org", "--as", "user:slack:U8")
+    refused = run(config, "sweep", "--scope", "org", "--as", "user:slack:U8", "--operator")
     assert refused.exit_code == 1
 
 
@@ -186,7 +188,8 @@ def test_a_worker_nobody_answers_is_a_failure_not_an_empty_answer(tmp_path: Path
     assert listed.exit_code == 1
     assert "no active records" not in listed.output
     assert listed.output.count("⚠️ memory store list of") == 2  # the caller's scope and org
-    context = run(config, "context", "why do the tests fail", "--user", "slack:U1")
+    context = run(config, "context", "why do the tests fail", "--user", "slack:U1",
+                  "--operator")
     assert context.exit_code == 1 and "nothing matched" not in context.output
     assert "⚠️ memory store read of org:acme failed" in context.output
     assert "⚠️ memory store read of user:slack:U1 failed" in context.output

@@ -64,13 +64,13 @@ def test_sqlite_to_jsonl_to_sqlite_to_jsonl_is_the_same_file(tmp_path: Path):
     first, second = sqlite_config(tmp_path, "first"), sqlite_config(tmp_path, "second")
     populate(first)
     exported = tmp_path / "first.jsonl"
-    ok(run(first, "export", "--all", "--out", str(exported)))
+    ok(run(first, "export", "--all", "--operator", "--out", str(exported)))
     lines = exported.read_text(encoding="utf-8").splitlines()
     assert {json.loads(text)["status"] for text in lines} == {"active", "forgotten",
                                                               "superseded"}
     assert [json.loads(text)["scopeKey"] for text in lines] == ["org:acme"] * 4 + [ADMIN]
     assert "imported 5 of 5 records" in ok(run(second, "import", str(exported))).output
-    again = ok(run(second, "export", "--all"))
+    again = ok(run(second, "export", "--all", "--operator"))
     assert again.stdout_bytes == exported.read_bytes()
     assert "exported 5 records" in again.stderr
     # A re-import, here from stdin, adds nothing.
@@ -88,10 +88,10 @@ def test_a_directory_moves_to_the_shared_layout_by_export_and_import(tmp_path: P
     files, shared = sqlite_config(tmp_path, "files"), sqlite_config(tmp_path, "moved", "shared")
     populate(files)
     exported = tmp_path / "files.jsonl"
-    ok(run(files, "export", "--all", "--out", str(exported)))
+    ok(run(files, "export", "--all", "--operator", "--out", str(exported)))
     assert "imported 5 of 5 records" in ok(run(shared, "import", str(exported))).output
     assert "imported 0 of 5 records" in ok(run(shared, "import", str(exported))).output
-    assert ok(run(shared, "export", "--all")).stdout_bytes == exported.read_bytes()
+    assert ok(run(shared, "export", "--all", "--operator")).stdout_bytes == exported.read_bytes()
     assert any(name.startswith("shard-") for name in os.listdir(tmp_path / "moved"))
     # The next write there gets an id above every imported one.
     ok(run(shared, "remember", "--scope", "org", "the vpn moved to wireguard"))
@@ -110,7 +110,7 @@ def test_sqlite_to_jsonl_to_the_worker_to_jsonl_is_the_same_file(tmp_path: Path,
     served.write_text(f'[memory]\nenabled = true\norganization = "acme"\nstore = "worker"\n'
                       f'[memory.stores.worker]\nbase_url = "{worker}"\n')
     ok(run(served, "import", "-", stdin=moved))
-    assert ok(run(served, "export", "--scope", org)).stdout_bytes == moved
+    assert ok(run(served, "export", "--scope", org, "--operator")).stdout_bytes == moved
     assert "imported 0 of 1" in ok(run(served, "import", "-", stdin=moved)).output
 
 
@@ -118,7 +118,7 @@ def test_sqlite_to_jsonl_to_postgres_to_jsonl_is_the_same_file(tmp_path: Path):
     pg.require()
     first = sqlite_config(tmp_path, "first")
     populate(first)
-    exported = ok(run(first, "export", "--all")).stdout_bytes
+    exported = ok(run(first, "export", "--all", "--operator")).stdout_bytes
     schema = pg.new_schema()
     served = tmp_path / "postgres.toml"
     served.write_text(f'[memory]\nenabled = true\norganization = "acme"\nadmins = ["{ADMIN}"]\n'
@@ -127,7 +127,7 @@ def test_sqlite_to_jsonl_to_postgres_to_jsonl_is_the_same_file(tmp_path: Path):
     try:
         assert "imported 5 of 5 records" in ok(run(served, "import", "-",
                                                    stdin=exported)).output
-        assert ok(run(served, "export", "--all")).stdout_bytes == exported
+        assert ok(run(served, "export", "--all", "--operator")).stdout_bytes == exported
         assert "imported 0 of 5" in ok(run(served, "import", "-", stdin=exported)).output
         # A write after the import gets an id above every imported one (org:acme: 1-4).
         ok(run(served, "remember", "--scope", "org", "the deploy window is friday"))
@@ -155,7 +155,7 @@ def test_a_bad_line_is_named_and_its_batch_is_not_written(tmp_path: Path, bad: s
     assert result.exit_code == 1
     assert says in result.output and "nothing was written" in result.output
     assert "Traceback" not in result.output
-    assert ok(run(config, "export", "--all")).stdout_bytes == b""
+    assert ok(run(config, "export", "--all", "--operator")).stdout_bytes == b""
 
 
 def test_lines_that_are_not_utf8_or_too_long_are_named(tmp_path: Path,
@@ -169,7 +169,7 @@ def test_lines_that_are_not_utf8_or_too_long_are_named(tmp_path: Path,
     source.write_text(line(1) + "\n" + line(2, text="y" * 400) + "\n" + line(3) + "\n")
     result = run(config, "import", str(source))
     assert result.exit_code == 1 and "line 2: longer than 300 bytes" in result.output
-    assert ok(run(config, "export", "--all")).stdout_bytes == b""
+    assert ok(run(config, "export", "--all", "--operator")).stdout_bytes == b""
 
 
 def test_batches_before_a_bad_line_stay_written(tmp_path: Path,
@@ -182,7 +182,7 @@ def test_batches_before_a_bad_line_stay_written(tmp_path: Path,
     assert result.exit_code == 1
     assert "line 5: a record must be a JSON object" in result.output
     assert "lines 1-2 were written, nothing from line 3 on" in result.output
-    exported = ok(run(config, "export", "--all")).stdout_bytes.decode().splitlines()
+    exported = ok(run(config, "export", "--all", "--operator")).stdout_bytes.decode().splitlines()
     assert exported == [line(1), line(2)]
     # The corrected file goes in whole; what was written is skipped.
     source.write_text("\n".join([line(1), line(2), line(3), line(4)]) + "\n")
@@ -194,7 +194,7 @@ def test_a_dry_run_checks_every_line_and_writes_nothing(tmp_path: Path):
     source = tmp_path / "good.jsonl"
     source.write_text("\n".join(line(n) for n in range(1, 4)) + "\n")
     assert "3 valid records" in ok(run(config, "import", "--dry-run", str(source))).output
-    assert ok(run(config, "export", "--all")).stdout_bytes == b""
+    assert ok(run(config, "export", "--all", "--operator")).stdout_bytes == b""
 
 
 def test_an_imported_forgotten_record_stays_scrubbed(tmp_path: Path):
@@ -202,18 +202,18 @@ def test_an_imported_forgotten_record_stays_scrubbed(tmp_path: Path):
     forgotten = line(1, text="the old deploy key", keywords=("deploy",),
                      status=Status.FORGOTTEN)
     ok(run(config, "import", "-", stdin=forgotten.encode() + b"\n"))
-    exported = ok(run(config, "export", "--all")).stdout_bytes.decode()
+    exported = ok(run(config, "export", "--all", "--operator")).stdout_bytes.decode()
     assert '"text":""' in exported and "deploy" not in exported
 
 
 def test_stores_that_cannot_keep_an_import_are_refused(tmp_path: Path):
     off = tmp_path / "off.toml"
     off.write_text("[memory]\nenabled = false\n")
-    result = run(off, "export", "--all")
+    result = run(off, "export", "--all", "--operator")
     assert result.exit_code == 1 and "memory is off" in result.output
     null = tmp_path / "null.toml"
     null.write_text('[memory]\nenabled = true\norganization = "acme"\nstore = "null"\n')
-    result = run(null, "export", "--all")
+    result = run(null, "export", "--all", "--operator")
     assert result.exit_code == 1 and "'null' cannot export or import records" in result.output
     in_process = tmp_path / "memory.toml"
     in_process.write_text('[memory]\nenabled = true\norganization = "acme"\nstore = "memory"\n')
@@ -233,7 +233,7 @@ def test_a_progress_bar_shows_only_on_a_terminal(tmp_path: Path,
     result = ok(run(config, "import", str(source)))
     assert "importing" not in result.stderr
     monkeypatch.setattr(builtin_port_commands, "_stderr_is_terminal", lambda: True)
-    result = ok(run(config, "export", "--all", "--out", str(tmp_path / "out.jsonl")))
+    result = ok(run(config, "export", "--all", "--operator", "--out", str(tmp_path / "out.jsonl")))
     assert "exporting" in result.stderr
     result = ok(run(sqlite_config(tmp_path, "other"), "import", str(source)))
     assert "importing" in result.stderr
@@ -292,6 +292,6 @@ def test_a_large_file_streams_in_bounded_batches(tmp_path: Path,
     assert max(imports) == batch and sum(imports) == total and len(imports) == 16
     assert large < small * 1.5, (small, large)  # four times the file, not four times the peak
     out = tmp_path / "again.jsonl"
-    ok(run(config, "export", "--all", "--out", str(out)))
+    ok(run(config, "export", "--all", "--operator", "--out", str(out)))
     assert max(pages) == MAX_EXPORT_PAGE and sum(pages) == total
     assert sorted(out.read_text().splitlines()) == sorted(source.read_text().splitlines())

@@ -107,25 +107,32 @@ CALLER = "user:slack:U1"
 ORG_KEY = "org:acme"
 
 
+ORIGIN = "channel:slack:C1"  # the channel the caller's request comes from
+
+
 def test_the_scope_gate_for_changes():
     def refusal(key, admin):
-        return change_refusal(key, CALLER, admin, ORG_KEY, KINDS)
+        return change_refusal(key, CALLER, admin, ORG_KEY, KINDS, ORIGIN)
 
     assert refusal(CALLER, False) is None
     assert "admins" in refusal(ORG_KEY, False)
     assert refusal(ORG_KEY, True) is None
     assert refusal("repo:o/n", True) is None
-    assert "admins" in refusal("channel:slack:C1", False)
+    assert "admins" in refusal(ORIGIN, False)
+    assert refusal(ORIGIN, True) is None
     assert refusal("guild:discord:9", True) is None  # a registered plugin kind is shared
     assert "admins" in refusal("guild:discord:9", False)
     for admin in (False, True):
         assert "another person" in refusal("user:slack:U2", admin)
+        assert "another channel" in refusal("channel:slack:CHR", admin)
         assert "another organisation" in refusal("org:other", admin)
         assert "no scope kind 'team'" in refusal("team:x", admin)
 
 
 def test_the_scope_gate_for_reads():
-    for key in (CALLER, ORG_KEY, "repo:o/n", "channel:slack:C1", "guild:discord:9"):
-        assert read_refusal(key, CALLER, ORG_KEY, KINDS) is None
-    for key in ("user:slack:U2", "org:other", "team:x"):
-        assert read_refusal(key, CALLER, ORG_KEY, KINDS) is not None
+    for key in (CALLER, ORG_KEY, "repo:o/n", ORIGIN, "guild:discord:9"):
+        assert read_refusal(key, CALLER, ORG_KEY, KINDS, ORIGIN) is None
+    for key in ("user:slack:U2", "channel:slack:CHR", "org:other", "team:x"):
+        assert read_refusal(key, CALLER, ORG_KEY, KINDS, ORIGIN) is not None
+    # A channel scope is its own channel's audience only: from no channel, none is open.
+    assert "another channel" in read_refusal(ORIGIN, CALLER, ORG_KEY, KINDS)

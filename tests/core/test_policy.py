@@ -2,9 +2,11 @@ from __future__ import annotations
 
 from scopemem.core.policy import (
     WIDENING_REFUSED,
+    Audience,
     RunActor,
     Visibility,
     WriteDecision,
+    audience_of,
     parse_visibility,
     settle_decision,
 )
@@ -49,3 +51,10 @@ def test_visibility_parsing_treats_unknown_as_unstamped():
     assert parse_visibility("public") is Visibility.PUBLIC
     assert parse_visibility("secret-ish") is None
     assert parse_visibility(None) is None
+
+
+def test_a_scopes_audience_is_its_person_its_channel_or_everyone():
+    assert audience_of("user:slack:U1") is Audience.PERSON
+    assert audience_of("channel:slack:C1") is Audience.ORIGIN
+    for key in ("org:acme", "repo:o/n", "guild:discord:9"):
+        assert audience_of(key) is Audience.EVERYONE
