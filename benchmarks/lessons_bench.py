@@ -2,7 +2,7 @@
 
     python benchmarks/lessons_bench.py [--store memory|sqlite] [--set dev|held-out|both]
                                        [--min-match X] [--ranking weighted|seed]
-                                       [--repo-window N]
+                                       [--repo-window N] [--limit N]
 
 A set written as the extractor writes lessons: an organisation, three repositories, two
 channels and three people, each scope holding its target lessons among many others (other
@@ -19,8 +19,10 @@ front of that run, and has a kind:
 
 Every brief goes through ``Memory.context_block`` with the configured store, and the script
 prints per kind the lesson-in-prompt rate (the share of target lessons that are in the
-block) and, for briefs with no target, the keyword-hit bullets per brief (bullets beyond
-the repository window, which a run with this brief gets by design). The topics come in two
+block), the share of the run's repository window (its newest ``repo_window`` facts) that is
+in the block (003 wants all of it), and, for briefs with no target, the keyword-hit bullets
+per brief (bullets beyond the repository window, which a run with this brief gets by
+design). The topics come in two
 halves: ``dev`` (what the defaults were chosen on) and ``held-out`` (measured, not tuned
 on). Nothing here asserts: it prints figures.
 
@@ -304,7 +306,7 @@ async def measure(topics: list[tuple], args: argparse.Namespace, name: str) -> N
     rng = random.Random(13)
     config = MemoryConfig(enabled=True, organization=ORG, store=args.store,
                           min_match=args.min_match, ranking=args.ranking,
-                          repo_window=args.repo_window)
+                          repo_window=args.repo_window, limit=args.limit)
     with tempfile.TemporaryDirectory(prefix="scopemem-lessons-") as tmp:
         ranking = SEED if args.ranking == "seed" else DEFAULT_RANKING
         clock = Clock(NOW)
@@ -314,11 +316,17 @@ async def measure(topics: list[tuple], args: argparse.Namespace, name: str) -> N
         await fill(memory, clock, topics, rng)
         clock.now = NOW
         found: dict[str, list[float]] = defaultdict(list)
+        window: list[float] = []
         for where, lesson, _keywords, one_liner, paraphrase, log_line in topics:
             for kind, brief in (("one-liner", one_liner), ("paraphrase", paraphrase),
                                 ("pasted-log", pasted_log(log_line, rng))):
-                block = await memory.context_block(request_for(where, brief, rng))
+                request = request_for(where, brief, rng)
+                block = await memory.context_block(request)
                 found[kind].append(1.0 if lesson in block else 0.0)
+                shown = set(bullet_texts(block))
+                facts = await store.list(f"repo:{request.repo}", args.repo_window,
+                                         kind=Kind.FACT)
+                window.extend(1.0 if record.text in shown else 0.0 for record in facts)
                 # The shown hits' use counts are saved before the next run reads, so every
                 # store sees the same history.
                 await memory.drain(timeout=10)
@@ -326,18 +334,25 @@ async def measure(topics: list[tuple], args: argparse.Namespace, name: str) -> N
         for brief in NO_TARGET_BRIEFS:
             request = request_for(rng.choice(("org", "repo:0", "repo:1", "repo:2")), brief, rng)
             context = await memory.context(request)
-            window = {r.text for r in await store.list(f"repo:{request.repo}",
-                                                        args.repo_window, kind=Kind.FACT)}
-            bullets = [line for line in context.block.splitlines() if line.startswith("- ")]
-            extra.append(sum(1 for line in bullets
-                             if line[2:].rsplit(" (source: ", 1)[0] not in window))
+            window_texts = {r.text for r in await store.list(f"repo:{request.repo}",
+                                                              args.repo_window,
+                                                              kind=Kind.FACT)}
+            extra.append(sum(1 for text in bullet_texts(context.block)
+                             if text not in window_texts))
         await memory.drain(timeout=10)
         await store.close()
     every = [hit for values in found.values() for hit in values]
     print(f"{name:9s} lesson-in-prompt {sum(every) / len(every):.2f}  "
           + "  ".join(f"{kind} {sum(v) / len(v):.2f}" for kind, v in found.items())
+          + f"  | repository window shown {sum(window) / len(window):.2f}"
           + f"  | no-target briefs: {sum(extra) / len(extra):.1f} unrelated bullets per brief"
           f" (max {max(extra)})")
+
+
+def bullet_texts(block: str) -> list[str]:
+    """The record texts a block shows, one per bullet."""
+    return [line[2:].rsplit(" (source: ", 1)[0] for line in block.splitlines()
+            if line.startswith("- ")]
 
 
 async def main() -> None:
@@ -347,10 +362,12 @@ async def main() -> None:
     parser.add_argument("--min-match", type=float, default=MemoryConfig().min_match)
     parser.add_argument("--ranking", choices=("weighted", "seed"), default="weighted")
     parser.add_argument("--repo-window", type=int, default=MemoryConfig().repo_window)
+    parser.add_argument("--limit", type=int, default=MemoryConfig().limit)
     args = parser.parse_args()
     print(f"store {args.store}, ranking {args.ranking}, min_match {args.min_match:g}, "
-          f"repo_window {args.repo_window}; {len(TOPICS_DEV)} + {len(TOPICS_HELD_OUT)} "
-          f"topics, 3 briefs each, {len(NO_TARGET_BRIEFS)} briefs with no target")
+          f"repo_window {args.repo_window}, limit {args.limit}; {len(TOPICS_DEV)} + "
+          f"{len(TOPICS_HELD_OUT)} topics, 3 briefs each, {len(NO_TARGET_BRIEFS)} briefs with"
+          " no target")
     if args.set in ("dev", "both"):
         await measure(TOPICS_DEV, args, "dev")
     if args.set in ("held-out", "both"):

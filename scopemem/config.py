@@ -90,7 +90,8 @@ class MemoryConfig:
     # writes from ``max_records_per_scope`` down to this, never below (nor raise it). Above
     # ``max_records_per_scope`` it is that cap: clients cannot lower it at all.
     min_records_per_scope: int = DEFAULT_CAP_FLOOR
-    # Days a superseded, evicted or swept record keeps its text before the store purges it;
+    # Days a superseded, evicted or swept record keeps its text before the store purges it
+    # (deletes a superseded or evicted row; scrubs a swept one's text and keeps the row);
     # 0 purges it at once (with the write that retires it). Forgotten records are scrubbed
     # at once whatever this says.
     retention_days: int = DEFAULT_RETENTION_DAYS

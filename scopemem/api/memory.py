@@ -61,10 +61,6 @@ class MemoryContext:
     failed: Mapping[str, str] = attrs.field(factory=dict)
 
 
-#: The keyword hits' guaranteed share of ``limit`` beside the repository window: 1/HIT_SHARE.
-HIT_SHARE = 2
-
-
 @attrs.frozen
 class _ScopeRead:
     """One scope's part of a block: the repository's window (newest facts, shown outright)
@@ -292,31 +288,26 @@ class Memory(Operations):
                 ) -> list[Record]:
         """The records a block shows, in order, within ``limit`` and ``max_tokens``.
 
-        The repository's window (its newest facts) leads the block, as 003 wants. Keyword
-        hits from every scope (the repository's own beyond its window included) are one
-        pool, re-scored with each hit's match in its own scope (in [0, 1], so scopes
-        compare like with like; ties to the widest scope, the pool being in breadth order);
-        a hit below ``min_match`` is not shown. The hits are guaranteed half of ``limit``
-        (``HIT_SHARE``): when the window and the hits would not both fit, the window's
-        oldest facts give way, and stand after the hits (``benchmarks/lessons_bench.py``
-        measured a quarter, a half and three quarters; half served best)."""
+        The repository's window (its newest facts) leads the block whole, as 003 wants; the
+        keyword hits take what is left (``scoring.window_then_hits``). The hits of every
+        scope (the repository's own beyond its window included) are one pool, re-scored with
+        each hit's match in its own scope (in [0, 1], so scopes compare like with like; ties
+        to the widest scope, the pool being in breadth order); a hit below ``min_match`` is
+        not shown. A window fact that is also a hit is shown once, in the window, and is the
+        last of the window to give way when the window alone does not fit."""
         now = self.clock()
-        shown = {record.id for record in window}
         floor = self.config.min_match
-        relevant = [hit for hit in hits if hit.match >= floor and hit.record.id not in shown]
+        relevant = [hit for hit in hits if hit.match >= floor]
         relevant.sort(key=lambda hit: -scoring.score_of(hit.match, hit.record.last_touched,
                                                         now))
         ranked = list({hit.record.id: hit.record for hit in relevant}.values())
-        limit = self.config.limit
-        lead = max(0, limit - min(len(ranked), limit // HIT_SHARE))
-        pool = [*window[:lead], *ranked, *window[lead:]]
-        kept = scoring.apply_budget(
-            pool,
-            limit=limit,
+        kept = scoring.window_then_hits(
+            window, ranked,
+            limit=self.config.limit,
             max_tokens=self.config.max_tokens,
             reserved_tokens=scoring.block_overhead_tokens(keys),
         )
-        if pool and not kept:
+        if (window or ranked) and not kept:
             # Only below the configured floor, or with scope keys longer than it allows for:
             # the prefix naming the scopes leaves no room for even a cut record.
             log.warning("[memory] max_tokens %d leaves no room for a record beside the "

@@ -100,9 +100,12 @@ def record_problem(record: Record) -> str | None:
 
 
 def scrub(record: Record) -> Record:
-    """``record`` as a store keeps it: a forgotten record without its text and keywords."""
+    """``record`` as a store keeps it: a forgotten record without its text and keywords, and a
+    swept record whose text was scrubbed (past the retention) without keywords either."""
     if record.status is Status.FORGOTTEN and (record.text or record.keywords):
         return attrs.evolve(record, text="", keywords=())
+    if record.status is Status.SWEPT and not record.text and record.keywords:
+        return attrs.evolve(record, keywords=())
     return record
 
 

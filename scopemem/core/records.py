@@ -93,9 +93,14 @@ def _optional_unit_interval(_instance: object, attribute: attrs.Attribute[Any], 
         raise ValueError(f"{attribute.name} must not be NaN")
 
 
+#: The statuses whose rows a store keeps with their text scrubbed to "": a forgotten row at
+#: once, a swept row once past the retention (its id, status and provenance stay auditable).
+SCRUBBED_STATUSES = frozenset({Status.FORGOTTEN, Status.SWEPT})
+
+
 def _text(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
-    """A record's text: non-empty, except a forgotten record's, which is scrubbed to ""."""
-    if not value and getattr(instance, "status", None) is not Status.FORGOTTEN:
+    """A record's text: non-empty, except a scrubbed one's (``SCRUBBED_STATUSES``)."""
+    if not value and getattr(instance, "status", None) not in SCRUBBED_STATUSES:
         raise ValueError(f"{attribute.name} must be a non-empty string")
 
 
@@ -125,7 +130,8 @@ class Record:
     id: str = attrs.field(validator=_non_empty)
     scope_key: str = attrs.field(validator=_non_empty)
     kind: Kind = attrs.field(converter=Kind)
-    # Never empty, but for a forgotten record (scrubbed: no text, no keywords).
+    # Never empty, but for a scrubbed record (no text, no keywords): a forgotten one, or a
+    # swept one past the retention.
     text: str = attrs.field(validator=_text)
     keywords: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     # Provenance: which thread and which run produced this record, so it can be re-grounded.

@@ -134,6 +134,29 @@ def apply_budget(
     return kept
 
 
+def window_then_hits(
+    window: Sequence[Record], hits: Sequence[Record], *, limit: int, max_tokens: int,
+    reserved_tokens: int = 0
+) -> list[Record]:
+    """A block's records: the repository ``window`` (newest first) whole, then the keyword
+    ``hits`` (best first) in what is left of ``limit`` and ``max_tokens``.
+
+    A hit that is also in the window is shown once, in the window. When the window itself
+    does not fit (``limit`` below it, or a ``max_tokens`` too small for it), its records
+    that are also hits stay (best hit first) and its oldest others give way; the kept
+    window records keep the window's order. ``apply_budget`` does the counting, so the
+    first record is always kept, cut if need be."""
+    in_window = {record.id for record in window}
+    hit_ids = {record.id for record in hits}
+    order = [*(record for record in hits if record.id in in_window),
+             *(record for record in window if record.id not in hit_ids),
+             *(record for record in hits if record.id not in in_window)]
+    kept = {record.id: record for record in apply_budget(
+        order, limit=limit, max_tokens=max_tokens, reserved_tokens=reserved_tokens)}
+    return [*(kept[record.id] for record in window if record.id in kept),
+            *(record for record in kept.values() if record.id not in in_window)]
+
+
 def cut_to_fit(record: Record, tokens: int) -> Record | None:
     """``record`` when its bullet costs at most ``tokens``; else a new record whose bullet
     does, its text (and, when the provenance leaves it too little room, its source) cut;

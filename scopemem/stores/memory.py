@@ -59,18 +59,18 @@ from scopemem.stores.shared import counts as counting
 
 log = logging.getLogger("scopemem")
 
-# The statuses whose rows are dropped once past the retention; a forgotten row is scrubbed
-# instead, and kept.
+# The statuses whose rows the retention acts on: a superseded or evicted row is dropped, a
+# swept one scrubbed and kept; a forgotten row is scrubbed at once, and kept.
 _PURGEABLE = frozenset({Status.SUPERSEDED, Status.EVICTED, Status.SWEPT})
 
 
-def _scrubbed(record: Record) -> Record:
-    """``record`` forgotten: its id, status and provenance, no text or keywords (built
-    without the validators, which refuse an empty text)."""
+def _scrubbed(record: Record, status: Status = Status.FORGOTTEN) -> Record:
+    """``record`` scrubbed with ``status``: its id, status, provenance, times and counts, no
+    text or keywords (built without the validators, which refuse an empty text)."""
     return trusted_record(record.id, record.scope_key, record.kind, "", (),
                           record.source_thread_key, record.source_run_id, record.created_at,
                           record.last_used_at, record.use_count, record.confidence,
-                          record.supersedes, record.restates, Status.FORGOTTEN, record.source)
+                          record.supersedes, record.restates, status, record.source)
 
 
 class _Index:
@@ -325,17 +325,20 @@ class InMemoryStore:
         return counts
 
     def _purged(self, rows: list[Record], now: int) -> list[Record]:
-        """Note when the rows that just died did, and drop the dead rows past the
-        retention (a forgotten row stays, scrubbed)."""
+        """Note when the rows that just died did, and drop the superseded and evicted rows
+        past the retention; a swept row past it stays, scrubbed (as a forgotten row stays).
+        A scrubbed swept row has no text left to wait for."""
         died = self._died
         cutoff = retention_cutoff(now, self.retention_days)
         kept = []
         for record in rows:
-            if record.status in _PURGEABLE:
+            if record.status in _PURGEABLE and record.text:
                 when = died.setdefault(record.id, now)
                 if when <= cutoff:
                     del died[record.id]
-                    continue
+                    if record.status is not Status.SWEPT:
+                        continue
+                    record = _scrubbed(record, Status.SWEPT)
             kept.append(record)
         return kept
 
@@ -419,7 +422,7 @@ class InMemoryStore:
             if not fresh:
                 continue
             for record in fresh:
-                if record.status in _PURGEABLE:
+                if record.status in _PURGEABLE and record.text:
                     self._died[record.id] = now  # its retention counts from the import
             # Rows stay in seq order (``fresh`` is in seq order: appended when it all comes
             # after the scope's rows); the index is rebuilt from them on next use.

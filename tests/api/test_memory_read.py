@@ -396,3 +396,69 @@ async def test_a_floor_on_the_match_keeps_unrelated_hits_out(store, clock):
         "the deploy needs the vpn"]
     strict = make_memory(store, clock, min_match=0.5)
     assert await strict.context_block(Request(text=brief)) == ""
+
+
+# --- the full window beside many keyword hits (003 criterion 1) ------------------------------
+
+TRAIN = "the release train leaves from the main branch"
+BRIEF = "plan the release train"
+
+
+def lesson(n: int) -> str:
+    return f"repository lesson number {n} about nothing shared"
+
+
+async def fill_window(store, clock, oldest: str | None, others: int = 20) -> None:
+    """24 repository facts, ``oldest`` first when given, and ``others`` org facts that
+    match ``BRIEF``."""
+    texts = ([oldest] if oldest else []) + [lesson(n) for n in range(24 - bool(oldest))]
+    for text in texts:
+        clock.advance(1000)
+        await store.write(REPO, [fact(text)])
+    await store.write(ORG, [fact(f"release train note {n}") for n in range(others)])
+
+
+async def test_the_whole_window_is_shown_beside_many_keyword_hits(store, clock):
+    # Twenty records of other scopes match the brief: more hits than half of ``limit``.
+    await fill_window(store, clock, None)
+    shown = bullets(await make_memory(store, clock).context_block(
+        Request(text=BRIEF, repo="acme/api")))
+    assert shown[:24] == [lesson(n) for n in range(23, -1, -1)]
+    # The keyword hits get what is left of ``limit`` (32): eight.
+    assert len(shown) == 32
+    assert all(text.startswith("release train note") for text in shown[24:])
+
+
+async def test_a_window_record_that_is_also_a_best_hit_is_shown_once(store, clock):
+    await fill_window(store, clock, TRAIN)
+    shown = bullets(await make_memory(store, clock).context_block(
+        Request(text=BRIEF, repo="acme/api")))
+    # The oldest fact of the window matches the brief best of all: it is in the window, once.
+    assert shown.count(TRAIN) == 1 and shown.index(TRAIN) == 23
+    assert len(shown) == 32
+
+
+async def test_a_window_cut_by_max_tokens_keeps_the_facts_the_brief_matches(store, clock):
+    clock.advance(1000)
+    await store.write(REPO, [fact(TRAIN)])
+    for n in range(23):
+        clock.advance(1000)
+        await store.write(REPO, [fact(f"{lesson(n)} " + "padding " * 20)])
+    memory = make_memory(store, clock, max_tokens=600)
+    block = await memory.context_block(Request(text=BRIEF, repo="acme/api"))
+    shown = bullets(block)
+    assert estimate_tokens(block) <= 600
+    # The budget holds only part of the window: its oldest facts give way, but never the
+    # one the brief matches; the window's order stays.
+    assert 2 <= len(shown) < 24
+    assert shown[-1] == TRAIN and shown[0].startswith(lesson(22))
+
+
+async def test_a_limit_below_the_window_holds_the_newest_facts_and_the_matched_ones(
+        store, clock):
+    await fill_window(store, clock, TRAIN, others=5)
+    memory = make_memory(store, clock, limit=4)
+    block = await memory.context_block(Request(text=BRIEF, repo="acme/api"))
+    # ``limit`` counts every record of the block: the window takes it all, the facts the
+    # brief matches first, then the newest; no keyword hit of another scope fits.
+    assert bullets(block) == [lesson(22), lesson(21), lesson(20), TRAIN]

@@ -22,6 +22,7 @@ from scopemem.core.scoring import (
     render_block,
     render_bullet,
     score_record,
+    window_then_hits,
     with_memory,
 )
 from scopemem.core.text import distinct_tokens, estimate_tokens, sanitize_field
@@ -288,3 +289,26 @@ def test_above_the_floor_the_block_fits_and_leads_with_the_first_record(
                 assert value.endswith(CUT_MARKER)
                 stem = value.removesuffix(CUT_MARKER)
                 assert getattr(original, field).startswith(stem)
+
+
+# --- the repository window beside the keyword hits ----------------------------------------------
+
+
+def test_the_window_is_kept_whole_and_the_hits_take_what_is_left():
+    window = [rec(f"window fact {n}", n) for n in range(10, 4, -1)]
+    hits = [rec(f"hit {n}", n) for n in range(20, 30)] + [window[-1]]
+    kept = window_then_hits(window, hits, limit=8, max_tokens=10_000)
+    assert kept == [*window, hits[0], hits[1]]
+
+
+def test_a_window_too_large_for_the_budget_keeps_the_facts_that_are_hits():
+    window = [rec(f"window fact {n} " + "long " * 30, n) for n in range(10, 0, -1)]
+    kept = window_then_hits(window, [window[-1], rec("other hit", 50)], limit=30,
+                            max_tokens=3 * estimate_tokens(render_bullet(window[0]) + "\n"))
+    assert kept == [window[0], window[1], window[-1]]
+
+
+def test_a_first_record_too_large_for_the_budget_is_cut():
+    window = [rec("window fact " + "long " * 200, 2), rec("window fact two", 1)]
+    [kept] = window_then_hits(window, [], limit=30, max_tokens=50)
+    assert kept.id == window[0].id and kept.text.endswith(CUT_MARKER)

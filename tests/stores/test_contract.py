@@ -9,11 +9,21 @@ from __future__ import annotations
 import asyncio
 import unicodedata
 
+import attrs
 import pytest
 
 from scopemem.core.hygiene import NO_THREAD_KEY
-from scopemem.core.records import MAX_KEYWORDS, MAX_TEXT_CHARS, Kind, Source, Status, WriteCounts
+from scopemem.core.records import (
+    MAX_KEYWORDS,
+    MAX_TEXT_CHARS,
+    Kind,
+    Record,
+    Source,
+    Status,
+    WriteCounts,
+)
 from scopemem.errors import StoreError
+from scopemem.stores.porting import export_records, portable
 from tests.conftest import DAY_MS, FakeClock, fact, summary
 
 ORG = "org:acme"
@@ -484,6 +494,40 @@ async def test_sweep_retires_marked_facts_only_and_is_idempotent(store):
     assert (await store.sweep(ORG)).swept == 0
     # A swept record is no dedup target either.
     assert (await store.write(ORG, [fact(STATUS_LINE)])).inserted == 1
+
+
+async def test_a_swept_row_past_the_retention_stays_with_its_text_scrubbed(
+        make_store, clock: FakeClock):
+    store = await make_store(cap=3, retention_days=1)
+    await store.write(ORG, [fact(STATUS_LINE, keywords=("release",), source_run_id="r-7"),
+                            fact(LESSON)])
+    await store.write(ORG, [fact("the build uses node 18")])
+    await store.write(ORG, [fact("the build uses node 20", supersedes=f"mem:{ORG}:3")])
+    assert (await store.sweep(ORG)).swept == 1
+
+    async def dead() -> dict[str, Record]:
+        return {r.id: r async for r in export_records(portable(store), ORG)
+                if not r.is_active}
+
+    before = (await dead())[f"mem:{ORG}:1"]
+    assert before.status is Status.SWEPT and before.text == STATUS_LINE
+    clock.advance(DAY_MS)
+    # Past the retention: this write applies it. The superseded row goes; the swept row
+    # stays, its id, status, kind, provenance, times and counts kept, its text and
+    # keywords scrubbed.
+    assert (await store.write(ORG, [fact("a later lesson")])).evicted == 0
+    after = await dead()
+    assert list(after) == [f"mem:{ORG}:1"]
+    assert after[f"mem:{ORG}:1"] == attrs.evolve(before, text="", keywords=())
+    # Never read, listed, matched or a dedup target; not counted against the cap.
+    assert await ids(store) == [f"mem:{ORG}:5", f"mem:{ORG}:4", f"mem:{ORG}:2"]
+    assert await store.retrieve(ORG, "pushed sha tests passing release", 10) == []
+    assert await store.forget(ORG, f"mem:{ORG}:1") is False
+    assert (await store.write(ORG, [fact(STATUS_LINE)])).inserted == 1
+    # Later writes past the retention keep it as it is.
+    clock.advance(2 * DAY_MS)
+    await store.write(ORG, [fact("one more lesson")])
+    assert (await dead())[f"mem:{ORG}:1"] == attrs.evolve(before, text="", keywords=())
 
 
 # --- concurrency and input -------------------------------------------------------------------

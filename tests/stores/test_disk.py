@@ -163,10 +163,10 @@ async def test_purging_the_newest_rows_never_reuses_their_ids(make: Make, clock:
     await store.write(ORG, [fact("alpha"), fact("beta")])
     await store.close()
     path = store.path_for(ORG)
-    # Both rows died long ago (as a sweep could leave them): the next write purges them,
-    # the highest seq with them.
+    # Both rows died long ago (as corrections could leave them): the next write purges
+    # them, the highest seq with them.
     conn = apsw.Connection(path)
-    conn.execute("UPDATE records SET status = 'swept', retired_at = 0")
+    conn.execute("UPDATE records SET status = 'superseded', retired_at = 0")
     conn.close()
     again = make(retention_days=0)
     await again.write(ORG, [fact("gamma")])

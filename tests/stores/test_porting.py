@@ -10,7 +10,7 @@ import shutil
 import attrs
 import pytest
 
-from scopemem.core.porting import record_line
+from scopemem.core.porting import parse_record_line, record_line
 from scopemem.core.records import Kind, Record, Status, to_wire
 from scopemem.errors import StoreRefused, StoreUnsupported
 from scopemem.stores.memory import InMemoryStore
@@ -139,6 +139,27 @@ async def test_forgotten_records_stay_scrubbed(store):
     [line] = await dump(store)
     assert '"text":""' in line and '"keywords":[]' in line and "secret" not in line
     assert await store.retrieve(ORG, "secret", 10) == []
+
+
+async def test_a_swept_record_scrubbed_by_the_retention_round_trips(make_store,
+                                                                     clock: FakeClock):
+    source = await make_store(retention_days=1)
+    await source.write(ORG, [fact("PR 1835 was pushed at sha 3f9a2c1 with all tests passing",
+                                  keywords=("release",))])
+    assert (await source.sweep(ORG)).swept == 1
+    clock.advance(DAY_MS)
+    await source.write(ORG, [fact("a later lesson")])  # applies the retention
+    lines = await dump(source)
+    assert json.loads(lines[0]) | {"createdAt": 0} == to_wire(record(
+        ORG, 1, "", status=Status.SWEPT, source_thread_key="slack:C1/100", created_at=0))
+    target = await make_store()
+    assert await portable(target).import_records(
+        [parse_record_line(line) for line in lines]) == 2
+    assert await dump(target) == lines
+    assert [r.text for r in await target.list(ORG, 10)] == ["a later lesson"]
+    # A swept record with no text carries no keywords either.
+    stray = record(ORG, 3, "", keywords=("release",), status=Status.SWEPT)
+    assert parse_record_line(record_line(stray)).keywords == ()
 
 
 async def test_only_active_imported_records_are_read(store):

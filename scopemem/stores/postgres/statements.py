@@ -183,10 +183,17 @@ class Statements:
                                " LIMIT %(excess)s")
         self.lru_used = (f"{lru} AND last_used_at IS NOT NULL"
                          " ORDER BY last_used_at, created_at, seq LIMIT %(excess)s")
+        # The retention, oldest death first: a swept row past it keeps its id, status,
+        # provenance, times and counts, never its text (nor its ``retired_at``, so the
+        # retention never reads it again); a superseded or evicted row is deleted.
+        due = (f" (SELECT seq FROM {records} WHERE scope_key = %(scope)s"
+               f" AND status IN {PURGEABLE} AND retired_at <= %(cutoff)s"
+               " AND status {} 'swept' ORDER BY retired_at LIMIT %(rows)s)")
+        self.scrub_swept = (f"UPDATE {records} SET text = '', norm = '', keywords = '{{}}',"
+                            " tokens = '{}', retired_at = NULL WHERE scope_key = %(scope)s"
+                            " AND seq IN" + due.format("="))
         self.purge = (f"DELETE FROM {records} WHERE scope_key = %(scope)s AND seq IN"
-                      f" (SELECT seq FROM {records} WHERE scope_key = %(scope)s"
-                      f" AND status IN {PURGEABLE} AND retired_at <= %(cutoff)s"
-                      " ORDER BY retired_at LIMIT %(rows)s)")
+                      + due.format("!="))
         self.forget = (f"UPDATE {records} SET status = 'forgotten', retired_at = %(now)s,"
                        " text = '', norm = '', keywords = '{}', tokens = '{}'"
                        f" WHERE {active} AND seq = %(seq)s AND id = %(id)s")

@@ -16,8 +16,8 @@ Writes: one transaction per batch. It takes the scope's row in ``scopes`` FOR UP
 writers to a scope queue there, across processes, and the next seq is read under the lock),
 reads and locks the rows the batch can touch, lets ``batch.plan_batch`` run the engine over
 them, inserts and changes rows in two pipelined ``executemany`` calls and keeps the postings
-in step, evicts above the cap, purges dead rows past the retention and records the new last
-seq and active count. All of it commits, or none.
+in step, evicts above the cap, purges dead rows past the retention (a swept row is scrubbed
+and kept) and records the new last seq and active count. All of it commits, or none.
 """
 
 from __future__ import annotations
@@ -180,9 +180,10 @@ class PostgresStore(Porting, Counts):
             live = active + plan.live_delta
             if live > cap:
                 evicted = await self._evict(conn, scope_key, live - cap, now)
-            await conn.execute(self.sql.purge, {
-                "scope": scope_key, "rows": PURGE_ROWS,
-                "cutoff": retention_cutoff(now, self.retention_days)})
+            retention = {"scope": scope_key, "rows": PURGE_ROWS,
+                         "cutoff": retention_cutoff(now, self.retention_days)}
+            for statement in (self.sql.scrub_swept, self.sql.purge):
+                await conn.execute(statement, retention)
             await conn.execute(self.sql.set_counts, {
                 "scope": scope_key, "last": plan.next_seq - 1, "active": live - len(evicted)})
             counts = plan.counts + WriteCounts(evicted=len(evicted))

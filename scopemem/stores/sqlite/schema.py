@@ -93,9 +93,13 @@ _BOOKKEEPING = (
     )""",
 )
 
-# The dead rows that are purged once past the retention; a forgotten row is scrubbed instead,
-# and kept.
+# The dead rows the retention acts on: superseded and evicted rows are deleted, swept rows
+# scrubbed (``SCRUB_SWEPT_SQL``) and kept; a forgotten row is scrubbed at once, and kept.
 PURGEABLE_STATUSES = "('superseded', 'evicted', 'swept')"
+# A swept row past the retention keeps its id, status, provenance, times and counts, never
+# its text; its ``retired_at`` goes, so the retention never reads it again.
+SCRUB_SWEPT_SQL = ("UPDATE records SET text = '', norm = '', keywords = '[]', retired_at = NULL"
+                   " WHERE status = 'swept' AND seq IN ({seqs})")
 # What a forgotten row keeps of its content: nothing (its FTS entry is deleted with it).
 SCRUB_FORGOTTEN_SQL = ("UPDATE records SET text = '', norm = '', keywords = '[]'"
                        " WHERE status = 'forgotten' AND (text != '' OR keywords != '[]')")

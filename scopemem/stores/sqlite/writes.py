@@ -5,8 +5,9 @@ module finds the few rows each decision reads and persists what it answers. A wr
 (its deduplication, supersedes and the evictions it triggers), a forget and a sweep are each
 one ``BEGIN IMMEDIATE`` transaction. Superseded, evicted and swept rows keep their text for
 ``retention_days``, then a write transaction purges them (at most ``PURGE_ROWS`` per write,
-oldest death first). A forgotten row is scrubbed in its own transaction and kept; the WAL is
-then truncated so no old page image keeps its text.
+oldest death first): superseded and evicted rows are deleted, swept rows scrubbed and kept
+(their id, status and provenance stay auditable). A forgotten row is scrubbed in its own
+transaction and kept; the WAL is then truncated so no old page image keeps its text.
 """
 
 from __future__ import annotations
@@ -202,24 +203,30 @@ class Writes(Views):
 
     @staticmethod
     def _purge(conn: Any, cutoff: int) -> int:
-        """Delete up to ``PURGE_ROWS`` superseded, evicted and swept rows that died at
-        ``cutoff`` or before, oldest death first; how many. None of them is in the token
-        index. The highest seq is recorded first, so ids are never reused."""
-        seqs = [seq for (seq,) in conn.execute(
+        """Act on up to ``PURGE_ROWS`` superseded, evicted and swept rows that died at
+        ``cutoff`` or before, oldest death first: delete the superseded and evicted ones,
+        scrub the swept ones (``schema.SCRUB_SWEPT_SQL``); how many. None of them is in the
+        token index. The highest seq is recorded first, so ids are never reused."""
+        rows = conn.execute(
             # Pinned to the partial index: read in death order, the scan stops at the first
             # row too young or at the limit, however many dead rows the retention keeps.
-            f"SELECT seq FROM records INDEXED BY records_dead"
+            f"SELECT seq, status FROM records INDEXED BY records_dead"
             f" WHERE status IN {schema.PURGEABLE_STATUSES}"
-            " AND retired_at <= ? ORDER BY retired_at LIMIT ?", (cutoff, PURGE_ROWS))]
-        if not seqs:
+            " AND retired_at <= ? ORDER BY retired_at LIMIT ?", (cutoff, PURGE_ROWS)
+        ).fetchall()
+        if not rows:
             return 0
-        last = conn.execute(schema.NEXT_SEQ_SQL).fetchall()[0][0] - 1
-        schema.set_meta(conn, schema.META_LAST_SEQ, str(last))
-        for start in range(0, len(seqs), sql.CHUNK):
-            chunk = seqs[start:start + sql.CHUNK]
-            conn.execute(f"DELETE FROM records WHERE seq IN ({', '.join('?' * len(chunk))})",
-                         chunk)
-        return len(seqs)
+        swept = [seq for seq, status in rows if status == Status.SWEPT.value]
+        gone = [seq for seq, status in rows if status != Status.SWEPT.value]
+        if gone:
+            last = conn.execute(schema.NEXT_SEQ_SQL).fetchall()[0][0] - 1
+            schema.set_meta(conn, schema.META_LAST_SEQ, str(last))
+        for seqs, statement in ((swept, schema.SCRUB_SWEPT_SQL),
+                                (gone, "DELETE FROM records WHERE seq IN ({seqs})")):
+            for start in range(0, len(seqs), sql.CHUNK):
+                chunk = seqs[start:start + sql.CHUNK]
+                conn.execute(statement.format(seqs=", ".join("?" * len(chunk))), chunk)
+        return len(rows)
 
     def _forget(self, scope_key: str, record_id: str, seq: int, now: int) -> bool:
         """Retire the row as forgotten and scrub its text, dedup key and keywords, all in

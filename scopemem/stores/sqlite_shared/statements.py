@@ -109,10 +109,15 @@ _LRU = f"SELECT seq, last_used_at, created_at FROM records WHERE {ACTIVE}"
 LRU_NEVER_USED = f"{_LRU} AND last_used_at IS NULL ORDER BY created_at, seq LIMIT :excess"
 LRU_USED = (f"{_LRU} AND last_used_at IS NOT NULL ORDER BY last_used_at, created_at, seq"
             " LIMIT :excess")
-PURGE = ("DELETE FROM records WHERE scope_key = :scope AND seq IN"
-         " (SELECT seq FROM records WHERE scope_key = :scope"
-         f" AND status IN {PURGEABLE} AND retired_at <= :cutoff"
-         " ORDER BY retired_at LIMIT :rows)")
+# The retention, oldest death first: a swept row past it keeps its id, status, provenance,
+# times and counts, never its text (nor its ``retired_at``, so the retention never reads it
+# again); a superseded or evicted row is deleted.
+_DUE = ("(SELECT seq FROM records WHERE scope_key = :scope"
+        f" AND status IN {PURGEABLE} AND retired_at <= :cutoff AND status {{}} 'swept'"
+        " ORDER BY retired_at LIMIT :rows)")
+SCRUB_SWEPT = ("UPDATE records SET text = '', norm = '', keywords = '[]', tokens = '',"
+               " retired_at = NULL WHERE scope_key = :scope AND seq IN " + _DUE.format("="))
+PURGE = "DELETE FROM records WHERE scope_key = :scope AND seq IN " + _DUE.format("!=")
 # Deleting a scope's data (``writes.delete_scope``): its row in ``scopes`` stays, emptied.
 DELETE_RECORDS = "DELETE FROM records WHERE scope_key = :scope"
 DELETE_COUNTERS = "DELETE FROM counters WHERE scope_key = :scope"

@@ -5,8 +5,9 @@ They run on the write pool, one at a time per shard (the store queues them on th
 first). A write reads the scope's row in ``scopes`` (its last seq and active count, created
 by the scope's first write), saves the scope's pending uses, reads the rows the batch can
 touch, lets ``batches.plan_batch`` run the engine over them, inserts and changes rows with
-their postings, evicts above the cap, purges dead rows past the retention, records the new
-last seq and active count (and counts a generation) and adds the day's counters.
+their postings, evicts above the cap, purges dead rows past the retention (a swept row is
+scrubbed and kept), records the new last seq and active count (and counts a generation) and
+adds the day's counters.
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_ke
         live = active + plan.live_delta
         if live > cap:
             evicted = _evict(conn, route, live - cap, now, change)
-        conn.execute(st.PURGE, {"scope": scope_key, "rows": PURGE_ROWS, "cutoff": cutoff})
+        for statement in (st.SCRUB_SWEPT, st.PURGE):
+            conn.execute(statement, {"scope": scope_key, "rows": PURGE_ROWS, "cutoff": cutoff})
         conn.execute(st.SET_COUNTS, {"scope": scope_key, "last": plan.next_seq - 1,
                                      "active": live - len(evicted)})
         counts = plan.counts + WriteCounts(evicted=len(evicted))
