@@ -69,14 +69,17 @@ def test_sqlite_to_jsonl_to_sqlite_to_jsonl_is_the_same_file(tmp_path: Path):
     assert {json.loads(text)["status"] for text in lines} == {"active", "forgotten",
                                                               "superseded"}
     assert [json.loads(text)["scopeKey"] for text in lines] == ["org:acme"] * 4 + [ADMIN]
-    assert "imported 5 of 5 records" in ok(run(second, "import", str(exported))).output
+    assert "imported 5 of 5 records" in ok(run(second, "import", "--trust-source",
+                                                str(exported))).output
     again = ok(run(second, "export", "--all"))
     assert again.stdout_bytes == exported.read_bytes()
     assert "exported 5 records" in again.stderr
     # A re-import, here from stdin, adds nothing.
-    result = ok(run(second, "import", "-", "--json", stdin=exported.read_bytes()))
+    result = ok(run(second, "import", "-", "--json", "--trust-source",
+                    stdin=exported.read_bytes()))
     assert json.loads(result.stdout) == {"ok": True, "read": 5, "imported": 0,
-                                         "dryRun": False}
+                                         "dryRun": False, "redacted": 0, "swept": 0,
+                                         "dropped": 0, "sourceReset": 0}
     assert ok(run(second, "export", "--scope", ADMIN)).stdout_bytes.decode().splitlines() \
         == lines[4:]
 
@@ -89,8 +92,10 @@ def test_a_directory_moves_to_the_shared_layout_by_export_and_import(tmp_path: P
     populate(files)
     exported = tmp_path / "files.jsonl"
     ok(run(files, "export", "--all", "--out", str(exported)))
-    assert "imported 5 of 5 records" in ok(run(shared, "import", str(exported))).output
-    assert "imported 0 of 5 records" in ok(run(shared, "import", str(exported))).output
+    assert "imported 5 of 5 records" in ok(run(shared, "import", "--trust-source",
+                                               str(exported))).output
+    assert "imported 0 of 5 records" in ok(run(shared, "import", "--trust-source",
+                                               str(exported))).output
     assert ok(run(shared, "export", "--all")).stdout_bytes == exported.read_bytes()
     assert any(name.startswith("shard-") for name in os.listdir(tmp_path / "moved"))
     # The next write there gets an id above every imported one.
@@ -109,8 +114,15 @@ def test_sqlite_to_jsonl_to_the_worker_to_jsonl_is_the_same_file(tmp_path: Path,
     served = tmp_path / "worker.toml"
     served.write_text(f'[memory]\nenabled = true\norganization = "acme"\nstore = "worker"\n'
                       f'[memory.stores.worker]\nbase_url = "{worker}"\n')
-    ok(run(served, "import", "-", stdin=moved))
-    assert ok(run(served, "export", "--scope", org)).stdout_bytes == moved
+    # The worker vouches for no source: the person's record arrives reflection-sourced,
+    # and the operator's --trust-source is refused there rather than ignored.
+    result = run(served, "import", "--trust-source", "-", stdin=moved)
+    assert result.exit_code == 2 and "imports every record as reflection-sourced" in \
+        result.output
+    assert "1 imported as reflection-sourced" in ok(run(served, "import", "-",
+                                                        stdin=moved)).output
+    assert ok(run(served, "export", "--scope", org)).stdout_bytes == moved.replace(
+        b'"source":"human"', b'"source":"reflection"')
     assert "imported 0 of 1" in ok(run(served, "import", "-", stdin=moved)).output
 
 
@@ -125,10 +137,11 @@ def test_sqlite_to_jsonl_to_postgres_to_jsonl_is_the_same_file(tmp_path: Path):
                       f'store = "postgres"\n[memory.stores.postgres]\ndsn = "{pg.dsn()}"\n'
                       f'schema = "{schema}"\n')
     try:
-        assert "imported 5 of 5 records" in ok(run(served, "import", "-",
+        assert "imported 5 of 5 records" in ok(run(served, "import", "--trust-source", "-",
                                                    stdin=exported)).output
         assert ok(run(served, "export", "--all")).stdout_bytes == exported
-        assert "imported 0 of 5" in ok(run(served, "import", "-", stdin=exported)).output
+        assert "imported 0 of 5" in ok(run(served, "import", "--trust-source", "-",
+                                           stdin=exported)).output
         # A write after the import gets an id above every imported one (org:acme: 1-4).
         ok(run(served, "remember", "--scope", "org", "the deploy window is friday"))
         listed = ok(run(served, "list", "deploy window")).output
