@@ -262,12 +262,13 @@ async def import_records(request: web.Request) -> web.StreamResponse:
     redaction, caps, the status gate, times and use counts bounded) and becomes
     reflection-sourced, since nobody here can vouch for ``human``. The answer counts what
     the screen changed."""
-    args = validation.import_args(await read_body(request))
+    now = wall_clock_ms()
+    args = validation.import_args(await read_body(request), now)
     store = _portable(request)
     records = [reflection_sourced(record) for record in args.records]
     reset = sum(new is not old for new, old in zip(records, args.records, strict=True))
     try:
-        screen = screen_import(records, wall_clock_ms())
+        screen = screen_import(records, now)
         imported = await store.import_records(screen.records)
     except StoreRefused as exc:
         return error_answer(400, str(exc))

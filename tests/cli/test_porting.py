@@ -15,12 +15,15 @@ from scopemem.cli import build_cli, builtin_port_commands
 from scopemem.core.porting import record_line
 from scopemem.core.records import MAX_EXPORT_PAGE, Kind, Record, Status
 from scopemem.plugins.manager import new_plugin_manager
+from scopemem.secrets import redact
 from scopemem.stores.sqlite import SqliteStore
 from tests.cli.test_memory_commands import worker  # noqa: F401 - the live worker fixture
+from tests.secret_corpus import CORPUS
 from tests.stores import pg
 
 ADMIN = "user:cli:local"
 TOKEN = "cli-token-0123456789"
+YEAR_2100 = 4_102_444_800_000
 
 
 def sqlite_config(tmp_path: Path, name: str, layout: str = "file") -> Path:
@@ -158,6 +161,9 @@ def test_sqlite_to_jsonl_to_postgres_to_jsonl_is_the_same_file(tmp_path: Path):
     (line(3).replace('"useCount":0', '"useCount":"0"'), "line 3: expected int"),
     (line(3).replace('"status":"active"', '"status":"lost"'), "line 3:"),
     (line(3, text="x" * 4001), "line 3: text must be at most 4000 characters"),
+    (line(3, created_at=YEAR_2100), "line 3: createdAt 4102444800000 is in the future"),
+    (line(3, last_used_at=YEAR_2100), "line 3: lastUsedAt 4102444800000 is in the future"),
+    (line(3, use_count=10**12), "line 3: useCount 1000000000000 is above 1000000000"),
 ])
 def test_a_bad_line_is_named_and_its_batch_is_not_written(tmp_path: Path, bad: str,
                                                          says: str):
@@ -208,6 +214,47 @@ def test_a_dry_run_checks_every_line_and_writes_nothing(tmp_path: Path):
     source.write_text("\n".join(line(n) for n in range(1, 4)) + "\n")
     assert "3 valid records" in ok(run(config, "import", "--dry-run", str(source))).output
     assert ok(run(config, "export", "--all")).stdout_bytes == b""
+
+
+def _screened_file(path: Path) -> Path:
+    """Every corpus secret, a person's fact, a fact the status gate refuses, a plain one."""
+    lines = [line(n, text=secret.text, keywords=("credentials", secret.kind))
+             for n, secret in enumerate(CORPUS, 1)]
+    lines += [line(101, text="I deploy on fridays", source="human"),
+              line(102, text="PR 1835 was pushed at sha 3f9a2c1 with all tests passing"),
+              line(103, text="deploys need the vpn")]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_an_import_is_screened_as_every_write_is(tmp_path: Path):
+    """Secrets are redacted, a fact the status gate refuses is kept swept, a person's
+    record is reflection's unless the operator vouches for the file; the summary counts
+    each, and a dry run says what the import would do."""
+    config = sqlite_config(tmp_path, "data")
+    source = _screened_file(tmp_path / "screened.jsonl")
+    total = len(CORPUS) + 3
+    dry = ok(run(config, "import", "--dry-run", "--json", str(source))).stdout
+    counts = json.loads(dry)
+    redacted = sum(redact(secret.text) != secret.text for secret in CORPUS)
+    assert counts == {"ok": True, "read": total, "imported": 0, "dryRun": True,
+                      "redacted": redacted, "swept": 1, "dropped": 0, "sourceReset": 1}
+    output = ok(run(config, "import", str(source))).output
+    assert (f"imported {total} of {total} records (0 already present); {redacted} redacted;"
+            " 1 swept by the status gate; 1 imported as reflection-sourced") in output
+    exported = ok(run(config, "export", "--all")).stdout_bytes.decode()
+    assert [secret.kind for secret in CORPUS if secret.raw in exported] == []
+    records = {item["id"]: item for item in map(json.loads, exported.splitlines())}
+    assert records["mem:org:acme:101"]["source"] == "reflection"
+    assert records["mem:org:acme:102"]["status"] == "swept"
+    assert records["mem:org:acme:103"]["status"] == "active"
+    assert "deploys need the vpn" in ok(run(config, "list", "deploy")).output
+    # The operator's own export, vouched for: a person's record stays a person's.
+    trusted = sqlite_config(tmp_path, "trusted")
+    ok(run(trusted, "import", "--trust-source", str(source)))
+    exported = ok(run(trusted, "export", "--scope", "org:acme")).stdout_bytes.decode()
+    assert '"text":"I deploy on fridays","keywords":[],"sourceThreadKey":"t/1",' \
+        '"createdAt":1101,"useCount":0,"status":"active","source":"human"' in exported
 
 
 def test_an_imported_forgotten_record_stays_scrubbed(tmp_path: Path):
