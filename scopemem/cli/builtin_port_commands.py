@@ -232,12 +232,13 @@ class _Tally:
 
     def summary(self) -> str:
         """The screen's counts in words; empty when it changed nothing."""
+        reset = "source" if self.source_reset == 1 else "sources"
         parts = [f"{count} {words}" for count, words in (
             (self.redacted, "redacted"), (self.swept, "swept by the status gate"),
             (self.dropped, "dropped by the write screen"),
-            (self.source_reset, "imported as reflection-sourced (no --trust-source)"))
+            (self.source_reset, f"{reset} reset to reflection (no --trust-source)"))
             if count]
-        return "; ".join(parts)
+        return ", ".join(parts)
 
 
 async def _import(store: PortableStore, stream: IO[bytes], name: str, size: int | None,
@@ -369,10 +370,11 @@ def scopemem_register_commands(cli: click.Group) -> None:
             echo_json({"ok": True, "read": read, "imported": added, "dryRun": dry_run,
                        "redacted": tally.redacted, "swept": tally.swept,
                        "dropped": tally.dropped, "sourceReset": tally.source_reset})
-        elif dry_run:
-            click.echo(f"{read} valid records in {name}; nothing written (dry run)"
-                       + (f"; would be: {screened}" if screened else ""))
+            return
+        if screened:
+            click.echo(f"screened: {screened}")
+        if dry_run:
+            click.echo(f"{read} valid records in {name}; nothing written (dry run)")
         else:
             click.echo(f"imported {added} of {read} records"
-                       f" ({read - tally.dropped - added} already present)"
-                       + (f"; {screened}" if screened else ""))
+                       f" ({read - tally.dropped - added} already present)")

@@ -122,8 +122,8 @@ def test_sqlite_to_jsonl_to_the_worker_to_jsonl_is_the_same_file(tmp_path: Path,
     result = run(served, "import", "--trust-source", "-", stdin=moved)
     assert result.exit_code == 2 and "imports every record as reflection-sourced" in \
         result.output
-    assert "1 imported as reflection-sourced" in ok(run(served, "import", "-",
-                                                        stdin=moved)).output
+    assert "1 source reset to reflection" in ok(run(served, "import", "-",
+                                                    stdin=moved)).output
     assert ok(run(served, "export", "--scope", org)).stdout_bytes == moved.replace(
         b'"source":"human"', b'"source":"reflection"')
     assert "imported 0 of 1" in ok(run(served, "import", "-", stdin=moved)).output
@@ -240,8 +240,10 @@ def test_an_import_is_screened_as_every_write_is(tmp_path: Path):
     assert counts == {"ok": True, "read": total, "imported": 0, "dryRun": True,
                       "redacted": redacted, "swept": 1, "dropped": 0, "sourceReset": 1}
     output = ok(run(config, "import", str(source))).output
-    assert (f"imported {total} of {total} records (0 already present); {redacted} redacted;"
-            " 1 swept by the status gate; 1 imported as reflection-sourced") in output
+    assert output.splitlines() == [
+        f"screened: {redacted} redacted, 1 swept by the status gate, 1 source reset to"
+        " reflection (no --trust-source)", f"imported {total} of {total} records (0 already"
+        " present)"]
     exported = ok(run(config, "export", "--all")).stdout_bytes.decode()
     assert [secret.kind for secret in CORPUS if secret.raw in exported] == []
     records = {item["id"]: item for item in map(json.loads, exported.splitlines())}
