@@ -274,23 +274,36 @@ def _corpus_keywords(secret) -> tuple[str, ...]:
 
 
 async def test_an_import_stores_each_secret_as_a_write_would(make_store):
-    """Every corpus secret, in the text and among the keywords: what the import keeps is
-    what a write of the same text and keywords keeps, and no secret is in it."""
+    """Every corpus secret, in the text, among the keywords and in the provenance: what the
+    import keeps is what a write of the same fields keeps, and no secret is in the text or
+    the keywords."""
     store = await make_store()
     written, imported = "org:written", ORG
-    candidates = [fact(secret.text, keywords=_corpus_keywords(secret)) for secret in CORPUS]
+
+    def fields(secret) -> dict[str, object]:
+        short = secret.raw if len(secret.raw) <= 100 else secret.kind
+        return {"keywords": _corpus_keywords(secret), "source_thread_key": f"ci/{short}",
+                "source_run_id": f"run-{short}"}
+
+    candidates = [fact(secret.text, **fields(secret)) for secret in CORPUS]
     for start in range(0, len(candidates), MAX_BATCH):
         await store.write(written, candidates[start:start + MAX_BATCH])
-    records = [record(imported, n, secret.text, keywords=_corpus_keywords(secret))
+    records = [record(imported, n, secret.text, **fields(secret))
                for n, secret in enumerate(CORPUS, 1)]
+    def screened(r: Record) -> tuple[object, ...]:
+        return r.text, r.keywords, r.source_thread_key, r.source_run_id
+
     screen = screen_import(records, wall_clock_ms())
-    assert screen.redacted == sum(r.text != c.text for r, c in zip(screen.records, records,
-                                                                   strict=True)) > 0
+    assert screen.redacted == sum(screened(after) != screened(before) for after, before
+                                  in zip(screen.records, records, strict=True)) > 0
     assert await portable(store).import_records(records) == len(CORPUS)
-    kept = [(r.text, r.keywords) async for r in export_records(portable(store), imported)]
-    assert kept == [(r.text, r.keywords) async for r in export_records(portable(store),
-                                                                          written)]
-    stored = "\n".join(f"{text} {' '.join(keywords)}" for text, keywords in kept)
+
+    async def kept_in(scope_key: str) -> list[tuple[object, ...]]:
+        return [screened(r) async for r in export_records(portable(store), scope_key)]
+
+    kept = await kept_in(imported)
+    assert kept == await kept_in(written)
+    stored = "\n".join(f"{text} {' '.join(keywords)}" for text, keywords, *_ in kept)
     assert [secret.kind for secret in CORPUS if secret.raw in stored] == []
 
 
