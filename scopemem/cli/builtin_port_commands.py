@@ -17,6 +17,15 @@ and the problem; the batches before it are written (and say so), nothing from th
 holding the bad line is. Importing the corrected file again is safe: records already present
 are skipped. ``--dry-run`` checks every line and writes nothing, for a check before the real
 run. Blank lines are skipped.
+
+What an import trusts: a line is checked against the caps every boundary shares, and
+against this machine's clock (a ``createdAt`` or ``lastUsedAt`` more than five minutes ahead
+is a bad line, as is a ``useCount`` above a billion). Each record then passes the screen every
+write passes (``stores.porting.screen_import``): secrets redacted, fields fitted, an active
+fact the status gate refuses imported as ``swept``; the summary counts each. A record's
+``source`` is kept only with ``--trust-source``, the operator vouching for the file (their
+own export); otherwise every record is imported as reflection-sourced, since only a person's
+own ``remember`` makes a ``human`` record.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import sys
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
 
+import attrs
 import click
 
 from scopemem.cli.root import (
@@ -179,8 +189,9 @@ async def _export(store: PortableStore, scope_key: str | None, out: IO[bytes]) -
     return count
 
 
-def _parse(raw: bytes | None) -> Record | str | None:
-    """The record of one line, None for a blank line, or what is wrong with it."""
+def _parse(raw: bytes | None, now: int) -> Record | str | None:
+    """The record of one line (its times checked against ``now``), None for a blank line,
+    or what is wrong with it."""
     from scopemem.core.porting import parse_record_line
     from scopemem.core.records import WireError
 
@@ -193,7 +204,7 @@ def _parse(raw: bytes | None) -> Record | str | None:
     if not text.strip():
         return None
     try:
-        return parse_record_line(text)
+        return parse_record_line(text, now)
     except WireError as exc:
         return str(exc)
 
@@ -221,16 +232,51 @@ class _Writer:
         self.pending_through = through
 
 
+@attrs.define
+class _Tally:
+    """What an import read, and what the screen did to it (``ImportScreen``'s counts)."""
+
+    read: int = 0
+    redacted: int = 0
+    swept: int = 0
+    dropped: int = 0
+    source_reset: int = 0
+
+    def screen(self, batch: list[Record], now: int) -> list[Record]:
+        """``batch`` as the store will keep it (``screen_import``), counted."""
+        from scopemem.stores.porting import screen_import
+
+        screened = screen_import(batch, now)
+        self.redacted += screened.redacted
+        self.swept += screened.swept
+        self.dropped += screened.dropped
+        return list(screened.records)
+
+    def summary(self) -> str:
+        """The screen's counts in words; empty when it changed nothing."""
+        reset = "source" if self.source_reset == 1 else "sources"
+        parts = [f"{count} {words}" for count, words in (
+            (self.redacted, "redacted"), (self.swept, "swept by the status gate"),
+            (self.dropped, "dropped by the write screen"),
+            (self.source_reset, f"{reset} reset to reflection (no --trust-source)"))
+            if count]
+        return ", ".join(parts)
+
+
 async def _import(store: PortableStore, stream: IO[bytes], name: str, size: int | None,
-                  dry_run: bool) -> tuple[int, int]:
-    """Read, check and write ``stream``; (records read, records added)."""
+                  dry_run: bool, trust_source: bool) -> tuple[_Tally, int]:
+    """Read, check, screen and write ``stream``; what was read, and how many were added."""
+    from scopemem.core.porting import reflection_sourced
+    from scopemem.stores.base import wall_clock_ms
+
+    now = wall_clock_ms()
+    tally = _Tally()
     progress = _Progress("importing", size)
     writer = _Writer(store)
     batch: list[Record] = []
-    read = 0
     try:
         for number, raw in _lines(stream):
-            parsed = _parse(raw)
+            parsed = _parse(raw, now)
             progress.advance(0 if parsed is None else 1, units=len(raw or b""))
             if parsed is None:
                 continue
@@ -241,12 +287,18 @@ async def _import(store: PortableStore, stream: IO[bytes], name: str, size: int 
                         f" {through + 1} on (importing the corrected file again skips what"
                         " is written)" if through else "nothing was written")
                 raise _BadLine(f"{name} line {number}: {parsed}; {done}")
+            if not trust_source:
+                sourced = reflection_sourced(parsed)
+                tally.source_reset += sourced is not parsed
+                parsed = sourced
             batch.append(parsed)
-            read += 1
+            tally.read += 1
             if len(batch) >= IMPORT_BATCH:
+                batch = tally.screen(batch, now)
                 if not dry_run:
                     await writer.submit(batch, number)
                 batch = []
+        batch = tally.screen(batch, now)
         if batch and not dry_run:
             await writer.submit(batch, 0)
         await writer.settle()
@@ -255,7 +307,7 @@ async def _import(store: PortableStore, stream: IO[bytes], name: str, size: int 
             with contextlib.suppress(Exception):
                 await writer.settle()
         progress.close()
-    return read, writer.added
+    return tally, writer.added
 
 
 @hookimpl
@@ -298,14 +350,22 @@ def scopemem_register_commands(cli: click.Group) -> None:
     @cli.command(name="import")
     @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
     @click.option("--dry-run", is_flag=True, help="Check every line; write nothing.")
+    @click.option("--trust-source", is_flag=True,
+                  help="Keep each record's source (human or reflection) as the file says: "
+                       "for an operator's own export. Without it every record is imported "
+                       "as reflection-sourced.")
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
     @click.pass_obj
-    def import_command(state: CliState, file: str, dry_run: bool, as_json: bool) -> None:
+    def import_command(state: CliState, file: str, dry_run: bool, trust_source: bool,
+                       as_json: bool) -> None:
         """Add the records of a JSON Lines export (FILE, or - for stdin) to the store.
 
         Ids, statuses, times and counts are kept; a record whose id is already in its scope
-        is skipped, so importing a file twice adds nothing. At the first bad line the import
-        stops: earlier batches stay written, nothing of the bad line's batch is."""
+        is skipped, so importing a file twice adds nothing. Every record passes the screen
+        every write passes: secrets are redacted, and an active fact the status gate
+        refuses is imported as swept. A time in the future (beyond five minutes) or more
+        than a billion uses is a bad line. At the first bad line the import stops: earlier
+        batches stay written, nothing of the bad line's batch is."""
         name = "stdin" if file == "-" else file
         try:
             stream: IO[bytes] = click.open_file(file, "rb")
@@ -313,23 +373,36 @@ def scopemem_register_commands(cli: click.Group) -> None:
             raise click.ClickException(f"cannot read {file}: {exc.strerror or exc}") from None
         size = None if file == "-" else os.stat(file).st_size
         memory, store = _store(state, changes=not dry_run)
+        if trust_source and not getattr(store, "keeps_import_source", True):
+            asyncio.run(memory.close())
+            stream.close()
+            raise click.UsageError(
+                "--trust-source: this store (the Memory Worker) imports every record as"
+                " reflection-sourced, whoever sends it; to keep sources, import into the"
+                " store the worker serves (its sqlite or postgres configuration)")
 
-        async def main() -> tuple[int, int]:
+        async def main() -> tuple[_Tally, int]:
             try:
-                return await _import(store, stream, name, size, dry_run)
+                return await _import(store, stream, name, size, dry_run, trust_source)
             finally:
                 await memory.close()
 
         try:
-            read, added = asyncio.run(main())
+            tally, added = asyncio.run(main())
         except ScopememError as exc:
             raise click.ClickException(f"import failed: {exc}") from None
         finally:
             stream.close()  # stdin stays open (click.open_file)
+        read, screened = tally.read, tally.summary()
         if as_json:
-            echo_json({"ok": True, "read": read, "imported": added, "dryRun": dry_run})
-        elif dry_run:
+            echo_json({"ok": True, "read": read, "imported": added, "dryRun": dry_run,
+                       "redacted": tally.redacted, "swept": tally.swept,
+                       "dropped": tally.dropped, "sourceReset": tally.source_reset})
+            return
+        if screened:
+            click.echo(f"screened: {screened}")
+        if dry_run:
             click.echo(f"{read} valid records in {name}; nothing written (dry run)")
         else:
             click.echo(f"imported {added} of {read} records"
-                       f" ({read - added} already present)")
+                       f" ({read - tally.dropped - added} already present)")

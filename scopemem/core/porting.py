@@ -9,6 +9,14 @@ moved across), one beyond the caps every boundary shares, or text that is not Un
 forgotten record is scrubbed (no text, no keywords) whatever the line says, so an import can
 never give a forgotten record its text back.
 
+An import's record is data from outside, not a store's own row, so it is bounded as no
+store could have made it otherwise: given the importer's clock (``now``), a ``createdAt`` or
+``lastUsedAt`` after ``now + MAX_CLOCK_SKEW_MS`` is refused (a time in the future would
+rank the record as just used, and keep it from eviction, for as long as the future lasts),
+and so is a ``useCount`` above ``MAX_USE_COUNT``. ``reflection_sourced`` is what a record
+becomes when nobody vouches for its ``source``: only a person's own ``remember`` makes a
+``human`` record, so only the operator's own import may keep one.
+
 Pure: no I/O, nothing of the project outside ``core``.
 """
 
@@ -28,6 +36,7 @@ from scopemem.core.records import (
     MAX_SEQ,
     MAX_TEXT_CHARS,
     Record,
+    Source,
     Status,
     WireError,
     from_wire,
@@ -36,8 +45,16 @@ from scopemem.core.records import (
 from scopemem.core.scopes import MEMORY_ID_PREFIX, scope_key_problem
 from scopemem.core.text import is_text
 
-__all__ = ["parse_record_line", "record_from_wire", "record_line", "record_problem",
-           "record_seq_of", "scrub"]
+__all__ = ["MAX_CLOCK_SKEW_MS", "MAX_USE_COUNT", "parse_record_line", "record_from_wire",
+           "record_line", "record_problem", "record_seq_of", "reflection_sourced", "scrub"]
+
+#: How far after the importer's clock an imported time may be: five minutes, for clocks of
+#: two machines that disagree a little (an export from a worker whose clock runs ahead).
+MAX_CLOCK_SKEW_MS = 5 * 60 * 1000
+#: The most uses an imported record may claim: a use is a retrieval that returned the
+#: record, and a billion is a record retrieved ten times a second for three years. A store
+#: never reaches it; a forged count never goes past it.
+MAX_USE_COUNT = 10**9
 
 
 def record_seq_of(record: Record) -> int | None:
@@ -66,11 +83,12 @@ def _string_problem(name: str, value: str | None, max_chars: int | None) -> str 
     return None
 
 
-def record_problem(record: Record) -> str | None:
+def record_problem(record: Record, now: int | None = None) -> str | None:
     """Why ``record`` cannot be imported as it is, in the wire's field names; None when it
     can. The checks every store and the worker share: the scope key's grammar, the id naming
     that scope with a canonical seq, the text and keyword caps, integers a JSON peer and
-    SQLite both hold exactly."""
+    SQLite both hold exactly, a use count within ``MAX_USE_COUNT``, and, given the
+    importer's clock ``now``, no time after ``now + MAX_CLOCK_SKEW_MS``."""
     problem = scope_key_problem(record.scope_key)
     if problem is not None:
         return f"scopeKey {problem}"
@@ -96,6 +114,15 @@ def record_problem(record: Record) -> str | None:
                          ("useCount", record.use_count)):
         if number is not None and number > MAX_IMPORT_INT:
             return f"{name} must be at most {MAX_IMPORT_INT}"
+    if record.use_count > MAX_USE_COUNT:
+        return f"useCount {record.use_count} is above {MAX_USE_COUNT}, more than a store counts"
+    if now is not None:
+        latest = now + MAX_CLOCK_SKEW_MS
+        for name, when in (("createdAt", record.created_at),
+                           ("lastUsedAt", record.last_used_at)):
+            if when is not None and when > latest:
+                return (f"{name} {when} is in the future (after now, {now}, plus"
+                        f" {MAX_CLOCK_SKEW_MS // 60_000} minutes of clock skew)")
     return None
 
 
@@ -109,13 +136,20 @@ def scrub(record: Record) -> Record:
     return record
 
 
-def record_from_wire(item: Any) -> Record:
-    """One exported record from its wire object, checked (``record_problem``) and scrubbed;
-    ``WireError`` naming the field otherwise."""
+def reflection_sourced(record: Record) -> Record:
+    """``record`` with the source of a record nobody vouches for: ``reflection``."""
+    if record.source is Source.REFLECTION:
+        return record
+    return attrs.evolve(record, source=Source.REFLECTION)
+
+
+def record_from_wire(item: Any, now: int | None = None) -> Record:
+    """One exported record from its wire object, checked (``record_problem``, against the
+    clock ``now`` when given) and scrubbed; ``WireError`` naming the field otherwise."""
     if not isinstance(item, Mapping):
         raise WireError("a record must be a JSON object")
     record = from_wire(item, Record)
-    problem = record_problem(record)
+    problem = record_problem(record, now)
     if problem is not None:
         raise WireError(problem)
     return scrub(record)
@@ -133,8 +167,9 @@ def _refuse_constant(name: str) -> Any:
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 
-def parse_record_line(line: str) -> Record:
-    """The record of one export line; ``WireError`` saying what is wrong with it."""
+def parse_record_line(line: str, now: int | None = None) -> Record:
+    """The record of one export line (its times checked against ``now`` when given);
+    ``WireError`` saying what is wrong with it."""
     try:
         value = _DECODER.decode(line)
     except WireError:
@@ -143,4 +178,4 @@ def parse_record_line(line: str) -> Record:
         raise WireError("not valid JSON (nested too deeply)") from None
     except ValueError as exc:
         raise WireError(f"not valid JSON ({exc})") from None
-    return record_from_wire(value)
+    return record_from_wire(value, now)

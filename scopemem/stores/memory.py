@@ -412,8 +412,8 @@ class InMemoryStore:
         return rows[start:start + max(limit, 0)]
 
     async def import_records(self, records: Sequence[Record]) -> int:
-        groups = group_import(records)
         now = self._clock()
+        groups = group_import(records, now)
         added = 0
         for scope_key, batch in groups.items():
             rows = self._scopes.get(scope_key, [])

@@ -22,8 +22,16 @@ What an import promises, on every store:
 - Ids keep their seq, and the scope's next id stays above every seq it holds, so a write
   after an import never collides with an imported id.
 - A record whose id names another scope than its ``scopeKey`` is refused
-  (``StoreRefused``), as is one beyond the shared caps (``core.porting.record_problem``):
-  the whole call is refused before anything is written.
+  (``StoreRefused``), as is one beyond the shared caps (``core.porting.record_problem``),
+  one claiming more than ``MAX_USE_COUNT`` uses, or a time after the store's clock plus
+  ``MAX_CLOCK_SKEW_MS``: the whole call is refused before anything is written.
+- Every record passes the screen every write passes (``stores.base.fit_batch``): secrets
+  in its text, keywords and provenance are redacted, and it is fitted to the record
+  contract, so an import never stores what a write would not. An active fact that the
+  status gate refuses is imported as ``swept``, as ``sweep`` would leave it: kept for the
+  audit, never retrieved. A record the write screen drops is not imported.
+- ``source`` is kept as given: deciding whether an importer may vouch for ``human`` is the
+  caller's (``scopemem import --trust-source``; the worker's /import never does).
 - Nothing is evicted or deduplicated: active records beyond the scope's cap stay until the
   next write to that scope evicts down to the cap, and two active records with one text
   stay two. A dead record (superseded, evicted, swept) keeps its text for the retention
@@ -36,12 +44,20 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Sequence
 from typing import Protocol, runtime_checkable
 
-from scopemem.core.porting import record_problem, record_seq_of, scrub
-from scopemem.core.records import MAX_EXPORT_PAGE, Record
-from scopemem.errors import StoreError, StoreRefused, StoreUnsupported
-from scopemem.stores.base import MemoryStore, check_scope_key
+import attrs
 
-__all__ = ["PortableStore", "export_records", "group_import", "portable"]
+from scopemem.core.engine import plan_sweep
+from scopemem.core.porting import record_problem, record_seq_of, scrub
+from scopemem.core.records import MAX_EXPORT_PAGE, Candidate, Record
+from scopemem.errors import StoreError, StoreRefused, StoreUnsupported
+from scopemem.stores.base import MemoryStore, check_scope_key, fit_batch
+
+__all__ = ["ImportScreen", "PortableStore", "export_records", "group_import", "portable",
+           "screen_import"]
+
+# What a forgotten record (scrubbed: no text) shows the write screen, so that its
+# provenance is screened as any other record's; its text stays empty.
+_SCRUBBED_TEXT = "forgotten record"
 
 
 @runtime_checkable
@@ -93,18 +109,72 @@ async def export_records(store: PortableStore, scope_key: str | None = None, *,
                 break
 
 
-def group_import(records: Sequence[Record]) -> dict[str, list[tuple[int, Record]]]:
-    """The records of an import call by scope, each with its seq, checked and scrubbed; the
-    first of two records with one id wins. ``StoreRefused`` naming the record when one
-    cannot be imported (nothing is written then)."""
-    groups: dict[str, dict[int, Record]] = {}
+@attrs.frozen
+class ImportScreen:
+    """An import call's records as a store keeps them (``records``, in the call's order),
+    and what the screen changed: ``redacted`` records had a secret in their text, keywords
+    or provenance replaced (or a field fitted to the record contract), ``swept`` active
+    facts were refused by the status gate and are kept swept, ``dropped`` records the
+    write screen drops are not imported."""
+
+    records: tuple[Record, ...]
+    redacted: int = 0
+    swept: int = 0
+    dropped: int = 0
+
+
+def _screened(record: Record) -> Record | None:
+    """``record`` through the write screen (``fit_batch``), None when the screen drops it."""
+    candidate = Candidate(kind=record.kind, text=record.text or _SCRUBBED_TEXT,
+                          source_thread_key=record.source_thread_key,
+                          source_run_id=record.source_run_id, keywords=record.keywords,
+                          confidence=record.confidence, supersedes=record.supersedes,
+                          restates=record.restates, source=record.source)
+    fitted = fit_batch([candidate])
+    if not fitted:
+        return None
+    [screened] = fitted
+    if screened is candidate:
+        return record
+    return attrs.evolve(record, text=screened.text if record.text else "",
+                        keywords=screened.keywords or (),
+                        source_thread_key=screened.source_thread_key,
+                        source_run_id=screened.source_run_id)
+
+
+def screen_import(records: Sequence[Record], now: int) -> ImportScreen:
+    """The records checked against the caps and the clock ``now`` (``record_problem``),
+    scrubbed, screened as every write is (``fit_batch``) and, for an active fact, by the
+    status gate a sweep applies (``core.engine.plan_sweep``). ``StoreRefused`` naming the
+    first record that cannot be imported. Screening a screened call changes nothing."""
+    kept: list[Record] = []
+    redacted = swept = dropped = 0
     for n, record in enumerate(records):
         if not isinstance(record, Record):
             raise StoreRefused(f"import: item {n} is not a Record")
-        problem = record_problem(record)
+        problem = record_problem(record, now)
         if problem is not None:
             raise StoreRefused(f"import: record {n}: {problem}")
+        record = scrub(record)
+        screened = _screened(record)
+        if screened is None:
+            dropped += 1
+            continue
+        redacted += screened is not record
+        retired = plan_sweep([screened])
+        swept += bool(retired)
+        kept.append(retired[0] if retired else screened)
+    return ImportScreen(tuple(kept), redacted, swept, dropped)
+
+
+def group_import(records: Sequence[Record], now: int) -> dict[str, list[tuple[int, Record]]]:
+    """The records of an import call by scope, each with its seq, checked and screened
+    (``screen_import``, against the store's clock ``now``); the first of two records with
+    one id wins. ``StoreRefused`` naming the record when one cannot be imported (nothing is
+    written then)."""
+    groups: dict[str, dict[int, Record]] = {}
+    for record in screen_import(records, now).records:
         seq = record_seq_of(record)
         assert seq is not None  # record_problem checked it
-        groups.setdefault(record.scope_key, {}).setdefault(seq, scrub(record))
+        groups.setdefault(record.scope_key, {}).setdefault(seq, record)
     return {key: sorted(batch.items()) for key, batch in groups.items()}

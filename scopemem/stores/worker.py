@@ -75,6 +75,7 @@ from scopemem.stores.base import (
     check_cap,
     check_scope_key,
     fit_batch,
+    wall_clock_ms,
 )
 from scopemem.stores.porting import group_import
 from scopemem.stores.worker_counts import WorkerCounts
@@ -132,6 +133,11 @@ class WorkerStore(WorkerCounts):
     and closed by ``close()``. Every request carries the bearer and has ``timeout`` seconds in
     total. ``cap`` (the scope cap configured for this installation) is sent with every write
     when set; otherwise the worker's own default applies."""
+
+    #: The worker's /import, which any token holder may call, keeps no record's ``source``:
+    #: every imported record arrives reflection-sourced (``scopemem import --trust-source``
+    #: is refused against it).
+    keeps_import_source = False
 
     def __init__(self, base_url: str, token: str, *, cap: int | None = None,
                  timeout: float = DEFAULT_TIMEOUT, ranking: Ranking = DEFAULT_RANKING) -> None:
@@ -415,10 +421,12 @@ class WorkerStore(WorkerCounts):
         return records
 
     async def import_records(self, records: Sequence[Record]) -> int:
-        """The records checked here first (``group_import``: nothing is sent when one is
-        refused), then sent to /import in bodies of at most ``MAX_IMPORT_BATCH`` records
-        and about ``MAX_IMPORT_BYTES``; each body is one transaction per scope there."""
-        groups = group_import(records)
+        """The records checked and screened here first (``group_import``: nothing is sent
+        when one is refused, and no secret leaves the process), then sent to /import in
+        bodies of at most ``MAX_IMPORT_BATCH`` records and about ``MAX_IMPORT_BYTES``; each
+        body is one transaction per scope there. The worker imports every record as
+        reflection-sourced (``keeps_import_source``)."""
+        groups = group_import(records, wall_clock_ms())
         imported = 0
         batch: list[dict[str, Any]] = []
         size = 0

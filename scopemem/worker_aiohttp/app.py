@@ -11,7 +11,8 @@ Routes (bodies are JSON objects, camelCase, times in epoch milliseconds)::
     POST /sweep     {scopeKey, dryRun?}                -> {ok, swept, ids?}
     POST /scopes    {after?, limit}                    -> {scopes, more}   (scope keys, sorted)
     POST /export    {scopeKey, after?, limit}          -> {records}  (seq > after, seq order)
-    POST /import    {records}                          -> {ok, imported}
+    POST /import    {records}                          -> {ok, imported, redacted, swept,
+                                                           sourceReset}
     POST /counts    {counts: [{scopeKey, day, name, value}]} -> {ok, added}
     POST /stats     {scopeKey? | scopeKeys?, prefix?, since} -> {rows, truncated}
     GET  /metrics                                      -> Prometheus text (bearer or the
@@ -65,6 +66,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from aiohttp import hdrs, web
 
 from scopemem.core.counters import day_of
+from scopemem.core.porting import reflection_sourced
 from scopemem.core.records import MAX_SCOPE_CAP, to_wire
 from scopemem.errors import (
     ScopeLimitReached,
@@ -73,8 +75,8 @@ from scopemem.errors import (
     StoreRefused,
     StoreUnsupported,
 )
-from scopemem.stores.base import CountingStore, MemoryStore, search_hits
-from scopemem.stores.porting import PortableStore, portable
+from scopemem.stores.base import CountingStore, MemoryStore, search_hits, wall_clock_ms
+from scopemem.stores.porting import PortableStore, portable, screen_import
 from scopemem.worker_aiohttp import validation
 from scopemem.worker_aiohttp.handling import (
     OPENAPI,
@@ -256,13 +258,24 @@ async def export(request: web.Request) -> web.StreamResponse:
 
 @data_route
 async def import_records(request: web.Request) -> web.StreamResponse:
-    args = validation.import_args(await read_body(request))
+    """Records from any token holder: each is screened as a /write is (``screen_import``:
+    redaction, caps, the status gate, times and use counts bounded) and becomes
+    reflection-sourced, since nobody here can vouch for ``human``. The answer counts what
+    the screen changed."""
+    now = wall_clock_ms()
+    args = validation.import_args(await read_body(request), now)
+    store = _portable(request)
+    records = [reflection_sourced(record) for record in args.records]
+    reset = sum(new is not old for new, old in zip(records, args.records, strict=True))
     try:
-        imported = await _portable(request).import_records(args.records)
+        screen = screen_import(records, now)
+        imported = await store.import_records(screen.records)
     except StoreRefused as exc:
         return error_answer(400, str(exc))
-    log.info("[import] %d of %d records added", imported, len(args.records))
-    return json_answer({"ok": True, "imported": imported})
+    log.info("[import] %d of %d records added (%d redacted, %d swept, %d source reset)",
+             imported, len(args.records), screen.redacted, screen.swept, reset)
+    return json_answer({"ok": True, "imported": imported, "redacted": screen.redacted,
+                        "swept": screen.swept, "sourceReset": reset})
 
 
 #: The most counter rows one /stats answer carries (``truncated`` says when there were more:

@@ -389,13 +389,14 @@ def export_args(body: Mapping[str, Any]) -> ExportArgs:
     return ExportArgs(scope_key, after, _bounded_int(body, "limit", 1, MAX_EXPORT_PAGE))
 
 
-def import_args(body: Mapping[str, Any]) -> ImportArgs:
-    """``{records: [Record, …]}``, each an exported record (``core.porting``)."""
+def import_args(body: Mapping[str, Any], now: int | None = None) -> ImportArgs:
+    """``{records: [Record, …]}``, each an exported record (``core.porting``; no time after
+    the clock ``now`` plus the skew, when given)."""
     items = _required_list(body, "records", MAX_IMPORT_BATCH, "records")
     records = []
     for n, item in enumerate(items):
         try:
-            records.append(record_from_wire(item))
+            records.append(record_from_wire(item, now))
         except WireError as exc:
             raise BodyError(f"records[{n}]: {exc}") from None
     return ImportArgs(tuple(records))

@@ -15,12 +15,15 @@ from scopemem.cli import build_cli, builtin_port_commands
 from scopemem.core.porting import record_line
 from scopemem.core.records import MAX_EXPORT_PAGE, Kind, Record, Status
 from scopemem.plugins.manager import new_plugin_manager
+from scopemem.secrets import redact
 from scopemem.stores.sqlite import SqliteStore
 from tests.cli.test_memory_commands import worker  # noqa: F401 - the live worker fixture
+from tests.secret_corpus import CORPUS
 from tests.stores import pg
 
 ADMIN = "user:cli:local"
 TOKEN = "cli-token-0123456789"
+YEAR_2100 = 4_102_444_800_000
 
 
 def sqlite_config(tmp_path: Path, name: str, layout: str = "file") -> Path:
@@ -69,14 +72,17 @@ def test_sqlite_to_jsonl_to_sqlite_to_jsonl_is_the_same_file(tmp_path: Path):
     assert {json.loads(text)["status"] for text in lines} == {"active", "forgotten",
                                                               "superseded"}
     assert [json.loads(text)["scopeKey"] for text in lines] == ["org:acme"] * 4 + [ADMIN]
-    assert "imported 5 of 5 records" in ok(run(second, "import", str(exported))).output
+    assert "imported 5 of 5 records" in ok(run(second, "import", "--trust-source",
+                                                str(exported))).output
     again = ok(run(second, "export", "--all", "--operator"))
     assert again.stdout_bytes == exported.read_bytes()
     assert "exported 5 records" in again.stderr
     # A re-import, here from stdin, adds nothing.
-    result = ok(run(second, "import", "-", "--json", stdin=exported.read_bytes()))
+    result = ok(run(second, "import", "-", "--json", "--trust-source",
+                    stdin=exported.read_bytes()))
     assert json.loads(result.stdout) == {"ok": True, "read": 5, "imported": 0,
-                                         "dryRun": False}
+                                         "dryRun": False, "redacted": 0, "swept": 0,
+                                         "dropped": 0, "sourceReset": 0}
     assert ok(run(second, "export", "--scope", ADMIN)).stdout_bytes.decode().splitlines() \
         == lines[4:]
 
@@ -89,8 +95,10 @@ def test_a_directory_moves_to_the_shared_layout_by_export_and_import(tmp_path: P
     populate(files)
     exported = tmp_path / "files.jsonl"
     ok(run(files, "export", "--all", "--operator", "--out", str(exported)))
-    assert "imported 5 of 5 records" in ok(run(shared, "import", str(exported))).output
-    assert "imported 0 of 5 records" in ok(run(shared, "import", str(exported))).output
+    assert "imported 5 of 5 records" in ok(run(shared, "import", "--trust-source",
+                                               str(exported))).output
+    assert "imported 0 of 5 records" in ok(run(shared, "import", "--trust-source",
+                                               str(exported))).output
     assert ok(run(shared, "export", "--all", "--operator")).stdout_bytes == exported.read_bytes()
     assert any(name.startswith("shard-") for name in os.listdir(tmp_path / "moved"))
     # The next write there gets an id above every imported one.
@@ -109,8 +117,15 @@ def test_sqlite_to_jsonl_to_the_worker_to_jsonl_is_the_same_file(tmp_path: Path,
     served = tmp_path / "worker.toml"
     served.write_text(f'[memory]\nenabled = true\norganization = "acme"\nstore = "worker"\n'
                       f'[memory.stores.worker]\nbase_url = "{worker}"\n')
-    ok(run(served, "import", "-", stdin=moved))
-    assert ok(run(served, "export", "--scope", org, "--operator")).stdout_bytes == moved
+    # The worker vouches for no source: the person's record arrives reflection-sourced,
+    # and the operator's --trust-source is refused there rather than ignored.
+    result = run(served, "import", "--trust-source", "-", stdin=moved)
+    assert result.exit_code == 2 and "imports every record as reflection-sourced" in \
+        result.output
+    assert "1 source reset to reflection" in ok(run(served, "import", "-",
+                                                    stdin=moved)).output
+    assert ok(run(served, "export", "--scope", org, "--operator")).stdout_bytes == moved.replace(
+        b'"source":"human"', b'"source":"reflection"')
     assert "imported 0 of 1" in ok(run(served, "import", "-", stdin=moved)).output
 
 
@@ -125,10 +140,11 @@ def test_sqlite_to_jsonl_to_postgres_to_jsonl_is_the_same_file(tmp_path: Path):
                       f'store = "postgres"\n[memory.stores.postgres]\ndsn = "{pg.dsn()}"\n'
                       f'schema = "{schema}"\n')
     try:
-        assert "imported 5 of 5 records" in ok(run(served, "import", "-",
+        assert "imported 5 of 5 records" in ok(run(served, "import", "--trust-source", "-",
                                                    stdin=exported)).output
         assert ok(run(served, "export", "--all", "--operator")).stdout_bytes == exported
-        assert "imported 0 of 5" in ok(run(served, "import", "-", stdin=exported)).output
+        assert "imported 0 of 5" in ok(run(served, "import", "--trust-source", "-",
+                                           stdin=exported)).output
         # A write after the import gets an id above every imported one (org:acme: 1-4).
         ok(run(served, "remember", "--scope", "org", "the deploy window is friday"))
         listed = ok(run(served, "list", "deploy window")).output
@@ -145,6 +161,9 @@ def test_sqlite_to_jsonl_to_postgres_to_jsonl_is_the_same_file(tmp_path: Path):
     (line(3).replace('"useCount":0', '"useCount":"0"'), "line 3: expected int"),
     (line(3).replace('"status":"active"', '"status":"lost"'), "line 3:"),
     (line(3, text="x" * 4001), "line 3: text must be at most 4000 characters"),
+    (line(3, created_at=YEAR_2100), "line 3: createdAt 4102444800000 is in the future"),
+    (line(3, last_used_at=YEAR_2100), "line 3: lastUsedAt 4102444800000 is in the future"),
+    (line(3, use_count=10**12), "line 3: useCount 1000000000000 is above 1000000000"),
 ])
 def test_a_bad_line_is_named_and_its_batch_is_not_written(tmp_path: Path, bad: str,
                                                          says: str):
@@ -195,6 +214,49 @@ def test_a_dry_run_checks_every_line_and_writes_nothing(tmp_path: Path):
     source.write_text("\n".join(line(n) for n in range(1, 4)) + "\n")
     assert "3 valid records" in ok(run(config, "import", "--dry-run", str(source))).output
     assert ok(run(config, "export", "--all", "--operator")).stdout_bytes == b""
+
+
+def _screened_file(path: Path) -> Path:
+    """Every corpus secret, a person's fact, a fact the status gate refuses, a plain one."""
+    lines = [line(n, text=secret.text, keywords=("credentials", secret.kind))
+             for n, secret in enumerate(CORPUS, 1)]
+    lines += [line(101, text="I deploy on fridays", source="human"),
+              line(102, text="PR 1835 was pushed at sha 3f9a2c1 with all tests passing"),
+              line(103, text="deploys need the vpn")]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_an_import_is_screened_as_every_write_is(tmp_path: Path):
+    """Secrets are redacted, a fact the status gate refuses is kept swept, a person's
+    record is reflection's unless the operator vouches for the file; the summary counts
+    each, and a dry run says what the import would do."""
+    config = sqlite_config(tmp_path, "data")
+    source = _screened_file(tmp_path / "screened.jsonl")
+    total = len(CORPUS) + 3
+    dry = ok(run(config, "import", "--dry-run", "--json", str(source))).stdout
+    counts = json.loads(dry)
+    redacted = sum(redact(secret.text) != secret.text for secret in CORPUS)
+    assert counts == {"ok": True, "read": total, "imported": 0, "dryRun": True,
+                      "redacted": redacted, "swept": 1, "dropped": 0, "sourceReset": 1}
+    output = ok(run(config, "import", str(source))).output
+    assert output.splitlines() == [
+        f"screened: {redacted} redacted, 1 swept by the status gate, 1 source reset to"
+        " reflection (no --trust-source)", f"imported {total} of {total} records (0 already"
+        " present)"]
+    exported = ok(run(config, "export", "--all", "--operator")).stdout_bytes.decode()
+    assert [secret.kind for secret in CORPUS if secret.raw in exported] == []
+    records = {item["id"]: item for item in map(json.loads, exported.splitlines())}
+    assert records["mem:org:acme:101"]["source"] == "reflection"
+    assert records["mem:org:acme:102"]["status"] == "swept"
+    assert records["mem:org:acme:103"]["status"] == "active"
+    assert "deploys need the vpn" in ok(run(config, "list", "deploy")).output
+    # The operator's own export, vouched for: a person's record stays a person's.
+    trusted = sqlite_config(tmp_path, "trusted")
+    ok(run(trusted, "import", "--trust-source", str(source)))
+    exported = ok(run(trusted, "export", "--scope", "org:acme")).stdout_bytes.decode()
+    assert '"text":"I deploy on fridays","keywords":[],"sourceThreadKey":"t/1",' \
+        '"createdAt":1101,"useCount":0,"status":"active","source":"human"' in exported
 
 
 def test_an_imported_forgotten_record_stays_scrubbed(tmp_path: Path):

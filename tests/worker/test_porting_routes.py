@@ -8,15 +8,27 @@ from typing import Any
 
 import pytest
 
-from scopemem.core.records import MAX_EXPORT_PAGE, MAX_IMPORT_BATCH, MAX_SCOPES_PAGE, Record
+from scopemem.core.porting import MAX_USE_COUNT
+from scopemem.core.records import (
+    MAX_EXPORT_PAGE,
+    MAX_IMPORT_BATCH,
+    MAX_SCOPES_PAGE,
+    Record,
+    Source,
+    Status,
+)
 from scopemem.errors import StoreRefused
+from scopemem.secrets import redact
 from scopemem.stores.null import NullStore
 from scopemem.stores.porting import export_records
 from scopemem.stores.worker import WorkerStore
-from scopemem.worker_aiohttp.app import create_app, running
+from scopemem.worker_aiohttp.app import create_app, load_openapi, running
+from tests.secret_corpus import CORPUS
 from tests.worker.conftest import AUTH, ORG, TOKEN
 
 USER = "user:slack:U2"
+YEAR_2100 = 4_102_444_800_000
+GATED = "PR 1835 was pushed at sha 3f9a2c1 with all tests passing"
 
 
 def wire_record(seq: int, scope_key: str = ORG, **fields: Any) -> dict[str, Any]:
@@ -36,9 +48,10 @@ async def post(client, path: str, body: Any, headers=AUTH) -> tuple[int, Any]:
 async def test_import_then_export_a_page_at_a_time(client, spy):
     status, answer = await post(client, "/import", {"records": [
         wire_record(3), wire_record(1, status="superseded"), wire_record(2, USER)]})
-    assert (status, answer) == (200, {"ok": True, "imported": 3})
+    assert (status, answer) == (200, {"ok": True, "imported": 3, "redacted": 0, "swept": 0,
+                                      "sourceReset": 0})
     status, answer = await post(client, "/import", {"records": [wire_record(3)]})
-    assert answer == {"ok": True, "imported": 0}
+    assert answer["imported"] == 0
     status, answer = await post(client, "/scopes", {"limit": 1})
     assert answer == {"scopes": [ORG], "more": True}
     status, answer = await post(client, "/scopes", {"limit": 5, "after": ORG})
@@ -48,6 +61,30 @@ async def test_import_then_export_a_page_at_a_time(client, spy):
     assert answer["records"][0]["status"] == "superseded"
     status, answer = await post(client, "/export", {"scopeKey": ORG, "after": 1, "limit": 5})
     assert [r["id"] for r in answer["records"]] == [f"mem:{ORG}:3"]
+
+
+async def test_an_import_is_screened_as_a_write_is_and_vouches_for_no_source(client, spy):
+    """Any token holder may call /import: secrets are redacted as /write redacts them, a
+    fact the status gate refuses is kept swept, and a claimed ``human`` source is reset to
+    reflection. The answer counts each."""
+    items = [wire_record(n, text=secret.text) for n, secret in enumerate(CORPUS, 1)]
+    items += [wire_record(101, text="I deploy on fridays", source="human"),
+              wire_record(102, text=GATED), wire_record(103, text="deploys need the vpn")]
+    totals = {"imported": 0, "redacted": 0, "swept": 0, "sourceReset": 0}
+    for start in range(0, len(items), MAX_IMPORT_BATCH):
+        status, answer = await post(client, "/import",
+                                    {"records": items[start:start + MAX_IMPORT_BATCH]})
+        assert status == 200 and answer.pop("ok") is True, answer
+        totals = {name: totals[name] + answer[name] for name in totals}
+    assert totals == {"imported": len(items), "swept": 1, "sourceReset": 1,
+                      "redacted": sum(redact(secret.text) != secret.text for secret in CORPUS)}
+    exported = [record async for record in export_records(spy.inner, ORG)]
+    assert [secret.kind for secret in CORPUS
+            if any(secret.raw in record.text for record in exported)] == []
+    by_id = {record.id: record for record in exported}
+    assert by_id[f"mem:{ORG}:101"].source is Source.REFLECTION
+    assert by_id[f"mem:{ORG}:102"].status is Status.SWEPT
+    assert by_id[f"mem:{ORG}:103"].status is Status.ACTIVE
 
 
 @pytest.mark.parametrize(("path", "body", "says"), [
@@ -66,6 +103,12 @@ async def test_import_then_export_a_page_at_a_time(client, spy):
     ("/import", {"records": [wire_record(1, useCount=-1)]}, "records[0]:"),
     ("/import", {"records": [wire_record(1, createdAt=2**60)]},
      "records[0]: createdAt must be at most"),
+    ("/import", {"records": [wire_record(1), wire_record(2, createdAt=YEAR_2100)]},
+     "records[1]: createdAt 4102444800000 is in the future"),
+    ("/import", {"records": [wire_record(1, lastUsedAt=YEAR_2100)]},
+     "records[0]: lastUsedAt 4102444800000 is in the future"),
+    ("/import", {"records": [wire_record(1, useCount=10**12)]},
+     "records[0]: useCount 1000000000000 is above 1000000000"),
     ("/import", {"records": [wire_record(1, status="gone")]}, "records[0]:"),
     ("/import", {"records": [wire_record(1, confidence=True)]}, "records[0]:"),
     ("/import", {"records": ["not an object"]}, "records[0]: a record must be a JSON object"),
@@ -133,3 +176,8 @@ async def test_the_client_splits_imports_and_pages_scopes(spy, monkeypatch):
             assert len([call for call in spy.calls if call[0] == "scopes"]) == 30
         finally:
             await client.close()
+
+
+def test_the_served_document_states_the_use_count_bound():
+    record = json.loads(load_openapi())["components"]["schemas"]["Record"]
+    assert record["properties"]["useCount"]["maximum"] == MAX_USE_COUNT

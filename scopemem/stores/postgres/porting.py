@@ -58,8 +58,8 @@ class Porting:
         return out
 
     async def import_records(self, records: Sequence[Record]) -> int:
-        groups = group_import(records)
         now = self._clock()
+        groups = group_import(records, now)
         added = 0
         for scope_key, batch in groups.items():
             added += await self._import_scope(scope_key, batch, now)

@@ -42,8 +42,8 @@ class Porting(StoreBase):
         return await self._run("read", self._export_page, scope_key, after, limit)
 
     async def import_records(self, records: Sequence[Record]) -> int:
-        groups = group_import(records)
         now = self._clock()
+        groups = group_import(records, now)
         added = 0
         for scope_key, batch in groups.items():
             async with self._writer(scope_key):

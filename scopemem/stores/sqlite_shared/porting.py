@@ -124,8 +124,8 @@ class Porting:
         return found
 
     async def import_records(self, records: Sequence[Record]) -> int:
-        groups = group_import(records)
         now = self._clock()
+        groups = group_import(records, now)
         added = 0
         for scope_key, batch in groups.items():
             shard = self._shards.of(scope_key)
