@@ -38,6 +38,8 @@ DEFAULT_CONFIG_FILE = "scopemem.toml"
 DEFAULT_CAP_FLOOR = 100
 RANKINGS = ("weighted", "seed")
 CONFIG_ENV = "SCOPEMEM_CONFIG"
+#: A configuration file is a few kilobytes; past this it is something else (``/dev/zero``).
+MAX_CONFIG_BYTES = 1024 * 1024
 #: The origins a surface may stamp its runs with (``core.policy.Visibility``'s values).
 VISIBILITIES = ("public", "private", "dm", "machine")
 #: Claude Code's own default hook timeout is 60 s; a hook allowed longer would be killed.
@@ -320,11 +322,33 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfi
         else:
             return MemoryConfig()
     path = Path(source)
+    return config_from_mapping(_read_toml(path), source=str(path))
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The TOML table of one file; every way a file can fail to be one (missing, a
+    directory, endless, not UTF-8, nested past the parser's depth) is one ``ConfigError``."""
     try:
         with path.open("rb") as handle:
-            data = tomllib.load(handle)
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such configuration file") from None
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a configuration file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 2**20} MiB, "
+                          "not a configuration file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} on line "
+                          f"{line}); a TOML file is UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    return config_from_mapping(data, source=str(path))
+    except RecursionError:  # tomllib recurses once per level of nested arrays and tables
+        raise ConfigError(f"{path}: nested too deeply to be a configuration file") from None

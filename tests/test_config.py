@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from scopemem.config import MemoryConfig, config_from_mapping, load_config
@@ -121,6 +123,26 @@ def test_file_errors_are_config_errors(tmp_path):
     broken.write_text("[memory\n")
     with pytest.raises(ConfigError, match="broken.toml"):
         load_config(broken)
+
+
+def malformed_files(tmp_path):
+    """Three files no TOML parser should answer with a traceback."""
+    latin = tmp_path / "latin1.toml"
+    latin.write_bytes(b'[memory]\norganization = "caf\xe9"\n')
+    deep = tmp_path / "deep.toml"
+    deep.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    return {"not UTF-8 text (byte 0xe9 on line 2)": latin,
+            "nested too deeply": deep,
+            "larger than 1 MiB": "/dev/zero"}
+
+
+def test_a_malformed_file_is_one_config_error(tmp_path):
+    for message, path in malformed_files(tmp_path).items():
+        with pytest.raises(ConfigError, match=re.escape(message)) as caught:
+            load_config(path)
+        assert "\n" not in str(caught.value) and str(path) in str(caught.value)
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(tmp_path)
 
 
 def test_default_search(tmp_path, monkeypatch):

@@ -54,13 +54,18 @@ GRACE_SECONDS = 1.0
 
 
 class _NonBlocking:
-    """Usage errors exit 1, not click's 2 (which Claude Code reads as "block")."""
+    """Usage errors exit 1, not click's 2 (which Claude Code reads as "block"): the hook's
+    own, and the root options' before it (``scopemem --confg x hook ...``)."""
+
+    @staticmethod
+    def root_usage_error(exc: click.UsageError) -> click.ClickException:
+        return click.ClickException(f"{PREFIX}: {exc.format_message()}")
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
             return super().parse_args(ctx, args)  # type: ignore[misc, no-any-return]
         except click.UsageError as exc:
-            raise click.ClickException(f"{PREFIX}: {exc.format_message()}") from None
+            raise self.root_usage_error(exc) from None
 
 
 class HookCommand(_NonBlocking, click.Command):

@@ -202,6 +202,31 @@ def test_a_settings_mistake_never_blocks_the_prompt(tmp_path: Path, args: tuple[
     assert_quiet_failure(result, 1)
 
 
+def run_hook_with_root(root: list[str], *, env: dict[str, str] | None = None
+                       ) -> subprocess.CompletedProcess[str]:
+    """The installed ``scopemem`` script with these root options before ``hook``."""
+    script = Path(sys.executable).with_name("scopemem")
+    return subprocess.run([str(script), *root, "hook", "user-prompt-submit"],
+                          input=json.dumps(payload("UserPromptSubmit")), capture_output=True,
+                          text=True, timeout=60, check=False,
+                          env={**os.environ, **(env or {})})
+
+
+def test_a_root_option_mistake_never_blocks_the_prompt(tmp_path: Path) -> None:
+    from tests.test_config import malformed_files
+
+    mistakes = [["--confg", "x"], ["--config", str(tmp_path)], ["--config"],
+                ["--config", str(tmp_path / "missing.toml")],
+                *(["--config", str(path)] for path in malformed_files(tmp_path).values())]
+    for root in mistakes:
+        result = run_hook_with_root(root)
+        assert_quiet_failure(result, 1)
+        assert "scopemem hook: " in result.stderr
+    result = run_hook_with_root([], env={"SCOPEMEM_CONFIG": str(tmp_path)})
+    assert_quiet_failure(result, 1)
+    assert "is a directory" in result.stderr
+
+
 def test_a_config_error_is_one_line(tmp_path: Path) -> None:
     config = write_config(tmp_path / "bad.toml", "[memory]\nenabled = true\n"
                                                  'organization = "acme"\n[memory.hooks]\n'
