@@ -1,9 +1,10 @@
 """Configuration: the ``[memory]`` table of a TOML file, or a dict of the same shape.
 
 Every mistake names its key: an unknown key, a wrong type or an out-of-range value is a
-``ConfigError``. One value is forgiving by design: ``max_records_per_scope`` out of range or
-not an integer logs one warning naming the key and the default applies, because a typo there
-must neither evict everything (0) nor make every write fail (> 10000).
+``ConfigError``. One value is forgiving by design: ``max_records_per_scope`` logs one
+warning naming the key and its range, and is clamped to 10000 above it, or takes the default
+(500) below 1 or when it is not an integer, because a typo there must neither evict
+everything (0) nor make every write fail (> 10000).
 """
 
 from __future__ import annotations
@@ -220,6 +221,11 @@ def config_from_mapping(data: Mapping[str, Any], *, source: str = "config") -> M
 def _scope_cap(value: Any) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_SCOPE_CAP:
         return value
+    if isinstance(value, int) and not isinstance(value, bool) and value > MAX_SCOPE_CAP:
+        # Asked for more than any store keeps: the most there is, not the default's 500.
+        log.warning("[memory] memory.max_records_per_scope must be an integer from 1 to %d, "
+                    "got %r; clamped to %d", MAX_SCOPE_CAP, value, MAX_SCOPE_CAP)
+        return MAX_SCOPE_CAP
     log.warning(
         "[memory] memory.max_records_per_scope must be an integer from 1 to %d, got %r; "
         "using the default %d", MAX_SCOPE_CAP, value, DEFAULT_SCOPE_CAP,

@@ -102,12 +102,21 @@ def test_unknown_top_level_key():
         config_from_mapping({"memroy": {}})
 
 
-@pytest.mark.parametrize("value", [0, -5, 2.5, 10_001, "500", float("nan"), True])
+@pytest.mark.parametrize("value", [0, -5, 2.5, "500", float("nan"), True])
 def test_bad_scope_cap_warns_and_the_default_governs(value, memory_warnings):
     config = config_from_mapping({"memory": {"max_records_per_scope": value}})
     assert config.max_records_per_scope == 500
     [warning] = memory_warnings()
     assert "memory.max_records_per_scope" in warning and "500" in warning
+
+
+@pytest.mark.parametrize("value", [10_001, 50_000])
+def test_a_scope_cap_above_the_most_is_clamped_to_it(value, memory_warnings):
+    config = config_from_mapping({"memory": {"max_records_per_scope": value}})
+    assert config.max_records_per_scope == 10_000
+    [warning] = memory_warnings()
+    assert "memory.max_records_per_scope" in warning and "from 1 to 10000" in warning
+    assert "clamped to 10000" in warning
 
 
 def test_good_scope_cap_is_used(memory_warnings):
