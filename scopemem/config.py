@@ -45,6 +45,11 @@ MAX_CONFIG_BYTES = 1024 * 1024
 VISIBILITIES = ("public", "private", "dm", "machine")
 #: Claude Code's own default hook timeout is 60 s; a hook allowed longer would be killed.
 MAX_HOOK_TIMEOUT = 60.0
+#: Claude Code shows the model about 10,000 characters of a hook's additional context (the
+#: rest only as a short preview); a hook's block stays under that by default.
+DEFAULT_HOOK_CHARS = 9000
+#: The least ``memory.hooks.max_chars``: ``MIN_BLOCK_TOKENS`` at four characters a token.
+MIN_HOOK_CHARS = 4 * MIN_BLOCK_TOKENS
 
 
 @attrs.frozen(kw_only=True)
@@ -54,11 +59,13 @@ class HooksConfig:
     login name of whoever runs the agent. ``timeout`` bounds a hook's store reads (seconds);
     ``visibility`` stamps the sessions' origin for the write policy (a local session is one
     person's conversation: ``dm``); ``state_dir`` holds what was reflected and the log
-    (default ``$XDG_STATE_HOME/scopemem/hooks``, else ``~/.local/state/scopemem/hooks``)."""
+    (default ``$XDG_STATE_HOME/scopemem/hooks``, else ``~/.local/state/scopemem/hooks``).
+    ``max_chars`` bounds the block a hook prints, under ``max_tokens`` too."""
 
     platform: str = "claude-code"
     subject: str | None = None
     timeout: float = 3.0
+    max_chars: int = DEFAULT_HOOK_CHARS
     visibility: str = "dm"
     state_dir: str | None = None
 
@@ -292,6 +299,8 @@ def _check_hooks(hooks: HooksConfig) -> None:
     if not 0 < hooks.timeout <= MAX_HOOK_TIMEOUT:
         raise ConfigError(f"memory.hooks.timeout: must be above 0 and at most "
                           f"{MAX_HOOK_TIMEOUT:g} seconds, got {hooks.timeout:g}")
+    _in_range("hooks.max_chars", hooks.max_chars, MIN_HOOK_CHARS, None,
+              " (room for the block's prefix, its fences and one record)")
     if hooks.visibility not in VISIBILITIES:
         raise ConfigError(f"memory.hooks.visibility: must be one of {', '.join(VISIBILITIES)},"
                           f" got {hooks.visibility!r}")

@@ -119,6 +119,16 @@ def test_a_scope_cap_above_the_most_is_clamped_to_it(value, memory_warnings):
     assert "clamped to 10000" in warning
 
 
+def test_the_hooks_character_budget_is_checked():
+    assert config_from_mapping({}).hooks.max_chars == 9000
+    assert config_from_mapping({"memory": {"hooks": {"max_chars": 1024}}}).hooks.max_chars == 1024
+    for value in (1023, 0, -1):
+        with pytest.raises(ConfigError, match=r"memory\.hooks\.max_chars: must be at least 1024"):
+            config_from_mapping({"memory": {"hooks": {"max_chars": value}}})
+    with pytest.raises(ConfigError, match=r"memory\.hooks\.max_chars"):
+        config_from_mapping({"memory": {"hooks": {"max_chars": "9000"}}})
+
+
 def test_good_scope_cap_is_used(memory_warnings):
     assert config_from_mapping({"memory": {"max_records_per_scope": 10_000}}
                                ).max_records_per_scope == 10_000

@@ -37,6 +37,7 @@ from scopemem.agent_hooks.runner import (
     hand_off,
     log_to_file,
     read_block,
+    read_config,
     reflect_part,
     state_dir,
 )
@@ -173,7 +174,8 @@ def _event_command(event: HookEvent) -> click.Command:
             payload = parse_payload(_read_stdin(), event)
             if not event.reads:
                 return hand_off(config, _config_path(state), payload, directory, log_path)
-            memory = Memory.from_config(config, plugin_manager=state.pm, allow_fallback=False)
+            memory = Memory.from_config(read_config(config), plugin_manager=state.pm,
+                                        allow_fallback=False)
             return asyncio.run(_closing(memory, read_block(memory, payload, limit), limit))
 
         _guarded(body, lambda: log_path)
