@@ -73,11 +73,10 @@ class RootGroup(click.Group):
         except click.UsageError as exc:
             raise self._usage_error(ctx, exc) from None
 
-    def resolve_command(self, ctx: click.Context, args: list[str]
-                        ) -> tuple[str | None, click.Command | None, list[str]]:
+    def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().resolve_command(ctx, args)
-        except click.UsageError as exc:
+            return super().invoke(ctx)
+        except click.UsageError as exc:  # no command, or an unknown one
             raise self._usage_error(ctx, exc) from None
 
     def _usage_error(self, ctx: click.Context, exc: click.UsageError) -> click.ClickException:

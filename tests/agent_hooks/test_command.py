@@ -252,11 +252,12 @@ def test_a_settings_mistake_never_blocks_the_prompt(tmp_path: Path, args: tuple[
     assert_quiet_failure(result, 1)
 
 
-def run_hook_with_root(root: list[str], *, env: dict[str, str] | None = None
+def run_hook_with_root(root: list[str], *, env: dict[str, str] | None = None,
+                       event: tuple[str, ...] = ("user-prompt-submit",)
                        ) -> subprocess.CompletedProcess[str]:
     """The installed ``scopemem`` script with these root options before ``hook``."""
     script = Path(sys.executable).with_name("scopemem")
-    return subprocess.run([str(script), *root, "hook", "user-prompt-submit"],
+    return subprocess.run([str(script), *root, "hook", *event],
                           input=json.dumps(payload("UserPromptSubmit")), capture_output=True,
                           text=True, timeout=60, check=False,
                           env={**os.environ, **(env or {})})
@@ -275,6 +276,8 @@ def test_a_root_option_mistake_never_blocks_the_prompt(tmp_path: Path) -> None:
     result = run_hook_with_root([], env={"SCOPEMEM_CONFIG": str(tmp_path)})
     assert_quiet_failure(result, 1)
     assert "is a directory" in result.stderr
+    # --config took "hook" for its value: no command is left at all.
+    assert_quiet_failure(run_hook_with_root(["--config"], event=()), 1)
 
 
 def test_a_config_error_is_one_line(tmp_path: Path) -> None:
