@@ -1,9 +1,10 @@
 """Configuration: the ``[memory]`` table of a TOML file, or a dict of the same shape.
 
 Every mistake names its key: an unknown key, a wrong type or an out-of-range value is a
-``ConfigError``. One value is forgiving by design: ``max_records_per_scope`` out of range or
-not an integer logs one warning naming the key and the default applies, because a typo there
-must neither evict everything (0) nor make every write fail (> 10000).
+``ConfigError``. One value is forgiving by design: ``max_records_per_scope`` logs one
+warning naming the key and its range, and is clamped to 10000 above it, or takes the default
+(500) below 1 or when it is not an integer, because a typo there must neither evict
+everything (0) nor make every write fail (> 10000).
 """
 
 from __future__ import annotations
@@ -38,10 +39,17 @@ DEFAULT_CONFIG_FILE = "scopemem.toml"
 DEFAULT_CAP_FLOOR = 100
 RANKINGS = ("weighted", "seed")
 CONFIG_ENV = "SCOPEMEM_CONFIG"
+#: A configuration file is a few kilobytes; past this it is something else (``/dev/zero``).
+MAX_CONFIG_BYTES = 1024 * 1024
 #: The origins a surface may stamp its runs with (``core.policy.Visibility``'s values).
 VISIBILITIES = ("public", "private", "dm", "machine")
 #: Claude Code's own default hook timeout is 60 s; a hook allowed longer would be killed.
 MAX_HOOK_TIMEOUT = 60.0
+#: Claude Code shows the model about 10,000 characters of a hook's additional context (the
+#: rest only as a short preview); a hook's block stays under that by default.
+DEFAULT_HOOK_CHARS = 9000
+#: The least ``memory.hooks.max_chars``: ``MIN_BLOCK_TOKENS`` at four characters a token.
+MIN_HOOK_CHARS = 4 * MIN_BLOCK_TOKENS
 
 
 @attrs.frozen(kw_only=True)
@@ -51,11 +59,13 @@ class HooksConfig:
     login name of whoever runs the agent. ``timeout`` bounds a hook's store reads (seconds);
     ``visibility`` stamps the sessions' origin for the write policy (a local session is one
     person's conversation: ``dm``); ``state_dir`` holds what was reflected and the log
-    (default ``$XDG_STATE_HOME/scopemem/hooks``, else ``~/.local/state/scopemem/hooks``)."""
+    (default ``$XDG_STATE_HOME/scopemem/hooks``, else ``~/.local/state/scopemem/hooks``).
+    ``max_chars`` bounds the block a hook prints, under ``max_tokens`` too."""
 
     platform: str = "claude-code"
     subject: str | None = None
     timeout: float = 3.0
+    max_chars: int = DEFAULT_HOOK_CHARS
     visibility: str = "dm"
     state_dir: str | None = None
 
@@ -219,6 +229,11 @@ def config_from_mapping(data: Mapping[str, Any], *, source: str = "config") -> M
 def _scope_cap(value: Any) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_SCOPE_CAP:
         return value
+    if isinstance(value, int) and not isinstance(value, bool) and value > MAX_SCOPE_CAP:
+        # Asked for more than any store keeps: the most there is, not the default's 500.
+        log.warning("[memory] memory.max_records_per_scope must be an integer from 1 to %d, "
+                    "got %r; clamped to %d", MAX_SCOPE_CAP, value, MAX_SCOPE_CAP)
+        return MAX_SCOPE_CAP
     log.warning(
         "[memory] memory.max_records_per_scope must be an integer from 1 to %d, got %r; "
         "using the default %d", MAX_SCOPE_CAP, value, DEFAULT_SCOPE_CAP,
@@ -285,6 +300,8 @@ def _check_hooks(hooks: HooksConfig) -> None:
     if not 0 < hooks.timeout <= MAX_HOOK_TIMEOUT:
         raise ConfigError(f"memory.hooks.timeout: must be above 0 and at most "
                           f"{MAX_HOOK_TIMEOUT:g} seconds, got {hooks.timeout:g}")
+    _in_range("hooks.max_chars", hooks.max_chars, MIN_HOOK_CHARS, None,
+              " (room for the block's prefix, its fences and one record)")
     if hooks.visibility not in VISIBILITIES:
         raise ConfigError(f"memory.hooks.visibility: must be one of {', '.join(VISIBILITIES)},"
                           f" got {hooks.visibility!r}")
@@ -321,11 +338,33 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfi
         else:
             return MemoryConfig()
     path = Path(source)
+    return config_from_mapping(_read_toml(path), source=str(path))
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The TOML table of one file; every way a file can fail to be one (missing, a
+    directory, endless, not UTF-8, nested past the parser's depth) is one ``ConfigError``."""
     try:
         with path.open("rb") as handle:
-            data = tomllib.load(handle)
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such configuration file") from None
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a configuration file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 2**20} MiB, "
+                          "not a configuration file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} on line "
+                          f"{line}); a TOML file is UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    return config_from_mapping(data, source=str(path))
+    except RecursionError:  # tomllib recurses once per level of nested arrays and tables
+        raise ConfigError(f"{path}: nested too deeply to be a configuration file") from None

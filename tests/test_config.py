@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from scopemem.config import MemoryConfig, config_from_mapping, load_config
@@ -100,12 +102,31 @@ def test_unknown_top_level_key():
         config_from_mapping({"memroy": {}})
 
 
-@pytest.mark.parametrize("value", [0, -5, 2.5, 10_001, "500", float("nan"), True])
+@pytest.mark.parametrize("value", [0, -5, 2.5, "500", float("nan"), True])
 def test_bad_scope_cap_warns_and_the_default_governs(value, memory_warnings):
     config = config_from_mapping({"memory": {"max_records_per_scope": value}})
     assert config.max_records_per_scope == 500
     [warning] = memory_warnings()
     assert "memory.max_records_per_scope" in warning and "500" in warning
+
+
+@pytest.mark.parametrize("value", [10_001, 50_000])
+def test_a_scope_cap_above_the_most_is_clamped_to_it(value, memory_warnings):
+    config = config_from_mapping({"memory": {"max_records_per_scope": value}})
+    assert config.max_records_per_scope == 10_000
+    [warning] = memory_warnings()
+    assert "memory.max_records_per_scope" in warning and "from 1 to 10000" in warning
+    assert "clamped to 10000" in warning
+
+
+def test_the_hooks_character_budget_is_checked():
+    assert config_from_mapping({}).hooks.max_chars == 9000
+    assert config_from_mapping({"memory": {"hooks": {"max_chars": 1024}}}).hooks.max_chars == 1024
+    for value in (1023, 0, -1):
+        with pytest.raises(ConfigError, match=r"memory\.hooks\.max_chars: must be at least 1024"):
+            config_from_mapping({"memory": {"hooks": {"max_chars": value}}})
+    with pytest.raises(ConfigError, match=r"memory\.hooks\.max_chars"):
+        config_from_mapping({"memory": {"hooks": {"max_chars": "9000"}}})
 
 
 def test_good_scope_cap_is_used(memory_warnings):
@@ -121,6 +142,26 @@ def test_file_errors_are_config_errors(tmp_path):
     broken.write_text("[memory\n")
     with pytest.raises(ConfigError, match="broken.toml"):
         load_config(broken)
+
+
+def malformed_files(tmp_path):
+    """Three files no TOML parser should answer with a traceback."""
+    latin = tmp_path / "latin1.toml"
+    latin.write_bytes(b'[memory]\norganization = "caf\xe9"\n')
+    deep = tmp_path / "deep.toml"
+    deep.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    return {"not UTF-8 text (byte 0xe9 on line 2)": latin,
+            "nested too deeply": deep,
+            "larger than 1 MiB": "/dev/zero"}
+
+
+def test_a_malformed_file_is_one_config_error(tmp_path):
+    for message, path in malformed_files(tmp_path).items():
+        with pytest.raises(ConfigError, match=re.escape(message)) as caught:
+            load_config(path)
+        assert "\n" not in str(caught.value) and str(path) in str(caught.value)
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(tmp_path)
 
 
 def test_default_search(tmp_path, monkeypatch):

@@ -55,14 +55,14 @@ async def test_the_walkthrough_runs_against_a_live_worker(tmp_path: Path):
     assert "Background memory for org:acme + user:slack:U0123" in out
     assert "🧹 Forgot `mem:org:acme:1`" in out
     assert "*org:acme*\nno active records\n" in completed.stdout
-    # The counters say what happened in org:acme: one lesson inserted, shown once (the
-    # context preview), forgotten once.
+    # The counters say what happened in org:acme: one lesson inserted, forgotten once (the
+    # context preview counts nothing).
     [counted] = [line.split() for line in completed.stdout.splitlines()
                  if line.startswith("org:acme ")]
     header = next(line.split() for line in completed.stdout.splitlines()
                   if line.startswith("scope "))
     assert dict(zip(header[1:], counted[1:], strict=True)) == {
-        "inserted": "1", "forgotten": "1", "injected_keyword": "1"}
+        "inserted": "1", "forgotten": "1"}
     # The backup holds the forgotten record, and importing it again adds nothing.
     assert json.loads((tmp_path / "memory.jsonl").read_text())["status"] == "forgotten"
     assert completed.stdout.rstrip().endswith("imported 0 of 1 records (1 already present)")

@@ -37,6 +37,7 @@ from scopemem.agent_hooks.runner import (
     hand_off,
     log_to_file,
     read_block,
+    read_config,
     reflect_part,
     state_dir,
 )
@@ -54,13 +55,18 @@ GRACE_SECONDS = 1.0
 
 
 class _NonBlocking:
-    """Usage errors exit 1, not click's 2 (which Claude Code reads as "block")."""
+    """Usage errors exit 1, not click's 2 (which Claude Code reads as "block"): the hook's
+    own, and the root options' before it (``scopemem --confg x hook ...``)."""
+
+    @staticmethod
+    def root_usage_error(exc: click.UsageError) -> click.ClickException:
+        return click.ClickException(f"{PREFIX}: {exc.format_message()}")
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
             return super().parse_args(ctx, args)  # type: ignore[misc, no-any-return]
         except click.UsageError as exc:
-            raise click.ClickException(f"{PREFIX}: {exc.format_message()}") from None
+            raise self.root_usage_error(exc) from None
 
 
 class HookCommand(_NonBlocking, click.Command):
@@ -168,7 +174,8 @@ def _event_command(event: HookEvent) -> click.Command:
             payload = parse_payload(_read_stdin(), event)
             if not event.reads:
                 return hand_off(config, _config_path(state), payload, directory, log_path)
-            memory = Memory.from_config(config, plugin_manager=state.pm, allow_fallback=False)
+            memory = Memory.from_config(read_config(config), plugin_manager=state.pm,
+                                        allow_fallback=False)
             return asyncio.run(_closing(memory, read_block(memory, payload, limit), limit))
 
         _guarded(body, lambda: log_path)

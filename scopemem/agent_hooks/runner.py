@@ -74,6 +74,15 @@ def log_to_file(directory: Path) -> Path:
     return path
 
 
+def read_config(config: MemoryConfig) -> MemoryConfig:
+    """The settings a hook reads with: the block's budget within ``memory.hooks.max_chars``
+    as well as ``memory.max_tokens``. A token is estimated at four characters
+    (``core.text.estimate_tokens``) and the budget covers the whole block, so a block of
+    ``max_chars // 4`` tokens holds at most ``max_chars`` characters."""
+    tokens = min(config.max_tokens, config.hooks.max_chars // 4)
+    return attrs.evolve(config, max_tokens=tokens)
+
+
 def user_id(config: MemoryConfig) -> str | None:
     """The person as the user scope derives them (``<platform>:<subject>``): the configured
     subject, else the login name running the agent; never anything from the hook input."""

@@ -245,9 +245,14 @@ class Memory(Operations):
         the others contribute keyword hits on ``request.text``, re-scored as one pool."""
         return (await self.context(request)).block
 
-    async def context(self, request: Request) -> MemoryContext:
+    async def context(self, request: Request, *, count: bool = True) -> MemoryContext:
         """``context_block``'s answer with what went into it: the scopes read and the ones
-        that failed (each also one ``[memory]`` warning)."""
+        that failed (each also one ``[memory]`` warning).
+
+        A block put in front of a model counts: the keyword hits it shows are marked used (in
+        the background; ``marks_saved`` or ``drain`` waits for it) and the ``injected``
+        counters grow. ``count=False`` is a preview (``scopemem context``): the same block,
+        and nothing counted."""
         if not self.enabled:
             return MemoryContext("")
         early_keys, refusals = request_scope_keys(self.scope_kinds, resolved(request, None))
@@ -278,10 +283,11 @@ class Memory(Operations):
             if read.error is not None:
                 failed[key] = read.error
         kept = self._select(window, hits, keys)
-        # The window's display never reinforces it (003): only the hits shown count as used.
-        in_window = {record.id for record in window}
-        self._mark_shown([record for record in kept if record.id not in in_window])
-        self.counters.count_injected(kept, in_window)
+        if count:
+            # The window's display never reinforces it (003): only the hits shown are used.
+            in_window = {record.id for record in window}
+            self._mark_shown([record for record in kept if record.id not in in_window])
+            self.counters.count_injected(kept, in_window)
         return MemoryContext(scoring.render_block(kept, keys), tuple(keys), failed)
 
     def _select(self, window: Sequence[Record], hits: Sequence[Hit], keys: Sequence[str]
@@ -336,6 +342,12 @@ class Memory(Operations):
         task = asyncio.ensure_future(save())
         self._marks.add(task)
         task.add_done_callback(self._marks.discard)
+
+    async def marks_saved(self) -> None:
+        """Wait until the use counts of every block shown so far are saved (a failure was
+        one warning); a surface that answers one block and stops waits here."""
+        while self._marks:
+            await asyncio.wait(set(self._marks))
 
     async def resolve_repo(self, repo: str | Awaitable[str | None] | None) -> str | None:
         """``owner/name`` or ``None``. An awaitable is awaited once, whoever asks first; every

@@ -265,7 +265,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
     def context_command(state: CliState, brief: str, user: str | None, channel: str | None,
                         repo: str | None, extra: dict[str, str], visibility: str | None,
                         operator: bool, as_json: bool) -> None:
-        """Print the exact memory block a run with this brief would receive.
+        """Print the exact memory block a run with this brief would receive. A preview:
+        no record counts as used, no counter grows.
 
         A scope that fails is named on stderr (a run would go without its records); the
         exit is 1 when every scope failed."""
@@ -283,7 +284,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
             if not memory.enabled:
                 return Outcome(True, "memory is off: a run gets no block",
                                {"ok": True, "enabled": False, "block": ""})
-            result = await memory.context(request)
+            result = await memory.context(request, count=False)  # a preview counts nothing
             ok = not result.scopes or len(result.failed) < len(result.scopes)
             warnings = tuple(f"⚠️ memory store read of {key} failed: {reason}"
                              for key, reason in result.failed.items())

@@ -1,6 +1,6 @@
 """``scopemem stats``: the store's per-scope counters, as a person reads them after a day.
 
-``scopemem stats [READING] [--scope KEY | --kind KIND] [--since 1d] [--by scope|kind|day]
+``scopemem stats [READING] [--scope KEY | --kind KIND] [--since 7d] [--by scope|kind|day]
 [--json]``. The readings (``docs/stats.md``):
 
 ``counters`` (default)  every counter, summed per scope (or kind, or day)
@@ -9,10 +9,11 @@
 ``restated``            restated against inserted per repository scope (over-merging shows
                         as restated above inserted)
 
-``--since Nd`` reads the last N UTC days, today included (``1d``: today); ``--since
-2025-06-01`` from that day on; ``--since all`` everything kept. A table on a terminal, JSON
-with ``--json``. A store that keeps no counters, or memory switched off, is said in one line
-and exits 1.
+``--since Nd`` reads the last N UTC days, today included (``7d``, the default, so a person
+checking the next morning sees yesterday; ``1d``: today); ``--since 2025-06-01`` from that day
+on; ``--since all`` everything kept. The output's first line says the days read. A table on a
+terminal, JSON with ``--json``. A store that keeps no counters, or memory switched off, is
+said in one line and exits 1.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from scopemem.stores.counting import Stats
 READINGS = ("counters", "lessons", "rejected", "restated")
 GROUPS = ("scope", "kind", "day")
 MAX_SINCE_DAYS = 36_500
+DEFAULT_SINCE = "7d"
 #: Lessons a repository scope may gain in a day before the window is too small (003).
 WINDOW_ALARM = 40
 _DAYS = re.compile(r"([0-9]{1,5})d")
@@ -58,6 +60,15 @@ def since_day(value: str, today: int) -> int:
     except ValueError:
         raise ValueError("takes Nd (the last N UTC days, today included), a date"
                          " (2025-06-01) or all") from None
+
+
+def window_label(first_day: int, today: int) -> str:
+    """The UTC days a reading covers, as its output's first line says them."""
+    if first_day <= 0:
+        return f"every UTC day kept, to {counters.day_label(today)}"
+    days = today - first_day + 1
+    return (f"UTC days {counters.day_label(first_day)} to {counters.day_label(today)}"
+            f" (the last {days} day{'s' if days != 1 else ''})")
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -177,7 +188,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
     @click.option("--kind", "kind", metavar="KIND", callback=_check_kind,
                   help="Every scope of one kind (org, repo, channel, user, ...). lessons and"
                        " restated default to repo.")
-    @click.option("--since", "since", default="1d", show_default=True,
+    @click.option("--since", "since", default=DEFAULT_SINCE, show_default=True,
                   help="Nd (the last N UTC days, today included), a date, or all.")
     @click.option("--by", "by", type=click.Choice(GROUPS), default=None,
                   help="Group by scope, kind or day (default: scope; rejected: kind).")
@@ -190,8 +201,9 @@ def scopemem_register_commands(cli: click.Group) -> None:
 
         if scope is not None and kind is not None:
             raise click.UsageError("give --scope or --kind, not both")
+        today = counters.day_of(wall_clock_ms())
         try:
-            first_day = since_day(since, counters.day_of(wall_clock_ms()))
+            first_day = since_day(since, today)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="'--since'") from None
         if reading in ("lessons", "restated") and scope is None and kind is None:
@@ -200,7 +212,9 @@ def scopemem_register_commands(cli: click.Group) -> None:
             found, why = asyncio.run(_read(state, scope, kind, first_day))
         except ScopememError as exc:
             raise click.ClickException(str(exc)) from None
+        window = window_label(first_day, today)
         head = {"reading": reading, "since": counters.day_label(first_day),
+                "until": counters.day_label(today), "window": window,
                 "scope": scope, "kind": kind}
         if found is None:
             if as_json:
@@ -219,6 +233,6 @@ def scopemem_register_commands(cli: click.Group) -> None:
         if as_json:
             echo_json({**head, "counting": True, **data})
         elif not found.rows:
-            click.echo(f"nothing counted since {head['since']}")
+            click.echo(f"{window}: nothing counted")
         else:
-            click.echo(text)
+            click.echo(f"{window}:\n{text}")

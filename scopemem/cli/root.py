@@ -76,11 +76,45 @@ def need_operator(operator: bool, what: str) -> None:
             "operator's to do: add --operator to do it as the operator")
 
 
+#: Where ``RootGroup`` keeps the words it was given, for its usage errors.
+_ARGS = "scopemem.root_args"
+
+
+class RootGroup(click.Group):
+    """The root group. A mistake in the root options (``--confg``, ``--config`` naming a
+    directory, ``--config`` eating the command's name) is found before any command runs,
+    so it is a usage error (exit 2) for every command, except one whose class says
+    otherwise with ``root_usage_error``: a Claude Code hook, for which exit 2 means "block
+    this prompt". The command is looked for among every word given, as the mistake may
+    have moved it."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_ARGS] = list(args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise self._usage_error(ctx, exc) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:  # no command, or an unknown one
+            raise self._usage_error(ctx, exc) from None
+
+    def _usage_error(self, ctx: click.Context, exc: click.UsageError) -> click.ClickException:
+        for arg in ctx.meta.get(_ARGS, ()):
+            handler = getattr(self.commands.get(arg), "root_usage_error", None)
+            if handler is not None:
+                error: click.ClickException = handler(exc)
+                return error
+        return exc
+
+
 def build_cli(pm: PluginManager | None = None) -> click.Group:
     """A fresh root group with every plugin's commands added."""
     manager = pm or get_plugin_manager()
 
-    @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+    @click.group(cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"]})
     @click.option(
         "--config",
         "config_path",

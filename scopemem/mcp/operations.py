@@ -136,6 +136,8 @@ def scope_keys(memory: Memory, identity: Identity, scope: str) -> list[str]:
 async def context(memory: Memory, identity: Identity, brief: str
                   ) -> tuple[str, models.ContextResult]:
     result = await memory.context(identity.request(brief))
+    # The block reaches a model: its use counts are saved before the tool answers.
+    await memory.marks_saved()
     if result.scopes and len(result.failed) == len(result.scopes):
         raise Refused("every scope failed: " + "; ".join(
             f"{key}: {reason}" for key, reason in result.failed.items()))

@@ -6,8 +6,10 @@ loaded at import time.
 
 Environment:
 
-* ``SCOPEMEM_LOAD_PLUGINS``: comma-separated entry-point names to load; every other entry
-  point is skipped. Set but empty: load no entry points at all.
+* ``SCOPEMEM_LOAD_PLUGINS``: comma-separated names of the third-party entry points to load;
+  every other third-party entry point is skipped (set but empty: none of them). scopemem's
+  own entry points (its stores, the worker server) are built-ins and always load, as llm's
+  ``DEFAULT_PLUGINS`` do whatever ``LLM_LOAD_PLUGINS`` says.
 * ``SCOPEMEM_DISABLED_PLUGINS``: comma-separated plugin names (entry-point names or the
   built-ins' names, as ``scopemem plugins`` lists them) never to register.
 """
@@ -101,7 +103,8 @@ def _load_entry_points(
     seen: set[str] = set()
     for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         name = entry_point.name
-        if name in seen or name in disabled or (only is not None and name not in only):
+        if name in seen or name in disabled or (
+                only is not None and name not in only and not _builtin(entry_point)):
             continue
         seen.add(name)
         try:
@@ -112,6 +115,12 @@ def _load_entry_points(
         pm.register(plugin, name=name)
         if entry_point.dist is not None:
             pm.distributions[name] = entry_point.dist
+
+
+def _builtin(entry_point: importlib.metadata.EntryPoint) -> bool:
+    """Whether scopemem's own distribution advertises the entry point."""
+    dist = entry_point.dist
+    return dist is not None and dist.metadata["Name"] == PROJECT_NAME
 
 
 def get_plugin_manager() -> PluginManager:

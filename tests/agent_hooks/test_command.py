@@ -3,6 +3,7 @@ stdin, against real stores, a real git repository, a dead worker and a hung one.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -14,6 +15,10 @@ from pathlib import Path
 import pytest
 
 from scopemem.agent_hooks.ledger import Ledger
+from scopemem.api.memory import Memory
+from scopemem.core.records import Candidate, Kind
+from scopemem.core.scoring import FENCE_CLOSE
+from scopemem.stores.counting import read_stats
 from tests.agent_hooks.claude_code import (
     REPO_ROOT,
     Transcript,
@@ -104,6 +109,51 @@ def test_no_git_remote_means_no_repo_scope(tmp_path: Path) -> None:
                        "UserPromptSubmit")
     assert "release train" in block
     assert LESSON not in block and "repo:" not in block
+
+
+def test_a_prompt_counts_what_it_showed_once(tmp_path: Path, repo: Path) -> None:
+    config = sqlite_config(tmp_path)
+    remember(config, LESSON, "--scope", "org")
+    block = context_of(run_hook(config, "UserPromptSubmit",
+                                payload("UserPromptSubmit", cwd=str(repo),
+                                        prompt="why do the integration tests fail?")),
+                       "UserPromptSubmit")
+    assert LESSON in block
+
+    async def counted() -> tuple[int, dict[str, int]]:
+        async with Memory.from_config(config, allow_fallback=False) as memory:
+            [record] = await memory.store.list("org:acme", 5)
+            stats = await read_stats(memory.store, scope="org:acme")
+        return record.use_count, stats.by("scope")["org:acme"]
+
+    use_count, counters = asyncio.run(counted())
+    assert use_count == 1 and counters.get("injected_keyword") == 1
+
+
+def long_lessons(n: int) -> list[Candidate]:
+    """Lessons that all match "deploy", each about 600 characters and each its own."""
+    filler = " ".join(f"word{i}" for i in range(90))
+    return [Candidate(kind=Kind.FACT, text=f"deploy step {i}: {filler} variant {i}",
+                      source_thread_key=f"claude-code:session-{i}") for i in range(n)]
+
+
+@pytest.mark.parametrize("max_chars, extra", [(9000, ""), (2000, "max_chars = 2000\n")])
+def test_the_block_stays_within_the_hooks_character_budget(tmp_path: Path, repo: Path,
+                                                           max_chars: int, extra: str) -> None:
+    config = sqlite_config(tmp_path)
+    config.write_text(config.read_text() + extra)
+
+    async def fill() -> None:
+        async with Memory.from_config(config, allow_fallback=False) as memory:
+            await memory.store.write("org:acme", long_lessons(40))
+
+    asyncio.run(fill())
+    block = context_of(run_hook(config, "UserPromptSubmit",
+                                payload("UserPromptSubmit", cwd=str(repo),
+                                        prompt="how do I deploy?")), "UserPromptSubmit")
+    # Within the budget, and filled to near it: the budget, not the records, set the length.
+    assert max_chars - 700 < len(block) <= max_chars
+    assert block.endswith(FENCE_CLOSE)
 
 
 def test_nothing_matched_answers_nothing(tmp_path: Path, repo: Path) -> None:
@@ -200,6 +250,34 @@ def test_a_settings_mistake_never_blocks_the_prompt(tmp_path: Path, args: tuple[
                                                     ) -> None:
     result = run_hook(sqlite_config(tmp_path), args[0], payload("UserPromptSubmit"), *args[1:])
     assert_quiet_failure(result, 1)
+
+
+def run_hook_with_root(root: list[str], *, env: dict[str, str] | None = None,
+                       event: tuple[str, ...] = ("user-prompt-submit",)
+                       ) -> subprocess.CompletedProcess[str]:
+    """The installed ``scopemem`` script with these root options before ``hook``."""
+    script = Path(sys.executable).with_name("scopemem")
+    return subprocess.run([str(script), *root, "hook", *event],
+                          input=json.dumps(payload("UserPromptSubmit")), capture_output=True,
+                          text=True, timeout=60, check=False,
+                          env={**os.environ, **(env or {})})
+
+
+def test_a_root_option_mistake_never_blocks_the_prompt(tmp_path: Path) -> None:
+    from tests.test_config import malformed_files
+
+    mistakes = [["--confg", "x"], ["--config", str(tmp_path)], ["--config"],
+                ["--config", str(tmp_path / "missing.toml")],
+                *(["--config", str(path)] for path in malformed_files(tmp_path).values())]
+    for root in mistakes:
+        result = run_hook_with_root(root)
+        assert_quiet_failure(result, 1)
+        assert "scopemem hook: " in result.stderr
+    result = run_hook_with_root([], env={"SCOPEMEM_CONFIG": str(tmp_path)})
+    assert_quiet_failure(result, 1)
+    assert "is a directory" in result.stderr
+    # --config took "hook" for its value: no command is left at all.
+    assert_quiet_failure(run_hook_with_root(["--config"], event=()), 1)
 
 
 def test_a_config_error_is_one_line(tmp_path: Path) -> None:

@@ -52,6 +52,17 @@ def test_config_check_prints_effective_settings(tmp_path: Path):
     assert settings["stores"] == {"memory": {}}
 
 
+def test_a_malformed_config_file_is_one_line(tmp_path: Path):
+    from tests.test_config import malformed_files
+
+    for message, path in malformed_files(tmp_path).items():
+        result = subprocess.run([sys.executable, "-m", "scopemem", "--config", str(path),
+                                 "config", "check"], capture_output=True, text=True,
+                                timeout=60, check=False)
+        [line] = result.stderr.splitlines()
+        assert result.returncode == 1 and line.startswith(f"Error: {path}: {message}")
+
+
 def test_config_check_names_the_bad_key_without_a_traceback(tmp_path: Path):
     path = tmp_path / "scopemem.toml"
     path.write_text("[memory]\nlimit = 'many'\n")

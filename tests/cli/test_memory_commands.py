@@ -86,6 +86,21 @@ def test_remember_list_context_forget(config: Path):
     assert "nothing matched" in nothing.output
 
 
+def test_a_preview_counts_nothing(config: Path):
+    org = org_of(config)
+    assert run(config, "remember", "integration tests need make bootstrap",
+               "--scope", "org").exit_code == 0
+    for _ in range(5):
+        context = run(config, "context", "why do integration tests fail")
+        assert context.exit_code == 0 and "make bootstrap" in context.output
+        assert "failed" not in context.output
+    [section] = json.loads(run(config, "list", "org", "--json").output)["scopes"]
+    [record] = section["records"]
+    assert record["useCount"] == 0 and record.get("lastUsedAt") is None
+    counted = json.loads(run(config, "stats", "--scope", org, "--json").output)
+    assert counted["groups"][org] == {"inserted": 1}
+
+
 def test_the_gate_refuses_status_and_other_peoples_scopes(config: Path):
     refused = run(config, "remember", STATUS, "--scope", "org")
     assert refused.exit_code == 1 and "one-moment status" in refused.output

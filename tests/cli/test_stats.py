@@ -69,9 +69,23 @@ def test_lessons_per_repository_per_day(filled):
         {"day": today, "scopeKey": API, "inserted": 1},
         {"day": today, "scopeKey": APP, "inserted": 2}]
     # 1d is today only; the table names the day, the scope and the count.
-    table = stats(filled, "lessons").output.splitlines()
-    assert table[0].split() == ["day", "scope", "lessons"]
-    assert table[1:] == [f"{today}  {API}        1", f"{today}  {APP}        2"]
+    table = stats(filled, "lessons", "--since", "1d").output.splitlines()
+    assert table[0] == f"UTC days {today} to {today} (the last 1 day):"
+    assert table[1].split() == ["day", "scope", "lessons"]
+    assert table[2:] == [f"{today}  {API}        1", f"{today}  {APP}        2"]
+
+
+def test_the_default_reading_covers_the_last_seven_days_and_says_so(filled):
+    """A person checking the morning after still sees yesterday's lessons."""
+    today = day_of(wall_clock_ms())
+    result = stats(filled, "lessons")
+    lines = result.output.splitlines()
+    assert lines[0] == (f"UTC days {day_label(today - 6)} to {day_label(today)}"
+                        " (the last 7 days):")
+    assert f"{day_label(today - 1)}  {APP}        7" in lines
+    data = json.loads(stats(filled, "--json").output)
+    assert data["since"] == day_label(today - 6) and data["until"] == day_label(today)
+    assert data["groups"][APP]["inserted"] == 9
 
 
 def test_the_rejected_share_per_kind_with_its_markers(filled):
@@ -89,7 +103,7 @@ def test_restated_against_inserted_flags_over_merging(filled):
     result = stats(filled, "restated", "--json")
     groups = json.loads(result.output)["groups"]
     assert groups == {API: {"restated": 3, "inserted": 1, "overMerging": True},
-                      APP: {"restated": 0, "inserted": 2, "overMerging": False}}
+                      APP: {"restated": 0, "inserted": 9, "overMerging": False}}
     lines = stats(filled, "restated").output.splitlines()
     assert [line for line in lines if "review" in line] == [
         f"{API}         3         1  restated > inserted: review"]
@@ -101,7 +115,7 @@ def test_every_counter_per_scope_and_one_scope_alone(filled):
         "offered": 5, "rejected": 2, "inserted": 9, "summaries": 1,
         "rejected:commit_sha": 2, "rejected:pr_subject": 1}}
     by_kind = json.loads(stats(filled, "--by", "kind", "--json").output)["groups"]
-    assert set(by_kind) == {"org", "repo"} and by_kind["repo"]["inserted"] == 3
+    assert set(by_kind) == {"org", "repo"} and by_kind["repo"]["inserted"] == 10
 
 
 @pytest.mark.parametrize("args, message", [
@@ -120,7 +134,10 @@ def test_a_bad_option_is_a_usage_error(config, args, message):
 
 def test_nothing_counted_yet_says_so(config):
     result = stats(config)
-    assert result.exit_code == 0 and result.output.startswith("nothing counted since")
+    assert result.exit_code == 0 and result.output.startswith("UTC days ")
+    assert result.output.rstrip().endswith("(the last 7 days): nothing counted")
+    everything = stats(config, "--since", "all").output
+    assert everything.startswith("every UTC day kept, to ")
 
 
 def test_memory_off_says_nothing_is_counted(tmp_path):

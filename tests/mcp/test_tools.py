@@ -86,6 +86,24 @@ async def test_a_remembered_fact_is_listed_found_and_in_the_context(
     assert context.structured_content["scopes"] == ["org:acme", "repo:acme/api", ALICE]
 
 
+async def test_a_context_call_counts_its_hits_once(
+        config: Callable[..., Path]):
+    from scopemem.stores.counting import read_stats
+
+    path = config()
+    await seed(path, ALICE, "the integration tests need make bootstrap first")
+    async with mcp_session(path) as session:
+        context = await call(session, "memory_context", brief="why do the integration "
+                             "tests fail on a fresh clone?")
+        assert "make bootstrap" in context.structured_content["block"]
+    # The server saved what it counted before it exited, and counted it once.
+    [record] = await stored(path, ALICE)
+    assert record.use_count == 1 and record.last_used_at is not None
+    async with Memory.from_config(path, allow_fallback=False) as memory:
+        stats = await read_stats(memory.store, scope=ALICE)
+    assert stats.by("scope")[ALICE].get("injected_keyword") == 1
+
+
 async def test_the_context_is_exactly_what_a_run_with_the_brief_gets(
         config: Callable[..., Path]):
     path = config()

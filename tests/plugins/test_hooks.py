@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,11 +80,46 @@ def test_builtins_register_first_then_entry_points():
     assert "scopemem_register_stores" in rows["memory"]["hooks"]
 
 
-def test_load_plugins_env_restricts_entry_points():
-    pm = new_plugin_manager(environ={"SCOPEMEM_LOAD_PLUGINS": "memory"})
-    assert store_registry(pm).names() == ["memory"]
-    pm = new_plugin_manager(environ={"SCOPEMEM_LOAD_PLUGINS": ""})
-    assert store_registry(pm).names() == []
+@pytest.fixture
+def third_party(tmp_path, monkeypatch):
+    """An installed third-party distribution, scopemem-extra, whose entry point ``extra``
+    registers a store of that name."""
+    (tmp_path / "scopemem_extra.py").write_text(
+        "from scopemem import hookimpl\n"
+        "from scopemem.stores.null import NullStore\n\n"
+        "@hookimpl\n"
+        "def scopemem_register_stores(register):\n"
+        "    register('extra', lambda settings: NullStore())\n")
+    info = tmp_path / "scopemem_extra-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: scopemem-extra\n"
+                                   "Version: 1.0\n")
+    (info / "entry_points.txt").write_text("[scopemem]\nextra = scopemem_extra\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "extra"
+
+
+def test_load_plugins_env_restricts_third_party_entry_points_only(third_party):
+    everything = set(store_registry(new_plugin_manager(environ={})).names())
+    assert everything >= BUILTIN_STORES | {third_party}
+    for only in ("", "memory", "nosuch"):
+        pm = new_plugin_manager(environ={"SCOPEMEM_LOAD_PLUGINS": only})
+        assert set(store_registry(pm).names()) == everything - {third_party}
+        assert pm.get_plugin("worker_server") is not None
+    pm = new_plugin_manager(environ={"SCOPEMEM_LOAD_PLUGINS": third_party})
+    assert set(store_registry(pm).names()) == everything
+
+
+def test_built_in_stores_serve_whatever_load_plugins_says(tmp_path):
+    """``SCOPEMEM_LOAD_PLUGINS=""`` still has the default store: a command works."""
+    config = tmp_path / "scopemem.toml"
+    config.write_text(f'[memory]\nenabled = true\norganization = "acme"\n'
+                      f'[memory.stores.sqlite]\npath = "{tmp_path / "data"}"\n')
+    result = subprocess.run([sys.executable, "-m", "scopemem", "--config", str(config),
+                             "remember", "the deploy needs the VPN up", "--scope", "me"],
+                            capture_output=True, text=True, timeout=60, check=False,
+                            env={**os.environ, "SCOPEMEM_LOAD_PLUGINS": ""})
+    assert result.returncode == 0, result.stderr
 
 
 def test_disabled_plugins_env_blocks_entry_points_and_builtins():
