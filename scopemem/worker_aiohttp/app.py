@@ -60,7 +60,7 @@ import importlib.resources
 import inspect
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 from aiohttp import hdrs, web
 
@@ -314,7 +314,8 @@ async def metrics(request: web.Request) -> web.StreamResponse:
         return _no_counters()
     from scopemem.worker_aiohttp import metrics as exposition  # prometheus-client: here only
 
-    body = exposition.render(await store.read_counts())
+    body = exposition.render(await store.read_counts(),
+                             exposition.Labels(kinds=served.scope_kinds))
     return web.Response(body=body, headers={hdrs.CONTENT_TYPE: exposition.CONTENT_TYPE})
 
 
@@ -391,6 +392,7 @@ def create_app(
     cap: int | None = None,
     min_cap: int | None = None,
     metrics_token: str | None = None,
+    scope_kinds: Iterable[str] | None = None,
 ) -> web.Application:
     """The worker application serving ``store``.
 
@@ -402,6 +404,8 @@ def create_app(
     :param min_cap: the least a client's ``cap`` may be; None: no floor.
     :param metrics_token: a second bearer that opens ``GET /metrics`` and nothing else
         (the data token opens it too); None or ``""``: only the data token.
+    :param scope_kinds: the scope kinds ``/metrics`` labels by name (the registered ones);
+        the rows of any other kind are summed under ``other``. None: the built-in kinds.
     """
     if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
         raise ValueError(f"max_body must be a positive integer, got {max_body!r}")
@@ -415,6 +419,8 @@ def create_app(
     app = web.Application(middlewares=[_errors, _gates], client_max_size=max_body)
     app[SERVED] = Served(source=store, token=_check_token(token), max_body=max_body,
                           cap=cap, min_cap=min_cap, metrics_token=_check_token(metrics_token))
+    if scope_kinds is not None:
+        app[SERVED].scope_kinds = frozenset(scope_kinds)
     app[OPENAPI] = load_openapi()
     app.cleanup_ctx.append(_open_store)
     app.on_response_prepare.append(_no_banner)
