@@ -201,6 +201,8 @@ def _must(node: Schema, rule: str | None, value: Any) -> str:
                                    else "")
     if rule == "maxLength":
         return f"must be at most {node['maxLength']} characters"
+    if rule == "pattern":
+        return f"must match the pattern {node['pattern']!r}"
     if rule == "minLength" or (kind == "string" and node.get("minLength")):
         return "must be a non-empty string"
     if kind == "string" and "maxLength" in node:

@@ -1,5 +1,6 @@
 """The served OpenAPI document is exactly as strict as the worker: schemathesis generates
-requests from it and sends them to a live server on 127.0.0.1. A request the document calls
+requests from it and sends them to a live server on 127.0.0.1 over the default store (the
+shared SQLite layout, in a temporary directory). A request the document calls
 valid is answered 200 (never refused), any request is answered without a 5xx, and every
 answer fits the document (schemathesis' own checks).
 
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 
 from scopemem.core.records import MAX_USED_IDS
-from scopemem.stores.memory import InMemoryStore
+from scopemem.stores.sqlite_shared.store import SharedSqliteStore
 from scopemem.worker_aiohttp.app import create_app, load_openapi, running
 from tests.worker.conftest import AUTH, TOKEN
 
@@ -34,7 +35,7 @@ BOUNDED = settings(max_examples=15, derandomize=True, database=None, deadline=No
 
 
 @pytest.fixture(scope="module")
-def worker() -> Iterator[str]:
+def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A live worker on 127.0.0.1, in a thread of its own (schemathesis calls are blocking)."""
     started = threading.Event()
     url: list[str] = []
@@ -42,7 +43,8 @@ def worker() -> Iterator[str]:
     stop = asyncio.Event()
 
     async def serve() -> None:
-        async with running(create_app(InMemoryStore(), TOKEN)) as base:
+        store = SharedSqliteStore(tmp_path_factory.mktemp("worker"), synchronous="off")
+        async with running(create_app(store, TOKEN)) as base:
             url.append(base)
             started.set()
             await stop.wait()
