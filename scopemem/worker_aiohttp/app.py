@@ -41,7 +41,8 @@ the answer:
    ``Transfer-Encoding``), else 411; more than ``max_body`` bytes, else 413; a
    ``Content-Encoding`` other than identity is 415 (a compressed body would slip past the
    fence when decompressed);
-3. body validation (``validation.py``): 400 with a reason naming the field.
+3. body validation (``validation.py``, against ``schema.py``'s JSON Schema, which the served
+   document states): 400 with a reason naming the field.
 
 The token comes first so that a caller without it gets 401 and nothing else from the
 application. One exception cannot be helped: aiohttp's own HTTP parser refuses most malformed
