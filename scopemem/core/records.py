@@ -334,9 +334,12 @@ def _strict(kind: type, *, allow: tuple[type, ...] = ()) -> Any:
 
 
 def _float_hook(value: Any, _type: Any) -> float:
+    """A float field (``confidence``) as a float whichever way JSON spelled it: ``1`` and
+    ``1.0`` are one value, and a SQL store reads either back as ``1.0``, so every store
+    keeps and answers the float."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"expected a number, got {type(value).__name__}")
-    return value
+    return float(value)
 
 
 def _build_wire_converter() -> cattrs.Converter:

@@ -42,7 +42,8 @@ the answer:
    ``Transfer-Encoding``), else 411; more than ``max_body`` bytes, else 413; a
    ``Content-Encoding`` other than identity is 415 (a compressed body would slip past the
    fence when decompressed);
-3. body validation (``validation.py``): 400 with a reason naming the field.
+3. body validation (``validation.py``, against ``schema.py``'s JSON Schema, which the served
+   document states): 400 with a reason naming the field.
 
 The token comes first so that a caller without it gets 401 and nothing else from the
 application. One exception cannot be helped: aiohttp's own HTTP parser refuses most malformed
@@ -61,7 +62,7 @@ import importlib.resources
 import inspect
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 from aiohttp import hdrs, web
 
@@ -327,7 +328,8 @@ async def metrics(request: web.Request) -> web.StreamResponse:
         return _no_counters()
     from scopemem.worker_aiohttp import metrics as exposition  # prometheus-client: here only
 
-    body = exposition.render(await store.read_counts())
+    body = exposition.render(await store.read_counts(),
+                             exposition.Labels(kinds=served.scope_kinds))
     return web.Response(body=body, headers={hdrs.CONTENT_TYPE: exposition.CONTENT_TYPE})
 
 
@@ -404,6 +406,7 @@ def create_app(
     cap: int | None = None,
     min_cap: int | None = None,
     metrics_token: str | None = None,
+    scope_kinds: Iterable[str] | None = None,
 ) -> web.Application:
     """The worker application serving ``store``.
 
@@ -415,6 +418,8 @@ def create_app(
     :param min_cap: the least a client's ``cap`` may be; None: no floor.
     :param metrics_token: a second bearer that opens ``GET /metrics`` and nothing else
         (the data token opens it too); None or ``""``: only the data token.
+    :param scope_kinds: the scope kinds ``/metrics`` labels by name (the registered ones);
+        the rows of any other kind are summed under ``other``. None: the built-in kinds.
     """
     if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
         raise ValueError(f"max_body must be a positive integer, got {max_body!r}")
@@ -428,6 +433,8 @@ def create_app(
     app = web.Application(middlewares=[_errors, _gates], client_max_size=max_body)
     app[SERVED] = Served(source=store, token=_check_token(token), max_body=max_body,
                           cap=cap, min_cap=min_cap, metrics_token=_check_token(metrics_token))
+    if scope_kinds is not None:
+        app[SERVED].scope_kinds = frozenset(scope_kinds)
     app[OPENAPI] = load_openapi()
     app.cleanup_ctx.append(_open_store)
     app.on_response_prepare.append(_no_banner)

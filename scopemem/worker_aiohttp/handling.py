@@ -20,6 +20,7 @@ from aiohttp import ClientConnectionResetError, hdrs, web
 from aiohttp.http_exceptions import ContentLengthError
 from multidict import CIMultiDictProxy
 
+from scopemem.core.commands import BUILTIN_KINDS
 from scopemem.core.records import Record
 from scopemem.stores.base import MemoryStore
 from scopemem.worker_aiohttp import validation
@@ -45,6 +46,8 @@ class Served:
     records_json: RecordsJson = attrs.field(factory=RecordsJson)
     # A second bearer that opens /metrics only (a scraper need not hold the data token).
     metrics_token: bytes = b""
+    # The scope kinds /metrics names; any other kind is summed under "other".
+    scope_kinds: frozenset[str] = frozenset(BUILTIN_KINDS)
 
     def bounded_cap(self, requested: int | None) -> int | None:
         """The cap a write runs under for a client's ``requested`` one: at most the server's

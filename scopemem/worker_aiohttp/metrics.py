@@ -19,43 +19,74 @@ Series and their labels:
 
 Why no per-scope label: scopes grow with the people and channels an installation serves (one
 user scope per person), and a label per scope would grow the series without bound, which is
-exactly what Prometheus asks exporters not to do. Kinds and counter names are a small fixed
-set. A per-scope or per-day reading is one ``POST /stats`` (or ``scopemem stats``) away.
+exactly what Prometheus asks exporters not to do. For the same reason every label value comes
+from a small fixed set: a kind the worker does not know (``Labels.kinds``: the registered
+scope kinds) and a marker it does not know (``Labels.markers``: the built-in gate's) are
+summed under ``other``, so a client inventing scope kinds or marker names on ``/counts`` adds
+no series. Counter names are already a fixed set (``/counts`` refuses any other). A per-scope
+or per-day reading, with every marker by name, is one ``POST /stats`` (or ``scopemem stats``)
+away.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
+import attrs
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from scopemem.core.commands import BUILTIN_KINDS
 from scopemem.core.counters import REJECTED_BY, name_order
+from scopemem.core.gate import MARKER_NAMES
 from scopemem.core.records import CountRow
 from scopemem.core.scopes import scope_kind
 
-__all__ = ["CONTENT_TYPE", "CountersCollector", "render"]
+__all__ = ["CONTENT_TYPE", "OTHER", "CountersCollector", "Labels", "render"]
 
 # The text format prometheus-client writes (``prometheus_client.CONTENT_TYPE_LATEST``).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+#: The label value of every kind and marker the worker does not know.
+OTHER = "other"
+
+
+def _frozen(names: Iterable[str]) -> frozenset[str]:
+    return frozenset(names)
+
+
+@attrs.frozen
+class Labels:
+    """The label values a scrape may carry; anything else is ``OTHER``."""
+
+    kinds: frozenset[str] = attrs.field(default=frozenset(BUILTIN_KINDS), converter=_frozen)
+    markers: frozenset[str] = attrs.field(default=frozenset(MARKER_NAMES), converter=_frozen)
+
+    def kind(self, scope_key: str) -> str:
+        kind = scope_kind(scope_key)
+        return kind if kind in self.kinds else OTHER
+
+    def marker(self, marker: str) -> str:
+        return marker if marker in self.markers else OTHER
 
 
 class CountersCollector(Collector):
     """The series of one scrape, from the rows read for it."""
 
-    def __init__(self, rows: Sequence[CountRow]) -> None:
+    def __init__(self, rows: Sequence[CountRow], labels: Labels | None = None) -> None:
         self.rows = rows
+        self.labels = labels or Labels()
 
     def collect(self) -> Iterator[Metric]:
         events: dict[tuple[str, str], int] = {}
         rejected: dict[tuple[str, str], int] = {}
         scopes: dict[str, set[str]] = {}
         for row in self.rows:
-            kind = scope_kind(row.scope_key)
+            kind = self.labels.kind(row.scope_key)
             scopes.setdefault(kind, set()).add(row.scope_key)
             if row.name.startswith(REJECTED_BY):
-                key = (kind, row.name.removeprefix(REJECTED_BY))
+                key = (kind, self.labels.marker(row.name.removeprefix(REJECTED_BY)))
                 rejected[key] = rejected.get(key, 0) + row.value
             else:
                 key = (kind, row.name)
@@ -82,8 +113,8 @@ class CountersCollector(Collector):
         yield gauge
 
 
-def render(rows: Sequence[CountRow]) -> bytes:
+def render(rows: Sequence[CountRow], labels: Labels | None = None) -> bytes:
     """The exposition text of ``rows``, through a registry of this scrape alone."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(CountersCollector(rows))
+    registry.register(CountersCollector(rows, labels))
     return generate_latest(registry)

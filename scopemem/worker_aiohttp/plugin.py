@@ -85,6 +85,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
         import asyncio
 
         from scopemem.installation import store_registry
+        from scopemem.plugins.host import scope_kinds
         from scopemem.stores.base import StoreSettings
         from scopemem.worker_aiohttp.app import Limits, create_app, serve_until_signalled
 
@@ -141,7 +142,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
             try:
                 return store, create_app(store, token, cap=config.max_records_per_scope,
                                          min_cap=config.cap_floor(),
-                                         metrics_token=metrics_token or None)
+                                         metrics_token=metrics_token or None,
+                                         scope_kinds=scope_kinds(state.pm, config))
             except ValueError as exc:
                 asyncio.run(store.close())
                 raise click.ClickException(f"{TOKEN_ENV} or {METRICS_TOKEN_ENV}: {exc}"

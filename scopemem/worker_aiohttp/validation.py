@@ -1,56 +1,42 @@
 """Request bodies of the Memory Worker's data routes: parsed, checked, or refused with a reason.
 
-Every function here is pure: bytes or a decoded JSON object in, a small frozen value out, or a
-``BodyError`` whose message names the offending field in the wire's own spelling (``scopeKey``,
-``records[2].text``) so a client's author can fix the call from the 400 alone. Keys this module
-does not know are ignored, so a newer client's extra fields never break an older server.
+The rules are ``schema.py``'s JSON Schema, the same the served OpenAPI document states: each
+body is validated against its route's schema (compiled once by fastjsonschema), and a
+refusal is worded from the schema node that failed, naming the field in the wire's own
+spelling (``scopeKey``, ``records[2].text``) so a client's author can fix the call from the
+400 alone. Keys a schema does not name are ignored, so a newer client's extra fields never
+break an older server. What JSON Schema cannot state is checked here after it: ``/used``'s
+total of ids, and an imported record's id naming its own scope (``core.porting``).
 
-Candidates are built by the one wire converter (``scopemem.core.records.from_wire``) once their
-fields have passed the checks below, which add the size limits the converter does not know.
+Candidates and records are built by the one wire converter (``scopemem.core.records``) once
+their fields have passed.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import math
-from collections.abc import Mapping
-from typing import Any, TypeGuard
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
+import fastjsonschema
 
-from scopemem.core.counters import MAX_DAY, MAX_DELTA, counter_name_problem
+from scopemem.core.counters import counter_name_problem
 from scopemem.core.porting import record_from_wire
 from scopemem.core.records import (
-    MAX_BATCH,
-    MAX_COUNT_ROWS,
-    MAX_EXPORT_PAGE,
-    MAX_ID_CHARS,
-    MAX_IMPORT_BATCH,
-    MAX_IMPORT_INT,
-    MAX_KEYWORD_CHARS,
-    MAX_KEYWORDS,
-    MAX_LIMIT,
-    MAX_QUERY_CHARS,
-    MAX_SCOPE_CAP,
-    MAX_SCOPES_PAGE,
-    MAX_SEQ,
-    MAX_STATS_SCOPES,
-    MAX_TEXT_CHARS,
     MAX_USED_IDS,
-    MAX_USED_SCOPES,
     Candidate,
     CountRow,
     Kind,
     Record,
-    Source,
     WireError,
     from_wire,
 )
-from scopemem.core.scopes import MAX_SCOPE_KEY_CHARS, identifier_problem, scope_key_problem
+from scopemem.core.scopes import identifier_problem
 from scopemem.core.text import is_text
-
-KINDS = tuple(kind.value for kind in Kind)
-SOURCES = tuple(source.value for source in Source)
+from scopemem.worker_aiohttp.schema import KEY_PATTERN, REQUESTS, SCHEMAS, Schema
 
 
 class BodyError(ValueError):
@@ -105,7 +91,14 @@ def _refuse_constant(name: str) -> Any:
     raise BodyError(f"body is not valid JSON ({name} is not a JSON value)")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+def _number(literal: str) -> int | float:
+    """A JSON number with a fraction or an exponent: the integer it is when it has no
+    fraction (``350.0``, ``1e2``), as JSON Schema counts it; else the float."""
+    value = float(literal)
+    return int(value) if value.is_integer() else value
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_number)
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
@@ -154,196 +147,125 @@ def _unencodable(value: Any, where: str) -> str | None:
     return None
 
 
-# --- single fields ------------------------------------------------------------------------------
+# --- the schema's verdict ----------------------------------------------------------------------
 
 
-def _scope_key(body: Mapping[str, Any], where: str = "scopeKey") -> str:
-    if "scopeKey" not in body:
-        raise BodyError(f"{where} is required")
-    value = body["scopeKey"]
-    problem = scope_key_problem(value)
-    if problem is not None or not isinstance(value, str):
-        raise BodyError(f"{where} {problem or 'must be a string'}")
-    return value
+@functools.cache
+def _validator(name: str) -> Callable[[Any], Any]:
+    """The compiled check of a route's body (``/write``) or of a named schema
+    (``Candidate``), ``$ref``s resolved against ``schema.SCHEMAS``."""
+    schema = REQUESTS[name] if name.startswith("/") else SCHEMAS[name]
+    root = {**schema, "components": {"schemas": SCHEMAS}}
+    return fastjsonschema.compile(root, use_default=False)
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _bounded_int(body: Mapping[str, Any], field: str, low: int, high: int) -> int:
-    value = body[field]
-    if not _is_int(value) or not low <= value <= high:
-        raise BodyError(f"{field} must be an integer from {low} to {high}")
-    return value
-
-
-def _limit(body: Mapping[str, Any]) -> int:
-    if "limit" not in body:
-        raise BodyError("limit is required")
-    return _bounded_int(body, "limit", 1, MAX_LIMIT)
-
-
-def _query(value: Any) -> str:
-    if not isinstance(value, str):
-        raise BodyError("query must be a string")
-    if len(value) > MAX_QUERY_CHARS:
-        raise BodyError(f"query must be at most {MAX_QUERY_CHARS} characters")
-    return value
-
-
-def _kind(value: Any, field: str) -> Kind:
-    if not isinstance(value, str) or value not in KINDS:
-        raise BodyError(f"{field} must be one of: {', '.join(KINDS)}")
-    return Kind(value)
-
-
-# --- candidates ---------------------------------------------------------------------------------
-
-
-def _non_empty_string(item: Mapping[str, Any], field: str, where: str, *, max_chars: int | None
-                      ) -> None:
-    value = item.get(field)
-    if not isinstance(value, str) or not value:
-        raise BodyError(f"{where}.{field} must be a non-empty string")
-    if max_chars is not None and len(value) > max_chars:
-        raise BodyError(f"{where}.{field} must be at most {max_chars} characters")
-
-
-def _optional_string(item: Mapping[str, Any], field: str, where: str) -> None:
-    if field in item and not isinstance(item[field], str):
-        raise BodyError(f"{where}.{field} must be a string")
-
-
-def _check_keywords(item: Mapping[str, Any], where: str) -> None:
-    if "keywords" not in item:
-        return
-    keywords = item["keywords"]
-    if not isinstance(keywords, list):
-        raise BodyError(f"{where}.keywords must be a list of strings")
-    if len(keywords) > MAX_KEYWORDS:
-        raise BodyError(f"{where}.keywords must hold at most {MAX_KEYWORDS} keywords")
-    for n, keyword in enumerate(keywords):
-        if not isinstance(keyword, str) or len(keyword) > MAX_KEYWORD_CHARS:
-            raise BodyError(
-                f"{where}.keywords[{n}] must be a string of at most {MAX_KEYWORD_CHARS} characters"
-            )
-
-
-def _check_confidence(item: Mapping[str, Any], where: str) -> None:
-    if "confidence" not in item:
-        return
-    value = item["confidence"]
-    if (isinstance(value, bool) or not isinstance(value, int | float)
-            or math.isnan(value) or not 0 <= value <= 1):
-        raise BodyError(f"{where}.confidence must be a number from 0 to 1")
-
-
-def parse_candidate(item: Any, where: str) -> Candidate:
-    """One element of ``records``; ``where`` is its path (``records[3]``) for the reason."""
-    if not isinstance(item, dict):
-        raise BodyError(f"{where} must be an object")
-    if "kind" not in item:
-        raise BodyError(f"{where}.kind is required")
-    _kind(item["kind"], f"{where}.kind")
-    _non_empty_string(item, "text", where, max_chars=MAX_TEXT_CHARS)
-    _non_empty_string(item, "sourceThreadKey", where, max_chars=None)
-    _check_keywords(item, where)
-    _optional_string(item, "sourceRunId", where)
-    _check_confidence(item, where)
-    _optional_string(item, "supersedes", where)
-    _optional_string(item, "restates", where)
-    if "source" in item and item["source"] not in SOURCES:
-        raise BodyError(f"{where}.source must be one of: {', '.join(SOURCES)}")
+def check(name: str, value: Any, where: str = "") -> None:
+    """Raise ``BodyError`` when ``value`` breaks the schema ``name``; ``where`` is its path
+    in the body (empty for a whole body)."""
     try:
-        return from_wire(item, Candidate)
-    except WireError as exc:  # the checks above should leave nothing for it to find
-        raise BodyError(f"{where}: {exc}") from None
+        _validator(name)(value)
+    except fastjsonschema.JsonSchemaValueException as exc:
+        path = (exc.name or "data").removeprefix("data").removeprefix(".")
+        if where:
+            path = f"{where}.{path}" if path and not path.startswith("[") else where + path
+        raise BodyError(_reason(exc, path)) from None
 
 
-def _required_list(body: Mapping[str, Any], field: str, most: int, what: str) -> list[Any]:
-    if field not in body:
-        raise BodyError(f"{field} is required")
-    value = body[field]
-    if not isinstance(value, list):
-        raise BodyError(f"{field} must be a list")
-    if len(value) > most:
-        raise BodyError(f"{field} must hold at most {most} {what}")
-    return value
+def _reason(exc: fastjsonschema.JsonSchemaValueException, where: str) -> str:
+    """The refusal, worded from the failing schema node: what the field must be."""
+    node: Schema = exc.definition if isinstance(exc.definition, dict) else {}
+    value, rule = exc.value, exc.rule
+    if rule == "required":
+        missing = next(field for field in node["required"] if field not in value)
+        return f"{where}.{missing} is required" if where else f"{missing} is required"
+    if rule == "not":
+        return f"send {node['not']['description']}"
+    if node == SCHEMAS["CounterName"]:
+        return f"{where}: {counter_name_problem(value)}"
+    return f"{where or 'body'} {_must(node, rule, value)}"
 
 
-def _candidates(body: Mapping[str, Any]) -> tuple[Candidate, ...]:
-    records = _required_list(body, "records", MAX_BATCH, "candidates")
-    return tuple(parse_candidate(item, f"records[{n}]") for n, item in enumerate(records))
+def _must(node: Schema, rule: str | None, value: Any) -> str:
+    if node.get("pattern") == KEY_PATTERN:  # a key or an id: the rule's own words
+        return identifier_problem(value, max_chars=node["maxLength"]) or "must be a key"
+    if "enum" in node:
+        return f"must be one of: {', '.join(node['enum'])}"
+    kind = node.get("type")
+    if kind in ("integer", "number"):
+        noun = "an integer" if kind == "integer" else "a number"
+        return f"must be {noun} from {node['minimum']} to {node['maximum']}"
+    if kind == "array":
+        if rule == "maxItems":
+            return f"must hold at most {node['maxItems']} items"
+        return "must be a list" + (" of strings" if node["items"].get("type") == "string"
+                                   else "")
+    if rule == "maxLength":
+        return f"must be at most {node['maxLength']} characters"
+    if rule == "pattern":
+        return f"must match the pattern {node['pattern']!r}"
+    if rule == "minLength" or (kind == "string" and node.get("minLength")):
+        return "must be a non-empty string"
+    if kind == "string" and "maxLength" in node:
+        return f"must be a string of at most {node['maxLength']} characters"
+    if kind in ("string", "boolean", "object"):
+        return f"must be {'an' if kind == 'object' else 'a'} {kind}"
+    return f"does not fit the schema ({rule})"  # pragma: no cover - every rule is worded above
 
 
 # --- one function per route --------------------------------------------------------------------
 
 
+def parse_candidate(item: Any, where: str) -> Candidate:
+    """One element of ``records``; ``where`` is its path (``records[3]``) for the reason."""
+    check("Candidate", item, where)
+    return _candidate(item, where)
+
+
+def _candidate(item: Any, where: str) -> Candidate:
+    """A candidate the schema passed, built by the wire converter."""
+    try:
+        return from_wire(item, Candidate)
+    except WireError as exc:  # the schema should leave nothing for it to find
+        raise BodyError(f"{where}: {exc}") from None
+
+
 def retrieve_args(body: Mapping[str, Any]) -> RetrieveArgs:
-    scope_key = _scope_key(body)
-    if "query" not in body:
-        raise BodyError("query is required")
-    bump = body.get("bump", True)
-    if not isinstance(bump, bool):
-        raise BodyError("bump must be a boolean")
-    return RetrieveArgs(scope_key, _query(body["query"]), _limit(body), bump)
+    check("/retrieve", body)
+    return RetrieveArgs(body["scopeKey"], body["query"], body["limit"], body.get("bump", True))
 
 
 def used_args(body: Mapping[str, Any]) -> UsedArgs:
     """``{"used": [{"scopeKey": …, "ids": [id, …]}, …]}``: the records a client showed."""
-    items = _required_list(body, "used", MAX_USED_SCOPES, "scopes")
+    check("/used", body)
     used: dict[str, list[str]] = {}
-    total = 0
-    for n, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise BodyError(f"used[{n}] must be an object")
-        scope_key = _scope_key(item, f"used[{n}].scopeKey")
-        ids = item.get("ids")
-        if not isinstance(ids, list):
-            raise BodyError(f"used[{n}].ids must be a list")
-        total += len(ids)
-        if total > MAX_USED_IDS:
-            raise BodyError(f"used must hold at most {MAX_USED_IDS} ids in all")
-        for m, record_id in enumerate(ids):
-            problem = identifier_problem(record_id, max_chars=MAX_ID_CHARS)
-            if problem is not None:
-                raise BodyError(f"used[{n}].ids[{m}] {problem}")
-        used.setdefault(scope_key, []).extend(ids)
+    for item in body["used"]:
+        used.setdefault(item["scopeKey"], []).extend(item["ids"])
+    if sum(len(ids) for ids in used.values()) > MAX_USED_IDS:
+        raise BodyError(f"used must hold at most {MAX_USED_IDS} ids in all")
     return UsedArgs({key: tuple(ids) for key, ids in used.items()})
 
 
 def write_args(body: Mapping[str, Any]) -> WriteArgs:
-    scope_key = _scope_key(body)
-    candidates = _candidates(body)
-    cap = _bounded_int(body, "cap", 1, MAX_SCOPE_CAP) if "cap" in body else None
-    return WriteArgs(scope_key, candidates, cap)
+    check("/write", body)
+    candidates = tuple(_candidate(item, f"records[{n}]")
+                       for n, item in enumerate(body["records"]))
+    return WriteArgs(body["scopeKey"], candidates, body.get("cap"))
 
 
 def list_args(body: Mapping[str, Any]) -> ListArgs:
-    scope_key = _scope_key(body)
-    limit = _limit(body)
-    query = _query(body["query"]) if "query" in body else None
-    kind = _kind(body["kind"], "kind") if "kind" in body else None
-    return ListArgs(scope_key, limit, query, kind)
+    check("/list", body)
+    kind = Kind(body["kind"]) if "kind" in body else None
+    return ListArgs(body["scopeKey"], body["limit"], body.get("query"), kind)
 
 
 def forget_args(body: Mapping[str, Any]) -> ForgetArgs:
-    scope_key = _scope_key(body)
-    if "id" not in body:
-        raise BodyError("id is required")
-    problem = identifier_problem(body["id"], max_chars=MAX_ID_CHARS)
-    if problem is not None:
-        raise BodyError(f"id {problem}")
-    return ForgetArgs(scope_key, body["id"])
+    check("/forget", body)
+    return ForgetArgs(body["scopeKey"], body["id"])
 
 
 def sweep_args(body: Mapping[str, Any]) -> SweepArgs:
-    scope_key = _scope_key(body)
-    dry_run = body.get("dryRun", False)
-    if not isinstance(dry_run, bool):
-        raise BodyError("dryRun must be a boolean")
-    return SweepArgs(scope_key, dry_run)
+    check("/sweep", body)
+    return SweepArgs(body["scopeKey"], body.get("dryRun", False))
 
 
 # --- moving records: /scopes, /export, /import --------------------------------------------------
@@ -369,32 +291,29 @@ class ImportArgs:
 
 def scopes_args(body: Mapping[str, Any]) -> ScopesArgs:
     """``{after?, limit}``: the scope keys sorted after ``after``, at most ``limit``."""
-    after = None
-    if "after" in body:
-        after = body["after"]
-        problem = scope_key_problem(after)
-        if problem is not None:
-            raise BodyError(f"after {problem}")
-    if "limit" not in body:
-        raise BodyError("limit is required")
-    return ScopesArgs(after, _bounded_int(body, "limit", 1, MAX_SCOPES_PAGE))
+    check("/scopes", body)
+    return ScopesArgs(body.get("after"), body["limit"])
 
 
 def export_args(body: Mapping[str, Any]) -> ExportArgs:
     """``{scopeKey, after?, limit}``: the scope's records with a seq above ``after``."""
-    scope_key = _scope_key(body)
-    after = _bounded_int(body, "after", 0, MAX_SEQ) if "after" in body else 0
-    if "limit" not in body:
-        raise BodyError("limit is required")
-    return ExportArgs(scope_key, after, _bounded_int(body, "limit", 1, MAX_EXPORT_PAGE))
+    check("/export", body)
+    return ExportArgs(body["scopeKey"], body.get("after", 0), body["limit"])
+
+
+_RECORD_FIELD = re.compile(r"^(records\[\d+\])\.")
 
 
 def import_args(body: Mapping[str, Any], now: int | None = None) -> ImportArgs:
     """``{records: [Record, …]}``, each an exported record (``core.porting``; no time after
-    the clock ``now`` plus the skew, when given)."""
-    items = _required_list(body, "records", MAX_IMPORT_BATCH, "records")
+    the clock ``now`` plus the skew, when given). A record's reason reads
+    ``records[2]: text …``, as the checks ``core.porting`` adds say it."""
+    try:
+        check("/import", body)
+    except BodyError as exc:
+        raise BodyError(_RECORD_FIELD.sub(r"\1: ", str(exc))) from None
     records = []
-    for n, item in enumerate(items):
+    for n, item in enumerate(body["records"]):
         try:
             records.append(record_from_wire(item, now))
         except WireError as exc:
@@ -420,47 +339,19 @@ def counts_args(body: Mapping[str, Any]) -> CountsArgs:
     """``{counts: [{scopeKey, day, name, value}, …]}``: what the client's host counted
     (``day`` in UTC days since the epoch). Only the names ``core.counters`` knows pass, so
     a client cannot invent counters; the store adds every row or none."""
-    items = _required_list(body, "counts", MAX_COUNT_ROWS, "rows")
-    rows = []
-    for n, item in enumerate(items):
-        where = f"counts[{n}]"
-        if not isinstance(item, dict):
-            raise BodyError(f"{where} must be an object")
-        scope_key = _scope_key(item, f"{where}.scopeKey")
-        for field, low, high in (("day", 0, MAX_DAY), ("value", 1, MAX_DELTA)):
-            if field not in item:
-                raise BodyError(f"{where}.{field} is required")
-            if not _is_int(item[field]) or not low <= item[field] <= high:
-                raise BodyError(f"{where}.{field} must be an integer from {low} to {high}")
-        problem = counter_name_problem(item.get("name"))
-        if problem is not None:
-            raise BodyError(f"{where}.name: {problem}")
-        rows.append(CountRow(scope_key, item["day"], item["name"], item["value"]))
-    return CountsArgs(tuple(rows))
+    check("/counts", body)
+    return CountsArgs(tuple(CountRow(item["scopeKey"], item["day"], item["name"],
+                                     item["value"]) for item in body["counts"]))
 
 
 def stats_args(body: Mapping[str, Any]) -> StatsArgs:
     """``{scopeKey? | scopeKeys?, prefix?, since}``: the counters of one scope, of a few,
     or of every scope (whose key starts with ``prefix``, when given), on the UTC day holding
     ``since`` (epoch milliseconds; 0: every day kept) and later."""
-    if "scopeKey" in body and "scopeKeys" in body:
-        raise BodyError("send scopeKey or scopeKeys, not both")
+    check("/stats", body)
     keys: tuple[str, ...] | None = None
     if "scopeKey" in body:
-        keys = (_scope_key(body),)
+        keys = (body["scopeKey"],)
     elif "scopeKeys" in body:
-        items = _required_list(body, "scopeKeys", MAX_STATS_SCOPES, "scope keys")
-        for n, key in enumerate(items):
-            problem = scope_key_problem(key)
-            if problem is not None:
-                raise BodyError(f"scopeKeys[{n}] {problem}")
-        keys = tuple(items)
-    prefix = None
-    if "prefix" in body:
-        prefix = body["prefix"]
-        problem = identifier_problem(prefix, max_chars=MAX_SCOPE_KEY_CHARS)
-        if problem is not None:
-            raise BodyError(f"prefix {problem}")
-    if "since" not in body:
-        raise BodyError("since is required (epoch milliseconds; 0 reads every day kept)")
-    return StatsArgs(keys, prefix, _bounded_int(body, "since", 0, MAX_IMPORT_INT))
+        keys = tuple(body["scopeKeys"])
+    return StatsArgs(keys, body.get("prefix"), body["since"])

@@ -12,11 +12,13 @@ import pytest
 
 from scopemem.core.counters import DAY_MS, day_of
 from scopemem.core.records import CountRow
-from scopemem.errors import StoreError
+from scopemem.errors import ScopeLimitReached, StoreError
 from scopemem.stores.base import CountingStore
 from scopemem.stores.null import NullStore
 from scopemem.stores.sqlite import SqliteStore, schema
+from scopemem.stores.sqlite_shared.store import SharedSqliteStore
 from tests.conftest import FakeClock, fact, summary
+from tests.stores import pg
 from tests.stores.conftest import MakeStore
 
 ORG = "org:acme"
@@ -49,6 +51,36 @@ async def test_writes_are_counted_by_outcome_in_their_scope(make_store: MakeStor
     assert {row.day for row in rows} == {TODAY}
     assert rows == sorted(rows, key=lambda row: (row.scope_key, row.day, row.name))
 
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "sqlite-shared", "postgres"])
+async def test_counted_scopes_count_against_max_scopes(kind: str, tmp_path: Path,
+                                                       clock: FakeClock):
+    """A scope that only counted is a scope: /counts cannot grow a store past its limit."""
+    lent: list[str] = []
+    if kind == "postgres":
+        pg.require()
+        lent.append(pg.lend_schema())
+        store = pg.make(lent[0], clock=clock, max_scopes=2)
+    else:
+        layout = SqliteStore if kind == "sqlite" else SharedSqliteStore
+        store = layout(tmp_path / "data", clock=clock, max_scopes=2)
+    try:
+        await store.write("org:a", [fact("one")])
+        # Counts alone make a scope: the second one is past the limit.
+        await store.add_counts([CountRow("made-up:1", TODAY, "offered", 1)])
+        with pytest.raises(ScopeLimitReached, match="max_scopes = 2"):
+            await store.add_counts([CountRow("made-up:2", TODAY, "offered", 1)])
+        with pytest.raises(ScopeLimitReached, match="max_scopes = 2"):
+            await store.write("org:c", [fact("three")])
+        # Scopes that exist still count.
+        await store.add_counts([CountRow("org:a", TODAY, "offered", 1),
+                                CountRow("made-up:1", TODAY, "offered", 1)])
+        assert sorted((r.scope_key, r.value) for r in await store.read_counts()
+                      if r.name == "offered") == [("made-up:1", 2), ("org:a", 1)]
+    finally:
+        await store.close()
+        pg.give_back(*lent)
 
 async def test_forget_and_sweep_are_counted_and_a_no_op_is_not(make_store: MakeStore):
     store = await make_store()

@@ -4,6 +4,8 @@ counters a 501. Against a live server on loopback."""
 
 from __future__ import annotations
 
+import random
+import string
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scopemem.core.counters import DAY_MS, day_of
 from scopemem.stores.memory import InMemoryStore
+from scopemem.stores.sqlite_shared.store import SharedSqliteStore
 from scopemem.worker_aiohttp.app import create_app
 from tests.conftest import START_MS, FakeClock, fact
 from tests.worker.conftest import AUTH, ORG, TOKEN
@@ -148,3 +151,58 @@ def _row(scope: str, name: str, value: int) -> Any:
     from scopemem.core.records import CountRow
 
     return CountRow(scope, TODAY, name, value)
+
+
+async def test_invented_kinds_and_markers_keep_the_scrape_bounded(served, backing):
+    """Labels come from the registered kinds and the gate's markers; anything a client
+    invents is summed under ``other``, so no number of requests grows the scrape."""
+    chance = random.Random(33)
+
+    def word() -> str:
+        return "".join(chance.choice(string.ascii_lowercase) for _ in range(12))
+
+    async def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        response = await served.get("/metrics", headers=AUTH)
+        assert response.status == 200
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(await response.text())
+                for s in family.samples}
+
+    await served.post("/counts", json={"counts": [row(), row(name="rejected:commit_sha")]},
+                      headers=AUTH)
+    before = await scrape()
+    for _ in range(40):
+        rows = [row(f"{word()}:{word()}", chance.choice(("offered", f"rejected:{word()}")))
+                for _ in range(100)]
+        response = await served.post("/counts", json={"counts": rows}, headers=AUTH)
+        assert response.status == 200
+    after = await scrape()
+    assert len(after) - len(before) <= 4  # the "other" kind's and marker's series
+    values = {label for key in after for name, label in key[1]}
+    assert values <= {"org", "repo", "channel", "user", "other", "offered",
+                      "commit_sha", "rejected"}
+    assert after[("scopemem_memory_rejected_total", (("kind", "other"), ("marker", "other")))
+                 ] == sum(1 for r in await backing.read_counts()
+                          if r.name.startswith("rejected:") and r.scope_key != ORG)
+    assert after[("scopemem_memory_scopes", (("kind", "other"),))] == 4000
+    # The rows themselves keep their names: /stats reads a scope's markers one by one.
+    assert len(await backing.read_counts()) == 4002
+
+
+async def test_a_plugin_kind_is_labelled_when_registered(aiohttp_client, backing):
+    client = await aiohttp_client(create_app(backing, TOKEN, scope_kinds=("org", "team")))
+    await client.post("/counts", json={"counts": [row("team:core"), row(REPO)]}, headers=AUTH)
+    text = await (await client.get("/metrics", headers=AUTH)).text()
+    assert 'scopemem_memory_scopes{kind="team"} 1.0' in text
+    assert 'scopemem_memory_scopes{kind="other"} 1.0' in text  # repo is not registered here
+
+
+async def test_counts_for_a_new_scope_past_max_scopes_are_507(aiohttp_client, tmp_path, clock):
+    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off", max_scopes=2)
+    client = await aiohttp_client(create_app(store, TOKEN))
+    response = await client.post("/counts", json={"counts": [row(), row(REPO)]}, headers=AUTH)
+    assert response.status == 200
+    response = await client.post("/counts", json={"counts": [row("made-up:1")]}, headers=AUTH)
+    assert response.status == 507
+    assert "limit on scopes" in (await response.json())["error"]
+    assert {r.scope_key for r in await store.read_counts()} == {ORG, REPO}

@@ -5,13 +5,16 @@ documented."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import aiohttp
 import pytest
 from yarl import URL
 
+from scopemem.core.scopes import identifier_problem
 from scopemem.errors import ScopeLimitReached, StoreUnsupported
+from scopemem.worker_aiohttp import schema
 from scopemem.worker_aiohttp.app import DATA_ROUTES, create_app, load_openapi, running
 from tests.worker.conftest import AUTH, ORG, TOKEN, candidate, raw_exchange
 
@@ -137,3 +140,28 @@ async def test_documented_required_fields_are_required(client, path):
         assert field in (await response.json())["error"]
     response = await client.post(path, json=VALID_BODIES[path], headers=AUTH)
     assert response.status == 200
+
+
+def test_the_shipped_document_states_the_schemas_the_server_validates_with():
+    """``openapi.json``'s request bodies are ``schema.py``'s, the ones ``validation.py``
+    compiles (rewrite the file with ``python -m scopemem.worker_aiohttp.schema``)."""
+    assert load_openapi().decode() == schema.render(schema.document(DOC))
+    for path in DATA_ROUTES:
+        body = DOC["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+        assert body["schema"] == schema.REQUESTS[path]
+
+
+def test_the_key_pattern_forbids_exactly_what_the_key_rule_forbids():
+    """Every code point (but surrogates, which no JSON text holds alone): refused by
+    ``identifier_problem`` exactly when the document's pattern refuses it. The pattern is
+    read as JSON Schema reads it (ECMA-262: ``$`` is the end of the text, Python's ``\\Z``)."""
+    pattern = re.compile(schema.KEY_PATTERN.replace("$", r"\Z"))
+    forbidden = {cp for first, last in schema.FORBIDDEN_IN_KEYS for cp in range(first, last + 1)}
+    assert all(identifier_problem(f"k{chr(cp)}", max_chars=4) is not None
+               and not pattern.search(f"k{chr(cp)}") for cp in forbidden)
+    allowed = [chr(cp) for cp in range(0x110000)
+               if cp not in forbidden and not 0xD800 <= cp <= 0xDFFF]
+    for start in range(0, len(allowed), 4096):  # a block at a time: the rule is per character
+        block = "".join(allowed[start:start + 4096])
+        assert identifier_problem(block, max_chars=len(block)) is None, start
+        assert pattern.search(block), start

@@ -91,7 +91,7 @@ async def test_an_import_is_screened_as_a_write_is_and_vouches_for_no_source(cli
     ("/import", {}, "records is required"),
     ("/import", {"records": {}}, "records must be a list"),
     ("/import", {"records": [wire_record(n) for n in range(1, MAX_IMPORT_BATCH + 2)]},
-     f"records must hold at most {MAX_IMPORT_BATCH} records"),
+     f"records must hold at most {MAX_IMPORT_BATCH} items"),
     ("/import", {"records": [wire_record(1), wire_record(2, id=f"mem:{USER}:2")]},
      "records[1]: id 'mem:user:slack:U2:2' is not mem:org:acme:<n>"),
     ("/import", {"records": [wire_record(1, id=f"mem:{ORG}:01")]}, "no leading zero"),
@@ -102,16 +102,16 @@ async def test_an_import_is_screened_as_a_write_is_and_vouches_for_no_source(cli
      "records[0]: keywords must hold at most 20"),
     ("/import", {"records": [wire_record(1, useCount=-1)]}, "records[0]:"),
     ("/import", {"records": [wire_record(1, createdAt=2**60)]},
-     "records[0]: createdAt must be at most"),
+     "records[0]: createdAt must be an integer from 0 to"),
     ("/import", {"records": [wire_record(1), wire_record(2, createdAt=YEAR_2100)]},
      "records[1]: createdAt 4102444800000 is in the future"),
     ("/import", {"records": [wire_record(1, lastUsedAt=YEAR_2100)]},
      "records[0]: lastUsedAt 4102444800000 is in the future"),
     ("/import", {"records": [wire_record(1, useCount=10**12)]},
-     "records[0]: useCount 1000000000000 is above 1000000000"),
+     "records[0]: useCount must be an integer from 0 to 1000000000"),
     ("/import", {"records": [wire_record(1, status="gone")]}, "records[0]:"),
     ("/import", {"records": [wire_record(1, confidence=True)]}, "records[0]:"),
-    ("/import", {"records": ["not an object"]}, "records[0]: a record must be a JSON object"),
+    ("/import", {"records": ["not an object"]}, "records[0] must be an object"),
     ("/import", {"records": [wire_record(1, text="")]}, "records[0]:"),
     ("/export", {"scopeKey": ORG}, "limit is required"),
     ("/export", {"scopeKey": ORG, "limit": MAX_EXPORT_PAGE + 1}, "limit must be an integer"),
@@ -179,5 +179,5 @@ async def test_the_client_splits_imports_and_pages_scopes(spy, monkeypatch):
 
 
 def test_the_served_document_states_the_use_count_bound():
-    record = json.loads(load_openapi())["components"]["schemas"]["Record"]
+    record = json.loads(load_openapi())["components"]["schemas"]["ImportRecord"]
     assert record["properties"]["useCount"]["maximum"] == MAX_USE_COUNT

@@ -286,7 +286,6 @@ BAD_BODIES = [
     ("/retrieve", {"scopeKey": ORG, "query": "q", "limit": 0}, "limit must be an integer"),
     ("/retrieve", {"scopeKey": ORG, "query": "q", "limit": 51}, "limit must be an integer"),
     ("/list", {"scopeKey": ORG, "limit": 2.5}, "limit must be an integer"),
-    ("/list", {"scopeKey": ORG, "limit": 5.0}, "limit must be an integer"),
     ("/list", {"scopeKey": ORG, "limit": True}, "limit must be an integer"),
     ("/list", {"scopeKey": ORG, "limit": "5"}, "limit must be an integer"),
     ("/list", {"scopeKey": ORG}, "limit is required"),
@@ -310,7 +309,7 @@ BAD_BODIES = [
     ("/write", {"scopeKey": ORG, "records": [candidate(text=LONG)]},
      "records[0].text must be at most 4000"),
     ("/write", {"scopeKey": ORG, "records": [{"kind": "fact", "text": "t"}]},
-     "records[0].sourceThreadKey must be a non-empty string"),
+     "records[0].sourceThreadKey is required"),
     ("/write", {"scopeKey": ORG, "records": [candidate(sourceThreadKey="")]},
      "records[0].sourceThreadKey must be a non-empty string"),
     ("/write", {"scopeKey": ORG, "records": [candidate(keywords="deploy")]},
@@ -320,7 +319,7 @@ BAD_BODIES = [
     ("/write", {"scopeKey": ORG, "records": [candidate(keywords=["ok", 5])]},
      "records[0].keywords[1] must be a string of at most 64"),
     ("/write", {"scopeKey": ORG, "records": [candidate(keywords=["k" * 65])]},
-     "records[0].keywords[0] must be a string of at most 64"),
+     "records[0].keywords[0] must be at most 64 characters"),
     ("/write", {"scopeKey": ORG, "records": [candidate(sourceRunId=17)]},
      "records[0].sourceRunId must be a string"),
     ("/write", {"scopeKey": ORG, "records": [candidate(source="oracle")]},
@@ -357,7 +356,7 @@ BAD_BODIES = [
      "bump must be a boolean"),
     ("/used", {}, "used is required"),
     ("/used", {"used": {"scopeKey": ORG}}, "used must be a list"),
-    ("/used", {"used": [{"scopeKey": ORG, "ids": []}] * 33}, "at most 32 scopes"),
+    ("/used", {"used": [{"scopeKey": ORG, "ids": []}] * 33}, "used must hold at most 32"),
     ("/used", {"used": ["x"]}, "used[0] must be an object"),
     ("/used", {"used": [{"ids": []}]}, "used[0].scopeKey is required"),
     ("/used", {"used": [{"scopeKey": "", "ids": []}]}, "used[0].scopeKey must not be empty"),
@@ -365,7 +364,11 @@ BAD_BODIES = [
     ("/used", {"used": [{"scopeKey": ORG, "ids": [7]}]}, "used[0].ids[0] must be a string"),
     ("/used", {"used": [{"scopeKey": ORG, "ids": ["mem:org:acme:1\ufeff"]}]},
      "used[0].ids[0] must not contain invisible"),
-    ("/used", {"used": [{"scopeKey": ORG, "ids": ["x"] * 257}]}, "at most 256 ids in all"),
+    ("/used", {"used": [{"scopeKey": ORG, "ids": ["x"] * 257}]},
+     "used[0].ids must hold at most 256"),
+    # a total JSON Schema cannot state (the document says it in words)
+    ("/used", {"used": [{"scopeKey": ORG, "ids": ["x"] * 200},
+                        {"scopeKey": "org:b", "ids": ["y"] * 57}]}, "at most 256 ids in all"),
 ]
 
 
@@ -376,6 +379,17 @@ async def test_bad_bodies_are_400_naming_the_field(client, spy, path, body, reas
     assert status == 400
     assert reason in answer["error"]
     assert spy.calls == []
+
+
+async def test_a_number_without_a_fraction_is_an_integer(client, spy):
+    """JSON Schema's integer, as the served document states it: 5.0 and 1e1 are integers."""
+    raw = b'{"scopeKey": "org:acme", "limit": 5.0, "query": "q"}'
+    response = await client.post("/list", data=raw, headers=AUTH)
+    assert response.status == 200
+    raw = b'{"scopeKey": "org:acme", "limit": 1e1, "query": "q"}'
+    assert (await client.post("/list", data=raw, headers=AUTH)).status == 200
+    assert [call[2] for call in spy.calls] == [5, 10]
+    assert all(type(call[2]) is int for call in spy.calls)
 
 
 @pytest.mark.parametrize(("raw", "reason"), [

@@ -6,7 +6,9 @@ transaction (``add_rows``), so the counts and the rows commit together or not at
 ``add_counts`` (the host's counts, already batched by it) is one statement for every scope
 of the call, committed without waiting for the WAL to reach the disk: the counts are
 advisory, and a server crash may lose the last fraction of a second of them, as it may lose
-use counts, never a record.
+use counts, never a record. A scope counted before it holds any record is a scope all the
+same: its row is made, against ``max_scopes`` (``ScopeLimitReached`` past it), as a write
+would make it.
 """
 
 from __future__ import annotations
@@ -35,13 +37,18 @@ class Counts:
 
     sql: Any
     _connection: Any
+    _clock: Any
+    _lock_scope: Any
 
     async def add_counts(self, rows: Sequence[CountRow]) -> None:
         checked = counting.check_rows(rows)
         if not checked:
             return
+        now = self._clock()
         async with self._connection() as conn, conn.transaction():
             await conn.execute("SET LOCAL synchronous_commit = off")
+            for scope_key in sorted({row.scope_key for row in checked}):  # one lock order
+                await self._lock_scope(conn, scope_key, now, create=True)
             await add_rows(conn, self.sql, checked)
 
     async def read_counts(self, scope_keys: Sequence[str] | None = None, *,

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scopemem.core.records import CountRow
-from scopemem.errors import StoreError
+from scopemem.errors import ScopeLimitReached, StoreError
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.shared import counts as counting
 from scopemem.stores.sqlite import schema
@@ -46,23 +46,27 @@ class Counts(StoreBase):
         for row in checked:
             grouped.setdefault(row.scope_key, []).append(row)
         failed = await self._run("write", self._add_counts, grouped)
+        for _scope_key, exc in failed:
+            if isinstance(exc, ScopeLimitReached):  # a new scope past max_scopes: a 507
+                raise exc
         if failed:
-            scope_key, reason = failed[0]
+            scope_key, exc = failed[0]
             raise StoreError(f"sqlite store: counters of {len(failed)} scope(s) not saved"
-                             f" ({scope_key}: {reason})")
+                             f" ({scope_key}: {exc})")
 
-    def _add_counts(self, grouped: dict[str, list[CountRow]]) -> list[tuple[str, str]]:
+    def _add_counts(self, grouped: dict[str, list[CountRow]]
+                    ) -> list[tuple[str, StoreError]]:
         """On the write pool: each scope's rows in a transaction of its own (creating the
-        scope's file when it has none: its counts are its data). The scopes that failed,
-        with why; the others are saved."""
-        failed: list[tuple[str, str]] = []
+        scope's file when it has none, against ``max_scopes``: its counts are its data).
+        The scopes that failed, with why; the others are saved."""
+        failed: list[tuple[str, StoreError]] = []
         for scope_key, rows in grouped.items():
             try:
                 with self._connection(scope_key, create=True) as handle, \
                         self._transaction(handle.conn, relaxed=True, bumps=handle):
                     add_rows(handle.conn, rows)
             except StoreError as exc:
-                failed.append((scope_key, str(exc)))
+                failed.append((scope_key, exc))
         return failed
 
     async def read_counts(self, scope_keys: Sequence[str] | None = None, *,

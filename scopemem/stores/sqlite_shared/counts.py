@@ -4,7 +4,9 @@ each shard, keyed by scope, UTC day and name.
 A write batch, a forget and a sweep add their counts in their own transaction
 (``writes.add_rows``), so the counts and the rows commit together or not at all.
 ``add_counts`` (the host's counts, already batched by it) is one transaction per shard the
-call touches, committed without waiting for the disk: the counts are advisory.
+call touches, committed without waiting for the disk: the counts are advisory. A scope
+counted before it holds any record is a scope all the same: its row is made, against
+``max_scopes`` (``ScopeLimitReached`` past it), as a write would make it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class Counts:
     _shards: Any
     _read: Any
     _write: Any
+    _clock: Any
+    _reserve_scope: Any
 
     async def add_counts(self, rows: Sequence[CountRow]) -> None:
         by_shard: dict[int, builtins.list[CountRow]] = {}
@@ -42,6 +46,11 @@ class Counts:
 
     def _add_counts(self, conn: Any, rows: Sequence[CountRow]) -> None:
         with relaxed(conn, self.synchronous), sqlite_sql.immediate(conn):
+            now = self._clock()
+            for scope_key in dict.fromkeys(row.scope_key for row in rows):
+                if not conn.execute(st.LOCK_SCOPE, {"scope": scope_key}).fetchall():
+                    self._reserve_scope()
+                    conn.execute(st.NEW_SCOPE, {"scope": scope_key, "now": now})
             writes.add_rows(conn, rows)
 
     async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
