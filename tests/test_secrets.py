@@ -3,6 +3,8 @@ stores what redaction leaves."""
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 from scopemem import Memory, MemoryConfig, handle_command
 from scopemem.core.hygiene import fit_candidate
 from scopemem.core.records import Candidate, Kind
+from scopemem.core.text import redact_secrets, sanitize_field
 from scopemem.secrets import redact, redact_candidate
 from scopemem.stores.memory import InMemoryStore
 from tests.secret_corpus import CORPUS, ORDINARY
@@ -24,6 +27,26 @@ def test_every_corpus_secret_is_redacted(secret):
     assert secret.raw not in redacted
     assert not [fragment for fragment in secret.fragments if fragment in redacted]
     assert redact(redacted) == redacted
+
+
+@pytest.mark.parametrize("secret", [secret for secret in CORPUS if secret.hidden],
+                         ids=lambda secret: secret.kind)
+def test_a_disguised_secret_is_redacted_as_a_reader_would_see_it(secret):
+    """Split by an invisible character (which rendering deletes), fullwidth, spaced out or
+    base64-wrapped: the rendered text never holds the token it hides."""
+    redacted = redact(secret.text)
+    assert "[REDACTED:" in redacted
+    rendered = sanitize_field(redacted)
+    assert secret.hidden not in rendered
+    assert secret.hidden not in "".join(unicodedata.normalize("NFKC", rendered).split())
+
+
+@pytest.mark.parametrize("secret", [secret for secret in CORPUS
+                                    if secret.kind.startswith("split_")],
+                         ids=lambda secret: secret.kind)
+def test_the_core_rules_read_a_split_token_whole_too(secret):
+    redacted = redact_secrets(secret.text)
+    assert "[REDACTED:" in redacted and secret.hidden not in sanitize_field(redacted)
 
 
 @pytest.mark.parametrize("text", ORDINARY)
