@@ -67,13 +67,32 @@ _CURL_USER_RE = re.compile(
 # variable ($PASS, ${PASS}) is left alone.
 _NOT_A_VALUE = r"(?!\[REDACTED:|\$\{?[A-Za-z_])"
 # ``mysql -pSECRET`` (the password glued to -p: a bare ``-p`` prompts for it) and the other
-# MySQL / MariaDB clients; ``sshpass -p SECRET``. Only up to 200 characters of the same
-# command line (no ``|``, ``;`` or ``&`` between) are searched for the flag.
-_COMMAND_PASSWORD_RE = re.compile(
-    r"(?<![\w-])((?:(?:mysql(?:dump|admin|import|show|check|slap)?|mariadb(?:-dump|-admin)?)"
-    r"\b[^\n|;&]{0,200}?[ \t]-p(?=\S)|sshpass\b[^\n|;&]{0,200}?[ \t]-p[ \t]*)[\"']?)"
+# MySQL / MariaDB clients: the flag is looked for in the rest of the command (up to a line
+# break, ``|``, ``;`` or ``&``).
+_MYSQL_RE = re.compile(
+    r"(?<![\w-])(?:mysql(?:dump|admin|import|show|check|slap)?|mariadb(?:-dump|-admin)?)\b"
+    r"[^\n|;&]*"
+)
+_MYSQL_FLAG_RE = re.compile(r"(?<=[ \t])(-p[\"']?)" + _NOT_A_VALUE + r"[^\s\"']{1,256}")
+# ``sshpass -p SECRET``, after any of sshpass's other options (not the command's own -p).
+_SSHPASS_RE = re.compile(
+    r"(?<![\w-])(sshpass(?:[ \t]+-(?:[fdP][ \t]*\S{1,256}|[evhV]))*[ \t]+-p[ \t]*[\"']?)"
     + _NOT_A_VALUE + r"[^\s\"']{1,256}"
 )
+
+
+def _mysql_stage(text: str, found: list[str] | None) -> str:
+    if "-p" not in text:
+        return text
+
+    def password(match: re.Match[str]) -> str:
+        if found is not None:
+            found.append(match[0][len(match[1]):])
+        return match[1] + redaction_placeholder("credential")
+
+    return _MYSQL_RE.sub(lambda command: _MYSQL_FLAG_RE.sub(password, command[0]), text)
+
+
 # .netrc: ``machine HOST login USER password SECRET`` on one line, or a line that is only
 # ``password SECRET`` (the file's multi-line form).
 _NETRC_RE = re.compile(
@@ -295,7 +314,8 @@ def _stages() -> tuple[Stage, ...]:
         *redaction_stages((*DENYLIST, *_EXTRA_KEY_WORDS)),
         substitution(_CURL_USER_RE, credential, ("-u", "--user")),
         substitution(_URL_KEY_RE, r"\g<1>" + redaction_placeholder("url_key"), ("://",)),
-        substitution(_COMMAND_PASSWORD_RE, credential, ("-p",)),
+        _mysql_stage,
+        substitution(_SSHPASS_RE, credential, ("sshpass",)),
         substitution(_NETRC_RE, lambda match: (match[1] or match[2])
                      + redaction_placeholder("credential"), folded_needs=("password",)),
         _gated(_library_stage(rules)),

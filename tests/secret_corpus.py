@@ -248,6 +248,7 @@ ORDINARY: tuple[str, ...] = (
     "pytest summary: pass: 120, fail: 3; pass the v2 flag to the runner",
     "the secret key is v1.2.3-rc1 compatible",
     "mysql -u root -p orders prompts for the password; ssh -p 2222 deploy@bastion",
+    "sshpass -f ~/.pw ssh -p 2222 deploy@bastion",
     "sshpass -p $SSH_PASS ssh deploy@bastion, mysql -uroot -p$MYSQL_PWD",
     "login with your SSO account; password reset links expire in 24h",
     "aws s3 sync ./build s3://acme-site --delete; AWS region is us-east-1",

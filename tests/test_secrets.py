@@ -101,11 +101,15 @@ async def test_reflection_sends_and_stores_no_secret(clock):
 
 _SECRETISH = st.lists(st.sampled_from(
     list("aAkK019_-.:=/@+ \"'") + ["AKIA", "xoxb-", "eyJ", "password", "://u:", "-u ", "SG.",
-                                   "hvs.", "npm_", "token=", "@host.io", "[REDACTED:jwt]"]),
+                                   "hvs.", "npm_", "token=", "@host.io", "[REDACTED:jwt]",
+                                   "\u200b", "\u00ad", "\x00", "ｇｈｐ＿", "Ａ１", "g h p _ ",
+                                   "a 1 ", "Z2hwX2", "==", "mysql -p", "sshpass -p ",
+                                   "login x password ", "\npassword ", "password is ",
+                                   "pass: ", "lin_api_", "GOCSPX-", "aws ", "://k1"]),
     max_size=40).map("".join)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=3000, deadline=None)
 @given(st.one_of(st.text(max_size=200), _SECRETISH,
                  st.lists(st.sampled_from([s.text for s in CORPUS] + list(ORDINARY)),
                           max_size=4).map(" ".join)))
