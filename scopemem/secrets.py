@@ -2,8 +2,8 @@
 
 :func:`redact` is what every write applies (``stores.base.fit_batch``, so every store, the
 worker's own ``/write`` and the worker client; and ``plugins.host.screen_candidate``, so
-reflection and ``remember`` too) and what the reflection input is passed through. It runs,
-in order:
+reflection and ``remember`` too) and what the reflection input is passed through. It reads
+the text as it will be rendered (``core.text.redact_as_rendered``), then runs, in order:
 
 1. the core's own rules (``core.text.redaction_stages``: PEM blocks, URL passwords,
    provider tokens, ``Authorization`` headers, ``key = value`` credentials), with the
@@ -11,22 +11,31 @@ in order:
    (``pwd``, ``db_pass``, ``auth_key``, ...) and ``credentials``, ``_pass``, ``_pw``.
    The core's token table holds the formats detect-secrets has no rule for (``npm_``,
    ``hf_``, ``dop_v1_``, ``hvs.``, ``AGE-SECRET-KEY-1``, ``dapi``, ``shpat_``, Slack
-   ``xoxe-``, unsigned JWTs), each commented there;
-2. ``curl -u user:password`` / ``--user``: the password;
+   ``xoxe-``, unsigned JWTs, ``GOCSPX-``, ``lin_api_``), each commented there;
+2. formats that no rule set here has, each in its own context (no maintained rule set is
+   packaged as data for them: gitleaks' is Go, and detect-secrets has none): ``curl -u
+   user:password`` / ``--user``, a key as a URL's user (a Sentry DSN), ``mysql -pSECRET``,
+   ``sshpass -p SECRET``, ``.netrc`` ``password`` lines;
 3. the regex rules of Yelp's detect-secrets plugins (``_LIBRARY_PLUGINS``): their
    ``denylist`` patterns, used as data. The plugins' own scanning (``analyze_line``) is not
    used: it reports values, not where they are, and for some rules only a prefix;
 4. high-entropy values of any ``key = value``, ``key: value`` or quoted assignment, by
-   detect-secrets' Shannon entropy (``_high_entropy``).
+   detect-secrets' Shannon entropy (``_high_entropy``);
+5. credentials named in prose (``the password is X``, ``pass: X``) whose value reads as a
+   password, and AWS secret keys in a text that names AWS.
+
+Then the rules are run again on what a text hides: base64 runs, decoded; spaced-out
+characters, joined; fullwidth and other compatibility forms, folded (``redact``).
 
 Each secret becomes ``[REDACTED:<kind>]``, as the core's do. Ordinary lessons (commands,
 paths, versions, short hex such as ``abc123``, git shas in prose) are left as they are; a
 hex value assigned to a key that names a hash (``commit=``, ``sha256:``, ``digest=``) is
 kept too.
 
-:func:`redact_candidate` redacts a candidate's keywords in the context of its text: a
-keyword that holds (or is part of) a value redacted from the text or from the keywords read
-together (``password=`` then ``hunter2``) is dropped.
+:func:`redact_candidate` redacts a candidate's keywords in the context of its original text
+(``core.text.secret_free_keywords``, which reflection uses too): a keyword that holds (or is
+part of) a value redacted from the text or from the keywords read together (``password=``
+then ``hunter2``) is dropped.
 """
 
 from __future__ import annotations
@@ -43,10 +52,10 @@ from scopemem.core.hygiene import cut_text
 from scopemem.core.records import MAX_TEXT_CHARS, Candidate
 from scopemem.core.text import (
     Stage,
+    redact_as_rendered,
     redaction_placeholder,
     redaction_stages,
     secret_free_keywords,
-    strip_invisible,
     substitution,
 )
 
@@ -381,12 +390,16 @@ def redact(text: str, found: list[str] | None = None) -> str:
     """``text`` with every secret the rules above recognise replaced by a placeholder; each
     removed secret is appended to ``found`` when it is given. Idempotent.
 
-    The text is read as it will be rendered (``core.text.strip_invisible``: a token split by
-    a zero width space is seen whole) and the rules are run again on what it hides: base64
-    runs, decoded; runs of spaced-out characters, joined; and, when the text has any,
+    The text is read as it will be rendered (``core.text.redact_as_rendered``: a token split
+    by a zero width space is seen whole) and the rules are run again on what it hides:
+    base64 runs, decoded; runs of spaced-out characters, joined; and, when the text has any,
     compatibility forms such as fullwidth letters folded (NFKC). A text that held a secret
-    only in its folded form is returned folded, redacted."""
-    text = _unmasked(strip_invisible(text), found)
+    only in its folded form is returned folded, redacted; one that held none, unchanged."""
+    return redact_as_rendered(_redact, text, found)
+
+
+def _redact(text: str, found: list[str] | None) -> str:
+    text = _unmasked(text, found)
     if text.isascii() or unicodedata.is_normalized("NFKC", text):
         return text
     folded = unicodedata.normalize("NFKC", text)

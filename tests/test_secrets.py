@@ -109,7 +109,7 @@ _SECRETISH = st.lists(st.sampled_from(
     max_size=40).map("".join)
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(st.one_of(st.text(max_size=200), _SECRETISH,
                  st.lists(st.sampled_from([s.text for s in CORPUS] + list(ORDINARY)),
                           max_size=4).map(" ".join)))

@@ -30,6 +30,7 @@ __all__ = [
     "normalize_text",
     "key_value_pattern",
     "key_value_replacement",
+    "redact_as_rendered",
     "redact_secrets",
     "redaction_placeholder",
     "redaction_stages",
@@ -620,9 +621,9 @@ def redact_secrets(text: str, found: list[str] | None = None) -> str:
       ``aws_secret_access_key`` value is tagged ``aws_secret_key``. A value that
       is only an environment-variable reference (``$VAR``, ``${VAR}``) is kept.
 
-    The text is first passed through :func:`strip_invisible`, so redaction reads it as it
-    will be rendered: a token split by a zero width space, a soft hyphen or a word joiner
-    (which rendering deletes) is found whole, and the result holds no such character.
+    The text is read as it will be rendered (:func:`redact_as_rendered`): a token split by
+    a zero width space, a soft hyphen or a word joiner (which rendering deletes) is found
+    whole, and a text that had a secret comes back without such characters.
 
     Ordinary prose is left alone: a key word needs an assignment separator right
     after it, and token shapes need their prefix plus a realistic length. The
@@ -632,10 +633,23 @@ def redact_secrets(text: str, found: list[str] | None = None) -> str:
     idempotent. Given ``found``, it appends each secret it removed (the value alone where
     a key name was kept), so a caller can tell which other strings held one.
     """
-    text = strip_invisible(text)
+    return redact_as_rendered(_redact, text, found)
+
+
+def _redact(text: str, found: list[str] | None) -> str:
     for stage in _STAGES:
         text = stage(text, found)
     return text
+
+
+def redact_as_rendered(redact: Stage, text: str, found: list[str] | None = None) -> str:
+    """``redact`` applied to ``text`` as it will be rendered (:func:`strip_invisible`), so a
+    secret split by an invisible character is seen whole. A text in which nothing is
+    redacted comes back exactly as it was; one in which something is comes back redacted,
+    without the invisible characters."""
+    stripped = strip_invisible(text)
+    redacted = redact(stripped, found)
+    return text if redacted == stripped else redacted
 
 
 #: A keyword this long or longer that a redacted value contains is part of the secret.
