@@ -72,9 +72,12 @@ _CURL_USER_RE = re.compile(
 )
 
 # Formats no rule set here has, each as narrow as its context allows; the value of each is
-# replaced, what names it kept. A value that is a placeholder or only an environment
-# variable ($PASS, ${PASS}) is left alone.
-_NOT_A_VALUE = r"(?!\[REDACTED:|\$\{?[A-Za-z_])"
+# replaced, what names it kept. A value that is a placeholder or starts with ``$`` (an
+# environment variable: $PASS, ${PASS}) is left alone.
+_NOT_A_VALUE = r"(?!\[REDACTED:|\$)"
+# A value's characters: never a placeholder's start, so a second pass never takes a
+# placeholder (``-p$[REDACTED:...]``) for a value.
+_VALUE = r"(?:(?!\[REDACTED:)[^\s\"'`])"
 # ``mysql -pSECRET`` (the password glued to -p: a bare ``-p`` prompts for it) and the other
 # MySQL / MariaDB clients: the flag is looked for in the rest of the command (up to a line
 # break, ``|``, ``;`` or ``&``).
@@ -82,11 +85,11 @@ _MYSQL_RE = re.compile(
     r"(?<![\w-])(?:mysql(?:dump|admin|import|show|check|slap)?|mariadb(?:-dump|-admin)?)\b"
     r"[^\n|;&]*"
 )
-_MYSQL_FLAG_RE = re.compile(r"(?<=[ \t])(-p[\"']?)" + _NOT_A_VALUE + r"[^\s\"']{1,256}")
+_MYSQL_FLAG_RE = re.compile(r"(?<=[ \t])(-p[\"']?)" + _NOT_A_VALUE + _VALUE + "{1,256}")
 # ``sshpass -p SECRET``, after any of sshpass's other options (not the command's own -p).
 _SSHPASS_RE = re.compile(
     r"(?<![\w-])(sshpass(?:[ \t]+-(?:[fdP][ \t]*\S{1,256}|[evhV]))*[ \t]+-p[ \t]*[\"']?)"
-    + _NOT_A_VALUE + r"[^\s\"']{1,256}"
+    + _NOT_A_VALUE + _VALUE + "{1,256}"
 )
 
 
@@ -105,8 +108,8 @@ def _mysql_stage(text: str, found: list[str] | None) -> str:
 # .netrc: ``machine HOST login USER password SECRET`` on one line, or a line that is only
 # ``password SECRET`` (the file's multi-line form).
 _NETRC_RE = re.compile(
-    r"(?im)(?:(\blogin[ \t]+\S{1,256}[ \t]+password[ \t]+)" + _NOT_A_VALUE + r"\S{1,256}"
-    r"|(^[ \t]*password[ \t]+)" + _NOT_A_VALUE + r"\S{1,256}(?=[ \t]*$))"
+    r"(?im)(?:(\blogin[ \t]+\S{1,256}[ \t]+password[ \t]+)" + _NOT_A_VALUE + _VALUE + "{1,256}"
+    r"|(^[ \t]*password[ \t]+)" + _NOT_A_VALUE + _VALUE + r"{1,256}(?=[ \t]*$))"
 )
 # A credential named in prose: ``the password is X``, ``pass: X``, ``aws secret X``. The
 # words around are weak context, so the value must look like a password (see
@@ -115,7 +118,7 @@ _SPOKEN_RE = re.compile(
     r"(?i)(?<![A-Za-z0-9_-])(?P<key>(?P<word>pass(?:word|wd|phrase)?|pwd|token"
     r"|secret(?:[ _-]access)?(?:[ _-]key)?|(?:api|access)[ _-]?key)s?"
     r"(?P<sep>[ \t]*[:=][ \t]*|[ \t]+(?:is|was)[ \t]+|[ \t]+)[\"'`]?)"
-    + _NOT_A_VALUE + r"(?P<value>[^\s\"'`]{6,128})"
+    + _NOT_A_VALUE + r"(?P<value>" + _VALUE + "{6,128})(?!" + _VALUE + ")"
 )
 _VERSION_RE = re.compile(r"v?[0-9]+(?:\.[0-9]+)+\S*")
 _COMPOUND_RE = re.compile(r"[a-z0-9]+(?:-[a-z]{3,})+")  # sha256-hashed, base64-encoded
@@ -148,8 +151,8 @@ _URL_KEY_RE = re.compile(
 # An AWS secret access key (40 characters of base64, upper and lower case and a digit) in
 # a text that names AWS: the key id beside it is a token the rules know, the secret is not.
 _AWS_SECRET_RE = re.compile(
-    r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]{0,39}[0-9])(?=[A-Za-z0-9/+]{0,39}[a-z])"
-    r"(?=[A-Za-z0-9/+]{0,39}[A-Z])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
+    r"(?<![A-Za-z0-9/+=_-])(?=[A-Za-z0-9/+]{0,39}[0-9])(?=[A-Za-z0-9/+]{0,39}[a-z])"
+    r"(?=[A-Za-z0-9/+]{0,39}[A-Z])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=_-])"
 )
 
 # Key words (beyond the core's) that make ``key = value`` a credential: detect-secrets'
