@@ -333,7 +333,7 @@ def _stages() -> tuple[Stage, ...]:
         _gated(_library_stage(rules)),
         substitution(_ASSIGNMENT_RE, _entropy_replacement, (":", "=")),
         substitution(_SPOKEN_RE, _spoken_replacement,
-                     folded_needs=("pass", "pwd", "token", "secret", "api", "access")),
+                     folded_needs=("pass", "pwd", "token", "secret", "key")),
         substitution(_AWS_SECRET_RE, redaction_placeholder("aws_secret_key"),
                      folded_needs=("aws",)),
     )

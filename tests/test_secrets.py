@@ -116,3 +116,23 @@ _SECRETISH = st.lists(st.sampled_from(
 def test_redaction_is_idempotent_and_never_raises(text):
     once = redact(text)
     assert redact(once) == once
+
+
+@pytest.mark.parametrize("text", [
+    "a " * 50_000,
+    ("a " * 15 + "bb ") * 3_000,
+    "mysql -u x " * 5_000,
+    "sshpass" + " -f x" * 10_000,
+    "login x password " * 5_000,
+    "password x y\n" * 5_000,
+    "A" * 50_000,
+    ("QUJD" * 8 + " ") * 3_000,
+    ("://" + "a1" * 20 + "@") * 3_000,
+    "password is " * 8_000,
+    "aws " + "Ab1/" * 20_000,
+    "ｇｈｐ＿" * 20_000,
+    "\u200b" * 50_000,
+], ids=lambda text: repr(text[:12]))
+def test_hostile_input_completes_and_redacts_once(text):
+    out = redact(text)
+    assert redact(out) == out

@@ -177,6 +177,7 @@ def encodable(value: str) -> str:
 #: What rendering removes (rather than turns into a space): the controls that are not
 #: whitespace and the invisible characters.
 _DROP_TABLE = {cp: None for cp, replacement in _RENDER_TABLE.items() if replacement is None}
+_ASCII_DROP_RE = re.compile("[" + "".join(chr(cp) for cp in _DROP_TABLE if cp < 0x80) + "]")
 _WHITESPACE_TABLE = {cp: _SPACE for cp, replacement in _RENDER_TABLE.items() if replacement}
 
 
@@ -186,6 +187,8 @@ def strip_invisible(value: str) -> str:
     invisible characters of :data:`INVISIBLE_RANGES` and the stray joiners. Whitespace
     stays as it is. Redaction applies it first, so a secret split by a zero width space
     or a soft hyphen is seen whole, as the prompt would show it."""
+    if value.isascii():  # only controls to drop: a search is cheaper than a translation
+        return _ASCII_DROP_RE.sub("", value) if _ASCII_DROP_RE.search(value) else value
     text = value.translate(_DROP_TABLE)
     if "\u200c" in text or "\u200d" in text:
         text = _STRAY_JOINER_RE.sub("", text)
