@@ -122,14 +122,22 @@ _SPOKEN_RE = re.compile(
 )
 _VERSION_RE = re.compile(r"v?[0-9]+(?:\.[0-9]+)+\S*")
 _COMPOUND_RE = re.compile(r"[a-z0-9]+(?:-[a-z]{3,})+")  # sha256-hashed, base64-encoded
+# The technical terms with a digit that follow "the token is", "the password is" in prose.
+_TERM_RE = re.compile(
+    r"(?i)(?:base(?:32|58|64)(?:url)?|sha-?[0-9]*|md5|argon2(?:id|i|d)?|pbkdf2|bcrypt|scrypt"
+    r"|oauth[12]|http[23]|utf-?(?:8|16|32)|aes-?[0-9]+(?:-?gcm)?|rsa-?[0-9]+|[hre]s[0-9]{3}"
+    r"|ed25519|x509|pkcs[0-9]+|v[0-9]+[a-z0-9]*|[0-9]+(?:bit|byte|char|day|hour|min|sec)s?)"
+)
 _TRAILING = ".,;:)"
 
 
 def _password_like(value: str) -> bool:
     """Whether a value named in prose reads as a password or key: a letter and a digit,
-    and neither a version (``v1.2.3``) nor a hyphenated word (``sha256-hashed``)."""
+    and neither a version (``v1.2.3``), a hyphenated word (``sha256-hashed``) nor a
+    technical term (``base64``, ``argon2id``, ``RS256``, ``v2beta1``, ``32bytes``)."""
     return bool(_DIGIT_RE.search(value) and _LETTER_RE.search(value)
-                and not _VERSION_RE.fullmatch(value) and not _COMPOUND_RE.fullmatch(value))
+                and not _VERSION_RE.fullmatch(value) and not _COMPOUND_RE.fullmatch(value)
+                and not _TERM_RE.fullmatch(value))
 
 
 def _spoken_replacement(match: re.Match[str]) -> str:

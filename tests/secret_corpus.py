@@ -244,6 +244,8 @@ ORDINARY: tuple[str, ...] = (
     "the password is stored in Vault and rotated every 90 days",
     "the password is sha256-hashed; the api key is per-tenant",
     "the token is base64-encoded and expires after 3600s",
+    "the session token is base64 encoded; the password is argon2id hashed",
+    "the api key is 32bytes, the access token is RS256 signed, api key v2beta1 endpoints",
     "password policy: 12 characters, one digit; the access token lifetime is 1h",
     "pytest summary: pass: 120, fail: 3; pass the v2 flag to the runner",
     "the secret key is v1.2.3-rc1 compatible",
