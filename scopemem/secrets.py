@@ -12,8 +12,8 @@ the text as it will be rendered (``core.text.redact_as_rendered``), then runs, i
    The core's token table holds the formats detect-secrets has no rule for (``npm_``,
    ``hf_``, ``dop_v1_``, ``hvs.``, ``AGE-SECRET-KEY-1``, ``dapi``, ``shpat_``, Slack
    ``xoxe-``, unsigned JWTs, ``GOCSPX-``, ``lin_api_``), each commented there;
-2. formats that no rule set here has, each in its own context (no maintained rule set is
-   packaged as data for them: gitleaks' is Go, and detect-secrets has none): ``curl -u
+2. formats that no rule set here has, each in its own context (detect-secrets has no rule
+   for them, and gitleaks' rules ship inside its Go binary, not as data on PyPI): ``curl -u
    user:password`` / ``--user``, a key as a URL's user (a Sentry DSN), ``mysql -pSECRET``,
    ``sshpass -p SECRET``, ``.netrc`` ``password`` lines;
 3. the regex rules of Yelp's detect-secrets plugins (``_LIBRARY_PLUGINS``): their
