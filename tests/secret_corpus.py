@@ -41,11 +41,51 @@ class Secret:
     kind: str
     text: str
     raw: str
+    #: For a secret in disguise (split by an invisible character, fullwidth, spaced out,
+    #: base64-wrapped): the token a reader recovers from it.
+    hidden: str = ""
 
     @property
     def fragments(self) -> tuple[str, ...]:
-        """The secret's alphanumeric runs of 10 or more characters."""
-        return tuple(run for run in re.findall(r"[A-Za-z0-9]+", self.raw) if len(run) >= 10)
+        """The alphanumeric runs of 10 or more characters of the secret and of the token it
+        hides."""
+        return tuple(run for value in (self.raw, self.hidden)
+                     for run in re.findall(r"[A-Za-z0-9]+", value) if len(run) >= 10)
+
+
+def _fullwidth(value: str) -> str:
+    return "".join(chr(ord(char) + 0xFEE0) if "!" <= char <= "~" else char for char in value)
+
+
+def _disguised() -> list[tuple[str, str, str, str]]:
+    """(format, text, secret as written, the token it hides): secrets a reader (or the
+    renderer) recovers whole from what the text shows."""
+    github = "ghp_" + _pick(_ALNUM, 36)
+    aws = "AKIA" + _pick(_UPPER_DIGITS, 16)
+    stripe = "sk_live_" + _pick(_ALNUM, 24)
+    hugging = "hf_" + _pick(string.ascii_letters, 34)
+    linear = "lin_api_" + _pick(_ALNUM, 40)
+    spaced = "ghp_" + _pick(_ALNUM, 36)
+    wrapped = "glpat-" + _pick(_URLSAFE, 20)
+    wrapped_json = "xoxb-" + _pick(string.digits, 12) + "-" + _pick(_ALNUM, 24)
+    return [
+        # Rendering deletes the invisible character, so the prompt would hold the token.
+        ("split_zwsp", "the mirror bot token is {s}", github[:20] + "\u200b" + github[20:],
+         github),
+        ("split_soft_hyphen", "the audit role uses {s}", aws[:10] + "\u00ad" + aws[10:], aws),
+        ("split_word_joiner", "the billing worker uses {s}", stripe[:14] + "\u2060" + stripe[14:],
+         stripe),
+        ("split_zwj", "the model mirror pulls with {s}", hugging[:12] + "\u200d" + hugging[12:],
+         hugging),
+        ("split_nul", "the backup bot reads {s}", github[:8] + "\x00" + github[8:], github),
+        ("fullwidth", "the docs bot token is {s}", _fullwidth(github), github),
+        ("fullwidth", "linear key {s} for the triage bot", _fullwidth(linear), linear),
+        ("space_split", "the token, spelled out: {s}", " ".join(spaced), spaced),
+        ("base64", "the CI secret is stored as {s}",
+         base64.b64encode(wrapped.encode()).decode(), wrapped),
+        ("base64", "docker auth {s}", base64.urlsafe_b64encode(json.dumps(
+            {"token": wrapped_json}).encode()).decode(), wrapped_json),
+    ]
 
 
 def _entries() -> list[tuple[str, str, str]]:
@@ -141,12 +181,32 @@ def _entries() -> list[tuple[str, str, str]]:
         ("entropy_hex", "ENCRYPTION_HEX={s}", _pick(_HEX, 64)),
         ("generic_token", "the api token = {s}", _pick(_ALNUM, 30)),
         ("generic_secret", "client_secret: {s}", _pick(_URLSAFE, 40)),
+        # Formats the rule sets have no rule for, or name only in a file's syntax.
+        ("aws_secret_prose", "the AWS secret key is {s}", _pick(_B64, 40)),
+        ("aws_secret_prose", "aws: AKIA" + _pick(_UPPER_DIGITS, 16) + " with {s}",
+         _pick(_B64, 40)),
+        ("google_oauth", "the OAuth client secret is {s}", "GOCSPX-" + _pick(_URLSAFE, 28)),
+        ("password_is", "the admin password is {s}", "Tr0ub4dor" + _pick(_ALNUM, 5)),
+        ("password_is", "the wifi password is '{s}'", "s3cure-" + _pick(_ALNUM, 8)),
+        ("pass_colon", "user: admin, pass: {s}", "Qw3rty" + _pick(_ALNUM, 8)),
+        ("mysql", "mysql -u root -p{s} orders < dump.sql", _pick(_ALNUM, 14)),
+        ("mysql", "mysqldump -h db1 -uapp -p'{s}' app", _pick(_ALNUM, 12)),
+        ("sshpass", "sshpass -p {s} ssh deploy@bastion.acme.internal", _pick(_ALNUM, 14)),
+        ("netrc", "machine api.acme.dev login deploy password {s}", _pick(_ALNUM, 16)),
+        ("netrc", "~/.netrc holds:\nmachine git.acme.dev\n  login ci\n  password {s}\n",
+         _pick(_ALNUM, 16)),
+        ("linear", "linear api key {s}", "lin_api_" + _pick(_ALNUM, 40)),
+        ("sentry_dsn", "errors go to https://{s}@o450123.ingest.sentry.io/5501234",
+         _pick(_HEX, 32)),
     ]
     return e
 
 
-CORPUS: tuple[Secret, ...] = tuple(
-    Secret(kind, text.replace("{s}", raw), raw) for kind, text, raw in _entries())
+CORPUS: tuple[Secret, ...] = (
+    *(Secret(kind, text.replace("{s}", raw), raw) for kind, text, raw in _entries()),
+    *(Secret(kind, text.replace("{s}", raw), raw, hidden)
+      for kind, text, raw, hidden in _disguised()),
+)
 
 FORMATS: frozenset[str] = frozenset(secret.kind for secret in CORPUS)
 
@@ -180,4 +240,22 @@ ORDINARY: tuple[str, ...] = (
     "build id=7c9e6679-7425-40de-944b-e07fc1f90ae7 is the one QA signed off",
     "TestUserRegistrationFlow_WithExpiredToken fails on CI; python: 3.12.1, pydantic: 2.5.3",
     "docker run -e POSTGRES_PASSWORD=$PG_PASS postgres:16",
+    # Near the words the prose rules read, but no secret.
+    "the password is stored in Vault and rotated every 90 days",
+    "the password is sha256-hashed; the api key is per-tenant",
+    "the token is base64-encoded and expires after 3600s",
+    "the session token is base64 encoded; the password is argon2id hashed",
+    "the api key is 32bytes, the access token is RS256 signed, api key v2beta1 endpoints",
+    "password policy: 12 characters, one digit; the access token lifetime is 1h",
+    "pytest summary: pass: 120, fail: 3; pass the v2 flag to the runner",
+    "the secret key is v1.2.3-rc1 compatible",
+    "mysql -u root -p orders prompts for the password; ssh -p 2222 deploy@bastion",
+    "sshpass -f ~/.pw ssh -p 2222 deploy@bastion",
+    "sshpass -p $SSH_PASS ssh deploy@bastion, mysql -uroot -p$MYSQL_PWD",
+    "login with your SSO account; password reset links expire in 24h",
+    "aws s3 sync ./build s3://acme-site --delete; AWS region is us-east-1",
+    "ssh://git@github.com/acme/api.git and https://deploy@ci.acme.dev/job/42",
+    "the spaced letters a b c d e f g h i j k l m n o p q r are the alphabet",
+    "base64 of hello world is aGVsbG8gd29ybGQgaGVsbG8gd29ybGQ=",
+    "日本語のテキスト：ｶﾀｶﾅと全角（ＡＢＣ）をそのまま残す",
 )

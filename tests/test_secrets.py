@@ -3,6 +3,8 @@ stores what redaction leaves."""
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 from scopemem import Memory, MemoryConfig, handle_command
 from scopemem.core.hygiene import fit_candidate
 from scopemem.core.records import Candidate, Kind
+from scopemem.core.text import redact_secrets, sanitize_field
 from scopemem.secrets import redact, redact_candidate
 from scopemem.stores.memory import InMemoryStore
 from tests.secret_corpus import CORPUS, ORDINARY
@@ -24,6 +27,26 @@ def test_every_corpus_secret_is_redacted(secret):
     assert secret.raw not in redacted
     assert not [fragment for fragment in secret.fragments if fragment in redacted]
     assert redact(redacted) == redacted
+
+
+@pytest.mark.parametrize("secret", [secret for secret in CORPUS if secret.hidden],
+                         ids=lambda secret: secret.kind)
+def test_a_disguised_secret_is_redacted_as_a_reader_would_see_it(secret):
+    """Split by an invisible character (which rendering deletes), fullwidth, spaced out or
+    base64-wrapped: the rendered text never holds the token it hides."""
+    redacted = redact(secret.text)
+    assert "[REDACTED:" in redacted
+    rendered = sanitize_field(redacted)
+    assert secret.hidden not in rendered
+    assert secret.hidden not in "".join(unicodedata.normalize("NFKC", rendered).split())
+
+
+@pytest.mark.parametrize("secret", [secret for secret in CORPUS
+                                    if secret.kind.startswith("split_")],
+                         ids=lambda secret: secret.kind)
+def test_the_core_rules_read_a_split_token_whole_too(secret):
+    redacted = redact_secrets(secret.text)
+    assert "[REDACTED:" in redacted and secret.hidden not in sanitize_field(redacted)
 
 
 @pytest.mark.parametrize("text", ORDINARY)
@@ -78,14 +101,38 @@ async def test_reflection_sends_and_stores_no_secret(clock):
 
 _SECRETISH = st.lists(st.sampled_from(
     list("aAkK019_-.:=/@+ \"'") + ["AKIA", "xoxb-", "eyJ", "password", "://u:", "-u ", "SG.",
-                                   "hvs.", "npm_", "token=", "@host.io", "[REDACTED:jwt]"]),
+                                   "hvs.", "npm_", "token=", "@host.io", "[REDACTED:jwt]",
+                                   "\u200b", "\u00ad", "\x00", "ｇｈｐ＿", "Ａ１", "g h p _ ",
+                                   "a 1 ", "Z2hwX2", "==", "mysql -p", "sshpass -p ",
+                                   "login x password ", "\npassword ", "password is ",
+                                   "pass: ", "lin_api_", "GOCSPX-", "aws ", "://k1"]),
     max_size=40).map("".join)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(st.one_of(st.text(max_size=200), _SECRETISH,
                  st.lists(st.sampled_from([s.text for s in CORPUS] + list(ORDINARY)),
                           max_size=4).map(" ".join)))
 def test_redaction_is_idempotent_and_never_raises(text):
     once = redact(text)
     assert redact(once) == once
+
+
+@pytest.mark.parametrize("text", [
+    "a " * 50_000,
+    ("a " * 15 + "bb ") * 3_000,
+    "mysql -u x " * 5_000,
+    "sshpass" + " -f x" * 10_000,
+    "login x password " * 5_000,
+    "password x y\n" * 5_000,
+    "A" * 50_000,
+    ("QUJD" * 8 + " ") * 3_000,
+    ("://" + "a1" * 20 + "@") * 3_000,
+    "password is " * 8_000,
+    "aws " + "Ab1/" * 20_000,
+    "ｇｈｐ＿" * 20_000,
+    "\u200b" * 50_000,
+], ids=lambda text: repr(text[:12]))
+def test_hostile_input_completes_and_redacts_once(text):
+    out = redact(text)
+    assert redact(out) == out

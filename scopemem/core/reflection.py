@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from scopemem.core.records import MAX_TEXT_CHARS, Candidate, Kind, Record
-from scopemem.core.text import is_text, redact_secrets
+from scopemem.core.text import Stage, is_text, redact_secrets, secret_free_keywords
 
 REFLECT_MIN_TURNS = 4
 # A request or thread carrying this (any case) keeps its run out of memory: it is never
@@ -252,16 +252,18 @@ def _envelope(raw: str) -> dict[str, Any]:
     return data
 
 
-def _keywords(value: Any, redact: Callable[[str], str]) -> tuple[str, ...] | None:
+def _keywords(value: Any, redact: Stage, found: list[str]) -> tuple[str, ...] | None:
+    """The fact's keywords, each redacted, less those that hold a secret redacted from its
+    text (``found``) or from the keywords read together."""
     if not isinstance(value, list):
         return None
     kept: dict[str, None] = {}
     for item in value:
         if isinstance(item, str):
-            keyword = redact(item.strip()).lower()
+            keyword = redact(item.strip(), None).lower()
             if keyword:
                 kept.setdefault(keyword, None)
-    return tuple(list(kept)[:MAX_KEYWORDS]) or None
+    return secret_free_keywords(tuple(kept), found, redact)[:MAX_KEYWORDS] or None
 
 
 def _audience(value: Any, audiences: Collection[str]) -> str:
@@ -283,7 +285,7 @@ def _shown_pointer(value: Any, shown_ids: Collection[str]) -> str | None:
 def parse_reflection(
     raw: str, *, shown_ids: Collection[str], thread_key: str, run_id: str | None,
     audiences: Sequence[str] = (*_BUILTIN_PRECEDENCE, DEFAULT_AUDIENCE),
-    redact: Callable[[str], str] = redact_secrets,
+    redact: Stage = redact_secrets,
 ) -> Reflection:
     """Read the extractor's reply. Raises ``ReflectionRejected`` for a bad envelope; inside,
     a fact without non-empty text or with a confidence outside [0.6, 1], or whose text is
@@ -292,8 +294,8 @@ def parse_reflection(
     unknown audience (one not in ``audiences``, narrowest first as ``audience_order`` gives
     them) is org; the summary takes the narrowest audience any fact carried, so a personal
     thread's summary stays personal. Every text and keyword is passed through ``redact``
-    (as in ``build_reflection_input``); the write boundary then redacts the keywords again
-    in the context of their text."""
+    (as in ``build_reflection_input``), the keywords in the context of the fact's original
+    text (``password=hunter2`` drops the keyword ``hunter2``, as the write boundary does)."""
     data = _envelope(raw)
     facts: list[Reflected] = []
     reasons: dict[str, int] = {}
@@ -318,13 +320,14 @@ def parse_reflection(
         if len(facts) == MAX_FACTS:
             drop("over five")
             continue
+        found: list[str] = []
         facts.append(Reflected(
             Candidate(
                 kind=Kind.FACT,
-                text=redact(text.strip())[:MAX_TEXT_CHARS],
+                text=redact(text.strip(), found)[:MAX_TEXT_CHARS],
                 source_thread_key=thread_key,
                 source_run_id=run_id,
-                keywords=_keywords(item.get("keywords"), redact),
+                keywords=_keywords(item.get("keywords"), redact, found),
                 confidence=confidence,
                 supersedes=_shown_pointer(item.get("supersedes"), shown_ids),
                 restates=_shown_pointer(item.get("restates"), shown_ids),
@@ -337,7 +340,7 @@ def parse_reflection(
         tagged = {fact.audience for fact in facts}
         narrowest = next((a for a in audiences if a in tagged), DEFAULT_AUDIENCE)
         summary = Reflected(
-            Candidate(kind=Kind.SUMMARY, text=redact(text.strip())[:MAX_TEXT_CHARS],
+            Candidate(kind=Kind.SUMMARY, text=redact(text.strip(), None)[:MAX_TEXT_CHARS],
                       source_thread_key=thread_key, source_run_id=run_id),
             narrowest,
         )

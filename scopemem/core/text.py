@@ -16,6 +16,7 @@ behaviour holds in the scorer, in every store backend and in the renderer:
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable
 
 from scopemem.core.words import distinct_tokens, normalize_text, tokenize
@@ -29,11 +30,14 @@ __all__ = [
     "normalize_text",
     "key_value_pattern",
     "key_value_replacement",
+    "redact_as_rendered",
     "redact_secrets",
     "redaction_placeholder",
     "redaction_stages",
     "removed_part",
     "sanitize_field",
+    "secret_free_keywords",
+    "strip_invisible",
     "substitution",
     "tokenize",
 ]
@@ -170,6 +174,27 @@ def encodable(value: str) -> str:
     return _SURROGATE_RE.sub("\ufffd", value)
 
 
+#: What rendering removes (rather than turns into a space): the controls that are not
+#: whitespace and the invisible characters.
+_DROP_TABLE = {cp: None for cp, replacement in _RENDER_TABLE.items() if replacement is None}
+_ASCII_DROP_RE = re.compile("[" + "".join(chr(cp) for cp in _DROP_TABLE if cp < 0x80) + "]")
+_WHITESPACE_TABLE = {cp: _SPACE for cp, replacement in _RENDER_TABLE.items() if replacement}
+
+
+def strip_invisible(value: str) -> str:
+    """``value`` without the characters its rendering removes (steps 1 and 2 of
+    :func:`sanitize_field` for what they drop): controls that are not whitespace, the
+    invisible characters of :data:`INVISIBLE_RANGES` and the stray joiners. Whitespace
+    stays as it is. Redaction applies it first, so a secret split by a zero width space
+    or a soft hyphen is seen whole, as the prompt would show it."""
+    if value.isascii():  # only controls to drop: a search is cheaper than a translation
+        return _ASCII_DROP_RE.sub("", value) if _ASCII_DROP_RE.search(value) else value
+    text = value.translate(_DROP_TABLE)
+    if "\u200c" in text or "\u200d" in text:
+        text = _STRAY_JOINER_RE.sub("", text)
+    return text
+
+
 def sanitize_field(value: str) -> str:
     """Make one stored field safe to render as a single bullet inside the prompt.
 
@@ -208,12 +233,10 @@ def sanitize_field(value: str) -> str:
     this function, so they remain the only real delimiters. Stored text is never
     changed; only its rendering is.
     """
-    text = value.translate(_RENDER_TABLE)
+    text = strip_invisible(value).translate(_WHITESPACE_TABLE)
     lookalikes = False
     if not text.isascii():
         text = _SURROGATE_RE.sub("\ufffd", text)
-        if "\u200c" in text or "\u200d" in text:
-            text = _STRAY_JOINER_RE.sub("", text)
         lookalikes = _LOOKALIKE_RE.search(text) is not None
     text = " ".join(text.split())
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -266,6 +289,8 @@ REDACTION_KINDS: tuple[str, ...] = (
     "age_secret_key",
     "databricks_token",
     "shopify_token",
+    "google_oauth_secret",
+    "linear_key",
     "authorization",
     "bearer_token",
     "aws_secret_key",
@@ -383,6 +408,9 @@ _TOKEN_RULES: tuple[tuple[str, str], ...] = (
     ("databricks_token", r"dapi[a-f0-9]{32}(?:-[0-9]+)?"),
     # Shopify admin, custom-app and private-app tokens and shared secrets.
     ("shopify_token", r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"),
+    # Google OAuth client secrets; Linear API keys.
+    ("google_oauth_secret", r"GOCSPX-[A-Za-z0-9_-]{28}"),
+    ("linear_key", r"lin_api_[A-Za-z0-9]{40}"),
 )
 _TOKEN_RE_ALL = re.compile(
     rf"(?<![{_TOKEN_CHAR}])(?:"
@@ -585,7 +613,8 @@ def redact_secrets(text: str, found: list[str] | None = None) -> str:
       key ids, Google ``AIza`` keys, Stripe ``sk_``/``rk_`` live and test keys, JWTs
       (unsigned ones too), npm ``npm_``, PyPI ``pypi-``, Hugging Face ``hf_``,
       DigitalOcean ``dop_v1_``/``doo_v1_``/``dor_v1_``, Vault ``hvs.``/``hvb.``/``hvr.``,
-      ``AGE-SECRET-KEY-1``, Databricks ``dapi`` and Shopify ``shpat_``-style tokens;
+      ``AGE-SECRET-KEY-1``, Databricks ``dapi``, Shopify ``shpat_``-style tokens, Google
+      OAuth client secrets ``GOCSPX-`` and Linear ``lin_api_`` keys;
     * ``Authorization: <scheme> <value>`` headers (scheme kept) and bare
       ``Bearer <token>`` where the token is 16+ characters with a digit;
     * ``key = value`` / ``key: value`` pairs whose key ends in password, passwd,
@@ -595,6 +624,10 @@ def redact_secrets(text: str, found: list[str] | None = None) -> str:
       ``aws_secret_access_key`` value is tagged ``aws_secret_key``. A value that
       is only an environment-variable reference (``$VAR``, ``${VAR}``) is kept.
 
+    The text is read as it will be rendered (:func:`redact_as_rendered`): a token split by
+    a zero width space, a soft hyphen or a word joiner (which rendering deletes) is found
+    whole, and a text that had a secret comes back without such characters.
+
     Ordinary prose is left alone: a key word needs an assignment separator right
     after it, and token shapes need their prefix plus a realistic length. The
     trade-off is that ``the secret: caching`` does lose the word after the colon.
@@ -603,6 +636,57 @@ def redact_secrets(text: str, found: list[str] | None = None) -> str:
     idempotent. Given ``found``, it appends each secret it removed (the value alone where
     a key name was kept), so a caller can tell which other strings held one.
     """
+    return redact_as_rendered(_redact, text, found)
+
+
+def _redact(text: str, found: list[str] | None) -> str:
     for stage in _STAGES:
         text = stage(text, found)
     return text
+
+
+def redact_as_rendered(redact: Stage, text: str, found: list[str] | None = None) -> str:
+    """``redact`` applied to ``text`` as it will be rendered (:func:`strip_invisible`), so a
+    secret split by an invisible character is seen whole. A text in which nothing is
+    redacted comes back exactly as it was; one in which something is comes back redacted,
+    without the invisible characters."""
+    stripped = strip_invisible(text)
+    redacted = redact(stripped, found)
+    return text if redacted == stripped else redacted
+
+
+#: A keyword this long or longer that a redacted value contains is part of the secret.
+_MIN_PART = 6
+
+
+def _holds_secret(keyword: str, secrets: set[str]) -> bool:
+    return keyword in secrets or any(
+        (len(secret) >= 4 and secret in keyword)
+        or (len(keyword) >= _MIN_PART and keyword in secret)
+        for secret in secrets)
+
+
+def _keyword_forms(keyword: str) -> tuple[str, str]:
+    """A keyword as redaction reads it (invisible characters stripped, compatibility forms
+    such as fullwidth letters folded, case ignored), and that without its spaces."""
+    folded = unicodedata.normalize("NFKC", strip_invisible(keyword)).casefold()
+    return folded, "".join(folded.split())
+
+
+def secret_free_keywords(keywords: tuple[str, ...], found: list[str],
+                         redact: Stage = redact_secrets) -> tuple[str, ...]:
+    """``keywords`` less every one that holds a secret, judged in the context of their
+    text: ``found`` is what redacting the original text removed (so ``hunter2`` goes when
+    the text said ``password=hunter2``, though the redacted text no longer shows it). A
+    keyword is dropped when it contains a secret from ``found`` or from the keywords read
+    together as one line by ``redact`` (``password=`` then ``hunter2``), or is a part (6+
+    characters) of one; case is ignored, since an extractor may lowercase its keywords."""
+    if not keywords:
+        return keywords
+    found = list(found)
+    redact(" ".join(keywords), found)
+    secrets = {value.casefold() for value in found if value}
+    if not secrets:
+        return keywords
+    return tuple(keyword for keyword in keywords
+                 if not any(_holds_secret(form, secrets) for form in _keyword_forms(keyword)))

@@ -333,3 +333,21 @@ async def test_a_fact_that_is_not_text_is_dropped_with_its_reason_not_the_batch(
                                        "lint before pushing"]
     [line] = lines(caplog)
     assert "inserted 2, summary 1," in line and "dropped 1 (not text 1)" in line
+
+
+# --- keywords are judged against the fact's own text ------------------------------------------
+
+
+async def test_reflection_drops_a_keyword_its_fact_names_as_a_password_as_write_does(
+        store, clock, scripted):
+    said = "the staging database uses password=hunter2"
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson(said, keywords=["database", "hunter2"])]}]
+    await reflect(memory, run())
+    [reflected] = [record for record in await store.list(ORG, 50) if record.kind is Kind.FACT]
+    await store.write(USER_A, [fact(said, keywords=("database", "hunter2"))])
+    [written] = await store.list(USER_A, 50)
+    assert reflected.text == written.text == \
+        "the staging database uses password=[REDACTED:credential]"
+    assert reflected.keywords == written.keywords == ("database",)
+

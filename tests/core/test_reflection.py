@@ -186,6 +186,19 @@ def test_an_empty_or_missing_summary_is_none():
     assert parse({"facts": [], "summary": 4}).summary is None
 
 
+def test_a_keyword_is_redacted_against_its_facts_original_text():
+    """``hunter2`` alone is no secret; after ``password=`` in the fact it is, though the
+    redacted text no longer shows the ``password=`` beside it."""
+    result = parse({"facts": [good("the staging database uses password=hunter2",
+                                   keywords=["database", "hunter2", "Hunter2"])]})
+    candidate = result.facts[0].candidate
+    assert candidate.text == "the staging database uses password=[REDACTED:credential]"
+    assert candidate.keywords == ("database",)
+    together = parse({"facts": [good("ask the platform team",
+                                     keywords=["platform", "password=", "hunter2"])]})
+    assert together.facts[0].candidate.keywords == ("platform", "password=")
+
+
 def test_every_text_field_is_redacted():
     result = parse({"facts": [good(f"use {GITHUB_TOKEN} to push", keywords=[GITHUB_TOKEN])],
                     "summary": f"the token {GITHUB_TOKEN} was used"})

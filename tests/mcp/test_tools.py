@@ -261,3 +261,29 @@ async def test_without_a_configured_repo_the_git_remote_of_its_folder_names_it(
         context = await call(session, "memory_context", brief="how do I build the web app?")
     assert "repo:acme/api" in context.structured_content["scopes"]
     assert "repo:acme/web" not in context.structured_content["scopes"]
+
+
+async def test_a_token_split_by_an_invisible_character_never_comes_back_whole(
+        config: Callable[..., Path]):
+    """Rendering deletes a zero width space, a soft hyphen, a word joiner: redaction reads
+    the text as rendered, so neither the text nor the structured output joins the token."""
+    from tests.secret_corpus import CORPUS
+
+    split = [secret for secret in CORPUS if secret.kind.startswith("split_")]
+    async with mcp_session(config()) as session:
+        for secret in split:
+            remembered = await call(session, "memory_remember", scope="me", text=secret.text)
+            assert not remembered.is_error, text_of(remembered)
+        listed = await call(session, "memory_list", scope="me")
+        found = await call(session, "memory_search", query="token uses reads pulls with")
+        context = await call(session, "memory_context",
+                             brief="which token does the bot use, what does it pull with")
+    [section] = listed.structured_content["scopes"]
+    assert len(section["records"]) == len(split)
+    shown = "\n".join([text_of(listed), text_of(found), text_of(context),
+                       str(listed.structured_content), str(found.structured_content),
+                       str(context.structured_content)])
+    assert shown.count("[REDACTED:") >= 3 * len(split)
+    for secret in split:
+        assert secret.hidden not in shown, secret.kind
+
