@@ -1,8 +1,8 @@
 """``scopemem mcp``: serve memory to a coding agent over MCP.
 
 Registered through ``scopemem_register_commands`` like every command. The SDK is an extra
-(``pip install -e '.[mcp]'`` from the checkout) and is imported only when the command runs, so a missing
-SDK is one clear error and never breaks another command.
+(``pip install -e '.[mcp]'`` from the checkout) and is imported only when the command runs,
+so a missing SDK is one clear error and never breaks another command.
 """
 
 from __future__ import annotations
