@@ -271,6 +271,9 @@ async def reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
             # beside what the store counts there, so a scope's rejected share reads whole.
             _count(memory, _route(item, actor, org_key, shown_scopes),
                    _screen_counts(screened.markers if screened.rejected else None))
+        elif screened.rejected:  # a summary is never gated: only noise refuses one
+            _count(memory, _route(item, actor, org_key, shown_scopes),
+                   {counters.rejected_by(marker): 1 for marker in screened.markers})
         if screened.rejected:
             report.rejected += 1
         else:

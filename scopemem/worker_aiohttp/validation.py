@@ -34,6 +34,7 @@ from scopemem.core.records import (
     MAX_SCOPE_CAP,
     MAX_SCOPES_PAGE,
     MAX_SEQ,
+    MAX_SOURCE_CHARS,
     MAX_STATS_SCOPES,
     MAX_TEXT_CHARS,
     MAX_USED_IDS,
@@ -128,21 +129,36 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         raise BodyError("body must be a JSON object")
     problem = _unencodable(value, "")
     if problem is not None:
-        raise BodyError(f"{problem} is not valid Unicode text (it holds a lone surrogate)")
+        where, what = problem
+        raise BodyError(f"{where} {what}")
     return value
 
 
-def _unencodable(value: Any, where: str) -> str | None:
-    """The path of the first string in a decoded body (a key or a value) that cannot be
-    encoded as UTF-8: JSON's ``\\ud800`` escapes decode to lone surrogates, which no store
-    can keep and no answer can carry. None when every string is text."""
+_SURROGATE = "is not valid Unicode text (it holds a lone surrogate)"
+_NUL = "holds a NUL character (U+0000), which no store keeps"
+
+
+def _string_problem(value: str) -> str | None:
+    if "\x00" in value:
+        return _NUL
+    return None if value.isascii() or is_text(value) else _SURROGATE
+
+
+def _unencodable(value: Any, where: str) -> tuple[str, str] | None:
+    """The path of the first string in a decoded body (a key or a value) no store can
+    keep, and why: one that cannot be encoded as UTF-8 (JSON's ``\\ud800`` escapes decode
+    to lone surrogates, which no answer can carry either), or one holding a NUL character
+    (PostgreSQL refuses it; every store must answer alike). None when every string is
+    text."""
     if isinstance(value, str):
-        return None if value.isascii() or is_text(value) else (where or "body")
+        problem = _string_problem(value)
+        return None if problem is None else (where or "body", problem)
     if isinstance(value, dict):
         for key, item in value.items():
             path = f"{where}.{key}" if where else str(key)
-            if not is_text(key):
-                return where or "body"
+            problem = _string_problem(key)
+            if problem is not None:
+                return where or "body", f"has a key that {problem}"
             found = _unencodable(item, path)
             if found is not None:
                 return found
@@ -210,9 +226,12 @@ def _non_empty_string(item: Mapping[str, Any], field: str, where: str, *, max_ch
         raise BodyError(f"{where}.{field} must be at most {max_chars} characters")
 
 
-def _optional_string(item: Mapping[str, Any], field: str, where: str) -> None:
+def _optional_string(item: Mapping[str, Any], field: str, where: str, *, max_chars: int
+                     ) -> None:
     if field in item and not isinstance(item[field], str):
         raise BodyError(f"{where}.{field} must be a string")
+    if field in item and len(item[field]) > max_chars:
+        raise BodyError(f"{where}.{field} must be at most {max_chars} characters")
 
 
 def _check_keywords(item: Mapping[str, Any], where: str) -> None:
@@ -247,12 +266,12 @@ def parse_candidate(item: Any, where: str) -> Candidate:
         raise BodyError(f"{where}.kind is required")
     _kind(item["kind"], f"{where}.kind")
     _non_empty_string(item, "text", where, max_chars=MAX_TEXT_CHARS)
-    _non_empty_string(item, "sourceThreadKey", where, max_chars=None)
+    _non_empty_string(item, "sourceThreadKey", where, max_chars=MAX_SOURCE_CHARS)
     _check_keywords(item, where)
-    _optional_string(item, "sourceRunId", where)
+    _optional_string(item, "sourceRunId", where, max_chars=MAX_SOURCE_CHARS)
     _check_confidence(item, where)
-    _optional_string(item, "supersedes", where)
-    _optional_string(item, "restates", where)
+    _optional_string(item, "supersedes", where, max_chars=MAX_ID_CHARS)
+    _optional_string(item, "restates", where, max_chars=MAX_ID_CHARS)
     if "source" in item and item["source"] not in SOURCES:
         raise BodyError(f"{where}.source must be one of: {', '.join(SOURCES)}")
     try:
