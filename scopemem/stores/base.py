@@ -50,6 +50,7 @@ __all__ = [
     "check_scope_key",
     "fit_batch",
     "redact_provenance",
+    "redact_source",
     "retention_cutoff",
     "retrieve_or_raise",
     "salient_batch",
@@ -220,20 +221,21 @@ def retention_cutoff(now: int, retention_days: int) -> int:
     return now - retention_days * DAY_MS
 
 
-def _redact_source(value: str) -> str:
-    # Cut first (what follows could never be kept, and the cut bounds the work), with room
-    # for a secret that starts before the cap to be seen whole.
-    return redact(value[:2 * MAX_SOURCE_CHARS])
+def redact_source(value: str) -> str:
+    """A thread key or run id with its secrets replaced, as a record or a log line may
+    carry it: cut first to twice ``MAX_SOURCE_CHARS`` (what follows could never be kept,
+    and the cut bounds the work, with room for a secret that starts before the cap to be
+    seen whole), redacted, then cut to the cap."""
+    return redact(value[:2 * MAX_SOURCE_CHARS])[:MAX_SOURCE_CHARS]
 
 
 def redact_provenance(candidate: Candidate) -> Candidate:
     """The candidate with secrets in its thread key and run id replaced, as in its text
-    (``scopemem.secrets.redact``); both are cut to twice ``MAX_SOURCE_CHARS`` first, and
-    ``fit_candidate`` then cuts them to the cap."""
-    thread_key = _redact_source(candidate.source_thread_key)
+    (``redact_source``: cut to ``MAX_SOURCE_CHARS`` too)."""
+    thread_key = redact_source(candidate.source_thread_key)
     run_id = candidate.source_run_id
     if run_id is not None:
-        run_id = _redact_source(run_id)
+        run_id = redact_source(run_id)
     if thread_key == candidate.source_thread_key and run_id == candidate.source_run_id:
         return candidate
     return attrs.evolve(candidate, source_thread_key=thread_key, source_run_id=run_id)
