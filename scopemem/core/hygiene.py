@@ -42,7 +42,7 @@ from scopemem.core.records import (
 from scopemem.core.text import distinct_tokens, encodable
 
 __all__ = ["MIN_TEXT_CHARS", "NOISE", "NO_THREAD_KEY", "cut_text", "describe_noise",
-           "fit_candidate", "fit_keywords", "noise_reason"]
+           "fit_candidate", "fit_keywords", "noise_reason", "without_nul"]
 
 #: The provenance a candidate carries when its producer knew no thread (the wire needs one).
 NO_THREAD_KEY = "unthreaded"
@@ -157,6 +157,28 @@ def _pointer(value: str | None) -> str | None:
         return None
     cleaned = _clean(value)
     return cleaned if len(cleaned) <= MAX_ID_CHARS else None
+
+
+def _strip_nul(value: str | None) -> str | None:
+    return None if value is None else value.replace(_NUL, "")
+
+
+def without_nul(candidate: Candidate) -> Candidate:
+    """The candidate with every NUL character removed from every string, before anything
+    else looks at it: redaction must see the text as it will be stored, or a secret split
+    by a NUL would pass as two harmless halves and be joined again by ``fit_candidate``.
+    Returned as it is when it holds none; a text of nothing but NULs becomes U+FFFD."""
+    strings = (candidate.text, candidate.source_thread_key, candidate.source_run_id,
+               candidate.supersedes, candidate.restates, *(candidate.keywords or ()))
+    if not any(value is not None and _NUL in value for value in strings):
+        return candidate
+    keywords = candidate.keywords
+    return attrs.evolve(
+        candidate, text=candidate.text.replace(_NUL, "") or "\ufffd",
+        source_thread_key=candidate.source_thread_key.replace(_NUL, ""),
+        source_run_id=_strip_nul(candidate.source_run_id),
+        supersedes=_strip_nul(candidate.supersedes), restates=_strip_nul(candidate.restates),
+        keywords=None if keywords is None else tuple(k.replace(_NUL, "") for k in keywords))
 
 
 def _plain(value: str | None, most: int) -> bool:

@@ -15,7 +15,7 @@ import attrs
 
 from scopemem.config import MemoryConfig
 from scopemem.core.gate import MARKER_NAMES, combine_markers
-from scopemem.core.hygiene import NOISE, fit_candidate, noise_reason
+from scopemem.core.hygiene import NOISE, fit_candidate, noise_reason, without_nul
 from scopemem.core.policy import RunActor, WriteDecision, settle_decision
 from scopemem.core.records import Candidate, Kind
 from scopemem.core.requests import ScopeKind, merge_scope_kinds
@@ -66,6 +66,7 @@ def screen_candidate(pm: PluginManager, config: MemoryConfig, candidate: Candida
     rule (noise, of any kind, is refused with the single marker ``NOISE``) and, for a fact,
     the status gate (``memory.gate``) and every plugin's markers. A summary is episodic by
     design and never gated (003)."""
+    candidate = without_nul(candidate)  # redaction sees the text as it will be stored
     redacted = redact_candidate(candidate)
     cleaned = fit_candidate(redact_provenance(redacted))
     if noise_reason(cleaned.text) is not None:

@@ -14,7 +14,7 @@ from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import attrs
 
-from scopemem.core.hygiene import fit_candidate, noise_reason
+from scopemem.core.hygiene import fit_candidate, noise_reason, without_nul
 from scopemem.core.ranking import Ranking, query_terms
 from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
@@ -248,14 +248,15 @@ def redact_provenance(candidate: Candidate) -> Candidate:
 
 
 def fit_batch(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """The candidates as every store writes them, one for one: each one redacted
+    """The candidates as every store writes them, one for one: each one rid of NUL
+    characters (``without_nul``, so redaction sees the text as stored), redacted
     (``scopemem.secrets.redact_candidate``: secrets in the text replaced, keywords holding
     one dropped; ``redact_provenance``: the thread key and run id), then fitted to the
     record contract (``scopemem.core.hygiene.fit_candidate``: text, keyword and provenance
     caps, a thread key, no NUL), so no store keeps a secret or what another would refuse,
     and the worker client never sends either (the worker server's own store redacts what
     any other client sends)."""
-    return [fit_candidate(redact_provenance(redact_candidate(candidate)))
+    return [fit_candidate(redact_provenance(redact_candidate(without_nul(candidate))))
             for candidate in candidates]
 
 

@@ -369,6 +369,13 @@ async def test_no_store_keeps_a_nul_and_one_never_costs_its_batch(store):
     # A query holding one answers as the query without it.
     assert [r.id for r in await store.retrieve(ORG, "vpn\x00", 5)] == [first.id]
     assert [r.id for r in await store.list(ORG, 5, query="\x00vpn")] == [first.id]
+    # A secret split by one is seen whole by redaction: never joined again once stored.
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0" * 2
+    await store.write(OTHER, [fact(f"the bot uses {token[:12]}\x00{token[12:]} to push",
+                                   source_thread_key=f"t/{token[:9]}\x00{token[9:]}")])
+    [split] = await store.list(OTHER, 1)
+    for value in (split.text, split.source_thread_key):
+        assert token not in value and "[REDACTED:" in value
 
 
 async def test_thread_keys_and_run_ids_are_capped_and_redacted(store):

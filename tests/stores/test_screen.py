@@ -30,14 +30,16 @@ async def test_a_model_fact_holding_a_nul_costs_nothing_beside_it(make_store, cl
     memory = make_memory(store, clock, scripted)
     scripted.replies = [{"facts": [lesson("deploys need the vpn"),
                                    lesson("the staging\x00 database is read-only"),
-                                   lesson("lint before pushing")],
+                                   lesson("lint before pushing"),
+                                   lesson(f"the bot pushes with {TOKEN[:9]}\x00{TOKEN[9:]}")],
                          "summary": "a deploy question\x00"}]
     await reflect(memory, attrs.evolve(run(), thread_key=f"slack:C1/{TOKEN}/" + "t" * 500_000,
                                        run_id=f"r-42 {TOKEN}"))
     stored = await store.list(ORG, 10)
-    assert sorted(r.text for r in stored) == [
-        "a deploy question", "deploys need the vpn", "lint before pushing",
-        "the staging database is read-only"]
+    texts = sorted(r.text for r in stored)
+    assert texts.pop(3).startswith("the bot pushes with [REDACTED:")  # never joined again
+    assert texts == ["a deploy question", "deploys need the vpn", "lint before pushing",
+                     "the staging database is read-only"]
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "failed writes" not in logged and TOKEN[4:] not in logged
     for record in stored:
