@@ -35,7 +35,7 @@ from scopemem.api.results import (
     caller_problem,
 )
 from scopemem.config import MemoryConfig
-from scopemem.core import scoring
+from scopemem.core import counters, scoring
 from scopemem.core.commands import (
     ALL,
     DEFAULT_LIST_LIMIT,
@@ -47,6 +47,7 @@ from scopemem.core.commands import (
     read_refusal,
     shared_scopes,
 )
+from scopemem.core.hygiene import NOISE, describe_noise, noise_reason
 from scopemem.core.policy import AUDIENCE_KINDS, Audience
 from scopemem.core.ranking import query_terms
 from scopemem.core.records import MAX_TEXT_CHARS, Candidate, Kind, Record, Source
@@ -57,7 +58,7 @@ from scopemem.errors import StoreUnsupported
 from scopemem.plugins import host
 from scopemem.plugins.manager import PluginManager
 from scopemem.stores.base import Clock, CountingStore, Hit, MemoryStore
-from scopemem.stores.counting import Stats
+from scopemem.stores.counting import CountBuffer, Stats
 from scopemem.stores.porting import export_records, portable
 
 REMEMBER_THREAD_KEY = "cli:remember"
@@ -78,6 +79,7 @@ class Operations:
     pm: PluginManager
     scope_kinds: dict[str, ScopeKind]
     clock: Clock
+    counters: CountBuffer
 
     @property
     def enabled(self) -> bool:
@@ -205,7 +207,9 @@ class Operations:
                        thread_key: str = REMEMBER_THREAD_KEY) -> RememberResult:
         """Write one fact a person states, as a ``human`` record no reflection can retire.
         A shared scope needs an admin. With ``supersedes`` it replaces a record of the same
-        scope, whoever stated it. ``thread_key`` is the fact's provenance."""
+        scope, whoever stated it. ``thread_key`` is the fact's provenance. Noise (the
+        salience rule: under three characters, no letter or digit, a telemetry line) is
+        refused and counted ``rejected:noise`` at the scope."""
         self._check_caller(caller)
         text = text.strip()
         if not text:
@@ -233,6 +237,11 @@ class Operations:
                                 f"that text is {len(text)} characters; a record holds at "
                                 f"most {MAX_TEXT_CHARS}: shorten it or split it into "
                                 "several facts")
+        noise = noise_reason(screened.candidate.text)
+        if noise is not None:
+            self.counters.add(key, {counters.rejected_by(NOISE): 1})
+            raise MemoryRefused("noise", f"not remembered: {describe_noise(noise)}",
+                                markers=[NOISE])
         if screened.rejected:
             raise MemoryRefused("gated",
                                 f"not remembered: {host.describe_markers(screened.markers)}",

@@ -48,7 +48,7 @@ from scopemem.errors import StoreRefused
 from scopemem.plugins import host
 from scopemem.plugins.manager import PluginManager
 from scopemem.plugins.providers import Provider
-from scopemem.stores.base import MemoryStore
+from scopemem.stores.base import MemoryStore, redact_source
 from scopemem.stores.counting import CountBuffer
 
 log = logging.getLogger("scopemem")
@@ -99,6 +99,11 @@ class Run:
                 or opted_out(self.request.text, self.history))
 
 
+def _label(run_id: str | None) -> str:
+    """A run id as a log line shows it: redacted and capped as a record keeps it."""
+    return redact_source(run_id) if run_id else "-"
+
+
 def _nonzero(pairs: Sequence[tuple[str, int]]) -> str:
     return ", ".join(f"{name} {n}" for name, n in pairs if n)
 
@@ -131,7 +136,7 @@ class ReflectionReport:
         return self.counts.inserted - self.counts.inserted_summaries
 
     def log_line(self) -> str:
-        head = f"[memory] reflection {self.run_id or '-'}: "
+        head = f"[memory] reflection {_label(self.run_id)}: "
         if self.skipped is not None:
             return f"{head}skipped {self.skipped}"
 
@@ -255,7 +260,7 @@ async def reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
                                       audiences=audiences, redact=secrets.redact)
     except ReflectionRejected as exc:
         _count(memory, home, {counters.REFLECTIONS_FAILED: 1})
-        log.warning("[memory] reflection %s rejected: %s", run.run_id or "-", exc)
+        log.warning("[memory] reflection %s rejected: %s", _label(run.run_id), exc)
         return report
     _count(memory, home, {counters.REFLECTIONS_RUN: 1})
     report.offered = len(reflection.facts)
@@ -271,6 +276,9 @@ async def reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
             # beside what the store counts there, so a scope's rejected share reads whole.
             _count(memory, _route(item, actor, org_key, shown_scopes),
                    _screen_counts(screened.markers if screened.rejected else None))
+        elif screened.rejected:  # a summary is never gated: only noise refuses one
+            _count(memory, _route(item, actor, org_key, shown_scopes),
+                   {counters.rejected_by(marker): 1 for marker in screened.markers})
         if screened.rejected:
             report.rejected += 1
         else:

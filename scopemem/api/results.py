@@ -40,6 +40,8 @@ REFUSAL_REASONS: Mapping[str, str] = {
     "too_long": "the text is longer than a record holds",
     "bad_limit": "a limit outside 1 to 50 records",
     "gated": "the status gate refused the text (``markers`` says which markers)",
+    "noise": "the text has nothing worth keeping: under 3 characters, no letter or digit, "
+             "or a raw telemetry line",
 }
 
 

@@ -128,11 +128,12 @@ def query_words(query: str, analyzer: Analyzer = PLAIN) -> list[str]:
 
 
 def wire_query(query: str, analyzer: Analyzer = PLAIN) -> str:
-    """``query`` in a form the wire accepts (at most ``MAX_QUERY_CHARS`` characters) that a
-    store ranking with ``analyzer`` reads exactly as it reads ``query``: the query itself
-    when it fits, else its ``query_words`` space-joined."""
+    """``query`` in a form the wire accepts (at most ``MAX_QUERY_CHARS`` characters, no NUL
+    character) that a store ranking with ``analyzer`` reads exactly as it reads ``query``:
+    the query itself when it fits (a NUL, which separates words as a space does, made a
+    space), else its ``query_words`` space-joined."""
     if len(query) <= MAX_QUERY_CHARS:
-        return query
+        return query.replace("\x00", " ")
     return " ".join(query_words(query, analyzer))
 
 

@@ -30,6 +30,8 @@ MAX_KEYWORD_CHARS = 64
 MAX_BATCH = 50
 MAX_LIMIT = 50
 MAX_ID_CHARS = 200
+# A candidate's provenance (its ``sourceThreadKey`` and ``sourceRunId``): the scope key's cap.
+MAX_SOURCE_CHARS = 200
 # A /used request: at most this many scopes, and this many ids in all.
 MAX_USED_SCOPES = 32
 MAX_USED_IDS = 256
@@ -269,7 +271,8 @@ class WriteCounts:
     stated: the candidate was inserted beside it (and counted in ``inserted`` too).
     ``inserted_summaries`` says how many of ``inserted`` were summaries, so a log can count
     the lessons a write added apart from the run's summary (a worker older than the field
-    omits it: 0)."""
+    omits it: 0). ``dropped`` counts the candidates dropped as noise before anything was
+    planned."""
 
     inserted: int = 0
     deduped: int = 0
@@ -278,6 +281,9 @@ class WriteCounts:
     evicted: int = 0
     outranked: int = 0
     inserted_summaries: int = 0
+    # Candidates the salience rule dropped as noise (``core.hygiene.noise_reason``): never
+    # stored, and in no other count.
+    dropped: int = 0
 
     def __add__(self, other: WriteCounts) -> WriteCounts:
         if not isinstance(other, WriteCounts):
@@ -288,7 +294,8 @@ class WriteCounts:
                            self.superseded + other.superseded,
                            self.restated + other.restated, self.evicted + other.evicted,
                            self.outranked + other.outranked,
-                           self.inserted_summaries + other.inserted_summaries)
+                           self.inserted_summaries + other.inserted_summaries,
+                           self.dropped + other.dropped)
 
 
 @attrs.frozen

@@ -2,8 +2,9 @@
 
 ``screen_candidate`` is the one path every producer's candidate takes before a store sees
 it (reflection's facts and summary, a person's ``remember``): redaction and the record
-contract's caps (``scopemem.secrets``, ``scopemem.core.hygiene``), then the status gate.
-Nothing reaches a store by a side door.
+contract's caps (``scopemem.secrets``, ``scopemem.core.hygiene``), the salience rule
+(noise is refused with the marker ``noise``), then the status gate. Nothing reaches a store
+by a side door.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import attrs
 
 from scopemem.config import MemoryConfig
 from scopemem.core.gate import MARKER_NAMES, combine_markers
-from scopemem.core.hygiene import fit_candidate
+from scopemem.core.hygiene import NOISE, fit_candidate, noise_reason, without_nul
 from scopemem.core.policy import RunActor, WriteDecision, settle_decision
 from scopemem.core.records import Candidate, Kind
 from scopemem.core.requests import ScopeKind, merge_scope_kinds
 from scopemem.plugins.manager import PluginManager
 from scopemem.secrets import redact_candidate
+from scopemem.stores.base import redact_provenance
 
 BUILTIN_GATE = "scopemem.plugins.builtin_gate"
 
@@ -59,13 +61,20 @@ class Screened:
 
 def screen_candidate(pm: PluginManager, config: MemoryConfig, candidate: Candidate
                      ) -> Screened:
-    """Make ``candidate`` safe to write and decide whether it may be: secrets redacted, the
-    record contract's caps applied, then, for a fact, the status gate (``memory.gate``) and
-    every plugin's markers. A summary is episodic by design and never gated (003)."""
+    """Make ``candidate`` safe to write and decide whether it may be: secrets redacted (its
+    text, keywords and provenance), the record contract's caps applied, then the salience
+    rule (noise, of any kind, is refused with the single marker ``NOISE``) and, for a fact,
+    the status gate (``memory.gate``) and every plugin's markers. A summary is episodic by
+    design and never gated (003)."""
+    candidate = without_nul(candidate)  # redaction sees the text as it will be stored
     redacted = redact_candidate(candidate)
-    cleaned = fit_candidate(redacted)
-    markers = (tuple(rejection_markers(pm, cleaned, gate=config.gate))
-               if cleaned.kind == Kind.FACT else ())
+    cleaned = fit_candidate(redact_provenance(redacted))
+    if noise_reason(cleaned.text) is not None:
+        markers: tuple[str, ...] = (NOISE,)
+    elif cleaned.kind == Kind.FACT:
+        markers = tuple(rejection_markers(pm, cleaned, gate=config.gate))
+    else:
+        markers = ()
     return Screened(cleaned, markers, redacted=redacted.text != candidate.text,
                     cut=len(cleaned.text) < len(redacted.text))
 
@@ -75,8 +84,10 @@ def describe_markers(markers: tuple[str, ...] | list[str]) -> str:
     built-in gate's markers mean one-moment status or change narration; a plugin's mean
     only that the plugin refused it."""
     builtin = [marker for marker in markers if marker in MARKER_NAMES]
-    other = [marker for marker in markers if marker not in MARKER_NAMES]
+    other = [marker for marker in markers if marker not in MARKER_NAMES and marker != NOISE]
     reasons = []
+    if NOISE in markers:
+        reasons.append(f"it has nothing worth keeping ({NOISE})")
     if builtin:
         reasons.append("it reads as one-moment status or change narration, not a lesson "
                        f"({', '.join(builtin)})")

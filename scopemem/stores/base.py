@@ -7,19 +7,21 @@ answers (the contract suite in ``tests/stores`` checks exactly that).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import attrs
 
-from scopemem.core.hygiene import fit_candidate
+from scopemem.core.hygiene import fit_candidate, noise_reason, without_nul
 from scopemem.core.ranking import Ranking, query_terms
 from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
     MAX_RETENTION_DAYS,
     MAX_SCOPE_CAP,
+    MAX_SOURCE_CHARS,
     Candidate,
     CountRow,
     Kind,
@@ -32,7 +34,7 @@ from scopemem.core.scoring import keyword_match
 from scopemem.errors import StoreError
 from scopemem.languages import DEFAULT_LANGUAGES, analyzer_for
 from scopemem.options import OptionsTable
-from scopemem.secrets import redact_candidate
+from scopemem.secrets import redact, redact_candidate
 
 __all__ = [
     "DEFAULT_RANKING",
@@ -48,8 +50,11 @@ __all__ = [
     "check_retention_days",
     "check_scope_key",
     "fit_batch",
+    "redact_provenance",
+    "redact_source",
     "retention_cutoff",
     "retrieve_or_raise",
+    "salient_batch",
     "search_hits",
     "wall_clock_ms",
 ]
@@ -217,14 +222,51 @@ def retention_cutoff(now: int, retention_days: int) -> int:
     return now - retention_days * DAY_MS
 
 
+def redact_source(value: str) -> str:
+    """A thread key or run id with its secrets replaced, as a record or a log line may
+    carry it: cut first to twice ``MAX_SOURCE_CHARS`` (what follows could never be kept,
+    and the cut bounds the work, with room for a secret that starts before the cap to be
+    seen whole), redacted, then cut to the cap."""
+    return _redacted_source(value[:2 * MAX_SOURCE_CHARS])[:MAX_SOURCE_CHARS]
+
+
+# A batch's candidates share their thread and run, and a thread writes again and again: the
+# redaction of a key (which the token rules must look at closely) is done once.
+_redacted_source = functools.lru_cache(maxsize=256)(redact)
+
+
+def redact_provenance(candidate: Candidate) -> Candidate:
+    """The candidate with secrets in its thread key and run id replaced, as in its text
+    (``redact_source``: cut to ``MAX_SOURCE_CHARS`` too)."""
+    thread_key = redact_source(candidate.source_thread_key)
+    run_id = candidate.source_run_id
+    if run_id is not None:
+        run_id = redact_source(run_id)
+    if thread_key == candidate.source_thread_key and run_id == candidate.source_run_id:
+        return candidate
+    return attrs.evolve(candidate, source_thread_key=thread_key, source_run_id=run_id)
+
+
 def fit_batch(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """The candidates as every store writes them: each one redacted
+    """The candidates as every store writes them, one for one: each one rid of NUL
+    characters (``without_nul``, so redaction sees the text as stored), redacted
     (``scopemem.secrets.redact_candidate``: secrets in the text replaced, keywords holding
-    one dropped), then fitted to the record contract
-    (``scopemem.core.hygiene.fit_candidate``: text and keyword caps, a thread key), so no
-    store keeps a secret or what another would refuse, and the worker client never sends
-    either (the worker server's own store redacts what any other client sends)."""
-    return [fit_candidate(redact_candidate(candidate)) for candidate in candidates]
+    one dropped; ``redact_provenance``: the thread key and run id), then fitted to the
+    record contract (``scopemem.core.hygiene.fit_candidate``: text, keyword and provenance
+    caps, a thread key, no NUL), so no store keeps a secret or what another would refuse,
+    and the worker client never sends either (the worker server's own store redacts what
+    any other client sends)."""
+    return [fit_candidate(redact_provenance(redact_candidate(without_nul(candidate))))
+            for candidate in candidates]
+
+
+def salient_batch(candidates: Sequence[Candidate]) -> tuple[list[Candidate], WriteCounts]:
+    """What a store's ``write`` plans: ``fit_batch``'s candidates but those the salience
+    rule drops as noise (``scopemem.core.hygiene.noise_reason``), and the counts to start
+    the write's answer from (``dropped``: how many were dropped)."""
+    kept = [candidate for candidate in fit_batch(candidates)
+            if noise_reason(candidate.text) is None]
+    return kept, WriteCounts(dropped=len(candidates) - len(kept))
 
 
 async def retrieve_or_raise(store: MemoryStore, scope_key: str, query: str, limit: int

@@ -49,8 +49,8 @@ from scopemem.stores.base import (
     check_cap,
     check_retention_days,
     check_scope_key,
-    fit_batch,
     retention_cutoff,
+    salient_batch,
     wall_clock_ms,
 )
 from scopemem.stores.dense import DenseIndex
@@ -257,6 +257,9 @@ class InMemoryStore:
         cap = self.cap if cap is None else check_cap(cap)
         if not candidates:
             return WriteCounts()
+        batch, dropped = salient_batch(candidates)
+        if not batch:
+            return dropped
         now = self._clock()
         index = self._index(scope_key)
         rows = list(self._scopes.get(scope_key, []))
@@ -269,8 +272,8 @@ class InMemoryStore:
         changed: dict[str, Record] = {}
         live = len(index.details)
         seq = self._next_seq.get(scope_key, 1)
-        counts = WriteCounts()
-        for candidate in fit_batch(candidates):
+        counts = dropped
+        for candidate in batch:
             norm = normalize_text(candidate.text)
             pool = [rows[positions[i]] for i in norms.get(norm, ())]
             pool += [rows[positions[i]] for i in inserted.get(norm, ())]

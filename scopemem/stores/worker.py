@@ -13,8 +13,9 @@ itself would.
 What is sent always fits the wire contract the worker checks: a query longer than
 ``MAX_QUERY_CHARS`` goes as its distinct tokens (``engine.wire_query``, which every store reads
 exactly as the whole query), and every candidate is redacted and fitted first
-(``fit_batch``: secrets, text and keyword caps, a thread key), so no secret leaves the
-process and a long brief or one odd candidate never costs a scope's records or a batch.
+(``fit_batch``: secrets, text, keyword and provenance caps, a thread key, no NUL) and noise
+dropped (``salient_batch``), so no secret leaves the process and a long brief or one odd
+candidate never costs a scope's records or a batch.
 Records of another kind than a ``list`` asked for are dropped, whatever an older worker that
 ignores ``kind`` returns.
 
@@ -74,7 +75,7 @@ from scopemem.stores.base import (
     StoreSettings,
     check_cap,
     check_scope_key,
-    fit_batch,
+    salient_batch,
     wall_clock_ms,
 )
 from scopemem.stores.porting import group_import
@@ -319,13 +320,15 @@ class WorkerStore(WorkerCounts):
         cap = self.cap if cap is None else check_cap(cap)
         if not candidates:
             return WriteCounts()
-        payload: dict[str, Any] = {"scopeKey": scope_key,
-                                   "records": to_wire(fit_batch(candidates))}
+        batch, dropped = salient_batch(candidates)
+        if not batch:
+            return dropped
+        payload: dict[str, Any] = {"scopeKey": scope_key, "records": to_wire(batch)}
         if cap is not None:
             payload["cap"] = cap
         data = await self._command("/write", payload)
         try:
-            return from_wire(data, WriteCounts)
+            return from_wire(data, WriteCounts) + dropped
         except WireError as exc:
             raise StoreError(f"memory worker /write answered counts that are not valid: {exc}")\
                 from None

@@ -44,6 +44,8 @@ class WorkerCounts:
 
     async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
                           prefix: str | None = None, since_day: int = 0) -> list[CountRow]:
+        if counting.no_scope_starts(prefix):
+            return []
         payloads: list[dict[str, Any]] = []
         base: dict[str, Any] = {"since": max(since_day, 0) * DAY_MS}
         if prefix is not None:

@@ -139,6 +139,9 @@ async def _errors(request: web.Request, handler: Callable[..., Awaitable[web.Str
         log.warning("[error] %s refused: %s", request.path, exc)
         return error_answer(507, "the worker's limit on scopes is reached: a write to a new scope"
                            " is refused (existing scopes still take writes)")
+    except StoreRefused as exc:
+        log.warning("[error] %s refused by the store: %s", request.path, exc)
+        return error_answer(400, "the store refused this input; see the worker's log")
     except StoreUnsupported as exc:
         log.warning("[error] %s: %s", request.path, exc)
         return error_answer(501, "this worker's store cannot do that (it cannot export or import"

@@ -40,6 +40,7 @@ from prometheus_client.registry import Collector
 from scopemem.core.commands import BUILTIN_KINDS
 from scopemem.core.counters import REJECTED_BY, name_order
 from scopemem.core.gate import MARKER_NAMES
+from scopemem.core.hygiene import NOISE
 from scopemem.core.records import CountRow
 from scopemem.core.scopes import scope_kind
 
@@ -61,7 +62,9 @@ class Labels:
     """The label values a scrape may carry; anything else is ``OTHER``."""
 
     kinds: frozenset[str] = attrs.field(default=frozenset(BUILTIN_KINDS), converter=_frozen)
-    markers: frozenset[str] = attrs.field(default=frozenset(MARKER_NAMES), converter=_frozen)
+    # The built-in gate's markers, and the salience rule's (``core.hygiene.NOISE``).
+    markers: frozenset[str] = attrs.field(default=frozenset((*MARKER_NAMES, NOISE)),
+                                          converter=_frozen)
 
     def kind(self, scope_key: str) -> str:
         kind = scope_kind(scope_key)

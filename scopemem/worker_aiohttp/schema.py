@@ -46,6 +46,7 @@ from scopemem.core.records import (
     MAX_SCOPE_CAP,
     MAX_SCOPES_PAGE,
     MAX_SEQ,
+    MAX_SOURCE_CHARS,
     MAX_STATS_SCOPES,
     MAX_TEXT_CHARS,
     MAX_USED_IDS,
@@ -90,9 +91,15 @@ def integer(low: int, high: int, **more: Any) -> Schema:
     return {"type": "integer", "minimum": low, "maximum": high, **more}
 
 
+#: A string of a body's known fields holds no NUL character: PostgreSQL cannot keep one,
+#: so no store takes it (keys and ids forbid every control character).
+NO_NUL_PATTERN: Final = "^[^\u0000]*$"
+
+
 def string(*, min_length: int = 0, max_length: int | None = None, **more: Any) -> Schema:
-    """A string field of a body (every string but keys and ids)."""
-    schema: Schema = {"type": "string"}
+    """A string field of a body (every string but keys and ids): no NUL unless ``more``
+    gives a pattern of its own."""
+    schema: Schema = {"type": "string", "pattern": NO_NUL_PATTERN}
     if min_length:
         schema["minLength"] = min_length
     if max_length is not None:
@@ -133,12 +140,14 @@ SCHEMAS: Final[dict[str, Schema]] = {
     "Candidate": body(["kind", "text", "sourceThreadKey"], {
         "kind": ref("Kind"),
         "text": string(min_length=1, max_length=MAX_TEXT_CHARS),
-        "sourceThreadKey": string(min_length=1),
-        "sourceRunId": string(),
+        "sourceThreadKey": string(min_length=1, max_length=MAX_SOURCE_CHARS),
+        "sourceRunId": string(max_length=MAX_SOURCE_CHARS),
         "keywords": _KEYWORDS,
         "confidence": _CONFIDENCE,
-        "supersedes": string(description="Id of an active record this one replaces"),
-        "restates": string(description="Id of an active record this one says again"),
+        "supersedes": string(max_length=MAX_ID_CHARS,
+                             description="Id of an active record this one replaces"),
+        "restates": string(max_length=MAX_ID_CHARS,
+                           description="Id of an active record this one says again"),
         "source": ref("Source"),
     }),
     "ImportRecord": body(["id", "scopeKey", "kind", "text", "sourceThreadKey", "createdAt"], {

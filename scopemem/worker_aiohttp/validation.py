@@ -36,7 +36,7 @@ from scopemem.core.records import (
 )
 from scopemem.core.scopes import identifier_problem
 from scopemem.core.text import is_text
-from scopemem.worker_aiohttp.schema import KEY_PATTERN, REQUESTS, SCHEMAS, Schema
+from scopemem.worker_aiohttp.schema import KEY_PATTERN, NO_NUL_PATTERN, REQUESTS, SCHEMAS, Schema
 
 
 class BodyError(ValueError):
@@ -121,21 +121,33 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         raise BodyError("body must be a JSON object")
     problem = _unencodable(value, "")
     if problem is not None:
-        raise BodyError(f"{problem} is not valid Unicode text (it holds a lone surrogate)")
+        where, what = problem
+        raise BodyError(f"{where} {what}")
     return value
 
 
-def _unencodable(value: Any, where: str) -> str | None:
-    """The path of the first string in a decoded body (a key or a value) that cannot be
-    encoded as UTF-8: JSON's ``\\ud800`` escapes decode to lone surrogates, which no store
-    can keep and no answer can carry. None when every string is text."""
+_SURROGATE = "is not valid Unicode text (it holds a lone surrogate)"
+
+
+def _string_problem(value: str) -> str | None:
+    return None if value.isascii() or is_text(value) else _SURROGATE
+
+
+def _unencodable(value: Any, where: str) -> tuple[str, str] | None:
+    """The path of the first string in a decoded body (a key or a value) no store can
+    keep, and why: one that cannot be encoded as UTF-8 (JSON's ``\\ud800`` escapes decode
+    to lone surrogates, which no answer can carry either). None when every string is
+    text. (A NUL character is refused by the schema, in the fields it knows:
+    ``schema.NO_NUL_PATTERN``.)"""
     if isinstance(value, str):
-        return None if value.isascii() or is_text(value) else (where or "body")
+        problem = _string_problem(value)
+        return None if problem is None else (where or "body", problem)
     if isinstance(value, dict):
         for key, item in value.items():
             path = f"{where}.{key}" if where else str(key)
-            if not is_text(key):
-                return where or "body"
+            problem = _string_problem(key)
+            if problem is not None:
+                return where or "body", f"has a key that {problem}"
             found = _unencodable(item, path)
             if found is not None:
                 return found
@@ -201,6 +213,8 @@ def _must(node: Schema, rule: str | None, value: Any) -> str:
                                    else "")
     if rule == "maxLength":
         return f"must be at most {node['maxLength']} characters"
+    if rule == "pattern" and node.get("pattern") == NO_NUL_PATTERN:
+        return "holds a NUL character (U+0000), which no store keeps"
     if rule == "pattern":
         return f"must match the pattern {node['pattern']!r}"
     if rule == "minLength" or (kind == "string" and node.get("minLength")):

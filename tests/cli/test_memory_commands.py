@@ -307,3 +307,13 @@ def test_a_plugin_scope_kind_is_a_scope_on_the_command_line(config: Path):
     assert missing.exit_code == 2 and "--scope" in missing.output
     no_input = run_with_guilds(config, "list", "guild")
     assert no_input.exit_code == 1 and "no guild scope" in no_input.output
+
+
+def test_remember_refuses_noise_and_stats_count_it(config: Path):
+    for text in ("!!", "ok", "Tool called: bash ls -la"):
+        refused = run(config, "remember", text, "--scope", "org")
+        assert refused.exit_code == 1 and "not remembered" in refused.output, refused.output
+    assert "no active records" in run(config, "list", "--scope", "org").output
+    stats = run(config, "stats", "--since", "all", "--json")
+    assert stats.exit_code == 0, stats.output
+    assert '"rejected:noise": 3' in stats.output

@@ -15,6 +15,7 @@ import pytest
 from scopemem.core.hygiene import NO_THREAD_KEY
 from scopemem.core.records import (
     MAX_KEYWORDS,
+    MAX_SOURCE_CHARS,
     MAX_TEXT_CHARS,
     Kind,
     Record,
@@ -284,9 +285,9 @@ async def test_restate_of_a_missing_foreign_or_inactive_record_inserts(store):
     await store.write(ORG, [fact("to forget")])
     assert await store.forget(ORG, f"mem:{ORG}:1")
     counts = await store.write(ORG, [
-        fact("a", restates=f"mem:{ORG}:1"),       # forgotten
-        fact("b", restates=f"mem:{OTHER}:1"),     # another scope
-        fact("c", restates="mem:org:acme:404"),   # unknown
+        fact("alpha", restates=f"mem:{ORG}:1"),       # forgotten
+        fact("bravo", restates=f"mem:{OTHER}:1"),     # another scope
+        fact("charlie", restates="mem:org:acme:404"),   # unknown
     ])
     assert counts == WriteCounts(inserted=3)
 
@@ -347,6 +348,73 @@ async def test_every_store_fits_a_candidate_to_the_record_contract(store):
                               "sixty", "four", "characters", "x" * 20, "ok")
     assert second.text == "broken \ufffd text" and len(second.keywords) == MAX_KEYWORDS
     assert [r.id for r in await store.retrieve(ORG, "sixty four", 5)] == [first.id]
+
+
+async def test_no_store_keeps_a_nul_and_one_never_costs_its_batch(store):
+    """PostgreSQL cannot keep a NUL character: every store removes it from every string,
+    so the same batch lands the same way everywhere, the good candidates beside it too."""
+    counts = await store.write(ORG, [
+        fact("deploys need\x00 the vpn", keywords=("vpn\x00", "deploy"),
+             source_thread_key="slack:C1/\x00100", source_run_id="r-\x001",
+             supersedes="mem:org:acme:9\x00", restates="\x00"),
+        fact("the license check needs npm ci first"),
+        summary("a thread about \x00deploys"),
+    ])
+    assert counts == WriteCounts(inserted=3, inserted_summaries=1)
+    stored = await store.list(ORG, 10)
+    assert [r.text for r in stored] == ["a thread about deploys",
+                                        "the license check needs npm ci first",
+                                        "deploys need the vpn"]
+    first = stored[2]
+    assert first.keywords == ("vpn", "deploy")
+    assert (first.source_thread_key, first.source_run_id) == ("slack:C1/100", "r-1")
+    assert first.supersedes == "mem:org:acme:9" and first.restates is None
+    # A query holding one answers as the query without it.
+    assert [r.id for r in await store.retrieve(ORG, "vpn\x00", 5)] == [first.id]
+    assert [r.id for r in await store.list(ORG, 5, query="\x00vpn")] == [first.id]
+    # A secret split by one is seen whole by redaction: never joined again once stored.
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0" * 2
+    await store.write(OTHER, [fact(f"the bot uses {token[:12]}\x00{token[12:]} to push",
+                                   source_thread_key=f"t/{token[:9]}\x00{token[9:]}")])
+    [split] = await store.list(OTHER, 1)
+    for value in (split.text, split.source_thread_key):
+        assert token not in value and "[REDACTED:" in value
+
+
+async def test_thread_keys_and_run_ids_are_capped_and_redacted(store):
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0" * 2  # a GitHub token's shape
+    await store.write(ORG, [
+        fact("deploys need the vpn", source_thread_key="t" * 500_000,
+             source_run_id="r" * 10_000),
+        fact("the license check needs npm ci first", source_thread_key=f"slack:C1/{token}",
+             source_run_id=f"run {token}"),
+    ])
+    second, first = await store.list(ORG, 10)
+    assert first.source_thread_key == "t" * MAX_SOURCE_CHARS
+    assert first.source_run_id == "r" * MAX_SOURCE_CHARS
+    for value in (second.source_thread_key, second.source_run_id):
+        assert token[4:] not in value and "[REDACTED:" in value
+    # A pointer too long to be an id names no record: dropped, not kept.
+    await store.write(ORG, [fact("deploys run on fridays", supersedes="mem:" + "x" * 500)])
+    assert (await store.list(ORG, 1))[0].supersedes is None
+
+
+NOISE = ["", "   ", "!!", "ok", "?!…—", "\x00\x00\x00", "Tool called: bash ls -la",
+         "Tool result for bash: 3 files", "Step completed: build",
+         '{"plan": ["build", "test"]}', '[{"step": 1, "tool": "bash"}]']
+
+
+async def test_noise_is_dropped_and_counted_by_every_store(store):
+    """The salience rule: nothing without words takes a slot, on any store."""
+    texts = [text for text in NOISE if text]  # a Candidate's text is never empty
+    counts = await store.write(ORG, [fact(text) for text in texts]
+                               + [fact("the license check needs npm ci first")])
+    assert counts == WriteCounts(inserted=1, dropped=len(texts))
+    assert [r.text for r in await store.list(ORG, 50)] == [
+        "the license check needs npm ci first"]
+    # A batch of noise alone writes nothing, and makes no scope.
+    assert await store.write(OTHER, [summary("ok")]) == WriteCounts(dropped=1)
+    assert await store.list(OTHER, 10) == []
 
 
 # --- list ------------------------------------------------------------------------------------
@@ -437,7 +505,7 @@ async def test_cap_counts_only_active_records(make_store):
 
 
 async def test_write_cap_argument_overrides_the_default(store):
-    await store.write(ORG, [fact(f"n{n}") for n in range(4)])
+    await store.write(ORG, [fact(f"note {n}") for n in range(4)])
     counts = await store.write(ORG, [fact("five")], cap=2)
     assert counts.evicted == 3
     assert len(await store.list(ORG, 10)) == 2
@@ -445,7 +513,7 @@ async def test_write_cap_argument_overrides_the_default(store):
 
 async def test_nothing_is_evicted_at_the_cap(make_store):
     store = await make_store(cap=3)
-    counts = await store.write(ORG, [fact("a"), fact("b"), fact("c")])
+    counts = await store.write(ORG, [fact("alpha"), fact("bravo"), fact("charlie")])
     assert counts.evicted == 0
 
 

@@ -137,6 +137,9 @@ async def test_counts_of_one_scope_never_show_in_another(make_store: MakeStore):
     rows = await store.read_counts(["org:a"])
     assert by_name(rows, "org:a") == {"inserted": 1} and {r.scope_key for r in rows} == {"org:a"}
     assert {r.scope_key for r in await store.read_counts(prefix="org:a_")} == {"org:a_b"}
+    # No scope key holds a NUL or a space: such a prefix selects nothing, on every store.
+    for prefix in ("org:a\x00", "org a", "o" * 201):
+        assert await store.read_counts(prefix=prefix) == []
 
 
 async def test_the_day_is_the_writes_utc_day(make_store: MakeStore, clock: FakeClock):

@@ -16,9 +16,9 @@ from pathlib import Path
 import attrs
 import pytest
 
-from scopemem.core.records import Status
+from scopemem.core.records import Status, WriteCounts
 from scopemem.core.scopes import record_seq
-from scopemem.errors import ConfigError, ScopeLimitReached, StoreError
+from scopemem.errors import ConfigError, ScopeLimitReached, StoreError, StoreRefused
 from scopemem.stores import postgres as postgres_plugin
 from scopemem.stores.base import StoreSettings
 from scopemem.stores.postgres import PostgresStore, migrations
@@ -350,6 +350,17 @@ async def test_max_scopes_refuses_a_new_scope_only(stores):
         await store.write("org:c", [fact("three")])
     await store.write("org:a", [fact("four")])  # an existing scope still takes writes
     assert await store.list("org:c", 5) == []
+
+
+async def test_a_value_the_server_refuses_is_a_refusal_not_a_failure(stores):
+    """A value PostgreSQL cannot keep (a NUL character reaching it by a path that forgot to
+    fit it) is ``StoreRefused``: the input's fault, so reflection writes the batch again one
+    candidate at a time and the worker answers 400, never 500."""
+    store = stores()
+    with pytest.raises(StoreRefused, match="NUL"):
+        async with store._connection() as conn:
+            await conn.execute("SELECT %s::text", ("deploys\x00",))
+    assert await store.write(ORG, [fact("deploys\x00 need the vpn")]) == WriteCounts(inserted=1)
 
 
 async def test_a_changed_analyzer_re_derives_the_tokens(stores, clock: FakeClock):

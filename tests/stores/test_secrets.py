@@ -109,9 +109,13 @@ async def test_keywords_are_redacted_in_the_context_of_the_text(store):
         assert value not in words
 
 
+SENDABLE = [secret for secret in CORPUS if "\x00" not in secret.text]
+
+
 async def test_the_worker_redacts_what_any_client_posts_to_write(tmp_path: Path, clock):
     """A client other than ``WorkerStore`` (curl, another language's client) sends the
-    corpus as it is: the worker's own store redacts it."""
+    corpus as it is: the worker's own store redacts it. (A secret split by a NUL is not
+    sent: the wire refuses a NUL with a 400, see tests/worker/test_routes.py.)"""
     import aiohttp
 
     from scopemem.stores.sqlite import SqliteStore
@@ -120,7 +124,7 @@ async def test_the_worker_redacts_what_any_client_posts_to_write(tmp_path: Path,
     backing = SqliteStore(tmp_path / "worker", clock=clock)
     records = [{"kind": "fact", "text": secret.text, "sourceThreadKey": "curl",
                 "keywords": [secret.kind, secret.raw[:MAX_KEYWORD_CHARS]]}
-               for secret in CORPUS]
+               for secret in SENDABLE]
     async with running(create_app(backing, "t0ken")) as url, aiohttp.ClientSession() as http:
         for scope, start in zip(SCOPES, range(0, len(records), MAX_BATCH), strict=False):
             async with http.post(f"{url}/write", headers={"Authorization": "Bearer t0ken"},
@@ -128,6 +132,6 @@ async def test_the_worker_redacts_what_any_client_posts_to_write(tmp_path: Path,
                                        "records": records[start:start + MAX_BATCH]}) as reply:
                 assert reply.status == 200, await reply.text()
         stored = [record for scope in SCOPES for record in await backing.list(scope, 50)]
-        assert len(stored) == len(CORPUS)
+        assert len(stored) == len(SENDABLE)
         _grep_files(tmp_path)
     _grep_files(tmp_path)

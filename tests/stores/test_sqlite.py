@@ -139,7 +139,7 @@ async def test_a_name_that_would_escape_is_refused(make, tmp_path: Path, monkeyp
     store = make()
     monkeypatch.setattr(sqlite_files, "scope_file_name", lambda key: "../escaped.db")
     with pytest.raises(StoreError, match="outside the data directory"):
-        await store.write(ORG, [fact("x")])
+        await store.write(ORG, [fact("xray")])
     with pytest.raises(StoreError, match="outside the data directory"):
         await store.list(ORG, 5)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
@@ -181,7 +181,7 @@ async def test_a_file_of_another_scope_is_refused_and_left_alone(make):
     shutil.copy(store.path_for(ORG), store.path_for(USER))
     before = Path(store.path_for(USER)).read_bytes()
     again = make()
-    for call in (again.list(USER, 5), again.write(USER, [fact("x")]),
+    for call in (again.list(USER, 5), again.write(USER, [fact("xray")]),
                  again.retrieve(USER, "secret", 5)):
         with pytest.raises(StoreError, match="holds scope 'org:acme', not 'user:slack:U2'"):
             await call
@@ -245,7 +245,7 @@ def index_sql(path: str) -> dict[str, str]:
 
 
 async def test_the_lookup_indexes_hold_only_the_active_rows(store: SqliteStore):
-    await store.write(ORG, [fact("x")])
+    await store.write(ORG, [fact("xray")])
     path = store.path_for(ORG)
     indexes = index_sql(path)
     for name, columns in LOOKUP_INDEXES.items():
@@ -302,7 +302,7 @@ async def test_an_older_file_trades_its_status_indexes_for_the_partial_ones(make
 
 async def test_a_database_from_a_newer_scopemem_is_refused(make):
     store = make()
-    await store.write(ORG, [fact("x")])
+    await store.write(ORG, [fact("xray")])
     await store.close()
     conn = raw(store.path_for(ORG))
     conn.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 1}")
@@ -606,29 +606,29 @@ async def test_concurrent_work_across_more_scopes_than_connections(make):
 
 async def test_close_is_idempotent_and_final(make):
     store = make()
-    await store.write(ORG, [fact("x")])
+    await store.write(ORG, [fact("xray")])
     await store.close()
     await store.close()
     with pytest.raises(StoreError, match="closed"):
         await store.list(ORG, 5)
     with pytest.raises(StoreError, match="closed"):
-        await store.write(ORG, [fact("y")])
+        await store.write(ORG, [fact("yankee")])
     never_used = make()
     await never_used.close()
 
 
 async def test_a_busy_database_is_a_store_error(make):
     store = make(busy_timeout_ms=50)
-    await store.write(ORG, [fact("x")])
+    await store.write(ORG, [fact("xray")])
     blocker = raw(store.path_for(ORG))
     blocker.execute("BEGIN IMMEDIATE")
     try:
         with pytest.raises(StoreError, match="BusyError"):
-            await store.write(ORG, [fact("y")])
+            await store.write(ORG, [fact("yankee")])
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
-    assert await store.write(ORG, [fact("y")]) == WriteCounts(inserted=1)
+    assert await store.write(ORG, [fact("yankee")]) == WriteCounts(inserted=1)
     assert len(await store.list(ORG, 5)) == 2
 
 
@@ -640,7 +640,7 @@ async def test_a_file_that_is_not_a_database_is_refused_untouched(make, tmp_path
     os.makedirs(store.directory)
     junk = b"this is not a database\n" * 300
     Path(store.path_for(ORG)).write_bytes(junk)
-    for call in (store.list(ORG, 5), store.write(ORG, [fact("x")]),
+    for call in (store.list(ORG, 5), store.write(ORG, [fact("xray")]),
                  store.retrieve(ORG, "x", 5), store.forget(ORG, f"mem:{ORG}:1"),
                  store.sweep(ORG)):
         with pytest.raises(StoreError, match="not a SQLite database or is corrupt"):
@@ -659,7 +659,7 @@ async def test_a_database_of_another_application_is_refused_untouched(make):
     conn.close()
     before = Path(store.path_for(ORG)).read_bytes()
     with pytest.raises(StoreError, match="another application"):
-        await store.write(ORG, [fact("x")])
+        await store.write(ORG, [fact("xray")])
     assert Path(store.path_for(ORG)).read_bytes() == before
     assert query(store.path_for(ORG), "SELECT name FROM sqlite_master") == [("invoices",)]
 
@@ -669,7 +669,7 @@ async def test_an_unusable_directory_is_a_store_error(make, tmp_path: Path):
     blocker.write_text("a file where the data directory should be")
     store = make(blocker)
     with pytest.raises(StoreError, match="cannot create the data directory"):
-        await store.write(ORG, [fact("x")])
+        await store.write(ORG, [fact("xray")])
     assert await store.list(ORG, 5) == []
     assert blocker.read_text() == "a file where the data directory should be"
 
@@ -681,7 +681,7 @@ async def test_a_read_only_directory_is_a_store_error(make, tmp_path: Path):
     directory.chmod(0o500)
     try:
         with pytest.raises(StoreError):
-            await make(directory).write(ORG, [fact("x")])
+            await make(directory).write(ORG, [fact("xray")])
     finally:
         directory.chmod(0o700)
 
@@ -689,13 +689,13 @@ async def test_a_read_only_directory_is_a_store_error(make, tmp_path: Path):
 async def test_bad_arguments_are_refused(make):
     store = make()
     with pytest.raises(StoreError):
-        await store.write("has space", [fact("x")])
+        await store.write("has space", [fact("xray")])
     with pytest.raises(StoreError):
         await store.retrieve("", "x", 5)
     with pytest.raises(StoreError):
         await store.sweep("a\nb")
     with pytest.raises(StoreError):
-        await store.write(ORG, [fact("x")], cap=0)
+        await store.write(ORG, [fact("xray")], cap=0)
     with pytest.raises(StoreError):
         SqliteStore("somewhere", cap=10_001)
     for bad in ({"synchronous": "fast"}, {"busy_timeout_ms": -1}, {"max_open": 0}):
@@ -773,7 +773,7 @@ async def test_field_values_round_trip_exactly(store: SqliteStore, clock: FakeCl
 
 
 async def test_statuses_round_trip(store: SqliteStore):
-    await store.write(ORG, [fact("a"), fact("b")])
+    await store.write(ORG, [fact("alpha"), fact("bravo")])
     await store.forget(ORG, f"mem:{ORG}:1")
     assert statuses(store.path_for(ORG)) == {1: Status.FORGOTTEN.value, 2: Status.ACTIVE.value}
 
@@ -903,7 +903,7 @@ async def test_reopening_a_current_file_reads_each_identity_fact_once(make, trac
     store = make(max_open=16)
     await store.write(ORG, [fact("deploy with the blue script")])
     for n in range(16):  # ORG's file is closed to make room (its first open reconciled it)
-        await store.write(f"user:slack:U{n}", [fact("x")])
+        await store.write(f"user:slack:U{n}", [fact("xray")])
     assert ORG not in store._handles
     traced.clear()
     assert len(await store.retrieve(ORG, "deploy", 5)) == 1

@@ -118,8 +118,8 @@ async def test_cap_is_sent_when_configured_or_given(base_url, stub):
     stub.replies["/write"] = (200, {"ok": True, "inserted": 1})
     configured = WorkerStore(base_url, TOKEN, cap=42)
     try:
-        await configured.write(ORG, [fact("a")])
-        await configured.write(ORG, [fact("b")], cap=7)
+        await configured.write(ORG, [fact("alpha")])
+        await configured.write(ORG, [fact("bravo")], cap=7)
     finally:
         await configured.close()
     assert [body.get("cap") for body in stub.bodies()] == [42, 7]
@@ -127,7 +127,7 @@ async def test_cap_is_sent_when_configured_or_given(base_url, stub):
 
 async def test_counts_from_an_older_worker_default_to_zero(store, stub):
     stub.replies["/write"] = (200, {"ok": True, "inserted": 2, "deduped": 0, "superseded": 1})
-    assert await store.write(ORG, [fact("a")]) == WriteCounts(inserted=2, superseded=1)
+    assert await store.write(ORG, [fact("alpha")]) == WriteCounts(inserted=2, superseded=1)
 
 
 async def test_an_empty_batch_makes_no_round_trip(store, stub):
@@ -233,7 +233,7 @@ async def test_retrieve_degrades_on_timeout(base_url, stub, memory_warnings):
 
 
 COMMANDS = {
-    "/write": lambda s: s.write(ORG, [fact("x")]),
+    "/write": lambda s: s.write(ORG, [fact("xray")]),
     "/list": lambda s: s.list(ORG, 5),
     "/forget": lambda s: s.forget(ORG, f"mem:{ORG}:1"),
     "/sweep": lambda s: s.sweep(ORG),
@@ -279,9 +279,9 @@ async def test_commands_raise_on_malformed_answers(store, stub, route, reply):
 
 async def test_bad_scope_keys_and_caps_are_refused_locally(store, stub):
     with pytest.raises(StoreError):
-        await store.write("has space", [fact("x")])
+        await store.write("has space", [fact("xray")])
     with pytest.raises(StoreError):
-        await store.write(ORG, [fact("x")], cap=0)
+        await store.write(ORG, [fact("xray")], cap=0)
     with pytest.raises(StoreError):
         await store.list("", 5)
     assert stub.requests == []
@@ -436,10 +436,10 @@ async def test_candidates_are_fitted_before_they_leave_the_process(store, stub):
 async def test_a_refused_body_raises_store_refused(store, stub):
     stub.replies["/write"] = (400, {"error": "records[0].text must be at most 4000"})
     with pytest.raises(StoreRefused, match="answered 400"):
-        await store.write(ORG, [fact("x")])
+        await store.write(ORG, [fact("xray")])
     stub.replies["/write"] = (503, {"error": "busy"})
     with pytest.raises(StoreError) as info:
-        await store.write(ORG, [fact("x")])
+        await store.write(ORG, [fact("xray")])
     assert not isinstance(info.value, StoreRefused)
 
 

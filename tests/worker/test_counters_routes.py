@@ -206,3 +206,11 @@ async def test_counts_for_a_new_scope_past_max_scopes_are_507(aiohttp_client, tm
     assert response.status == 507
     assert "limit on scopes" in (await response.json())["error"]
     assert {r.scope_key for r in await store.read_counts()} == {ORG, REPO}
+
+
+async def test_the_salience_rules_marker_is_labelled_by_its_name(served):
+    """Noise dropped before storage counts as ``rejected:noise``: a marker of the project's
+    own, labelled by name like the gate's, not folded into ``other``."""
+    await served.post("/counts", json={"counts": [row(name="rejected:noise")]}, headers=AUTH)
+    text = await (await served.get("/metrics", headers=AUTH)).text()
+    assert 'marker="noise"' in text and 'marker="other"' not in text

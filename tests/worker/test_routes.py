@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from scopemem.core.records import Kind
-from scopemem.errors import StoreError
+from scopemem.errors import StoreError, StoreRefused
 from scopemem.stores.sqlite import SqliteStore
 from scopemem.worker_aiohttp.app import create_app
 from tests.worker.conftest import AUTH, ORG, TOKEN, candidate
@@ -31,7 +31,7 @@ async def test_write_then_retrieve_round_trip(client, spy):
     ]})
     assert status == 200
     assert body == {"ok": True, "inserted": 2, "deduped": 0, "superseded": 0, "restated": 0,
-                    "evicted": 0, "outranked": 0, "insertedSummaries": 1}
+                    "evicted": 0, "outranked": 0, "insertedSummaries": 1, "dropped": 0}
     assert spy.calls[0][3] is None  # no cap sent → the store's own default
     status, body = await post(client, "/retrieve", {"scopeKey": ORG, "query": "license",
                                                     "limit": 5})
@@ -44,6 +44,15 @@ async def test_write_then_retrieve_round_trip(client, spy):
     assert record["status"] == "active"
     assert None not in record.values()
     assert spy.calls[-1] == ("retrieve", ORG, "license", 5)
+
+
+async def test_noise_on_write_is_dropped_and_answered(client):
+    status, body = await post(client, "/write", {"scopeKey": ORG, "records": [
+        candidate("ok"), candidate("!!"), candidate("Tool called: bash ls"), candidate()]})
+    assert status == 200
+    assert (body["inserted"], body["dropped"]) == (1, 3)
+    status, body = await post(client, "/list", {"scopeKey": ORG, "limit": 10})
+    assert [record["text"] for record in body["records"]] == [candidate()["text"]]
 
 
 async def test_a_retrieve_without_bump_counts_nothing_and_used_marks_what_was_shown(
@@ -336,6 +345,29 @@ BAD_BODIES = [
      "records[0].supersedes must be a string"),
     ("/write", {"scopeKey": ORG, "records": [candidate(restates=["mem:x:1"])]},
      "records[0].restates must be a string"),
+    # provenance and pointers: the scope key's cap (a thread key of 500 KB is refused)
+    ("/write", {"scopeKey": ORG, "records": [candidate(sourceThreadKey="t" * 201)]},
+     "records[0].sourceThreadKey must be at most 200 characters"),
+    ("/write", {"scopeKey": ORG, "records": [candidate(sourceRunId="r" * 201)]},
+     "records[0].sourceRunId must be at most 200 characters"),
+    ("/write", {"scopeKey": ORG, "records": [candidate(supersedes="m" * 201)]},
+     "records[0].supersedes must be at most 200 characters"),
+    ("/write", {"scopeKey": ORG, "records": [candidate(restates="m" * 201)]},
+     "records[0].restates must be at most 200 characters"),
+    # NUL, in any string field of a body: PostgreSQL cannot keep one, so no store takes it
+    ("/write", {"scopeKey": ORG, "records": [candidate(), candidate(text="deploy\x00s")]},
+     "records[1].text holds a NUL character"),
+    ("/write", {"scopeKey": ORG, "records": [candidate(sourceThreadKey="slack:\x00")]},
+     "records[0].sourceThreadKey holds a NUL character"),
+    ("/write", {"scopeKey": ORG, "records": [candidate(sourceRunId="\x00")]},
+     "records[0].sourceRunId holds a NUL character"),
+    ("/write", {"scopeKey": ORG, "records": [candidate(keywords=["ok", "v\x00pn"])]},
+     "records[0].keywords[1] holds a NUL character"),
+    ("/write", {"scopeKey": ORG, "records": [candidate(supersedes="mem:org:acme:1\x00")]},
+     "records[0].supersedes holds a NUL character"),
+    ("/retrieve", {"scopeKey": ORG, "query": "vpn\x00", "limit": 1},
+     "query holds a NUL character"),
+    ("/list", {"scopeKey": ORG, "limit": 1, "query": "\x00"}, "query holds a NUL character"),
     # cap
     ("/write", {"scopeKey": ORG, "records": [], "cap": 0}, "cap must be an integer from 1 to"),
     ("/write", {"scopeKey": ORG, "records": [], "cap": 10001}, "cap must be an integer"),
@@ -432,3 +464,13 @@ async def test_a_store_failure_is_a_generic_500_and_is_logged(client, spy, caplo
     assert status == 500
     assert "secret" not in body["error"] and "private" not in body["error"]
     assert any(r.levelno == logging.ERROR and "/list" in r.getMessage() for r in caplog.records)
+
+
+async def test_input_the_store_refuses_is_a_400_not_a_500(client, spy):
+    """A value the store itself refuses (PostgreSQL's ``DataError``) is the input's fault:
+    a 400 with a JSON reason that says nothing of the store, so a client writes again in
+    smaller pieces."""
+    spy.fail = StoreRefused("postgres store: DataError: at /secret/path")
+    status, body = await post(client, "/write", {"scopeKey": ORG, "records": [candidate()]})
+    assert status == 400
+    assert "refused" in body["error"] and "secret" not in body["error"]

@@ -54,6 +54,8 @@ class Counts:
     async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
                           prefix: str | None = None, since_day: int = 0) -> list[CountRow]:
         keys = None if scope_keys is None else sorted({check_scope_key(k) for k in scope_keys})
+        if counting.no_scope_starts(prefix):
+            return []
         async with self._connection() as conn:
             cursor = await conn.execute(self.sql.read_counts, {
                 "since": since_day, "keys": keys, "prefix": prefix})

@@ -43,7 +43,7 @@ from scopemem.core.records import (
 )
 from scopemem.core.scopes import memory_id, record_seq
 from scopemem.core.text import normalize_text
-from scopemem.errors import ScopeLimitReached, StoreBusy, StoreError
+from scopemem.errors import ScopeLimitReached, StoreBusy, StoreError, StoreRefused
 from scopemem.stores.base import (
     DEFAULT_RANKING,
     Clock,
@@ -52,8 +52,8 @@ from scopemem.stores.base import (
     check_cap,
     check_retention_days,
     check_scope_key,
-    fit_batch,
     retention_cutoff,
+    salient_batch,
     wall_clock_ms,
 )
 from scopemem.stores.postgres import migrations, reads
@@ -166,8 +166,10 @@ class PostgresStore(Porting, Counts):
         cap = self.cap if cap is None else check_cap(cap)
         if not candidates:
             return WriteCounts()
+        fitted, dropped = salient_batch(candidates)
+        if not fitted:
+            return dropped
         now = self._clock()
-        fitted = fit_batch(candidates)
         async with self._connection() as conn, conn.transaction():
             last_seq, active = await self._lock_scope(conn, scope_key, now, create=True)
             norms, seqs = batches.lookup_keys(scope_key, fitted)
@@ -188,7 +190,7 @@ class PostgresStore(Porting, Counts):
                 "scope": scope_key, "last": plan.next_seq - 1, "active": live - len(evicted)})
             counts = plan.counts + WriteCounts(evicted=len(evicted))
             await add_rows(conn, self.sql, counting.write_rows(scope_key, counts, now))
-        return counts
+        return counts + dropped
 
     async def _persist(self, conn: Any, scope_key: str, plan: batches.BatchPlan,
                        last_seq: int, now: int) -> None:
@@ -392,6 +394,8 @@ class PostgresStore(Porting, Counts):
             raise StoreBusy(f"postgres store: no connection free: {exc}") from exc
         except psycopg.errors.QueryCanceled as exc:
             raise StoreBusy(f"postgres store: statement timed out: {exc}") from exc
+        except psycopg.DataError as exc:  # the input itself: a smaller call may pass
+            raise StoreRefused(f"postgres store: {type(exc).__name__}: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"postgres store: {type(exc).__name__}: {exc}") from exc
 

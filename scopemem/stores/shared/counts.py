@@ -24,10 +24,11 @@ from scopemem.core.counters import (
     write_deltas,
 )
 from scopemem.core.records import CountRow, WriteCounts
-from scopemem.core.scopes import ScopeKeyError, validate_scope_key
+from scopemem.core.scopes import ScopeKeyError, scope_key_problem, validate_scope_key
 from scopemem.errors import StoreError
 
-__all__ = ["check_rows", "forget_rows", "select_scope", "sweep_rows", "write_rows"]
+__all__ = ["check_rows", "forget_rows", "no_scope_starts", "select_scope", "sweep_rows",
+           "write_rows"]
 
 
 def _int_problem(value: object, low: int, high: int) -> bool:
@@ -67,6 +68,14 @@ def sweep_rows(scope_key: str, swept: int, now: int) -> list[CountRow]:
 
 def forget_rows(scope_key: str, now: int) -> list[CountRow]:
     return rows_for(scope_key, day_of(now), {FORGOTTEN: 1})
+
+
+def no_scope_starts(prefix: str | None) -> bool:
+    """Whether no scope key can start with ``prefix``: it holds what no key may (a NUL,
+    whitespace, a control or invisible character) or is longer than a key. A store answers
+    such a reading with nothing, without asking its backend (PostgreSQL refuses a NUL, a
+    worker the whole request), so every store answers it alike."""
+    return bool(prefix) and scope_key_problem(prefix) is not None
 
 
 def select_scope(scope_key: str, scope_keys: Collection[str] | None, prefix: str | None

@@ -37,7 +37,7 @@ from scopemem.stores.base import (
     check_cap,
     check_retention_days,
     check_scope_key,
-    fit_batch,
+    salient_batch,
     wall_clock_ms,
 )
 from scopemem.stores.shared import batches
@@ -233,8 +233,10 @@ class SqliteStore(Reads, Writes, Usage, Porting, Counts):
         cap = self.cap if cap is None else check_cap(cap)
         if not candidates:
             return WriteCounts()
+        batch, dropped = salient_batch(candidates)
+        if not batch:
+            return dropped
         now = self._clock()
-        batch = fit_batch(candidates)
         loop = asyncio.get_running_loop()
 
         def write_then_carry() -> WriteCounts:
@@ -249,7 +251,7 @@ class SqliteStore(Reads, Writes, Usage, Porting, Counts):
         async with self._writer(scope_key):
             counts = await self._run("write", write_then_carry)
             self._apply_carry(scope_key)  # before the write is answered
-            return counts
+            return counts + dropped
 
     async def list(
         self, scope_key: str, limit: int, query: str | None = None, kind: Kind | None = None

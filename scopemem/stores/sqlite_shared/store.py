@@ -46,8 +46,8 @@ from scopemem.stores.base import (
     check_cap,
     check_retention_days,
     check_scope_key,
-    fit_batch,
     retention_cutoff,
+    salient_batch,
     wall_clock_ms,
 )
 from scopemem.stores.postgres.cache import DEFAULT_POSTINGS_CACHE, PostingsCache, ScopeCopy
@@ -359,7 +359,9 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
         cap = self.cap if cap is None else check_cap(cap)
         if not candidates:
             return WriteCounts()
-        fitted = fit_batch(candidates)
+        fitted, dropped = salient_batch(candidates)
+        if not fitted:
+            return dropped
         now = self._clock()
         shard = self._shards.of(scope_key)
         self._writing[scope_key] = self._writing.get(scope_key, 0) + 1
@@ -390,7 +392,7 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
             # The write changed no other scope's rows, and the scope's own are carried (or
             # no longer held): every copy may follow its move now.
             self._moves.settle(shard, move)
-        return counts
+        return counts + dropped
 
     def _fold_later(self, scope_key: str, copy: ScopeCopy) -> None:
         """Fold the copy's layers on a thread once they are due, so the event loop never
