@@ -13,12 +13,11 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import cattrs
 
-from scopemem.core.ranking import SEED, Ranking
 from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
@@ -27,9 +26,10 @@ from scopemem.core.records import (
     MAX_SCOPE_CAP,
 )
 from scopemem.core.scopes import scope_key_problem
-from scopemem.core.scoring import MIN_BLOCK_TOKENS
 from scopemem.errors import ConfigError
-from scopemem.languages import analyzer_for, available_languages
+
+if TYPE_CHECKING:
+    from scopemem.core.ranking import Ranking
 
 log = logging.getLogger("scopemem")
 
@@ -114,6 +114,9 @@ class MemoryConfig:
 
     def ranking_spec(self) -> Ranking:
         """The ``Ranking`` these settings name (``_check_ranges`` has validated them)."""
+        from scopemem.core.ranking import SEED, Ranking
+        from scopemem.languages import analyzer_for
+
         if self.ranking == "seed":
             return SEED
         return Ranking(analyzer_for(self.languages))
@@ -232,6 +235,10 @@ def _in_range(key: str, value: int, low: int, high: int | None, why: str = "") -
 
 
 def _check_ranges(config: MemoryConfig) -> None:
+    # The ranking's words and stemmers: loaded when a configuration is, not with this module.
+    from scopemem.core.scoring import MIN_BLOCK_TOKENS
+    from scopemem.languages import analyzer_for, available_languages
+
     _in_range("limit", config.limit, 1, MAX_LIMIT)
     # Below the floor the prefix naming the scopes can leave no room for even a cut record.
     _in_range("max_tokens", config.max_tokens, MIN_BLOCK_TOKENS, None,

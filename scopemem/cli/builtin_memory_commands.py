@@ -20,14 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from scopemem.chat.commands import (
-    CommandContext,
-    Outcome,
-    run_forget,
-    run_list,
-    run_remember,
-    run_sweep,
-)
 from scopemem.cli.root import CliState, echo_json
 from scopemem.core.commands import (
     ALL,
@@ -45,6 +37,7 @@ from scopemem.plugins.markers import hookimpl
 
 if TYPE_CHECKING:
     from scopemem.api.memory import Memory
+    from scopemem.chat.commands import Outcome
 
 DEFAULT_CALLER = "user:cli:local"
 
@@ -154,6 +147,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
         As in chat, a leading scope word (``scopemem list org deploy``) names the scope when
         --scope is not given. A scope that fails says so; the exit is 1 when every scope
         failed."""
+        from scopemem.chat.commands import CommandContext, run_list
+
         memory = _memory(state)
         allowed = [*scope_words(memory.scope_kinds), ALL]
         rest = list(words)
@@ -172,6 +167,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
     @click.pass_obj
     def forget_command(state: CliState, record_id: str, caller: str, as_json: bool) -> None:
         """Forget one record (mem:<scope>:<n>); it stays stored, invisible to every read."""
+        from scopemem.chat.commands import CommandContext, run_forget
+
         memory = _memory(state)
         _durable(memory)
         context = CommandContext(caller=caller)
@@ -192,6 +189,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
                       extra: dict[str, str], dry_run: bool, caller: str,
                       as_json: bool) -> None:
         """Retire stored facts that the status gate would refuse today."""
+        from scopemem.chat.commands import CommandContext, run_sweep
+
         memory = _memory(state)
         allowed = [*(word for word in scope_words(memory.scope_kinds) if word != ME), ALL]
         checked = _scope(memory, scope, allowed) or ALL
@@ -216,6 +215,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
                          repo: str | None, channel: str | None, extra: dict[str, str],
                          caller: str, as_json: bool) -> None:
         """Write one fact a person states, through the same gate as reflection."""
+        from scopemem.chat.commands import CommandContext, run_remember
+
         memory = _memory(state)
         checked = _scope(memory, scope, scope_words(memory.scope_kinds)) or ME
         _durable(memory)
@@ -240,6 +241,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
 
         A scope that fails is named on stderr (a run would go without its records); the
         exit is 1 when every scope failed."""
+        from scopemem.chat.commands import Outcome
         from scopemem.core.requests import Request
 
         request = Request(text=brief, user_id=user, channel_id=channel, repo=repo,

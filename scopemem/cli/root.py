@@ -8,14 +8,16 @@ mistake is a usage error or one clear line and a non-zero exit, never a tracebac
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import click
 
-from scopemem.config import MemoryConfig, load_config
 from scopemem.errors import ScopememError
 from scopemem.plugins.manager import PluginManager, get_plugin_manager
+
+if TYPE_CHECKING:
+    from scopemem.config import MemoryConfig
 
 
 @attrs.define
@@ -28,6 +30,8 @@ class CliState:
 
     def config(self) -> MemoryConfig:
         if self._config is None:
+            from scopemem.config import load_config
+
             try:
                 self._config = load_config(self.config_path)
             except ScopememError as exc:
