@@ -49,6 +49,9 @@ log = logging.getLogger("scopemem.stores.sqlite")
 
 #: The default number of ranking processes: one where there is a second core to run it on.
 DEFAULT_RANK_PROCESSES = 1 if (os.cpu_count() or 1) >= 2 else 0
+#: The descriptors this process holds for each ranking process: its pool's queues and wake-up
+#: pipes, its sentinel, a share of the forkserver's (measured: 26 for three).
+RANKER_DESCRIPTORS = 9
 RANK_PROCESSES_MAX = 16
 # What a ranking process holds: scope files open, and rows in views across them.
 _CHILD_FILES = 16
