@@ -97,3 +97,44 @@ def test_the_connections_are_what_the_limit_leaves_beside_the_store(tmp_path):
     if soft != resource.RLIM_INFINITY and not budget.short:
         assert budget.connections + budget.backlog + held + PROCESS_DESCRIPTORS <= soft
     assert descriptors_held(InMemoryStore()) == 0  # a store that holds none says nothing
+
+
+def test_a_shard_that_cannot_be_opened_for_want_of_descriptors_is_busy(tmp_path):
+    # In a process of its own, every descriptor taken: the shared layout's next shard file
+    # cannot be opened, which is StoreBusy (503, try again), not a StoreError (500).
+    code = f"""
+import asyncio, os, resource
+from scopemem.core.records import Candidate, Kind
+from scopemem.errors import StoreBusy
+from scopemem.stores.sqlite_shared import SharedSqliteStore, schema
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+store = SharedSqliteStore({str(tmp_path / "data")!r})
+other = next(f"org:x{{n}}" for n in range(100)
+             if schema.shard_of(f"org:x{{n}}", 16) != schema.shard_of("org:acme", 16))
+
+def fact(text):
+    return [Candidate(kind=Kind.FACT, text=text, source_thread_key="t")]
+
+async def main():
+    await store.write("org:acme", fact("the first shard is open"))
+    held = []
+    try:
+        while True:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        pass
+    try:
+        await store.write(other, fact("another shard cannot be opened"))
+    except StoreBusy:
+        print("busy")
+    finally:
+        for fd in held:
+            os.close(fd)
+        await store.close()
+
+asyncio.run(main())
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=False, cwd=tmp_path)
+    assert result.stdout.strip() == "busy", result.stderr
