@@ -107,6 +107,11 @@ def main() -> None:
             "hook, sqlite": ([*scopemem, "--config", str(sqlite), "hook",
                               "user-prompt-submit"], payload),
         }
+        argv, stdin = commands["hook, sqlite"]
+        shown = subprocess.run(argv, input=stdin, capture_output=True, env=env, cwd=tmp,
+                               check=True)
+        if b"make bootstrap first" not in shown.stdout:
+            raise SystemExit(f"the hook did not print the lesson: {shown.stdout!r}")
         times: dict[str, list[float]] = {name: [] for name in commands}
         for index in range(args.warmup + args.runs):
             for name, (argv, stdin) in commands.items():
