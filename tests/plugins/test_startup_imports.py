@@ -55,3 +55,18 @@ def test_a_store_plugin_imports_its_backend_when_a_store_reads() -> None:
     assert loaded_after(built) == []
     read = built + "asyncio.run(store.retrieve('org:acme', 'deploy', 5))\n"
     assert loaded_after(read) == ["numpy"]
+
+
+def test_the_sqlite_store_reads_a_small_scope_without_numpy(tmp_path: Path) -> None:
+    code = ("import asyncio\n"
+            "from scopemem.core.records import Candidate, Kind\n"
+            "from scopemem.stores.base import StoreSettings\n"
+            "from scopemem.stores import sqlite\n"
+            f"store = sqlite.from_settings(StoreSettings(options={{'path': {str(tmp_path)!r}}}))\n"
+            "async def main():\n"
+            "    await store.write('org:acme', [Candidate(text='deploy with make bootstrap', "
+            "kind=Kind.FACT, source_thread_key='t')])\n"
+            "    assert await store.retrieve('org:acme', 'deploy', 5)\n"
+            "    await store.close()\n"
+            "asyncio.run(main())\n")
+    assert "numpy" not in loaded_after(code)
