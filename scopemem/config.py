@@ -14,12 +14,11 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import cattrs
 
-from scopemem.core.ranking import SEED, Ranking
 from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
@@ -28,9 +27,10 @@ from scopemem.core.records import (
     MAX_SCOPE_CAP,
 )
 from scopemem.core.scopes import scope_key_problem
-from scopemem.core.scoring import MIN_BLOCK_TOKENS
 from scopemem.errors import ConfigError
-from scopemem.languages import analyzer_for, available_languages
+
+if TYPE_CHECKING:
+    from scopemem.core.ranking import Ranking
 
 log = logging.getLogger("scopemem")
 
@@ -48,8 +48,6 @@ MAX_HOOK_TIMEOUT = 60.0
 #: Claude Code shows the model about 10,000 characters of a hook's additional context (the
 #: rest only as a short preview); a hook's block stays under that by default.
 DEFAULT_HOOK_CHARS = 9000
-#: The least ``memory.hooks.max_chars``: ``MIN_BLOCK_TOKENS`` at four characters a token.
-MIN_HOOK_CHARS = 4 * MIN_BLOCK_TOKENS
 
 
 @attrs.frozen(kw_only=True)
@@ -125,6 +123,9 @@ class MemoryConfig:
 
     def ranking_spec(self) -> Ranking:
         """The ``Ranking`` these settings name (``_check_ranges`` has validated them)."""
+        from scopemem.core.ranking import SEED, Ranking
+        from scopemem.languages import analyzer_for
+
         if self.ranking == "seed":
             return SEED
         return Ranking(analyzer_for(self.languages))
@@ -248,6 +249,10 @@ def _in_range(key: str, value: int, low: int, high: int | None, why: str = "") -
 
 
 def _check_ranges(config: MemoryConfig) -> None:
+    # The ranking's words and stemmers: loaded when a configuration is, not with this module.
+    from scopemem.core.scoring import MIN_BLOCK_TOKENS
+    from scopemem.languages import analyzer_for, available_languages
+
     _in_range("limit", config.limit, 1, MAX_LIMIT)
     # Below the floor the prefix naming the scopes can leave no room for even a cut record.
     _in_range("max_tokens", config.max_tokens, MIN_BLOCK_TOKENS, None,
@@ -300,7 +305,10 @@ def _check_hooks(hooks: HooksConfig) -> None:
     if not 0 < hooks.timeout <= MAX_HOOK_TIMEOUT:
         raise ConfigError(f"memory.hooks.timeout: must be above 0 and at most "
                           f"{MAX_HOOK_TIMEOUT:g} seconds, got {hooks.timeout:g}")
-    _in_range("hooks.max_chars", hooks.max_chars, MIN_HOOK_CHARS, None,
+    from scopemem.core.scoring import MIN_BLOCK_TOKENS
+
+    # The least block ``max_tokens`` allows, at four characters a token.
+    _in_range("hooks.max_chars", hooks.max_chars, 4 * MIN_BLOCK_TOKENS, None,
               " (room for the block's prefix, its fences and one record)")
     if hooks.visibility not in VISIBILITIES:
         raise ConfigError(f"memory.hooks.visibility: must be one of {', '.join(VISIBILITIES)},"

@@ -21,7 +21,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -32,20 +32,14 @@ from scopemem.agent_hooks.payload import (
     parse_event,
     parse_payload,
 )
-from scopemem.agent_hooks.runner import (
-    HookOutcome,
-    hand_off,
-    log_to_file,
-    read_block,
-    read_config,
-    reflect_part,
-    state_dir,
-)
-from scopemem.api.memory import Memory
 from scopemem.cli import CliState
 from scopemem.config import DEFAULT_CONFIG_FILE, MAX_HOOK_TIMEOUT, MemoryConfig
 from scopemem.errors import ScopememError
 from scopemem.plugins.markers import hookimpl
+
+if TYPE_CHECKING:
+    from scopemem.agent_hooks.runner import HookOutcome
+    from scopemem.api.memory import Memory
 
 log = logging.getLogger("scopemem")
 
@@ -119,6 +113,8 @@ def _finish(outcome: HookOutcome) -> NoReturn:
 
 def _watchdog(seconds: float) -> None:
     def expire() -> None:
+        from scopemem.agent_hooks.runner import HookOutcome
+
         log.warning("[memory] hooks: still running at the deadline; ending without a block")
         _finish(HookOutcome(summary=f"gave up after {seconds:g}s; the agent goes on "
                                     "without memory"))
@@ -142,6 +138,8 @@ def _guarded(body: Callable[[], HookOutcome], log_path: Callable[[], Path | None
     # stderr is the person's screen, and the summary line says what matters.
     log.handlers[:] = [logging.NullHandler()]
     log.propagate = False
+    from scopemem.agent_hooks.runner import HookOutcome
+
     try:
         outcome = body()
     except (PayloadError, ScopememError) as exc:
@@ -164,6 +162,16 @@ def _event_command(event: HookEvent) -> click.Command:
 
         def body() -> HookOutcome:
             nonlocal log_path
+            from scopemem.agent_hooks.runner import (
+                HookOutcome,
+                hand_off,
+                log_to_file,
+                read_block,
+                read_config,
+                state_dir,
+            )
+            from scopemem.api.memory import Memory
+
             config = _load(state)
             limit = timeout or config.hooks.timeout
             _watchdog(limit + GRACE_SECONDS)
@@ -217,6 +225,8 @@ def _reflect_command() -> click.Command:
                         end: int, cwd: str | None, agent: str | None) -> None:
         """Reflect one part of a session's transcript (started by Stop and SessionEnd)."""
         from scopemem.agent_hooks.ledger import Ledger
+        from scopemem.agent_hooks.runner import HookOutcome, log_to_file, reflect_part, state_dir
+        from scopemem.api.memory import Memory
 
         log_path: Path | None = None
 

@@ -19,18 +19,20 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
 from scopemem.agent_hooks.ledger import Ledger, SessionState
 from scopemem.agent_hooks.payload import HookEvent, HookPayload, render_output
 from scopemem.agent_hooks.transcript import read_slice, split_run
-from scopemem.api.memory import Memory
-from scopemem.api.reflecting import Run
 from scopemem.config import MemoryConfig
 from scopemem.core.reflection import should_reflect
 from scopemem.core.requests import Request
 from scopemem.gitremote import repo_of
+
+if TYPE_CHECKING:
+    from scopemem.api.memory import Memory
 
 log = logging.getLogger("scopemem")
 
@@ -181,6 +183,8 @@ def hand_off(config: MemoryConfig, config_path: str | None, payload: HookPayload
 async def reflect_part(memory: Memory, *, session_id: str, transcript: str, start: int,
                        end: int, cwd: str | None, agent: str | None) -> None:
     """Reflect bytes ``start``-``end`` of a transcript (the background process's work)."""
+    from scopemem.api.reflecting import Run
+
     piece = read_slice(transcript, start, stop=end)
     history, request_text, answer = split_run(piece.turns)
     repo = await asyncio.to_thread(repo_of, cwd, 10.0)

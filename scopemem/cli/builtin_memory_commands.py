@@ -22,14 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from scopemem.chat.commands import (
-    CommandContext,
-    Outcome,
-    run_forget,
-    run_list,
-    run_remember,
-    run_sweep,
-)
 from scopemem.cli.root import CliState, echo_json, need_operator, operator_option
 from scopemem.core.commands import (
     ALL,
@@ -47,6 +39,7 @@ from scopemem.plugins.markers import hookimpl
 
 if TYPE_CHECKING:
     from scopemem.api.memory import Memory
+    from scopemem.chat.commands import Outcome
 
 DEFAULT_CALLER = "user:cli:local"
 
@@ -172,6 +165,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
         --scope is not given. A scope that fails says so; the exit is 1 when every scope
         failed."""
         _acting(caller, channel, operator)
+        from scopemem.chat.commands import CommandContext, run_list
+
         memory = _memory(state)
         allowed = [*scope_words(memory.scope_kinds), ALL]
         rest = list(words)
@@ -194,6 +189,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
                        operator: bool, as_json: bool) -> None:
         """Forget one record (mem:<scope>:<n>); it stays stored, invisible to every read."""
         _acting(caller, channel, operator)
+        from scopemem.chat.commands import CommandContext, run_forget
+
         memory = _memory(state)
         _durable(memory)
         context = CommandContext(caller=caller, channel_id=channel)
@@ -216,6 +213,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
                       as_json: bool) -> None:
         """Retire stored facts that the status gate would refuse today."""
         _acting(caller, channel, operator)
+        from scopemem.chat.commands import CommandContext, run_sweep
+
         memory = _memory(state)
         allowed = [*(word for word in scope_words(memory.scope_kinds) if word != ME), ALL]
         checked = _scope(memory, scope, allowed) or ALL
@@ -242,6 +241,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
                          caller: str, operator: bool, as_json: bool) -> None:
         """Write one fact a person states, through the same gate as reflection."""
         _acting(caller, channel, operator)
+        from scopemem.chat.commands import CommandContext, run_remember
+
         memory = _memory(state)
         checked = _scope(memory, scope, scope_words(memory.scope_kinds)) or ME
         _durable(memory)
@@ -270,6 +271,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
 
         A scope that fails is named on stderr (a run would go without its records); the
         exit is 1 when every scope failed."""
+        from scopemem.chat.commands import Outcome
         from scopemem.core.requests import Request
 
         if user is not None and f"user:{user}" != DEFAULT_CALLER:

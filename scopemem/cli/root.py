@@ -15,14 +15,16 @@ person; acting for someone else or on a scope that is not theirs takes ``--opera
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import click
 
-from scopemem.config import MemoryConfig, load_config
 from scopemem.errors import ScopememError
 from scopemem.plugins.manager import PluginManager, get_plugin_manager
+
+if TYPE_CHECKING:
+    from scopemem.config import MemoryConfig
 
 
 @attrs.define
@@ -35,6 +37,8 @@ class CliState:
 
     def config(self) -> MemoryConfig:
         if self._config is None:
+            from scopemem.config import load_config
+
             try:
                 self._config = load_config(self.config_path)
             except ScopememError as exc:

@@ -7,9 +7,13 @@ platform (``slack:U0123``), so ``user:slack:U0123`` can never collide with a Dis
 
 from __future__ import annotations
 
-from scopemem.config import MemoryConfig
+from typing import TYPE_CHECKING
+
 from scopemem.core.requests import Request, ScopeKind, ScopeRefused
 from scopemem.plugins.markers import hookimpl
+
+if TYPE_CHECKING:
+    from scopemem.config import MemoryConfig
 
 ORG, REPO, CHANNEL, USER = "org", "repo", "channel", "user"
 

@@ -282,6 +282,22 @@ async def retrieve_or_raise(store: MemoryStore, scope_key: str, query: str, limi
     return await store.retrieve(scope_key, query, limit)
 
 
+def descriptors_held(store: object) -> int:
+    """The most file descriptors ``store`` holds open at once: its database files, WALs and
+    shared memory, its connections to a database server. A store says so with a
+    ``max_descriptors()`` method (optional, as ``CountingStore``'s are); one without it holds
+    none of its own. The worker keeps this many of the process's open-file limit for the
+    store and sizes its connections to the rest."""
+    method = getattr(store, "max_descriptors", None)
+    if method is None:
+        return 0
+    held = method()
+    if isinstance(held, bool) or not isinstance(held, int) or held < 0:
+        raise StoreError(f"{type(store).__name__}.max_descriptors() answered {held!r},"
+                         " not a whole number")
+    return held
+
+
 async def search_hits(store: MemoryStore, scope_key: str, query: str, limit: int, *,
                       bump: bool, strict: bool = False) -> list[Hit]:
     """``store.search`` (its raising form, ``search_strict``, when ``strict`` and the store

@@ -22,6 +22,7 @@ import bisect
 import builtins
 import logging
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from scopemem.core import engine
 from scopemem.core.ranking import Ranking
@@ -53,9 +54,11 @@ from scopemem.stores.base import (
     salient_batch,
     wall_clock_ms,
 )
-from scopemem.stores.dense import DenseIndex
 from scopemem.stores.porting import group_import
 from scopemem.stores.shared import counts as counting
+
+if TYPE_CHECKING:
+    from scopemem.stores.dense import DenseIndex
 
 log = logging.getLogger("scopemem")
 
@@ -124,6 +127,8 @@ class _Index:
 
     def dense(self) -> DenseIndex:
         """The postings as arrays, for retrievals until the active records change."""
+        from scopemem.stores.dense import DenseIndex  # numpy: only once a scope is read
+
         dense = self._dense
         if dense is None:
             dense = self._dense = DenseIndex(self.postings, self.details.keys(),

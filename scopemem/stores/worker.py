@@ -157,6 +157,8 @@ class WorkerStore(WorkerCounts):
         # A worker that answered a retrieval without ``bumped`` predates "used means
         # shown": it bumps what it returns, so there is nothing for /used to mark.
         self._legacy = False
+        # Whether the worker's answer to a write said it applied another cap (warned once).
+        self._cap_warned = False
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
 
@@ -327,11 +329,26 @@ class WorkerStore(WorkerCounts):
         if cap is not None:
             payload["cap"] = cap
         data = await self._command("/write", payload)
+        if cap is not None:
+            self._note_applied_cap(cap, data.get("cap"))
         try:
             return from_wire(data, WriteCounts) + dropped
         except WireError as exc:
             raise StoreError(f"memory worker /write answered counts that are not valid: {exc}")\
                 from None
+
+    def _note_applied_cap(self, asked: int, applied: object) -> None:
+        """One warning per client when the worker ran a write under another cap than the
+        one asked (its operator's floor or ceiling; a worker that predates the answer says
+        nothing, and nothing is logged)."""
+        if (isinstance(applied, bool) or not isinstance(applied, int) or applied == asked
+                or self._cap_warned):
+            return
+        self._cap_warned = True
+        log.warning("[memory] worker %s keeps %d records per scope, not the %d asked "
+                    "(memory.max_records_per_scope); its operator bounds a client's cap "
+                    "(memory.min_records_per_scope and max_records_per_scope on the worker)",
+                    self.base_url, applied, asked)
 
     async def list(self, scope_key: str, limit: int, query: str | None = None,
                    kind: Kind | None = None) -> list[Record]:

@@ -5,7 +5,7 @@ Routes (bodies are JSON objects, camelCase, times in epoch milliseconds)::
     POST /retrieve  {scopeKey, query, limit, bump?}   -> {records, matches, bumped}
     POST /used      {used: [{scopeKey, ids}]}          -> {ok, marked}
     POST /write     {scopeKey, records, cap?}          -> {ok, inserted, deduped, superseded,
-                                                           restated, evicted}
+                                                           restated, evicted, cap?}
     POST /list      {scopeKey, limit, query?, kind?}   -> {records}
     POST /forget    {scopeKey, id}                     -> {ok, forgotten}
     POST /sweep     {scopeKey, dryRun?}                -> {ok, swept, ids?}
@@ -30,7 +30,8 @@ scope and day, /metrics sums them per scope kind for Prometheus (``metrics.py``)
 
 A client's ``cap`` is bounded by the operator: never above the server's cap (``cap``, the
 store's default), never below its floor (``min_cap``). A client may lower its scopes' cap down
-to the floor, so a token holder cannot retire a scope's records by sending ``cap: 1``.
+to the floor, so a token holder cannot retire a scope's records by sending ``cap: 1``. The
+answer to a write that sent a ``cap`` carries the cap applied.
 
 A request to a data route passes three gates, in this order; the first two look only at the
 headers, so a request they refuse never has its body read and its connection is closed after
@@ -204,11 +205,15 @@ async def write(request: web.Request) -> web.StreamResponse:
     args = validation.write_args(await read_body(request))
     served = request.app[SERVED]
     store = served.require_store()
-    counts = await store.write(args.scope_key, args.candidates, served.bounded_cap(args.cap))
+    cap = served.bounded_cap(args.cap)
+    counts = await store.write(args.scope_key, args.candidates, cap)
     if counts.evicted:
         log.info("[write] %s <- %d candidates (evicted %d)",
                  args.scope_key, len(args.candidates), counts.evicted)
-    return json_answer({"ok": True, **to_wire(counts)})
+    # The cap the write ran under, when the client asked for one: the client can tell when
+    # the operator's bounds changed it.
+    applied = {} if cap is None else {"cap": cap}
+    return json_answer({"ok": True, **to_wire(counts), **applied})
 
 
 @data_route

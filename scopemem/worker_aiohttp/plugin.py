@@ -56,7 +56,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
     @click.option("--access-log/--no-access-log", default=True, show_default=True,
                   help="Log one line per request (method, path, status; never bodies).")
     @click.option("--max-connections", type=click.IntRange(1, None), default=None,
-                  help="Connections open at once (default: half the open-file limit).")
+                  help="Connections open at once (default: what the open-file limit leaves "
+                       "after the store's files).")
     @click.option("--idle-timeout", type=click.FloatRange(0.1, 3600), default=10.0,
                   show_default=True,
                   help="Seconds a connection may take to send a request header, after "
@@ -86,8 +87,9 @@ def scopemem_register_commands(cli: click.Group) -> None:
 
         from scopemem.installation import store_registry
         from scopemem.plugins.host import scope_kinds
-        from scopemem.stores.base import StoreSettings
+        from scopemem.stores.base import StoreSettings, descriptors_held
         from scopemem.worker_aiohttp.app import Limits, create_app, serve_until_signalled
+        from scopemem.worker_aiohttp.server import connection_budget
 
         _configure_logging()
         config = state.config()
@@ -149,21 +151,31 @@ def scopemem_register_commands(cli: click.Group) -> None:
                 raise click.ClickException(f"{TOKEN_ENV} or {METRICS_TOKEN_ENV}: {exc}"
                                            ) from None
 
-        limits = Limits(idle_timeout=idle_timeout, body_timeout=body_timeout,
-                        **({} if max_connections is None
-                           else {"max_connections": max_connections}))
-        runner_kwargs: dict[str, Any] = {"limits": limits}
+        def limits_for(store: Any) -> Limits:
+            """The connections the open-file limit leaves beside what ``store`` holds."""
+            held = descriptors_held(store)
+            budget = connection_budget(held)
+            if budget.short:
+                log.warning("the open-file limit leaves too few descriptors beside the "
+                            "store's %d: connections may fail to be accepted; raise it "
+                            "(ulimit -n, or LimitNOFILE for a service)", held)
+            return Limits(idle_timeout=idle_timeout, body_timeout=body_timeout,
+                          max_connections=max_connections or budget.connections,
+                          backlog=budget.backlog)
+
+        runner_kwargs: dict[str, Any] = {}
         if not access_log:
             runner_kwargs["access_log"] = None
         if workers > 1:
-            _serve_processes(workers, host, port, build, runner_kwargs, name)
+            _serve_processes(workers, host, port, build, limits_for, runner_kwargs, name)
             click.echo("scopemem worker stopped")
             return
 
         def ready(url: str) -> None:
             click.echo(f"scopemem worker listening on {url} (store: {name})")
 
-        _store, app = build()
+        store, app = build()
+        runner_kwargs["limits"] = limits_for(store)
         try:
             asyncio.run(serve_until_signalled(app, host, port, on_ready=ready,
                                               **runner_kwargs))
@@ -173,7 +185,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
 
 
 def _serve_processes(workers: int, host: str, port: int,
-                     build: Callable[[], tuple[Any, Any]],
+                     build: Callable[[], tuple[Any, Any]], limits_for: Callable[[Any], Any],
                      runner_kwargs: dict[str, Any], name: str) -> None:
     """``--workers N``: bind, fork N processes that each build the app (and its store) and
     serve the one socket, supervise them (``workers.py``)."""
@@ -187,6 +199,7 @@ def _serve_processes(workers: int, host: str, port: int,
     # A configuration error shows here, once, not as N workers failing: the store is built
     # and closed before anything forks (building one opens nothing for the built-in stores).
     store, _app = build()
+    runner_kwargs = {**runner_kwargs, "limits": limits_for(store)}
     asyncio.run(store.close())
     try:
         sock = listening_socket(host, port)

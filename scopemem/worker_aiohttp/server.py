@@ -18,8 +18,15 @@ stores cannot open their files either). ``Limits`` bounds all of it:
   a header: it has cost the server nothing yet and loses nothing), else the oldest that waits
   for its next request (a client reconnects and loses nothing either); when every connection
   is busy with a request, the newcomer is answered a fixed 503 and closed, without parsing
-  anything. The default is half the process's open-file limit, so the other half stays for
-  the store's files.
+  anything. The default is what the process's soft open-file limit leaves after the
+  store's own descriptors (``stores.base.descriptors_held``), the process's
+  (``PROCESS_DESCRIPTORS``) and ``backlog``.
+* ``backlog``: the listening socket's queue, which is also how many connections the event
+  loop accepts in one turn, each holding a descriptor until the fence admits it or answers
+  503; 128, less when the open-file limit is small (``connection_budget``).
+
+A process out of descriptors all the same (a limit too small for the store) cannot accept:
+asyncio then stops accepting for a second; that is one warning line, never a traceback.
 
 Everything the HTTP parser refuses is answered in JSON like the application's own refusals
 (``{"error": …}``), never echoing the request's bytes, logged as one line without a
@@ -58,12 +65,44 @@ _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\
          + b"\r\nContent-Length: " + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY)
 
 
-def default_max_connections() -> int:
-    """Half the process's soft open-file limit (at least 32, at most 16,384)."""
+#: Descriptors a worker process holds beside its store's and its connections': standard
+#: streams, the event loop's, the listening socket, the log, SQLite's temporary files.
+PROCESS_DESCRIPTORS = 32
+#: The least and the most ``backlog``; and the fewest connections a worker is given.
+MIN_BACKLOG, MAX_BACKLOG = 16, 128
+MIN_CONNECTIONS = 16
+MAX_CONNECTIONS = 16_384
+
+
+@attrs.frozen
+class Budget:
+    """How the open-file limit is shared: ``connections`` at most, accepted ``backlog`` at a
+    time; ``short`` when the limit leaves less than that (the process may run out)."""
+
+    connections: int
+    backlog: int
+    short: bool = False
+
+
+def connection_budget(reserved: int = 0) -> Budget:
+    """The connections and the backlog the soft open-file limit leaves after ``reserved``
+    descriptors (the store's, ``stores.base.descriptors_held``) and the process's own: a
+    fifth of what is left for the backlog (16 to 128), the rest for connections (at most
+    16,384; 4,096 and 128 with no limit)."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft <= 0:
-        return 4096
-    return max(32, min(16_384, soft // 2))
+        return Budget(4096, MAX_BACKLOG)
+    left = soft - reserved - PROCESS_DESCRIPTORS
+    backlog = max(MIN_BACKLOG, min(MAX_BACKLOG, left // 5))
+    connections = left - backlog
+    if connections < MIN_CONNECTIONS:
+        return Budget(MIN_CONNECTIONS, MIN_BACKLOG, short=True)
+    return Budget(min(MAX_CONNECTIONS, connections), backlog)
+
+
+def default_max_connections() -> int:
+    """``connection_budget``'s connections for a store that holds no descriptors."""
+    return connection_budget().connections
 
 
 @attrs.frozen
@@ -73,16 +112,17 @@ class Limits:
     idle_timeout: float = 10.0
     body_timeout: float = 30.0
     max_connections: int = attrs.field(factory=default_max_connections)
+    backlog: int = MAX_BACKLOG
 
     def __attrs_post_init__(self) -> None:
         for name in ("idle_timeout", "body_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
-        if (isinstance(self.max_connections, bool) or not isinstance(self.max_connections, int)
-                or self.max_connections < 1):
-            raise ValueError(f"max_connections must be a positive integer, got "
-                             f"{self.max_connections!r}")
+        for name in ("max_connections", "backlog"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def _error(status: int, reason: str) -> web.Response:
@@ -201,6 +241,24 @@ class WorkerRunner(web.AppRunner):
         return server
 
 
+def _quiet_accept_failures(loop: asyncio.AbstractEventLoop) -> None:
+    """An ``accept`` that fails for want of descriptors (asyncio then pauses accepting for a
+    second) is one warning line, not asyncio's error with a traceback; anything else goes
+    to the handler there was."""
+    previous = loop.get_exception_handler()
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if str(context.get("message", "")).startswith("socket.accept() out of system"):
+            log.warning("[busy] cannot accept connections: %s; accepting again shortly",
+                        context.get("exception"))
+        elif previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handle)
+
+
 #: How long the application waits for a body (set by the runner serving it).
 BODY_TIMEOUT = web.AppKey("scopemem_worker_body_timeout", float)
 
@@ -215,9 +273,11 @@ async def running(app: web.Application, host: str = "127.0.0.1", port: int = 0,
     closes)."""
     runner = WorkerRunner(app, **runner_kwargs)
     await runner.setup()
+    _quiet_accept_failures(asyncio.get_running_loop())
+    backlog = runner.limits.backlog
     try:
-        site: web.BaseSite = (web.TCPSite(runner, host, port) if sock is None
-                              else web.SockSite(runner, sock))
+        site: web.BaseSite = (web.TCPSite(runner, host, port, backlog=backlog) if sock is None
+                              else web.SockSite(runner, sock, backlog=backlog))
         await site.start()
         bound_host, bound_port = runner.addresses[0][:2]
         if ":" in bound_host:

@@ -72,7 +72,7 @@ def test_from_settings_names_the_bad_key(options, key, says):
 def test_registered_as_the_postgres_store_with_an_extra():
     found: dict = {}
     postgres_plugin.scopemem_register_stores(register=found.__setitem__)
-    assert found == {"postgres": PostgresStore.from_settings}
+    assert found == {"postgres": postgres_plugin.from_settings}
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["entry-points"]["scopemem"]["postgres"] == "scopemem.stores.postgres"
     extra = project["optional-dependencies"]["postgres"]

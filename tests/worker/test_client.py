@@ -9,6 +9,7 @@ import logging
 import socket
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -388,6 +389,48 @@ async def test_a_round_trip_through_the_real_server(aiohttp_server, clock, caplo
         await worker.close()
     assert caplog.text.count("[write]") == 1
     assert f"[write] {ORG} <- 3 candidates (evicted 1)" in caplog.text
+
+
+async def test_a_cap_raised_by_the_worker_is_answered_and_warned_once(aiohttp_server, clock,
+                                                                         caplog):
+    from scopemem.worker_aiohttp.app import create_app
+
+    backing = InMemoryStore(clock=clock)
+    server = await aiohttp_server(create_app(backing, TOKEN, cap=500, min_cap=3))
+    url = str(server.make_url(""))
+    asks_below = WorkerStore(url, TOKEN, cap=2)
+    asks_within = WorkerStore(url, TOKEN, cap=4)
+    caplog.set_level(logging.WARNING, logger="scopemem")
+    try:
+        for n in range(4):
+            await asks_below.write(ORG, [fact(f"lesson number {n}")])
+            await asks_below.write("repo:acme/api", [fact(f"lesson number {n}")])
+        # The floor is kept: three records stay, not the two asked for.
+        assert len(await asks_below.list(ORG, 10)) == 3
+        await asks_within.write(ORG, [fact("a lesson within the bounds")])
+    finally:
+        await asks_below.close()
+        await asks_within.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "keeps 3 records per scope, not the 2 asked" in warnings[0]
+
+
+async def test_the_write_answer_names_the_cap_applied(aiohttp_server, clock):
+    from scopemem.worker_aiohttp.app import create_app
+
+    server = await aiohttp_server(create_app(InMemoryStore(clock=clock), TOKEN, cap=50,
+                                             min_cap=10))
+    url = str(server.make_url("/write"))
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    body = {"scopeKey": ORG, "records": to_wire([fact("a lesson")])}
+    async with aiohttp.ClientSession() as session:
+        answers = []
+        for extra in ({"cap": 2}, {"cap": 20}, {"cap": 900}, {}):
+            async with session.post(url, json={**body, **extra}, headers=headers) as response:
+                assert response.status == 200
+                answers.append((await response.json()).get("cap"))
+    assert answers == [10, 20, 50, None]
 
 
 # --- issue 12: what the client sends fits the wire; what it keeps is what was asked ----------

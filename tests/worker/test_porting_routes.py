@@ -66,8 +66,10 @@ async def test_import_then_export_a_page_at_a_time(client, spy):
 async def test_an_import_is_screened_as_a_write_is_and_vouches_for_no_source(client, spy):
     """Any token holder may call /import: secrets are redacted as /write redacts them, a
     fact the status gate refuses is kept swept, and a claimed ``human`` source is reset to
-    reflection. The answer counts each."""
-    items = [wire_record(n, text=secret.text) for n, secret in enumerate(CORPUS, 1)]
+    reflection. The answer counts each. (A secret split by a NUL is not sent: the wire
+    refuses a NUL in a known string with a 400.)"""
+    corpus = [secret for secret in CORPUS if "\x00" not in secret.text]
+    items = [wire_record(n, text=secret.text) for n, secret in enumerate(corpus, 1)]
     items += [wire_record(101, text="I deploy on fridays", source="human"),
               wire_record(102, text=GATED), wire_record(103, text="deploys need the vpn")]
     totals = {"imported": 0, "redacted": 0, "swept": 0, "sourceReset": 0}
@@ -77,7 +79,7 @@ async def test_an_import_is_screened_as_a_write_is_and_vouches_for_no_source(cli
         assert status == 200 and answer.pop("ok") is True, answer
         totals = {name: totals[name] + answer[name] for name in totals}
     assert totals == {"imported": len(items), "swept": 1, "sourceReset": 1,
-                      "redacted": sum(redact(secret.text) != secret.text for secret in CORPUS)}
+                      "redacted": sum(redact(secret.text) != secret.text for secret in corpus)}
     exported = [record async for record in export_records(spy.inner, ORG)]
     assert [secret.kind for secret in CORPUS
             if any(secret.raw in record.text for record in exported)] == []

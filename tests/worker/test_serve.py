@@ -24,6 +24,20 @@ TOKEN = "serve-token-0123456789"
 ORG = "org:acme"
 
 
+@pytest.fixture
+def serve_in_process():
+    """``serve`` run in this process puts its repeat filter on the root logger's handlers,
+    pytest's capture handlers among them; they are given back as they were, so no later
+    test's warnings are held back."""
+    import logging
+
+    handlers = list(logging.getLogger().handlers)
+    filters = {handler: list(handler.filters) for handler in handlers}
+    yield
+    for handler in handlers:
+        handler.filters[:] = filters[handler]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -128,7 +142,7 @@ async def test_insecure_dev_starts_without_a_token_warns_and_refuses_every_data_
     assert "(store: memory)" in out
 
 
-def test_an_unknown_store_is_a_clear_error(tmp_path, monkeypatch):
+def test_an_unknown_store_is_a_clear_error(tmp_path, monkeypatch, serve_in_process):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("SCOPEMEM_CONFIG", raising=False)
     result = CliRunner().invoke(build_cli(), ["serve", "--store", "cassandra"])
@@ -137,7 +151,8 @@ def test_an_unknown_store_is_a_clear_error(tmp_path, monkeypatch):
     assert "sqlite" in result.output and "Traceback" not in result.output
 
 
-def test_serve_uses_the_configured_store_even_with_memory_disabled(tmp_path, monkeypatch):
+def test_serve_uses_the_configured_store_even_with_memory_disabled(tmp_path, monkeypatch,
+                                                                   serve_in_process):
     config = tmp_path / "scopemem.toml"
     config.write_text('[memory]\nenabled = false\nstore = "nosuch"\n')
     monkeypatch.delenv("SCOPEMEM_CONFIG", raising=False)

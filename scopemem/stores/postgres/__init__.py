@@ -22,12 +22,28 @@ store never needs it (from a checkout: ``pip install -e '.[postgres]'``).
 
 from __future__ import annotations
 
-from scopemem.plugins.markers import hookimpl
-from scopemem.stores.postgres.store import PostgresStore
+from typing import TYPE_CHECKING
 
-__all__ = ["PostgresStore"]
+from scopemem.plugins.lazy import exports
+from scopemem.plugins.markers import hookimpl
+
+if TYPE_CHECKING:
+    from scopemem.stores.base import StoreSettings
+    from scopemem.stores.postgres.store import PostgresStore
+
+__all__ = ["PostgresStore", "from_settings"]
+
+# Imported on first use: loading the plugin list must not load the store.
+__getattr__ = exports(__name__, {"PostgresStore": "scopemem.stores.postgres.store"})
+
+
+def from_settings(settings: StoreSettings) -> PostgresStore:
+    """The store ``[memory.stores.postgres]`` describes (``PostgresStore.from_settings``)."""
+    from scopemem.stores.postgres.store import PostgresStore
+
+    return PostgresStore.from_settings(settings)
 
 
 @hookimpl
 def scopemem_register_stores(register) -> None:  # type: ignore[no-untyped-def]
-    register("postgres", PostgresStore.from_settings)
+    register("postgres", from_settings)

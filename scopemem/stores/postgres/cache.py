@@ -27,11 +27,14 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
-from scopemem.stores.dense import DenseIndex
 from scopemem.stores.postgres.tokens import read_postings
+
+if TYPE_CHECKING:
+    from scopemem.stores.dense import DenseIndex
 
 __all__ = ["DEFAULT_MIN_POSTINGS", "DEFAULT_POSTINGS_CACHE", "PostingsCache", "ScopeCopy",
            "dense_index"]
@@ -125,6 +128,8 @@ def dense_index(postings: Mapping[str, Collection[int]], continues: frozenset[in
         size = sum(map(len, postings.values()))
     if size < DENSE_MIN_POSTINGS:
         return None
+    from scopemem.stores.dense import DenseIndex  # numpy: only for a copy this large
+
     if seqs is None:
         seqs = set().union(*postings.values())
     return DenseIndex(postings, seqs, continues)

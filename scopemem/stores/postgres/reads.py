@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -33,11 +33,13 @@ from scopemem.core import engine
 from scopemem.core.records import Record
 from scopemem.core.scopes import record_seq
 from scopemem.stores.base import Hit
-from scopemem.stores.dense import DenseIndex
 from scopemem.stores.postgres import tokens
 from scopemem.stores.postgres.cache import Loader, PostingsCache
 from scopemem.stores.postgres.statements import Statements, record_of
 from scopemem.stores.postgres.usage import DeferredUsage
+
+if TYPE_CHECKING:
+    from scopemem.stores.dense import DenseIndex
 
 __all__ = ["mark_used", "search"]
 

@@ -311,6 +311,11 @@ class PostgresStore(Porting, Counts):
         """Apply the use counts still deferred now (``close`` applies them too)."""
         await self._usage.drain()
 
+    def max_descriptors(self) -> int:
+        """The most file descriptors the store holds (``stores.base.descriptors_held``):
+        one socket per connection of its pool."""
+        return self.options.max_pool
+
     async def close(self) -> None:
         """Apply deferred use counts and close the pool. Safe to call twice."""
         if self._closed:

@@ -34,15 +34,29 @@ loses at most those use counts, never a record.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from scopemem.plugins.lazy import exports
 from scopemem.plugins.markers import hookimpl
-from scopemem.stores.base import MemoryStore, StoreSettings
-from scopemem.stores.sqlite.files import default_max_open, scope_file_name
-from scopemem.stores.sqlite.layouts import LAYOUTS, default_layout
-from scopemem.stores.sqlite.sql import fts_tokens
-from scopemem.stores.sqlite.store import DEFAULT_PATH, SYNCHRONOUS_LEVELS, SqliteStore
+
+if TYPE_CHECKING:
+    from scopemem.stores.base import MemoryStore, StoreSettings
+    from scopemem.stores.sqlite.files import default_max_open, scope_file_name
+    from scopemem.stores.sqlite.sql import fts_tokens
+    from scopemem.stores.sqlite.store import DEFAULT_PATH, SYNCHRONOUS_LEVELS, SqliteStore
 
 __all__ = ["DEFAULT_PATH", "SYNCHRONOUS_LEVELS", "SqliteStore", "default_max_open",
            "from_settings", "fts_tokens", "scope_file_name"]
+
+# Imported on first use: loading the plugin list must not load the store (nor apsw).
+__getattr__ = exports(__name__, {
+    "DEFAULT_PATH": "scopemem.stores.sqlite.store",
+    "SYNCHRONOUS_LEVELS": "scopemem.stores.sqlite.store",
+    "SqliteStore": "scopemem.stores.sqlite.store",
+    "default_max_open": "scopemem.stores.sqlite.files",
+    "fts_tokens": "scopemem.stores.sqlite.sql",
+    "scope_file_name": "scopemem.stores.sqlite.files",
+})
 
 
 def from_settings(settings: StoreSettings) -> MemoryStore:
@@ -50,6 +64,9 @@ def from_settings(settings: StoreSettings) -> MemoryStore:
     a few shared files) with ``layout = "shared"``, ``SqliteStore`` (a file per scope) with
     ``layout = "file"``; unset, the layout the directory holds, shared for a new one
     (``layouts.default_layout``)."""
+    from scopemem.stores.sqlite.layouts import LAYOUTS, default_layout
+    from scopemem.stores.sqlite.store import DEFAULT_PATH, SqliteStore
+
     named = settings.named("sqlite")
     default = default_layout(named.options.get("path", DEFAULT_PATH))
     if named.choice_option("layout", default, LAYOUTS) == "shared":

@@ -118,10 +118,9 @@ class Files:
         try:
             conn = connect(path, flags)
         except apsw.Error as exc:
-            if isinstance(exc, apsw.CantOpenError) and out_of_descriptors():
-                raise StoreBusy(f"sqlite store: cannot open {path} now: the process has no "
-                                "file descriptor left") from exc
-            raise StoreError(f"sqlite store: cannot open {path}: {sql.describe(exc)}") from exc
+            raise (descriptors_busy(path, exc)
+                   or StoreError(f"sqlite store: cannot open {path}: {sql.describe(exc)}")
+                   ) from exc
         try:
             conn.set_busy_timeout(self.busy_timeout_ms)
             identity = self._check_identity(conn, path, scope_key)
@@ -261,6 +260,16 @@ def default_max_open() -> int:
     if soft == resource.RLIM_INFINITY or soft <= 0:
         return MAX_DEFAULT_OPEN
     return max(16, min(MAX_DEFAULT_OPEN, soft // 6))
+
+
+def descriptors_busy(path: str, exc: BaseException) -> StoreBusy | None:
+    """What SQLite failing to open ``path`` (or its WAL) is when the process has no file
+    descriptor left: ``StoreBusy``, which the worker answers 503 with ``Retry-After``; None
+    when it is not that."""
+    if isinstance(exc, sql.apsw_module().CantOpenError) and out_of_descriptors():
+        return StoreBusy(f"sqlite store: cannot open {path} now: the process has no "
+                         "file descriptor left")
+    return None
 
 
 def out_of_descriptors() -> bool:

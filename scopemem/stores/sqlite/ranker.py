@@ -30,14 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import os
 import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scopemem.core import engine
 from scopemem.core.ranking import QueryTerms, Ranking
@@ -45,10 +42,20 @@ from scopemem.core.words import PLAIN
 from scopemem.stores.sqlite import files, schema, sql
 from scopemem.stores.sqlite.view import ScopeView
 
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+# multiprocessing and the process pool are imported where a ranking process is started or
+# waited on: a store that never starts one (the shared layout, a one-shot command) does not
+# pay for them.
+
 log = logging.getLogger("scopemem.stores.sqlite")
 
 #: The default number of ranking processes: one where there is a second core to run it on.
 DEFAULT_RANK_PROCESSES = 1 if (os.cpu_count() or 1) >= 2 else 0
+#: The descriptors this process holds for each ranking process: its pool's queues and wake-up
+#: pipes, its sentinel, a share of the forkserver's (measured: 26 for three).
+RANKER_DESCRIPTORS = 9
 RANK_PROCESSES_MAX = 16
 # What a ranking process holds: scope files open, and rows in views across them.
 _CHILD_FILES = 16
@@ -62,6 +69,9 @@ class _Slot:
     generation."""
 
     def __init__(self) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
         # forkserver: a fresh interpreter forks the process, never this one with its
         # threads and open files.
         self.executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(
@@ -94,6 +104,8 @@ class Ranker:
         and answers the queries after that: it never makes a query wait for the read."""
         if self.processes == 0:
             return None
+        from concurrent.futures.process import BrokenProcessPool
+
         index = zlib.crc32(path.encode()) % self.processes
         slot = self._slots.get(index)
         if slot is None:
@@ -122,6 +134,8 @@ class Ranker:
         return generation, candidates
 
     def _refresh(self, index: int, slot: _Slot, path: str, scope_key: str) -> None:
+        from concurrent.futures.process import BrokenProcessPool
+
         try:
             future = slot.executor.submit(_refresh_in_child, path, scope_key,
                                           self.cache_rows)

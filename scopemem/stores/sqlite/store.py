@@ -46,7 +46,12 @@ from scopemem.stores.sqlite.counts import Counts
 from scopemem.stores.sqlite.handles import Handle, Heavy, Unverified
 from scopemem.stores.sqlite.layouts import LAYOUTS, check_layout
 from scopemem.stores.sqlite.porting import Porting
-from scopemem.stores.sqlite.ranker import DEFAULT_RANK_PROCESSES, RANK_PROCESSES_MAX, Ranker
+from scopemem.stores.sqlite.ranker import (
+    DEFAULT_RANK_PROCESSES,
+    RANK_PROCESSES_MAX,
+    RANKER_DESCRIPTORS,
+    Ranker,
+)
 from scopemem.stores.sqlite.reads import Reads
 from scopemem.stores.sqlite.usage import DEFAULT_USAGE_FLUSH_MS, USAGE_FLUSH_MS_MAX, Usage
 from scopemem.stores.sqlite.views import DEFAULT_CACHE_ROWS
@@ -285,6 +290,12 @@ class SqliteStore(Reads, Writes, Usage, Porting, Counts):
         (``close`` saves them too). For a backup or a copy of the files taken while the
         store runs. Raises ``StoreError`` when a scope's counts cannot be saved."""
         await self._save_all_now()
+
+    def max_descriptors(self) -> int:
+        """The most file descriptors the store holds (``stores.base.descriptors_held``):
+        a database, its WAL and its shared memory per open scope file, and the pipes to
+        each ranking process."""
+        return 3 * self.max_open + RANKER_DESCRIPTORS * self._ranker.processes
 
     async def close(self) -> None:
         """Close every connection (saving the use counts still pending) and stop the thread

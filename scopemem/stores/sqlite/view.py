@@ -18,11 +18,13 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scopemem.core.ranking import QueryTerms, ScopeStats
 from scopemem.stores import postings as inverted
-from scopemem.stores.dense import DenseIndex
+
+if TYPE_CHECKING:
+    from scopemem.stores.dense import DenseIndex
 
 # (last touched, the row of RECORD_COLUMNS with its keywords decoded to a tuple).
 Entry = tuple[int, tuple[Any, ...]]
@@ -132,6 +134,8 @@ class ScopeView:
     def dense(self) -> DenseIndex:
         """The view's postings as arrays (``stores.dense``), for rankings of this state of
         the view (a carry drops them)."""
+        from scopemem.stores.dense import DenseIndex  # numpy: only once a ranking needs it
+
         dense = self._dense
         if dense is None:
             dense = self._dense = DenseIndex(self.postings, self.entries.keys(), self.continues)

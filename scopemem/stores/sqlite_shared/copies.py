@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import numpy as np
 
 from scopemem.core import engine
 from scopemem.core.records import Record, with_uses
 from scopemem.core.scopes import record_seq
-from scopemem.stores.dense import DenseIndex
 from scopemem.stores.postgres import cache, tokens
 from scopemem.stores.postgres.cache import PostingsCache, ScopeCopy, Touches, dense_index
 from scopemem.stores.sqlite_shared.writes import Change
+
+if TYPE_CHECKING:
+    from scopemem.stores.dense import DenseIndex
 
 __all__ = ["FOLD_SHARE", "LOOP_POSTINGS", "Layered", "RowCopy", "answer", "carried", "carried_rows",
            "carry", "fold_due", "with_folded"]
@@ -407,6 +408,8 @@ def _folded(parts: Sequence[Mapping[str, Collection[int]]], gone: frozenset[int]
     sets took 90 ms holding the GIL (18,000 terms); numpy sorts and masks without it.
     Tuples, not frozensets: Python's collector stops walking a tuple of ints after its
     first collection, where tens of thousands of frozensets set off a full collection."""
+    import numpy as np  # only a fold pays for it, not a process that never folds
+
     number: dict[str, int] = {}
     keys: list[Any] = []
     for part in parts:

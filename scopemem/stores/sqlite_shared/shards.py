@@ -21,6 +21,7 @@ from typing import Any
 
 from scopemem.errors import StoreError
 from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite.files import descriptors_busy
 from scopemem.stores.sqlite.walheader import WalHeader
 from scopemem.stores.sqlite_shared import schema
 from scopemem.stores.sqlite_shared.commits import CommitWatch
@@ -113,8 +114,9 @@ class Shards:
         try:
             conn = apsw.Connection(path, flags=flags)
         except apsw.Error as exc:
-            raise StoreError(f"sqlite store: cannot open {path}: "
-                             f"{sqlite_sql.describe(exc)}") from exc
+            raise (descriptors_busy(path, exc)
+                   or StoreError(f"sqlite store: cannot open {path}: "
+                                 f"{sqlite_sql.describe(exc)}")) from exc
         try:
             conn.set_busy_timeout(self.busy_timeout_ms)
             conn.execute("PRAGMA secure_delete = ON")
@@ -130,7 +132,8 @@ class Shards:
                          " USING fts5vocab(main, terms_fts, 'instance')")
         except apsw.Error as exc:
             conn.close()
-            raise StoreError(f"sqlite store: {path}: {sqlite_sql.describe(exc)}") from exc
+            raise (descriptors_busy(path, exc)
+                   or StoreError(f"sqlite store: {path}: {sqlite_sql.describe(exc)}")) from exc
         except BaseException:
             conn.close()
             raise

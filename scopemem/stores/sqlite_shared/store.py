@@ -488,6 +488,12 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
                 total += conn.execute(st.COUNT_SCOPES).fetchall()[0][0]
         return total
 
+    def max_descriptors(self) -> int:
+        """The most file descriptors the store holds (``stores.base.descriptors_held``):
+        per shard, a database and a WAL for each read thread and for its writing thread,
+        and its shared memory once."""
+        return self._shards.count * (2 * (POOL_THREADS + 1) + 1)
+
     async def close(self) -> None:
         """Save pending use counts, stop the pools and close every shard. Safe to call
         twice."""
