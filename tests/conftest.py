@@ -54,13 +54,14 @@ def memory_warnings(caplog: pytest.LogCaptureFixture):
 
 @pytest.fixture(params=["memory", "sqlite"])
 async def embedded_store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path):
-    """The in-process store, then the embedded SQLite one (a real file in a temp dir)."""
+    """The in-process store, then the embedded SQLite one in the layout users get (shared
+    files in a temp dir)."""
     from scopemem.stores.memory import InMemoryStore
-    from scopemem.stores.sqlite import SqliteStore
+    from scopemem.stores.sqlite_shared import SharedSqliteStore
 
     if request.param == "memory":
         yield InMemoryStore(clock=clock)
         return
-    store = SqliteStore(tmp_path / "data", clock=clock)
+    store = SharedSqliteStore(tmp_path / "data", clock=clock)
     yield store
     await store.close()

@@ -54,9 +54,10 @@ async def make_store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path
             store = SharedSqliteStore(tmp_path / f"shared-{len(built)}", cap=cap, clock=clock,
                                       retention_days=retention_days)
         elif request.param == "worker":
-            # WorkerStore -> a live aiohttp server on 127.0.0.1 -> a SqliteStore.
-            backing = SqliteStore(tmp_path / f"worker-{len(built)}", cap=cap, clock=clock,
-                                  retention_days=retention_days)
+            # WorkerStore -> a live aiohttp server on 127.0.0.1 -> the SQLite store in the
+            # layout users get.
+            backing = SharedSqliteStore(tmp_path / f"worker-{len(built)}", cap=cap,
+                                        clock=clock, retention_days=retention_days)
             store = await _served(servers, backing, cap)
         elif request.param == "postgres":
             schemas.append(pg.lend_schema())

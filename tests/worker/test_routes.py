@@ -9,7 +9,7 @@ import pytest
 
 from scopemem.core.records import Kind
 from scopemem.errors import StoreError, StoreRefused
-from scopemem.stores.sqlite import SqliteStore
+from scopemem.stores.sqlite_shared import SharedSqliteStore
 from scopemem.worker_aiohttp.app import create_app
 from tests.worker.conftest import AUTH, ORG, TOKEN, candidate
 
@@ -99,7 +99,7 @@ async def test_a_worker_serving_sqlite_logs_an_eviction_once(aiohttp_client, tmp
                                                              caplog):
     # Every logger, not only the worker's: the store's own would show up here too.
     caplog.set_level(logging.INFO)
-    store = SqliteStore(tmp_path / "data", clock=clock)
+    store = SharedSqliteStore(tmp_path / "data", clock=clock)
     client = await aiohttp_client(create_app(store, TOKEN))
     status, body = await post(client, "/write", {
         "scopeKey": ORG, "cap": 1, "records": [candidate("alpha one"), candidate("beta two")]})
