@@ -82,3 +82,35 @@ def test_every_pip_install_in_the_docs_installs_from_the_checkout_with_real_extr
         assert "scopemem[" not in line, f"{name}: scopemem is on no index: {line}"
         for named in re.findall(r"\.\[([\w,-]+)\]", line):
             assert set(named.split(",")) <= extras, f"{name}: unknown extra in {line}"
+
+
+#: The store guides say what an operator needs (options, durability, disk, errors, migration);
+#: design lives in docs/storage.md and dated figures in CHANGELOG.md.
+STORE_GUIDES = ["sqlite-store.md", "postgres-store.md"]
+MAX_GUIDE_LINES = 260
+
+
+@pytest.mark.parametrize("name", STORE_GUIDES)
+def test_a_store_guide_stays_a_guide(name: str) -> None:
+    lines = (ROOT / "docs" / name).read_text().splitlines()
+    assert len(lines) <= MAX_GUIDE_LINES, (
+        f"docs/{name} has {len(lines)} lines, over {MAX_GUIDE_LINES}: move design to"
+        " docs/storage.md and dated figures to CHANGELOG.md")
+
+
+_LINK = re.compile(r"\]\(((?:docs/)?[\w.-]+\.md)#([^)\s]+)\)")
+
+
+def _anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives a document's headings: lower case, punctuation but ``-`` and
+    ``_`` dropped, spaces made ``-``."""
+    return {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            for line in path.read_text().splitlines() if line.startswith("#")}
+
+
+def test_every_link_to_a_section_of_a_doc_finds_it() -> None:
+    for source in [ROOT / "README.md", *DOCS]:
+        for target, anchor in _LINK.findall(source.read_text()):
+            path = (source.parent / target).resolve()
+            assert path.exists(), f"{source.name}: {target} does not exist"
+            assert anchor in _anchors(path), f"{source.name}: no section #{anchor} in {target}"
