@@ -4,9 +4,9 @@
                                       [--shards 16] [--max-open N]
 
 This measures raw SQLite through apsw, with no scopemem code: the floor under what any
-store built on each layout can serve. It is the evidence behind the SQLite store's layout
-(``docs/sqlite-store.md``, "What is not met" and "The shared-file layout"), and it
-measures nothing the store does itself.
+store built on each layout can serve. It is the evidence behind the SQLite store's shared
+layout (``docs/storage.md``; the dated figures are in CHANGELOG.md), and it measures nothing
+the store does itself.
 
 Each scope holds 20 records of 8-40 Zipf words (``load_bench.Zipf``). One thread runs the
 request mix of ``load_bench.py``'s figure 1: nine requests in ten read a scope chosen at

@@ -96,7 +96,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         # it), read by an index-only range scan per query term; ``continues``: the record
         # was written just after one of its own thread (what the neighbour credit reads).
         # It replaces a GIN index over ``records.tokens``, which made a retrieval visit
-        # every matching row (docs/postgres-store.md has the figures).
+        # every matching row (CHANGELOG.md, "Performance history", has the figures).
         """CREATE TABLE IF NOT EXISTS {s}.postings (
             scope_key text NOT NULL,
             term      text NOT NULL,

@@ -4,7 +4,7 @@ database file per scope key, and the ``from_settings`` that chooses between them
 
 What it decides is decided by ``scopemem.core.engine``, exactly as in the in-process store;
 this package only finds the rows the engine asks for and persists what it answers.
-``docs/sqlite-store.md`` explains the design for users and newcomers; each part here has
+``docs/storage.md`` explains the design for newcomers; each part here has
 one job:
 
 ============  ==============================================================================

@@ -1,5 +1,5 @@
 """The SQLite store over shared files: every scope in a few shard files (the SQLite store's
-default layout; see ``store.py`` and ``docs/sqlite-store.md``)."""
+default layout; see ``store.py`` and ``docs/storage.md``)."""
 
 from scopemem.stores.sqlite_shared.store import SharedSqliteStore
 

@@ -1,5 +1,5 @@
 """``SharedSqliteStore``: every scope in a few shared SQLite files (the SQLite store's
-default layout, see ``docs/sqlite-store.md``, "The shared layout").
+default layout, see ``docs/storage.md``).
 
 A data directory holds ``schema.SHARDS`` shard files; a scope lives in the one its key
 hashes to, keyed by scope in every table (``schema.py``). So the files open, the descriptors
