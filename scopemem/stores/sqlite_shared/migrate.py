@@ -86,10 +86,36 @@ class _Scope:
 def migrate_file_layout(directory: str, *, analyzer: Analyzer, clock: Callable[[], int],
                         shards: int = schema.SHARDS) -> None:
     """Migrate ``directory`` into the shared layout if it holds the file layout's scope files
-    (or a migration a crash interrupted); nothing when it does not. ``StoreError`` when a
-    scope file cannot be migrated (nothing is moved then)."""
+    (or a migration a crash interrupted); nothing when it does not. ``StoreError`` when it
+    cannot be (the old files are kept, and the next call tries again)."""
     if not _pending(directory):
         return
+    apsw = sqlite_sql.apsw_module()
+    try:
+        summary, interrupted = _migrate(directory, analyzer, clock, shards)
+    except (OSError, apsw.Error) as exc:
+        why = exc.strerror or exc if isinstance(exc, OSError) else sqlite_sql.describe(exc)
+        raise StoreError(f"sqlite store: migrating {directory} to the shared layout failed:"
+                         f" {why}; the old files are kept, and the next open tries again"
+                         ) from exc
+    if summary is None:
+        return
+    # A warning: it changed the directory, and leaves a folder for the operator to remove.
+    skipped = summary.get("skipped", [])
+    log.warning("sqlite store: migrated %s from the file layout to the shared layout%s:"
+                " %d scopes, %d records, %d counter rows%s; the old files are in %s (remove"
+                " that folder once you no longer need them)", directory,
+                " (finishing an interrupted migration)" if interrupted else "",
+                summary.get("scopes", 0), summary.get("records", 0),
+                summary.get("counters", 0),
+                f"; skipped (kept in the backup): {', '.join(skipped)}" if skipped else "",
+                os.path.join(directory, summary.get("backup", BACKUP)))
+
+
+def _migrate(directory: str, analyzer: Analyzer, clock: Callable[[], int], shards: int
+             ) -> tuple[dict[str, Any] | None, bool]:
+    """The steps, under the lock: the summary (None: nothing was left to do) and whether
+    they finished a migration a crash interrupted."""
     with _locked(directory):
         names = os.listdir(directory)
         built = os.path.join(directory, BUILT)
@@ -97,26 +123,22 @@ def migrate_file_layout(directory: str, *, analyzer: Analyzer, clock: Callable[[
         if not interrupted:
             if not any(is_scope_file(name) for name in names):
                 shutil.rmtree(os.path.join(directory, BUILDING), ignore_errors=True)
-                return  # another process migrated it while this one waited
+                return None, False  # another process migrated it while this one waited
             if any(name.startswith("shard-") and name.endswith(".db") for name in names):
                 raise StoreError(
                     f"sqlite store: {directory} holds both scope files (the file layout) and"
                     " shard files (the shared layout); move one set out of it")
             building = os.path.join(directory, BUILDING)
-            _build(directory, building, analyzer, clock(), shards)
+            try:
+                _build(directory, building, analyzer, clock(), shards)
+            except BaseException:
+                shutil.rmtree(building, ignore_errors=True)
+                raise
             os.rename(building, built)
             _sync_dir(directory)
         summary = _finish(directory, built)
         os.unlink(os.path.join(directory, LOCK))
-    skipped = summary.get("skipped", [])
-    level = logging.WARNING if skipped else logging.INFO
-    log.log(level, "sqlite store: migrated %s from the file layout to the shared layout%s:"
-            " %d scopes, %d records, %d counter rows%s; the old files are in %s (remove that"
-            " folder once you no longer need them)", directory,
-            " (finishing an interrupted migration)" if interrupted else "",
-            summary.get("scopes", 0), summary.get("records", 0), summary.get("counters", 0),
-            f"; skipped (kept in the backup): {', '.join(skipped)}" if skipped else "",
-            os.path.join(directory, summary.get("backup", BACKUP)))
+    return summary, interrupted
 
 
 def _pending(directory: str) -> bool:
