@@ -124,6 +124,26 @@ async def test_a_file_layout_directory_is_migrated_once_when_opened(tmp_path, ca
     assert not [r for r in caplog.records if "migrated" in r.getMessage()]
 
 
+QUERIES = [("org:acme", "staging deploys"), ("org:acme", "vpn cluster review"),
+           ("repo:acme/api", "tests postgres flaky"), ("channel:slack:C1", "office lunch"),
+           ("user:slack:U7", "langue french")]
+
+
+async def test_the_migrated_directory_answers_as_the_file_layout_did(tmp_path):
+    """The token index is built from the records: every retrieval finds and ranks what the
+    file layout found, in the same order."""
+    reference = SqliteStore(copy_fixture(tmp_path / "reference"), usage_flush_ms=0)
+    store = default_store(copy_fixture(tmp_path))
+    try:
+        for scope_key, query in QUERIES:
+            expected = [r.id for r in await reference.retrieve(scope_key, query, 10)]
+            assert expected, query
+            assert [r.id for r in await store.retrieve(scope_key, query, 10)] == expected
+    finally:
+        await reference.close()
+        await store.close()
+
+
 async def test_a_file_of_an_older_schema_is_upgraded_in_a_copy_and_migrated(tmp_path):
     """A scope file written before Unicode folding (schema version 3) migrates as the file
     layout reads it after upgrading it, and the file in the backup is left as it was."""

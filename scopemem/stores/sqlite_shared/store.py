@@ -11,7 +11,8 @@ This module decides on the event loop what answers a call: a copy in memory (``c
 or the shard, read on the read pool (``reads.py``) or written behind the shard's other
 writers (``writes.py``; the threads and queues are ``pools.py``'s), with use counts saved in
 the background within ``usage_flush_ms`` (``usage.py``), one transaction per shard.
-Counters are ``counts.py``'s, export and import ``porting.py``'s.
+Counters are ``counts.py``'s, export and import ``porting.py``'s; a directory of the file
+layout is migrated at construction (``migrate.py``).
 """
 
 from __future__ import annotations
