@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tracemalloc
 from pathlib import Path
 
@@ -357,3 +358,20 @@ def test_a_large_file_streams_in_bounded_batches(tmp_path: Path,
     ok(run(config, "export", "--all", "--operator", "--out", str(out)))
     assert max(pages) == MAX_EXPORT_PAGE and sum(pages) == total
     assert sorted(out.read_text().splitlines()) == sorted(source.read_text().splitlines())
+
+
+def test_export_of_a_file_layout_directory_migrates_it_and_gives_every_record(tmp_path: Path):
+    """The default configuration on a directory of the file layout (the fixture written by
+    it, ``tests/stores/test_sqlite_migrate.py``): the first command migrates it, and the
+    export is the one the file layout gave, byte for byte."""
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "file-layout-2026-12-07"
+    data = tmp_path / "data"
+    shutil.copytree(fixture / "data", data)
+    config = tmp_path / "memory.toml"
+    config.write_text(f'[memory]\nenabled = true\norganization = "acme"\n'
+                      f'admins = ["{ADMIN}"]\nstore = "sqlite"\n'
+                      f'[memory.stores.sqlite]\npath = "{data}"\n')
+    exported = ok(run(config, "export", "--all", "--operator"))
+    assert exported.stdout_bytes == (fixture / "export.jsonl").read_bytes()
+    assert sorted(p.name for p in (data / "file-layout-backup").glob("*.db")) == sorted(
+        p.name for p in (fixture / "data").glob("*.db"))

@@ -212,11 +212,11 @@ async def test_the_layout_option_chooses_the_shared_files(tmp_path):
         await store.write("org:acme", [fact("the deploy checklist lives in the wiki")])
     finally:
         await store.close()
-    # Unset, the layout of a directory of scope files stays the file layout: an
-    # installation from before the shared default keeps reading its records.
+    # Unset, a directory of scope files is migrated into the shared layout
+    # (``test_sqlite_migrate``) and read there.
     store = sqlite_store(settings_with(tmp_path, path=str(tmp_path / "f")))
     try:
-        assert isinstance(store, SqliteStore)
+        assert isinstance(store, SharedSqliteStore)
         assert [r.text for r in await store.list("org:acme", 5)] == [
             "the deploy checklist lives in the wiki"]
     finally:
@@ -227,30 +227,30 @@ async def test_the_layout_option_chooses_the_shared_files(tmp_path):
         sqlite_store(settings_with(tmp_path, layout="shared", shards=4))
 
 
-async def test_a_directory_of_one_layout_is_refused_by_the_other(tmp_path, clock: FakeClock):
-    """Opened in the wrong layout, a store would answer as if memory were empty and start a
+async def test_a_directory_of_shard_files_is_refused_by_the_file_layout(tmp_path,
+                                                                        clock: FakeClock):
+    """Opened in the file layout, a store would answer as if memory were empty and start a
     second set of files beside the first: it is refused instead, naming the setting, and
-    the directory is left as it was."""
-    for written, other in (("file", "shared"), ("shared", "file")):
-        settings = settings_with(tmp_path / written, layout=written)
-        store = sqlite_store(settings)
-        try:
-            await store.write("channel:slack:C1", [fact("deploys go through staging")])
-        finally:
-            await store.close()
-        before = sorted(os.listdir(store.directory))
-        with pytest.raises(ConfigError, match=rf'memory\.stores\.sqlite\.layout.*"{written}"'):
-            sqlite_store(settings_with(tmp_path / written, layout=other))
-        with pytest.raises(ConfigError, match=rf'layout = "{written}"'):
-            (SharedSqliteStore if other == "shared" else SqliteStore)(store.directory,
-                                                                      clock=clock)
-        assert sorted(os.listdir(store.directory)) == before
-        store = sqlite_store(settings)  # its own layout still reads it
-        try:
-            assert [r.text for r in await store.list("channel:slack:C1", 5)] == [
-                "deploys go through staging"]
-        finally:
-            await store.close()
+    the directory is left as it was. (The other way round, the shared layout migrates a
+    directory of scope files: ``test_sqlite_migrate``.)"""
+    settings = settings_with(tmp_path, layout="shared")
+    store = sqlite_store(settings)
+    try:
+        await store.write("channel:slack:C1", [fact("deploys go through staging")])
+    finally:
+        await store.close()
+    before = sorted(os.listdir(store.directory))
+    with pytest.raises(ConfigError, match=r'memory\.stores\.sqlite\.layout.*"shared"'):
+        sqlite_store(settings_with(tmp_path, layout="file"))
+    with pytest.raises(ConfigError, match=r'layout = "shared"'):
+        SqliteStore(store.directory, clock=clock)
+    assert sorted(os.listdir(store.directory)) == before
+    store = sqlite_store(settings)  # its own layout still reads it
+    try:
+        assert [r.text for r in await store.list("channel:slack:C1", 5)] == [
+            "deploys go through staging"]
+    finally:
+        await store.close()
 
 
 async def test_reads_and_writes_look_up_only_the_rows_they_need(tmp_path, clock: FakeClock):
@@ -953,11 +953,12 @@ async def test_deleting_a_scope_leaves_nothing_of_it_and_never_gives_its_ids_aga
     assert b"quokkaword" not in path.read_bytes()
 
 
-async def test_the_shared_layout_honours_cache_rows_and_checks_the_file_layouts_options(
-        tmp_path):
+async def test_the_shared_layout_honours_cache_rows_and_warns_of_the_file_layouts_options(
+        tmp_path, caplog):
     """``cache_rows`` bounds the shared layout's copies in memory too (0: none), at twenty
-    postings a row; the file layout's own options are checked as that layout checks them,
-    so a mistyped value is an error naming its key in either layout."""
+    postings a row; a mistyped value is an error naming its key. The file layout's own
+    options have no effect here: set, each is warned about by its key and ignored (not
+    fatal, and not listed among the settings in effect), whatever its value."""
     for rows, budget in ((0, 0), (1_000, 20_000), (None, 1_000_000)):
         options = {"layout": "shared"} if rows is None else {"layout": "shared",
                                                             "cache_rows": rows}
@@ -968,7 +969,16 @@ async def test_the_shared_layout_honours_cache_rows_and_checks_the_file_layouts_
             assert store._copies.enabled is (budget > 0)
         finally:
             await store.close()
+    with pytest.raises(ConfigError, match=r"memory\.stores\.sqlite\.cache_rows"):
+        sqlite_store(settings_with(tmp_path, layout="shared", cache_rows=-1))
     for key, value in (("max_open_connections", 0), ("rank_processes", "two"),
-                       ("cache_rows", -1)):
-        with pytest.raises(ConfigError, match=rf"memory\.stores\.sqlite\.{key}"):
-            sqlite_store(settings_with(tmp_path, layout="shared", **{key: value}))
+                       ("rank_processes", 2)):
+        caplog.clear()
+        settings = settings_with(tmp_path, **{key: value})
+        store = sqlite_store(settings)
+        await store.close()
+        assert isinstance(store, SharedSqliteStore)
+        assert key not in settings.effective
+        [warning] = [r for r in caplog.records if r.levelname == "WARNING"]
+        assert warning.getMessage().startswith(
+            f"memory.stores.sqlite.{key}: has no effect in the shared layout")

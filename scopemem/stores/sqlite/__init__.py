@@ -1,5 +1,5 @@
-"""The embedded durable store on SQLite, through apsw: by default every scope in a few
-shared files (``scopemem.stores.sqlite_shared``); this package is the other layout, one
+"""The embedded durable store on SQLite, through apsw: every scope in a few shared files
+(``scopemem.stores.sqlite_shared``); this package is the deprecated other layout, one
 database file per scope key, and the ``from_settings`` that chooses between them.
 
 What it decides is decided by ``scopemem.core.engine``, exactly as in the in-process store;
@@ -9,7 +9,7 @@ one job:
 
 ============  ==============================================================================
 ``store``     ``SqliteStore``: configuration and the ``MemoryStore`` methods
-``layouts``   which layout a data directory holds; the default for a new one
+``layouts``   which layout a data directory holds
 ``files``     which file holds a scope; opening it (identity, schema, reindexing)
 ``base``      thread pools, writer locks, the cache of open files, transactions
 ``handles``   one open scope file: connection, lock, pending use counts, view
@@ -34,6 +34,7 @@ loses at most those use counts, never a record.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from scopemem.plugins.lazy import exports
@@ -61,19 +62,32 @@ __getattr__ = exports(__name__, {
 
 def from_settings(settings: StoreSettings) -> MemoryStore:
     """The store ``[memory.stores.sqlite]`` describes: ``SharedSqliteStore`` (every scope in
-    a few shared files) with ``layout = "shared"``, ``SqliteStore`` (a file per scope) with
-    ``layout = "file"``; unset, the layout the directory holds, shared for a new one
-    (``layouts.default_layout``)."""
-    from scopemem.stores.sqlite.layouts import LAYOUTS, default_layout
-    from scopemem.stores.sqlite.store import DEFAULT_PATH, SqliteStore
+    a few shared files, the default; a directory of the file layout is migrated into it when
+    opened, ``sqlite_shared.migrate``), or ``SqliteStore`` (a file per scope) with
+    ``layout = "file"``, deprecated: it logs a warning, once."""
+    from scopemem.stores.sqlite.layouts import LAYOUTS
+    from scopemem.stores.sqlite.store import SqliteStore
 
     named = settings.named("sqlite")
-    default = default_layout(named.options.get("path", DEFAULT_PATH))
-    if named.choice_option("layout", default, LAYOUTS) == "shared":
+    if named.choice_option("layout", "shared", LAYOUTS) == "shared":
         from scopemem.stores.sqlite_shared import SharedSqliteStore
 
         return SharedSqliteStore.from_settings(settings)
+    _warn_file_layout(named.option_key("layout"))
     return SqliteStore.from_settings(settings)
+
+
+_warned: list[bool] = []
+
+
+def _warn_file_layout(key: str) -> None:
+    if not _warned:
+        _warned.append(True)
+        logging.getLogger("scopemem.stores.sqlite").warning(
+            '%s = "file" is deprecated: the file layout (a SQLite file per scope) will be'
+            " removed in the next release. Remove the setting to use the shared layout;"
+            " the data directory is migrated into it when next opened (docs/sqlite-store.md,"
+            ' "Migration from the file layout")', key)
 
 
 @hookimpl

@@ -11,7 +11,8 @@ This module decides on the event loop what answers a call: a copy in memory (``c
 or the shard, read on the read pool (``reads.py``) or written behind the shard's other
 writers (``writes.py``; the threads and queues are ``pools.py``'s), with use counts saved in
 the background within ``usage_flush_ms`` (``usage.py``), one transaction per shard.
-Counters are ``counts.py``'s, export and import ``porting.py``'s.
+Counters are ``counts.py``'s, export and import ``porting.py``'s; a directory of the file
+layout is migrated at construction (``migrate.py``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from scopemem.stores.base import (
 )
 from scopemem.stores.postgres.cache import DEFAULT_POSTINGS_CACHE, PostingsCache, ScopeCopy
 from scopemem.stores.shared import batches
-from scopemem.stores.sqlite.layouts import LAYOUTS, check_layout
+from scopemem.stores.sqlite.layouts import LAYOUTS
 from scopemem.stores.sqlite.store import (
     DEFAULT_PATH,
     OPTIONS,
@@ -66,6 +67,7 @@ from scopemem.stores.sqlite_shared import copies, reads, schema, writes
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.commits import Moves
 from scopemem.stores.sqlite_shared.counts import Counts
+from scopemem.stores.sqlite_shared.migrate import migrate_file_layout
 from scopemem.stores.sqlite_shared.notes import UseNotes
 from scopemem.stores.sqlite_shared.pools import POOL_THREADS, ShardPools
 from scopemem.stores.sqlite_shared.porting import Porting
@@ -91,6 +93,8 @@ DEFAULT_MIN_POSTINGS = 256
 #: ``cache_rows`` counts rows; the copies are bounded in postings, about twenty a record of
 #: realistic text (so the default 50,000 rows is ``DEFAULT_POSTINGS_CACHE``).
 POSTINGS_PER_ROW = 20
+#: ``[memory.stores.sqlite]`` options of the file layout only: ignored here, with a warning.
+FILE_LAYOUT_OPTIONS = ("max_open_connections", "rank_processes")
 
 
 class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
@@ -104,14 +108,13 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
                  ranking: Ranking = DEFAULT_RANKING,
                  retention_days: int = DEFAULT_RETENTION_DAYS, max_scopes: int = 0,
                  shards: int = schema.SHARDS, postings_cache: int = DEFAULT_POSTINGS_CACHE,
-                 cache_min_postings: int = DEFAULT_MIN_POSTINGS) -> None:
+                 cache_min_postings: int = DEFAULT_MIN_POSTINGS, migrate: bool = True) -> None:
         self.cap = check_cap(cap)
         self.retention_days = check_retention_days(retention_days)
         self.max_scopes = _check_int(max_scopes, "max_scopes", 0)
         self.ranking = ranking
         self.analyzer = ranking.analyzer
         self.directory = os.path.abspath(os.path.expanduser(_check_path(path, "path")))
-        check_layout(self.directory, "shared")
         self.synchronous = _check_synchronous(synchronous, "synchronous")
         self.usage_flush_ms = _check_int(usage_flush_ms, "usage_flush_ms", 0,
                                          USAGE_FLUSH_MS_MAX)
@@ -119,6 +122,9 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
                               synchronous=self.synchronous,
                               busy_timeout_ms=_check_int(busy_timeout_ms, "busy_timeout_ms",
                                                          0))
+        if migrate:  # a directory of the file layout, once (``migrate.py``)
+            migrate_file_layout(self.directory, analyzer=self.analyzer, clock=clock,
+                                shards=self._shards.count)
         self._uses = PendingUses(self._shards.count)
         # Copies of scopes' indexes read often enough (``reads.py``), checked against each
         # scope's change counter with every retrieval.
@@ -162,20 +168,21 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
         """Build from ``[memory.stores.sqlite]`` with ``layout = "shared"``: ``path``,
         ``synchronous``, ``busy_timeout_ms``, ``usage_flush_ms``, ``max_scopes`` and
         ``cache_rows`` (the copies in memory hold ``POSTINGS_PER_ROW`` postings a row of
-        it; 0: no copies). ``max_open_connections`` and ``rank_processes`` are checked but
-        are the file layout's: this layout keeps its few files open and ranks heavy
-        queries on its read pool."""
+        it; 0: no copies). ``max_open_connections`` and ``rank_processes`` are the file
+        layout's (this layout keeps its few files open and ranks heavy queries on its read
+        pool): set, they are ignored with a warning. A directory of the file layout is
+        migrated (not when the settings are only validated)."""
         settings = settings.named("sqlite")
         settings.unknown_options(OPTIONS)
         settings.choice_option("layout", "shared", LAYOUTS)
-        for key, low in (("max_open_connections", 1), ("rank_processes", 0)):
-            if key in settings.options:  # checked as the file layout checks it, not used
-                settings.int_option(key, low, low)
+        for key in FILE_LAYOUT_OPTIONS:
+            if key in settings.options:
+                log.warning("%s: has no effect in the shared layout (an option of the file"
+                            " layout, which is retired); ignored, remove it",
+                            settings.option_key(key))
         rows = settings.int_option("cache_rows", DEFAULT_POSTINGS_CACHE // POSTINGS_PER_ROW, 0)
         path = settings.record("path", _check_path(
             settings.options.get("path", DEFAULT_PATH), settings.option_key("path")))
-        check_layout(os.path.abspath(os.path.expanduser(path)), "shared",
-                     settings.option_key("layout"))
         return cls(
             path,
             cap=settings.cap, clock=settings.clock,
@@ -185,7 +192,7 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
                                                USAGE_FLUSH_MS_MAX),
             ranking=settings.ranking, retention_days=settings.retention_days,
             max_scopes=settings.int_option("max_scopes", 0, 0),
-            postings_cache=rows * POSTINGS_PER_ROW)
+            postings_cache=rows * POSTINGS_PER_ROW, migrate=not settings.validate_only)
 
     # --- reads ---------------------------------------------------------------------------
 

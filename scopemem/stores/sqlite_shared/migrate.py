@@ -1,0 +1,366 @@
+"""Moving a data directory written by the file layout (a SQLite file per scope,
+``stores.sqlite``) into the shared layout, once, when the shared store opens it.
+
+Everything is kept: every record of every status with its id, seq, times, use count and
+``retired_at`` (so the retention runs as it would have), each scope's next id (above every
+id it ever gave, purged rows included) and its day counters. Records are copied below the
+import screen (``porting.import_scope``): nothing is redacted, swept or re-sourced.
+
+The steps, under an exclusive ``fcntl.flock`` on ``LOCK`` in the directory (a second process
+opening it meanwhile waits, then finds the work done):
+
+1. ``BUILDING`` is made from nothing (a crashed attempt's is removed first): the shard files
+   are written there, each scope is read back and compared with its scope file, and every
+   file is synced. The scope files are only read.
+2. ``BUILDING`` is renamed ``BUILT``: the one atomic step. A crash before it leaves the scope
+   files as they were, and the next open starts again at step 1; a crash after it lets the
+   next open finish steps 3-4, each of which is a rename done at most once.
+3. The scope files (with their ``-wal``/``-shm``) move into ``BUILT/file-layout/``, then the
+   shard files from ``BUILT`` into the directory.
+4. ``BUILT/file-layout/`` becomes the backup folder named at step 1
+   (``file-layout-backup``, or ``-2``, ``-3``… when taken), and ``BUILT`` is removed.
+
+At every moment the directory holds scope files or ``BUILT`` until every shard file is in
+place, so an opener that finds neither has nothing to wait for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+
+from scopemem.core.records import CountRow, Record
+from scopemem.core.words import Analyzer
+from scopemem.errors import StoreError
+from scopemem.stores.sqlite import schema as file_schema
+from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite.files import connect, scope_file_name
+from scopemem.stores.sqlite.layouts import is_scope_file
+from scopemem.stores.sqlite_shared import schema
+from scopemem.stores.sqlite_shared.porting import import_scope
+from scopemem.stores.sqlite_shared.shards import Shards
+from scopemem.stores.sqlite_shared.usage import PendingUses
+from scopemem.stores.sqlite_shared.writes import add_rows
+
+__all__ = ["BACKUP", "BUILDING", "BUILT", "LOCK", "migrate_file_layout"]
+
+log = logging.getLogger("scopemem.stores.sqlite")
+
+LOCK = ".scopemem-migration.lock"
+BUILDING = ".scopemem-migration.tmp"
+BUILT = ".scopemem-migration.done"
+BACKUP = "file-layout-backup"
+_OLD = "file-layout"  # inside BUILT, until it becomes the backup folder
+_SUMMARY = "summary.json"
+_SIDE_FILES = ("", "-wal", "-shm", "-journal")
+
+_ROWS = f"SELECT {file_schema.RECORD_COLUMNS}, retired_at FROM records ORDER BY seq"
+_COUNTERS = "SELECT day, name, value FROM counters ORDER BY day, name"
+_NEW_ROWS = (f"SELECT {schema.RECORD_COLUMNS}, retired_at FROM records"
+             " WHERE scope_key = ? ORDER BY seq")
+_NEW_COUNTERS = "SELECT day, name, value FROM counters WHERE scope_key = ? ORDER BY day, name"
+_SET_RETIRED = "UPDATE records SET retired_at = ? WHERE scope_key = ? AND seq = ?"
+_SET_LAST_SEQ = "UPDATE scopes SET last_seq = max(last_seq, ?) WHERE scope_key = ?"
+_LAST_SEQ = "SELECT last_seq FROM scopes WHERE scope_key = ?"
+
+
+@attrs.frozen
+class _Scope:
+    """What a scope file holds: its rows (seq, record, ``retired_at``), the highest
+    id it ever gave and its counter rows."""
+
+    key: str
+    rows: list[tuple[int, Record, int | None]]
+    last_seq: int
+    counters: list[tuple[int, str, int]]
+
+
+def migrate_file_layout(directory: str, *, analyzer: Analyzer, clock: Callable[[], int],
+                        shards: int = schema.SHARDS) -> None:
+    """Migrate ``directory`` into the shared layout if it holds the file layout's scope files
+    (or a migration a crash interrupted); nothing when it does not. ``StoreError`` when it
+    cannot be (the old files are kept, and the next call tries again)."""
+    if not _pending(directory):
+        return
+    apsw = sqlite_sql.apsw_module()
+    try:
+        summary, interrupted = _migrate(directory, analyzer, clock, shards)
+    except (OSError, apsw.Error) as exc:
+        why = exc.strerror or exc if isinstance(exc, OSError) else sqlite_sql.describe(exc)
+        raise StoreError(f"sqlite store: migrating {directory} to the shared layout failed:"
+                         f" {why}; the old files are kept, and the next open tries again"
+                         ) from exc
+    if summary is None:
+        return
+    # A warning: it changed the directory, and leaves a folder for the operator to remove.
+    skipped = summary.get("skipped", [])
+    log.warning("sqlite store: migrated %s from the file layout to the shared layout%s:"
+                " %d scopes, %d records, %d counter rows%s; the old files are in %s (remove"
+                " that folder once you no longer need them)", directory,
+                " (finishing an interrupted migration)" if interrupted else "",
+                summary.get("scopes", 0), summary.get("records", 0),
+                summary.get("counters", 0),
+                f"; skipped (kept in the backup): {', '.join(skipped)}" if skipped else "",
+                os.path.join(directory, summary.get("backup", BACKUP)))
+
+
+def _migrate(directory: str, analyzer: Analyzer, clock: Callable[[], int], shards: int
+             ) -> tuple[dict[str, Any] | None, bool]:
+    """The steps, under the lock: the summary (None: nothing was left to do) and whether
+    they finished a migration a crash interrupted."""
+    with _locked(directory):
+        names = os.listdir(directory)
+        built = os.path.join(directory, BUILT)
+        interrupted = BUILT in names
+        if not interrupted:
+            if not any(is_scope_file(name) for name in names):
+                shutil.rmtree(os.path.join(directory, BUILDING), ignore_errors=True)
+                return None, False  # another process migrated it while this one waited
+            if any(name.startswith("shard-") and name.endswith(".db") for name in names):
+                raise StoreError(
+                    f"sqlite store: {directory} holds both scope files (the file layout) and"
+                    " shard files (the shared layout); move one set out of it")
+            building = os.path.join(directory, BUILDING)
+            try:
+                _build(directory, building, analyzer, clock(), shards)
+            except BaseException:
+                shutil.rmtree(building, ignore_errors=True)
+                raise
+            os.rename(building, built)
+            _sync_dir(directory)
+        summary = _finish(directory, built)
+        os.unlink(os.path.join(directory, LOCK))
+    return summary, interrupted
+
+
+def _pending(directory: str) -> bool:
+    try:
+        with os.scandir(directory) as entries:
+            return any(is_scope_file(e.name) or e.name in (BUILT, BUILDING) for e in entries)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+@contextlib.contextmanager
+def _locked(directory: str) -> Iterator[None]:
+    fd = os.open(os.path.join(directory, LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("sqlite store: another process is migrating %s; waiting for it",
+                     directory)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _build(directory: str, building: str, analyzer: Analyzer, now: int, shards: int) -> None:
+    """Steps 1: the shard files in ``building``, checked and synced, and the summary."""
+    shutil.rmtree(building, ignore_errors=True)
+    scratch = os.path.join(building, "upgrade")
+    os.makedirs(scratch)
+    names = sorted(name for name in os.listdir(directory) if is_scope_file(name))
+    target = Shards(building, shards=shards, synchronous="off")
+    uses = PendingUses(shards)
+    migrated: dict[str, int] = {}
+    skipped: list[str] = []
+    counters = 0
+    try:
+        for name in names:
+            scope = _read_scope_file(os.path.join(directory, name), scratch, now)
+            if scope is None:
+                skipped.append(name)
+                continue
+            shard = target.of(scope.key)
+            conn = target.connection(shard, create=True)
+            _copy(conn, uses, shard, analyzer, scope, now)
+            _check(conn, scope)
+            migrated[scope.key] = len(scope.rows)
+            counters += len(scope.counters)
+    finally:
+        target.close()
+    shutil.rmtree(scratch)
+    _check_reopened(building, shards, migrated)
+    for name in os.listdir(building):
+        _sync_file(os.path.join(building, name))
+    _write_summary(building, {
+        "scopes": len(migrated), "records": sum(migrated.values()), "counters": counters,
+        "skipped": skipped, "backup": _free_name(directory, BACKUP)})
+    _sync_dir(building)
+
+
+def _read_scope_file(path: str, scratch: str, now: int) -> _Scope | None:
+    """The scope file's rows, next id and counters; None (with a warning) for a file the
+    file layout would never read as its scope; ``StoreError`` for one that is not
+    scopemem's, or is newer than this release. A file of an older schema is upgraded in a
+    copy in ``scratch``, never in place."""
+    apsw = sqlite_sql.apsw_module()
+    try:
+        conn = connect(path, apsw.SQLITE_OPEN_READONLY)
+    except apsw.Error as exc:
+        raise _refused(path, sqlite_sql.describe(exc)) from exc
+    try:
+        app_id = file_schema.pragma(conn, "application_id")
+        version = file_schema.pragma(conn, "user_version")
+        if app_id == 0 and file_schema.table_count(conn) == 0:
+            log.warning("sqlite store: migration skips %s: an empty file", path)
+            return None
+        if app_id != file_schema.APPLICATION_ID:
+            raise _refused(path, "not a scope file of scopemem")
+        if version > file_schema.SCHEMA_VERSION:
+            raise _refused(path, f"schema version {version}, newer than this scopemem's")
+        if version < file_schema.SCHEMA_VERSION:
+            conn.close()
+            conn = _upgraded_copy(path, scratch, now)
+        key = file_schema.stored_scope(conn)
+        if key is None or scope_file_name(key) != os.path.basename(path):
+            log.warning("sqlite store: migration skips %s: it holds scope %r, whose file is"
+                        " another (a copied or renamed file, which the file layout never"
+                        " read)", path, key)
+            return None
+        rows = [(row[0], sqlite_sql.record(row), row[16]) for row in conn.execute(_ROWS)]
+        last_seq = conn.execute(file_schema.NEXT_SEQ_SQL).fetchall()[0][0] - 1
+        counters = [(day, name, value) for day, name, value in conn.execute(_COUNTERS)]
+        return _Scope(key, rows, last_seq, counters)
+    except apsw.Error as exc:
+        raise _refused(path, sqlite_sql.describe(exc)) from exc
+    finally:
+        conn.close()
+
+
+def _upgraded_copy(path: str, scratch: str, now: int) -> Any:
+    """A copy of an older scope file in ``scratch`` with its schema brought up to date."""
+    copy = os.path.join(scratch, os.path.basename(path))
+    for suffix in _SIDE_FILES[:2]:
+        if os.path.exists(path + suffix):
+            shutil.copyfile(path + suffix, copy + suffix)
+    conn = connect(copy)
+    with sqlite_sql.immediate(conn):
+        file_schema.apply_schema(conn, now)
+    return conn
+
+
+def _refused(path: str, why: str) -> StoreError:
+    return StoreError(f"sqlite store: cannot migrate {path} to the shared layout: {why}; no"
+                      " file was changed (move it out of the directory, or keep"
+                      ' layout = "file" for now)')
+
+
+def _copy(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope: _Scope,
+          now: int) -> None:
+    """The scope's rows, next id and counters into its shard."""
+    import_scope(conn, uses, shard, analyzer, scope.key,
+                 [(seq, record) for seq, record, _retired in scope.rows], now)
+    with sqlite_sql.immediate(conn):
+        conn.executemany(_SET_RETIRED, [(retired, scope.key, seq)
+                                        for seq, _record, retired in scope.rows])
+        conn.execute(_SET_LAST_SEQ, (scope.last_seq, scope.key))
+        add_rows(conn, [CountRow(scope.key, day, name, value)
+                        for day, name, value in scope.counters])
+
+
+def _check(conn: Any, scope: _Scope) -> None:
+    """The scope as its shard holds it now is the scope as its file held it."""
+    rows = [(row[0], sqlite_sql.record(row), row[16])
+            for row in conn.execute(_NEW_ROWS, (scope.key,))]
+    counters = [tuple(row) for row in conn.execute(_NEW_COUNTERS, (scope.key,))]
+    last_seq = conn.execute(_LAST_SEQ, (scope.key,)).fetchall()[0][0]
+    for what, new, old in (("records", rows, scope.rows), ("next id", last_seq, scope.last_seq),
+                           ("counters", counters, scope.counters)):
+        if new != old:
+            raise StoreError(f"sqlite store: migrating {scope.key!r} to the shared layout: its"
+                             f" {what} read back differ from its file's; no file was changed")
+
+
+def _check_reopened(building: str, shards: int, migrated: dict[str, int]) -> None:
+    """Opened afresh, the shard files hold every scope migrated and its record count."""
+    reopened = Shards(building, shards=shards)
+    held: dict[str, int] = {}
+    try:
+        for index in range(shards):
+            conn = reopened.connection(index, create=False)
+            if conn is not None:
+                held.update(conn.execute(
+                    "SELECT scope_key, (SELECT count(*) FROM records AS r"
+                    " WHERE r.scope_key = s.scope_key) FROM scopes AS s").fetchall())
+    finally:
+        reopened.close()
+    if held != migrated:
+        raise StoreError("sqlite store: the shard files built by the migration to the shared"
+                         " layout do not hold every scope migrated; no file was changed")
+
+
+def _finish(directory: str, built: str) -> dict[str, Any]:
+    """Steps 3-4 (each rename at most once, so an interrupted finish can run again); the
+    summary step 1 wrote."""
+    summary: dict[str, Any] = json.loads(_read(os.path.join(built, _SUMMARY)) or "{}")
+    old = os.path.join(built, _OLD)
+    backup = os.path.join(directory, summary.get("backup", BACKUP))
+    if not os.path.exists(backup):
+        os.makedirs(old, exist_ok=True)
+        for name in os.listdir(directory):
+            if is_scope_file(name):
+                for suffix in _SIDE_FILES:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.rename(os.path.join(directory, name + suffix),
+                                  os.path.join(old, name + suffix))
+        _sync_dir(old)
+        _sync_dir(directory)
+        for name in sorted(os.listdir(built)):
+            if name.startswith("shard-"):
+                os.rename(os.path.join(built, name), os.path.join(directory, name))
+        _sync_dir(directory)
+        os.rename(old, backup)
+        _sync_dir(directory)
+    if any(name.startswith("shard-") for name in os.listdir(built)):
+        raise StoreError(f"sqlite store: {built}: shard files left behind by the migration"
+                         " to the shared layout; move them into the directory")
+    shutil.rmtree(built)
+    _sync_dir(directory)
+    return summary
+
+
+def _free_name(directory: str, name: str) -> str:
+    taken = set(os.listdir(directory))
+    n = 1
+    while (candidate := name if n == 1 else f"{name}-{n}") in taken:
+        n += 1
+    return candidate
+
+
+def _write_summary(building: str, summary: dict[str, Any]) -> None:
+    path = os.path.join(building, _SUMMARY)
+    with open(path, "w", encoding="utf-8") as out:
+        json.dump(summary, out)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as source:
+            return source.read()
+    except FileNotFoundError:
+        return None
+
+
+def _sync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_dir(path: str) -> None:
+    _sync_file(path)

@@ -1,0 +1,329 @@
+"""A data directory written by the file layout (a SQLite file per scope) is migrated into the
+shared layout once, when it is opened: every record and status, id, use count and time, each
+scope's next id and its day counters; the old files kept in a backup folder; one log line.
+
+``tests/fixtures/file-layout-2026-12-07`` was written by the file layout of the release
+before the migration (see its README): ``data/`` the directory, ``export.jsonl`` what
+``scopemem export`` gave of it then, ``counters.jsonl`` what ``read_counts`` gave.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import apsw
+import pytest
+
+from scopemem.core.porting import record_line
+from scopemem.core.records import Candidate, CountRow, Kind
+from scopemem.errors import StoreError
+from scopemem.stores.base import StoreSettings
+from scopemem.stores.porting import export_records
+from scopemem.stores.sqlite import SqliteStore
+from scopemem.stores.sqlite import from_settings as sqlite_store
+from scopemem.stores.sqlite_shared import SharedSqliteStore, migrate
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+FIXTURE = FIXTURES / "file-layout-2026-12-07"
+OLD_SCHEMA = FIXTURES / "sqlite-before-folding"
+
+
+def fact(text: str) -> Candidate:
+    return Candidate(kind=Kind.FACT, text=text, source_thread_key="slack:C1/1")
+
+
+def scope_files(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.glob("*.db") if "shard-" not in path.name)
+
+
+def shard_files(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.glob("shard-*.db"))
+
+
+def copy_fixture(tmp_path: Path, source: Path = FIXTURE / "data") -> Path:
+    directory = tmp_path / "data"
+    shutil.copytree(source, directory)
+    return directory
+
+
+def expected_counters() -> list[CountRow]:
+    return [CountRow(*json.loads(line))
+            for line in (FIXTURE / "counters.jsonl").read_text().splitlines()]
+
+
+async def export_text(store: object) -> str:
+    return "".join([record_line(r) + "\n" async for r in export_records(store)])  # type: ignore[arg-type]
+
+
+def retired_at(path: Path, scope_key: str | None = None) -> list[tuple[int, int | None]]:
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        where = "" if scope_key is None else " WHERE scope_key = ?"
+        return conn.execute(f"SELECT seq, retired_at FROM records{where} ORDER BY seq",
+                            () if scope_key is None else (scope_key,)).fetchall()
+    finally:
+        conn.close()
+
+
+def default_store(directory: Path) -> object:
+    """The store the default configuration opens on ``directory``."""
+    return sqlite_store(StoreSettings(name="sqlite", options={"path": str(directory)}))
+
+
+async def test_a_file_layout_directory_is_migrated_once_when_opened(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="scopemem.stores.sqlite")
+    directory = copy_fixture(tmp_path)
+    old_files = scope_files(directory)
+    store = default_store(directory)
+    try:
+        assert isinstance(store, SharedSqliteStore)
+        # Every record of every status with its id, times and use counts, byte for byte as
+        # the file layout exported it; every counter row.
+        assert await export_text(store) == (FIXTURE / "export.jsonl").read_text()
+        assert await store.read_counts() == expected_counters()
+    finally:
+        await store.close()
+    [line] = [r for r in caplog.records if "migrated" in r.getMessage()]
+    backup = directory / migrate.BACKUP
+    assert line.levelname == "WARNING"
+    assert line.getMessage() == (
+        f"sqlite store: migrated {directory} from the file layout to the shared layout:"
+        " 5 scopes, 13 records, 12 counter rows; the old files are in"
+        f" {backup} (remove that folder once you no longer need them)")
+    # The old files are kept, as they were, in the backup folder; nothing else is left.
+    assert scope_files(directory) == []
+    assert scope_files(backup) == old_files
+    for name in old_files:
+        assert (backup / name).read_bytes() == (FIXTURE / "data" / name).read_bytes()
+    assert sorted(os.listdir(directory)) == sorted([migrate.BACKUP, *shard_files(directory)])
+    # Each dead row keeps the time it died (so the retention runs as it would have).
+    evicted = backup / "channel_slack_C1-53f375767d349bf8d5afa9479f14d076.db"
+    [shard] = [directory / name for name in shard_files(directory)
+               if retired_at(directory / name, "channel:slack:C1")]
+    assert retired_at(shard, "channel:slack:C1") == retired_at(evicted)
+    assert retired_at(evicted)[0][1] is not None
+    caplog.clear()
+    store = default_store(directory)  # opened again: nothing more to do
+    try:
+        assert await export_text(store) == (FIXTURE / "export.jsonl").read_text()
+        # channel:slack:C2 gave ids 3 and 4 to rows evicted and purged at once: its next id
+        # stays above them.
+        await store.write("channel:slack:C2", [fact("a fact written after the migration")])
+        assert [r.id for r in await store.list("channel:slack:C2", 1)] == [
+            "mem:channel:slack:C2:5"]
+    finally:
+        await store.close()
+    assert not [r for r in caplog.records if "migrated" in r.getMessage()]
+
+
+QUERIES = [("org:acme", "staging deploys"), ("org:acme", "vpn cluster review"),
+           ("repo:acme/api", "tests postgres flaky"), ("channel:slack:C1", "office lunch"),
+           ("user:slack:U7", "langue french")]
+
+
+async def test_the_migrated_directory_answers_as_the_file_layout_did(tmp_path):
+    """The token index is built from the records: every retrieval finds and ranks what the
+    file layout found, in the same order."""
+    reference = SqliteStore(copy_fixture(tmp_path / "reference"), usage_flush_ms=0)
+    store = default_store(copy_fixture(tmp_path))
+    try:
+        for scope_key, query in QUERIES:
+            expected = [r.id for r in await reference.retrieve(scope_key, query, 10)]
+            assert expected, query
+            assert [r.id for r in await store.retrieve(scope_key, query, 10)] == expected
+    finally:
+        await reference.close()
+        await store.close()
+
+
+async def test_a_file_of_an_older_schema_is_upgraded_in_a_copy_and_migrated(tmp_path):
+    """A scope file written before Unicode folding (schema version 3) migrates as the file
+    layout reads it after upgrading it, and the file in the backup is left as it was."""
+    reference = copy_fixture(tmp_path / "reference", OLD_SCHEMA)
+    upgraded = SqliteStore(reference)
+    try:
+        expected = await export_text(upgraded)
+    finally:
+        await upgraded.close()
+    directory = copy_fixture(tmp_path, OLD_SCHEMA)
+    store = SharedSqliteStore(directory)
+    try:
+        assert await export_text(store) == expected
+        assert [r.text for r in await store.retrieve("org:acme", "cafe FERME", 5)] == [
+            "Le café est fermé le lundi", "a thread about the café hours"]
+    finally:
+        await store.close()
+    [name] = scope_files(directory / migrate.BACKUP)
+    assert (directory / migrate.BACKUP / name).read_bytes() == \
+        next(OLD_SCHEMA.glob("*.db")).read_bytes()
+
+
+async def test_a_file_that_is_not_scopemems_stops_the_migration_and_nothing_moves(tmp_path):
+    directory = copy_fixture(tmp_path)
+    other = directory / f"notes-{'0' * 32}.db"
+    conn = apsw.Connection(str(other))
+    conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.close()
+    before = sorted(os.listdir(directory))
+    with pytest.raises(StoreError, match=rf"cannot migrate {other}.*not a scope file"):
+        default_store(directory)
+    after = sorted(os.listdir(directory))
+    # No shard file, no backup; the read-only opens may leave -wal/-shm beside the files.
+    assert [name for name in after if name.endswith(".db")] == \
+        [name for name in before if name.endswith(".db")]
+    assert not (directory / migrate.BACKUP).exists()
+    assert not (directory / migrate.BUILDING).exists()
+    for name in scope_files(FIXTURE / "data"):
+        assert (directory / name).read_bytes() == (FIXTURE / "data" / name).read_bytes()
+
+
+async def test_a_copied_scope_file_is_skipped_with_a_warning_and_kept(tmp_path, caplog):
+    """A file holding a scope whose file is another (copied or renamed) was never read by
+    the file layout: it is not migrated, but kept in the backup, and the log says so."""
+    directory = copy_fixture(tmp_path)
+    stray = f"copy-{'a' * 32}.db"
+    shutil.copyfile(directory / "org_acme-255ae7f79a8a2c14a5e5c38f677bcde2.db",
+                    directory / stray)
+    store = default_store(directory)
+    try:
+        assert await export_text(store) == (FIXTURE / "export.jsonl").read_text()
+    finally:
+        await store.close()
+    assert stray in scope_files(directory / migrate.BACKUP)
+    [line] = [r for r in caplog.records if "migrated" in r.getMessage()]
+    assert f"skipped (kept in the backup): {stray}" in \
+        line.getMessage()
+
+
+def test_validating_the_settings_migrates_nothing(tmp_path):
+    directory = copy_fixture(tmp_path)
+    before = sorted(os.listdir(directory))
+    sqlite_store(StoreSettings(name="sqlite", options={"path": str(directory)},
+                               validate_only=True))
+    assert sorted(os.listdir(directory)) == before
+
+
+async def test_the_file_layout_still_opens_when_set_with_a_warning_once(tmp_path, caplog,
+                                                                        monkeypatch):
+    import scopemem.stores.sqlite as package
+
+    monkeypatch.setattr(package, "_warned", [])
+    directory = copy_fixture(tmp_path)
+    for _ in range(2):
+        store = sqlite_store(StoreSettings(name="sqlite", options={
+            "path": str(directory), "layout": "file"}))
+        try:
+            assert isinstance(store, SqliteStore)
+            assert await export_text(store) == (FIXTURE / "export.jsonl").read_text()
+        finally:
+            await store.close()
+    [warning] = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.getMessage().startswith(
+        'memory.stores.sqlite.layout = "file" is deprecated')
+    assert shard_files(directory) == []
+
+
+# --- killed mid-migration, and two processes at once -------------------------------------
+
+CHILD = """
+import logging, os, sys, time
+from scopemem.stores.sqlite_shared import SharedSqliteStore, migrate
+
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+def pause():
+    print("paused", flush=True)
+    time.sleep(120)  # killed long before; bounded if the parent is gone
+    os._exit(3)
+
+point = sys.argv[2]
+if point == "building":  # the second scope is in the new shards, not yet all of them
+    check, done = migrate._check, []
+    def checked(conn, scope):
+        check(conn, scope)
+        done.append(scope)
+        if len(done) == 2:
+            pause()
+    migrate._check = checked
+elif point == "moving":  # the new shards are final; the old files are moved aside
+    sync = migrate._sync_dir
+    def synced(path):
+        sync(path)
+        if os.path.basename(path) == "file-layout":
+            pause()
+    migrate._sync_dir = synced
+SharedSqliteStore(sys.argv[1])
+print("opened", flush=True)
+"""
+
+
+def spawn(directory: Path, point: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-c", CHILD, str(directory), point], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+
+
+def kill_when_paused(child: subprocess.Popen[bytes]) -> None:
+    assert child.stdout is not None
+    line = child.stdout.readline()  # the child prints it, or exits (EOF)
+    assert line == b"paused\n", child.communicate(timeout=60)
+    child.send_signal(signal.SIGKILL)
+    child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("point", ["building", "moving"])
+async def test_a_migration_killed_midway_is_done_again_by_the_next_open(tmp_path, point):
+    """Killed while the new shards are built, the old files are untouched and the next open
+    migrates from scratch; killed after they were verified and committed, while files move,
+    the next open finishes the moves. Either way nothing is lost."""
+    directory = copy_fixture(tmp_path)
+    old_files = scope_files(directory)
+    kill_when_paused(spawn(directory, point))
+    if point == "building":
+        assert (directory / migrate.BUILDING).is_dir()
+        assert scope_files(directory) == old_files and shard_files(directory) == []
+        for name in old_files:
+            assert (directory / name).read_bytes() == (FIXTURE / "data" / name).read_bytes()
+    else:
+        assert (directory / migrate.BUILT).is_dir() and scope_files(directory) == []
+    store = default_store(directory)
+    try:
+        assert await export_text(store) == (FIXTURE / "export.jsonl").read_text()
+        assert await store.read_counts() == expected_counters()
+    finally:
+        await store.close()
+    assert sorted(os.listdir(directory)) == sorted([migrate.BACKUP, *shard_files(directory)])
+    assert scope_files(directory / migrate.BACKUP) == old_files
+
+
+async def test_a_second_opener_waits_for_the_migration_under_way(tmp_path):
+    """Two processes open the directory at once: the second waits on the first's lock
+    (and says so), and when the first dies midway, migrates it itself."""
+    directory = copy_fixture(tmp_path)
+    first = spawn(directory, "building")
+    assert first.stdout is not None and first.stdout.readline() == b"paused\n"
+    second = spawn(directory, "none")
+    try:
+        assert second.stderr is not None
+        waiting = second.stderr.readline()  # logged before it blocks on the lock
+        assert b"another process is migrating" in waiting, second.communicate(timeout=60)
+        assert shard_files(directory) == []
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=60)
+    out, err = second.communicate(timeout=120)
+    assert (second.returncode, out) == (0, b"opened\n"), err
+    store = default_store(directory)
+    try:
+        assert await export_text(store) == (FIXTURE / "export.jsonl").read_text()
+    finally:
+        await store.close()
