@@ -51,7 +51,16 @@ def _store_settings(config: MemoryConfig, name: str, environ: Mapping[str, str],
                          cap=config.max_records_per_scope,
                          retention_days=config.retention_days, environ=dict(environ), clock=clock,
                          ranking=config.ranking_spec(), allow_fallback=allow_fallback,
-                         validate_only=validate_only)
+                         stand_in=in_process_store, validate_only=validate_only)
+
+
+def in_process_store(settings: StoreSettings) -> MemoryStore:
+    """The in-process store, standing in for a store whose backend is not configured
+    (``StoreSettings.stand_in``), with the settings' cap, clock, ranking and retention."""
+    from scopemem.stores.memory import InMemoryStore
+
+    return InMemoryStore(cap=settings.cap, clock=settings.clock, ranking=settings.ranking,
+                         retention_days=settings.retention_days)
 
 
 def build_store(

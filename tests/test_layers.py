@@ -188,3 +188,45 @@ def test_the_checks_catch_a_planted_upward_import_and_circle(planted: Path):
                for problem in upward_imports(graph))
     assert any({"scopemem.api.memory", "scopemem.api.reflecting"} <= set(component)
                for component in cycles(graph))
+
+
+#: The store backends (package → backend): each is on its own, and none imports another.
+#: What they share lives in the neutral modules beside them (``stores.base``,
+#: ``stores.shared``, ``stores.dense``, ``stores.postings``, ``stores.porting``,
+#: ``stores.counting``) or in ``core``. ``stores.sqlite`` is the SQLite store's registration
+#: (the ``sqlite`` entry point), ``stores.sqlite_shared`` the store it builds: one backend.
+BACKENDS = {"scopemem.stores.sqlite": "sqlite", "scopemem.stores.sqlite_shared": "sqlite",
+            "scopemem.stores.postgres": "postgres", "scopemem.stores.memory": "memory",
+            "scopemem.stores.worker": "worker"}
+
+
+def backend_of(name: str) -> str | None:
+    for package, backend in BACKENDS.items():
+        if name == package or name.startswith(package + "."):
+            return backend
+    return None
+
+
+def cross_backend_imports(graph: Mapping[str, Mapping[str, int]]) -> list[str]:
+    problems = []
+    for name, edges in graph.items():
+        mine = backend_of(name)
+        for target, line in edges.items():
+            theirs = backend_of(target)
+            if mine is not None and theirs is not None and theirs != mine:
+                problems.append(f"{name}:{line} imports {target}")
+    return problems
+
+
+def test_no_store_backend_imports_another():
+    assert cross_backend_imports(import_graph()) == []
+
+
+def test_the_backend_check_catches_a_planted_import(planted: Path):
+    store = planted / "stores" / "memory.py"
+    store.write_text(store.read_text(encoding="utf-8")
+                     + "\nfrom scopemem.stores.postgres import tokens  # planted\n",
+                     encoding="utf-8")
+    assert any(problem.startswith("scopemem.stores.memory:")
+               and "scopemem.stores.postgres" in problem
+               for problem in cross_backend_imports(import_graph(planted)))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ["scopemem.stores.sqlite", "scopemem.stores.postgres"]
+PACKAGES = ["scopemem.stores.sqlite", "scopemem.stores.sqlite_shared", "scopemem.stores.postgres"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -5,7 +5,7 @@ so what it imports at the top is paid by commands that never use it. A package t
 re-exports its heavy parts (a store on apsw, numpy or psycopg) hands its names to
 ``exports`` and imports them when someone asks for one::
 
-    __getattr__ = exports(__name__, {"SqliteStore": "scopemem.stores.sqlite.store"})
+    __getattr__ = exports(__name__, {"SharedSqliteStore": "scopemem.stores.sqlite_shared.store"})
 """
 
 from __future__ import annotations

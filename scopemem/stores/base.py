@@ -178,6 +178,9 @@ class StoreSettings(OptionsTable):
     # runs for days may; a one-shot command must not: that store dies with the command and
     # takes everything the command wrote with it.
     allow_fallback: bool = True
+    # What stands in then: the in-process store, built by the host
+    # (``installation.in_process_store``), so no store imports another; None: nothing may.
+    stand_in: Callable[[StoreSettings], MemoryStore] | None = None
     # The factory is called only to validate its table and record its options (config
     # check, startup): it must not warn about the running environment, and what it returns
     # is dropped unused. Factories do no I/O, so building one costs nothing.

@@ -26,9 +26,10 @@ Configuration (``[memory.stores.worker]``)::
     timeout_seconds = 5                  # per request, total
 
 With ``base_url`` set but the token variable missing or empty, a long-running process (a
-bot: ``StoreSettings.allow_fallback``) gets the in-process store instead, with one warning that
-its records die with the process; a short-lived command gets a ``ConfigError`` naming the
-variable, since a store that dies with the command would lose everything it was told.
+bot: ``StoreSettings.allow_fallback``) gets the in-process store instead (the host's
+``StoreSettings.stand_in``), with one warning that its records die with the process; a
+short-lived command gets a ``ConfigError`` naming the variable, since a store that dies with
+the command would lose everything it was told.
 """
 
 from __future__ import annotations
@@ -185,21 +186,18 @@ class WorkerStore(WorkerCounts):
             # Only the table was asked about; whether the token is there is the running
             # process's concern (config check reports it apart).
             token = token or "validating"
-        if not token and not settings.allow_fallback:
-            raise ConfigError(
-                f"{settings.option_key('token_env')}: ${token_env} is not set; the Memory "
-                f"Worker needs its bearer token (export {token_env}=…)")
         if not token:
-            from scopemem.stores.memory import InMemoryStore
-
+            stand_in = settings.stand_in if settings.allow_fallback else None
+            if stand_in is None:
+                raise ConfigError(
+                    f"{settings.option_key('token_env')}: ${token_env} is not set; the Memory "
+                    f"Worker needs its bearer token (export {token_env}=…)")
             log.warning(
                 "[memory] %s is set but $%s is missing or empty: using the in-process store "
                 "instead of the Memory Worker, and its records will be lost on restart",
                 settings.option_key("base_url"), token_env,
             )
-            return InMemoryStore(cap=settings.cap, clock=settings.clock,
-                                 ranking=settings.ranking,
-                                 retention_days=settings.retention_days)
+            return stand_in(settings)
         try:
             return cls(base_url, token, cap=settings.cap, timeout=timeout,
                        ranking=settings.ranking)

@@ -18,8 +18,8 @@ from scopemem.core import engine
 from scopemem.core.records import Candidate, Kind
 from scopemem.errors import ConfigError, ScopeLimitReached, StoreError
 from scopemem.stores.base import StoreSettings
-from scopemem.stores.postgres import cache as cache_module
-from scopemem.stores.postgres.cache import PostingsCache, ScopeCopy
+from scopemem.stores.shared import cache as cache_module
+from scopemem.stores.shared.cache import PostingsCache, ScopeCopy
 from scopemem.stores.sqlite import SqliteStore
 from scopemem.stores.sqlite import from_settings as sqlite_store
 from scopemem.stores.sqlite.usage import USAGE_FLUSH_MS_MAX

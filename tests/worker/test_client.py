@@ -24,7 +24,7 @@ from scopemem.core.records import (
     to_wire,
 )
 from scopemem.errors import ConfigError, StoreError, StoreRefused
-from scopemem.installation import build_store
+from scopemem.installation import build_store, in_process_store
 from scopemem.plugins.manager import get_plugin_manager
 from scopemem.stores.base import StoreSettings
 from scopemem.stores.memory import InMemoryStore
@@ -306,7 +306,8 @@ def test_constructor_refuses_bad_arguments(args, message):
 
 def settings(environ: dict[str, str] | None = None, **options: Any) -> StoreSettings:
     return StoreSettings(name="worker", options=options, cap=321, retention_days=9,
-                         environ=environ if environ is not None else {"MEMORY_TOKEN": "t0k"})
+                         environ=environ if environ is not None else {"MEMORY_TOKEN": "t0k"},
+                         stand_in=in_process_store)
 
 
 def test_from_settings_builds_a_worker_store():

@@ -9,15 +9,15 @@ Modules, one job each:
 ``statements`` every SQL statement, scope-keyed
 ``reads``      a retrieval's statements in order
 ``store``      the ``MemoryStore`` methods, the write transaction and the pool
-``tokens``     what a record is indexed by; ranking's input from prefilter hits
-``cache``      a worker's copies of large scopes' postings, checked with every retrieval
 ``usage``      deferred use-count bumps
 ``counts``     the per-scope day counters
 ``porting``    export and import (every field and status kept)
 ============== ==============================================================================
 
 psycopg is imported only when a store first connects, so listing plugins or running another
-store never needs it (from a checkout: ``pip install -e '.[postgres]'``).
+store never needs it (from a checkout: ``pip install -e '.[postgres]'``). What a record is
+indexed by and ranking's input from its postings (``stores.shared.tokens``), and the copies of
+large scopes' postings (``stores.shared.cache``), are shared with the SQLite store.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import attrs
 
 from scopemem.errors import ConfigError
 from scopemem.stores.base import StoreSettings
-from scopemem.stores.postgres.cache import DEFAULT_MIN_POSTINGS, DEFAULT_POSTINGS_CACHE
+from scopemem.stores.shared.cache import DEFAULT_MIN_POSTINGS, DEFAULT_POSTINGS_CACHE
 
 __all__ = ["OPTIONS", "PostgresOptions", "check_schema_name", "options_from_settings"]
 

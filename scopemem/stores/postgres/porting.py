@@ -23,7 +23,7 @@ from scopemem.core.scopes import record_seq
 from scopemem.core.text import normalize_text
 from scopemem.stores.porting import group_import
 from scopemem.stores.postgres.statements import record_of
-from scopemem.stores.postgres.tokens import record_tokens
+from scopemem.stores.shared.tokens import record_tokens
 
 __all__ = ["Porting"]
 

@@ -33,10 +33,10 @@ from scopemem.core import engine
 from scopemem.core.records import Record
 from scopemem.core.scopes import record_seq
 from scopemem.stores.base import Hit
-from scopemem.stores.postgres import tokens
-from scopemem.stores.postgres.cache import Loader, PostingsCache
 from scopemem.stores.postgres.statements import Statements, record_of
 from scopemem.stores.postgres.usage import DeferredUsage
+from scopemem.stores.shared import tokens
+from scopemem.stores.shared.cache import Loader, PostingsCache
 
 if TYPE_CHECKING:
     from scopemem.stores.dense import DenseIndex

@@ -59,16 +59,16 @@ from scopemem.stores.base import (
     wall_clock_ms,
 )
 from scopemem.stores.postgres import migrations, reads
-from scopemem.stores.postgres.cache import PostingsCache, ScopeCopy
 from scopemem.stores.postgres.counts import Counts, add_rows
 from scopemem.stores.postgres.options import PostgresOptions, options_from_settings
 from scopemem.stores.postgres.porting import Porting
 from scopemem.stores.postgres.statements import Statements, record_of
-from scopemem.stores.postgres.tokens import postings_of, record_tokens
 from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.shared import batches
 from scopemem.stores.shared import counts as counting
 from scopemem.stores.shared.batches import PURGE_ROWS
+from scopemem.stores.shared.cache import PostingsCache, ScopeCopy
+from scopemem.stores.shared.tokens import postings_of, record_tokens
 
 __all__ = ["PostgresStore"]
 

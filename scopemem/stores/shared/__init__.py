@@ -8,7 +8,8 @@ do between the engine's decisions and the statements is the same and lives here 
              short least-recently-used reads; the ids a scope mints, the purge's bound
 ``bumps``    pending use counts: counting them, merging a batch back after a failed save
 ``tokens``   the terms a record is indexed by (the engine's own, so the prefilter and the
-             engine's gate never disagree)
+             engine's gate never disagree); ranking's input from the postings read back
+``cache``    a worker's copies of large scopes' postings, checked with every retrieval
 
 Nothing here does I/O.
 """

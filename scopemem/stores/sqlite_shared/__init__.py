@@ -1,5 +1,29 @@
-"""The SQLite store over shared files: every scope in a few shard files (the SQLite store's
-default layout; see ``store.py`` and ``docs/storage.md``)."""
+"""The SQLite store: every scope in a few shard files under ``path`` (registered as
+``memory.store = "sqlite"`` by ``scopemem.stores.sqlite``; ``docs/storage.md`` explains the
+design). Modules, one job each:
+
+============== ==============================================================================
+``store``      ``SharedSqliteStore``: configuration and the ``MemoryStore`` methods
+``options``    the ``[memory.stores.sqlite]`` table: options, defaults, checks
+``schema``     the shard files' tables and their migrations
+``shards``     which shard holds a scope; opening a shard file
+``statements`` the SQL statements, scope-keyed
+``sql``        rows to records, transactions, apsw errors
+``index``      the token index (FTS5) of the active records
+``pools``      the read and write threads, one writer per shard
+``reads``      a retrieval's reads through SQL
+``writes``     write batches, forget, sweep, retention purge
+``usage``      pending use counts, saved in the background
+``notes``      the uses noted for copies read before them
+``copies``     copies of scopes in memory, and answering from them
+``commits``    which commits a copy may follow
+``walheader``  seeing that nobody committed to a shard, from its WAL-index header
+``counts``     the per-scope day counters
+``porting``    export and import (every field and status kept)
+``migrate``    moving a directory of the retired file layout into shard files, once
+``legacy``     reading the file layout's scope files, for the migration
+============== ==============================================================================
+"""
 
 from scopemem.stores.sqlite_shared.store import SharedSqliteStore
 

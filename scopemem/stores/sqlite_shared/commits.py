@@ -47,7 +47,7 @@ from typing import Any
 
 import attrs
 
-from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite_shared import sql as sqlite_sql
 
 __all__ = ["CommitWatch", "Move", "Moves", "checkpoint"]
 

@@ -24,8 +24,8 @@ import attrs
 from scopemem.core import engine
 from scopemem.core.records import Record, with_uses
 from scopemem.core.scopes import record_seq
-from scopemem.stores.postgres import cache, tokens
-from scopemem.stores.postgres.cache import PostingsCache, ScopeCopy, Touches, dense_index
+from scopemem.stores.shared import cache, tokens
+from scopemem.stores.shared.cache import PostingsCache, ScopeCopy, Touches, dense_index
 from scopemem.stores.sqlite_shared.writes import Change
 
 if TYPE_CHECKING:

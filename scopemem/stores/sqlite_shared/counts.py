@@ -18,7 +18,7 @@ from typing import Any
 from scopemem.core.records import CountRow
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.shared import counts as counting
-from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared import writes
 from scopemem.stores.sqlite_shared.usage import relaxed

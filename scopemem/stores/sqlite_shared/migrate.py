@@ -1,5 +1,5 @@
-"""Moving a data directory written by the file layout (a SQLite file per scope,
-``stores.sqlite``) into the shared layout, once, when the shared store opens it.
+"""Moving a data directory written by the retired file layout (a SQLite file per scope, read
+through ``legacy.py``) into the shared layout, once, when the store opens it.
 
 Everything is kept: every record of every status with its id, seq, times, use count and
 ``retired_at`` (so the retention runs as it would have), each scope's next id (above every
@@ -40,11 +40,10 @@ import attrs
 from scopemem.core.records import CountRow, Record
 from scopemem.core.words import Analyzer
 from scopemem.errors import StoreError
-from scopemem.stores.sqlite import schema as file_schema
-from scopemem.stores.sqlite import sql as sqlite_sql
-from scopemem.stores.sqlite.files import connect, scope_file_name
-from scopemem.stores.sqlite.layouts import is_scope_file
+from scopemem.stores.sqlite_shared import legacy as file_schema
 from scopemem.stores.sqlite_shared import schema
+from scopemem.stores.sqlite_shared import sql as sqlite_sql
+from scopemem.stores.sqlite_shared.legacy import connect, is_scope_file, scope_file_name
 from scopemem.stores.sqlite_shared.porting import import_scope
 from scopemem.stores.sqlite_shared.shards import Shards
 from scopemem.stores.sqlite_shared.usage import PendingUses
@@ -252,8 +251,7 @@ def _upgraded_copy(path: str, scratch: str, now: int) -> Any:
 
 def _refused(path: str, why: str) -> StoreError:
     return StoreError(f"sqlite store: cannot migrate {path} to the shared layout: {why}; no"
-                      " file was changed (move it out of the directory, or keep"
-                      ' layout = "file" for now)')
+                      " file was changed (move it out of the directory)")
 
 
 def _copy(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope: _Scope,

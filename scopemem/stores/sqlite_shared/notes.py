@@ -15,9 +15,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from scopemem.stores.postgres.cache import PostingsCache
-from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.shared.cache import PostingsCache
 from scopemem.stores.sqlite_shared import copies
+from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.commits import Moves
 from scopemem.stores.sqlite_shared.usage import PendingUses
 

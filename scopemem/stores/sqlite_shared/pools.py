@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from scopemem.errors import StoreError
-from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import commits
+from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.commits import Move, Moves
 from scopemem.stores.sqlite_shared.shards import Shards
 

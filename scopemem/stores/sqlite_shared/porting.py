@@ -22,8 +22,8 @@ from scopemem.core.words import Analyzer
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.porting import group_import
 from scopemem.stores.shared.tokens import index_tokens
-from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import index
+from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.usage import PendingUses
 from scopemem.stores.sqlite_shared.writes import transaction

@@ -38,10 +38,10 @@ from scopemem.core import engine
 from scopemem.core.records import Kind, Record
 from scopemem.core.scopes import record_seq
 from scopemem.stores.base import Hit
-from scopemem.stores.postgres import tokens
-from scopemem.stores.postgres.cache import DENSE_MIN_POSTINGS, ScopeCopy, Touches, dense_index
-from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.shared import tokens
+from scopemem.stores.shared.cache import DENSE_MIN_POSTINGS, ScopeCopy, Touches, dense_index
 from scopemem.stores.sqlite_shared import index
+from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.copies import RowCopy, answer
 from scopemem.stores.sqlite_shared.usage import PendingUses

@@ -20,11 +20,11 @@ import time
 from typing import Any
 
 from scopemem.errors import StoreError
-from scopemem.stores.sqlite import sql as sqlite_sql
-from scopemem.stores.sqlite.files import descriptors_busy
-from scopemem.stores.sqlite.walheader import WalHeader
 from scopemem.stores.sqlite_shared import schema
+from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.commits import CommitWatch
+from scopemem.stores.sqlite_shared.sql import descriptors_busy
+from scopemem.stores.sqlite_shared.walheader import WalHeader
 
 __all__ = ["Shards"]
 

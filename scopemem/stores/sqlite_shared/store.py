@@ -51,24 +51,26 @@ from scopemem.stores.base import (
     salient_batch,
     wall_clock_ms,
 )
-from scopemem.stores.postgres.cache import DEFAULT_POSTINGS_CACHE, PostingsCache, ScopeCopy
 from scopemem.stores.shared import batches
-from scopemem.stores.sqlite.layouts import LAYOUTS
-from scopemem.stores.sqlite.store import (
-    DEFAULT_PATH,
-    OPTIONS,
-    SYNCHRONOUS_LEVELS,
-    _check_int,
-    _check_path,
-    _check_synchronous,
-)
-from scopemem.stores.sqlite.usage import DEFAULT_USAGE_FLUSH_MS, USAGE_FLUSH_MS_MAX
+from scopemem.stores.shared.cache import DEFAULT_POSTINGS_CACHE, PostingsCache, ScopeCopy
 from scopemem.stores.sqlite_shared import copies, reads, schema, writes
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.commits import Moves
 from scopemem.stores.sqlite_shared.counts import Counts
 from scopemem.stores.sqlite_shared.migrate import migrate_file_layout
 from scopemem.stores.sqlite_shared.notes import UseNotes
+from scopemem.stores.sqlite_shared.options import (
+    DEFAULT_PATH,
+    DEFAULT_USAGE_FLUSH_MS,
+    FILE_LAYOUT_OPTIONS,
+    LAYOUTS,
+    OPTIONS,
+    SYNCHRONOUS_LEVELS,
+    USAGE_FLUSH_MS_MAX,
+    check_int,
+    check_path,
+    check_synchronous,
+)
 from scopemem.stores.sqlite_shared.pools import POOL_THREADS, ShardPools
 from scopemem.stores.sqlite_shared.porting import Porting
 from scopemem.stores.sqlite_shared.shards import Shards
@@ -93,8 +95,6 @@ DEFAULT_MIN_POSTINGS = 256
 #: ``cache_rows`` counts rows; the copies are bounded in postings, about twenty a record of
 #: realistic text (so the default 50,000 rows is ``DEFAULT_POSTINGS_CACHE``).
 POSTINGS_PER_ROW = 20
-#: ``[memory.stores.sqlite]`` options of the file layout only: ignored here, with a warning.
-FILE_LAYOUT_OPTIONS = ("max_open_connections", "rank_processes")
 
 
 class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
@@ -111,16 +111,16 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
                  cache_min_postings: int = DEFAULT_MIN_POSTINGS, migrate: bool = True) -> None:
         self.cap = check_cap(cap)
         self.retention_days = check_retention_days(retention_days)
-        self.max_scopes = _check_int(max_scopes, "max_scopes", 0)
+        self.max_scopes = check_int(max_scopes, "max_scopes", 0)
         self.ranking = ranking
         self.analyzer = ranking.analyzer
-        self.directory = os.path.abspath(os.path.expanduser(_check_path(path, "path")))
-        self.synchronous = _check_synchronous(synchronous, "synchronous")
-        self.usage_flush_ms = _check_int(usage_flush_ms, "usage_flush_ms", 0,
+        self.directory = os.path.abspath(os.path.expanduser(check_path(path, "path")))
+        self.synchronous = check_synchronous(synchronous, "synchronous")
+        self.usage_flush_ms = check_int(usage_flush_ms, "usage_flush_ms", 0,
                                          USAGE_FLUSH_MS_MAX)
-        self._shards = Shards(self.directory, shards=_check_int(shards, "shards", 1, 256),
+        self._shards = Shards(self.directory, shards=check_int(shards, "shards", 1, 256),
                               synchronous=self.synchronous,
-                              busy_timeout_ms=_check_int(busy_timeout_ms, "busy_timeout_ms",
+                              busy_timeout_ms=check_int(busy_timeout_ms, "busy_timeout_ms",
                                                          0))
         if migrate:  # a directory of the file layout, once (``migrate.py``)
             migrate_file_layout(self.directory, analyzer=self.analyzer, clock=clock,
@@ -128,9 +128,9 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
         self._uses = PendingUses(self._shards.count)
         # Copies of scopes' indexes read often enough (``reads.py``), checked against each
         # scope's change counter with every retrieval.
-        budget = _check_int(postings_cache, "postings_cache", 0)
+        budget = check_int(postings_cache, "postings_cache", 0)
         self._copies = PostingsCache(budget,
-                                     _check_int(cache_min_postings, "cache_min_postings", 0),
+                                     check_int(cache_min_postings, "cache_min_postings", 0),
                                      spare=budget // 2, carried=True)
         self._clock = clock
         self._writers: dict[int, asyncio.Lock] = {}
@@ -165,13 +165,13 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
 
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> SharedSqliteStore:
-        """Build from ``[memory.stores.sqlite]`` with ``layout = "shared"``: ``path``,
+        """Build from ``[memory.stores.sqlite]``: ``path``,
         ``synchronous``, ``busy_timeout_ms``, ``usage_flush_ms``, ``max_scopes`` and
         ``cache_rows`` (the copies in memory hold ``POSTINGS_PER_ROW`` postings a row of
-        it; 0: no copies). ``max_open_connections`` and ``rank_processes`` are the file
-        layout's (this layout keeps its few files open and ranks heavy queries on its read
-        pool): set, they are ignored with a warning. A directory of the file layout is
-        migrated (not when the settings are only validated)."""
+        it; 0: no copies). ``layout`` and the retired file layout's ``max_open_connections``
+        and ``rank_processes`` are read for one release (``options.py``): the last two, set,
+        are ignored with a warning. A directory of the file layout is migrated (not when the
+        settings are only validated)."""
         settings = settings.named("sqlite")
         settings.unknown_options(OPTIONS)
         settings.choice_option("layout", "shared", LAYOUTS)
@@ -181,7 +181,7 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
                             " layout, which is retired); ignored, remove it",
                             settings.option_key(key))
         rows = settings.int_option("cache_rows", DEFAULT_POSTINGS_CACHE // POSTINGS_PER_ROW, 0)
-        path = settings.record("path", _check_path(
+        path = settings.record("path", check_path(
             settings.options.get("path", DEFAULT_PATH), settings.option_key("path")))
         return cls(
             path,

@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from scopemem.stores.shared.bumps import Bumps, add_bumps, merge_bumps
-from scopemem.stores.sqlite import sql as sqlite_sql
+from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
 
 __all__ = ["PendingUses", "relaxed"]

@@ -29,8 +29,8 @@ from scopemem.stores.shared import batches
 from scopemem.stores.shared import counts as counting
 from scopemem.stores.shared.batches import PURGE_ROWS
 from scopemem.stores.shared.tokens import index_tokens
-from scopemem.stores.sqlite import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import index
+from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.usage import PendingUses
 

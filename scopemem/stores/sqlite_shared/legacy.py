@@ -1,29 +1,61 @@
-"""The on-disk layout of one scope's SQLite database, and how it is brought up to date.
+"""Reading a data directory of the retired file layout (a SQLite database per scope), for
+the migration into the shared layout (``migrate.py``): nothing here writes to those files.
 
-Every open re-runs the whole schema inside one write transaction. Each migration is made of
-statements that are safe to repeat (``CREATE … IF NOT EXISTS``), so re-running them over a
-live database changes nothing; the ``schema_migrations`` table records which versions a file
-has seen and ``PRAGMA user_version`` the newest one, so a file written by a newer scopemem is
-refused instead of being half understood.
-
-This module is plain data plus two small functions taking an apsw connection; it never
-imports apsw itself.
+A scope file is named ``<readable>-<digest>.db`` after its scope key (``scope_file_name``),
+records its scope key in ``meta`` and carries the application id ``APPLICATION_ID``; a file
+of an older schema version is brought up to date (``apply_schema``) in a scratch copy before
+it is read. The migrations below are the file layout's, as released: they describe files
+that exist, and never change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+import re
 from typing import Any
 
 import attrs
 
+from scopemem.stores.sqlite_shared import sql
+
+__all__ = ["APPLICATION_ID", "NEXT_SEQ_SQL", "RECORD_COLUMNS", "SCHEMA_VERSION",
+           "apply_schema", "connect", "is_scope_file", "pragma", "scope_file_name",
+           "stored_scope", "table_count"]
+
 # "ScMm" in the database header marks a file as ours; a file carrying another application id
 # (or none, with tables in it) belongs to something else and is never touched.
 APPLICATION_ID = 0x53634D6D
-
 META_SCOPE_KEY = "scope_key"
-# The tokenizing rules (``words.FOLDING``) the file's dedup keys and indexed tokens follow.
-META_FOLDING = "folding"
+_READABLE_CHARS = 40
+_DIGEST_CHARS = 32
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+_SCOPE_FILE = re.compile(r".+-[0-9a-f]{32}\.db\Z")
+
+
+def scope_file_name(scope_key: str) -> str:
+    """The file layout's database file name for a scope key: a readable prefix and a digest
+    of the key."""
+    digest = hashlib.sha256(scope_key.encode("utf-8")).hexdigest()[:_DIGEST_CHARS]
+    readable = _UNSAFE.sub("_", scope_key).strip("_-")[:_READABLE_CHARS].rstrip("_-")
+    return f"{readable or 'scope'}-{digest}.db"
+
+
+def is_scope_file(name: str) -> bool:
+    """Whether ``name`` is the name of a scope file of the file layout."""
+    return _SCOPE_FILE.match(name) is not None
+
+
+def connect(path: str, flags: int | None = None) -> Any:
+    """An apsw connection to a scope file (read-write, not creating, unless ``flags`` say
+    otherwise), with no checkpoint on close: the file is left as it was found."""
+    apsw = sql.apsw_module()
+    conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE if flags is None else flags)
+    try:
+        conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 @attrs.frozen
@@ -49,38 +81,6 @@ RECORD_COLUMNS = (
 )
 
 
-def _indexed_tokens(seq: str) -> str:
-    """The indexed tokens of the row whose seq is the column ``seq``, read from the FTS5
-    content table by its integer key (a b-tree lookup, no FTS machinery). They are
-    ``fts_tokens`` of the row's text and keywords, so splitting them on spaces gives the
-    record's tokens without running the tokenizer again."""
-    return f"(SELECT c0 FROM records_fts_content WHERE records_fts_content.id = {seq})"
-
-
-# Appended to RECORD_COLUMNS by the retrieval statements, whose FTS hit is named ``hit``.
-HIT_TOKENS = _indexed_tokens("hit")
-
-GENERATION_SQL = "SELECT value FROM generation WHERE id = 0"
-NEXT_GENERATION_SQL = "UPDATE generation SET value = value + 1 WHERE id = 0"
-
-# Every active row as the retrieval statements read them (RECORD_COLUMNS, then the indexed
-# tokens), for an in-memory view of the scope. An active row missing from the index (which
-# the reconciliation on open repairs) reads NULL tokens.
-ACTIVE_ROWS_SQL = (
-    f"SELECT {RECORD_COLUMNS}, {_indexed_tokens('records.seq')} FROM records"
-    " WHERE status = 'active'"
-)
-
-# A small scope's every active row (as ACTIVE_ROWS_SQL reads it) followed by the generation it
-# was read at, in one statement, so in one committed state: what a retrieval through SQL reads
-# of a scope of at most ``reads.SMALL_SCOPE_ROWS`` rows (bind that number plus one). It ranks
-# them in memory rather than asking the index and counting the statistics statement by
-# statement; the same rows build the scope's view.
-SMALL_SCOPE_SQL = (
-    f"SELECT {RECORD_COLUMNS}, {_indexed_tokens('records.seq')}, ({GENERATION_SQL})"
-    " FROM records WHERE status = 'active' LIMIT ?"
-)
-
 _BOOKKEEPING = (
     """CREATE TABLE IF NOT EXISTS meta (
         key   TEXT PRIMARY KEY,
@@ -93,13 +93,7 @@ _BOOKKEEPING = (
     )""",
 )
 
-# The dead rows the retention acts on: superseded and evicted rows are deleted, swept rows
-# scrubbed (``SCRUB_SWEPT_SQL``) and kept; a forgotten row is scrubbed at once, and kept.
 PURGEABLE_STATUSES = "('superseded', 'evicted', 'swept')"
-# A swept row past the retention keeps its id, status, provenance, times and counts, never
-# its text; its ``retired_at`` goes, so the retention never reads it again.
-SCRUB_SWEPT_SQL = ("UPDATE records SET text = '', norm = '', keywords = '[]', retired_at = NULL"
-                   " WHERE status = 'swept' AND seq IN ({seqs})")
 # What a forgotten row keeps of its content: nothing (its FTS entry is deleted with it).
 SCRUB_FORGOTTEN_SQL = ("UPDATE records SET text = '', norm = '', keywords = '[]'"
                        " WHERE status = 'forgotten' AND (text != '' OR keywords != '[]')")
@@ -209,11 +203,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     )),
 )
 
-# Adds to one counter of the file's scope (one ``executemany`` per transaction).
-ADD_COUNT_SQL = ("INSERT INTO counters (day, name, value) VALUES (?, ?, ?)"
-                 " ON CONFLICT (day, name) DO UPDATE SET value = value + excluded.value")
-READ_COUNTS_SQL = "SELECT day, name, value FROM counters WHERE day >= ? ORDER BY day, name"
-
 SCHEMA_VERSION = max(migration.version for migration in MIGRATIONS)
 
 
@@ -242,13 +231,6 @@ def apply_schema(conn: Any, now: int) -> None:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
-def claim_scope(conn: Any, scope_key: str) -> str:
-    """Record ``scope_key`` as the file's owner unless one is recorded; return the owner."""
-    conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)",
-                 (META_SCOPE_KEY, scope_key))
-    return stored_scope(conn) or ""
-
-
 def stored_scope(conn: Any) -> str | None:
     return stored_meta(conn, META_SCOPE_KEY)
 
@@ -258,17 +240,6 @@ def stored_meta(conn: Any, key: str) -> str | None:
     return rows[0][0] if rows else None
 
 
-def set_meta(conn: Any, key: str, value: str) -> None:
-    conn.execute("INSERT INTO meta (key, value) VALUES (?, ?)"
-                 " ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
-
-
-def has_table(conn: Any, name: str) -> bool:
-    rows = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                        (name,)).fetchall()
-    return bool(rows)
-
-
 def table_count(conn: Any) -> int:
     count: int = conn.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]
     return count
@@ -276,11 +247,3 @@ def table_count(conn: Any) -> int:
 
 def pragma(conn: Any, name: str) -> Any:
     return conn.execute(f"PRAGMA {name}").fetchall()[0][0]
-
-
-def statements() -> Iterable[str]:
-    """Every repeatable schema statement, bookkeeping first (for documentation and tests);
-    the columns migrations add are applied by ``apply_schema`` only where missing."""
-    yield from _BOOKKEEPING
-    for migration in MIGRATIONS:
-        yield from migration.statements

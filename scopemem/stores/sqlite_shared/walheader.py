@@ -1,4 +1,4 @@
-"""Seeing that nobody has committed to a scope's file, without a call into SQLite.
+"""Seeing that nobody has committed to a shard file, without a call into SQLite.
 
 A view may answer only while its scope's rows are as it read them, and checking that with a
 read of the file's ``generation`` row (``views._probe``) is a call into SQLite on the event
@@ -42,7 +42,7 @@ import ctypes
 import threading
 from typing import Any
 
-from scopemem.stores.sqlite import sql
+from scopemem.stores.sqlite_shared import sql
 
 # Two copies of the 48-byte WalIndexHdr; isInit is the byte at offset 12 of each.
 _HEADER = 48

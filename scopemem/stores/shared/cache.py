@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from scopemem.stores.postgres.tokens import read_postings
+from scopemem.stores.shared.tokens import read_postings
 
 if TYPE_CHECKING:
     from scopemem.stores.dense import DenseIndex
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MIN_POSTINGS", "DEFAULT_POSTINGS_CACHE", "PostingsCache", "ScopeCopy",
            "dense_index"]
 
-log = logging.getLogger("scopemem.stores.postgres")
+log = logging.getLogger("scopemem.stores")
 
 #: Postings held in memory across all scopes (about 60 bytes each): a 10,000-record scope
 #: holds about 200,000.
@@ -244,7 +244,7 @@ class PostingsCache:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a copy is an optimization: the server still answers
-            log.warning("postgres store: copying the index of %s failed: %s", scope_key, exc)
+            log.warning("store: copying the index of %s failed: %s", scope_key, exc)
             return
         finally:
             self._loading.pop(scope_key, None)

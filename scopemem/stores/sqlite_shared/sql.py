@@ -1,0 +1,109 @@
+"""What the SQLite store reads and writes of a row, and how it meets apsw: rows to records,
+transactions, errors.
+
+Pure functions over an apsw connection or a row tuple (``schema.RECORD_COLUMNS``), used by
+every part of the store; nothing here holds state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from scopemem.core.records import Record, trusted_record
+from scopemem.core.words import PLAIN, Analyzer
+from scopemem.errors import StoreBusy
+from scopemem.stores.shared.tokens import index_tokens
+
+
+def apsw_module() -> Any:
+    import apsw  # deferred: listing plugins must not pay for loading SQLite
+
+    return apsw
+
+
+def fts_tokens(text: str, keywords: Sequence[str], analyzer: Analyzer = PLAIN) -> str:
+    """What the full-text index holds for a record: the terms it is indexed by
+    (``shared.tokens.index_tokens``, the engine's own), space-joined, so a term matches in
+    FTS exactly when the engine's gate says the record holds it."""
+    return " ".join(index_tokens(text, keywords, analyzer))
+
+
+def record(row: Sequence[Any]) -> Record:
+    """The record of a row of ``RECORD_COLUMNS`` (columns after those are ignored)."""
+    keywords = row[5]
+    # Each column by index (not slices unpacked): as fast, and a type checker can count them.
+    return trusted_record(row[1], row[2], row[3], row[4],
+                          json.loads(keywords) if keywords != "[]" else (),
+                          row[6], row[7], row[8], row[9], row[10], row[11], row[12], row[13],
+                          row[14], row[15])
+
+
+def with_bumps(rows: Sequence[Sequence[Any]], pending: Mapping[int, list[int]]
+               ) -> list[Sequence[Any]]:
+    """Rows as they will be once the pending usage bumps (seq → [uses, last use]) are saved:
+    the use count added, the last use moved forward (never back)."""
+    out: list[Sequence[Any]] = []
+    for row in rows:
+        bump = pending.get(row[0])
+        if bump is not None:
+            last = row[9]
+            row = (*row[:9], bump[1] if last is None or bump[1] > last else last,
+                   row[10] + bump[0], *row[11:])
+        out.append(row)
+    return out
+
+
+@contextlib.contextmanager
+def snapshot(conn: Any) -> Iterator[None]:
+    """A read transaction: every statement in the block reads the same committed state."""
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        if not conn.getautocommit():
+            conn.execute("COMMIT")
+
+
+@contextlib.contextmanager
+def immediate(conn: Any) -> Iterator[None]:
+    """A plain ``BEGIN IMMEDIATE`` transaction: committed if the block finishes, rolled back
+    if it raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if not conn.getautocommit():
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def descriptors_busy(path: str, exc: BaseException) -> StoreBusy | None:
+    """What SQLite failing to open ``path`` (or its WAL) is when the process has no file
+    descriptor left: ``StoreBusy``, which the worker answers 503 with ``Retry-After``; None
+    when it is not that."""
+    if isinstance(exc, apsw_module().CantOpenError) and out_of_descriptors():
+        return StoreBusy(f"sqlite store: cannot open {path} now: the process has no "
+                         "file descriptor left")
+    return None
+
+
+def out_of_descriptors() -> bool:
+    """Whether the process cannot open one more file (EMFILE/ENFILE): what a ``CantOpen``
+    means when the directory and the path are fine."""
+    try:
+        fd = os.open(os.devnull, os.O_RDONLY)
+    except OSError as exc:
+        return exc.errno in (errno.EMFILE, errno.ENFILE)
+    os.close(fd)
+    return False
