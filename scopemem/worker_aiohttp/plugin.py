@@ -85,7 +85,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
         """
         import asyncio
 
-        from scopemem.installation import store_registry
+        from scopemem.installation import in_process_store, store_registry
         from scopemem.plugins.host import scope_kinds
         from scopemem.stores.base import StoreSettings, descriptors_held
         from scopemem.worker_aiohttp.app import Limits, create_app, serve_until_signalled
@@ -115,7 +115,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
                 log.warning("--data applies to the sqlite store only; ignored for %r", name)
         settings = StoreSettings(name=name, options=options, cap=config.max_records_per_scope,
                                  retention_days=config.retention_days,
-                                 environ=dict(os.environ), ranking=config.ranking_spec())
+                                 environ=dict(os.environ), ranking=config.ranking_spec(),
+                                 stand_in=in_process_store)
         token = os.environ.get(TOKEN_ENV, "")
         if len(token) < MIN_TOKEN_CHARS:
             problem = ("is not set" if not token
