@@ -14,14 +14,13 @@ import pytest
 
 from scopemem.stores.base import MemoryStore
 from scopemem.stores.memory import InMemoryStore
-from scopemem.stores.sqlite import SqliteStore
 from scopemem.stores.sqlite_shared import SharedSqliteStore
 from tests.conftest import FakeClock
 from tests.stores import pg
 
 MakeStore = Callable[..., Awaitable[MemoryStore]]
 
-STORE_KINDS = ["memory", "sqlite", "sqlite-shared", "worker", "postgres"]
+STORE_KINDS = ["memory", "sqlite", "worker", "postgres"]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -48,9 +47,6 @@ async def make_store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path
             store: MemoryStore = InMemoryStore(cap=cap, clock=clock,
                                                retention_days=retention_days)
         elif request.param == "sqlite":
-            store = SqliteStore(tmp_path / f"sqlite-{len(built)}", cap=cap, clock=clock,
-                                retention_days=retention_days)
-        elif request.param == "sqlite-shared":
             store = SharedSqliteStore(tmp_path / f"shared-{len(built)}", cap=cap, clock=clock,
                                       retention_days=retention_days)
         elif request.param == "worker":
@@ -108,14 +104,15 @@ def on_every_connection(hook: Callable[[apsw.Connection], None]) -> Iterator[Non
 
 
 @pytest.fixture
-async def make(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Callable[..., SqliteStore]]:
-    """``make(directory=None, **options)`` builds a SqliteStore (under ``tmp_path/data`` by
-    default, on the test's clock), closed after the test."""
-    built: list[SqliteStore] = []
+async def make(tmp_path: Path, clock: FakeClock
+               ) -> AsyncIterator[Callable[..., SharedSqliteStore]]:
+    """``make(directory=None, **options)`` builds a SharedSqliteStore (under
+    ``tmp_path/data`` by default, on the test's clock), closed after the test."""
+    built: list[SharedSqliteStore] = []
 
-    def build(directory: Path | None = None, **options: Any) -> SqliteStore:
+    def build(directory: Path | None = None, **options: Any) -> SharedSqliteStore:
         options.setdefault("clock", clock)
-        store = SqliteStore(directory or tmp_path / "data", **options)
+        store = SharedSqliteStore(directory or tmp_path / "data", **options)
         built.append(store)
         return store
 

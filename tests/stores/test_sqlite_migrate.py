@@ -26,7 +26,6 @@ from scopemem.core.records import Candidate, CountRow, Kind
 from scopemem.errors import StoreError
 from scopemem.stores.base import StoreSettings
 from scopemem.stores.porting import export_records
-from scopemem.stores.sqlite import SqliteStore
 from scopemem.stores.sqlite import from_settings as sqlite_store
 from scopemem.stores.sqlite_shared import SharedSqliteStore, migrate
 
@@ -34,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 FIXTURE = FIXTURES / "file-layout-2026-12-07"
 OLD_SCHEMA = FIXTURES / "sqlite-before-folding"
+OLD_SCHEMA_EXPORT = FIXTURES / "sqlite-before-folding-export.jsonl"
 
 
 def fact(text: str) -> Candidate:
@@ -124,35 +124,32 @@ async def test_a_file_layout_directory_is_migrated_once_when_opened(tmp_path, ca
     assert not [r for r in caplog.records if "migrated" in r.getMessage()]
 
 
-QUERIES = [("org:acme", "staging deploys"), ("org:acme", "vpn cluster review"),
-           ("repo:acme/api", "tests postgres flaky"), ("channel:slack:C1", "office lunch"),
-           ("user:slack:U7", "langue french")]
+#: Queries, and the ids the file layout's store retrieved for them from the fixture, in order.
+QUERIES = [
+    ("org:acme", "staging deploys", ["mem:org:acme:4", "mem:org:acme:3"]),
+    ("org:acme", "vpn cluster review", ["mem:org:acme:4", "mem:org:acme:3"]),
+    ("repo:acme/api", "tests postgres flaky", ["mem:repo:acme/api:3", "mem:repo:acme/api:1"]),
+    ("channel:slack:C1", "office lunch", ["mem:channel:slack:C1:3", "mem:channel:slack:C1:2"]),
+    ("user:slack:U7", "langue french", ["mem:user:slack:U7:1"]),
+]
 
 
 async def test_the_migrated_directory_answers_as_the_file_layout_did(tmp_path):
     """The token index is built from the records: every retrieval finds and ranks what the
     file layout found, in the same order."""
-    reference = SqliteStore(copy_fixture(tmp_path / "reference"), usage_flush_ms=0)
     store = default_store(copy_fixture(tmp_path))
     try:
-        for scope_key, query in QUERIES:
-            expected = [r.id for r in await reference.retrieve(scope_key, query, 10)]
-            assert expected, query
+        for scope_key, query, expected in QUERIES:
             assert [r.id for r in await store.retrieve(scope_key, query, 10)] == expected
     finally:
-        await reference.close()
         await store.close()
 
 
 async def test_a_file_of_an_older_schema_is_upgraded_in_a_copy_and_migrated(tmp_path):
     """A scope file written before Unicode folding (schema version 3) migrates as the file
-    layout reads it after upgrading it, and the file in the backup is left as it was."""
-    reference = copy_fixture(tmp_path / "reference", OLD_SCHEMA)
-    upgraded = SqliteStore(reference)
-    try:
-        expected = await export_text(upgraded)
-    finally:
-        await upgraded.close()
+    layout read it after upgrading it (``OLD_SCHEMA_EXPORT``: what it exported then), and the
+    file in the backup is left as it was."""
+    expected = OLD_SCHEMA_EXPORT.read_text(encoding="utf-8")
     directory = copy_fixture(tmp_path, OLD_SCHEMA)
     store = SharedSqliteStore(directory)
     try:
@@ -211,8 +208,10 @@ def test_validating_the_settings_migrates_nothing(tmp_path):
     assert sorted(os.listdir(directory)) == before
 
 
-async def test_the_file_layout_still_opens_when_set_with_a_warning_once(tmp_path, caplog,
-                                                                        monkeypatch):
+async def test_the_retired_file_layout_setting_is_warned_about_and_migrates(tmp_path, caplog,
+                                                                          monkeypatch):
+    """``layout = "file"`` is no longer a layout: the setting is warned about, once, and the
+    directory is migrated and read in the shared layout, as without it."""
     import scopemem.stores.sqlite as package
 
     monkeypatch.setattr(package, "_warned", [])
@@ -221,14 +220,15 @@ async def test_the_file_layout_still_opens_when_set_with_a_warning_once(tmp_path
         store = sqlite_store(StoreSettings(name="sqlite", options={
             "path": str(directory), "layout": "file"}))
         try:
-            assert isinstance(store, SqliteStore)
+            assert isinstance(store, SharedSqliteStore)
             assert await export_text(store) == (FIXTURE / "export.jsonl").read_text()
         finally:
             await store.close()
-    [warning] = [r for r in caplog.records if r.levelname == "WARNING"]
-    assert warning.getMessage().startswith(
-        'memory.stores.sqlite.layout = "file" is deprecated')
-    assert shard_files(directory) == []
+    [retired] = [r for r in caplog.records if "is retired" in r.getMessage()]
+    assert retired.levelname == "WARNING" and retired.getMessage().startswith(
+        'memory.stores.sqlite.layout = "file": the file layout')
+    assert len([r for r in caplog.records if "store: migrated" in r.getMessage()]) == 1
+    assert shard_files(directory) and scope_files(directory) == []
 
 
 # --- killed mid-migration, and two processes at once -------------------------------------

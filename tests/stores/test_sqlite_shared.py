@@ -1,5 +1,5 @@
 """The SQLite store over shared files: what its layout promises beyond the contract suite
-(which runs against it as ``sqlite-shared``) and the equivalence machine
+(which runs against it as ``sqlite``) and the equivalence machine
 (``test_equivalence.SharedStoresAgree``)."""
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ from scopemem.errors import ConfigError, ScopeLimitReached, StoreError
 from scopemem.stores.base import StoreSettings
 from scopemem.stores.shared import cache as cache_module
 from scopemem.stores.shared.cache import PostingsCache, ScopeCopy
-from scopemem.stores.sqlite import SqliteStore
 from scopemem.stores.sqlite import from_settings as sqlite_store
-from scopemem.stores.sqlite.usage import USAGE_FLUSH_MS_MAX
 from scopemem.stores.sqlite_shared import SharedSqliteStore, copies, reads, schema
 from scopemem.stores.sqlite_shared import statements as st
+from scopemem.stores.sqlite_shared.options import USAGE_FLUSH_MS_MAX
 from scopemem.stores.sqlite_shared.store import _POOL_THREADS
 from tests.conftest import FakeClock
 from tests.stores.shared_postings import CONTINUES, scope_documents
@@ -194,63 +193,36 @@ def settings_with(tmp_path: Path, **options: object) -> StoreSettings:
     return StoreSettings(name="sqlite", options={"path": str(tmp_path / "d"), **options})
 
 
-async def test_the_layout_option_chooses_the_shared_files(tmp_path):
+async def test_the_layout_option_chooses_the_shared_files(tmp_path, caplog, monkeypatch):
+    """``layout = "shared"`` and no ``layout`` open the shared files; ``layout = "file"``,
+    the retired layout, is warned about once (not fatal) and opens them all the same."""
+    import scopemem.stores.sqlite as package
+
+    monkeypatch.setattr(package, "_warned", [])
     store = sqlite_store(settings_with(tmp_path, layout="shared"))
     try:
         assert isinstance(store, SharedSqliteStore)
         assert store.directory == str(tmp_path / "d")
-    finally:
-        await store.close()
-    store = sqlite_store(settings_with(tmp_path))
-    try:
-        assert isinstance(store, SharedSqliteStore)  # the default for a directory
-    finally:
-        await store.close()
-    store = sqlite_store(settings_with(tmp_path, path=str(tmp_path / "f"), layout="file"))
-    try:
-        assert isinstance(store, SqliteStore)
         await store.write("org:acme", [fact("the deploy checklist lives in the wiki")])
     finally:
         await store.close()
-    # Unset, a directory of scope files is migrated into the shared layout
-    # (``test_sqlite_migrate``) and read there.
-    store = sqlite_store(settings_with(tmp_path, path=str(tmp_path / "f")))
-    try:
-        assert isinstance(store, SharedSqliteStore)
-        assert [r.text for r in await store.list("org:acme", 5)] == [
-            "the deploy checklist lives in the wiki"]
-    finally:
-        await store.close()
+    assert caplog.records == []
+    for options in ({}, {"layout": "file"}, {"layout": "file"}):
+        store = sqlite_store(settings_with(tmp_path, **options))
+        try:
+            assert isinstance(store, SharedSqliteStore)
+            assert [r.text for r in await store.list("org:acme", 5)] == [
+                "the deploy checklist lives in the wiki"]
+        finally:
+            await store.close()
+    [warning] = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.getMessage().startswith(
+        'memory.stores.sqlite.layout = "file": the file layout (a SQLite file per scope) is'
+        " retired")
     with pytest.raises(ConfigError, match=r"memory\.stores\.sqlite\.layout"):
         sqlite_store(settings_with(tmp_path, layout="fast"))
     with pytest.raises(ConfigError, match=r"memory\.stores\.sqlite\.shards"):
         sqlite_store(settings_with(tmp_path, layout="shared", shards=4))
-
-
-async def test_a_directory_of_shard_files_is_refused_by_the_file_layout(tmp_path,
-                                                                        clock: FakeClock):
-    """Opened in the file layout, a store would answer as if memory were empty and start a
-    second set of files beside the first: it is refused instead, naming the setting, and
-    the directory is left as it was. (The other way round, the shared layout migrates a
-    directory of scope files: ``test_sqlite_migrate``.)"""
-    settings = settings_with(tmp_path, layout="shared")
-    store = sqlite_store(settings)
-    try:
-        await store.write("channel:slack:C1", [fact("deploys go through staging")])
-    finally:
-        await store.close()
-    before = sorted(os.listdir(store.directory))
-    with pytest.raises(ConfigError, match=r'memory\.stores\.sqlite\.layout.*"shared"'):
-        sqlite_store(settings_with(tmp_path, layout="file"))
-    with pytest.raises(ConfigError, match=r'layout = "shared"'):
-        SqliteStore(store.directory, clock=clock)
-    assert sorted(os.listdir(store.directory)) == before
-    store = sqlite_store(settings)  # its own layout still reads it
-    try:
-        assert [r.text for r in await store.list("channel:slack:C1", 5)] == [
-            "deploys go through staging"]
-    finally:
-        await store.close()
 
 
 async def test_reads_and_writes_look_up_only_the_rows_they_need(tmp_path, clock: FakeClock):
