@@ -73,14 +73,14 @@ async def test_blocks_count_window_and_keyword_records_in_one_batch(clock, scrip
 
 
 async def test_counts_pending_at_close_are_saved(tmp_path, clock, scripted):
-    from scopemem.stores.sqlite import SqliteStore
+    from scopemem.stores.sqlite_shared import SharedSqliteStore
 
-    store = SqliteStore(tmp_path / "data", clock=clock)
+    store = SharedSqliteStore(tmp_path / "data", clock=clock)
     await store.write(ORG, [fact("the deploy pipeline needs docker login first")])
     memory = make_memory(store, clock, scripted)
     await memory.context_block(Request(text="docker deploy", user_id="slack:UA"))
     await memory.close()
-    reopened = SqliteStore(tmp_path / "data", clock=clock)
+    reopened = SharedSqliteStore(tmp_path / "data", clock=clock)
     try:
         assert counted(await reopened.read_counts(), ORG)["injected_keyword"] == 1
     finally:

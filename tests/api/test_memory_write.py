@@ -13,7 +13,7 @@ from scopemem.api.reflecting import Run
 from scopemem.core.records import Kind
 from scopemem.core.reflection import REFLECTION_SYSTEM
 from scopemem.plugins.manager import new_plugin_manager
-from scopemem.stores.sqlite import SqliteStore
+from scopemem.stores.sqlite_shared import SharedSqliteStore
 from tests.conftest import fact
 
 ORG, REPO, CHANNEL = "org:acme", "repo:acme/api", "channel:slack:C1"
@@ -209,7 +209,7 @@ async def test_a_failing_store_write_is_a_warning(store, clock, scripted, memory
 async def test_an_embedded_sqlite_store_reports_evictions_in_the_counts(tmp_path, clock,
                                                                         scripted, caplog):
     caplog.set_level(logging.INFO)
-    store = SqliteStore(tmp_path / "data", clock=clock, cap=1)
+    store = SharedSqliteStore(tmp_path / "data", clock=clock, cap=1)
     try:
         memory = make_memory(store, clock, scripted)
         scripted.replies = [{"facts": [lesson("run make bootstrap before the tests"),

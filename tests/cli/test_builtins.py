@@ -18,8 +18,6 @@ from scopemem.cli import build_cli
 from scopemem.config import load_config
 from scopemem.errors import ConfigError
 from scopemem.plugins.manager import new_plugin_manager
-from scopemem.stores.sqlite import default_max_open
-from scopemem.stores.sqlite.ranker import DEFAULT_RANK_PROCESSES
 
 
 def run(*args: str, env: dict[str, str] | None = None):
@@ -164,12 +162,12 @@ def test_the_effective_settings_are_toml_with_every_plugins_defaults(tmp_path: P
     assert tomllib.loads(run("--config", str(again), "config", "check").output) == printed
 
 
-def test_the_effective_settings_of_the_file_layout_are_its_own(tmp_path: Path):
+def test_the_retired_file_layout_setting_leaves_the_shared_layouts_settings_in_effect(
+        tmp_path: Path):
     result = run("--config", str(sqlite_config(tmp_path, 'layout = "file"\n')), "config",
                  "check")
     assert result.exit_code == 0, result.output
-    assert tomllib.loads(result.output)["memory"]["stores"]["sqlite"] == {
+    printed = tomllib.loads(result.output)
+    assert printed["memory"]["stores"]["sqlite"] == {
         "path": str(tmp_path / "data"), "synchronous": "full", "busy_timeout_ms": 5000,
-        "max_open_connections": default_max_open(), "cache_rows": 50_000,
-        "usage_flush_ms": 1000,
-        "max_scopes": 0, "rank_processes": DEFAULT_RANK_PROCESSES, "layout": "file"}
+        "cache_rows": 50_000, "usage_flush_ms": 1000, "max_scopes": 0, "layout": "file"}

@@ -17,7 +17,7 @@ from scopemem.core.porting import record_line
 from scopemem.core.records import MAX_EXPORT_PAGE, Kind, Record, Status
 from scopemem.plugins.manager import new_plugin_manager
 from scopemem.secrets import redact
-from scopemem.stores.sqlite import SqliteStore
+from scopemem.stores.sqlite_shared import SharedSqliteStore
 from tests.cli.test_memory_commands import worker  # noqa: F401 - the live worker fixture
 from tests.secret_corpus import CORPUS
 from tests.stores import pg
@@ -331,7 +331,7 @@ def test_a_large_file_streams_in_bounded_batches(tmp_path: Path,
     about the same memory (counted, not timed)."""
     imports: list[int] = []
     pages: list[int] = []
-    real_import, real_page = SqliteStore.import_records, SqliteStore.export_page
+    real_import, real_page = SharedSqliteStore.import_records, SharedSqliteStore.export_page
 
     async def spy_import(self, records):  # type: ignore[no-untyped-def]
         imports.append(len(records))
@@ -342,8 +342,8 @@ def test_a_large_file_streams_in_bounded_batches(tmp_path: Path,
         pages.append(len(page))
         return page
 
-    monkeypatch.setattr(SqliteStore, "import_records", spy_import)
-    monkeypatch.setattr(SqliteStore, "export_page", spy_page)
+    monkeypatch.setattr(SharedSqliteStore, "import_records", spy_import)
+    monkeypatch.setattr(SharedSqliteStore, "export_page", spy_page)
     batch = builtin_port_commands.IMPORT_BATCH
     small = _import_peak(sqlite_config(tmp_path, "small"),
                          _large_file(tmp_path / "small.jsonl", 4 * batch))

@@ -15,7 +15,7 @@ from scopemem.core.counters import DAY_MS, day_label, day_of
 from scopemem.core.records import CountRow
 from scopemem.plugins.manager import new_plugin_manager
 from scopemem.stores.base import wall_clock_ms
-from scopemem.stores.sqlite import SqliteStore
+from scopemem.stores.sqlite_shared import SharedSqliteStore
 from tests.conftest import fact, summary
 
 APP, API = "repo:acme/app", "repo:acme/api"
@@ -40,7 +40,7 @@ def filled(tmp_path: Path, config: Path) -> Path:
     today, yesterday = day_of(now), day_of(now) - 1
 
     async def fill() -> None:
-        store = SqliteStore(tmp_path / "data", clock=lambda: now)
+        store = SharedSqliteStore(tmp_path / "data", clock=lambda: now)
         try:
             await store.write(APP, [fact("make bootstrap before pytest"),
                                     fact("node 20 is pinned in .nvmrc"),

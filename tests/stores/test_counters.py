@@ -15,7 +15,6 @@ from scopemem.core.records import CountRow
 from scopemem.errors import ScopeLimitReached, StoreError
 from scopemem.stores.base import CountingStore
 from scopemem.stores.null import NullStore
-from scopemem.stores.sqlite import SqliteStore, schema
 from scopemem.stores.sqlite_shared.store import SharedSqliteStore
 from tests.conftest import FakeClock, fact, summary
 from tests.stores import pg
@@ -53,7 +52,7 @@ async def test_writes_are_counted_by_outcome_in_their_scope(make_store: MakeStor
 
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "sqlite-shared", "postgres"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 async def test_counted_scopes_count_against_max_scopes(kind: str, tmp_path: Path,
                                                        clock: FakeClock):
     """A scope that only counted is a scope: /counts cannot grow a store past its limit."""
@@ -63,8 +62,7 @@ async def test_counted_scopes_count_against_max_scopes(kind: str, tmp_path: Path
         lent.append(pg.lend_schema())
         store = pg.make(lent[0], clock=clock, max_scopes=2)
     else:
-        layout = SqliteStore if kind == "sqlite" else SharedSqliteStore
-        store = layout(tmp_path / "data", clock=clock, max_scopes=2)
+        store = SharedSqliteStore(tmp_path / "data", clock=clock, max_scopes=2)
     try:
         await store.write("org:a", [fact("one")])
         # Counts alone make a scope: the second one is past the limit.
@@ -157,9 +155,10 @@ async def test_the_null_store_counts_nothing():
     assert await store.read_counts() == []
 
 
-async def test_an_existing_sqlite_file_gains_counters_in_place(tmp_path: Path,
-                                                              clock: FakeClock):
-    # A file from before the counters (schema 4): its rows stay, its next write is counted.
+async def test_a_sqlite_file_from_before_the_counters_is_migrated_and_counts(
+        tmp_path: Path, clock: FakeClock):
+    # A scope file from before the counters (schema 3): migrated into the shared layout, its
+    # rows stay and its next write is counted.
     source = Path(__file__).parents[1] / "fixtures" / "sqlite-before-folding"
     directory = tmp_path / "old"
     shutil.copytree(source, directory)
@@ -168,7 +167,7 @@ async def test_an_existing_sqlite_file_gains_counters_in_place(tmp_path: Path,
     assert not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'counters'").fetchall()
     before = conn.execute("SELECT count(*) FROM records").fetchall()[0][0]
     conn.close()
-    store = SqliteStore(directory, clock=clock)
+    store = SharedSqliteStore(directory, clock=clock)
     try:
         [scope] = await store.export_scopes()
         assert len(await store.export_page(scope, 0, 100)) == before
@@ -176,9 +175,3 @@ async def test_an_existing_sqlite_file_gains_counters_in_place(tmp_path: Path,
         assert by_name(await store.read_counts(), scope) == {"inserted": 1}
     finally:
         await store.close()
-    conn = apsw.Connection(str(path))
-    versions = [v for (v,) in conn.execute("SELECT version FROM schema_migrations")]
-    counters = next(m.version for m in schema.MIGRATIONS if m.name == "per-day counters")
-    assert counters in versions
-    assert conn.execute("PRAGMA user_version").fetchall()[0][0] == schema.SCHEMA_VERSION
-    conn.close()

@@ -3,7 +3,6 @@ forgotten text scrubbed from every file, ids never reused, a limit on scopes per
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,11 +10,11 @@ import apsw
 import pytest
 
 from scopemem.core.records import Status, WriteCounts
-from scopemem.errors import ConfigError, ScopeLimitReached, StoreError
+from scopemem.errors import ConfigError, StoreError
 from scopemem.stores.base import StoreSettings
 from scopemem.stores.memory import InMemoryStore
-from scopemem.stores.sqlite import SqliteStore, schema
-from scopemem.stores.sqlite import writes as sqlite_writes
+from scopemem.stores.shared.batches import PURGE_ROWS
+from scopemem.stores.sqlite_shared import SharedSqliteStore
 from tests.conftest import DAY_MS, FakeClock, fact
 from tests.stores.conftest import on_every_connection
 
@@ -23,7 +22,12 @@ ORG = "org:acme"
 SECRET = "Zanzibarquux the vault code is 7310-plover"
 SECRET_WORDS = ("zanzibarquux", "Zanzibarquux", "plover", "vault code")
 
-Make = Callable[..., SqliteStore]
+Make = Callable[..., SharedSqliteStore]
+
+
+def shard_path(store: SharedSqliteStore, scope_key: str = ORG) -> str:
+    """The shard file holding ``scope_key`` (every test here writes one scope)."""
+    return store._shards.path(store._shards.of(scope_key))
 
 
 def query(path: str, sql: str, params: tuple = ()) -> list[tuple]:
@@ -81,11 +85,11 @@ async def test_a_forgotten_row_keeps_its_id_status_and_provenance_only(make: Mak
     await store.write(ORG, [fact(SECRET, keywords=("plover",), source_run_id="run-7")])
     clock.advance(5)
     assert await store.forget(ORG, f"mem:{ORG}:1")
-    path = store.path_for(ORG)
+    path = shard_path(store)
     assert query(path, "SELECT id, status, text, norm, keywords, source_thread_key,"
                        " source_run_id, retired_at FROM records") == [
         (f"mem:{ORG}:1", "forgotten", "", "", "[]", "slack:C1/100", "run-7", clock.now)]
-    assert query(path, "SELECT count(*) FROM records_fts") == [(0,)]
+    assert await store.retrieve(ORG, "plover", 5) == []
     # Forgotten rows are kept past any retention: the audit says who was forgotten when.
     clock.advance(400 * DAY_MS)
     await store.write(ORG, [fact("something else")])
@@ -121,8 +125,7 @@ async def test_every_connection_the_store_opens_runs_secure_delete(make: Make):
         for _ in range(3):
             await store.retrieve(ORG, "caching", 5)  # the second builds the view
         await store.close()
-    assert len(first) == 1  # the scope's (a ranking process opens its own through the
-    # same function, files.connect)
+    assert first
     assert all(seen[0] == "PRAGMA secure_delete = ON" for seen in first.values())
 
 
@@ -134,7 +137,7 @@ async def test_dead_rows_keep_their_text_for_the_retention_then_are_purged(make:
     store = make(cap=2, retention_days=30)
     await store.write(ORG, [fact("first"), fact("second"), fact("third")])  # first evicted
     await store.write(ORG, [fact("second, restated", supersedes=f"mem:{ORG}:2")])
-    path = store.path_for(ORG)
+    path = shard_path(store)
     born = clock.now
     assert rows(path) == {1: ("evicted", born, "first"), 2: ("superseded", born, "second"),
                           3: ("active", None, "third"), 4: ("active", None, "second, restated")}
@@ -152,7 +155,7 @@ async def test_dead_rows_keep_their_text_for_the_retention_then_are_purged(make:
 async def test_retention_zero_purges_with_the_write_that_retires(make: Make):
     store = make(cap=1, retention_days=0)
     await store.write(ORG, [fact("alpha"), fact("beta")])
-    path = store.path_for(ORG)
+    path = shard_path(store)
     assert rows(path) == {2: ("active", None, "beta")}
     await store.write(ORG, [fact("gamma")])
     assert rows(path) == {3: ("active", None, "gamma")}
@@ -162,7 +165,7 @@ async def test_purging_the_newest_rows_never_reuses_their_ids(make: Make, clock:
     store = make(retention_days=0)
     await store.write(ORG, [fact("alpha"), fact("beta")])
     await store.close()
-    path = store.path_for(ORG)
+    path = shard_path(store)
     # Both rows died long ago (as corrections could leave them): the next write purges
     # them, the highest seq with them.
     conn = apsw.Connection(path)
@@ -173,7 +176,7 @@ async def test_purging_the_newest_rows_never_reuses_their_ids(make: Make, clock:
     assert rows(path) == {3: ("active", None, "gamma")}
     await again.write(ORG, [fact("delta")])
     assert [r.id for r in await again.list(ORG, 5)] == [f"mem:{ORG}:4", f"mem:{ORG}:3"]
-    assert query(path, "SELECT value FROM meta WHERE key = 'last_seq'") == [("3",)]
+    assert query(path, "SELECT last_seq FROM scopes WHERE scope_key = ?", (ORG,)) == [(4,)]
 
 
 async def test_a_write_purges_a_bounded_number_of_dead_rows(make: Make, clock: FakeClock):
@@ -182,14 +185,14 @@ async def test_a_write_purges_a_bounded_number_of_dead_rows(make: Make, clock: F
     for start in range(50, 450, 50):
         await store.write(ORG, [fact(f"note {n}") for n in range(start, start + 50)])
     await store.close()
-    path = store.path_for(ORG)
+    path = shard_path(store)
     conn = apsw.Connection(path)
     conn.execute("UPDATE records SET status = 'evicted', retired_at = ?", (clock.now,))
     conn.close()
     clock.advance(DAY_MS)
     again = make(cap=10_000, retention_days=1)
     await again.write(ORG, [fact("a new note")])
-    assert len(rows(path)) == 451 - sqlite_writes.PURGE_ROWS
+    assert len(rows(path)) == 451 - PURGE_ROWS
     await again.write(ORG, [fact("another note")])
     await again.write(ORG, [fact("a third note")])
     assert sorted(rows(path)) == [451, 452, 453]
@@ -210,122 +213,24 @@ async def test_the_in_process_store_purges_by_the_same_rule(clock: FakeClock):
 
 def test_retention_days_is_validated_and_reaches_the_stores():
     with pytest.raises(StoreError, match="retention_days"):
-        SqliteStore("x", retention_days=-1)
+        SharedSqliteStore("x", retention_days=-1)
     with pytest.raises(StoreError, match="retention_days"):
         InMemoryStore(retention_days=True)
     settings = StoreSettings(name="sqlite", options={"path": "x", "max_scopes": 7},
                              retention_days=3)
-    built = SqliteStore.from_settings(settings)
+    built = SharedSqliteStore.from_settings(settings)
     assert (built.retention_days, built.max_scopes) == (3, 7)
     assert InMemoryStore.from_settings(StoreSettings(name="memory", retention_days=0,
                                                      validate_only=True)).retention_days == 0
     with pytest.raises(ConfigError, match=r"memory\.stores\.sqlite\.max_scopes"):
-        SqliteStore.from_settings(StoreSettings(name="sqlite", options={"max_scopes": -1}))
-
-
-# --- the schema --------------------------------------------------------------------------------
-
-
-async def test_a_version_3_file_gains_retired_at_scrubs_forgotten_text_and_loses_nothing(
-        make: Make, clock: FakeClock):
-    store = make(cap=2)
-    await store.write(ORG, [fact("one"), fact("two"), fact("three")])  # one evicted
-    await store.write(ORG, [fact(SECRET)])  # two evicted
-    assert await store.forget(ORG, f"mem:{ORG}:4")
-    await store.close()
-    path = store.path_for(ORG)
-    # Back to schema version 3, as the release before wrote it: no retired_at, no index,
-    # and the forgotten row's text still there.
-    conn = apsw.Connection(path)
-    conn.execute("DROP INDEX records_dead")
-    conn.execute("ALTER TABLE records DROP COLUMN retired_at")
-    conn.execute("UPDATE records SET text = ?, norm = ? WHERE seq = 4", (SECRET, SECRET))
-    conn.execute("DELETE FROM schema_migrations WHERE version = 4")
-    conn.execute("PRAGMA user_version = 3")
-    conn.close()
-    clock.advance(DAY_MS)
-    again = make(cap=2, retention_days=0)
-    [record] = await again.list(ORG, 10)
-    assert record.text == "three"
-    # The rows that died before the column count as dying at the upgrade; the forgotten
-    # row is scrubbed.
-    assert rows(path) == {1: ("evicted", clock.now, "one"), 2: ("evicted", clock.now, "two"),
-                          3: ("active", None, "three"), 4: ("forgotten", clock.now, "")}
-    assert query(path, "PRAGMA user_version") == [(schema.SCHEMA_VERSION,)]
-    assert (4, next(m.name for m in schema.MIGRATIONS if m.version == 4)) in query(
-        path, "SELECT version, name FROM schema_migrations")
-    await again.close()
-    # Reopening runs no backfill again.
-    clock.advance(DAY_MS)
-    third = make(cap=2, retention_days=30)
-    await third.list(ORG, 1)
-    assert rows(path)[1] == ("evicted", clock.now - DAY_MS, "one")
-    # And the purge reads the new index.
-    plan = query(path, "EXPLAIN QUERY PLAN SELECT seq FROM records INDEXED BY records_dead"
-                       f" WHERE status IN {schema.PURGEABLE_STATUSES} AND retired_at <= 0"
-                       " ORDER BY retired_at LIMIT 5")
-    assert [step[3] for step in plan] == [
-        "SEARCH records USING INDEX records_dead (retired_at<?)"]
-
-
-# --- the limit on scopes -----------------------------------------------------------------------
-
-
-async def test_a_write_beyond_the_limit_on_scopes_is_refused_and_creates_nothing(
-        make: Make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    directory = tmp_path / "data"
-    counted = []
-    original = SqliteStore._count_scope_files
-
-    def count(self: SqliteStore) -> int:
-        counted.append(1)
-        return original(self)
-
-    monkeypatch.setattr(SqliteStore, "_count_scope_files", count)
-    store = make(directory, max_scopes=2)
-    await store.write("org:a", [fact("one")])
-    await store.write("org:b", [fact("two")])
-    assert len(counted) == 1  # counted once, then kept
-    for _ in range(3):
-        await store.write("org:a", [fact("more for a scope that exists")])
-    assert len(counted) == 1
-    names = sorted(os.listdir(directory))
-    with pytest.raises(ScopeLimitReached, match="max_scopes = 2"):
-        await store.write("org:c", [fact("three")])
-    assert sorted(os.listdir(directory)) == names
-    # Reads of a scope that does not exist never create its file, limit or not.
-    assert await store.retrieve("org:d", "anything", 5) == []
-    assert await store.list("org:d", 5) == []
-    assert await store.forget("org:d", "mem:org:d:1") is False
-    assert (await store.sweep("org:d")).swept == 0
-    assert await store.mark_used({"org:d": ["mem:org:d:1"]}) == 0
-    assert sorted(os.listdir(directory)) == names
-    # A scope removed by the operator makes room (the count is read again at the limit).
-    await store.close()
-    for name in os.listdir(directory):
-        if name.startswith("org_b-"):
-            os.remove(directory / name)
-    again = make(directory, max_scopes=2)
-    await again.write("org:c", [fact("three")])
-    assert [r.text for r in await again.list("org:c", 5)] == ["three"]
-
-
-async def test_without_a_limit_scopes_are_never_counted(make: Make,
-                                                        monkeypatch: pytest.MonkeyPatch):
-    def count(_self: SqliteStore) -> int:
-        raise AssertionError("counted")
-
-    monkeypatch.setattr(SqliteStore, "_count_scope_files", count)
-    store = make()
-    for n in range(5):
-        await store.write(f"org:s{n}", [fact("one")])
+        SharedSqliteStore.from_settings(StoreSettings(name="sqlite", options={"max_scopes": -1}))
 
 
 async def test_a_reader_holding_a_snapshot_costs_the_wal_truncation_not_the_forget(
         make: Make, caplog: pytest.LogCaptureFixture):
     store = make(busy_timeout_ms=0)
     await store.write(ORG, [fact(SECRET), fact("another note")])
-    reader = apsw.Connection(store.path_for(ORG))
+    reader = apsw.Connection(shard_path(store))
     try:
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM records").fetchall()

@@ -33,13 +33,13 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from scopemem.stores.sqlite.sql import record as _record
 
 from scopemem.core import engine
 from scopemem.core.records import Candidate, Kind, Source
 from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.sqlite import SqliteStore, schema
 from scopemem.stores.sqlite import reads as sqlite_reads
-from scopemem.stores.sqlite.sql import record as _record
 from scopemem.stores.sqlite_shared import SharedSqliteStore
 from scopemem.stores.sqlite_shared import schema as shared_schema
 from tests.conftest import DAY_MS, FakeClock

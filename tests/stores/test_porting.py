@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 
 import attrs
 import pytest
@@ -17,7 +16,6 @@ from scopemem.stores.base import wall_clock_ms
 from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.null import NullStore
 from scopemem.stores.porting import export_records, portable, screen_import
-from scopemem.stores.sqlite import scope_file_name
 from tests.conftest import DAY_MS, FakeClock, fact, summary
 from tests.secret_corpus import CORPUS
 
@@ -211,19 +209,6 @@ async def test_the_null_store_cannot_move_records():
         portable(NullStore(), "null")
 
 
-async def test_sqlite_lists_scopes_by_the_key_inside_each_file(make, tmp_path, caplog):
-    store = make()
-    await portable(store).import_records([record(ORG, 1), record(USER, 1)])
-    await store.close()
-    directory = tmp_path / "data"
-    # A copy under another scope's name holds ORG's key: it is not read as that scope.
-    shutil.copy(directory / scope_file_name(ORG), directory / scope_file_name("org:other"))
-    (directory / "notes.db").write_bytes(b"not a database at all")
-    store = make()
-    assert await portable(store).export_scopes() == [ORG, USER]
-    assert "copied or renamed" in caplog.text
-
-
 async def test_every_store_exports_what_the_in_process_store_does(make_store, clock):
     """The same calls give the same export on every store, and an export moves from any
     store kind into any other unchanged."""
@@ -253,30 +238,30 @@ async def test_an_import_beside_concurrent_writes_never_duplicates_an_id(store):
     assert int(ids[-1].rsplit(":", 1)[1]) > 59  # the write after the import: above it
 
 
-async def test_a_sqlite_import_indexes_only_active_rows_and_counts_a_generation(make, tmp_path):
+async def test_a_sqlite_import_indexes_only_active_rows_and_counts_a_generation(make):
     import apsw
 
-    from scopemem.stores.sqlite import schema
-
+    generation = "SELECT generation FROM scopes WHERE scope_key = ?"
     store = make()
     await store.write(ORG, [fact("the staging cluster is in eu-west")])
-    path = store.path_for(ORG)
+    path = store._shards.path(store._shards.of(ORG))
     probe = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        before = probe.execute(schema.GENERATION_SQL).fetchall()[0][0]
+        before = probe.execute(generation, (ORG,)).fetchall()[0][0]
         await portable(store).import_records([
             record(ORG, 5, "staging deploys wait"),
             record(ORG, 6, "staging was on heroku", status=Status.SUPERSEDED),
             record(ORG, 7, "a forgotten staging note", status=Status.FORGOTTEN)])
-        assert probe.execute(schema.GENERATION_SQL).fetchall()[0][0] == before + 1
-        indexed = {seq for (seq,) in probe.execute("SELECT rowid FROM records_fts")}
-        assert indexed == {1, 5}
+        assert probe.execute(generation, (ORG,)).fetchall()[0][0] == before + 1
+        assert sorted(r.id for r in await store.retrieve(ORG, "staging", 10)) == [
+            f"mem:{ORG}:1", f"mem:{ORG}:5"]
         dead = probe.execute("SELECT seq, retired_at IS NOT NULL, text FROM records"
-                             " WHERE status != 'active' ORDER BY seq").fetchall()
+                             " WHERE scope_key = ? AND status != 'active' ORDER BY seq",
+                             (ORG,)).fetchall()
         assert dead == [(6, 1, "staging was on heroku"), (7, 1, "")]
         # Nothing new to add: no transaction, no generation.
         await portable(store).import_records([record(ORG, 5, "staging deploys wait")])
-        assert probe.execute(schema.GENERATION_SQL).fetchall()[0][0] == before + 1
+        assert probe.execute(generation, (ORG,)).fetchall()[0][0] == before + 1
     finally:
         probe.close()
 

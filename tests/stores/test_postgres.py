@@ -22,8 +22,8 @@ from scopemem.errors import ConfigError, ScopeLimitReached, StoreError, StoreRef
 from scopemem.stores import postgres as postgres_plugin
 from scopemem.stores.base import StoreSettings
 from scopemem.stores.postgres import PostgresStore, migrations
-from scopemem.stores.shared.cache import READS_BEFORE_COPY, PostingsCache, ScopeCopy
 from scopemem.stores.postgres.statements import Statements
+from scopemem.stores.shared.cache import READS_BEFORE_COPY, PostingsCache, ScopeCopy
 from tests.conftest import FakeClock, fact, summary
 from tests.stores import pg
 

@@ -118,10 +118,10 @@ async def test_the_worker_redacts_what_any_client_posts_to_write(tmp_path: Path,
     sent: the wire refuses a NUL with a 400, see tests/worker/test_routes.py.)"""
     import aiohttp
 
-    from scopemem.stores.sqlite import SqliteStore
+    from scopemem.stores.sqlite_shared import SharedSqliteStore
     from scopemem.worker_aiohttp.app import create_app, running
 
-    backing = SqliteStore(tmp_path / "worker", clock=clock)
+    backing = SharedSqliteStore(tmp_path / "worker", clock=clock)
     records = [{"kind": "fact", "text": secret.text, "sourceThreadKey": "curl",
                 "keywords": [secret.kind, secret.raw[:MAX_KEYWORD_CHARS]]}
                for secret in SENDABLE]

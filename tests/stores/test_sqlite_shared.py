@@ -25,6 +25,7 @@ from scopemem.stores.sqlite_shared import SharedSqliteStore, copies, reads, sche
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.options import USAGE_FLUSH_MS_MAX
 from scopemem.stores.sqlite_shared.store import _POOL_THREADS
+from scopemem.stores.sqlite_shared.walheader import WalHeader
 from tests.conftest import FakeClock
 from tests.stores.shared_postings import CONTINUES, scope_documents
 
@@ -954,3 +955,33 @@ async def test_the_shared_layout_honours_cache_rows_and_warns_of_the_file_layout
         [warning] = [r for r in caplog.records if r.levelname == "WARNING"]
         assert warning.getMessage().startswith(
             f"memory.stores.sqlite.{key}: has no effect in the shared layout")
+
+
+def test_the_wal_header_moves_with_every_commit_and_only_then(tmp_path):
+    path = str(tmp_path / "x.db")
+    writer = apsw.Connection(path)
+    writer.execute("CREATE TABLE t (v)")
+    assert WalHeader.open(writer) is None  # not in WAL mode: no wal-index
+    assert not os.path.exists(path + "-shm")  # and none made by asking
+    writer.execute("PRAGMA journal_mode = WAL").fetchall()
+    writer.execute("INSERT INTO t VALUES (0)")
+    header = WalHeader.open(writer)
+    assert header is not None
+    before = header.read()
+    assert before is not None and header.read() == before
+    reader = apsw.Connection(path)
+    assert reader.execute("SELECT count(*) FROM t").fetchall() == [(1,)]
+    assert header.read() == before  # a read commits nothing
+    seen = {before}
+    for n in range(5):
+        reader.execute("INSERT INTO t VALUES (?)", (n,))  # another connection's commits too
+        now = header.read()
+        assert now is not None and now not in seen  # each commit, a header never seen
+        seen.add(now)
+    writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    writer.execute("INSERT INTO t VALUES (9)")  # the WAL restarts from its start
+    assert header.read() not in seen
+    header.close()
+    assert header.read() is None  # closed: unknown, so the caller probes
+    reader.close()
+    writer.close()

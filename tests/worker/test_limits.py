@@ -4,12 +4,13 @@ and ceiling of a client's ``cap``, and the limit on scopes (507)."""
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import apsw
 import pytest
 
 from scopemem.errors import ScopeLimitReached
-from scopemem.stores.sqlite import SqliteStore
+from scopemem.stores.sqlite_shared import SharedSqliteStore
 from scopemem.stores.worker import WorkerStore
 from scopemem.worker_aiohttp.app import create_app, running
 from tests.conftest import fact
@@ -38,7 +39,7 @@ async def test_a_clients_cap_may_only_lower_the_servers_down_to_the_floor(
 
 async def test_cap_one_cannot_retire_a_scope_served_from_sqlite(aiohttp_client, tmp_path,
                                                                 clock):
-    store = SqliteStore(tmp_path / "data", cap=500, clock=clock)
+    store = SharedSqliteStore(tmp_path / "data", cap=500, clock=clock)
     client = await aiohttp_client(create_app(store, TOKEN, cap=500, min_cap=3))
     status, body = await post(client, "/write", {
         "scopeKey": ORG, "records": [candidate(f"note number {n}") for n in range(5)]})
@@ -60,7 +61,7 @@ def test_the_bounds_are_checked():
 
 async def test_a_write_to_a_new_scope_beyond_the_limit_is_507(aiohttp_client, tmp_path, clock,
                                                               caplog):
-    store = SqliteStore(tmp_path / "data", clock=clock, max_scopes=1)
+    store = SharedSqliteStore(tmp_path / "data", clock=clock, max_scopes=1)
     client = await aiohttp_client(create_app(store, TOKEN))
     assert (await post(client, "/write", {"scopeKey": ORG, "records": [candidate()]}))[0] == 200
     status, body = await post(client, "/write", {"scopeKey": "org:other",
@@ -76,11 +77,23 @@ async def test_a_write_to_a_new_scope_beyond_the_limit_is_507(aiohttp_client, tm
     status, body = await post(client, "/retrieve", {"scopeKey": "org:other",
                                                     "query": "license", "limit": 5})
     assert status == 200 and body["records"] == []
-    assert len(list((tmp_path / "data").glob("*.db"))) == 1
+    assert held_scopes(tmp_path / "data") == [ORG]
+
+
+def held_scopes(directory: Path) -> list[str]:
+    """The scopes the shard files in ``directory`` hold."""
+    held: list[str] = []
+    for path in sorted(directory.glob("shard-*.db")):
+        conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            held += [key for (key,) in conn.execute("SELECT scope_key FROM scopes")]
+        finally:
+            conn.close()
+    return sorted(held)
 
 
 async def test_the_client_store_raises_the_limit_as_the_embedded_store_would(tmp_path, clock):
-    backing = SqliteStore(tmp_path / "data", clock=clock, max_scopes=1)
+    backing = SharedSqliteStore(tmp_path / "data", clock=clock, max_scopes=1)
     async with running(create_app(backing, TOKEN)) as url:
         store = WorkerStore(url, TOKEN)
         try:

@@ -8,13 +8,13 @@ import aiohttp
 import apsw
 
 from scopemem.stores.memory import InMemoryStore
-from scopemem.stores.sqlite import SqliteStore
+from scopemem.stores.sqlite_shared import SharedSqliteStore
 from scopemem.worker_aiohttp.app import create_app, running
 from tests.worker.conftest import AUTH, ORG, TOKEN, SpyStore, candidate
 
 
 async def test_concurrent_write_batches_to_one_scope_lose_nothing(tmp_path):
-    store = SqliteStore(tmp_path / "data")
+    store = SharedSqliteStore(tmp_path / "data")
     batches = [[candidate(f"batch {b} lesson {n}") for n in range(5)] for b in range(8)]
     async with running(create_app(store, TOKEN)) as url, \
             aiohttp.ClientSession(headers=AUTH) as session:
@@ -78,7 +78,7 @@ async def test_shutdown_lets_in_flight_requests_finish_then_closes_the_store(spy
 
 async def test_use_counts_counted_before_shutdown_are_in_the_files_after_it(tmp_path):
     # Saved a minute after the retrievals, so only the shutdown can have saved them.
-    store = SqliteStore(tmp_path / "data", usage_flush_ms=60_000)
+    store = SharedSqliteStore(tmp_path / "data", usage_flush_ms=60_000)
     async with running(create_app(store, TOKEN)) as url, \
             aiohttp.ClientSession(headers=AUTH) as session:
         async with session.post(url + "/write", json={
@@ -88,7 +88,8 @@ async def test_use_counts_counted_before_shutdown_are_in_the_files_after_it(tmp_
             async with session.post(url + "/retrieve", json={
                     "scopeKey": ORG, "query": "deploy", "limit": 5}) as response:
                 assert [r["useCount"] for r in (await response.json())["records"]] == [uses]
-    conn = apsw.Connection(store.path_for(ORG), flags=apsw.SQLITE_OPEN_READONLY)
+    conn = apsw.Connection(store._shards.path(store._shards.of(ORG)),
+                           flags=apsw.SQLITE_OPEN_READONLY)
     try:
         assert conn.execute("SELECT use_count FROM records").fetchall() == [(3,)]
     finally:
