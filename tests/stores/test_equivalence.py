@@ -5,19 +5,20 @@ and restate pointers to live, dead, foreign and bogus ids), retrieve, list (kind
 filters), forget and sweep (dry and real) against both stores on one fake clock, and compares
 every answer. After every step it also compares the stored rows themselves (statuses, use
 counts, last use, confidence of every row, active or not) and checks that the SQLite token
-index holds exactly the active rows.
+index holds exactly the active rows' terms.
 
 A second SQLite store on the same directory (another process, in effect) writes and forgets
-now and then: the first store must never answer from rows it changed (the in-memory views).
-The machine runs three times: with the SQLite store's views; with every retrieval through SQL
-(small scopes read whole, ``reads.SMALL_SCOPE_ROWS``); and through SQL and the FTS prefilter.
+now and then: the first store must never answer from copies of rows it changed. The machine
+runs with the store's copies as configured by default; with none (small scopes read whole,
+``reads.WHOLE_ROWS``); with none and every retrieval through the token index; and with
+every scope copied.
 
-In the first three runs scopes stay under 50 active records (the stores' cap is 40), so the
-candidate cap never has to choose. A fourth run adds crowds (batches of distinct texts of the
-same few words) under a cap of 150, so most retrievals match more records than the candidate
-cap takes; a deterministic test below does the same at 300 records with every way a record
-leaves active status. Every run also checks that the in-process store's index is what its
-rows give.
+In those runs scopes stay under 50 active records (the stores' cap is 40), so the candidate
+cap never has to choose. A fifth run adds crowds (batches of distinct texts of the same few
+words) under a cap of 150, so most retrievals match more records than the candidate cap
+takes; a deterministic test below does the same at 300 records with every way a record
+leaves active status, for the PostgreSQL store too. Every run also checks that the
+in-process store's index is what its rows give.
 """
 
 from __future__ import annotations
@@ -33,15 +34,13 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from scopemem.stores.sqlite.sql import record as _record
 
 from scopemem.core import engine
 from scopemem.core.records import Candidate, Kind, Source
 from scopemem.stores.memory import InMemoryStore
-from scopemem.stores.sqlite import SqliteStore, schema
-from scopemem.stores.sqlite import reads as sqlite_reads
-from scopemem.stores.sqlite_shared import SharedSqliteStore
+from scopemem.stores.sqlite_shared import SharedSqliteStore, reads
 from scopemem.stores.sqlite_shared import schema as shared_schema
+from scopemem.stores.sqlite_shared.sql import record as _record
 from tests.conftest import DAY_MS, FakeClock
 from tests.stores import pg
 from tests.stores.shared_postings import scope_postings
@@ -185,101 +184,15 @@ class AgreeingRules(RuleBasedStateMachine):
         self.clock.advance(ms)
 
 
-class StoresAgree(AgreeingRules):
-    CACHE_ROWS = 50_000
-    STORE_CAP = CAP
-    SMALL_SCOPE_ROWS = sqlite_reads.SMALL_SCOPE_ROWS
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.directory = tempfile.mkdtemp(prefix="scopemem-eq-")
-        self.clock = FakeClock()
-        self.memory = InMemoryStore(cap=self.STORE_CAP, clock=self.clock)
-        self.sqlite = self.other = SqliteStore(
-            self.directory, cap=self.STORE_CAP, clock=self.clock, synchronous="off",
-            cache_rows=self.CACHE_ROWS)
-        self.elsewhere = SqliteStore(self.directory, cap=self.STORE_CAP, clock=self.clock,
-                                     synchronous="off")
-        self.raw: dict[str, apsw.Connection] = {}
-        # Views from a scope's first retrieval on, so most retrievals here use them.
-        self.view_after, sqlite_reads.VIEW_AFTER_RETRIEVALS = (
-            sqlite_reads.VIEW_AFTER_RETRIEVALS, 1)
-        self.small_rows, sqlite_reads.SMALL_SCOPE_ROWS = (
-            sqlite_reads.SMALL_SCOPE_ROWS, self.SMALL_SCOPE_ROWS)
-
-    def connection(self, scope: str) -> apsw.Connection | None:
-        if scope not in self.raw:
-            path = self.sqlite.path_for(scope)
-            try:
-                self.raw[scope] = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
-            except apsw.CantOpenError:
-                return None
-        return self.raw[scope]
-
-    @invariant()
-    def same_rows_and_a_clean_index(self) -> None:
-        # Use counts are saved a little after their retrieval: save them now.
-        self.loop.run_until_complete(self.sqlite.flush())
-        for scope in SCOPES:
-            expected = self.memory._scopes.get(scope, [])
-            conn = self.connection(scope)
-            if conn is None:
-                assert expected == []
-                continue
-            rows = conn.execute(
-                f"SELECT {schema.RECORD_COLUMNS} FROM records ORDER BY seq").fetchall()
-            assert [_record(row) for row in rows] == expected
-            active = {seq for (seq,) in conn.execute(
-                "SELECT seq FROM records WHERE status = 'active'")}
-            indexed = {rowid for (rowid,) in conn.execute("SELECT rowid FROM records_fts")}
-            assert indexed == active
-            # The in-process store's index is what its rows give.
-            kept, built = index_rebuilt(self.memory, scope)
-            assert kept == built
-
-    def teardown(self) -> None:
-        sqlite_reads.VIEW_AFTER_RETRIEVALS = self.view_after
-        sqlite_reads.SMALL_SCOPE_ROWS = self.small_rows
-        for conn in self.raw.values():
-            conn.close()
-        self.loop.run_until_complete(self.sqlite.close())
-        self.loop.run_until_complete(self.elsewhere.close())
-        self.loop.run_until_complete(self.memory.close())
-        self.loop.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+#: How many random programs each machine runs, and how long they are.
+SETTINGS = settings(max_examples=40, stateful_step_count=30, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
 
 
-StoresAgree.TestCase.settings = settings(
-    max_examples=40, stateful_step_count=30, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-TestStoresAgree = StoresAgree.TestCase
-
-
-class StoresAgreeThroughSql(StoresAgree):
-    CACHE_ROWS = 0
-
-
-StoresAgreeThroughSql.TestCase.settings = StoresAgree.TestCase.settings
-TestStoresAgreeThroughSql = StoresAgreeThroughSql.TestCase
-
-
-class StoresAgreeThroughTheIndex(StoresAgreeThroughSql):
-    """Every retrieval through SQL and through the FTS prefilter, however small the scope
-    (the run above reads these small scopes whole, in one statement)."""
-
-    SMALL_SCOPE_ROWS = 0
-
-
-StoresAgreeThroughTheIndex.TestCase.settings = StoresAgree.TestCase.settings
-TestStoresAgreeThroughTheIndex = StoresAgreeThroughTheIndex.TestCase
-
-
-class StoresAgreeOverTheCandidateCap(StoresAgree):
-    """The same machine with crowds: batches of distinct texts, each of a few of the same
-    eight words, so a scope soon holds more matching records than the candidate cap takes
-    (the stores' cap is 150) and the ranking has to choose among them."""
+class Crowds(AgreeingRules):
+    """Crowds: batches of distinct texts, each of a few of the same eight words, so a scope
+    soon holds more matching records than the candidate cap takes (the stores' cap is 150)
+    and the ranking has to choose among them."""
 
     STORE_CAP = 150
 
@@ -312,13 +225,6 @@ class StoresAgreeOverTheCandidateCap(StoresAgree):
         self.both(lambda store: store.write(scope, batch))
 
 
-StoresAgreeOverTheCandidateCap.TestCase.settings = settings(
-    max_examples=20, stateful_step_count=30, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-TestStoresAgreeOverTheCandidateCap = StoresAgreeOverTheCandidateCap.TestCase
-
-
 class SharedStoresAgree(AgreeingRules):
     """The same calls against the SQLite store over shared files (``sqlite_shared``), with
     a second such store on the same directory; after every step the shard's rows must be the
@@ -326,19 +232,22 @@ class SharedStoresAgree(AgreeingRules):
 
     MIN_POSTINGS = 256  # the store's default: these small scopes are rarely copied
     COPIES: dict[str, int] = {}  # the store's default budget for copies
+    STORE_CAP = CAP
+    WHOLE_ROWS = reads.WHOLE_ROWS  # small scopes are read whole, in one statement
 
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.directory = tempfile.mkdtemp(prefix="scopemem-eq-shared-")
         self.clock = FakeClock()
-        self.memory = InMemoryStore(cap=CAP, clock=self.clock)
-        self.other = SharedSqliteStore(self.directory, cap=CAP, clock=self.clock,
+        self.memory = InMemoryStore(cap=self.STORE_CAP, clock=self.clock)
+        self.other = SharedSqliteStore(self.directory, cap=self.STORE_CAP, clock=self.clock,
                                        synchronous="off", cache_min_postings=self.MIN_POSTINGS,
                                        **self.COPIES)
         self.other._copies.interval = 0  # copied again as soon as it is read twice
-        self.elsewhere = SharedSqliteStore(self.directory, cap=CAP, clock=self.clock,
-                                           synchronous="off")
+        self.elsewhere = SharedSqliteStore(self.directory, cap=self.STORE_CAP,
+                                           clock=self.clock, synchronous="off")
+        self.whole_rows, reads.WHOLE_ROWS = reads.WHOLE_ROWS, self.WHOLE_ROWS
 
     @invariant()
     def same_rows_and_exact_postings(self) -> None:
@@ -364,8 +273,12 @@ class SharedStoresAgree(AgreeingRules):
                 assert counts[0][0] == sum(r.is_active for r in expected)
             finally:
                 conn.close()
+            # The in-process store's index is what its rows give.
+            kept, built = index_rebuilt(self.memory, scope)
+            assert kept == built
 
     def teardown(self) -> None:
+        reads.WHOLE_ROWS = self.whole_rows
         self.loop.run_until_complete(self.other.close())
         self.loop.run_until_complete(self.elsewhere.close())
         self.loop.run_until_complete(self.memory.close())
@@ -373,7 +286,7 @@ class SharedStoresAgree(AgreeingRules):
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-SharedStoresAgree.TestCase.settings = StoresAgree.TestCase.settings
+SharedStoresAgree.TestCase.settings = SETTINGS
 TestSharedStoresAgree = SharedStoresAgree.TestCase
 
 
@@ -384,8 +297,19 @@ class SharedStoresAgreeWithoutCopies(SharedStoresAgree):
     COPIES = {"postings_cache": 0}
 
 
-SharedStoresAgreeWithoutCopies.TestCase.settings = StoresAgree.TestCase.settings
+SharedStoresAgreeWithoutCopies.TestCase.settings = SETTINGS
 TestSharedStoresAgreeWithoutCopies = SharedStoresAgreeWithoutCopies.TestCase
+
+
+class SharedStoresAgreeThroughTheIndex(SharedStoresAgreeWithoutCopies):
+    """Every retrieval through SQL and through the token index, however small the scope
+    (the run above reads these small scopes whole, in one statement)."""
+
+    WHOLE_ROWS = 0
+
+
+SharedStoresAgreeThroughTheIndex.TestCase.settings = SETTINGS
+TestSharedStoresAgreeThroughTheIndex = SharedStoresAgreeThroughTheIndex.TestCase
 
 
 class SharedStoresAgreeFromCopies(SharedStoresAgree):
@@ -396,8 +320,17 @@ class SharedStoresAgreeFromCopies(SharedStoresAgree):
     MIN_POSTINGS = 0
 
 
-SharedStoresAgreeFromCopies.TestCase.settings = StoresAgree.TestCase.settings
+SharedStoresAgreeFromCopies.TestCase.settings = SETTINGS
 TestSharedStoresAgreeFromCopies = SharedStoresAgreeFromCopies.TestCase
+
+
+class SharedStoresAgreeOverTheCandidateCap(Crowds, SharedStoresAgree):
+    """The same calls with crowds (``Crowds``), under a cap of 150."""
+
+
+SharedStoresAgreeOverTheCandidateCap.TestCase.settings = settings(
+    SETTINGS, max_examples=20)
+TestSharedStoresAgreeOverTheCandidateCap = SharedStoresAgreeOverTheCandidateCap.TestCase
 
 
 # --- scopes where more records match than the candidate cap ---------------------------------
@@ -444,10 +377,10 @@ def index_rebuilt(store: InMemoryStore, scope: str) -> tuple:
              built.positions))
 
 
-@pytest.fixture(params=["views", "sql", "shared", "shared-copies", "postgres",
-                        "postgres-copies"])
+@pytest.fixture(params=["shared", "shared-copies", "postgres", "postgres-copies"])
 def sqlite_kind(request: pytest.FixtureRequest) -> str:
-    """The SQLite store with its views, or through SQL only; or the PostgreSQL store,
+    """The SQLite store through SQL, or (``shared-copies``) answering from its copies of
+    the scope whenever the scope's change counter allows; or the PostgreSQL store,
     reading every query's postings from the server or (``postgres-copies``) answering from
     its copy of the scope's index whenever the scope's change counter allows."""
     if request.param.startswith("postgres"):
@@ -466,15 +399,11 @@ async def test_stores_agree_when_more_records_match_than_the_candidate_cap(
             "postings_cache": 0}
         sqlite = pg.make(schema, cap=1000, clock=clock, retention_days=2, **copies)
         sqlite._cache.interval = 0  # copied again after every change
-    elif sqlite_kind.startswith("shared"):
+    else:
         sqlite = SharedSqliteStore(
             tmp_path / "data", cap=1000, clock=clock, synchronous="off", retention_days=2,
             cache_min_postings=0 if sqlite_kind == "shared-copies" else 10**9)
         sqlite._copies.interval = 0  # copied again after every change
-    else:
-        sqlite = SqliteStore(tmp_path / "data", cap=1000, clock=clock, synchronous="off",
-                             retention_days=2,
-                             cache_rows=50_000 if sqlite_kind == "views" else 0)
     stores = (memory, sqlite)
 
     async def both(call):  # type: ignore[no-untyped-def]
