@@ -273,9 +273,9 @@ class SharedStoresAgree(AgreeingRules):
                 assert counts[0][0] == sum(r.is_active for r in expected)
             finally:
                 conn.close()
-            # The in-process store's index is what its rows give.
-            kept, built = index_rebuilt(self.memory, scope)
-            assert kept == built
+            if scope in self.memory._scopes:  # its index is what its rows give
+                kept, built = index_rebuilt(self.memory, scope)
+                assert kept == built
 
     def teardown(self) -> None:
         reads.WHOLE_ROWS = self.whole_rows
