@@ -7,13 +7,11 @@ first fact of the previous batch, so a half-applied batch would show as a wrong 
 wrong status. A batch's tag is printed (and flushed) only after ``write`` returned: that
 line is the acknowledgement the parent holds the store to.
 
-Many scopes: the store's own moving parts under the kill. Batches go to ``MANY_SCOPES`` in
-turn through a store that keeps two files open, so files are closed to make room all the
-time (keeping their WAL), each write is followed by a retrieval on another scope whose use
-counts are saved in the background at once, and the WALs are checkpointed every few pages.
-It prints ``W <scope> <tag>`` once a write returned and ``R <scope> <hits>`` once a
-retrieval did. ``... DIR RUN shared`` does the same through the shared-file layout, its
-five scopes in two shard files, WALs checkpointed every 16 pages.
+Many scopes (``... DIR RUN shared``): the store's own moving parts under the kill. Batches go
+to ``MANY_SCOPES`` in turn, five scopes in two shard files, each write followed by a
+retrieval on another scope whose use counts are saved in the background at once, and the
+WALs checkpointed every 16 pages. It prints ``W <scope> <tag>`` once a write returned and
+``R <scope> <hits>`` once a retrieval did.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ import sys
 from typing import Any
 
 from scopemem.core.records import Candidate, Kind
-from scopemem.stores.sqlite import SqliteStore, files
+from scopemem.stores.sqlite_shared import SharedSqliteStore
 
 SCOPE = "org:crash"
 BATCH = 4
@@ -38,7 +36,7 @@ def tag(run: int, batch: int) -> str:
 
 
 async def main(directory: str, run: int) -> None:
-    store = SqliteStore(directory, cap=10_000)
+    store = SharedSqliteStore(directory, cap=10_000)
     head: str | None = None
     batch = 0
     while True:
@@ -53,13 +51,6 @@ async def main(directory: str, run: int) -> None:
         # The batch's first fact is its oldest row: the last of the newest-first listing.
         head = (await store.list(SCOPE, BATCH, query=name))[-1].id
         batch += 1
-
-
-async def many(directory: str, run: int) -> None:
-    files.WAL_AUTOCHECKPOINT_PAGES = 16  # checkpoints every few commits, kills among them
-    files.WAL_MIN_CHECKPOINT_PAGES = 4
-    await write_in_turn(SqliteStore(directory, cap=10_000, max_open=2, usage_flush_ms=0),
-                        run)
 
 
 async def write_in_turn(store: Any, run: int) -> None:
@@ -83,8 +74,6 @@ async def write_in_turn(store: Any, run: int) -> None:
 async def shared(directory: str, run: int) -> None:
     import apsw
 
-    from scopemem.stores.sqlite_shared import SharedSqliteStore
-
     # Checkpoints every few commits, so kills land among them too. Writes evict at a small
     # cap: kills land among documents indexed, taken out and merged by FTS5.
     apsw.connection_hooks.append(lambda conn: conn.wal_autocheckpoint(16))
@@ -93,9 +82,7 @@ async def shared(directory: str, run: int) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[3:] == ["many"]:
-        asyncio.run(many(sys.argv[1], int(sys.argv[2])))
-    elif sys.argv[3:] == ["shared"]:
+    if sys.argv[3:] == ["shared"]:
         asyncio.run(shared(sys.argv[1], int(sys.argv[2])))
     else:
         asyncio.run(main(sys.argv[1], int(sys.argv[2])))

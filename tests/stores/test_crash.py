@@ -1,18 +1,19 @@
 """An acknowledged write survives the writer being killed at any moment; a batch is all or
 nothing.
 
-A child process (``crash_child.py``) writes batches to a SqliteStore and prints each batch's
-tag once ``write`` has returned. The parent kills it with SIGKILL at a random moment, then,
-before any store opens the file again (so nothing is repaired first), checks with a plain
-apsw connection: ``PRAGMA integrity_check``, the FTS5 integrity check, that the token index
-holds exactly the active rows, that every acknowledged batch is fully there, that any other
-batch is either fully there or absent, and that each batch's supersede of the previous head
-landed together with the batch, and that the scope's counters count exactly the rows there.
-The runs share one database, so each run also recovers from the previous kill.
+A child process (``crash_child.py``) writes batches to the SQLite store and prints each
+batch's tag once ``write`` has returned. The parent kills it with SIGKILL at a random moment,
+then, before any store opens the file again (so nothing is repaired first), checks the
+scope's shard with a plain apsw connection: ``PRAGMA integrity_check``, the FTS5 integrity
+check, that the token index holds exactly the active rows' terms, that every acknowledged
+batch is fully there, that any other batch is either fully there or absent, and that each
+batch's supersede of the previous head landed together with the batch, and that the scope's
+counters count exactly the rows there. The runs share one database, so each run also
+recovers from the previous kill.
 
 A second test kills a writer of many scopes through a store whose own moving parts are all
-in motion: files closed to make room (keeping their WAL), use counts saved in the
-background, WALs checkpointed every few pages.
+in motion: scopes sharing shard files, use counts saved in the background, WALs checkpointed
+every few pages.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from scopemem.stores.sqlite import SqliteStore
+from scopemem.stores.sqlite_shared import schema as shared_schema
 from tests.stores.crash_child import BATCH, MANY_LIMIT, MANY_SCOPES, SCOPE, tag
 from tests.stores.shared_postings import scope_postings
 
@@ -51,21 +52,29 @@ def spawn(directory: Path, run: int, *mode: str) -> subprocess.Popen[bytes]:
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
 
 
-def check_whole(conn: apsw.Connection) -> None:
-    """The file passes SQLite's and FTS5's integrity checks and its token index holds
-    exactly the active rows."""
+def check_whole(conn: apsw.Connection, scope: str) -> None:
+    """The shard passes SQLite's and FTS5's integrity checks and the scope's token index
+    holds exactly its active rows' terms."""
     assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-    conn.execute("INSERT INTO records_fts (records_fts) VALUES ('integrity-check')")
-    active = {seq for (seq,) in conn.execute("SELECT seq FROM records WHERE status = 'active'")}
-    assert {rowid for (rowid,) in conn.execute("SELECT rowid FROM records_fts")} == active
+    # FTS5's own check of the token index's structure (raises when it is damaged).
+    conn.execute("INSERT INTO terms_fts (terms_fts, rank) VALUES ('integrity-check', 0)")
+    held = {(term, seq) for seq, tokens in conn.execute(
+        "SELECT seq, tokens FROM records WHERE scope_key = ? AND status = 'active'", (scope,))
+        for term in tokens.split()}
+    assert scope_postings(conn, scope) == held
 
 
 def check_database(path: str, acknowledged: set[str], runs_so_far: int) -> int:
     conn = apsw.Connection(path)
     try:
-        check_whole(conn)
-        rows = conn.execute("SELECT source_run_id, id, status, text FROM records ORDER BY seq"
-                            ).fetchall()
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'records'").fetchall():
+            # Killed as its first write opened it: the schema (one transaction) was not
+            # committed; the next open applies it.
+            assert not acknowledged, f"acknowledged batches lost: {sorted(acknowledged)}"
+            return 0
+        check_whole(conn, SCOPE)
+        rows = conn.execute("SELECT source_run_id, id, status, text FROM records"
+                            " WHERE scope_key = ? ORDER BY seq", (SCOPE,)).fetchall()
         by_tag: dict[str, list[tuple[str, str, str]]] = collections.defaultdict(list)
         for name, record_id, status, text in rows:
             by_tag[name].append((record_id, status, text))
@@ -87,7 +96,8 @@ def check_database(path: str, acknowledged: set[str], runs_so_far: int) -> int:
                 assert all(status == "active" for _, status, _ in by_tag[tag(run, n)][1:])
         # The counters commit with the rows they count: after any kill they agree exactly
         # (nothing is purged or evicted here, so every row ever written is still a row).
-        counted = dict(conn.execute("SELECT name, sum(value) FROM counters GROUP BY name"))
+        counted = dict(conn.execute("SELECT name, sum(value) FROM counters"
+                                    " WHERE scope_key = ? GROUP BY name", (SCOPE,)))
         superseded = sum(1 for _, _, status, _ in rows if status == "superseded")
         assert counted.get("inserted", 0) == len(rows)
         assert counted.get("superseded", 0) == superseded
@@ -100,7 +110,7 @@ def test_killed_writers_lose_nothing_acknowledged(tmp_path: Path):
     seed = int(os.environ.get("SCOPEMEM_CRASH_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
     directory = tmp_path / "data"
-    path = SqliteStore(directory).path_for(SCOPE)
+    path = directory / shared_schema.shard_file_name(shared_schema.shard_of(SCOPE))
     acknowledged: set[str] = set()
     for run in range(RUNS):
         child = spawn(directory, run)
@@ -125,7 +135,7 @@ def test_killed_writers_lose_nothing_acknowledged(tmp_path: Path):
         acknowledged.update(line.strip() for line in lines if line.strip())
         if os.path.exists(path):
             try:
-                check_database(path, acknowledged, run + 1)
+                check_database(str(path), acknowledged, run + 1)
             except AssertionError as exc:
                 raise AssertionError(f"run {run}, SCOPEMEM_CRASH_SEED={seed}: {exc}") from exc
     assert acknowledged, f"no batch was ever acknowledged (seed {seed})"
@@ -163,58 +173,6 @@ def kill_in_turn(directory: Path, mode: str, rng: random.Random, seed: int, chec
     return written
 
 
-def check_scope_file(path: str, written: set[str], used_at_most: int) -> None:
-    """One of the many-scope run's files, after a kill: whole, its index in step with its
-    rows, every acknowledged batch there and no batch in part, its counters counting its
-    rows, and its use counts never more than the retrievals could have added (a save of
-    use counts is applied once, whatever was closing or checkpointing when the kill came)."""
-    conn = apsw.Connection(path)
-    try:
-        if not conn.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]:
-            # Killed as its first write opened it: the file was made, its schema (one
-            # transaction) not committed; the next open applies it.
-            assert not written, f"acknowledged batches lost: {sorted(written)}"
-            return
-        check_whole(conn)
-        batches = collections.Counter(name for (name,) in conn.execute(
-            "SELECT source_run_id FROM records"))
-        assert all(count == BATCH for count in batches.values()), batches
-        missing = written - set(batches)
-        assert not missing, f"acknowledged batches lost: {sorted(missing)}"
-        counted = dict(conn.execute("SELECT name, sum(value) FROM counters GROUP BY name"))
-        assert counted.get("inserted", 0) == sum(batches.values())
-        (used,) = conn.execute("SELECT coalesce(sum(use_count), 0) FROM records").fetchone()
-        assert used <= used_at_most, (used, used_at_most)
-    finally:
-        conn.close()
-
-
-def test_killed_while_files_close_saves_run_and_wals_checkpoint_nothing_is_lost(
-        tmp_path: Path):
-    """The store's own moving parts under SIGKILL: files closed to make room with their WAL
-    kept, use counts saved in the background, WALs checkpointed every few pages, writes to
-    several scopes in turn. After every kill each file is checked as it was left."""
-    seed = int(os.environ.get("SCOPEMEM_CRASH_SEED", time.time_ns() % 1_000_000))
-    rng = random.Random(seed)
-    directory = tmp_path / "data"
-    store = SqliteStore(directory)
-    paths = {scope: store.path_for(scope) for scope in MANY_SCOPES}
-
-    def check(run: int, written: dict[str, set[str]], hits: collections.Counter[str]) -> None:
-        for scope, path in paths.items():
-            if not os.path.exists(path):
-                continue
-            # At most one retrieval per run was under way, unacknowledged, at the kill.
-            try:
-                check_scope_file(path, written[scope], hits[scope] + MANY_LIMIT * (run + 1))
-            except AssertionError as exc:
-                raise AssertionError(
-                    f"run {run}, {scope}, SCOPEMEM_CRASH_SEED={seed}: {exc}") from exc
-
-    written = kill_in_turn(directory, "many", rng, seed, check)
-    assert sum(map(len, written.values())) > RUNS, f"too few writes acknowledged (seed {seed})"
-
-
 def check_shard_file(path: str, written: dict[str, set[str]], used_at_most: dict[str, int]
                      ) -> None:
     """A shard of the shared-layout run, after a kill: whole; each scope's postings exactly
@@ -224,17 +182,13 @@ def check_shard_file(path: str, written: dict[str, set[str]], used_at_most: dict
     conn = apsw.Connection(path)
     try:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-        # FTS5's own check of the token index's structure (raises when it is damaged).
-        conn.execute("INSERT INTO terms_fts (terms_fts, rank) VALUES ('integrity-check', 0)")
         for scope, last_seq, active in conn.execute(
                 "SELECT scope_key, last_seq, active FROM scopes").fetchall():
+            check_whole(conn, scope)
             rows = conn.execute("SELECT seq, status, tokens, source_run_id, use_count"
                                 " FROM records WHERE scope_key = ?", (scope,)).fetchall()
             assert active == sum(status == "active" for _s, status, *_ in rows)
             assert last_seq >= max((seq for seq, *_ in rows), default=0)
-            held = {(term, seq) for seq, status, tokens, *_ in rows if status == "active"
-                    for term in tokens.split()}
-            assert scope_postings(conn, scope) == held
             batches = collections.Counter(name for *_x, name, _u in rows)
             assert all(count == BATCH for count in batches.values()), batches
             missing = written[scope] - set(batches)
@@ -252,7 +206,6 @@ def test_killed_while_shared_shards_save_and_checkpoint_nothing_is_lost(tmp_path
     """The shared-file layout under SIGKILL: five scopes in two shard files, writes to them
     in turn, use counts saved in the background at once (one transaction per shard), WALs
     checkpointed every 16 pages. After every kill each shard is checked as it was left."""
-    from scopemem.stores.sqlite_shared import schema as shared_schema
     from tests.stores.crash_child import SHARED_SHARDS
 
     seed = int(os.environ.get("SCOPEMEM_CRASH_SEED", time.time_ns() % 1_000_000))

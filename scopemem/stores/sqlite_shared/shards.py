@@ -42,7 +42,7 @@ class Shards:
         self._lock = threading.Lock()
         self._checked: set[int] = set()  # shards whose identity and schema this process saw
         self._all: list[Any] = []  # every connection, to close them all at the end
-        # Each shard's WAL-index header, from SQLite's map of it (``sqlite.walheader``): one
+        # Each shard's WAL-index header, from SQLite's map of it (``walheader.py``): one
         # per shard, through whichever connection first had it mapped (the map is the
         # process's, and the connection stays open until ``close``).
         self._headers: dict[int, WalHeader] = {}
