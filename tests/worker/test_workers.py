@@ -19,7 +19,6 @@ import aiohttp
 import apsw
 import pytest
 
-from scopemem.stores.sqlite import SqliteStore
 from tests.stores import pg
 from tests.stores.shared_postings import scope_postings
 from tests.worker.test_serve import TOKEN, stop, wait_healthy
@@ -32,10 +31,10 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 STDERR = "workers.stderr"
 
 
-def start_workers(tmp_path: Path, data: Path, workers: int, schema: str | None = None,
-                  layout: str = "file") -> tuple[subprocess.Popen, str]:
-    """``scopemem serve --workers N`` over SQLite files in ``data`` (in ``layout``), or over
-    the PostgreSQL store in ``schema`` when given."""
+def start_workers(tmp_path: Path, data: Path, workers: int, schema: str | None = None
+                  ) -> tuple[subprocess.Popen, str]:
+    """``scopemem serve --workers N`` over SQLite files in ``data``, or over the PostgreSQL
+    store in ``schema`` when given."""
     env = {key: value for key, value in os.environ.items()
            if key not in ("SCOPEMEM_CONFIG", "SCOPEMEM_TOKEN")}
     env["SCOPEMEM_TOKEN"] = TOKEN
@@ -48,7 +47,7 @@ def start_workers(tmp_path: Path, data: Path, workers: int, schema: str | None =
         store = ["--store", "postgres"]
     else:
         config = tmp_path / "sqlite.toml"
-        config.write_text(f'[memory.stores.sqlite]\nlayout = "{layout}"\n')
+        config.write_text("[memory.stores.sqlite]\n")
     # The log goes to a file, not a pipe: eight writers make the workers log thousands of
     # lines, and a pipe nobody reads while they run fills up and blocks every process
     # writing to it.
@@ -70,13 +69,12 @@ def logged(tmp_path: Path) -> str:
     return (tmp_path / STDERR).read_text()
 
 
-def stored_rows(data: Path, schema: str | None, layout: str = "file"
-                ) -> list[tuple[str, str]]:
-    """(id, text) of every row of ``SCOPES``, read past the store: the SQLite files (each
-    checked whole first; a shard's token index too, and each scope's documents against its
+def stored_rows(data: Path, schema: str | None) -> list[tuple[str, str]]:
+    """(id, text) of every row of ``SCOPES``, read past the store: the SQLite shard files
+    (each checked whole first, its token index too, and each scope's documents against its
     active rows), or the PostgreSQL schema (dropped afterwards)."""
     rows: list[tuple[str, str]] = []
-    if schema is None and layout == "shared":
+    if schema is None:
         for path in sorted(data.glob("shard-*.db")):
             conn = apsw.Connection(str(path))
             try:
@@ -90,16 +88,6 @@ def stored_rows(data: Path, schema: str | None, layout: str = "file"
                     assert scope_postings(conn, scope) == {
                         (term, seq) for _i, _t, seq, status, tokens in held
                         if status == "active" for term in tokens.split()}
-            finally:
-                conn.close()
-        return rows
-    if schema is None:
-        store = SqliteStore(data)
-        for scope in SCOPES:
-            conn = apsw.Connection(store.path_for(scope), flags=apsw.SQLITE_OPEN_READONLY)
-            try:
-                assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-                rows += conn.execute("SELECT id, text FROM records").fetchall()
             finally:
                 conn.close()
         return rows
@@ -166,19 +154,18 @@ async def test_every_worker_answers_every_scope_and_a_killed_one_is_replaced(tmp
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("store", ["sqlite", "sqlite-shared", "postgres"])
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
 async def test_thirty_kills_while_eight_writers_write_lose_nothing_acknowledged(tmp_path,
                                                                                 store):
     """Two workers on one data directory, eight clients writing and four retrieving, and
-    thirty SIGKILLs of either worker: every acknowledged batch is there whole (and, in the
-    shared layout, every shard's token index holds exactly its scopes' active rows)."""
+    thirty SIGKILLs of either worker: every acknowledged batch is there whole (and, on
+    SQLite, every shard's token index holds exactly its scopes' active rows)."""
     data = tmp_path / "data"
     schema = None
-    layout = "shared" if store == "sqlite-shared" else "file"
     if store == "postgres":
         pg.require()
         schema = pg.new_schema()
-    process, url = start_workers(tmp_path, data, 2, schema, layout)
+    process, url = start_workers(tmp_path, data, 2, schema)
     acknowledged: set[str] = set()  # batch names a 200 answered
     sent: set[str] = set()
     stop_writing = asyncio.Event()
@@ -238,7 +225,7 @@ async def test_thirty_kills_while_eight_writers_write_lose_nothing_acknowledged(
 
     # Every row the store holds, whatever its status (the cap evicts the oldest as they
     # grow: an evicted row keeps its text for the retention).
-    rows = stored_rows(data, schema, layout)
+    rows = stored_rows(data, schema)
     ids = [record_id for record_id, _text in rows]
     assert len(ids) == len(set(ids))  # no id twice
     parts: dict[str, int] = {}
