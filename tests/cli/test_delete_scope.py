@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.cli.test_porting import ok, populate, run, sqlite_config
+from tests.cli.test_porting import ADMIN, ok, populate, run, sqlite_config
+from tests.stores import pg
 
 
 def listed(config: Path) -> dict[str, list[str]]:
@@ -22,7 +23,7 @@ def exported(config: Path, scope_key: str) -> list[str]:
 
 
 def test_delete_scope_deletes_one_scope_and_leaves_the_others(tmp_path: Path):
-    config = sqlite_config(tmp_path, "data", layout="shared")
+    config = sqlite_config(tmp_path, "data")
     populate(config)  # org:acme (a forgotten and a superseded record among them), a user's
     before = listed(config)
     assert set(before) == {"org:acme", "user:cli:local"}
@@ -39,13 +40,21 @@ def test_delete_scope_deletes_one_scope_and_leaves_the_others(tmp_path: Path):
 
 
 def test_delete_scope_refuses_a_bad_key_and_a_store_that_cannot(tmp_path: Path):
-    config = sqlite_config(tmp_path, "data", layout="shared")
+    config = sqlite_config(tmp_path, "data")
     bad = run(config, "delete-scope", "no colon here", "--yes")
     assert bad.exit_code == 2 and "KEY" in bad.output and "Traceback" not in bad.output
-    files = sqlite_config(tmp_path, "files", layout="file")
-    populate(files)
-    refused = run(files, "delete-scope", "org:acme", "--operator", "--yes")
-    assert refused.exit_code == 1
-    assert "cannot delete a scope's records in place" in refused.output
-    assert "nothing was changed" in refused.output
-    assert "org:acme" in listed(files)
+    pg.require()
+    schema = pg.new_schema()
+    other = tmp_path / "postgres.toml"
+    other.write_text(f'[memory]\nenabled = true\norganization = "acme"\nadmins = ["{ADMIN}"]\n'
+                     f'store = "postgres"\n[memory.stores.postgres]\ndsn = "{pg.dsn()}"\n'
+                     f'schema = "{schema}"\n')
+    try:
+        populate(other)
+        refused = run(other, "delete-scope", "org:acme", "--operator", "--yes")
+        assert refused.exit_code == 1
+        assert "cannot delete a scope's records in place" in refused.output
+        assert "nothing was changed" in refused.output
+        assert "org:acme" in listed(other)
+    finally:
+        pg.drop_schemas(schema)

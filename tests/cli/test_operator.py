@@ -24,7 +24,7 @@ HR_NOTE = "the salary review for the api team is due in march"
 def config(tmp_path: Path) -> Path:
     """A store holding a record of Bob's, one of #hr's and one of the org's, written by the
     store itself (below every gate)."""
-    path = sqlite_config(tmp_path, "data", layout="shared")
+    path = sqlite_config(tmp_path, "data")
 
     async def plant() -> None:
         memory = Memory.from_config(path)

@@ -27,11 +27,10 @@ TOKEN = "cli-token-0123456789"
 YEAR_2100 = 4_102_444_800_000
 
 
-def sqlite_config(tmp_path: Path, name: str, layout: str = "file") -> Path:
+def sqlite_config(tmp_path: Path, name: str) -> Path:
     path = tmp_path / f"{name}.toml"
     path.write_text(f'[memory]\nenabled = true\norganization = "acme"\nadmins = ["{ADMIN}"]\n'
-                    f'store = "sqlite"\n[memory.stores.sqlite]\npath = "{tmp_path / name}"\n'
-                    f'layout = "{layout}"\n')
+                    f'store = "sqlite"\n[memory.stores.sqlite]\npath = "{tmp_path / name}"\n')
     return path
 
 
@@ -88,24 +87,23 @@ def test_sqlite_to_jsonl_to_sqlite_to_jsonl_is_the_same_file(tmp_path: Path):
         == lines[4:]
 
 
-def test_a_directory_moves_to_the_shared_layout_by_export_and_import(tmp_path: Path):
-    """The way from one SQLite layout to the other (a directory is read in one layout only):
-    every record, status and count arrives, and the import can be run again, after a crash
-    or not, adding nothing twice."""
-    files, shared = sqlite_config(tmp_path, "files"), sqlite_config(tmp_path, "moved", "shared")
-    populate(files)
-    exported = tmp_path / "files.jsonl"
-    ok(run(files, "export", "--all", "--operator", "--out", str(exported)))
-    assert "imported 5 of 5 records" in ok(run(shared, "import", "--trust-source",
+def test_a_directory_moves_to_another_by_export_and_import(tmp_path: Path):
+    """Every record, status and count arrives, and the import can be run again, after a
+    crash or not, adding nothing twice."""
+    first, moved = sqlite_config(tmp_path, "first"), sqlite_config(tmp_path, "moved")
+    populate(first)
+    exported = tmp_path / "first.jsonl"
+    ok(run(first, "export", "--all", "--operator", "--out", str(exported)))
+    assert "imported 5 of 5 records" in ok(run(moved, "import", "--trust-source",
                                                str(exported))).output
-    assert "imported 0 of 5 records" in ok(run(shared, "import", "--trust-source",
+    assert "imported 0 of 5 records" in ok(run(moved, "import", "--trust-source",
                                                str(exported))).output
-    assert ok(run(shared, "export", "--all", "--operator")).stdout_bytes == exported.read_bytes()
+    assert ok(run(moved, "export", "--all", "--operator")).stdout_bytes == exported.read_bytes()
     assert any(name.startswith("shard-") for name in os.listdir(tmp_path / "moved"))
     # The next write there gets an id above every imported one.
-    ok(run(shared, "remember", "--scope", "org", "the vpn moved to wireguard"))
+    ok(run(moved, "remember", "--scope", "org", "the vpn moved to wireguard"))
     ids = [json.loads(text)["id"] for text in
-           ok(run(shared, "export", "--scope", "org:acme")).stdout_bytes.decode().splitlines()]
+           ok(run(moved, "export", "--scope", "org:acme")).stdout_bytes.decode().splitlines()]
     assert ids[-1] == "mem:org:acme:5"
 
 
