@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import apsw  # noqa: E402
 
 from scopemem.core.records import Candidate, Kind  # noqa: E402
-from scopemem.stores.sqlite import SqliteStore  # noqa: E402
+from scopemem.stores.sqlite_shared import SharedSqliteStore  # noqa: E402
 
 SCOPE = "repo:acme/widgets"
 BATCH = 50
@@ -83,8 +83,8 @@ async def one_scope(label: str, retention_days: int, step_ms: int, args: argpars
     rng = random.Random(7)
     clock = Clock()
     with tempfile.TemporaryDirectory(prefix="scopemem-disk-") as directory:
-        store = SqliteStore(directory, cap=args.cap, clock=clock, retention_days=retention_days,
-                            synchronous=args.synchronous)
+        store = SharedSqliteStore(directory, cap=args.cap, clock=clock,
+                                  retention_days=retention_days, synchronous=args.synchronous)
         started = time.perf_counter()
         written = 0
         while written < args.writes and time.perf_counter() - started < args.seconds:
@@ -94,10 +94,11 @@ async def one_scope(label: str, retention_days: int, step_ms: int, args: argpars
             clock.now += step_ms
         elapsed = time.perf_counter() - started
         await store.flush()
-        path = store.path_for(SCOPE)
+        path = store._shards.path(store._shards.of(SCOPE))
         conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
         try:
-            counted = dict(conn.execute("SELECT status, count(*) FROM records GROUP BY status"))
+            counted = dict(conn.execute("SELECT status, count(*) FROM records"
+                                        " WHERE scope_key = ? GROUP BY status", (SCOPE,)))
         finally:
             conn.close()
         live = sizes(directory)
@@ -115,8 +116,7 @@ async def many_scopes(args: argparse.Namespace) -> None:
     clock = Clock()
     rng = random.Random(11)
     with tempfile.TemporaryDirectory(prefix="scopemem-scopes-") as directory:
-        store = SqliteStore(directory, clock=clock, synchronous=args.synchronous,
-                            max_open=max(args.scopes, 1))
+        store = SharedSqliteStore(directory, clock=clock, synchronous=args.synchronous)
         for n in range(args.scopes):
             await store.write(f"org:scope{n}", texts(rng, 1, n))
         await store.flush()

@@ -49,7 +49,7 @@ from scopemem.core.ranking import SEED  # noqa: E402
 from scopemem.core.records import Candidate, Kind  # noqa: E402
 from scopemem.stores.base import DEFAULT_RANKING  # noqa: E402
 from scopemem.stores.memory import InMemoryStore  # noqa: E402
-from scopemem.stores.sqlite import SqliteStore  # noqa: E402
+from scopemem.stores.sqlite_shared import SharedSqliteStore  # noqa: E402
 
 ORG = "acme"
 REPOS = ("acme/api", "acme/web", "acme/infra")
@@ -310,7 +310,7 @@ async def measure(topics: list[tuple], args: argparse.Namespace, name: str) -> N
     with tempfile.TemporaryDirectory(prefix="scopemem-lessons-") as tmp:
         ranking = SEED if args.ranking == "seed" else DEFAULT_RANKING
         clock = Clock(NOW)
-        store = (SqliteStore(tmp, clock=clock, ranking=ranking) if args.store == "sqlite"
+        store = (SharedSqliteStore(tmp, clock=clock, ranking=ranking) if args.store == "sqlite"
                  else InMemoryStore(clock=clock, ranking=ranking))
         memory = Memory(config, store, clock=clock)
         await fill(memory, clock, topics, rng)

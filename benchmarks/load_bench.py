@@ -9,8 +9,10 @@ Text is drawn from a seeded 20,000-word pseudo-vocabulary with probability propo
 words, and one brief in ten of 300 words (a pasted log). Scope sizes are 20 records (the
 many-scope cases), 500 and ``--large`` (10,000, the largest cap a scope may have; a larger
 figure lifts the cap for this run only). Everything is seeded once, in process, through
-``SqliteStore`` (``synchronous=off`` while seeding; the seeding times are printed), into one
-data directory that a ``scopemem serve`` subprocess then serves over loopback.
+``SharedSqliteStore`` (``synchronous=off`` while seeding; the seeding times are printed), into
+one data directory that a ``scopemem serve`` subprocess then serves over loopback; the raw
+FTS5 baselines (``raw_fts.py``) read a directory beside it written with the same batches in
+the same order.
 
 Every figure is a ratio to a baseline measured in the same run, in ``--rounds`` rounds in
 which the baseline and the measured cases take turns (``--seconds`` each, and a bounded
@@ -27,8 +29,8 @@ min / median / max:
 2. head-of-line blocking: one light client's ``/retrieve`` p99 on a 500-record scope while
    8 clients send heavy queries (the 24 commonest words, or 300-word briefs) to the large
    scope, against the same while the 8 send short briefs to another 500-record scope;
-3. reads after writes (in process): the first ``SqliteStore.retrieve`` after a one-record
-   write to the large scope against the raw FTS5 query (``store_bench.RAW_FTS_SQL``) after
+3. reads after writes (in process): the first ``SharedSqliteStore.retrieve`` after a
+   one-record write to the large scope against the raw FTS5 query (``raw_fts.RAW_FTS_SQL``) after
    the same write; a write of 50 at the cap (10,000: each evicts 50) against a raw insert
    of the same rows into a copy of the file, over 100 batches, p50 and p99;
 4. the per-turn read: ``Memory.context_block`` over four 500-record scopes (org, repo,
@@ -36,13 +38,7 @@ min / median / max:
    needs in process (four FTS5 candidate queries and the repo window's listing);
 5. a realistic brief's retrieve on the large scope (in process) against the raw FTS5 query,
    with how many records the brief's prefilter terms match;
-6. ``InMemoryStore.retrieve`` on the large scope's records against ``SqliteStore``'s.
-
-``--layout`` names the SQLite layout measured (``memory.stores.sqlite.layout``; default
-``shared``, the default of a new directory). In the shared layout the worker serves it,
-figures 3-6 time ``SharedSqliteStore``, and the raw FTS5 baselines read a file-layout
-directory beside it written with the same batches in the same order; ``--layout file``
-measures the file layout's ``SqliteStore``.
+6. ``InMemoryStore.retrieve`` on the large scope's records against ``SharedSqliteStore``'s.
 
 ``--quick`` is a smoke run (scopes 10,1000; smaller large scope; short rounds). ``--only``
 runs the named figures alone (``--only 5,6``: the large scope's retrieve, in process), seeding
@@ -73,13 +69,16 @@ import aiohttp
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.hostile_bench import percentile  # noqa: E402
-from benchmarks.store_bench import (  # noqa: E402
+from benchmarks.raw_fts import (  # noqa: E402
     RAW_FTS_SQL,
-    SCOPE,
-    prefilter,
+    RECORD_COLUMNS,
+    RawScopes,
+    match_expression,
     raw_connection,
     raw_insert,
+    raw_path,
 )
+from benchmarks.store_bench import SCOPE, prefilter  # noqa: E402
 from benchmarks.worker_bench import (  # noqa: E402
     TOKEN,
     free_port,
@@ -92,16 +91,10 @@ from scopemem.core import engine  # noqa: E402
 from scopemem.core.records import MAX_SCOPE_CAP, MAX_TEXT_CHARS, Candidate, Kind  # noqa: E402
 from scopemem.core.requests import Request  # noqa: E402
 from scopemem.stores.memory import InMemoryStore  # noqa: E402
-from scopemem.stores.sqlite import SqliteStore, scope_file_name  # noqa: E402
-from scopemem.stores.sqlite import sql as sqlite_sql  # noqa: E402
-from scopemem.stores.sqlite.files import default_max_open  # noqa: E402
-from scopemem.stores.sqlite.schema import RECORD_COLUMNS  # noqa: E402
 from scopemem.stores.sqlite_shared import SharedSqliteStore  # noqa: E402
 from scopemem.stores.worker import WorkerStore  # noqa: E402
 
 LIMIT = 8
-# The SQLite store's layout under measurement (``--layout``).
-LAYOUT = {"layout": "file"}
 SMALL = 500
 MANY_RECORDS = 20
 HEAVY_CLIENTS = 8
@@ -213,22 +206,9 @@ def pairs_of(times: dict[str, list[list[float]]], measured: str, base: str,
 # --- seeding ------------------------------------------------------------------------------------
 
 
-def layout_store(data: str, **options: Any) -> Any:
-    """The SQLite store of the layout under measurement (``--layout``)."""
-    if LAYOUT["layout"] == "shared":
-        return SharedSqliteStore(data, **options)
-    return SqliteStore(data, **options)
-
-
-def raw_path(raw_data: str, scope_key: str) -> str:
-    """The file-layout database of ``scope_key`` under ``raw_data``, which the raw FTS5
-    baselines read."""
-    return os.path.join(raw_data, scope_file_name(scope_key))
-
-
 class Both:
-    """Writes to the store under measurement and, in the shared layout, to a file-layout
-    store beside it holding the same records (the raw FTS5 baselines' files)."""
+    """Writes to the store under measurement and to the raw FTS5 baselines' files beside it
+    (``raw_fts.RawScopes``), the same records."""
 
     def __init__(self, *stores: Any) -> None:
         self.stores = stores
@@ -245,15 +225,12 @@ class Both:
 async def seed(data: str, raw_data: str, zipf: Zipf, scope_counts: Sequence[int], large: int,
                figures: frozenset[int]) -> tuple[list[Candidate], list[str]]:
     """Every scope the ``figures`` read; the large scope's candidates and the context
-    scopes. With ``raw_data`` apart from ``data`` (the shared layout), the large and the
-    500-record scopes are written to a file-layout store there too, the same batches in the
-    same order, for the raw FTS5 baselines."""
-    store: Any = layout_store(data, cap=MAX_SCOPE_CAP, synchronous="off")
-    both = Both(store) if raw_data == data else Both(
-        store, SqliteStore(raw_data, cap=MAX_SCOPE_CAP, synchronous="off"))
+    scopes. The large and the 500-record scopes are written to the raw FTS5 baselines in
+    ``raw_data`` too, the same batches in the same order."""
+    store: Any = SharedSqliteStore(data, cap=MAX_SCOPE_CAP, synchronous="off")
+    both = Both(store, RawScopes(raw_data))
     if large > MAX_SCOPE_CAP:
-        for each in both.stores:
-            each.cap = large  # past the configurable maximum, for this measurement only
+        store.cap = large  # past the configurable maximum, for this measurement only
     started = time.perf_counter()
     count = max(scope_counts) if 1 in figures else 0
     keys = [many_scope(n) for n in range(count)]
@@ -325,11 +302,6 @@ async def serve(data: str, wrap: Sequence[str] = ()) -> AsyncIterator[tuple[str,
     port = free_port()
     env = {**os.environ, "SCOPEMEM_TOKEN": TOKEN}
     env.pop("SCOPEMEM_CONFIG", None)
-    # The layout named, not left to the default (which follows what the directory holds).
-    config = os.path.join(os.path.dirname(data), "layout.toml")
-    with open(config, "w", encoding="utf-8") as f:
-        f.write(f'[memory.stores.sqlite]\nlayout = "{LAYOUT["layout"]}"\n')
-    env["SCOPEMEM_CONFIG"] = config
     argv = [*wrap, sys.executable, "-m", "scopemem", "serve", "--port", str(port),
             "--store", "sqlite", "--data", data, "--no-access-log"]
     # The current directory comes first on sys.path with -m: run from an empty one.
@@ -391,10 +363,9 @@ async def many_scopes(url: str, port: int, args: argparse.Namespace, briefs: lis
         for _ in range(args.rounds):
             for n in counts:
                 read, write = bodies(url, n, briefs, texts)
-                if n != base and n <= default_max_open():
-                    # The cases take turns, and the largest closes the others' files: a case
-                    # whose scopes all fit in the worker's open files is measured as it
-                    # stands when it runs alone, each scope visited once just before.
+                if n != base:
+                    # The cases take turns: each is measured as it stands when it runs
+                    # alone, each scope visited once just before.
                     await visit_every_scope(session, url, n, briefs, args.clients)
                 (r_lat, r_err), (w_lat, w_err) = await asyncio.gather(
                     run_clients(session, readers, args.seconds, read),
@@ -534,7 +505,7 @@ async def visit_every_scope(session: aiohttp.ClientSession, url: str, scopes: in
 async def per_turn(url: str | None, args: argparse.Namespace, briefs: list[str],
                    context_keys: list[str], data: str, raw_data: str) -> None:
     config = MemoryConfig(enabled=True, organization=ORG, store="sqlite")
-    local_store = layout_store(data, cap=MAX_SCOPE_CAP)
+    local_store = SharedSqliteStore(data, cap=MAX_SCOPE_CAP)
     local = Memory(config, local_store)
     remote_store = WorkerStore(url, TOKEN, timeout=30) if url else None
     remote = Memory(config, remote_store) if remote_store else None
@@ -544,7 +515,7 @@ async def per_turn(url: str | None, args: argparse.Namespace, briefs: list[str],
     rng = random.Random(4)
 
     async def raw() -> None:
-        expression = sqlite_sql.match_expression(prefilter(rng.choice(briefs)))
+        expression = match_expression(prefilter(rng.choice(briefs)))
         for conn in raws.values():
             conn.execute(RAW_FTS_SQL, (expression, cap)).fetchall()
         raws[repo_key].execute(WINDOW_SQL, (config.repo_window,)).fetchall()
@@ -599,21 +570,17 @@ async def in_process(data: str, raw_data: str, args: argparse.Namespace, zipf: Z
                      briefs: list[str],
                      written: list[Candidate]) -> None:
     cap = engine.candidate_cap(LIMIT)
-    store = layout_store(data, cap=min(args.large, MAX_SCOPE_CAP))
+    store = SharedSqliteStore(data, cap=min(args.large, MAX_SCOPE_CAP))
     store.cap = args.large  # at the cap (above the configurable maximum only if --large is)
-    # The one-record writes of figure 3 reach the raw baseline's file too (in the shared
-    # layout, a file-layout store beside the store measured).
-    beside = Both(store)
-    if raw_data != data:
-        beside = Both(store, SqliteStore(raw_data, cap=min(args.large, MAX_SCOPE_CAP)))
-        beside.stores[1].cap = args.large
+    # The one-record writes of figure 3 reach the raw baseline's file too.
+    beside = Both(store, RawScopes(raw_data))
     measured = type(store).__name__
     raw = raw_connection(raw_path(raw_data, SCOPE), "full")
     rng = random.Random(5)
 
     def raw_query(pick: Callable[[], str]) -> Op:
         async def op() -> None:
-            expression = sqlite_sql.match_expression(prefilter(pick()))
+            expression = match_expression(prefilter(pick()))
             raw.execute(RAW_FTS_SQL, (expression, cap)).fetchall()
         return op
 
@@ -623,7 +590,7 @@ async def in_process(data: str, raw_data: str, args: argparse.Namespace, zipf: Z
         return op
 
     def matched(query: str) -> int:
-        expression = sqlite_sql.match_expression(prefilter(query))
+        expression = match_expression(prefilter(query))
         return raw.execute("SELECT count(*) FROM records_fts WHERE records_fts MATCH ?",
                            (expression,)).fetchall()[0][0]
 
@@ -708,7 +675,7 @@ async def in_process(data: str, raw_data: str, args: argparse.Namespace, zipf: Z
         at_cap.append(time.perf_counter() - started)
         evicted += counts.evicted
         started = time.perf_counter()
-        raw_insert(raw_target, batch, next(now))
+        raw_insert(raw_target, batch, next(now), SCOPE)
         inserted.append(time.perf_counter() - started)
     per_round = max(1, -(-len(at_cap) // args.rounds))
     print(f"   a write of 50 at the cap ({store.cap:,}; {evicted / max(1, len(at_cap)):.0f} "
@@ -739,9 +706,8 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="scopemem-load-") as tmp:
         data = os.path.join(tmp, "scopes")
         figures = args.figures
-        # The raw FTS5 baselines read file-layout files: in the shared layout, a directory
-        # of their own holding the same records.
-        raw_data = data if args.layout == "file" else os.path.join(tmp, "raw-file-layout")
+        # The raw FTS5 baselines: a directory of their own holding the same records.
+        raw_data = os.path.join(tmp, "raw-fts")
         written, context_keys = await seed(data, raw_data, zipf, args.scope_counts, args.large,
                                            figures)
         if figures & {1, 2, 4}:
@@ -776,9 +742,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="batches of 50 written at the cap (figure 3)")
     parser.add_argument("--after-writes", type=int, default=100,
                         help="retrievals after a write per case per round (figure 3)")
-    parser.add_argument("--layout", choices=("file", "shared"), default="shared",
-                        help="the SQLite store's layout (memory.stores.sqlite.layout;"
-                             " default shared, the default of a new directory)")
     parser.add_argument("--only", default="1,2,3,4,5,6",
                         help="the figures to run, comma-separated (default all: 1,2,3,4,5,6)")
     args = parser.parse_args(argv)
@@ -791,7 +754,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.batches = min(args.batches, 20)
         args.after_writes = min(args.after_writes, 20)
     args.scope_counts = [int(n) for n in args.scopes.split(",")]
-    LAYOUT["layout"] = args.layout
     try:
         args.figures = frozenset(int(n) for n in args.only.split(","))
     except ValueError:

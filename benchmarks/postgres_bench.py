@@ -4,7 +4,7 @@
                                         [--dsn postgresql://127.0.0.1:5432/test]
 
 For each scope size it fills one scope of a PostgresStore (in a schema of its own, dropped
-afterwards) and one of a SqliteStore (in a temporary directory) with the same generated
+afterwards) and one of a SharedSqliteStore (in a temporary directory) with the same generated
 records, then prints, for each store and their ratio (Postgres / SQLite):
 
 * retrieve p50 and p99 (milliseconds) of ``retrieve`` (limit 8, usage bumps on) for
@@ -48,7 +48,7 @@ from benchmarks.store_bench import Corpus  # noqa: E402
 from scopemem.core.records import MAX_SCOPE_CAP  # noqa: E402
 from scopemem.stores.postgres import PostgresStore  # noqa: E402
 from scopemem.stores.postgres.options import PostgresOptions  # noqa: E402
-from scopemem.stores.sqlite import SqliteStore  # noqa: E402
+from scopemem.stores.sqlite_shared import SharedSqliteStore  # noqa: E402
 
 SCOPE = "repo:acme/widgets"
 BATCH = 50
@@ -87,7 +87,7 @@ async def bench_size(size: int, limit: int, seconds: float, dsn: str) -> None:
     postgres = PostgresStore(PostgresOptions(dsn=dsn, schema=schema, min_pool=2, max_pool=4),
                              cap=MAX_SCOPE_CAP, clock=clock)
     with tempfile.TemporaryDirectory(prefix="scopemem-pgbench-") as tmp:
-        sqlite = SqliteStore(tmp, cap=MAX_SCOPE_CAP, clock=clock)
+        sqlite = SharedSqliteStore(tmp, cap=MAX_SCOPE_CAP, clock=clock)
         stores = {"postgres": postgres, "sqlite": sqlite}
         try:
             fill = {name: 0.0 for name in stores}
@@ -190,7 +190,7 @@ async def main() -> None:
                         help="also: scope counts (e.g. 1,10,40) of 500-record scopes, retrieve"
                              " p50 on one of them as the table fills")
     args = parser.parse_args()
-    print(f"PostgresStore vs SqliteStore, limit {args.limit}, {os.cpu_count()} cores")
+    print(f"PostgresStore vs SharedSqliteStore, limit {args.limit}, {os.cpu_count()} cores")
     for size in (int(s) for s in args.sizes.split(",") if s):
         await bench_size(size, args.limit, args.seconds, args.dsn)
     if args.curve:

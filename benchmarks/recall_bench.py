@@ -49,7 +49,7 @@ from scopemem.core.ranking import SEED  # noqa: E402
 from scopemem.core.records import MAX_SCOPE_CAP, Candidate, Kind, Record  # noqa: E402
 from scopemem.stores.base import DEFAULT_RANKING, MemoryStore  # noqa: E402
 from scopemem.stores.memory import InMemoryStore  # noqa: E402
-from scopemem.stores.sqlite import SqliteStore  # noqa: E402
+from scopemem.stores.sqlite_shared import SharedSqliteStore  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"
@@ -180,8 +180,8 @@ async def built(kind: str, directory: str) -> AsyncIterator[MemoryStore]:
     if kind == "memory":
         yield InMemoryStore(cap=MAX_SCOPE_CAP, clock=clock)
         return
-    backing = SqliteStore(os.path.join(directory, kind), cap=MAX_SCOPE_CAP, clock=clock,
-                          synchronous="off")
+    backing = SharedSqliteStore(os.path.join(directory, kind), cap=MAX_SCOPE_CAP, clock=clock,
+                                synchronous="off")
     if kind == "sqlite":
         try:
             yield backing

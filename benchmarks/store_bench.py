@@ -2,16 +2,17 @@
 
     python benchmarks/store_bench.py [--sizes 500,10000] [--limit 8] [--seconds 1.5]
 
-For each scope size it fills one SqliteStore scope and one InMemoryStore scope with the same
+For each scope size it fills one SharedSqliteStore scope, its raw FTS5 baseline
+(``raw_fts.py``) and one InMemoryStore scope with the same
 generated records, then prints medians (milliseconds) of:
 
-* retrieve: ``SqliteStore.retrieve`` (thread hop, FTS5 prefilter, engine ranking, usage bump
-  committed), the raw FTS5 candidate query that retrieve issues, run directly with apsw on the
-  same file (same SQL, same parameters), and ``InMemoryStore.retrieve`` (target: at most
-  twice SqliteStore's, i.e. ``store / in-memory`` at least 0.5);
-* write: a batch of 50 new candidates through ``SqliteStore.write`` (with the scope under its
-  cap, so no eviction), the same rows inserted raw (records + token index, one
-  ``BEGIN IMMEDIATE`` transaction, same ``synchronous``) on the same file, the same batch
+* retrieve: ``SharedSqliteStore.retrieve`` (copies or SQL, engine ranking, use counts),
+  the raw FTS5 candidate query run directly with apsw on the baseline's file (same
+  records), and ``InMemoryStore.retrieve`` (target: at most twice the SQLite store's, i.e.
+  ``store / in-memory`` at least 0.5);
+* write: a batch of 50 new candidates through ``SharedSqliteStore.write`` (with the scope
+  under its cap, so no eviction), as many rows inserted raw (records + token index, one
+  ``BEGIN IMMEDIATE`` transaction, same ``synchronous``) in the baseline, the same batch
   through ``InMemoryStore.write``, and, separately, a batch into a scope at its cap (each
   batch evicts 50).
 
@@ -19,7 +20,7 @@ Texts come from a seeded Zipf-like vocabulary so common words match many records
 real briefs. Every case runs for a bounded time (``--seconds``), so a full run takes well
 under a minute. Nothing here asserts: it prints figures.
 
-Path measured: one scope, in process (``SqliteStore`` called directly, no HTTP, no
+Path measured: one scope, in process (``SharedSqliteStore`` called directly, no HTTP, no
 ``Memory``). It does not measure many scopes, concurrent clients, the worker, or the per-turn
 read over several scopes; ``load_bench.py`` does.
 """
@@ -29,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import os
 import random
 import statistics
@@ -40,15 +40,17 @@ from collections.abc import Awaitable, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.raw_fts import (  # noqa: E402
+    ANALYZER,
+    RAW_FTS_SQL,
+    match_expression,
+    raw_connection,
+    raw_insert,
+)
 from scopemem.core import engine  # noqa: E402
 from scopemem.core.records import MAX_SCOPE_CAP, Candidate, Kind  # noqa: E402
-from scopemem.core.scopes import memory_id  # noqa: E402
-from scopemem.core.text import normalize_text  # noqa: E402
-from scopemem.stores.base import DEFAULT_RANKING  # noqa: E402
 from scopemem.stores.memory import InMemoryStore  # noqa: E402
-from scopemem.stores.sqlite import SqliteStore  # noqa: E402
-from scopemem.stores.sqlite import sql as sqlite_sql  # noqa: E402
-from scopemem.stores.sqlite.schema import HIT_TOKENS, RECORD_COLUMNS  # noqa: E402
+from scopemem.stores.sqlite_shared import SharedSqliteStore  # noqa: E402
 
 SCOPE = "repo:acme/widgets"
 BATCH = 50
@@ -102,47 +104,6 @@ async def timed(fn: Callable[[], Awaitable[object]], seconds: float, max_runs: i
     return samples
 
 
-def raw_connection(path: str, synchronous: str):  # type: ignore[no-untyped-def]
-    import apsw
-
-    conn = apsw.Connection(path)
-    conn.set_busy_timeout(5000)
-    conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-    return conn
-
-
-def raw_insert(conn, candidates: list[Candidate], now: int) -> None:  # type: ignore[no-untyped-def]
-    """The same rows a write batch inserts, written directly in one transaction."""
-    conn.execute("BEGIN IMMEDIATE")
-    seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM records").fetchall()[0][0]
-    rows, tokens = [], []
-    for offset, c in enumerate(candidates):
-        keywords = list(c.keywords or ())
-        rows.append((seq + offset, memory_id(SCOPE, seq + offset), SCOPE, c.kind.value, c.text,
-                     normalize_text(c.text), json.dumps(keywords), c.source_thread_key,
-                     c.source_run_id, now, None, 0, c.confidence, None, None, "active"))
-        tokens.append((seq + offset, sqlite_sql.fts_tokens(c.text, keywords, ANALYZER)))
-    conn.executemany(
-        "INSERT INTO records (seq, id, scope_key, kind, text, norm, keywords,"
-        " source_thread_key, source_run_id, created_at, last_used_at, use_count,"
-        " confidence, supersedes, restates, status)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-    conn.executemany("INSERT INTO records_fts (rowid, tokens) VALUES (?, ?)", tokens)
-    conn.execute("COMMIT")
-
-
-# The raw FTS5 query a retrieval is measured against: the best ``cap`` rows for the query's
-# prefilter terms by FTS5's own bm25, read in full with their indexed terms (the statement
-# retrieval issued before weighted ranking, kept here so figures compare across versions).
-RAW_FTS_SQL = (
-    f"SELECT {RECORD_COLUMNS}, {HIT_TOKENS} FROM ("
-    "SELECT rowid AS hit, bm25(records_fts) AS score FROM records_fts"
-    " WHERE records_fts MATCH ? ORDER BY score, rowid DESC LIMIT ?"
-    ") CROSS JOIN records ON seq = hit WHERE status = 'active'"
-)
-ANALYZER = DEFAULT_RANKING.analyzer
-
-
 def prefilter(query: str) -> list[str]:
     return list(engine.query_terms(query, ANALYZER).prefilter)
 
@@ -154,7 +115,9 @@ async def bench_size(size: int, limit: int, seconds: float, synchronous: str) ->
     cap = engine.candidate_cap(limit)
     queries = [corpus.query() for _ in range(40)]
     with tempfile.TemporaryDirectory(prefix="scopemem-bench-") as tmp:
-        sqlite = SqliteStore(tmp, cap=MAX_SCOPE_CAP, clock=clock, synchronous=synchronous)
+        sqlite = SharedSqliteStore(os.path.join(tmp, "data"), cap=MAX_SCOPE_CAP, clock=clock,
+                                   synchronous=synchronous)
+        raw = raw_connection(os.path.join(tmp, "raw.db"), synchronous)
         fill = time.perf_counter()
         written: list[Candidate] = []
         for _ in range(size // BATCH):
@@ -162,14 +125,15 @@ async def bench_size(size: int, limit: int, seconds: float, synchronous: str) ->
             await sqlite.write(SCOPE, batch)
             written.extend(batch)
         fill = time.perf_counter() - fill
-        raw = raw_connection(sqlite.path_for(SCOPE), synchronous)
+        for start in range(0, len(written), BATCH):
+            raw_insert(raw, written[start:start + BATCH], clock(), SCOPE)
         matched = [raw.execute("SELECT count(*) FROM records_fts WHERE records_fts MATCH ?",
-                               (sqlite_sql.match_expression(prefilter(q)),)
+                               (match_expression(prefilter(q)),)
                                ).fetchall()[0][0] for q in queries]
         cycle = itertools.cycle(queries)
 
         async def measure(batch: list[str]) -> tuple[list[float], list[float]]:
-            """SqliteStore.retrieve and the raw candidate query on the same queries, in
+            """SharedSqliteStore.retrieve and the raw candidate query on the same queries, in
             alternating blocks of ten so drift and neighbours on a shared machine hit both
             alike. (Each retrieve commits a usage bump, which empties the raw connection's
             page cache; only the first raw query of a block pays for that, and the median
@@ -185,7 +149,7 @@ async def bench_size(size: int, limit: int, seconds: float, synchronous: str) ->
                 block += 1
                 for query in queries_now:
                     start = time.perf_counter()
-                    expression = sqlite_sql.match_expression(prefilter(query))
+                    expression = match_expression(prefilter(query))
                     raw.execute(RAW_FTS_SQL, (expression, cap)).fetchall()
                     raw_times.append(time.perf_counter() - start)
                 for query in queries_now:
@@ -199,7 +163,7 @@ async def bench_size(size: int, limit: int, seconds: float, synchronous: str) ->
         selective_queries = [corpus.selective_query() for _ in range(40)]
         selective_matched = [raw.execute(
             "SELECT count(*) FROM records_fts WHERE records_fts MATCH ?",
-            (sqlite_sql.match_expression(prefilter(q)),)).fetchall()[0][0]
+            (match_expression(prefilter(q)),)).fetchall()[0][0]
             for q in selective_queries]
         selective_store, selective_raw = await measure(selective_queries)
 
@@ -215,12 +179,11 @@ async def bench_size(size: int, limit: int, seconds: float, synchronous: str) ->
             writes["store"].append(time.perf_counter() - start)
             batch = [corpus.candidate() for _ in range(BATCH)]
             start = time.perf_counter()
-            raw_insert(raw, batch, clock())
+            raw_insert(raw, batch, clock(), SCOPE)
             writes["raw"].append(time.perf_counter() - start)
 
         # At the cap: every batch evicts as many records as it inserts.
-        active = raw.execute("SELECT count(*) FROM records WHERE status = 'active'"
-                             ).fetchall()[0][0]
+        active = len(written) + BATCH * len(writes["store"])
         sqlite.cap = active
         at_cap: list[float] = []
         deadline = time.perf_counter() + seconds
@@ -251,16 +214,16 @@ async def bench_size(size: int, limit: int, seconds: float, synchronous: str) ->
     print(f"\n== scope of {size:,} records (limit {limit}, candidate cap {cap},"
           f" synchronous={synchronous}; filled in {fill:.1f} s;"
           f" a query matches {int(statistics.median(matched))} records (median))")
-    print(f"retrieve  SqliteStore {r_store:8.3f} ms   raw FTS5 query {r_raw:8.3f} ms"
+    print(f"retrieve  SQLite store {r_store:8.3f} ms   raw FTS5 query {r_raw:8.3f} ms"
           f"   InMemoryStore {r_mem:9.3f} ms")
     print(f"          store / raw = {r_store / r_raw:5.2f}x (target <= 1.5x)"
           f"   store / in-memory = {r_store / r_mem:5.2f}x (target >= 0.5x)"
           f"   n = {len(retrieve['store'])} / {len(retrieve['raw'])} / {len(retrieve['memory'])}")
     s_store, s_raw = median_ms(selective_store), median_ms(selective_raw)
     print(f"selective query (matches {int(statistics.median(selective_matched))} records,"
-          f" median): SqliteStore {s_store:.3f} ms, raw FTS5 query {s_raw:.3f} ms,"
+          f" median): SQLite store {s_store:.3f} ms, raw FTS5 query {s_raw:.3f} ms,"
           f" store / raw = {s_store / s_raw:.2f}x")
-    print(f"write 50  SqliteStore {w_store:8.3f} ms   raw insert     {w_raw:8.3f} ms"
+    print(f"write 50  SQLite store {w_store:8.3f} ms   raw insert     {w_raw:8.3f} ms"
           f"   InMemoryStore {w_mem:9.3f} ms")
     print(f"          store / raw = {w_store / w_raw:5.2f}x (target <= 3x)"
           f"   n = {len(writes['store'])} / {len(writes['raw'])} / {len(writes['memory'])}")
