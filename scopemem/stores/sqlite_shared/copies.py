@@ -1,7 +1,7 @@
 """A scope's copies in memory: its records beside its index, answers from them on the
 event loop (``RowCopy``, ``answer``), and carrying both across this store's own write.
 
-A write changes a scope's change counter, so the copy read before it (``postgres.cache``'s
+A write changes a scope's change counter, so the copy read before it (``shared.cache``'s
 ``ScopeCopy``) would answer nothing after it, and a scope written several times a second
 would be read from its postings on nearly every retrieval. But the write knows what it did
 to the postings (``writes.Change``): when the copy held is at the counter the write's

@@ -18,7 +18,7 @@ read with its terms in one statement and ranked by ``engine.rank_entries``, as t
 in-process store ranks (``_small_scope``).
 
 A scope read often enough has its whole index copied into memory (``PostingsCache`` and
-``ScopeCopy``, the PostgreSQL store's own, ``postgres/cache.py``): step 1 is then the copy's,
+``ScopeCopy``, shared with the PostgreSQL store, ``shared/cache.py``): step 1 is then the copy's,
 weighed as arrays (``stores.dense``), and the read of step 3 also reads the scope's change
 counter (``scopes.generation``, moved on by every transaction changing the scope, in any
 process); a copy at another counter answers nothing and is dropped. The store's own writes
@@ -71,7 +71,7 @@ class Searched:
 def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, scope_key: str,
            terms: engine.QueryTerms, limit: int, now: int, bump: bool,
            copy: ScopeCopy | None = None, whole: bool = False) -> Searched:
-    """Steps 1 to 4; with ``copy`` (the scope's index held in memory, ``postgres.cache``),
+    """Steps 1 to 4; with ``copy`` (the scope's index held in memory, ``shared.cache``),
     step 1 is the copy's, and the first read of the candidates' rows also reads the scope's
     change counter: the copy answers only at its own. With ``whole``, a scope of at most
     ``WHOLE_ROWS`` active records is copied whole instead (``copy_of``) and answered from

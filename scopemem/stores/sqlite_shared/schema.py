@@ -39,8 +39,8 @@ META_SHARD = "shard"
 META_SHARDS = "shards"
 META_FOLDING = "folding"
 
-# The seq, then the record's fields in ``Record``'s order (as ``sqlite.schema.RECORD_COLUMNS``,
-# so ``sqlite.sql.record`` builds records from these rows too).
+# The seq, then the record's fields in ``Record``'s order (as the file layout's
+# ``legacy.RECORD_COLUMNS``), so ``sql.record`` builds records from either.
 RECORD_COLUMNS = ("seq, id, scope_key, kind, text, keywords, source_thread_key, source_run_id,"
                   " created_at, last_used_at, use_count, confidence, supersedes, restates,"
                   " status, source")
