@@ -1,5 +1,6 @@
 """What keeps a store's disk bounded (issue 14 item 5): dead rows purged after the retention,
-forgotten text scrubbed from every file, ids never reused, a limit on scopes per directory."""
+forgotten text scrubbed from every file, ids never reused. (The limit on scopes per
+directory: ``test_sqlite_shared.py`` and ``tests/worker/test_limits.py``.)"""
 
 from __future__ import annotations
 
