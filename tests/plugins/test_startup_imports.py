@@ -115,3 +115,20 @@ def test_the_sqlite_store_reads_a_small_scope_without_numpy(tmp_path: Path) -> N
             "    await store.close()\n"
             "asyncio.run(main())\n")
     assert "numpy" not in loaded_after(code)
+
+
+def test_a_hook_reading_the_sqlite_store_imports_no_write_path(tmp_path: Path) -> None:
+    config = tmp_path / "sqlite.toml"
+    config.write_text(f'[memory]\nenabled = true\norganization = "acme"\nstore = "sqlite"\n'
+                      f'[memory.stores.sqlite]\npath = "{tmp_path / "data"}"\n'
+                      f'[memory.hooks]\nsubject = "alice"\nstate_dir = "{tmp_path / "state"}"\n',
+                      encoding="utf-8")
+    prompt = json.dumps({"session_id": "s1", "hook_event_name": "UserPromptSubmit",
+                         "prompt": "why do the tests fail?", "cwd": str(tmp_path)})
+    modules = imported_by(["--config", str(config), "hook", "user-prompt-submit"], prompt,
+                          tmp_path)
+    assert "scopemem.stores.sqlite_shared.store" in modules  # the hook did read
+    # Redaction, the status gate and reflection are a write's; a read loads none of them.
+    unused = {"numpy", "detect_secrets", "scopemem.secrets", "scopemem.api.reflecting",
+              "scopemem.core.reflection", "scopemem.agent_hooks.transcript"}
+    assert not modules & unused, sorted(modules & unused)
