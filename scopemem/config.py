@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -376,6 +375,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} on line "
                           f"{line}); a TOML file is UTF-8") from None
+    import tomllib  # a command that reads no file (``--help``) does not load the parser
+
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
