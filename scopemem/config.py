@@ -258,7 +258,7 @@ def _in_range(key: str, value: int, low: int, high: int | None, why: str = "") -
 
 def _check_ranges(config: MemoryConfig) -> None:
     # The ranking's words and stemmers: loaded when a configuration is, not with this module.
-    from scopemem.languages import analyzer_for, available_languages
+    from scopemem.languages import available_languages, check_languages
 
     _in_range("limit", config.limit, 1, MAX_LIMIT)
     # Below the floor the prefix naming the scopes can leave no room for even a cut record.
@@ -278,7 +278,7 @@ def _check_ranges(config: MemoryConfig) -> None:
         raise ConfigError("memory.languages: name at least one language"
                           f" (available: {', '.join(available_languages())})")
     try:
-        analyzer_for(config.languages)
+        check_languages(config.languages)
     except ValueError as exc:
         raise ConfigError(f"memory.languages: {exc}") from None
     if config.organization is not None:

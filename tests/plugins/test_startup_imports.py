@@ -76,10 +76,10 @@ def test_a_hook_with_memory_off_imports_nothing_only_record_work_needs(tmp_path:
     modules = imported_by(["--config", str(config), "hook", "user-prompt-submit"], prompt,
                           tmp_path)
     assert "scopemem.agent_hooks.runner" in modules  # the hook did run
-    # Reading the configuration takes cattrs, and checking its languages the word rules'
-    # regex; nothing else a read or a write needs.
+    # Reading the configuration takes cattrs; checking its languages, the libraries' lists
+    # (not the word rules); nothing else a read or a write needs.
     unused = {*RECORD_WORK, *HEAVY, "scopemem.agent_hooks.transcript",
-              "scopemem.core.reflection"} - {"cattrs", "regex"}
+              "scopemem.core.reflection", "scopemem.core.words"} - {"cattrs"}
     assert not modules & unused, sorted(modules & unused)
 
 
