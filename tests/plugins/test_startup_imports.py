@@ -130,6 +130,7 @@ def test_a_hook_reading_the_sqlite_store_imports_no_write_path(tmp_path: Path) -
                           tmp_path)
     assert "scopemem.stores.sqlite_shared.store" in modules  # the hook did read
     # Redaction, the status gate and reflection are a write's; a read loads none of them.
-    unused = {"numpy", "detect_secrets", "scopemem.secrets", "scopemem.api.reflecting",
-              "scopemem.core.reflection", "scopemem.agent_hooks.transcript"}
+    unused = {"numpy", "detect_secrets", "scopemem.secrets", "scopemem.core.gate",
+              "scopemem.api.reflecting", "scopemem.core.reflection",
+              "scopemem.agent_hooks.transcript"}
     assert not modules & unused, sorted(modules & unused)
