@@ -6,7 +6,10 @@ Times whole processes from outside (start to exit, imports and set-up included),
 command ``--runs`` times after ``--warmup`` runs that are not counted, in turn (A B C A B
 C …, so a machine that slows down mid-run slows every command alike):
 
-* ``python -c pass``: the yardstick, Python's own start;
+* ``python -c pass``: the yardstick, Python's start in this environment (its ``site``
+  included: with scopemem installed editable, ``pip install -e``, that is the editable
+  finder's imports, pathlib, re and more, which a regular install does not pay at start);
+* ``python -S -c pass``: Python's start without ``site``, the interpreter alone;
 * ``python -c "import scopemem"``: the package an integrator imports;
 * ``scopemem --help``: the command line with every plugin's commands listed;
 * ``scopemem hook user-prompt-submit`` with memory disabled (the hook answers nothing);
@@ -14,8 +17,9 @@ C …, so a machine that slows down mid-run slows every command alike):
   (the hook reads the store and prints the block).
 
 Prints each command's median wall time (and min and max, to show the spread) and its
-median ratio to ``python -c pass``, the ratios taken run by run. The command line and the
-hook are meant to stay within 5x. Nothing here asserts: it prints figures.
+median ratios to ``python -c pass`` and to ``python -S -c pass``, the ratios taken run by
+run. The command line and the hook are meant to stay within 5x ``python -c pass``. Nothing
+here asserts: it prints figures.
 
 Runs with bytecode caching on (as an installed package has it), whatever
 ``PYTHONDONTWRITEBYTECODE`` says.
@@ -100,6 +104,7 @@ def main() -> None:
                        check=True, capture_output=True, env=env, cwd=tmp)
         commands: dict[str, tuple[list[str], bytes]] = {
             "python -c pass": ([sys.executable, "-c", "pass"], b""),
+            "python -S -c pass": ([sys.executable, "-S", "-c", "pass"], b""),
             "import scopemem": ([sys.executable, "-c", "import scopemem"], b""),
             "scopemem --help": ([*scopemem, "--help"], b""),
             "hook, memory off": ([*scopemem, "--config", str(off), "hook",
@@ -119,13 +124,14 @@ def main() -> None:
                 if index >= args.warmup:
                     times[name].append(elapsed)
 
-    base = times["python -c pass"]
-    print(f"{'command':<20} {'median ms':>10} {'min':>7} {'max':>7} {'x python':>9}")
+    print(f"{'command':<20} {'median ms':>10} {'min':>7} {'max':>7} {'x python':>9} "
+          f"{'x python -S':>12}")
     for name, values in times.items():
-        ratio = statistics.median(value / yardstick for value, yardstick in zip(values, base,
-                                                                                strict=True))
+        ratios = [statistics.median(value / yardstick for value, yardstick in zip(
+            values, times[base], strict=True)) for base in ("python -c pass", "python -S -c pass")]
         print(f"{name:<20} {statistics.median(values) * 1000:>10.1f} "
-              f"{min(values) * 1000:>7.1f} {max(values) * 1000:>7.1f} {ratio:>9.2f}")
+              f"{min(values) * 1000:>7.1f} {max(values) * 1000:>7.1f} {ratios[0]:>9.2f} "
+              f"{ratios[1]:>12.2f}")
 
 
 if __name__ == "__main__":

@@ -9,15 +9,14 @@ everything (0) nor make every write fail (> 10000).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import cattrs
 
 from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
@@ -25,11 +24,14 @@ from scopemem.core.records import (
     MAX_LIMIT,
     MAX_RETENTION_DAYS,
     MAX_SCOPE_CAP,
+    MIN_BLOCK_TOKENS,
 )
 from scopemem.core.scopes import scope_key_problem
 from scopemem.errors import ConfigError
 
 if TYPE_CHECKING:
+    import cattrs
+
     from scopemem.core.ranking import Ranking
 
 log = logging.getLogger("scopemem")
@@ -175,7 +177,12 @@ def _string_list(value: Any, _type: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _build_converter() -> cattrs.Converter:
+@functools.cache
+def _converter() -> cattrs.Converter:
+    """The configuration's converter, built when a configuration is first read (not when a
+    command that reads none, ``--help``, starts)."""
+    import cattrs
+
     converter = cattrs.Converter(forbid_extra_keys=True)
     for kind in (str, int, bool):
         converter.register_structure_hook(kind, _strict(kind))
@@ -186,10 +193,9 @@ def _build_converter() -> cattrs.Converter:
     return converter
 
 
-_converter = _build_converter()
-
-
 def _format(exc: BaseException, _type: Any) -> str:
+    import cattrs
+
     if isinstance(exc, cattrs.ForbiddenExtraKeysError):
         return f"unknown key(s): {', '.join(sorted(exc.extra_fields))}"
     return str(exc)
@@ -217,8 +223,10 @@ def config_from_mapping(data: Mapping[str, Any], *, source: str = "config") -> M
     if not isinstance(table.get("mcp", {}), Mapping):
         raise ConfigError(f"{source}: memory.mcp must be a table")
     cap = _scope_cap(table.pop("max_records_per_scope", DEFAULT_SCOPE_CAP))
+    import cattrs
+
     try:
-        config = _converter.structure(table, MemoryConfig)
+        config = _converter().structure(table, MemoryConfig)
     except cattrs.BaseValidationError as exc:
         messages = cattrs.transform_error(exc, path="memory", format_exception=_format)
         raise ConfigError("; ".join(_path_first(message) for message in messages)) from None
@@ -250,8 +258,7 @@ def _in_range(key: str, value: int, low: int, high: int | None, why: str = "") -
 
 def _check_ranges(config: MemoryConfig) -> None:
     # The ranking's words and stemmers: loaded when a configuration is, not with this module.
-    from scopemem.core.scoring import MIN_BLOCK_TOKENS
-    from scopemem.languages import analyzer_for, available_languages
+    from scopemem.languages import available_languages, check_languages
 
     _in_range("limit", config.limit, 1, MAX_LIMIT)
     # Below the floor the prefix naming the scopes can leave no room for even a cut record.
@@ -271,7 +278,7 @@ def _check_ranges(config: MemoryConfig) -> None:
         raise ConfigError("memory.languages: name at least one language"
                           f" (available: {', '.join(available_languages())})")
     try:
-        analyzer_for(config.languages)
+        check_languages(config.languages)
     except ValueError as exc:
         raise ConfigError(f"memory.languages: {exc}") from None
     if config.organization is not None:
@@ -305,8 +312,6 @@ def _check_hooks(hooks: HooksConfig) -> None:
     if not 0 < hooks.timeout <= MAX_HOOK_TIMEOUT:
         raise ConfigError(f"memory.hooks.timeout: must be above 0 and at most "
                           f"{MAX_HOOK_TIMEOUT:g} seconds, got {hooks.timeout:g}")
-    from scopemem.core.scoring import MIN_BLOCK_TOKENS
-
     # The least block ``max_tokens`` allows, at four characters a token.
     _in_range("hooks.max_chars", hooks.max_chars, 4 * MIN_BLOCK_TOKENS, None,
               " (room for the block's prefix, its fences and one record)")
@@ -370,6 +375,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} on line "
                           f"{line}); a TOML file is UTF-8") from None
+    import tomllib  # a command that reads no file (``--help``) does not load the parser
+
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

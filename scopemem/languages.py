@@ -22,10 +22,14 @@ import contextlib
 import functools
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
-from scopemem.core.words import PLAIN, Analyzer, fold, script_of, tokenize
+# The word rules (and their ``regex``) load with the first analyzer: checking a
+# configuration's languages (``check_languages``) needs only the libraries' lists.
+if TYPE_CHECKING:
+    from scopemem.core.words import Analyzer
 
-__all__ = ["DEFAULT_LANGUAGES", "analyzer_for", "available_languages"]
+__all__ = ["DEFAULT_LANGUAGES", "analyzer_for", "available_languages", "check_languages"]
 
 DEFAULT_LANGUAGES: tuple[str, ...] = ("english",)
 
@@ -42,8 +46,19 @@ def available_languages() -> tuple[str, ...]:
     return tuple(sorted(set(stopwords.AVAILABLE_LANGUAGES) & set(Stemmer.algorithms())))
 
 
+def check_languages(languages: Sequence[str]) -> None:
+    """Raises ``ValueError`` naming the first of ``languages`` that is not available and
+    listing the available ones."""
+    known = available_languages()
+    for language in languages:
+        if language not in known:
+            raise ValueError(f"unknown language {language!r} (available: {', '.join(known)})")
+
+
 def _function_words(language: str) -> frozenset[str]:
     import stopwords
+
+    from scopemem.core.words import tokenize
 
     words: set[str] = set()
     for entry in stopwords.get_stopwords(language):
@@ -58,6 +73,8 @@ def _function_words(language: str) -> frozenset[str]:
 
 def _script(words: Iterable[str]) -> str | None:
     """The script most of a language's function words are written in."""
+    from scopemem.core.words import script_of
+
     counts = collections.Counter(script for script in map(script_of, words) if script)
     return counts.most_common(1)[0][0] if counts else None
 
@@ -68,13 +85,12 @@ def analyzer_for(languages: Sequence[str]) -> Analyzer:
     order: the stopwords of all of them, and per script the stemmer of the first one
     written in it. An empty list is ``PLAIN``. Raises ``ValueError`` naming an unknown
     language and listing the available ones."""
+    from scopemem.core.words import PLAIN, Analyzer
+
     languages = tuple(languages)
     if not languages:
         return PLAIN
-    known = available_languages()
-    for language in languages:
-        if language not in known:
-            raise ValueError(f"unknown language {language!r} (available: {', '.join(known)})")
+    check_languages(languages)
     import Stemmer
 
     stopwords: set[str] = set()
@@ -98,6 +114,8 @@ def _folded(stem: Callable[[str], str]) -> Callable[[str], str]:
     """A stem function safe to share between threads (a PyStemmer object is not) whose
     answer is folded again (a stemmer may rewrite a letter), so a stem is always a folded
     token. The analyzer remembers what it stemmed."""
+    from scopemem.core.words import fold
+
     lock = threading.Lock()
 
     def stem_word(word: str) -> str:

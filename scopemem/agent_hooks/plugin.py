@@ -14,7 +14,6 @@ A watchdog ends the process at the deadline (plus a second) whatever is still ru
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import sys
@@ -162,8 +161,16 @@ def _event_command(event: HookEvent) -> click.Command:
 
         def body() -> HookOutcome:
             nonlocal log_path
+            from scopemem.agent_hooks.runner import HookOutcome
+
+            config = _load(state)
+            limit = timeout or config.hooks.timeout
+            _watchdog(limit + GRACE_SECONDS)
+            if not config.enabled:  # memory off: no files, no reads, no answer
+                return HookOutcome()
+            import asyncio
+
             from scopemem.agent_hooks.runner import (
-                HookOutcome,
                 hand_off,
                 log_to_file,
                 read_block,
@@ -172,11 +179,6 @@ def _event_command(event: HookEvent) -> click.Command:
             )
             from scopemem.api.memory import Memory
 
-            config = _load(state)
-            limit = timeout or config.hooks.timeout
-            _watchdog(limit + GRACE_SECONDS)
-            if not config.enabled:  # memory off: no files, no reads, no answer
-                return HookOutcome()
             directory = state_dir(config, dict(os.environ))
             log_path = log_to_file(directory)
             payload = parse_payload(_read_stdin(), event)
@@ -202,6 +204,8 @@ def _load(state: CliState) -> MemoryConfig:
 
 
 async def _closing(memory: Memory, work: Any, limit: float) -> HookOutcome:
+    import asyncio
+
     try:
         result: HookOutcome = await work
         return result
@@ -224,6 +228,8 @@ def _reflect_command() -> click.Command:
     def reflect_command(state: CliState, session_id: str, transcript: str, start: int,
                         end: int, cwd: str | None, agent: str | None) -> None:
         """Reflect one part of a session's transcript (started by Stop and SessionEnd)."""
+        import asyncio
+
         from scopemem.agent_hooks.ledger import Ledger
         from scopemem.agent_hooks.runner import HookOutcome, log_to_file, reflect_part, state_dir
         from scopemem.api.memory import Memory

@@ -10,11 +10,7 @@ Reflection takes a model call and store writes, seconds to minutes, so ``Stop`` 
 
 from __future__ import annotations
 
-import asyncio
-import getpass
 import logging
-import logging.handlers
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -23,14 +19,11 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from scopemem.agent_hooks.ledger import Ledger, SessionState
 from scopemem.agent_hooks.payload import HookEvent, HookPayload, render_output
-from scopemem.agent_hooks.transcript import read_slice, split_run
 from scopemem.config import MemoryConfig
-from scopemem.core.reflection import should_reflect
-from scopemem.core.requests import Request
-from scopemem.gitremote import repo_of
 
+# What one path needs is imported on that path: a hook with memory off imports none of it,
+# a prompt's read no transcript nor reflection rule.
 if TYPE_CHECKING:
     from scopemem.api.memory import Memory
 
@@ -67,6 +60,8 @@ def log_to_file(directory: Path) -> Path:
     hook's stderr reaches the person's screen, a warning there per prompt would be noise."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / LOG_FILE
+    import logging.handlers
+
     handler = logging.handlers.RotatingFileHandler(path, maxBytes=LOG_BYTES, backupCount=1,
                                                    encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(message)s"))
@@ -90,6 +85,8 @@ def user_id(config: MemoryConfig) -> str | None:
     subject, else the login name running the agent; never anything from the hook input."""
     subject = config.hooks.subject
     if subject is None:
+        import getpass
+
         try:
             subject = getpass.getuser()
         except (OSError, KeyError):  # no login name: reads go without the user scope
@@ -107,6 +104,11 @@ def session_brief(repo: str | None, cwd: str | None) -> str:
 
 async def read_block(memory: Memory, payload: HookPayload, timeout: float) -> HookOutcome:
     """The advisory block for a session start or a prompt, within ``timeout`` seconds."""
+    import asyncio
+
+    from scopemem.core.requests import Request
+    from scopemem.gitremote import repo_of
+
     deadline = time.monotonic() + timeout
     repo = await asyncio.to_thread(repo_of, payload.cwd, timeout * GIT_SHARE)
     brief = (payload.prompt if payload.event is HookEvent.USER_PROMPT_SUBMIT
@@ -145,6 +147,8 @@ def reflect_command(config_path: str | None, payload: HookPayload, start: int, e
 def _spawn(command: Sequence[str], log_path: Path) -> int:
     """Start ``command`` detached: its own session (the agent's Ctrl-C and exit do not reach
     it), no stdin, output to the log. Returns its pid; the hook does not wait for it."""
+    import subprocess
+
     with open(log_path, "ab") as out:
         process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=out,
                                    stderr=out, start_new_session=True, close_fds=True)
@@ -155,6 +159,10 @@ def hand_off(config: MemoryConfig, config_path: str | None, payload: HookPayload
              directory: Path, log_path: Path) -> HookOutcome:
     """Claim the transcript's part not yet reflected and start its reflection. A part that
     does not qualify (no tool call, under four turns) is left for the next hook."""
+    from scopemem.agent_hooks.ledger import Ledger, SessionState
+    from scopemem.agent_hooks.transcript import read_slice, split_run
+    from scopemem.core.reflection import should_reflect
+
     if not config.enabled:
         return HookOutcome()
     if not payload.transcript_path:
@@ -183,7 +191,12 @@ def hand_off(config: MemoryConfig, config_path: str | None, payload: HookPayload
 async def reflect_part(memory: Memory, *, session_id: str, transcript: str, start: int,
                        end: int, cwd: str | None, agent: str | None) -> None:
     """Reflect bytes ``start``-``end`` of a transcript (the background process's work)."""
+    import asyncio
+
+    from scopemem.agent_hooks.transcript import read_slice, split_run
     from scopemem.api.reflecting import Run
+    from scopemem.core.requests import Request
+    from scopemem.gitremote import repo_of
 
     piece = read_slice(transcript, start, stop=end)
     history, request_text, answer = split_run(piece.turns)

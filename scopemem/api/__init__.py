@@ -2,23 +2,28 @@
 operations) that every surface above it (chat, CLI, worker, MCP, hooks) is built on, and
 ``SyncMemory``, the same API blocking."""
 
-from scopemem.api.memory import Memory, MemoryContext
-from scopemem.api.reflecting import ReflectionReport, Run
-from scopemem.api.results import (
-    REFUSAL_REASONS,
-    Caller,
-    ForgetResult,
-    ListResult,
-    ListSection,
-    MemoryRefused,
-    OperationFailed,
-    RememberResult,
-    ScopeSweep,
-    SearchHit,
-    SearchResult,
-    SweepReport,
-)
-from scopemem.api.sync import SyncMemory
+from typing import TYPE_CHECKING
+
+from scopemem.plugins.lazy import exports
+
+if TYPE_CHECKING:
+    from scopemem.api.memory import Memory, MemoryContext
+    from scopemem.api.reflecting import ReflectionReport, Run
+    from scopemem.api.results import (
+        REFUSAL_REASONS,
+        Caller,
+        ForgetResult,
+        ListResult,
+        ListSection,
+        MemoryRefused,
+        OperationFailed,
+        RememberResult,
+        ScopeSweep,
+        SearchHit,
+        SearchResult,
+        SweepReport,
+    )
+    from scopemem.api.sync import SyncMemory
 
 __all__ = [
     "REFUSAL_REASONS",
@@ -39,3 +44,16 @@ __all__ = [
     "SweepReport",
     "SyncMemory",
 ]
+
+# Imported on first use: a hook that reads needs ``Memory``, not reflection's machinery.
+__getattr__ = exports(__name__, {
+    "Memory": "scopemem.api.memory",
+    "MemoryContext": "scopemem.api.memory",
+    "ReflectionReport": "scopemem.api.reflecting",
+    "Run": "scopemem.api.reflecting",
+    **{name: "scopemem.api.results" for name in (
+        "REFUSAL_REASONS", "Caller", "ForgetResult", "ListResult", "ListSection",
+        "MemoryRefused", "OperationFailed", "RememberResult", "ScopeSweep", "SearchHit",
+        "SearchResult", "SweepReport")},
+    "SyncMemory": "scopemem.api.sync",
+})

@@ -20,12 +20,11 @@ import logging
 import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from scopemem.api.operations import Operations
-from scopemem.api.reflecting import Run, reflect
 from scopemem.config import MemoryConfig, load_config
 from scopemem.core import scoring
 from scopemem.core.records import Kind, Record
@@ -44,6 +43,9 @@ from scopemem.plugins.manager import PluginManager, get_plugin_manager
 from scopemem.plugins.providers import Provider, build_provider, parse_model_ref
 from scopemem.stores.base import Clock, Hit, MemoryStore, search_hits, wall_clock_ms
 from scopemem.stores.counting import CountBuffer
+
+if TYPE_CHECKING:
+    from scopemem.api.reflecting import Run
 
 log = logging.getLogger("scopemem")
 
@@ -162,6 +164,8 @@ class Memory(Operations):
         task.add_done_callback(self._pending.discard)
 
     async def _reflect_quietly(self, run: Run) -> None:
+        from scopemem.api.reflecting import reflect  # a read never loads reflection
+
         try:
             await reflect(self, run)
         except asyncio.CancelledError:

@@ -15,7 +15,6 @@ in this process only.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -92,6 +91,8 @@ def _scope(memory: Memory, value: str | None, allowed: list[str]) -> str | None:
     included); a usage error naming them otherwise."""
     if value is None or value.lower() in allowed:
         return None if value is None else value.lower()
+    import asyncio
+
     asyncio.run(memory.close())
     raise click.BadParameter(f"takes {'|'.join(allowed)}, got {value!r}",
                              param_hint="'--scope'")
@@ -101,6 +102,8 @@ def _durable(memory: Memory) -> None:
     """A command that changes records refuses a store that keeps them in this process only:
     its change would be gone when the command exits, though it said it was done."""
     if memory.enabled and not getattr(memory.store, "durable", True):
+        import asyncio
+
         asyncio.run(memory.close())
         raise click.ClickException(
             f"memory.store = {memory.config.store!r} keeps records in this process only; "
@@ -109,6 +112,8 @@ def _durable(memory: Memory) -> None:
 
 
 def _run(memory: Memory, action: Callable[[Any], Awaitable[Outcome]], as_json: bool) -> None:
+    import asyncio
+
     async def main() -> Outcome:
         try:
             return await action(memory)

@@ -30,7 +30,6 @@ own ``remember`` makes a ``human`` record.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import sys
@@ -51,6 +50,8 @@ from scopemem.errors import ScopememError, StoreError
 from scopemem.plugins.markers import hookimpl
 
 if TYPE_CHECKING:
+    import asyncio
+
     from scopemem.api.memory import Memory
     from scopemem.core.records import Record
     from scopemem.stores.porting import PortableStore
@@ -69,6 +70,8 @@ class _BadLine(click.ClickException):
 
 def _store(state: CliState, *, changes: bool) -> tuple[Memory, PortableStore]:
     """The configured memory and its store as a ``PortableStore``, or a click error."""
+    import asyncio
+
     from scopemem.cli.builtin_memory_commands import _durable, _memory
     from scopemem.stores.porting import portable
 
@@ -94,6 +97,8 @@ def _readable(memory: Memory, scope_key: str) -> None:
 
     refusal = memory.read_refusal(scope_key, Caller(user_key=DEFAULT_CALLER))
     if refusal is not None:
+        import asyncio
+
         asyncio.run(memory.close())
         need_operator(False, f"{DEFAULT_CALLER} may not read {scope_key} ({refusal})")
 
@@ -227,6 +232,8 @@ class _Writer:
             self.written_through = self.pending_through
 
     async def submit(self, batch: list[Record], through: int) -> None:
+        import asyncio
+
         await self.settle()
         self.task = asyncio.ensure_future(self.store.import_records(batch))
         self.pending_through = through
@@ -326,6 +333,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
 
         Scopes come sorted by key, records in id order within a scope. A scope the local
         person may not read (another person's, a channel's), and --all, take --operator."""
+        import asyncio
+
         if (scope_key is None) == (not every):
             raise click.UsageError("give either --scope KEY or --all")
         if every:
@@ -366,6 +375,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
         refuses is imported as swept. A time in the future (beyond five minutes) or more
         than a billion uses is a bad line. At the first bad line the import stops: earlier
         batches stay written, nothing of the bad line's batch is."""
+        import asyncio
+
         name = "stdin" if file == "-" else file
         try:
             stream: IO[bytes] = click.open_file(file, "rb")

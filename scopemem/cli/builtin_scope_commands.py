@@ -10,7 +10,6 @@ a clear error, and nothing is changed.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import click
@@ -40,6 +39,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
         status, with its counters. It cannot be undone: export the scope first to keep a
         copy. Its ids are never given again. Any scope but the local person's own takes
         --operator."""
+        import asyncio
+
         from scopemem.cli.builtin_memory_commands import DEFAULT_CALLER, _durable, _memory
 
         if scope_key != DEFAULT_CALLER:

@@ -18,11 +18,10 @@ said in one line and exits 1.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -32,7 +31,9 @@ from scopemem.core.records import CountRow
 from scopemem.core.scopes import scope_key_problem
 from scopemem.errors import ScopememError
 from scopemem.plugins.markers import hookimpl
-from scopemem.stores.counting import Stats
+
+if TYPE_CHECKING:
+    from scopemem.stores.counting import Stats
 
 READINGS = ("counters", "lessons", "rejected", "restated")
 GROUPS = ("scope", "kind", "day")
@@ -197,6 +198,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
     def stats(state: CliState, reading: str, scope: str | None, kind: str | None,
               since: str, by: str | None, as_json: bool) -> None:
         """Counters per scope and day: what memory offered, rejected, inserted, showed."""
+        import asyncio
+
         from scopemem.stores.base import wall_clock_ms
 
         if scope is not None and kind is not None:

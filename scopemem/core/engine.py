@@ -12,7 +12,6 @@ from typing import TypeVar
 
 import attrs
 
-from scopemem.core.gate import rejection_markers
 from scopemem.core.ranking import (
     SEED,
     QueryTerms,
@@ -278,10 +277,15 @@ def evicted_seqs(active: Iterable[tuple[int, int | None, int]], excess: int) -> 
 
 
 def plan_sweep(
-    active: Iterable[Record], markers: Callable[[str], list[str]] = rejection_markers
+    active: Iterable[Record], markers: Callable[[str], list[str]] | None = None
 ) -> list[Record]:
-    """The active facts the gate would have refused, as they become once swept. Summaries are
-    never gated: they are episodic by design."""
+    """The active facts the gate (``markers``, by default the built-in status gate's
+    ``core.gate.rejection_markers``) would have refused, as they become once swept.
+    Summaries are never gated: they are episodic by design."""
+    if markers is None:
+        from scopemem.core.gate import rejection_markers  # its rules load on the first sweep
+
+        markers = rejection_markers
     return [
         attrs.evolve(record, status=Status.SWEPT)
         for record in active

@@ -6,20 +6,23 @@ milliseconds since the epoch, as on the wire.
 
 One cattrs converter, ``wire``, owns the JSON shape the Memory Worker speaks: camelCase keys,
 absent optional fields omitted (never ``null``), unknown input keys ignored so an older peer's
-extra fields never break a newer one.
+extra fields never break a newer one. It is built on first use: cattrs and the converter's
+generated functions cost more than the rest of a command's start.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
-import cattrs
-from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+if TYPE_CHECKING:
+    import cattrs
 
 # Limits shared by every boundary that accepts records (the worker's validator, the client,
 # reflection's parser) so they cannot drift apart.
@@ -50,6 +53,11 @@ MAX_IMPORT_BYTES = 256 * 1024
 MAX_COUNT_ROWS = 512
 MAX_STATS_SCOPES = 100
 DEFAULT_SCOPE_CAP = 500
+# The smallest ``max_tokens`` (``config`` refuses less) that always holds the block's prefix
+# naming the four built-in scopes with keys of 200 characters each (the longest a key may be;
+# a key with characters to escape renders longer), the fences, and one cut bullet of about a
+# hundred characters (the block is ``core.scoring``'s).
+MIN_BLOCK_TOKENS = 256
 MAX_SCOPE_CAP = 10_000
 # How long a superseded, evicted or swept record keeps its text (an audit of what a sweep or
 # the cap retired) before the store purges it (``memory.retention_days``).
@@ -349,7 +357,11 @@ def _float_hook(value: Any, _type: Any) -> float:
     return float(value)
 
 
+@functools.cache
 def _build_wire_converter() -> cattrs.Converter:
+    import cattrs
+    from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
     converter = cattrs.Converter(forbid_extra_keys=False)
     converter.register_structure_hook(str, _strict(str))
     converter.register_structure_hook(int, _strict(int))
@@ -408,18 +420,24 @@ def _record_to_wire(record: Record) -> dict[str, Any]:
     return data
 
 
-wire = _build_wire_converter()
+def __getattr__(name: str) -> Any:
+    """``wire``, the converter, built on first use."""
+    if name == "wire":
+        return _build_wire_converter()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def to_wire(value: Any) -> Any:
     """The JSON-ready form of a record, candidate, counts or sweep result (or a list of them)."""
-    return wire.unstructure(value)
+    return _build_wire_converter().unstructure(value)
 
 
 def from_wire(data: Mapping[str, Any], cls: type[T]) -> T:
     """Parse one wire object; raises ``WireError`` naming what was wrong."""
+    import cattrs
+
     try:
-        return wire.structure(data, cls)
+        return _build_wire_converter().structure(data, cls)
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
         raise WireError(_describe(exc)) from exc
 
@@ -429,6 +447,8 @@ class WireError(ValueError):
 
 
 def _describe(exc: BaseException) -> str:
+    import cattrs
+
     if not isinstance(exc, cattrs.BaseValidationError):
         return str(exc)
     messages = cattrs.transform_error(exc, path="$", format_exception=_format_leaf)

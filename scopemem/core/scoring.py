@@ -25,6 +25,9 @@ from collections.abc import Collection, Iterable, Sequence
 
 import attrs
 
+# MIN_BLOCK_TOKENS, the smallest ``max_tokens`` the block allows, is defined with the other
+# limits so that reading a configuration does not load this module's tokenizer.
+from scopemem.core.records import MIN_BLOCK_TOKENS as MIN_BLOCK_TOKENS
 from scopemem.core.records import Record
 from scopemem.core.text import estimate_tokens, sanitize_field, tokenize
 
@@ -38,12 +41,6 @@ FENCE_CLOSE = "</background_memory>"
 #: Ends a field the budget had to shorten, so a reader knows there was more. Plain
 #: characters, which sanitizing leaves as they are.
 CUT_MARKER = " …[cut]"
-#: The smallest ``max_tokens`` (``config`` refuses less) that always holds the prefix naming
-#: the four built-in scopes with keys of 200 characters each (the longest a key may be; a key
-#: with characters to escape renders longer), the fences, and one cut bullet of about a
-#: hundred characters.
-MIN_BLOCK_TOKENS = 256
-
 _WORD_RE = re.compile(r"\S+")
 
 

@@ -17,7 +17,6 @@ import click
 
 from scopemem.cli import CliState
 from scopemem.errors import ScopememError
-from scopemem.gitremote import repo_of
 from scopemem.plugins.markers import hookimpl
 
 INSTALL_HINT = "pip install -e '.[mcp]' from the scopemem checkout"
@@ -99,6 +98,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
         if repo is None and config.mcp.repo is None:
             # Launched by the agent in the project's folder: its git remote names the repo,
             # as for the coding-agent hooks (``gitremote``); none when there is no remote.
+            from scopemem.gitremote import repo_of
+
             repo = repo_of(os.getcwd(), REMOTE_TIMEOUT)
         identity = Identity.from_settings(config.mcp, subject=subject, repo=repo,
                                           channel=channel)

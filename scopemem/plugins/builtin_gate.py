@@ -3,7 +3,6 @@ never written. Summaries are episodic by design and pass ungated."""
 
 from __future__ import annotations
 
-from scopemem.core.gate import rejection_markers
 from scopemem.core.records import Candidate, Kind
 from scopemem.plugins.markers import hookimpl
 
@@ -12,4 +11,6 @@ from scopemem.plugins.markers import hookimpl
 def scopemem_rejection_markers(candidate: Candidate) -> list[str] | None:
     if candidate.kind != Kind.FACT:
         return None
+    from scopemem.core.gate import rejection_markers  # its rules load on the first write
+
     return rejection_markers(candidate.text) or None

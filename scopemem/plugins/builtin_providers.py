@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 from urllib.parse import urlsplit
 
-from scopemem.core.text import redact_secrets
 from scopemem.errors import ConfigError
 from scopemem.plugins.markers import hookimpl
 from scopemem.plugins.providers import DEFAULT_MAX_TOKENS, ProviderError, ProviderSettings
@@ -55,6 +54,8 @@ def _base_url(settings: ProviderSettings, default: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.query \
             or parts.fragment:
+        from scopemem.core.text import redact_secrets
+
         raise ConfigError(
             f"{settings.option_key('base_url')}: expected an http:// or https:// URL without "
             f"a query, got {redact_secrets(value)!r}"
@@ -204,6 +205,8 @@ class _HttpProvider:
     def _scrub(self, text: str) -> str:
         if self._api_key:
             text = text.replace(self._api_key, "[REDACTED]")
+        from scopemem.core.text import redact_secrets
+
         return redact_secrets(_SPACE.sub(" ", text).strip())
 
     def _excerpt(self, raw: bytes) -> str:

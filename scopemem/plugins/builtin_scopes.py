@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scopemem.core.requests import Request, ScopeKind, ScopeRefused
 from scopemem.plugins.markers import hookimpl
 
 if TYPE_CHECKING:
     from scopemem.config import MemoryConfig
+    from scopemem.core.requests import Request, ScopeKind
 
 ORG, REPO, CHANNEL, USER = "org", "repo", "channel", "user"
 
@@ -31,6 +31,8 @@ def _repo(request: Request) -> str | None:
 
 @hookimpl
 def scopemem_scope_kinds(config: MemoryConfig) -> list[ScopeKind]:
+    from scopemem.core.requests import ScopeKind, ScopeRefused  # not for a command's start
+
     organization = config.organization
 
     def org(_request: Request) -> str:

@@ -14,13 +14,11 @@ from collections.abc import Mapping
 import attrs
 
 from scopemem.config import MemoryConfig
-from scopemem.core.gate import MARKER_NAMES, combine_markers
 from scopemem.core.hygiene import NOISE, fit_candidate, noise_reason, without_nul
 from scopemem.core.policy import RunActor, WriteDecision, settle_decision
 from scopemem.core.records import Candidate, Kind
 from scopemem.core.requests import ScopeKind, merge_scope_kinds
 from scopemem.plugins.manager import PluginManager
-from scopemem.secrets import redact_candidate
 from scopemem.stores.base import redact_provenance
 
 BUILTIN_GATE = "scopemem.plugins.builtin_gate"
@@ -34,6 +32,9 @@ def rejection_markers(pm: PluginManager, candidate: Candidate, *, gate: bool = T
                       ) -> list[str]:
     """Every plugin's markers for ``candidate``. ``gate=False`` (``memory.gate = false``)
     leaves the built-in status gate out; other plugins' markers still apply."""
+    # The gate's and the secret rules load on the first write, not with a read.
+    from scopemem.core.gate import combine_markers
+
     hook = pm.hook.scopemem_rejection_markers
     if not gate:
         builtin = pm.get_plugin(BUILTIN_GATE)
@@ -66,6 +67,8 @@ def screen_candidate(pm: PluginManager, config: MemoryConfig, candidate: Candida
     rule (noise, of any kind, is refused with the single marker ``NOISE``) and, for a fact,
     the status gate (``memory.gate``) and every plugin's markers. A summary is episodic by
     design and never gated (003)."""
+    from scopemem.secrets import redact_candidate
+
     candidate = without_nul(candidate)  # redaction sees the text as it will be stored
     redacted = redact_candidate(candidate)
     cleaned = fit_candidate(redact_provenance(redacted))
@@ -83,6 +86,8 @@ def describe_markers(markers: tuple[str, ...] | list[str]) -> str:
     """Why a fact was refused, in words that claim no more than the markers say: the
     built-in gate's markers mean one-moment status or change narration; a plugin's mean
     only that the plugin refused it."""
+    from scopemem.core.gate import MARKER_NAMES
+
     builtin = [marker for marker in markers if marker in MARKER_NAMES]
     other = [marker for marker in markers if marker not in MARKER_NAMES and marker != NOISE]
     reasons = []

@@ -34,7 +34,6 @@ from scopemem.core.scoring import keyword_match
 from scopemem.errors import StoreError
 from scopemem.languages import DEFAULT_LANGUAGES, analyzer_for
 from scopemem.options import OptionsTable
-from scopemem.secrets import redact, redact_candidate
 
 __all__ = [
     "DEFAULT_RANKING",
@@ -235,7 +234,12 @@ def redact_source(value: str) -> str:
 
 # A batch's candidates share their thread and run, and a thread writes again and again: the
 # redaction of a key (which the token rules must look at closely) is done once.
-_redacted_source = functools.lru_cache(maxsize=256)(redact)
+@functools.lru_cache(maxsize=256)
+def _redacted_source(value: str) -> str:
+    # The rules load on the first redaction, not when a command that writes nothing starts.
+    from scopemem.secrets import redact
+
+    return redact(value)
 
 
 def redact_provenance(candidate: Candidate) -> Candidate:
@@ -259,6 +263,8 @@ def fit_batch(candidates: Sequence[Candidate]) -> list[Candidate]:
     caps, a thread key, no NUL), so no store keeps a secret or what another would refuse,
     and the worker client never sends either (the worker server's own store redacts what
     any other client sends)."""
+    from scopemem.secrets import redact_candidate
+
     return [fit_candidate(redact_provenance(redact_candidate(without_nul(candidate))))
             for candidate in candidates]
 

@@ -7,6 +7,7 @@ design). Modules, one job each:
 ``options``    the ``[memory.stores.sqlite]`` table: options, defaults, checks
 ``schema``     the shard files' tables and their migrations
 ``shards``     which shard holds a scope; opening a shard file
+``refold``     re-deriving a shard's terms when the languages or tokenizing rules change
 ``statements`` the SQL statements, scope-keyed
 ``sql``        rows to records, transactions, apsw errors
 ``index``      the token index (FTS5) of the active records

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = ["CONTINUES", "MAX_SEQ", "MAX_SID", "bounds", "post", "prefix", "rowid", "scrub",
-           "unpost", "unpost_scope"]
+           "unpost", "unpost_all", "unpost_scope"]
 
 # [[rowid, text], ...] in; [rowid, ...] out; merged into one segment.
 INDEX_ROWS = ("INSERT INTO terms_fts (rowid, tokens) SELECT value ->> 0, value ->> 1"
@@ -37,6 +37,7 @@ INDEX_ROWS = ("INSERT INTO terms_fts (rowid, tokens) SELECT value ->> 0, value -
 UNINDEX_ROWS = "DELETE FROM terms_fts WHERE rowid IN (SELECT value FROM json_each(:rowids))"
 MERGE_INDEX = "INSERT INTO terms_fts (terms_fts) VALUES ('optimize')"
 UNINDEX_RANGE = "DELETE FROM terms_fts WHERE rowid >= :low AND rowid < :high"
+UNINDEX_ALL = "INSERT INTO terms_fts (terms_fts) VALUES ('delete-all')"
 
 #: The marker term of a record continuing its predecessor's thread (never a word's term).
 CONTINUES = "\ue000"
@@ -82,6 +83,11 @@ def unpost(conn: Any, sid: int, seqs: Sequence[int]) -> None:
 def unpost_scope(conn: Any, sid: int) -> None:
     """Take every document of scope ``sid`` out of the index (its range of rowids)."""
     conn.execute(UNINDEX_RANGE, {"low": rowid(sid, 0), "high": rowid(sid + 1, 0)})
+
+
+def unpost_all(conn: Any) -> None:
+    """Empty the index: every scope's documents out, every segment dropped."""
+    conn.execute(UNINDEX_ALL)
 
 
 def scrub(conn: Any) -> None:

@@ -169,7 +169,7 @@ def _build(directory: str, building: str, analyzer: Analyzer, now: int, shards: 
     scratch = os.path.join(building, "upgrade")
     os.makedirs(scratch)
     names = sorted(name for name in os.listdir(directory) if is_scope_file(name))
-    target = Shards(building, shards=shards, synchronous="off")
+    target = Shards(building, analyzer=analyzer, shards=shards, synchronous="off")
     uses = PendingUses(shards)
     migrated: dict[str, int] = {}
     skipped: list[str] = []
@@ -189,7 +189,7 @@ def _build(directory: str, building: str, analyzer: Analyzer, now: int, shards: 
     finally:
         target.close()
     shutil.rmtree(scratch)
-    _check_reopened(building, shards, migrated)
+    _check_reopened(building, analyzer, shards, migrated)
     for name in os.listdir(building):
         _sync_file(os.path.join(building, name))
     _write_summary(building, {
@@ -280,9 +280,10 @@ def _check(conn: Any, scope: _Scope) -> None:
                              f" {what} read back differ from its file's; no file was changed")
 
 
-def _check_reopened(building: str, shards: int, migrated: dict[str, int]) -> None:
+def _check_reopened(building: str, analyzer: Analyzer, shards: int,
+                    migrated: dict[str, int]) -> None:
     """Opened afresh, the shard files hold every scope migrated and its record count."""
-    reopened = Shards(building, shards=shards)
+    reopened = Shards(building, analyzer=analyzer, shards=shards)
     held: dict[str, int] = {}
     try:
         for index in range(shards):

@@ -15,7 +15,8 @@ vocabulary and a query for one of them can only match that scope's records.
 
 A shard records which shard it is (``meta``: its index and the shard count) and carries the
 store's application id, so a file copied over another shard's name, or a database of
-another application, is refused rather than read as the wrong scopes.
+another application, is refused rather than read as the wrong scopes. ``meta`` also holds the
+analyzer's signature its terms follow (``META_FOLDING``, ``refold.py``).
 
 This module is plain data plus small functions taking an apsw connection.
 """

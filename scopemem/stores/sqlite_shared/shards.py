@@ -8,8 +8,10 @@ while one writes; writers to a shard are queued on the event loop by the store (
 ``asyncio.Lock`` per shard) before they reach SQLite's own lock.
 
 The first connection of the process to a shard checks the file is that shard of this store
-(``schema.identity_problem``) and brings its schema up to date, in one ``BEGIN IMMEDIATE``
-transaction; later connections only set their pragmas.
+(``schema.identity_problem``), brings its schema up to date and re-derives its terms if they
+follow other tokenizing rules or languages (``refold.py``), in one ``BEGIN IMMEDIATE``
+transaction, before any copy of a scope of the shard is read; later connections only set
+their pragmas. A thread opening a shard while another checks it waits for that check.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import threading
 import time
 from typing import Any
 
+from scopemem.core.words import Analyzer
 from scopemem.errors import StoreError
-from scopemem.stores.sqlite_shared import schema
+from scopemem.stores.sqlite_shared import refold, schema
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.commits import CommitWatch
 from scopemem.stores.sqlite_shared.sql import descriptors_busy
@@ -32,15 +35,17 @@ __all__ = ["Shards"]
 class Shards:
     """The shard files of one data directory, and the threads' connections to them."""
 
-    def __init__(self, root: str, *, shards: int = schema.SHARDS, synchronous: str = "full",
-                 busy_timeout_ms: int = 5000) -> None:
+    def __init__(self, root: str, *, analyzer: Analyzer, shards: int = schema.SHARDS,
+                 synchronous: str = "full", busy_timeout_ms: int = 5000) -> None:
         self.root = root
+        self.analyzer = analyzer
         self.count = shards
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
         self._lock = threading.Lock()
         self._checked: set[int] = set()  # shards whose identity and schema this process saw
+        self._checking: dict[int, threading.Lock] = {}  # held while a shard is checked
         self._all: list[Any] = []  # every connection, to close them all at the end
         # Each shard's WAL-index header, from SQLite's map of it (``walheader.py``): one
         # per shard, through whichever connection first had it mapped (the map is the
@@ -160,13 +165,19 @@ class Shards:
                 time.sleep(0.001)
 
     def _check(self, conn: Any, index: int, path: str) -> None:
-        with sqlite_sql.immediate(conn):
-            problem = schema.identity_problem(conn, index, self.count)
-            if problem is not None:
-                raise StoreError(f"sqlite store: {path}: {problem}")
-            schema.apply_schema(conn, index, self.count)
         with self._lock:
-            self._checked.add(index)
+            checking = self._checking.setdefault(index, threading.Lock())
+        with checking:
+            if index in self._checked:
+                return  # by another thread, while this one waited
+            with sqlite_sql.immediate(conn):
+                problem = schema.identity_problem(conn, index, self.count)
+                if problem is not None:
+                    raise StoreError(f"sqlite store: {path}: {problem}")
+                schema.apply_schema(conn, index, self.count)
+                refold.refold(conn, self.analyzer, path)
+            with self._lock:
+                self._checked.add(index)
 
     def close(self) -> None:
         """Close every connection (the pools are stopped first: none is in use)."""

@@ -121,7 +121,7 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
         self._shards = Shards(self.directory, shards=check_int(shards, "shards", 1, 256),
                               synchronous=self.synchronous,
                               busy_timeout_ms=check_int(busy_timeout_ms, "busy_timeout_ms",
-                                                         0))
+                                                        0), analyzer=self.analyzer)
         if migrate:  # a directory of the file layout, once (``migrate.py``)
             migrate_file_layout(self.directory, analyzer=self.analyzer, clock=clock,
                                 shards=self._shards.count)
