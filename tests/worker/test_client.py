@@ -318,6 +318,9 @@ def test_from_settings_builds_a_worker_store():
     custom = WorkerStore.from_settings(settings({"MY_TOKEN": "abc"}, base_url="http://h",
                                                 token_env="MY_TOKEN"))
     assert isinstance(custom, WorkerStore) and custom.timeout == 5.0
+    assert custom.retry.deadline == 10.0
+    patient = WorkerStore.from_settings(settings(base_url="http://h", retry_deadline_seconds=30))
+    assert isinstance(patient, WorkerStore) and patient.retry.deadline == 30.0
 
 
 @pytest.mark.parametrize("environ", [{}, {"MEMORY_TOKEN": ""}, {"OTHER": "x"}])
@@ -347,6 +350,10 @@ def test_the_fallback_names_a_custom_token_env(memory_warnings):
     ({"base_url": "http://h", "timeout_seconds": 0}, "memory.stores.worker.timeout_seconds"),
     ({"base_url": "http://h", "timeout_seconds": "5"}, "memory.stores.worker.timeout_seconds"),
     ({"base_url": "http://h", "timeout_seconds": True}, "memory.stores.worker.timeout_seconds"),
+    ({"base_url": "http://h", "retry_deadline_seconds": 0},
+     "memory.stores.worker.retry_deadline_seconds"),
+    ({"base_url": "http://h", "retry_deadline_seconds": 601},
+     "memory.stores.worker.retry_deadline_seconds"),
 ])
 def test_bad_options_name_their_key(options, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
