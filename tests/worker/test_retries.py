@@ -244,3 +244,14 @@ def test_the_document_states_the_key_the_worker_checks():
     for path in ("/write", "/used", "/forget", "/sweep", "/import", "/counts"):
         assert {"$ref": "#/components/parameters/IdempotencyKey"} \
             in doc["paths"][path]["post"]["parameters"]
+
+
+async def test_a_wait_that_would_end_past_the_deadline_is_not_made(worker_url, faults, sleeps):
+    store = WorkerStore(worker_url, TOKEN, timeout=0.5, retry=RetryPolicy(0.5, sleep=sleeps))
+    try:
+        faults.plan["/write"] = ["503"]  # Retry-After: 1, past the half-second deadline
+        with pytest.raises(StoreError, match="503"):
+            await store.write(ORG, [fact("a lesson the busy worker never took")])
+        assert sleeps.waits == [] and [p for p, _ in faults.seen].count("/write") == 1
+    finally:
+        await store.close()
