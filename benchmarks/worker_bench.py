@@ -13,7 +13,8 @@ keep-alive connection each:
 * bare       POST to the bare handler
 * retrieve   POST /retrieve: the null store; one seeded scope; eight seeded scopes
              (a few query words, limit 8)
-* write      POST /write, one new fact per request, spread over the clients' own scopes
+* write      POST /write, one new fact per request, spread over the clients' own scopes,
+             each with its own Idempotency-Key (as the worker client sends it)
 * reads      half the clients retrieving from seeded scopes, alone ...
 * reads+w    ... and again while the other half writes to many other scopes
 
@@ -157,10 +158,12 @@ async def run_clients(session: aiohttp.ClientSession, clients: int, duration: fl
         while time.perf_counter() < deadline:
             route, payload = body(index, rng)
             data = json.dumps(payload).encode()
+            headers = {**AUTH, "Content-Type": "application/json"}
+            if route.endswith("/write"):  # as the worker client sends every write
+                headers["Idempotency-Key"] = f"{rng.getrandbits(128):032x}"
             started = time.perf_counter()
             try:
-                async with session.post(route, data=data, headers={
-                        **AUTH, "Content-Type": "application/json"}) as response:
+                async with session.post(route, data=data, headers=headers) as response:
                     await response.read()
                     ok = response.status == 200
             except aiohttp.ClientError:

@@ -40,6 +40,7 @@ DEFAULT_CONFIG_FILE = "scopemem.toml"
 # The least cap a worker client may ask for (``memory.min_records_per_scope``).
 DEFAULT_CAP_FLOOR = 100
 RANKINGS = ("weighted", "seed")
+FALLBACKS = ("in-process", "refuse")
 CONFIG_ENV = "SCOPEMEM_CONFIG"
 #: A configuration file is a few kilobytes; past this it is something else (``/dev/zero``).
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -118,6 +119,11 @@ class MemoryConfig:
     # The least keyword match a record needs to be injected as a keyword hit (the window
     # needs none): a brief with nothing relevant gets the window and nothing else.
     min_match: float = 0.0
+    # What a long-running process (a bot) does when its durable store cannot be had (the
+    # worker client without its token): "in-process" stands in with the in-process store
+    # and one warning (its records die with the process); "refuse" makes it an error at
+    # startup, as is a worker that does not answer then (``Memory.from_config``).
+    fallback: str = "in-process"
     stores: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     providers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     hooks: HooksConfig = attrs.field(factory=HooksConfig)
@@ -272,6 +278,9 @@ def _check_ranges(config: MemoryConfig) -> None:
     if config.ranking not in RANKINGS:
         raise ConfigError(f"memory.ranking: must be one of {', '.join(RANKINGS)},"
                           f" got {config.ranking!r}")
+    if config.fallback not in FALLBACKS:
+        raise ConfigError(f"memory.fallback: must be one of {', '.join(FALLBACKS)},"
+                          f" got {config.fallback!r}")
     if not 0.0 <= config.min_match <= 1.0:
         raise ConfigError(f"memory.min_match: must be from 0 to 1, got {config.min_match}")
     if not config.languages and config.ranking != "seed":

@@ -81,9 +81,15 @@ def build_store(
         factory = registry.get(config.store)
     except StoreError as exc:
         raise ConfigError(f"memory.store: {exc}") from None
+    refuse = config.fallback == "refuse"
     settings = _store_settings(config, config.store, os.environ if environ is None else environ,
-                               clock, allow_fallback=allow_fallback)
-    return factory(settings)
+                               clock, allow_fallback=allow_fallback and not refuse)
+    try:
+        return factory(settings)
+    except ConfigError as exc:
+        if refuse and allow_fallback:  # the refusal is the configuration's, not the caller's
+            raise ConfigError(f'memory.fallback = "refuse": {exc}') from None
+        raise
 
 
 @attrs.frozen

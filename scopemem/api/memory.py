@@ -36,7 +36,7 @@ from scopemem.core.requests import (
     resolved,
 )
 from scopemem.core.scopes import order_scope_keys, scope_kind
-from scopemem.errors import ScopememError
+from scopemem.errors import ScopememError, StoreError
 from scopemem.installation import build_store, check_plugin_tables
 from scopemem.plugins import host
 from scopemem.plugins.manager import PluginManager, get_plugin_manager
@@ -121,7 +121,9 @@ class Memory(Operations):
         build the store. ``allow_fallback`` is for a process that runs for long (a bot, the
         default): the worker client without its token then stands in with the in-process
         store and a warning (000 item 20). A short-lived command passes False and gets a
-        ``ConfigError`` naming the variable instead."""
+        ``ConfigError`` naming the variable instead. ``memory.fallback = "refuse"`` makes
+        that a ``ConfigError`` for every process, and checks here that the worker answers
+        (one blocking ``GET /healthz``; ``StoreError`` naming the key when it does not)."""
         config = load_config(source)
         pm = plugin_manager or get_plugin_manager()
         # Every plugin table, as ``scopemem config check`` validates it: a typo in any of them
@@ -129,6 +131,12 @@ class Memory(Operations):
         check_plugin_tables(config, pm, environ=environ, clock=clock)
         store = build_store(config, pm, environ=environ, clock=clock,
                             allow_fallback=allow_fallback)
+        check = getattr(store, "check_reachable", None)
+        if config.enabled and config.fallback == "refuse" and check is not None:
+            try:
+                check()
+            except StoreError as exc:
+                raise StoreError(f'memory.fallback = "refuse": {exc}') from None
         return cls(config, store, plugin_manager=pm, clock=clock, environ=environ)
 
     with_memory = staticmethod(scoring.with_memory)

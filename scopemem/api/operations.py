@@ -86,6 +86,12 @@ class Operations:
         return self.config.enabled
 
     @property
+    def store_is_durable(self) -> bool:
+        """Whether what the store holds outlives this process: False for the in-process
+        store (the fallback of a bot whose worker token is missing) and the null store."""
+        return bool(getattr(self.store, "durable", True))
+
+    @property
     def org_key(self) -> str | None:
         """This installation's own org scope key (``org:<organization>``), the one org scope
         its people share; None when no organization is configured."""
@@ -250,7 +256,8 @@ class Operations:
             counts = await self.store.write(key, [screened.candidate])
         except Exception as exc:
             raise OperationFailed(f"write to {key}", exc) from exc
-        return RememberResult(key, counts, screened.redacted, supersedes)
+        return RememberResult(key, counts, screened.redacted, supersedes,
+                              durable=self.store_is_durable)
 
     async def forget(self, caller: Caller, record_id: str) -> ForgetResult:
         """Forget one record: invisible to every read from now on, its text erased. Its
@@ -266,7 +273,7 @@ class Operations:
             forgotten = await self.store.forget(scope_key, record_id)
         except Exception as exc:
             raise OperationFailed(f"forget of {record_id}", exc) from exc
-        return ForgetResult(record_id, forgotten)
+        return ForgetResult(record_id, forgotten, durable=self.store_is_durable)
 
     async def sweep(self, caller: Caller, scope: str, *, dry_run: bool = False) -> SweepReport:
         """Retire the stored facts of shared scopes that the status gate refuses today

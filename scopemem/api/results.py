@@ -123,6 +123,8 @@ class ForgetResult:
 
     record_id: str
     forgotten: bool
+    #: False when the store dies with the process (see ``RememberResult.durable``).
+    durable: bool = attrs.field(default=True, kw_only=True)
 
 
 @attrs.frozen
@@ -146,12 +148,15 @@ class SweepReport:
 @attrs.frozen
 class RememberResult:
     """What ``Memory.remember`` wrote: the scope, the store's counts, whether a secret was
-    redacted from the text, and the record it was to replace, if any."""
+    redacted from the text, and the record it was to replace, if any. ``durable`` is False
+    when the write went to a store that dies with the process (the in-process store a bot
+    falls back to when its worker token is missing): it is lost at exit."""
 
     scope_key: str
     counts: WriteCounts
     redacted: bool = False
     supersedes: str | None = None
+    durable: bool = attrs.field(default=True, kw_only=True)
 
     @property
     def outcome(self) -> str:

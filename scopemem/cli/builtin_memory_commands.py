@@ -101,7 +101,7 @@ def _scope(memory: Memory, value: str | None, allowed: list[str]) -> str | None:
 def _durable(memory: Memory) -> None:
     """A command that changes records refuses a store that keeps them in this process only:
     its change would be gone when the command exits, though it said it was done."""
-    if memory.enabled and not getattr(memory.store, "durable", True):
+    if memory.enabled and not memory.store_is_durable:
         import asyncio
 
         asyncio.run(memory.close())

@@ -10,7 +10,13 @@ Options, the same for both (``[memory.providers.openai]`` / ``[memory.providers.
 * ``base_url``: where the API lives (``http://`` or ``https://``); a local OpenAI-compatible
   server works by pointing this at it.
 * ``api_key_env``: the name of the environment variable holding the key (never the key).
-* ``timeout_seconds``: a positive number; one call, connect to last byte, must fit in it.
+* ``timeout_seconds``: a positive number; one call, connect to last byte, must fit in it,
+  retries included.
+
+A call is retried with the worker client's policy (``stores.retrying``): a connection that
+failed or dropped, 429 and 503 (honouring ``Retry-After``), with exponential backoff and
+jitter, within ``timeout_seconds`` in all. A timeout is not retried: the model may have
+done (and billed) the work.
 """
 
 from __future__ import annotations
@@ -143,13 +149,10 @@ class _HttpProvider:
             raise ProviderError(f"{self.name}: the provider is closed")
         headers = self._headers()
         body = json.dumps(self._body(model, system, user, max_tokens)).encode()
-        status, reason, raw = await self._post(headers, body)
-        if not 200 <= status < 300:
-            excerpt = self._excerpt(raw)
-            raise ProviderError(
-                f"{self.name}: HTTP {status}{f' {reason}' if reason else ''} from "
-                f"{self._where()}{f': {excerpt}' if excerpt else ''}"
-            )
+        from scopemem.stores.retrying import RetryPolicy
+
+        policy = RetryPolicy(self.timeout_seconds)
+        raw = await policy.run(lambda budget: self._attempt(headers, body, budget))
         try:
             reply = json.loads(raw)
         except ValueError:  # includes UnicodeDecodeError
@@ -163,15 +166,38 @@ class _HttpProvider:
         if session is not None:
             await session.close()
 
-    async def _post(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str, bytes]:
+    async def _attempt(self, headers: Mapping[str, str], body: bytes, budget: float) -> bytes:
+        """One request within ``budget`` seconds: the 2xx reply's body, or ``ProviderError``
+        (wrapped in ``Transient`` when another attempt may succeed)."""
+        from scopemem.stores.retrying import TRANSIENT_STATUSES, Transient, retry_after
+
+        status, reason, wait, raw = await self._post(headers, body, budget)
+        if not 200 <= status < 300:
+            excerpt = self._excerpt(raw)
+            error = ProviderError(
+                f"{self.name}: HTTP {status}{f' {reason}' if reason else ''} from "
+                f"{self._where()}{f': {excerpt}' if excerpt else ''}"
+            )
+            if status in TRANSIENT_STATUSES:
+                raise Transient(error, retry_after(wait))
+            raise error
+        return raw
+
+    async def _post(self, headers: Mapping[str, str], body: bytes, budget: float
+                    ) -> tuple[int, str, str | None, bytes]:
         import aiohttp
+
+        from scopemem.stores.retrying import Transient
 
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout_seconds)
             )
         try:
-            async with self._session.post(self._url(), data=body, headers=headers) as response:
+            async with self._session.post(
+                    self._url(), data=body, headers=headers, allow_redirects=False,
+                    timeout=aiohttp.ClientTimeout(total=min(budget, self.timeout_seconds)),
+            ) as response:
                 chunks: list[bytes] = []
                 size = 0
                 async for chunk in response.content.iter_chunked(64 * 1024):
@@ -182,7 +208,8 @@ class _HttpProvider:
                             f"{MAX_REPLY_BYTES} bytes"
                         )
                     chunks.append(chunk)
-                return response.status, response.reason or "", b"".join(chunks)
+                return (response.status, response.reason or "",
+                        response.headers.get("Retry-After"), b"".join(chunks))
         except TimeoutError:
             raise ProviderError(
                 f"{self.name}: no complete reply from {self._where()} within "
@@ -191,9 +218,9 @@ class _HttpProvider:
         except (aiohttp.ClientError, OSError) as exc:
             # ``from None``: a chained aiohttp error can carry the request headers.
             detail = self._scrub(str(exc)) or type(exc).__name__
-            raise ProviderError(
+            raise Transient(ProviderError(
                 f"{self.name}: request to {self._where()} failed: {detail}"
-            ) from None
+            )) from None
 
     # --- messages that are safe to log
 

@@ -23,7 +23,18 @@ Configuration (``[memory.stores.worker]``)::
 
     base_url = "http://127.0.0.1:8787"   # required, http or https
     token_env = "MEMORY_TOKEN"           # the environment variable holding the bearer
-    timeout_seconds = 5                  # per request, total
+    timeout_seconds = 5                  # per attempt, total
+    retry_deadline_seconds = 10          # all attempts of one call, waits included
+
+Transient failures are retried (``stores.retrying``: connection errors, a dropped connection,
+503 and 429 honouring ``Retry-After``, timeouts) with exponential backoff and jitter, within
+``retry_deadline_seconds``. Every request that changes something (/write, /used, /forget,
+/sweep, /import, /counts) carries an ``Idempotency-Key`` made for that call and reused by its
+retries, so a write whose answer was lost is answered from the worker's memory of it rather
+than applied twice. After ``BREAKER_THRESHOLD`` calls in a row failed that way, the client
+stops calling for ``BREAKER_COOL_DOWN`` seconds (reads return nothing, writes raise
+``WorkerUnavailable``; one warning when it opens), then tries again. No redirect is followed:
+a 3xx is an error like any other answer the worker never gives.
 
 With ``base_url`` set but the token variable missing or empty, a long-running process (a
 bot: ``StoreSettings.allow_fallback``) gets the in-process store instead (the host's
@@ -38,6 +49,7 @@ import asyncio
 import builtins
 import json
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -80,6 +92,15 @@ from scopemem.stores.base import (
     wall_clock_ms,
 )
 from scopemem.stores.porting import group_import
+from scopemem.stores.retrying import (
+    DEFAULT_DEADLINE,
+    TRANSIENT_STATUSES,
+    Breaker,
+    BreakerOpen,
+    RetryPolicy,
+    Transient,
+    retry_after,
+)
 from scopemem.stores.worker_counts import WorkerCounts
 
 if TYPE_CHECKING:
@@ -91,16 +112,30 @@ DEFAULT_TOKEN_ENV = "MEMORY_TOKEN"
 DEFAULT_TIMEOUT = 5.0
 # The largest reply read: 50 records of 4000 characters are well under it.
 MAX_REPLY_BYTES = 8 * 1024 * 1024
-OPTIONS = ("base_url", "token_env", "timeout_seconds")
+OPTIONS = ("base_url", "token_env", "timeout_seconds", "retry_deadline_seconds")
+#: The header naming one call across its retries; the worker answers a replay with the
+#: first answer (``worker_aiohttp.idempotency``).
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: The routes that change something: each call carries an idempotency key.
+KEYED_ROUTES = frozenset({"/write", "/used", "/forget", "/sweep", "/import", "/counts"})
+BREAKER_THRESHOLD = 5
+BREAKER_COOL_DOWN = 30.0
+
+
+class WorkerUnavailable(StoreError):
+    """The client's breaker is open: the worker failed too often lately; nothing was sent."""
 
 
 class _CallFailed(Exception):
-    """One round trip that produced no usable JSON object; the message says why, ``status``
-    is the worker's answer (None when there was none)."""
+    """One call that produced no usable JSON object; the message says why, ``status``
+    is the worker's answer (None when there was none), ``transient`` whether it failed in a
+    way a later call may not (after its retries)."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, *,
+                 transient: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        self.transient = transient
 
 
 # Answers that refuse the body itself: sending it again would be refused again.
@@ -140,9 +175,12 @@ class WorkerStore(WorkerCounts):
     #: every imported record arrives reflection-sourced (``scopemem import --trust-source``
     #: is refused against it).
     keeps_import_source = False
+    durable = True  # the worker's store outlives this process
+
 
     def __init__(self, base_url: str, token: str, *, cap: int | None = None,
-                 timeout: float = DEFAULT_TIMEOUT, ranking: Ranking = DEFAULT_RANKING) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, ranking: Ranking = DEFAULT_RANKING,
+                 retry: RetryPolicy | None = None, breaker: Breaker | None = None) -> None:
         problem = _url_problem(base_url)
         if problem is not None:
             raise ValueError(f"base_url {problem}")
@@ -152,6 +190,9 @@ class WorkerStore(WorkerCounts):
         self._token = _check_token(token)
         self.cap = None if cap is None else check_cap(cap)
         self.timeout = float(timeout)
+        self.retry = retry if retry is not None else RetryPolicy(DEFAULT_DEADLINE)
+        self.breaker = breaker if breaker is not None else Breaker(BREAKER_THRESHOLD,
+                                                                   BREAKER_COOL_DOWN)
         # The worker ranks; the client reads a long query as the worker will (wire_query)
         # and, facing a worker that predates matches, scores them itself.
         self.ranking = ranking
@@ -181,6 +222,8 @@ class WorkerStore(WorkerCounts):
         settings.record("base_url", base_url)
         token_env = settings.string_option("token_env", DEFAULT_TOKEN_ENV)
         timeout = settings.positive_number_option("timeout_seconds", DEFAULT_TIMEOUT, high=300)
+        deadline = settings.positive_number_option("retry_deadline_seconds", DEFAULT_DEADLINE,
+                                                   high=600)
         token = settings.environ.get(token_env, "")
         if settings.validate_only:
             # Only the table was asked about; whether the token is there is the running
@@ -200,9 +243,29 @@ class WorkerStore(WorkerCounts):
             return stand_in(settings)
         try:
             return cls(base_url, token, cap=settings.cap, timeout=timeout,
-                       ranking=settings.ranking)
+                       ranking=settings.ranking, retry=RetryPolicy(deadline))
         except ValueError as exc:
             raise ConfigError(f"${token_env}: {exc}") from None
+
+    def check_reachable(self) -> None:
+        """One blocking ``GET /healthz`` within ``timeout`` seconds, for a process that must
+        not start without its worker (``memory.fallback = "refuse"``): ``StoreError`` unless
+        it answers 200. Blocking on purpose: it runs once, at startup, before any loop."""
+        import http.client
+
+        parts = urlsplit(self.base_url)
+        connection = (http.client.HTTPSConnection if parts.scheme == "https"
+                      else http.client.HTTPConnection)(parts.netloc, timeout=self.timeout)
+        try:
+            connection.request("GET", parts.path + "/healthz")
+            status = connection.getresponse().status
+        except (OSError, http.client.HTTPException) as exc:
+            raise StoreError(f"memory worker {self.base_url} is not reachable: "
+                             f"{type(exc).__name__}: {exc}") from None
+        finally:
+            connection.close()
+        if status != 200:
+            raise StoreError(f"memory worker {self.base_url} answered {status} to /healthz")
 
     # --- transport ------------------------------------------------------------------------
 
@@ -219,26 +282,59 @@ class WorkerStore(WorkerCounts):
         return self._session
 
     async def _call(self, route: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """POST ``payload`` to ``route``; the reply's JSON object, or ``_CallFailed``."""
+        """POST ``payload`` to ``route``, retried within the deadline; the reply's JSON
+        object, or ``_CallFailed`` (``WorkerUnavailable`` while the breaker is open)."""
+        try:
+            self.breaker.check()
+        except BreakerOpen as exc:
+            raise WorkerUnavailable(f"memory worker {route} skipped: {exc}") from None
+        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        headers = {"Content-Type": "application/json"}
+        if route in KEYED_ROUTES:
+            headers[IDEMPOTENCY_HEADER] = uuid.uuid4().hex
+        try:
+            data = await self.retry.run(
+                lambda budget: self._attempt(route, body, headers, budget))
+        except _CallFailed as exc:
+            if exc.transient and self.breaker.failed():
+                log.warning("[memory] worker %s failed %d times in a row (last: %s); not"
+                            " calling it for %gs", self.base_url, self.breaker.threshold,
+                            exc, self.breaker.cool_down)
+            raise
+        self.breaker.succeeded()
+        return data
+
+    async def _attempt(self, route: str, body: bytes, headers: dict[str, str],
+                       budget: float) -> dict[str, Any]:
+        """One round trip within ``min(timeout, budget)`` seconds; ``Transient`` wraps a
+        failure worth another attempt."""
         import aiohttp
 
         session = self._session_for_loop()
-        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        timeout = min(self.timeout, budget)
         try:
-            async with session.post(self.base_url + route, data=body,
-                                    headers={"Content-Type": "application/json"}) as response:
+            async with session.post(self.base_url + route, data=body, headers=headers,
+                                    allow_redirects=False,
+                                    timeout=aiohttp.ClientTimeout(total=timeout)) as response:
                 status = response.status
+                wait = retry_after(response.headers.get("Retry-After"))
                 raw = await _read_capped(response)
         except TimeoutError:
-            raise _CallFailed(f"timed out after {self.timeout:g}s") from None
+            raise Transient(_CallFailed(f"timed out after {timeout:g}s", transient=True))\
+                from None
         except aiohttp.ClientError as exc:
-            raise _CallFailed(f"transport error: {type(exc).__name__}: {exc}") from None
+            raise Transient(_CallFailed(f"transport error: {type(exc).__name__}: {exc}",
+                                        transient=True)) from None
         data = _json_object(raw)
         if not 200 <= status < 300:
             reason = data.get("error") if isinstance(data, dict) else None
             if not isinstance(reason, str):
                 reason = raw[:200].decode("utf-8", "replace").strip() or "no reason given"
-            raise _CallFailed(f"answered {status}: {reason}", status)
+            failure = _CallFailed(f"answered {status}: {reason}", status,
+                                  transient=status in TRANSIENT_STATUSES)
+            if failure.transient:
+                raise Transient(failure, wait)
+            raise failure
         if data is None:
             raise _CallFailed(f"answered {status} with a body that is not a JSON object")
         return data
@@ -265,6 +361,9 @@ class WorkerStore(WorkerCounts):
                      ) -> list[Hit]:
         try:
             return await self.search_strict(scope_key, query, limit, bump=bump)
+        except WorkerUnavailable as exc:  # warned once, when the breaker opened
+            log.debug("[memory] %s; reading nothing from it", exc)
+            return []
         except StoreError as exc:
             log.warning("[memory] %s; reading nothing from it", exc)
             return []
@@ -303,6 +402,8 @@ class WorkerStore(WorkerCounts):
         for batch in _used_batches(items):
             try:
                 data = await self._call("/used", {"used": batch})
+            except WorkerUnavailable:
+                return marked
             except _CallFailed as exc:
                 if exc.status == 404:
                     self._legacy = True

@@ -33,7 +33,7 @@ store's default), never below its floor (``min_cap``). A client may lower its sc
 to the floor, so a token holder cannot retire a scope's records by sending ``cap: 1``. The
 answer to a write that sent a ``cap`` carries the cap applied.
 
-A request to a data route passes three gates, in this order; the first two look only at the
+A request to a data route passes four gates, in this order; the first two look only at the
 headers, so a request they refuse never has its body read and its connection is closed after
 the answer:
 
@@ -43,7 +43,9 @@ the answer:
    ``Transfer-Encoding``), else 411; more than ``max_body`` bytes, else 413; a
    ``Content-Encoding`` other than identity is 415 (a compressed body would slip past the
    fence when decompressed);
-3. body validation (``validation.py``, against ``schema.py``'s JSON Schema, which the served
+3. an ``Idempotency-Key`` already answered is answered again from memory, without reading
+   the body (``idempotency.py``);
+4. body validation (``validation.py``, against ``schema.py``'s JSON Schema, which the served
    document states): 400 with a reason naming the field.
 
 The token comes first so that a caller without it gets 401 and nothing else from the
@@ -93,6 +95,7 @@ from scopemem.worker_aiohttp.handling import (
     read_body,
     records_answer,
 )
+from scopemem.worker_aiohttp.idempotency import REPLAYS, Replays, idempotent
 from scopemem.worker_aiohttp.server import (
     SERVER_NAME,
     Limits,
@@ -438,7 +441,8 @@ def create_app(
                              f" got {value!r}")
     if cap is not None and min_cap is not None and min_cap > cap:
         raise ValueError(f"min_cap ({min_cap}) must not be above cap ({cap})")
-    app = web.Application(middlewares=[_errors, _gates], client_max_size=max_body)
+    app = web.Application(middlewares=[_errors, _gates, idempotent], client_max_size=max_body)
+    app[REPLAYS] = Replays()  # answers to Idempotency-Key replays (idempotency.py)
     app[SERVED] = Served(source=store, token=_check_token(token), max_body=max_body,
                           cap=cap, min_cap=min_cap, metrics_token=_check_token(metrics_token))
     if scope_kinds is not None:

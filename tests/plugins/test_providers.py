@@ -74,6 +74,8 @@ class FakeApi:
     release: asyncio.Event = attrs.field(factory=asyncio.Event)
     hits: list[dict[str, Any]] = attrs.field(factory=list)
     base: str = ""
+    # Answers before ``status``/``reply``, one per request: (status, headers).
+    first: list[tuple[int, dict[str, str]]] = attrs.field(factory=list)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -84,6 +86,10 @@ class FakeApi:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.release.wait(), 5)
         body = self.reply if isinstance(self.reply, bytes) else json.dumps(self.reply).encode()
+        if self.first:
+            status, headers = self.first.pop(0)
+            return web.Response(status=status, body=b"{}", headers=headers,
+                                content_type="application/json")
         return web.Response(status=self.status, body=body, content_type="application/json")
 
     @property
@@ -418,7 +424,7 @@ async def test_anthropic_without_a_key_fails_before_any_request(make, fake, key)
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(("status", "reason"), [
-    (401, "Unauthorized"), (429, "Too Many Requests"), (500, "Internal Server Error")])
+    (401, "Unauthorized"), (500, "Internal Server Error")])
 async def test_an_error_status_names_it_without_the_key(make, fake, kind, status, reason):
     fake.status = status
     fake.reply = {"type": "error", "error": {
@@ -431,7 +437,26 @@ async def test_an_error_status_names_it_without_the_key(make, fake, kind, status
     assert "request refused for key" in message and "try later" in message
     assert KEY not in message
     assert API_PATH[kind] in message
-    assert len(fake.hits) == 1  # no retry, not even on 429 or 500
+    assert len(fake.hits) == 1  # no retry: the same request would be refused again
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("status", [429, 503])
+async def test_a_busy_answer_is_retried_after_the_wait_it_asks(make, fake, kind, status):
+    fake.reply = OK_REPLY[kind]
+    fake.first = [(status, {"Retry-After": "0"}), (status, {"Retry-After": "0"})]
+    provider = make(kind)
+    assert await ask(provider) == OK_TEXT
+    assert len(fake.hits) == 3
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_busy_answer_past_the_timeout_is_the_error(make, fake, kind):
+    fake.first = [(429, {"Retry-After": "120"})]
+    provider = make(kind, timeout_seconds=5)
+    with pytest.raises(ProviderError, match="HTTP 429"):
+        await ask(provider)
+    assert len(fake.hits) == 1  # the wait asked would end past the call's timeout
 
 
 @pytest.mark.parametrize("kind", KINDS)

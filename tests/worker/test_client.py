@@ -28,6 +28,7 @@ from scopemem.installation import build_store, in_process_store
 from scopemem.plugins.manager import get_plugin_manager
 from scopemem.stores.base import StoreSettings
 from scopemem.stores.memory import InMemoryStore
+from scopemem.stores.retrying import RetryPolicy
 from scopemem.stores.worker import WorkerStore
 from tests.conftest import START_MS, fact
 
@@ -78,9 +79,14 @@ async def base_url(aiohttp_server, stub: Stub) -> str:
     return str(server.make_url("")).rstrip("/")
 
 
+# Calls that fail on purpose still go through the retries, two attempts a few milliseconds
+# apart (tests/worker/test_retries.py covers the policy itself).
+QUICK = RetryPolicy(attempts=2, initial=0.01, most=0.01)
+
+
 @pytest.fixture
 async def store(base_url: str):
-    worker = WorkerStore(base_url, TOKEN)
+    worker = WorkerStore(base_url, TOKEN, retry=QUICK)
     yield worker
     await worker.close()
 
@@ -210,7 +216,7 @@ async def test_retrieve_drops_malformed_records_one_by_one(store, stub, memory_w
 
 
 async def test_retrieve_degrades_when_nothing_listens(memory_warnings):
-    worker = WorkerStore(f"http://127.0.0.1:{free_port()}", TOKEN, timeout=2)
+    worker = WorkerStore(f"http://127.0.0.1:{free_port()}", TOKEN, timeout=2, retry=QUICK)
     try:
         assert await worker.retrieve(ORG, "deploy", 5) == []
     finally:
@@ -221,7 +227,7 @@ async def test_retrieve_degrades_when_nothing_listens(memory_warnings):
 
 async def test_retrieve_degrades_on_timeout(base_url, stub, memory_warnings):
     stub.delay = 2.0
-    worker = WorkerStore(base_url, TOKEN, timeout=0.2)
+    worker = WorkerStore(base_url, TOKEN, timeout=0.2, retry=QUICK)
     try:
         assert await worker.retrieve(ORG, "deploy", 5) == []
     finally:
@@ -258,7 +264,7 @@ async def test_commands_raise_naming_status_and_reason(store, stub, route, reply
 
 @pytest.mark.parametrize("route", list(COMMANDS))
 async def test_commands_raise_on_transport_errors(route):
-    worker = WorkerStore(f"http://127.0.0.1:{free_port()}", TOKEN, timeout=2)
+    worker = WorkerStore(f"http://127.0.0.1:{free_port()}", TOKEN, timeout=2, retry=QUICK)
     try:
         with pytest.raises(StoreError, match="transport error"):
             await COMMANDS[route](worker)
@@ -319,6 +325,9 @@ def test_from_settings_builds_a_worker_store():
     custom = WorkerStore.from_settings(settings({"MY_TOKEN": "abc"}, base_url="http://h",
                                                 token_env="MY_TOKEN"))
     assert isinstance(custom, WorkerStore) and custom.timeout == 5.0
+    assert custom.retry.deadline == 10.0
+    patient = WorkerStore.from_settings(settings(base_url="http://h", retry_deadline_seconds=30))
+    assert isinstance(patient, WorkerStore) and patient.retry.deadline == 30.0
 
 
 @pytest.mark.parametrize("environ", [{}, {"MEMORY_TOKEN": ""}, {"OTHER": "x"}])
@@ -348,6 +357,10 @@ def test_the_fallback_names_a_custom_token_env(memory_warnings):
     ({"base_url": "http://h", "timeout_seconds": 0}, "memory.stores.worker.timeout_seconds"),
     ({"base_url": "http://h", "timeout_seconds": "5"}, "memory.stores.worker.timeout_seconds"),
     ({"base_url": "http://h", "timeout_seconds": True}, "memory.stores.worker.timeout_seconds"),
+    ({"base_url": "http://h", "retry_deadline_seconds": 0},
+     "memory.stores.worker.retry_deadline_seconds"),
+    ({"base_url": "http://h", "retry_deadline_seconds": 601},
+     "memory.stores.worker.retry_deadline_seconds"),
 ])
 def test_bad_options_name_their_key(options, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):

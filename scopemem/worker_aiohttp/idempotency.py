@@ -1,0 +1,126 @@
+"""Replays answered from memory: a request carrying an ``Idempotency-Key`` the worker has
+answered (2xx) within ``REPLAY_SECONDS`` gets that first answer again, and the store is not
+called. The client (``stores.worker``) makes one key per call that changes something and
+reuses it across that call's retries, so a write whose answer was lost (a dropped
+connection, a timeout) is not applied twice: dedup would bump a use count twice, a restated
+record would be strengthened twice.
+
+A key is remembered per route and per worker *process*, in a bounded
+LRU (``MAX_KEYS`` keys, ``REPLAY_SECONDS`` each); nothing is stored in the store. With
+``scopemem serve --workers N`` the processes share the port, and a retry may reach another
+process than the first attempt: that process has not seen the key and applies the write
+(the same as a client without keys). A retry on the same keep-alive connection stays in the
+same process; one after a dropped connection may not. A retry that arrives while the first
+attempt is still running waits for its answer instead of running again. A refusal (4xx) or
+a failure (5xx) is not remembered: the retry runs anew.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+
+import attrs
+from aiohttp import web
+
+from scopemem.worker_aiohttp.handling import error_answer, is_data_route
+
+HEADER = "Idempotency-Key"
+#: What a key may be: the client sends 32 hex digits; anything header-safe up to 128.
+KEY_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+_KEY = re.compile(KEY_PATTERN)
+REPLAY_SECONDS = 600.0
+MAX_KEYS = 10_000
+
+
+@attrs.frozen
+class Answer:
+    status: int
+    body: bytes
+    content_type: str
+
+
+class Replays:
+    """The answers this process gave to keyed requests lately: bounded in number and age."""
+
+    def __init__(self, seconds: float = REPLAY_SECONDS, most: int = MAX_KEYS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self.most = most
+        self._clock = clock
+        self._entries: OrderedDict[tuple[str, str], tuple[float, asyncio.Future[Answer]]] = \
+            OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def find(self, key: tuple[str, str]) -> asyncio.Future[Answer] | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if self._clock() - entry[0] > self.seconds:
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return entry[1]
+
+    def start(self, key: tuple[str, str]) -> asyncio.Future[Answer]:
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._entries[key] = (self._clock(), future)
+        while len(self._entries) > self.most:
+            self._entries.popitem(last=False)
+        return future
+
+    def drop(self, key: tuple[str, str], future: asyncio.Future[Answer]) -> None:
+        entry = self._entries.get(key)
+        if entry is not None and entry[1] is future:
+            del self._entries[key]
+
+
+REPLAYS = web.AppKey("scopemem_worker_replays", Replays)
+
+
+@web.middleware
+async def idempotent(request: web.Request,
+                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                     ) -> web.StreamResponse:
+    """Answer a keyed data request once; a replay of its key gets the first answer."""
+    key = request.headers.get(HEADER)
+    if key is None or not is_data_route(request):
+        return await handler(request)
+    if not _KEY.match(key):
+        return error_answer(400, f"{HEADER} must be 1 to 128 letters, digits or _.:-")
+    replays = request.app[REPLAYS]
+    slot = (request.path, key)
+    earlier = replays.find(slot)
+    if earlier is not None:
+        try:
+            answer = await asyncio.shield(earlier)
+        except _NotRemembered:
+            return await handler(request)  # the first attempt failed: this one runs anew
+        return web.Response(status=answer.status, body=answer.body,
+                            content_type=answer.content_type)
+    future = replays.start(slot)
+    try:
+        response = await handler(request)
+    except BaseException:
+        replays.drop(slot, future)
+        future.set_exception(_NotRemembered())
+        future.exception()  # retrieved: nobody need be waiting
+        raise
+    if 200 <= response.status < 300 and isinstance(response, web.Response) \
+            and isinstance(response.body, bytes):
+        future.set_result(Answer(response.status, response.body,
+                                 response.content_type))
+    else:
+        replays.drop(slot, future)
+        future.set_exception(_NotRemembered())
+        future.exception()
+    return response
+
+
+class _NotRemembered(Exception):
+    """The first attempt of a key gave no answer worth replaying."""
