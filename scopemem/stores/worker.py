@@ -28,7 +28,8 @@ Configuration (``[memory.stores.worker]``)::
 
 Transient failures are retried (``stores.retrying``: connection errors, a dropped connection,
 503 and 429 honouring ``Retry-After``, timeouts) with exponential backoff and jitter, within
-``retry_deadline_seconds``. Every request that changes something (/write, /used, /forget,
+``retry_deadline_seconds``; a read that cannot connect at all (nobody listens) is not retried,
+so the per-turn block degrades at once. Every request that changes something (/write, /used, /forget,
 /sweep, /import, /counts) carries an ``Idempotency-Key`` made for that call and reused by its
 retries, so a write whose answer was lost is answered from the worker's memory of it rather
 than applied twice. After ``BREAKER_THRESHOLD`` calls in a row failed that way, the client
@@ -323,8 +324,15 @@ class WorkerStore(WorkerCounts):
             raise Transient(_CallFailed(f"timed out after {timeout:g}s", transient=True))\
                 from None
         except aiohttp.ClientError as exc:
-            raise Transient(_CallFailed(f"transport error: {type(exc).__name__}: {exc}",
-                                        transient=True)) from None
+            failure = _CallFailed(f"transport error: {type(exc).__name__}: {exc}",
+                                  transient=True)
+            if isinstance(exc, aiohttp.ClientConnectorError) and route not in KEYED_ROUTES:
+                # Nobody listens: a read (the per-turn block, a listing) degrades at once
+                # rather than hold the turn through the backoff; a write, which would be
+                # lost, waits for a worker that may be restarting. Either counts toward the
+                # breaker.
+                raise failure from None
+            raise Transient(failure) from None
         data = _json_object(raw)
         if not 200 <= status < 300:
             reason = data.get("error") if isinstance(data, dict) else None
