@@ -28,14 +28,14 @@ Configuration (``[memory.stores.worker]``)::
 
 Transient failures are retried (``stores.retrying``: connection errors, a dropped connection,
 503 and 429 honouring ``Retry-After``, timeouts) with exponential backoff and jitter, within
-``retry_deadline_seconds``; a read that cannot connect at all (nobody listens) is not retried,
-so the per-turn block degrades at once. Every request that changes something (/write,
-/used, /forget, /sweep, /import, /counts) carries an ``Idempotency-Key`` made for that
-call and reused by its retries, so a write whose answer was lost is answered from the worker's memory of it rather
-than applied twice. After ``BREAKER_THRESHOLD`` calls in a row failed that way, the client
-stops calling for ``BREAKER_COOL_DOWN`` seconds (reads return nothing, writes raise
-``WorkerUnavailable``; one warning when it opens), then tries again. No redirect is followed:
-a 3xx is an error like any other answer the worker never gives.
+``retry_deadline_seconds``; a read that cannot connect at all (nobody listens) is not
+retried, so the per-turn block degrades at once. Every request that changes something
+(/write, /used, /forget, /sweep, /import, /counts) carries an ``Idempotency-Key`` made for
+that call and reused by its retries, so a write whose answer was lost is answered from the
+worker's memory of it rather than applied twice. After ``BREAKER_THRESHOLD`` calls in a row
+failed that way, the client stops calling for ``BREAKER_COOL_DOWN`` seconds (reads return
+nothing, writes raise ``WorkerUnavailable``; one warning when it opens), then tries again.
+No redirect is followed: a 3xx is an error like any other answer the worker never gives.
 
 With ``base_url`` set but the token variable missing or empty, a long-running process (a
 bot: ``StoreSettings.allow_fallback``) gets the in-process store instead (the host's
