@@ -8,6 +8,7 @@ answers (the contract suite in ``tests/stores`` checks exactly that).
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
@@ -29,9 +30,9 @@ from scopemem.core.records import (
     SweepResult,
     WriteCounts,
 )
-from scopemem.core.scopes import ScopeKeyError, validate_scope_key
+from scopemem.core.scopes import READINESS_SCOPE, ScopeKeyError, validate_scope_key
 from scopemem.core.scoring import keyword_match
-from scopemem.errors import StoreError
+from scopemem.errors import StoreBusy, StoreError
 from scopemem.languages import DEFAULT_LANGUAGES, analyzer_for
 from scopemem.options import OptionsTable
 
@@ -55,10 +56,13 @@ __all__ = [
     "retrieve_or_raise",
     "salient_batch",
     "search_hits",
+    "store_ready",
     "wall_clock_ms",
 ]
 
 Clock = Callable[[], int]
+
+_log = logging.getLogger("scopemem.store")
 
 #: What a store ranks with when nothing is configured: weighted, English.
 DEFAULT_RANKING = Ranking(analyzer_for(DEFAULT_LANGUAGES))
@@ -317,3 +321,29 @@ async def search_hits(store: MemoryStore, scope_key: str, query: str, limit: int
                else await store.retrieve(scope_key, query, limit))
     words = query_terms(query).terms
     return [Hit(record, keyword_match(words, record)) for record in records]
+
+
+#: The reasons ``store_ready`` gives: short, fixed, never the store's own message (which may
+#: name a host, a path or a database).
+NOT_READY_BUSY = "the store is busy"
+NOT_READY_FAILED = "the store cannot serve reads"
+
+
+async def store_ready(store: MemoryStore) -> str | None:
+    """None when ``store`` can serve, else a short reason. A store may say so itself with an
+    optional ``async def ready() -> str | None`` (PostgreSQL checks its pool); otherwise a
+    read of one record of ``READINESS_SCOPE`` (a scope nothing writes) is the check. The
+    store's own error goes to the log, never into the reason."""
+    method = getattr(store, "ready", None)
+    try:
+        if method is not None:
+            reason: str | None = await method()
+            return reason
+        await store.list(READINESS_SCOPE, 1)
+    except StoreBusy as exc:
+        _log.warning("[ready] %s", exc)
+        return NOT_READY_BUSY
+    except Exception as exc:  # whatever the store raised, the store cannot serve
+        _log.warning("[ready] %s: %s", type(exc).__name__, exc)
+        return NOT_READY_FAILED
+    return None

@@ -116,8 +116,12 @@ class CountersCollector(Collector):
         yield gauge
 
 
-def render(rows: Sequence[CountRow], labels: Labels | None = None) -> bytes:
-    """The exposition text of ``rows``, through a registry of this scrape alone."""
+def render(rows: Sequence[CountRow] | None, labels: Labels | None = None,
+           *more: CollectorRegistry) -> bytes:
+    """The exposition text of ``rows`` (none for a store that keeps no counters), through a
+    registry of this scrape alone, followed by that of each of ``more`` (the application's
+    request and process series)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(CountersCollector(rows, labels))
-    return generate_latest(registry)
+    if rows is not None:
+        registry.register(CountersCollector(rows, labels))
+    return generate_latest(registry) + b"".join(generate_latest(other) for other in more)
