@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
@@ -50,6 +51,7 @@ __all__ = [
     "check_retention_days",
     "check_scope_key",
     "fit_batch",
+    "nearest_existing",
     "redact_provenance",
     "redact_source",
     "retention_cutoff",
@@ -329,10 +331,29 @@ NOT_READY_BUSY = "the store is busy"
 NOT_READY_FAILED = "the store cannot serve reads"
 
 
+def nearest_existing(path: str) -> str:
+    """``path``, or its nearest ancestor that exists (a data directory not made yet)."""
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def _writable_directory(path: str) -> bool:
+    """``path`` is a directory this process may create files in, or may be created (its
+    nearest existing ancestor is such a directory)."""
+    path = nearest_existing(path)
+    return os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)
+
+
 async def store_ready(store: MemoryStore) -> str | None:
     """None when ``store`` can serve, else a short reason. A store may say so itself with an
     optional ``async def ready() -> str | None`` (PostgreSQL checks its pool); otherwise a
-    read of one record of ``READINESS_SCOPE`` (a scope nothing writes) is the check. The
+    read of one record of ``READINESS_SCOPE`` (a scope nothing writes) is the check, and for
+    a store with a data ``directory`` (SQLite, whose reads of a scope it never wrote touch
+    no file), that the directory can take files. The
     store's own error goes to the log, never into the reason."""
     method = getattr(store, "ready", None)
     try:
@@ -340,6 +361,10 @@ async def store_ready(store: MemoryStore) -> str | None:
             reason: str | None = await method()
             return reason
         await store.list(READINESS_SCOPE, 1)
+        directory = getattr(store, "directory", None)
+        if isinstance(directory, str) and not _writable_directory(directory):
+            _log.warning("[ready] the data directory %s cannot be written", directory)
+            return NOT_READY_FAILED
     except StoreBusy as exc:
         _log.warning("[ready] %s", exc)
         return NOT_READY_BUSY
