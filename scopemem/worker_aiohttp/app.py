@@ -27,8 +27,10 @@ Any other path is 404 and another method on a known path is 405. Every error bod
 is 507 (``ScopeLimitReached``); writes to existing scopes go on. /scopes, /export and /import
 move records between stores (``stores.porting``): a store that cannot answers 501. /counts,
 /stats and /metrics serve the store's counters (``stores.base.CountingStore``; a store
-without them answers 501): /counts adds what a client's host counted, /stats reads rows per
-scope and day, /metrics sums them per scope kind for Prometheus (``metrics.py``).
+without them answers 501 on the first two): /counts adds what a client's host counted,
+/stats reads rows per scope and day, /metrics sums them per scope kind for Prometheus
+(``metrics.py``), then gives the worker's own request, store-call and process series
+(``observe.py``, whose middleware, the outermost, counts and times every request).
 
 A client's ``cap`` is bounded by the operator: never above the server's cap (``cap``, the
 store's default), never below its floor (``min_cap``). A client may lower its scopes' cap down

@@ -4,7 +4,8 @@ A scrape reads the counters from the store (``CountingStore.read_counts``) and h
 to a ``Collector`` that exists for that one scrape, rendered by prometheus-client's own
 ``generate_latest``. Nothing lives in a process-global registry: with ``serve --workers N``
 every process answers from the same store, so any one of them gives the whole truth, and
-two scrapes never disagree because they hit different processes.
+two scrapes never disagree because they hit different processes. The application's own
+series (requests, store calls, the process: ``observe.py``) follow, from its registry.
 
 Series and their labels:
 
