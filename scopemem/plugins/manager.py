@@ -42,6 +42,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "scopemem.cli.builtin_port_commands",
     "scopemem.cli.builtin_scope_commands",
     "scopemem.cli.builtin_stats_commands",
+    "scopemem.cli.builtin_health_commands",
     "scopemem.plugins.builtin_providers",
     "scopemem.agent_hooks.plugin",
     "scopemem.mcp.plugin",

@@ -18,6 +18,8 @@ Routes (bodies are JSON objects, camelCase, times in epoch milliseconds)::
     GET  /metrics                                      -> Prometheus text (bearer or the
                                                           metrics token)
     GET  /healthz                                      -> {"ok": true}        (no auth)
+    GET  /readyz                                       -> {"ok": true}, or 503 with a reason
+                                                          when the store cannot serve (no auth)
     GET  /openapi.json                                 -> the shipped document (no auth)
 
 Any other path is 404 and another method on a known path is 405. Every error body is
@@ -25,8 +27,10 @@ Any other path is 404 and another method on a known path is 405. Every error bod
 is 507 (``ScopeLimitReached``); writes to existing scopes go on. /scopes, /export and /import
 move records between stores (``stores.porting``): a store that cannot answers 501. /counts,
 /stats and /metrics serve the store's counters (``stores.base.CountingStore``; a store
-without them answers 501): /counts adds what a client's host counted, /stats reads rows per
-scope and day, /metrics sums them per scope kind for Prometheus (``metrics.py``).
+without them answers 501 on the first two): /counts adds what a client's host counted,
+/stats reads rows per scope and day, /metrics sums them per scope kind for Prometheus
+(``metrics.py``), then gives the worker's own request, store-call and process series
+(``observe.py``, whose middleware, the outermost, counts and times every request).
 
 A client's ``cap`` is bounded by the operator: never above the server's cap (``cap``, the
 store's default), never below its floor (``min_cap``). A client may lower its scopes' cap down
@@ -66,6 +70,7 @@ import inspect
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import cast
 
 from aiohttp import hdrs, web
 
@@ -96,8 +101,11 @@ from scopemem.worker_aiohttp.handling import (
     records_answer,
 )
 from scopemem.worker_aiohttp.idempotency import REPLAYS, Replays, idempotent
+from scopemem.worker_aiohttp.observe import INSTRUMENTS, Instruments, TimedStore, observe, readyz
 from scopemem.worker_aiohttp.server import (
+    CONNECTIONS,
     SERVER_NAME,
+    ConnectionCount,
     Limits,
     WorkerRunner,
     running,
@@ -334,13 +342,14 @@ async def metrics(request: web.Request) -> web.StreamResponse:
             or bearer_matches(given, served.metrics_token)):
         return error_answer(401, "a valid bearer token is required",
                       headers={hdrs.WWW_AUTHENTICATE: "Bearer"})
-    store = _counting(request)
-    if store is None:
-        return _no_counters()
-    from scopemem.worker_aiohttp import metrics as exposition  # prometheus-client: here only
+    from scopemem.worker_aiohttp import metrics as exposition
 
-    body = exposition.render(await store.read_counts(),
-                             exposition.Labels(kinds=served.scope_kinds))
+    # The store's counters when it keeps any, then the requests, the store's calls and the
+    # process (``observe.py``).
+    store = _counting(request)
+    rows = None if store is None else await store.read_counts()
+    body = exposition.render(rows, exposition.Labels(kinds=served.scope_kinds),
+                             request.app[INSTRUMENTS].registry)
     return web.Response(body=body, headers={hdrs.CONTENT_TYPE: exposition.CONTENT_TYPE})
 
 
@@ -397,7 +406,7 @@ async def _open_store(app: web.Application) -> AsyncIterator[None]:
         store = source()
         if inspect.isawaitable(store):
             store = await store
-    served.store = store
+    served.store = cast(MemoryStore, TimedStore(store, app[INSTRUMENTS]))
     try:
         yield
     finally:
@@ -441,8 +450,11 @@ def create_app(
                              f" got {value!r}")
     if cap is not None and min_cap is not None and min_cap > cap:
         raise ValueError(f"min_cap ({min_cap}) must not be above cap ({cap})")
-    app = web.Application(middlewares=[_errors, _gates, idempotent], client_max_size=max_body)
+    app = web.Application(middlewares=[observe, _errors, _gates, idempotent],
+                          client_max_size=max_body)
     app[REPLAYS] = Replays()  # answers to Idempotency-Key replays (idempotency.py)
+    app[INSTRUMENTS] = instruments = Instruments()
+    app[CONNECTIONS] = instruments.connections = ConnectionCount()
     app[SERVED] = Served(source=store, token=_check_token(token), max_body=max_body,
                           cap=cap, min_cap=min_cap, metrics_token=_check_token(metrics_token))
     if scope_kinds is not None:
@@ -454,6 +466,7 @@ def create_app(
         app.router.add_post(path, handler, expect_handler=_expect)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     app.router.add_get("/openapi.json", openapi)
     return app
 

@@ -7,16 +7,25 @@ worker's handlers: of the records sharing a logger, a level and a message templa
 ``burst`` pass in any ``window`` seconds; the rest are counted, and the next one that
 passes says how many were left out. Distinct messages are never held back, and records
 below WARNING pass untouched (the access log and INFO lines are one line each already).
+
+``JsonFormatter`` writes each record as one JSON object on one line (``serve --log-format
+json``), for a log shipper: ``time`` (UTC, ISO 8601 with milliseconds), ``level``,
+``logger``, ``message`` (the text line's message, formatted), ``exception`` (the traceback,
+when there is one) and ``trace_id`` when the record carries one (set by tracing, when it is
+on; absent otherwise). It carries what the text lines carry and nothing more: the worker
+logs scope keys, counts and request lines, never a record's text or a request's body.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
-__all__ = ["RepeatLimit", "install"]
+__all__ = ["JsonFormatter", "RepeatLimit", "install"]
 
 
 class RepeatLimit(logging.Filter):
@@ -63,3 +72,29 @@ def install(limit: RepeatLimit | None = None) -> RepeatLimit:
         if not any(isinstance(existing, RepeatLimit) for existing in handler.filters):
             handler.addFilter(limit)
     return limit
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line (see the module docstring)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            entry["exception"] = record.exc_text
+        trace_id = getattr(record, "trace_id", None)
+        if trace_id is not None:
+            entry["trace_id"] = str(trace_id)
+        # ensure_ascii: a control or separator character in a message stays escaped, so
+        # one record is always one line.
+        return json.dumps(entry, ensure_ascii=True)
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        return f"{seconds}.{int(record.msecs):03d}Z"

@@ -4,7 +4,8 @@ A scrape reads the counters from the store (``CountingStore.read_counts``) and h
 to a ``Collector`` that exists for that one scrape, rendered by prometheus-client's own
 ``generate_latest``. Nothing lives in a process-global registry: with ``serve --workers N``
 every process answers from the same store, so any one of them gives the whole truth, and
-two scrapes never disagree because they hit different processes.
+two scrapes never disagree because they hit different processes. The application's own
+series (requests, store calls, the process: ``observe.py``) follow, from its registry.
 
 Series and their labels:
 
@@ -116,8 +117,12 @@ class CountersCollector(Collector):
         yield gauge
 
 
-def render(rows: Sequence[CountRow], labels: Labels | None = None) -> bytes:
-    """The exposition text of ``rows``, through a registry of this scrape alone."""
+def render(rows: Sequence[CountRow] | None, labels: Labels | None = None,
+           *more: CollectorRegistry) -> bytes:
+    """The exposition text of ``rows`` (none for a store that keeps no counters), through a
+    registry of this scrape alone, followed by that of each of ``more`` (the application's
+    request and process series)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(CountersCollector(rows, labels))
-    return generate_latest(registry)
+    if rows is not None:
+        registry.register(CountersCollector(rows, labels))
+    return generate_latest(registry) + b"".join(generate_latest(other) for other in more)

@@ -31,13 +31,20 @@ EMBEDDED_DEFAULT = "sqlite"
 log = logging.getLogger("scopemem.worker")
 
 
-def _configure_logging() -> None:
-    from scopemem.worker_aiohttp.logs import install
+#: ``--log-format``'s choices: text lines, or one JSON object a line (``logs.JsonFormatter``).
+LOG_FORMATS = ("text", "json")
+
+
+def _configure_logging(log_format: str = "text") -> None:
+    from scopemem.worker_aiohttp.logs import JsonFormatter, install
 
     root = logging.getLogger()
     if not root.handlers:
         logging.basicConfig(level=logging.INFO,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        if log_format == "json":
+            for handler in root.handlers:
+                handler.setFormatter(JsonFormatter())
     install()
 
 
@@ -55,6 +62,10 @@ def scopemem_register_commands(cli: click.Group) -> None:
                   help="Store to serve. Default: memory.store from the configuration.")
     @click.option("--access-log/--no-access-log", default=True, show_default=True,
                   help="Log one line per request (method, path, status; never bodies).")
+    @click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text",
+                  show_default=True,
+                  help="Log lines as text, or as one JSON object per line (time, level, "
+                       "logger, message) for a log shipper.")
     @click.option("--max-connections", type=click.IntRange(1, None), default=None,
                   help="Connections open at once (default: what the open-file limit leaves "
                        "after the store's files).")
@@ -73,7 +84,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
                        "only: anyone who can reach the port may try short tokens).")
     @click.pass_obj
     def serve(state: CliState, host: str, port: int, data_dir: str | None,
-              store_name: str | None, access_log: bool, max_connections: int | None,
+              store_name: str | None, access_log: bool, log_format: str,
+              max_connections: int | None,
               idle_timeout: float, body_timeout: float, workers: int,
               insecure_dev: bool) -> None:
         """Serve memory to remote agents over HTTP (the Memory Worker).
@@ -91,7 +103,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
         from scopemem.worker_aiohttp.app import Limits, create_app, serve_until_signalled
         from scopemem.worker_aiohttp.server import connection_budget
 
-        _configure_logging()
+        _configure_logging(log_format)
         config = state.config()
         name = store_name or config.store
         if store_name is None and name == WORKER_CLIENT:

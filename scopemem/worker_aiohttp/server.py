@@ -212,6 +212,20 @@ class _FencedServer(web.Server):
         return False
 
 
+class ConnectionCount:
+    """How many connections the server running an application has open (0 before it runs):
+    put one in the application under ``CONNECTIONS`` and ``WorkerRunner`` fills it in."""
+
+    def __init__(self) -> None:
+        self.server: web.Server | None = None
+
+    def __call__(self) -> int:
+        return 0 if self.server is None else len(self.server.connections)
+
+
+CONNECTIONS = web.AppKey("scopemem_worker_connections", ConnectionCount)
+
+
 class WorkerRunner(web.AppRunner):
     """An ``AppRunner`` whose connections keep ``limits`` (see the module docstring).
 
@@ -238,6 +252,9 @@ class WorkerRunner(web.AppRunner):
         if type(server) is web.Server:
             server.__class__ = _FencedServer
             server.limits = self.limits  # type: ignore[attr-defined]
+        count = self.app.get(CONNECTIONS)
+        if count is not None:
+            count.server = server
         return server
 
 

@@ -138,13 +138,20 @@ class _NoCounters:
         await self.inner.close()
 
 
-async def test_a_store_without_counters_is_501_everywhere(aiohttp_client, clock):
+async def test_a_store_without_counters_is_501_on_its_counter_routes(aiohttp_client, clock):
+    """/counts and /stats cannot be served; /metrics still serves the requests and the
+    process, without the memory series."""
     client = await aiohttp_client(create_app(_NoCounters(clock), TOKEN))
     for method, path, body in (("post", "/counts", {"counts": [row()]}),
-                               ("post", "/stats", {"since": 0}), ("get", "/metrics", None)):
+                               ("post", "/stats", {"since": 0})):
         response = await client.request(method, path, json=body, headers=AUTH)
         assert response.status == 501, path
         assert "keeps no counters" in (await response.json())["error"]
+    response = await client.get("/metrics", headers=AUTH)
+    assert response.status == 200
+    names = {family.name for family in text_string_to_metric_families(await response.text())}
+    assert "scopemem_worker_requests" in names
+    assert not any(name.startswith("scopemem_memory_") for name in names)
 
 
 def _row(scope: str, name: str, value: int) -> Any:
@@ -166,7 +173,7 @@ async def test_invented_kinds_and_markers_keep_the_scrape_bounded(served, backin
         assert response.status == 200
         return {(s.name, tuple(sorted(s.labels.items()))): s.value
                 for family in text_string_to_metric_families(await response.text())
-                for s in family.samples}
+                for s in family.samples if s.name.startswith("scopemem_memory_")}
 
     await served.post("/counts", json={"counts": [row(), row(name="rejected:commit_sha")]},
                       headers=AUTH)

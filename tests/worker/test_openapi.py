@@ -13,7 +13,7 @@ import pytest
 from yarl import URL
 
 from scopemem.core.scopes import identifier_problem
-from scopemem.errors import ScopeLimitReached, StoreUnsupported
+from scopemem.errors import ScopeLimitReached, StoreError, StoreUnsupported
 from scopemem.worker_aiohttp import schema
 from scopemem.worker_aiohttp.app import DATA_ROUTES, create_app, load_openapi, running
 from tests.worker.conftest import AUTH, ORG, TOKEN, candidate, raw_exchange
@@ -66,7 +66,7 @@ def test_the_document_is_openapi_3_with_every_route():
               for route in app.router.routes() if route.method != "HEAD"}
     in_doc = {(path, method) for path, item in DOC["paths"].items() for method in item}
     assert served == in_doc
-    assert {path for path, _ in served} == {*DATA_ROUTES, "/metrics", "/healthz",
+    assert {path for path, _ in served} == {*DATA_ROUTES, "/metrics", "/healthz", "/readyz",
                                             "/openapi.json"}
 
 
@@ -103,6 +103,8 @@ async def drive(session: aiohttp.ClientSession, url: str, spy, path: str, method
         spy.fail = ScopeLimitReached("the data directory holds 1 scopes, the limit")
     elif status == 501:
         spy.fail = StoreUnsupported("the null store cannot export or import records")
+    elif status == 503:  # /readyz: the store cannot serve
+        spy.fail = StoreError("the disk is gone")
     try:
         async with session.request(method, url + path, **kwargs) as response:
             if response.content_type == "text/plain":  # /metrics: Prometheus' text format
@@ -114,7 +116,8 @@ async def drive(session: aiohttp.ClientSession, url: str, spy, path: str, method
 
 async def test_every_documented_status_is_what_the_server_does(spy):
     triples = documented()
-    assert {status for _, _, status in triples} == {200, 400, 401, 411, 413, 415, 500, 501, 507}
+    assert {status for _, _, status in triples} == {200, 400, 401, 411, 413, 415, 500, 501, 503,
+                                                             507}
     async with running(create_app(spy, TOKEN)) as url, aiohttp.ClientSession() as session:
         for path, method, status in triples:
             got, answer = await drive(session, url, spy, path, method, status)

@@ -313,6 +313,13 @@ class PostgresStore(Porting, Counts):
         """Apply the use counts still deferred now (``close`` applies them too)."""
         await self._usage.drain()
 
+    async def ready(self) -> str | None:
+        """The readiness check (``stores.base.store_ready``): the pool opens (the schema
+        migrated) and one of its connections answers a query within the pool's timeout."""
+        async with self._connection() as conn:
+            await conn.execute("SELECT 1")
+        return None
+
     def max_descriptors(self) -> int:
         """The most file descriptors the store holds (``stores.base.descriptors_held``):
         one socket per connection of its pool."""

@@ -1,0 +1,121 @@
+"""``scopemem health``'s checks of a store: what needs a person, one line each.
+
+``store`` is the readiness check the worker's ``/readyz`` answers with (``store_ready``);
+the others are what a store can say cheaply: whether it is the in-process fallback (records
+that die with the process), the free space of a SQLite data directory, the scopes near the
+cap, and the reflections that failed lately (a counter, when the store keeps counters). Every
+check is bounded: the scopes check reads at most ``MAX_SCOPES_CHECKED`` scopes.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+
+import attrs
+
+from scopemem.core.counters import REFLECTIONS_FAILED, day_of
+from scopemem.stores.base import (
+    CountingStore,
+    MemoryStore,
+    nearest_existing,
+    store_ready,
+    wall_clock_ms,
+)
+
+__all__ = ["OK", "WARN", "FAIL", "Check", "MAX_SCOPES_CHECKED", "check_store", "exit_status"]
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+#: The most scopes the cap check lists (each a read of up to ``cap`` records).
+MAX_SCOPES_CHECKED = 1000
+#: A scope holding this share of the cap or more is near it.
+NEAR_CAP = 0.9
+#: Free space: warn below either figure, fail below either of the second pair.
+WARN_FREE_SHARE, WARN_FREE_BYTES = 0.10, 1 << 30
+FAIL_FREE_SHARE, FAIL_FREE_BYTES = 0.02, 100 << 20
+#: The days the failed-reflections counter is read over (today included).
+RECENT_DAYS = 7
+#: Scope keys named in a line, at most.
+NAMED = 5
+
+
+@attrs.frozen
+class Check:
+    name: str
+    status: str
+    detail: str
+
+
+def exit_status(checks: Sequence[Check]) -> int:
+    """0 when every check is ok, 1 when one warns, 2 when one fails."""
+    statuses = {check.status for check in checks}
+    return 2 if FAIL in statuses else 1 if WARN in statuses else 0
+
+
+def _durable(store: MemoryStore, configured: str) -> Check:
+    from scopemem.stores.memory import InMemoryStore
+
+    if not isinstance(store, InMemoryStore):
+        return Check("durable", OK, f"records are kept by the {configured} store")
+    if configured == "memory":
+        return Check("durable", WARN, "the memory store keeps records in the process: they"
+                                      " are lost when it exits")
+    return Check("durable", WARN, f"the {configured} store fell back to the in-process store"
+                                  " (its token is missing): records are lost when the"
+                                  " process exits")
+
+
+def check_disk(directory: str) -> Check:
+    usage = shutil.disk_usage(nearest_existing(directory))
+    share = usage.free / usage.total if usage.total else 0.0
+    detail = (f"{usage.free / (1 << 30):.1f} GiB free ({share:.0%}) under {directory}")
+    if share < FAIL_FREE_SHARE or usage.free < FAIL_FREE_BYTES:
+        return Check("disk", FAIL, detail)
+    if share < WARN_FREE_SHARE or usage.free < WARN_FREE_BYTES:
+        return Check("disk", WARN, detail)
+    return Check("disk", OK, detail)
+
+
+async def _scopes(store: MemoryStore, cap: int) -> Check:
+    keys = await store.export_scopes()  # type: ignore[attr-defined]
+    checked = keys[:MAX_SCOPES_CHECKED]
+    near = [key for key in checked if len(await store.list(key, cap)) >= NEAR_CAP * cap]
+    more = (f"; the first {MAX_SCOPES_CHECKED} of {len(keys)} scopes read"
+            if len(keys) > len(checked) else "")
+    if not near:
+        return Check("scopes", OK, f"{len(checked)} scopes below {NEAR_CAP:.0%} of the cap"
+                                   f" ({cap}){more}")
+    named = ", ".join(near[:NAMED]) + (f" and {len(near) - NAMED} more"
+                                       if len(near) > NAMED else "")
+    return Check("scopes", WARN, f"{len(near)} scopes hold {NEAR_CAP:.0%} or more of the cap"
+                                 f" ({cap}): their least used records are evicted next: "
+                                 f"{named}{more}")
+
+
+async def _reflections(store: CountingStore) -> Check:
+    since = day_of(wall_clock_ms()) - (RECENT_DAYS - 1)
+    failed = sum(row.value for row in await store.read_counts(since_day=since)
+                 if row.name == REFLECTIONS_FAILED)
+    if failed:
+        return Check("reflections", WARN, f"{failed} reflections failed in the last"
+                                          f" {RECENT_DAYS} days (scopemem stats)")
+    return Check("reflections", OK, f"none failed in the last {RECENT_DAYS} days")
+
+
+async def check_store(store: MemoryStore, *, configured: str, cap: int) -> list[Check]:
+    """Every check that applies to ``store`` (the ``configured`` store's name, its cap)."""
+    reason = await store_ready(store)
+    checks = [Check("store", FAIL, reason) if reason is not None
+              else Check("store", OK, "answers reads"),
+              _durable(store, configured)]
+    directory = getattr(store, "directory", None)
+    if isinstance(directory, str):
+        checks.append(check_disk(directory))
+    if reason is not None:
+        return checks  # the rest would fail the same way
+    if hasattr(store, "export_scopes"):
+        checks.append(await _scopes(store, cap))
+    if isinstance(store, CountingStore):
+        checks.append(await _reflections(store))
+    return checks

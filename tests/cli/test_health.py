@@ -1,0 +1,124 @@
+"""``scopemem health``: the readiness check and what needs a person, one line each, against
+a real SQLite directory, an unreachable worker and the in-process fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from scopemem.cli import build_cli
+from scopemem.config import load_config
+from scopemem.core.counters import day_of
+from scopemem.core.records import CountRow
+from scopemem.installation import build_store
+from scopemem.plugins.manager import new_plugin_manager
+from scopemem.stores import health as checks
+from scopemem.stores.base import wall_clock_ms
+from tests.conftest import fact
+
+APP, API = "repo:acme/app", "repo:acme/api"
+
+
+def health(config: Path, *args: str) -> Result:
+    pm = new_plugin_manager(environ={})
+    return CliRunner().invoke(build_cli(pm), ["--config", str(config), "health", *args])
+
+
+def by_name(result: Result) -> dict[str, dict[str, Any]]:
+    return {check["name"]: check for check in json.loads(result.output)}
+
+
+@pytest.fixture
+def roomy(monkeypatch):
+    """Any free space is enough (the machine running the tests may be nearly full)."""
+    monkeypatch.setattr(checks, "WARN_FREE_BYTES", 0)
+    monkeypatch.setattr(checks, "WARN_FREE_SHARE", 0)
+    monkeypatch.setattr(checks, "FAIL_FREE_BYTES", 0)
+    monkeypatch.setattr(checks, "FAIL_FREE_SHARE", 0)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "scopemem.toml"
+    path.write_text('[memory]\nenabled = true\norganization = "acme"\nstore = "sqlite"\n'
+                    'max_records_per_scope = 10\n'
+                    f'[memory.stores.sqlite]\npath = "{tmp_path / "data"}"\n')
+    return path
+
+
+def fill(config: Path, failed_reflections: int = 0) -> None:
+    async def run() -> None:
+        store = build_store(load_config(config), new_plugin_manager(environ={}))
+        try:
+            await store.write(APP, [fact(f"step {n} of the release is documented in RELEASE")
+                                    for n in range(9)])
+            await store.write(API, [fact("run tox -e lint before pushing")])
+            if failed_reflections:
+                await store.add_counts([CountRow(API, day_of(wall_clock_ms()),
+                                                 "reflections_failed", failed_reflections)])
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+
+
+def test_a_healthy_store_is_ok_and_a_scope_near_its_cap_warns(config, roomy):
+    fill(config)
+    result = health(config, "--json")
+    assert result.exit_code == 1, result.output  # one scope is near the cap
+    found = by_name(result)
+    assert found["store"] == {"name": "store", "status": "ok", "detail": "answers reads"}
+    assert found["durable"]["status"] == "ok"
+    assert found["disk"]["status"] == "ok"
+    assert found["reflections"]["status"] == "ok"
+    assert found["scopes"]["status"] == "warn"
+    assert APP in found["scopes"]["detail"] and API not in found["scopes"]["detail"]
+    text = health(config)
+    assert text.exit_code == 1
+    assert "warn scopes: 1 scopes hold 90% or more of the cap (10)" in text.output
+    assert "ok   store: answers reads" in text.output
+
+
+def test_failed_reflections_and_a_full_disk_need_a_person(config, monkeypatch):
+    fill(config, failed_reflections=3)
+
+    class Usage:
+        total, used, free = 100 << 30, (100 << 30) - (50 << 20), 50 << 20
+
+    monkeypatch.setattr(checks.shutil, "disk_usage", lambda _path: Usage)
+    result = health(config, "--json")
+    assert result.exit_code == 2, result.output
+    found = by_name(result)
+    assert found["disk"]["status"] == "fail"
+    assert found["reflections"] == {"name": "reflections", "status": "warn",
+                                    "detail": "3 reflections failed in the last 7 days"
+                                              " (scopemem stats)"}
+
+
+def test_a_store_that_cannot_serve_fails(tmp_path, monkeypatch):
+    path = tmp_path / "scopemem.toml"
+    path.write_text('[memory]\nenabled = true\norganization = "acme"\nstore = "worker"\n'
+                    '[memory.stores.worker]\nbase_url = "http://127.0.0.1:1"\n'
+                    'timeout_seconds = 2\n')
+    monkeypatch.setenv("MEMORY_TOKEN", "a-token-long-enough-0123")
+    result = health(path)
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines()[0] == "fail store: the store cannot serve reads"
+
+
+def test_the_in_process_fallback_is_a_warning(tmp_path, monkeypatch):
+    path = tmp_path / "scopemem.toml"
+    path.write_text('[memory]\nenabled = true\norganization = "acme"\nstore = "worker"\n'
+                    '[memory.stores.worker]\nbase_url = "http://127.0.0.1:1"\n')
+    monkeypatch.delenv("MEMORY_TOKEN", raising=False)
+    result = health(path, "--json")
+    assert result.exit_code == 1, result.output
+    found = by_name(result)
+    assert found["store"]["status"] == "ok"
+    assert found["durable"]["status"] == "warn"
+    assert "fell back to the in-process store" in found["durable"]["detail"]
