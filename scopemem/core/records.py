@@ -315,6 +315,18 @@ class SweepResult:
 
 
 @attrs.frozen
+class PurgeResult:
+    """What a retention purge did: dead rows past the retention deleted (superseded,
+    evicted), and swept rows past it scrubbed of their text (kept)."""
+
+    purged: int = 0
+    scrubbed: int = 0
+
+    def __add__(self, other: PurgeResult) -> PurgeResult:
+        return PurgeResult(self.purged + other.purged, self.scrubbed + other.scrubbed)
+
+
+@attrs.frozen
 class CountRow:
     """One counter of one scope on one UTC day (days since the epoch; ``core.counters``
     names the counters and adds rows up)."""

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from scopemem.core import engine
+from scopemem.core.provenance import person_id, scrub_source
 from scopemem.core.ranking import Ranking
 from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
@@ -32,6 +33,7 @@ from scopemem.core.records import (
     Candidate,
     CountRow,
     Kind,
+    PurgeResult,
     Record,
     Status,
     SweepResult,
@@ -386,6 +388,57 @@ class InMemoryStore:
             self._died[record.id] = now
         self._count(counting.sweep_rows(scope_key, len(swept), now))
         return SweepResult(swept=len(swept))
+
+    # --- deleting a scope, a person's provenance, the retention purge now ----------------
+
+    async def delete_scope(self, scope_key: str) -> int:
+        """Delete every record of the scope, whatever its status, and its counters; the
+        number of records deleted. Its ids are never given again."""
+        check_scope_key(scope_key)
+        rows = self._scopes.pop(scope_key, [])
+        self._indexes.pop(scope_key, None)
+        for record in rows:
+            self._terms.pop(record.id, None)
+            self._died.pop(record.id, None)
+        for key in [key for key in self._counts if key[0] == scope_key]:
+            del self._counts[key]
+        return len(rows)
+
+    async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
+        """Replace the person ``person_key`` names in the scope's thread keys and run ids
+        (``core.provenance``); the number of records changed."""
+        rows = self._rows(scope_key)
+        person = person_id(check_scope_key(person_key))
+        changed = 0
+        for position, record in enumerate(rows):
+            thread = scrub_source(record.source_thread_key, person)
+            run = scrub_source(record.source_run_id, person)
+            if thread is record.source_thread_key and run is record.source_run_id:
+                continue
+            rows[position] = trusted_record(
+                record.id, record.scope_key, record.kind, record.text, record.keywords,
+                thread or record.source_thread_key, run, record.created_at,
+                record.last_used_at, record.use_count, record.confidence, record.supersedes,
+                record.restates, record.status, record.source)
+            changed += 1
+        if changed:
+            self._indexes.pop(scope_key, None)  # rebuilt from the rows on next use
+        return changed
+
+    async def purge(self) -> PurgeResult:
+        """The retention purge every write applies to its scope, applied to every scope now."""
+        now = self._clock()
+        result = PurgeResult()
+        for scope_key, rows in list(self._scopes.items()):
+            swept = sum(1 for r in rows if r.status is Status.SWEPT and r.text)
+            kept = self._purged(rows, now)
+            left = sum(1 for r in kept if r.status is Status.SWEPT and r.text)
+            if len(kept) == len(rows) and left == swept:
+                continue
+            self._scopes[scope_key] = kept
+            self._indexes.pop(scope_key, None)
+            result += PurgeResult(purged=len(rows) - len(kept), scrubbed=swept - left)
+        return result
 
     # --- counters (``stores.base.CountingStore``) ----------------------------------------
 

@@ -66,6 +66,7 @@ from scopemem.core.records import (
     MAX_USED_SCOPES,
     Candidate,
     Kind,
+    PurgeResult,
     Record,
     SweepResult,
     WireError,
@@ -118,7 +119,8 @@ OPTIONS = ("base_url", "token_env", "timeout_seconds", "retry_deadline_seconds")
 #: first answer (``worker_aiohttp.idempotency``).
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: The routes that change something: each call carries an idempotency key.
-KEYED_ROUTES = frozenset({"/write", "/used", "/forget", "/sweep", "/import", "/counts"})
+KEYED_ROUTES = frozenset({"/write", "/used", "/forget", "/sweep", "/import", "/counts",
+                          "/delete-scope", "/scrub-provenance", "/purge"})
 BREAKER_THRESHOLD = 5
 BREAKER_COOL_DOWN = 30.0
 
@@ -502,6 +504,26 @@ class WorkerStore(WorkerCounts):
             raise StoreError(f"memory worker /sweep answered a result that is not valid: {exc}")\
                 from None
 
+    async def delete_scope(self, scope_key: str) -> int:
+        """Every record of the scope deleted by the worker's store (/delete-scope)."""
+        check_scope_key(scope_key)
+        return _count(await self._command("/delete-scope", {"scopeKey": scope_key}),
+                      "/delete-scope", "deleted")
+
+    async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
+        """The person ``person_key`` names scrubbed from the scope's provenance
+        (/scrub-provenance)."""
+        check_scope_key(scope_key)
+        check_scope_key(person_key)
+        data = await self._command("/scrub-provenance",
+                                   {"scopeKey": scope_key, "personKey": person_key})
+        return _count(data, "/scrub-provenance", "scrubbed")
+
+    async def purge(self) -> PurgeResult:
+        """The retention purge run by the worker's store on every scope now (/purge)."""
+        data = await self._command("/purge", {})
+        return PurgeResult(_count(data, "/purge", "purged"), _count(data, "/purge", "scrubbed"))
+
     async def close(self) -> None:
         session, self._session, self._session_loop = self._session, None, None
         if session is not None and not session.closed:
@@ -575,6 +597,14 @@ class WorkerStore(WorkerCounts):
         if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= len(batch):
             raise StoreError("memory worker /import answered without a valid 'imported'")
         return count
+
+
+def _count(data: Mapping[str, Any], route: str, name: str) -> int:
+    """The whole number ``name`` of a worker's answer."""
+    value = data.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise StoreError(f"memory worker {route} answered without a whole number {name!r}")
+    return value
 
 
 async def _read_capped(response: aiohttp.ClientResponse) -> bytes:

@@ -86,7 +86,7 @@ from scopemem.errors import (
 )
 from scopemem.stores.base import CountingStore, MemoryStore, search_hits, wall_clock_ms
 from scopemem.stores.porting import PortableStore, portable, screen_import
-from scopemem.worker_aiohttp import validation
+from scopemem.worker_aiohttp import deleting, validation
 from scopemem.worker_aiohttp.handling import (
     OPENAPI,
     SERVED,
@@ -373,6 +373,9 @@ DATA_ROUTES: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] =
     "/import": import_records,
     "/counts": counts,
     "/stats": stats,
+    "/delete-scope": deleting.delete_scope,
+    "/scrub-provenance": deleting.scrub_provenance,
+    "/purge": deleting.purge,
 }
 
 

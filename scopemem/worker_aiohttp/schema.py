@@ -214,6 +214,15 @@ REQUESTS: Final[dict[str, Schema]] = {
     "/forget": body(["scopeKey", "id"], {"scopeKey": _SCOPE_KEY, "id": ref("Identifier")}),
     "/sweep": body(["scopeKey"], {"scopeKey": _SCOPE_KEY,
                                   "dryRun": {"type": "boolean", "default": False}}),
+    "/delete-scope": body(["scopeKey"], {"scopeKey": _SCOPE_KEY}),
+    "/scrub-provenance": body(["scopeKey", "personKey"], {
+        "scopeKey": _SCOPE_KEY,
+        "personKey": {**SCHEMAS["ScopeKey"], "description": (
+            "The person's own scope key (user:slack:U0123): a thread key or run id of the"
+            " scope naming their id (its last segment) as a whole token has it replaced by"
+            " 'removed'")},
+    }),
+    "/purge": body([], {}),
     "/used": body(["used"], {
         "used": array(body(["scopeKey", "ids"], {
             "scopeKey": _SCOPE_KEY,

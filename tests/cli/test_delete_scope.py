@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.cli.test_porting import ADMIN, ok, populate, run, sqlite_config
+from tests.cli.test_forget_person import postgres_config
+from tests.cli.test_porting import ok, populate, run, sqlite_config
 from tests.stores import pg
 
 
@@ -39,22 +40,18 @@ def test_delete_scope_deletes_one_scope_and_leaves_the_others(tmp_path: Path):
     assert again.output.strip() == "deleted 0 records of org:acme"
 
 
-def test_delete_scope_refuses_a_bad_key_and_a_store_that_cannot(tmp_path: Path):
+def test_delete_scope_refuses_a_bad_key_and_works_on_postgres(tmp_path: Path):
     config = sqlite_config(tmp_path, "data")
     bad = run(config, "delete-scope", "no colon here", "--yes")
     assert bad.exit_code == 2 and "KEY" in bad.output and "Traceback" not in bad.output
     pg.require()
     schema = pg.new_schema()
-    other = tmp_path / "postgres.toml"
-    other.write_text(f'[memory]\nenabled = true\norganization = "acme"\nadmins = ["{ADMIN}"]\n'
-                     f'store = "postgres"\n[memory.stores.postgres]\ndsn = "{pg.dsn()}"\n'
-                     f'schema = "{schema}"\n')
+    other = postgres_config(tmp_path, schema)
     try:
         populate(other)
-        refused = run(other, "delete-scope", "org:acme", "--operator", "--yes")
-        assert refused.exit_code == 1
-        assert "cannot delete a scope's records in place" in refused.output
-        assert "nothing was changed" in refused.output
-        assert "org:acme" in listed(other)
+        done = ok(run(other, "delete-scope", "org:acme", "--operator", "--yes", "--json"))
+        assert json.loads(done.output) == {"ok": True, "scopeKey": "org:acme", "deleted": 4}
+        assert set(listed(other)) == {"user:cli:local"}
+        assert exported(other, "org:acme") == []
     finally:
         pg.drop_schemas(schema)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from scopemem.core.records import Candidate, Kind, Record, SweepResult, WriteCounts
+from scopemem.core.records import Candidate, Kind, PurgeResult, Record, SweepResult, WriteCounts
 from scopemem.stores.memory import InMemoryStore
 from scopemem.worker_aiohttp.app import create_app
 from tests.conftest import FakeClock
@@ -90,6 +90,18 @@ class SpyStore:
                           prefix: str | None = None, since_day: int = 0) -> list[Any]:
         await self._enter("stats", scope_keys, prefix, since_day)
         return await self.inner.read_counts(scope_keys, prefix=prefix, since_day=since_day)
+
+    async def delete_scope(self, scope_key: str) -> int:
+        await self._enter("delete-scope", scope_key)
+        return await self.inner.delete_scope(scope_key)
+
+    async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
+        await self._enter("scrub-provenance", scope_key, person_key)
+        return await self.inner.scrub_provenance(scope_key, person_key)
+
+    async def purge(self) -> PurgeResult:
+        await self._enter("purge")
+        return await self.inner.purge()
 
     async def close(self) -> None:
         self.closed = True

@@ -35,6 +35,9 @@ VALID_BODIES: dict[str, dict[str, Any]] = {
                              "useCount": 0, "status": "active"}]},
     "/counts": {"counts": [{"scopeKey": ORG, "day": 20000, "name": "offered", "value": 2}]},
     "/stats": {"scopeKey": ORG, "since": 0},
+    "/delete-scope": {"scopeKey": ORG},
+    "/scrub-provenance": {"scopeKey": ORG, "personKey": "user:slack:U0123"},
+    "/purge": {},
 }
 
 
@@ -87,7 +90,7 @@ async def drive(session: aiohttp.ClientSession, url: str, spy, path: str, method
     if method == "post":
         kwargs["json"] = body
     if status == 400:
-        kwargs["json"] = {}
+        kwargs["json"] = {} if body else []  # a route whose fields are all optional
     elif status == 401:
         kwargs["headers"] = {}
     elif status == 411:

@@ -197,6 +197,20 @@ class Statements:
         self.forget = (f"UPDATE {records} SET status = 'forgotten', retired_at = %(now)s,"
                        " text = '', norm = '', keywords = '{}', tokens = '{}'"
                        f" WHERE {active} AND seq = %(seq)s AND id = %(id)s")
+        # Deleting a scope's data (``store.delete_scope``): its row in ``scopes`` stays,
+        # emptied, with its last seq, so no id it gave is given again.
+        self.delete_records = f"DELETE FROM {records} WHERE scope_key = %(scope)s"
+        self.delete_postings = f"DELETE FROM {s}.postings WHERE scope_key = %(scope)s"
+        self.delete_counters = f"DELETE FROM {s}.counters WHERE scope_key = %(scope)s"
+        self.empty_scope = (f"UPDATE {s}.scopes SET active = 0, generation = generation + 1"
+                            " WHERE scope_key = %(scope)s")
+        # Scrubbing a person out of a scope's provenance (``store.scrub_provenance``).
+        self.naming = (f"SELECT seq, source_thread_key, source_run_id FROM {records}"
+                       " WHERE scope_key = %(scope)s"
+                       " AND (strpos(source_thread_key, %(person)s) > 0"
+                       " OR strpos(coalesce(source_run_id, ''), %(person)s) > 0)")
+        self.set_source = (f"UPDATE {records} SET source_thread_key = %s, source_run_id = %s"
+                           " WHERE scope_key = %s AND seq = %s")
         self.active_facts = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
                              " AND kind = 'fact' ORDER BY seq")
         # Counters (``counts.py``): rows of any scopes added in one statement (in the

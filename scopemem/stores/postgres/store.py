@@ -32,12 +32,14 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from scopemem.core import engine
+from scopemem.core.provenance import person_id, scrub_source
 from scopemem.core.ranking import Ranking
 from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
     Candidate,
     Kind,
+    PurgeResult,
     Record,
     Status,
     SweepResult,
@@ -208,9 +210,11 @@ class PostgresStore(Porting, Counts):
                      None if r.is_active else now, record_tokens(r, self.analyzer))
                     for r in plan.inserts])
                 previous = None
-                if last_seq:
-                    previous = await self._scalar(conn, self.sql.thread_of,
-                                                  {"scope": scope_key, "seq": last_seq})
+                if last_seq:  # the row may be gone (purged, or its scope deleted)
+                    cursor = await conn.execute(self.sql.thread_of,
+                                                {"scope": scope_key, "seq": last_seq})
+                    row = await cursor.fetchone()
+                    previous = None if row is None else row[0]
                 terms, seqs, continues = postings_of(plan.inserts, previous, self.analyzer)
                 await conn.execute(self.sql.post, {"scope": scope_key, "terms": terms,
                                                    "seqs": seqs, "continues": continues})
@@ -308,6 +312,64 @@ class PostgresStore(Porting, Counts):
             await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": -retired})
             await add_rows(conn, self.sql, counting.sweep_rows(scope_key, retired, now))
         return SweepResult(swept=len(swept))
+
+    async def delete_scope(self, scope_key: str) -> int:
+        """Delete every record of ``scope_key``, whatever its status, with its postings and
+        its day counters, in one transaction; the number of records deleted (0: no such
+        scope). The scope's row stays, emptied, so its ids are never given again."""
+        check_scope_key(scope_key)
+        async with self._connection() as conn, conn.transaction():
+            if await self._lock_scope(conn, scope_key, self._clock(), create=False) is None:
+                return 0
+            params = {"scope": scope_key}
+            await conn.execute(self.sql.delete_postings, params)
+            cursor = await conn.execute(self.sql.delete_records, params)
+            deleted = max(cursor.rowcount, 0)
+            await conn.execute(self.sql.delete_counters, params)
+            await conn.execute(self.sql.empty_scope, params)
+        return int(deleted)
+
+    async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
+        """Replace the person ``person_key`` names in the scope's thread keys and run ids
+        (``core.provenance``), in one transaction; the number of records changed."""
+        check_scope_key(scope_key)
+        person = person_id(check_scope_key(person_key))
+        if not person:
+            return 0
+        async with self._connection() as conn, conn.transaction():
+            if await self._lock_scope(conn, scope_key, self._clock(), create=False) is None:
+                return 0
+            cursor = await conn.execute(self.sql.naming, {"scope": scope_key,
+                                                          "person": person})
+            changed = []
+            for seq, thread, run in await cursor.fetchall():
+                new_thread, new_run = scrub_source(thread, person), scrub_source(run, person)
+                if new_thread is not thread or new_run is not run:
+                    changed.append((new_thread, new_run, scope_key, seq))
+            if changed:
+                async with conn.cursor() as cur:
+                    await cur.executemany(self.sql.set_source, changed)
+                await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": 0})
+        return len(changed)
+
+    async def purge(self) -> PurgeResult:
+        """The retention purge every write applies to its scope, applied now to every scope,
+        one transaction each."""
+        now = self._clock()
+        retention = {"rows": None, "cutoff": retention_cutoff(now, self.retention_days)}
+        result = PurgeResult()
+        for scope_key in await self.export_scopes():
+            async with self._connection() as conn, conn.transaction():
+                if await self._lock_scope(conn, scope_key, now, create=False) is None:
+                    continue
+                done = []
+                for statement in (self.sql.purge, self.sql.scrub_swept):
+                    cursor = await conn.execute(statement, {**retention, "scope": scope_key})
+                    done.append(max(cursor.rowcount, 0))
+                if any(done):
+                    await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": 0})
+            result += PurgeResult(purged=done[0], scrubbed=done[1])
+        return result
 
     async def flush(self) -> None:
         """Apply the use counts still deferred now (``close`` applies them too)."""

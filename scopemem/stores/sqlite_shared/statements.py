@@ -123,6 +123,14 @@ DELETE_RECORDS = "DELETE FROM records WHERE scope_key = :scope"
 DELETE_COUNTERS = "DELETE FROM counters WHERE scope_key = :scope"
 EMPTY_SCOPE = ("UPDATE scopes SET active = 0, generation = generation + 1"
                " WHERE scope_key = :scope")
+# Scrubbing a person out of a scope's provenance (``writes.scrub_provenance``): the rows
+# whose thread key or run id holds their id, then each row's new values.
+NAMING = ("SELECT seq, source_thread_key, source_run_id FROM records WHERE scope_key = :scope"
+          " AND (instr(source_thread_key, :person) > 0"
+          " OR instr(ifnull(source_run_id, ''), :person) > 0)")
+SET_SOURCE = ("UPDATE records SET source_thread_key = ?, source_run_id = ?"
+              " WHERE scope_key = ? AND seq = ?")
+NEXT_GENERATION = "UPDATE scopes SET generation = generation + 1 WHERE scope_key = :scope"
 FORGET = ("UPDATE records SET status = 'forgotten', retired_at = :now, text = '', norm = '',"
           f" keywords = '[]', tokens = '' WHERE {ACTIVE} AND seq = :seq AND id = :id")
 

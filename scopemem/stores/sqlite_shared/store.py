@@ -27,12 +27,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from scopemem.core import engine
+from scopemem.core.provenance import person_id
 from scopemem.core.ranking import Ranking
 from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
     Candidate,
     Kind,
+    PurgeResult,
     Record,
     SweepResult,
     WriteCounts,
@@ -455,6 +457,33 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
         deleted = writes.delete_scope(conn, self._uses, shard, scope_key)
         self._truncate_wal(conn, shard, "deleting a scope")
         return deleted
+
+    async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
+        """Replace the person ``person_key`` names in the scope's thread keys and run ids
+        (``core.provenance``), in one transaction; the number of records changed."""
+        check_scope_key(scope_key)
+        person = person_id(check_scope_key(person_key))
+        shard = self._shards.of(scope_key)
+        done = await self._write(shard, self._scrub_provenance, shard, scope_key, person)
+        return done or 0
+
+    def _scrub_provenance(self, conn: Any, shard: int, scope_key: str, person: str) -> int:
+        changed = writes.scrub_provenance(conn, self._uses, shard, scope_key, person)
+        if changed:
+            self._truncate_wal(conn, shard, "scrubbing provenance")
+        return changed
+
+    async def purge(self) -> PurgeResult:
+        """The retention purge every write applies to its scope, applied now to every scope,
+        one transaction each (``writes.purge``)."""
+        cutoff = retention_cutoff(self._clock(), self.retention_days)
+        result = PurgeResult()
+        for scope_key in await self.export_scopes():
+            shard = self._shards.of(scope_key)
+            done = await self._write(shard, writes.purge, self._uses, shard, scope_key, cutoff)
+            if done is not None:
+                result += done
+        return result
 
     def _truncate_wal(self, conn: Any, shard: int, after: str) -> None:
         """No page image of what was scrubbed stays in the WAL (secure_delete zeroed it in

@@ -20,7 +20,16 @@ from typing import Any
 import attrs
 
 from scopemem.core import engine
-from scopemem.core.records import Candidate, CountRow, Record, Status, SweepResult, WriteCounts
+from scopemem.core.provenance import scrub_source
+from scopemem.core.records import (
+    Candidate,
+    CountRow,
+    PurgeResult,
+    Record,
+    Status,
+    SweepResult,
+    WriteCounts,
+)
 from scopemem.core.scopes import memory_id, record_seq
 from scopemem.core.text import normalize_text
 from scopemem.core.words import Analyzer
@@ -34,7 +43,8 @@ from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
-__all__ = ["Change", "add_rows", "delete_scope", "forget", "sweep", "write"]
+__all__ = ["Change", "add_rows", "delete_scope", "forget", "purge", "scrub_provenance", "sweep",
+           "write"]
 
 
 def add_rows(conn: Any, rows: Sequence[CountRow]) -> None:
@@ -263,6 +273,39 @@ def delete_scope(conn: Any, uses: PendingUses, shard: int, scope_key: str) -> in
         conn.execute(st.EMPTY_SCOPE, {"scope": scope_key})
         index.scrub(conn)
     return deleted
+
+
+def scrub_provenance(conn: Any, uses: PendingUses, shard: int, scope_key: str, person: str
+                     ) -> int:
+    """Replace ``person`` in the scope's thread keys and run ids (``core.provenance``), in
+    one transaction; the number of rows changed."""
+    with transaction(conn, uses, shard, scope_key):
+        if not person or _scope_row(conn, scope_key) is None:
+            return 0
+        changed = []
+        for seq, thread, run in conn.execute(st.NAMING, {"scope": scope_key,
+                                                         "person": person}).fetchall():
+            new_thread, new_run = scrub_source(thread, person), scrub_source(run, person)
+            if new_thread is not thread or new_run is not run:
+                changed.append((new_thread, new_run, scope_key, seq))
+        if changed:
+            conn.executemany(st.SET_SOURCE, changed)
+            conn.execute(st.NEXT_GENERATION, {"scope": scope_key})
+    return len(changed)
+
+
+def purge(conn: Any, uses: PendingUses, shard: int, scope_key: str, cutoff: int
+          ) -> PurgeResult:
+    """The retention purge a write applies (``SCRUB_SWEPT``, ``PURGE``), on every due row of
+    the scope, in one transaction."""
+    with transaction(conn, uses, shard, scope_key):
+        done = []
+        for statement in (st.PURGE, st.SCRUB_SWEPT):
+            conn.execute(statement, {"scope": scope_key, "rows": -1, "cutoff": cutoff})
+            done.append(int(conn.changes()))
+        if any(done):
+            conn.execute(st.NEXT_GENERATION, {"scope": scope_key})
+    return PurgeResult(purged=done[0], scrubbed=done[1])
 
 
 def sweep(conn: Any, uses: PendingUses, shard: int, scope_key: str, now: int, dry_run: bool
