@@ -45,6 +45,7 @@ async def test_scrub_provenance_replaces_the_persons_id_as_a_whole_token(store):
         fact("the build uses node 20", source_thread_key="slack:C1:U01234",
              source_run_id="xU0123"),
     ])
+    assert len(await store.retrieve(ORG, "vpn deploys", 5)) == 1  # read (and held) before
     assert await store.scrub_provenance(ORG, PERSON) == 2
     rows = {r.text: (r.source_thread_key, r.source_run_id) for r in await store.list(ORG, 10)}
     assert rows == {"the vpn is needed for deploys": ("slack:D9:removed", None),
