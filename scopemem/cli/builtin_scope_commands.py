@@ -125,8 +125,9 @@ def scopemem_register_commands(cli: click.Group) -> None:
         """Delete the person KEY's memory (e.g. user:slack:U0123): every record of their
         scope, with its counters, and in every other scope the thread keys and run ids that
         name them (their id, the key's last segment, as a whole token) scrubbed to
-        'removed'. Prints what it removed. It cannot be undone. Takes --operator, but for
-        the local person themself."""
+        'removed'. Prints what it removed. It cannot be undone; if it fails part way,
+        running it again finishes the work (their scope goes last). Takes --operator, but
+        for the local person themself."""
         if not scope_key.startswith("user:") or scope_key.count(":") < 2:
             raise click.BadParameter(f"{scope_key!r} is not a person's scope key"
                                      " (user:<platform>:<id>)", param_hint="KEY")
