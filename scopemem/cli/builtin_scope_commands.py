@@ -15,7 +15,6 @@ changed.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -47,6 +46,8 @@ def _deleting(func: Callable[..., None]) -> Callable[..., None]:
 def _store(state: CliState, command: str, methods: tuple[str, ...]) -> Any:
     """The configured memory, durable, whose store has every one of ``methods``; a click
     error (nothing changed) otherwise."""
+    import asyncio
+
     from scopemem.cli.builtin_memory_commands import _durable, _memory
 
     memory = _memory(state)
@@ -65,6 +66,7 @@ def _store(state: CliState, command: str, methods: tuple[str, ...]) -> Any:
 
 def _run(memory: Any, command: str, action: Callable[[Any], Awaitable[Any]]) -> Any:
     """``action(store)``, the memory closed after it; a store failure is a click error."""
+    import asyncio  # here: --help and hooks never load it
 
     async def main() -> Any:
         try:
