@@ -3,6 +3,7 @@
     python benchmarks/lessons_bench.py [--store memory|sqlite] [--set dev|held-out|both]
                                        [--min-match X] [--ranking weighted|seed]
                                        [--repo-window N] [--limit N]
+                                       [--languages english,german,...]
 
 A set written as the extractor writes lessons: an organisation, three repositories, two
 channels and three people, each scope holding its target lessons among many others (other
@@ -45,7 +46,6 @@ from collections.abc import Iterable
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from scopemem import Memory, MemoryConfig, Request  # noqa: E402
-from scopemem.core.ranking import SEED  # noqa: E402
 from scopemem.core.records import Candidate, Kind  # noqa: E402
 from scopemem.stores.base import DEFAULT_RANKING  # noqa: E402
 from scopemem.stores.memory import InMemoryStore  # noqa: E402
@@ -306,9 +306,10 @@ async def measure(topics: list[tuple], args: argparse.Namespace, name: str) -> N
     rng = random.Random(13)
     config = MemoryConfig(enabled=True, organization=ORG, store=args.store,
                           min_match=args.min_match, ranking=args.ranking,
-                          repo_window=args.repo_window, limit=args.limit)
+                          repo_window=args.repo_window, limit=args.limit,
+                          languages=tuple(args.languages.split(",")))
     with tempfile.TemporaryDirectory(prefix="scopemem-lessons-") as tmp:
-        ranking = SEED if args.ranking == "seed" else DEFAULT_RANKING
+        ranking = config.ranking_spec()
         clock = Clock(NOW)
         store = (SharedSqliteStore(tmp, clock=clock, ranking=ranking) if args.store == "sqlite"
                  else InMemoryStore(clock=clock, ranking=ranking))
@@ -363,6 +364,8 @@ async def main() -> None:
     parser.add_argument("--ranking", choices=("weighted", "seed"), default="weighted")
     parser.add_argument("--repo-window", type=int, default=MemoryConfig().repo_window)
     parser.add_argument("--limit", type=int, default=MemoryConfig().limit)
+    parser.add_argument("--languages", default=",".join(DEFAULT_RANKING.analyzer.languages),
+                        help="memory.languages, comma-separated (default english)")
     args = parser.parse_args()
     print(f"store {args.store}, ranking {args.ranking}, min_match {args.min_match:g}, "
           f"repo_window {args.repo_window}, limit {args.limit}; {len(TOPICS_DEV)} + "

@@ -45,8 +45,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from scopemem.core.ranking import SEED  # noqa: E402
+from scopemem.core.ranking import SEED, Ranking  # noqa: E402
 from scopemem.core.records import MAX_SCOPE_CAP, Candidate, Kind, Record  # noqa: E402
+from scopemem.languages import analyzer_for  # noqa: E402
 from scopemem.stores.base import DEFAULT_RANKING, MemoryStore  # noqa: E402
 from scopemem.stores.memory import InMemoryStore  # noqa: E402
 from scopemem.stores.sqlite_shared import SharedSqliteStore  # noqa: E402
@@ -175,13 +176,13 @@ async def measure(name: str, ask: Ask, conversations: list[Conversation], limit:
 
 
 @contextlib.asynccontextmanager
-async def built(kind: str, directory: str) -> AsyncIterator[MemoryStore]:
+async def built(kind: str, directory: str, ranking: Ranking) -> AsyncIterator[MemoryStore]:
     clock = lambda: NOW  # noqa: E731 - one fixed instant: recency never ranks
     if kind == "memory":
-        yield InMemoryStore(cap=MAX_SCOPE_CAP, clock=clock)
+        yield InMemoryStore(cap=MAX_SCOPE_CAP, clock=clock, ranking=ranking)
         return
     backing = SharedSqliteStore(os.path.join(directory, kind), cap=MAX_SCOPE_CAP, clock=clock,
-                                synchronous="off")
+                                synchronous="off", ranking=ranking)
     if kind == "sqlite":
         try:
             yield backing
@@ -206,7 +207,10 @@ async def main() -> None:
     parser.add_argument("--stores", default="memory,sqlite,worker")
     parser.add_argument("--questions", type=int, default=None,
                         help="ask at most this many questions per method (default all)")
+    parser.add_argument("--languages", default=",".join(DEFAULT_RANKING.analyzer.languages),
+                        help="memory.languages, comma-separated (default english)")
     args = parser.parse_args()
+    ranking = Ranking(analyzer_for(tuple(args.languages.split(","))))
     if not args.data.is_file():
         raise SystemExit(f"no data file at {args.data} (pass --data)")
     conversations = load(args.data)
@@ -214,10 +218,10 @@ async def main() -> None:
     asked = sum(len(c.questions) for c in conversations)
     print(f"{args.data.name}: {len(conversations)} conversations, {turns} turns, "
           f"{asked} questions with evidence; limit {args.limit}; ranking weighted, "
-          f"languages {', '.join(DEFAULT_RANKING.analyzer.languages)}")
+          f"languages {', '.join(ranking.analyzer.languages)}")
     with tempfile.TemporaryDirectory(prefix="scopemem-recall-") as directory:
         for kind in [name.strip() for name in args.stores.split(",") if name.strip()]:
-            async with built(kind, directory) as store:
+            async with built(kind, directory, ranking) as store:
                 await fill(store, conversations)
                 await measure(f"store {kind}", store_asker(store), conversations, args.limit,
                               args.questions)

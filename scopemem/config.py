@@ -112,7 +112,7 @@ class MemoryConfig:
     # written. False lets such facts through (other plugins' markers still apply).
     gate: bool = True
     # Ranking (docs/memory.md "How ranking works"): the languages whose function words a
-    # query drops and whose stemmer folds inflections (the first listed per script stems);
+    # query drops and whose stemmers fold inflections (every listed one, per script);
     # "weighted" weighs rare words above common ones, "seed" is the seed's plain share.
     languages: tuple[str, ...] = ("english",)
     ranking: str = "weighted"

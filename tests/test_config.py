@@ -183,8 +183,10 @@ def test_the_ranking_settings_build_the_ranking():
                                              "min_match": 0}})
     ranking = config.ranking_spec()
     assert ranking.weighted and ranking.analyzer.languages == ("german", "english")
-    # The first listed language of a script stems it.
+    # Every listed language of a script stems it: German reduces "hauser", English
+    # "deploying".
     assert ranking.analyzer.stem("hauser") == "haus"
+    assert ranking.analyzer.stem("deploying") == "deploy"
     assert "und" in ranking.analyzer.stopwords and "the" in ranking.analyzer.stopwords
     assert config_from_mapping({"memory": {"ranking": "seed"}}).ranking_spec() == SEED
     assert config_from_mapping({"memory": {"ranking": "seed", "languages": []}}).ranking_spec() \

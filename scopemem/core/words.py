@@ -145,19 +145,25 @@ class Analyzer:
 
     ``stopwords`` are folded function words: a query drops them before it is matched or
     weighed (a record is never found by "the" or "und" alone). ``stemmers`` maps a script
-    to the stem function of the first configured language written in it, so a Latin-script
-    word is stemmed by the first Latin-script language listed, a Cyrillic one by the first
-    Cyrillic-script language, and a word of a script no language covers is left whole. The
-    stemmer sees the folded word, the same on both sides of every match. ``signature``
-    names the rules, so a store that keeps terms re-derives them when it changes."""
+    to the stem function of the configured languages written in it (``scopemem.languages``
+    joins several languages of one script into one function, ``stem_rule`` naming how), and
+    a word of a script no language covers is left whole. The stemmer sees the folded word,
+    the same on both sides of every match. ``signature`` names the rules, so a store that
+    keeps terms re-derives them when it changes."""
 
     languages: tuple[str, ...] = ()
     stopwords: frozenset[str] = frozenset()
     stemmers: Mapping[str, Stem] = attrs.field(factory=dict, eq=False, repr=False)
+    #: How the stems of several languages of one script become one term ("" when each
+    #: script has one language); part of the signature.
+    stem_rule: str = ""
 
     @property
     def signature(self) -> str:
-        return FOLDING if not self.languages else f"{FOLDING};{'+'.join(self.languages)}"
+        if not self.languages:
+            return FOLDING
+        rule = f";{self.stem_rule}" if self.stem_rule else ""
+        return f"{FOLDING};{'+'.join(self.languages)}{rule}"
 
     _stems: dict[str, str] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 

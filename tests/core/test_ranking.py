@@ -62,11 +62,25 @@ def test_function_words_alone_find_nothing_and_never_pass_the_gate():
     (("italian",), "I rilasci sono bloccati", "rilascio bloccato"),
     (("turkish",), "Sunucular İstanbul ofisinde", "sunucu istanbul"),
     (("russian",), "Новые серверы стоят в подвале", "новый сервер"),
+    (("english", "german", "spanish"), "Die Lizenzprüfungen laufen", "Lizenzprüfung"),
+    (("english", "german", "spanish"), "Eine Lizenzprüfung dauert", "Lizenzprüfungen"),
+    (("english", "german", "spanish"), "Desplegar requiere aprobación", "desplegamos"),
+    (("english", "german", "spanish"), "The deploys failed twice", "deploying fails"),
 ])
 def test_an_inflected_query_finds_the_record_in_every_language(languages, text, query):
     ranking = Ranking(analyzer_for(languages))
     records = [rec(1, text), rec(2, "unrelated lunch note")]
     assert ranked(records, query, ranking) == [text]
+
+
+def test_a_word_of_several_languages_is_one_term_and_weighs_once():
+    mixed = Ranking(analyzer_for(("english", "german", "spanish")))
+    # English keeps "lizenzprufungen" whole, German makes it "lizenzpruf", Spanish
+    # "lizenzprufung": the word is one term, the shortest stem.
+    assert query_terms("Lizenzprüfungen", mixed.analyzer).terms == ("lizenzpruf",)
+    records = [rec(1, "Eine Lizenzprüfung dauert zwei Tage"), rec(2, "Mittagessen um zwölf")]
+    got = engine.rank_records(records, "Lizenzprüfungen Mittagessen", 10, NOW, mixed)
+    assert [match for _record, match in got] == [0.5, 0.5]
 
 
 @pytest.mark.parametrize(("language", "words"), [

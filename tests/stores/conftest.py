@@ -12,6 +12,7 @@ from typing import Any
 import apsw
 import pytest
 
+from scopemem.core.ranking import Ranking
 from scopemem.stores.base import MemoryStore
 from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.sqlite_shared import SharedSqliteStore
@@ -34,30 +35,34 @@ def _postgres_run_schemas() -> Iterator[None]:
 @pytest.fixture(params=STORE_KINDS)
 async def make_store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path
                      ) -> AsyncIterator[MakeStore]:
-    """``await make_store(cap=…, retention_days=…)`` builds a fresh store of the
-    parametrized kind (the worker's retention is its backing store's)."""
+    """``await make_store(cap=…, retention_days=…, ranking=…)`` builds a fresh store of the
+    parametrized kind (the worker's retention is its backing store's); ``ranking`` defaults
+    to the stores' own."""
     built: list[MemoryStore] = []
     servers = AsyncExitStack()
     schemas: list[str] = []
     if request.param == "postgres":
         pg.require()
 
-    async def make(cap: int = 500, retention_days: int = 30) -> MemoryStore:
+    async def make(cap: int = 500, retention_days: int = 30, ranking: Ranking | None = None
+                   ) -> MemoryStore:
+        ranked: dict[str, Any] = {} if ranking is None else {"ranking": ranking}
         if request.param == "memory":
             store: MemoryStore = InMemoryStore(cap=cap, clock=clock,
-                                               retention_days=retention_days)
+                                               retention_days=retention_days, **ranked)
         elif request.param == "sqlite":
             store = SharedSqliteStore(tmp_path / f"shared-{len(built)}", cap=cap, clock=clock,
-                                      retention_days=retention_days)
+                                      retention_days=retention_days, **ranked)
         elif request.param == "worker":
             # WorkerStore -> a live aiohttp server on 127.0.0.1 -> the SQLite store in the
             # layout users get.
             backing = SharedSqliteStore(tmp_path / f"worker-{len(built)}", cap=cap,
-                                        clock=clock, retention_days=retention_days)
-            store = await _served(servers, backing, cap)
+                                        clock=clock, retention_days=retention_days, **ranked)
+            store = await _served(servers, backing, cap, **ranked)
         elif request.param == "postgres":
             schemas.append(pg.lend_schema())
-            store = pg.make(schemas[-1], cap=cap, clock=clock, retention_days=retention_days)
+            store = pg.make(schemas[-1], cap=cap, clock=clock, retention_days=retention_days,
+                            **ranked)
         else:  # pragma: no cover - every kind above is handled
             raise AssertionError(request.param)
         built.append(store)
@@ -71,12 +76,13 @@ async def make_store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path
         pg.give_back(*schemas)
 
 
-async def _served(servers: AsyncExitStack, backing: MemoryStore, cap: int) -> MemoryStore:
+async def _served(servers: AsyncExitStack, backing: MemoryStore, cap: int, **ranked: Any
+                  ) -> MemoryStore:
     from scopemem.stores.worker import WorkerStore
     from scopemem.worker_aiohttp.app import create_app, running
 
     url = await servers.enter_async_context(running(create_app(backing, "contract-token")))
-    return WorkerStore(url, "contract-token", cap=cap)
+    return WorkerStore(url, "contract-token", cap=cap, **ranked)
 
 
 @pytest.fixture
