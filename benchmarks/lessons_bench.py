@@ -16,14 +16,27 @@ front of that run, and has a kind:
 * ``paraphrase``  the same need in other words, sharing at most two stems, often none;
 * ``pasted-log``  a log or stack trace pasted into the brief, the relevant line (sharing
   at least one stem with the target) among forty routine ones;
-* ``no-target``   a brief nothing in memory is relevant to.
+* ``no-target``   a brief nothing in memory is relevant to, in two sets:
+
+  - ``plain``: ten everyday questions (a recipe, a haiku) that share no engineering word
+    with the records, the same ten for both halves;
+  - ``shared words``: engineering briefs about a component no record mentions (the
+    loyalty points service, the tram timetable job), written with the common words real
+    briefs share with the records (deploy, test, build, config, restart, team ...), ten
+    for ``dev`` and ten for ``held-out``. They are irrelevant by construction, and
+    ``check_no_target`` verifies it before a run, under the run's own word rules: every
+    content word of such a brief is either one of ``SHARED_WORDS`` or a word that no record
+    of either half holds (no lesson, keyword, noise fact or summary), and each brief holds
+    at least two shared words that its half's records hold. ``SHARED_WORDS`` are generic:
+    none is a topic's keyword, so what a brief shares with the records is never what a
+    lesson is about.
 
 Every brief goes through ``Memory.context_block`` with the configured store, and the script
 prints per kind the lesson-in-prompt rate (the share of target lessons that are in the
 block), the share of the run's repository window (its newest ``repo_window`` facts) that is
-in the block (003 wants all of it), and, for briefs with no target, the keyword-hit bullets
-per brief (bullets beyond the repository window, which a run with this brief gets by
-design). The topics come in two
+in the block (003 wants all of it), and, for each set of briefs with no target, the unrelated
+bullets per brief (bullets beyond the repository window, which a run with this brief gets
+by design). The topics come in two
 halves: ``dev`` (what the defaults were chosen on) and ``held-out`` (measured, not tuned
 on). Nothing here asserts: it prints figures.
 
@@ -47,6 +60,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from scopemem import Memory, MemoryConfig, Request  # noqa: E402
 from scopemem.core.records import Candidate, Kind  # noqa: E402
+from scopemem.core.words import Analyzer  # noqa: E402
+from scopemem.languages import analyzer_for  # noqa: E402
 from scopemem.stores.base import DEFAULT_RANKING  # noqa: E402
 from scopemem.stores.memory import InMemoryStore  # noqa: E402
 from scopemem.stores.sqlite_shared import SharedSqliteStore  # noqa: E402
@@ -227,6 +242,37 @@ NO_TARGET_BRIEFS = [
     "is it going to rain tomorrow in lisbon",
 ]
 
+# Common engineering words real briefs share with the records; none is a topic's keyword.
+SHARED_WORDS = ("deploy", "test", "build", "config", "restart", "check", "team", "change",
+                "client", "library", "alert", "version", "job", "run", "fail", "update",
+                "service", "need", "add", "owns", "break")
+
+# Briefs about components no record mentions, in the shared words (see the docstring).
+NO_TARGET_DEV = [
+    "the deploy of the loyalty points service failed on the build step after a config change",
+    "write a test for the parking sensor gateway and run it in the build",
+    "restart the fleet radar after the deploy, its tests fail on startup",
+    "the carbon calculator build breaks when I change its config",
+    "which team owns the survey widget? its deploy check is failing",
+    "move the coupon engine to the new client library version and run the tests again",
+    "the chess engine job fails its test run after the deploy",
+    "add an alert when the weather scraper build takes too long",
+    "update the config of the lunch ordering kiosk and deploy it",
+    "the podcast feed importer needs a config change before the next deploy",
+]
+NO_TARGET_HELD_OUT = [
+    "the greenhouse sensor service fails the build check after a config change",
+    "deploy the museum audio guide and run its tests",
+    "the tram timetable job fails its tests since the last change",
+    "which team owns the config of the pet adoption form",
+    "restart the vending machine client after the deploy",
+    "the ski pass scanner tests fail on the build server",
+    "move the bike rental site to the new library version and run the checks",
+    "add an alert for failed deploys of the poetry widget",
+    "the karaoke booking build needs a config change before the deploy",
+    "update the tests of the recycling planner after the client change",
+]
+
 # Lessons that are real but unrelated to every brief: the bulk of a scope.
 NOISE_SUBJECTS = ("the search service", "the mobile app", "the reporting job", "the admin panel",
                   "the email sender", "the audit log", "the export worker", "the cache layer",
@@ -239,6 +285,9 @@ NOISE_WORDS = ("orbit", "falcon", "delta", "quartz", "harbor", "nimbus", "cobalt
                "tundra", "juniper", "sierra", "mosaic")
 
 
+SUMMARY_PREFIX = "Thread summary: a discussion of"
+
+
 def noise(rng: random.Random, n: int) -> list[str]:
     lessons = []
     for i in range(n):
@@ -246,6 +295,43 @@ def noise(rng: random.Random, n: int) -> list[str]:
                                               y=rng.choice(NOISE_WORDS))
         lessons.append(f"{rng.choice(NOISE_SUBJECTS).capitalize()} {rule} ({n}-{i})")
     return lessons
+
+
+def record_words(topics: Iterable[tuple[str, str, tuple[str, ...], str, str, str]]
+                 ) -> Iterable[str]:
+    """Every text a record of these topics' half can hold a word from: the lessons, their
+    keywords, the noise facts' parts and the summaries' prefix."""
+    for _where, lesson, keywords, *_briefs in topics:
+        yield lesson
+        yield from keywords
+    yield from NOISE_SUBJECTS
+    yield from (rule.format(x="", y="") for rule in NOISE_RULES)
+    yield from NOISE_WORDS
+    yield SUMMARY_PREFIX
+
+
+def check_no_target(analyzer: Analyzer) -> None:
+    """Raises ``SystemExit`` unless the shared-words briefs are irrelevant by construction:
+    their content words are shared words or in no record, with at least two shared words
+    their half's records hold, and no shared word is a topic's keyword."""
+    def terms(texts: Iterable[str]) -> set[str]:
+        return {analyzer.stem(word) for text in texts for word in analyzer.content_words(text)}
+
+    everywhere = terms(record_words(TOPICS_DEV + TOPICS_HELD_OUT))
+    shared = terms(SHARED_WORDS)
+    keywords = terms(k for _w, _l, keys, *_b in TOPICS_DEV + TOPICS_HELD_OUT for k in keys)
+    problems = [f"shared word {term!r} is a topic's keyword" for term in shared & keywords]
+    for topics, briefs in ((TOPICS_DEV, NO_TARGET_DEV), (TOPICS_HELD_OUT, NO_TARGET_HELD_OUT)):
+        held = terms(record_words(topics))
+        for brief in briefs:
+            words = terms((brief,))
+            problems += [f"{brief!r}: {term!r} is in a record" for term in
+                         sorted((words & everywhere) - shared)]
+            if len(words & shared & held) < 2:
+                problems.append(f"{brief!r}: fewer than two shared words its records hold")
+    if problems:
+        raise SystemExit("no-target briefs not irrelevant by construction:\n"
+                         + "\n".join(problems))
 
 
 def scope_key(where: str) -> str:
@@ -296,13 +382,29 @@ async def fill(memory: Memory, clock: Clock, topics: Iterable[tuple], rng: rando
             rows.append(Candidate(kind=Kind.FACT, text=text, source_thread_key=f"{key}/n{n}"))
             if n % 10 == 0:
                 rows.append(Candidate(kind=Kind.SUMMARY, source_thread_key=f"{key}/n{n}",
-                                      text=f"Thread summary: a discussion of {text.lower()}"))
+                                      text=f"{SUMMARY_PREFIX} {text.lower()}"))
         for start in range(0, len(rows), 10):
             clock.now += 6 * 60 * MINUTE
             await memory.store.write(key, rows[start:start + 10])
 
 
-async def measure(topics: list[tuple], args: argparse.Namespace, name: str) -> None:
+async def unrelated_bullets(memory: Memory, briefs: list[str], rng: random.Random,
+                            repo_window: int) -> list[int]:
+    """Per brief with no target, the bullets beyond its repository's window."""
+    extra: list[int] = []
+    for brief in briefs:
+        request = request_for(rng.choice(("org", "repo:0", "repo:1", "repo:2")), brief, rng)
+        context = await memory.context(request)
+        window_texts = {r.text for r in await memory.store.list(f"repo:{request.repo}",
+                                                                 repo_window, kind=Kind.FACT)}
+        extra.append(sum(1 for text in bullet_texts(context.block)
+                         if text not in window_texts))
+        await memory.drain(timeout=10)  # as between the runs above: the same history
+    return extra
+
+
+async def measure(topics: list[tuple], no_target: list[str], args: argparse.Namespace,
+                  name: str) -> None:
     rng = random.Random(13)
     config = MemoryConfig(enabled=True, organization=ORG, store=args.store,
                           min_match=args.min_match, ranking=args.ranking,
@@ -331,23 +433,19 @@ async def measure(topics: list[tuple], args: argparse.Namespace, name: str) -> N
                 # The shown hits' use counts are saved before the next run reads, so every
                 # store sees the same history.
                 await memory.drain(timeout=10)
-        extra: list[int] = []
-        for brief in NO_TARGET_BRIEFS:
-            request = request_for(rng.choice(("org", "repo:0", "repo:1", "repo:2")), brief, rng)
-            context = await memory.context(request)
-            window_texts = {r.text for r in await store.list(f"repo:{request.repo}",
-                                                              args.repo_window,
-                                                              kind=Kind.FACT)}
-            extra.append(sum(1 for text in bullet_texts(context.block)
-                             if text not in window_texts))
-        await memory.drain(timeout=10)
+        # The plain briefs first, drawing what they always drew, so their figure compares.
+        extra = {"plain": await unrelated_bullets(memory, NO_TARGET_BRIEFS, rng,
+                                                  args.repo_window),
+                 "shared words": await unrelated_bullets(memory, no_target, rng,
+                                                         args.repo_window)}
         await store.close()
     every = [hit for values in found.values() for hit in values]
     print(f"{name:9s} lesson-in-prompt {sum(every) / len(every):.2f}  "
           + "  ".join(f"{kind} {sum(v) / len(v):.2f}" for kind, v in found.items())
-          + f"  | repository window shown {sum(window) / len(window):.2f}"
-          + f"  | no-target briefs: {sum(extra) / len(extra):.1f} unrelated bullets per brief"
-          f" (max {max(extra)})")
+          + f"  | repository window shown {sum(window) / len(window):.2f}")
+    for kind, counts in extra.items():
+        print(f"{name:9s} no-target ({kind}): {sum(counts) / len(counts):.1f} unrelated "
+              f"bullets per brief (max {max(counts)})")
 
 
 def bullet_texts(block: str) -> list[str]:
@@ -369,12 +467,14 @@ async def main() -> None:
     args = parser.parse_args()
     print(f"store {args.store}, ranking {args.ranking}, min_match {args.min_match:g}, "
           f"repo_window {args.repo_window}, limit {args.limit}; {len(TOPICS_DEV)} + "
-          f"{len(TOPICS_HELD_OUT)} topics, 3 briefs each, {len(NO_TARGET_BRIEFS)} briefs with"
-          " no target")
+          f"{len(TOPICS_HELD_OUT)} topics, 3 briefs each; briefs with no target: "
+          f"{len(NO_TARGET_BRIEFS)} plain, {len(NO_TARGET_DEV)} + {len(NO_TARGET_HELD_OUT)} "
+          "with shared words")
+    check_no_target(analyzer_for(tuple(args.languages.split(","))))
     if args.set in ("dev", "both"):
-        await measure(TOPICS_DEV, args, "dev")
+        await measure(TOPICS_DEV, NO_TARGET_DEV, args, "dev")
     if args.set in ("held-out", "both"):
-        await measure(TOPICS_HELD_OUT, args, "held-out")
+        await measure(TOPICS_HELD_OUT, NO_TARGET_HELD_OUT, args, "held-out")
 
 
 if __name__ == "__main__":
