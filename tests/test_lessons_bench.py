@@ -4,7 +4,6 @@ share engineering words with the records (benchmarks/lessons_bench.py)."""
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -20,7 +19,6 @@ def bench() -> ModuleType:
     spec = importlib.util.spec_from_file_location("lessons_bench", BENCH)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("lessons_bench", module)
     spec.loader.exec_module(module)
     return module
 
@@ -31,17 +29,14 @@ def test_shared_word_briefs_are_irrelevant_by_construction(
     bench.check_no_target(analyzer_for(languages))
 
 
-def test_a_brief_about_a_recorded_subject_is_refused(
-        bench: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bench, "NO_TARGET_DEV",
-                        [*bench.NO_TARGET_DEV, "the terraform deploy fails on the build step"])
-    with pytest.raises(SystemExit, match="'terraform' is in a record"):
-        bench.check_no_target(analyzer_for(("english",)))
-
-
-def test_a_brief_without_shared_words_is_refused(
-        bench: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bench, "NO_TARGET_HELD_OUT",
-                        [*bench.NO_TARGET_HELD_OUT, "write a haiku about autumn leaves"])
-    with pytest.raises(SystemExit, match="fewer than two shared words"):
+@pytest.mark.parametrize(("half", "brief", "reason"), [
+    ("NO_TARGET_DEV", "the terraform deploy fails on the build step",
+     "'terraform' is in a record"),
+    ("NO_TARGET_HELD_OUT", "write a haiku about autumn leaves", "fewer than two shared words"),
+])
+def test_a_brief_on_a_recorded_subject_or_without_shared_words_is_refused(
+        bench: ModuleType, monkeypatch: pytest.MonkeyPatch, half: str, brief: str,
+        reason: str) -> None:
+    monkeypatch.setattr(bench, half, [*getattr(bench, half), brief])
+    with pytest.raises(SystemExit, match=reason):
         bench.check_no_target(analyzer_for(("english",)))
