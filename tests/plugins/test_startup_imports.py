@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("numpy", "apsw", "psycopg", "psycopg_pool", "aiohttp", "mcp", "prometheus_client")
+HEAVY = ("numpy", "apsw", "psycopg", "psycopg_pool", "aiohttp", "mcp", "prometheus_client",
+         "opentelemetry")
 #: What only a command that reads or writes records needs.
 RECORD_WORK = ("cattrs", "asyncio", "regex", "detect_secrets", "scopemem.secrets",
                "scopemem.core.text", "scopemem.stores.base", "scopemem.api")

@@ -1,0 +1,190 @@
+"""Tracing with OpenTelemetry, when it is installed (``pip install 'scopemem[otel]'``).
+
+Every call here is a no-op when the ``opentelemetry-api`` package is missing, and nothing
+imports it before the first span is asked for. With the API installed, spans go to whatever
+``TracerProvider`` the host process configured (the SDK's, with an exporter); with none
+configured the API's own no-op tracer drops them.
+
+The spans (tracer ``scopemem``):
+
+``context_block``
+    one per-turn read (``Memory.context``), with a ``scope_read`` child per scope read.
+``reflection``
+    one per reflection, with children ``reflection.model`` (the model call),
+    ``reflection.gate`` (the write gate) and ``reflection.write`` (one per scope written).
+``memory.<operation>``
+    each human operation of the typed API (remember, list, forget, sweep, search, export,
+    stats).
+``POST /<route>``
+    the worker client's requests (kind CLIENT, one per attempt), which carry the W3C trace
+    context (``traceparent``) to the worker; the worker's spans (kind SERVER, named by the
+    matched route) continue it.
+
+Attributes carry scope kinds (``scope.kind = "user"``), counts and outcomes, never a
+record's text or a scope key (which may name a person).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator, Mapping, MutableMapping
+from typing import Any, ParamSpec, TypeVar
+
+from scopemem.core.scopes import scope_kind
+
+__all__ = ["current_trace_id", "extract", "inject", "scope_attributes", "span", "traced",
+           "traced_stream"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+TRACER = "scopemem"
+_UNSET: Any = object()
+_trace: Any = _UNSET  # the ``opentelemetry.trace`` module, None when it is not installed
+_propagate: Any = None
+
+
+class _NoSpan:
+    """What ``span`` yields without the API: takes attributes and keeps none."""
+
+    def set_attribute(self, key: str, value: object) -> None:
+        pass
+
+    def set_attributes(self, attributes: Mapping[str, object]) -> None:
+        pass
+
+    def is_recording(self) -> bool:
+        return False
+
+
+NO_SPAN = _NoSpan()
+
+
+def _api() -> Any:
+    global _trace, _propagate
+    if _trace is _UNSET:
+        try:
+            from opentelemetry import propagate, trace
+        except ImportError:
+            _trace = None
+        else:
+            _trace, _propagate = trace, propagate
+    return _trace
+
+
+@contextlib.contextmanager
+def span(name: str, attributes: Mapping[str, Any] | None = None, *, kind: str = "internal",
+         context: Any = None) -> Iterator[Any]:
+    """A span named ``name``, current inside the block (so tasks started there are its
+    children). ``kind``: internal, client or server; ``context``: a parent (``extract``).
+    An exception leaves through the span, which records its type (``error.type``) and an
+    error status, never its message (which may quote a record)."""
+    trace = _api()
+    if trace is None:
+        yield NO_SPAN
+        return
+    tracer = trace.get_tracer(TRACER)
+    with tracer.start_as_current_span(
+            name, context=context, kind=getattr(trace.SpanKind, kind.upper()),
+            attributes=attributes, record_exception=False,
+            set_status_on_exception=False) as current:
+        try:
+            yield current
+        except BaseException as exc:
+            current.set_attribute("error.type", type(exc).__name__)
+            current.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
+            raise
+
+
+def inject(headers: MutableMapping[str, str]) -> None:
+    """Put the current trace context (``traceparent``) into ``headers``."""
+    if _api() is not None:
+        _propagate.inject(headers)
+
+
+def extract(headers: Mapping[str, str]) -> Any:
+    """The trace context ``headers`` carry, as a parent for ``span`` (None without the API)."""
+    if _api() is None:
+        return None
+    return _propagate.extract(headers)
+
+
+def current_trace_id() -> str | None:
+    """The current span's trace id (32 hex digits), or None when no span this process
+    records is current (no provider configured: a trace context a request carried is not
+    enough). Never imports the API: a process that has not imported it has no span."""
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return None
+    current = trace.get_current_span()
+    context = current.get_span_context()
+    if not current.is_recording() or not context.is_valid:
+        return None
+    return f"{context.trace_id:032x}"
+
+
+def scope_attributes(key: str) -> dict[str, str]:
+    """What a span says about a scope: its kind, never its key."""
+    return {"scope.kind": scope_kind(key)}
+
+
+def traced(name: str) -> Callable[[Callable[P, Coroutine[Any, Any, T]]],
+                                  Callable[P, Coroutine[Any, Any, T]]]:
+    """An async function run in a span named ``name`` (``outcome`` ok, or the error's type)."""
+
+    def wrap(function: Callable[P, Coroutine[Any, Any, T]]
+             ) -> Callable[P, Coroutine[Any, Any, T]]:
+        @functools.wraps(function)
+        async def call(*args: P.args, **kwargs: P.kwargs) -> T:
+            with span(name) as current:
+                result = await function(*args, **kwargs)
+                current.set_attribute("outcome", "ok")
+                return result
+
+        return call
+
+    return wrap
+
+
+def traced_stream(name: str) -> Callable[[Callable[P, AsyncGenerator[T, None]]],
+                                         Callable[P, AsyncGenerator[T, None]]]:
+    """An async generator in a span named ``name``, from its first item asked to its end,
+    counting the items (``records``). The span is not made current: a generator's context
+    is its consumer's, between items."""
+
+    def wrap(function: Callable[P, AsyncGenerator[T, None]]
+             ) -> Callable[P, AsyncGenerator[T, None]]:
+        @functools.wraps(function)
+        async def call(*args: P.args, **kwargs: P.kwargs) -> AsyncGenerator[T, None]:
+            trace = _api()
+            items = function(*args, **kwargs)
+            if trace is None:
+                async with contextlib.aclosing(items):
+                    async for item in items:
+                        yield item
+                return
+            current = trace.get_tracer(TRACER).start_span(name)
+            count = 0
+            outcome = "ok"
+            try:
+                async with contextlib.aclosing(items):
+                    async for item in items:
+                        count += 1
+                        yield item
+            except GeneratorExit:
+                outcome = "closed"  # the consumer stopped early
+                raise
+            except BaseException as exc:
+                outcome = "failed"
+                current.set_attribute("error.type", type(exc).__name__)
+                current.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
+                raise
+            finally:
+                current.set_attributes({"records": count, "outcome": outcome})
+                current.end()
+
+        return call
+
+    return wrap
