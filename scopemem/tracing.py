@@ -21,7 +21,8 @@ The spans (tracer ``scopemem``):
     matched route) continue it.
 
 Attributes carry scope kinds (``scope.kind = "user"``), counts and outcomes, never a
-record's text or a scope key (which may name a person).
+record's text, and a scope's key (which may name a person) only when the configuration
+asks for it (``memory.tracing.scope_keys``).
 """
 
 from __future__ import annotations
@@ -125,8 +126,11 @@ def current_trace_id() -> str | None:
     return f"{context.trace_id:032x}"
 
 
-def scope_attributes(key: str) -> dict[str, str]:
-    """What a span says about a scope: its kind, never its key."""
+def scope_attributes(key: str, with_key: bool = False) -> dict[str, str]:
+    """What a span says about a scope: its kind; its key (which may name a person) only
+    ``with_key`` (``memory.tracing.scope_keys``)."""
+    if with_key:
+        return {"scope.kind": scope_kind(key), "scope.key": key}
     return {"scope.kind": scope_kind(key)}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator
 
 import aiohttp
@@ -16,7 +17,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from scopemem import Caller, Memory, MemoryConfig, Request, tracing
+from scopemem import Caller, ConfigError, Memory, MemoryConfig, Request, tracing
+from scopemem.config import config_from_mapping
 from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.worker import WorkerStore
 from scopemem.worker_aiohttp.app import create_app
@@ -193,6 +195,28 @@ async def test_the_workers_json_lines_carry_the_trace_id_of_the_request(aiohttp_
     [written] = [json.loads(line) for line in lines if "[write]" in line]
     assert written["trace_id"] == f"{turn.get_span_context().trace_id:032x}"
     assert_private(spans)
+
+
+async def test_scope_keys_are_traced_only_when_configured(clock, spans):
+    store = InMemoryStore(clock=clock)
+    await store.write(USER, [fact("this user deploys with make deploy-fast")])
+    config = config_from_mapping({"memory": {"enabled": True, "organization": "acme",
+                                             "store": "memory",
+                                             "tracing": {"scope_keys": True}}})
+    memory = Memory(config, store, clock=clock)
+    await memory.context_block(Request(text="deploys", user_id="slack:UA"))
+    assert sorted(span.attributes["scope.key"] for span in named(spans, "scope_read")) == [
+        ORG, USER]
+
+
+@pytest.mark.parametrize(("tracing", "message"), [
+    ({"scope_keys": "yes"}, "memory.tracing.scope_keys"),
+    ({"keys": True}, "unknown key(s): keys"),
+    ("on", "memory.tracing must be a table"),
+])
+def test_a_bad_tracing_table_is_a_config_error_naming_the_key(tracing, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        config_from_mapping({"memory": {"tracing": tracing}})
 
 
 def test_json_log_lines_carry_the_current_trace_id(spans):

@@ -280,7 +280,7 @@ class Memory(Operations):
 
     async def _context(self, request: Request, count: bool) -> MemoryContext:
         early_keys, refusals = request_scope_keys(self.scope_kinds, resolved(request, None))
-        early = {key: asyncio.ensure_future(_traced_read(self._hits, key, request.text))
+        early = {key: asyncio.ensure_future(self._traced_read(self._hits, key, request.text))
                  for key in early_keys}
         try:
             repo = await self.resolve_repo(request.repo)
@@ -290,7 +290,8 @@ class Memory(Operations):
                 late_keys = [key for key in all_keys if key not in early]
                 refusals += more
             _warn_refusals(refusals)
-            late = {key: asyncio.ensure_future(_traced_read(self._late_read, key, request.text))
+            late = {key: asyncio.ensure_future(self._traced_read(self._late_read, key,
+                                                                request.text))
                     for key in late_keys}
             reads = {**early, **late}
             await asyncio.gather(*reads.values())
@@ -429,6 +430,18 @@ class Memory(Operations):
             self._repo_answers[repo] = answer
         return answer
 
+    async def _traced_read(self, read: Callable[[str, str], Awaitable[_ScopeRead]], key: str,
+                           query: str) -> _ScopeRead:
+        """``read`` of the scope ``key`` in a ``scope_read`` span: its kind, counts,
+        outcome."""
+        with tracing.span("scope_read", tracing.scope_attributes(
+                key, self.config.tracing.scope_keys)) as span:
+            answer = await read(key, query)
+            span.set_attributes({"records.window": len(answer.window),
+                                 "records.hits": len(answer.hits),
+                                 "outcome": "ok" if answer.error is None else "failed"})
+            return answer
+
     async def _hits(self, key: str, query: str) -> _ScopeRead:
         try:
             hits = await search_hits(self.store, key, query, self.config.limit, bump=False,
@@ -462,17 +475,6 @@ class Memory(Operations):
         # The window is facts only, whatever a store answered.
         return _ScopeRead([record for record in records if record.kind == Kind.FACT],
                           read.hits, read.error)
-
-
-async def _traced_read(read: Callable[[str, str], Awaitable[_ScopeRead]], key: str,
-                       query: str) -> _ScopeRead:
-    """``read`` of the scope ``key`` in a ``scope_read`` span: its kind, counts, outcome."""
-    with tracing.span("scope_read", tracing.scope_attributes(key)) as span:
-        answer = await read(key, query)
-        span.set_attributes({"records.window": len(answer.window),
-                             "records.hits": len(answer.hits),
-                             "outcome": "ok" if answer.error is None else "failed"})
-        return answer
 
 
 def _warn_refusals(refusals: Sequence[str]) -> None:

@@ -324,7 +324,8 @@ async def _reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
 
     for key in order_scope_keys(batches, memory.breadth):  # widest first, as on the line
         candidates = batches[key]
-        with tracing.span("reflection.write", tracing.scope_attributes(key)) as write:
+        with tracing.span("reflection.write", tracing.scope_attributes(
+                key, config.tracing.scope_keys)) as write:
             counts, failed = await _write_scope(memory, key, candidates)
             write.set_attributes({"candidates": len(candidates), "candidates.failed": failed,
                                   "records.inserted": counts.inserted})
