@@ -3,7 +3,7 @@
 Every call here is a no-op when the ``opentelemetry-api`` package is missing, and nothing
 imports it before the first span is asked for. With the API installed, spans go to whatever
 ``TracerProvider`` the host process configured (the SDK's, with an exporter); with none
-configured the API's own no-op tracer drops them.
+configured every call is a no-op too (no span, no ``traceparent`` sent), costing one check.
 
 The spans (tracer ``scopemem``):
 
@@ -35,7 +35,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from scopemem.core.scopes import scope_kind
 
-__all__ = ["current_trace_id", "extract", "inject", "scope_attributes", "span", "traced",
+__all__ = ["current_trace_id", "inject", "scope_attributes", "span", "traced",
            "traced_stream"]
 
 P = ParamSpec("P")
@@ -48,7 +48,14 @@ _propagate: Any = None
 
 
 class _NoSpan:
-    """What ``span`` yields without the API: takes attributes and keeps none."""
+    """What ``span`` gives when nothing is recorded: a context manager that takes
+    attributes and keeps none."""
+
+    def __enter__(self) -> _NoSpan:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        pass
 
     def set_attribute(self, key: str, value: object) -> None:
         pass
@@ -64,6 +71,8 @@ NO_SPAN = _NoSpan()
 
 
 def _api() -> Any:
+    """The ``opentelemetry.trace`` module when a tracer provider is set, else None (the API
+    missing, or no provider: the API's own tracer would drop every span)."""
     global _trace, _propagate
     if _trace is _UNSET:
         try:
@@ -72,22 +81,29 @@ def _api() -> Any:
             _trace = None
         else:
             _trace, _propagate = trace, propagate
+    if _trace is None or isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider):
+        return None
     return _trace
 
 
-@contextlib.contextmanager
 def span(name: str, attributes: Mapping[str, Any] | None = None, *, kind: str = "internal",
-         context: Any = None) -> Iterator[Any]:
+         carrier: Mapping[str, str] | None = None) -> contextlib.AbstractContextManager[Any]:
     """A span named ``name``, current inside the block (so tasks started there are its
-    children). ``kind``: internal, client or server; ``context``: a parent (``extract``).
-    An exception leaves through the span, which records its type (``error.type``) and an
-    error status, never its message (which may quote a record)."""
+    children). ``kind``: internal, client or server; ``carrier``: the headers of a request
+    whose trace context (``traceparent``) is the parent. An exception leaves through the
+    span, which records its type (``error.type``) and an error status, never its message
+    (which may quote a record). With nothing recorded, a no-op costing a function call."""
     trace = _api()
     if trace is None:
-        yield NO_SPAN
-        return
-    tracer = trace.get_tracer(TRACER)
-    with tracer.start_as_current_span(
+        return NO_SPAN
+    return _recorded(trace, name, attributes, kind, carrier)
+
+
+@contextlib.contextmanager
+def _recorded(trace: Any, name: str, attributes: Mapping[str, Any] | None, kind: str,
+              carrier: Mapping[str, str] | None) -> Iterator[Any]:
+    context = _propagate.extract(carrier) if carrier is not None else None
+    with trace.get_tracer(TRACER).start_as_current_span(
             name, context=context, kind=getattr(trace.SpanKind, kind.upper()),
             attributes=attributes, record_exception=False,
             set_status_on_exception=False) as current:
@@ -100,16 +116,10 @@ def span(name: str, attributes: Mapping[str, Any] | None = None, *, kind: str = 
 
 
 def inject(headers: MutableMapping[str, str]) -> None:
-    """Put the current trace context (``traceparent``) into ``headers``."""
+    """Put the current trace context (``traceparent``) into ``headers``, when a provider
+    is set."""
     if _api() is not None:
         _propagate.inject(headers)
-
-
-def extract(headers: Mapping[str, str]) -> Any:
-    """The trace context ``headers`` carry, as a parent for ``span`` (None without the API)."""
-    if _api() is None:
-        return None
-    return _propagate.extract(headers)
 
 
 def current_trace_id() -> str | None:

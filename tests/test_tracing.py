@@ -229,11 +229,16 @@ def test_json_log_lines_carry_the_current_trace_id(spans):
     assert entry["trace_id"] == f"{span.get_span_context().trace_id:032x}"
 
 
-async def test_without_the_api_every_call_is_a_no_op(monkeypatch, clock, spans):
-    monkeypatch.setattr(tracing, "_trace", None)  # as when opentelemetry is not installed
+@pytest.mark.parametrize("missing", ["the API", "a provider"])
+async def test_without_the_api_or_a_provider_every_call_is_a_no_op(monkeypatch, clock, spans,
+                                                                   missing):
+    if missing == "the API":  # as when opentelemetry is not installed
+        monkeypatch.setattr(tracing, "_trace", None)
+    else:
+        monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
     headers: dict[str, str] = {}
     tracing.inject(headers)
-    assert headers == {} and tracing.extract({"traceparent": "x"}) is None
+    assert headers == {}
     memory = Memory(MemoryConfig(enabled=True, organization="acme", store="memory"),
                     InMemoryStore(clock=clock), clock=clock)
     await memory.context_block(Request(text="deploys", user_id="slack:UA"))

@@ -206,7 +206,7 @@ async def traced(request: web.Request,
     route = route_label(request)
     with tracing.span(f"{request.method} {route}",
                       {"http.request.method": request.method, "http.route": route},
-                      kind="server", context=tracing.extract(request.headers)) as span:
+                      kind="server", carrier=request.headers) as span:
         try:
             response = await handler(request)
         except web.HTTPException as exc:
