@@ -1,9 +1,9 @@
 """Tracing with OpenTelemetry, when it is installed (``pip install 'scopemem[otel]'``).
 
-Every call here is a no-op when the ``opentelemetry-api`` package is missing, and nothing
-imports it before the first span is asked for. With the API installed, spans go to whatever
-``TracerProvider`` the host process configured (the SDK's, with an exporter); with none
-configured every call is a no-op too (no span, no ``traceparent`` sent), costing one check.
+Every call here is a no-op unless the host process set a ``TracerProvider`` (the SDK's,
+with an exporter), which takes the ``opentelemetry-api`` package: without one, no span is
+made and no ``traceparent`` sent, for the cost of one check, and nothing here ever imports
+the API (a process that has not imported it has set no provider).
 
 The spans (tracer ``scopemem``):
 
@@ -42,9 +42,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 TRACER = "scopemem"
-_UNSET: Any = object()
-_trace: Any = _UNSET  # the ``opentelemetry.trace`` module, None when it is not installed
-_propagate: Any = None
+_propagate: Any = None  # ``opentelemetry.propagate``, once a span is recorded
 
 
 class _NoSpan:
@@ -71,19 +69,18 @@ NO_SPAN = _NoSpan()
 
 
 def _api() -> Any:
-    """The ``opentelemetry.trace`` module when a tracer provider is set, else None (the API
-    missing, or no provider: the API's own tracer would drop every span)."""
-    global _trace, _propagate
-    if _trace is _UNSET:
-        try:
-            from opentelemetry import propagate, trace
-        except ImportError:
-            _trace = None
-        else:
-            _trace, _propagate = trace, propagate
-    if _trace is None or isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider):
+    """The ``opentelemetry.trace`` module when a tracer provider is set, else None. A process
+    that never imported the API has set no provider, so this never imports it; nor does it
+    trace without a provider (the API's own tracer would drop every span)."""
+    global _propagate
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None or isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         return None
-    return _trace
+    if _propagate is None:
+        from opentelemetry import propagate
+
+        _propagate = propagate
+    return trace
 
 
 def span(name: str, attributes: Mapping[str, Any] | None = None, *, kind: str = "internal",
@@ -126,7 +123,7 @@ def current_trace_id() -> str | None:
     """The current span's trace id (32 hex digits), or None when no span this process
     records is current (no provider configured: a trace context a request carried is not
     enough). Never imports the API: a process that has not imported it has no span."""
-    trace = sys.modules.get("opentelemetry.trace")
+    trace = _api()
     if trace is None:
         return None
     current = trace.get_current_span()
