@@ -1,4 +1,4 @@
-"""Tracing with OpenTelemetry, when it is installed (``pip install 'scopemem[otel]'``).
+"""Tracing with OpenTelemetry, when it is installed (the ``otel`` extra).
 
 Every call here is a no-op unless the host process set a ``TracerProvider`` (the SDK's,
 with an exporter), which takes the ``opentelemetry-api`` package: without one, no span is
