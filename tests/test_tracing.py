@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import aiohttp
 import pytest
+from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -21,6 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from scopemem import Caller, ConfigError, Memory, MemoryConfig, Request, tracing
 from scopemem.config import config_from_mapping
 from scopemem.stores.memory import InMemoryStore
+from scopemem.stores.retrying import RetryPolicy
 from scopemem.stores.worker import WorkerStore
 from scopemem.worker_aiohttp.app import create_app
 from scopemem.worker_aiohttp.logs import JsonFormatter
@@ -134,6 +136,35 @@ async def test_the_worker_continues_the_trace_context_a_request_carries(aiohttp_
     # An unrouted path is named by the bounded label, never by what the client sent.
     [other] = named(spans, "GET other")
     assert other.attributes["http.response.status_code"] == 404
+    assert_private(spans)
+
+
+async def test_each_attempt_of_a_retried_write_is_a_client_span(aiohttp_server, spans):
+    answers = iter([web.json_response({"error": "busy"}, status=503,
+                                      headers={"Retry-After": "0"}),
+                    web.json_response({"ok": True, "inserted": 1})])
+    seen: list[str | None] = []
+
+    async def write(request: web.Request) -> web.StreamResponse:
+        seen.append(request.headers.get("traceparent"))
+        return next(answers)
+
+    app = web.Application()
+    app.router.add_post("/write", write)
+    server = await aiohttp_server(app)
+    worker = WorkerStore(str(server.make_url("")), TOKEN,
+                         retry=RetryPolicy(attempts=2, initial=0.01, most=0.01))
+    try:
+        with tracing.span("a bot's turn") as turn:
+            await worker.write(ORG, [fact("deploys go to the staging cluster first")])
+    finally:
+        await worker.close()
+    attempts = named(spans, "POST /write")
+    assert [span.attributes["http.response.status_code"] for span in attempts] == [503, 200]
+    assert all(span.parent.span_id == turn.get_span_context().span_id for span in attempts)
+    # Each attempt sends its own span as the parent, in the same trace.
+    assert [header.split("-")[1:3] for header in seen if header] == [
+        [f"{span.context.trace_id:032x}", f"{span.context.span_id:016x}"] for span in attempts]
     assert_private(spans)
 
 
