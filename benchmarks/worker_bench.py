@@ -1,7 +1,7 @@
 """Load figures for the Memory Worker on loopback. Prints a table; asserts nothing.
 
     python benchmarks/worker_bench.py [--clients 32] [--duration 10] [--slices 5]
-                                      [--store sqlite|memory]
+                                      [--store sqlite|memory] [--tracing]
 
 The servers run as subprocesses, so the load generator never shares their event loop or
 their interpreter: ``scopemem serve`` over the chosen store and over the null store, and a
@@ -24,6 +24,11 @@ ratios alike; each ratio is the median of the rounds' ratios. The last two rows 
 writes to many scopes stall reads of other scopes?": compare their read p99. Targets (32
 clients, 2 cores): retrieve at least half the bare handler's req/s with p99 under 50 ms,
 and read p99 under write load close to read p99 alone.
+
+With ``--tracing`` the workers run with an OpenTelemetry SDK ``TracerProvider`` (a batch
+processor handing every span to an exporter that drops it: the cost of recording spans, not
+of shipping them); without it they run as a deployment without a provider does, where each
+tracing call is the API's no-op (``scopemem.tracing``).
 
 Path measured: the Memory Worker over HTTP on loopback, over one to eight 300-record scopes
 (and 64 written ones), with short queries (3-8 words) from a 600-word vocabulary that never
@@ -67,6 +72,25 @@ def vocabulary(size: int) -> list[str]:
 
 
 WORDS: list[str] = vocabulary(600)
+
+#: ``scopemem serve`` with an SDK tracer provider whose exporter drops every span.
+TRACED_SERVE = """
+import sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+class Drop(SpanExporter):
+    def export(self, spans):
+        return SpanExportResult.SUCCESS
+
+provider = TracerProvider()
+provider.add_span_processor(BatchSpanProcessor(Drop()))
+trace.set_tracer_provider(provider)
+sys.argv[0] = "scopemem"
+from scopemem.cli import main
+main()
+"""
 
 BARE_SERVER = """
 import sys, json
@@ -213,7 +237,8 @@ async def main(args: argparse.Namespace) -> None:
         env["SCOPEMEM_CONFIG"] = config
 
         def worker_argv(store: str, port: int) -> list[str]:
-            return [sys.executable, "-m", "scopemem", "serve", "--port", str(port),
+            serve = ["-c", TRACED_SERVE] if args.tracing else ["-m", "scopemem"]
+            return [sys.executable, *serve, "serve", "--port", str(port),
                     "--store", store, "--data", data, "--no-access-log"]
 
         async with subprocess_server([sys.executable, "-c", BARE_SERVER, str(ports[0])],
@@ -231,7 +256,8 @@ async def main(args: argparse.Namespace) -> None:
     print(f"\nscopemem worker, store={args.store}, {clients} clients, {duration:g} s per phase"
           f" (the first four in {args.slices} interleaved rounds),"
           f" {args.records} records per read scope, {len(WORDS)}-word vocabulary,"
-          f" {os.cpu_count()} CPUs, loopback\n")
+          f" {os.cpu_count()} CPUs, loopback,"
+          f" tracing {'on (SDK provider)' if args.tracing else 'off'}\n")
     print_table(rows)
     verdicts(rows)
 
@@ -333,6 +359,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              " default shared, the default of a new directory)")
     parser.add_argument("--scopes", type=int, default=64,
                         help="distinct scopes the write phases spread over")
+    parser.add_argument("--tracing", action="store_true",
+                        help="run the workers with an OpenTelemetry SDK tracer provider")
     parser.add_argument("--records", type=int, default=300,
                         help="records seeded into each scope the reads use")
     args = parser.parse_args(argv)

@@ -86,6 +86,14 @@ class McpSettings:
 
 
 @attrs.frozen(kw_only=True)
+class TracingConfig:
+    """``[memory.tracing]``: what spans may say (docs/memory.md "Tracing"). ``scope_keys``
+    adds each scope's key (``scope.key``, which may name a person) beside its kind."""
+
+    scope_keys: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class MemoryConfig:
     """The effective settings. Defaults leave memory off: no store, prompts untouched."""
 
@@ -128,6 +136,7 @@ class MemoryConfig:
     providers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     hooks: HooksConfig = attrs.field(factory=HooksConfig)
     mcp: McpSettings = attrs.field(factory=McpSettings)
+    tracing: TracingConfig = attrs.field(factory=TracingConfig)
 
     def ranking_spec(self) -> Ranking:
         """The ``Ranking`` these settings name (``_check_ranges`` has validated them)."""
@@ -228,6 +237,8 @@ def config_from_mapping(data: Mapping[str, Any], *, source: str = "config") -> M
         raise ConfigError(f"{source}: memory.hooks must be a table")
     if not isinstance(table.get("mcp", {}), Mapping):
         raise ConfigError(f"{source}: memory.mcp must be a table")
+    if not isinstance(table.get("tracing", {}), Mapping):
+        raise ConfigError(f"{source}: memory.tracing must be a table")
     cap = _scope_cap(table.pop("max_records_per_scope", DEFAULT_SCOPE_CAP))
     import cattrs
 

@@ -20,7 +20,7 @@ PACKAGE_DIR = Path(scopemem.__file__).parent
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("scopemem.core",)),
     ("host", ("scopemem.errors", "scopemem.secrets", "scopemem.languages", "scopemem.options",
-              "scopemem.gitremote",
+              "scopemem.gitremote", "scopemem.tracing",
               "scopemem.config", "scopemem.installation", "scopemem.plugins",
               "scopemem.stores")),
     ("api", ("scopemem.api",)),

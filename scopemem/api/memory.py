@@ -19,11 +19,12 @@ import inspect
 import logging
 import os
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from scopemem import tracing
 from scopemem.api.operations import Operations
 from scopemem.config import MemoryConfig, load_config
 from scopemem.core import scoring
@@ -264,11 +265,23 @@ class Memory(Operations):
         A block put in front of a model counts: the keyword hits it shows are marked used (in
         the background; ``marks_saved`` or ``drain`` waits for it) and the ``injected``
         counters grow. ``count=False`` is a preview (``scopemem context``): the same block,
-        and nothing counted."""
+        and nothing counted.
+
+        Traced as a ``context_block`` span with a ``scope_read`` child per scope read
+        (``scopemem.tracing``)."""
         if not self.enabled:
             return MemoryContext("")
+        with tracing.span("context_block") as span:
+            answer = await self._context(request, count)
+            span.set_attributes({"scopes.read": len(answer.scopes),
+                                 "scopes.failed": len(answer.failed),
+                                 "block.empty": not answer.block})
+            return answer
+
+    async def _context(self, request: Request, count: bool) -> MemoryContext:
         early_keys, refusals = request_scope_keys(self.scope_kinds, resolved(request, None))
-        early = {key: asyncio.ensure_future(self._hits(key, request.text)) for key in early_keys}
+        early = {key: asyncio.ensure_future(self._traced_read(self._hits, key, request.text))
+                 for key in early_keys}
         try:
             repo = await self.resolve_repo(request.repo)
             late_keys: list[str] = []
@@ -277,7 +290,8 @@ class Memory(Operations):
                 late_keys = [key for key in all_keys if key not in early]
                 refusals += more
             _warn_refusals(refusals)
-            late = {key: asyncio.ensure_future(self._late_read(key, request.text))
+            late = {key: asyncio.ensure_future(self._traced_read(self._late_read, key,
+                                                                request.text))
                     for key in late_keys}
             reads = {**early, **late}
             await asyncio.gather(*reads.values())
@@ -415,6 +429,18 @@ class Memory(Operations):
         with contextlib.suppress(TypeError):
             self._repo_answers[repo] = answer
         return answer
+
+    async def _traced_read(self, read: Callable[[str, str], Awaitable[_ScopeRead]], key: str,
+                           query: str) -> _ScopeRead:
+        """``read`` of the scope ``key`` in a ``scope_read`` span: its kind, counts,
+        outcome."""
+        with tracing.span("scope_read", tracing.scope_attributes(
+                key, self.config.tracing.scope_keys)) as span:
+            answer = await read(key, query)
+            span.set_attributes({"records.window": len(answer.window),
+                                 "records.hits": len(answer.hits),
+                                 "outcome": "ok" if answer.error is None else "failed"})
+            return answer
 
     async def _hits(self, key: str, query: str) -> _ScopeRead:
         try:

@@ -19,6 +19,7 @@ import inspect
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
+from scopemem import tracing
 from scopemem.api.results import (
     Caller,
     ForgetResult,
@@ -208,6 +209,7 @@ class Operations:
 
     # --- changing ---------------------------------------------------------------------------
 
+    @tracing.traced("memory.remember")
     async def remember(self, caller: Caller, text: str, scope: str = ME, *,
                        supersedes: str | None = None,
                        thread_key: str = REMEMBER_THREAD_KEY) -> RememberResult:
@@ -259,6 +261,7 @@ class Operations:
         return RememberResult(key, counts, screened.redacted, supersedes,
                               durable=self.store_is_durable)
 
+    @tracing.traced("memory.forget")
     async def forget(self, caller: Caller, record_id: str) -> ForgetResult:
         """Forget one record: invisible to every read from now on, its text erased. Its
         scope's change rule applies (a shared scope needs an admin)."""
@@ -275,6 +278,7 @@ class Operations:
             raise OperationFailed(f"forget of {record_id}", exc) from exc
         return ForgetResult(record_id, forgotten, durable=self.store_is_durable)
 
+    @tracing.traced("memory.sweep")
     async def sweep(self, caller: Caller, scope: str, *, dry_run: bool = False) -> SweepReport:
         """Retire the stored facts of shared scopes that the status gate refuses today
         (``all``: every shared scope the caller's request has). Admins only."""
@@ -293,6 +297,7 @@ class Operations:
 
     # --- reading ----------------------------------------------------------------------------
 
+    @tracing.traced("memory.search")
     async def search(self, caller: Caller, query: str, scope: str = ALL, *,
                      limit: int = DEFAULT_LIST_LIMIT) -> SearchResult:
         """The records that match ``query``, best first across the scopes, at most
@@ -326,6 +331,7 @@ class Operations:
         words = query_terms(query).terms
         return [Hit(record, scoring.keyword_match(words, record)) for record in records]
 
+    @tracing.traced_stream("memory.export")
     async def export(self, caller: Caller, scope: str = ALL
                      ) -> AsyncGenerator[Record, None]:
         """Every record of the scopes ``scope`` names (``all``: each one the caller may
@@ -347,6 +353,7 @@ class Operations:
             finally:
                 await records.aclose()
 
+    @tracing.traced("memory.stats")
     async def stats(self, caller: Caller, scope: str = ALL, *, since_day: int = 0) -> Stats:
         """The counters the store keeps (``stores.counting``) for the scopes ``scope`` names,
         on ``since_day`` (``core.counters.day_of``) and later; ``StoreUnsupported`` when the
@@ -364,6 +371,7 @@ class Operations:
         return Stats(True, since_day, tuple(rows))
 
     # Last, so that ``list`` in the annotations above is still the builtin.
+    @tracing.traced("memory.list")
     async def list(self, caller: Caller, scope: str = ALL, *, query: str | None = None,
                    limit: int = DEFAULT_LIST_LIMIT) -> ListResult:
         """Active records, newest first, at most ``limit`` per scope; with ``query``, only

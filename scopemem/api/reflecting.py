@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from scopemem import secrets
+from scopemem import secrets, tracing
 from scopemem.config import MemoryConfig
 from scopemem.core import counters
 from scopemem.core.policy import RunActor
@@ -212,7 +212,23 @@ def _route(item: Reflected, actor: RunActor, org_key: str, shown: Mapping[str, s
 
 async def reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
     """Distill one run. Returns the report, or ``None`` when the run does not qualify or no
-    model could be used. Raises on provider failure; the scheduler catches."""
+    model could be used. Raises on provider failure; the scheduler catches.
+
+    Traced as a ``reflection`` span with children ``reflection.model``, ``reflection.gate``
+    and one ``reflection.write`` per scope written (``scopemem.tracing``)."""
+    with tracing.span("reflection") as span:
+        report = await _reflect(memory, run)
+        span.set_attribute("outcome", "skipped" if report is None or report.skipped
+                           else "reflected")
+        if report is not None:
+            span.set_attributes({"facts.offered": report.offered,
+                                 "facts.rejected": report.rejected,
+                                 "records.inserted": report.counts.inserted,
+                                 "writes.failed": report.failed_writes})
+        return report
+
+
+async def _reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
     config = memory.config
     if not should_reflect(run.tool_calls, len(run.history), run.agent_name,
                           config.no_reflect_agents):
@@ -243,13 +259,14 @@ async def reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
     hints = {name: kind.description for name, kind in memory.scope_kinds.items()
              if kind.description}
     try:
-        raw = await provider.complete(
-            model=model,
-            system=reflection_system(audiences, hints),
-            user=build_reflection_input(shown, run.history, run.request.text, run.answer,
-                                        redact=secrets.redact),
-            max_tokens=MAX_OUTPUT_TOKENS,
-        )
+        with tracing.span("reflection.model", {"records.shown": len(shown)}):
+            raw = await provider.complete(
+                model=model,
+                system=reflection_system(audiences, hints),
+                user=build_reflection_input(shown, run.history, run.request.text, run.answer,
+                                            redact=secrets.redact),
+                max_tokens=MAX_OUTPUT_TOKENS,
+            )
     except Exception:
         _count(memory, home, {counters.REFLECTIONS_FAILED: 1})
         raise
@@ -269,20 +286,23 @@ async def reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
 
     shown_scopes = {record.id: record.scope_key for record in shown}
     items: list[Reflected] = []
-    for item in (*reflection.facts, *([reflection.summary] if reflection.summary else [])):
-        screened = host.screen_candidate(memory.pm, config, item.candidate)
-        if item.candidate.kind == Kind.FACT:
-            # Offers and rejections count where the fact was headed (before authorization),
-            # beside what the store counts there, so a scope's rejected share reads whole.
-            _count(memory, _route(item, actor, org_key, shown_scopes),
-                   _screen_counts(screened.markers if screened.rejected else None))
-        elif screened.rejected:  # a summary is never gated: only noise refuses one
-            _count(memory, _route(item, actor, org_key, shown_scopes),
-                   {counters.rejected_by(marker): 1 for marker in screened.markers})
-        if screened.rejected:
-            report.rejected += 1
-        else:
-            items.append(attrs.evolve(item, candidate=screened.candidate))
+    with tracing.span("reflection.gate") as gate:
+        for item in (*reflection.facts, *([reflection.summary] if reflection.summary else [])):
+            screened = host.screen_candidate(memory.pm, config, item.candidate)
+            if item.candidate.kind == Kind.FACT:
+                # Offers and rejections count where the fact was headed (before authorization),
+                # beside what the store counts there, so a scope's rejected share reads whole.
+                _count(memory, _route(item, actor, org_key, shown_scopes),
+                       _screen_counts(screened.markers if screened.rejected else None))
+            elif screened.rejected:  # a summary is never gated: only noise refuses one
+                _count(memory, _route(item, actor, org_key, shown_scopes),
+                       {counters.rejected_by(marker): 1 for marker in screened.markers})
+            if screened.rejected:
+                report.rejected += 1
+            else:
+                items.append(attrs.evolve(item, candidate=screened.candidate))
+        gate.set_attributes({"candidates": len(items) + report.rejected,
+                             "candidates.rejected": report.rejected})
 
     batches: dict[str, list[Candidate]] = {}
     for item in items:
@@ -304,7 +324,11 @@ async def reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
 
     for key in order_scope_keys(batches, memory.breadth):  # widest first, as on the line
         candidates = batches[key]
-        counts, failed = await _write_scope(memory, key, candidates)
+        with tracing.span("reflection.write", tracing.scope_attributes(
+                key, config.tracing.scope_keys)) as write:
+            counts, failed = await _write_scope(memory, key, candidates)
+            write.set_attributes({"candidates": len(candidates), "candidates.failed": failed,
+                                  "records.inserted": counts.inserted})
         report.counts += counts
         report.by_scope[key] = counts
         report.failed_writes += failed

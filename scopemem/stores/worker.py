@@ -55,6 +55,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from scopemem import tracing
 from scopemem.core.porting import record_from_wire
 from scopemem.core.ranking import Ranking, query_terms, wire_query
 from scopemem.core.records import (
@@ -316,12 +317,19 @@ class WorkerStore(WorkerCounts):
         session = self._session_for_loop()
         timeout = min(self.timeout, budget)
         try:
-            async with session.post(self.base_url + route, data=body, headers=headers,
-                                    allow_redirects=False,
-                                    timeout=aiohttp.ClientTimeout(total=timeout)) as response:
-                status = response.status
-                wait = retry_after(response.headers.get("Retry-After"))
-                raw = await _read_capped(response)
+            with tracing.span(f"POST {route}", {"http.request.method": "POST",
+                                                "url.path": route},
+                              kind="client") as span:
+                sent = dict(headers)
+                tracing.inject(sent)  # the W3C trace context, for the worker's span
+                async with session.post(self.base_url + route, data=body, headers=sent,
+                                        allow_redirects=False,
+                                        timeout=aiohttp.ClientTimeout(total=timeout)
+                                        ) as response:
+                    status = response.status
+                    span.set_attribute("http.response.status_code", status)
+                    wait = retry_after(response.headers.get("Retry-After"))
+                    raw = await _read_capped(response)
         except TimeoutError:
             raise Transient(_CallFailed(f"timed out after {timeout:g}s", transient=True))\
                 from None

@@ -101,7 +101,14 @@ from scopemem.worker_aiohttp.handling import (
     records_answer,
 )
 from scopemem.worker_aiohttp.idempotency import REPLAYS, Replays, idempotent
-from scopemem.worker_aiohttp.observe import INSTRUMENTS, Instruments, TimedStore, observe, readyz
+from scopemem.worker_aiohttp.observe import (
+    INSTRUMENTS,
+    Instruments,
+    TimedStore,
+    observe,
+    readyz,
+    traced,
+)
 from scopemem.worker_aiohttp.server import (
     CONNECTIONS,
     SERVER_NAME,
@@ -453,7 +460,7 @@ def create_app(
                              f" got {value!r}")
     if cap is not None and min_cap is not None and min_cap > cap:
         raise ValueError(f"min_cap ({min_cap}) must not be above cap ({cap})")
-    app = web.Application(middlewares=[observe, _errors, _gates, idempotent],
+    app = web.Application(middlewares=[observe, traced, _errors, _gates, idempotent],
                           client_max_size=max_body)
     app[REPLAYS] = Replays()  # answers to Idempotency-Key replays (idempotency.py)
     app[INSTRUMENTS] = instruments = Instruments()

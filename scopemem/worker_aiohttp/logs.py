@@ -11,9 +11,10 @@ below WARNING pass untouched (the access log and INFO lines are one line each al
 ``JsonFormatter`` writes each record as one JSON object on one line (``serve --log-format
 json``), for a log shipper: ``time`` (UTC, ISO 8601 with milliseconds), ``level``,
 ``logger``, ``message`` (the text line's message, formatted), ``exception`` (the traceback,
-when there is one) and ``trace_id`` when the record carries one (set by tracing, when it is
-on; absent otherwise). It carries what the text lines carry and nothing more: the worker
-logs scope keys, counts and request lines, never a record's text or a request's body.
+when there is one) and ``trace_id`` when a span is current (``scopemem.tracing``, when
+OpenTelemetry is installed and a span is being recorded; absent otherwise). It carries
+what the text lines carry and nothing more: the worker logs scope keys, counts and request
+lines, never a record's text or a request's body.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from scopemem import tracing
 
 __all__ = ["JsonFormatter", "RepeatLimit", "install"]
 
@@ -88,7 +91,7 @@ class JsonFormatter(logging.Formatter):
             entry["exception"] = self.formatException(record.exc_info)
         elif record.exc_text:
             entry["exception"] = record.exc_text
-        trace_id = getattr(record, "trace_id", None)
+        trace_id = getattr(record, "trace_id", None) or tracing.current_trace_id()
         if trace_id is not None:
             entry["trace_id"] = str(trace_id)
         # ensure_ascii: a control or separator character in a message stays escaped, so

@@ -30,6 +30,10 @@ client went away before the answer counts as ``499``; ``operation`` is a store m
 
 With ``serve --workers N`` each process keeps its own request and process series: a scrape
 reads the process that answered it (the store's counters are the same from any).
+
+``traced``, the next middleware in, gives each request a server span (kind SERVER, named
+``<method> <route>`` with the same bounded route label) that continues the trace context
+the request's ``traceparent`` carries; without OpenTelemetry it costs a function call.
 """
 
 from __future__ import annotations
@@ -46,12 +50,13 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from scopemem import tracing
 from scopemem.errors import ScopeLimitReached, StoreRefused, StoreUnsupported
 from scopemem.stores.base import MemoryStore, store_ready
 from scopemem.worker_aiohttp.handling import SERVED, json_answer
 
 __all__ = ["INSTRUMENTS", "OPERATIONS", "STATUSES", "Instruments", "TimedStore", "observe",
-           "readyz"]
+           "readyz", "traced"]
 
 #: The route label of a request no route matched.
 OTHER = "other"
@@ -189,6 +194,26 @@ async def observe(request: web.Request,
     finally:
         instruments.in_flight.dec()
         instruments.answered(route_label(request), status, time.perf_counter() - start)
+
+
+@web.middleware
+async def traced(request: web.Request,
+                 handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                 ) -> web.StreamResponse:
+    """A server span per request (``scopemem.tracing``; a no-op without OpenTelemetry),
+    continuing the trace context the request carries, named by the matched route (the same
+    bounded label as the metrics)."""
+    route = route_label(request)
+    with tracing.span(f"{request.method} {route}",
+                      {"http.request.method": request.method, "http.route": route},
+                      kind="server", carrier=request.headers) as span:
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            span.set_attribute("http.response.status_code", exc.status)
+            raise
+        span.set_attribute("http.response.status_code", response.status)
+        return response
 
 
 async def readyz(request: web.Request) -> web.StreamResponse:

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("numpy", "apsw", "psycopg", "psycopg_pool", "aiohttp", "mcp", "prometheus_client")
+HEAVY = ("numpy", "apsw", "psycopg", "psycopg_pool", "aiohttp", "mcp", "prometheus_client",
+         "opentelemetry")
 #: What only a command that reads or writes records needs.
 RECORD_WORK = ("cattrs", "asyncio", "regex", "detect_secrets", "scopemem.secrets",
                "scopemem.core.text", "scopemem.stores.base", "scopemem.api")
@@ -130,7 +131,8 @@ def test_a_hook_reading_the_sqlite_store_imports_no_write_path(tmp_path: Path) -
                           tmp_path)
     assert "scopemem.stores.sqlite_shared.store" in modules  # the hook did read
     # Redaction, the status gate and reflection are a write's; a read loads none of them.
+    # Nor OpenTelemetry: a read is traced only in a process that set a tracer provider.
     unused = {"numpy", "detect_secrets", "scopemem.secrets", "scopemem.core.gate",
               "scopemem.api.reflecting", "scopemem.core.reflection",
-              "scopemem.agent_hooks.transcript"}
+              "scopemem.agent_hooks.transcript", "opentelemetry"}
     assert not modules & unused, sorted(modules & unused)
