@@ -33,16 +33,18 @@ POOL_THREADS = max(2, min(4, os.cpu_count() or 2))
 
 
 class ShardPools:
-    """The thread pools of ``SharedSqliteStore`` (which provides the attributes used)."""
+    """The thread pools of ``SharedSqliteStore``: each shard's work run on its connection,
+    with the moves of the shards' headers by this store's commits noted in ``moves``."""
 
-    _closed: bool
-    _executors: dict[str, ThreadPoolExecutor]
-    _writers: dict[int, asyncio.Lock]
-    _shards: Shards
-    _moves: Moves
+    def __init__(self, shards: Shards, moves: Moves) -> None:
+        self._shards = shards
+        self._moves = moves
+        self._executors: dict[str, ThreadPoolExecutor] = {}
+        self._writers: dict[int, asyncio.Lock] = {}
+        self.closed = False
 
-    def _pool(self, name: str, threads: int = POOL_THREADS) -> ThreadPoolExecutor:
-        if self._closed:
+    def pool(self, name: str, threads: int = POOL_THREADS) -> ThreadPoolExecutor:
+        if self.closed:
             raise StoreError("the sqlite store is closed")
         executor = self._executors.get(name)
         if executor is None:
@@ -50,12 +52,18 @@ class ShardPools:
                 threads, thread_name_prefix=f"scopemem-sqlite-{name}")
         return executor
 
-    async def _read(self, shard: int, fn: Callable[..., T], *args: Any) -> T | None:
+    def close(self) -> None:
+        """Refuse new work, and stop every thread once its work is done."""
+        self.closed = True
+        for executor in self._executors.values():
+            executor.shutdown(wait=True)
+
+    async def read(self, shard: int, fn: Callable[..., T], *args: Any) -> T | None:
         """``fn(conn, *args)`` on the read pool; None when the shard has no file yet."""
         return await asyncio.get_running_loop().run_in_executor(
-            self._pool("read"), functools.partial(self._on_shard, shard, False, fn, *args))
+            self.pool("read"), functools.partial(self._on_shard, shard, False, fn, *args))
 
-    async def _write(self, shard: int, fn: Callable[..., T], *args: Any,
+    async def write(self, shard: int, fn: Callable[..., T], *args: Any,
                      create: bool = False) -> T | None:
         """``fn(conn, *args)`` on the shard's writing thread, after its earlier writers.
 
@@ -68,7 +76,7 @@ class ShardPools:
         if lock is None:
             lock = self._writers[shard] = asyncio.Lock()
         async with lock:
-            pool = self._pool(f"write-{shard % POOL_THREADS}", 1)
+            pool = self.pool(f"write-{shard % POOL_THREADS}", 1)
             done, due = await asyncio.get_running_loop().run_in_executor(
                 pool, functools.partial(self._on_writer, shard, create, fn, *args))
             if due:
@@ -93,14 +101,14 @@ class ShardPools:
         if conn is not None:
             commits.checkpoint(conn)
 
-    async def _write_moved(self, shard: int, fn: Callable[..., T], *args: Any,
+    async def write_moved(self, shard: int, fn: Callable[..., T], *args: Any,
                            create: bool = False, unsettled: str | None = None
                            ) -> tuple[T | None, Move | None]:
-        """``_write``, and the move of the shard's header by its last commit when nobody
+        """``write``, and the move of the shard's header by its last commit when nobody
         else committed just before it or just after it (``commits.py``), noted in
-        ``_moves`` by the writing thread as the commit is done, unsettled for the scope
+        ``moves`` by the writing thread as the commit is done, unsettled for the scope
         ``unsettled`` (the caller settles it once that scope's copy is carried)."""
-        done = await self._write(shard, self._watched, shard, unsettled, fn, *args,
+        done = await self.write(shard, self._watched, shard, unsettled, fn, *args,
                                  create=create)
         return done if done is not None else (None, None)
 

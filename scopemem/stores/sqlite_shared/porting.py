@@ -19,12 +19,15 @@ from typing import Any
 from scopemem.core.records import Record
 from scopemem.core.text import normalize_text
 from scopemem.core.words import Analyzer
-from scopemem.stores.base import check_scope_key
+from scopemem.stores.base import Clock, check_scope_key
 from scopemem.stores.porting import group_import
 from scopemem.stores.shared.tokens import index_tokens
 from scopemem.stores.sqlite_shared import index
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
+from scopemem.stores.sqlite_shared.counts import ScopeLimit
+from scopemem.stores.sqlite_shared.pools import ShardPools
+from scopemem.stores.sqlite_shared.shards import Shards
 from scopemem.stores.sqlite_shared.usage import PendingUses
 from scopemem.stores.sqlite_shared.writes import transaction
 
@@ -98,20 +101,21 @@ def import_scope(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer,
 
 
 class Porting:
-    """Export and import for ``SharedSqliteStore`` (which provides the attributes used)."""
+    """Export and import of ``SharedSqliteStore``."""
 
-    analyzer: Analyzer
-    _shards: Any
-    _uses: PendingUses
-    _clock: Any
-    _read: Any
-    _write: Any
-    _reserve_scope: Any
+    def __init__(self, shards: Shards, pools: ShardPools, uses: PendingUses,
+                 scopes: ScopeLimit, clock: Clock, analyzer: Analyzer) -> None:
+        self._shards = shards
+        self._pools = pools
+        self._uses = uses
+        self._scopes = scopes
+        self._clock = clock
+        self._analyzer = analyzer
 
     async def export_scopes(self) -> list[str]:
         keys: list[str] = []
         for shard in range(self._shards.count):
-            keys.extend(await self._read(shard, scope_keys) or [])
+            keys.extend(await self._pools.read(shard, scope_keys) or [])
         return sorted(keys)
 
     async def export_page(self, scope_key: str, after: int, limit: int) -> list[Record]:
@@ -119,8 +123,8 @@ class Porting:
         if limit <= 0:
             return []
         shard = self._shards.of(scope_key)
-        found: list[Record] = await self._read(shard, export_page, self._uses, shard,
-                                               scope_key, after, limit) or []
+        found: list[Record] = await self._pools.read(shard, export_page, self._uses, shard,
+                                                     scope_key, after, limit) or []
         return found
 
     async def import_records(self, records: Sequence[Record]) -> int:
@@ -129,12 +133,12 @@ class Porting:
         added = 0
         for scope_key, batch in groups.items():
             shard = self._shards.of(scope_key)
-            added += await self._write(shard, self._import, shard, scope_key, batch, now,
-                                       create=True) or 0
+            added += await self._pools.write(shard, self._import, shard, scope_key, batch, now,
+                                             create=True) or 0
         return added
 
     def _import(self, conn: Any, shard: int, scope_key: str,
                 batch: list[tuple[int, Record]], now: int) -> int:
         if conn.execute(st.LOCK_SCOPE, {"scope": scope_key}).fetchall() == []:
-            self._reserve_scope()
-        return import_scope(conn, self._uses, shard, self.analyzer, scope_key, batch, now)
+            self._scopes.reserve()
+        return import_scope(conn, self._uses, shard, self._analyzer, scope_key, batch, now)

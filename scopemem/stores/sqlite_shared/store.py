@@ -21,9 +21,7 @@ import asyncio
 import builtins
 import logging
 import os
-from collections import deque
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from scopemem.core import engine
@@ -33,6 +31,7 @@ from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
     Candidate,
+    CountRow,
     Kind,
     PurgeResult,
     Record,
@@ -40,7 +39,6 @@ from scopemem.core.records import (
     WriteCounts,
 )
 from scopemem.core.scopes import record_seq
-from scopemem.errors import ScopeLimitReached
 from scopemem.stores.base import (
     DEFAULT_RANKING,
     Clock,
@@ -56,9 +54,8 @@ from scopemem.stores.base import (
 from scopemem.stores.shared import batches
 from scopemem.stores.shared.cache import DEFAULT_POSTINGS_CACHE, PostingsCache, ScopeCopy
 from scopemem.stores.sqlite_shared import copies, reads, schema, writes
-from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.commits import Moves
-from scopemem.stores.sqlite_shared.counts import Counts
+from scopemem.stores.sqlite_shared.counts import Counts, ScopeLimit
 from scopemem.stores.sqlite_shared.migrate import migrate_file_layout
 from scopemem.stores.sqlite_shared.notes import UseNotes
 from scopemem.stores.sqlite_shared.options import (
@@ -86,8 +83,6 @@ log = logging.getLogger("scopemem.stores.sqlite")
 _POOL_THREADS = POOL_THREADS  # (tests size their load by it)
 #: Scopes whose records are kept beside their copies before those without a copy are pruned.
 MAX_ROW_COPIES = 4_096
-#: Uses noted per shard that records copied before them can still be given.
-ADD_LOG = 4_096
 #: A retrieval reading this many postings has its scope copied into memory, dropping the
 #: least recently read copies to fit. A smaller scope is copied only into room to spare
 #: (half the budget, ``PostingsCache.spare``; a scope of at most ``reads.WHOLE_ROWS`` records
@@ -99,7 +94,7 @@ DEFAULT_MIN_POSTINGS = 256
 POSTINGS_PER_ROW = 20
 
 
-class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
+class SharedSqliteStore:
     """Durable memory in a few SQLite files shared by every scope under ``path``."""
 
     durable = True
@@ -128,6 +123,10 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
             migrate_file_layout(self.directory, analyzer=self.analyzer, clock=clock,
                                 shards=self._shards.count)
         self._uses = PendingUses(self._shards.count)
+        # Per shard, the moves of the header by this store's writes and saves, which copies
+        # confirmed before them may follow (``commits.py``).
+        self._moves = Moves(self._shards.count)
+        self._pools = ShardPools(self._shards, self._moves)
         # Copies of scopes' indexes read often enough (``reads.py``), checked against each
         # scope's change counter with every retrieval.
         budget = check_int(postings_cache, "postings_cache", 0)
@@ -135,7 +134,6 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
                                      check_int(cache_min_postings, "cache_min_postings", 0),
                                      spare=budget // 2, carried=True)
         self._clock = clock
-        self._writers: dict[int, asyncio.Lock] = {}
         self._writing: dict[str, int] = {}  # scope → this store's writes under way
         # Scopes' records in memory beside their copies (``copies.RowCopy``), and how many
         # retrievals they answered on the event loop (for tests and benchmarks).
@@ -147,20 +145,14 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
         # Carried copies' layers being folded on a thread (``copies.Layered``), by scope.
         self._folding: dict[str, asyncio.Task[None]] = {}
         self.loop_answers = 0
-        # Per shard: calls counting uses on the pool under way; the last uses noted (their
-        # number, scope, seqs, time), replayed into records copied before them; the highest
-        # number the log has let go of.
-        self._inflight = [0] * self._shards.count
-        self._adds: builtins.list[deque[tuple[int, str, tuple[int, ...], int]]] = [
-            deque(maxlen=ADD_LOG) for _ in range(self._shards.count)]
-        self._log_floor = [0] * self._shards.count
-        # Per shard, the moves of the header by this store's writes and saves, which copies
-        # confirmed before them may follow (``commits.py``).
-        self._moves = Moves(self._shards.count)
-        self._executors: dict[str, ThreadPoolExecutor] = {}
-        self._saver: asyncio.Task[None] | None = None
-        self._scope_count: int | None = None  # scopes held, once counted (max_scopes)
-        self._closed = False
+        self._notes = UseNotes(self._shards, self._pools, self._uses, self._copies,
+                               self._row_copies, self._writing, synchronous=self.synchronous,
+                               usage_flush_ms=self.usage_flush_ms)
+        self._scopes = ScopeLimit(self._shards, self.max_scopes, self.directory)
+        self._counts = Counts(self._shards, self._pools, self._scopes, clock,
+                              synchronous=self.synchronous)
+        self._porting = Porting(self._shards, self._pools, self._uses, self._scopes, clock,
+                                self.analyzer)
 
     def __repr__(self) -> str:
         return f"SharedSqliteStore({self.directory!r}, cap={self.cap!r})"
@@ -228,21 +220,21 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
                 if bumped:
                     seqs = [record_seq(hit.record.id) for hit in bumped]
                     added = self._uses.add(shard, scope_key, seqs, now)
-                    if rows.uses or not self._foldable(shard, scope_key):
-                        self._note(shard, scope_key, seqs, now, added)
+                    if rows.uses or not self._notes.foldable(shard, scope_key):
+                        self._notes.note(shard, scope_key, seqs, now, added)
                     else:
                         # Nothing kept apart: the records as returned are the records with
                         # every use numbered so far.
-                        self._note_log(shard, scope_key, seqs, now, added)
+                        self._notes.note_log(shard, scope_key, seqs, now, added)
                         rows.hold(seqs, [hit.record for hit in bumped],
                                   self._uses.mark(shard))
-                    self._schedule_save()
+                    self._notes.schedule_save()
                 return bumped
         searched: reads.Searched | None = None
         if copy is not None:
-            searched = await self._counting(shard, reads.search, self._uses, shard,
-                                            self.ranking, scope_key, terms, limit, now, bump,
-                                            copy)
+            searched = await self._notes.counting(
+                shard, reads.search, self._uses, shard, self.ranking, scope_key, terms, limit,
+                now, bump, copy)
             if searched is not None and searched.hits is None:
                 if not self._writing.get(scope_key):
                     # Unless this store's own write is under way, which carries the copy
@@ -255,9 +247,9 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
                     # Confirmed at its counter after this header was read.
                     rows.header = seen
         if searched is None:
-            searched = await self._counting(shard, reads.search, self._uses, shard,
-                                            self.ranking, scope_key, terms, limit, now, bump,
-                                            None, self._copies.has_room())
+            searched = await self._notes.counting(
+                shard, reads.search, self._uses, shard, self.ranking, scope_key, terms, limit,
+                now, bump, None, self._copies.has_room())
             if searched is not None and searched.made is not None:
                 made_copy, made_rows = searched.made
                 if self._copies.put(scope_key, made_copy, spare=True) and \
@@ -270,9 +262,9 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
         hits = searched.hits if searched is not None else None
         if bump and hits:
             assert searched is not None
-            self._note(shard, scope_key, [record_seq(hit.record.id) for hit in hits], now,
+            self._notes.note(shard, scope_key, [record_seq(hit.record.id) for hit in hits], now,
                        searched.added)
-            self._schedule_save()
+            self._notes.schedule_save()
         return hits or []
 
     def _rows_of(self, scope_key: str, copy: ScopeCopy | None) -> copies.RowCopy | None:
@@ -288,7 +280,7 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
         shard = self._shards.of(scope_key)
         self._missed[scope_key] = []
         try:
-            made = await self._read(shard, reads.copy_of, self._uses, shard, scope_key)
+            made = await self._pools.read(shard, reads.copy_of, self._uses, shard, scope_key)
         finally:
             missed = self._missed.pop(scope_key, [])
         if made is None:
@@ -306,12 +298,9 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
         they were read can no longer be replayed into them; whether they are held."""
         held = self._row_copies.get(scope_key)
         if (held is not None and held.generation >= rows.generation) or \
-                self._log_floor[shard] > rows.mark:
+                self._notes.behind(shard, rows):
             return False
-        # Uses numbered after its rows were read, noted before they arrived.
-        for added, key, seqs, when in self._adds[shard]:
-            if key == scope_key:
-                rows.note(seqs, when, added)
+        self._notes.replay(shard, scope_key, rows)
         self._row_copies[scope_key] = rows
         if len(self._row_copies) > 2 * MAX_ROW_COPIES:
             self._prune_rows()
@@ -319,8 +308,10 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
 
     def _prune_rows(self) -> None:
         """Keep only the records of scopes whose copy is still held at their counter."""
-        self._row_copies = {key: rows for key, rows in self._row_copies.items()
-                            if self._rows_of(key, self._copies.latest(key)) is rows}
+        kept = {key: rows for key, rows in self._row_copies.items()
+                if self._rows_of(key, self._copies.latest(key)) is rows}
+        self._row_copies.clear()  # the same dict as ``UseNotes``'s
+        self._row_copies.update(kept)
 
     async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
         now = self._clock()
@@ -332,15 +323,15 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
             if not seqs:
                 continue
             shard = self._shards.of(scope_key)
-            done = await self._counting(shard, reads.mark_used, self._uses, shard, scope_key,
-                                        seqs, now)
+            done = await self._notes.counting(shard, reads.mark_used, self._uses, shard,
+                                              scope_key, seqs, now)
             if done is None:
                 continue
             found, added = done
-            self._note(shard, scope_key, found, now, added)
+            self._notes.note(shard, scope_key, found, now, added)
             marked += len(found)
         if marked:
-            self._schedule_save()
+            self._notes.schedule_save()
         return marked
 
     async def list(self, scope_key: str, limit: int, query: str | None = None,
@@ -354,8 +345,8 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
             if not held:
                 return []
         shard = self._shards.of(scope_key)
-        rows = await self._read(shard, reads.listing, self._uses, shard, scope_key, limit,
-                                held, kind)
+        rows = await self._pools.read(shard, reads.listing, self._uses, shard, scope_key,
+                                      limit, held, kind)
         # The postings and the engine agree by construction; the engine has the last word.
         return engine.listing(rows or [], limit, query=query, kind=kind,
                               analyzer=self.analyzer)
@@ -375,9 +366,9 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
         shard = self._shards.of(scope_key)
         self._writing[scope_key] = self._writing.get(scope_key, 0) + 1
         try:
-            done, move = await self._write_moved(
+            done, move = await self._pools.write_moved(
                 shard, writes.write, self._uses, shard, self.analyzer, scope_key, fitted, cap,
-                now, retention_cutoff(now, self.retention_days), self._reserve_scope,
+                now, retention_cutoff(now, self.retention_days), self._scopes.reserve,
                 create=True, unsettled=scope_key)
         finally:
             left = self._writing.pop(scope_key) - 1
@@ -415,7 +406,7 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
     async def _fold(self, scope_key: str, layered: copies.Layered) -> None:
         try:
             folded = await asyncio.get_running_loop().run_in_executor(
-                self._pool("fold", 1), layered.folded)
+                self._pools.pool("fold", 1), layered.folded)
         except Exception as exc:  # a fold is an optimization: the layers still answer
             log.warning("sqlite store: folding the copy of %s failed: %s", scope_key, exc)
             return
@@ -434,7 +425,7 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
         if seq is None:
             return False
         shard = self._shards.of(scope_key)
-        done = await self._write(shard, self._forget, shard, scope_key, seq, self._clock())
+        done = await self._pools.write(shard, self._forget, shard, scope_key, seq, self._clock())
         return bool(done)
 
     def _forget(self, conn: Any, shard: int, scope_key: str, seq: int, now: int) -> bool:
@@ -450,7 +441,7 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
         directory: it is a write like any other. The scope's ids are never given again."""
         check_scope_key(scope_key)
         shard = self._shards.of(scope_key)
-        done = await self._write(shard, self._delete_scope, shard, scope_key)
+        done = await self._pools.write(shard, self._delete_scope, shard, scope_key)
         return done or 0
 
     def _delete_scope(self, conn: Any, shard: int, scope_key: str) -> int:
@@ -464,7 +455,7 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
         check_scope_key(scope_key)
         person = person_id(check_scope_key(person_key))
         shard = self._shards.of(scope_key)
-        done = await self._write(shard, self._scrub_provenance, shard, scope_key, person)
+        done = await self._pools.write(shard, self._scrub_provenance, shard, scope_key, person)
         return done or 0
 
     def _scrub_provenance(self, conn: Any, shard: int, scope_key: str, person: str) -> int:
@@ -480,7 +471,8 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
         result = PurgeResult()
         for scope_key in await self.export_scopes():
             shard = self._shards.of(scope_key)
-            done = await self._write(shard, writes.purge, self._uses, shard, scope_key, cutoff)
+            done = await self._pools.write(shard, writes.purge, self._uses, shard, scope_key,
+                                           cutoff)
             if done is not None:
                 result += done
         return result
@@ -497,32 +489,11 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
     async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
         check_scope_key(scope_key)
         shard = self._shards.of(scope_key)
-        result = await self._write(shard, writes.sweep, self._uses, shard, scope_key,
-                                   self._clock(), dry_run)
+        result = await self._pools.write(shard, writes.sweep, self._uses, shard, scope_key,
+                                         self._clock(), dry_run)
         if result is None:  # no shard file yet: nothing to sweep
             return SweepResult(swept=0, ids=()) if dry_run else SweepResult(swept=0)
         return result
-
-    def _reserve_scope(self) -> None:
-        """Count a new scope against ``max_scopes`` (on the write pool, inside the new
-        scope's write transaction); raise ``ScopeLimitReached`` past it."""
-        if not self.max_scopes:
-            return
-        if self._scope_count is None or self._scope_count >= self.max_scopes:
-            self._scope_count = self._count_scopes()
-        if self._scope_count >= self.max_scopes:
-            raise ScopeLimitReached(
-                f"sqlite store: {self.directory} holds {self._scope_count} scopes, the limit"
-                f" (max_scopes = {self.max_scopes}); a write to a new scope is refused")
-        self._scope_count += 1
-
-    def _count_scopes(self) -> int:
-        total = 0
-        for index in range(self._shards.count):
-            conn = self._shards.connection(index, create=False)
-            if conn is not None:
-                total += conn.execute(st.COUNT_SCOPES).fetchall()[0][0]
-        return total
 
     def max_descriptors(self) -> int:
         """The most file descriptors the store holds (``stores.base.descriptors_held``):
@@ -533,20 +504,40 @@ class SharedSqliteStore(ShardPools, Porting, Counts, UseNotes):
     async def close(self) -> None:
         """Save pending use counts, stop the pools and close every shard. Safe to call
         twice."""
-        if self._closed:
+        if self._pools.closed:
             return
         folding = list(self._folding.values())
         for task in folding:
             task.cancel()
         await asyncio.gather(*folding, return_exceptions=True)
         await self._copies.close()
-        saver, self._saver = self._saver, None
-        if saver is not None and not saver.done():
-            saver.cancel()
+        self._notes.cancel_save()
         try:
-            await self._save()
+            await self._notes.save()
         finally:
-            self._closed = True
-            for executor in self._executors.values():
-                executor.shutdown(wait=True)
+            self._pools.close()
             self._shards.close()
+
+    # --- the parts' methods ---------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Save the use counts not saved yet, now (``close`` saves them too)."""
+        await self._notes.save()
+
+    async def add_counts(self, rows: Sequence[CountRow]) -> None:
+        await self._counts.add_counts(rows)
+
+    async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
+                          prefix: str | None = None, since_day: int = 0
+                          ) -> builtins.list[CountRow]:
+        return await self._counts.read_counts(scope_keys, prefix=prefix, since_day=since_day)
+
+    async def export_scopes(self) -> builtins.list[str]:
+        return await self._porting.export_scopes()
+
+    async def export_page(self, scope_key: str, after: int, limit: int
+                          ) -> builtins.list[Record]:
+        return await self._porting.export_page(scope_key, after, limit)
+
+    async def import_records(self, records: Sequence[Record]) -> int:
+        return await self._porting.import_records(records)
