@@ -78,7 +78,7 @@ class UseNotes:
 
     def note_log(self, shard: int, scope_key: str, seqs: Sequence[int], now: int,
                  added: int) -> None:
-        """Log uses numbered ``added`` for records copied before them (the store's ``_copy``)."""
+        """Log uses numbered ``added`` for records copied before them (``HeldRows.copy``)."""
         adds = self._adds[shard]
         if len(adds) == adds.maxlen:
             self._log_floor[shard] = max(self._log_floor[shard], adds[0][0])

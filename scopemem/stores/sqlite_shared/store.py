@@ -7,17 +7,17 @@ held and the cost of reaching a scope do not grow with the number of scopes: ove
 scopes a request finds its shard open, where one file per scope had to open (and close
 another) on nearly every request (``benchmarks/layout_bench.py``).
 
-This module decides on the event loop what answers a call: a copy in memory (``copies.py``)
-or the shard, read on the read pool (``reads.py``) or written behind the shard's other
-writers (``writes.py``; the threads and queues are ``pools.py``'s), with use counts saved in
-the background within ``usage_flush_ms`` (``usage.py``), one transaction per shard.
-Counters are ``counts.py``'s, export and import ``porting.py``'s; a directory of the file
-layout is migrated at construction (``migrate.py``).
+This module decides on the event loop what answers a call: a copy in memory (``copies.py``,
+its records ``held.py``'s) or the shard, read on the read pool (``reads.py``) or written
+behind the shard's other writers (``writes.py``; the threads and queues are ``pools.py``'s),
+with use counts noted (``notes.py``) and saved in the background within ``usage_flush_ms``
+(``usage.py``), one transaction per shard. Counters and ``max_scopes`` are ``counts.py``'s,
+export and import ``porting.py``'s; a directory of the file layout is migrated at
+construction (``migrate.py``). Each of these parts is built here with what it uses.
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import logging
 import os
@@ -52,10 +52,11 @@ from scopemem.stores.base import (
     wall_clock_ms,
 )
 from scopemem.stores.shared import batches
-from scopemem.stores.shared.cache import DEFAULT_POSTINGS_CACHE, PostingsCache, ScopeCopy
+from scopemem.stores.shared.cache import DEFAULT_POSTINGS_CACHE, PostingsCache
 from scopemem.stores.sqlite_shared import copies, reads, schema, writes
 from scopemem.stores.sqlite_shared.commits import Moves
 from scopemem.stores.sqlite_shared.counts import Counts, ScopeLimit
+from scopemem.stores.sqlite_shared.held import HeldRows
 from scopemem.stores.sqlite_shared.migrate import migrate_file_layout
 from scopemem.stores.sqlite_shared.notes import UseNotes
 from scopemem.stores.sqlite_shared.options import (
@@ -74,15 +75,12 @@ from scopemem.stores.sqlite_shared.pools import POOL_THREADS, ShardPools
 from scopemem.stores.sqlite_shared.porting import Porting
 from scopemem.stores.sqlite_shared.shards import Shards
 from scopemem.stores.sqlite_shared.usage import PendingUses
-from scopemem.stores.sqlite_shared.writes import Change
 
 __all__ = ["SharedSqliteStore"]
 
 log = logging.getLogger("scopemem.stores.sqlite")
 
 _POOL_THREADS = POOL_THREADS  # (tests size their load by it)
-#: Scopes whose records are kept beside their copies before those without a copy are pruned.
-MAX_ROW_COPIES = 4_096
 #: A retrieval reading this many postings has its scope copied into memory, dropping the
 #: least recently read copies to fit. A smaller scope is copied only into room to spare
 #: (half the budget, ``PostingsCache.spare``; a scope of at most ``reads.WHOLE_ROWS`` records
@@ -135,19 +133,15 @@ class SharedSqliteStore:
                                      spare=budget // 2, carried=True)
         self._clock = clock
         self._writing: dict[str, int] = {}  # scope → this store's writes under way
-        # Scopes' records in memory beside their copies (``copies.RowCopy``), and how many
+        # Scopes' records in memory beside their copies (``held.py``), and how many
         # retrievals they answered on the event loop (for tests and benchmarks).
         self._row_copies: dict[str, copies.RowCopy] = {}
-        # The store's own writes to scopes whose copy is being read meanwhile, carried into
-        # the copy when it arrives (``_copy``): a scope written between all its reads would
-        # otherwise be copied at a counter already gone.
-        self._missed: dict[str, builtins.list[Change]] = {}
-        # Carried copies' layers being folded on a thread (``copies.Layered``), by scope.
-        self._folding: dict[str, asyncio.Task[None]] = {}
         self.loop_answers = 0
         self._notes = UseNotes(self._shards, self._pools, self._uses, self._copies,
                                self._row_copies, self._writing, synchronous=self.synchronous,
                                usage_flush_ms=self.usage_flush_ms)
+        self._held = HeldRows(self._shards, self._pools, self._uses, self._notes, self._copies,
+                              self._moves, self._row_copies)
         self._scopes = ScopeLimit(self._shards, self.max_scopes, self.directory)
         self._counts = Counts(self._shards, self._pools, self._scopes, clock,
                               synchronous=self.synchronous)
@@ -202,7 +196,7 @@ class SharedSqliteStore:
             return []
         shard = self._shards.of(scope_key)
         copy = self._copies.latest(scope_key)
-        rows = self._rows_of(scope_key, copy)
+        rows = self._held.rows_of(scope_key, copy)
         header = self._shards.header(shard)
         seen = header.read() if header is not None else None
         if rows is not None and copy is not None and seen is not None and \
@@ -253,65 +247,19 @@ class SharedSqliteStore:
             if searched is not None and searched.made is not None:
                 made_copy, made_rows = searched.made
                 if self._copies.put(scope_key, made_copy, spare=True) and \
-                        self._install(shard, scope_key, made_rows):
+                        self._held.install(shard, scope_key, made_rows):
                     # Read after this header: they are as it says, if it is still the one.
                     made_rows.header = seen
             elif searched is not None and searched.generation is not None:
                 self._copies.offer(scope_key, searched.generation, searched.postings_read,
-                                   self._copy)
+                                   self._held.copy)
         hits = searched.hits if searched is not None else None
         if bump and hits:
             assert searched is not None
-            self._notes.note(shard, scope_key, [record_seq(hit.record.id) for hit in hits], now,
-                       searched.added)
+            self._notes.note(shard, scope_key, [record_seq(hit.record.id) for hit in hits],
+                             now, searched.added)
             self._notes.schedule_save()
         return hits or []
-
-    def _rows_of(self, scope_key: str, copy: ScopeCopy | None) -> copies.RowCopy | None:
-        """The scope's records in memory, when they are at its copy's counter."""
-        rows = self._row_copies.get(scope_key)
-        if rows is None or copy is None or rows.generation != copy.generation:
-            return None
-        return rows
-
-    async def _copy(self, scope_key: str) -> ScopeCopy | None:
-        """The scope's whole index and records as they are now, for copies in memory (built
-        on the pool)."""
-        shard = self._shards.of(scope_key)
-        self._missed[scope_key] = []
-        try:
-            made = await self._pools.read(shard, reads.copy_of, self._uses, shard, scope_key)
-        finally:
-            missed = self._missed.pop(scope_key, [])
-        if made is None:
-            return None
-        copy, rows = made
-        for change in missed:  # in the order they committed
-            if change.before == copy.generation:
-                copy = copies.carried(copy, change)
-                rows = copies.carried_rows(rows, change)
-        self._install(shard, scope_key, rows)
-        return copy
-
-    def _install(self, shard: int, scope_key: str, rows: copies.RowCopy) -> bool:
-        """Hold ``rows`` beside the scope's copy, unless newer are held or uses noted since
-        they were read can no longer be replayed into them; whether they are held."""
-        held = self._row_copies.get(scope_key)
-        if (held is not None and held.generation >= rows.generation) or \
-                self._notes.behind(shard, rows):
-            return False
-        self._notes.replay(shard, scope_key, rows)
-        self._row_copies[scope_key] = rows
-        if len(self._row_copies) > 2 * MAX_ROW_COPIES:
-            self._prune_rows()
-        return True
-
-    def _prune_rows(self) -> None:
-        """Keep only the records of scopes whose copy is still held at their counter."""
-        kept = {key: rows for key, rows in self._row_copies.items()
-                if self._rows_of(key, self._copies.latest(key)) is rows}
-        self._row_copies.clear()  # the same dict as ``UseNotes``'s
-        self._row_copies.update(kept)
 
     async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
         now = self._clock()
@@ -376,48 +324,8 @@ class SharedSqliteStore:
                 self._writing[scope_key] = left
         assert done is not None  # created: the shard has a file
         counts, change = done
-        missed = self._missed.get(scope_key)
-        if missed is not None:
-            missed.append(change)
-        rows = self._row_copies.pop(scope_key, None)
-        moved = copies.carry(self._copies, scope_key, change)
-        if moved is not None:
-            self._fold_later(scope_key, moved)
-        if moved is not None and rows is not None and rows.generation == change.before:
-            carried = self._row_copies[scope_key] = copies.carried_rows(rows, change)
-            if move is not None:
-                # Nobody committed between the copy and the write, nor after it.
-                carried.header = move.after
-        if move is not None:
-            # The write changed no other scope's rows, and the scope's own are carried (or
-            # no longer held): every copy may follow its move now.
-            self._moves.settle(shard, move)
+        self._held.carry(shard, scope_key, change, move)
         return counts + dropped
-
-    def _fold_later(self, scope_key: str, copy: ScopeCopy) -> None:
-        """Fold the copy's layers on a thread once they are due, so the event loop never
-        spends the tens of milliseconds a fold of a large scope takes (``copies.py``)."""
-        layered = copies.fold_due(copy)
-        if layered is None or scope_key in self._folding:
-            return
-        self._folding[scope_key] = asyncio.get_running_loop().create_task(
-            self._fold(scope_key, layered), name=f"scopemem-sqlite-fold:{scope_key}")
-
-    async def _fold(self, scope_key: str, layered: copies.Layered) -> None:
-        try:
-            folded = await asyncio.get_running_loop().run_in_executor(
-                self._pools.pool("fold", 1), layered.folded)
-        except Exception as exc:  # a fold is an optimization: the layers still answer
-            log.warning("sqlite store: folding the copy of %s failed: %s", scope_key, exc)
-            return
-        finally:
-            self._folding.pop(scope_key, None)
-        held = self._copies.latest(scope_key)
-        if held is not None:
-            # Under the copy held now, whatever writes it was carried across meanwhile.
-            done = copies.with_folded(held, layered, folded)
-            if done is not None:
-                self._copies.replace(scope_key, held.generation, done)
 
     async def forget(self, scope_key: str, record_id: str) -> bool:
         check_scope_key(scope_key)
@@ -506,10 +414,7 @@ class SharedSqliteStore:
         twice."""
         if self._pools.closed:
             return
-        folding = list(self._folding.values())
-        for task in folding:
-            task.cancel()
-        await asyncio.gather(*folding, return_exceptions=True)
+        await self._held.close()
         await self._copies.close()
         self._notes.cancel_save()
         try:
