@@ -22,7 +22,6 @@ import builtins
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from scopemem.core import engine
 from scopemem.core.provenance import person_id
@@ -333,14 +332,9 @@ class SharedSqliteStore:
         if seq is None:
             return False
         shard = self._shards.of(scope_key)
-        done = await self._pools.write(shard, self._forget, shard, scope_key, seq, self._clock())
+        done = await self._pools.write(shard, writes.forget_wiped, self._uses, shard,
+                                       self._shards.path(shard), scope_key, seq, self._clock())
         return bool(done)
-
-    def _forget(self, conn: Any, shard: int, scope_key: str, seq: int, now: int) -> bool:
-        if not writes.forget(conn, self._uses, shard, scope_key, seq, now):
-            return False
-        self._truncate_wal(conn, shard, "a forget")
-        return True
 
     async def delete_scope(self, scope_key: str) -> int:
         """Delete every record of ``scope_key``, whatever its status, with its token index
@@ -349,13 +343,9 @@ class SharedSqliteStore:
         directory: it is a write like any other. The scope's ids are never given again."""
         check_scope_key(scope_key)
         shard = self._shards.of(scope_key)
-        done = await self._pools.write(shard, self._delete_scope, shard, scope_key)
+        done = await self._pools.write(shard, writes.delete_scope_wiped, self._uses, shard,
+                                       self._shards.path(shard), scope_key)
         return done or 0
-
-    def _delete_scope(self, conn: Any, shard: int, scope_key: str) -> int:
-        deleted = writes.delete_scope(conn, self._uses, shard, scope_key)
-        self._truncate_wal(conn, shard, "deleting a scope")
-        return deleted
 
     async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
         """Replace the person ``person_key`` names in the scope's thread keys and run ids
@@ -363,14 +353,9 @@ class SharedSqliteStore:
         check_scope_key(scope_key)
         person = person_id(check_scope_key(person_key))
         shard = self._shards.of(scope_key)
-        done = await self._pools.write(shard, self._scrub_provenance, shard, scope_key, person)
+        done = await self._pools.write(shard, writes.scrub_provenance_wiped, self._uses, shard,
+                                       self._shards.path(shard), scope_key, person)
         return done or 0
-
-    def _scrub_provenance(self, conn: Any, shard: int, scope_key: str, person: str) -> int:
-        changed = writes.scrub_provenance(conn, self._uses, shard, scope_key, person)
-        if changed:
-            self._truncate_wal(conn, shard, "scrubbing provenance")
-        return changed
 
     async def purge(self) -> PurgeResult:
         """The retention purge every write applies to its scope, applied now to every scope,
@@ -384,15 +369,6 @@ class SharedSqliteStore:
             if done is not None:
                 result += done
         return result
-
-    def _truncate_wal(self, conn: Any, shard: int, after: str) -> None:
-        """No page image of what was scrubbed stays in the WAL (secure_delete zeroed it in
-        the database file once checkpointed)."""
-        busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
-        if busy:
-            log.warning("sqlite store: %s: a reader holds an old snapshot; the WAL could not"
-                        " be truncated after %s (later commits overwrite it)",
-                        self._shards.path(shard), after)
 
     async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
         check_scope_key(scope_key)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -43,8 +44,11 @@ from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
-__all__ = ["Change", "add_rows", "delete_scope", "forget", "purge", "scrub_provenance", "sweep",
-           "write"]
+log = logging.getLogger("scopemem.stores.sqlite")
+
+__all__ = ["Change", "add_rows", "delete_scope", "delete_scope_wiped", "forget",
+           "forget_wiped", "purge", "scrub_provenance", "scrub_provenance_wiped", "sweep",
+           "truncate_wal", "write"]
 
 
 def add_rows(conn: Any, rows: Sequence[CountRow]) -> None:
@@ -292,6 +296,41 @@ def scrub_provenance(conn: Any, uses: PendingUses, shard: int, scope_key: str, p
             conn.executemany(st.SET_SOURCE, changed)
             conn.execute(st.NEXT_GENERATION, {"scope": scope_key})
     return len(changed)
+
+
+def truncate_wal(conn: Any, path: str, after: str) -> None:
+    """No page image of what was scrubbed stays in the WAL (secure_delete zeroed it in
+    the database file once checkpointed)."""
+    busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
+    if busy:
+        log.warning("sqlite store: %s: a reader holds an old snapshot; the WAL could not"
+                    " be truncated after %s (later commits overwrite it)", path, after)
+
+
+def forget_wiped(conn: Any, uses: PendingUses, shard: int, path: str, scope_key: str,
+                 seq: int, now: int) -> bool:
+    """``forget``, then the WAL of the shard file ``path`` truncated."""
+    if not forget(conn, uses, shard, scope_key, seq, now):
+        return False
+    truncate_wal(conn, path, "a forget")
+    return True
+
+
+def delete_scope_wiped(conn: Any, uses: PendingUses, shard: int, path: str, scope_key: str
+                       ) -> int:
+    """``delete_scope``, then the WAL of the shard file ``path`` truncated."""
+    deleted = delete_scope(conn, uses, shard, scope_key)
+    truncate_wal(conn, path, "deleting a scope")
+    return deleted
+
+
+def scrub_provenance_wiped(conn: Any, uses: PendingUses, shard: int, path: str,
+                           scope_key: str, person: str) -> int:
+    """``scrub_provenance``, then (if it changed a row) the WAL of ``path`` truncated."""
+    changed = scrub_provenance(conn, uses, shard, scope_key, person)
+    if changed:
+        truncate_wal(conn, path, "scrubbing provenance")
+    return changed
 
 
 def purge(conn: Any, uses: PendingUses, shard: int, scope_key: str, cutoff: int
