@@ -42,7 +42,6 @@ from scopemem.core.records import (
 )
 from scopemem.core.scopes import record_seq
 from scopemem.core.text import normalize_text
-from scopemem.plugins.markers import hookimpl
 from scopemem.stores import postings as inverted
 from scopemem.stores.base import (
     DEFAULT_RANKING,
@@ -497,8 +496,3 @@ class InMemoryStore:
             self._next_seq[scope_key] = max(self._next_seq.get(scope_key, 1), top + 1)
             added += len(fresh)
         return added
-
-
-@hookimpl
-def scopemem_register_stores(register) -> None:  # type: ignore[no-untyped-def]
-    register("memory", InMemoryStore.from_settings)

@@ -6,7 +6,6 @@ import builtins
 from collections.abc import Mapping, Sequence
 
 from scopemem.core.records import Candidate, CountRow, Kind, Record, SweepResult, WriteCounts
-from scopemem.plugins.markers import hookimpl
 from scopemem.stores.base import Hit, StoreSettings
 
 
@@ -55,8 +54,3 @@ class NullStore:
     def from_settings(cls, settings: StoreSettings) -> NullStore:
         settings.unknown_options(())
         return cls()
-
-
-@hookimpl
-def scopemem_register_stores(register) -> None:  # type: ignore[no-untyped-def]
-    register("null", NullStore.from_settings)

@@ -83,7 +83,6 @@ from scopemem.errors import (
     StoreRefused,
     StoreUnsupported,
 )
-from scopemem.plugins.markers import hookimpl
 from scopemem.stores.base import (
     DEFAULT_RANKING,
     Hit,
@@ -682,8 +681,3 @@ def _records(data: dict[str, Any], scope_key: str) -> tuple[list[Record], int]:
     """The reply's well-formed records of ``scope_key`` and how many others were dropped."""
     records, _matches, dropped = _hits(data, scope_key)
     return records, dropped
-
-
-@hookimpl
-def scopemem_register_stores(register) -> None:  # type: ignore[no-untyped-def]
-    register("worker", WorkerStore.from_settings)

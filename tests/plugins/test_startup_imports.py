@@ -93,7 +93,7 @@ def test_a_store_plugin_imports_its_backend_when_a_store_reads() -> None:
     built = ("import asyncio\n"
              "from scopemem.core.records import Candidate, Kind\n"
              "from scopemem.stores.base import StoreSettings\n"
-             "from scopemem.stores import memory\n"
+             "from scopemem.stores.registration import memory\n"
              "found = {}\n"
              "memory.scopemem_register_stores(register=found.__setitem__)\n"
              "store = found['memory'](StoreSettings())\n"

@@ -15,22 +15,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from scopemem.core.records import Record, trusted_record
-from scopemem.core.words import PLAIN, Analyzer
 from scopemem.errors import StoreBusy
-from scopemem.stores.shared.tokens import index_tokens
 
 
 def apsw_module() -> Any:
     import apsw  # deferred: listing plugins must not pay for loading SQLite
 
     return apsw
-
-
-def fts_tokens(text: str, keywords: Sequence[str], analyzer: Analyzer = PLAIN) -> str:
-    """What the full-text index holds for a record: the terms it is indexed by
-    (``shared.tokens.index_tokens``, the engine's own), space-joined, so a term matches in
-    FTS exactly when the engine's gate says the record holds it."""
-    return " ".join(index_tokens(text, keywords, analyzer))
 
 
 def record(row: Sequence[Any]) -> Record:
