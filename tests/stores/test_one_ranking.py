@@ -54,9 +54,10 @@ async def test_every_store_ranks_with_the_one_covered_weight(
         other = pg.make(schema, cap=1000, clock=clock, **copies)
         other._cache.interval = 0
     else:
-        other = SharedSqliteStore(
-            tmp_path / "data", cap=1000, clock=clock, synchronous="off",
-            cache_min_postings=0 if kind == "sqlite-copies" else 10**9)
+        copies = {"cache_min_postings": 0} if kind == "sqlite-copies" else {
+            "postings_cache": 0}  # none: the small scope is ranked from its rows
+        other = SharedSqliteStore(tmp_path / "data", cap=1000, clock=clock,
+                                  synchronous="off", **copies)
         other._copies.interval = 0
 
     async def answers(store) -> list:  # type: ignore[no-untyped-def]
@@ -86,6 +87,10 @@ async def test_every_store_ranks_with_the_one_covered_weight(
                    if [hit.match for hit in old] != [hit.match for hit in new]]
         assert changed and min(changed) < len(after) // 2 <= max(changed)
         assert await answers(other) == after
+        if kind == "sqlite-copies":
+            assert other._copies.answered  # from the copies, not only through SQL
+        if kind == "postgres-copies":
+            assert other._cache.answered  # from the copies, not only from the server
     finally:
         await memory.close()
         await other.close()
