@@ -21,8 +21,10 @@ function word is dropped and nothing is stemmed.
 
 Every store hands these functions the rows they ask for and the scope's statistics
 (``ScopeStats``), so every store answers a query with the same ids in the same order. A
-store holding a scope as postings may hand ``rank_covered`` only the records ``core.topk``
-selects, which rank exactly as all of them do.
+record's covered weight (the numerator of its match) has one implementation,
+``covered_weights``: every store's records are weighed by it, whether a store hands in
+whole rows (``rank_entries``), postings (``core.topk``, which selects only the records
+that can rank, exactly as all of them do) or postings as arrays (``stores.dense``).
 """
 
 from __future__ import annotations
@@ -30,14 +32,22 @@ from __future__ import annotations
 import heapq
 import math
 import operator
-from collections.abc import Collection, Container, Iterable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
+from itertools import repeat
+from typing import TYPE_CHECKING, TypeVar, cast, overload
 
 import attrs
 
 from scopemem.core.records import MAX_QUERY_CHARS
 from scopemem.core.scoring import KEYWORD_WEIGHT, RECENCY_TAU_MS, RECENCY_WEIGHT
 from scopemem.core.words import PLAIN, Analyzer
+
+if TYPE_CHECKING:  # the array form of the sums (stores.dense); nothing here imports numpy
+    import numpy as np
+    import numpy.typing as npt
+
+    FloatArray = npt.NDArray[np.float64]
+    IntArray = npt.NDArray[np.intp]
 
 __all__ = [
     "CONTEXT_WEIGHT",
@@ -46,6 +56,7 @@ __all__ = [
     "Ranking",
     "ScopeStats",
     "candidate_cap",
+    "covered_weights",
     "query_terms",
     "query_words",
     "rank_candidates",
@@ -165,15 +176,44 @@ def term_weights(terms: QueryTerms, stats: ScopeStats | None, ranking: Ranking
     return [idf(stats.records, frequency.get(term, 0)) for term in terms.terms]
 
 
-def covered_weight(position: Mapping[str, int], weights: Sequence[float],
-                   common: Collection[str]) -> float:
-    """The weight of the query terms a record holds (``common``), summed in query order
-    (``position``: each query term's place; the order every store sums in, so the floats
-    agree), looking only at the terms it holds: a long brief has hundreds, a record a few."""
-    total = 0.0
-    for index in sorted([position[term] for term in common]):
-        total += weights[index]
-    return total
+@overload
+def covered_weights(sums: dict[int, float], terms: QueryTerms, weights: Sequence[float],
+                    holders: Callable[[str], Collection[int] | None]) -> dict[int, float]: ...
+
+
+@overload
+def covered_weights(sums: FloatArray, terms: QueryTerms, weights: Sequence[float],
+                    holders: Callable[[str], IntArray | None]) -> FloatArray: ...
+
+
+def covered_weights(sums: dict[int, float] | FloatArray, terms: QueryTerms,
+                    weights: Sequence[float],
+                    holders: Callable[[str], Collection[int] | None]
+                    | Callable[[str], IntArray | None]) -> dict[int, float] | FloatArray:
+    """The covered weight, the one sum of every ranking and every store: each record's sum
+    of the weights of the query terms it holds, added to ``sums`` and returned.
+
+    Each query term's weight is added to the sum of every record holding it
+    (``holders(term)``), a term at a time in query order, a sum not begun yet beginning at
+    0.0: one IEEE addition a holder, so every caller's floats agree bit for bit whichever
+    records it weighs. ``sums`` is a dict (seq → sum; ``holders`` gives seqs) or a numpy
+    array of zeros (``holders`` gives positions in it, each once: one vector step a term,
+    ``stores.dense``)."""
+    for term, weight in zip(terms.terms, weights, strict=True):
+        held = holders(term)
+        if held is None or not len(held):
+            continue
+        if not isinstance(sums, dict):  # positions (the overloads pair the two forms)
+            sums[cast("IntArray", held)] += weight
+        elif not sums:
+            sums.update(dict.fromkeys(held, 0.0 + weight))
+        else:
+            # The same additions as ``sums[seq] = sums.get(seq, 0.0) + weight`` a seq, run
+            # by C iterators (no bytecode a seq: most of a large weighing's time).
+            order = held if isinstance(held, list) else list(held)
+            sums.update(zip(order, map(operator.add, map(sums.get, order, repeat(0.0)),
+                                       repeat(weight)), strict=True))
+    return sums
 
 
 def rank_entries(entries: Iterable[tuple[int, Collection[str], str, int, T]],
@@ -188,18 +228,20 @@ def rank_entries(entries: Iterable[tuple[int, Collection[str], str, int, T]],
         return []
     weights = term_weights(terms, stats, ranking)
     gate = frozenset(terms.prefilter)
-    position = {term: index for index, term in enumerate(terms.terms)}
-    asked = frozenset(position)
-    covered: dict[int, float] = {}
+    asked = frozenset(terms.terms)
+    # The gated records' postings: a long brief has hundreds of terms, a record a few.
+    postings: dict[str, list[int]] = {}
     threads: dict[int, str] = {}
     details: dict[int, tuple[int, T]] = {}
     for seq, held, thread, last_touched, item in entries:
         held_set = held if isinstance(held, (set, frozenset)) else frozenset(held)
         if gate.isdisjoint(held_set):
             continue
-        covered[seq] = covered_weight(position, weights, asked & held_set)
+        for term in asked & held_set:
+            postings.setdefault(term, []).append(seq)
         threads[seq] = thread
         details[seq] = (last_touched, item)
+    covered = covered_weights({}, terms, weights, postings.get)
     continues = {seq for seq, thread in threads.items() if threads.get(seq - 1) == thread}
     return rank_covered(covered, sum(weights), limit, now, ranking, continues, details)
 
@@ -210,7 +252,7 @@ def rank_covered(covered: Mapping[int, float], total: float, limit: int, now: in
     """The last step of every ranking, as the module docstring describes.
 
     ``covered`` maps the seq of each gated record to the weight of the query terms it
-    holds (``covered_weight``); ``total`` is the query's whole weight. ``continues`` holds
+    holds (``covered_weights``); ``total`` is the query's whole weight. ``continues`` holds
     (at least) the seqs of the gated records whose predecessor (seq − 1) is an active record
     of the same thread. ``details[seq]`` is ``(last touched, item)``, read only for the
     records that reach the final score. Answers the ``limit`` best items with their match."""

@@ -35,11 +35,10 @@ small a share of its weight for any bound to beat before most records are weighe
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Container, Iterable, Mapping, Sequence
+from collections.abc import Collection, Container, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from itertools import repeat
-from operator import add
 
+from scopemem.core import ranking
 from scopemem.core.ranking import QueryTerms, candidate_cap
 from scopemem.core.scoring import KEYWORD_WEIGHT, RECENCY_TAU_MS, RECENCY_WEIGHT
 
@@ -62,38 +61,15 @@ GROW = 2
 
 def covered_all(postings: Postings, terms: QueryTerms, weights: Sequence[float]
                 ) -> dict[int, float]:
-    """seq → the weight of the query terms it holds, for every record holding a prefilter
-    term (the records a full-text prefilter matches), summed in query order starting from
-    0.0 (as ``ranking.covered_weight`` sums, so the floats agree)."""
-    sums: dict[int, float] = {}
+    """seq → the weight of the query terms it holds (``ranking.covered_weights``), for
+    every record holding a prefilter term (the records a full-text prefilter matches)."""
     if len(terms.terms) == len(terms.prefilter):  # every term lets its records in
-        for term, weight in zip(terms.terms, weights, strict=True):
-            holders = postings.get(term)
-            if holders:
-                _sum(sums, holders, weight)
-        return sums
+        return ranking.covered_weights({}, terms, weights, postings.get)
     gated: set[int] = set()
     for term in terms.prefilter:
         gated.update(postings.get(term, ()))
-    for term, weight in zip(terms.terms, weights, strict=True):
-        holders = postings.get(term)
-        if holders:
-            _sum(sums, gated.intersection(holders), weight)
-    return sums
-
-
-def _sum(sums: dict[int, float], seqs: Iterable[int], weight: float) -> None:
-    """Add ``weight`` to the sum of each of ``seqs``, a sum not begun yet beginning at 0.0:
-    called once a term in query order, it sums as ``ranking.covered_weight`` does."""
-    if not sums:
-        sums.update(dict.fromkeys(seqs, 0.0 + weight))
-        return
-    # The same additions as ``sums[seq] = sums.get(seq, 0.0) + weight`` a seq, run by C
-    # iterators (no bytecode a seq: this is most of a large weighing's time). Each seq
-    # once, so reading one sum while another is written changes nothing.
-    order = seqs if isinstance(seqs, list) else list(seqs)
-    sums.update(zip(order, map(add, map(sums.get, order, repeat(0.0)), repeat(weight)),
-                    strict=True))
+    return ranking.covered_weights({}, terms, weights,
+                           lambda term: gated.intersection(postings.get(term, ())))
 
 
 def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], limit: int,
@@ -112,13 +88,12 @@ def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], lim
     if limit <= 0 or total <= 0:
         return covered_all(postings, terms, weights)
     cap = candidate_cap(limit)
-    # (holders, weight) of each query term some record holds, in query order.
-    columns: list[tuple[AbstractSet[int], float]] = [
-        (holders if isinstance(holders, (set, frozenset)) else set(holders), weight)
-        for term, weight in zip(terms.terms, weights, strict=True)
-        if (holders := postings.get(term))]
+    # The holders (as sets) and weight of each query term some record holds.
+    columns: dict[str, AbstractSet[int]] = {
+        term: holders if isinstance(holders, (set, frozenset)) else set(holders)
+        for term in terms.terms if (holders := postings.get(term))}
     held = {term: weight for term, weight in zip(terms.terms, weights, strict=True)
-            if postings.get(term)}
+            if term in columns}
     # Every term some record holds, heaviest first (then rarest first): E is a prefix.
     order = sorted(held, key=lambda term: (-held[term], len(postings[term])))
     # The prefilter's lists, longest first: a gated record is found in the first looked at.
@@ -148,7 +123,7 @@ def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], lim
             step_read = 0
     prefilter = frozenset(terms.prefilter)
     every_gated: set[int] | None = None
-    weighing = _Weighing(columns, total, context, continues, cap, gate)
+    weighing = _Weighing(terms, weights, columns, total, context, continues, cap, gate)
     sums = weighing.sums
     start = 0
     for end in ends:
@@ -188,26 +163,28 @@ class _Weighing:
     first weighed, seq), best first: a predecessor weighed later is not counted, so each
     is no more than the record's match times the query's weight."""
 
-    __slots__ = ("best", "cap", "columns", "context", "continues", "gate", "sums", "total")
+    __slots__ = ("best", "cap", "columns", "context", "continues", "gate", "sums", "terms",
+                 "total", "weights")
 
-    def __init__(self, columns: Sequence[tuple[AbstractSet[int], float]], total: float,
-                 context: float, continues: Container[int], cap: int,
-                 gate: Sequence[Collection[int]]) -> None:
-        self.columns, self.total, self.cap, self.gate = columns, total, cap, gate
+    def __init__(self, terms: QueryTerms, weights: Sequence[float],
+                 columns: Mapping[str, AbstractSet[int]], total: float, context: float,
+                 continues: Container[int], cap: int, gate: Sequence[Collection[int]]
+                 ) -> None:
+        self.terms, self.weights, self.columns = terms, weights, columns
+        self.total, self.cap, self.gate = total, cap, gate
         self.context, self.continues = context, continues
         self.sums: dict[int, float] = {}
         self.best: list[tuple[float, int]] = []
 
     def add(self, seqs: set[int], offer: bool = True) -> None:
-        """Weigh ``seqs`` (none weighed yet) in full, summed in query order from 0.0 as
-        ``covered_all`` sums; ``offer`` them to ``best``."""
+        """Weigh ``seqs`` (none weighed yet) in full (``ranking.covered_weights``, as
+        ``covered_all`` weighs); ``offer`` them to ``best``."""
         if not seqs:
             return
-        new: dict[int, float] = {}
-        for holders, weight in self.columns:
-            held = seqs & holders
-            if held:
-                _sum(new, held, weight)
+        columns = self.columns
+        new = ranking.covered_weights({}, self.terms, self.weights,
+                                      lambda term: seqs & holders
+                                      if (holders := columns.get(term)) else None)
         sums = self.sums
         sums.update(new)
         if not offer:

@@ -9,9 +9,9 @@ interpreter overhead. A store that holds a scope's postings in memory (the SQLit
 * the scope's active seqs, sorted, give each record a position, and each query term's
   holders become an array of positions (built the first time a term is asked for, kept
   until the records change);
-* a retrieval adds each term's weight to its holders' sums, one array step a term in query
-  order, starting from 0.0: the same float additions in the same order as
-  ``ranking.covered_weight`` makes, so every sum is bit for bit the full computation's;
+* a retrieval hands those arrays and an array of zeros to the engine's one covered-weight
+  sum (``ranking.covered_weights``: one array step a term), so every sum is bit for bit
+  the one every other store's records get;
 * it then keeps only what ``ranking.rank_covered`` can need: every gated record whose
   match, with its predecessor's credit, is at least the ``candidate_cap``-th best match
   (ties included), and those records' gated predecessors. The cap best of those are the cap
@@ -29,11 +29,12 @@ arrays are built whole before they are shared.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
+from scopemem.core import ranking
 from scopemem.core.ranking import QueryTerms, candidate_cap
 
 __all__ = ["DenseIndex"]
@@ -135,23 +136,19 @@ class DenseIndex:
         self._arrays[term] = found
         return found
 
-    def covered(self, terms: QueryTerms, weights: Collection[float], limit: int | None,
+    def covered(self, terms: QueryTerms, weights: Sequence[float], limit: int | None,
                 context: float) -> dict[int, float]:
         """What ``ranking.rank_covered`` takes (seq → the weight of the query terms the
-        record holds, summed in query order from 0.0), for every gated record (a record
+        record holds, ``ranking.covered_weights``), for every gated record (a record
         holding a prefilter term) when ``limit`` is None, else only for those ranking
         ``limit`` hits with the neighbour credit ``context`` can need: the answer is
         exactly the one every gated record gives."""
         size = len(self._seqs)
-        sums = np.zeros(size)
+        sums = ranking.covered_weights(np.zeros(size), terms, weights, self.positions)
         gated = np.zeros(size, dtype=bool)
-        prefilter = frozenset(terms.prefilter)
-        for term, weight in zip(terms.terms, weights, strict=True):
+        for term in terms.prefilter:
             at = self.positions(term)
-            if at is None:
-                continue
-            sums[at] += weight  # each position once: one IEEE addition a holder
-            if term in prefilter:
+            if at is not None:
                 gated[at] = True
         chosen = np.flatnonzero(gated)
         total = float(sum(weights))

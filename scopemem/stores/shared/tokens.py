@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
-from scopemem.core import engine
+from scopemem.core import engine, topk
 from scopemem.core.records import Record
 from scopemem.core.scopes import record_seq
 from scopemem.core.words import PLAIN, Analyzer
@@ -98,8 +98,8 @@ def covered(postings: inverted.Postings, continues: AbstractSet[int],
             ranking: engine.Ranking, touches: Mapping[int, tuple[int, object]] | None = None,
             now: int = 0) -> dict[int, float]:
     """``rank_covered``'s covered weights for only the records ``limit`` hits can need
-    (``postings.covered`` with the limit: ``core.topk``'s cap rule), so a brief that
-    matches most of a large scope weighs a few hundred records, not all of them, and the
-    answer is exactly the one weighing all of them gives."""
-    return inverted.covered(postings, terms, weights, limit, ranking.context_weight,
-                            continues, touches, now)
+    (``core.topk``), so a brief that matches most of a large scope weighs a few hundred
+    records, not all of them, and the answer is exactly the one weighing all of them
+    gives."""
+    return topk.covered(postings, terms, weights, limit, ranking.context_weight, continues,
+                        touches, now)
