@@ -14,7 +14,7 @@ key. A store keeps them for ``memory.reach_retention_days``; a preview logs none
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -43,6 +43,7 @@ __all__ = [
     "check_reach_query",
     "check_scope_sort",
     "kind_range",
+    "reach_order",
     "select_reaches",
 ]
 
@@ -199,13 +200,22 @@ def check_reach_query(record_id: object, run: object, limit: object
     return record_id, run, limit  # type: ignore[return-value]
 
 
-def select_reaches(reaches: Sequence[Reach], record_id: str | None, run: str | None,
-                   limit: int) -> list[Reach]:
-    """What a reach read answers from ``reaches`` in the order they were logged: those of
-    ``record_id`` (or of ``run``, its run id or thread key), newest first, the later logged
-    first among equal times; the rule the SQL stores' statements follow."""
-    chosen = [reach for reach in reversed(reaches)
-              if (record_id is None or reach.record_id == record_id)
+def reach_order(reach: Reach) -> tuple[int, str, int, str, str]:
+    """Where a reach stands in a read, which answers the greatest first: newest, then by
+    scope key, seq, run id and thread key (every store's statements order so)."""
+    seq = reach.record_id.rpartition(":")[2]
+    return (reach.at_ms, reach.scope_key, int(seq) if seq.isdigit() else 0, reach.run_id,
+            reach.thread_key)
+
+
+def select_reaches(reaches: Iterable[Reach], record_id: str | None, run: str | None,
+                   limit: int, after: int) -> list[Reach]:
+    """What a reach read answers from unindexed ``reaches`` (the in-process store's): those
+    later than ``after`` (the retention's cutoff) of ``record_id`` or of ``run`` (its run id
+    or thread key), in ``reach_order``, greatest first."""
+    chosen = [reach for reach in reaches
+              if reach.at_ms > after
+              and (record_id is None or reach.record_id == record_id)
               and (run is None or run in (reach.run_id, reach.thread_key))]
-    chosen.sort(key=lambda reach: -reach.at_ms)  # stable: the later logged stays first
+    chosen.sort(key=reach_order, reverse=True)
     return chosen[:limit]

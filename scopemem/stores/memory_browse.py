@@ -102,4 +102,5 @@ class InProcessBrowsing:
     async def read_reaches(self, *, record_id: str | None = None, run: str | None = None,
                            limit: int = 100) -> builtins.list[Reach]:
         record_id, run, limit = reach_query(record_id, run, limit)
-        return select_reaches(self._reaches, record_id, run, limit)
+        after = reach_cutoff(self._clock(), self.reach_retention_days)
+        return select_reaches(self._reaches, record_id, run, limit, after)
