@@ -172,7 +172,7 @@ def _log(conn: Any, cutoff: int, rows: list[tuple[str, int, str, str, int]]) -> 
 
 
 def _read(conn: Any, statement: str, params: dict[str, Any]) -> list[Any]:
-    return conn.execute(statement, params).fetchall()
+    return list(conn.execute(statement, params).fetchall())
 
 
 def _drop_scope(conn: Any, scope_key: str) -> None:

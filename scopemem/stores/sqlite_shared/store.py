@@ -51,9 +51,9 @@ from scopemem.stores.base import (
     salient_batch,
     wall_clock_ms,
 )
+from scopemem.stores.browsing import check_reach_retention_days
 from scopemem.stores.shared import batches
 from scopemem.stores.shared.cache import DEFAULT_POSTINGS_CACHE, PostingsCache
-from scopemem.stores.browsing import check_reach_retention_days
 from scopemem.stores.sqlite_shared import copies, reads, schema, writes
 from scopemem.stores.sqlite_shared.browse import Browse
 from scopemem.stores.sqlite_shared.commits import Moves
