@@ -43,8 +43,12 @@ __all__ = [
     "check_reach_query",
     "check_scope_sort",
     "kind_range",
+    "reach_from_wire",
     "reach_order",
+    "reach_to_wire",
     "select_reaches",
+    "summary_from_wire",
+    "summary_to_wire",
 ]
 
 #: How a scope page may be sorted: by key, by active records, by the newest record's time.
@@ -219,3 +223,45 @@ def select_reaches(reaches: Iterable[Reach], record_id: str | None, run: str | N
               and (run is None or run in (reach.run_id, reach.thread_key))]
     chosen.sort(key=reach_order, reverse=True)
     return chosen[:limit]
+
+
+# --- the wire (the Memory Worker's browsing routes) -------------------------------------------
+
+
+def reach_to_wire(reach: Reach) -> dict[str, Any]:
+    return {"recordId": reach.record_id, "scopeKey": reach.scope_key, "runId": reach.run_id,
+            "threadKey": reach.thread_key, "atMs": reach.at_ms}
+
+
+def reach_from_wire(data: object) -> Reach:
+    """A reach as the wire carries it; ``PageError`` when it is not one."""
+    if not isinstance(data, dict):
+        raise PageError("a reach must be an object")
+    values = {name: data.get(key) for name, key in (
+        ("record_id", "recordId"), ("scope_key", "scopeKey"), ("run_id", "runId"),
+        ("thread_key", "threadKey"))}
+    at = data.get("atMs")
+    if not all(isinstance(value, str) for value in values.values()) or not _whole(at):
+        raise PageError("a reach has string recordId, scopeKey, runId, threadKey and an"
+                        " integer atMs")
+    return Reach(at_ms=at, **values)  # type: ignore[arg-type]
+
+
+def summary_to_wire(row: ScopeSummary) -> dict[str, Any]:
+    data: dict[str, Any] = {"scopeKey": row.scope_key, "kind": row.kind, "active": row.active}
+    if row.last_write_ms is not None:
+        data["lastWriteMs"] = row.last_write_ms
+    return data
+
+
+def summary_from_wire(data: object) -> ScopeSummary:
+    """A scope summary as the wire carries it; ``PageError`` when it is not one."""
+    if not isinstance(data, dict):
+        raise PageError("a scope summary must be an object")
+    key, kind, active, last = (data.get("scopeKey"), data.get("kind"), data.get("active"),
+                               data.get("lastWriteMs"))
+    if (not isinstance(key, str) or not isinstance(kind, str) or not _whole(active)
+            or last is not None and not _whole(last)):
+        raise PageError("a scope summary has a string scopeKey and kind, an integer active"
+                        " and an optional integer lastWriteMs")
+    return ScopeSummary(scope_key=key, kind=kind, active=active, last_write_ms=last)

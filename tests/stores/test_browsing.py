@@ -254,14 +254,3 @@ async def test_the_null_store_browses_nothing_and_checks_like_the_others():
     with pytest.raises(StoreError):
         await store.scope_page(sort="nope")
 
-
-# Stores not browsing yet (built one at a time): skipped until they do.
-BROWSING = {"memory", "sqlite", "postgres"}
-
-
-@pytest.fixture(autouse=True)
-def _browsing_only(request: pytest.FixtureRequest) -> None:
-    callspec = getattr(request.node, "callspec", None)
-    kind = callspec.params.get("make_store") if callspec else None
-    if kind is not None and kind not in BROWSING:
-        pytest.skip(f"{kind} does not browse yet")
