@@ -264,4 +264,5 @@ def summary_from_wire(data: object) -> ScopeSummary:
             or last is not None and not _whole(last)):
         raise PageError("a scope summary has a string scopeKey and kind, an integer active"
                         " and an optional integer lastWriteMs")
-    return ScopeSummary(scope_key=key, kind=kind, active=active, last_write_ms=last)
+    return ScopeSummary(scope_key=key, kind=kind, active=active,  # type: ignore[arg-type]
+                        last_write_ms=last)

@@ -27,12 +27,15 @@ __all__ = [
     "MAX_CHAIN",
     "RESTATED_BY",
     "ScopeArgs",
+    "Found",
     "check_reach_retention_days",
     "fit_reaches",
+    "history_from",
     "history_of",
     "reach_cutoff",
     "reach_query",
     "record_args",
+    "record_params",
     "scope_args",
     "scope_order",
     "summaries",
@@ -71,6 +74,27 @@ def record_args(scope_key: object, kind: object, status: object, source: object,
         browse.check_record_filters, kind, status, source)
     page: tuple[int, int] = _checked(browse.check_page, offset, limit)
     return (key, *filters, *page)
+
+
+def record_params(scope_key: object, kind: object, status: object, source: object,
+                  offset: object, limit: object) -> dict[str, Any]:
+    """A record page's arguments as a SQL store binds them (``record_args``; each filter
+    its value, or None for any)."""
+    key, kind_, status_, source_, offset_, limit_ = record_args(scope_key, kind, status,
+                                                                source, offset, limit)
+    return {"scope": key, "kind": kind_ and kind_.value, "status": status_ and status_.value,
+            "source": source_ and source_.value, "limit": limit_, "offset": offset_}
+
+
+#: What a SQL store's history read finds: the record, its supersede chain, the record
+#: superseding it, the records restating it.
+Found = tuple[Record, tuple[Record, ...], Record | None, tuple[Record, ...]]
+
+
+def history_from(found: Found, reaches: Sequence[Reach]) -> RecordHistory:
+    record, chain, superseded_by, restated_by = found
+    return RecordHistory(record=record, supersedes=chain, superseded_by=superseded_by,
+                         restated_by=restated_by, reaches=tuple(reaches))
 
 
 def reach_query(record_id: object, run: object, limit: object

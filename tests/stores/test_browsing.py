@@ -254,3 +254,32 @@ async def test_the_null_store_browses_nothing_and_checks_like_the_others():
     with pytest.raises(StoreError):
         await store.scope_page(sort="nope")
 
+
+
+async def test_a_shard_of_schema_4_gets_last_writes_and_browses_on_open(tmp_path, clock):
+    import apsw
+
+    from scopemem.stores.sqlite_shared import SharedSqliteStore, schema
+
+    store = SharedSqliteStore(tmp_path, clock=clock)
+    await store.write(ORG, [fact("deploys need the vpn")])
+    written = clock.now
+    await store.close()
+    # As schema 4 left it: no last write, none of browsing's indexes or trigger.
+    path = tmp_path / schema.shard_file_name(schema.shard_of(ORG))
+    conn = apsw.Connection(str(path))
+    for statement in ("DROP TRIGGER records_last_write", "DROP INDEX scopes_by_active",
+                      "DROP INDEX scopes_by_last_write", "DROP INDEX records_browse",
+                      "DROP INDEX records_supersedes", "DROP INDEX records_restates",
+                      "ALTER TABLE scopes DROP COLUMN last_write", "PRAGMA user_version = 4"):
+        conn.execute(statement)
+    conn.close()
+    clock.advance(1000)
+    reopened = SharedSqliteStore(tmp_path, clock=clock)
+    try:
+        page = await reopened.scope_page()
+        assert page.rows == (ScopeSummary(scope_key=ORG, kind="org", active=1,
+                                          last_write_ms=written),)
+        assert ids(await reopened.record_page(ORG, status="active")) == [rid(ORG, 1)]
+    finally:
+        await reopened.close()

@@ -26,17 +26,20 @@ from scopemem.core.browse import (
     ScopeSummary,
     kind_range,
 )
-from scopemem.core.records import Kind, Record
+from scopemem.core.records import Kind
 from scopemem.core.scopes import record_seq, scope_kind
 from scopemem.stores.base import Clock
 from scopemem.stores.browsing import (
     MAX_CHAIN,
     RESTATED_BY,
+    Found,
     check_reach_retention_days,
     fit_reaches,
+    history_from,
     reach_cutoff,
     reach_query,
     record_args,
+    record_params,
     scope_args,
 )
 from scopemem.stores.postgres.migrations import quoted
@@ -126,11 +129,7 @@ class Browse:
     async def record_page(self, scope_key: str, *, kind: Kind | None = None,
                           status: str | None = None, source: str | None = None,
                           offset: int = 0, limit: int = 50) -> RecordPage:
-        key, kind_, status_, source_, offset, limit = record_args(
-            scope_key, kind, status, source, offset, limit)
-        params = {"scope": key, "kind": kind_ and kind_.value,
-                  "status": status_ and status_.value, "source": source_ and source_.value,
-                  "limit": limit, "offset": offset}
+        params = record_params(scope_key, kind, status, source, offset, limit)
         async with self._connect() as conn, conn.transaction():
             cursor = await conn.execute(self._count, params)
             total = (await cursor.fetchone())[0]
@@ -147,14 +146,11 @@ class Browse:
             found = await self._history(conn, key, record_id, seq)
         if found is None:
             return None
-        record, chain, superseded_by, restated_by = found
-        reaches = await self.read_reaches(record_id=record_id, limit=HISTORY_REACHES)
-        return RecordHistory(record=record, supersedes=chain, superseded_by=superseded_by,
-                             restated_by=restated_by, reaches=tuple(reaches))
+        return history_from(found, await self.read_reaches(record_id=record_id,
+                                                           limit=HISTORY_REACHES))
 
     async def _history(self, conn: Any, key: str, record_id: str, seq: int
-                       ) -> tuple[Record, tuple[Record, ...], Record | None,
-                                  tuple[Record, ...]] | None:
+                       ) -> Found | None:
         """The record, its supersede chain (through ever lower seqs), the newest record
         superseding it (when it is superseded) and the newest restating it."""
         cursor = await conn.execute(self._pointers, {"scope": key, "seq": seq, "id": record_id})

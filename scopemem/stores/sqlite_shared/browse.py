@@ -30,7 +30,15 @@ from scopemem.core.browse import (
 )
 from scopemem.core.records import Kind, Record
 from scopemem.core.scopes import scope_kind
-from scopemem.stores.browsing import MAX_CHAIN, RESTATED_BY, record_args, scope_args
+from scopemem.stores.browsing import (
+    MAX_CHAIN,
+    RESTATED_BY,
+    Found,
+    history_from,
+    record_args,
+    record_params,
+    scope_args,
+)
 from scopemem.stores.shared.batches import seq_in_scope
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
@@ -112,12 +120,8 @@ class Browse:
     async def record_page(self, scope_key: str, *, kind: Kind | None = None,
                           status: str | None = None, source: str | None = None,
                           offset: int = 0, limit: int = 50) -> RecordPage:
-        key, kind_, status_, source_, offset, limit = record_args(
-            scope_key, kind, status, source, offset, limit)
-        params = {"scope": key, "kind": kind_ and kind_.value,
-                  "status": status_ and status_.value, "source": source_ and source_.value,
-                  "limit": limit, "offset": offset}
-        shard = self._of(key)
+        params = record_params(scope_key, kind, status, source, offset, limit)
+        shard = self._of(params["scope"])
         done = await self._pools.read(shard, _record_page, self._uses, shard, params)
         total, rows = done if done is not None else (0, [])
         return RecordPage(total=total, rows=tuple(rows))
@@ -132,10 +136,7 @@ class Browse:
                                        seq)
         if found is None:
             return None
-        record, chain, superseded_by, restated_by = found
-        reaches = await self.reaches.read(record_id, None, HISTORY_REACHES)
-        return RecordHistory(record=record, supersedes=chain, superseded_by=superseded_by,
-                             restated_by=restated_by, reaches=tuple(reaches))
+        return history_from(found, await self.reaches.read(record_id, None, HISTORY_REACHES))
 
     async def log_reaches(self, reaches: Sequence[Reach]) -> None:
         await self.reaches.log(reaches)
@@ -163,8 +164,7 @@ def _record_page(conn: Any, uses: PendingUses, shard: int, params: dict[str, Any
 
 
 def _history(conn: Any, uses: PendingUses, shard: int, scope_key: str, record_id: str,
-             seq: int) -> tuple[Record, tuple[Record, ...], Record | None,
-                                tuple[Record, ...]] | None:
+             seq: int) -> Found | None:
     """The record, its supersede chain (followed back through ever lower seqs), the newest
     record superseding it (when it is superseded) and the newest restating it."""
     with sqlite_sql.snapshot(conn):
