@@ -103,7 +103,7 @@ from scopemem.stores.retrying import (
     Transient,
     retry_after,
 )
-from scopemem.stores.worker_counts import WorkerCounts
+from scopemem.stores.worker_browse import WorkerBrowsing
 
 if TYPE_CHECKING:
     import aiohttp
@@ -166,7 +166,7 @@ def _url_problem(base_url: object) -> str | None:
     return None
 
 
-class WorkerStore(WorkerCounts):
+class WorkerStore(WorkerBrowsing):
     """A ``MemoryStore`` whose records live in a Memory Worker.
 
     One ``aiohttp.ClientSession`` per store, created on first use on the running event loop

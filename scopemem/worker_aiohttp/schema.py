@@ -30,6 +30,13 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
+from scopemem.core.browse import (
+    MAX_OFFSET,
+    MAX_PAGE,
+    MAX_REACH_BATCH,
+    MAX_REACHES,
+    SCOPE_SORTS,
+)
 from scopemem.core.counters import COUNTER_NAMES, MAX_DAY, MAX_DELTA, REJECTED_BY
 from scopemem.core.porting import MAX_CLOCK_SKEW_MS, MAX_USE_COUNT
 from scopemem.core.records import (
@@ -184,6 +191,8 @@ SCHEMAS: Final[dict[str, Schema]] = {
 _SCOPE_KEY = ref("ScopeKey")
 _LIMIT = integer(1, MAX_LIMIT)
 _QUERY = string(max_length=MAX_QUERY_CHARS)
+_OFFSET = integer(0, MAX_OFFSET, default=0)
+_PAGE = integer(1, MAX_PAGE, default=50)
 
 #: Each data route's request body.
 REQUESTS: Final[dict[str, Schema]] = {
@@ -268,6 +277,41 @@ REQUESTS: Final[dict[str, Schema]] = {
             " day kept)")),
     }, **{"not": {"required": ["scopeKey", "scopeKeys"],
                   "description": "scopeKey or scopeKeys, not both"}}),
+    # Browsing (``browsing.py``).
+    "/scope-page": body([], {
+        "kind": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$",
+                 "description": "Only scopes of this kind (the key's part before its colon)"},
+        "sort": {"type": "string", "enum": list(SCOPE_SORTS), "default": "key"},
+        "descending": {"type": "boolean", "default": False},
+        "offset": _OFFSET,
+        "limit": _PAGE,
+    }),
+    "/record-page": body(["scopeKey"], {
+        "scopeKey": _SCOPE_KEY,
+        "kind": ref("Kind"),
+        "status": {"type": "string", "enum": [status.value for status in Status]},
+        "source": ref("Source"),
+        "offset": _OFFSET,
+        "limit": _PAGE,
+    }),
+    "/record-history": body(["scopeKey", "id"], {"scopeKey": _SCOPE_KEY,
+                                                 "id": ref("Identifier")}),
+    "/log-reaches": body(["reaches"], {
+        "reaches": array(body(["recordId", "scopeKey", "runId", "threadKey", "atMs"], {
+            "recordId": ref("Identifier"),
+            "scopeKey": _SCOPE_KEY,
+            "runId": string(max_length=MAX_SOURCE_CHARS),
+            "threadKey": string(max_length=MAX_SOURCE_CHARS),
+            "atMs": _TIME,
+        }), MAX_REACH_BATCH, description="Each record id names a record of its scopeKey"),
+    }),
+    "/reaches": body([], {
+        "recordId": ref("Identifier"),
+        "run": string(min_length=1, max_length=MAX_SOURCE_CHARS,
+                      description="A run id or a thread key"),
+        "limit": integer(1, MAX_REACHES, default=100),
+    }, **{"not": {"required": ["recordId", "run"],
+                  "description": "recordId or run, not both"}}),
 }
 
 

@@ -103,6 +103,26 @@ class SpyStore:
         await self._enter("purge")
         return await self.inner.purge()
 
+    async def scope_page(self, **args: Any) -> Any:
+        await self._enter("scope-page", args)
+        return await self.inner.scope_page(**args)
+
+    async def record_page(self, scope_key: str, **args: Any) -> Any:
+        await self._enter("record-page", scope_key, args)
+        return await self.inner.record_page(scope_key, **args)
+
+    async def record_history(self, scope_key: str, record_id: str) -> Any:
+        await self._enter("record-history", scope_key, record_id)
+        return await self.inner.record_history(scope_key, record_id)
+
+    async def log_reaches(self, reaches: Sequence[Any]) -> None:
+        await self._enter("log-reaches", tuple(reaches))
+        await self.inner.log_reaches(reaches)
+
+    async def read_reaches(self, **args: Any) -> list[Any]:
+        await self._enter("reaches", args)
+        return await self.inner.read_reaches(**args)
+
     async def close(self) -> None:
         self.closed = True
 

@@ -38,6 +38,13 @@ VALID_BODIES: dict[str, dict[str, Any]] = {
     "/delete-scope": {"scopeKey": ORG},
     "/scrub-provenance": {"scopeKey": ORG, "personKey": "user:slack:U0123"},
     "/purge": {},
+    # Browsing. A body of only optional fields is {} (the 400 case sends a list instead).
+    "/scope-page": {},
+    "/record-page": {"scopeKey": ORG, "status": "active", "limit": 5},
+    "/record-history": {"scopeKey": ORG, "id": f"mem:{ORG}:1"},
+    "/log-reaches": {"reaches": [{"recordId": f"mem:{ORG}:1", "scopeKey": ORG,
+                                  "runId": "r-1", "threadKey": "", "atMs": 1}]},
+    "/reaches": {},
 }
 
 

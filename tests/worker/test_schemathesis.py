@@ -62,7 +62,8 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def within_the_words(path: str, body: Any) -> None:
     """Apply the rules the document states in words, JSON Schema having no way to: an
     imported record's id is ``mem:<its scopeKey>:<n>`` and its times are no later than the
-    worker's clock (plus a skew), and ``/used`` holds at most ``MAX_USED_IDS`` ids in all."""
+    worker's clock (plus a skew), a reach's record id is ``mem:<its scopeKey>:<n>``, and
+    ``/used`` holds at most ``MAX_USED_IDS`` ids in all."""
     if path == "/import":
         now = int(time.time() * 1000)
         for n, record in enumerate(body["records"], 1):
@@ -70,6 +71,9 @@ def within_the_words(path: str, body: Any) -> None:
             for field in ("createdAt", "lastUsedAt"):
                 if field in record:
                     record[field] = min(record[field], now)
+    elif path == "/log-reaches":
+        for n, reach in enumerate(body["reaches"], 1):
+            reach["recordId"] = f"mem:{reach['scopeKey']}:{n}"
     elif path == "/used":
         room = MAX_USED_IDS
         for item in body["used"]:

@@ -133,6 +133,50 @@ MIGRATIONS: tuple[Migration, ...] = (
         "ALTER TABLE {s}.scopes ADD COLUMN IF NOT EXISTS generation bigint NOT NULL"
         " DEFAULT 0",
     )),
+    Migration(5, "browsing: each scope's last write, browse indexes, the reach log", (
+        # A scope's newest record's time, kept by a statement trigger so every writer (a
+        # write, an import) keeps it; NULL for a scope holding no record (``browse.py``).
+        "ALTER TABLE {s}.scopes ADD COLUMN IF NOT EXISTS last_write bigint",
+        "CREATE OR REPLACE FUNCTION {s}.records_last_write() RETURNS trigger"
+        " LANGUAGE plpgsql AS $$ BEGIN"
+        " UPDATE {s}.scopes AS sc SET last_write = GREATEST(coalesce(sc.last_write, 0),"
+        " n.newest) FROM (SELECT scope_key, max(created_at) AS newest FROM new_rows"
+        " GROUP BY scope_key) AS n WHERE sc.scope_key = n.scope_key; RETURN NULL; END $$",
+        "CREATE OR REPLACE TRIGGER records_last_write AFTER INSERT ON {s}.records"
+        " REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT"
+        " EXECUTE FUNCTION {s}.records_last_write()",
+        # Pages of scopes in key order (byte order, as every store sorts), by active count
+        # and by last write; a scope's records newest first with what a page filters on;
+        # the records naming another as superseded or restated.
+        'CREATE INDEX IF NOT EXISTS scopes_by_key ON {s}.scopes (scope_key COLLATE "C")'
+        " WHERE last_write IS NOT NULL",
+        'CREATE INDEX IF NOT EXISTS scopes_by_active ON {s}.scopes (active,'
+        ' scope_key COLLATE "C") WHERE last_write IS NOT NULL',
+        'CREATE INDEX IF NOT EXISTS scopes_by_last_write ON {s}.scopes (last_write,'
+        ' scope_key COLLATE "C") WHERE last_write IS NOT NULL',
+        "CREATE INDEX IF NOT EXISTS records_browse ON {s}.records (scope_key, seq)"
+        " INCLUDE (status, kind, source)",
+        "CREATE INDEX IF NOT EXISTS records_supersedes ON {s}.records (scope_key, supersedes)"
+        " WHERE supersedes IS NOT NULL",
+        "CREATE INDEX IF NOT EXISTS records_restates ON {s}.records (scope_key, restates)"
+        " WHERE restates IS NOT NULL",
+        # Which records reached which run (``core.browse.Reach``), pruned past the reach
+        # retention by every log.
+        """CREATE TABLE IF NOT EXISTS {s}.reaches (
+            scope_key  text NOT NULL,
+            seq        bigint NOT NULL,
+            run_id     text NOT NULL,
+            thread_key text NOT NULL,
+            at         bigint NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS reaches_by_record ON {s}.reaches (scope_key, seq, at)",
+        "CREATE INDEX IF NOT EXISTS reaches_by_run ON {s}.reaches (run_id, at)",
+        "CREATE INDEX IF NOT EXISTS reaches_by_thread ON {s}.reaches (thread_key, at)",
+        "CREATE INDEX IF NOT EXISTS reaches_by_time ON {s}.reaches (at)",
+    ), once=(
+        "UPDATE {s}.scopes AS sc SET last_write = (SELECT max(created_at) FROM {s}.records r"
+        " WHERE r.scope_key = sc.scope_key)",
+    )),
 )
 
 #: Every active row's postings, from its tokens (the backfill, and the re-derivation when

@@ -202,8 +202,8 @@ class Statements:
         self.delete_records = f"DELETE FROM {records} WHERE scope_key = %(scope)s"
         self.delete_postings = f"DELETE FROM {s}.postings WHERE scope_key = %(scope)s"
         self.delete_counters = f"DELETE FROM {s}.counters WHERE scope_key = %(scope)s"
-        self.empty_scope = (f"UPDATE {s}.scopes SET active = 0, generation = generation + 1"
-                            " WHERE scope_key = %(scope)s")
+        self.empty_scope = (f"UPDATE {s}.scopes SET active = 0, generation = generation + 1,"
+                            " last_write = NULL WHERE scope_key = %(scope)s")
         # Scrubbing a person out of a scope's provenance (``store.scrub_provenance``).
         self.naming = (f"SELECT seq, source_thread_key, source_run_id FROM {records}"
                        " WHERE scope_key = %(scope)s"

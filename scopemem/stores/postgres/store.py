@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from scopemem.core import engine
+from scopemem.core.browse import DEFAULT_REACH_RETENTION_DAYS
 from scopemem.core.provenance import person_id, scrub_source
 from scopemem.core.ranking import Ranking
 from scopemem.core.records import (
@@ -61,6 +62,7 @@ from scopemem.stores.base import (
     wall_clock_ms,
 )
 from scopemem.stores.postgres import migrations, reads
+from scopemem.stores.postgres.browse import Browse
 from scopemem.stores.postgres.counts import Counts, add_rows
 from scopemem.stores.postgres.options import PostgresOptions, options_from_settings
 from scopemem.stores.postgres.porting import Porting
@@ -97,7 +99,8 @@ class PostgresStore(Porting, Counts):
 
     def __init__(self, options: PostgresOptions, *, cap: int = DEFAULT_SCOPE_CAP,
                  clock: Clock = wall_clock_ms, ranking: Ranking = DEFAULT_RANKING,
-                 retention_days: int = DEFAULT_RETENTION_DAYS) -> None:
+                 retention_days: int = DEFAULT_RETENTION_DAYS,
+                 reach_retention_days: int = DEFAULT_REACH_RETENTION_DAYS) -> None:
         self.options = options
         self.cap = check_cap(cap)
         self.retention_days = check_retention_days(retention_days)
@@ -113,6 +116,13 @@ class PostgresStore(Porting, Counts):
         # Copies of large scopes' postings, checked against each scope's change counter
         # with every retrieval (``cache.py``).
         self._cache = PostingsCache(options.postings_cache, options.cache_min_postings)
+        # Browsing (``browse.py``): pages, histories and the reach log.
+        self._browse = Browse(options.schema, self._connection, clock, reach_retention_days)
+        self.scope_page = self._browse.scope_page
+        self.record_page = self._browse.record_page
+        self.record_history = self._browse.record_history
+        self.log_reaches = self._browse.log_reaches
+        self.read_reaches = self._browse.read_reaches
 
     def __repr__(self) -> str:  # never the DSN: it may hold a password
         return f"PostgresStore(schema={self.schema!r}, cap={self.cap!r})"
@@ -121,7 +131,8 @@ class PostgresStore(Porting, Counts):
     def from_settings(cls, settings: StoreSettings) -> PostgresStore:
         settings = settings.named("postgres")
         return cls(options_from_settings(settings), cap=settings.cap, clock=settings.clock,
-                   ranking=settings.ranking, retention_days=settings.retention_days)
+                   ranking=settings.ranking, retention_days=settings.retention_days,
+                   reach_retention_days=settings.reach_retention_days)
 
     # --- the MemoryStore methods -----------------------------------------------------------
 
@@ -327,6 +338,7 @@ class PostgresStore(Porting, Counts):
             deleted = max(cursor.rowcount, 0)
             await conn.execute(self.sql.delete_counters, params)
             await conn.execute(self.sql.empty_scope, params)
+            await conn.execute(self._browse.drop_scope, params)
         return int(deleted)
 
     async def scrub_provenance(self, scope_key: str, person_key: str) -> int:

@@ -31,7 +31,7 @@ from scopemem.stores.sqlite_shared import index
 
 # "ScMs": a shard of the shared-file layout (the file-per-scope layout's files say "ScMm").
 APPLICATION_ID = 0x53634D73
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: Shards of a data directory. Fixed: a scope's shard is its key's hash modulo this, so a
 #: directory written with one count cannot be read with another.
 SHARDS = 16
@@ -51,6 +51,10 @@ RECORD_COLUMNS = ("seq, id, scope_key, kind, text, keywords, source_thread_key, 
 TERMS_FTS = ("CREATE VIRTUAL TABLE IF NOT EXISTS terms_fts USING fts5(tokens, tokenize = 'ascii',"
              " content = '', contentless_delete = 1, detail = none)")
 
+# The newest record's creation time of the scope a row goes into (``scopes.last_write``).
+LAST_WRITE = ("UPDATE scopes SET last_write = max(ifnull(last_write, 0), NEW.created_at)"
+              " WHERE scope_key = NEW.scope_key;")
+
 TABLES = (
     """CREATE TABLE IF NOT EXISTS meta (
         key   TEXT PRIMARY KEY,
@@ -67,7 +71,8 @@ TABLES = (
         generation INTEGER NOT NULL DEFAULT 0,
         created_at INTEGER NOT NULL,
         uses       INTEGER NOT NULL DEFAULT 0,
-        sid        INTEGER NOT NULL
+        sid        INTEGER NOT NULL,
+        last_write INTEGER
     ) WITHOUT ROWID""",
     "CREATE UNIQUE INDEX IF NOT EXISTS scopes_sid ON scopes (sid)",
     """CREATE TABLE IF NOT EXISTS records (
@@ -103,6 +108,20 @@ TABLES = (
     "CREATE INDEX IF NOT EXISTS records_dead ON records (scope_key, retired_at)"
     " WHERE status IN ('superseded', 'evicted', 'swept')",
     TERMS_FTS,
+    # Browsing (``browse.py``): a scope's newest record's time, kept by a trigger so every
+    # writer (a write, an import) keeps it; the scopes in order of it and of their active
+    # count; a scope's records newest first with what a page filters on (read without the
+    # rows' text); the records naming another as superseded or restated.
+    f"CREATE TRIGGER IF NOT EXISTS records_last_write AFTER INSERT ON records BEGIN"
+    f" {LAST_WRITE} END",
+    "CREATE INDEX IF NOT EXISTS scopes_by_active ON scopes (active, scope_key)",
+    "CREATE INDEX IF NOT EXISTS scopes_by_last_write ON scopes (last_write, scope_key)",
+    "CREATE INDEX IF NOT EXISTS records_browse ON records (scope_key, seq, status, kind,"
+    " source)",
+    "CREATE INDEX IF NOT EXISTS records_supersedes ON records (scope_key, supersedes)"
+    " WHERE supersedes IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS records_restates ON records (scope_key, restates)"
+    " WHERE restates IS NOT NULL",
     """CREATE TABLE IF NOT EXISTS counters (
         scope_key TEXT NOT NULL,
         day       INTEGER NOT NULL,
@@ -163,6 +182,8 @@ def apply_schema(conn: Any, index: int, shards: int) -> None:
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     if "postings" in tables:
         _from_postings(conn)  # a shard of schema version 1-3
+    if "scopes" in tables:
+        _with_last_write(conn)  # a shard of schema version 1-4
     for statement in TABLES:
         conn.execute(statement)
     conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?), (?, ?)",
@@ -171,6 +192,16 @@ def apply_schema(conn: Any, index: int, shards: int) -> None:
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     if pragma(conn, "user_version") != SCHEMA_VERSION:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _with_last_write(conn: Any) -> None:
+    """Give a version 1-4 shard's scopes their newest record's time (the one read of every
+    record's time a migration makes, once)."""
+    if "last_write" in {row[1] for row in conn.execute("PRAGMA table_info(scopes)")}:
+        return
+    conn.execute("ALTER TABLE scopes ADD COLUMN last_write INTEGER")
+    conn.execute("UPDATE scopes SET last_write = (SELECT max(created_at) FROM records"
+                 " WHERE records.scope_key = scopes.scope_key)")
 
 
 # A scope's postings in a shard of version 1-3: ``postings`` but for its stale rows, and its

@@ -121,8 +121,8 @@ PURGE = "DELETE FROM records WHERE scope_key = :scope AND seq IN " + _DUE.format
 # Deleting a scope's data (``writes.delete_scope``): its row in ``scopes`` stays, emptied.
 DELETE_RECORDS = "DELETE FROM records WHERE scope_key = :scope"
 DELETE_COUNTERS = "DELETE FROM counters WHERE scope_key = :scope"
-EMPTY_SCOPE = ("UPDATE scopes SET active = 0, generation = generation + 1"
-               " WHERE scope_key = :scope")
+EMPTY_SCOPE = ("UPDATE scopes SET active = 0, generation = generation + 1,"
+               " last_write = NULL WHERE scope_key = :scope")
 # Scrubbing a person out of a scope's provenance (``writes.scrub_provenance``): the rows
 # whose thread key or run id holds their id, then each row's new values.
 NAMING = ("SELECT seq, source_thread_key, source_run_id FROM records WHERE scope_key = :scope"

@@ -24,6 +24,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from scopemem.core import engine
+from scopemem.core.browse import DEFAULT_REACH_RETENTION_DAYS
 from scopemem.core.provenance import person_id
 from scopemem.core.ranking import Ranking
 from scopemem.core.records import (
@@ -50,9 +51,11 @@ from scopemem.stores.base import (
     salient_batch,
     wall_clock_ms,
 )
+from scopemem.stores.browsing import check_reach_retention_days
 from scopemem.stores.shared import batches
 from scopemem.stores.shared.cache import DEFAULT_POSTINGS_CACHE, PostingsCache
 from scopemem.stores.sqlite_shared import copies, reads, schema, writes
+from scopemem.stores.sqlite_shared.browse import Browse
 from scopemem.stores.sqlite_shared.commits import Moves
 from scopemem.stores.sqlite_shared.counts import Counts, ScopeLimit
 from scopemem.stores.sqlite_shared.held import HeldRows
@@ -72,6 +75,7 @@ from scopemem.stores.sqlite_shared.options import (
 )
 from scopemem.stores.sqlite_shared.pools import POOL_THREADS, ShardPools
 from scopemem.stores.sqlite_shared.porting import Porting
+from scopemem.stores.sqlite_shared.reach_log import ReachLog
 from scopemem.stores.sqlite_shared.shards import Shards
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
@@ -102,7 +106,8 @@ class SharedSqliteStore:
                  ranking: Ranking = DEFAULT_RANKING,
                  retention_days: int = DEFAULT_RETENTION_DAYS, max_scopes: int = 0,
                  shards: int = schema.SHARDS, postings_cache: int = DEFAULT_POSTINGS_CACHE,
-                 cache_min_postings: int = DEFAULT_MIN_POSTINGS, migrate: bool = True) -> None:
+                 cache_min_postings: int = DEFAULT_MIN_POSTINGS, migrate: bool = True,
+                 reach_retention_days: int = DEFAULT_REACH_RETENTION_DAYS) -> None:
         self.cap = check_cap(cap)
         self.retention_days = check_retention_days(retention_days)
         self.max_scopes = check_int(max_scopes, "max_scopes", 0)
@@ -146,6 +151,16 @@ class SharedSqliteStore:
                               synchronous=self.synchronous)
         self._porting = Porting(self._shards, self._pools, self._uses, self._scopes, clock,
                                 self.analyzer)
+        # Browsing (``browse.py``), its reaches in a file of their own (``reach_log.py``).
+        self._browse = Browse(self._shards.count, self._shards.of, self._pools, self._uses,
+                              ReachLog(self.directory, clock,
+                                       check_reach_retention_days(reach_retention_days),
+                                       busy_timeout_ms=busy_timeout_ms))
+        self.scope_page = self._browse.scope_page
+        self.record_page = self._browse.record_page
+        self.record_history = self._browse.record_history
+        self.log_reaches = self._browse.log_reaches
+        self.read_reaches = self._browse.read_reaches
 
     def __repr__(self) -> str:
         return f"SharedSqliteStore({self.directory!r}, cap={self.cap!r})"
@@ -179,7 +194,8 @@ class SharedSqliteStore:
                                                USAGE_FLUSH_MS_MAX),
             ranking=settings.ranking, retention_days=settings.retention_days,
             max_scopes=settings.int_option("max_scopes", 0, 0),
-            postings_cache=rows * POSTINGS_PER_ROW, migrate=not settings.validate_only)
+            postings_cache=rows * POSTINGS_PER_ROW, migrate=not settings.validate_only,
+            reach_retention_days=settings.reach_retention_days)
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -345,6 +361,7 @@ class SharedSqliteStore:
         shard = self._shards.of(scope_key)
         done = await self._pools.write(shard, writes.delete_scope_wiped, self._uses, shard,
                                        self._shards.path(shard), scope_key)
+        await self._browse.reaches.drop_scope(scope_key)
         return done or 0
 
     async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
@@ -383,7 +400,7 @@ class SharedSqliteStore:
         """The most file descriptors the store holds (``stores.base.descriptors_held``):
         per shard, a database and a WAL for each read thread and for its writing thread,
         and its shared memory once."""
-        return self._shards.count * (2 * (POOL_THREADS + 1) + 1)
+        return self._shards.count * (2 * (POOL_THREADS + 1) + 1) + 3  # + the reach log
 
     async def close(self) -> None:
         """Save pending use counts, stop the pools and close every shard. Safe to call
@@ -398,6 +415,7 @@ class SharedSqliteStore:
         finally:
             self._pools.close()
             self._shards.close()
+            await self._browse.reaches.close()
 
     # --- the parts' methods ---------------------------------------------------------------
 

@@ -1,0 +1,198 @@
+"""Browsing the shared-file SQLite store (``stores.base.BrowsingStore``): pages of scopes
+across the shards, a scope's records, a record's history, and the reaches
+(``reach_log.py``).
+
+A page of scopes asks each shard for the first ``offset + limit`` of its scopes in the
+page's order (by ``scopes``' primary key, or its ``scopes_by_active`` and
+``scopes_by_last_write`` indexes; ``last_write`` is kept by a trigger, ``schema.py``) and
+merges them: it reads scope rows, never a record. A page of records reads the seqs from
+``records_browse`` (scope, seq and what a page filters on, without the text) newest first,
+then only the page's rows, with the uses not saved yet (``usage.py``); its total counts the
+same index. A record's history is a few primary-key and partial-index lookups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from scopemem.core.browse import (
+    HISTORY_REACHES,
+    Reach,
+    RecordHistory,
+    RecordPage,
+    ScopePage,
+    ScopeSummary,
+    kind_range,
+)
+from scopemem.core.records import Kind, Record
+from scopemem.core.scopes import scope_kind
+from scopemem.stores.browsing import (
+    MAX_CHAIN,
+    RESTATED_BY,
+    Found,
+    history_from,
+    record_args,
+    record_params,
+    scope_args,
+)
+from scopemem.stores.shared.batches import seq_in_scope
+from scopemem.stores.sqlite_shared import sql as sqlite_sql
+from scopemem.stores.sqlite_shared import statements as st
+from scopemem.stores.sqlite_shared.pools import ShardPools
+from scopemem.stores.sqlite_shared.reach_log import ReachLog
+from scopemem.stores.sqlite_shared.usage import PendingUses
+
+__all__ = ["Browse"]
+
+_SORT_COLUMNS = {"key": "scope_key", "active": "active, scope_key",
+                 "last_write": "last_write, scope_key"}
+_SCOPES = ("SELECT scope_key, active, last_write FROM scopes"
+           " WHERE last_write IS NOT NULL"
+           " AND (:low IS NULL OR scope_key >= :low AND scope_key < :high)")
+_COUNT_SCOPES = ("SELECT count(*) FROM scopes INDEXED BY scopes_by_last_write"
+                 " WHERE last_write IS NOT NULL"
+                 " AND (:low IS NULL OR scope_key >= :low AND scope_key < :high)")
+
+
+def _scope_statement(sort: str, descending: bool) -> str:
+    direction = " DESC" if descending else ""
+    columns = ", ".join(f"{column}{direction}" for column in _SORT_COLUMNS[sort].split(", "))
+    return f"{_SCOPES} ORDER BY {columns} LIMIT :want"
+
+
+_FILTERS = ("scope_key = :scope AND (:kind IS NULL OR kind = :kind)"
+            " AND (:status IS NULL OR status = :status)"
+            " AND (:source IS NULL OR source = :source)")
+_PAGE = (f"SELECT {st.USES_COUNTER}, {st.RECORD_COLUMNS} FROM records"
+         " WHERE scope_key = :scope AND seq IN (SELECT seq FROM records"
+         f" INDEXED BY records_browse WHERE {_FILTERS}"
+         " ORDER BY seq DESC LIMIT :limit OFFSET :offset) ORDER BY seq DESC")
+_COUNT = f"SELECT count(*) FROM records INDEXED BY records_browse WHERE {_FILTERS}"
+_POINTERS = ("SELECT supersedes, status FROM records WHERE scope_key = :scope"
+             " AND seq = :seq AND id = :id")
+_SUPERSEDED_BY = ("SELECT seq FROM records WHERE scope_key = :scope AND supersedes = :id"
+                  " AND supersedes IS NOT NULL ORDER BY seq DESC LIMIT 1")
+_RESTATED_BY = ("SELECT seq FROM records WHERE scope_key = :scope AND restates = :id"
+                " AND restates IS NOT NULL ORDER BY seq DESC LIMIT :most")
+_ROWS = (f"SELECT {st.USES_COUNTER}, {st.RECORD_COLUMNS} FROM records"
+         f" WHERE scope_key = :scope AND {st.IN_SEQS}")
+
+
+class Browse:
+    """The store's browsing, over its shards' pools and pending uses and its reach log."""
+
+    def __init__(self, shards: int, of: Any, pools: ShardPools, uses: PendingUses,
+                 reaches: ReachLog) -> None:
+        self._shards = shards
+        self._of = of  # scope key → its shard
+        self._pools = pools
+        self._uses = uses
+        self.reaches = reaches
+
+    async def scope_page(self, *, kind: str | None = None, sort: str = "key",
+                         descending: bool = False, offset: int = 0, limit: int = 50
+                         ) -> ScopePage:
+        kind, sort, descending, offset, limit = scope_args(kind, sort, descending, offset,
+                                                           limit)
+        low, high = kind_range(kind) if kind is not None else (None, None)
+        params = {"low": low, "high": high, "want": offset + limit}
+        statement = _scope_statement(sort, descending)
+        answers = await asyncio.gather(*(self._pools.read(shard, _scopes, statement, params)
+                                         for shard in range(self._shards)))
+        found = [answer for answer in answers if answer is not None]
+
+        def order(row: ScopeSummary) -> tuple[Any, ...]:
+            if sort == "active":
+                return (row.active, row.scope_key)
+            if sort == "last_write":
+                return (row.last_write_ms, row.scope_key)
+            return (row.scope_key,)
+
+        merged = heapq.merge(*(rows for _total, rows in found), key=order, reverse=descending)
+        rows = [row for _n, row in zip(range(offset + limit), merged, strict=False)]
+        return ScopePage(total=sum(total for total, _rows in found),
+                         rows=tuple(rows[offset:]))
+
+    async def record_page(self, scope_key: str, *, kind: Kind | None = None,
+                          status: str | None = None, source: str | None = None,
+                          offset: int = 0, limit: int = 50) -> RecordPage:
+        params = record_params(scope_key, kind, status, source, offset, limit)
+        shard = self._of(params["scope"])
+        done = await self._pools.read(shard, _record_page, self._uses, shard, params)
+        total, rows = done if done is not None else (0, [])
+        return RecordPage(total=total, rows=tuple(rows))
+
+    async def record_history(self, scope_key: str, record_id: str) -> RecordHistory | None:
+        key, *_rest = record_args(scope_key, None, None, None, 0, 1)
+        seq = seq_in_scope(key, record_id)
+        if seq is None:
+            return None
+        shard = self._of(key)
+        found = await self._pools.read(shard, _history, self._uses, shard, key, record_id,
+                                       seq)
+        if found is None:
+            return None
+        return history_from(found, await self.reaches.read(record_id, None, HISTORY_REACHES))
+
+    async def log_reaches(self, reaches: Sequence[Reach]) -> None:
+        await self.reaches.log(reaches)
+
+    async def read_reaches(self, *, record_id: str | None = None, run: str | None = None,
+                           limit: int = 100) -> list[Reach]:
+        return await self.reaches.read(record_id, run, limit)
+
+
+def _scopes(conn: Any, statement: str, params: dict[str, Any]
+            ) -> tuple[int, list[ScopeSummary]]:
+    with sqlite_sql.snapshot(conn):
+        total = conn.execute(_COUNT_SCOPES, params).fetchall()[0][0]
+        rows = conn.execute(statement, params).fetchall()
+    return total, [ScopeSummary(scope_key=key, kind=scope_kind(key), active=active,
+                                last_write_ms=last_write) for key, active, last_write in rows]
+
+
+def _record_page(conn: Any, uses: PendingUses, shard: int, params: dict[str, Any]
+                 ) -> tuple[int, list[Record]]:
+    with sqlite_sql.snapshot(conn):
+        total = conn.execute(_COUNT, params).fetchall()[0][0]
+        _lead, rows = uses.rows(conn, shard, params["scope"], _PAGE, params)
+    return total, [sqlite_sql.record(row) for row in rows]
+
+
+def _history(conn: Any, uses: PendingUses, shard: int, scope_key: str, record_id: str,
+             seq: int) -> Found | None:
+    """The record, its supersede chain (followed back through ever lower seqs), the newest
+    record superseding it (when it is superseded) and the newest restating it."""
+    with sqlite_sql.snapshot(conn):
+        found = conn.execute(_POINTERS, {"scope": scope_key, "seq": seq, "id": record_id}
+                             ).fetchall()
+        if not found:
+            return None
+        pointer, status = found[0]
+        chain: list[int] = []
+        current = seq
+        while pointer and len(chain) < MAX_CHAIN:
+            before = seq_in_scope(scope_key, pointer)
+            if before is None or before >= current:
+                break
+            step = conn.execute(_POINTERS, {"scope": scope_key, "seq": before,
+                                            "id": pointer}).fetchall()
+            if not step:
+                break
+            chain.append(before)
+            current, pointer = before, step[0][0]
+        by: list[int] = []
+        if status == "superseded":
+            by = [row[0] for row in conn.execute(_SUPERSEDED_BY,
+                                                 {"scope": scope_key, "id": record_id})]
+        restated = [row[0] for row in conn.execute(
+            _RESTATED_BY, {"scope": scope_key, "id": record_id, "most": RESTATED_BY})]
+        _lead, rows = uses.rows(conn, shard, scope_key, _ROWS, {
+            "scope": scope_key, "seqs": json.dumps([seq, *chain, *by, *restated])})
+    records = {row[0]: sqlite_sql.record(row) for row in rows}
+    return (records[seq], tuple(records[n] for n in chain),
+            records[by[0]] if by else None, tuple(records[n] for n in restated))

@@ -1,0 +1,180 @@
+"""The SQLite store's reaches (``core.browse.Reach``): one file of the data directory,
+``reaches.db``, beside the shards.
+
+A file of its own, not a table of each shard: a block shows records of up to four scopes,
+in as many shards, and a log per block in each would be that many more commits queued
+behind the shards' writers, each moving the WAL header the copies in memory are confirmed
+by (``commits.py``). Here a block's reaches are one commit, on the log's own thread and
+connection, at ``synchronous = NORMAL`` (a power cut may lose the last blocks' reaches,
+never the shards' records), and a run's reaches are one indexed read.
+
+Each row is a reach (scope key, seq, run id, thread key, time); indexed by record, by run
+id, by thread key and by time. Every log deletes the reaches past the retention first
+(``at <= cutoff``, by the time index), and reads skip them, so what a read answers never
+depends on when the last log ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from scopemem.core.browse import Reach
+from scopemem.core.scopes import record_seq
+from scopemem.errors import StoreError
+from scopemem.stores.base import Clock
+from scopemem.stores.browsing import fit_reaches, reach_cutoff, reach_query
+from scopemem.stores.sqlite_shared import sql as sqlite_sql
+
+__all__ = ["FILE_NAME", "ReachLog"]
+
+T = TypeVar("T")
+
+FILE_NAME = "reaches.db"
+# "ScMr": the reach log of a shared-layout data directory.
+APPLICATION_ID = 0x53634D72
+VERSION = 1
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS reaches (
+        scope_key  TEXT NOT NULL,
+        seq        INTEGER NOT NULL,
+        run_id     TEXT NOT NULL,
+        thread_key TEXT NOT NULL,
+        at         INTEGER NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS reaches_by_record ON reaches (scope_key, seq, at)",
+    "CREATE INDEX IF NOT EXISTS reaches_by_run ON reaches (run_id, at)",
+    "CREATE INDEX IF NOT EXISTS reaches_by_thread ON reaches (thread_key, at)",
+    "CREATE INDEX IF NOT EXISTS reaches_by_time ON reaches (at)",
+)
+INSERT = ("INSERT INTO reaches (scope_key, seq, run_id, thread_key, at) VALUES"
+          " (?, ?, ?, ?, ?)")
+PRUNE = "DELETE FROM reaches WHERE at <= :cutoff"
+_ORDER = " ORDER BY at DESC, scope_key DESC, seq DESC, run_id DESC, thread_key DESC"
+_COLUMNS = "SELECT scope_key, seq, run_id, thread_key, at FROM reaches WHERE at > :after"
+BY_RECORD = f"{_COLUMNS} AND scope_key = :scope AND seq = :seq{_ORDER} LIMIT :limit"
+BY_RUN = f"{_COLUMNS} AND (run_id = :run OR thread_key = :run){_ORDER} LIMIT :limit"
+ALL = f"{_COLUMNS}{_ORDER} LIMIT :limit"
+DROP_SCOPE = "DELETE FROM reaches WHERE scope_key = :scope"
+
+
+class ReachLog:
+    """``reaches.db`` under ``directory``, opened on first use on the log's one thread."""
+
+    def __init__(self, directory: str, clock: Clock, retention_days: int, *,
+                 busy_timeout_ms: int = 5000) -> None:
+        self.path = os.path.join(directory, FILE_NAME)
+        self._directory = directory
+        self._clock = clock
+        self.retention_days = retention_days
+        self._busy_timeout_ms = busy_timeout_ms
+        self._conn: Any = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    async def _run(self, fn: Callable[..., T], *args: Any, create: bool = False
+                   ) -> T | None:
+        """``fn(conn, *args)`` on the log's thread; None when there is no log file yet and
+        ``create`` is false."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="scopemem-reaches")
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, functools.partial(self._on_log, create, fn, *args))
+
+    def _on_log(self, create: bool, fn: Callable[..., T], *args: Any) -> T | None:
+        apsw = sqlite_sql.apsw_module()
+        try:
+            if self._conn is None:
+                if not create and not os.path.exists(self.path):
+                    return None
+                self._conn = self._open()
+            return fn(self._conn, *args)
+        except apsw.Error as exc:
+            raise (sqlite_sql.descriptors_busy(self.path, exc)
+                   or StoreError(f"sqlite store: {self.path}: {sqlite_sql.describe(exc)}")
+                   ) from exc
+
+    def _open(self) -> Any:
+        apsw = sqlite_sql.apsw_module()
+        os.makedirs(self._directory, exist_ok=True)
+        conn = apsw.Connection(self.path)
+        try:
+            conn.set_busy_timeout(self._busy_timeout_ms)
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            with sqlite_sql.immediate(conn):
+                app_id = conn.execute("PRAGMA application_id").fetchall()[0][0]
+                tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]
+                if app_id != APPLICATION_ID and (app_id != 0 or tables):
+                    raise StoreError(f"sqlite store: {self.path}: not a scopemem reach log")
+                for statement in SCHEMA:
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute(f"PRAGMA user_version = {VERSION}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    async def log(self, reaches: Sequence[Reach]) -> None:
+        fitted = fit_reaches(reaches)
+        if not self.retention_days or not fitted:
+            return
+        cutoff = reach_cutoff(self._clock(), self.retention_days)
+        rows = [(r.scope_key, record_seq(r.record_id), r.run_id, r.thread_key, r.at_ms)
+                for r in fitted if r.at_ms > cutoff]
+        await self._run(_log, cutoff, rows, create=True)
+
+    async def read(self, record_id: str | None, run: str | None, limit: int
+                   ) -> list[Reach]:
+        record_id, run, limit = reach_query(record_id, run, limit)
+        after = reach_cutoff(self._clock(), self.retention_days)
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        if record_id is not None:
+            scope_key, _sep, seq = record_id.removeprefix("mem:").rpartition(":")
+            if not record_id.startswith("mem:") or not seq.isdigit():
+                return []
+            statement = BY_RECORD
+            params.update(scope=scope_key, seq=int(seq))
+        elif run is not None:
+            statement, params["run"] = BY_RUN, run
+        else:
+            statement = ALL
+        rows = await self._run(_read, statement, params)
+        return [Reach(record_id=f"mem:{key}:{seq}", scope_key=key, run_id=run_id,
+                      thread_key=thread_key, at_ms=at)
+                for key, seq, run_id, thread_key, at in rows or ()]
+
+    async def drop_scope(self, scope_key: str) -> None:
+        """Delete the scope's reaches (the scope itself is being deleted)."""
+        await self._run(_drop_scope, scope_key)
+
+    async def close(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            await asyncio.get_running_loop().run_in_executor(executor, self._close)
+            executor.shutdown(wait=True)
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+def _log(conn: Any, cutoff: int, rows: list[tuple[str, int, str, str, int]]) -> None:
+    with sqlite_sql.immediate(conn):
+        conn.execute(PRUNE, {"cutoff": cutoff})
+        conn.executemany(INSERT, rows)
+
+
+def _read(conn: Any, statement: str, params: dict[str, Any]) -> list[Any]:
+    return list(conn.execute(statement, params).fetchall())
+
+
+def _drop_scope(conn: Any, scope_key: str) -> None:
+    with sqlite_sql.immediate(conn):
+        conn.execute(DROP_SCOPE, {"scope": scope_key})

@@ -1,0 +1,141 @@
+"""The worker client's browsing (``stores.base.BrowsingStore``): ``/scope-page``,
+``/record-page``, ``/record-history``, ``/log-reaches`` and ``/reaches``
+(``worker_aiohttp/browsing.py``).
+
+Arguments are checked here first, by the rules every store runs (``stores.browsing``), so
+nothing is sent that the worker would refuse; answers are checked too: a record of another
+scope, or anything not well formed, is a ``StoreError``, never shown. A worker whose store
+cannot browse answers 501, raised as ``StoreUnsupported``.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Any
+
+from scopemem.core.browse import (
+    PageError,
+    Reach,
+    RecordHistory,
+    RecordPage,
+    ScopePage,
+    reach_from_wire,
+    reach_to_wire,
+    summary_from_wire,
+)
+from scopemem.core.records import Kind, Record, WireError, from_wire
+from scopemem.errors import StoreError
+from scopemem.stores.browsing import fit_reaches, reach_query, record_args, scope_args
+from scopemem.stores.worker_counts import WorkerCounts
+
+__all__ = ["WorkerBrowsing"]
+
+
+def _items(data: dict[str, Any], name: str, route: str) -> list[Any]:
+    items = data.get(name)
+    if not isinstance(items, list):
+        raise StoreError(f"memory worker {route} answered without a '{name}' list")
+    return items
+
+
+def _total(data: dict[str, Any], route: str) -> int:
+    total = data.get("total")
+    if isinstance(total, bool) or not isinstance(total, int) or total < 0:
+        raise StoreError(f"memory worker {route} answered without a 'total' count")
+    return total
+
+
+def _records(items: Sequence[Any], scope_key: str, route: str) -> tuple[Record, ...]:
+    records = []
+    for n, item in enumerate(items):
+        try:
+            record = from_wire(item, Record) if isinstance(item, dict) else None
+        except WireError:
+            record = None
+        if record is None or record.scope_key != scope_key:
+            raise StoreError(f"memory worker {route} answered a record that is not valid or"
+                             f" not of {scope_key!r} ([{n}])")
+        records.append(record)
+    return tuple(records)
+
+
+def _reaches(items: Sequence[Any], route: str) -> list[Reach]:
+    try:
+        return [reach_from_wire(item) for item in items]
+    except PageError as exc:
+        raise StoreError(f"memory worker {route} answered a reach that is not valid: {exc}"
+                         ) from None
+
+
+class WorkerBrowsing(WorkerCounts):
+    """The browsing calls for ``WorkerStore`` (which provides ``_command``)."""
+
+    _command: Any
+
+    async def scope_page(self, *, kind: str | None = None, sort: str = "key",
+                         descending: bool = False, offset: int = 0, limit: int = 50
+                         ) -> ScopePage:
+        kind, sort, descending, offset, limit = scope_args(kind, sort, descending, offset,
+                                                           limit)
+        payload: dict[str, Any] = {"sort": sort, "descending": descending, "offset": offset,
+                                   "limit": limit}
+        if kind is not None:
+            payload["kind"] = kind
+        data = await self._command("/scope-page", payload)
+        try:
+            rows = tuple(summary_from_wire(item)
+                         for item in _items(data, "scopes", "/scope-page"))
+        except PageError as exc:
+            raise StoreError(f"memory worker /scope-page answered a scope that is not valid:"
+                             f" {exc}") from None
+        return ScopePage(total=_total(data, "/scope-page"), rows=rows)
+
+    async def record_page(self, scope_key: str, *, kind: Kind | None = None,
+                          status: str | None = None, source: str | None = None,
+                          offset: int = 0, limit: int = 50) -> RecordPage:
+        key, kind_, status_, source_, offset, limit = record_args(
+            scope_key, kind, status, source, offset, limit)
+        payload: dict[str, Any] = {"scopeKey": key, "offset": offset, "limit": limit}
+        for name, value in (("kind", kind_), ("status", status_), ("source", source_)):
+            if value is not None:
+                payload[name] = value.value
+        data = await self._command("/record-page", payload)
+        return RecordPage(total=_total(data, "/record-page"), rows=_records(
+            _items(data, "records", "/record-page"), key, "/record-page"))
+
+    async def record_history(self, scope_key: str, record_id: str) -> RecordHistory | None:
+        key, *_rest = record_args(scope_key, None, None, None, 0, 1)
+        if not isinstance(record_id, str) or not record_id.startswith(f"mem:{key}:"):
+            return None  # never an id of this scope: nothing to ask
+        route = "/record-history"
+        data = await self._command(route, {"scopeKey": key, "id": record_id})
+        if data.get("found") is not True:
+            return None
+        [record] = _records([data.get("record")], key, route)
+        if record.id != record_id:
+            raise StoreError(f"memory worker {route} answered another record")
+        by = data.get("supersededBy")
+        return RecordHistory(
+            record=record,
+            supersedes=_records(_items(data, "supersedes", route), key, route),
+            superseded_by=None if by is None else _records([by], key, route)[0],
+            restated_by=_records(_items(data, "restatedBy", route), key, route),
+            reaches=tuple(_reaches(_items(data, "reaches", route), route)))
+
+    async def log_reaches(self, reaches: Sequence[Reach]) -> None:
+        fitted = fit_reaches(reaches)
+        if fitted:
+            await self._command("/log-reaches",
+                                {"reaches": [reach_to_wire(reach) for reach in fitted]})
+
+    async def read_reaches(self, *, record_id: str | None = None, run: str | None = None,
+                           limit: int = 100) -> builtins.list[Reach]:
+        record_id, run, limit = reach_query(record_id, run, limit)
+        payload: dict[str, Any] = {"limit": limit}
+        if record_id is not None:
+            payload["recordId"] = record_id
+        if run is not None:
+            payload["run"] = run
+        data = await self._command("/reaches", payload)
+        return _reaches(_items(data, "reaches", "/reaches"), "/reaches")

@@ -1,0 +1,139 @@
+"""The worker's browsing routes (``stores.base.BrowsingStore``, ``core.browse``), what the
+worker client's browsing calls (``stores/worker_browse.py``):
+
+``/scope-page {kind?, sort?, descending?, offset?, limit?}``
+    scopes holding records → ``{total, scopes: [{scopeKey, kind, active, lastWriteMs?}]}``
+``/record-page {scopeKey, kind?, status?, source?, offset?, limit?}``
+    a scope's records, newest first, every status → ``{total, records}``
+``/record-history {scopeKey, id}``
+    → ``{found: false}`` or ``{found: true, record, supersedes, supersededBy?, restatedBy,
+    reaches}``
+``/log-reaches {reaches: [{recordId, scopeKey, runId, threadKey, atMs}]}``
+    → ``{ok, logged}``
+``/reaches {recordId? | run?, limit?}``
+    → ``{reaches}``, newest first
+
+Each body is validated against ``schema.py``; what JSON Schema cannot say (a reach's record
+is of its own scope, its time is a time) is checked by the rules every store runs
+(``stores.browsing``) before the store is called, so a hostile body is a 400 naming what
+was wrong, never a store failure. A store that cannot browse answers 501.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from scopemem.core.browse import (
+    PageError,
+    reach_from_wire,
+    reach_to_wire,
+    summary_to_wire,
+)
+from scopemem.core.records import to_wire
+from scopemem.errors import StoreError
+from scopemem.stores.base import BrowsingStore
+from scopemem.stores.browsing import fit_reaches, reach_query, record_args, scope_args
+from scopemem.worker_aiohttp import validation
+from scopemem.worker_aiohttp.handling import (
+    SERVED,
+    data_route,
+    error_answer,
+    json_answer,
+    read_body,
+)
+
+__all__ = ["ROUTES"]
+
+log = logging.getLogger("scopemem.worker")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _route(path: str, answer: Callable[[BrowsingStore, dict[str, Any]], Awaitable[Any]]
+           ) -> Handler:
+    """A browsing route: the body checked (``schema.py``, then the stores' own rules: a
+    refusal is a 400 with its reason), the served store's answer as JSON."""
+
+    @data_route
+    async def handler(request: web.Request) -> web.StreamResponse:
+        body = await read_body(request)
+        validation.check(path, body)
+        store = request.app[SERVED].require_store()
+        if not isinstance(store, BrowsingStore):
+            return error_answer(501, "this worker's store cannot be browsed")
+        try:
+            return json_answer(await answer(store, body))
+        except _Refused as exc:
+            return error_answer(400, str(exc))
+
+    return handler
+
+
+class _Refused(Exception):
+    """A body the stores' rules refuse (the message says why)."""
+
+
+def _checked(check: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return check(*args)
+    except (StoreError, PageError) as exc:
+        raise _Refused(str(exc)) from None
+
+
+async def _scope_page(store: BrowsingStore, body: dict[str, Any]) -> dict[str, Any]:
+    kind, sort, descending, offset, limit = _checked(
+        scope_args, body.get("kind"), body.get("sort", "key"), body.get("descending", False),
+        body.get("offset", 0), body.get("limit", 50))
+    page = await store.scope_page(kind=kind, sort=sort, descending=descending, offset=offset,
+                                  limit=limit)
+    return {"total": page.total, "scopes": [summary_to_wire(row) for row in page.rows]}
+
+
+async def _record_page(store: BrowsingStore, body: dict[str, Any]) -> dict[str, Any]:
+    key, kind, status, source, offset, limit = _checked(
+        record_args, body["scopeKey"], body.get("kind"), body.get("status"),
+        body.get("source"), body.get("offset", 0), body.get("limit", 50))
+    page = await store.record_page(key, kind=kind, status=status, source=source,
+                                   offset=offset, limit=limit)
+    return {"total": page.total, "records": to_wire(list(page.rows))}
+
+
+async def _record_history(store: BrowsingStore, body: dict[str, Any]) -> dict[str, Any]:
+    key, *_rest = _checked(record_args, body["scopeKey"], None, None, None, 0, 1)
+    history = await store.record_history(key, body["id"])
+    if history is None:
+        return {"found": False}
+    data: dict[str, Any] = {
+        "found": True, "record": to_wire(history.record),
+        "supersedes": to_wire(list(history.supersedes)),
+        "restatedBy": to_wire(list(history.restated_by)),
+        "reaches": [reach_to_wire(reach) for reach in history.reaches]}
+    if history.superseded_by is not None:
+        data["supersededBy"] = to_wire(history.superseded_by)
+    return data
+
+
+async def _log_reaches(store: BrowsingStore, body: dict[str, Any]) -> dict[str, Any]:
+    reaches = _checked(fit_reaches, [_checked(reach_from_wire, item)
+                                     for item in body["reaches"]])
+    await store.log_reaches(reaches)
+    return {"ok": True, "logged": len(reaches)}
+
+
+async def _reaches(store: BrowsingStore, body: dict[str, Any]) -> dict[str, Any]:
+    record_id, run, limit = _checked(reach_query, body.get("recordId"), body.get("run"),
+                                     body.get("limit", 100))
+    reaches = await store.read_reaches(record_id=record_id, run=run, limit=limit)
+    return {"reaches": [reach_to_wire(reach) for reach in reaches]}
+
+
+#: The routes, by path, for the application's table of data routes.
+ROUTES: dict[str, Handler] = {
+    path: _route(path, answer) for path, answer in (
+        ("/scope-page", _scope_page), ("/record-page", _record_page),
+        ("/record-history", _record_history), ("/log-reaches", _log_reaches),
+        ("/reaches", _reaches))}
