@@ -10,6 +10,7 @@ passed the CSRF check (``app._guard``) before it gets here.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import urllib.parse
@@ -27,7 +28,7 @@ from scopemem.hub.app import HUB, PREFIX, caller_for
 from scopemem.stores.base import check_scope_key
 
 #: The most records a dry run lists with their text and markers (the count is always whole).
-MAX_LISTED = 200
+MAX_LISTED = 100
 
 
 def scope_url(scope_key: str, done: str | None = None) -> str:
@@ -56,20 +57,12 @@ async def forget(request: web.Request) -> web.StreamResponse:
 
 async def _records(request: web.Request, scope_key: str, ids: tuple[str, ...]
                    ) -> dict[str, Record]:
-    """The active records of ``scope_key`` among ``ids`` (at most ``MAX_LISTED`` of them),
-    read a page at a time through the store's record pages."""
+    """The records among ``ids`` (at most ``MAX_LISTED``), each read by its id."""
     memory = request.app[HUB].memory
-    wanted = set(ids[:MAX_LISTED])
-    found: dict[str, Record] = {}
-    offset = 0
-    while wanted - found.keys():
-        page = await memory.record_page(caller_for(scope_key), scope_key, status="active",
-                                        offset=offset, limit=100)
-        found.update((record.id, record) for record in page.rows if record.id in wanted)
-        offset += len(page.rows)
-        if not page.rows or offset >= page.total:
-            break
-    return found
+    histories = await asyncio.gather(*(memory.record_history(scope_key, record_id)
+                                       for record_id in ids[:MAX_LISTED]))
+    return {history.record.id: history.record for history in histories
+            if history is not None}
 
 
 async def sweep(request: web.Request) -> web.StreamResponse:
