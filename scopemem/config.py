@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from scopemem.core.browse import DEFAULT_REACH_RETENTION_DAYS, MAX_REACH_RETENTION_DAYS
 from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
@@ -114,6 +115,9 @@ class MemoryConfig:
     # 0 purges it at once (with the write that retires it). Forgotten records are scrubbed
     # at once whatever this says.
     retention_days: int = DEFAULT_RETENTION_DAYS
+    # Days a reach (which record a block showed to which run, for the Memory Hub) is kept;
+    # 0 keeps none (docs/memory.md "Which runs a record reached").
+    reach_retention_days: int = DEFAULT_REACH_RETENTION_DAYS
     admins: tuple[str, ...] = ()
     no_reflect_agents: tuple[str, ...] = ("review", "ship")
     # The status gate (003): a fact carrying a status or change-description marker is never
@@ -284,6 +288,8 @@ def _check_ranges(config: MemoryConfig) -> None:
     _in_range("repo_window", config.repo_window, 0, MAX_LIMIT)
     _in_range("min_records_per_scope", config.min_records_per_scope, 1, MAX_SCOPE_CAP)
     _in_range("retention_days", config.retention_days, 0, MAX_RETENTION_DAYS)
+    _in_range("reach_retention_days", config.reach_retention_days, 0,
+              MAX_REACH_RETENTION_DAYS)
     if not config.store:
         raise ConfigError("memory.store: must name a store")
     if config.ranking not in RANKINGS:

@@ -49,7 +49,9 @@ def _store_settings(config: MemoryConfig, name: str, environ: Mapping[str, str],
                     validate_only: bool = False) -> StoreSettings:
     return StoreSettings(name=name, options=dict(config.store_options(name)),
                          cap=config.max_records_per_scope,
-                         retention_days=config.retention_days, environ=dict(environ), clock=clock,
+                         retention_days=config.retention_days,
+                         reach_retention_days=config.reach_retention_days,
+                         environ=dict(environ), clock=clock,
                          ranking=config.ranking_spec(), allow_fallback=allow_fallback,
                          stand_in=in_process_store, validate_only=validate_only)
 
@@ -60,7 +62,8 @@ def in_process_store(settings: StoreSettings) -> MemoryStore:
     from scopemem.stores.memory import InMemoryStore
 
     return InMemoryStore(cap=settings.cap, clock=settings.clock, ranking=settings.ranking,
-                         retention_days=settings.retention_days)
+                         retention_days=settings.retention_days,
+                         reach_retention_days=settings.reach_retention_days)
 
 
 def build_store(

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from scopemem import tracing
+from scopemem.api.browsing import Browsing
 from scopemem.api.operations import Operations
 from scopemem.config import MemoryConfig, load_config
 from scopemem.core import scoring
@@ -107,6 +108,12 @@ class Memory(Operations):
         self.ranking = config.ranking_spec()
         # What the read path and reflection count (stores.counting), saved in batches.
         self.counters = CountBuffer(store, clock)
+        # Browsing (the Memory Hub's data, ``api.browsing``), exposed as Memory's own calls.
+        self.browsing = Browsing(store, config.reach_retention_days)
+        self.scope_page = self.browsing.scope_page
+        self.record_page = self.browsing.record_page
+        self.record_history = self.browsing.record_history
+        self.reaches = self.browsing.reaches
 
     @classmethod
     def from_config(
@@ -263,9 +270,11 @@ class Memory(Operations):
         that failed (each also one ``[memory]`` warning).
 
         A block put in front of a model counts: the keyword hits it shows are marked used (in
-        the background; ``marks_saved`` or ``drain`` waits for it) and the ``injected``
-        counters grow. ``count=False`` is a preview (``scopemem context``): the same block,
-        and nothing counted.
+        the background; ``marks_saved`` or ``drain`` waits for it), the ``injected``
+        counters grow, and every record shown is logged as having reached the request's run
+        (``request.run_id`` / ``thread_key``; ``memory.reach_retention_days``).
+        ``count=False`` is a preview (``scopemem context``): the same block, and nothing
+        counted or logged.
 
         Traced as a ``context_block`` span with a ``scope_read`` child per scope read
         (``scopemem.tracing``)."""
@@ -314,6 +323,7 @@ class Memory(Operations):
             in_window = {record.id for record in window}
             self._mark_shown([record for record in kept if record.id not in in_window])
             self.counters.count_injected(kept, in_window)
+            self._log_reaches(kept, request)
         return MemoryContext(scoring.render_block(kept, keys), tuple(keys), failed)
 
     def _select(self, window: Sequence[Record], hits: Sequence[Hit], keys: Sequence[str]
@@ -368,6 +378,15 @@ class Memory(Operations):
         task = asyncio.ensure_future(save())
         self._marks.add(task)
         task.add_done_callback(self._marks.discard)
+
+    def _log_reaches(self, records: Sequence[Record], request: Request) -> None:
+        """Log which records reached the request's run (every record shown, the window
+        included), in the background as use counts are; ``drain`` waits for it."""
+        saving = self.browsing.log_shown(records, request, self.clock())
+        if saving is not None:
+            task = asyncio.ensure_future(saving)
+            self._marks.add(task)
+            task.add_done_callback(self._marks.discard)
 
     async def marks_saved(self) -> None:
         """Wait until the use counts of every block shown so far are saved (a failure was

@@ -34,7 +34,8 @@ class Request:
     origin's audience (``public``, ``private``, ``dm``, ``machine``); ``None`` is unstamped.
     ``extra`` carries adapter-specific inputs for third-party scope kinds (a guild id, say).
     ``no_memory`` keeps the run out of memory: it is read as usual but never reflected, so
-    nothing of it is written.
+    nothing of it is written. ``run_id`` and ``thread_key`` name the run a block is for: the
+    records it shows are logged as having reached it (``core.browse.Reach``).
     """
 
     text: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
@@ -44,6 +45,8 @@ class Request:
     channel_visibility: str | None = attrs.field(default=None, validator=_optional_str)
     extra: Mapping[str, str] = attrs.field(factory=dict)
     no_memory: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    run_id: str | None = attrs.field(default=None, validator=_optional_str)
+    thread_key: str | None = attrs.field(default=None, validator=_optional_str)
 
 
 Deriver = Callable[[Request], "str | None"]

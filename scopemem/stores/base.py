@@ -16,6 +16,7 @@ from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import attrs
 
+from scopemem.core import browse
 from scopemem.core.hygiene import fit_candidate, noise_reason, without_nul
 from scopemem.core.ranking import Ranking, query_terms
 from scopemem.core.records import (
@@ -40,6 +41,7 @@ from scopemem.options import OptionsTable
 __all__ = [
     "DEFAULT_RANKING",
     "Clock",
+    "BrowsingStore",
     "CountingStore",
     "Hit",
     "MemoryStore",
@@ -153,6 +155,28 @@ class CountingStore(Protocol):
         scope, day and name, one row each. A scope that has counted nothing has no rows."""
 
 
+@runtime_checkable
+class BrowsingStore(Protocol):
+    """A store a person can browse (the Memory Hub): ``core.browse``'s pages and reaches.
+    Every built-in store is one (null answers nothing); ``stores.browsing`` has the rules."""
+
+    async def scope_page(self, *, kind: str | None = None, sort: str = "key",
+                         descending: bool = False, offset: int = 0, limit: int = 50
+                         ) -> browse.ScopePage: ...
+
+    async def record_page(self, scope_key: str, *, kind: Kind | None = None,
+                          status: str | None = None, source: str | None = None,
+                          offset: int = 0, limit: int = 50) -> browse.RecordPage: ...
+
+    async def record_history(self, scope_key: str, record_id: str
+                             ) -> browse.RecordHistory | None: ...
+
+    async def log_reaches(self, reaches: Sequence[browse.Reach]) -> None: ...
+
+    async def read_reaches(self, *, record_id: str | None = None, run: str | None = None,
+                           limit: int = 100) -> list[browse.Reach]: ...
+
+
 class Hit(NamedTuple):
     """A retrieved record with its keyword match in its scope, in [0, 1]
     (``core.ranking``): what lets records of different scopes be ranked as one pool. A
@@ -175,6 +199,9 @@ class StoreSettings(OptionsTable):
     # (``memory.retention_days``); 0 purges it with the write that retires it. A forgotten
     # row's text is scrubbed at once whatever this says.
     retention_days: int = DEFAULT_RETENTION_DAYS
+    # How long a reach (a record shown to a run, ``core.browse``) is kept
+    # (``memory.reach_retention_days``); 0 keeps none.
+    reach_retention_days: int = browse.DEFAULT_REACH_RETENTION_DAYS
     clock: Clock = wall_clock_ms
     # How the store ranks (``memory.languages`` and ``memory.ranking``).
     ranking: Ranking = DEFAULT_RANKING

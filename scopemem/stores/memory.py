@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from scopemem.core import engine
+from scopemem.core.browse import DEFAULT_REACH_RETENTION_DAYS
 from scopemem.core.provenance import person_id, scrub_source
 from scopemem.core.ranking import Ranking
 from scopemem.core.records import (
@@ -55,6 +56,7 @@ from scopemem.stores.base import (
     salient_batch,
     wall_clock_ms,
 )
+from scopemem.stores.memory_browse import InProcessBrowsing
 from scopemem.stores.porting import group_import
 from scopemem.stores.shared import counts as counting
 
@@ -150,7 +152,8 @@ class InMemoryStore:
 
     def __init__(self, *, cap: int = DEFAULT_SCOPE_CAP, clock: Clock = wall_clock_ms,
                  ranking: Ranking = DEFAULT_RANKING,
-                 retention_days: int = DEFAULT_RETENTION_DAYS) -> None:
+                 retention_days: int = DEFAULT_RETENTION_DAYS,
+                 reach_retention_days: int = DEFAULT_REACH_RETENTION_DAYS) -> None:
         self.cap = check_cap(cap)
         self.retention_days = check_retention_days(retention_days)
         # When each superseded, evicted or swept record died (record id → epoch ms), for the
@@ -168,6 +171,13 @@ class InMemoryStore:
         # The counters: (scope key, day, name) → value. Changed in the same step as the rows
         # they count (no await in between), as the SQL stores do in one transaction.
         self._counts: dict[tuple[str, int, str], int] = {}
+        # Browsing (``stores.base.BrowsingStore``): pages over the scopes, and the reaches.
+        self.browsing = InProcessBrowsing(self._scopes, clock, reach_retention_days)
+        self.scope_page = self.browsing.scope_page
+        self.record_page = self.browsing.record_page
+        self.record_history = self.browsing.record_history
+        self.log_reaches = self.browsing.log_reaches
+        self.read_reaches = self.browsing.read_reaches
 
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> InMemoryStore:
@@ -178,7 +188,8 @@ class InMemoryStore:
                 "restart (memory.store = \"sqlite\" or \"worker\" keeps them)"
             )
         return cls(cap=settings.cap, clock=settings.clock, ranking=settings.ranking,
-                   retention_days=settings.retention_days)
+                   retention_days=settings.retention_days,
+                   reach_retention_days=settings.reach_retention_days)
 
     def _rows(self, scope_key: str) -> list[Record]:
         return self._scopes.get(check_scope_key(scope_key), [])
@@ -327,6 +338,8 @@ class InMemoryStore:
                 self._retire(index, indexed[number][1])
         index.positions = positions
         self._scopes[scope_key] = kept
+        if counts.inserted:
+            self.browsing.wrote(scope_key, now)
         self._indexes[scope_key] = index
         self._next_seq[scope_key] = seq
         counts += WriteCounts(evicted=len(evicted))
@@ -396,6 +409,7 @@ class InMemoryStore:
         check_scope_key(scope_key)
         rows = self._scopes.pop(scope_key, [])
         self._indexes.pop(scope_key, None)
+        self.browsing.dropped(scope_key)
         for record in rows:
             self._terms.pop(record.id, None)
             self._died.pop(record.id, None)
@@ -492,6 +506,7 @@ class InMemoryStore:
             else:
                 self._scopes[scope_key] = [*rows, *fresh]
             self._indexes.pop(scope_key, None)
+            self.browsing.wrote(scope_key, max(record.created_at for record in fresh))
             top = max(seq for seq, _record in batch)
             self._next_seq[scope_key] = max(self._next_seq.get(scope_key, 1), top + 1)
             added += len(fresh)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import builtins
 from collections.abc import Mapping, Sequence
 
+from scopemem.core.browse import Reach, RecordHistory, RecordPage, ScopePage
 from scopemem.core.records import Candidate, CountRow, Kind, Record, SweepResult, WriteCounts
 from scopemem.stores.base import Hit, StoreSettings
+from scopemem.stores.browsing import fit_reaches, reach_query, record_args, scope_args
 
 
 class NullStore:
@@ -48,6 +50,31 @@ class NullStore:
     async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
                           prefix: str | None = None, since_day: int = 0
                           ) -> builtins.list[CountRow]:
+        return []
+
+    # Browsing: nothing to show, nothing kept; the arguments are checked as everywhere.
+    async def scope_page(self, *, kind: str | None = None, sort: str = "key",
+                         descending: bool = False, offset: int = 0, limit: int = 50
+                         ) -> ScopePage:
+        scope_args(kind, sort, descending, offset, limit)
+        return ScopePage(total=0, rows=())
+
+    async def record_page(self, scope_key: str, *, kind: Kind | None = None,
+                          status: str | None = None, source: str | None = None,
+                          offset: int = 0, limit: int = 50) -> RecordPage:
+        record_args(scope_key, kind, status, source, offset, limit)
+        return RecordPage(total=0, rows=())
+
+    async def record_history(self, scope_key: str, record_id: str) -> RecordHistory | None:
+        record_args(scope_key, None, None, None, 0, 1)
+        return None
+
+    async def log_reaches(self, reaches: Sequence[Reach]) -> None:
+        fit_reaches(reaches)
+
+    async def read_reaches(self, *, record_id: str | None = None, run: str | None = None,
+                           limit: int = 100) -> builtins.list[Reach]:
+        reach_query(record_id, run, limit)
         return []
 
     @classmethod

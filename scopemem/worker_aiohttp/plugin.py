@@ -128,6 +128,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
                 log.warning("--data applies to the sqlite store only; ignored for %r", name)
         settings = StoreSettings(name=name, options=options, cap=config.max_records_per_scope,
                                  retention_days=config.retention_days,
+                                 reach_retention_days=config.reach_retention_days,
                                  environ=dict(os.environ), ranking=config.ranking_spec(),
                                  stand_in=in_process_store)
         token = os.environ.get(TOKEN_ENV, "")

@@ -1,0 +1,211 @@
+"""What a person browsing memory sees: pages of scopes and of records, a record's history,
+and which runs a record reached.
+
+The Memory Hub draws its pages from these values; every store answers them the same way
+(``stores.base.BrowsingStore``), paging and sorting where its data lives, so a page costs
+what it shows and not the size of the store. Everything here is pure: the checks a store
+runs on a page's arguments, and the shapes of the answers.
+
+A *reach* is one record put in front of one run: for every block a run receives (the
+repository window included), one ``Reach`` per record shown, with the run's id and thread
+key. A store keeps them for ``memory.reach_retention_days``; a preview logs none.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from scopemem.core.records import MAX_SOURCE_CHARS, Kind, Record, Source, Status
+
+__all__ = [
+    "DEFAULT_PAGE",
+    "DEFAULT_REACH_RETENTION_DAYS",
+    "HISTORY_REACHES",
+    "MAX_OFFSET",
+    "MAX_PAGE",
+    "MAX_REACHES",
+    "MAX_REACH_BATCH",
+    "MAX_REACH_RETENTION_DAYS",
+    "SCOPE_SORTS",
+    "PageError",
+    "Reach",
+    "RecordHistory",
+    "RecordPage",
+    "ScopePage",
+    "ScopeSummary",
+    "check_kind_name",
+    "check_page",
+    "check_record_filters",
+    "check_reach_query",
+    "check_scope_sort",
+    "kind_range",
+    "select_reaches",
+]
+
+#: How a scope page may be sorted: by key, by active records, by the newest record's time.
+SCOPE_SORTS = ("key", "active", "last_write")
+DEFAULT_PAGE = 50
+MAX_PAGE = 200
+#: The deepest offset a page may start at: past it a person filters instead of paging.
+MAX_OFFSET = 1_000_000
+#: The most reaches one read answers, and the most one log call may carry.
+MAX_REACHES = 500
+MAX_REACH_BATCH = 256
+#: The reaches a record's history carries, newest first.
+HISTORY_REACHES = 100
+DEFAULT_REACH_RETENTION_DAYS = 30
+MAX_REACH_RETENTION_DAYS = 3650
+
+# A scope kind is the part of a key before its first colon (``core.scopes.scope_kind``).
+_KIND_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+class PageError(ValueError):
+    """A page's argument no store can answer; the message names it."""
+
+
+@attrs.frozen(kw_only=True)
+class ScopeSummary:
+    """One scope on the overview: its key and kind, its active records, and when its newest
+    record was written (epoch ms; None for a scope whose records were all deleted)."""
+
+    scope_key: str
+    kind: str
+    active: int
+    last_write_ms: int | None
+
+
+@attrs.frozen(kw_only=True)
+class ScopePage:
+    """One page of scopes and how many scopes the filter holds in all."""
+
+    total: int
+    rows: tuple[ScopeSummary, ...]
+
+
+@attrs.frozen(kw_only=True)
+class RecordPage:
+    """One page of a scope's records, newest first, every status, and how many records the
+    filter holds in all."""
+
+    total: int
+    rows: tuple[Record, ...]
+
+
+@attrs.frozen(kw_only=True)
+class Reach:
+    """One record shown to one run: the record, its scope, the run's id and thread key
+    (``""`` when the run had none) and when (epoch ms)."""
+
+    record_id: str
+    scope_key: str
+    run_id: str
+    thread_key: str
+    at_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class RecordHistory:
+    """A record with what the store keeps of its past.
+
+    - ``supersedes``: the records it replaced, nearest first (each one's ``supersedes`` in
+      turn), as far as the store still holds them (a superseded row is purged past
+      ``memory.retention_days``);
+    - ``superseded_by``: the record that replaced it, when it is superseded and that one is
+      held;
+    - ``restated_by``: records that name it as what they restate but were kept as records
+      of their own (it had left active status, or was of another kind). A restatement that
+      strengthened it is not a record: it raised ``record.use_count`` and its confidence;
+    - ``uses`` are ``record.use_count`` (blocks that showed it as a hit, dedups and
+      restatements) and ``record.last_used_at``;
+    - ``reaches``: the runs it reached, newest first, at most ``HISTORY_REACHES``, within
+      the reach retention.
+    """
+
+    record: Record
+    supersedes: tuple[Record, ...] = ()
+    superseded_by: Record | None = None
+    restated_by: tuple[Record, ...] = ()
+    reaches: tuple[Reach, ...] = ()
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_page(offset: object, limit: object) -> tuple[int, int]:
+    """``(offset, limit)`` when a store may page with them; else ``PageError``."""
+    if not _whole(offset) or not 0 <= offset <= MAX_OFFSET:  # type: ignore[operator]
+        raise PageError(f"offset must be an integer from 0 to {MAX_OFFSET}, got {offset!r}")
+    if not _whole(limit) or not 1 <= limit <= MAX_PAGE:  # type: ignore[operator]
+        raise PageError(f"limit must be an integer from 1 to {MAX_PAGE}, got {limit!r}")
+    return offset, limit  # type: ignore[return-value]
+
+
+def check_kind_name(kind: object) -> str | None:
+    """A scope kind filter (``repo``), or None for every kind."""
+    if kind is None:
+        return None
+    if not isinstance(kind, str) or not _KIND_NAME.fullmatch(kind):
+        raise PageError("kind must be a scope kind: 1 to 64 letters, digits, '.', '_' or '-'")
+    return kind
+
+
+def check_scope_sort(sort: object) -> str:
+    if sort not in SCOPE_SORTS:
+        raise PageError(f"sort must be one of {', '.join(SCOPE_SORTS)}, got {sort!r}")
+    return sort
+
+
+def kind_range(kind: str) -> tuple[str, str]:
+    """The keys of a kind as a half-open range ``[low, high)``: ``repo:`` up to ``repo;``
+    (``;`` follows ``:``), so a sorted key index answers the filter."""
+    return f"{kind}:", f"{kind};"
+
+
+def check_record_filters(kind: object, status: object, source: object
+                         ) -> tuple[Kind | None, Status | None, Source | None]:
+    """A record page's filters, each None for any; else ``PageError`` naming the filter."""
+    return (_member(Kind, "kind", kind), _member(Status, "status", status),
+            _member(Source, "source", source))
+
+
+def _member(enum: Any, name: str, value: object) -> Any:
+    if value is None:
+        return None
+    try:
+        return enum(value)
+    except ValueError:
+        names = ", ".join(member.value for member in enum)
+        raise PageError(f"{name} must be one of {names}, got {value!r}") from None
+
+
+def check_reach_query(record_id: object, run: object, limit: object
+                      ) -> tuple[str | None, str | None, int]:
+    """A reach read's arguments: at most one of ``record_id`` and ``run`` (a run id or a
+    thread key), and a limit from 1 to ``MAX_REACHES``."""
+    for name, value in (("record_id", record_id), ("run", run)):
+        if value is not None and (not isinstance(value, str) or not value
+                                  or len(value) > MAX_SOURCE_CHARS):
+            raise PageError(f"{name} must be a string of 1 to {MAX_SOURCE_CHARS} characters")
+    if record_id is not None and run is not None:
+        raise PageError("give record_id or run, not both")
+    if not _whole(limit) or not 1 <= limit <= MAX_REACHES:  # type: ignore[operator]
+        raise PageError(f"limit must be an integer from 1 to {MAX_REACHES}, got {limit!r}")
+    return record_id, run, limit  # type: ignore[return-value]
+
+
+def select_reaches(reaches: Sequence[Reach], record_id: str | None, run: str | None,
+                   limit: int) -> list[Reach]:
+    """What a reach read answers from ``reaches`` in the order they were logged: those of
+    ``record_id`` (or of ``run``, its run id or thread key), newest first, the later logged
+    first among equal times; the rule the SQL stores' statements follow."""
+    chosen = [reach for reach in reversed(reaches)
+              if (record_id is None or reach.record_id == record_id)
+              and (run is None or run in (reach.run_id, reach.thread_key))]
+    chosen.sort(key=lambda reach: -reach.at_ms)  # stable: the later logged stays first
+    return chosen[:limit]
