@@ -34,7 +34,8 @@ from scopemem.config import MemoryConfig
 from scopemem.core.counters import day_label
 from scopemem.core.policy import AUDIENCE_KINDS, Audience, audience_of
 from scopemem.core.text import sanitize_field
-from scopemem.errors import ScopememError
+from scopemem.core.browse import PageError
+from scopemem.errors import ScopememError, StoreUnsupported
 from scopemem.plugins.manager import PluginManager
 from scopemem.stores.base import MemoryStore
 from scopemem.hub.auth import (
@@ -93,7 +94,7 @@ class Hub:
 
 HUB = web.AppKey("scopemem_hub", Hub)
 #: The session id of a request that passed the session check.
-SESSION = "scopemem_hub_session"
+SESSION = web.RequestKey("scopemem_hub_session", str)
 
 
 def hub_config(config: MemoryConfig) -> MemoryConfig:
@@ -131,9 +132,11 @@ async def _headers_signal(request: web.Request, response: web.StreamResponse) ->
 
 
 def error_page(request: web.Request, status: int, message: str) -> web.Response:
-    response = aiohttp_jinja2.render_template(
-        "error.html", request, {"status": status, "message": message}, status=status)
-    return response
+    """The page saying why a request was refused (rendered here, since a refusal may come
+    before the template context's own middleware has run)."""
+    return aiohttp_jinja2.render_template(
+        "error.html", request, {**_context(request), "status": status, "message": message},
+        status=status)
 
 
 _OPEN = (f"{PREFIX}/login", f"{PREFIX}/static/")
@@ -165,6 +168,10 @@ async def _guard(request: web.Request,
         return error_page(request, exc.status, exc.reason)
     except MemoryRefused as exc:
         return error_page(request, 403, f"Refused: {exc.message}")
+    except PageError as exc:
+        return error_page(request, 400, str(exc))
+    except StoreUnsupported:
+        return error_page(request, 501, "This store cannot answer that page.")
     except ScopememError as exc:
         log.error("[hub] %s failed: %s", request.path, exc)
         return error_page(request, 500, "The store failed; the log says why.")
@@ -203,7 +210,7 @@ async def login(request: web.Request) -> web.StreamResponse:
                         samesite="Strict", secure=request.secure, path=PREFIX,
                         max_age=SESSION_MS // 1000)
     response.del_cookie(LOGIN_COOKIE, path=PREFIX)
-    return response
+    raise response
 
 
 async def logout(request: web.Request) -> web.StreamResponse:
@@ -211,7 +218,7 @@ async def logout(request: web.Request) -> web.StreamResponse:
     hub.sessions.revoke(request.cookies.get(SESSION_COOKIE))
     response = web.HTTPSeeOther(f"{PREFIX}/login")
     response.del_cookie(SESSION_COOKIE, path=PREFIX)
-    return response
+    raise response
 
 
 async def _redirect_home(_request: web.Request) -> web.StreamResponse:

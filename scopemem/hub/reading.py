@@ -19,7 +19,7 @@ from aiohttp import web
 
 from scopemem.api.results import SearchHit
 from scopemem.core import counters
-from scopemem.core.browse import SCOPE_SORTS
+from scopemem.core.browse import SCOPE_SORTS, check_kind_name
 from scopemem.core.gate import rejection_markers
 from scopemem.core.records import MAX_SOURCE_CHARS, CountRow, Kind, Source, Status
 from scopemem.core.requests import Request
@@ -101,7 +101,7 @@ async def overview(request: web.Request) -> web.StreamResponse:
     thresholds, and a chart per kind of lessons inserted per day."""
     hub = request.app[HUB]
     memory = hub.memory
-    kind = request.query.get("kind") or None
+    kind = check_kind_name(request.query.get("kind") or None)
     sort = _choice(request, "sort", SCOPE_SORTS) or "key"
     descending = request.query.get("order") == "desc"
     page = _page_number(request)

@@ -20,13 +20,16 @@ from typing import Any, TypeVar
 
 import pytest
 
+from scopemem.api.memory import Memory
 from scopemem.config import load_config
 from scopemem.core.records import Candidate, CountRow, Kind, Source
+from scopemem.core.requests import Request
 from scopemem.stores.base import wall_clock_ms
 from scopemem.worker_aiohttp.app import create_app, running
 
 T = TypeVar("T")
 
+CONFIG = {"memory": {"enabled": True, "organization": "acme"}}
 HUB_TOKEN = "hub-token-for-tests-0123456789"
 DATA_TOKEN = "data-token-for-tests-0123456789"
 ORG = "org:acme"
@@ -72,7 +75,7 @@ class HubServer:
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
-        config = load_config({"memory": {"enabled": True, "organization": "acme"}})
+        config = load_config(CONFIG)
         app = create_app(self.store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=config)
         async with running(app, "127.0.0.1", 0) as url:
             self.url = url
@@ -113,9 +116,19 @@ async def seed(store: Any) -> None:
                             CountRow(ORG, day - 2, "offered", 20),
                             CountRow(ORG, day - 2, "rejected", 1),
                             CountRow(ORG, day - 3, "inserted", 6)])
+    # A run shown the repository's window: the read path logs what reached it.
+    memory = Memory(load_config(CONFIG), store)
+    await memory.context(Request(text="deploy", repo="acme/api", run_id="r-42",
+                                 thread_key="slack:C1/42"))
+    await memory.marks_saved()
+    await memory.counters.close()
 
 
 def _store(kind: str, tmp: Path) -> Any:
+    if kind == "memory":
+        from scopemem.stores.memory import InMemoryStore
+
+        return InMemoryStore()
     if kind == "sqlite":
         from scopemem.stores.sqlite_shared import SharedSqliteStore
 
@@ -126,7 +139,8 @@ def _store(kind: str, tmp: Path) -> Any:
     return pg.make()
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+@pytest.fixture(scope="module",
+                params=os.environ.get("HUB_TEST_STORES", "sqlite,postgres").split(","))
 def hub(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         ) -> Iterator[HubServer]:
     """A seeded worker with the hub, one per module and store."""
