@@ -28,6 +28,6 @@ def hub_token_problem(hub_token: str, data_token: str, insecure_dev: bool = Fals
     try:
         import aiohttp_jinja2  # noqa: F401
     except ImportError:
-        return ("the Memory Hub needs its extra: pip install 'scopemem[hub]' (or unset "
+        return ("the Memory Hub needs its extra: pip install -e '.[hub]' (or unset "
                 f"{HUB_TOKEN_ENV})")
     return None

@@ -23,21 +23,17 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp_jinja2
-import attrs
 import jinja2
 from aiohttp import hdrs, web
 from markupsafe import Markup
 
 from scopemem.api.memory import Memory
-from scopemem.api.results import Caller, MemoryRefused
-from scopemem.config import MemoryConfig
-from scopemem.core.counters import day_label
-from scopemem.core.policy import AUDIENCE_KINDS, Audience, audience_of
-from scopemem.core.text import sanitize_field
+from scopemem.api.results import MemoryRefused
 from scopemem.core.browse import PageError
+from scopemem.core.counters import day_label
+from scopemem.core.text import sanitize_field
 from scopemem.errors import ScopememError, StoreUnsupported
-from scopemem.plugins.manager import PluginManager
-from scopemem.stores.base import MemoryStore
+from scopemem.hub import reading, steering
 from scopemem.hub.auth import (
     LOGIN_COOKIE,
     SESSION_COOKIE,
@@ -47,21 +43,11 @@ from scopemem.hub.auth import (
     Sessions,
     token_matches,
 )
+from scopemem.hub.shared import DONE, HUB, PREFIX, SESSION, Hub
 
 log = logging.getLogger("scopemem.hub")
 
-PREFIX = "/hub"
-#: The caller the hub acts as on shared scopes; ``hub_config`` makes it an admin.
-HUB_CALLER = "user:hub:admin"
 HERE = Path(__file__).parent
-
-#: What a redirect's ``done`` says, by code: fixed words, never text from the request.
-DONE = {
-    "forgotten": "The record is forgotten: no read will show it again.",
-    "not-forgotten": "That record was not active: nothing changed.",
-    "swept": "The sweep is applied: the listed facts are retired.",
-    "deleted": "The scope is deleted, with its counters.",
-}
 
 HEADERS = {
     "Content-Security-Policy": (
@@ -72,52 +58,6 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cross-Origin-Opener-Policy": "same-origin",
 }
-
-
-@attrs.define
-class Hub:
-    """What the hub's handlers share: the memory it acts through (built on first use, once
-    the store is open), the sessions and the login limiter."""
-
-    open_memory: Callable[[], Memory]
-    sessions: Sessions
-    limiter: LoginLimiter
-    clock: Clock
-    _memory: Memory | None = None
-
-    @property
-    def memory(self) -> Memory:
-        if self._memory is None:
-            self._memory = self.open_memory()
-        return self._memory
-
-
-HUB = web.AppKey("scopemem_hub", Hub)
-#: The session id of a request that passed the session check.
-SESSION = web.RequestKey("scopemem_hub_session", str)
-
-
-def hub_config(config: MemoryConfig) -> MemoryConfig:
-    """The configuration the hub's memory runs with: on (a worker serves storage whether
-    or not its own ``memory.enabled`` is set), with ``HUB_CALLER`` among the admins."""
-    admins = config.admins if HUB_CALLER in config.admins else (*config.admins, HUB_CALLER)
-    return attrs.evolve(config, enabled=True, admins=admins)
-
-
-def memory_over(store: MemoryStore, config: MemoryConfig | None = None,
-                pm: PluginManager | None = None) -> Memory:
-    """The hub's memory over a store someone else opened and closes (the worker's)."""
-    return Memory(hub_config(config or MemoryConfig()), store, plugin_manager=pm)
-
-
-def caller_for(scope_key: str) -> Caller:
-    """The admin caller acting on ``scope_key``: its person, its channel, or the hub."""
-    audience = audience_of(scope_key)
-    if audience is Audience.PERSON:
-        return Caller(user_key=scope_key)
-    if audience is Audience.ORIGIN:
-        return Caller(user_key=HUB_CALLER, channel_id=scope_key.partition(":")[2])
-    return Caller(user_key=HUB_CALLER)
 
 
 def _add_headers(request: web.Request, response: web.StreamResponse) -> None:
@@ -254,15 +194,12 @@ def install_hub(app: web.Application, token: str, open_memory: Callable[[], Memo
     """Mount the hub on ``app`` under ``/hub/``. ``open_memory`` builds the memory it acts
     through, on the first request that needs it (the store is open by then); ``close``
     runs at the application's cleanup."""
-    from scopemem.hub import reading, steering
-
     hub_app = web.Application(middlewares=[_guard])
     hub_app[HUB] = hub = Hub(open_memory, Sessions(token, clock), LoginLimiter(clock), clock)
     env = aiohttp_jinja2.setup(
         hub_app, loader=jinja2.PackageLoader("scopemem.hub", "templates"), autoescape=True,
         context_processors=[_async_context], undefined=jinja2.StrictUndefined)
     env.filters.update(record_text=_record_text, when=_when, day=day_label)
-    env.globals["audience"] = {"person": AUDIENCE_KINDS[Audience.PERSON]}
     hub_app.router.add_get("/login", login_form)
     hub_app.router.add_post("/login", login)
     hub_app.router.add_post("/logout", logout)

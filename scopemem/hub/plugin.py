@@ -37,7 +37,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
 
         from scopemem.api.memory import Memory
         from scopemem.hub import HUB_TOKEN_ENV, hub_token_problem
-        from scopemem.hub.app import PREFIX, hub_config, install_hub
+        from scopemem.hub.app import install_hub
+        from scopemem.hub.shared import PREFIX, hub_config
         from scopemem.stores.base import wall_clock_ms
         from scopemem.worker_aiohttp.server import serve_until_signalled
 

@@ -26,7 +26,7 @@ from scopemem.core.requests import Request
 from scopemem.core.scopes import MemoryIdError, parse_memory_id
 from scopemem.errors import StoreError
 from scopemem.hub import overview as overview_counts
-from scopemem.hub.app import HUB, caller_for
+from scopemem.hub.shared import HUB, caller_for
 from scopemem.stores.base import CountingStore, check_scope_key
 
 #: Hits a search shows (across every scope searched).
@@ -109,17 +109,17 @@ async def overview(request: web.Request) -> web.StreamResponse:
                                      offset=(page - 1) * PAGE, limit=PAGE)
     today = counters.day_of(hub.clock())
     since = today - max(overview_counts.WINDOWS) + 1
-    store = memory.store
-    counting = isinstance(store, CountingStore)
+    store = memory.store if isinstance(memory.store, CountingStore) else None
+    counting = store is not None
     keys = [row.scope_key for row in scopes.rows]
-    rows = await store.read_counts(keys, since_day=since) if counting and keys else []
+    rows = await store.read_counts(keys, since_day=since) if store and keys else []
     by_scope: dict[str, list[CountRow]] = {}
     for row in rows:
         by_scope.setdefault(row.scope_key, []).append(row)
     windows = overview_counts.windows(rows, today)
     kinds = sorted(memory.scope_kinds)
     charts = []
-    if counting:
+    if store is not None:
         for chart_kind in ([kind] if kind else kinds):
             kind_rows = await store.read_counts(prefix=f"{chart_kind}:", since_day=since)
             charts.append(overview_counts.chart(chart_kind, kind_rows, today))

@@ -24,7 +24,7 @@ from scopemem.core.gate import rejection_markers
 from scopemem.core.records import Record, to_wire
 from scopemem.core.scopes import MemoryIdError, parse_memory_id
 from scopemem.errors import StoreError
-from scopemem.hub.app import HUB, PREFIX, caller_for
+from scopemem.hub.shared import HUB, PREFIX, caller_for
 from scopemem.stores.base import check_scope_key
 
 #: The most records a dry run lists with their text and markers (the count is always whole).

@@ -492,7 +492,8 @@ def create_app(
     app.router.add_get("/openapi.json", openapi)
     if hub_token:
         # Only here: a worker without the hub never imports it, nor its extra's packages.
-        from scopemem.hub.app import install_hub, memory_over
+        from scopemem.hub.app import install_hub
+        from scopemem.hub.shared import memory_over
 
         served = app[SERVED]
         install_hub(app, hub_token,
