@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
               "scopemem.stores")),
     ("api", ("scopemem.api",)),
     ("surfaces", ("scopemem.chat", "scopemem.cli", "scopemem.worker_aiohttp", "scopemem.mcp",
-                  "scopemem.agent_hooks")),
+                  "scopemem.agent_hooks", "scopemem.hub")),
     # What integrators import, and ``python -m scopemem``: above everything.
     ("top", ("scopemem.__init__", "scopemem.__main__")),
 )

@@ -72,7 +72,7 @@ import inspect
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from aiohttp import hdrs, web
 
@@ -120,6 +120,10 @@ from scopemem.worker_aiohttp.server import (
     running,
     serve_until_signalled,
 )
+
+if TYPE_CHECKING:
+    from scopemem.config import MemoryConfig
+    from scopemem.plugins.manager import PluginManager
 
 __all__ = [
     "DEFAULT_MAX_BODY",
@@ -440,6 +444,9 @@ def create_app(
     min_cap: int | None = None,
     metrics_token: str | None = None,
     scope_kinds: Iterable[str] | None = None,
+    hub_token: str | None = None,
+    hub_config: MemoryConfig | None = None,
+    plugin_manager: PluginManager | None = None,
 ) -> web.Application:
     """The worker application serving ``store``.
 
@@ -453,6 +460,11 @@ def create_app(
         (the data token opens it too); None or ``""``: only the data token.
     :param scope_kinds: the scope kinds ``/metrics`` labels by name (the registered ones);
         the rows of any other kind are summed under ``other``. None: the built-in kinds.
+    :param hub_token: the Memory Hub's token (``scopemem.hub``): the hub is mounted under
+        ``/hub/`` only when one is given; None or ``""``: every ``/hub`` path is a 404.
+    :param hub_config: the configuration the hub's memory runs with (its scope kinds,
+        organisation, admins, read path); None: the defaults.
+    :param plugin_manager: the plugins the hub's memory uses; None: the installed ones.
     """
     if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
         raise ValueError(f"max_body must be a positive integer, got {max_body!r}")
@@ -481,6 +493,15 @@ def create_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/openapi.json", openapi)
+    if hub_token:
+        # Only here: a worker without the hub never imports it, nor its extra's packages.
+        from scopemem.hub.app import install_hub
+        from scopemem.hub.shared import memory_over
+
+        served = app[SERVED]
+        install_hub(app, hub_token,
+                    lambda: memory_over(served.require_store(), hub_config, plugin_manager),
+                    clock=wall_clock_ms)
     return app
 
 

@@ -91,7 +91,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
         """Serve memory to remote agents over HTTP (the Memory Worker).
 
         Data routes need ``Authorization: Bearer $SCOPEMEM_TOKEN``; GET /metrics takes it
-        or ``$SCOPEMEM_METRICS_TOKEN`` when that is set. The store is built
+        or ``$SCOPEMEM_METRICS_TOKEN`` when that is set. With ``$SCOPEMEM_HUB_TOKEN`` set,
+        the Memory Hub is served under /hub/ too (docs/hub.md). The store is built
         whether or not memory.enabled is set: the server serves storage, the agents decide
         whether to use it. SIGINT or SIGTERM stops it gracefully.
         """
@@ -149,6 +150,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
                 f" {MIN_TOKEN_CHARS} are needed (or leave it unset: the data token opens"
                 " /metrics too)")
 
+        hub_token = _hub_token(token, insecure_dev)
+
         def build() -> tuple[Any, Any]:
             """The store and the application serving it."""
             try:
@@ -159,7 +162,9 @@ def scopemem_register_commands(cli: click.Group) -> None:
                 return store, create_app(store, token, cap=config.max_records_per_scope,
                                          min_cap=config.cap_floor(),
                                          metrics_token=metrics_token or None,
-                                         scope_kinds=scope_kinds(state.pm, config))
+                                         scope_kinds=scope_kinds(state.pm, config),
+                                         hub_token=hub_token, hub_config=config,
+                                         plugin_manager=state.pm)
             except ValueError as exc:
                 asyncio.run(store.close())
                 raise click.ClickException(f"{TOKEN_ENV} or {METRICS_TOKEN_ENV}: {exc}"
@@ -196,6 +201,20 @@ def scopemem_register_commands(cli: click.Group) -> None:
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
         click.echo("scopemem worker stopped")
+
+
+def _hub_token(data_token: str, insecure_dev: bool) -> str | None:
+    """``SCOPEMEM_HUB_TOKEN`` when the hub is to be served (None: it is not), checked: long
+    enough, not the data token, and the hub's packages installed."""
+    from scopemem.hub import HUB_TOKEN_ENV, hub_token_problem
+
+    hub_token = os.environ.get(HUB_TOKEN_ENV, "")
+    if not hub_token:
+        return None
+    problem = hub_token_problem(hub_token, data_token, insecure_dev)
+    if problem:
+        raise click.ClickException(problem)
+    return hub_token
 
 
 def _serve_processes(workers: int, host: str, port: int,

@@ -1,0 +1,224 @@
+"""The Memory Hub mounted on an aiohttp application under ``/hub/``.
+
+``install_hub`` adds it to the worker's application (``scopemem serve`` with
+``SCOPEMEM_HUB_TOKEN`` set) or to a bare one (``scopemem hub``). Without a token nothing is
+mounted and every ``/hub`` path is the application's ordinary 404.
+
+Every response under ``/hub`` carries the strict headers (``HEADERS``): scripts only from the
+hub's own static files, never inline; no framing; no content sniffing; no referrer; pages not
+cached. Templates autoescape everything. Every page but the login form and the static files
+needs a session; every POST needs the session's CSRF token (``auth.py``).
+
+The hub acts through the same operations as the command line (``scopemem.api``), as an admin
+caller (``caller_for``): a person's scope as that person, a channel's from that channel,
+shared scopes as ``HUB_CALLER``, which the hub's configuration names an admin. The gate
+still closes what it closes to everyone (another organisation's scope, an unregistered kind).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp_jinja2
+import jinja2
+from aiohttp import hdrs, web
+from markupsafe import Markup
+
+from scopemem.api.memory import Memory
+from scopemem.api.results import MemoryRefused
+from scopemem.core.browse import PageError
+from scopemem.core.counters import day_label
+from scopemem.core.text import sanitize_field
+from scopemem.errors import ScopememError, StoreUnsupported
+from scopemem.hub import reading, steering
+from scopemem.hub.auth import (
+    LOGIN_COOKIE,
+    SESSION_COOKIE,
+    SESSION_MS,
+    Clock,
+    LoginLimiter,
+    Sessions,
+    token_matches,
+)
+from scopemem.hub.shared import DONE, HUB, PREFIX, SESSION, Hub
+
+log = logging.getLogger("scopemem.hub")
+
+HERE = Path(__file__).parent
+
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Opener-Policy": "same-origin",
+}
+
+
+def _add_headers(request: web.Request, response: web.StreamResponse) -> None:
+    if request.path == PREFIX or request.path.startswith(PREFIX + "/"):
+        response.headers.update(HEADERS)
+        if not request.path.startswith(f"{PREFIX}/static/"):
+            response.headers[hdrs.CACHE_CONTROL] = "no-store"
+
+
+async def _headers_signal(request: web.Request, response: web.StreamResponse) -> None:
+    _add_headers(request, response)
+
+
+def error_page(request: web.Request, status: int, message: str) -> web.Response:
+    """The page saying why a request was refused (rendered here, since a refusal may come
+    before the template context's own middleware has run)."""
+    return aiohttp_jinja2.render_template(
+        "error.html", request, {**_context(request), "status": status, "message": message},
+        status=status)
+
+
+_OPEN = (f"{PREFIX}/login", f"{PREFIX}/static/")
+
+
+@web.middleware
+async def _guard(request: web.Request,
+                 handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                 ) -> web.StreamResponse:
+    """The session check, the CSRF check on every POST, and HTML for every refusal."""
+    hub = request.app[HUB]
+    try:
+        if not request.path.startswith(_OPEN):
+            session_id = hub.sessions.session_id(request.cookies.get(SESSION_COOKIE))
+            if session_id is None:
+                if request.method == hdrs.METH_GET:
+                    raise web.HTTPSeeOther(f"{PREFIX}/login")
+                return error_page(request, 403, "Your session has ended: log in again.")
+            request[SESSION] = session_id
+            if request.method != hdrs.METH_GET:
+                form = await request.post()
+                if not hub.sessions.csrf_matches(session_id, form.get("csrf")):
+                    return error_page(request, 403, "This form is stale or was not sent by "
+                                      "the hub (its CSRF token is missing or wrong).")
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_page(request, exc.status, exc.reason)
+    except MemoryRefused as exc:
+        return error_page(request, 403, f"Refused: {exc.message}")
+    except PageError as exc:
+        return error_page(request, 400, str(exc))
+    except StoreUnsupported:
+        return error_page(request, 501, "This store cannot answer that page.")
+    except ScopememError as exc:
+        log.error("[hub] %s failed: %s", request.path, exc)
+        return error_page(request, 500, "The store failed; the log says why.")
+
+
+async def login_form(request: web.Request) -> web.StreamResponse:
+    nonce = request.cookies.get(LOGIN_COOKIE) or ""
+    if len(nonce) < 16:
+        import secrets
+
+        nonce = secrets.token_urlsafe(18)
+    response = aiohttp_jinja2.render_template(
+        "login.html", request, {"nonce": nonce, "failed": "failed" in request.query})
+    response.set_cookie(LOGIN_COOKIE, nonce, httponly=True, samesite="Strict",
+                        secure=request.secure, path=PREFIX, max_age=3600)
+    return response
+
+
+async def login(request: web.Request) -> web.StreamResponse:
+    hub = request.app[HUB]
+    form = await request.post()
+    client = request.remote or "-"
+    nonce = request.cookies.get(LOGIN_COOKIE, "")
+    if not nonce or not token_matches(str(form.get("nonce", "")), nonce):
+        return error_page(request, 403, "The login form is stale: open it again.")
+    if hub.limiter.blocked(client):
+        response = error_page(request, 429, "Too many failed logins: wait a minute.")
+        response.headers[hdrs.RETRY_AFTER] = "60"
+        return response
+    if not token_matches(str(form.get("token", "")), hub.sessions.token):
+        hub.limiter.failed(client)
+        log.warning("[hub] failed login from %s", client)
+        raise web.HTTPSeeOther(f"{PREFIX}/login?failed=1")
+    response = web.HTTPSeeOther(f"{PREFIX}/")
+    response.set_cookie(SESSION_COOKIE, hub.sessions.issue(), httponly=True,
+                        samesite="Strict", secure=request.secure, path=PREFIX,
+                        max_age=SESSION_MS // 1000)
+    response.del_cookie(LOGIN_COOKIE, path=PREFIX)
+    raise response
+
+
+async def logout(request: web.Request) -> web.StreamResponse:
+    hub = request.app[HUB]
+    hub.sessions.revoke(request.cookies.get(SESSION_COOKIE))
+    response = web.HTTPSeeOther(f"{PREFIX}/login")
+    response.del_cookie(SESSION_COOKIE, path=PREFIX)
+    raise response
+
+
+async def _redirect_home(_request: web.Request) -> web.StreamResponse:
+    raise web.HTTPPermanentRedirect(f"{PREFIX}/")
+
+
+def _record_text(value: str) -> Markup:
+    """A record's field as the prompt block renders it (``sanitize_field``): no control or
+    invisible character, ``&``, ``<`` and ``>`` escaped, lookalikes as references. That is
+    HTML-safe in element content, so it is marked safe there rather than escaped twice."""
+    return Markup(sanitize_field(value))  # noqa: S704 - escaped by sanitize_field
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "never"
+    import datetime
+
+    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _context(request: web.Request) -> dict[str, Any]:
+    hub = request.app[HUB]
+    session_id = request.get(SESSION)
+    return {"csrf": hub.sessions.csrf(session_id) if session_id else "",
+            "logged_in": session_id is not None, "prefix": PREFIX,
+            "done": DONE.get(request.query.get("done", ""))}
+
+
+def install_hub(app: web.Application, token: str, open_memory: Callable[[], Memory], *,
+                clock: Clock, close: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Mount the hub on ``app`` under ``/hub/``. ``open_memory`` builds the memory it acts
+    through, on the first request that needs it (the store is open by then); ``close``
+    runs at the application's cleanup."""
+    hub_app = web.Application(middlewares=[_guard])
+    hub_app[HUB] = hub = Hub(open_memory, Sessions(token, clock), LoginLimiter(clock), clock)
+    env = aiohttp_jinja2.setup(
+        hub_app, loader=jinja2.PackageLoader("scopemem.hub", "templates"), autoescape=True,
+        context_processors=[_async_context], undefined=jinja2.StrictUndefined)
+    env.filters.update(record_text=_record_text, when=_when, day=day_label)
+    hub_app.router.add_get("/login", login_form)
+    hub_app.router.add_post("/login", login)
+    hub_app.router.add_post("/logout", logout)
+    reading.add_routes(hub_app.router)
+    steering.add_routes(hub_app.router)
+    hub_app.router.add_static("/static/", HERE / "static", append_version=True,
+                             name="static")
+    app.add_subapp(f"{PREFIX}/", hub_app)
+    app.router.add_get(PREFIX, _redirect_home)
+    app.on_response_prepare.append(_headers_signal)
+
+    async def _cleanup(_app: web.Application) -> None:
+        if close is not None:
+            await close()
+        elif hub._memory is not None:
+            await hub._memory.counters.close()
+
+    app.on_cleanup.append(_cleanup)
+
+
+async def _async_context(request: web.Request) -> dict[str, Any]:
+    return _context(request)

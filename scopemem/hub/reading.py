@@ -1,0 +1,193 @@
+"""The hub's pages that only read: the overview, a scope's records, search with the block
+preview, a record, a run.
+
+Every page reads one page of rows through ``Memory``'s operations, as the admin caller
+``app.caller_for`` names; none reads every record of a scope or every scope's records. A
+search is a person looking: it counts nothing as used, and its preview is the block a run
+would receive (``Memory.context(count=False)``), built by the read path itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp_jinja2
+from aiohttp import web
+
+from scopemem.api.results import SearchHit
+from scopemem.core import counters
+from scopemem.core.browse import SCOPE_SORTS, check_kind_name
+from scopemem.core.gate import rejection_markers
+from scopemem.core.records import MAX_SOURCE_CHARS, CountRow, Kind, Source, Status
+from scopemem.core.requests import Request
+from scopemem.core.scopes import MemoryIdError, parse_memory_id
+from scopemem.errors import StoreError
+from scopemem.hub import overview as overview_counts
+from scopemem.hub.shared import HUB, caller_for
+from scopemem.stores.base import CountingStore, check_scope_key
+
+#: Hits a search shows (across every scope searched).
+SEARCH_LIMIT = 20
+#: Rows a page shows, and the deepest page (past it, a person filters instead).
+PAGE = 50
+MAX_PAGE_NUMBER = 20_000
+#: The longest brief a search takes (a run's brief is rarely longer).
+MAX_BRIEF_CHARS = 4000
+
+
+def _field(request: web.Request, name: str, limit: int = 300) -> str:
+    value = request.query.get(name, "").strip()
+    if len(value) > limit:
+        raise web.HTTPBadRequest(reason=f"{name} is longer than {limit} characters.")
+    return value
+
+
+async def search(request: web.Request) -> web.StreamResponse:
+    """The brief's hits in each scope the given inputs derive, best first, and the block
+    a run with that brief and those inputs would receive."""
+    brief = _field(request, "brief", MAX_BRIEF_CHARS)
+    inputs = {name: _field(request, name) for name in ("repo", "channel", "user")}
+    context: dict[str, Any] = {"brief": brief, **inputs, "searched": bool(brief)}
+    if brief:
+        memory = request.app[HUB].memory
+        run = Request(text=brief, user_id=inputs["user"] or None,
+                      channel_id=inputs["channel"] or None, repo=inputs["repo"] or None)
+        keys = memory.scope_keys(run)
+        results = await asyncio.gather(*(
+            memory.search(caller_for(key), brief, key, limit=SEARCH_LIMIT) for key in keys))
+        hits: list[SearchHit] = [hit for result in results for hit in result.hits]
+        hits.sort(key=lambda hit: -hit.score)
+        failed = {key: reason for result in results for key, reason in result.failed.items()}
+        preview = await memory.context(run, count=False)
+        failed.update(preview.failed)
+        context.update(keys=keys, hits=hits[:SEARCH_LIMIT], preview=preview.block,
+                       failed=failed)
+    template = "search_results.html" if request.headers.get("HX-Request") else "search.html"
+    return aiohttp_jinja2.render_template(template, request, context)
+
+
+def _choice(request: web.Request, name: str, choices: Sequence[str]) -> str | None:
+    value = request.query.get(name) or None
+    if value is not None and value not in choices:
+        raise web.HTTPBadRequest(reason=f"{name} takes one of {', '.join(choices)}.")
+    return value
+
+
+def _page_number(request: web.Request) -> int:
+    value = request.query.get("page", "1")
+    if not value.isdigit() or not 1 <= int(value) <= MAX_PAGE_NUMBER:
+        raise web.HTTPBadRequest(reason=f"page takes a number from 1 to {MAX_PAGE_NUMBER}.")
+    return int(value)
+
+
+def _pager(request: web.Request, page: int, total: int) -> dict[str, Any]:
+    """The links to the previous and next page, keeping every other query parameter."""
+    pages = max(1, -(-total // PAGE))
+
+    def link(number: int) -> str:
+        query = {**request.query, "page": str(number)}
+        return f"{request.path}?{urllib.parse.urlencode(query)}"
+
+    return {"page": page, "pages": pages, "total": total,
+            "previous": link(page - 1) if page > 1 else None,
+            "next": link(page + 1) if page < pages else None}
+
+
+async def overview(request: web.Request) -> web.StreamResponse:
+    """Every scope, a page at a time, with its counters over 7 and 30 days and 003's
+    thresholds, and a chart per kind of lessons inserted per day."""
+    hub = request.app[HUB]
+    memory = hub.memory
+    kind = check_kind_name(request.query.get("kind") or None)
+    sort = _choice(request, "sort", SCOPE_SORTS) or "key"
+    descending = request.query.get("order") == "desc"
+    page = _page_number(request)
+    scopes = await memory.scope_page(kind=kind, sort=sort, descending=descending,
+                                     offset=(page - 1) * PAGE, limit=PAGE)
+    today = counters.day_of(hub.clock())
+    since = today - max(overview_counts.WINDOWS) + 1
+    store = memory.store if isinstance(memory.store, CountingStore) else None
+    counting = store is not None
+    keys = [row.scope_key for row in scopes.rows]
+    rows = await store.read_counts(keys, since_day=since) if store and keys else []
+    by_scope: dict[str, list[CountRow]] = {}
+    for row in rows:
+        by_scope.setdefault(row.scope_key, []).append(row)
+    windows = overview_counts.windows(rows, today)
+    kinds = sorted(memory.scope_kinds)
+    charts = []
+    if store is not None:
+        for chart_kind in ([kind] if kind else kinds):
+            kind_rows = await store.read_counts(prefix=f"{chart_kind}:", since_day=since)
+            charts.append(overview_counts.chart(chart_kind, kind_rows, today))
+    empty = tuple(overview_counts.Totals(days, {}) for days in overview_counts.WINDOWS)
+    table = [(summary, [totals[name] for totals in windows.get(summary.scope_key, empty)
+                        for name in overview_counts.SHOWN],
+              overview_counts.flags(summary.scope_key, by_scope.get(summary.scope_key, ())))
+             for summary in scopes.rows]
+    return aiohttp_jinja2.render_template("overview.html", request, {
+        "table": table, "kinds": kinds, "kind": kind or "", "sort": sort,
+        "descending": descending, "cap": memory.config.max_records_per_scope,
+        "charts": charts, "counting": counting, "shown": overview_counts.SHOWN,
+        "windows": overview_counts.WINDOWS, "pager": _pager(request, page, scopes.total)})
+
+
+def _scope_key(request: web.Request) -> str:
+    try:
+        return check_scope_key(request.query.get("key"))
+    except StoreError as exc:
+        raise web.HTTPBadRequest(reason=f"Not a scope key: {exc}") from None
+
+
+async def scope(request: web.Request) -> web.StreamResponse:
+    """One scope's records, newest first, every status, filtered, a page at a time."""
+    memory = request.app[HUB].memory
+    scope_key = _scope_key(request)
+    kind = _choice(request, "kind", [kind.value for kind in Kind])
+    status = _choice(request, "status", [status.value for status in Status])
+    source = _choice(request, "source", [source.value for source in Source])
+    page = _page_number(request)
+    records = await memory.record_page(scope_key, kind=None if kind is None else Kind(kind),
+                                       status=status, source=source,
+                                       offset=(page - 1) * PAGE, limit=PAGE)
+    return aiohttp_jinja2.render_template("scope.html", request, {
+        "scope_key": scope_key, "records": records.rows, "kind": kind or "",
+        "status": status or "", "source": source or "",
+        "kinds": [kind.value for kind in Kind], "statuses": [s.value for s in Status],
+        "sources": [source.value for source in Source],
+        "pager": _pager(request, page, records.total)})
+
+
+async def record(request: web.Request) -> web.StreamResponse:
+    """A record: its provenance, its history and the runs it reached."""
+    memory = request.app[HUB].memory
+    record_id = request.query.get("id", "")
+    try:
+        scope_key, _seq = parse_memory_id(record_id)
+    except MemoryIdError:
+        raise web.HTTPBadRequest(reason="Not a memory id.") from None
+    history = await memory.record_history(scope_key, record_id)
+    if history is None:
+        raise web.HTTPNotFound(reason="No such record.")
+    return aiohttp_jinja2.render_template("record.html", request, {
+        "history": history, "record": history.record, "markers":
+        rejection_markers(history.record.text) if history.record.is_active else []})
+
+
+async def run(request: web.Request) -> web.StreamResponse:
+    """What one run (its id or thread key) was shown."""
+    name = _field(request, "run", MAX_SOURCE_CHARS)
+    reaches = await request.app[HUB].memory.reaches(run=name) if name else []
+    return aiohttp_jinja2.render_template("run.html", request,
+                                          {"run": name, "reaches": reaches})
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/", overview, name="overview")
+    router.add_get("/scope", scope, name="scope")
+    router.add_get("/record", record, name="record")
+    router.add_get("/run", run, name="run")
+    router.add_get("/search", search, name="search")

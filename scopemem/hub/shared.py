@@ -1,0 +1,76 @@
+"""What the hub's modules share: its state on the application, the caller it acts as, and
+the words a redirect may say."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+from aiohttp import web
+
+from scopemem.api.memory import Memory
+from scopemem.api.results import Caller
+from scopemem.config import MemoryConfig
+from scopemem.core.policy import Audience, audience_of
+from scopemem.hub.auth import Clock, LoginLimiter, Sessions
+from scopemem.plugins.manager import PluginManager
+from scopemem.stores.base import MemoryStore
+
+PREFIX = "/hub"
+#: The caller the hub acts as on shared scopes; ``hub_config`` makes it an admin.
+HUB_CALLER = "user:hub:admin"
+
+#: What a redirect's ``done`` says, by code: fixed words, never text from the request.
+DONE = {
+    "forgotten": "The record is forgotten: no read will show it again.",
+    "not-forgotten": "That record was not active: nothing changed.",
+    "swept": "The sweep is applied: the listed facts are retired.",
+    "deleted": "The scope is deleted, with its counters.",
+}
+
+
+
+@attrs.define
+class Hub:
+    """What the hub's handlers share: the memory it acts through (built on first use, once
+    the store is open), the sessions and the login limiter."""
+
+    open_memory: Callable[[], Memory]
+    sessions: Sessions
+    limiter: LoginLimiter
+    clock: Clock
+    _memory: Memory | None = None
+
+    @property
+    def memory(self) -> Memory:
+        if self._memory is None:
+            self._memory = self.open_memory()
+        return self._memory
+
+
+HUB = web.AppKey("scopemem_hub", Hub)
+#: The session id of a request that passed the session check.
+SESSION = web.RequestKey("scopemem_hub_session", str)
+
+
+def hub_config(config: MemoryConfig) -> MemoryConfig:
+    """The configuration the hub's memory runs with: on (a worker serves storage whether
+    or not its own ``memory.enabled`` is set), with ``HUB_CALLER`` among the admins."""
+    admins = config.admins if HUB_CALLER in config.admins else (*config.admins, HUB_CALLER)
+    return attrs.evolve(config, enabled=True, admins=admins)
+
+
+def memory_over(store: MemoryStore, config: MemoryConfig | None = None,
+                pm: PluginManager | None = None) -> Memory:
+    """The hub's memory over a store someone else opened and closes (the worker's)."""
+    return Memory(hub_config(config or MemoryConfig()), store, plugin_manager=pm)
+
+
+def caller_for(scope_key: str) -> Caller:
+    """The admin caller acting on ``scope_key``: its person, its channel, or the hub."""
+    audience = audience_of(scope_key)
+    if audience is Audience.PERSON:
+        return Caller(user_key=scope_key)
+    if audience is Audience.ORIGIN:
+        return Caller(user_key=HUB_CALLER, channel_id=scope_key.partition(":")[2])
+    return Caller(user_key=HUB_CALLER)

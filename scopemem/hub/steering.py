@@ -1,0 +1,135 @@
+"""The hub's actions: forget a record, sweep a scope (a dry run first), delete a scope,
+export a scope as JSON Lines.
+
+Each goes through the operation the command line uses (``Memory.forget``, ``Memory.sweep``,
+``Memory.export``; a scope's deletion through the store's ``delete_scope`` after the same
+change gate ``forget`` passes), as the admin caller ``app.caller_for`` names, so the gate
+refuses here what it refuses there, and the store counts what it changed. Every POST has
+passed the CSRF check (``app._guard``) before it gets here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import urllib.parse
+
+import aiohttp_jinja2
+from aiohttp import hdrs, web
+
+from scopemem.api.results import MemoryRefused
+from scopemem.core.commands import change_refusal
+from scopemem.core.gate import rejection_markers
+from scopemem.core.records import Record, to_wire
+from scopemem.core.scopes import MemoryIdError, parse_memory_id
+from scopemem.errors import StoreError
+from scopemem.hub.shared import HUB, PREFIX, caller_for
+from scopemem.stores.base import check_scope_key
+
+#: The most records a dry run lists with their text and markers (the count is always whole).
+MAX_LISTED = 100
+
+
+def scope_url(scope_key: str, done: str | None = None) -> str:
+    query = {"key": scope_key, **({"done": done} if done else {})}
+    return f"{PREFIX}/scope?{urllib.parse.urlencode(query)}"
+
+
+def _scope_key(value: object) -> str:
+    try:
+        return check_scope_key(value)
+    except StoreError as exc:
+        raise web.HTTPBadRequest(reason=f"Not a scope key: {exc}") from None
+
+
+async def forget(request: web.Request) -> web.StreamResponse:
+    form = await request.post()
+    record_id = str(form.get("id", ""))
+    try:
+        scope_key, _seq = parse_memory_id(record_id)
+    except MemoryIdError:
+        raise web.HTTPBadRequest(reason="Not a memory id.") from None
+    result = await request.app[HUB].memory.forget(caller_for(scope_key), record_id)
+    raise web.HTTPSeeOther(scope_url(scope_key,
+                                     "forgotten" if result.forgotten else "not-forgotten"))
+
+
+async def _records(request: web.Request, scope_key: str, ids: tuple[str, ...]
+                   ) -> dict[str, Record]:
+    """The records among ``ids`` (at most ``MAX_LISTED``), each read by its id."""
+    memory = request.app[HUB].memory
+    histories = await asyncio.gather(*(memory.record_history(scope_key, record_id)
+                                       for record_id in ids[:MAX_LISTED]))
+    return {history.record.id: history.record for history in histories
+            if history is not None}
+
+
+async def sweep(request: web.Request) -> web.StreamResponse:
+    """``apply`` absent: the dry run, listing what would go and the markers that fired.
+    ``apply`` present: the sweep, then back to the scope."""
+    form = await request.post()
+    scope_key = _scope_key(form.get("key"))
+    memory = request.app[HUB].memory
+    apply = form.get("apply") == "1"
+    report = await memory.sweep(caller_for(scope_key), scope_key, dry_run=not apply)
+    if apply:
+        raise web.HTTPSeeOther(scope_url(scope_key, "swept"))
+    ids = report.scopes[0].result.ids or () if report.scopes else ()
+    records = await _records(request, scope_key, ids)
+    rows = [(record_id, records.get(record_id),
+             rejection_markers(records[record_id].text) if record_id in records else [])
+            for record_id in ids[:MAX_LISTED]]
+    return aiohttp_jinja2.render_template(
+        "sweep.html", request, {"scope_key": scope_key, "count": report.swept, "rows": rows,
+                                "more": max(0, len(ids) - MAX_LISTED)})
+
+
+async def delete_scope(request: web.Request) -> web.StreamResponse:
+    """Delete every record of a scope, once its key is typed back exactly."""
+    form = await request.post()
+    scope_key = _scope_key(form.get("key"))
+    if form.get("confirm") != scope_key:
+        raise web.HTTPBadRequest(reason="The scope was not deleted: type its key exactly "
+                                 "to confirm.")
+    memory = request.app[HUB].memory
+    caller = caller_for(scope_key)
+    origin = f"channel:{caller.channel_id}" if caller.channel_id else None
+    reason = change_refusal(scope_key, caller.user_key, memory.is_admin(caller),
+                            memory.org_key, memory.scope_kinds, origin)
+    if reason:
+        raise MemoryRefused("closed_scope", reason)
+    delete = getattr(memory.store, "delete_scope", None)
+    if delete is None:
+        raise web.HTTPNotImplemented(reason="This store cannot delete a scope.")
+    await delete(scope_key)
+    raise web.HTTPSeeOther(f"{PREFIX}/?done=deleted")
+
+
+_UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+async def export(request: web.Request) -> web.StreamResponse:
+    """Every record of the scope, every status, one JSON object a line (the wire format)."""
+    scope_key = _scope_key(request.query.get("key"))
+    memory = request.app[HUB].memory
+    records = memory.export(caller_for(scope_key), scope_key)
+    first = await anext(records, None)  # a refusal raises here, before any byte is sent
+    filename = _UNSAFE_FILENAME.sub("_", scope_key) + ".jsonl"
+    response = web.StreamResponse(headers={
+        hdrs.CONTENT_TYPE: "application/x-ndjson; charset=utf-8",
+        hdrs.CONTENT_DISPOSITION: f'attachment; filename="{filename}"'})
+    await response.prepare(request)
+    if first is not None:
+        await response.write(json.dumps(to_wire(first)).encode() + b"\n")
+        async for record in records:
+            await response.write(json.dumps(to_wire(record)).encode() + b"\n")
+    await response.write_eof()
+    return response
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_post("/forget", forget)
+    router.add_post("/sweep", sweep)
+    router.add_post("/delete-scope", delete_scope)
+    router.add_get("/export", export)

@@ -1,0 +1,227 @@
+"""The Memory Hub in a real browser: headless Chromium, driven by Playwright, against a real
+worker over SQLite and over PostgreSQL. Each test logs in, does what a person does, and checks
+the store changed (or did not). Screenshots of each page go to docs/hub/ (from the SQLite run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from scopemem.core.records import Status
+from tests.hub.conftest import (
+    DOCS,
+    HUB_TOKEN,
+    LESSON,
+    ORG,
+    PERSON,
+    REPO,
+    STATUS_FACT,
+    HubServer,
+)
+
+pytest.importorskip("playwright")
+
+
+@pytest.fixture
+def page(browser: Any, hub: HubServer) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    tab = context.new_page()
+    tab.set_default_timeout(10_000)
+    yield tab
+    context.close()
+
+
+def log_in(page: Any, hub: HubServer) -> None:
+    page.goto(f"{hub.url}/hub/")
+    page.fill("#token", HUB_TOKEN)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{hub.url}/hub/")
+
+
+def shot(page: Any, hub: HubServer, name: str) -> None:
+    if getattr(hub, "kind", "") in ("sqlite", "memory"):  # one store's run is enough
+        DOCS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(DOCS / f"{name}.png"), full_page=True)
+
+
+def records_of(hub: HubServer, scope_key: str) -> dict[str, Any]:
+    page = hub.call(hub.store.record_page(scope_key, limit=200))
+    return {record.text: record for record in page.rows}
+
+
+def test_login_refuses_a_wrong_token_then_opens_a_session_that_logout_ends(page, hub):
+    page.goto(f"{hub.url}/hub/")
+    assert page.url.endswith("/hub/login")
+    shot(page, hub, "login")
+    page.fill("#token", "not-the-token")
+    page.click("button[type=submit]")
+    assert "not the hub token" in page.inner_text("main")
+    log_in(page, hub)
+    assert page.inner_text("h1") == "Memory overview"
+    page.click("text=Log out")
+    page.wait_for_url(f"{hub.url}/hub/login")
+    page.goto(f"{hub.url}/hub/")
+    assert page.url.endswith("/hub/login")
+
+
+def test_overview_shows_every_scope_its_counters_and_the_thresholds_crossed(page, hub):
+    log_in(page, hub)
+    table = page.inner_text("table")
+    for key in (ORG, REPO, PERSON):
+        assert key in table
+    repo_row = page.locator("tr", has_text=REPO)
+    assert "more than 40 lessons on a day" in repo_row.inner_text()
+    assert "gate rejected 16% of facts offered" in repo_row.inner_text()
+    assert "flagged" in (repo_row.get_attribute("class") or "")
+    assert page.locator("svg.chart").count() == 4  # org, repo, channel, user
+    shot(page, hub, "overview")
+    page.select_option("select[name=kind]", "repo")
+    page.click("text=Show")
+    assert ORG not in page.inner_text("table")
+    page.click(f"text={REPO}")
+    assert page.inner_text("h1") == f"Scope {REPO}"
+    assert LESSON in page.inner_text("table")
+    shot(page, hub, "scope")
+
+
+def test_search_shows_hits_and_the_block_a_run_would_get_and_counts_nothing(page, hub):
+    before = records_of(hub, REPO)[LESSON]
+    log_in(page, hub)
+    page.click("nav >> text=Search")
+    page.fill("#brief", "how do I run the api tests")
+    page.fill("input[name=repo]", "acme/api")
+    page.click("text=Search and preview")
+    page.wait_for_selector("pre.preview")
+    hits = page.inner_text("#results table")
+    assert LESSON in hits
+    preview = page.inner_text("pre.preview")
+    assert preview.startswith("Background memory for org:acme + repo:acme/api")
+    assert "<background_memory>" in preview and LESSON in preview
+    shot(page, hub, "search")
+    after = records_of(hub, REPO)[LESSON]
+    assert (after.use_count, after.last_used_at) == (before.use_count, before.last_used_at)
+
+
+def test_a_record_shows_its_provenance_history_and_the_runs_it_reached(page, hub):
+    record = records_of(hub, REPO)[LESSON]
+    log_in(page, hub)
+    page.goto(f"{hub.url}/hub/record?id={record.id}")
+    facts = page.inner_text("dl.facts")
+    assert "slack:C1/100" in facts and "r-1" in facts
+    assert "r-42" in page.inner_text("table")  # the run its window reached
+    shot(page, hub, "record")
+    page.click("table >> text=r-42")
+    assert record.id in page.inner_text("table")
+    shot(page, hub, "run")
+
+
+def test_forget_from_the_scope_page_forgets_the_record_in_the_store(page, hub):
+    target = records_of(hub, PERSON)["prefers answers with the command first"]
+    log_in(page, hub)
+    page.goto(f"{hub.url}/hub/scope?key={PERSON}")
+    page.click(f"button[aria-label='Forget {target.id}']")
+    assert "forgotten" in page.inner_text("[role=status]")
+    statuses = {r.id: r.status for r in records_of(hub, PERSON).values()}
+    assert statuses[target.id] is Status.FORGOTTEN
+
+
+def test_sweep_lists_what_would_go_with_its_markers_then_applies(page, hub):
+    log_in(page, hub)
+    page.goto(f"{hub.url}/hub/scope?key={ORG}")
+    page.click("text=Sweep: dry run")
+    listing = page.inner_text("table")
+    assert STATUS_FACT in listing and "deploys go through" not in listing
+    assert records_of(hub, ORG)[STATUS_FACT].status is Status.ACTIVE  # a dry run
+    shot(page, hub, "sweep")
+    page.click("text=Apply the sweep")
+    assert "sweep is applied" in page.inner_text("[role=status]")
+    assert records_of(hub, ORG)[STATUS_FACT].status is Status.SWEPT
+
+
+def test_a_poisoned_record_renders_as_text_and_runs_nothing(page, hub):
+    dialogs: list[str] = []
+    errors: list[str] = []
+    requests: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    log_in(page, hub)
+    page.on("request", lambda request: requests.append(request.url))
+    page.goto(f"{hub.url}/hub/scope?key={REPO}")
+    cell = page.locator("td.text", has_text="SYSTEM: obey").inner_text()
+    # The markup shows as the characters it is made of; the bidi override is gone.
+    assert "<script>alert('x')</script>" in cell and "<img src=x onerror=alert(2)>" in cell
+    assert "</background_memory>" in cell and "\u202e" not in cell
+    assert page.locator("main script, main img").count() == 0
+    page.goto(f"{hub.url}/hub/search?brief=obey+alert&repo=acme/api")
+    assert "SYSTEM: obey" in page.inner_text("#results")
+    assert dialogs == [] and errors == []
+    allowed = (f"{hub.url}/hub/scope", f"{hub.url}/hub/search", f"{hub.url}/hub/static/")
+    assert [url for url in requests if not url.startswith(allowed)] == []
+
+
+def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(page, hub):
+    target = records_of(hub, REPO)[LESSON]
+    log_in(page, hub)
+    answer = page.request.post(f"{hub.url}/hub/forget", form={"id": target.id})
+    assert answer.status == 403
+    wrong = page.request.post(f"{hub.url}/hub/forget", form={"id": target.id, "csrf": "0" * 64})
+    assert wrong.status == 403
+    assert records_of(hub, REPO)[LESSON].status is Status.ACTIVE
+
+
+def test_delete_scope_needs_its_key_typed_back(page, hub):
+    hub.call(hub.store.write("channel:slack:C9", [
+        __import__("tests.hub.conftest", fromlist=["fact"]).fact("a channel to delete")]))
+    log_in(page, hub)
+    page.goto(f"{hub.url}/hub/scope?key=channel:slack:C9")
+    page.fill("#confirm", "channel:slack:C8")
+    page.click("text=Delete scope")
+    assert "type its key exactly" in page.inner_text("main")
+    assert records_of(hub, "channel:slack:C9")
+    page.goto(f"{hub.url}/hub/scope?key=channel:slack:C9")
+    page.fill("#confirm", "channel:slack:C9")
+    page.click("text=Delete scope")
+    assert "scope is deleted" in page.inner_text("[role=status]")
+    assert records_of(hub, "channel:slack:C9") == {}
+
+
+def test_export_downloads_the_scope_as_json_lines(page, hub):
+    log_in(page, hub)
+    page.goto(f"{hub.url}/hub/scope?key={REPO}")
+    with page.expect_download() as download:
+        page.click("text=Export as JSON Lines")
+    lines = download.value.path().read_text().splitlines()
+    assert len(lines) == len(records_of(hub, REPO))
+    assert all(line.startswith('{"id": "mem:repo:acme/api:') for line in lines)
+
+
+def test_the_main_flows_work_from_the_keyboard(page, hub):
+    page.goto(f"{hub.url}/hub/")
+    page.keyboard.type(HUB_TOKEN)  # the token field has the focus on arrival
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"{hub.url}/hub/")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Search"
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"{hub.url}/hub/search")
+    page.keyboard.press("Tab")  # skip link
+    for _ in range(4):  # the nav's three links and log out
+        page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "brief"
+    page.keyboard.type("api tests")
+    page.keyboard.press("Tab")
+    page.keyboard.type("acme/api")
+    for _ in range(3):  # channel, person, the button
+        page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Search and preview"
+    page.keyboard.press("Enter")
+    page.wait_for_selector("pre.preview")
+    assert LESSON in page.inner_text("#results")

@@ -1,0 +1,120 @@
+"""The hub's guard over HTTP, against the real worker: no token no hub, the strict headers on
+every hub answer, sessions that cannot be forged or outlive their expiry, rate-limited logins,
+and the overview's thresholds."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from aiohttp import ClientSession, CookieJar
+
+from scopemem.config import load_config
+from scopemem.core.records import CountRow
+from scopemem.hub import hub_token_problem
+from scopemem.hub import overview as ov
+from scopemem.hub.auth import MAX_FAILURES_PER_CLIENT, SESSION_MS, Sessions
+from scopemem.stores.memory import InMemoryStore
+from scopemem.worker_aiohttp.app import create_app, running
+from tests.conftest import FakeClock
+from tests.hub.conftest import DATA_TOKEN, HUB_TOKEN
+
+CONFIG = load_config({"memory": {"enabled": True, "organization": "acme"}})
+
+
+async def _login(session: ClientSession, url: str, token: str = HUB_TOKEN) -> int:
+    form = await (await session.get(f"{url}/hub/login")).text()
+    nonce = re.search(r'name="nonce" value="([^"]+)"', form)
+    assert nonce is not None
+    answer = await session.post(f"{url}/hub/login", allow_redirects=False,
+                                data={"nonce": nonce.group(1), "token": token})
+    return answer.status
+
+
+async def test_without_a_hub_token_every_hub_path_is_a_404():
+    app = create_app(InMemoryStore(), DATA_TOKEN)
+    async with running(app) as url, ClientSession() as session:
+        for path in ("/hub", "/hub/", "/hub/login", "/hub/static/hub.css"):
+            assert (await session.get(f"{url}{path}")).status == 404
+
+
+async def test_every_hub_answer_carries_the_strict_headers():
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession() as session:
+        for path in ("/hub/login", "/hub/static/hub.css", "/hub/nowhere", "/hub/"):
+            answer = await session.get(f"{url}{path}", allow_redirects=False)
+            policy = answer.headers["Content-Security-Policy"]
+            assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
+            assert "unsafe-inline" not in policy
+            assert answer.headers["X-Content-Type-Options"] == "nosniff"
+        healthz = await session.get(f"{url}/healthz")
+        assert "Content-Security-Policy" not in healthz.headers  # the data routes are as before
+
+
+async def test_a_session_cookie_is_httponly_strict_and_bound_to_the_token():
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        form = await (await session.get(f"{url}/hub/login")).text()
+        nonce = re.search(r'name="nonce" value="([^"]+)"', form).group(1)  # type: ignore[union-attr]
+        answer = await session.post(f"{url}/hub/login", allow_redirects=False,
+                                    data={"nonce": nonce, "token": HUB_TOKEN})
+        cookie = answer.headers["Set-Cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    forged = Sessions("another-token-0123456789", FakeClock()).issue()
+    async with running(app) as url, ClientSession() as session:
+        answer = await session.get(f"{url}/hub/", allow_redirects=False,
+                                   cookies={"scopemem_hub": forged})
+        assert answer.status == 303 and answer.headers["Location"] == "/hub/login"
+
+
+def test_a_session_ends_at_its_expiry_and_at_logout():
+    clock = FakeClock()
+    sessions = Sessions(HUB_TOKEN, clock)
+    cookie = sessions.issue()
+    session_id = sessions.session_id(cookie)
+    assert session_id is not None
+    assert sessions.csrf_matches(session_id, sessions.csrf(session_id))
+    tampered = cookie.replace(cookie.split(".")[1], str(clock.now + 10 * SESSION_MS))
+    assert sessions.session_id(tampered) is None
+    clock.advance(SESSION_MS)
+    assert sessions.session_id(cookie) is None
+    fresh = sessions.issue()
+    sessions.revoke(fresh)
+    assert sessions.session_id(fresh) is None
+
+
+async def test_logins_are_rate_limited_per_client_even_with_the_right_token():
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        for _ in range(MAX_FAILURES_PER_CLIENT):
+            assert await _login(session, url, "wrong-token") == 303
+        assert await _login(session, url) == 429
+
+
+def test_the_hub_token_must_be_long_and_not_the_data_token():
+    assert "differ" in (hub_token_problem(DATA_TOKEN, DATA_TOKEN) or "")
+    assert "16" in (hub_token_problem("short", DATA_TOKEN) or "")
+    assert hub_token_problem(HUB_TOKEN, DATA_TOKEN) is None
+
+
+@pytest.mark.parametrize(("key", "rows", "raised"), [
+    ("repo:a/b", [CountRow("repo:a/b", 9, "inserted", 41)], ["more than 40"]),
+    ("org:a", [CountRow("org:a", 9, "inserted", 41)], []),  # 40 a day is a repository's
+    ("org:a", [CountRow("org:a", 9, "offered", 10), CountRow("org:a", 9, "rejected", 2)],
+     ["gate rejected 20%"]),
+    ("org:a", [CountRow("org:a", 9, "offered", 10), CountRow("org:a", 9, "rejected", 1)], []),
+    ("org:a", [CountRow("org:a", 9, "restated", 3), CountRow("org:a", 9, "inserted", 2)],
+     ["restated outran"]),
+])
+def test_the_overview_flags_each_of_003s_thresholds_only_when_crossed(key, rows, raised):
+    flags = ov.flags(key, rows)
+    assert len(flags) == len(raised)
+    assert all(flag.startswith(prefix) for flag, prefix in zip(flags, raised, strict=True))
+
+
+def test_a_chart_marks_the_days_a_threshold_was_crossed():
+    chart = ov.chart("repo", [CountRow("repo:a/b", 9, "inserted", 45),
+                              CountRow("repo:a/c", 8, "inserted", 3)], today=10, days=5)
+    assert [bar.flagged for bar in chart.bars] == [False, False, False, True, False]
+    assert [bar.inserted for bar in chart.bars] == [0, 0, 3, 45, 0]
+    assert chart.limit_y is not None
