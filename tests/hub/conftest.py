@@ -157,9 +157,11 @@ def hub(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         pg.drop_schemas(store.options.schema)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Debian's Chromium, headless; Playwright's own browsers are never downloaded."""
+    """Debian's Chromium, headless; Playwright's own browsers are never downloaded. One
+    per module: while it runs, Playwright's loop is the thread's running loop, which no
+    asyncio test after it may find."""
     if shutil.which(CHROMIUM) is None and not Path(CHROMIUM).exists():
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"CI=true and no Chromium at {CHROMIUM}", pytrace=False)
