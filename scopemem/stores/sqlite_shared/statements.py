@@ -37,10 +37,6 @@ ACTIVE_ROWS_AT = (f"SELECT sc.uses, sc.generation, {_R_COLUMNS} FROM scopes AS s
                   " LEFT JOIN records AS r ON r.scope_key = sc.scope_key"
                   " AND r.status = 'active' AND r.seq IN (SELECT value FROM json_each(:seqs))"
                   " WHERE sc.scope_key = :scope")
-# Every active row of the scope, the same way, for a copy of its rows in memory.
-ACTIVE_ROWS_ALL = (f"SELECT sc.uses, sc.generation, {_R_COLUMNS} FROM scopes AS sc"
-                   " LEFT JOIN records AS r ON r.scope_key = sc.scope_key"
-                   " AND r.status = 'active' WHERE sc.scope_key = :scope")
 # A small scope's every active row with its terms (``reads.search``: ranked from them in
 # one statement); only the scope's row, with NULLs, for a scope of more than :most.
 SMALL_SCOPE_ROWS = (f"SELECT sc.uses, sc.generation, sc.active, {_R_COLUMNS}, r.tokens"
@@ -54,6 +50,9 @@ USES_COUNTER = "(SELECT uses FROM scopes WHERE scope_key = :scope)"
 # (``index.bounds``), read through the connection's ``fts5vocab`` table (``shards.py``).
 SCOPE_POSTINGS = ("SELECT substr(term, 9), doc & 4294967295 FROM temp.terms_vocab"
                   " WHERE term >= :low AND term < :high")
+# Its active rows' last touches as saved (lower bounds for the copy's weighing).
+SCOPE_TOUCHES = ("SELECT seq, ifnull(last_used_at, created_at) FROM records"
+                 f" WHERE {ACTIVE}")
 ACTIVE_SEQS = f"SELECT seq FROM records WHERE {ACTIVE} AND {IN_SEQS}"
 LISTING = (f"SELECT {USES_COUNTER}, {RECORD_COLUMNS} FROM records WHERE {ACTIVE}"
            " AND (:kind IS NULL OR kind = :kind)"
@@ -92,7 +91,6 @@ INSERT_ROWS = ("INSERT INTO records (scope_key, seq, id, kind, text, norm, keywo
                " SELECT :scope, " + ", ".join(f"value ->> {i}" for i in range(18))
                + " FROM json_each(:rows)")
 THREAD_OF = "SELECT source_thread_key FROM records WHERE scope_key = :scope AND seq = :seq"
-TOKENS_OF = f"SELECT seq, tokens FROM records WHERE scope_key = :scope AND {IN_SEQS}"
 # [[seq, use count, last used, confidence, status], ...]: the rows a batch restates,
 # supersedes or confirms, one statement (materialized first, so each row is a key lookup).
 CHANGE_ROWS = ("WITH c (seq, uses, last, confidence, status) AS MATERIALIZED"
