@@ -239,7 +239,7 @@ async def test_reads_and_writes_look_up_only_the_rows_they_need(tmp_path, clock:
                  "bumps": '[["org:acme", 1, 1, 5]]', "scopes": '["org:acme"]'})]
 
         # A term's postings are a MATCH of the token index, a term at a time.
-        assert "SCAN t VIRTUAL TABLE INDEX 0:M1" in plan(st.POSTINGS)
+        assert "SCAN t VIRTUAL TABLE INDEX 0:M1" in plan(st.STATE_POSTINGS)
         batch = plan(st.BATCH_ROWS)
         assert any("records_active_norm (scope_key=? AND norm=?)" in step for step in batch)
         assert not any(step.endswith("USING PRIMARY KEY (scope_key=?)") for step in batch)

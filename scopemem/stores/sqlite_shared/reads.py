@@ -92,9 +92,10 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
         if not state:
             return Searched([])
         active, generation = state[0][0], state[0][1]
-        rows = [row[2:] for row in state if row[2] is not None]
-        postings, continues = _postings(rows)
-        read = len(rows) - len(continues)
+        postings = {row[2]: set(json.loads(row[3])) for row in state
+                    if row[3] is not None and row[3] != "[]"}
+        continues = postings.pop(index.CONTINUES, set())
+        read = sum(map(len, postings.values()))
     weights = tokens.term_weights(postings, active, terms, ranking)
     total = sum(weights)
     details: dict[int, tuple[int, Record]] = {}

@@ -22,14 +22,15 @@ SCOPE_STATE = "SELECT active, generation, sid FROM scopes WHERE scope_key = :sco
 # token index (``index.py``): each term prefixed by the scope's id.
 _PHRASE = ("'\"' || printf('%08x', (SELECT sid FROM scopes WHERE scope_key = :scope))"
            " || q.value || '\"'")
-# The postings of the query's terms, and the seqs continuing their thread (term
-# ``index.CONTINUES``): a MATCH a term, CROSS JOIN keeping the terms outermost.
-POSTINGS = ("SELECT q.value AS term, t.rowid & 4294967295 AS seq FROM json_each(:terms) AS q"
-            f" CROSS JOIN terms_fts AS t WHERE t.terms_fts MATCH {_PHRASE}")
-# The scope's active count and change counter with those postings, in one statement (one
-# snapshot, one call): one row of NULL postings when none is found.
-STATE_POSTINGS = ("SELECT sc.active, sc.generation, p.term, p.seq FROM scopes AS sc"
-                  f" LEFT JOIN ({POSTINGS}) AS p WHERE sc.scope_key = :scope")
+# The scope's active count and change counter with each query term's postings (and
+# ``index.CONTINUES``'s: the seqs continuing their thread), a MATCH a term, as one JSON
+# array (``[]`` for none), in one statement (one snapshot, one call): a brief over a large
+# scope reads tens of thousands of postings, and a row each cost more to hand to Python
+# than the MATCH itself.
+STATE_POSTINGS = ("SELECT sc.active, sc.generation, q.value, (SELECT"
+                  " json_group_array(t.rowid & 4294967295) FROM terms_fts AS t"
+                  f" WHERE t.terms_fts MATCH {_PHRASE}) FROM scopes AS sc"
+                  " LEFT JOIN json_each(:terms) AS q WHERE sc.scope_key = :scope")
 # The candidates' rows, after the scope's uses counter (``usage.py``) and change counter
 # (what a copy in memory is checked against); one row of NULLs after them when none is found.
 _R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in RECORD_COLUMNS.split(","))
