@@ -92,10 +92,11 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
         if not state:
             return Searched([])
         active, generation = state[0][0], state[0][1]
-        postings = {row[2]: set(json.loads(row[3])) for row in state
-                    if row[3] is not None and row[3] != "[]"}
-        continues = postings.pop(index.CONTINUES, set())
-        read = sum(map(len, postings.values()))
+        read_sets = {row[2]: set(json.loads(row[3])) for row in state
+                     if row[3] is not None and row[3] != "[]"}
+        continues = read_sets.pop(index.CONTINUES, set())
+        postings = read_sets
+        read = sum(map(len, read_sets.values()))
     weights = tokens.term_weights(postings, active, terms, ranking)
     total = sum(weights)
     details: dict[int, tuple[int, Record]] = {}
