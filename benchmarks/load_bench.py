@@ -2,7 +2,7 @@
 
     python benchmarks/load_bench.py [--quick] [--scopes 10,1000,10000] [--rounds 3]
                                     [--seconds 2] [--clients 32] [--large 10000]
-                                    [--only 5,6]
+                                    [--only 5,6] [--cache-rows 0] [--heavy common]
 
 Text is drawn from a seeded 20,000-word pseudo-vocabulary with probability proportional to
 1 / rank^1.07 (no scopemem code in the generator): records of 8-40 words, briefs of 5-40
@@ -39,6 +39,11 @@ min / median / max:
 5. a realistic brief's retrieve on the large scope (in process) against the raw FTS5 query,
    with how many records the brief's prefilter terms match;
 6. ``InMemoryStore.retrieve`` on the large scope's records against ``SharedSqliteStore``'s.
+
+``--cache-rows N`` sets the SQLite store's ``cache_rows`` in every store measured (the
+worker's and the in-process ones; 0: no copies of scopes in memory), to measure the copies on
+and off. ``--heavy common`` makes figure 2's heavy clients send only the 24 commonest words
+(every record of the large scope holds them), ``--heavy long`` only the 300-word briefs.
 
 ``--quick`` is a smoke run (scopes 10,1000; smaller large scope; short rounds). ``--only``
 runs the named figures alone (``--only 5,6``: the large scope's retrieve, in process), seeding
@@ -92,6 +97,7 @@ from scopemem.core.records import MAX_SCOPE_CAP, MAX_TEXT_CHARS, Candidate, Kind
 from scopemem.core.requests import Request  # noqa: E402
 from scopemem.stores.memory import InMemoryStore  # noqa: E402
 from scopemem.stores.sqlite_shared import SharedSqliteStore  # noqa: E402
+from scopemem.stores.sqlite_shared.store import POSTINGS_PER_ROW  # noqa: E402
 from scopemem.stores.worker import WorkerStore  # noqa: E402
 
 LIMIT = 8
@@ -102,6 +108,17 @@ LIGHT_SCOPE, OTHER_SCOPE = "repo:load/light", "repo:load/other"
 ORG, REPO, CHANNEL, USER = "loadorg", "loadorg/app", "slack:C0LOAD", "slack:U0LOAD"
 WINDOW_SQL = (f"SELECT {RECORD_COLUMNS} FROM records"
               " WHERE status = 'active' AND kind = 'fact' ORDER BY seq DESC LIMIT ?")
+
+
+#: ``cache_rows`` for every store measured (``--cache-rows``; None: the store's default).
+CACHE_ROWS: int | None = None
+
+
+def measured_store(data: str, cap: int) -> SharedSqliteStore:
+    """The store under measurement, with ``--cache-rows`` if given."""
+    if CACHE_ROWS is None:
+        return SharedSqliteStore(data, cap=cap)
+    return SharedSqliteStore(data, cap=cap, postings_cache=CACHE_ROWS * POSTINGS_PER_ROW)
 
 
 def many_scope(n: int) -> str:
@@ -302,10 +319,16 @@ async def serve(data: str, wrap: Sequence[str] = ()) -> AsyncIterator[tuple[str,
     port = free_port()
     env = {**os.environ, "SCOPEMEM_TOKEN": TOKEN}
     env.pop("SCOPEMEM_CONFIG", None)
-    argv = [*wrap, sys.executable, "-m", "scopemem", "serve", "--port", str(port),
-            "--store", "sqlite", "--data", data, "--no-access-log"]
     # The current directory comes first on sys.path with -m: run from an empty one.
     with tempfile.TemporaryDirectory(prefix="scopemem-load-cwd-") as cwd:
+        config: list[str] = []
+        if CACHE_ROWS is not None:
+            path = os.path.join(cwd, "scopemem.toml")
+            with open(path, "w", encoding="utf-8") as out:
+                out.write(f"[memory.stores.sqlite]\ncache_rows = {CACHE_ROWS}\n")
+            config = ["--config", path]
+        argv = [*wrap, sys.executable, "-m", "scopemem", *config, "serve", "--port",
+                str(port), "--store", "sqlite", "--data", data, "--no-access-log"]
         pid = None
         try:
             async with subprocess_server(argv, port, env, cwd=cwd) as url:
@@ -410,7 +433,8 @@ async def head_of_line(url: str, args: argparse.Namespace, zipf: Zipf, briefs: l
         return body
 
     def heavy_body(_i: int, rng: random.Random) -> tuple[str, dict[str, Any]]:
-        query = common if rng.random() < 0.5 else rng.choice(heavy_briefs)
+        share = {"common": 1.0, "long": 0.0}.get(args.heavy, 0.5)
+        query = common if rng.random() < share else rng.choice(heavy_briefs)
         return url + "/retrieve", {"scopeKey": SCOPE, "query": query, "limit": LIMIT}
 
     light: dict[str, list[list[float]]] = {"beside light": [], "beside heavy": []}
@@ -425,8 +449,10 @@ async def head_of_line(url: str, args: argparse.Namespace, zipf: Zipf, briefs: l
                     run_clients(session, HEAVY_CLIENTS, args.seconds, body))
                 light[name].append(lat)
                 others[name].extend(other)
+    heavy = {"common": "the 24 commonest words", "long": "a 300-word brief"}.get(
+        args.heavy, "the 24 commonest words or a 300-word brief")
     print(f"\n2. head-of-line blocking: one client's /retrieve on a {SMALL}-record scope beside "
-          f"{HEAVY_CLIENTS} clients (heavy: the 24 commonest words or a 300-word brief on the "
+          f"{HEAVY_CLIENTS} clients (heavy: {heavy} on the "
           f"{args.large:,}-record scope; light: 5-40-word briefs on another {SMALL}-record "
           "scope)")
     for stat_name, stat in (("p99", p99), ("p50", p50)):
@@ -505,7 +531,7 @@ async def visit_every_scope(session: aiohttp.ClientSession, url: str, scopes: in
 async def per_turn(url: str | None, args: argparse.Namespace, briefs: list[str],
                    context_keys: list[str], data: str, raw_data: str) -> None:
     config = MemoryConfig(enabled=True, organization=ORG, store="sqlite")
-    local_store = SharedSqliteStore(data, cap=MAX_SCOPE_CAP)
+    local_store = measured_store(data, MAX_SCOPE_CAP)
     local = Memory(config, local_store)
     remote_store = WorkerStore(url, TOKEN, timeout=30) if url else None
     remote = Memory(config, remote_store) if remote_store else None
@@ -570,7 +596,7 @@ async def in_process(data: str, raw_data: str, args: argparse.Namespace, zipf: Z
                      briefs: list[str],
                      written: list[Candidate]) -> None:
     cap = engine.candidate_cap(LIMIT)
-    store = SharedSqliteStore(data, cap=min(args.large, MAX_SCOPE_CAP))
+    store = measured_store(data, min(args.large, MAX_SCOPE_CAP))
     store.cap = args.large  # at the cap (above the configurable maximum only if --large is)
     # The one-record writes of figure 3 reach the raw baseline's file too.
     beside = Both(store, RawScopes(raw_data))
@@ -742,6 +768,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="batches of 50 written at the cap (figure 3)")
     parser.add_argument("--after-writes", type=int, default=100,
                         help="retrievals after a write per case per round (figure 3)")
+    parser.add_argument("--cache-rows", type=int, default=None,
+                        help="the SQLite store's cache_rows in every store measured "
+                             "(0: no copies in memory; default: the store's default)")
+    parser.add_argument("--heavy", choices=("mixed", "common", "long"), default="mixed",
+                        help="figure 2's heavy queries: both kinds (default), only the 24 "
+                             "commonest words, or only 300-word briefs")
     parser.add_argument("--only", default="1,2,3,4,5,6",
                         help="the figures to run, comma-separated (default all: 1,2,3,4,5,6)")
     args = parser.parse_args(argv)
@@ -767,4 +799,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(parse_args()))
+    ARGS = parse_args()
+    CACHE_ROWS = ARGS.cache_rows
+    asyncio.run(main(ARGS))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import shutil
 import threading
 from pathlib import Path
@@ -14,18 +13,13 @@ from pathlib import Path
 import apsw
 import pytest
 
-from scopemem.core import engine
 from scopemem.core.records import Candidate, Kind
 from scopemem.errors import ConfigError, ScopeLimitReached, StoreError
 from scopemem.stores.base import StoreSettings
-from scopemem.stores.shared import cache as cache_module
-from scopemem.stores.shared.cache import PostingsCache, ScopeCopy
 from scopemem.stores.sqlite import from_settings as sqlite_store
-from scopemem.stores.sqlite_shared import SharedSqliteStore, copies, reads, schema
+from scopemem.stores.sqlite_shared import SharedSqliteStore, schema
 from scopemem.stores.sqlite_shared import statements as st
-from scopemem.stores.sqlite_shared.options import USAGE_FLUSH_MS_MAX
 from scopemem.stores.sqlite_shared.store import _POOL_THREADS
-from scopemem.stores.sqlite_shared.walheader import WalHeader
 from tests.conftest import FakeClock
 from tests.stores.shared_postings import CONTINUES, scope_documents
 
@@ -245,7 +239,7 @@ async def test_reads_and_writes_look_up_only_the_rows_they_need(tmp_path, clock:
                  "bumps": '[["org:acme", 1, 1, 5]]', "scopes": '["org:acme"]'})]
 
         # A term's postings are a MATCH of the token index, a term at a time.
-        assert "SCAN t VIRTUAL TABLE INDEX 0:M1" in plan(st.POSTINGS)
+        assert "SCAN t VIRTUAL TABLE INDEX 0:M1" in plan(st.STATE_POSTINGS)
         batch = plan(st.BATCH_ROWS)
         assert any("records_active_norm (scope_key=? AND norm=?)" in step for step in batch)
         assert not any(step.endswith("USING PRIMARY KEY (scope_key=?)") for step in batch)
@@ -261,166 +255,41 @@ async def test_reads_and_writes_look_up_only_the_rows_they_need(tmp_path, clock:
         conn.close()
 
 
-async def test_a_copy_in_memory_is_carried_across_the_stores_own_writes(tmp_path,
-                                                                         clock: FakeClock):
+async def test_a_change_another_process_commits_is_seen_by_the_next_read_of_a_copy(
+        tmp_path, clock: FakeClock):
+    """A scope answered from its copy in memory: a write and a forget committed by another
+    store on the same directory (its own connections, as another process's) are seen by
+    the very next retrieval, which drops the copy it found out of date."""
     data = tmp_path / "data"
     store = SharedSqliteStore(data, clock=clock, synchronous="off", cache_min_postings=0)
+    store._copies.interval = 0
     elsewhere = SharedSqliteStore(data, clock=clock, synchronous="off")
     scope = "repo:acme/widgets"
-    try:
-        await store.write(scope, [fact(f"the runner {n} caches docker layers") for n in range(30)])
+
+    async def copied() -> None:  # read twice at one counter: copied, then answering
         for _ in range(2):
             await store.retrieve(scope, "runner docker", 5)
         await store._copies.settled()
-        copy = store._copies.latest(scope)
-        assert copy is not None
-        await store.write(scope, [fact("the runner pool moved to arm machines")])
-        carried = store._copies.latest(scope)
-        assert carried is not None and carried.generation == copy.generation + 1
-        def from_copies() -> int:  # confirmed through SQL, or on the event loop
-            return store._copies.answered + store.loop_answers
+        assert store._copies.latest(scope) is not None
+        answered = store._copies.answered
+        await store.retrieve(scope, "runner docker", 5)
+        assert store._copies.answered == answered + 1
 
-        answered = from_copies()
-        hits = await store.retrieve(scope, "arm machines runner pool", 1)
-        assert [r.text for r in hits] == ["the runner pool moved to arm machines"]
-        assert from_copies() == answered + 1  # from the carried copy
-        # Another store's write is never carried: the copy is found stale and dropped.
+    try:
+        await store.write(scope, [fact(f"the runner {n} caches docker layers")
+                                  for n in range(30)])
+        await copied()
         await elsewhere.write(scope, [fact("the arm machines run the nightly builds")])
         hits = await store.retrieve(scope, "arm machines nightly", 1)
         assert [r.text for r in hits] == ["the arm machines run the nightly builds"]
-        assert from_copies() == answered + 1
+        assert store._copies.latest(scope) is None  # found out of date, dropped
+        await copied()
+        [first] = await store.retrieve(scope, "runner docker", 1)
+        assert await elsewhere.forget(scope, first.id)
+        assert first.id not in [r.id for r in await store.retrieve(scope, "runner docker", 40)]
     finally:
         await store.close()
         await elsewhere.close()
-
-
-async def test_the_stores_own_commits_keep_its_shards_copies_answering_from_memory(
-        tmp_path, clock: FakeClock):
-    """A write to one scope and a save of use counts leave the other copies of their shard
-    answering on the event loop (``commits.py``); another store's commit never does, and
-    every answer is the one SQL gives."""
-    data = tmp_path / "data"
-    store = SharedSqliteStore(data, clock=clock, synchronous="off", shards=1,
-                              usage_flush_ms=0)
-    elsewhere = SharedSqliteStore(data, clock=clock, synchronous="off", shards=1)
-    reference = SharedSqliteStore(data, clock=clock, synchronous="off", shards=1,
-                                  postings_cache=0)
-    written, read = "repo:acme/widgets", "org:acme"
-    try:
-        await store.write(written, [fact("the runner pool caches docker layers")])
-        await store.write(read, [fact(f"the deploy checklist item {n}") for n in range(6)])
-        for _ in range(3):  # the first retrieval copies the small scope whole, then confirmed
-            await store.retrieve(read, "deploy checklist", 3)
-        before = store.loop_answers
-        await store.retrieve(read, "deploy checklist", 3)
-        assert store.loop_answers == before + 1
-        # Its own write to another scope of the shard, and the save of the uses counted.
-        await store.write(written, [fact("the runner pool moved to arm machines")])
-        await store.flush()
-        hits = await store.search(read, "deploy checklist item", 3, bump=False)
-        assert store.loop_answers == before + 2
-        expected = await reference.search(read, "deploy checklist item", 3, bump=False)
-        assert [(h.record.id, h.record.use_count) for h in hits] == \
-            [(h.record.id, h.record.use_count) for h in expected]
-        # Another store's commit to the shard: confirmed through SQL, not from the loop.
-        await elsewhere.write(written, [fact("the arm machines run the nightly builds")])
-        await store.search(read, "deploy checklist item", 3, bump=False)
-        assert store.loop_answers == before + 2
-    finally:
-        for each in (store, elsewhere, reference):
-            await each.close()
-
-
-async def test_a_commit_lets_other_copies_answer_before_the_loop_gets_back_to_its_write(
-        tmp_path, clock: FakeClock):
-    """The writing thread notes its commit's move as soon as the commit is done: while the
-    event loop has not yet got back to the write (under load, milliseconds), the shard's
-    other copies still answer from memory. The written scope's own copy does not follow
-    that move until the loop has carried it across: a retrieval of it meanwhile goes
-    through SQL and finds the committed record."""
-    data = tmp_path / "data"
-    store = SharedSqliteStore(data, clock=clock, synchronous="off", shards=1)
-    written, read = "repo:acme/widgets", "org:acme"
-    noted, go_on = threading.Event(), threading.Event()
-    try:
-        for scope in (written, read):
-            await store.write(scope, [fact(f"the deploy checklist item {n}") for n in range(6)])
-            for _ in range(3):
-                await store.retrieve(scope, "deploy checklist", 3)
-        add = store._moves.add
-
-        def add_then_wait(*args: object) -> None:
-            add(*args)  # type: ignore[arg-type]
-            noted.set()
-            assert go_on.wait(10)
-
-        store._moves.add = add_then_wait  # type: ignore[method-assign]
-        writing = asyncio.ensure_future(store.write(written, [fact("the canary deploy step")]))
-        assert await asyncio.get_running_loop().run_in_executor(None, noted.wait, 10)
-        before = store.loop_answers
-        assert await store.retrieve(read, "deploy checklist", 3)
-        assert store.loop_answers == before + 1  # from memory, the write not back yet
-        hits = await store.retrieve(written, "canary deploy", 3)
-        assert store.loop_answers == before + 1  # through SQL: its copy is not carried yet
-        assert [h.text for h in hits][:1] == ["the canary deploy step"]
-        go_on.set()
-        await writing
-        store._moves.add = add  # type: ignore[method-assign]
-        hits = await store.retrieve(written, "canary deploy", 3)
-        assert [h.text for h in hits][:1] == ["the canary deploy step"]
-    finally:
-        go_on.set()
-        await store.close()
-
-
-async def test_a_commit_that_restarts_the_wal_is_still_a_move_the_copies_follow(
-        tmp_path, clock: FakeClock):
-    """The first commit after a checkpoint copied the whole WAL back restarts the WAL (new
-    salts, salt-1 one more). It is still this store's own commit: the store notes it as a
-    move, so other scopes' copies may follow it instead of going back through SQL.
-
-    The checkpoint is run here, by a connection of the test's own, rather than waited for
-    among thousands of writes: whether SQLite's deferred checkpoint completes, and whether
-    the next retrieval finds the header settled, depend on what the other threads are doing
-    at that moment, and so did the test. Uses are saved only at close, so no background save
-    commits between the two header reads."""
-    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off", shards=1,
-                              usage_flush_ms=USAGE_FLUSH_MS_MAX)
-    written, read = "repo:acme/widgets", "org:acme"
-    outside = None
-    try:
-        await store.write(read, [fact(f"the deploy checklist item {n}") for n in range(6)])
-        header = None
-        for _ in range(20):  # a connection maps the header once it has read the shard
-            await store.retrieve(read, "deploy checklist", 3)
-            header = store._shards.header(0)
-            if header is not None:
-                break
-        assert header is not None
-
-        async def settled() -> bytes:
-            for _ in range(1_000):  # None only while a copy of the header is being rewritten
-                seen = header.read()  # type: ignore[union-attr]
-                if seen is not None:
-                    return seen
-                await asyncio.sleep(0.001)
-            raise AssertionError("the shard's header never settled")
-
-        outside = apsw.Connection(store._shards.path(0))
-        for n in range(2):
-            _busy, frames, copied = outside.execute(
-                "PRAGMA wal_checkpoint(PASSIVE)").fetchall()[0]
-            assert frames == copied > 0  # every frame back in the database file
-            seen = await settled()
-            await store.write(written, [fact(f"the runner pool note {n}")])
-            now = await settled()
-            # salt-1 is the WAL's restart count: this commit restarted it.
-            assert int.from_bytes(now[32:36], "big") == int.from_bytes(seen[32:36], "big") + 1
-            assert store._moves.reaches(0, seen, now, read)
-    finally:
-        if outside is not None:
-            outside.close()
-        await store.close()
 
 
 async def test_every_use_shows_once_while_saves_and_writes_commit_beside_reads(
@@ -463,10 +332,9 @@ async def test_every_use_shows_once_while_saves_and_writes_commit_beside_reads(
 
 async def test_records_in_memory_count_each_use_once_across_a_write_that_changes_them(
         tmp_path, clock: FakeClock):
-    """Answers on the event loop from a scope's records in memory, a write that
-    deduplicates onto a record retrieved just before (the write's row replaces the one in
-    memory, holding the uses saved with the write) and answers after it: every answer is
-    the in-process store's, use counts included."""
+    """Answers from a scope's copy, a write that deduplicates onto a record retrieved just
+    before and answers after it: every answer is the in-process store's, use counts
+    included."""
     from scopemem.stores.memory import InMemoryStore
 
     memory = InMemoryStore(clock=clock)
@@ -491,144 +359,9 @@ async def test_records_in_memory_count_each_use_once_across_a_write_that_changes
             # The same text again: a dedup that counts one more use of that record.
             await both(lambda s, r=round_: s.write(scope, [fact(texts[r % 2])]))
             await both(lambda s: s.retrieve(scope, "staging cluster vpn", 3))
-        assert store.loop_answers > 5
+        assert store._copies.answered > 5  # from the copies, checked at each write
     finally:
         await memory.close()
-        await store.close()
-
-
-async def test_a_carried_copy_leaves_out_rows_the_write_inserted_and_evicted(
-        tmp_path, clock: FakeClock):
-    """A write under a cap that evicts rows the same batch inserted (found by the
-    equivalence machine: the carried copy kept them posted)."""
-    from scopemem.stores.memory import InMemoryStore
-
-    memory = InMemoryStore(clock=clock)
-    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off",
-                              cache_min_postings=0)
-    store._copies.interval = 0
-    scope = "user:slack:U1"
-    try:
-        async def both(call):  # type: ignore[no-untyped-def]
-            expected = await call(memory)
-            assert await call(store) == expected
-            return expected
-
-        await both(lambda s: s.write(scope, [fact("the vpn token expires monthly")]))
-        for _ in range(2):
-            await both(lambda s: s.retrieve(scope, "deploy", 1))
-        await store._copies.settled()
-        assert store._copies.latest(scope) is not None
-        await both(lambda s: s.write(scope, [fact("deploy"), fact("deploy deploy")], cap=1))
-        for _ in range(3):
-            await both(lambda s: s.retrieve(scope, "deploy", 8))
-    finally:
-        await memory.close()
-        await store.close()
-
-
-def test_a_small_scopes_copy_goes_only_into_room_to_spare():
-    """Copies of small scopes fill at most the spare part of the budget and never drop
-    another copy to fit; a large scope's copy drops the least recently read as before."""
-    def copy(size: int, generation: int = 1) -> ScopeCopy:
-        return ScopeCopy(generation=generation, active=size, continues=frozenset(),
-                         postings={f"t{n}": frozenset({n}) for n in range(size)}, size=size)
-
-    cache = PostingsCache(budget=10, min_postings=100, spare=5)
-    assert cache.has_room()
-    assert cache.put("repo:big", copy(4))
-    assert not cache.put("org:small", copy(2), spare=True)  # 4 + 2 > 5: nothing dropped
-    assert cache.has("repo:big") and not cache.has("org:small") and not cache.has_room()
-    cache.discard("repo:big", 1)
-    assert cache.has_room()
-    assert cache.put("org:small", copy(2), spare=True)
-    assert cache.put("repo:big", copy(9, generation=2))  # drops the small copy to fit
-    assert cache.has("repo:big") and not cache.has("org:small")
-
-
-async def test_a_copy_carried_across_many_writes_at_the_cap_answers_as_sql_does(
-        tmp_path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
-    """Writes at the cap insert and evict every time; the copy carried across them is layered
-    over the one read (``copies.Layered``) and folded now and then, and answers every
-    retrieval exactly as a store reading the same file with no copies does."""
-    monkeypatch.setattr(cache_module, "DENSE_MIN_POSTINGS", 64)  # weighed as arrays too
-    monkeypatch.setattr(copies, "FOLD_SHARE", 8)  # folded many times over these writes
-    data = tmp_path / "data"
-    store = SharedSqliteStore(data, clock=clock, synchronous="off", cache_min_postings=0,
-                              cap=200)
-    reference = SharedSqliteStore(data, clock=clock, synchronous="off", postings_cache=0)
-    scope = "repo:acme/widgets"
-    words = ["runner", "docker", "cache", "deploy", "arm", "nightly", "build", "pool",
-             "layer", "image", "tag", "queue"]
-
-    def text(n: int) -> str:
-        return " ".join(words[(n * k) % len(words)] for k in (1, 3, 5, 7)) + f" item{n}"
-
-    try:
-        await store.write(scope, [fact(text(n)) for n in range(200)])
-        for _ in range(2):
-            await store.retrieve(scope, "runner docker", 5)
-        await store._copies.settled()
-        assert store._copies.latest(scope) is not None
-        bases = set()
-        for n in range(200, 290, 3):
-            await store.write(scope, [fact(text(n + k)) for k in range(3)])
-            copy = store._copies.latest(scope)
-            assert copy is not None  # carried, never dropped
-            postings = copy.postings
-            if isinstance(postings, copies.Layered):  # bounded, folded now and then
-                assert postings.layered * copies.FOLD_SHARE <= copies.FOLD_NOW * copy.size
-                postings = postings.base
-            bases.add(id(postings))
-            for query in ("runner docker cache", "arm nightly build pool", f"item{n + 2}"):
-                answered = store._copies.answered + store.loop_answers
-                hits = await store.search(scope, query, 5, bump=False)
-                expected = await reference.search(scope, query, 5, bump=False)
-                assert [(h.record.id, round(h.match, 9)) for h in hits] == \
-                    [(h.record.id, round(h.match, 9)) for h in expected]
-                assert store._copies.answered + store.loop_answers == answered + 1
-        assert len(bases) > 3  # folded on a thread, under the layers of the writes since
-    finally:
-        await store.close()
-        await reference.close()
-
-
-async def test_a_copy_read_while_the_store_writes_arrives_carried_across_the_write(
-        tmp_path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
-    """A scope written between every two retrievals is still copied: the store's own writes
-    committed while the copy was being read are carried into it as it arrives."""
-    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off",
-                              cache_min_postings=0)
-    scope = "repo:acme/widgets"
-    read, release = threading.Event(), threading.Event()
-    copy_of = reads.copy_of
-
-    def slow_copy_of(*args: object) -> object:
-        made = copy_of(*args)
-        read.set()
-        release.wait(10)  # the write below commits after this copy was read
-        return made
-
-    monkeypatch.setattr(reads, "copy_of", slow_copy_of)
-    loop = asyncio.get_running_loop()
-    try:
-        # More records than a retrieval copies whole itself (``reads.WHOLE_ROWS``).
-        await store.write(scope, [fact(f"the runner {n} caches docker layers")
-                                  for n in range(reads.WHOLE_ROWS + 10)])
-        for _ in range(2):
-            await store.retrieve(scope, "runner docker", 5)
-        assert await loop.run_in_executor(None, read.wait, 10)
-        await store.write(scope, [fact("the runner pool moved to arm machines")])
-        release.set()
-        await store._copies.settled()
-        copy = store._copies.latest(scope)
-        assert copy is not None and store._copies.loading(scope) is False
-        answered = store._copies.answered + store.loop_answers
-        hits = await store.retrieve(scope, "arm machines runner pool", 1)
-        assert [r.text for r in hits] == ["the runner pool moved to arm machines"]
-        assert store._copies.answered + store.loop_answers == answered + 1
-    finally:
-        release.set()
         await store.close()
 
 
@@ -712,72 +445,6 @@ async def test_a_version_3_shard_moves_its_postings_into_the_token_index(
         conn.close()
 
 
-def test_a_fold_holds_each_terms_seqs_in_any_layer_but_the_gone_ones_once():
-    """``Layered.folded`` works as arrays (``copies._folded``): every term's holders are the
-    union of the base's and the layers' less the seqs gone, whatever the parts' types, a
-    seq in two parts is held once, and a term left with none is gone."""
-    rng = random.Random(11)
-    for _ in range(20):
-        terms = [f"t{n}" for n in range(rng.randint(1, 30))]
-        parts: list[dict[str, object]] = []
-        for kind in (frozenset, tuple, tuple):
-            part = {}
-            for term in rng.sample(terms, rng.randint(0, len(terms))):
-                part[term] = kind(rng.sample(range(1, 400), rng.randint(1, 25)))
-            parts.append(part)
-        gone = frozenset(rng.sample(range(1, 400), rng.randint(0, 200)))
-        layered = copies.Layered(parts[0], (parts[1],), (parts[2],), gone, 1)  # type: ignore[arg-type]
-        expected: dict[str, set[int]] = {}
-        for part in parts:
-            for term, seqs in part.items():
-                expected.setdefault(term, set()).update(seqs)  # type: ignore[call-overload]
-        expected = {term: held - gone for term, held in expected.items() if held - gone}
-        folded = layered.folded()
-        assert {term: set(held) for term, held in folded.items()} == expected
-        assert all(len(held) == len(set(held)) and type(held) is tuple
-                   for held in folded.values())
-
-
-def test_layers_folded_meanwhile_go_under_the_later_layers_unchanged():
-    """A fold lands after more writes were carried (``Layered.rebased``): every term's
-    holders are those of the layers over the old base, however the writes went."""
-    rng = random.Random(7)
-    terms = [f"t{n}" for n in range(12)]
-    active: dict[int, set[str]] = {seq: set(rng.sample(terms, 3)) for seq in range(1, 41)}
-    base = {term: frozenset(s for s, held in active.items() if term in held)
-            for term in terms}
-    base = {term: held for term, held in base.items() if held}
-    postings: object = base
-    next_seq, states = 41, []
-    for _step in range(30):
-        added: dict[str, set[int]] = {}
-        for _ in range(3):
-            held = set(rng.sample(terms, 3))
-            active[next_seq] = held
-            for term in held:
-                added.setdefault(term, set()).add(next_seq)
-            next_seq += 1
-        retired = set(rng.sample(sorted(active), 3))
-        for seq in retired:
-            del active[seq]
-        layer = {term: tuple(seqs) for term, seqs in added.items()}
-        postings = copies.Layered.after(postings, 10**9, layer,  # type: ignore[arg-type]
-                                        sum(map(len, layer.values())), retired)
-        assert isinstance(postings, copies.Layered)
-        states.append(postings)
-    expected = {term: frozenset(s for s, held in active.items() if term in held)
-                for term in terms}
-    assert {term: postings.get(term, frozenset()) for term in terms} == expected
-    # A fold of any earlier state: gathered since into one chunk or more, or not at all.
-    assert len(postings.merged) == 3 and len(states[10].merged) == 1
-    for done in states[:-1]:
-        rebased = postings.rebased(done, done.folded())
-        assert rebased is not None and rebased.layered < postings.layered
-        assert {term: rebased.get(term, frozenset()) for term in terms} == expected
-    # Layers over another base are not rebased.
-    assert postings.rebased(copies.Layered({}, (), (), frozenset(), 0), {}) is None
-
-
 async def test_a_write_runs_as_many_statements_whatever_its_size(tmp_path, clock: FakeClock,
                                                                  monkeypatch: pytest.MonkeyPatch):
     """Rows and postings go in as one JSON array a statement: each statement is a moment
@@ -815,12 +482,12 @@ async def test_a_write_leaves_the_checkpoint_it_makes_due_to_its_thread_after_it
     """A commit that takes the WAL past its checkpoint threshold does not wait for the
     checkpoint: it runs on the shard's writing thread after the write returned, before the
     shard's next write, and the WAL stays as bounded as with SQLite's own checkpoints."""
-    from scopemem.stores.sqlite_shared import commits, writes
+    from scopemem.stores.sqlite_shared import pools, writes
 
     monkeypatch.setattr(apsw, "connection_hooks",
                         [*apsw.connection_hooks, lambda conn: conn.wal_autocheckpoint(8)])
     inside, ran = threading.Event(), []
-    write, checkpoint = writes.write, commits.checkpoint
+    write, checkpoint = writes.write, pools.checkpoint
 
     def watched_write(*args: object, **kwargs: object) -> object:
         inside.set()
@@ -834,7 +501,7 @@ async def test_a_write_leaves_the_checkpoint_it_makes_due_to_its_thread_after_it
         checkpoint(conn)
 
     monkeypatch.setattr(writes, "write", watched_write)
-    monkeypatch.setattr(commits, "checkpoint", watched_checkpoint)
+    monkeypatch.setattr(pools, "checkpoint", watched_checkpoint)
     data = tmp_path / "data"
     store = SharedSqliteStore(data, clock=clock, synchronous="off")
     scope = "repo:acme/widgets"
@@ -851,37 +518,6 @@ async def test_a_write_leaves_the_checkpoint_it_makes_due_to_its_thread_after_it
     # The writes append about 240 pages to the log; checkpointed, it is reused from its
     # start, so the file stays at a few commits past the threshold.
     assert max(sizes) <= 100 * 4096
-
-
-async def test_records_carried_across_a_write_leave_the_old_copy_answering_nothing(
-        tmp_path, clock: FakeClock):
-    """The records in memory move to the carried copy (``copies.carried_rows``) rather than
-    being copied, so the copy they leave must answer nothing: a caller still holding it
-    (a retrieval that began before the write) reads through SQL, never from records of
-    another counter."""
-    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off",
-                              cache_min_postings=0)
-    scope = "repo:acme/widgets"
-    try:
-        await store.write(scope, [fact(f"the runner {n} caches docker layers")
-                                  for n in range(reads.WHOLE_ROWS + 10)])
-        for _ in range(2):
-            await store.retrieve(scope, "runner docker", 5)
-        await store._copies.settled()
-        await store.retrieve(scope, "runner docker", 5)
-        old_copy, old_rows = store._copies.latest(scope), store._row_copies.get(scope)
-        assert old_copy is not None and old_rows is not None
-        await store.write(scope, [fact("the runner pool moved to arm machines")])
-        new_rows = store._row_copies.get(scope)
-        assert new_rows is not None and new_rows is not old_rows
-        assert new_rows.generation == old_copy.generation + 1
-        assert old_rows.record(1) is None and old_rows.generation != old_copy.generation
-        terms = engine.query_terms("runner docker", store.analyzer)
-        assert copies.answer(old_copy, old_rows, store.ranking, terms, 5, clock()) is None
-        hits = await store.retrieve(scope, "arm machines runner pool", 1)
-        assert [r.text for r in hits] == ["the runner pool moved to arm machines"]
-    finally:
-        await store.close()
 
 
 async def test_deleting_a_scope_leaves_nothing_of_it_and_never_gives_its_ids_again(
@@ -957,31 +593,3 @@ async def test_the_shared_layout_honours_cache_rows_and_warns_of_the_file_layout
             f"memory.stores.sqlite.{key}: has no effect in the shared layout")
 
 
-def test_the_wal_header_moves_with_every_commit_and_only_then(tmp_path):
-    path = str(tmp_path / "x.db")
-    writer = apsw.Connection(path)
-    writer.execute("CREATE TABLE t (v)")
-    assert WalHeader.open(writer) is None  # not in WAL mode: no wal-index
-    assert not os.path.exists(path + "-shm")  # and none made by asking
-    writer.execute("PRAGMA journal_mode = WAL").fetchall()
-    writer.execute("INSERT INTO t VALUES (0)")
-    header = WalHeader.open(writer)
-    assert header is not None
-    before = header.read()
-    assert before is not None and header.read() == before
-    reader = apsw.Connection(path)
-    assert reader.execute("SELECT count(*) FROM t").fetchall() == [(1,)]
-    assert header.read() == before  # a read commits nothing
-    seen = {before}
-    for n in range(5):
-        reader.execute("INSERT INTO t VALUES (?)", (n,))  # another connection's commits too
-        now = header.read()
-        assert now is not None and now not in seen  # each commit, a header never seen
-        seen.add(now)
-    writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-    writer.execute("INSERT INTO t VALUES (9)")  # the WAL restarts from its start
-    assert header.read() not in seen
-    header.close()
-    assert header.read() is None  # closed: unknown, so the caller probes
-    reader.close()
-    writer.close()

@@ -1,4 +1,5 @@
-"""A worker's copies of large scopes' postings, checked with every retrieval.
+"""A process's copies of large scopes' postings, checked with every retrieval (the SQLite and
+PostgreSQL stores).
 
 A brief matches most of a large scope, so reading its terms' postings from the server costs
 most of a retrieval (a 10,000-record scope: about 18,000 postings a brief). A worker that
@@ -50,11 +51,6 @@ DEFAULT_MIN_POSTINGS = 4_000
 #: most of its reads is answered by the server rather than copied again after every write
 #: (a copy of 10,000 records takes about a quarter of a second to read).
 READS_BEFORE_COPY = 2
-#: Retrievals at one change counter before a scope read below ``min_postings`` is copied into
-#: room to spare (``PostingsCache.spare``): over more scopes than the copies can hold, a
-#: scope is rarely read this often before others push it out of the reads counted, so the
-#: copies are made for the scopes read most.
-SPARE_READS = 4
 #: Seconds between two copies of one scope: a large scope written every few seconds and read
 #: in between is copied at most this often (each copy allocates a scope's index anew, and
 #: Python's collector may then pause the process for tens of milliseconds).
@@ -62,7 +58,7 @@ COPY_INTERVAL = 5.0
 #: A copy of fewer postings is weighed in Python (``core.topk``, through ``tokens.covered``)
 #: rather than as arrays: over a few hundred postings numpy's cost per call is more than the
 #: work (a 20-record scope answered from memory: 1,630 retrievals a second against 1,340
-#: with arrays, beside writes), and a copy carried across every write builds no arrays.
+#: with arrays, beside writes).
 DENSE_MIN_POSTINGS = 4_096
 #: Scopes whose reads since their last change are counted (the least recent are forgotten).
 _SEEN = 4_096
@@ -84,8 +80,7 @@ class ScopeCopy:
 
     generation: int
     active: int
-    # A plain dict, or (the SQLite store's shared files, carried across its own writes)
-    # ``sqlite_shared.copies.Layered``: a term not held is absent, never an empty set.
+    # A term not held is absent, never an empty set.
     postings: Mapping[str, Collection[int]]
     continues: frozenset[int]
     size: int
@@ -142,21 +137,9 @@ class PostingsCache:
     """The copies, least recently read first, within ``budget`` postings."""
 
     def __init__(self, budget: int = DEFAULT_POSTINGS_CACHE,
-                 min_postings: int = DEFAULT_MIN_POSTINGS, *, spare: int = 0,
-                 carried: bool = False) -> None:
+                 min_postings: int = DEFAULT_MIN_POSTINGS) -> None:
         self.budget = budget
         self.min_postings = min_postings
-        # Scopes read below ``min_postings`` are copied too while all copies held come to
-        # less than ``spare`` postings (0: never), and such a copy never drops another to
-        # fit (the SQLite store's shared files, whose small scopes a copy answers from the
-        # event loop). Kept below the budget: every copy is objects Python's collector
-        # walks, and over more small scopes than fit, a copy is rarely read again.
-        self.spare = spare
-        # The store carries its copies across its own writes (the SQLite store's shared
-        # files): a scope read after every write is worth copying too, so its reads are
-        # counted across changes.
-        self.carried = carried
-        self._room_needed = 0  # the size of the last spare copy refused for lack of room
         self._copies: OrderedDict[str, ScopeCopy] = OrderedDict()
         self._held = 0
         self._loading: dict[str, asyncio.Task[None]] = {}
@@ -196,37 +179,20 @@ class PostingsCache:
         if copy is not None and copy.generation == generation:
             self._drop(scope_key)
 
-    def replace(self, scope_key: str, generation: int, copy: ScopeCopy) -> bool:
-        """Put ``copy`` in place of the copy held at ``generation`` (the same scope after a
-        change the caller made and knows nobody made before it: the SQLite store's shared
-        files carry a copy across their own writes); False, nothing changed, when the copy
-        held is another."""
-        held = self._copies.get(scope_key)
-        if held is None or held.generation != generation:
-            return False
-        self._drop(scope_key)
-        while self._copies and self._held + copy.size > self.budget:
-            self._drop(next(iter(self._copies)))
-        if copy.size <= self.budget:
-            self._copies[scope_key] = copy
-            self._held += copy.size
-        return True
-
     def offer(self, scope_key: str, generation: int, postings_read: int, load: Loader
               ) -> None:
         """After a retrieval that read ``postings_read`` postings from the server at change
         counter ``generation``: copy the scope in the background when that is enough to pay
         for a copy and the scope was read ``READS_BEFORE_COPY`` times since it last
-        changed (with ``carried``, since it was last copied)."""
-        spare = postings_read < self.min_postings
-        if not self.enabled or scope_key in self._loading or spare and not self.has_room():
+        changed."""
+        if not self.enabled or scope_key in self._loading or postings_read < self.min_postings:
             return
         seen, reads = self._seen.pop(scope_key, (generation, 0))
-        reads = reads + 1 if seen == generation or self.carried else 1
+        reads = reads + 1 if seen == generation else 1
         self._seen[scope_key] = (generation, reads)
         while len(self._seen) > _SEEN:
             self._seen.popitem(last=False)
-        if reads < (SPARE_READS if spare else READS_BEFORE_COPY):
+        if reads < READS_BEFORE_COPY:
             return
         began = time.monotonic()
         if began - self._copied_at.get(scope_key, -self.interval) < self.interval:
@@ -236,9 +202,9 @@ class PostingsCache:
             for old in sorted(self._copied_at, key=self._copied_at.__getitem__)[:_SEEN // 2]:
                 del self._copied_at[old]
         self._loading[scope_key] = asyncio.get_running_loop().create_task(
-            self._load(scope_key, load, spare), name=f"scopemem-postgres-copy:{scope_key}")
+            self._load(scope_key, load), name=f"scopemem-copy:{scope_key}")
 
-    async def _load(self, scope_key: str, load: Loader, spare: bool = False) -> None:
+    async def _load(self, scope_key: str, load: Loader) -> None:
         try:
             copy = await load(scope_key)
         except asyncio.CancelledError:
@@ -249,41 +215,27 @@ class PostingsCache:
         finally:
             self._loading.pop(scope_key, None)
         if copy is not None:
-            self.put(scope_key, copy, spare=spare)
+            self.put(scope_key, copy)
 
-    def has_room(self) -> bool:
-        """Whether a copy may be put into room to spare now (``put(spare=True)``)."""
-        return self.enabled and self._held + self._room_needed < self._spare_limit
-
-    def put(self, scope_key: str, copy: ScopeCopy, *, spare: bool = False) -> bool:
+    def put(self, scope_key: str, copy: ScopeCopy) -> bool:
         """Hold ``copy`` (unless one at least as new is held), dropping the least recently
-        read to fit, or with ``spare`` only into room to spare; whether it is held."""
+        read to fit; whether it is held."""
         if copy.size > self.budget:
             return False
         held = self._copies.get(scope_key)
         if held is not None and held.generation >= copy.generation:
             return False  # a copy at least as new arrived meanwhile
-        if spare and self._held - (held.size if held is not None else 0) + copy.size > \
-                self._spare_limit:
-            self._room_needed = copy.size  # no room to spare (until copies are dropped)
-            return False
         self._drop(scope_key)
-        self._room_needed = 0
         while self._copies and self._held + copy.size > self.budget:
             self._drop(next(iter(self._copies)))
         self._copies[scope_key] = copy
         self._held += copy.size
         return True
 
-    @property
-    def _spare_limit(self) -> int:
-        return min(self.spare, self.budget)
-
     def _drop(self, scope_key: str) -> None:
         copy = self._copies.pop(scope_key, None)
         if copy is not None:
             self._held -= copy.size
-            self._room_needed = 0
 
     async def close(self) -> None:
         """Stop the copies being read (the store is closing)."""

@@ -15,11 +15,6 @@ design). Modules, one job each:
 ``reads``      a retrieval's reads through SQL
 ``writes``     write batches, forget, sweep, retention purge
 ``usage``      pending use counts, saved in the background
-``notes``      the uses noted for copies read before them
-``copies``     copies of scopes in memory, and answering from them
-``held``       the records held beside the copies, carried across the store's writes
-``commits``    which commits a copy may follow
-``walheader``  seeing that nobody committed to a shard, from its WAL-index header
 ``counts``     the per-scope day counters, and ``max_scopes``
 ``porting``    export and import (every field and status kept)
 ``migrate``    moving a directory of the retired file layout into shard files, once

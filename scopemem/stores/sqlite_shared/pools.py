@@ -4,7 +4,7 @@ Reads go to the read pool, each thread with its own connection to each shard (WA
 never wait for each other or for a writer). A shard's writes queue on the event loop behind
 the shard's ``asyncio.Lock``, then run one at a time on the shard's own writing thread, so
 they share one connection and its page cache; a passive checkpoint a commit made due runs
-on that thread right after it (``commits.py``). An apsw error becomes a ``StoreError``
+on that thread right after it (``shards.DueCheckpoint``). An apsw error becomes a ``StoreError``
 naming the shard's file.
 """
 
@@ -19,10 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from scopemem.errors import StoreError
-from scopemem.stores.sqlite_shared import commits
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
-from scopemem.stores.sqlite_shared.commits import Move, Moves
-from scopemem.stores.sqlite_shared.shards import Shards
+from scopemem.stores.sqlite_shared.shards import Shards, checkpoint
 
 __all__ = ["POOL_THREADS", "ShardPools"]
 
@@ -33,12 +31,11 @@ POOL_THREADS = max(2, min(4, os.cpu_count() or 2))
 
 
 class ShardPools:
-    """The thread pools of ``SharedSqliteStore``: each shard's work run on its connection,
-    with the moves of the shards' headers by this store's commits noted in ``moves``."""
+    """The thread pools of ``SharedSqliteStore``: each shard's work run on its
+    connection."""
 
-    def __init__(self, shards: Shards, moves: Moves) -> None:
+    def __init__(self, shards: Shards) -> None:
         self._shards = shards
-        self._moves = moves
         self._executors: dict[str, ThreadPoolExecutor] = {}
         self._writers: dict[int, asyncio.Lock] = {}
         self.closed = False
@@ -81,8 +78,9 @@ class ShardPools:
                 pool, functools.partial(self._on_writer, shard, create, fn, *args))
             if due:
                 # Queued before the shard's next writer can be: that one waits for the
-                # checkpoint, the caller of this one does not (``commits.py``). A pool shut
-                # down meanwhile (``close``) closes the shard, which checkpoints it.
+                # checkpoint, the caller of this one does not (``shards.DueCheckpoint``).
+                # A pool shut down meanwhile (``close``) closes the shard, which
+                # checkpoints it.
                 with contextlib.suppress(RuntimeError):
                     pool.submit(self._checkpoint, shard)
             return done
@@ -92,39 +90,13 @@ class ShardPools:
         """``_on_shard`` on the shard's writing thread, and whether a commit of its
         connection made a checkpoint due (a job that raises leaves it due for the next)."""
         done = self._on_shard(shard, create, fn, *args)
-        watch = self._shards.watch(shard)
-        return done, watch is not None and watch.take_due()
+        return done, self._shards.checkpoint_due(shard)
 
     def _checkpoint(self, shard: int) -> None:
         """A passive checkpoint of the shard, on its writing thread."""
         conn = self._shards.connection(shard, create=False)
         if conn is not None:
-            commits.checkpoint(conn)
-
-    async def write_moved(self, shard: int, fn: Callable[..., T], *args: Any,
-                           create: bool = False, unsettled: str | None = None
-                           ) -> tuple[T | None, Move | None]:
-        """``write``, and the move of the shard's header by its last commit when nobody
-        else committed just before it or just after it (``commits.py``), noted in
-        ``moves`` by the writing thread as the commit is done, unsettled for the scope
-        ``unsettled`` (the caller settles it once that scope's copy is carried)."""
-        done = await self.write(shard, self._watched, shard, unsettled, fn, *args,
-                                 create=create)
-        return done if done is not None else (None, None)
-
-    def _watched(self, conn: Any, shard: int, unsettled: str | None, fn: Callable[..., T],
-                 *args: Any) -> tuple[T, Move | None]:
-        watch = self._shards.watch(shard)
-        if watch is None:
-            return fn(conn, *args), None
-        watch.arm()
-        try:
-            done = fn(conn, *args)
-        finally:
-            move = watch.disarm()
-        if move is not None:
-            self._moves.add(shard, move, unsettled)
-        return done, move
+            checkpoint(conn)
 
     def _on_shard(self, shard: int, create: bool, fn: Callable[..., T], *args: Any
                   ) -> T | None:

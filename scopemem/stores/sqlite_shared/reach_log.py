@@ -3,8 +3,7 @@
 
 A file of its own, not a table of each shard: a block shows records of up to four scopes,
 in as many shards, and a log per block in each would be that many more commits queued
-behind the shards' writers, each moving the WAL header the copies in memory are confirmed
-by (``commits.py``). Here a block's reaches are one commit, on the log's own thread and
+behind the shards' writers. Here a block's reaches are one commit, on the log's own thread and
 connection, at ``synchronous = NORMAL`` (a power cut may lose the last blocks' reaches,
 never the shards' records), and a run's reaches are one indexed read.
 

@@ -22,14 +22,15 @@ SCOPE_STATE = "SELECT active, generation, sid FROM scopes WHERE scope_key = :sco
 # token index (``index.py``): each term prefixed by the scope's id.
 _PHRASE = ("'\"' || printf('%08x', (SELECT sid FROM scopes WHERE scope_key = :scope))"
            " || q.value || '\"'")
-# The postings of the query's terms, and the seqs continuing their thread (term
-# ``index.CONTINUES``): a MATCH a term, CROSS JOIN keeping the terms outermost.
-POSTINGS = ("SELECT q.value AS term, t.rowid & 4294967295 AS seq FROM json_each(:terms) AS q"
-            f" CROSS JOIN terms_fts AS t WHERE t.terms_fts MATCH {_PHRASE}")
-# The scope's active count and change counter with those postings, in one statement (one
-# snapshot, one call): one row of NULL postings when none is found.
-STATE_POSTINGS = ("SELECT sc.active, sc.generation, p.term, p.seq FROM scopes AS sc"
-                  f" LEFT JOIN ({POSTINGS}) AS p WHERE sc.scope_key = :scope")
+# The scope's active count and change counter with each query term's postings (and
+# ``index.CONTINUES``'s: the seqs continuing their thread), a MATCH a term, as one JSON
+# array (``[]`` for none), in one statement (one snapshot, one call): a brief over a large
+# scope reads tens of thousands of postings, and a row each cost more to hand to Python
+# than the MATCH itself.
+STATE_POSTINGS = ("SELECT sc.active, sc.generation, q.value, (SELECT"
+                  " json_group_array(t.rowid & 4294967295) FROM terms_fts AS t"
+                  f" WHERE t.terms_fts MATCH {_PHRASE}) FROM scopes AS sc"
+                  " LEFT JOIN json_each(:terms) AS q WHERE sc.scope_key = :scope")
 # The candidates' rows, after the scope's uses counter (``usage.py``) and change counter
 # (what a copy in memory is checked against); one row of NULLs after them when none is found.
 _R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in RECORD_COLUMNS.split(","))
@@ -37,10 +38,6 @@ ACTIVE_ROWS_AT = (f"SELECT sc.uses, sc.generation, {_R_COLUMNS} FROM scopes AS s
                   " LEFT JOIN records AS r ON r.scope_key = sc.scope_key"
                   " AND r.status = 'active' AND r.seq IN (SELECT value FROM json_each(:seqs))"
                   " WHERE sc.scope_key = :scope")
-# Every active row of the scope, the same way, for a copy of its rows in memory.
-ACTIVE_ROWS_ALL = (f"SELECT sc.uses, sc.generation, {_R_COLUMNS} FROM scopes AS sc"
-                   " LEFT JOIN records AS r ON r.scope_key = sc.scope_key"
-                   " AND r.status = 'active' WHERE sc.scope_key = :scope")
 # A small scope's every active row with its terms (``reads.search``: ranked from them in
 # one statement); only the scope's row, with NULLs, for a scope of more than :most.
 SMALL_SCOPE_ROWS = (f"SELECT sc.uses, sc.generation, sc.active, {_R_COLUMNS}, r.tokens"
@@ -54,6 +51,9 @@ USES_COUNTER = "(SELECT uses FROM scopes WHERE scope_key = :scope)"
 # (``index.bounds``), read through the connection's ``fts5vocab`` table (``shards.py``).
 SCOPE_POSTINGS = ("SELECT substr(term, 9), doc & 4294967295 FROM temp.terms_vocab"
                   " WHERE term >= :low AND term < :high")
+# Its active rows' last touches as saved (lower bounds for the copy's weighing).
+SCOPE_TOUCHES = ("SELECT seq, ifnull(last_used_at, created_at) FROM records"
+                 f" WHERE {ACTIVE}")
 ACTIVE_SEQS = f"SELECT seq FROM records WHERE {ACTIVE} AND {IN_SEQS}"
 LISTING = (f"SELECT {USES_COUNTER}, {RECORD_COLUMNS} FROM records WHERE {ACTIVE}"
            " AND (:kind IS NULL OR kind = :kind)"
@@ -92,7 +92,6 @@ INSERT_ROWS = ("INSERT INTO records (scope_key, seq, id, kind, text, norm, keywo
                " SELECT :scope, " + ", ".join(f"value ->> {i}" for i in range(18))
                + " FROM json_each(:rows)")
 THREAD_OF = "SELECT source_thread_key FROM records WHERE scope_key = :scope AND seq = :seq"
-TOKENS_OF = f"SELECT seq, tokens FROM records WHERE scope_key = :scope AND {IN_SEQS}"
 # [[seq, use count, last used, confidence, status], ...]: the rows a batch restates,
 # supersedes or confirms, one statement (materialized first, so each row is a key lookup).
 CHANGE_ROWS = ("WITH c (seq, uses, last, confidence, status) AS MATERIALIZED"

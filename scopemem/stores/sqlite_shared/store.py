@@ -7,17 +7,18 @@ held and the cost of reaching a scope do not grow with the number of scopes: ove
 scopes a request finds its shard open, where one file per scope had to open (and close
 another) on nearly every request (``benchmarks/layout_bench.py``).
 
-This module decides on the event loop what answers a call: a copy in memory (``copies.py``,
-its records ``held.py``'s) or the shard, read on the read pool (``reads.py``) or written
-behind the shard's other writers (``writes.py``; the threads and queues are ``pools.py``'s),
-with use counts noted (``notes.py``) and saved in the background within ``usage_flush_ms``
-(``usage.py``), one transaction per shard. Counters and ``max_scopes`` are ``counts.py``'s,
-export and import ``porting.py``'s; a directory of the file layout is migrated at
-construction (``migrate.py``). Each of these parts is built here with what it uses.
+Each call runs on the read pool (``reads.py``: with the scope's copy of its index in
+memory, ``shared/cache.py``, when one is held) or behind the shard's other writers
+(``writes.py``; the threads and queues are ``pools.py``'s), with use counts saved in the
+background within ``usage_flush_ms`` (``usage.py``), one transaction per shard. Counters
+and ``max_scopes`` are ``counts.py``'s, export and import ``porting.py``'s; a directory of
+the file layout is migrated at construction (``migrate.py``). Each of these parts is built
+here with what it uses.
 """
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import logging
 import os
@@ -38,7 +39,6 @@ from scopemem.core.records import (
     SweepResult,
     WriteCounts,
 )
-from scopemem.core.scopes import record_seq
 from scopemem.stores.base import (
     DEFAULT_RANKING,
     Clock,
@@ -53,14 +53,12 @@ from scopemem.stores.base import (
 )
 from scopemem.stores.browsing import check_reach_retention_days
 from scopemem.stores.shared import batches
-from scopemem.stores.shared.cache import DEFAULT_POSTINGS_CACHE, PostingsCache
-from scopemem.stores.sqlite_shared import copies, reads, schema, writes
+from scopemem.stores.shared.cache import DEFAULT_POSTINGS_CACHE, PostingsCache, ScopeCopy
+from scopemem.stores.sqlite_shared import reads, schema, writes
+from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.browse import Browse
-from scopemem.stores.sqlite_shared.commits import Moves
 from scopemem.stores.sqlite_shared.counts import Counts, ScopeLimit
-from scopemem.stores.sqlite_shared.held import HeldRows
 from scopemem.stores.sqlite_shared.migrate import migrate_file_layout
-from scopemem.stores.sqlite_shared.notes import UseNotes
 from scopemem.stores.sqlite_shared.options import (
     DEFAULT_PATH,
     DEFAULT_USAGE_FLUSH_MS,
@@ -84,11 +82,8 @@ __all__ = ["SharedSqliteStore"]
 log = logging.getLogger("scopemem.stores.sqlite")
 
 _POOL_THREADS = POOL_THREADS  # (tests size their load by it)
-#: A retrieval reading this many postings has its scope copied into memory, dropping the
-#: least recently read copies to fit. A smaller scope is copied only into room to spare
-#: (half the budget, ``PostingsCache.spare``; a scope of at most ``reads.WHOLE_ROWS`` records
-#: whole, by the retrieval itself): over 10,000 such scopes, copies dropping each other cost
-#: more than they answer.
+#: Retrievals reading this many postings have their scope copied into memory
+#: (``PostingsCache.offer``), dropping the least recently read copies to fit.
 DEFAULT_MIN_POSTINGS = 256
 #: ``cache_rows`` counts rows; the copies are bounded in postings, about twenty a record of
 #: realistic text (so the default 50,000 rows is ``DEFAULT_POSTINGS_CACHE``).
@@ -125,27 +120,13 @@ class SharedSqliteStore:
             migrate_file_layout(self.directory, analyzer=self.analyzer, clock=clock,
                                 shards=self._shards.count)
         self._uses = PendingUses(self._shards.count)
-        # Per shard, the moves of the header by this store's writes and saves, which copies
-        # confirmed before them may follow (``commits.py``).
-        self._moves = Moves(self._shards.count)
-        self._pools = ShardPools(self._shards, self._moves)
+        self._pools = ShardPools(self._shards)
         # Copies of scopes' indexes read often enough (``reads.py``), checked against each
-        # scope's change counter with every retrieval.
-        budget = check_int(postings_cache, "postings_cache", 0)
-        self._copies = PostingsCache(budget,
-                                     check_int(cache_min_postings, "cache_min_postings", 0),
-                                     spare=budget // 2, carried=True)
+        # scope's change counter with every retrieval (``cache_rows``; 0: none).
+        self._copies = PostingsCache(check_int(postings_cache, "postings_cache", 0),
+                                     check_int(cache_min_postings, "cache_min_postings", 0))
         self._clock = clock
-        self._writing: dict[str, int] = {}  # scope → this store's writes under way
-        # Scopes' records in memory beside their copies (``held.py``), and how many
-        # retrievals they answered on the event loop (for tests and benchmarks).
-        self._row_copies: dict[str, copies.RowCopy] = {}
-        self.loop_answers = 0
-        self._notes = UseNotes(self._shards, self._pools, self._uses, self._copies,
-                               self._row_copies, self._writing, synchronous=self.synchronous,
-                               usage_flush_ms=self.usage_flush_ms)
-        self._held = HeldRows(self._shards, self._pools, self._uses, self._notes, self._copies,
-                              self._moves, self._row_copies)
+        self._saver: asyncio.Task[None] | None = None
         self._scopes = ScopeLimit(self._shards, self.max_scopes, self.directory)
         self._counts = Counts(self._shards, self._pools, self._scopes, clock,
                               synchronous=self.synchronous)
@@ -211,70 +192,26 @@ class SharedSqliteStore:
             return []
         shard = self._shards.of(scope_key)
         copy = self._copies.latest(scope_key)
-        rows = self._held.rows_of(scope_key, copy)
-        header = self._shards.header(shard)
-        seen = header.read() if header is not None else None
-        if rows is not None and copy is not None and seen is not None and \
-                self._moves.reaches(shard, rows.header, seen, scope_key):
-            # Nobody committed to the shard since the copies were last confirmed, but this
-            # store, in ways that leave them as they are.
-            rows.header = seen
-            ranked = copies.answer(copy, rows, self.ranking, terms, limit, now)
-            if ranked is not None:
-                self.loop_answers += 1
-                if not bump:
-                    return [Hit(record, match) for record, match in ranked]
-                bumped = [Hit(engine.bump_usage(record, now), match)
-                          for record, match in ranked]
-                if bumped:
-                    seqs = [record_seq(hit.record.id) for hit in bumped]
-                    added = self._uses.add(shard, scope_key, seqs, now)
-                    if rows.uses or not self._notes.foldable(shard, scope_key):
-                        self._notes.note(shard, scope_key, seqs, now, added)
-                    else:
-                        # Nothing kept apart: the records as returned are the records with
-                        # every use numbered so far.
-                        self._notes.note_log(shard, scope_key, seqs, now, added)
-                        rows.hold(seqs, [hit.record for hit in bumped],
-                                  self._uses.mark(shard))
-                    self._notes.schedule_save()
-                return bumped
-        searched: reads.Searched | None = None
+        searched = await self._pools.read(shard, reads.search, self._uses, shard,
+                                          self.ranking, scope_key, terms, limit, now, bump,
+                                          copy)
+        if searched is None:
+            return []  # no shard file yet
         if copy is not None:
-            searched = await self._notes.counting(
-                shard, reads.search, self._uses, shard, self.ranking, scope_key, terms, limit,
-                now, bump, copy)
-            if searched is not None and searched.hits is None:
-                if not self._writing.get(scope_key):
-                    # Unless this store's own write is under way, which carries the copy
-                    # across (``copies.py``) as it returns.
-                    self._copies.discard(scope_key, copy.generation)
-                searched = None
+            if searched.stale:
+                self._copies.discard(scope_key, copy.generation)
             else:
                 self._copies.answered += 1
-                if rows is not None and rows is self._row_copies.get(scope_key):
-                    # Confirmed at its counter after this header was read.
-                    rows.header = seen
-        if searched is None:
-            searched = await self._notes.counting(
-                shard, reads.search, self._uses, shard, self.ranking, scope_key, terms, limit,
-                now, bump, None, self._copies.has_room())
-            if searched is not None and searched.made is not None:
-                made_copy, made_rows = searched.made
-                if self._copies.put(scope_key, made_copy, spare=True) and \
-                        self._held.install(shard, scope_key, made_rows):
-                    # Read after this header: they are as it says, if it is still the one.
-                    made_rows.header = seen
-            elif searched is not None and searched.generation is not None:
-                self._copies.offer(scope_key, searched.generation, searched.postings_read,
-                                   self._held.copy)
-        hits = searched.hits if searched is not None else None
-        if bump and hits:
-            assert searched is not None
-            self._notes.note(shard, scope_key, [record_seq(hit.record.id) for hit in hits],
-                             now, searched.added)
-            self._notes.schedule_save()
-        return hits or []
+        if searched.generation is not None:
+            self._copies.offer(scope_key, searched.generation, searched.postings_read,
+                               self._copy)
+        if bump and searched.hits:
+            self._schedule_save()
+        return searched.hits
+
+    async def _copy(self, scope_key: str) -> ScopeCopy | None:
+        """The scope's whole index as it is now (``reads.copy_of``, on the read pool)."""
+        return await self._pools.read(self._shards.of(scope_key), reads.copy_of, scope_key)
 
     async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
         now = self._clock()
@@ -286,15 +223,11 @@ class SharedSqliteStore:
             if not seqs:
                 continue
             shard = self._shards.of(scope_key)
-            done = await self._notes.counting(shard, reads.mark_used, self._uses, shard,
-                                              scope_key, seqs, now)
-            if done is None:
-                continue
-            found, added = done
-            self._notes.note(shard, scope_key, found, now, added)
-            marked += len(found)
+            found = await self._pools.read(shard, reads.mark_used, self._uses, shard,
+                                           scope_key, seqs, now)
+            marked += len(found or ())
         if marked:
-            self._notes.schedule_save()
+            self._schedule_save()
         return marked
 
     async def list(self, scope_key: str, limit: int, query: str | None = None,
@@ -327,19 +260,10 @@ class SharedSqliteStore:
             return dropped
         now = self._clock()
         shard = self._shards.of(scope_key)
-        self._writing[scope_key] = self._writing.get(scope_key, 0) + 1
-        try:
-            done, move = await self._pools.write_moved(
-                shard, writes.write, self._uses, shard, self.analyzer, scope_key, fitted, cap,
-                now, retention_cutoff(now, self.retention_days), self._scopes.reserve,
-                create=True, unsettled=scope_key)
-        finally:
-            left = self._writing.pop(scope_key) - 1
-            if left:
-                self._writing[scope_key] = left
-        assert done is not None  # created: the shard has a file
-        counts, change = done
-        self._held.carry(shard, scope_key, change, move)
+        counts = await self._pools.write(
+            shard, writes.write, self._uses, shard, self.analyzer, scope_key, fitted, cap, now,
+            retention_cutoff(now, self.retention_days), self._scopes.reserve, create=True)
+        assert counts is not None  # created: the shard has a file
         return counts + dropped
 
     async def forget(self, scope_key: str, record_id: str) -> bool:
@@ -407,11 +331,12 @@ class SharedSqliteStore:
         twice."""
         if self._pools.closed:
             return
-        await self._held.close()
         await self._copies.close()
-        self._notes.cancel_save()
+        saver, self._saver = self._saver, None
+        if saver is not None and not saver.done():
+            saver.cancel()
         try:
-            await self._notes.save()
+            await self.flush()
         finally:
             self._pools.close()
             self._shards.close()
@@ -420,8 +345,25 @@ class SharedSqliteStore:
     # --- the parts' methods ---------------------------------------------------------------
 
     async def flush(self) -> None:
-        """Save the use counts not saved yet, now (``close`` saves them too)."""
-        await self._notes.save()
+        """Save the use counts not saved yet, now (``close`` saves them too), one
+        transaction per shard; a shard that fails keeps them for the next save."""
+        for shard in self._uses.shards():
+            try:
+                await self._pools.write(shard, self._uses.save, shard, self.synchronous)
+            except Exception as exc:  # kept pending for the next save
+                log.warning("sqlite store: %s: use counts not saved yet: %s",
+                            self._shards.path(shard), sqlite_sql.describe(exc))
+        if len(self._uses) and not self._pools.closed:
+            self._schedule_save()
+
+    def _schedule_save(self) -> None:
+        """Save the use counts within ``usage_flush_ms``, in the background."""
+        if self._saver is None or self._saver.done():
+            self._saver = asyncio.get_running_loop().create_task(self._save_later())
+
+    async def _save_later(self) -> None:
+        await asyncio.sleep(self.usage_flush_ms / 1000)
+        await self.flush()
 
     async def add_counts(self, rows: Sequence[CountRow]) -> None:
         await self._counts.add_counts(rows)

@@ -57,9 +57,6 @@ class PendingUses:
         # the committed entries kept for them: a read whose snapshot predates a commit must
         # still find that commit's entry (see ``rows``).
         self._readers = [0] * shards
-        # Adds counted per shard: a copy of rows in memory knows which uses it holds by
-        # number (``copies.RowCopy``).
-        self._added = [0] * shards
         self._committed: list[list[tuple[str, _Saving]]] = [[] for _ in range(shards)]
 
     def __len__(self) -> int:
@@ -69,21 +66,13 @@ class PendingUses:
         """The shards holding uses not saved yet."""
         return [index for index, scopes in enumerate(self._pending) if scopes]
 
-    def add(self, shard: int, scope_key: str, seqs: Sequence[int], now: int) -> int:
-        """Count one use of each of ``seqs``; the add's number in the shard (``mark``)."""
+    def add(self, shard: int, scope_key: str, seqs: Sequence[int], now: int) -> None:
+        """Count one use of each of ``seqs``."""
         with self.locks[shard]:
             pending = self._pending[shard].setdefault(scope_key, {})
             add_bumps(pending, seqs, now)
             if not pending:
                 del self._pending[shard][scope_key]
-            self._added[shard] += 1
-            return self._added[shard]
-
-    def mark(self, shard: int) -> int:
-        """The number of the shard's last add: every use numbered up to it is pending, being
-        saved or saved."""
-        with self.locks[shard]:
-            return self._added[shard]
 
     def rows(self, conn: Any, shard: int, scope_key: str, statement: str,
              params: dict[str, Any], lead: int = 1
@@ -91,15 +80,6 @@ class PendingUses:
         """The rows of ``statement`` (``lead`` columns, the first the scope's uses counter,
         then ``RECORD_COLUMNS``, or NULLs for none) as they are with every use not in them
         yet: the first row's leading columns (None: no row), and the rows without them."""
-        lead_values, found, _mark = self.rows_marked(conn, shard, scope_key, statement,
-                                                     params, lead)
-        return lead_values, found
-
-    def rows_marked(self, conn: Any, shard: int, scope_key: str, statement: str,
-                    params: dict[str, Any], lead: int = 1
-                    ) -> tuple[Sequence[Any] | None, list[Sequence[Any]], int]:
-        """``rows``, and the number of the last add they hold (every use numbered up to it
-        is in them, none after)."""
         lock = self.locks[shard]
         with lock:
             self._readers[shard] += 1
@@ -111,15 +91,14 @@ class PendingUses:
                 self._readers[shard] -= 1
                 counted = rows[0][0] if rows and rows[0][0] is not None else 0
                 missing = self._missing(shard, scope_key, counted) if rows else None
-                mark = self._added[shard]
                 if not self._readers[shard]:
                     self._forget_committed(shard)
         if not rows:
-            return None, [], mark
+            return None, []
         found = [row[lead:] for row in rows if row[lead] is not None]
         if missing:
             found = sqlite_sql.with_bumps(found, missing)
-        return rows[0][:lead], found, mark
+        return rows[0][:lead], found
 
     def _missing(self, shard: int, scope_key: str, counted: int) -> Bumps | None:
         """The uses a snapshot at uses counter ``counted`` lacks (the caller holds the
@@ -136,10 +115,9 @@ class PendingUses:
 
     @contextlib.contextmanager
     def saving(self, shard: int, scope_key: str | None = None) -> Iterator[
-            tuple[list[tuple[str, _Saving]], int]]:
+            list[tuple[str, _Saving]]]:
         """The shard's pending uses (only ``scope_key``'s when given), moved to the saving
-        set for the block, which applies them (``apply``) in its transaction and commits;
-        with the number of the last add among them.
+        set for the block, which applies them (``apply``) in its transaction and commits.
         They leave the saving set when the block ends; if it raises, they are pending again."""
         with self.locks[shard]:
             if scope_key is None:
@@ -150,10 +128,9 @@ class PendingUses:
             entries = [(key, _Saving(bumps)) for key, bumps in batch.items()]
             for key, entry in entries:
                 self._saving[shard].setdefault(key, []).append(entry)
-            mark = self._added[shard]
         committed = False
         try:
-            yield entries, mark
+            yield entries
             committed = True
         finally:
             with self.locks[shard]:
@@ -201,7 +178,7 @@ class PendingUses:
     def save(self, conn: Any, shard: int, synchronous: str) -> int:
         """Commit every use pending in ``shard`` in one transaction; how many rows. On
         failure the uses stay pending (for the next save) and the error is raised."""
-        with self.saving(shard) as (entries, _mark):
+        with self.saving(shard) as entries:
             if not entries:
                 return 0
             with relaxed(conn, synchronous), sqlite_sql.immediate(conn):

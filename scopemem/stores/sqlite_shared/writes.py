@@ -46,7 +46,7 @@ from scopemem.stores.sqlite_shared.usage import PendingUses
 
 log = logging.getLogger("scopemem.stores.sqlite")
 
-__all__ = ["Change", "add_rows", "delete_scope", "delete_scope_wiped", "forget",
+__all__ = ["add_rows", "delete_scope", "delete_scope_wiped", "forget",
            "forget_wiped", "purge", "scrub_provenance", "scrub_provenance_wiped", "sweep",
            "truncate_wal", "write"]
 
@@ -58,39 +58,14 @@ def add_rows(conn: Any, rows: Sequence[CountRow]) -> None:
 
 
 @contextlib.contextmanager
-def transaction(conn: Any, uses: PendingUses, shard: int, scope_key: str) -> Iterator[int]:
+def transaction(conn: Any, uses: PendingUses, shard: int, scope_key: str) -> Iterator[None]:
     """``BEGIN IMMEDIATE`` with the scope's pending uses saved first (so the batch's dedup
     and eviction see them, ``usage.py``); rolled back, uses pending again, if the block
-    raises. It gives the number of the last use the rows it reads hold."""
-    with uses.saving(shard, scope_key) as (entries, mark), sqlite_sql.immediate(conn):
+    raises."""
+    with uses.saving(shard, scope_key) as entries, sqlite_sql.immediate(conn):
         if entries:
             uses.apply(conn, shard, entries)
-        yield mark
-
-
-@attrs.define
-class Change:
-    """What a write did to its scope's postings, for carrying a copy of them in memory
-    across it (``copies.carried``): the scope's change counter as the transaction began
-    (the commit moves it on by one), the postings added and taken out, the added records'
-    last touches and the active count after it."""
-
-    before: int
-    mark: int  # the last use the rows it read (and so its changed rows) hold, by number
-    # term → the seqs it posted under the term. Tuples, not sets or a tuple a posting: the
-    # carried copy keeps them as they are (``copies.Layered``), and Python's collector
-    # stops walking a tuple of ints after its first collection, where a thousand tuples
-    # or sets surviving each write made it walk them again and again (half of a carry).
-    posted: dict[str, tuple[int, ...]] = attrs.Factory(dict)
-    inserted: list[int] = attrs.Factory(list)  # the seqs of the active rows it inserted
-    continuing: list[int] = attrs.Factory(list)  # those continuing their thread
-    rows: list[Record] = attrs.Factory(list)  # the active rows it inserted or changed
-    retired: list[int] = attrs.Factory(list)  # the rows it took out of active status
-    unposted: list[int] = attrs.Factory(list)  # the rows whose postings it took out
-    postings_added: int = 0
-    postings_removed: int = 0
-    touched: list[tuple[int, int]] = attrs.Factory(list)  # (seq, last touch)
-    active: int = 0
+        yield
 
 
 def _scope_row(conn: Any, scope_key: str) -> tuple[int, int, int, int] | None:
@@ -102,11 +77,10 @@ def _scope_row(conn: Any, scope_key: str) -> tuple[int, int, int, int] | None:
 
 def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_key: str,
           fitted: Sequence[Candidate], cap: int, now: int, cutoff: int,
-          reserve_scope: Callable[[], None]) -> tuple[WriteCounts, Change]:
+          reserve_scope: Callable[[], None]) -> WriteCounts:
     """Write a fitted batch; ``reserve_scope`` is called before a new scope's row is made
-    (it raises ``ScopeLimitReached`` past ``max_scopes``). The counts, and what the write
-    did to the scope's postings."""
-    with transaction(conn, uses, shard, scope_key) as mark:
+    (it raises ``ScopeLimitReached`` past ``max_scopes``). The counts."""
+    with transaction(conn, uses, shard, scope_key):
         row = _scope_row(conn, scope_key)
         if row is None:
             reserve_scope()
@@ -115,26 +89,24 @@ def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_ke
             assert row is not None
             if row[3] > index.MAX_SID:
                 raise StoreError(f"sqlite store: shard of {scope_key!r} has given every id")
-        last_seq, active, generation, sid = row
+        last_seq, active, _generation, sid = row
         route = Route(scope_key, sid)
-        change = Change(generation, mark)
         norms, seqs = batches.lookup_keys(scope_key, fitted)
         known = [sqlite_sql.record(r) for r in conn.execute(st.BATCH_ROWS, {
             "scope": scope_key, "norms": json.dumps(norms), "seqs": json.dumps(seqs)})]
         plan = batches.plan_batch(scope_key, fitted, known, last_seq + 1, now)
-        _persist(conn, analyzer, route, plan, last_seq, now, change)
+        _persist(conn, analyzer, route, plan, last_seq, now)
         evicted: list[int] = []
         live = active + plan.live_delta
         if live > cap:
-            evicted = _evict(conn, route, live - cap, now, change)
+            evicted = _evict(conn, route, live - cap, now)
         for statement in (st.SCRUB_SWEPT, st.PURGE):
             conn.execute(statement, {"scope": scope_key, "rows": PURGE_ROWS, "cutoff": cutoff})
         conn.execute(st.SET_COUNTS, {"scope": scope_key, "last": plan.next_seq - 1,
                                      "active": live - len(evicted)})
         counts = plan.counts + WriteCounts(evicted=len(evicted))
         add_rows(conn, counting.write_rows(scope_key, counts, now))
-        change.active = live - len(evicted)
-    return counts, change
+    return counts
 
 
 @attrs.frozen
@@ -146,7 +118,7 @@ class Route:
 
 
 def _persist(conn: Any, analyzer: Analyzer, route: Route, plan: batches.BatchPlan,
-             last_seq: int, now: int, change: Change) -> None:
+             last_seq: int, now: int) -> None:
     """The batch's new rows and their postings, and its changes to existing rows (those it
     retired leave the postings)."""
     scope_key = route.scope_key
@@ -166,74 +138,39 @@ def _persist(conn: Any, analyzer: Analyzer, route: Route, plan: batches.BatchPla
             rows = conn.execute(st.THREAD_OF, {"scope": scope_key, "seq": last_seq}).fetchall()
             thread = rows[0][0] if rows else None
         documents: list[tuple[int, list[str], bool]] = []
-        posted: dict[str, list[int]] = {}
         for record in plan.inserts:
             if record.is_active:
                 seq = record_seq(record.id)
                 if seq > index.MAX_SEQ:
                     raise StoreError(f"sqlite store: scope {scope_key!r} has used every id")
-                continues = record.source_thread_key == thread
-                terms = held[seq]
-                documents.append((seq, terms, continues))
-                change.postings_added += len(terms)
-                for term in terms:
-                    posted.setdefault(term, []).append(seq)
-                change.inserted.append(seq)
-                if continues:
-                    change.continuing.append(seq)
-                change.touched.append((seq, record.last_touched))
-                change.rows.append(record)
+                documents.append((seq, held[seq], record.source_thread_key == thread))
             thread = record.source_thread_key
         index.post(conn, route.sid, documents)
-        for term, seqs in posted.items():
-            had = change.posted.get(term)
-            change.posted[term] = (*had, *seqs) if had else tuple(seqs)
     if plan.changes:
         conn.execute(st.CHANGE_ROWS, {"scope": scope_key, "now": now, "rows": json.dumps([
             (record_seq(r.id), r.use_count, r.last_used_at, r.confidence, r.status.value)
             for r in plan.changes])})
-        retired = [record_seq(r.id) for r in plan.changes if not r.is_active]
-        _unpost(conn, route, retired, change)
-        change.retired.extend(retired)
-        change.rows.extend(r for r in plan.changes if r.is_active)
+        index.unpost(conn, route.sid,
+                     [record_seq(r.id) for r in plan.changes if not r.is_active])
 
 
-def _unpost(conn: Any, route: Route, seqs: Sequence[int], change: Change | None = None
-            ) -> None:
-    """Take rows ``seqs`` out of the token index (while they still hold their tokens, which
-    the copy carried across the write counts)."""
-    if not seqs:
-        return
-    if change is None:
-        index.unpost(conn, route.sid, seqs)
-        return
-    rows = conn.execute(st.TOKENS_OF, {"scope": route.scope_key,
-                                       "seqs": json.dumps(list(seqs))}).fetchall()
-    index.unpost(conn, route.sid, [seq for seq, _tokens in rows])
-    change.unposted.extend(seq for seq, _tokens in rows)
-    change.postings_removed += sum(len(tokens.split()) for _seq, tokens in rows)
-
-
-def _evict(conn: Any, route: Route, excess: int, now: int, change: Change
-           ) -> list[int]:
+def _evict(conn: Any, route: Route, excess: int, now: int) -> list[int]:
     """The seqs of the rows evicted to bring the scope down by ``excess``."""
     groups = [conn.execute(statement, {"scope": route.scope_key, "excess": excess}).fetchall()
               for statement in (st.LRU_NEVER_USED, st.LRU_USED)]
     evicted = batches.pick_eviction(groups[0], groups[1], excess)
-    return _retire(conn, route, evicted, Status.EVICTED, now, change)
+    return _retire(conn, route, evicted, Status.EVICTED, now)
 
 
-def _retire(conn: Any, route: Route, seqs: Sequence[int], status: Status, now: int,
-            change: Change | None = None) -> list[int]:
+def _retire(conn: Any, route: Route, seqs: Sequence[int], status: Status, now: int
+            ) -> list[int]:
     """Retire the active ones of rows ``seqs`` with ``status``, out of the postings; their
     seqs."""
     if not seqs:
         return []
-    _unpost(conn, route, seqs, change)
+    index.unpost(conn, route.sid, seqs)
     rows = conn.execute(st.RETIRE, {"scope": route.scope_key, "seqs": json.dumps(list(seqs)),
                                     "status": status.value, "now": now}).fetchall()
-    if change is not None:
-        change.retired.extend(seq for (seq,) in rows)
     return [seq for (seq,) in rows]
 
 
@@ -254,7 +191,7 @@ def forget(conn: Any, uses: PendingUses, shard: int, scope_key: str, seq: int, n
         if conn.changes() <= 0:
             return False
         # Out of the index, and the index merged: a forgotten record leaves no trace.
-        _unpost(conn, Route(scope_key, row[3]), [seq])
+        index.unpost(conn, row[3], [seq])
         index.scrub(conn)
         conn.execute(st.ADD_ACTIVE, {"scope": scope_key, "delta": -1})
         add_rows(conn, counting.forget_rows(scope_key, now))
