@@ -479,8 +479,8 @@ async def main() -> None:
     parser.add_argument("--semantic", choices=("both", "off", "only"), default="both",
                         help="measure the keyword read, the semantic lane, or both")
     parser.add_argument("--floor", type=float, default=MemoryConfig().embeddings_floor)
-    parser.add_argument("--hit-floor", type=float,
-                        default=MemoryConfig().embeddings_hit_floor)
+    parser.add_argument("--hit-floor", type=float, default=0.0,
+                        help="the least cosine a keyword hit needs (measured, not applied)")
     parser.add_argument("--share", type=float, default=SEMANTIC_SHARE)
     args = parser.parse_args()
     print(f"store {args.store}, ranking {args.ranking}, min_match {args.min_match:g}, "

@@ -129,11 +129,9 @@ class MemoryConfig:
     min_match: float = 0.0
     # The semantic lane (docs/memory.md "The semantic lane"): "<embedder>/<model>" turns it
     # on; a record is then relevant by a keyword match or by a cosine of at least the floor
-    # (a model's own scale: about 0.3 for all-MiniLM-L6-v2, higher for e5's).
+    # (a model's own scale: 0.4 chosen for all-MiniLM-L6-v2, higher for e5's).
     embeddings: str | None = None
-    embeddings_floor: float = 0.3
-    # With the lane on, the least cosine a keyword hit needs to be shown (0: every hit).
-    embeddings_hit_floor: float = 0.0
+    embeddings_floor: float = 0.4
     # What a long-running process (a bot) does when its durable store cannot be had (the
     # worker client without its token): "in-process" stands in with the in-process store
     # and one warning (its records die with the process); "refuse" makes it an error at
@@ -326,10 +324,9 @@ def _check_ranges(config: MemoryConfig) -> None:
     if config.embeddings is not None and "/" not in config.embeddings:
         raise ConfigError(f"memory.embeddings: expected <embedder>/<model>,"
                           f" got {config.embeddings!r}")
-    for key in ("embeddings_floor", "embeddings_hit_floor"):
-        if not 0.0 <= getattr(config, key) < 1.0:
-            raise ConfigError(f"memory.{key}: must be from 0 to below 1,"
-                              f" got {getattr(config, key)}")
+    if not 0.0 <= config.embeddings_floor < 1.0:
+        raise ConfigError("memory.embeddings_floor: must be from 0 to below 1,"
+                          f" got {config.embeddings_floor}")
     _check_mcp(config.mcp)
 
 

@@ -151,8 +151,7 @@ def build_lane(pm: PluginManager, config: MemoryConfig, environ: Mapping[str, st
     except ValueError as exc:
         raise ConfigError(f"memory.embeddings: {exc}") from None
     embedder = build_embedder(pm, config, ref, environ)
-    return SemanticLane(embedder, ref, Fusion(floor=config.embeddings_floor,
-                                              hit_floor=config.embeddings_hit_floor))
+    return SemanticLane(embedder, ref, Fusion(floor=config.embeddings_floor))
 
 
 async def embed_written(lane: SemanticLane | None, store: object, scope_key: str) -> None:

@@ -10,9 +10,8 @@ too. The pool of both is scored as the keyword pool is, with the match replaced 
 so a paraphrase that shares no word with its record (match 0) ranks by its cosine, and a
 hit that shares words but says something else loses the part its cosine does not give.
 A record is *relevant* (the gate, as the seed has it: a keyword match, or a cosine of at
-least the floor) when its match is positive and at least ``min_match``, or its cosine
-reaches the floor; when the lane is on, a keyword hit must also have a cosine of at least
-``hit_floor``: a brief that shares only common words with a record no longer brings it in.
+least the floor) when its match is positive and at least ``min_match`` (and its cosine at
+least ``hit_floor``, 0 unless a benchmark sets it), or its cosine reaches the floor.
 
 Pure: the stores and the host hand in numbers, nothing here reads a clock or a vector.
 """
@@ -36,7 +35,8 @@ def fused_match(match: float, cosine: float, share: float = SEMANTIC_SHARE) -> f
 @attrs.frozen
 class Fusion:
     """The lane's settings as the read applies them: ``floor`` lets a record in by its
-    cosine alone; ``hit_floor`` is the least cosine a keyword hit needs to stay in."""
+    cosine alone; ``hit_floor`` is the least cosine a keyword hit needs to stay in (0, as
+    the configuration leaves it: the benchmarks' ``--hit-floor`` measures the trade)."""
 
     floor: float
     hit_floor: float = 0.0
