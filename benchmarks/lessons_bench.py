@@ -497,7 +497,8 @@ async def main() -> None:
         for topics, no_target, name in halves:
             await measure(topics, no_target, args, name)
     if args.semantic != "off":
-        from semantic import MODEL, lane as semantic_lane
+        from semantic import MODEL
+        from semantic import lane as semantic_lane
 
         print(f"semantic lane (local/{MODEL}, floor {args.floor:g}, hit floor "
               f"{args.hit_floor:g}, cosine share {args.share:g}):")

@@ -243,7 +243,8 @@ async def main() -> None:
           f"{asked} questions with evidence; limit {args.limit}; ranking weighted, "
           f"languages {', '.join(ranking.analyzer.languages)}")
     if args.semantic != "off":
-        from semantic import MODEL, lane as semantic_lane
+        from semantic import MODEL
+        from semantic import lane as semantic_lane
 
         store = InMemoryStore(cap=MAX_SCOPE_CAP, clock=lambda: NOW, ranking=ranking)
         await fill(store, conversations)

@@ -17,8 +17,6 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-import numpy as np
-
 from scopemem.config import MemoryConfig
 from scopemem.core import scoring
 from scopemem.core.fusion import Fusion
@@ -50,6 +48,8 @@ class SemanticLane:
     async def vectors(self, texts: Sequence[str]) -> list[bytes]:
         """One unit float32 vector per text; ``ProviderError`` when the embedder answers
         anything else (a count, a dimension or a value that does not fit)."""
+        import numpy as np  # with the first vector, not with the read path's modules
+
         raw = await self.embedder.embed(model=self.ref.model, texts=list(texts))
         if not isinstance(raw, Sequence | np.ndarray) or len(raw) != len(texts):
             raise ProviderError(f"embedder {self.ref.provider}: asked for {len(texts)} "

@@ -77,7 +77,7 @@ class LocalEmbedder:
             import tokenizers
         except ImportError:
             raise ProviderError(f"{self.name}: the local embedder needs the local-embeddings "
-                                "extra (pip install 'scopemem[local-embeddings]')") from None
+                                "extra (pip install -e '.[local-embeddings]')") from None
         model_path = os.path.join(self.directory, MODEL_FILE)
         tokenizer_path = os.path.join(self.directory, TOKENIZER_FILE)
         for path in (model_path, tokenizer_path):

@@ -71,7 +71,8 @@ async def test_off_the_embedder_is_never_built_nor_asked(clock):
 async def test_remember_embeds_the_record_it_writes(clock):
     plugin = Plugin()
     memory = await filled(clock, plugin)
-    await memory.remember(Caller(user_key="user:cli:alice"), "Rollouts wait for the database backup")
+    await memory.remember(Caller(user_key="user:cli:alice"),
+                          "Rollouts wait for the database backup")
     assert await memory.store.vectors_missing("user:cli:alice", "fake/concepts", 10) == []
     assert plugin.embedder.calls[-1] == ["Rollouts wait for the database backup"]
 
@@ -132,3 +133,11 @@ def test_bad_configuration_names_the_key(settings, key):
     with pytest.raises(ConfigError, match=f"^{key}"):
         Memory.from_config(document, plugin_manager=new_plugin_manager(
             environ={"SCOPEMEM_LOAD_PLUGINS": "memory"}))
+
+
+def test_the_gate_is_a_keyword_match_or_a_cosine_at_the_floor():
+    fusion = Fusion(floor=0.4)
+    assert fusion.relevant(0.0, 0.4) and fusion.relevant(0.1, 0.0)
+    assert not fusion.relevant(0.0, 0.39)
+    assert fusion.match(0.5, 0.5) == pytest.approx(0.5)
+    assert fusion.match(0.5, -0.3) == pytest.approx(0.3)

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from scopemem.core.records import Record
 from scopemem.core.scopes import record_seq
 from scopemem.errors import StoreError
+
+if TYPE_CHECKING:  # numpy loads with the first vector, not with the stores' modules
+    import numpy as np
+    import numpy.typing as npt
+
+    Vector = npt.NDArray[np.float32]
 
 __all__ = ["MAX_DIMENSIONS", "MAX_MODEL_CHARS", "Shelf", "VectorStore", "check",
            "check_model", "nearest", "pack"]
@@ -34,8 +37,6 @@ MAX_DIMENSIONS = 4096
 MAX_MODEL_CHARS = 200
 #: The least length a stored vector may have before normalizing: anything shorter is zero.
 _TINY = 1e-12
-
-Vector = npt.NDArray[np.float32]
 
 
 @runtime_checkable
@@ -76,6 +77,8 @@ def check(value: object, dimensions: int | None = None) -> Vector:
     """``value`` (float32 bytes) as a unit vector; ``StoreError`` saying why not: not bytes,
     a length that is not whole float32 values, no or too many dimensions, a value that is
     not finite, a zero vector, or ``dimensions`` given and different."""
+    import numpy as np
+
     if not isinstance(value, bytes | bytearray | memoryview):
         raise StoreError(f"a vector must be bytes of float32 values, got "
                          f"{type(value).__name__}")
@@ -98,6 +101,8 @@ def check(value: object, dimensions: int | None = None) -> Vector:
 
 def pack(vector: Sequence[float] | npt.NDArray[np.floating[Any]]) -> bytes:
     """A vector as the lane stores and sends it: little-endian float32 bytes."""
+    import numpy as np
+
     return np.asarray(vector, dtype="<f4").tobytes()
 
 
@@ -106,6 +111,8 @@ def nearest(ids: Sequence[str], matrix: Vector, query: Vector, limit: int, floor
     """``VectorStore.nearest``'s answer as (id, cosine), over ``ids`` (one per row of
     ``matrix``, oldest first) and their unit vectors: the ``limit`` best at ``floor`` or
     above, best first, ties to the later row, then ``include``'s other ids among ``ids``."""
+    import numpy as np
+
     if not len(ids) or matrix.shape[1] != query.shape[0]:
         if len(ids):
             raise StoreError(f"the query's vector has {query.shape[0]} dimensions where this "
@@ -173,6 +180,8 @@ class Shelf:
     def search(self, scope_key: str, model: str, query: bytes, limit: int, floor: float,
                include: Collection[str], active: Mapping[str, Record]
                ) -> list[tuple[Record, float]]:
+        import numpy as np
+
         vector = check(query)
         cached = self._matrices.get((scope_key, model))
         if cached is None:
