@@ -51,14 +51,18 @@ import argparse
 import asyncio
 import os
 import random
+import statistics
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from scopemem import Memory, MemoryConfig, Request  # noqa: E402
+from scopemem.api.semantic import SemanticLane  # noqa: E402
+from scopemem.core.fusion import SEMANTIC_SHARE  # noqa: E402
 from scopemem.core.records import Candidate, Kind  # noqa: E402
 from scopemem.core.words import Analyzer  # noqa: E402
 from scopemem.languages import analyzer_for  # noqa: E402
@@ -404,7 +408,7 @@ async def unrelated_bullets(memory: Memory, briefs: list[str], rng: random.Rando
 
 
 async def measure(topics: list[tuple], no_target: list[str], args: argparse.Namespace,
-                  name: str) -> None:
+                  name: str, lane: SemanticLane | None = None) -> None:
     rng = random.Random(13)
     config = MemoryConfig(enabled=True, organization=ORG, store=args.store,
                           min_match=args.min_match, ranking=args.ranking,
@@ -417,14 +421,21 @@ async def measure(topics: list[tuple], no_target: list[str], args: argparse.Name
                  else InMemoryStore(clock=clock, ranking=ranking))
         memory = Memory(config, store, clock=clock)
         await fill(memory, clock, topics, rng)
+        if lane is not None:  # the vectors every write would have made, made now
+            memory.semantic = lane
+            for key in await store.export_scopes():
+                await lane.embed_missing(store, key)
         clock.now = NOW
+        took: list[float] = []
         found: dict[str, list[float]] = defaultdict(list)
         window: list[float] = []
         for where, lesson, _keywords, one_liner, paraphrase, log_line in topics:
             for kind, brief in (("one-liner", one_liner), ("paraphrase", paraphrase),
                                 ("pasted-log", pasted_log(log_line, rng))):
                 request = request_for(where, brief, rng)
+                started = time.perf_counter()
                 block = await memory.context_block(request)
+                took.append(time.perf_counter() - started)
                 found[kind].append(1.0 if lesson in block else 0.0)
                 shown = set(bullet_texts(block))
                 facts = await store.list(f"repo:{request.repo}", args.repo_window,
@@ -442,7 +453,8 @@ async def measure(topics: list[tuple], no_target: list[str], args: argparse.Name
     every = [hit for values in found.values() for hit in values]
     print(f"{name:9s} lesson-in-prompt {sum(every) / len(every):.2f}  "
           + "  ".join(f"{kind} {sum(v) / len(v):.2f}" for kind, v in found.items())
-          + f"  | repository window shown {sum(window) / len(window):.2f}")
+          + f"  | repository window shown {sum(window) / len(window):.2f}"
+          + f"  | context_block p50 {statistics.median(took) * 1000:.2f} ms")
     for kind, counts in extra.items():
         print(f"{name:9s} no-target ({kind}): {sum(counts) / len(counts):.1f} unrelated "
               f"bullets per brief (max {max(counts)})")
@@ -464,6 +476,12 @@ async def main() -> None:
     parser.add_argument("--limit", type=int, default=MemoryConfig().limit)
     parser.add_argument("--languages", default=",".join(DEFAULT_RANKING.analyzer.languages),
                         help="memory.languages, comma-separated (default english)")
+    parser.add_argument("--semantic", choices=("both", "off", "only"), default="both",
+                        help="measure the keyword read, the semantic lane, or both")
+    parser.add_argument("--floor", type=float, default=MemoryConfig().embeddings_floor)
+    parser.add_argument("--hit-floor", type=float, default=0.0,
+                        help="the least cosine a keyword hit needs (measured, not applied)")
+    parser.add_argument("--share", type=float, default=SEMANTIC_SHARE)
     args = parser.parse_args()
     print(f"store {args.store}, ranking {args.ranking}, min_match {args.min_match:g}, "
           f"repo_window {args.repo_window}, limit {args.limit}; {len(TOPICS_DEV)} + "
@@ -471,10 +489,25 @@ async def main() -> None:
           f"{len(NO_TARGET_BRIEFS)} plain, {len(NO_TARGET_DEV)} + {len(NO_TARGET_HELD_OUT)} "
           "with shared words")
     check_no_target(analyzer_for(tuple(args.languages.split(","))))
-    if args.set in ("dev", "both"):
-        await measure(TOPICS_DEV, NO_TARGET_DEV, args, "dev")
-    if args.set in ("held-out", "both"):
-        await measure(TOPICS_HELD_OUT, NO_TARGET_HELD_OUT, args, "held-out")
+    halves = [(TOPICS_DEV, NO_TARGET_DEV, "dev"),
+              (TOPICS_HELD_OUT, NO_TARGET_HELD_OUT, "held-out")]
+    halves = [half for half in halves if args.set in (half[2], "both")]
+    if args.semantic != "only":
+        print("keyword read (memory.embeddings unset):")
+        for topics, no_target, name in halves:
+            await measure(topics, no_target, args, name)
+    if args.semantic != "off":
+        from semantic import MODEL
+        from semantic import lane as semantic_lane
+
+        print(f"semantic lane (local/{MODEL}, floor {args.floor:g}, hit floor "
+              f"{args.hit_floor:g}, cosine share {args.share:g}):")
+        for topics, no_target, name in halves:
+            lane = semantic_lane(args.floor, args.hit_floor, args.share)
+            await measure(topics, no_target, args, name, lane)
+            embedder = lane.embedder
+            print(f"{name:9s} embedder: {embedder.texts} new texts in "  # type: ignore
+                  f"{embedder.seconds:.1f} s (cached on disk: run again to leave it out)")
 
 
 if __name__ == "__main__":

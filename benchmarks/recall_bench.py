@@ -45,10 +45,13 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from scopemem import MemoryConfig  # noqa: E402
+from scopemem.api.semantic import SemanticLane, fused_hits  # noqa: E402
+from scopemem.core.fusion import SEMANTIC_SHARE  # noqa: E402
 from scopemem.core.ranking import SEED, Ranking  # noqa: E402
 from scopemem.core.records import MAX_SCOPE_CAP, Candidate, Kind, Record  # noqa: E402
 from scopemem.languages import analyzer_for  # noqa: E402
-from scopemem.stores.base import DEFAULT_RANKING, MemoryStore  # noqa: E402
+from scopemem.stores.base import DEFAULT_RANKING, MemoryStore, search_hits  # noqa: E402
 from scopemem.stores.memory import InMemoryStore  # noqa: E402
 from scopemem.stores.sqlite_shared import SharedSqliteStore  # noqa: E402
 
@@ -116,6 +119,19 @@ def store_asker(store: MemoryStore) -> Ask:
     async def ask(conversation: Conversation, question: str, limit: int) -> list[str]:
         records: list[Record] = await store.retrieve(conversation.scope, question, limit)
         return [record.source_run_id or "" for record in records]
+
+    return ask
+
+
+def hybrid_asker(store: MemoryStore, lane: SemanticLane, pool: int) -> Ask:
+    """The read ``Memory`` makes with the semantic lane, one scope: the ``pool`` best keyword
+    hits and the ``pool`` nearest records at the floor or above, fused (``core.fusion``)."""
+    async def ask(conversation: Conversation, question: str, limit: int) -> list[str]:
+        vector = asyncio.ensure_future(lane.query(question))
+        hits = await search_hits(store, conversation.scope, question, pool, bump=False)
+        pooled, cosines = await lane.read(store, conversation.scope, hits, vector, pool)
+        ranked = fused_hits(pooled, cosines or {}, lane.fusion, 0.0, NOW)
+        return [hit.record.source_run_id or "" for hit in ranked[:limit]]
 
     return ask
 
@@ -209,6 +225,13 @@ async def main() -> None:
                         help="ask at most this many questions per method (default all)")
     parser.add_argument("--languages", default=",".join(DEFAULT_RANKING.analyzer.languages),
                         help="memory.languages, comma-separated (default english)")
+    parser.add_argument("--semantic", choices=("both", "off", "only"), default="both",
+                        help="the keyword stores, the semantic lane (in-process), or both")
+    parser.add_argument("--floor", type=float, default=MemoryConfig().embeddings_floor)
+    parser.add_argument("--share", type=float, default=SEMANTIC_SHARE)
+    parser.add_argument("--pool", type=int, default=50,
+                        help="keyword hits and dense candidates fused (default 50: the "
+                        "ranking's candidate cap at limit 10)")
     args = parser.parse_args()
     ranking = Ranking(analyzer_for(tuple(args.languages.split(","))))
     if not args.data.is_file():
@@ -219,6 +242,25 @@ async def main() -> None:
     print(f"{args.data.name}: {len(conversations)} conversations, {turns} turns, "
           f"{asked} questions with evidence; limit {args.limit}; ranking weighted, "
           f"languages {', '.join(ranking.analyzer.languages)}")
+    if args.semantic != "off":
+        from semantic import MODEL
+        from semantic import lane as semantic_lane
+
+        store = InMemoryStore(cap=MAX_SCOPE_CAP, clock=lambda: NOW, ranking=ranking)
+        await fill(store, conversations)
+        pool = args.pool
+        lexical = store_asker(store)
+        await measure("keyword (memory)", lexical, conversations, args.limit, args.questions)
+        lane = semantic_lane(args.floor, 0.0, args.share)
+        for conversation in conversations:
+            await lane.embed_missing(store, conversation.scope)
+        await measure(f"hybrid (local/{MODEL})", hybrid_asker(store, lane, pool),
+                      conversations, args.limit, args.questions)
+        print(f"{'':<24} floor {args.floor:g}, cosine share {args.share:g}, pool {pool}; the "
+              f"embedder took {lane.embedder.seconds:.1f} s for "  # type: ignore[attr-defined]
+              f"{lane.embedder.texts} new texts (cached)")  # type: ignore[attr-defined]
+        if args.semantic == "only":
+            return
     with tempfile.TemporaryDirectory(prefix="scopemem-recall-") as directory:
         for kind in [name.strip() for name in args.stores.split(",") if name.strip()]:
             async with built(kind, directory, ranking) as store:

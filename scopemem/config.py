@@ -131,6 +131,11 @@ class MemoryConfig:
     # The least keyword match a record needs to be injected as a keyword hit (the window
     # needs none): a brief with nothing relevant gets the window and nothing else.
     min_match: float = 0.0
+    # The semantic lane (docs/memory.md "The semantic lane"): "<embedder>/<model>" turns it
+    # on; a record is then relevant by a keyword match or by a cosine of at least the floor
+    # (a model's own scale: 0.4 chosen for all-MiniLM-L6-v2, higher for e5's).
+    embeddings: str | None = None
+    embeddings_floor: float = 0.4
     # What a long-running process (a bot) does when its durable store cannot be had (the
     # worker client without its token): "in-process" stands in with the in-process store
     # and one warning (its records die with the process); "refuse" makes it an error at
@@ -138,6 +143,7 @@ class MemoryConfig:
     fallback: str = "in-process"
     stores: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     providers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    embedders: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     hooks: HooksConfig = attrs.field(factory=HooksConfig)
     mcp: McpSettings = attrs.field(factory=McpSettings)
     tracing: TracingConfig = attrs.field(factory=TracingConfig)
@@ -160,6 +166,9 @@ class MemoryConfig:
 
     def provider_options(self, name: str) -> Mapping[str, Any]:
         return self.providers.get(name, {})
+
+    def embedder_options(self, name: str) -> Mapping[str, Any]:
+        return self.embedders.get(name, {})
 
 
 def _strict(kind: type) -> Any:
@@ -318,6 +327,12 @@ def _check_ranges(config: MemoryConfig) -> None:
         raise ConfigError(
             f"memory.model: expected <provider>/<model>, got {config.model!r}"
         )
+    if config.embeddings is not None and "/" not in config.embeddings:
+        raise ConfigError(f"memory.embeddings: expected <embedder>/<model>,"
+                          f" got {config.embeddings!r}")
+    if not 0.0 <= config.embeddings_floor < 1.0:
+        raise ConfigError("memory.embeddings_floor: must be from 0 to below 1,"
+                          f" got {config.embeddings_floor}")
     _check_mcp(config.mcp)
 
 

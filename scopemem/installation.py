@@ -23,6 +23,7 @@ import attrs
 from scopemem.config import MemoryConfig
 from scopemem.core.text import redact_secrets
 from scopemem.errors import ConfigError, ScopememError, StoreError
+from scopemem.plugins.embedders import EmbedderSettings, embedder_registry
 from scopemem.plugins.manager import PluginManager
 from scopemem.plugins.providers import (
     ModelRef,
@@ -35,7 +36,7 @@ from scopemem.stores.base import Clock, MemoryStore, StoreFactory, StoreSettings
 from scopemem.stores.null import NullStore
 
 __all__ = ["PluginTables", "build_store", "check_plugin_tables", "effective_settings",
-           "effective_toml", "store_registry"]
+           "effective_toml", "embeddings_ref", "store_registry"]
 
 
 def store_registry(pm: PluginManager) -> Registry[StoreFactory]:
@@ -101,6 +102,7 @@ class PluginTables:
 
     stores: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     providers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    embedders: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
 
 
 def _effective(given: Mapping[str, Any], recorded: Mapping[str, Any]) -> dict[str, Any]:
@@ -108,13 +110,20 @@ def _effective(given: Mapping[str, Any], recorded: Mapping[str, Any]) -> dict[st
     return {**recorded, **{key: value for key, value in given.items() if key not in recorded}}
 
 
-def _model_ref(config: MemoryConfig) -> ModelRef | None:
-    if config.model is None:
+def _model_ref(config: MemoryConfig, key: str = "model") -> ModelRef | None:
+    value = getattr(config, key)
+    if value is None:
         return None
     try:
-        return parse_model_ref(config.model)
+        return parse_model_ref(value)
     except ValueError as exc:
-        raise ConfigError(f"memory.model: {exc}") from None
+        raise ConfigError(f"memory.{key}: {exc}") from None
+
+
+def embeddings_ref(config: MemoryConfig) -> ModelRef | None:
+    """The embedder and model ``memory.embeddings`` names (``ConfigError`` naming the key
+    when it is not ``<embedder>/<model>``), or None: the semantic lane is off."""
+    return _model_ref(config, "embeddings")
 
 
 def _not_installed(key: str, what: str, name: str, registry: Registry[Any]) -> ConfigError:
@@ -145,6 +154,16 @@ def check_plugin_tables(config: MemoryConfig, pm: PluginManager, *,
         if ref.provider not in provider_names:
             provider_names.append(ref.provider)
 
+    embedders = embedder_registry(pm)
+    embedder_names = list(config.embedders)
+    embedding = embeddings_ref(config)
+    if embedding is not None:
+        if embedding.provider not in embedders:
+            raise _not_installed("memory.embeddings", "embedder", embedding.provider,
+                                 embedders)
+        if embedding.provider not in embedder_names:
+            embedder_names.append(embedding.provider)
+
     def store_settings(name: str) -> StoreSettings:
         return _store_settings(config, name, env, clock, validate_only=True)
 
@@ -152,13 +171,20 @@ def check_plugin_tables(config: MemoryConfig, pm: PluginManager, *,
         return ProviderSettings(name=name, options=dict(config.provider_options(name)),
                                 environ=dict(env))
 
+    def embedder_settings(name: str) -> EmbedderSettings:
+        return EmbedderSettings(name=name, options=dict(config.embedder_options(name)),
+                                environ=dict(env))
+
     return PluginTables(stores=_check_tables("store", stores, store_names, store_settings),
                         providers=_check_tables("provider", providers, provider_names,
-                                                provider_settings))
+                                                provider_settings),
+                        embedders=_check_tables("embedder", embedders, embedder_names,
+                                                embedder_settings))
 
 
 def _check_tables(what: str, registry: Registry[Any], names: list[str],
-                  settings_for: Callable[[str], StoreSettings | ProviderSettings]
+                  settings_for: Callable[[str], StoreSettings | ProviderSettings
+                                                | EmbedderSettings]
                   ) -> dict[str, dict[str, Any]]:
     """Each named table validated by its plugin's factory, and its options in effect."""
     checked: dict[str, dict[str, Any]] = {}
@@ -171,7 +197,8 @@ def _check_tables(what: str, registry: Registry[Any], names: list[str],
     return checked
 
 
-def _call(factory: Any, settings: StoreSettings | ProviderSettings) -> None:
+def _call(factory: Any, settings: StoreSettings | ProviderSettings | EmbedderSettings
+          ) -> None:
     """Build a plugin only to validate its table; a plugin's own error names the key, any
     other failure is named after the table."""
     try:
@@ -203,12 +230,14 @@ def effective_settings(config: MemoryConfig, tables: PluginTables) -> dict[str, 
     every ``[memory]`` key (defaults included; unset optional keys left out) and each
     validated plugin table with its options in effect."""
     memory = {field.name: getattr(config, field.name) for field in attrs.fields(MemoryConfig)
-              if field.name not in ("stores", "providers")}
+              if field.name not in ("stores", "providers", "embedders")}
     table = _plain(memory)
     if tables.stores:
         table["stores"] = _plain(tables.stores)
     if tables.providers:
         table["providers"] = _plain(tables.providers)
+    if tables.embedders:
+        table["embedders"] = _plain(tables.embedders)
     return {"memory": table}
 
 

@@ -27,6 +27,7 @@ import attrs
 from scopemem import tracing
 from scopemem.api.browsing import Browsing
 from scopemem.api.operations import Operations
+from scopemem.api.semantic import SemanticLane, build_lane, fused_hits
 from scopemem.config import MemoryConfig, load_config
 from scopemem.core import scoring
 from scopemem.core.records import Kind, Record
@@ -53,6 +54,9 @@ log = logging.getLogger("scopemem")
 
 REPO_KIND = "repo"
 
+# The query's vector as the scope reads await it (None: the semantic lane is off).
+_Vector = asyncio.Future[bytes] | None
+
 
 @attrs.frozen
 class MemoryContext:
@@ -68,11 +72,13 @@ class MemoryContext:
 @attrs.frozen
 class _ScopeRead:
     """One scope's part of a block: the repository's window (newest facts, shown outright)
-    and keyword hits, each with its match."""
+    and keyword hits, each with its match; with the semantic lane, its dense candidates
+    among the hits (match 0 when they are not keyword hits) and every hit's cosine."""
 
     window: list[Record]
     hits: list[Hit]
     error: str | None = None
+    cosines: Mapping[str, float] | None = None
 
 
 class Memory(Operations):
@@ -106,6 +112,8 @@ class Memory(Operations):
         self._resolutions: set[asyncio.Task[None]] = set()  # running, so not collected
         self._marks: set[asyncio.Task[None]] = set()  # use counts of shown records, saving
         self.ranking = config.ranking_spec()
+        # The semantic lane (``memory.embeddings``), or None: the keyword read alone.
+        self.semantic: SemanticLane | None = build_lane(self.pm, config, self.environ)
         # What the read path and reflection count (stores.counting), saved in batches.
         self.counters = CountBuffer(store, clock)
         # Browsing (the Memory Hub's data, ``api.browsing``), exposed as Memory's own calls.
@@ -157,6 +165,11 @@ class Memory(Operations):
                 await provider.close()
             except Exception as exc:  # closing must go on to the store whatever happens
                 log.warning("[memory] closing a model provider failed: %s", exc)
+        if self.semantic is not None:
+            try:
+                await self.semantic.close()
+            except Exception as exc:  # as a provider's: the store must still close
+                log.warning("[memory] closing the embedder failed: %s", exc)
         await self.counters.close()
         await self.store.close()
 
@@ -289,7 +302,11 @@ class Memory(Operations):
 
     async def _context(self, request: Request, count: bool) -> MemoryContext:
         early_keys, refusals = request_scope_keys(self.scope_kinds, resolved(request, None))
-        early = {key: asyncio.ensure_future(self._traced_read(self._hits, key, request.text))
+        # The query's vector, embedded once for every scope (the semantic lane).
+        vector = (None if self.semantic is None
+                  else asyncio.ensure_future(self.semantic.query(request.text)))
+        early = {key: asyncio.ensure_future(self._traced_read(self._hits, key, request.text,
+                                                              vector))
                  for key in early_keys}
         try:
             repo = await self.resolve_repo(request.repo)
@@ -300,24 +317,29 @@ class Memory(Operations):
                 refusals += more
             _warn_refusals(refusals)
             late = {key: asyncio.ensure_future(self._traced_read(self._late_read, key,
-                                                                request.text))
+                                                                request.text, vector))
                     for key in late_keys}
             reads = {**early, **late}
             await asyncio.gather(*reads.values())
         finally:
             for task in early.values():
                 task.cancel()
+            if vector is not None:
+                vector.cancel()
         keys = order_scope_keys(reads, self.breadth)
         window: list[Record] = []
         hits: list[Hit] = []
         failed: dict[str, str] = {}
+        cosines: dict[str, float] | None = None
         for key in keys:
             read = reads[key].result()
             window.extend(read.window)
             hits.extend(read.hits)
             if read.error is not None:
                 failed[key] = read.error
-        kept = self._select(window, hits, keys)
+            if read.cosines is not None:
+                cosines = {**(cosines or {}), **read.cosines}
+        kept = self._select(window, hits, keys, cosines)
         if count:
             # The window's display never reinforces it (003): only the hits shown are used.
             in_window = {record.id for record in window}
@@ -326,8 +348,8 @@ class Memory(Operations):
             self._log_reaches(kept, request)
         return MemoryContext(scoring.render_block(kept, keys), tuple(keys), failed)
 
-    def _select(self, window: Sequence[Record], hits: Sequence[Hit], keys: Sequence[str]
-                ) -> list[Record]:
+    def _select(self, window: Sequence[Record], hits: Sequence[Hit], keys: Sequence[str],
+                cosines: Mapping[str, float] | None = None) -> list[Record]:
         """The records a block shows, in order, within ``limit`` and ``max_tokens``.
 
         The repository's window (its newest facts) leads the block whole, as 003 wants; the
@@ -336,12 +358,18 @@ class Memory(Operations):
         each hit's match in its own scope (in [0, 1], so scopes compare like with like; ties
         to the widest scope, the pool being in breadth order); a hit below ``min_match`` is
         not shown. A window fact that is also a hit is shown once, in the window, and is the
-        last of the window to give way when the window alone does not fit."""
+        last of the window to give way when the window alone does not fit.
+
+        With the semantic lane (``cosines``: each hit's cosine), a hit is relevant and
+        scored as ``core.fusion`` says."""
         now = self.clock()
         floor = self.config.min_match
-        relevant = [hit for hit in hits if hit.match >= floor]
-        relevant.sort(key=lambda hit: -scoring.score_of(hit.match, hit.record.last_touched,
-                                                        now))
+        if cosines is not None and self.semantic is not None:
+            relevant = fused_hits(hits, cosines, self.semantic.fusion, floor, now)
+        else:
+            relevant = [hit for hit in hits if hit.match >= floor]
+            relevant.sort(key=lambda hit: -scoring.score_of(hit.match,
+                                                            hit.record.last_touched, now))
         ranked = list({hit.record.id: hit.record for hit in relevant}.values())
         kept = scoring.window_then_hits(
             window, ranked,
@@ -449,19 +477,19 @@ class Memory(Operations):
             self._repo_answers[repo] = answer
         return answer
 
-    async def _traced_read(self, read: Callable[[str, str], Awaitable[_ScopeRead]], key: str,
-                           query: str) -> _ScopeRead:
+    async def _traced_read(self, read: Callable[[str, str, _Vector], Awaitable[_ScopeRead]],
+                           key: str, query: str, vector: _Vector) -> _ScopeRead:
         """``read`` of the scope ``key`` in a ``scope_read`` span: its kind, counts,
         outcome."""
         with tracing.span("scope_read", tracing.scope_attributes(
                 key, self.config.tracing.scope_keys)) as span:
-            answer = await read(key, query)
+            answer = await read(key, query, vector)
             span.set_attributes({"records.window": len(answer.window),
                                  "records.hits": len(answer.hits),
                                  "outcome": "ok" if answer.error is None else "failed"})
             return answer
 
-    async def _hits(self, key: str, query: str) -> _ScopeRead:
+    async def _hits(self, key: str, query: str, vector: _Vector = None) -> _ScopeRead:
         try:
             hits = await search_hits(self.store, key, query, self.config.limit, bump=False,
                                      strict=True)
@@ -470,17 +498,21 @@ class Memory(Operations):
         except Exception as exc:
             log.warning("[memory] retrieve from %s failed: %s", key, exc)
             return _ScopeRead([], [], str(exc) or type(exc).__name__)
-        return _ScopeRead([], hits)
+        if vector is None or self.semantic is None:
+            return _ScopeRead([], hits)
+        hits, cosines = await self.semantic.read(self.store, key, hits, vector,
+                                                 self.config.limit)
+        return _ScopeRead([], hits, cosines=cosines)
 
-    async def _late_read(self, key: str, query: str) -> _ScopeRead:
+    async def _late_read(self, key: str, query: str, vector: _Vector = None) -> _ScopeRead:
         """The repository scope: its window and its keyword hits beyond it (so an older
         lesson that fits the brief still gets a slot); any other scope: its hits."""
         if scope_kind(key) != REPO_KIND or self.config.repo_window <= 0:
-            return await self._hits(key, query)
+            return await self._hits(key, query, vector)
         window_read = asyncio.ensure_future(
             self.store.list(key, self.config.repo_window, kind=Kind.FACT))
         try:
-            read = await self._hits(key, query)
+            read = await self._hits(key, query, vector)
         except BaseException:
             window_read.cancel()  # cancelled with the read: leave nothing running behind
             raise
@@ -490,10 +522,10 @@ class Memory(Operations):
             raise
         except Exception as exc:
             log.warning("[memory] repository window for %s failed: %s", key, exc)
-            return _ScopeRead([], read.hits, str(exc) or type(exc).__name__)
+            return _ScopeRead([], read.hits, str(exc) or type(exc).__name__, read.cosines)
         # The window is facts only, whatever a store answered.
         return _ScopeRead([record for record in records if record.kind == Kind.FACT],
-                          read.hits, read.error)
+                          read.hits, read.error, read.cosines)
 
 
 def _warn_refusals(refusals: Sequence[str]) -> None:

@@ -35,6 +35,7 @@ from scopemem.api.results import (
     SweepReport,
     caller_problem,
 )
+from scopemem.api.semantic import SemanticLane, embed_written
 from scopemem.config import MemoryConfig
 from scopemem.core import counters, scoring
 from scopemem.core.commands import (
@@ -81,6 +82,7 @@ class Operations:
     scope_kinds: dict[str, ScopeKind]
     clock: Clock
     counters: CountBuffer
+    semantic: SemanticLane | None
 
     @property
     def enabled(self) -> bool:
@@ -258,6 +260,7 @@ class Operations:
             counts = await self.store.write(key, [screened.candidate])
         except Exception as exc:
             raise OperationFailed(f"write to {key}", exc) from exc
+        await embed_written(self.semantic, self.store, key)
         return RememberResult(key, counts, screened.redacted, supersedes,
                               durable=self.store_is_durable)
 

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import attrs
 
 from scopemem import secrets, tracing
+from scopemem.api.semantic import SemanticLane, embed_written
 from scopemem.config import MemoryConfig
 from scopemem.core import counters
 from scopemem.core.policy import RunActor
@@ -66,6 +67,7 @@ class ReflectionHost(Protocol):
     scope_kinds: dict[str, ScopeKind]
     breadth: dict[str, int]
     counters: CountBuffer  # what reflection offered, rejected, ran, skipped and failed
+    semantic: SemanticLane | None  # the semantic lane, which embeds what is written
 
     def reflection_model(self, run_model: str | None) -> tuple[Provider | None, str]: ...
 
@@ -327,6 +329,7 @@ async def _reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
         with tracing.span("reflection.write", tracing.scope_attributes(
                 key, config.tracing.scope_keys)) as write:
             counts, failed = await _write_scope(memory, key, candidates)
+            await embed_written(memory.semantic, memory.store, key)
             write.set_attributes({"candidates": len(candidates), "candidates.failed": failed,
                                   "records.inserted": counts.inserted})
         report.counts += counts

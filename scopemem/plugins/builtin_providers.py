@@ -147,8 +147,13 @@ class _HttpProvider:
             raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
         if self._closed:
             raise ProviderError(f"{self.name}: the provider is closed")
+        return self._text(await self._call(self._body(model, system, user, max_tokens)))
+
+    async def _call(self, request: Mapping[str, Any]) -> Any:
+        """POST ``request`` as JSON to ``_url()`` under the retry policy; the parsed reply.
+        (The embedding client sends its own bodies through this.)"""
         headers = self._headers()
-        body = json.dumps(self._body(model, system, user, max_tokens)).encode()
+        body = json.dumps(request).encode()
         from scopemem.stores.retrying import RetryPolicy
 
         policy = RetryPolicy(self.timeout_seconds)
@@ -158,7 +163,7 @@ class _HttpProvider:
         except ValueError:  # includes UnicodeDecodeError
             raise ProviderError(f"{self.name}: the reply from {self._where()} is not JSON")\
                 from None
-        return self._text(reply)
+        return reply
 
     async def close(self) -> None:
         self._closed = True

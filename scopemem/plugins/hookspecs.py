@@ -129,6 +129,24 @@ def scopemem_register_providers(register: Callable[[str, Callable[..., Any]], No
 
 
 @hookspec
+def scopemem_register_embedders(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register embedding providers for the semantic lane by name.
+
+    :param register: ``register(name, factory)``; ``memory.embeddings = "<name>/<model>"``
+        picks an embedder and a model. ``factory(settings: EmbedderSettings)`` returns an
+        ``Embedder`` (``scopemem.plugins.embedders``); ``settings.options`` is the
+        ``[memory.embedders.<name>]`` table, which the factory validates itself (raise
+        ``ConfigError`` naming the key). Factories do no I/O (a local model loads on its
+        first ``embed``).
+
+    Called once when ``Memory`` is built with ``memory.embeddings`` set (and by ``config
+    check``). A name registered twice is an error. The built-ins (``openai``, an
+    OpenAI-compatible ``/embeddings`` client, and ``local``, an ONNX model on disk) arrive
+    this way too.
+    """
+
+
+@hookspec
 def scopemem_register_commands(cli: click.Group) -> None:
     """Add click commands to the ``scopemem`` command line.
 

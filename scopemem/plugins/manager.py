@@ -43,7 +43,9 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "scopemem.cli.builtin_scope_commands",
     "scopemem.cli.builtin_stats_commands",
     "scopemem.cli.builtin_health_commands",
+    "scopemem.cli.builtin_embedding_commands",
     "scopemem.plugins.builtin_providers",
+    "scopemem.plugins.builtin_embedders",
     "scopemem.agent_hooks.plugin",
     "scopemem.mcp.plugin",
 )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import builtins
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from scopemem.core import engine
@@ -59,6 +59,7 @@ from scopemem.stores.base import (
 from scopemem.stores.memory_browse import InProcessBrowsing
 from scopemem.stores.porting import group_import
 from scopemem.stores.shared import counts as counting
+from scopemem.stores.shared.vectors import Shelf
 
 if TYPE_CHECKING:
     from scopemem.stores.dense import DenseIndex
@@ -178,6 +179,7 @@ class InMemoryStore:
         self.record_history = self.browsing.record_history
         self.log_reaches = self.browsing.log_reaches
         self.read_reaches = self.browsing.read_reaches
+        self._vectors = Shelf()  # the semantic lane's (stores.shared.vectors)
 
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> InMemoryStore:
@@ -410,6 +412,7 @@ class InMemoryStore:
         rows = self._scopes.pop(scope_key, [])
         self._indexes.pop(scope_key, None)
         self.browsing.dropped(scope_key)
+        self._vectors.drop(scope_key)
         for record in rows:
             self._terms.pop(record.id, None)
             self._died.pop(record.id, None)
@@ -452,6 +455,27 @@ class InMemoryStore:
             self._indexes.pop(scope_key, None)
             result += PurgeResult(purged=len(rows) - len(kept), scrubbed=swept - left)
         return result
+
+    # --- the semantic lane (``stores.shared.vectors.VectorStore``) -----------------------
+
+    def _active(self, scope_key: str) -> dict[str, Record]:
+        return {record.id: record for _touched, record in self._index(scope_key).details.values()}
+
+    async def vectors_missing(self, scope_key: str, model: str, limit: int
+                              ) -> builtins.list[tuple[str, str]]:
+        active = [record for record in self._rows(scope_key) if record.is_active]
+        return self._vectors.missing(scope_key, model, active, limit)
+
+    async def put_vectors(self, scope_key: str, model: str,
+                          vectors: Sequence[tuple[str, bytes]]) -> int:
+        return self._vectors.put(check_scope_key(scope_key), model, vectors,
+                                 self._active(scope_key))
+
+    async def nearest(self, scope_key: str, model: str, vector: bytes, limit: int,
+                      floor: float, include: Collection[str] = ()
+                      ) -> builtins.list[tuple[Record, float]]:
+        return self._vectors.search(check_scope_key(scope_key), model, vector, limit, floor,
+                                    include, self._active(scope_key))
 
     # --- counters (``stores.base.CountingStore``) ----------------------------------------
 

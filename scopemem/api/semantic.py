@@ -1,0 +1,169 @@
+"""The semantic lane as ``Memory`` runs it: the embedder ``memory.embeddings`` names, the
+vectors it gives checked and normalized, the records without one embedded, a scope's dense
+candidates read.
+
+Off (``memory.embeddings`` unset), nothing here is built and the read is the keyword read,
+byte for byte. On, each record gets its vector once, right after the write that made it
+(reflection, ``remember``, an import) and from ``scopemem embeddings backfill`` for records
+older than the lane: both are ``embed_missing``, which asks the store for its records
+without a vector of the model and embeds them in batches. A query is embedded once per
+``context_block``. How a cosine joins a match is ``scopemem.core.fusion``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+from scopemem.config import MemoryConfig
+from scopemem.core import scoring
+from scopemem.core.fusion import Fusion
+from scopemem.errors import ConfigError
+from scopemem.plugins.embedders import Embedder, build_embedder
+from scopemem.plugins.manager import PluginManager
+from scopemem.plugins.providers import ModelRef, ProviderError, parse_model_ref
+from scopemem.stores.base import Hit
+from scopemem.stores.shared.vectors import MAX_DIMENSIONS, VectorStore, pack
+
+__all__ = ["EMBED_BATCH", "SemanticLane", "build_lane", "embed_written", "fused_hits"]
+
+log = logging.getLogger("scopemem")
+
+#: Records embedded per call to the embedder (and per store write of their vectors).
+EMBED_BATCH = 32
+
+
+class SemanticLane:
+    """One embedder and model, with the fusion the read applies."""
+
+    def __init__(self, embedder: Embedder, ref: ModelRef, fusion: Fusion) -> None:
+        self.embedder = embedder
+        self.ref = ref
+        self.model = str(ref)  # what the store tags each vector with
+        self.fusion = fusion
+        self._dimensions: int | None = None
+
+    async def vectors(self, texts: Sequence[str]) -> list[bytes]:
+        """One unit float32 vector per text; ``ProviderError`` when the embedder answers
+        anything else (a count, a dimension or a value that does not fit)."""
+        import numpy as np  # with the first vector, not with the read path's modules
+
+        raw = await self.embedder.embed(model=self.ref.model, texts=list(texts))
+        if not isinstance(raw, Sequence | np.ndarray) or len(raw) != len(texts):
+            raise ProviderError(f"embedder {self.ref.provider}: asked for {len(texts)} "
+                                f"vectors, got {len(raw) if hasattr(raw, '__len__') else 0}")
+        packed: list[bytes] = []
+        for vector in raw:
+            try:
+                array = np.asarray(vector, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ProviderError(f"embedder {self.ref.provider}: a vector is not a list "
+                                    "of numbers") from None
+            dimensions = array.shape[0] if array.ndim == 1 else 0
+            if not 1 <= dimensions <= MAX_DIMENSIONS:
+                raise ProviderError(f"embedder {self.ref.provider}: a vector of shape "
+                                    f"{array.shape} (expected 1 to {MAX_DIMENSIONS} numbers)")
+            if self._dimensions is None:
+                self._dimensions = dimensions
+            elif dimensions != self._dimensions:
+                raise ProviderError(f"embedder {self.ref.provider}: model {self.ref.model} "
+                                    f"gave a vector of {dimensions} dimensions after "
+                                    f"{self._dimensions}")
+            norm = float(np.linalg.norm(array))
+            if not np.isfinite(array).all() or not math.isfinite(norm) or norm == 0.0:
+                raise ProviderError(f"embedder {self.ref.provider}: a vector is zero or "
+                                    "holds a value that is not finite")
+            packed.append(pack(array / norm))
+        return packed
+
+    async def query(self, text: str) -> bytes:
+        return (await self.vectors([text]))[0]
+
+    async def embed_missing(self, store: VectorStore, scope_key: str, *,
+                            progress: Callable[[int], None] | None = None) -> int:
+        """Embed every active record of the scope without a vector of the model, in
+        batches; how many were kept. Resumable by construction: each batch is kept before
+        the next is asked for, so a run cut short leaves only its last batch to redo."""
+        kept = 0
+        while True:
+            missing = await store.vectors_missing(scope_key, self.model, EMBED_BATCH)
+            if not missing:
+                return kept
+            vectors = await self.vectors([text for _id, text in missing])
+            stored = await store.put_vectors(
+                scope_key, self.model, list(zip([i for i, _t in missing], vectors,
+                                                 strict=True)))
+            kept += stored
+            if progress is not None:
+                progress(len(missing))
+            if stored == 0:  # they all left active status meanwhile: the next run's work
+                return kept
+
+    async def read(self, store: object, scope_key: str, hits: list[Hit],
+                   vector: asyncio.Future[bytes], limit: int
+                   ) -> tuple[list[Hit], dict[str, float] | None]:
+        """A scope's keyword hits with its dense candidates beside them (match 0 when they
+        are not keyword hits), and every one's cosine (a hit without a vector has none).
+        A lane that cannot answer (the embedder, or a store without vectors) leaves the
+        keyword hits as they are, with no cosines, and one warning."""
+        if not isinstance(store, VectorStore):
+            return hits, None
+        try:
+            nearest = await store.nearest(scope_key, self.model, await asyncio.shield(vector),
+                                          limit, self.fusion.floor,
+                                          [hit.record.id for hit in hits])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("[memory] semantic read of %s failed: %s", scope_key, exc)
+            return hits, None
+        lexical = {hit.record.id for hit in hits}
+        dense = [Hit(record, 0.0) for record, _cosine in nearest if record.id not in lexical]
+        return [*hits, *dense], {record.id: cosine for record, cosine in nearest}
+
+    async def close(self) -> None:
+        await self.embedder.close()
+
+
+def fused_hits(hits: Sequence[Hit], cosines: Mapping[str, float], fusion: Fusion,
+               min_match: float, now: int) -> list[Hit]:
+    """The relevant hits of a pool, best first, as ``core.fusion`` scores them (a hit
+    without a vector has cosine 0)."""
+    scored = []
+    for hit in hits:
+        cosine = cosines.get(hit.record.id, 0.0)
+        if fusion.relevant(hit.match, cosine, min_match):
+            scored.append((scoring.score_of(fusion.match(hit.match, cosine),
+                                            hit.record.last_touched, now), hit))
+    scored.sort(key=lambda item: -item[0])
+    return [hit for _score, hit in scored]
+
+
+def build_lane(pm: PluginManager, config: MemoryConfig, environ: Mapping[str, str] | None
+               ) -> SemanticLane | None:
+    """The lane ``memory.embeddings`` names, or None when it is unset. No I/O."""
+    if config.embeddings is None:
+        return None
+    try:
+        ref = parse_model_ref(config.embeddings)
+    except ValueError as exc:
+        raise ConfigError(f"memory.embeddings: {exc}") from None
+    embedder = build_embedder(pm, config, ref, environ)
+    return SemanticLane(embedder, ref, Fusion(floor=config.embeddings_floor))
+
+
+async def embed_written(lane: SemanticLane | None, store: object, scope_key: str) -> None:
+    """After a write to ``scope_key``: embed its records that have no vector yet (those the
+    write made). A failure is one warning: the records are written, and the next write or
+    ``scopemem embeddings backfill`` embeds them."""
+    if lane is None:
+        return
+    if not isinstance(store, VectorStore):
+        log.warning("[memory] the store keeps no vectors; the semantic lane is idle")
+        return
+    try:
+        await lane.embed_missing(store, scope_key)
+    except Exception as exc:  # the write stands; its vectors come later
+        log.warning("[memory] embedding new records of %s failed: %s", scope_key, exc)

@@ -1,0 +1,76 @@
+"""``scopemem embeddings backfill``: embed the records written before the semantic lane.
+
+Every active record of every scope (or of ``--scope``) without a vector of the model
+``memory.embeddings`` names is embedded and its vector kept, in batches, each kept before
+the next is asked for: a run stopped half way (Ctrl-C, a failed call) is resumed by running
+it again, which embeds only what is still missing. A progress bar (records) is drawn on a
+terminal.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any, cast
+
+import click
+
+from scopemem.cli.root import CliState
+from scopemem.plugins.markers import hookimpl
+
+if TYPE_CHECKING:
+    from scopemem.api.memory import Memory
+
+__all__ = ["scopemem_register_commands"]
+
+
+@hookimpl
+def scopemem_register_commands(cli: click.Group) -> None:
+    @cli.group(name="embeddings")
+    def embeddings() -> None:
+        """The semantic lane's vectors (memory.embeddings)."""
+
+    @embeddings.command(name="backfill")
+    @click.option("--scope", "scope_key", metavar="KEY", default=None,
+                  help="One scope (a full key, e.g. repo:acme/app); default every scope.")
+    @click.pass_obj
+    def backfill(state: CliState, scope_key: str | None) -> None:
+        """Embed every record that has no vector of the configured model yet."""
+        import asyncio
+
+        from scopemem.cli.builtin_memory_commands import _memory
+
+        memory = _memory(state)
+        try:
+            kept = asyncio.run(_backfill(memory, scope_key))
+        finally:
+            asyncio.run(memory.close())
+        click.echo(f"embedded {kept} record(s) with {memory.config.embeddings}")
+
+
+async def _backfill(memory: Memory, scope_key: str | None) -> int:
+    from scopemem.errors import ScopememError
+    from scopemem.stores.shared.vectors import VectorStore
+
+    lane = memory.semantic
+    if not memory.enabled or lane is None:
+        raise click.ClickException("the semantic lane is off: set memory.enabled and "
+                                   "memory.embeddings (<embedder>/<model>) first")
+    store = memory.store
+    if not isinstance(store, VectorStore):
+        raise click.ClickException(f"store {memory.config.store!r} keeps no vectors")
+    if scope_key is not None:
+        scopes = [scope_key]
+    elif hasattr(store, "export_scopes"):
+        scopes = list(await cast(Any, store).export_scopes())
+    else:
+        raise click.ClickException("this store cannot list its scopes: give --scope")
+    kept = 0
+    with click.progressbar(length=len(scopes), label="scopes", file=sys.stderr) as bar:
+        for key in scopes:
+            try:
+                kept += await lane.embed_missing(store, key)
+            except ScopememError as exc:
+                raise click.ClickException(f"{key}: {exc} ({kept} record(s) embedded; run "
+                                           "again to resume)") from None
+            bar.update(1)
+    return kept

@@ -1,0 +1,205 @@
+"""The semantic lane's vectors as every store keeps and searches them.
+
+A vector is a record's embedding under one model (``memory.embeddings``), computed once when
+the record is written (or by ``scopemem embeddings backfill``) and kept beside it: on the
+wire and on disk it is ``dims`` little-endian float32 values (4 bytes a dimension: 1,536
+bytes for all-MiniLM-L6-v2's 384), of unit length, so a cosine is a dot product. A store
+keeps, per record, the model its vector came from; a retrieval reads only the vectors of
+the model asked for, and a record whose vector is of another model counts as having none.
+
+``VectorStore`` is what a store offers for the lane (optional, like ``CountingStore``);
+``nearest`` here is the one search every store runs: numpy brute force over a scope's
+active records' vectors (about 0.3 ms for 10,000 vectors of 384 dimensions). ``check`` is the
+one validation every store and the worker apply to a vector that comes in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from scopemem.core.records import Record
+from scopemem.core.scopes import record_seq
+from scopemem.errors import StoreError
+
+if TYPE_CHECKING:  # numpy loads with the first vector, not with the stores' modules
+    import numpy as np
+    import numpy.typing as npt
+
+    Vector = npt.NDArray[np.float32]
+
+__all__ = ["MAX_DIMENSIONS", "MAX_MODEL_CHARS", "Shelf", "VectorStore", "check",
+           "check_model", "nearest", "pack"]
+
+#: The most dimensions a vector may have (OpenAI's largest model has 3,072).
+MAX_DIMENSIONS = 4096
+MAX_MODEL_CHARS = 200
+#: The least length a stored vector may have before normalizing: anything shorter is zero.
+_TINY = 1e-12
+
+
+@runtime_checkable
+class VectorStore(Protocol):
+    """A store that keeps the semantic lane's vectors. Every method is scoped to one scope
+    key and reads or changes active records only."""
+
+    async def vectors_missing(self, scope_key: str, model: str, limit: int
+                              ) -> list[tuple[str, str]]:
+        """(id, text) of up to ``limit`` active records of the scope without a vector of
+        ``model``, oldest first."""
+
+    async def put_vectors(self, scope_key: str, model: str,
+                          vectors: Sequence[tuple[str, bytes]]) -> int:
+        """Keep each (record id, vector) as that record's vector of ``model`` (replacing a
+        vector of any model); ids that are not active records of the scope are skipped.
+        ``StoreError`` for a vector ``check`` refuses, or one whose dimensions differ from
+        the scope's other vectors of that model. Answers how many were kept."""
+
+    async def nearest(self, scope_key: str, model: str, vector: bytes, limit: int,
+                      floor: float, include: Collection[str] = ()
+                      ) -> list[tuple[Record, float]]:
+        """The ``limit`` active records whose vector of ``model`` has the highest cosine
+        with ``vector``, of those at ``floor`` or above, best first (ties to the newer), then
+        the records of ``include`` not among them that have such a vector, whatever their
+        cosine. Never bumps usage."""
+
+
+def check_model(model: object) -> str:
+    if not isinstance(model, str) or not model or len(model) > MAX_MODEL_CHARS \
+            or not model.isprintable():
+        raise StoreError(f"an embedding model must be a printable string of 1 to "
+                         f"{MAX_MODEL_CHARS} characters, got {model!r:.80}")
+    return model
+
+
+def check(value: object, dimensions: int | None = None) -> Vector:
+    """``value`` (float32 bytes) as a unit vector; ``StoreError`` saying why not: not bytes,
+    a length that is not whole float32 values, no or too many dimensions, a value that is
+    not finite, a zero vector, or ``dimensions`` given and different."""
+    import numpy as np
+
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise StoreError(f"a vector must be bytes of float32 values, got "
+                         f"{type(value).__name__}")
+    size = len(value)
+    if size % 4 or not 4 <= size <= 4 * MAX_DIMENSIONS:
+        raise StoreError(f"a vector must hold 1 to {MAX_DIMENSIONS} float32 values "
+                         f"(a multiple of 4 bytes), got {size} bytes")
+    array = np.frombuffer(bytes(value), dtype="<f4").astype(np.float32)
+    if dimensions is not None and array.shape[0] != dimensions:
+        raise StoreError(f"a vector of {array.shape[0]} dimensions where this scope's "
+                         f"vectors of the model have {dimensions}")
+    if not np.isfinite(array).all():
+        raise StoreError("a vector holds a value that is not finite")
+    norm = float(np.linalg.norm(array.astype(np.float64)))
+    if not math.isfinite(norm) or norm < _TINY:
+        raise StoreError("a vector of length zero has no direction")
+    result: Vector = (array / np.float32(norm)).astype(np.float32)
+    return result
+
+
+def pack(vector: Sequence[float] | npt.NDArray[np.floating[Any]]) -> bytes:
+    """A vector as the lane stores and sends it: little-endian float32 bytes."""
+    import numpy as np
+
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+def nearest(ids: Sequence[str], matrix: Vector, query: Vector, limit: int, floor: float,
+            include: Collection[str] = ()) -> list[tuple[str, float]]:
+    """``VectorStore.nearest``'s answer as (id, cosine), over ``ids`` (one per row of
+    ``matrix``, oldest first) and their unit vectors: the ``limit`` best at ``floor`` or
+    above, best first, ties to the later row, then ``include``'s other ids among ``ids``."""
+    import numpy as np
+
+    if not len(ids) or matrix.shape[1] != query.shape[0]:
+        if len(ids):
+            raise StoreError(f"the query's vector has {query.shape[0]} dimensions where this "
+                             f"scope's vectors of the model have {matrix.shape[1]}")
+        return []
+    cosines = matrix @ query
+    order = np.lexsort((-np.arange(len(ids)), -cosines))  # best first, then the newer
+    answer: list[tuple[str, float]] = []
+    taken: set[str] = set()
+    for row in order[:max(limit, 0)]:
+        value = float(cosines[row])
+        if value < floor:
+            break
+        answer.append((ids[row], value))
+        taken.add(ids[row])
+    if include:
+        wanted = set(include) - taken
+        answer.extend((ids[row], float(cosines[row])) for row in range(len(ids))
+                      if ids[row] in wanted)
+    return answer
+
+
+class Shelf:
+    """The vectors of a store that holds its records in this process (the in-process
+    store): scope → record id → (model, unit vector), with each scope's matrix per model
+    built on the first search after a change."""
+
+    def __init__(self) -> None:
+        self._vectors: dict[str, dict[str, tuple[str, Vector]]] = {}
+        self._matrices: dict[tuple[str, str], tuple[list[str], Vector]] = {}
+
+    def missing(self, scope_key: str, model: str, active: Sequence[Record], limit: int
+                ) -> list[tuple[str, str]]:
+        held = self._vectors.get(scope_key, {})
+        answer: list[tuple[str, str]] = []
+        for record in active:
+            if len(answer) >= limit:
+                break
+            entry = held.get(record.id)
+            if entry is None or entry[0] != model:
+                answer.append((record.id, record.text))
+        return answer
+
+    def put(self, scope_key: str, model: str, vectors: Sequence[tuple[str, bytes]],
+            active: Collection[str]) -> int:
+        check_model(model)
+        held = self._vectors.setdefault(scope_key, {})
+        dimensions = next((vector.shape[0] for name, vector in held.values()
+                           if name == model), None)
+        checked = []
+        for record_id, value in vectors:
+            vector = check(value, dimensions)
+            dimensions = vector.shape[0]
+            checked.append((record_id, vector))
+        kept = 0
+        for record_id, vector in checked:
+            if record_id in active:
+                held[record_id] = (model, vector)
+                kept += 1
+        if kept:
+            self._matrices = {key: value for key, value in self._matrices.items()
+                              if key[0] != scope_key}
+        return kept
+
+    def search(self, scope_key: str, model: str, query: bytes, limit: int, floor: float,
+               include: Collection[str], active: Mapping[str, Record]
+               ) -> list[tuple[Record, float]]:
+        import numpy as np
+
+        vector = check(query)
+        cached = self._matrices.get((scope_key, model))
+        if cached is None:
+            held = self._vectors.get(scope_key, {})
+            ids = sorted((record_id for record_id, (name, _v) in held.items()
+                          if name == model), key=record_seq)
+            rows = [held[record_id][1] for record_id in ids]
+            matrix = (np.vstack(rows) if rows
+                      else np.zeros((0, vector.shape[0]), dtype=np.float32))
+            cached = self._matrices[(scope_key, model)] = (ids, matrix)
+        ids, matrix = cached
+        live = [row for row, record_id in enumerate(ids) if record_id in active]
+        if len(live) != len(ids):
+            ids, matrix = [ids[row] for row in live], matrix[live]
+        return [(active[record_id], cosine) for record_id, cosine
+                in nearest(ids, matrix, vector, limit, floor, include)]
+
+    def drop(self, scope_key: str) -> None:
+        self._vectors.pop(scope_key, None)
+        self._matrices = {key: value for key, value in self._matrices.items()
+                          if key[0] != scope_key}

@@ -1,0 +1,143 @@
+"""The semantic lane: ``memory.embeddings``, vectors at write time, the fused read."""
+
+from __future__ import annotations
+
+import pytest
+
+from scopemem import ConfigError, Memory, MemoryConfig, Request
+from scopemem.api.results import Caller
+from scopemem.api.semantic import SemanticLane
+from scopemem.core.fusion import Fusion
+from scopemem.errors import StoreError
+from scopemem.plugins.manager import new_plugin_manager
+from scopemem.plugins.providers import ModelRef, ProviderError
+from scopemem.stores.memory import InMemoryStore
+from scopemem.stores.shared.vectors import pack
+from tests.conftest import FakeClock, fact
+from tests.fake_embedder import FakeEmbedder, Plugin
+
+ORG = "org:acme"
+PARAPHRASE = "Run the schema migration before you deploy the api"
+KITCHEN = "The tables in the office kitchen need cleaning on fridays"
+BRIEF = "how do we ship the release after changing postgres tables"
+
+
+def config(**overrides: object) -> MemoryConfig:
+    settings = {"enabled": True, "organization": "acme", "store": "memory",
+                "embeddings": "fake/concepts", **overrides}
+    return MemoryConfig(**settings)  # type: ignore[arg-type]
+
+
+def bullets(block: str) -> list[str]:
+    return [line[2:].split(" (source: ")[0] for line in block.splitlines()
+            if line.startswith("- ")]
+
+
+async def filled(clock: FakeClock, plugin: Plugin, **overrides: object) -> Memory:
+    memory = Memory(config(**overrides), InMemoryStore(clock=clock),
+                    plugin_manager=new_plugin_manager(load_entry_points=False,
+                                                      extra_plugins=(plugin,)), clock=clock)
+    await memory.store.write(ORG, [fact(PARAPHRASE), fact(KITCHEN),
+                                   fact("Redis keys expire after a day in staging")])
+    if memory.semantic is not None:
+        await memory.semantic.embed_missing(memory.store, ORG)
+    return memory
+
+
+async def test_a_paraphrase_outranks_an_unrelated_keyword_hit(clock):
+    memory = await filled(clock, Plugin())
+    assert bullets(await memory.context_block(Request(text=BRIEF))) == [PARAPHRASE, KITCHEN]
+    # The keyword read alone finds only the kitchen (the brief shares "tables" with it).
+    plain = await filled(clock, Plugin(), embeddings=None)
+    assert bullets(await plain.context_block(Request(text=BRIEF))) == [KITCHEN]
+
+
+async def test_the_floor_gates_what_only_the_cosine_brings_in(clock):
+    memory = await filled(clock, Plugin(), embeddings_floor=0.9)
+    assert bullets(await memory.context_block(Request(text=BRIEF))) == [KITCHEN]
+
+
+async def test_off_the_embedder_is_never_built_nor_asked(clock):
+    plugin = Plugin()
+    memory = await filled(clock, plugin, embeddings=None)
+    lane_on = await filled(clock, Plugin())
+    brief = "who cleans the office kitchen"
+    assert memory.semantic is None
+    assert await memory.context_block(Request(text=brief)) == \
+        await lane_on.context_block(Request(text=brief))
+    assert plugin.embedder.calls == []
+
+
+async def test_remember_embeds_the_record_it_writes(clock):
+    plugin = Plugin()
+    memory = await filled(clock, plugin)
+    await memory.remember(Caller(user_key="user:cli:alice"),
+                          "Rollouts wait for the database backup")
+    assert await memory.store.vectors_missing("user:cli:alice", "fake/concepts", 10) == []
+    assert plugin.embedder.calls[-1] == ["Rollouts wait for the database backup"]
+
+
+async def test_embedding_missing_vectors_resumes_after_a_failure(clock):
+    store = InMemoryStore(clock=clock)
+    await store.write(ORG, [fact(f"lesson number {n} about caching layer {n}")
+                            for n in range(70)])
+    failing = SemanticLane(FakeEmbedder(fail_after=1), ModelRef("fake", "m"), Fusion(0.4))
+    with pytest.raises(ProviderError):
+        await failing.embed_missing(store, ORG)
+    assert len(await store.vectors_missing(ORG, "fake/m", 100)) == 70 - 32
+    steady = FakeEmbedder()
+    done = await SemanticLane(steady, ModelRef("fake", "m"), Fusion(0.4)).embed_missing(
+        store, ORG)
+    assert done == 70 - 32 and sum(map(len, steady.calls)) == 70 - 32
+    assert await store.vectors_missing(ORG, "fake/m", 100) == []
+
+
+@pytest.mark.parametrize(("vector", "reason"), [
+    (b"\x00\x00\x80", "multiple of 4 bytes"),
+    (pack([float("nan"), 1.0]), "not finite"),
+    (pack([0.0, 0.0]), "length zero"),
+    (b"", "multiple of 4 bytes"),
+    (pack([1.0] * 4097), "multiple of 4 bytes"),
+    ("1,2,3", "must be bytes"),
+])
+async def test_a_store_refuses_hostile_vectors(clock, vector, reason):
+    store = InMemoryStore(clock=clock)
+    await store.write(ORG, [fact("one lesson")])
+    ((record_id, _text),) = await store.vectors_missing(ORG, "m", 5)
+    with pytest.raises(StoreError, match=reason):
+        await store.put_vectors(ORG, "m", [(record_id, vector)])
+
+
+async def test_a_vector_of_other_dimensions_is_refused(clock):
+    store = InMemoryStore(clock=clock)
+    await store.write(ORG, [fact("one lesson"), fact("another lesson")])
+    (first, _), (second, _) = await store.vectors_missing(ORG, "m", 5)
+    assert await store.put_vectors(ORG, "m", [(first, pack([1.0, 0.0]))]) == 1
+    with pytest.raises(StoreError, match="3 dimensions"):
+        await store.put_vectors(ORG, "m", [(second, pack([1.0, 0.0, 0.0]))])
+    with pytest.raises(StoreError, match="dimensions"):
+        await store.nearest(ORG, "m", pack([1.0, 0.0, 0.0]), 5, 0.0)
+
+
+@pytest.mark.parametrize(("settings", "key"), [
+    ({"embeddings": "no-slash"}, "memory.embeddings"),
+    ({"embeddings": "nobody/model"}, "memory.embeddings"),
+    ({"embeddings_floor": 1.5}, "memory.embeddings_floor"),
+    ({"embeddings": "local/minilm"}, "memory.embedders.local.directory"),
+    ({"embeddings": "local/minilm", "embedders": {"local": {"directory": "/m", "x": 1}}},
+     "memory.embedders.local.x"),
+])
+def test_bad_configuration_names_the_key(settings, key):
+    document = {"memory": {"enabled": True, "organization": "acme", "store": "memory",
+                           **settings}}
+    with pytest.raises(ConfigError, match=f"^{key}"):
+        Memory.from_config(document, plugin_manager=new_plugin_manager(
+            environ={"SCOPEMEM_LOAD_PLUGINS": "memory"}))
+
+
+def test_the_gate_is_a_keyword_match_or_a_cosine_at_the_floor():
+    fusion = Fusion(floor=0.4)
+    assert fusion.relevant(0.0, 0.4) and fusion.relevant(0.1, 0.0)
+    assert not fusion.relevant(0.0, 0.39)
+    assert fusion.match(0.5, 0.5) == pytest.approx(0.5)
+    assert fusion.match(0.5, -0.3) == pytest.approx(0.3)

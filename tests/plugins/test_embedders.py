@@ -1,0 +1,112 @@
+"""The built-in OpenAI-compatible embedding client, against a real local aiohttp server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aiohttp import web
+
+from scopemem import MemoryConfig
+from scopemem.api.semantic import SemanticLane
+from scopemem.core.fusion import Fusion
+from scopemem.errors import PluginError
+from scopemem.plugins.embedders import build_embedder
+from scopemem.plugins.manager import new_plugin_manager
+from scopemem.plugins.providers import ModelRef, ProviderError
+
+
+class Server:
+    """Answers each POST with the next planned (status, body, headers)."""
+
+    def __init__(self) -> None:
+        self.plan: list[tuple[int, object]] = []
+        self.bodies: list[dict] = []
+        self.base = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.bodies.append(await request.json())
+        status, body = self.plan.pop(0) if self.plan else (500, {"error": "no plan"})
+        if body == "echo":
+            texts = self.bodies[-1]["input"]
+            body = {"data": [{"index": i, "embedding": [1.0, float(i), 0.5]}
+                             for i in reversed(range(len(texts)))]}
+        return web.Response(status=status, text=json.dumps(body),
+                            headers={"Retry-After": "0"} if status == 503 else {})
+
+
+@pytest.fixture
+async def server(aiohttp_server):
+    api = Server()
+    app = web.Application()
+    app.router.add_post("/v1/embeddings", api.handle)
+    running = await aiohttp_server(app)
+    api.base = f"http://127.0.0.1:{running.port}/v1"
+    return api
+
+
+@pytest.fixture
+async def lane(server):
+    config = MemoryConfig(embedders={"openai": {"base_url": server.base,
+                                                "timeout_seconds": 5}})
+    ref = ModelRef("openai", "text-embedding-3-small")
+    embedder = build_embedder(new_plugin_manager(load_entry_points=False), config, ref,
+                              {"OPENAI_API_KEY": "sk-test-key-123"})
+    lane = SemanticLane(embedder, ref, Fusion(0.4))
+    yield lane
+    await lane.close()
+
+
+async def test_vectors_come_back_in_the_texts_order(server, lane):
+    server.plan = [(200, "echo")]
+    first, second = await lane.vectors(["alpha", "beta"])
+    assert server.bodies == [{"model": "text-embedding-3-small", "input": ["alpha", "beta"]}]
+    import numpy as np
+
+    assert np.frombuffer(second, dtype="<f4")[1] > np.frombuffer(first, dtype="<f4")[1]
+
+
+async def test_a_503_is_retried(server, lane):
+    server.plan = [(503, {"error": {"message": "busy"}}), (200, "echo")]
+    assert len(await lane.vectors(["alpha"])) == 1
+    assert len(server.bodies) == 2
+
+
+async def test_a_refusal_is_a_clear_error_without_the_key(server, lane):
+    server.plan = [(400, {"error": {"message": "bad input sk-test-key-123"}})]
+    with pytest.raises(ProviderError, match="HTTP 400") as caught:
+        await lane.vectors(["alpha"])
+    assert "sk-test-key-123" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("reply", "reason"), [
+    ({"data": [{"index": 0, "embedding": [1.0, 2.0]}, {"index": 1, "embedding": [1.0]}]},
+     "dimensions"),
+    ({"data": [{"index": 0, "embedding": [1.0, 2.0]}]}, "expected 2 embeddings"),
+    ({"data": [{"index": 0, "embedding": ["x"]}, {"index": 1, "embedding": [1.0]}]},
+     "not a list of numbers"),
+    ({"data": [{"index": 0, "embedding": [0.0]}, {"index": 1, "embedding": [1.0]}]},
+     "zero"),
+])
+async def test_an_unusable_reply_is_a_clear_error(server, lane, reply, reason):
+    server.plan = [(200, reply)]
+    with pytest.raises(ProviderError, match=reason):
+        await lane.vectors(["alpha", "beta"])
+
+
+def test_scopemem_register_embedders_registers_the_built_ins_and_a_plugins():
+    from scopemem import hookimpl
+    from scopemem.plugins.embedders import embedder_registry
+    from tests.fake_embedder import Plugin
+
+    class Twice:
+        @hookimpl
+        def scopemem_register_embedders(self, register):
+            register("openai", lambda settings: None)
+
+    registry = embedder_registry(new_plugin_manager(load_entry_points=False,
+                                                    extra_plugins=(Plugin(),)))
+    assert {"openai", "local", "fake"} <= set(registry.names())
+    with pytest.raises(PluginError, match="'openai' is registered twice"):
+        embedder_registry(new_plugin_manager(load_entry_points=False,
+                                             extra_plugins=(Twice(),)))
