@@ -20,8 +20,9 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from scopemem.core.records import Record
-from scopemem.core.scopes import record_seq
+from scopemem.core.scopes import memory_id, record_seq
 from scopemem.errors import StoreError
+from scopemem.stores.shared.batches import seq_in_scope
 
 if TYPE_CHECKING:  # numpy loads with the first vector, not with the stores' modules
     import numpy as np
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # numpy loads with the first vector, not with the stores' mod
     Vector = npt.NDArray[np.float32]
 
 __all__ = ["MAX_DIMENSIONS", "MAX_MODEL_CHARS", "Shelf", "VectorStore", "check",
-           "check_model", "nearest", "pack"]
+           "check_dimensions", "check_model", "keyed", "nearest", "pack", "stacked"]
 
 #: The most dimensions a vector may have (OpenAI's largest model has 3,072).
 MAX_DIMENSIONS = 4096
@@ -106,6 +107,40 @@ def pack(vector: Sequence[float] | npt.NDArray[np.floating[Any]]) -> bytes:
     return np.asarray(vector, dtype="<f4").tobytes()
 
 
+def check_dimensions(dimensions: int, held: int | None) -> None:
+    """``StoreError`` when a batch's ``dimensions`` are not those the scope's vectors of the
+    model already ``held`` (None: it holds none)."""
+    if held is not None and held != dimensions:
+        raise StoreError(f"a vector of {dimensions} dimensions where this scope's vectors "
+                         f"of the model have {held}")
+
+
+def keyed(scope_key: str, vectors: Sequence[tuple[str, bytes]]) -> dict[int, bytes]:
+    """A batch for ``VectorStore.put_vectors`` of a store keyed by seq: each vector
+    checked (``StoreError`` for any refused, or for a batch of mixed dimensions) and
+    normalized, by its record's seq; ids that are not the scope's are left out."""
+    checked = [(seq_in_scope(scope_key, record_id), check(value))
+               for record_id, value in vectors]
+    if len({vector.shape[0] for _seq, vector in checked}) > 1:
+        raise StoreError("vectors of different dimensions in one batch")
+    return {seq: vector.astype("<f4").tobytes() for seq, vector in checked
+            if seq is not None}
+
+
+def stacked(scope_key: str, rows: Sequence[tuple[int, bytes]]) -> tuple[list[str], Vector]:
+    """A scope's stored (seq, vector bytes) rows, in seq order, as ``nearest``'s ids and
+    matrix; ``StoreError`` when the stored vectors are not all of one whole size."""
+    import numpy as np
+
+    size = len(rows[0][1]) if rows else 4
+    if size % 4 or not size or any(len(blob) != size for _seq, blob in rows):
+        raise StoreError(f"scope {scope_key!r} holds vectors of the model that are not all"
+                         " of one size")
+    matrix = np.frombuffer(b"".join(blob for _seq, blob in rows), dtype="<f4")
+    return ([memory_id(scope_key, seq) for seq, _blob in rows],
+            matrix.reshape(len(rows), size // 4).astype(np.float32))
+
+
 def nearest(ids: Sequence[str], matrix: Vector, query: Vector, limit: int, floor: float,
             include: Collection[str] = ()) -> list[tuple[str, float]]:
     """``VectorStore.nearest``'s answer as (id, cosine), over ``ids`` (one per row of
@@ -118,7 +153,8 @@ def nearest(ids: Sequence[str], matrix: Vector, query: Vector, limit: int, floor
             raise StoreError(f"the query's vector has {query.shape[0]} dimensions where this "
                              f"scope's vectors of the model have {matrix.shape[1]}")
         return []
-    cosines = matrix @ query
+    # A poisoned stored vector (not finite, not of unit length) must not outrank the rest.
+    cosines = np.clip(np.nan_to_num(matrix @ query, nan=-1.0), -1.0, 1.0)
     order = np.lexsort((-np.arange(len(ids)), -cosines))  # best first, then the newer
     answer: list[tuple[str, float]] = []
     taken: set[str] = set()
