@@ -69,7 +69,8 @@ def lend_schema() -> str:
 
 def give_back(*names: str) -> None:
     """Empty the schemas a test used (records, postings, scopes, counters, reaches, vectors)
-    for the next test; one that cannot be emptied (never migrated: its store never connected) is dropped."""
+    for the next test; one that cannot be emptied (never migrated: its store never
+    connected) is dropped."""
     import psycopg
 
     with psycopg.connect(dsn(), autocommit=True) as conn:
