@@ -28,9 +28,9 @@ from scopemem import tracing
 from scopemem.api.browsing import Browsing
 from scopemem.api.operations import Operations
 from scopemem.api.semantic import SemanticLane, build_lane, fused_hits
-from scopemem.core.fusion import semantic_reads
 from scopemem.config import MemoryConfig, load_config
 from scopemem.core import scoring
+from scopemem.core.fusion import semantic_reads
 from scopemem.core.records import Kind, Record
 from scopemem.core.requests import (
     Request,
