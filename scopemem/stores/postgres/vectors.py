@@ -23,7 +23,6 @@ from scopemem.stores.base import check_scope_key
 from scopemem.stores.postgres.migrations import quoted
 from scopemem.stores.postgres.statements import COLUMNS, record_of
 from scopemem.stores.shared import vectors as shared
-from scopemem.stores.shared.batches import seq_in_scope
 
 __all__ = ["Vectors"]
 
@@ -59,10 +58,9 @@ class Vectors:
 
     async def vectors_missing(self, scope_key: str, model: str, limit: int
                               ) -> list[tuple[str, str]]:
-        check_scope_key(scope_key)
-        if limit <= 0:
+        params = shared.missing_params(scope_key, model, limit)
+        if params is None:
             return []
-        params = {"scope": scope_key, "model": shared.check_model(model), "limit": limit}
         async with self._connection() as conn:
             cursor = await conn.execute(self._missing, params)
             return [(record_id, text) for record_id, text in await cursor.fetchall()]
@@ -94,14 +92,11 @@ class Vectors:
             # One snapshot for the vectors and the records they choose.
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             cursor = await conn.execute(self._of_model, params)
-            stored = [(seq, bytes(blob)) for seq, blob in await cursor.fetchall()]
-            if not stored:
-                return []
-            ids, matrix = shared.stacked(scope_key, stored)
-            chosen = shared.nearest(ids, matrix, query, limit, floor, include)
+            chosen, params["seqs"] = shared.search(
+                scope_key, [(seq, bytes(blob)) for seq, blob in await cursor.fetchall()],
+                query, limit, floor, include)
             if not chosen:
                 return []
-            params["seqs"] = [seq_in_scope(scope_key, record_id) for record_id, _c in chosen]
             cursor = await conn.execute(self._rows, params)
             records = {record.id: record for record in map(record_of, await cursor.fetchall())}
         return [(records[record_id], cosine) for record_id, cosine in chosen

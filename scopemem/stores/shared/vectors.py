@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from scopemem.core.records import Record
 from scopemem.core.scopes import memory_id, record_seq
 from scopemem.errors import StoreError, StoreRefused
+from scopemem.stores.base import check_scope_key
 from scopemem.stores.shared.batches import seq_in_scope
 
 if TYPE_CHECKING:  # numpy loads with the first vector, not with the stores' modules
@@ -33,7 +34,8 @@ if TYPE_CHECKING:  # numpy loads with the first vector, not with the stores' mod
 
 __all__ = ["MAX_DIMENSIONS", "MAX_MISSING_PAGE", "MAX_MODEL_CHARS", "MAX_PUT_VECTORS",
            "MODEL_PATTERN", "VECTOR_PATTERN", "Shelf", "VectorStore", "check",
-           "check_dimensions", "check_model", "keyed", "nearest", "pack", "stacked"]
+           "check_dimensions", "check_model", "keyed", "missing_params", "nearest", "pack",
+           "search", "stacked"]
 
 #: The most dimensions a vector may have (OpenAI's largest model has 3,072).
 MAX_DIMENSIONS = 4096
@@ -82,6 +84,14 @@ def check_model(model: object) -> str:
         raise StoreRefused(f"an embedding model must be 1 to {MAX_MODEL_CHARS} printable"
                            f" ASCII characters, got {model!r:.80}")
     return model
+
+
+def missing_params(scope_key: str, model: str, limit: int) -> dict[str, Any] | None:
+    """A SQL store's parameters for ``VectorStore.vectors_missing`` (scope, model, limit),
+    checked; None when ``limit`` asks for nothing."""
+    check_scope_key(scope_key)
+    check_model(model)
+    return {"scope": scope_key, "model": model, "limit": limit} if limit > 0 else None
 
 
 def check(value: object, dimensions: int | None = None) -> Vector:
@@ -149,6 +159,17 @@ def stacked(scope_key: str, rows: Sequence[tuple[int, bytes]]) -> tuple[list[str
     matrix = np.frombuffer(b"".join(blob for _seq, blob in rows), dtype="<f4")
     return ([memory_id(scope_key, seq) for seq, _blob in rows],
             matrix.reshape(len(rows), size // 4).astype(np.float32))
+
+
+def search(scope_key: str, rows: Sequence[tuple[int, bytes]], query: Vector, limit: int,
+           floor: float, include: Collection[str]) -> tuple[list[tuple[str, float]], list[int]]:
+    """``nearest`` over a SQL store's stored (seq, vector bytes) rows of a scope, in seq
+    order: the (id, cosine) answer, and the seqs of its records to read."""
+    if not rows:
+        return [], []
+    ids, matrix = stacked(scope_key, rows)
+    chosen = nearest(ids, matrix, query, limit, floor, include)
+    return chosen, [record_seq(record_id) for record_id, _cosine in chosen]
 
 
 def nearest(ids: Sequence[str], matrix: Vector, query: Vector, limit: int, floor: float,

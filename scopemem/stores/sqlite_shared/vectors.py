@@ -22,7 +22,6 @@ from typing import Any
 from scopemem.core.records import Record
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.shared import vectors as shared
-from scopemem.stores.shared.batches import seq_in_scope
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.pools import ShardPools
@@ -57,10 +56,9 @@ class Vectors:
 
     async def vectors_missing(self, scope_key: str, model: str, limit: int
                               ) -> list[tuple[str, str]]:
-        check_scope_key(scope_key)
-        if limit <= 0:
+        params = shared.missing_params(scope_key, model, limit)
+        if params is None:
             return []
-        params = {"scope": scope_key, "model": shared.check_model(model), "limit": limit}
         rows = await self._pools.read(self._of(scope_key), _read, _MISSING, params)
         return [(record_id, text) for record_id, text in rows or ()]
 
@@ -109,14 +107,10 @@ def _nearest(conn: Any, uses: PendingUses, shard: int, params: dict[str, Any],
              ) -> list[tuple[Record, float]]:
     scope_key = params["scope"]
     with sqlite_sql.snapshot(conn):
-        stored = conn.execute(_OF_MODEL, params).fetchall()
-        if not stored:
-            return []
-        ids, matrix = shared.stacked(scope_key, stored)
-        chosen = shared.nearest(ids, matrix, query, limit, floor, include)
+        chosen, seqs = shared.search(scope_key, conn.execute(_OF_MODEL, params).fetchall(),
+                                     query, limit, floor, include)
         if not chosen:
             return []
-        seqs = [seq_in_scope(scope_key, record_id) for record_id, _cosine in chosen]
         _lead, rows = uses.rows(conn, shard, scope_key, _ROWS,
                                 {"scope": scope_key, "seqs": json.dumps(seqs)})
     records = {record.id: record for record in map(sqlite_sql.record, rows)}
