@@ -197,7 +197,9 @@ def test_the_checks_catch_a_planted_upward_import_and_circle(planted: Path):
 #: (the ``sqlite`` entry point), ``stores.sqlite_shared`` the store it builds: one backend.
 BACKENDS = {"scopemem.stores.sqlite": "sqlite", "scopemem.stores.sqlite_shared": "sqlite",
             "scopemem.stores.postgres": "postgres", "scopemem.stores.memory": "memory",
-            "scopemem.stores.worker": "worker"}
+            "scopemem.stores.worker": "worker", "scopemem.stores.worker_transport": "worker",
+            "scopemem.stores.worker_browse": "worker", "scopemem.stores.worker_counts": "worker",
+            "scopemem.stores.worker_porting": "worker"}
 
 
 def backend_of(name: str) -> str | None:
