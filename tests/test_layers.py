@@ -19,7 +19,8 @@ PACKAGE_DIR = Path(scopemem.__file__).parent
 #: (layer, module-name prefixes), lowest first. A module may import its own layer or below.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("scopemem.core",)),
-    ("host", ("scopemem.errors", "scopemem.secrets", "scopemem.languages", "scopemem.options",
+    ("host", ("scopemem.errors", "scopemem.secrets", "scopemem.secret_library",
+              "scopemem.languages", "scopemem.options",
               "scopemem.gitremote", "scopemem.tracing",
               "scopemem.config", "scopemem.installation", "scopemem.plugins",
               "scopemem.stores")),
