@@ -26,6 +26,7 @@ __all__ = [
     "distinct_tokens",
     "encodable",
     "estimate_tokens",
+    "is_bearer_token",
     "is_text",
     "normalize_text",
     "sanitize_field",
@@ -147,6 +148,12 @@ _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 _VISIBLE_NON_ASCII = "[^\\x00-\\x7f\\s" + JOINERS + "".join(map(chr, LOOKALIKES)) + "]"
 _STRAY_JOINER_RE = re.compile(
     f"(?<!{_VISIBLE_NON_ASCII})[{JOINERS}]|[{JOINERS}](?!{_VISIBLE_NON_ASCII})")
+
+
+def is_bearer_token(value: str) -> bool:
+    """Whether ``value`` may be a bearer token: non-empty printable ASCII without spaces
+    (U+0021-U+007E), so it goes into an ``Authorization`` header as it is."""
+    return bool(value) and all(0x21 <= ord(char) <= 0x7E for char in value)
 
 
 def is_text(value: str) -> bool:

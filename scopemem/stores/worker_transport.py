@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from scopemem import tracing
+from scopemem.core.text import is_bearer_token
 from scopemem.errors import ScopeLimitReached, StoreError, StoreRefused, StoreUnsupported
 from scopemem.stores.retrying import (
     DEFAULT_DEADLINE,
@@ -81,7 +82,7 @@ class CallFailed(Exception):
 
 
 def check_token(token: str) -> str:
-    if not token or not all(0x21 <= ord(char) <= 0x7E for char in token):
+    if not is_bearer_token(token):
         raise ValueError("the bearer token must be non-empty printable ASCII without spaces")
     return token
 

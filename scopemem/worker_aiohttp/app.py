@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, cast
 from aiohttp import hdrs, web
 
 from scopemem.core.records import MAX_SCOPE_CAP, to_wire
+from scopemem.core.text import is_bearer_token
 from scopemem.errors import (
     ScopeLimitReached,
     StoreBusy,
@@ -299,7 +300,7 @@ def load_openapi() -> bytes:
 def _check_token(token: str | None) -> bytes:
     if not token:
         return b""
-    if not all(0x21 <= ord(char) <= 0x7E for char in token):
+    if not is_bearer_token(token):
         raise ValueError("the bearer token must be printable ASCII without spaces")
     return token.encode("ascii")
 

@@ -70,7 +70,7 @@ async def stats(request: web.Request) -> web.StreamResponse:
     rows = await store.read_counts(args.scope_keys, prefix=args.prefix,
                                    since_day=day_of(args.since))
     return json_answer({"rows": to_wire(rows[:MAX_STATS_ROWS]),
-                  "truncated": len(rows) > MAX_STATS_ROWS})
+                        "truncated": len(rows) > MAX_STATS_ROWS})
 
 
 async def metrics(request: web.Request) -> web.StreamResponse:
@@ -80,7 +80,7 @@ async def metrics(request: web.Request) -> web.StreamResponse:
     if not (bearer_matches(given, served.token)
             or bearer_matches(given, served.metrics_token)):
         return error_answer(401, "a valid bearer token is required",
-                      headers={hdrs.WWW_AUTHENTICATE: "Bearer"})
+                            headers={hdrs.WWW_AUTHENTICATE: "Bearer"})
     from scopemem.worker_aiohttp import metrics as exposition
 
     # The store's counters when it keeps any, then the requests, the store's calls and the
