@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 
 from scopemem.config import MemoryConfig
-from scopemem.core.text import redact_secrets
+from scopemem.core.secret_rules import redact_secrets
 from scopemem.errors import ConfigError, ScopememError, StoreError
 from scopemem.plugins.embedders import EmbedderSettings, embedder_registry
 from scopemem.plugins.manager import PluginManager

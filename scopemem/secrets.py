@@ -3,9 +3,9 @@
 :func:`redact` is what every write applies (``stores.base.fit_batch``, so every store, the
 worker's own ``/write`` and the worker client; and ``plugins.host.screen_candidate``, so
 reflection and ``remember`` too) and what the reflection input is passed through. It reads
-the text as it will be rendered (``core.text.redact_as_rendered``), then runs, in order:
+the text as it will be rendered (``core.redaction.redact_as_rendered``), then runs, in order:
 
-1. the core's own rules (``core.text.redaction_stages``: PEM blocks, URL passwords,
+1. the core's own rules (``core.secret_rules.redaction_stages``: PEM blocks, URL passwords,
    provider tokens, ``Authorization`` headers, ``key = value`` credentials), with the
    words a credential's key may end in widened by detect-secrets' ``KeywordDetector`` list
    (``pwd``, ``db_pass``, ``auth_key``, ...) and ``credentials``, ``_pass``, ``_pw``.
@@ -16,11 +16,10 @@ the text as it will be rendered (``core.text.redact_as_rendered``), then runs, i
    for them, and gitleaks' rules ship inside its Go binary, not as data on PyPI): ``curl -u
    user:password`` / ``--user``, a key as a URL's user (a Sentry DSN), ``mysql -pSECRET``,
    ``sshpass -p SECRET``, ``.netrc`` ``password`` lines;
-3. the regex rules of Yelp's detect-secrets plugins (``_LIBRARY_PLUGINS``): their
-   ``denylist`` patterns, used as data. The plugins' own scanning (``analyze_line``) is not
-   used: it reports values, not where they are, and for some rules only a prefix;
+3. the regex rules of Yelp's detect-secrets plugins, used as data
+   (``secret_library.library_stage``);
 4. high-entropy values of any ``key = value``, ``key: value`` or quoted assignment, by
-   detect-secrets' Shannon entropy (``_high_entropy``);
+   detect-secrets' Shannon entropy (``secret_library.ENTROPY_STAGE``);
 5. credentials named in prose (``the password is X``, ``pass: X``) whose value reads as a
    password, and AWS secret keys in a text that names AWS.
 
@@ -33,7 +32,7 @@ hex value assigned to a key that names a hash (``commit=``, ``sha256:``, ``diges
 kept too.
 
 :func:`redact_candidate` redacts a candidate's keywords in the context of its original text
-(``core.text.secret_free_keywords``, which reflection uses too): a keyword that holds (or is
+(``core.redaction.secret_free_keywords``, which reflection uses too): a keyword that holds (or is
 part of) a value redacted from the text or from the keywords read together (``password=``
 then ``hunter2``) is dropped.
 """
@@ -44,20 +43,20 @@ import base64
 import functools
 import re
 import unicodedata
-from collections.abc import Callable
 
 import attrs
 
+from scopemem import secret_library
 from scopemem.core.hygiene import cut_text
 from scopemem.core.records import MAX_TEXT_CHARS, Candidate
-from scopemem.core.text import (
+from scopemem.core.redaction import (
     Stage,
     redact_as_rendered,
     redaction_placeholder,
-    redaction_stages,
     secret_free_keywords,
     substitution,
 )
+from scopemem.core.secret_rules import redaction_stages
 
 __all__ = ["redact", "redact_candidate"]
 
@@ -135,7 +134,7 @@ def _password_like(value: str) -> bool:
     """Whether a value named in prose reads as a password or key: a letter and a digit,
     and neither a version (``v1.2.3``), a hyphenated word (``sha256-hashed``) nor a
     technical term (``base64``, ``argon2id``, ``RS256``, ``v2beta1``, ``32bytes``)."""
-    return bool(_DIGIT_RE.search(value) and _LETTER_RE.search(value)
+    return bool(secret_library.letter_and_digit(value)
                 and not _VERSION_RE.fullmatch(value) and not _COMPOUND_RE.fullmatch(value)
                 and not _TERM_RE.fullmatch(value))
 
@@ -167,179 +166,25 @@ _AWS_SECRET_RE = re.compile(
 # KeywordDetector list, plus credentials and the ``SMTP_PASS`` / ``DB_PW`` forms.
 _EXTRA_KEY_WORDS = (r"credentials?", r"[_-]pass", r"[_-]pw")
 
-# detect-secrets plugins whose ``denylist`` regexes are used, and the kind each reports.
-# Left out: KeywordDetector and the high-entropy plugins (logic, not rules: their words and
-# entropy are used below), IPPublicDetector (a public address is not a credential), and the
-# Cloudant, IBM Cloud IAM, IBM COS HMAC and SoftLayer rules: each is a ``<name>_key|pwd|
-# password|token = <value>`` assignment, which the key-word rule already redacts (``_pw``,
-# ``api_key``, ``secret_access_key``, ``password``), and together they were half the
-# library stage's cost (a look-behind at every position). NpmDetector too: its
-# ``//host/:_authToken=`` line is a ``token =`` assignment to the key-word rule and its
-# ``npm_`` token is in the core's table, while its ``//.+/`` costs time quadratic in a line
-# of slashes.
-_LIBRARY_PLUGINS: tuple[tuple[str, str, str], ...] = (
-    ("artifactory", "ArtifactoryDetector", "artifactory_token"),
-    ("aws", "AWSKeyDetector", "aws_access_key_id"),
-    ("azure_storage_key", "AzureStorageKeyDetector", "azure_storage_key"),
-    ("basic_auth", "BasicAuthDetector", "url_password"),
-    ("discord", "DiscordBotTokenDetector", "discord_token"),
-    ("github_token", "GitHubTokenDetector", "github_token"),
-    ("gitlab_token", "GitLabTokenDetector", "gitlab_token"),
-    ("jwt", "JwtTokenDetector", "jwt"),
-    ("mailchimp", "MailchimpDetector", "mailchimp_key"),
-    ("openai", "OpenAIDetector", "openai_key"),
-    ("pypi_token", "PypiTokenDetector", "pypi_token"),
-    ("sendgrid", "SendGridDetector", "sendgrid_key"),
-    ("slack", "SlackDetector", "slack_token"),
-    ("square_oauth", "SquareOAuthDetector", "square_secret"),
-    ("stripe", "StripeDetector", "stripe_key"),
-    ("telegram_token", "TelegramBotTokenDetector", "telegram_token"),
-    ("twilio", "TwilioKeyDetector", "twilio_key"),
-)
-# PrivateKeyDetector's rules find only the BEGIN line; the core removes whole blocks.
-
-# What a library match is widened to (a rule may match only the head of a token) and what
-# is trimmed from its ends (rules that match their delimiters or a ``Name=`` lead).
-_RUN_LEFT = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
-_RUN_RIGHT = re.compile(r"[A-Za-z0-9_+/=.-]*")
-_LEAD = re.compile(r"(?:[A-Za-z_]{1,40}[=:])?[\s\"'=:]*")
-_TAIL = re.compile(r"[\s\"'=:.]*\Z")
-
-
-# Every library token rule matches inside a run of 10 or more
-# of these characters that holds something other than a lowercase letter (a digit, a
-# capital, "_", "-", ...). Plain prose has no such run, so one search of this pattern lets
-# a text skip some thirty rules.
-_TOKEN_GATE = re.compile(r"(?<![A-Za-z0-9_+/=.:-])(?=[A-Za-z0-9_+/=.:-]{10})[a-z]*[A-Z0-9_+/=.:-]")
-
-
-def _gated(inner: Stage) -> Stage:
-    def stage(text: str, found: list[str] | None) -> str:
-        return inner(text, found) if _TOKEN_GATE.search(text) else text
-
-    return stage
-
-
-def _library_stage(rules: tuple[tuple[str, re.Pattern[str]], ...]) -> Stage:
-    def stage(text: str, found: list[str] | None) -> str:
-        spans: list[tuple[int, int, str]] = []
-        for kind, pattern in rules:
-            # Where this rule's last span ended: a match inside it is already covered, and
-            # widening stops there, so a run of many matches costs its length once.
-            reach = 0
-            for match in pattern.finditer(text):
-                if match.start() < reach:
-                    continue
-                start, end = match.span()
-                groups = [index for index in range(1, (pattern.groups or 0) + 1)
-                          if match.end(index) - match.start(index) >= 8]
-                if groups:
-                    start, end = max((match.span(index) for index in groups),
-                                     key=lambda span: span[1] - span[0])
-                start += _LEAD.match(text, start, end).end() - start  # type: ignore[union-attr]
-                end = start + len(_TAIL.sub("", text[start:end]))
-                if end - start < 8 or text.startswith("[REDACTED:", start):
-                    continue
-                while start > reach and text[start - 1] in _RUN_LEFT:
-                    start -= 1
-                end = _RUN_RIGHT.match(text, end).end()  # type: ignore[union-attr]
-                spans.append((start, end, kind))
-                reach = end
-        if not spans:
-            return text
-        out: list[str] = []
-        pos = 0
-        for start, end, kind in sorted(spans):
-            if end <= pos:
-                continue
-            start = max(start, pos)
-            out.append(text[pos:start])
-            out.append(redaction_placeholder(kind))
-            if found is not None:
-                found.append(text[start:end])
-            pos = end
-        out.append(text[pos:])
-        return "".join(out)
-
-    return stage
-
-
-# --- high entropy --------------------------------------------------------------------------
-
-# Any assignment: a name, a separator, then a value of base64/hex/url-safe characters,
-# bare or quoted. Whether it is a secret is decided by its entropy.
-_ASSIGNMENT_RE = re.compile(
-    r"(?<![A-Za-z0-9_.-])(?P<key>[A-Za-z_][A-Za-z0-9_.-]{0,63})[\"']?[ \t]*(?::=|=>|=|:)[ \t]*"
-    r"(?P<open>[\"'`]?)(?!\[REDACTED:)(?P<value>[A-Za-z0-9+/=_.~-]{20,512})"
-    r"(?![A-Za-z0-9+/=_.~-])"
-)
-_HEX_RE = re.compile(r"[0-9a-fA-F]+")
-_HASH_KEY_RE = re.compile(r"(?i)(?:sha\d*|commit|rev(?:ision)?|hash|digest|checksum|etag|id)\Z")
-_DIGIT_RE = re.compile(r"[0-9]")
-_LETTER_RE = re.compile(r"[A-Za-z]")
-
-
-@functools.cache
-def _entropy() -> tuple[Callable[[str], float], float, Callable[[str], float], float]:
-    from detect_secrets.plugins.high_entropy_strings import (
-        Base64HighEntropyString,
-        HexHighEntropyString,
-    )
-
-    base64, hexadecimal = Base64HighEntropyString(), HexHighEntropyString()
-    return (base64.calculate_shannon_entropy, base64.entropy_limit,
-            hexadecimal.calculate_shannon_entropy, hexadecimal.entropy_limit)
-
-
-def _high_entropy(value: str, key: str) -> bool:
-    """Whether an assigned ``value`` reads as random: a letter and a digit, then
-    detect-secrets' entropy over its limit. The base64 limit (4.5 bits) is out of reach of
-    short strings (20 characters hold at most 4.3), so it is scaled to 0.8 of the most a
-    string of that length can hold, up to the library's limit. A hex value is measured as
-    hex, except under a key that names a hash (``commit=``, ``sha256:``)."""
-    if not (_DIGIT_RE.search(value) and _LETTER_RE.search(value)):
-        return False
-    base64_entropy, base64_limit, hex_entropy, hex_limit = _entropy()
-    if _HEX_RE.fullmatch(value):
-        return not _HASH_KEY_RE.search(key) and hex_entropy(value) > hex_limit
-    return base64_entropy(value) > min(base64_limit, 0.8 * (len(value).bit_length() - 1))
-
-
-def _entropy_replacement(match: re.Match[str]) -> str:
-    if not _high_entropy(match["value"], match["key"]):
-        return match[0]
-    return match[0][: match.start("value") - match.start()] + redaction_placeholder(
-        "high_entropy")
-
-
 # --- the pipeline --------------------------------------------------------------------------
 
 
 @functools.cache
 def _stages() -> tuple[Stage, ...]:
     """Every stage, built once (the first redaction loads the library): the core's, with
-    the library's key words added to its ``key = value`` rule, then the ones above."""
-    import importlib
-
-    from detect_secrets.plugins.keyword import DENYLIST
-
-    rules = tuple(
-        (kind, pattern)
-        for module, name, kind in _LIBRARY_PLUGINS
-        for pattern in getattr(importlib.import_module(f"detect_secrets.plugins.{module}"),
-                               name).denylist
-    )
+    the library's key words added to its ``key = value`` rule, then the ones above, the
+    library's rules and its entropy (``secret_library``), then the spoken and AWS ones."""
     credential = r"\g<1>" + redaction_placeholder("credential")
     return (
-        *redaction_stages((*DENYLIST, *_EXTRA_KEY_WORDS)),
+        *redaction_stages((*secret_library.key_words(), *_EXTRA_KEY_WORDS)),
         substitution(_CURL_USER_RE, credential, ("-u", "--user")),
         substitution(_URL_KEY_RE, r"\g<1>" + redaction_placeholder("url_key"), ("://",)),
         _mysql_stage,
         substitution(_SSHPASS_RE, credential, ("sshpass",)),
         substitution(_NETRC_RE, lambda match: (match[1] or match[2])
                      + redaction_placeholder("credential"), folded_needs=("password",)),
-        _gated(_library_stage(rules)),
-        substitution(_ASSIGNMENT_RE, _entropy_replacement, (":", "=")),
+        secret_library.library_stage(),
+        secret_library.ENTROPY_STAGE,
         substitution(_SPOKEN_RE, _spoken_replacement,
                      folded_needs=("pass", "pwd", "token", "secret", "key")),
         substitution(_AWS_SECRET_RE, redaction_placeholder("aws_secret_key"),
@@ -401,7 +246,7 @@ def redact(text: str, found: list[str] | None = None) -> str:
     """``text`` with every secret the rules above recognise replaced by a placeholder; each
     removed secret is appended to ``found`` when it is given. Idempotent.
 
-    The text is read as it will be rendered (``core.text.redact_as_rendered``: a token split
+    The text is read as it will be rendered (``core.redaction.redact_as_rendered``: a token split
     by a zero width space is seen whole) and the rules are run again on what it hides:
     base64 runs, decoded; runs of spaced-out characters, joined; and, when the text has any,
     compatibility forms such as fullwidth letters folded (NFKC). A text that held a secret
@@ -425,7 +270,7 @@ def _redact(text: str, found: list[str] | None) -> str:
 
 def redact_candidate(candidate: Candidate) -> Candidate:
     """The candidate with its text redacted and every keyword that holds a secret dropped
-    (``core.text.secret_free_keywords``: judged against what redacting the text removed).
+    (``core.redaction.secret_free_keywords``: judged against what redacting the text removed).
 
     A text far over the record cap is first cut to twice the cap at a word boundary (what
     follows could never be stored, and the cut bounds the work)."""

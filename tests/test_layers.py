@@ -19,7 +19,8 @@ PACKAGE_DIR = Path(scopemem.__file__).parent
 #: (layer, module-name prefixes), lowest first. A module may import its own layer or below.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("scopemem.core",)),
-    ("host", ("scopemem.errors", "scopemem.secrets", "scopemem.languages", "scopemem.options",
+    ("host", ("scopemem.errors", "scopemem.secrets", "scopemem.secret_library",
+              "scopemem.languages", "scopemem.options",
               "scopemem.gitremote", "scopemem.tracing",
               "scopemem.config", "scopemem.installation", "scopemem.plugins",
               "scopemem.stores")),
@@ -197,7 +198,9 @@ def test_the_checks_catch_a_planted_upward_import_and_circle(planted: Path):
 #: (the ``sqlite`` entry point), ``stores.sqlite_shared`` the store it builds: one backend.
 BACKENDS = {"scopemem.stores.sqlite": "sqlite", "scopemem.stores.sqlite_shared": "sqlite",
             "scopemem.stores.postgres": "postgres", "scopemem.stores.memory": "memory",
-            "scopemem.stores.worker": "worker"}
+            "scopemem.stores.worker": "worker", "scopemem.stores.worker_transport": "worker",
+            "scopemem.stores.worker_browse": "worker", "scopemem.stores.worker_counts": "worker",
+            "scopemem.stores.worker_porting": "worker"}
 
 
 def backend_of(name: str) -> str | None:

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from scopemem import Memory, MemoryConfig, handle_command
 from scopemem.core.hygiene import fit_candidate
 from scopemem.core.records import Candidate, Kind
-from scopemem.core.text import redact_secrets, sanitize_field
+from scopemem.core.secret_rules import redact_secrets
+from scopemem.core.text import sanitize_field
 from scopemem.secrets import redact, redact_candidate
 from scopemem.stores.memory import InMemoryStore
 from tests.secret_corpus import CORPUS, ORDINARY

@@ -4,10 +4,10 @@ Everything here is immutable (attrs, frozen) so an engine function can never cha
 behind a store's back: a change is a new value the store decides to persist. Times are integer
 milliseconds since the epoch, as on the wire.
 
-One cattrs converter, ``wire``, owns the JSON shape the Memory Worker speaks: camelCase keys,
-absent optional fields omitted (never ``null``), unknown input keys ignored so an older peer's
-extra fields never break a newer one. It is built on first use: cattrs and the converter's
-generated functions cost more than the rest of a command's start.
+One cattrs converter (``to_wire``, ``from_wire``) owns the JSON shape the Memory Worker
+speaks (``core.wire``: camelCase keys, absent optionals omitted, unknown keys ignored, no lossy
+coercion). It is built on first use: cattrs and the converter's generated functions cost more
+than the rest of a command's start.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ from __future__ import annotations
 import enum
 import functools
 import math
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
+
+from scopemem.core.wire import WireError as WireError
+from scopemem.core.wire import converter_for, describe
 
 if TYPE_CHECKING:
     import cattrs
@@ -337,73 +339,16 @@ class CountRow:
     value: int
 
 
-# --- the wire converter ---------------------------------------------------------------------
+# --- the wire format (``core.wire``) ----------------------------------------------------------
 
 T = TypeVar("T")
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
-
-
-def _strict(kind: type, *, allow: tuple[type, ...] = ()) -> Any:
-    """Refuse lossy coercions (``"5"`` → 5, ``True`` → 1, ``1.5`` → 1) a peer's bug would hide."""
-
-    def hook(value: Any, _type: Any) -> Any:
-        if isinstance(value, bool) and kind is not bool:
-            raise TypeError(f"expected {kind.__name__}, got a boolean")
-        if not isinstance(value, (kind, *allow)):
-            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
-        return value
-
-    return hook
-
-
-def _float_hook(value: Any, _type: Any) -> float:
-    """A float field (``confidence``) as a float whichever way JSON spelled it: ``1`` and
-    ``1.0`` are one value, and a SQL store reads either back as ``1.0``, so every store
-    keeps and answers the float."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"expected a number, got {type(value).__name__}")
-    return float(value)
-
-
 @functools.cache
 def _build_wire_converter() -> cattrs.Converter:
-    import cattrs
-    from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
-
-    converter = cattrs.Converter(forbid_extra_keys=False)
-    converter.register_structure_hook(str, _strict(str))
-    converter.register_structure_hook(int, _strict(int))
-    converter.register_structure_hook(float, _float_hook)
-    converter.register_structure_hook(bool, _strict(bool))
-    converter.register_unstructure_hook(Kind, lambda value: value.value)
-    converter.register_unstructure_hook(Status, lambda value: value.value)
-    converter.register_unstructure_hook(Source, lambda value: value.value)
-
-    for cls in (Record, Candidate, WriteCounts, SweepResult, CountRow):
-        fields = attrs.fields(cls)
-        unstructure_overrides = {
-            f.name: override(rename=_camel(f.name), omit_if_default=f.default is None)
-            for f in fields
-        }
-        structure_overrides = {f.name: override(rename=_camel(f.name)) for f in fields}
-        # The overrides go in as ``**kwargs``; mypy matches an unpacked dict against the
-        # functions' named flags too, so it cannot tell they are all field overrides.
-        converter.register_unstructure_hook(
-            cls, make_dict_unstructure_fn(cls, converter,
-                                          **unstructure_overrides)  # type: ignore[arg-type]
-        )
-        converter.register_structure_hook(
-            cls, make_dict_structure_fn(cls, converter,
-                                        **structure_overrides)  # type: ignore[arg-type]
-        )
-    # Records are what retrievals answer, many per response: a hand-written form of the
-    # generated function above (same keys, same order, the same optionals omitted).
-    converter.register_unstructure_hook(Record, _record_to_wire)
-    return converter
+    # Records are what retrievals answer, many per response: a hand-written writer.
+    return converter_for((Record, Candidate, WriteCounts, SweepResult, CountRow),
+                         (Kind, Status, Source), unstructure=((Record, _record_to_wire),))
 
 
 def _record_to_wire(record: Record) -> dict[str, Any]:
@@ -432,13 +377,6 @@ def _record_to_wire(record: Record) -> dict[str, Any]:
     return data
 
 
-def __getattr__(name: str) -> Any:
-    """``wire``, the converter, built on first use."""
-    if name == "wire":
-        return _build_wire_converter()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def to_wire(value: Any) -> Any:
     """The JSON-ready form of a record, candidate, counts or sweep result (or a list of them)."""
     return _build_wire_converter().unstructure(value)
@@ -451,25 +389,4 @@ def from_wire(data: Mapping[str, Any], cls: type[T]) -> T:
     try:
         return _build_wire_converter().structure(data, cls)
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
-        raise WireError(_describe(exc)) from exc
-
-
-class WireError(ValueError):
-    """A wire object that is not a valid record/candidate; the message names the field."""
-
-
-def _describe(exc: BaseException) -> str:
-    import cattrs
-
-    if not isinstance(exc, cattrs.BaseValidationError):
-        return str(exc)
-    messages = cattrs.transform_error(exc, path="$", format_exception=_format_leaf)
-    # Paths come out in attribute names; the peer knows the wire's camelCase ones.
-    return "; ".join(re.sub(r"\.([a-z0-9_]+)", lambda m: "." + _camel(m.group(1)), message)
-                     for message in messages)
-
-
-def _format_leaf(exc: BaseException, _type: Any) -> str:
-    if isinstance(exc, KeyError):
-        return "required field missing"
-    return str(exc) or type(exc).__name__
+        raise WireError(describe(exc)) from exc

@@ -20,7 +20,9 @@ from typing import Any
 import attrs
 
 from scopemem.core.records import MAX_TEXT_CHARS, Candidate, Kind, Record
-from scopemem.core.text import Stage, is_text, redact_secrets, secret_free_keywords
+from scopemem.core.redaction import Stage, secret_free_keywords
+from scopemem.core.secret_rules import redact_secrets
+from scopemem.core.text import is_text
 
 REFLECT_MIN_TURNS = 4
 # A request or thread carrying this (any case) keeps its run out of memory: it is never

@@ -60,7 +60,7 @@ def _base_url(settings: ProviderSettings, default: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.query \
             or parts.fragment:
-        from scopemem.core.text import redact_secrets
+        from scopemem.core.secret_rules import redact_secrets
 
         raise ConfigError(
             f"{settings.option_key('base_url')}: expected an http:// or https:// URL without "
@@ -237,7 +237,7 @@ class _HttpProvider:
     def _scrub(self, text: str) -> str:
         if self._api_key:
             text = text.replace(self._api_key, "[REDACTED]")
-        from scopemem.core.text import redact_secrets
+        from scopemem.core.secret_rules import redact_secrets
 
         return redact_secrets(_SPACE.sub(" ", text).strip())
 

@@ -17,6 +17,7 @@ from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
 import attrs
 
 from scopemem.core import browse
+from scopemem.core.counters import DAY_MS
 from scopemem.core.hygiene import fit_candidate, noise_reason, without_nul
 from scopemem.core.ranking import Ranking, query_terms
 from scopemem.core.records import (
@@ -50,6 +51,7 @@ __all__ = [
     "StoreFactory",
     "StoreSettings",
     "check_cap",
+    "check_days",
     "check_retention_days",
     "check_scope_key",
     "fit_batch",
@@ -57,7 +59,6 @@ __all__ = [
     "redact_provenance",
     "redact_source",
     "retention_cutoff",
-    "retrieve_or_raise",
     "salient_batch",
     "search_hits",
     "store_ready",
@@ -70,9 +71,6 @@ _log = logging.getLogger("scopemem.store")
 
 #: What a store ranks with when nothing is configured: weighted, English.
 DEFAULT_RANKING = Ranking(analyzer_for(DEFAULT_LANGUAGES))
-
-
-DAY_MS = 24 * 60 * 60 * 1000
 
 
 def wall_clock_ms() -> int:
@@ -244,16 +242,21 @@ def check_cap(cap: object) -> int:
     return cap
 
 
-def check_retention_days(days: object) -> int:
-    if (isinstance(days, bool) or not isinstance(days, int)
-            or not 0 <= days <= MAX_RETENTION_DAYS):
-        raise StoreError(f"retention_days must be an integer from 0 to {MAX_RETENTION_DAYS},"
-                         f" got {days!r}")
+def check_days(days: object, name: str, most: int) -> int:
+    """``days`` when it is a whole number of days from 0 to ``most``; else ``StoreError``
+    naming the option ``name``."""
+    if isinstance(days, bool) or not isinstance(days, int) or not 0 <= days <= most:
+        raise StoreError(f"{name} must be an integer from 0 to {most}, got {days!r}")
     return days
 
 
+def check_retention_days(days: object) -> int:
+    return check_days(days, "retention_days", MAX_RETENTION_DAYS)
+
+
 def retention_cutoff(now: int, retention_days: int) -> int:
-    """The latest time a dead row may have died at and be purged ``now``."""
+    """The latest time a row (a dead record, a reach) may date from and be purged ``now``,
+    when rows are kept ``retention_days``."""
     return now - retention_days * DAY_MS
 
 
@@ -311,19 +314,6 @@ def salient_batch(candidates: Sequence[Candidate]) -> tuple[list[Candidate], Wri
     return kept, WriteCounts(dropped=len(candidates) - len(kept))
 
 
-async def retrieve_or_raise(store: MemoryStore, scope_key: str, query: str, limit: int
-                            ) -> list[Record]:
-    """``store.retrieve``, raising when the store could not answer. A store whose
-    ``retrieve`` degrades to nothing by contract (the worker client) offers the raising form
-    as ``retrieve_strict``; this calls it, so a caller can tell "nothing matched" from "the
-    scope failed" (and say so to a person)."""
-    strict = getattr(store, "retrieve_strict", None)
-    if strict is not None:
-        records: list[Record] = await strict(scope_key, query, limit)
-        return records
-    return await store.retrieve(scope_key, query, limit)
-
-
 def descriptors_held(store: object) -> int:
     """The most file descriptors ``store`` holds open at once: its database files, WALs and
     shared memory, its connections to a database server. A store says so with a
@@ -343,14 +333,15 @@ def descriptors_held(store: object) -> int:
 async def search_hits(store: MemoryStore, scope_key: str, query: str, limit: int, *,
                       bump: bool, strict: bool = False) -> list[Hit]:
     """``store.search`` (its raising form, ``search_strict``, when ``strict`` and the store
-    has one). A third-party store without ``search`` is served by its ``retrieve``, which
-    bumps whatever ``bump`` says, each record's match the seed's plain share."""
+    has one: a store whose ``search`` degrades to nothing by contract, as the worker client's
+    does, so a caller can tell "nothing matched" from "the scope failed"). A third-party
+    store without ``search`` is served by its ``retrieve``, which bumps whatever ``bump``
+    says, each record's match the seed's plain share."""
     search = getattr(store, "search", None)
     if search is not None:
         strict_search = getattr(store, "search_strict", None) if strict else None
         return list(await (strict_search or search)(scope_key, query, limit, bump=bump))
-    records = (await retrieve_or_raise(store, scope_key, query, limit) if strict
-               else await store.retrieve(scope_key, query, limit))
+    records = await store.retrieve(scope_key, query, limit)
     words = query_terms(query).terms
     return [Hit(record, keyword_match(words, record)) for record in records]
 

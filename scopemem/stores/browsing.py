@@ -21,7 +21,8 @@ from scopemem.core.browse import (
 from scopemem.core.records import Kind, Record, Source, Status
 from scopemem.core.scopes import MemoryIdError, parse_memory_id, record_seq, scope_kind
 from scopemem.errors import StoreError
-from scopemem.stores.base import DAY_MS, check_scope_key, redact_source
+from scopemem.stores.base import check_days, check_scope_key, redact_source
+from scopemem.stores.base import retention_cutoff as reach_cutoff  # one rule: kept N days
 
 __all__ = [
     "MAX_CHAIN",
@@ -105,16 +106,7 @@ def reach_query(record_id: object, run: object, limit: object
 
 
 def check_reach_retention_days(days: object) -> int:
-    if (isinstance(days, bool) or not isinstance(days, int)
-            or not 0 <= days <= MAX_REACH_RETENTION_DAYS):
-        raise StoreError("reach_retention_days must be an integer from 0 to"
-                         f" {MAX_REACH_RETENTION_DAYS}, got {days!r}")
-    return days
-
-
-def reach_cutoff(now: int, days: int) -> int:
-    """Reaches at or before this time are past the retention."""
-    return now - days * DAY_MS
+    return check_days(days, "reach_retention_days", MAX_REACH_RETENTION_DAYS)
 
 
 def fit_reaches(reaches: Sequence[object]) -> list[Reach]:

@@ -1,9 +1,9 @@
 """The remote store: a client of the Memory Worker (``scopemem serve``) over HTTP.
 
-Reads are advisory and writes are loud. ``retrieve`` never raises: a refusal, a body that is
+Reads are advisory and writes are loud. ``search`` never raises: a refusal, a body that is
 not JSON, a transport error or a timeout costs the caller that scope's records and one
 ``[memory]`` warning, and malformed records in an otherwise good reply are dropped one by one
-(``retrieve_strict`` is the same call raising instead, for a caller that must say a scope
+(``search_strict`` is the same call raising instead, for a caller that must say a scope
 failed). ``write``, ``list``, ``forget`` and ``sweep`` raise ``StoreError`` naming the route,
 the status and the server's reason, because an empty answer there would be a lie to a person;
 a body the worker refuses (400, 413) raises its subclass ``StoreRefused``, and a write to a new
@@ -26,16 +26,10 @@ Configuration (``[memory.stores.worker]``)::
     timeout_seconds = 5                  # per attempt, total
     retry_deadline_seconds = 10          # all attempts of one call, waits included
 
-Transient failures are retried (``stores.retrying``: connection errors, a dropped connection,
-503 and 429 honouring ``Retry-After``, timeouts) with exponential backoff and jitter, within
-``retry_deadline_seconds``; a read that cannot connect at all (nobody listens) is not
-retried, so the per-turn block degrades at once. Every request that changes something
-(/write, /used, /forget, /sweep, /import, /counts) carries an ``Idempotency-Key`` made for
-that call and reused by its retries, so a write whose answer was lost is answered from the
-worker's memory of it rather than applied twice. After ``BREAKER_THRESHOLD`` calls in a row
-failed that way, the client stops calling for ``BREAKER_COOL_DOWN`` seconds (reads return
-nothing, writes raise ``WorkerUnavailable``; one warning when it opens), then tries again.
-No redirect is followed: a 3xx is an error like any other answer the worker never gives.
+How a call reaches the worker (retries, idempotency keys, the breaker that makes reads
+return nothing and writes raise ``WorkerUnavailable``) is ``stores.worker_transport``, a part
+the store holds as ``transport``; the browsing, counting and porting calls are built on its
+``command``.
 
 With ``base_url`` set but the token variable missing or empty, a long-running process (a
 bot: ``StoreSettings.allow_fallback``) gets the in-process store instead (the host's
@@ -46,23 +40,13 @@ the command would lose everything it was told.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-import json
 import logging
-import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import Any
 
-from scopemem import tracing
-from scopemem.core.porting import record_from_wire
 from scopemem.core.ranking import Ranking, query_terms, wire_query
 from scopemem.core.records import (
-    MAX_EXPORT_PAGE,
-    MAX_IMPORT_BATCH,
-    MAX_IMPORT_BYTES,
-    MAX_SCOPES_PAGE,
     MAX_USED_IDS,
     MAX_USED_SCOPES,
     Candidate,
@@ -76,13 +60,8 @@ from scopemem.core.records import (
     to_wire,
 )
 from scopemem.core.scoring import keyword_match
-from scopemem.errors import (
-    ConfigError,
-    ScopeLimitReached,
-    StoreError,
-    StoreRefused,
-    StoreUnsupported,
-)
+from scopemem.errors import ConfigError, StoreError
+from scopemem.stores import worker_porting
 from scopemem.stores.base import (
     DEFAULT_RANKING,
     Hit,
@@ -91,89 +70,31 @@ from scopemem.stores.base import (
     check_cap,
     check_scope_key,
     salient_batch,
-    wall_clock_ms,
 )
-from scopemem.stores.porting import group_import
-from scopemem.stores.retrying import (
-    DEFAULT_DEADLINE,
-    TRANSIENT_STATUSES,
-    Breaker,
-    BreakerOpen,
-    RetryPolicy,
-    Transient,
-    retry_after,
-)
+from scopemem.stores.retrying import DEFAULT_DEADLINE, Breaker, RetryPolicy
 from scopemem.stores.worker_browse import WorkerBrowsing
+from scopemem.stores.worker_transport import (
+    DEFAULT_TIMEOUT,
+    CallFailed,
+    WorkerTransport,
+    WorkerUnavailable,
+    url_problem,
+    whole_number,
+)
 from scopemem.stores.worker_vectors import WorkerVectors
 
-if TYPE_CHECKING:
-    import aiohttp
+__all__ = ["WorkerStore", "WorkerUnavailable"]
 
 log = logging.getLogger("scopemem")
 
 DEFAULT_TOKEN_ENV = "MEMORY_TOKEN"
-DEFAULT_TIMEOUT = 5.0
-# The largest reply read: 50 records of 4000 characters are well under it.
-MAX_REPLY_BYTES = 8 * 1024 * 1024
 OPTIONS = ("base_url", "token_env", "timeout_seconds", "retry_deadline_seconds")
-#: The header naming one call across its retries; the worker answers a replay with the
-#: first answer (``worker_aiohttp.idempotency``).
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-#: The routes that change something: each call carries an idempotency key.
-KEYED_ROUTES = frozenset({"/write", "/used", "/forget", "/sweep", "/import", "/counts",
-                          "/delete-scope", "/scrub-provenance", "/purge"})
-BREAKER_THRESHOLD = 5
-BREAKER_COOL_DOWN = 30.0
-
-
-class WorkerUnavailable(StoreError):
-    """The client's breaker is open: the worker failed too often lately; nothing was sent."""
-
-
-class _CallFailed(Exception):
-    """One call that produced no usable JSON object; the message says why, ``status``
-    is the worker's answer (None when there was none), ``transient`` whether it failed in a
-    way a later call may not (after its retries)."""
-
-    def __init__(self, message: str, status: int | None = None, *,
-                 transient: bool = False) -> None:
-        super().__init__(message)
-        self.status = status
-        self.transient = transient
-
-
-# Answers that refuse the body itself: sending it again would be refused again.
-_REFUSED_BODY = (400, 413)
-
-
-def _check_token(token: str) -> str:
-    if not token or not all(0x21 <= ord(char) <= 0x7E for char in token):
-        raise ValueError("the bearer token must be non-empty printable ASCII without spaces")
-    return token
-
-
-def _url_problem(base_url: object) -> str | None:
-    if not isinstance(base_url, str) or not base_url:
-        return "must be a non-empty string"
-    try:
-        parts = urlsplit(base_url)
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
-    except ValueError as exc:
-        return f"is not a valid URL ({exc})"
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return f"must be an http:// or https:// URL with a host, got {base_url!r}"
-    if parts.query or parts.fragment:
-        return "must not have a query or a fragment"
-    return None
 
 
 class WorkerStore(WorkerBrowsing, WorkerVectors):
-    """A ``MemoryStore`` whose records live in a Memory Worker.
-
-    One ``aiohttp.ClientSession`` per store, created on first use on the running event loop
-    and closed by ``close()``. Every request carries the bearer and has ``timeout`` seconds in
-    total. ``cap`` (the scope cap configured for this installation) is sent with every write
-    when set; otherwise the worker's own default applies."""
+    """A ``MemoryStore`` whose records live in a Memory Worker, reached through its
+    ``transport``. ``cap`` (the scope cap configured for this installation) is sent with
+    every write when set; otherwise the worker's own default applies."""
 
     #: The worker's /import, which any token holder may call, keeps no record's ``source``:
     #: every imported record arrives reflection-sourced (``scopemem import --trust-source``
@@ -184,18 +105,11 @@ class WorkerStore(WorkerBrowsing, WorkerVectors):
     def __init__(self, base_url: str, token: str, *, cap: int | None = None,
                  timeout: float = DEFAULT_TIMEOUT, ranking: Ranking = DEFAULT_RANKING,
                  retry: RetryPolicy | None = None, breaker: Breaker | None = None) -> None:
-        problem = _url_problem(base_url)
-        if problem is not None:
-            raise ValueError(f"base_url {problem}")
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        self.base_url = base_url.rstrip("/")
-        self._token = _check_token(token)
+        self.transport = WorkerTransport(base_url, token, timeout=timeout, retry=retry,
+                                         breaker=breaker)
+        # What the browsing and counting calls (``WorkerBrowsing``) send through.
+        self._command = self.transport.command
         self.cap = None if cap is None else check_cap(cap)
-        self.timeout = float(timeout)
-        self.retry = retry if retry is not None else RetryPolicy(DEFAULT_DEADLINE)
-        self.breaker = breaker if breaker is not None else Breaker(BREAKER_THRESHOLD,
-                                                                   BREAKER_COOL_DOWN)
         # The worker ranks; the client reads a long query as the worker will (wire_query)
         # and, facing a worker that predates matches, scores them itself.
         self.ranking = ranking
@@ -204,11 +118,10 @@ class WorkerStore(WorkerBrowsing, WorkerVectors):
         self._legacy = False
         # Whether the worker's answer to a write said it applied another cap (warned once).
         self._cap_warned = False
-        self._session: aiohttp.ClientSession | None = None
-        self._session_loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:  # never the token
-        return f"WorkerStore({self.base_url!r}, cap={self.cap!r}, timeout={self.timeout:g})"
+        return (f"WorkerStore({self.transport.base_url!r}, cap={self.cap!r}, "
+                f"timeout={self.transport.timeout:g})")
 
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> MemoryStore:
@@ -219,7 +132,7 @@ class WorkerStore(WorkerBrowsing, WorkerVectors):
             raise ConfigError(f"{settings.option_key('base_url')}: required "
                               "(the Memory Worker's URL, e.g. http://127.0.0.1:8787)")
         base_url = options["base_url"]
-        problem = _url_problem(base_url)
+        problem = url_problem(base_url)
         if problem is not None:
             raise ConfigError(f"{settings.option_key('base_url')}: {problem}")
         settings.record("base_url", base_url)
@@ -251,128 +164,13 @@ class WorkerStore(WorkerBrowsing, WorkerVectors):
             raise ConfigError(f"${token_env}: {exc}") from None
 
     def check_reachable(self) -> None:
-        """One blocking ``GET /healthz`` within ``timeout`` seconds, for a process that must
-        not start without its worker (``memory.fallback = "refuse"``): ``StoreError`` unless
-        it answers 200. Blocking on purpose: it runs once, at startup, before any loop."""
-        import http.client
-
-        parts = urlsplit(self.base_url)
-        connection = (http.client.HTTPSConnection if parts.scheme == "https"
-                      else http.client.HTTPConnection)(parts.netloc, timeout=self.timeout)
-        try:
-            connection.request("GET", parts.path + "/healthz")
-            status = connection.getresponse().status
-        except (OSError, http.client.HTTPException) as exc:
-            raise StoreError(f"memory worker {self.base_url} is not reachable: "
-                             f"{type(exc).__name__}: {exc}") from None
-        finally:
-            connection.close()
-        if status != 200:
-            raise StoreError(f"memory worker {self.base_url} answered {status} to /healthz")
-
-    # --- transport ------------------------------------------------------------------------
-
-    def _session_for_loop(self) -> aiohttp.ClientSession:
-        import aiohttp
-
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._session_loop is not loop:
-            self._session = aiohttp.ClientSession(
-                headers={"Authorization": f"Bearer {self._token}"},
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-            )
-            self._session_loop = loop
-        return self._session
-
-    async def _call(self, route: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """POST ``payload`` to ``route``, retried within the deadline; the reply's JSON
-        object, or ``_CallFailed`` (``WorkerUnavailable`` while the breaker is open)."""
-        try:
-            self.breaker.check()
-        except BreakerOpen as exc:
-            raise WorkerUnavailable(f"memory worker {route} skipped: {exc}") from None
-        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        headers = {"Content-Type": "application/json"}
-        if route in KEYED_ROUTES:
-            headers[IDEMPOTENCY_HEADER] = uuid.uuid4().hex
-        try:
-            data = await self.retry.run(
-                lambda budget: self._attempt(route, body, headers, budget))
-        except _CallFailed as exc:
-            if exc.transient and self.breaker.failed():
-                log.warning("[memory] worker %s failed %d times in a row (last: %s); not"
-                            " calling it for %gs", self.base_url, self.breaker.threshold,
-                            exc, self.breaker.cool_down)
-            raise
-        self.breaker.succeeded()
-        return data
-
-    async def _attempt(self, route: str, body: bytes, headers: dict[str, str],
-                       budget: float) -> dict[str, Any]:
-        """One round trip within ``min(timeout, budget)`` seconds; ``Transient`` wraps a
-        failure worth another attempt."""
-        import aiohttp
-
-        session = self._session_for_loop()
-        timeout = min(self.timeout, budget)
-        try:
-            with tracing.span(f"POST {route}", {"http.request.method": "POST",
-                                                "url.path": route},
-                              kind="client") as span:
-                sent = dict(headers)
-                tracing.inject(sent)  # the W3C trace context, for the worker's span
-                async with session.post(self.base_url + route, data=body, headers=sent,
-                                        allow_redirects=False,
-                                        timeout=aiohttp.ClientTimeout(total=timeout)
-                                        ) as response:
-                    status = response.status
-                    span.set_attribute("http.response.status_code", status)
-                    wait = retry_after(response.headers.get("Retry-After"))
-                    raw = await _read_capped(response)
-        except TimeoutError:
-            raise Transient(_CallFailed(f"timed out after {timeout:g}s", transient=True))\
-                from None
-        except aiohttp.ClientError as exc:
-            failure = _CallFailed(f"transport error: {type(exc).__name__}: {exc}",
-                                  transient=True)
-            if isinstance(exc, aiohttp.ClientConnectorError) and route not in KEYED_ROUTES:
-                # Nobody listens: a read (the per-turn block, a listing) degrades at once
-                # rather than hold the turn through the backoff; a write, which would be
-                # lost, waits for a worker that may be restarting. Either counts toward the
-                # breaker.
-                raise failure from None
-            raise Transient(failure) from None
-        data = _json_object(raw)
-        if not 200 <= status < 300:
-            reason = data.get("error") if isinstance(data, dict) else None
-            if not isinstance(reason, str):
-                reason = raw[:200].decode("utf-8", "replace").strip() or "no reason given"
-            failure = _CallFailed(f"answered {status}: {reason}", status,
-                                  transient=status in TRANSIENT_STATUSES)
-            if failure.transient:
-                raise Transient(failure, wait)
-            raise failure
-        if data is None:
-            raise _CallFailed(f"answered {status} with a body that is not a JSON object")
-        return data
-
-    async def _command(self, route: str, payload: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return await self._call(route, payload)
-        except _CallFailed as exc:
-            error = (StoreRefused if exc.status in _REFUSED_BODY
-                     else ScopeLimitReached if exc.status == 507
-                     else StoreUnsupported if exc.status == 501 else StoreError)
-            raise error(f"memory worker {route} failed: {exc}") from None
+        """``WorkerTransport.check_reachable``: blocking, once, at startup."""
+        self.transport.check_reachable()
 
     # --- the store ------------------------------------------------------------------------
 
     async def retrieve(self, scope_key: str, query: str, limit: int) -> list[Record]:
         return [hit.record for hit in await self.search(scope_key, query, limit)]
-
-    async def retrieve_strict(self, scope_key: str, query: str, limit: int) -> list[Record]:
-        """``retrieve``, raising ``StoreError`` where ``retrieve`` degrades to nothing."""
-        return [hit.record for hit in await self.search_strict(scope_key, query, limit)]
 
     async def search(self, scope_key: str, query: str, limit: int, *, bump: bool = True
                      ) -> list[Hit]:
@@ -394,9 +192,9 @@ class WorkerStore(WorkerBrowsing, WorkerVectors):
         if not bump:
             payload["bump"] = False
         try:
-            data = await self._call("/retrieve", payload)
+            data = await self.transport.call("/retrieve", payload)
             records, matches, dropped = _hits(data, scope_key)
-        except _CallFailed as exc:
+        except CallFailed as exc:
             raise StoreError(f"worker /retrieve for {scope_key} failed ({exc})") from None
         if dropped:
             log.warning("[memory] worker /retrieve for %s: dropped %d malformed record(s)",
@@ -418,10 +216,10 @@ class WorkerStore(WorkerBrowsing, WorkerVectors):
         marked = 0
         for batch in _used_batches(items):
             try:
-                data = await self._call("/used", {"used": batch})
+                data = await self.transport.call("/used", {"used": batch})
             except WorkerUnavailable:
                 return marked
-            except _CallFailed as exc:
+            except CallFailed as exc:
                 if exc.status == 404:
                     self._legacy = True
                     return marked
@@ -464,7 +262,7 @@ class WorkerStore(WorkerBrowsing, WorkerVectors):
         log.warning("[memory] worker %s keeps %d records per scope, not the %d asked "
                     "(memory.max_records_per_scope); its operator bounds a client's cap "
                     "(memory.min_records_per_scope and max_records_per_scope on the worker)",
-                    self.base_url, applied, asked)
+                    self.transport.base_url, applied, asked)
 
     async def list(self, scope_key: str, limit: int, query: str | None = None,
                    kind: Kind | None = None) -> list[Record]:
@@ -476,8 +274,8 @@ class WorkerStore(WorkerBrowsing, WorkerVectors):
             payload["kind"] = Kind(kind).value
         data = await self._command("/list", payload)
         try:
-            records, dropped = _records(data, scope_key)
-        except _CallFailed as exc:
+            records, _matches, dropped = _hits(data, scope_key)
+        except CallFailed as exc:
             raise StoreError(f"memory worker /list failed: {exc}") from None
         if dropped:
             log.warning("[memory] worker /list for %s: dropped %d malformed record(s)",
@@ -514,8 +312,8 @@ class WorkerStore(WorkerBrowsing, WorkerVectors):
     async def delete_scope(self, scope_key: str) -> int:
         """Every record of the scope deleted by the worker's store (/delete-scope)."""
         check_scope_key(scope_key)
-        return _count(await self._command("/delete-scope", {"scopeKey": scope_key}),
-                      "/delete-scope", "deleted")
+        data = await self._command("/delete-scope", {"scopeKey": scope_key})
+        return whole_number(data, "/delete-scope", "deleted")
 
     async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
         """The person ``person_key`` names scrubbed from the scope's provenance
@@ -524,113 +322,28 @@ class WorkerStore(WorkerBrowsing, WorkerVectors):
         check_scope_key(person_key)
         data = await self._command("/scrub-provenance",
                                    {"scopeKey": scope_key, "personKey": person_key})
-        return _count(data, "/scrub-provenance", "scrubbed")
+        return whole_number(data, "/scrub-provenance", "scrubbed")
 
     async def purge(self) -> PurgeResult:
         """The retention purge run by the worker's store on every scope now (/purge)."""
         data = await self._command("/purge", {})
-        return PurgeResult(_count(data, "/purge", "purged"), _count(data, "/purge", "scrubbed"))
+        return PurgeResult(whole_number(data, "/purge", "purged"),
+                           whole_number(data, "/purge", "scrubbed"))
 
     async def close(self) -> None:
-        session, self._session, self._session_loop = self._session, None, None
-        if session is not None and not session.closed:
-            await session.close()
+        await self.transport.close()
 
     # --- moving records (``stores.porting.PortableStore``) -------------------------------
 
     async def export_scopes(self) -> builtins.list[str]:
-        """Every scope key the worker's store holds, through /scopes a page at a time."""
-        keys: list[str] = []
-        while True:
-            payload: dict[str, Any] = {"limit": MAX_SCOPES_PAGE}
-            if keys:
-                payload["after"] = keys[-1]
-            data = await self._command("/scopes", payload)
-            page, more = data.get("scopes"), data.get("more")
-            if (not isinstance(page, list) or not isinstance(more, bool)
-                    or not all(isinstance(key, str) for key in page)
-                    or (keys and page and page[0] <= keys[-1]) or (more and not page)):
-                raise StoreError("memory worker /scopes answered without a sorted 'scopes'"
-                                 " list and a boolean 'more'")
-            keys.extend(page)
-            if not more:
-                return keys
+        return await worker_porting.export_scopes(self.transport.command)
 
     async def export_page(self, scope_key: str, after: int, limit: int) -> builtins.list[Record]:
-        check_scope_key(scope_key)
-        data = await self._command("/export", {"scopeKey": scope_key, "after": after,
-                                               "limit": min(limit, MAX_EXPORT_PAGE)})
-        items = data.get("records")
-        if not isinstance(items, list):
-            raise StoreError("memory worker /export answered without a 'records' list")
-        records = []
-        for n, item in enumerate(items):
-            try:
-                record = record_from_wire(item)
-            except WireError as exc:
-                raise StoreError(f"memory worker /export answered a record that is not"
-                                 f" valid (records[{n}]: {exc})") from None
-            if record.scope_key != scope_key:
-                raise StoreError(f"memory worker /export for {scope_key} answered a record"
-                                 f" of {record.scope_key}")
-            records.append(record)
-        return records
+        return await worker_porting.export_page(self.transport.command, scope_key,
+                                                after, limit)
 
     async def import_records(self, records: Sequence[Record]) -> int:
-        """The records checked and screened here first (``group_import``: nothing is sent
-        when one is refused, and no secret leaves the process), then sent to /import in
-        bodies of at most ``MAX_IMPORT_BATCH`` records and about ``MAX_IMPORT_BYTES``; each
-        body is one transaction per scope there. The worker imports every record as
-        reflection-sourced (``keeps_import_source``)."""
-        groups = group_import(records, wall_clock_ms())
-        imported = 0
-        batch: list[dict[str, Any]] = []
-        size = 0
-        for _seq, record in (item for group in groups.values() for item in group):
-            item = to_wire(record)
-            length = len(json.dumps(item, ensure_ascii=False).encode("utf-8"))
-            if batch and (len(batch) >= MAX_IMPORT_BATCH or size + length > MAX_IMPORT_BYTES):
-                imported += await self._import_batch(batch)
-                batch, size = [], 0
-            batch.append(item)
-            size += length
-        if batch:
-            imported += await self._import_batch(batch)
-        return imported
-
-    async def _import_batch(self, batch: builtins.list[dict[str, Any]]) -> int:
-        data = await self._command("/import", {"records": batch})
-        count = data.get("imported")
-        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= len(batch):
-            raise StoreError("memory worker /import answered without a valid 'imported'")
-        return count
-
-
-def _count(data: Mapping[str, Any], route: str, name: str) -> int:
-    """The whole number ``name`` of a worker's answer."""
-    value = data.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise StoreError(f"memory worker {route} answered without a whole number {name!r}")
-    return value
-
-
-async def _read_capped(response: aiohttp.ClientResponse) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.content.iter_any():
-        size += len(chunk)
-        if size > MAX_REPLY_BYTES:
-            raise _CallFailed(f"answered more than {MAX_REPLY_BYTES} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _json_object(raw: bytes) -> dict[str, Any] | None:
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
+        return await worker_porting.import_records(self.transport.command, records)
 
 
 def _hits(data: dict[str, Any], scope_key: str
@@ -639,7 +352,7 @@ def _hits(data: dict[str, Any], scope_key: str
     reply has no usable ``matches``: an older worker), and how many records were dropped."""
     items = data.get("records")
     if not isinstance(items, list):
-        raise _CallFailed("answered without a 'records' list")
+        raise CallFailed("answered without a 'records' list")
     raw = data.get("matches")
     usable = (isinstance(raw, list) and len(raw) == len(items)
               and all(isinstance(m, int | float) and not isinstance(m, bool)
@@ -676,8 +389,3 @@ def _used_batches(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
             ids += len(chunk)
     return batches
 
-
-def _records(data: dict[str, Any], scope_key: str) -> tuple[list[Record], int]:
-    """The reply's well-formed records of ``scope_key`` and how many others were dropped."""
-    records, _matches, dropped = _hits(data, scope_key)
-    return records, dropped

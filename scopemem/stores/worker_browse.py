@@ -28,6 +28,7 @@ from scopemem.core.records import Kind, Record, WireError, from_wire
 from scopemem.errors import StoreError
 from scopemem.stores.browsing import fit_reaches, reach_query, record_args, scope_args
 from scopemem.stores.worker_counts import WorkerCounts
+from scopemem.stores.worker_transport import Command
 
 __all__ = ["WorkerBrowsing"]
 
@@ -71,7 +72,7 @@ def _reaches(items: Sequence[Any], route: str) -> list[Reach]:
 class WorkerBrowsing(WorkerCounts):
     """The browsing calls for ``WorkerStore`` (which provides ``_command``)."""
 
-    _command: Any
+    _command: Command
 
     async def scope_page(self, *, kind: str | None = None, sort: str = "key",
                          descending: bool = False, offset: int = 0, limit: int = 50

@@ -25,15 +25,16 @@ from scopemem.core.scopes import scope_key_problem
 from scopemem.errors import StoreError
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.shared import counts as counting
+from scopemem.stores.worker_transport import Command
 
 __all__ = ["WorkerCounts"]
 
 
 class WorkerCounts:
-    """``add_counts`` and ``read_counts`` for ``WorkerStore`` (which provides
-    ``_command``)."""
+    """``add_counts`` and ``read_counts`` for ``WorkerStore``, sent through the transport's
+    ``command`` the store gives it."""
 
-    _command: Any
+    _command: Command
 
     async def add_counts(self, rows: Sequence[CountRow]) -> None:
         # Checked here first, so nothing is sent when one row would be refused.

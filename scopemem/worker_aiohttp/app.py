@@ -27,13 +27,10 @@ Routes (bodies are JSON objects, camelCase, times in epoch milliseconds)::
 
 Any other path is 404 and another method on a known path is 405. Every error body is
 ``{"error": "<reason>"}``. A write that would create a scope beyond the store's limit on scopes
-is 507 (``ScopeLimitReached``); writes to existing scopes go on. /scopes, /export and /import
-move records between stores (``stores.porting``): a store that cannot answers 501. /counts,
-/stats and /metrics serve the store's counters (``stores.base.CountingStore``; a store
-without them answers 501 on the first two): /counts adds what a client's host counted,
-/stats reads rows per scope and day, /metrics sums them per scope kind for Prometheus
-(``metrics.py``), then gives the worker's own request, store-call and process series
-(``observe.py``, whose middleware, the outermost, counts and times every request).
+is 507 (``ScopeLimitReached``); writes to existing scopes go on. The routes beyond reading and
+writing live beside this module, one group each: moving records (``porting.py``), counters
+and /metrics (``counting.py``), deleting (``deleting.py``), browsing (``browsing.py``).
+``observe.py``'s middleware, the outermost, counts and times every request.
 
 A client's ``cap`` is bounded by the operator: never above the server's cap (``cap``, the
 store's default), never below its floor (``min_cap``). A client may lower its scopes' cap down
@@ -67,7 +64,6 @@ nothing about the data.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import importlib.resources
 import inspect
 import json
@@ -77,9 +73,8 @@ from typing import TYPE_CHECKING, cast
 
 from aiohttp import hdrs, web
 
-from scopemem.core.counters import day_of
-from scopemem.core.porting import reflection_sourced
 from scopemem.core.records import MAX_SCOPE_CAP, to_wire
+from scopemem.core.text import is_bearer_token
 from scopemem.errors import (
     ScopeLimitReached,
     StoreBusy,
@@ -87,14 +82,12 @@ from scopemem.errors import (
     StoreRefused,
     StoreUnsupported,
 )
-from scopemem.stores.base import CountingStore, MemoryStore, search_hits, wall_clock_ms
-from scopemem.stores.porting import PortableStore, portable, screen_import
-from scopemem.worker_aiohttp import browsing, deleting, validation, vectors
+from scopemem.stores.base import MemoryStore, search_hits, wall_clock_ms
+from scopemem.worker_aiohttp import browsing, counting, deleting, porting, validation, vectors
 from scopemem.worker_aiohttp.handling import (
     OPENAPI,
     SERVED,
     Served,
-    bearer_matches,
     data_route,
     error_answer,
     gate,
@@ -269,104 +262,6 @@ async def sweep(request: web.Request) -> web.StreamResponse:
     return json_answer({"ok": True, **to_wire(result)})
 
 
-def _portable(request: web.Request) -> PortableStore:
-    """The served store as a ``PortableStore`` (``StoreUnsupported``, a 501, otherwise)."""
-    return portable(request.app[SERVED].require_store())
-
-
-@data_route
-async def scopes(request: web.Request) -> web.StreamResponse:
-    args = validation.scopes_args(await read_body(request))
-    keys = await _portable(request).export_scopes()
-    start = 0 if args.after is None else bisect.bisect_right(keys, args.after)
-    page = keys[start:start + args.limit]
-    return json_answer({"scopes": page, "more": start + len(page) < len(keys)})
-
-
-@data_route
-async def export(request: web.Request) -> web.StreamResponse:
-    args = validation.export_args(await read_body(request))
-    records = await _portable(request).export_page(args.scope_key, args.after, args.limit)
-    return records_answer(request, records)
-
-
-@data_route
-async def import_records(request: web.Request) -> web.StreamResponse:
-    """Records from any token holder: each is screened as a /write is (``screen_import``:
-    redaction, caps, the status gate, times and use counts bounded) and becomes
-    reflection-sourced, since nobody here can vouch for ``human``. The answer counts what
-    the screen changed."""
-    now = wall_clock_ms()
-    args = validation.import_args(await read_body(request), now)
-    store = _portable(request)
-    records = [reflection_sourced(record) for record in args.records]
-    reset = sum(new is not old for new, old in zip(records, args.records, strict=True))
-    try:
-        screen = screen_import(records, now)
-        imported = await store.import_records(screen.records)
-    except StoreRefused as exc:
-        return error_answer(400, str(exc))
-    log.info("[import] %d of %d records added (%d redacted, %d swept, %d source reset)",
-             imported, len(args.records), screen.redacted, screen.swept, reset)
-    return json_answer({"ok": True, "imported": imported, "redacted": screen.redacted,
-                        "swept": screen.swept, "sourceReset": reset})
-
-
-#: The most counter rows one /stats answer carries (``truncated`` says when there were more:
-#: ask for fewer scopes or days).
-MAX_STATS_ROWS = 50_000
-
-
-def _counting(request: web.Request) -> CountingStore | None:
-    store = request.app[SERVED].require_store()
-    return store if isinstance(store, CountingStore) else None
-
-
-def _no_counters() -> web.Response:
-    return error_answer(501, "this worker's store keeps no counters")
-
-
-@data_route
-async def counts(request: web.Request) -> web.StreamResponse:
-    args = validation.counts_args(await read_body(request))
-    store = _counting(request)
-    if store is None:
-        return _no_counters()
-    await store.add_counts(args.rows)
-    return json_answer({"ok": True, "added": len(args.rows)})
-
-
-@data_route
-async def stats(request: web.Request) -> web.StreamResponse:
-    args = validation.stats_args(await read_body(request))
-    store = _counting(request)
-    if store is None:
-        return _no_counters()
-    rows = await store.read_counts(args.scope_keys, prefix=args.prefix,
-                                   since_day=day_of(args.since))
-    return json_answer({"rows": to_wire(rows[:MAX_STATS_ROWS]),
-                  "truncated": len(rows) > MAX_STATS_ROWS})
-
-
-async def metrics(request: web.Request) -> web.StreamResponse:
-    """Either bearer opens it; the scrape reads the store now (``metrics.py``)."""
-    served = request.app[SERVED]
-    given = request.headers.getall(hdrs.AUTHORIZATION, [])
-    if not (bearer_matches(given, served.token)
-            or bearer_matches(given, served.metrics_token)):
-        return error_answer(401, "a valid bearer token is required",
-                      headers={hdrs.WWW_AUTHENTICATE: "Bearer"})
-    from scopemem.worker_aiohttp import metrics as exposition
-
-    # The store's counters when it keeps any, then the requests, the store's calls and the
-    # process (``observe.py``).
-    store = _counting(request)
-    rows = None if store is None else await store.read_counts()
-    body = exposition.render(rows, exposition.Labels(kinds=served.scope_kinds),
-                             request.app[INSTRUMENTS].registry)
-    return web.Response(body=body, headers={hdrs.CONTENT_TYPE: exposition.CONTENT_TYPE})
-
-
 async def healthz(_request: web.Request) -> web.StreamResponse:
     return json_answer({"ok": True})
 
@@ -382,11 +277,8 @@ DATA_ROUTES: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] =
     "/forget": forget,
     "/sweep": sweep,
     "/used": used,
-    "/scopes": scopes,
-    "/export": export,
-    "/import": import_records,
-    "/counts": counts,
-    "/stats": stats,
+    **porting.ROUTES,
+    **counting.ROUTES,
     "/delete-scope": deleting.delete_scope,
     "/scrub-provenance": deleting.scrub_provenance,
     "/purge": deleting.purge,
@@ -410,7 +302,7 @@ def load_openapi() -> bytes:
 def _check_token(token: str | None) -> bytes:
     if not token:
         return b""
-    if not all(0x21 <= ord(char) <= 0x7E for char in token):
+    if not is_bearer_token(token):
         raise ValueError("the bearer token must be printable ASCII without spaces")
     return token.encode("ascii")
 
@@ -491,7 +383,7 @@ def create_app(
     app.on_response_prepare.append(_no_banner)
     for path, handler in DATA_ROUTES.items():
         app.router.add_post(path, handler, expect_handler=_expect)
-    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics", counting.metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/openapi.json", openapi)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from scopemem.cli import build_cli, builtin_port_commands
+from scopemem.cli import build_cli, port_stream
 from scopemem.core.porting import record_line
 from scopemem.core.records import MAX_EXPORT_PAGE, Kind, Record, Status
 from scopemem.plugins.manager import new_plugin_manager
@@ -183,7 +183,7 @@ def test_lines_that_are_not_utf8_or_too_long_are_named(tmp_path: Path,
     source.write_bytes(line(1).encode() + b"\n" + b'{"id": "\xff\xfe"}\n')
     result = run(config, "import", str(source))
     assert result.exit_code == 1 and "line 2: not UTF-8 text" in result.output
-    monkeypatch.setattr(builtin_port_commands, "MAX_LINE_BYTES", 300)
+    monkeypatch.setattr(port_stream, "MAX_LINE_BYTES", 300)
     source.write_text(line(1) + "\n" + line(2, text="y" * 400) + "\n" + line(3) + "\n")
     result = run(config, "import", str(source))
     assert result.exit_code == 1 and "line 2: longer than 300 bytes" in result.output
@@ -192,7 +192,7 @@ def test_lines_that_are_not_utf8_or_too_long_are_named(tmp_path: Path,
 
 def test_batches_before_a_bad_line_stay_written(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(builtin_port_commands, "IMPORT_BATCH", 2)
+    monkeypatch.setattr(port_stream, "IMPORT_BATCH", 2)
     config = sqlite_config(tmp_path, "data")
     source = tmp_path / "bad.jsonl"
     source.write_text("\n".join([line(1), line(2), "", line(3), "[]", line(4)]) + "\n")
@@ -293,7 +293,7 @@ def test_a_progress_bar_shows_only_on_a_terminal(tmp_path: Path,
     source.write_text("\n".join(line(n) for n in range(1, 4)) + "\n")
     result = ok(run(config, "import", str(source)))
     assert "importing" not in result.stderr
-    monkeypatch.setattr(builtin_port_commands, "_stderr_is_terminal", lambda: True)
+    monkeypatch.setattr(port_stream, "stderr_is_terminal", lambda: True)
     result = ok(run(config, "export", "--all", "--operator", "--out", str(tmp_path / "out.jsonl")))
     assert "exporting" in result.stderr
     result = ok(run(sqlite_config(tmp_path, "other"), "import", str(source)))
@@ -342,7 +342,7 @@ def test_a_large_file_streams_in_bounded_batches(tmp_path: Path,
 
     monkeypatch.setattr(SharedSqliteStore, "import_records", spy_import)
     monkeypatch.setattr(SharedSqliteStore, "export_page", spy_page)
-    batch = builtin_port_commands.IMPORT_BATCH
+    batch = port_stream.IMPORT_BATCH
     small = _import_peak(sqlite_config(tmp_path, "small"),
                          _large_file(tmp_path / "small.jsonl", 4 * batch))
     total = 16 * batch

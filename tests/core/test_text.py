@@ -1,4 +1,5 @@
-"""Tests for scopemem.core.text: tokenizing, normalising, sanitising, redacting."""
+"""Tests for scopemem.core.text (tokenizing, normalising, sanitising) and the core's
+redaction (scopemem.core.redaction, scopemem.core.secret_rules)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,16 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from scopemem.core.redaction import REDACTION_KINDS, redaction_placeholder
+from scopemem.core.secret_rules import redact_secrets
 from scopemem.core.text import (
     INVISIBLE_RANGES,
     JOINERS,
     KEPT_FORMAT_RANGES,
     LOOKALIKES,
-    REDACTION_KINDS,
     distinct_tokens,
     estimate_tokens,
     normalize_text,
-    redact_secrets,
-    redaction_placeholder,
     sanitize_field,
     tokenize,
 )

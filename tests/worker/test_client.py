@@ -170,7 +170,7 @@ async def test_forget_and_sweep(store, stub):
 
 async def test_the_session_is_lazy_and_close_is_idempotent(base_url, stub):
     worker = WorkerStore(base_url + "/", TOKEN)
-    assert worker._session is None
+    assert worker.transport._session is None
     await worker.list(ORG, 1)
     assert stub.requests[0][0] == "/list"  # the trailing slash of the base URL is dropped
     await worker.close()
@@ -320,14 +320,14 @@ def test_from_settings_builds_a_worker_store():
     store = WorkerStore.from_settings(settings(base_url="https://memory.example:8443/base",
                                                timeout_seconds=2.5))
     assert isinstance(store, WorkerStore)
-    assert store.base_url == "https://memory.example:8443/base"
-    assert store.cap == 321 and store.timeout == 2.5
+    assert store.transport.base_url == "https://memory.example:8443/base"
+    assert store.cap == 321 and store.transport.timeout == 2.5
     custom = WorkerStore.from_settings(settings({"MY_TOKEN": "abc"}, base_url="http://h",
                                                 token_env="MY_TOKEN"))
-    assert isinstance(custom, WorkerStore) and custom.timeout == 5.0
-    assert custom.retry.deadline == 10.0
+    assert isinstance(custom, WorkerStore) and custom.transport.timeout == 5.0
+    assert custom.transport.retry.deadline == 10.0
     patient = WorkerStore.from_settings(settings(base_url="http://h", retry_deadline_seconds=30))
-    assert isinstance(patient, WorkerStore) and patient.retry.deadline == 30.0
+    assert isinstance(patient, WorkerStore) and patient.transport.retry.deadline == 30.0
 
 
 @pytest.mark.parametrize("environ", [{}, {"MEMORY_TOKEN": ""}, {"OTHER": "x"}])

@@ -20,7 +20,8 @@ from aiohttp import web
 from scopemem.errors import StoreError
 from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.retrying import Breaker, RetryPolicy, retry_after
-from scopemem.stores.worker import IDEMPOTENCY_HEADER, WorkerStore, WorkerUnavailable
+from scopemem.stores.worker import WorkerStore, WorkerUnavailable
+from scopemem.stores.worker_transport import IDEMPOTENCY_HEADER
 from scopemem.worker_aiohttp.app import create_app
 from tests.conftest import FakeClock, fact
 from tests.worker.conftest import TOKEN

@@ -158,10 +158,6 @@ class PostingsCache:
         while self._loading:
             await asyncio.gather(*self._loading.values(), return_exceptions=True)
 
-    def loading(self, scope_key: str) -> bool:
-        """Whether a copy of the scope is being read now."""
-        return scope_key in self._loading
-
     def has(self, scope_key: str) -> bool:
         """Whether a copy of the scope is held (of whatever change counter)."""
         return scope_key in self._copies

@@ -1,0 +1,273 @@
+"""How the worker client talks to the Memory Worker: one POST of a JSON object, one JSON
+object back, or an exception saying why not. Nothing here knows what a route means; the store
+operations (``stores.worker``, ``worker_counts``, ``worker_browse``, ``worker_porting``) are
+built on ``WorkerTransport.command`` (or ``call``, where a failure is not an error).
+
+Transient failures are retried (``stores.retrying``: connection errors, a dropped connection,
+503 and 429 honouring ``Retry-After``, timeouts) with exponential backoff and jitter, within
+the retry policy's deadline; a read that cannot connect at all (nobody listens) is not
+retried, so the per-turn block degrades at once. Every request that changes something
+(``KEYED_ROUTES``) carries an ``Idempotency-Key`` made for that call and reused by its
+retries, so a write whose answer was lost is answered from the worker's memory of it rather
+than applied twice. After ``BREAKER_THRESHOLD`` calls in a row failed that way, the client
+stops calling for ``BREAKER_COOL_DOWN`` seconds (``WorkerUnavailable``; one warning when it
+opens), then tries again. No redirect is followed: a 3xx is an error like any other answer
+the worker never gives. A reply is read up to ``MAX_REPLY_BYTES``, so a hostile or broken
+server cannot make the client hold more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from scopemem import tracing
+from scopemem.core.text import is_bearer_token
+from scopemem.errors import ScopeLimitReached, StoreError, StoreRefused, StoreUnsupported
+from scopemem.stores.retrying import (
+    DEFAULT_DEADLINE,
+    TRANSIENT_STATUSES,
+    Breaker,
+    BreakerOpen,
+    RetryPolicy,
+    Transient,
+    retry_after,
+)
+
+if TYPE_CHECKING:
+    import aiohttp
+
+__all__ = ["Command", "CallFailed", "WorkerTransport", "WorkerUnavailable", "url_problem",
+           "whole_number"]
+
+log = logging.getLogger("scopemem")
+
+DEFAULT_TIMEOUT = 5.0
+# The largest reply read: 50 records of 4000 characters are well under it.
+MAX_REPLY_BYTES = 8 * 1024 * 1024
+#: The header naming one call across its retries; the worker answers a replay with the
+#: first answer (``worker_aiohttp.idempotency``).
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: The routes that change something: each call carries an idempotency key.
+KEYED_ROUTES = frozenset({"/write", "/used", "/forget", "/sweep", "/import", "/counts",
+                          "/delete-scope", "/scrub-provenance", "/purge"})
+BREAKER_THRESHOLD = 5
+BREAKER_COOL_DOWN = 30.0
+# Answers that refuse the body itself: sending it again would be refused again.
+_REFUSED_BODY = (400, 413)
+
+#: ``WorkerTransport.command``: what the store's parts are given to reach the worker.
+Command = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+class WorkerUnavailable(StoreError):
+    """The client's breaker is open: the worker failed too often lately; nothing was sent."""
+
+
+class CallFailed(Exception):
+    """One call that produced no usable JSON object; the message says why, ``status``
+    is the worker's answer (None when there was none), ``transient`` whether it failed in a
+    way a later call may not (after its retries)."""
+
+    def __init__(self, message: str, status: int | None = None, *,
+                 transient: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.transient = transient
+
+
+def check_token(token: str) -> str:
+    if not is_bearer_token(token):
+        raise ValueError("the bearer token must be non-empty printable ASCII without spaces")
+    return token
+
+
+def url_problem(base_url: object) -> str | None:
+    """What is wrong with ``base_url`` as the worker's address, or None."""
+    if not isinstance(base_url, str) or not base_url:
+        return "must be a non-empty string"
+    try:
+        parts = urlsplit(base_url)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as exc:
+        return f"is not a valid URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"must be an http:// or https:// URL with a host, got {base_url!r}"
+    if parts.query or parts.fragment:
+        return "must not have a query or a fragment"
+    return None
+
+
+def whole_number(data: Mapping[str, Any], route: str, name: str) -> int:
+    """The whole number ``name`` of a worker's answer, or ``StoreError``."""
+    value = data.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise StoreError(f"memory worker {route} answered without a whole number {name!r}")
+    return value
+
+
+class WorkerTransport:
+    """One ``aiohttp.ClientSession`` per client, created on first use on the running event
+    loop (a session cannot cross loops) and closed by ``close()``. Every request carries the
+    bearer and has ``timeout`` seconds in total."""
+
+    def __init__(self, base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT,
+                 retry: RetryPolicy | None = None, breaker: Breaker | None = None) -> None:
+        problem = url_problem(base_url)
+        if problem is not None:
+            raise ValueError(f"base_url {problem}")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.base_url = base_url.rstrip("/")
+        self._token = check_token(token)
+        self.timeout = float(timeout)
+        self.retry = retry if retry is not None else RetryPolicy(DEFAULT_DEADLINE)
+        self.breaker = breaker if breaker is not None else Breaker(BREAKER_THRESHOLD,
+                                                                   BREAKER_COOL_DOWN)
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+
+    def check_reachable(self) -> None:
+        """One blocking ``GET /healthz`` within ``timeout`` seconds, for a process that must
+        not start without its worker (``memory.fallback = "refuse"``): ``StoreError`` unless
+        it answers 200. Blocking on purpose: it runs once, at startup, before any loop."""
+        import http.client
+
+        parts = urlsplit(self.base_url)
+        connection = (http.client.HTTPSConnection if parts.scheme == "https"
+                      else http.client.HTTPConnection)(parts.netloc, timeout=self.timeout)
+        try:
+            connection.request("GET", parts.path + "/healthz")
+            status = connection.getresponse().status
+        except (OSError, http.client.HTTPException) as exc:
+            raise StoreError(f"memory worker {self.base_url} is not reachable: "
+                             f"{type(exc).__name__}: {exc}") from None
+        finally:
+            connection.close()
+        if status != 200:
+            raise StoreError(f"memory worker {self.base_url} answered {status} to /healthz")
+
+    def _session_for_loop(self) -> aiohttp.ClientSession:
+        import aiohttp
+
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            self._session = aiohttp.ClientSession(
+                headers={"Authorization": f"Bearer {self._token}"},
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+            )
+            self._session_loop = loop
+        return self._session
+
+    async def command(self, route: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """``call``, its failure raised as the ``StoreError`` the worker's status means: a
+        body refused (``StoreRefused``), a new scope beyond the worker's limit
+        (``ScopeLimitReached``), a store that cannot (``StoreUnsupported``)."""
+        try:
+            return await self.call(route, payload)
+        except CallFailed as exc:
+            error = (StoreRefused if exc.status in _REFUSED_BODY
+                     else ScopeLimitReached if exc.status == 507
+                     else StoreUnsupported if exc.status == 501 else StoreError)
+            raise error(f"memory worker {route} failed: {exc}") from None
+
+    async def call(self, route: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST ``payload`` to ``route``, retried within the deadline; the reply's JSON
+        object, or ``CallFailed`` (``WorkerUnavailable`` while the breaker is open)."""
+        try:
+            self.breaker.check()
+        except BreakerOpen as exc:
+            raise WorkerUnavailable(f"memory worker {route} skipped: {exc}") from None
+        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        headers = {"Content-Type": "application/json"}
+        if route in KEYED_ROUTES:
+            headers[IDEMPOTENCY_HEADER] = uuid.uuid4().hex
+        try:
+            data = await self.retry.run(
+                lambda budget: self._attempt(route, body, headers, budget))
+        except CallFailed as exc:
+            if exc.transient and self.breaker.failed():
+                log.warning("[memory] worker %s failed %d times in a row (last: %s); not"
+                            " calling it for %gs", self.base_url, self.breaker.threshold,
+                            exc, self.breaker.cool_down)
+            raise
+        self.breaker.succeeded()
+        return data
+
+    async def _attempt(self, route: str, body: bytes, headers: dict[str, str],
+                       budget: float) -> dict[str, Any]:
+        """One round trip within ``min(timeout, budget)`` seconds; ``Transient`` wraps a
+        failure worth another attempt."""
+        import aiohttp
+
+        session = self._session_for_loop()
+        timeout = min(self.timeout, budget)
+        try:
+            with tracing.span(f"POST {route}", {"http.request.method": "POST",
+                                                "url.path": route},
+                              kind="client") as span:
+                sent = dict(headers)
+                tracing.inject(sent)  # the W3C trace context, for the worker's span
+                async with session.post(self.base_url + route, data=body, headers=sent,
+                                        allow_redirects=False,
+                                        timeout=aiohttp.ClientTimeout(total=timeout)
+                                        ) as response:
+                    status = response.status
+                    span.set_attribute("http.response.status_code", status)
+                    wait = retry_after(response.headers.get("Retry-After"))
+                    raw = await _read_capped(response)
+        except TimeoutError:
+            raise Transient(CallFailed(f"timed out after {timeout:g}s", transient=True))\
+                from None
+        except aiohttp.ClientError as exc:
+            failure = CallFailed(f"transport error: {type(exc).__name__}: {exc}",
+                                 transient=True)
+            if isinstance(exc, aiohttp.ClientConnectorError) and route not in KEYED_ROUTES:
+                # Nobody listens: a read (the per-turn block, a listing) degrades at once
+                # rather than hold the turn through the backoff; a write, which would be
+                # lost, waits for a worker that may be restarting. Either counts toward the
+                # breaker.
+                raise failure from None
+            raise Transient(failure) from None
+        data = _json_object(raw)
+        if not 200 <= status < 300:
+            reason = data.get("error") if isinstance(data, dict) else None
+            if not isinstance(reason, str):
+                reason = raw[:200].decode("utf-8", "replace").strip() or "no reason given"
+            failure = CallFailed(f"answered {status}: {reason}", status,
+                                 transient=status in TRANSIENT_STATUSES)
+            if failure.transient:
+                raise Transient(failure, wait)
+            raise failure
+        if data is None:
+            raise CallFailed(f"answered {status} with a body that is not a JSON object")
+        return data
+
+    async def close(self) -> None:
+        session, self._session, self._session_loop = self._session, None, None
+        if session is not None and not session.closed:
+            await session.close()
+
+
+async def _read_capped(response: aiohttp.ClientResponse) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_any():
+        size += len(chunk)
+        if size > MAX_REPLY_BYTES:
+            raise CallFailed(f"answered more than {MAX_REPLY_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
