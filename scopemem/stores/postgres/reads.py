@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from scopemem.core import engine
+from scopemem.core import engine, topk
 from scopemem.core.records import Record
 from scopemem.core.scopes import record_seq
 from scopemem.stores.base import Hit
@@ -124,6 +124,10 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
                         for term, holders in postings.items()}
         if dense is not None and not gone:
             covered = dense.covered(terms, weights, limit, ranking.context_weight)
+        elif held:
+            # A few postings (their rows are read): weighing every gated record costs less
+            # than choosing which to weigh.
+            covered = topk.covered_all(postings, terms, weights)
         else:
             covered = tokens.covered(postings, continues, terms, weights, limit, ranking,
                                      touches, now)
