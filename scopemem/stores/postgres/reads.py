@@ -113,6 +113,10 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
     weights = tokens.term_weights(postings, active, terms, ranking)
     total = sum(weights)
     held = held or {}
+    # A few postings (a selective query, a small scope): weighing every gated record costs
+    # less than choosing which to weigh, or than arrays over the whole scope.
+    few = bool(held) or sum(len(postings.get(term, ())) for term in terms.prefilter
+                            ) <= FEW_POSTINGS
 
     def choose(gone: Sequence[int] = ()) -> tuple[dict[int, float], list[tuple[float, int]]]:
         # Records that left active status since the postings were read (a concurrent
@@ -122,12 +126,10 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
         if gone:
             postings = {term: frozenset(holders).difference(gone)
                         for term, holders in postings.items()}
-        if dense is not None and not gone:
-            covered = dense.covered(terms, weights, limit, ranking.context_weight)
-        elif held:
-            # A few postings (their rows are read): weighing every gated record costs less
-            # than choosing which to weigh.
+        if few:
             covered = topk.covered_all(postings, terms, weights)
+        elif dense is not None and not gone:
+            covered = dense.covered(terms, weights, limit, ranking.context_weight)
         else:
             covered = tokens.covered(postings, continues, terms, weights, limit, ranking,
                                      touches, now)
