@@ -133,13 +133,14 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
         else:
             covered = tokens.covered(postings, continues, terms, weights, limit, ranking,
                                      touches, now)
-        return covered, engine.rank_candidates(covered, total, limit, ranking, continues)
+        return covered, engine.rank_candidates(covered, total, limit, ranking,
+                                               _chained(covered, continues))
 
     covered, candidates = choose()
     if (generation is None and bump and candidates and len(candidates) <= limit
             and any(seq not in held for _match, seq in candidates)):
         return await _all_returned(conn, sql, usage, ranking, scope_key, covered, total,
-                                   continues, candidates, limit, now)
+                                   _chained(covered, continues), candidates, limit, now)
     details: Details = {}
     check = generation
     while True:
@@ -173,6 +174,15 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
         return [Hit(record_of(row), match) for row, match in ranked]
     bumped = await _bump(conn, sql, usage, scope_key, [row for row, _m in ranked], now)
     return [Hit(record, match) for record, (_row, match) in zip(bumped, ranked, strict=True)]
+
+
+def _chained(covered: Mapping[int, float], continues: AbstractSet[int]) -> AbstractSet[int]:
+    """Of ``continues``, what the match reads (the covered records), as a set: a copy's is
+    the whole scope's, and a set, not a frozenset, is what ``dict.keys() &`` intersects
+    from its smaller side."""
+    if type(continues) is set:
+        return continues
+    return {seq for seq in covered if seq in continues}
 
 
 async def _all_returned(conn: Any, sql: Statements, usage: DeferredUsage,
