@@ -103,8 +103,6 @@ class Statements:
             " unnest(r.tokens) AS x(term)"
             " WHERE r.scope_key = %(scope)s AND r.seq = ANY(%(seqs)s::bigint[])) AS gone"
             " WHERE p.scope_key = %(scope)s AND p.term = gone.term AND p.seq = gone.seq")
-        self.thread_of = (f"SELECT source_thread_key FROM {records}"
-                          " WHERE scope_key = %(scope)s AND seq = %(seq)s")
         self.active_rows_by_seq = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
                                    " AND seq = ANY(%(seqs)s::bigint[])")
         # The same with the scope's change counter first in every row (one row of NULLs
@@ -180,8 +178,11 @@ class Statements:
                         " ORDER BY seq DESC LIMIT %(limit)s")
         # Writes. The scope's row is the writers' lock: a write, a forget and a sweep take
         # it first, so changes to one scope are serialized and seqs never collide.
-        self.lock_scope = (f"SELECT last_seq, active FROM {s}.scopes"
-                           " WHERE scope_key = %(scope)s FOR UPDATE")
+        # With the thread of the scope's last row (NULL when it is gone: purged, deleted),
+        # which the write's first record may continue.
+        self.lock_scope = (f"SELECT last_seq, active, (SELECT source_thread_key FROM {records}"
+                           " r WHERE r.scope_key = sc.scope_key AND r.seq = sc.last_seq)"
+                           f" FROM {s}.scopes sc WHERE scope_key = %(scope)s FOR UPDATE")
         self.new_scope = (f"INSERT INTO {s}.scopes (scope_key, created_at)"
                           " VALUES (%(scope)s, %(now)s) ON CONFLICT DO NOTHING")
         self.count_scopes = f"SELECT count(*) FROM {s}.scopes"
