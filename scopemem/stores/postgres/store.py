@@ -177,7 +177,7 @@ class PostgresStore(Porting, Counts):
         # Pipelined: a statement whose answer nothing waits for is sent at once, so the
         # batch waits on the server only for the rows it reads (the scope's row, the rows
         # the batch can touch, the eviction's) and the commit.
-        async with self._connection() as conn, conn.pipeline(), conn.transaction():
+        async with self._connection() as conn, self._pipeline(conn), conn.transaction():
             last_seq, active, thread = await self._lock_scope(conn, scope_key, now,
                                                               create=True)
             norms, seqs = batches.lookup_keys(scope_key, fitted)
@@ -432,6 +432,15 @@ class PostgresStore(Porting, Counts):
         cursor = await conn.execute(self.sql.lock_scope, {"scope": scope_key})
         row = await cursor.fetchone()
         return row[0], row[1], row[2]
+
+    @staticmethod
+    def _pipeline(conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Pipeline mode on ``conn`` where the libpq has it (14 and later; psycopg's binary
+        package ships one), else nothing: the same statements, each waited for."""
+        psycopg, _pool = _psycopg()
+        if psycopg.Pipeline.is_supported():
+            return conn.pipeline()  # type: ignore[no-any-return]
+        return contextlib.nullcontext()
 
     @staticmethod
     async def _scalar(conn: Any, statement: str, params: Any) -> Any:
