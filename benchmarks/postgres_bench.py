@@ -1,20 +1,26 @@
 """How fast is the PostgreSQL store, next to the SQLite store, in the same run?
 
     python benchmarks/postgres_bench.py [--sizes 500,10000] [--limit 8] [--seconds 3]
+                                        [--rounds 3]
                                         [--dsn postgresql://127.0.0.1:5432/test]
 
 For each scope size it fills one scope of a PostgresStore (in a schema of its own, dropped
 afterwards) and one of a SharedSqliteStore (in a temporary directory) with the same generated
-records, then prints, for each store and their ratio (Postgres / SQLite):
+records, copies the store's active rows into a plain table with a ``tsvector`` of the
+engine's terms and a GIN index on it (the baseline: ``GIN_SQL``, the best
+``candidate_cap(limit)`` rows by ``ts_rank`` for the query's prefilter terms, read in full,
+as ``raw_fts.RAW_FTS_SQL`` is SQLite's), then prints, for each and the ratios (Postgres /
+SQLite, Postgres / GIN):
 
 * retrieve p50 and p99 (milliseconds) of ``retrieve`` (limit 8, usage bumps on) for
   brief-like queries (6-16 words, common ones included, so they match much of the scope)
-  and for selective ones (2-4 rare words);
+  and for selective ones (2-4 rare words), the median over ``--rounds`` rounds and each
+  ratio's min / median / max over them;
 * write p50: a batch of 50 new candidates through ``write`` (at 10,000 records the scope is
   at the largest cap, so every batch also evicts 50).
 
-The two stores are measured in alternating blocks of ten calls on the same queries, so drift
-and neighbours on a shared machine hit both alike. Both are called directly in process (no
+The contenders are measured in alternating blocks of ten calls on the same queries, so drift
+and neighbours on a shared machine hit them alike. Both are called directly in process (no
 HTTP, no ``Memory``); the server runs on the same machine (a socket round trip of about
 0.1 ms). Default durability on both: SQLite ``synchronous = full``, PostgreSQL's own
 ``synchronous_commit``. Target: Postgres retrieve within 3x SQLite's at 10,000 records.
@@ -39,15 +45,19 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import workers_bench  # noqa: E402
 from benchmarks.store_bench import Corpus  # noqa: E402
+from scopemem.core import engine  # noqa: E402
+from scopemem.core.ranking import candidate_cap  # noqa: E402
 from scopemem.core.records import MAX_SCOPE_CAP  # noqa: E402
 from scopemem.stores.postgres import PostgresStore  # noqa: E402
 from scopemem.stores.postgres.options import PostgresOptions  # noqa: E402
+from scopemem.stores.postgres.statements import COLUMNS  # noqa: E402
 from scopemem.stores.sqlite_shared import SharedSqliteStore  # noqa: E402
 
 SCOPE = "repo:acme/widgets"
@@ -76,11 +86,61 @@ async def alternate(calls: dict[str, Callable[[int], Awaitable[object]]], second
     return samples
 
 
+# The plain tsvector + GIN query on the same rows: the best ``cap`` rows by ts_rank for the
+# query's prefilter terms (an OR query), read in full.
+GIN_SQL = ("SELECT {columns} FROM {table} WHERE tsv @@ %(q)s::tsquery"
+           " ORDER BY ts_rank(tsv, %(q)s::tsquery) DESC, seq DESC LIMIT %(cap)s")
+
+
 def row(label: str, pg: float, sqlite: float) -> str:
     return f"  {label:<28} {pg:>9.2f} {sqlite:>9.2f} {pg / sqlite:>8.2f}x"
 
 
-async def bench_size(size: int, limit: int, seconds: float, dsn: str) -> None:
+def spread(ratios: list[float]) -> str:
+    ordered = sorted(ratios)
+    return f"{ordered[0]:.2f}/{statistics.median(ordered):.2f}/{ordered[-1]:.2f}"
+
+
+def tsquery(terms: Sequence[str]) -> str:
+    """An OR tsquery of ``terms``, each a quoted lexeme (no parser stems or drops them)."""
+    return " | ".join("'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
+                      for term in terms)
+
+
+class GinBaseline:
+    """The baseline's table, filled from a store's active rows of one scope, and its query."""
+
+    def __init__(self, store: PostgresStore, conn: Any, limit: int) -> None:
+        self.analyzer = store.analyzer
+        self.conn = conn
+        self.statement = GIN_SQL.format(columns=COLUMNS, table=f'"{store.schema}".raw_gin')
+        self.cap = candidate_cap(limit)
+
+    @classmethod
+    async def fill(cls, store: PostgresStore, dsn: str, scope: str, limit: int
+                   ) -> GinBaseline:
+        import psycopg
+
+        table = f'"{store.schema}".raw_gin'
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        await conn.execute(f"CREATE TABLE {table} AS SELECT {COLUMNS},"
+                           f" array_to_tsvector(tokens) AS tsv FROM \"{store.schema}\".records"
+                           " WHERE scope_key = %s AND status = 'active'", (scope,))
+        await conn.execute(f"CREATE INDEX ON {table} USING gin (tsv)")
+        await conn.execute(f"VACUUM ANALYZE {table}")
+        return cls(store, conn, limit)
+
+    async def __call__(self, text: str) -> object:
+        terms = engine.query_terms(text, self.analyzer).prefilter
+        cursor = await self.conn.execute(self.statement, {"q": tsquery(terms),
+                                                          "cap": self.cap})
+        return await cursor.fetchall()
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+
+async def bench_size(size: int, limit: int, seconds: float, dsn: str, rounds: int) -> None:
     corpus = Corpus(seed=size)
     clock = itertools.count(1_790_000_000_000, 1000).__next__
     schema = f"scopemem_bench_{secrets.token_hex(4)}"
@@ -98,22 +158,19 @@ async def bench_size(size: int, limit: int, seconds: float, dsn: str) -> None:
                     await store.write(SCOPE, batch)
                     fill[name] += time.perf_counter() - start
             await postgres_analyze(postgres, dsn)
+            gin = await GinBaseline.fill(postgres, dsn, SCOPE, limit)
             print(f"\n{size} records per scope (filled in {fill['postgres']:.1f} s on Postgres,"
-                  f" {fill['sqlite']:.1f} s on SQLite)")
-            print(f"  {'':<28} {'postgres':>9} {'sqlite':>9} {'ratio':>9}")
-            for kind, make in (("brief", corpus.query), ("selective", corpus.selective_query)):
-                queries = [make() for _ in range(40)]
-                for store in stores.values():  # warm: SQLite builds its view, PG prepares
-                    for query in queries[:4]:
-                        await store.retrieve(SCOPE, query, limit)
-                samples = await alternate({
-                    name: (lambda i, store=store, queries=queries: store.retrieve(
-                        SCOPE, queries[i % len(queries)], limit))
-                    for name, store in stores.items()}, seconds)
-                for share, label in ((0.5, "p50"), (0.99, "p99")):
-                    print(row(f"retrieve {kind} {label} (ms)",
-                              percentile_ms(samples["postgres"], share),
-                              percentile_ms(samples["sqlite"], share)))
+                  f" {fill['sqlite']:.1f} s on SQLite); medians of {rounds} rounds, ratios"
+                  " min/median/max")
+            print(f"  {'':<28} {'postgres':>9} {'sqlite':>9} {'gin':>9} {'pg/sqlite':>15}"
+                  f" {'pg/gin':>15}")
+            try:
+                for kind, make in (("brief", corpus.query),
+                                   ("selective", corpus.selective_query)):
+                    await retrieve_rounds(kind, [make() for _ in range(40)], stores, gin,
+                                          limit, seconds, rounds)
+            finally:
+                await gin.close()
             batches = [[corpus.candidate() for _ in range(BATCH)] for _ in range(20)]
             samples = await alternate({
                 name: (lambda i, store=store: store.write(SCOPE, batches[i % len(batches)]))
@@ -125,6 +182,31 @@ async def bench_size(size: int, limit: int, seconds: float, dsn: str) -> None:
             await sqlite.close()
             await postgres.close()
             await drop(dsn, schema)
+
+
+async def retrieve_rounds(kind: str, queries: list[str], stores: dict[str, Any],
+                          gin: GinBaseline, limit: int,
+                          seconds: float, rounds: int) -> None:
+    """Retrieve p50 and p99 of each contender, ``rounds`` rounds of alternating blocks."""
+    calls: dict[str, Callable[[int], Awaitable[object]]] = {
+        name: (lambda i, store=store: store.retrieve(SCOPE, queries[i % len(queries)], limit))
+        for name, store in stores.items()}
+    calls["gin"] = lambda i: gin(queries[i % len(queries)])
+    for call in calls.values():  # warm: SQLite builds its copy, PG prepares
+        for i in range(8):
+            await call(i)
+    figures: dict[tuple[str, float], list[float]] = {}
+    for _ in range(rounds):
+        samples = await alternate(calls, seconds / rounds)
+        for name, taken in samples.items():
+            for share in (0.5, 0.99):
+                figures.setdefault((name, share), []).append(percentile_ms(taken, share))
+    for share, label in ((0.5, "p50"), (0.99, "p99")):
+        pg, sqlite, raw = (figures[(name, share)] for name in ("postgres", "sqlite", "gin"))
+        print(f"  {f'retrieve {kind} {label} (ms)':<28} {statistics.median(pg):>9.2f}"
+              f" {statistics.median(sqlite):>9.2f} {statistics.median(raw):>9.2f}"
+              f" {spread([p / q for p, q in zip(pg, sqlite, strict=True)]):>15}"
+              f" {spread([p / q for p, q in zip(pg, raw, strict=True)]):>15}")
 
 
 async def bench_curve(counts: list[int], size: int, limit: int, seconds: float, dsn: str
@@ -181,6 +263,8 @@ async def main() -> None:
     parser.add_argument("--sizes", default="500,10000")
     parser.add_argument("--limit", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds the retrieve figures are measured in (--seconds in all)")
     parser.add_argument("--dsn", default=DEFAULT_DSN)
     parser.add_argument("--workers", choices=("on", "off"), default="on",
                         help="also the worker figures: /retrieve req/s with 1 and 2 worker"
@@ -192,7 +276,7 @@ async def main() -> None:
     args = parser.parse_args()
     print(f"PostgresStore vs SharedSqliteStore, limit {args.limit}, {os.cpu_count()} cores")
     for size in (int(s) for s in args.sizes.split(",") if s):
-        await bench_size(size, args.limit, args.seconds, args.dsn)
+        await bench_size(size, args.limit, args.seconds, args.dsn, args.rounds)
     if args.curve:
         await bench_curve([int(n) for n in args.curve.split(",")], 500, args.limit,
                           args.seconds, args.dsn)

@@ -115,9 +115,14 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def subprocess_server(argv: list[str], port: int, env: dict[str, str] | None = None,
-                            cwd: str | None = None) -> AsyncIterator[str]:
+                            cwd: str | None = None,
+                            started: list[subprocess.Popen[bytes]] | None = None
+                            ) -> AsyncIterator[str]:
+    """The server ``argv`` runs, healthy, as its URL (its process appended to ``started``)."""
     process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, cwd=cwd)
+    if started is not None:
+        started.append(process)
     url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as session:

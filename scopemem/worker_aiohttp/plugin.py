@@ -30,6 +30,13 @@ WORKER_CLIENT = "worker"
 EMBEDDED_DEFAULT = "sqlite"
 log = logging.getLogger("scopemem.worker")
 
+#: What ``serve --workers N`` says on the SQLite store (docs/worker.md, "Several processes").
+SQLITE_ONE_PROCESS = (
+    "--workers %d on the sqlite store: the sqlite store is served best by one process (its"
+    " processes share one data directory and one writer per file, so more of them answer"
+    " fewer requests a second than one); use --workers 1, or the postgres store to scale"
+    " out")
+
 
 #: ``--log-format``'s choices: text lines, or one JSON object a line (``logs.JsonFormatter``).
 LOG_FORMATS = ("text", "json")
@@ -186,6 +193,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
         if not access_log:
             runner_kwargs["access_log"] = None
         if workers > 1:
+            if name == "sqlite":
+                log.warning(SQLITE_ONE_PROCESS, workers)
             _serve_processes(workers, host, port, build, limits_for, runner_kwargs, name)
             click.echo("scopemem worker stopped")
             return

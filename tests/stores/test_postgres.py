@@ -439,3 +439,21 @@ async def test_readers_and_writers_on_one_scope_lose_no_use_and_never_deadlock(s
     assert uses == (deduped + hits,)
     ids = [r.id for r in await first.list(ORG, 50)]
     assert len(ids) == len(set(ids)) == 12 + 4 * 6
+
+
+async def test_recency_is_the_last_use_where_there_is_one(stores, clock: FakeClock):
+    """Of two records matching a query equally, the newer comes first, until the older is
+    used: then it does (the rows a retrieval reads with its postings are ranked by their
+    last use, as every store ranks)."""
+    store = stores()
+    await store.write(ORG, [fact("deploy the widgets with docker", source_thread_key="t:1")])
+    clock.advance(3_600_000)
+    await store.write(ORG, [fact("deploy the gadgets with docker", source_thread_key="t:2")])
+    older, newer = f"mem:{ORG}:1", f"mem:{ORG}:2"
+    hits = await store.search(ORG, "docker deploy", 2, bump=False)
+    assert [hit.record.id for hit in hits] == [newer, older]
+    assert hits[0].match == hits[1].match
+    clock.advance(3_600_000)
+    assert [r.id for r in await store.retrieve(ORG, "widgets", 1)] == [older]  # a use
+    hits = await store.search(ORG, "docker deploy", 2, bump=False)
+    assert [hit.record.id for hit in hits] == [older, newer]

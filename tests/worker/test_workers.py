@@ -152,6 +152,8 @@ async def test_every_worker_answers_every_scope_and_a_killed_one_is_replaced(tmp
     assert "stopped" in out
     assert "ended (signal SIGKILL); starting another" in err
     assert "Traceback" not in err
+    # Two processes on the SQLite store answer, and serve says one would answer more.
+    assert "--workers 2 on the sqlite store: the sqlite store is served best by one" in err
 
 
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])

@@ -2,19 +2,23 @@
 
 1. ``Statements.postings``: each query term's postings (the seqs holding it, split by
    whether the record continues its predecessor's thread) and the scope's active count,
-   in one snapshot; or, for a scope whose whole index this worker holds (``cache.py``),
-   only the scope's change counter and active count, and the postings from the copy when
-   the counter is the copy's;
+   in one snapshot, and with them, when the prefilter's terms have at most
+   ``FEW_POSTINGS`` postings (a selective query, a small scope), the rows of every record
+   holding one; or, for a scope whose whole index this worker holds (``cache.py``),
+   nothing yet: the postings come from the copy;
 2. ``tokens.term_weights``, ``tokens.covered`` and ``engine.rank_candidates``: the weights,
    the covered weight of each record the answer can need (``core.topk``), and the best
    ``candidate_cap(limit)`` by match;
-3. the candidates' rows, and ``engine.score_candidates``: the answer, exactly the one
-   ``engine.rank_covered`` gives every other store;
+3. the candidates' rows (unless step 1 read them; from a copy, with the scope's change
+   counter, which must be the copy's), and ``engine.score_candidates``: the answer,
+   exactly the one ``engine.rank_covered`` gives every other store;
 4. one more use of each record returned (when the retrieval counts as one).
 
-When every candidate is returned anyway (no more of them than ``limit``: a selective
-query, a small scope), steps 3 and 4 are one statement, which reads the rows as they were
-and counts their use together.
+So a retrieval is one statement, or two when it counts a use; a large scope without a
+copy adds the read of the candidates' rows. When that read is needed and every candidate
+is returned anyway (no more of them than ``limit``), steps 3 and 4 are one statement,
+which reads the rows as they were and counts their use together. Rows stay tuples until
+the ranking has chosen: only the records returned are made.
 
 A use is counted in one statement that skips rows a writer holds locked (a reader never
 waits on a row lock); the skipped ones go to ``usage.DeferredUsage``, and the records
@@ -29,11 +33,17 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from scopemem.core import engine
+from scopemem.core import engine, topk
 from scopemem.core.records import Record
 from scopemem.core.scopes import record_seq
 from scopemem.stores.base import Hit
-from scopemem.stores.postgres.statements import Statements, record_of
+from scopemem.stores.postgres.statements import (
+    ROW_COLUMNS,
+    Statements,
+    last_touched,
+    record_of,
+    used_record,
+)
 from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.shared import tokens
 from scopemem.stores.shared.cache import Loader, PostingsCache
@@ -41,9 +51,15 @@ from scopemem.stores.shared.cache import Loader, PostingsCache
 if TYPE_CHECKING:
     from scopemem.stores.dense import DenseIndex
 
-__all__ = ["mark_used", "search"]
+__all__ = ["FEW_POSTINGS", "mark_used", "search"]
 
-Details = dict[int, tuple[int, Record]]
+#: A query whose prefilter terms have at most this many postings in the scope has the rows
+#: of the records holding them read with its postings (at most this many rows: about as
+#: many as the candidates a limit of 8 reads anyway, ``ranking.candidate_cap``).
+FEW_POSTINGS = 128
+
+Row = Sequence[Any]  # a row of ``statements.COLUMNS``
+Details = dict[int, tuple[int, Row]]  # seq → (last touched, row), as the ranking reads them
 
 
 async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engine.Ranking,
@@ -65,16 +81,19 @@ async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engi
             return hits
         assert cache is not None
         cache.discard(scope_key, copy.generation)
-    cursor = await conn.execute(sql.postings, {"scope": scope_key, "terms": list(terms.terms)},
-                                binary=True)
+    cursor = await conn.execute(sql.postings, {
+        "scope": scope_key, "terms": list(terms.terms), "prefilter": list(terms.prefilter),
+        "few": FEW_POSTINGS}, binary=True)
     rows = await cursor.fetchall()
-    if not rows or rows[0][0] is None:
+    counted = [row[:ROW_COLUMNS] for row in rows if row[2] is not None]
+    if not counted or counted[0][0] is None:
         return []
-    postings, continues = tokens.read_postings(row[2:] for row in rows)
+    postings, continues = tokens.read_postings(row[2:] for row in counted)
     if cache is not None and load is not None:
-        cache.offer(scope_key, rows[0][1], sum(map(len, postings.values())), load)
+        cache.offer(scope_key, counted[0][1], sum(map(len, postings.values())), load)
+    held = {row[ROW_COLUMNS]: row[ROW_COLUMNS:] for row in rows if row[ROW_COLUMNS] is not None}
     hits = await _ranked(conn, sql, usage, ranking, scope_key, terms, limit, now, bump,
-                         rows[0][0], postings, continues)
+                         counted[0][0], postings, continues, held=held)
     assert hits is not None  # nothing to check against a counter
     return hits
 
@@ -84,15 +103,20 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
                   active: int, postings: Mapping[str, Collection[int]],
                   continues: AbstractSet[int],
                   touches: Mapping[int, tuple[int, object]] | None = None,
-                  generation: int | None = None, dense: DenseIndex | None = None
-                  ) -> list[Hit] | None:
+                  generation: int | None = None, dense: DenseIndex | None = None,
+                  held: Mapping[int, Row] | None = None) -> list[Hit] | None:
     """Steps 2 to 4 from the query terms' ``postings`` in a scope of ``active`` records.
     With ``generation`` (they are a copy's), None when the scope's change counter is not
     that any more, before anything is counted; ``dense``, the copy's postings as arrays,
     weighs every record at once (``stores.dense``) rather than the few ``core.topk``
-    needs one at a time."""
+    needs one at a time; ``held``, rows read with the postings (by seq)."""
     weights = tokens.term_weights(postings, active, terms, ranking)
     total = sum(weights)
+    held = held or {}
+    # A few postings (a selective query, a small scope): weighing every gated record costs
+    # less than choosing which to weigh, or than arrays over the whole scope.
+    few = bool(held) or sum(len(postings.get(term, ())) for term in terms.prefilter
+                            ) <= FEW_POSTINGS
 
     def choose(gone: Sequence[int] = ()) -> tuple[dict[int, float], list[tuple[float, int]]]:
         # Records that left active status since the postings were read (a concurrent
@@ -102,40 +126,43 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
         if gone:
             postings = {term: frozenset(holders).difference(gone)
                         for term, holders in postings.items()}
-        if dense is not None and not gone:
+        if few:
+            covered = topk.covered_all(postings, terms, weights)
+        elif dense is not None and not gone:
             covered = dense.covered(terms, weights, limit, ranking.context_weight)
         else:
             covered = tokens.covered(postings, continues, terms, weights, limit, ranking,
                                      touches, now)
-        return covered, engine.rank_candidates(covered, total, limit, ranking, continues)
+        return covered, engine.rank_candidates(covered, total, limit, ranking,
+                                               _chained(covered, continues))
 
     covered, candidates = choose()
-    if generation is None and bump and candidates and len(candidates) <= limit:
+    if (generation is None and bump and candidates and len(candidates) <= limit
+            and any(seq not in held for _match, seq in candidates)):
         return await _all_returned(conn, sql, usage, ranking, scope_key, covered, total,
-                                   continues, candidates, limit, now)
+                                   _chained(covered, continues), candidates, limit, now)
     details: Details = {}
     check = generation
     while True:
         wanted = [seq for _match, seq in candidates if seq not in details]
+        found = [held[seq] for seq in wanted if seq in held]
+        unread = [seq for seq in wanted if seq not in held]
         if check is not None:
             # The first read of the rows also reads the change counter: a copy answers
             # only at its own (even with no candidate: "nothing" must be checked too).
             cursor = await conn.execute(sql.active_rows_at,
-                                        {"scope": scope_key, "seqs": wanted})
+                                        {"scope": scope_key, "seqs": unread}, binary=True)
             rows = await cursor.fetchall()
             if not rows or rows[0][0] != check:
                 return None
             check = None
-            found = [row[1:] for row in rows if row[1] is not None]
-        elif wanted:
+            found.extend(row[1:] for row in rows if row[1] is not None)
+        elif unread:
             cursor = await conn.execute(sql.active_rows_by_seq,
-                                        {"scope": scope_key, "seqs": wanted})
-            found = await cursor.fetchall()
-        else:
-            found = []
+                                        {"scope": scope_key, "seqs": unread}, binary=True)
+            found.extend(await cursor.fetchall())
         for row in found:
-            record = record_of(row)
-            details[row[0]] = (record.last_touched, record)
+            details[row[0]] = (last_touched(row), row)
         gone = [seq for seq in wanted if seq not in details]
         if not gone:
             break
@@ -144,9 +171,18 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
         return []
     ranked = engine.score_candidates(candidates, limit, now, details)
     if not bump:
-        return [Hit(record, match) for record, match in ranked]
-    bumped = await _bump(conn, sql, usage, scope_key, [record for record, _m in ranked], now)
-    return [Hit(bumped[record.id], match) for record, match in ranked]
+        return [Hit(record_of(row), match) for row, match in ranked]
+    bumped = await _bump(conn, sql, usage, scope_key, [row for row, _m in ranked], now)
+    return [Hit(record, match) for record, (_row, match) in zip(bumped, ranked, strict=True)]
+
+
+def _chained(covered: Mapping[int, float], continues: AbstractSet[int]) -> AbstractSet[int]:
+    """Of ``continues``, what the match reads (the covered records), as a set: a copy's is
+    the whole scope's, and a set, not a frozenset, is what ``dict.keys() &`` intersects
+    from its smaller side."""
+    if type(continues) is set:
+        return continues
+    return {seq for seq in covered if seq in continues}
 
 
 async def _all_returned(conn: Any, sql: Statements, usage: DeferredUsage,
@@ -158,12 +194,12 @@ async def _all_returned(conn: Any, sql: Statements, usage: DeferredUsage,
     candidates are every covered record: the cap exceeds the limit). A candidate gone since
     the postings were read is dropped; the others are still every candidate."""
     cursor = await conn.execute(sql.read_and_bump, {
-        "scope": scope_key, "seqs": [seq for _match, seq in candidates], "now": now})
+        "scope": scope_key, "seqs": [seq for _match, seq in candidates], "now": now},
+        binary=True)
     details: Details = {}
     counted: set[int] = set()
     for row in await cursor.fetchall():
-        record = record_of(row)
-        details[row[0]] = (record.last_touched, record)
+        details[row[0]] = (last_touched(row), row)
         if row[16]:
             counted.add(row[0])
     gone = [seq for _match, seq in candidates if seq not in details]
@@ -171,7 +207,8 @@ async def _all_returned(conn: Any, sql: Statements, usage: DeferredUsage,
         for seq in gone:
             del covered[seq]
         candidates = engine.rank_candidates(covered, total, limit, ranking, continues)
-    ranked = engine.score_candidates(candidates, limit, now, details)
+    ranked = [(record_of(row), match)
+              for row, match in engine.score_candidates(candidates, limit, now, details)]
     late = [record for record, _m in ranked if record_seq(record.id) not in counted]
     bumped = _counted_later(usage, scope_key, late, now)
     return [Hit(bumped.get(record.id) or engine.bump_usage(record, now), match)
@@ -179,17 +216,16 @@ async def _all_returned(conn: Any, sql: Statements, usage: DeferredUsage,
 
 
 async def _bump(conn: Any, sql: Statements, usage: DeferredUsage, scope_key: str,
-                records: list[Record], now: int) -> dict[str, Record]:
-    """``records`` each with one more use, by id: counted now in one statement, or, for a
-    row a writer holds, a moment later."""
-    seqs = [record_seq(record.id) for record in records]
-    cursor = await conn.execute(sql.bump_now, {"scope": scope_key, "seqs": seqs, "now": now})
-    full = {row[1]: record_of(row) for row in await cursor.fetchall()}
-    full.update(_counted_later(usage, scope_key,
-                               [record for record in records if record.id not in full], now))
-    return full
-
-
+                rows: list[Row], now: int) -> list[Record]:
+    """The records of ``rows``, each with one more use: counted now in one statement, or,
+    for a row a writer holds, a moment later."""
+    cursor = await conn.execute(sql.bump_now, {"scope": scope_key,
+                                               "seqs": [row[0] for row in rows], "now": now})
+    done = {seq: (uses, last) for seq, uses, last in await cursor.fetchall()}
+    late = _counted_later(usage, scope_key,
+                          [record_of(row) for row in rows if row[0] not in done], now)
+    return [used_record(row, *done[row[0]]) if row[0] in done else late[row[1]]
+            for row in rows]
 def _counted_later(usage: DeferredUsage, scope_key: str, records: Sequence[Record], now: int
                    ) -> dict[str, Record]:
     """Queue one use of each record (rows a writer held), and the records as they will be:

@@ -16,19 +16,40 @@ from typing import Any
 from scopemem.core.records import Record, trusted_record
 from scopemem.stores.postgres.migrations import POST_ALL, quoted
 
-__all__ = ["COLUMNS", "Statements", "record_of"]
+__all__ = ["COLUMNS", "ROW_COLUMNS", "Statements", "last_touched", "record_of", "used_record"]
 
 # The seq, then the record's fields in ``Record``'s order (positions 1-15).
 COLUMNS = ("seq, id, scope_key, kind, text, keywords, source_thread_key, source_run_id,"
            " created_at, last_used_at, use_count, confidence, supersedes, restates, status,"
            " source")
 _R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in COLUMNS.split(","))
+_NULLS = ", ".join(["NULL"] * len(COLUMNS.split(",")))
+#: Where ``Statements.postings``'s rows of records begin.
+ROW_COLUMNS = 5
+# COLUMNS' positions of what a retrieval reads of a row before it is a record.
+_CREATED, _LAST_USED = 8, 9
 PURGEABLE = "('superseded', 'evicted', 'swept')"
 
 
 def record_of(row: Sequence[Any]) -> Record:
     """The record of a row of ``COLUMNS`` (columns after those are ignored)."""
     return trusted_record(*row[1:16])
+
+
+def last_touched(row: Sequence[Any]) -> int:
+    """``Record.last_touched`` of a row of ``COLUMNS``, without making the record."""
+    last_used: int | None = row[_LAST_USED]
+    return row[_CREATED] if last_used is None else last_used
+
+
+def used_record(row: Sequence[Any], use_count: int, last_used_at: int | None) -> Record:
+    """The record of a row of ``COLUMNS`` with the use count and last use ``bump_now``
+    answered for it."""
+    (_seq, record_id, scope_key, kind, text, keywords, thread, run, created_at, _last, _uses,
+     confidence, supersedes, restates, status, source) = row[:16]
+    return trusted_record(record_id, scope_key, kind, text, keywords, thread, run, created_at,
+                          last_used_at, use_count, confidence, supersedes, restates, status,
+                          source)
 
 
 class Statements:
@@ -42,14 +63,22 @@ class Statements:
         # The postings of the query's terms: per term the seqs holding it, in two arrays:
         # the records that continue their predecessor's thread and the others (one
         # index-only range scan per term, in seq order: no sort, no row visited), with the
-        # scope's active count from the same snapshot.
+        # scope's active count from the same snapshot. When the prefilter's terms have at
+        # most ``%(few)s`` postings in all (a selective query, a small scope), the rows of
+        # the records holding them follow (``ROW_COLUMNS`` on, the first five NULL): every
+        # row the ranking can ask for, so the retrieval reads nothing more.
         self.postings = (
-            f"SELECT sc.active, sc.generation, q.term,"
-            " p.plain, p.continuing FROM unnest(%(terms)s::text[]) AS q(term) CROSS JOIN"
+            f"WITH few AS (SELECT ARRAY(SELECT seq FROM {postings} WHERE scope_key = %(scope)s"
+            " AND term = ANY(%(prefilter)s::text[]) LIMIT %(few)s + 1) AS seqs)"
+            f" SELECT sc.active, sc.generation, q.term, p.plain, p.continuing, {_NULLS}"
+            " FROM unnest(%(terms)s::text[]) AS q(term) CROSS JOIN"
             " LATERAL (SELECT array_agg(p.seq) FILTER (WHERE NOT p.continues) AS plain,"
             "                 array_agg(p.seq) FILTER (WHERE p.continues) AS continuing"
             f"         FROM {postings} p WHERE p.scope_key = %(scope)s AND p.term = q.term) p"
-            f" LEFT JOIN {s}.scopes sc ON sc.scope_key = %(scope)s")
+            f" LEFT JOIN {s}.scopes sc ON sc.scope_key = %(scope)s"
+            f" UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, {_R_COLUMNS} FROM few, {records} r"
+            " WHERE cardinality(few.seqs) <= %(few)s AND r.scope_key = %(scope)s"
+            " AND r.seq = ANY(few.seqs) AND r.status = 'active'")
         # A scope's whole index for that copy, with the state it is at: one statement, so
         # one snapshot.
         self.scope_postings = (
@@ -74,8 +103,6 @@ class Statements:
             " unnest(r.tokens) AS x(term)"
             " WHERE r.scope_key = %(scope)s AND r.seq = ANY(%(seqs)s::bigint[])) AS gone"
             " WHERE p.scope_key = %(scope)s AND p.term = gone.term AND p.seq = gone.seq")
-        self.thread_of = (f"SELECT source_thread_key FROM {records}"
-                          " WHERE scope_key = %(scope)s AND seq = %(seq)s")
         self.active_rows_by_seq = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
                                    " AND seq = ANY(%(seqs)s::bigint[])")
         # The same with the scope's change counter first in every row (one row of NULLs
@@ -112,7 +139,7 @@ class Statements:
             f" UPDATE {records} r SET use_count = r.use_count + 1,"
             " last_used_at = greatest(coalesce(r.last_used_at, 0), %(now)s)"
             " FROM free WHERE r.scope_key = %(scope)s AND r.seq = free.seq"
-            f" RETURNING {_R_COLUMNS}")
+            " RETURNING r.seq, r.use_count, r.last_used_at")
         # The candidates' rows as they are, and one use of each counted (skipping rows a
         # writer holds: the last column says which were counted), for a retrieval that
         # returns every candidate (see reads.py).
@@ -151,8 +178,11 @@ class Statements:
                         " ORDER BY seq DESC LIMIT %(limit)s")
         # Writes. The scope's row is the writers' lock: a write, a forget and a sweep take
         # it first, so changes to one scope are serialized and seqs never collide.
-        self.lock_scope = (f"SELECT last_seq, active FROM {s}.scopes"
-                           " WHERE scope_key = %(scope)s FOR UPDATE")
+        # With the thread of the scope's last row (NULL when it is gone: purged, deleted),
+        # which the write's first record may continue.
+        self.lock_scope = (f"SELECT last_seq, active, (SELECT source_thread_key FROM {records}"
+                           " r WHERE r.scope_key = sc.scope_key AND r.seq = sc.last_seq)"
+                           f" FROM {s}.scopes sc WHERE scope_key = %(scope)s FOR UPDATE")
         self.new_scope = (f"INSERT INTO {s}.scopes (scope_key, created_at)"
                           " VALUES (%(scope)s, %(now)s) ON CONFLICT DO NOTHING")
         self.count_scopes = f"SELECT count(*) FROM {s}.scopes"

@@ -191,14 +191,18 @@ class PostgresStore(Porting, Counts):
         if not fitted:
             return dropped
         now = self._clock()
-        async with self._connection() as conn, conn.transaction():
-            last_seq, active = await self._lock_scope(conn, scope_key, now, create=True)
+        # Pipelined: a statement whose answer nothing waits for is sent at once, so the
+        # batch waits on the server only for the rows it reads (the scope's row, the rows
+        # the batch can touch, the eviction's) and the commit.
+        async with self._connection() as conn, self._pipeline(conn), conn.transaction():
+            last_seq, active, thread = await self._lock_scope(conn, scope_key, now,
+                                                              create=True)
             norms, seqs = batches.lookup_keys(scope_key, fitted)
             cursor = await conn.execute(self.sql.batch_rows,
                                         {"scope": scope_key, "norms": norms, "seqs": seqs})
             known = [record_of(row) for row in await cursor.fetchall()]
             plan = batches.plan_batch(scope_key, fitted, known, last_seq + 1, now)
-            await self._persist(conn, scope_key, plan, last_seq, now)
+            await self._persist(conn, scope_key, plan, thread, now)
             evicted: list[int] = []
             live = active + plan.live_delta
             if live > cap:
@@ -214,9 +218,10 @@ class PostgresStore(Porting, Counts):
         return counts + dropped
 
     async def _persist(self, conn: Any, scope_key: str, plan: batches.BatchPlan,
-                       last_seq: int, now: int) -> None:
+                       previous: str | None, now: int) -> None:
         """The batch's new rows and their postings, and its changes to existing rows (those
-        it retired leave the index)."""
+        it retired leave the index); ``previous`` is the thread of the row before the
+        first new one (None when it is gone)."""
         async with conn.cursor() as cursor:
             if plan.inserts:
                 await cursor.executemany(self.sql.insert, [
@@ -226,12 +231,6 @@ class PostgresStore(Porting, Counts):
                      r.supersedes, r.restates, r.status.value, r.source.value,
                      None if r.is_active else now, record_tokens(r, self.analyzer))
                     for r in plan.inserts])
-                previous = None
-                if last_seq:  # the row may be gone (purged, or its scope deleted)
-                    cursor = await conn.execute(self.sql.thread_of,
-                                                {"scope": scope_key, "seq": last_seq})
-                    row = await cursor.fetchone()
-                    previous = None if row is None else row[0]
                 terms, seqs, continues = postings_of(plan.inserts, previous, self.analyzer)
                 await conn.execute(self.sql.post, {"scope": scope_key, "terms": terms,
                                                    "seqs": seqs, "continues": continues})
@@ -246,10 +245,9 @@ class PostgresStore(Porting, Counts):
 
     async def _evict(self, conn: Any, scope_key: str, excess: int, now: int) -> list[int]:
         """The seqs of the rows evicted to bring the scope down by ``excess``."""
-        groups = []
-        for statement in (self.sql.lru_never_used, self.sql.lru_used):
-            cursor = await conn.execute(statement, {"scope": scope_key, "excess": excess})
-            groups.append(await cursor.fetchall())
+        cursors = [await conn.execute(statement, {"scope": scope_key, "excess": excess})
+                   for statement in (self.sql.lru_never_used, self.sql.lru_used)]
+        groups = [await cursor.fetchall() for cursor in cursors]  # one wait when pipelined
         evicted = batches.pick_eviction(groups[0], groups[1], excess)
         await self._retire_seqs(conn, scope_key, evicted, Status.EVICTED, now)
         return evicted
@@ -423,20 +421,21 @@ class PostgresStore(Porting, Counts):
 
     @overload
     async def _lock_scope(self, conn: Any, scope_key: str, now: int, *,
-                          create: Literal[True]) -> tuple[int, int]: ...
+                          create: Literal[True]) -> tuple[int, int, str | None]: ...
 
     @overload
     async def _lock_scope(self, conn: Any, scope_key: str, now: int, *,
-                          create: Literal[False]) -> tuple[int, int] | None: ...
+                          create: Literal[False]) -> tuple[int, int, str | None] | None: ...
 
     async def _lock_scope(self, conn: Any, scope_key: str, now: int, *, create: bool
-                          ) -> tuple[int, int] | None:
-        """Take the scope's row FOR UPDATE (creating it when ``create``): its last seq and
-        active count, or None when the scope has no row and ``create`` is false."""
+                          ) -> tuple[int, int, str | None] | None:
+        """Take the scope's row FOR UPDATE (creating it when ``create``): its last seq,
+        active count and the thread of its last row (None when gone), or None when the
+        scope has no row and ``create`` is false."""
         cursor = await conn.execute(self.sql.lock_scope, {"scope": scope_key})
         row = await cursor.fetchone()
         if row is not None or not create:
-            return None if row is None else (row[0], row[1])
+            return None if row is None else (row[0], row[1], row[2])
         if self.options.max_scopes:
             # New scopes are counted one at a time, across processes.
             await conn.execute("SELECT pg_advisory_xact_lock(%s)",
@@ -450,7 +449,16 @@ class PostgresStore(Porting, Counts):
         await conn.execute(self.sql.new_scope, {"scope": scope_key, "now": now})
         cursor = await conn.execute(self.sql.lock_scope, {"scope": scope_key})
         row = await cursor.fetchone()
-        return row[0], row[1]
+        return row[0], row[1], row[2]
+
+    @staticmethod
+    def _pipeline(conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Pipeline mode on ``conn`` where the libpq has it (14 and later; psycopg's binary
+        package ships one), else nothing: the same statements, each waited for."""
+        psycopg, _pool = _psycopg()
+        if psycopg.Pipeline.is_supported():
+            return conn.pipeline()  # type: ignore[no-any-return]
+        return contextlib.nullcontext()
 
     @staticmethod
     async def _scalar(conn: Any, statement: str, params: Any) -> Any:
