@@ -120,7 +120,7 @@ OPTIONS = ("base_url", "token_env", "timeout_seconds", "retry_deadline_seconds")
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: The routes that change something: each call carries an idempotency key.
 KEYED_ROUTES = frozenset({"/write", "/used", "/forget", "/sweep", "/import", "/counts",
-                          "/delete-scope", "/scrub-provenance", "/purge"})
+                          "/delete-scope", "/scrub-provenance", "/purge", "/log-reaches"})
 BREAKER_THRESHOLD = 5
 BREAKER_COOL_DOWN = 30.0
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from scopemem.core.browse import Reach, ScopeSummary
-from scopemem.core.records import Kind, Source, Status
+from scopemem.core.browse import CountTotal, Reach, ScopeSummary
+from scopemem.core.records import CountRow, Kind, Source, Status
 from scopemem.errors import StoreError
 from scopemem.stores.null import NullStore
 from tests.conftest import DAY_MS, FakeClock, fact, summary
@@ -241,6 +241,40 @@ async def test_reaches_are_redacted_and_checked(store, clock):
             await store.read_reaches(**args)
 
 
+async def test_scrubbing_a_person_deletes_the_scopes_reaches_that_name_them(store, clock):
+    await store.write(REPO, [fact("run make lint")])
+    await store.write(ORG, [fact("deploy through the vpn")])
+    named = [reach(REPO, 1, "run-U1-7", clock.now, thread="slack:C1/9"),
+             reach(REPO, 1, "r-2", clock.now, thread="slack:D1:U1")]
+    kept = [reach(REPO, 1, "r-3", clock.now, thread="slack:C1:U12"),  # another person
+            reach(ORG, 1, "run-U1-8", clock.now)]  # another scope, scrubbed on its own
+    await store.log_reaches([*named, *kept])
+    await store.scrub_provenance(REPO, "user:slack:U1")
+    assert await store.read_reaches(record_id=rid(REPO, 1)) == [kept[0]]
+    assert await store.read_reaches(record_id=rid(ORG, 1)) == [kept[1]]
+
+
+# --- count totals -------------------------------------------------------------------------------
+
+
+async def test_count_totals_sum_a_kinds_counters_by_day_and_name(store):
+    await store.add_counts([CountRow("repo:a/b", 10, "inserted", 2),
+                            CountRow("repo:a/c", 10, "inserted", 5),
+                            CountRow("repo:a/c", 10, "offered", 9),
+                            CountRow("repo:a/b", 11, "rejected", 1),
+                            CountRow("repo:a/b", 9, "inserted", 50),  # before since_day
+                            CountRow("org:acme", 10, "inserted", 40),  # another kind
+                            CountRow("repos:x", 10, "inserted", 30)])  # a longer kind name
+    totals = await store.read_count_totals("repo", since_day=10)
+    assert totals == [CountTotal(day=10, name="inserted", total=7, most=5),
+                      CountTotal(day=10, name="offered", total=9, most=9),
+                      CountTotal(day=11, name="rejected", total=1, most=1)]
+    assert await store.read_count_totals("channel") == []
+    for kind, since in ((None, 0), ("re po", 0), ("repo", -1), ("repo", "1")):
+        with pytest.raises(StoreError):
+            await store.read_count_totals(kind, since_day=since)
+
+
 # --- the null store ---------------------------------------------------------------------------
 
 
@@ -251,6 +285,7 @@ async def test_the_null_store_browses_nothing_and_checks_like_the_others():
     assert await store.record_history(ORG, rid(ORG, 1)) is None
     await store.log_reaches([reach(ORG, 1, "r", 5)])
     assert await store.read_reaches(run="r") == []
+    assert await store.read_count_totals("repo") == []
     with pytest.raises(StoreError):
         await store.scope_page(sort="nope")
 
