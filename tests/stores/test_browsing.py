@@ -258,7 +258,11 @@ async def test_scrubbing_a_person_deletes_the_scopes_reaches_that_name_them(stor
 
 
 async def test_count_totals_sum_a_kinds_counters_by_day_and_name(store):
-    await store.add_counts([CountRow("repo:a/b", 10, "inserted", 2),
+    # 17 scopes: more than the SQLite store's shards, so two share one and its sum of them
+    # is not the largest one scope counted.
+    many = [CountRow(f"repo:m/{n}", 12, "inserted", n) for n in range(1, 18)]
+    await store.add_counts([*many,
+                            CountRow("repo:a/b", 10, "inserted", 2),
                             CountRow("repo:a/c", 10, "inserted", 5),
                             CountRow("repo:a/c", 10, "offered", 9),
                             CountRow("repo:a/b", 11, "rejected", 1),
@@ -268,7 +272,8 @@ async def test_count_totals_sum_a_kinds_counters_by_day_and_name(store):
     totals = await store.read_count_totals("repo", since_day=10)
     assert totals == [CountTotal(day=10, name="inserted", total=7, most=5),
                       CountTotal(day=10, name="offered", total=9, most=9),
-                      CountTotal(day=11, name="rejected", total=1, most=1)]
+                      CountTotal(day=11, name="rejected", total=1, most=1),
+                      CountTotal(day=12, name="inserted", total=153, most=17)]
     assert await store.read_count_totals("channel") == []
     for kind, since in ((None, 0), ("re po", 0), ("repo", -1), ("repo", "1")):
         with pytest.raises(StoreError):
@@ -318,3 +323,48 @@ async def test_a_shard_of_schema_4_gets_last_writes_and_browses_on_open(tmp_path
         assert ids(await reopened.record_page(ORG, status="active")) == [rid(ORG, 1)]
     finally:
         await reopened.close()
+
+
+async def test_a_postgres_schema_of_version_4_is_migrated_to_browse(clock):
+    import psycopg
+
+    from tests.stores import pg
+
+    pg.require()
+    store = pg.make(clock=clock)
+    schema = store.schema
+    try:
+        await store.write(ORG, [fact("deploys need the vpn")])
+        clock.advance(1000)
+        await store.write(REPO, [fact("run make lint"), fact("ci uses tox")])
+        written = {ORG: clock.now - 1000, REPO: clock.now}
+        await store.close()
+        # As version 4 left it: no last write, none of migration 5's indexes, trigger or
+        # reach log, and no record of migration 5.
+        with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+            for statement in (
+                    "DROP TRIGGER records_last_write ON {s}.records",
+                    "DROP FUNCTION {s}.records_last_write()", "DROP TABLE {s}.reaches",
+                    "DROP INDEX {s}.scopes_by_key", "DROP INDEX {s}.scopes_by_active",
+                    "DROP INDEX {s}.scopes_by_last_write", "DROP INDEX {s}.records_browse",
+                    "DROP INDEX {s}.records_supersedes", "DROP INDEX {s}.records_restates",
+                    "ALTER TABLE {s}.scopes DROP COLUMN last_write",
+                    "DELETE FROM {s}.schema_migrations WHERE version = 5"):
+                conn.execute(statement.format(s=f'"{schema}"'))
+        clock.advance(1000)
+        store = pg.make(schema, clock=clock)
+        page = await store.scope_page()
+        assert page.rows == (
+            ScopeSummary(scope_key=ORG, kind="org", active=1, last_write_ms=written[ORG]),
+            ScopeSummary(scope_key=REPO, kind="repo", active=2, last_write_ms=written[REPO]))
+        assert ids(await store.record_page(REPO, status="active")) == [rid(REPO, 2),
+                                                                      rid(REPO, 1)]
+        await store.write(ORG, [fact("the wiki lives in notion")])  # the trigger is back
+        assert (await store.scope_page(sort="last_write", descending=True)).rows[0] == \
+            ScopeSummary(scope_key=ORG, kind="org", active=2, last_write_ms=clock.now)
+        shown = reach(ORG, 1, "r-1", clock.now)
+        await store.log_reaches([shown])
+        assert await store.read_reaches(run="r-1") == [shown]
+    finally:
+        await store.close()
+        pg.drop_schemas(schema)
