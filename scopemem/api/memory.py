@@ -30,6 +30,7 @@ from scopemem.api.operations import Operations
 from scopemem.api.semantic import SemanticLane, build_lane, fused_hits
 from scopemem.config import MemoryConfig, load_config
 from scopemem.core import scoring
+from scopemem.core.fusion import semantic_reads
 from scopemem.core.records import Kind, Record
 from scopemem.core.requests import (
     Request,
@@ -303,8 +304,9 @@ class Memory(Operations):
 
     async def _context(self, request: Request, count: bool) -> MemoryContext:
         early_keys, refusals = request_scope_keys(self.scope_kinds, resolved(request, None))
-        # The query's vector, embedded once for every scope (the semantic lane).
-        vector = (None if self.semantic is None
+        # The query's vector, embedded once for every scope (the semantic lane); a long
+        # brief is read by keyword alone (``core.fusion.semantic_reads``).
+        vector = (None if self.semantic is None or not semantic_reads(request.text)
                   else asyncio.ensure_future(self.semantic.query(request.text)))
         early = {key: asyncio.ensure_future(self._traced_read(self._hits, key, request.text,
                                                               vector))

@@ -2,9 +2,9 @@
 
 Every active record of every scope (or of ``--scope``) without a vector of the model
 ``memory.embeddings`` names is embedded and its vector kept, in batches, each kept before
-the next is asked for: a run stopped half way (Ctrl-C, a failed call) is resumed by running
-it again, which embeds only what is still missing. A progress bar (records) is drawn on a
-terminal.
+the next is asked for: a run stopped half way (Ctrl-C, a failed call, a kill) is resumed by
+running it again, which embeds only what is still missing. A progress bar (scopes) is drawn
+on a terminal.
 """
 
 from __future__ import annotations
@@ -64,13 +64,17 @@ async def _backfill(memory: Memory, scope_key: str | None) -> int:
         scopes = list(await cast(Any, store).export_scopes())
     else:
         raise click.ClickException("this store cannot list its scopes: give --scope")
-    kept = 0
+    kept = [0]  # every batch kept so far, a failed scope's earlier batches too
+
+    def batch_kept(count: int) -> None:
+        kept[0] += count
+
     with click.progressbar(length=len(scopes), label="scopes", file=sys.stderr) as bar:
         for key in scopes:
             try:
-                kept += await lane.embed_missing(store, key)
+                await lane.embed_missing(store, key, progress=batch_kept)
             except ScopememError as exc:
-                raise click.ClickException(f"{key}: {exc} ({kept} record(s) embedded; run "
-                                           "again to resume)") from None
+                raise click.ClickException(f"{key}: {exc} ({kept[0]} record(s) embedded; run"
+                                           " again to resume)") from None
             bar.update(1)
-    return kept
+    return kept[0]

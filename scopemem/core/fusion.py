@@ -13,18 +13,35 @@ A record is *relevant* (the gate, as the seed has it: a keyword match, or a cosi
 least the floor) when its match is positive and at least ``min_match`` (and its cosine at
 least ``hit_floor``, 0 unless a benchmark sets it), or its cosine reaches the floor.
 
-Pure: the stores and the host hand in numbers, nothing here reads a clock or a vector.
+A brief of more than ``LONG_BRIEF_WORDS`` words (a pasted log, a stack trace) is read by
+keyword alone (``semantic_reads``): its one vector is about its many routine lines, not the
+line that matters, and on the lessons set's dev half the blend lost half the pasted-log
+targets the keyword read finds (docs/memory.md "The semantic lane").
+
+Pure: the stores and the host hand in numbers and text, nothing here reads a clock or a
+vector.
 """
 
 from __future__ import annotations
 
 import attrs
 
-__all__ = ["SEMANTIC_SHARE", "Fusion", "fused_match"]
+__all__ = ["LONG_BRIEF_WORDS", "SEMANTIC_SHARE", "Fusion", "fused_match", "semantic_reads"]
 
 #: The cosine's share of the blended match (chosen on the dev halves of LoCoMo and the
 #: lessons set: docs/memory.md "The semantic lane").
 SEMANTIC_SHARE = 0.4
+
+
+#: The most words a brief may have for the semantic lane to read it (chosen on the dev half:
+#: one-liners and paraphrases are under 30 words, a pasted screenful of log is hundreds).
+LONG_BRIEF_WORDS = 64
+
+
+def semantic_reads(brief: str) -> bool:
+    """Whether the semantic lane reads for ``brief``: no more than ``LONG_BRIEF_WORDS``
+    whitespace-separated words."""
+    return len(brief.split(None, LONG_BRIEF_WORDS)) <= LONG_BRIEF_WORDS
 
 
 def fused_match(match: float, cosine: float, share: float = SEMANTIC_SHARE) -> float:

@@ -104,6 +104,7 @@ from scopemem.stores.retrying import (
     retry_after,
 )
 from scopemem.stores.worker_browse import WorkerBrowsing
+from scopemem.stores.worker_vectors import WorkerVectors
 
 if TYPE_CHECKING:
     import aiohttp
@@ -166,7 +167,7 @@ def _url_problem(base_url: object) -> str | None:
     return None
 
 
-class WorkerStore(WorkerBrowsing):
+class WorkerStore(WorkerBrowsing, WorkerVectors):
     """A ``MemoryStore`` whose records live in a Memory Worker.
 
     One ``aiohttp.ClientSession`` per store, created on first use on the running event loop
@@ -179,7 +180,6 @@ class WorkerStore(WorkerBrowsing):
     #: is refused against it).
     keeps_import_source = False
     durable = True  # the worker's store outlives this process
-
 
     def __init__(self, base_url: str, token: str, *, cap: int | None = None,
                  timeout: float = DEFAULT_TIMEOUT, ranking: Ranking = DEFAULT_RANKING,

@@ -16,6 +16,7 @@ Routes (bodies are JSON objects, camelCase, times in epoch milliseconds)::
     POST /counts    {counts: [{scopeKey, day, name, value}]} -> {ok, added}
     POST /scope-page, /record-page, /record-history, /count-totals, /log-reaches,
          /reaches                                      -> browsing (``browsing.py``)
+    POST /vectors-missing, /put-vectors, /nearest: the semantic lane (``vectors.py``)
     POST /stats     {scopeKey? | scopeKeys?, prefix?, since} -> {rows, truncated}
     GET  /metrics                                      -> Prometheus text (bearer or the
                                                           metrics token)
@@ -88,7 +89,7 @@ from scopemem.errors import (
 )
 from scopemem.stores.base import CountingStore, MemoryStore, search_hits, wall_clock_ms
 from scopemem.stores.porting import PortableStore, portable, screen_import
-from scopemem.worker_aiohttp import browsing, deleting, validation
+from scopemem.worker_aiohttp import browsing, deleting, validation, vectors
 from scopemem.worker_aiohttp.handling import (
     OPENAPI,
     SERVED,
@@ -390,6 +391,7 @@ DATA_ROUTES: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] =
     "/scrub-provenance": deleting.scrub_provenance,
     "/purge": deleting.purge,
     **browsing.ROUTES,
+    **vectors.ROUTES,
 }
 
 

@@ -64,6 +64,14 @@ from scopemem.core.records import (
     Status,
 )
 from scopemem.core.scopes import MAX_SCOPE_KEY_CHARS
+from scopemem.stores.shared.vectors import (
+    MAX_DIMENSIONS,
+    MAX_MISSING_PAGE,
+    MAX_MODEL_CHARS,
+    MAX_PUT_VECTORS,
+    MODEL_PATTERN,
+    VECTOR_PATTERN,
+)
 
 Schema = dict[str, Any]
 
@@ -182,6 +190,16 @@ SCHEMAS: Final[dict[str, Schema]] = {
     }, **{"if": {"required": ["status"], "properties": {
         "status": {"enum": sorted(status.value for status in SCRUBBED_STATUSES)}}},
           "else": {"properties": {"text": {"minLength": 1}}}}),
+    "Vector": string(min_length=8, max_length=4 * -(-4 * MAX_DIMENSIONS // 3),
+                     pattern=VECTOR_PATTERN, description=(
+                         f"Base64 of 1 to {MAX_DIMENSIONS} little-endian float32 values,"
+                         " finite and not all zero (a whole number of them: the decoded"
+                         " length is a multiple of 4 bytes); stored normalized to unit"
+                         " length")),
+    "EmbeddingModel": string(min_length=1, max_length=MAX_MODEL_CHARS,
+                             pattern=MODEL_PATTERN,
+                             description="<embedder>/<model> (memory.embeddings): a"
+                                         " scope's vectors of another model are not read"),
     "CounterName": {"type": "string", "anyOf": [
         {"enum": list(COUNTER_NAMES)}, {"pattern": MARKER_COUNTER_PATTERN}],
         "description": "A counter name (docs/stats.md), or rejected:<marker> (a marker name of"
@@ -277,6 +295,33 @@ REQUESTS: Final[dict[str, Schema]] = {
             " day kept)")),
     }, **{"not": {"required": ["scopeKey", "scopeKeys"],
                   "description": "scopeKey or scopeKeys, not both"}}),
+    # The semantic lane (``vectors.py``).
+    "/vectors-missing": body(["scopeKey", "model", "limit"], {
+        "scopeKey": _SCOPE_KEY,
+        "model": ref("EmbeddingModel"),
+        "limit": integer(1, MAX_MISSING_PAGE),
+    }),
+    "/put-vectors": body(["scopeKey", "model", "vectors"], {
+        "scopeKey": _SCOPE_KEY,
+        "model": ref("EmbeddingModel"),
+        "vectors": array(body(["id", "vector"], {"id": ref("Identifier"),
+                                                 "vector": ref("Vector")}),
+                         MAX_PUT_VECTORS, description=(
+                             "All of one number of dimensions, that of the scope's vectors"
+                             " of the model when it has some. An id that is not an active"
+                             " record of the scope keeps nothing.")),
+    }),
+    "/nearest": body(["scopeKey", "model", "vector", "limit", "floor"], {
+        "scopeKey": _SCOPE_KEY,
+        "model": ref("EmbeddingModel"),
+        "vector": {**ref("Vector"), "description": "The query's vector, of the dimensions"
+                   " of the scope's vectors of the model when it has some"},
+        "limit": integer(0, MAX_LIMIT),
+        "floor": {"type": "number", "minimum": -1, "maximum": 1},
+        "include": array(ref("Identifier"), MAX_LIMIT, description=(
+            "Records answered with their cosine whatever it is (after the others), when"
+            " they have a vector of the model")),
+    }),
     # Browsing (``browsing.py``).
     "/scope-page": body([], {
         "kind": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$",

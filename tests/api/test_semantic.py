@@ -141,3 +141,19 @@ def test_the_gate_is_a_keyword_match_or_a_cosine_at_the_floor():
     assert not fusion.relevant(0.0, 0.39)
     assert fusion.match(0.5, 0.5) == pytest.approx(0.5)
     assert fusion.match(0.5, -0.3) == pytest.approx(0.3)
+
+
+async def test_a_long_brief_is_read_by_keyword_alone(clock):
+    """A pasted log: its vector would be about the routine lines, so the lane stays out and
+    the embedder is not asked; the block is the keyword read's."""
+    routine = " ".join(f"INFO worker step {n} took {n} ms" for n in range(12))
+    brief = f"{BRIEF} {routine}"
+    plugin = Plugin()
+    memory = await filled(clock, plugin)
+    asked = len(plugin.embedder.calls)
+    plain = await filled(clock, Plugin(), embeddings=None)
+    assert await memory.context_block(Request(text=brief)) == \
+        await plain.context_block(Request(text=brief))
+    assert len(plugin.embedder.calls) == asked
+    # The same brief cut to its first line is read by both lanes.
+    assert bullets(await memory.context_block(Request(text=BRIEF)))[0] == PARAPHRASE

@@ -68,15 +68,16 @@ def lend_schema() -> str:
 
 
 def give_back(*names: str) -> None:
-    """Empty the schemas a test used (records, postings, scopes, counters, reaches) for the next
-    test; one that cannot be emptied (never migrated: its store never connected) is dropped."""
+    """Empty the schemas a test used (records, postings, scopes, counters, reaches, vectors)
+    for the next test; one that cannot be emptied (never migrated: its store never
+    connected) is dropped."""
     import psycopg
 
     with psycopg.connect(dsn(), autocommit=True) as conn:
         for name in names:
             try:
                 conn.execute(f'TRUNCATE "{name}".records, "{name}".postings, "{name}".scopes,'
-                             f' "{name}".counters, "{name}".reaches')
+                             f' "{name}".counters, "{name}".reaches, "{name}".vectors')
             except psycopg.Error:
                 conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
             else:

@@ -78,6 +78,21 @@ class SpyStore:
         await self._enter("export", scope_key, after, limit)
         return await self.inner.export_page(scope_key, after, limit)
 
+    async def vectors_missing(self, scope_key: str, model: str, limit: int
+                              ) -> list[tuple[str, str]]:
+        await self._enter("vectors_missing", scope_key, model, limit)
+        return await self.inner.vectors_missing(scope_key, model, limit)
+
+    async def put_vectors(self, scope_key: str, model: str,
+                          vectors: Sequence[tuple[str, bytes]]) -> int:
+        await self._enter("put_vectors", scope_key, model, tuple(vectors))
+        return await self.inner.put_vectors(scope_key, model, vectors)
+
+    async def nearest(self, scope_key: str, model: str, vector: bytes, limit: int,
+                      floor: float, include: Sequence[str] = ()) -> list[Any]:
+        await self._enter("nearest", scope_key, model, limit, floor, tuple(include))
+        return await self.inner.nearest(scope_key, model, vector, limit, floor, include)
+
     async def import_records(self, records: Sequence[Record]) -> int:
         await self._enter("import", tuple(records))
         return await self.inner.import_records(records)

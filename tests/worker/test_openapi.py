@@ -46,6 +46,12 @@ VALID_BODIES: dict[str, dict[str, Any]] = {
     "/log-reaches": {"reaches": [{"recordId": f"mem:{ORG}:1", "scopeKey": ORG,
                                   "runId": "r-1", "threadKey": "", "atMs": 1}]},
     "/reaches": {},
+    # The semantic lane: 1.0 as one float32, in base64.
+    "/vectors-missing": {"scopeKey": ORG, "model": "fake/m", "limit": 5},
+    "/put-vectors": {"scopeKey": ORG, "model": "fake/m",
+                     "vectors": [{"id": f"mem:{ORG}:1", "vector": "AACAPw=="}]},
+    "/nearest": {"scopeKey": ORG, "model": "fake/m", "vector": "AACAPw==", "limit": 5,
+                 "floor": 0.3, "include": [f"mem:{ORG}:1"]},
 }
 
 

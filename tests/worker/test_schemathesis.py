@@ -10,7 +10,9 @@ Bounded and derandomized: a few dozen examples per route and mode, the same ones
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -29,6 +31,8 @@ from tests.worker.conftest import AUTH, TOKEN
 SCHEMA = schemathesis.openapi.from_dict(json.loads(load_openapi()))
 OPERATIONS = [(operation.path, operation.method.upper())
               for operation in (result.ok() for result in SCHEMA.get_all_operations())]
+#: A vector of two dimensions, as the worker carries it.
+UNIT = base64.b64encode(struct.pack("<2f", 0.6, 0.8)).decode()
 BOUNDED = settings(max_examples=15, derandomize=True, database=None, deadline=None,
                    phases=[Phase.explicit, Phase.generate],
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
@@ -62,8 +66,10 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def within_the_words(path: str, body: Any) -> None:
     """Apply the rules the document states in words, JSON Schema having no way to: an
     imported record's id is ``mem:<its scopeKey>:<n>`` and its times are no later than the
-    worker's clock (plus a skew), a reach's record id is ``mem:<its scopeKey>:<n>``, and
-    ``/used`` holds at most ``MAX_USED_IDS`` ids in all."""
+    worker's clock (plus a skew), a reach's record id is ``mem:<its scopeKey>:<n>``,
+    ``/used`` holds at most ``MAX_USED_IDS`` ids in all, and a vector is whole float32
+    values, finite and not zero, of the dimensions of the scope's others (here: every
+    vector is made one of two dimensions)."""
     if path == "/import":
         now = int(time.time() * 1000)
         for n, record in enumerate(body["records"], 1):
@@ -74,6 +80,11 @@ def within_the_words(path: str, body: Any) -> None:
     elif path == "/log-reaches":
         for n, reach in enumerate(body["reaches"], 1):
             reach["recordId"] = f"mem:{reach['scopeKey']}:{n}"
+    elif path == "/put-vectors":
+        for item in body["vectors"]:
+            item["vector"] = UNIT
+    elif path == "/nearest":
+        body["vector"] = UNIT
     elif path == "/used":
         room = MAX_USED_IDS
         for item in body["used"]:

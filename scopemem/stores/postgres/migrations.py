@@ -177,6 +177,30 @@ MIGRATIONS: tuple[Migration, ...] = (
         "UPDATE {s}.scopes AS sc SET last_write = (SELECT max(created_at) FROM {s}.records r"
         " WHERE r.scope_key = sc.scope_key)",
     )),
+    Migration(6, "the semantic lane's vectors", (
+        # At most one vector per record (``vectors.py``), of an active record only: the
+        # triggers drop it with the statement that retires or deletes its record.
+        """CREATE TABLE IF NOT EXISTS {s}.vectors (
+            scope_key text NOT NULL,
+            seq       bigint NOT NULL,
+            model     text NOT NULL,
+            vector    bytea NOT NULL,
+            PRIMARY KEY (scope_key, seq)
+        )""",
+        "CREATE INDEX IF NOT EXISTS vectors_by_model ON {s}.vectors (scope_key, model, seq)",
+        "CREATE OR REPLACE FUNCTION {s}.records_vector_retired() RETURNS trigger"
+        " LANGUAGE plpgsql AS $$ BEGIN DELETE FROM {s}.vectors"
+        " WHERE scope_key = NEW.scope_key AND seq = NEW.seq; RETURN NULL; END $$",
+        "CREATE OR REPLACE TRIGGER records_vector_retired AFTER UPDATE OF status"
+        " ON {s}.records FOR EACH ROW WHEN (NEW.status <> 'active')"
+        " EXECUTE FUNCTION {s}.records_vector_retired()",
+        "CREATE OR REPLACE FUNCTION {s}.records_vector_deleted() RETURNS trigger"
+        " LANGUAGE plpgsql AS $$ BEGIN DELETE FROM {s}.vectors v USING old_rows o"
+        " WHERE v.scope_key = o.scope_key AND v.seq = o.seq; RETURN NULL; END $$",
+        "CREATE OR REPLACE TRIGGER records_vector_deleted AFTER DELETE ON {s}.records"
+        " REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT"
+        " EXECUTE FUNCTION {s}.records_vector_deleted()",
+    )),
 )
 
 #: Every active row's postings, from its tokens (the backfill, and the re-derivation when

@@ -68,6 +68,7 @@ from scopemem.stores.postgres.options import PostgresOptions, options_from_setti
 from scopemem.stores.postgres.porting import Porting
 from scopemem.stores.postgres.statements import Statements, record_of
 from scopemem.stores.postgres.usage import DeferredUsage
+from scopemem.stores.postgres.vectors import Vectors
 from scopemem.stores.shared import batches
 from scopemem.stores.shared import counts as counting
 from scopemem.stores.shared.batches import PURGE_ROWS
@@ -124,6 +125,11 @@ class PostgresStore(Porting, Counts):
         self.read_count_totals = self._browse.read_count_totals
         self.log_reaches = self._browse.log_reaches
         self.read_reaches = self._browse.read_reaches
+        # The semantic lane's vectors (``vectors.py``).
+        vectors = Vectors(options.schema, self._connection)
+        self.vectors_missing = vectors.vectors_missing
+        self.put_vectors = vectors.put_vectors
+        self.nearest = vectors.nearest
 
     def __repr__(self) -> str:  # never the DSN: it may hold a password
         return f"PostgresStore(schema={self.schema!r}, cap={self.cap!r})"

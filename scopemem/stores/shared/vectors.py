@@ -10,7 +10,8 @@ the model asked for, and a record whose vector is of another model counts as hav
 ``VectorStore`` is what a store offers for the lane (optional, like ``CountingStore``);
 ``nearest`` here is the one search every store runs: numpy brute force over a scope's
 active records' vectors (about 0.3 ms for 10,000 vectors of 384 dimensions). ``check`` is the
-one validation every store and the worker apply to a vector that comes in.
+one validation every store and the worker apply to a vector that comes in: what it refuses
+is ``StoreRefused`` (the input itself, which the worker answers 400).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from scopemem.core.records import Record
-from scopemem.core.scopes import record_seq
-from scopemem.errors import StoreError
+from scopemem.core.scopes import memory_id, record_seq
+from scopemem.errors import StoreError, StoreRefused
+from scopemem.stores.base import check_scope_key
+from scopemem.stores.shared.batches import seq_in_scope
 
 if TYPE_CHECKING:  # numpy loads with the first vector, not with the stores' modules
     import numpy as np
@@ -29,12 +32,22 @@ if TYPE_CHECKING:  # numpy loads with the first vector, not with the stores' mod
 
     Vector = npt.NDArray[np.float32]
 
-__all__ = ["MAX_DIMENSIONS", "MAX_MODEL_CHARS", "Shelf", "VectorStore", "check",
-           "check_model", "nearest", "pack"]
+__all__ = ["MAX_DIMENSIONS", "MAX_MISSING_PAGE", "MAX_MODEL_CHARS", "MAX_PUT_VECTORS",
+           "MODEL_PATTERN", "VECTOR_PATTERN", "Shelf", "VectorStore", "check",
+           "check_dimensions", "check_model", "keyed", "missing_params", "nearest", "pack",
+           "search", "stacked"]
 
 #: The most dimensions a vector may have (OpenAI's largest model has 3,072).
 MAX_DIMENSIONS = 4096
 MAX_MODEL_CHARS = 200
+#: A model's name: printable ASCII (``memory.embeddings``, ``<embedder>/<model>``).
+MODEL_PATTERN = "^[ -~]+$"
+#: Base64 as the worker carries a vector (``worker_aiohttp/vectors.py``).
+VECTOR_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+#: Vectors one call of the worker's ``/put-vectors`` carries, and records one
+#: ``/vectors-missing`` answers.
+MAX_PUT_VECTORS = 64
+MAX_MISSING_PAGE = 256
 #: The least length a stored vector may have before normalizing: anything shorter is zero.
 _TINY = 1e-12
 
@@ -53,7 +66,7 @@ class VectorStore(Protocol):
                           vectors: Sequence[tuple[str, bytes]]) -> int:
         """Keep each (record id, vector) as that record's vector of ``model`` (replacing a
         vector of any model); ids that are not active records of the scope are skipped.
-        ``StoreError`` for a vector ``check`` refuses, or one whose dimensions differ from
+        ``StoreRefused`` for a vector ``check`` refuses, or one whose dimensions differ from
         the scope's other vectors of that model. Answers how many were kept."""
 
     async def nearest(self, scope_key: str, model: str, vector: bytes, limit: int,
@@ -66,35 +79,43 @@ class VectorStore(Protocol):
 
 
 def check_model(model: object) -> str:
-    if not isinstance(model, str) or not model or len(model) > MAX_MODEL_CHARS \
-            or not model.isprintable():
-        raise StoreError(f"an embedding model must be a printable string of 1 to "
-                         f"{MAX_MODEL_CHARS} characters, got {model!r:.80}")
+    if not isinstance(model, str) or not 1 <= len(model) <= MAX_MODEL_CHARS \
+            or not model.isascii() or not model.isprintable():
+        raise StoreRefused(f"an embedding model must be 1 to {MAX_MODEL_CHARS} printable"
+                           f" ASCII characters, got {model!r:.80}")
     return model
 
 
+def missing_params(scope_key: str, model: str, limit: int) -> dict[str, Any] | None:
+    """A SQL store's parameters for ``VectorStore.vectors_missing`` (scope, model, limit),
+    checked; None when ``limit`` asks for nothing."""
+    check_scope_key(scope_key)
+    check_model(model)
+    return {"scope": scope_key, "model": model, "limit": limit} if limit > 0 else None
+
+
 def check(value: object, dimensions: int | None = None) -> Vector:
-    """``value`` (float32 bytes) as a unit vector; ``StoreError`` saying why not: not bytes,
+    """``value`` (float32 bytes) as a unit vector; ``StoreRefused`` saying why not: not bytes,
     a length that is not whole float32 values, no or too many dimensions, a value that is
     not finite, a zero vector, or ``dimensions`` given and different."""
     import numpy as np
 
     if not isinstance(value, bytes | bytearray | memoryview):
-        raise StoreError(f"a vector must be bytes of float32 values, got "
-                         f"{type(value).__name__}")
+        raise StoreRefused(f"a vector must be bytes of float32 values, got "
+                           f"{type(value).__name__}")
     size = len(value)
     if size % 4 or not 4 <= size <= 4 * MAX_DIMENSIONS:
-        raise StoreError(f"a vector must hold 1 to {MAX_DIMENSIONS} float32 values "
-                         f"(a multiple of 4 bytes), got {size} bytes")
+        raise StoreRefused(f"a vector must hold 1 to {MAX_DIMENSIONS} float32 values "
+                           f"(a multiple of 4 bytes), got {size} bytes")
     array = np.frombuffer(bytes(value), dtype="<f4").astype(np.float32)
     if dimensions is not None and array.shape[0] != dimensions:
-        raise StoreError(f"a vector of {array.shape[0]} dimensions where this scope's "
-                         f"vectors of the model have {dimensions}")
+        raise StoreRefused(f"a vector of {array.shape[0]} dimensions where this scope's "
+                           f"vectors of the model have {dimensions}")
     if not np.isfinite(array).all():
-        raise StoreError("a vector holds a value that is not finite")
+        raise StoreRefused("a vector holds a value that is not finite")
     norm = float(np.linalg.norm(array.astype(np.float64)))
     if not math.isfinite(norm) or norm < _TINY:
-        raise StoreError("a vector of length zero has no direction")
+        raise StoreRefused("a vector of length zero has no direction")
     result: Vector = (array / np.float32(norm)).astype(np.float32)
     return result
 
@@ -106,6 +127,51 @@ def pack(vector: Sequence[float] | npt.NDArray[np.floating[Any]]) -> bytes:
     return np.asarray(vector, dtype="<f4").tobytes()
 
 
+def check_dimensions(dimensions: int, held: int | None) -> None:
+    """``StoreRefused`` when a batch's ``dimensions`` are not those the scope's vectors of the
+    model already ``held`` (None: it holds none)."""
+    if held is not None and held != dimensions:
+        raise StoreRefused(f"a vector of {dimensions} dimensions where this scope's vectors"
+                           f" of the model have {held}")
+
+
+def keyed(scope_key: str, vectors: Sequence[tuple[str, bytes]]) -> dict[int, bytes]:
+    """A batch for ``VectorStore.put_vectors`` of a store keyed by seq: each vector
+    checked (``StoreRefused`` for any refused, or for a batch of mixed dimensions) and
+    normalized, by its record's seq; ids that are not the scope's are left out."""
+    checked = [(seq_in_scope(scope_key, record_id), check(value))
+               for record_id, value in vectors]
+    if len({vector.shape[0] for _seq, vector in checked}) > 1:
+        raise StoreRefused("vectors of different dimensions in one batch")
+    return {seq: vector.astype("<f4").tobytes() for seq, vector in checked
+            if seq is not None}
+
+
+def stacked(scope_key: str, rows: Sequence[tuple[int, bytes]]) -> tuple[list[str], Vector]:
+    """A scope's stored (seq, vector bytes) rows, in seq order, as ``nearest``'s ids and
+    matrix; ``StoreRefused`` when the stored vectors are not all of one whole size."""
+    import numpy as np
+
+    size = len(rows[0][1]) if rows else 4
+    if size % 4 or not size or any(len(blob) != size for _seq, blob in rows):
+        raise StoreError(f"scope {scope_key!r} holds vectors of the model that are not all"
+                         " of one size")
+    matrix = np.frombuffer(b"".join(blob for _seq, blob in rows), dtype="<f4")
+    return ([memory_id(scope_key, seq) for seq, _blob in rows],
+            matrix.reshape(len(rows), size // 4).astype(np.float32))
+
+
+def search(scope_key: str, rows: Sequence[tuple[int, bytes]], query: Vector, limit: int,
+           floor: float, include: Collection[str]) -> tuple[list[tuple[str, float]], list[int]]:
+    """``nearest`` over a SQL store's stored (seq, vector bytes) rows of a scope, in seq
+    order: the (id, cosine) answer, and the seqs of its records to read."""
+    if not rows:
+        return [], []
+    ids, matrix = stacked(scope_key, rows)
+    chosen = nearest(ids, matrix, query, limit, floor, include)
+    return chosen, [record_seq(record_id) for record_id, _cosine in chosen]
+
+
 def nearest(ids: Sequence[str], matrix: Vector, query: Vector, limit: int, floor: float,
             include: Collection[str] = ()) -> list[tuple[str, float]]:
     """``VectorStore.nearest``'s answer as (id, cosine), over ``ids`` (one per row of
@@ -115,10 +181,11 @@ def nearest(ids: Sequence[str], matrix: Vector, query: Vector, limit: int, floor
 
     if not len(ids) or matrix.shape[1] != query.shape[0]:
         if len(ids):
-            raise StoreError(f"the query's vector has {query.shape[0]} dimensions where this "
-                             f"scope's vectors of the model have {matrix.shape[1]}")
+            raise StoreRefused(f"the query's vector has {query.shape[0]} dimensions where"
+                               f" this scope's vectors of the model have {matrix.shape[1]}")
         return []
-    cosines = matrix @ query
+    # A poisoned stored vector (not finite, not of unit length) must not outrank the rest.
+    cosines = np.clip(np.nan_to_num(matrix @ query, nan=-1.0), -1.0, 1.0)
     order = np.lexsort((-np.arange(len(ids)), -cosines))  # best first, then the newer
     answer: list[tuple[str, float]] = []
     taken: set[str] = set()

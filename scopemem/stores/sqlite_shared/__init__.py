@@ -17,6 +17,7 @@ design). Modules, one job each:
 ``usage``      pending use counts, saved in the background
 ``counts``     the per-scope day counters, and ``max_scopes``
 ``porting``    export and import (every field and status kept)
+``vectors``    the semantic lane's vectors, kept only for active records
 ``migrate``    moving a directory of the retired file layout into shard files, once
 ``legacy``     reading the file layout's scope files, for the migration
 ============== ==============================================================================

@@ -31,7 +31,7 @@ from scopemem.stores.sqlite_shared import index
 
 # "ScMs": a shard of the shared-file layout (the file-per-scope layout's files say "ScMm").
 APPLICATION_ID = 0x53634D73
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: Shards of a data directory. Fixed: a scope's shard is its key's hash modulo this, so a
 #: directory written with one count cannot be read with another.
 SHARDS = 16
@@ -122,6 +122,25 @@ TABLES = (
     " WHERE supersedes IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS records_restates ON records (scope_key, restates)"
     " WHERE restates IS NOT NULL",
+    # The semantic lane's vectors (``vectors.py``): at most one per record, of the model it
+    # names, little-endian float32 of unit length. Only an active record has one: the
+    # triggers drop it in the statement that retires or deletes its record, whichever
+    # writer that is (a write's eviction, a forget, a sweep, a purge, deleting the scope).
+    # A rowid table: a vector (1,536 bytes for 384 dimensions) is too large a row for a
+    # table without rowid.
+    """CREATE TABLE IF NOT EXISTS vectors (
+        scope_key TEXT NOT NULL,
+        seq       INTEGER NOT NULL,
+        model     TEXT NOT NULL,
+        vector    BLOB NOT NULL,
+        PRIMARY KEY (scope_key, seq)
+    )""",
+    "CREATE INDEX IF NOT EXISTS vectors_by_model ON vectors (scope_key, model, seq)",
+    "CREATE TRIGGER IF NOT EXISTS records_vector_retired AFTER UPDATE OF status ON records"
+    " WHEN NEW.status != 'active' BEGIN DELETE FROM vectors"
+    " WHERE scope_key = NEW.scope_key AND seq = NEW.seq; END",
+    "CREATE TRIGGER IF NOT EXISTS records_vector_deleted AFTER DELETE ON records BEGIN"
+    " DELETE FROM vectors WHERE scope_key = OLD.scope_key AND seq = OLD.seq; END",
     """CREATE TABLE IF NOT EXISTS counters (
         scope_key TEXT NOT NULL,
         day       INTEGER NOT NULL,

@@ -76,6 +76,7 @@ from scopemem.stores.sqlite_shared.porting import Porting
 from scopemem.stores.sqlite_shared.reach_log import ReachLog
 from scopemem.stores.sqlite_shared.shards import Shards
 from scopemem.stores.sqlite_shared.usage import PendingUses
+from scopemem.stores.sqlite_shared.vectors import Vectors
 
 __all__ = ["SharedSqliteStore"]
 
@@ -143,6 +144,11 @@ class SharedSqliteStore:
         self.read_count_totals = self._browse.read_count_totals
         self.log_reaches = self._browse.log_reaches
         self.read_reaches = self._browse.read_reaches
+        # The semantic lane's vectors (``vectors.py``).
+        vectors = Vectors(self._shards.of, self._pools, self._uses)
+        self.vectors_missing = vectors.vectors_missing
+        self.put_vectors = vectors.put_vectors
+        self.nearest = vectors.nearest
 
     def __repr__(self) -> str:
         return f"SharedSqliteStore({self.directory!r}, cap={self.cap!r})"

@@ -1,0 +1,118 @@
+"""The semantic lane's vectors on the shared-file SQLite store
+(``stores.shared.vectors.VectorStore``).
+
+A shard's ``vectors`` table (``schema.py``) holds at most one vector per record, keyed as
+its record is (``scope_key``, ``seq``), with the model it came from: little-endian float32
+of unit length, as ``shared.vectors.check`` leaves it. Only active records have one: a
+vector is kept only for a record active when it is put, and the shard's triggers drop it
+in the very statement that retires or deletes its record, so no writer has to remember to.
+
+``nearest`` reads the scope's vectors of the model in one snapshot, scores them with the
+one search every store runs (``shared.vectors.nearest``, numpy), then reads the chosen
+records with the uses not saved yet, as a retrieval does. Nothing here changes the scope's
+change counter: a vector changes no record, nor any copy of a scope's index.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from scopemem.core.records import Record
+from scopemem.stores.base import check_scope_key
+from scopemem.stores.shared import vectors as shared
+from scopemem.stores.sqlite_shared import sql as sqlite_sql
+from scopemem.stores.sqlite_shared import statements as st
+from scopemem.stores.sqlite_shared.pools import ShardPools
+from scopemem.stores.sqlite_shared.usage import PendingUses
+
+__all__ = ["Vectors"]
+
+_MISSING = ("SELECT id, text FROM records WHERE scope_key = :scope AND status = 'active'"
+            " AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.scope_key = records.scope_key"
+            " AND v.seq = records.seq AND v.model = :model) ORDER BY seq LIMIT :limit")
+_DIMENSIONS = ("SELECT length(vector) / 4 FROM vectors INDEXED BY vectors_by_model"
+               " WHERE scope_key = :scope AND model = :model LIMIT 1")
+# Kept only for a record active now: an id of a retired or unknown record keeps nothing.
+_PUT = ("INSERT INTO vectors (scope_key, seq, model, vector) SELECT :scope, :seq, :model,"
+        " :vector WHERE EXISTS (SELECT 1 FROM records WHERE scope_key = :scope"
+        " AND seq = :seq AND status = 'active')"
+        " ON CONFLICT (scope_key, seq) DO UPDATE SET model = excluded.model,"
+        " vector = excluded.vector")
+_OF_MODEL = ("SELECT seq, vector FROM vectors INDEXED BY vectors_by_model"
+             " WHERE scope_key = :scope AND model = :model ORDER BY seq")
+_ROWS = (f"SELECT {st.USES_COUNTER}, {st.RECORD_COLUMNS} FROM records"
+         f" WHERE {st.ACTIVE} AND {st.IN_SEQS}")
+
+
+class Vectors:
+    """The store's ``VectorStore`` methods, over its shards' pools and pending uses."""
+
+    def __init__(self, of: Any, pools: ShardPools, uses: PendingUses) -> None:
+        self._of = of  # scope key → its shard
+        self._pools = pools
+        self._uses = uses
+
+    async def vectors_missing(self, scope_key: str, model: str, limit: int
+                              ) -> list[tuple[str, str]]:
+        params = shared.missing_params(scope_key, model, limit)
+        if params is None:
+            return []
+        rows = await self._pools.read(self._of(scope_key), _read, _MISSING, params)
+        return [(record_id, text) for record_id, text in rows or ()]
+
+    async def put_vectors(self, scope_key: str, model: str,
+                          vectors: Sequence[tuple[str, bytes]]) -> int:
+        check_scope_key(scope_key)
+        shared.check_model(model)
+        rows = [{"scope": scope_key, "seq": seq, "model": model, "vector": vector}
+                for seq, vector in shared.keyed(scope_key, vectors).items()]
+        if not rows:
+            return 0
+        kept = await self._pools.write(self._of(scope_key), _put, rows, create=True)
+        return kept or 0
+
+    async def nearest(self, scope_key: str, model: str, vector: bytes, limit: int,
+                      floor: float, include: Collection[str] = ()
+                      ) -> list[tuple[Record, float]]:
+        check_scope_key(scope_key)
+        query = shared.check(vector)
+        params = {"scope": scope_key, "model": shared.check_model(model)}
+        shard = self._of(scope_key)
+        found = await self._pools.read(shard, _nearest, self._uses, shard, params, query,
+                                       limit, floor, include)
+        return found or []
+
+
+def _read(conn: Any, statement: str, params: dict[str, Any]) -> list[Any]:
+    return list(conn.execute(statement, params).fetchall())
+
+
+def _put(conn: Any, rows: list[dict[str, Any]]) -> int:
+    """Keep the rows' vectors in one transaction, refused as a whole when their dimensions
+    differ from the scope's vectors of the model; how many were kept."""
+    kept = 0
+    with sqlite_sql.immediate(conn):
+        held = conn.execute(_DIMENSIONS, rows[0]).fetchall()
+        shared.check_dimensions(len(rows[0]["vector"]) // 4, held[0][0] if held else None)
+        for row in rows:
+            conn.execute(_PUT, row)
+            kept += conn.changes()
+    return kept
+
+
+def _nearest(conn: Any, uses: PendingUses, shard: int, params: dict[str, Any],
+             query: shared.Vector, limit: int, floor: float, include: Collection[str]
+             ) -> list[tuple[Record, float]]:
+    scope_key = params["scope"]
+    with sqlite_sql.snapshot(conn):
+        chosen, seqs = shared.search(scope_key, conn.execute(_OF_MODEL, params).fetchall(),
+                                     query, limit, floor, include)
+        if not chosen:
+            return []
+        _lead, rows = uses.rows(conn, shard, scope_key, _ROWS,
+                                {"scope": scope_key, "seqs": json.dumps(seqs)})
+    records = {record.id: record for record in map(sqlite_sql.record, rows)}
+    return [(records[record_id], cosine) for record_id, cosine in chosen
+            if record_id in records]

@@ -1,0 +1,120 @@
+"""``scopemem embeddings backfill`` on a real SQLite data directory, with the deterministic
+fake embedder registered as a plugin (``tests/fake_embedder.py``): it embeds what has no
+vector, and a run killed half way is resumed by running it again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner, Result
+
+from scopemem.cli import build_cli
+from scopemem.plugins.manager import new_plugin_manager
+from scopemem.stores.sqlite_shared import SharedSqliteStore
+from tests.conftest import fact
+from tests.fake_embedder import FakeEmbedder, Plugin
+
+MODEL = "fake/concepts"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def config(tmp_path: Path, embeddings: str | None = MODEL) -> Path:
+    path = tmp_path / "scopemem.toml"
+    lane = f'embeddings = "{embeddings}"\n' if embeddings else ""
+    path.write_text(f'[memory]\nenabled = true\norganization = "acme"\nstore = "sqlite"\n'
+                    f'{lane}[memory.stores.sqlite]\npath = "{tmp_path / "data"}"\n')
+    return path
+
+
+def run(path: Path, embedder: FakeEmbedder, *args: str) -> Result:
+    cli = build_cli(new_plugin_manager(environ={}, extra_plugins=(Plugin(embedder),)))
+    return CliRunner().invoke(cli, ["--config", str(path), "embeddings", "backfill", *args])
+
+
+def fill(tmp_path: Path, counts: dict[str, int]) -> None:
+    async def write() -> None:
+        store = SharedSqliteStore(tmp_path / "data")
+        try:
+            for scope, count in counts.items():
+                await store.write(scope, [fact(f"{scope} lesson {n} about caching layer {n}")
+                                          for n in range(count)])
+        finally:
+            await store.close()
+
+    asyncio.run(write())
+
+
+def missing(tmp_path: Path, scope: str) -> int:
+    async def count() -> int:
+        store = SharedSqliteStore(tmp_path / "data")
+        try:
+            return len(await store.vectors_missing(scope, MODEL, 1000))
+        finally:
+            await store.close()
+
+    return asyncio.run(count())
+
+
+def test_backfill_embeds_every_scope_then_nothing(tmp_path):
+    fill(tmp_path, {"org:acme": 40, "repo:acme/api": 3})
+    embedder = FakeEmbedder()
+    result = run(config(tmp_path), embedder)
+    assert result.exit_code == 0, result.output
+    assert f"embedded 43 record(s) with {MODEL}" in result.output
+    assert missing(tmp_path, "org:acme") == missing(tmp_path, "repo:acme/api") == 0
+    again = FakeEmbedder()
+    assert "embedded 0 record(s)" in run(config(tmp_path), again).output
+    assert again.calls == []
+
+
+# Runs the CLI in a process of its own whose embedder kills that process (SIGKILL: no
+# cleanup, no flush) when asked for its second batch.
+_KILLED_RUN = """
+import os, signal, sys
+from scopemem.cli import build_cli
+from scopemem.plugins.manager import new_plugin_manager
+from tests.fake_embedder import FakeEmbedder, Plugin
+
+class Killing(FakeEmbedder):
+    async def embed(self, *, model, texts):
+        if self.calls:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return await super().embed(model=model, texts=texts)
+
+build_cli(new_plugin_manager(environ={}, extra_plugins=(Plugin(Killing()),)))(
+    ["--config", sys.argv[1], "embeddings", "backfill", "--scope", "org:acme"])
+"""
+
+
+def test_a_backfill_killed_half_way_resumes_where_it_stopped(tmp_path):
+    fill(tmp_path, {"org:acme": 70})
+    killed = subprocess.run([sys.executable, "-c", _KILLED_RUN, str(config(tmp_path))],
+                            cwd=REPO_ROOT, capture_output=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()
+    assert missing(tmp_path, "org:acme") == 70 - 32  # the first batch was kept
+    steady = FakeEmbedder()
+    result = run(config(tmp_path), steady, "--scope", "org:acme")
+    assert result.exit_code == 0, result.output
+    assert "embedded 38 record(s)" in result.output
+    assert sum(map(len, steady.calls)) == 38  # nothing embedded twice
+    assert missing(tmp_path, "org:acme") == 0
+
+
+def test_a_failing_embedder_stops_with_how_to_resume(tmp_path):
+    fill(tmp_path, {"org:acme": 40})
+    result = run(config(tmp_path), FakeEmbedder(fail_after=1))
+    assert result.exit_code == 1
+    assert "32 record(s) embedded; run again to resume" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_backfill_with_the_lane_off_is_a_clear_error(tmp_path):
+    fill(tmp_path, {"org:acme": 1})
+    result = run(config(tmp_path, embeddings=None), FakeEmbedder())
+    assert result.exit_code == 1 and "semantic lane is off" in result.output
