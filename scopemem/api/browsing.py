@@ -1,6 +1,6 @@
 """Browsing memory from ``Memory`` (the Memory Hub's data): pages of scopes and records, a
-record's history, the runs a record reached, and the log of those reaches the read path
-keeps.
+record's history, a kind's counters summed by day, the runs a record reached, and the log of
+those reaches the read path keeps.
 
 These are the operator's views: they pass no scope gate (the hub that shows them has its own
 login) and count nothing as used. A store that cannot browse (a third-party store without
@@ -14,7 +14,7 @@ import builtins
 import logging
 from collections.abc import Coroutine, Sequence
 
-from scopemem.core.browse import Reach, RecordHistory, RecordPage, ScopePage
+from scopemem.core.browse import CountTotal, Reach, RecordHistory, RecordPage, ScopePage
 from scopemem.core.records import Kind, Record
 from scopemem.core.requests import Request
 from scopemem.errors import StoreUnsupported
@@ -84,6 +84,12 @@ class Browsing:
 
     async def record_history(self, scope_key: str, record_id: str) -> RecordHistory | None:
         return await self._browsable().record_history(scope_key, record_id)
+
+    async def count_totals(self, kind: str, *, since_day: int = 0
+                           ) -> builtins.list[CountTotal]:
+        """The counters of every scope of ``kind`` from ``since_day`` on, summed by day and
+        name by the store (with the largest one scope counted)."""
+        return await self._browsable().read_count_totals(kind, since_day=since_day)
 
     async def reaches(self, *, record_id: str | None = None, run: str | None = None,
                       limit: int = 100) -> builtins.list[Reach]:

@@ -122,6 +122,7 @@ class Memory(Operations):
         self.scope_page = self.browsing.scope_page
         self.record_page = self.browsing.record_page
         self.record_history = self.browsing.record_history
+        self.count_totals = self.browsing.count_totals
         self.reaches = self.browsing.reaches
 
     @classmethod

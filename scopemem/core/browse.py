@@ -6,6 +6,10 @@ The Memory Hub draws its pages from these values; every store answers them the s
 what it shows and not the size of the store. Everything here is pure: the checks a store
 runs on a page's arguments, and the shapes of the answers.
 
+A *count total* is one counter summed over every scope of a kind for one day, with the
+largest one scope counted that day: what the overview's chart of a kind draws, summed where
+the counters live.
+
 A *reach* is one record put in front of one run: for every block a run receives (the
 repository window included), one ``Reach`` per record shown, with the run's id and thread
 key. A store keeps them for ``memory.reach_retention_days``; a preview logs none.
@@ -31,6 +35,7 @@ __all__ = [
     "MAX_REACH_BATCH",
     "MAX_REACH_RETENTION_DAYS",
     "SCOPE_SORTS",
+    "CountTotal",
     "PageError",
     "Reach",
     "RecordHistory",
@@ -38,17 +43,22 @@ __all__ = [
     "ScopePage",
     "ScopeSummary",
     "check_kind_name",
+    "check_since_day",
     "check_page",
     "check_record_filters",
     "check_reach_query",
     "check_scope_sort",
     "kind_range",
+    "merge_totals",
     "reach_from_wire",
     "reach_order",
     "reach_to_wire",
     "select_reaches",
     "summary_from_wire",
     "summary_to_wire",
+    "sum_counts",
+    "total_from_wire",
+    "total_to_wire",
 ]
 
 #: How a scope page may be sorted: by key, by active records, by the newest record's time.
@@ -114,6 +124,17 @@ class Reach:
 
 
 @attrs.frozen(kw_only=True)
+class CountTotal:
+    """One counter of one day summed over every scope of a kind (``total``), and the largest
+    value one of those scopes counted that day (``most``)."""
+
+    day: int
+    name: str
+    total: int
+    most: int
+
+
+@attrs.frozen(kw_only=True)
 class RecordHistory:
     """A record with what the store keeps of its past.
 
@@ -158,6 +179,34 @@ def check_kind_name(kind: object) -> str | None:
     if not isinstance(kind, str) or not _KIND_NAME.fullmatch(kind):
         raise PageError("kind must be a scope kind: 1 to 64 letters, digits, '.', '_' or '-'")
     return kind
+
+
+def check_since_day(day: object) -> int:
+    """The first UTC day (days since the epoch) a reading of counters covers."""
+    if not _whole(day) or not 0 <= day < 2**31:  # type: ignore[operator]
+        raise PageError(f"since_day must be an integer from 0 to {2**31 - 1}, got {day!r}")
+    return day  # type: ignore[return-value]
+
+
+def merge_totals(totals: Iterable[CountTotal]) -> list[CountTotal]:
+    """``totals`` of the same kind from several parts (a store's shards, or single rows)
+    merged into one per day and name, sorted so: totals added, the largest ``most`` kept."""
+    sums: dict[tuple[int, str], tuple[int, int]] = {}
+    for part in totals:
+        total, most = sums.get((part.day, part.name), (0, 0))
+        sums[(part.day, part.name)] = (total + part.total, max(most, part.most))
+    return [CountTotal(day=day, name=name, total=total, most=most)
+            for (day, name), (total, most) in sorted(sums.items())]
+
+
+def sum_counts(rows: Iterable[tuple[str, int, str, int]], kind: str, since_day: int
+               ) -> list[CountTotal]:
+    """The count totals of ``rows`` (scope key, day, name, value) for the scopes of ``kind``
+    on ``since_day`` and later: the in-process answer every store's SQL agrees with."""
+    low, high = kind_range(kind)
+    return merge_totals(CountTotal(day=day, name=name, total=value, most=value)
+                        for scope_key, day, name, value in rows
+                        if day >= since_day and low <= scope_key < high)
 
 
 def check_scope_sort(sort: object) -> str:
@@ -245,6 +294,22 @@ def reach_from_wire(data: object) -> Reach:
         raise PageError("a reach has string recordId, scopeKey, runId, threadKey and an"
                         " integer atMs")
     return Reach(at_ms=at, **values)  # type: ignore[arg-type]
+
+
+def total_to_wire(total: CountTotal) -> dict[str, Any]:
+    return {"day": total.day, "name": total.name, "total": total.total, "most": total.most}
+
+
+def total_from_wire(data: object) -> CountTotal:
+    """A count total as the wire carries it; ``PageError`` when it is not one."""
+    if not isinstance(data, dict):
+        raise PageError("a count total must be an object")
+    day, name, total, most = (data.get(key) for key in ("day", "name", "total", "most"))
+    if (not isinstance(name, str) or not all(_whole(value) and value >= 0  # type: ignore
+                                             for value in (day, total, most))):
+        raise PageError("a count total has an integer day, a string name and integer"
+                        " total and most, none below 0")
+    return CountTotal(day=day, name=name, total=total, most=most)  # type: ignore[arg-type]
 
 
 def summary_to_wire(row: ScopeSummary) -> dict[str, Any]:

@@ -121,8 +121,8 @@ async def overview(request: web.Request) -> web.StreamResponse:
     charts = []
     if store is not None:
         for chart_kind in ([kind] if kind else kinds):
-            kind_rows = await store.read_counts(prefix=f"{chart_kind}:", since_day=since)
-            charts.append(overview_counts.chart(chart_kind, kind_rows, today))
+            totals = await memory.count_totals(chart_kind, since_day=since)
+            charts.append(overview_counts.chart(chart_kind, totals, today))
     empty = tuple(overview_counts.Totals(days, {}) for days in overview_counts.WINDOWS)
     table = [(summary, [totals[name] for totals in windows.get(summary.scope_key, empty)
                         for name in overview_counts.SHOWN],

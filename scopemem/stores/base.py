@@ -169,6 +169,11 @@ class BrowsingStore(Protocol):
     async def record_history(self, scope_key: str, record_id: str
                              ) -> browse.RecordHistory | None: ...
 
+    async def read_count_totals(self, kind: str, *, since_day: int = 0
+                                ) -> list[browse.CountTotal]:
+        """The counters of every scope of ``kind`` on ``since_day`` and later, summed by day
+        and name where they are kept (``core.browse.sum_counts``), sorted so."""
+
     async def log_reaches(self, reaches: Sequence[browse.Reach]) -> None: ...
 
     async def read_reaches(self, *, record_id: str | None = None, run: str | None = None,

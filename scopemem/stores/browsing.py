@@ -18,6 +18,7 @@ from scopemem.core.browse import (
     RecordHistory,
     ScopeSummary,
 )
+from scopemem.core.provenance import scrub_source
 from scopemem.core.records import Kind, Record, Source, Status
 from scopemem.core.scopes import MemoryIdError, parse_memory_id, record_seq, scope_kind
 from scopemem.errors import StoreError
@@ -30,6 +31,8 @@ __all__ = [
     "ScopeArgs",
     "Found",
     "check_reach_retention_days",
+    "names_person",
+    "count_total_args",
     "fit_reaches",
     "history_from",
     "history_of",
@@ -64,6 +67,14 @@ def scope_args(kind: object, sort: object, descending: object, offset: object,
     page: tuple[int, int] = _checked(browse.check_page, offset, limit)
     return (_checked(browse.check_kind_name, kind), _checked(browse.check_scope_sort, sort),
             descending, *page)
+
+
+def count_total_args(kind: object, since_day: object) -> tuple[str, int]:
+    """A count totals reading's arguments (a scope kind, the first day); ``StoreError``
+    naming a bad one."""
+    if kind is None:
+        raise StoreError("kind must be a scope kind, got None")
+    return _checked(browse.check_kind_name, kind), _checked(browse.check_since_day, since_day)
 
 
 def record_args(scope_key: object, kind: object, status: object, source: object,
@@ -137,6 +148,14 @@ def fit_reaches(reaches: Sequence[object]) -> list[Reach]:
                             run_id=redact_source(reach.run_id),
                             thread_key=redact_source(reach.thread_key), at_ms=at))
     return fitted
+
+
+def names_person(reach_run_id: str, reach_thread_key: str, person: str) -> bool:
+    """Whether a reach's run id or thread key names ``person`` (``core.provenance``: their
+    id as a whole token); ``scrub_provenance`` deletes such a reach of the scope it scrubs,
+    since a reach is the scope's provenance too."""
+    return bool(person) and any(scrub_source(value, person) is not value
+                                for value in (reach_run_id, reach_thread_key))
 
 
 def scope_order(sort: str) -> Callable[[ScopeSummary], Any]:

@@ -173,10 +173,12 @@ class InMemoryStore:
         # they count (no await in between), as the SQL stores do in one transaction.
         self._counts: dict[tuple[str, int, str], int] = {}
         # Browsing (``stores.base.BrowsingStore``): pages over the scopes, and the reaches.
-        self.browsing = InProcessBrowsing(self._scopes, clock, reach_retention_days)
+        self.browsing = InProcessBrowsing(self._scopes, self._counts, clock,
+                                          reach_retention_days)
         self.scope_page = self.browsing.scope_page
         self.record_page = self.browsing.record_page
         self.record_history = self.browsing.record_history
+        self.read_count_totals = self.browsing.read_count_totals
         self.log_reaches = self.browsing.log_reaches
         self.read_reaches = self.browsing.read_reaches
         self._vectors = Shelf()  # the semantic lane's (stores.shared.vectors)
@@ -422,7 +424,8 @@ class InMemoryStore:
 
     async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
         """Replace the person ``person_key`` names in the scope's thread keys and run ids
-        (``core.provenance``); the number of records changed."""
+        (``core.provenance``), and delete the scope's reaches that name them; the number of
+        records changed."""
         rows = self._rows(scope_key)
         person = person_id(check_scope_key(person_key))
         changed = 0
@@ -439,6 +442,7 @@ class InMemoryStore:
             changed += 1
         if changed:
             self._indexes.pop(scope_key, None)  # rebuilt from the rows on next use
+        self.browsing.scrub(scope_key, person)
         return changed
 
     async def purge(self) -> PurgeResult:

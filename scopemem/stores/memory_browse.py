@@ -1,9 +1,9 @@
 """The in-process store's browsing (``base.BrowsingStore``): pages drawn from its dict of
 scopes, and its reaches in a list, pruned past the reach retention as each call logs more.
 
-A part of ``InMemoryStore``, built with the store's scopes (the very dict it writes), its
-clock and its reach retention; the store tells it when a scope's newest record was written
-(``wrote``) and when a scope is deleted (``dropped``).
+A part of ``InMemoryStore``, built with the store's scopes and counters (the very dicts it
+writes), its clock and its reach retention; the store tells it when a scope's newest record
+was written (``wrote``) and when a scope is deleted (``dropped``).
 """
 
 from __future__ import annotations
@@ -13,18 +13,22 @@ from collections.abc import Mapping, Sequence
 
 from scopemem.core.browse import (
     HISTORY_REACHES,
+    CountTotal,
     Reach,
     RecordHistory,
     RecordPage,
     ScopePage,
     select_reaches,
+    sum_counts,
 )
 from scopemem.core.records import Kind, Record
 from scopemem.stores.base import Clock
 from scopemem.stores.browsing import (
     check_reach_retention_days,
+    count_total_args,
     fit_reaches,
     history_of,
+    names_person,
     reach_cutoff,
     reach_query,
     record_args,
@@ -39,9 +43,11 @@ __all__ = ["InProcessBrowsing"]
 class InProcessBrowsing:
     """Browsing over ``scopes`` (scope key → rows in seq order, the store's own dict)."""
 
-    def __init__(self, scopes: Mapping[str, Sequence[Record]], clock: Clock,
+    def __init__(self, scopes: Mapping[str, Sequence[Record]],
+                 counts: Mapping[tuple[str, int, str], int], clock: Clock,
                  reach_retention_days: int) -> None:
         self._scopes = scopes
+        self._counts = counts  # (scope key, day, name) → value
         self._clock = clock
         self.reach_retention_days = check_reach_retention_days(reach_retention_days)
         # When each scope's newest record was written (the highest creation time of the
@@ -59,6 +65,12 @@ class InProcessBrowsing:
         self._last_write.pop(scope_key, None)
         self._reaches = [reach for reach in self._reaches if reach.scope_key != scope_key]
 
+    def scrub(self, scope_key: str, person: str) -> None:
+        """Delete the scope's reaches that name ``person`` (``names_person``)."""
+        self._reaches = [reach for reach in self._reaches
+                         if reach.scope_key != scope_key
+                         or not names_person(reach.run_id, reach.thread_key, person)]
+
     async def scope_page(self, *, kind: str | None = None, sort: str = "key",
                          descending: bool = False, offset: int = 0, limit: int = 50
                          ) -> ScopePage:
@@ -67,6 +79,12 @@ class InProcessBrowsing:
         rows = summaries(self._scopes, self._last_write, kind)
         rows.sort(key=scope_order(sort), reverse=descending)
         return ScopePage(total=len(rows), rows=tuple(rows[offset:offset + limit]))
+
+    async def read_count_totals(self, kind: str, *, since_day: int = 0
+                                ) -> builtins.list[CountTotal]:
+        kind, since_day = count_total_args(kind, since_day)
+        return sum_counts(((*key, value) for key, value in self._counts.items()), kind,
+                          since_day)
 
     async def record_page(self, scope_key: str, *, kind: Kind | None = None,
                           status: str | None = None, source: str | None = None,

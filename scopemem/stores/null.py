@@ -5,10 +5,16 @@ from __future__ import annotations
 import builtins
 from collections.abc import Mapping, Sequence
 
-from scopemem.core.browse import Reach, RecordHistory, RecordPage, ScopePage
+from scopemem.core.browse import CountTotal, Reach, RecordHistory, RecordPage, ScopePage
 from scopemem.core.records import Candidate, CountRow, Kind, Record, SweepResult, WriteCounts
 from scopemem.stores.base import Hit, StoreSettings
-from scopemem.stores.browsing import fit_reaches, reach_query, record_args, scope_args
+from scopemem.stores.browsing import (
+    count_total_args,
+    fit_reaches,
+    reach_query,
+    record_args,
+    scope_args,
+)
 
 
 class NullStore:
@@ -68,6 +74,11 @@ class NullStore:
     async def record_history(self, scope_key: str, record_id: str) -> RecordHistory | None:
         record_args(scope_key, None, None, None, 0, 1)
         return None
+
+    async def read_count_totals(self, kind: str, *, since_day: int = 0
+                                ) -> builtins.list[CountTotal]:
+        count_total_args(kind, since_day)
+        return []
 
     async def log_reaches(self, reaches: Sequence[Reach]) -> None:
         fit_reaches(reaches)

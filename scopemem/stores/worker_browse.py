@@ -1,5 +1,5 @@
 """The worker client's browsing (``stores.base.BrowsingStore``): ``/scope-page``,
-``/record-page``, ``/record-history``, ``/log-reaches`` and ``/reaches``
+``/record-page``, ``/record-history``, ``/count-totals``, ``/log-reaches`` and ``/reaches``
 (``worker_aiohttp/browsing.py``).
 
 Arguments are checked here first, by the rules every store runs (``stores.browsing``), so
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scopemem.core.browse import (
+    CountTotal,
     PageError,
     Reach,
     RecordHistory,
@@ -23,10 +24,17 @@ from scopemem.core.browse import (
     reach_from_wire,
     reach_to_wire,
     summary_from_wire,
+    total_from_wire,
 )
 from scopemem.core.records import Kind, Record, WireError, from_wire
 from scopemem.errors import StoreError
-from scopemem.stores.browsing import fit_reaches, reach_query, record_args, scope_args
+from scopemem.stores.browsing import (
+    count_total_args,
+    fit_reaches,
+    reach_query,
+    record_args,
+    scope_args,
+)
 from scopemem.stores.worker_counts import WorkerCounts
 from scopemem.stores.worker_transport import Command
 
@@ -123,6 +131,20 @@ class WorkerBrowsing(WorkerCounts):
             superseded_by=None if by is None else _records([by], key, route)[0],
             restated_by=_records(_items(data, "restatedBy", route), key, route),
             reaches=tuple(_reaches(_items(data, "reaches", route), route)))
+
+    async def read_count_totals(self, kind: str, *, since_day: int = 0
+                                ) -> builtins.list[CountTotal]:
+        kind, since_day = count_total_args(kind, since_day)
+        route = "/count-totals"
+        data = await self._command(route, {"kind": kind, "sinceDay": since_day})
+        try:
+            totals = [total_from_wire(item) for item in _items(data, "totals", route)]
+        except PageError as exc:
+            raise StoreError(f"memory worker {route} answered a total that is not valid:"
+                             f" {exc}") from None
+        if any(total.day < since_day for total in totals):
+            raise StoreError(f"memory worker {route} answered a day it was not asked for")
+        return totals
 
     async def log_reaches(self, reaches: Sequence[Reach]) -> None:
         fitted = fit_reaches(reaches)

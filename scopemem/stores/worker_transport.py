@@ -55,7 +55,7 @@ MAX_REPLY_BYTES = 8 * 1024 * 1024
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: The routes that change something: each call carries an idempotency key.
 KEYED_ROUTES = frozenset({"/write", "/used", "/forget", "/sweep", "/import", "/counts",
-                          "/delete-scope", "/scrub-provenance", "/purge"})
+                          "/delete-scope", "/scrub-provenance", "/purge", "/log-reaches"})
 BREAKER_THRESHOLD = 5
 BREAKER_COOL_DOWN = 30.0
 # Answers that refuse the body itself: sending it again would be refused again.

@@ -14,8 +14,8 @@ Routes (bodies are JSON objects, camelCase, times in epoch milliseconds)::
     POST /import    {records}                          -> {ok, imported, redacted, swept,
                                                            sourceReset}
     POST /counts    {counts: [{scopeKey, day, name, value}]} -> {ok, added}
-    POST /scope-page, /record-page, /record-history, /log-reaches, /reaches: browsing
-                    (``browsing.py``)
+    POST /scope-page, /record-page, /record-history, /count-totals, /log-reaches,
+         /reaches                                      -> browsing (``browsing.py``)
     POST /vectors-missing, /put-vectors, /nearest: the semantic lane (``vectors.py``)
     POST /stats     {scopeKey? | scopeKeys?, prefix?, since} -> {rows, truncated}
     GET  /metrics                                      -> Prometheus text (bearer or the

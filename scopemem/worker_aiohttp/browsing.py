@@ -8,8 +8,12 @@ worker client's browsing calls (``stores/worker_browse.py``):
 ``/record-history {scopeKey, id}``
     → ``{found: false}`` or ``{found: true, record, supersedes, supersededBy?, restatedBy,
     reaches}``
+``/count-totals {kind, sinceDay?}``
+    the counters of every scope of a kind, summed by day and name → ``{totals: [{day,
+    name, total, most}]}``
 ``/log-reaches {reaches: [{recordId, scopeKey, runId, threadKey, atMs}]}``
-    → ``{ok, logged}``
+    → ``{ok, logged}`` (a client sends each call's ``Idempotency-Key``, so a retry whose
+    first answer was lost logs nothing twice)
 ``/reaches {recordId? | run?, limit?}``
     → ``{reaches}``, newest first
 
@@ -32,11 +36,18 @@ from scopemem.core.browse import (
     reach_from_wire,
     reach_to_wire,
     summary_to_wire,
+    total_to_wire,
 )
 from scopemem.core.records import to_wire
 from scopemem.errors import StoreError
 from scopemem.stores.base import BrowsingStore
-from scopemem.stores.browsing import fit_reaches, reach_query, record_args, scope_args
+from scopemem.stores.browsing import (
+    count_total_args,
+    fit_reaches,
+    reach_query,
+    record_args,
+    scope_args,
+)
 from scopemem.worker_aiohttp import validation
 from scopemem.worker_aiohttp.handling import (
     SERVED,
@@ -117,6 +128,12 @@ async def _record_history(store: BrowsingStore, body: dict[str, Any]) -> dict[st
     return data
 
 
+async def _count_totals(store: BrowsingStore, body: dict[str, Any]) -> dict[str, Any]:
+    kind, since_day = _checked(count_total_args, body["kind"], body.get("sinceDay", 0))
+    totals = await store.read_count_totals(kind, since_day=since_day)
+    return {"totals": [total_to_wire(total) for total in totals]}
+
+
 async def _log_reaches(store: BrowsingStore, body: dict[str, Any]) -> dict[str, Any]:
     reaches = _checked(fit_reaches, [_checked(reach_from_wire, item)
                                      for item in body["reaches"]])
@@ -135,5 +152,6 @@ async def _reaches(store: BrowsingStore, body: dict[str, Any]) -> dict[str, Any]
 ROUTES: dict[str, Handler] = {
     path: _route(path, answer) for path, answer in (
         ("/scope-page", _scope_page), ("/record-page", _record_page),
-        ("/record-history", _record_history), ("/log-reaches", _log_reaches),
+        ("/record-history", _record_history), ("/count-totals", _count_totals),
+        ("/log-reaches", _log_reaches),
         ("/reaches", _reaches))}

@@ -341,6 +341,12 @@ REQUESTS: Final[dict[str, Schema]] = {
     }),
     "/record-history": body(["scopeKey", "id"], {"scopeKey": _SCOPE_KEY,
                                                  "id": ref("Identifier")}),
+    "/count-totals": body(["kind"], {
+        "kind": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$",
+                 "description": "The scope kind whose scopes' counters are summed"},
+        "sinceDay": integer(0, 2**31 - 1, default=0, description=(
+            "The first UTC day summed (days since the epoch)")),
+    }),
     "/log-reaches": body(["reaches"], {
         "reaches": array(body(["recordId", "scopeKey", "runId", "threadKey", "atMs"], {
             "recordId": ref("Identifier"),

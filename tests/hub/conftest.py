@@ -37,7 +37,9 @@ REPO = "repo:acme/api"
 CHANNEL = "channel:slack:C1"
 PERSON = "user:slack:U1"
 CHROMIUM = os.environ.get("SCOPEMEM_TEST_CHROMIUM", "/usr/bin/chromium")
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "hub"
+#: Where the SQLite run's screenshots are also written when set (``docs/hub`` refreshes the
+#: ones docs/hub.md shows); every run writes them to a temp directory of its own.
+SCREENSHOTS_ENV = "SCOPEMEM_HUB_SCREENSHOTS"
 
 #: Texts a poisoned transcript could leave behind: markup, an event handler, a forged fence
 #: and a turn, bidi controls reversing what a person reads.
@@ -54,10 +56,13 @@ def fact(text: str, **fields: Any) -> Candidate:
 
 
 class HubServer:
-    """A worker with the hub, served from a thread: ``url``, the ``store``, and ``call``."""
+    """A worker with the hub, served from a thread: ``url``, the ``store``, and ``call``;
+    ``kind`` names the store, ``shots`` the directory its screenshots go to."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, kind: str, shots: Path) -> None:
         self.store = store
+        self.kind = kind
+        self.shots = shots
         self.url = ""
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -145,9 +150,9 @@ def hub(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         ) -> Iterator[HubServer]:
     """A seeded worker with the hub, one per module and store."""
     store = _store(request.param, tmp_path_factory.mktemp("hub"))
-    server = HubServer(store)
+    server = HubServer(store, request.param,
+                       tmp_path_factory.mktemp(f"hub-screenshots-{request.param}"))
     server.start()
-    server.kind = request.param  # type: ignore[attr-defined]
     server.call(seed(store))
     yield server
     server.stop()

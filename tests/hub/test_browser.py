@@ -1,23 +1,28 @@
 """The Memory Hub in a real browser: headless Chromium, driven by Playwright, against a real
 worker over SQLite and over PostgreSQL. Each test logs in, does what a person does, and checks
-the store changed (or did not). Screenshots of each page go to docs/hub/ (from the SQLite run).
+the store changed (or did not). Every run takes screenshots of each page into a temp directory
+per store; with ``SCOPEMEM_HUB_SCREENSHOTS=docs/hub`` the SQLite run's also replace the ones
+docs/hub.md shows.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from scopemem.core.records import Status
 from tests.hub.conftest import (
-    DOCS,
     HUB_TOKEN,
     LESSON,
     ORG,
     PERSON,
     REPO,
+    SCREENSHOTS_ENV,
     STATUS_FACT,
     HubServer,
 )
@@ -42,9 +47,14 @@ def log_in(page: Any, hub: HubServer) -> None:
 
 
 def shot(page: Any, hub: HubServer, name: str) -> None:
-    if getattr(hub, "kind", "") in ("sqlite", "memory"):  # one store's run is enough
-        DOCS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(DOCS / f"{name}.png"), full_page=True)
+    """The page's screenshot in the run's directory, and in ``$SCOPEMEM_HUB_SCREENSHOTS``
+    from the SQLite run when that is set."""
+    path = hub.shots / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    wanted = os.environ.get(SCREENSHOTS_ENV)
+    if wanted and hub.kind == "sqlite":  # one store's run is enough
+        Path(wanted).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, Path(wanted) / path.name)
 
 
 def records_of(hub: HubServer, scope_key: str) -> dict[str, Any]:
@@ -201,7 +211,10 @@ def test_export_downloads_the_scope_as_json_lines(page, hub):
 
 def test_the_main_flows_work_from_the_keyboard(page, hub):
     page.goto(f"{hub.url}/hub/")
-    page.keyboard.type(HUB_TOKEN)  # the token field has the focus on arrival
+    # The token field takes the focus on arrival (autofocus, which a busy browser may apply
+    # a frame after the load event): wait for it rather than type into nothing.
+    page.wait_for_function("document.activeElement && document.activeElement.id === 'token'")
+    page.keyboard.type(HUB_TOKEN)
     page.keyboard.press("Enter")
     page.wait_for_url(f"{hub.url}/hub/")
     page.keyboard.press("Tab")

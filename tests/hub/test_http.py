@@ -10,6 +10,7 @@ import pytest
 from aiohttp import ClientSession, CookieJar
 
 from scopemem.config import load_config
+from scopemem.core.browse import CountTotal
 from scopemem.core.records import CountRow
 from scopemem.hub import hub_token_problem
 from scopemem.hub import overview as ov
@@ -112,9 +113,16 @@ def test_the_overview_flags_each_of_003s_thresholds_only_when_crossed(key, rows,
     assert all(flag.startswith(prefix) for flag, prefix in zip(flags, raised, strict=True))
 
 
+def total(day: int, name: str, value: int, most: int | None = None) -> CountTotal:
+    return CountTotal(day=day, name=name, total=value, most=value if most is None else most)
+
+
 def test_a_chart_marks_the_days_a_threshold_was_crossed():
-    chart = ov.chart("repo", [CountRow("repo:a/b", 9, "inserted", 45),
-                              CountRow("repo:a/c", 8, "inserted", 3)], today=10, days=5)
-    assert [bar.flagged for bar in chart.bars] == [False, False, False, True, False]
-    assert [bar.inserted for bar in chart.bars] == [0, 0, 3, 45, 0]
+    chart = ov.chart("repo", [total(6, "inserted", 60, most=30),  # no one scope above 40
+                              total(7, "offered", 10), total(7, "rejected", 2),
+                              total(8, "inserted", 3),
+                              total(9, "inserted", 45)], today=10, days=5)
+    assert [bar.flagged for bar in chart.bars] == [False, True, False, True, False]
+    assert [bar.inserted for bar in chart.bars] == [60, 0, 3, 45, 0]
+    assert chart.bars[1].share == 0.2
     assert chart.limit_y is not None

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from scopemem.core.browse import Reach, ScopeSummary
-from scopemem.core.records import Kind, Source, Status
+from scopemem.core.browse import CountTotal, Reach, ScopeSummary
+from scopemem.core.records import CountRow, Kind, Source, Status
 from scopemem.errors import StoreError
 from scopemem.stores.null import NullStore
 from tests.conftest import DAY_MS, FakeClock, fact, summary
@@ -241,6 +241,45 @@ async def test_reaches_are_redacted_and_checked(store, clock):
             await store.read_reaches(**args)
 
 
+async def test_scrubbing_a_person_deletes_the_scopes_reaches_that_name_them(store, clock):
+    await store.write(REPO, [fact("run make lint")])
+    await store.write(ORG, [fact("deploy through the vpn")])
+    named = [reach(REPO, 1, "run-U1-7", clock.now, thread="slack:C1/9"),
+             reach(REPO, 1, "r-2", clock.now, thread="slack:D1:U1")]
+    kept = [reach(REPO, 1, "r-3", clock.now, thread="slack:C1:U12"),  # another person
+            reach(ORG, 1, "run-U1-8", clock.now)]  # another scope, scrubbed on its own
+    await store.log_reaches([*named, *kept])
+    await store.scrub_provenance(REPO, "user:slack:U1")
+    assert await store.read_reaches(record_id=rid(REPO, 1)) == [kept[0]]
+    assert await store.read_reaches(record_id=rid(ORG, 1)) == [kept[1]]
+
+
+# --- count totals -------------------------------------------------------------------------------
+
+
+async def test_count_totals_sum_a_kinds_counters_by_day_and_name(store):
+    # 17 scopes: more than the SQLite store's shards, so two share one and its sum of them
+    # is not the largest one scope counted.
+    many = [CountRow(f"repo:m/{n}", 12, "inserted", n) for n in range(1, 18)]
+    await store.add_counts([*many,
+                            CountRow("repo:a/b", 10, "inserted", 2),
+                            CountRow("repo:a/c", 10, "inserted", 5),
+                            CountRow("repo:a/c", 10, "offered", 9),
+                            CountRow("repo:a/b", 11, "rejected", 1),
+                            CountRow("repo:a/b", 9, "inserted", 50),  # before since_day
+                            CountRow("org:acme", 10, "inserted", 40),  # another kind
+                            CountRow("repos:x", 10, "inserted", 30)])  # a longer kind name
+    totals = await store.read_count_totals("repo", since_day=10)
+    assert totals == [CountTotal(day=10, name="inserted", total=7, most=5),
+                      CountTotal(day=10, name="offered", total=9, most=9),
+                      CountTotal(day=11, name="rejected", total=1, most=1),
+                      CountTotal(day=12, name="inserted", total=153, most=17)]
+    assert await store.read_count_totals("channel") == []
+    for kind, since in ((None, 0), ("re po", 0), ("repo", -1), ("repo", "1")):
+        with pytest.raises(StoreError):
+            await store.read_count_totals(kind, since_day=since)
+
+
 # --- the null store ---------------------------------------------------------------------------
 
 
@@ -251,6 +290,7 @@ async def test_the_null_store_browses_nothing_and_checks_like_the_others():
     assert await store.record_history(ORG, rid(ORG, 1)) is None
     await store.log_reaches([reach(ORG, 1, "r", 5)])
     assert await store.read_reaches(run="r") == []
+    assert await store.read_count_totals("repo") == []
     with pytest.raises(StoreError):
         await store.scope_page(sort="nope")
 
@@ -283,3 +323,48 @@ async def test_a_shard_of_schema_4_gets_last_writes_and_browses_on_open(tmp_path
         assert ids(await reopened.record_page(ORG, status="active")) == [rid(ORG, 1)]
     finally:
         await reopened.close()
+
+
+async def test_a_postgres_schema_of_version_4_is_migrated_to_browse(clock):
+    import psycopg
+
+    from tests.stores import pg
+
+    pg.require()
+    store = pg.make(clock=clock)
+    schema = store.schema
+    try:
+        await store.write(ORG, [fact("deploys need the vpn")])
+        clock.advance(1000)
+        await store.write(REPO, [fact("run make lint"), fact("ci uses tox")])
+        written = {ORG: clock.now - 1000, REPO: clock.now}
+        await store.close()
+        # As version 4 left it: no last write, none of migration 5's indexes, trigger or
+        # reach log, and no record of migration 5.
+        with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+            for statement in (
+                    "DROP TRIGGER records_last_write ON {s}.records",
+                    "DROP FUNCTION {s}.records_last_write()", "DROP TABLE {s}.reaches",
+                    "DROP INDEX {s}.scopes_by_key", "DROP INDEX {s}.scopes_by_active",
+                    "DROP INDEX {s}.scopes_by_last_write", "DROP INDEX {s}.records_browse",
+                    "DROP INDEX {s}.records_supersedes", "DROP INDEX {s}.records_restates",
+                    "ALTER TABLE {s}.scopes DROP COLUMN last_write",
+                    "DELETE FROM {s}.schema_migrations WHERE version = 5"):
+                conn.execute(statement.format(s=f'"{schema}"'))
+        clock.advance(1000)
+        store = pg.make(schema, clock=clock)
+        page = await store.scope_page()
+        assert page.rows == (
+            ScopeSummary(scope_key=ORG, kind="org", active=1, last_write_ms=written[ORG]),
+            ScopeSummary(scope_key=REPO, kind="repo", active=2, last_write_ms=written[REPO]))
+        assert ids(await store.record_page(REPO, status="active")) == [rid(REPO, 2),
+                                                                      rid(REPO, 1)]
+        await store.write(ORG, [fact("the wiki lives in notion")])  # the trigger is back
+        assert (await store.scope_page(sort="last_write", descending=True)).rows[0] == \
+            ScopeSummary(scope_key=ORG, kind="org", active=2, last_write_ms=clock.now)
+        shown = reach(ORG, 1, "r-1", clock.now)
+        await store.log_reaches([shown])
+        assert await store.read_reaches(run="r-1") == [shown]
+    finally:
+        await store.close()
+        pg.drop_schemas(schema)

@@ -130,6 +130,10 @@ class SpyStore:
         await self._enter("record-history", scope_key, record_id)
         return await self.inner.record_history(scope_key, record_id)
 
+    async def read_count_totals(self, kind: str, **args: Any) -> list[Any]:
+        await self._enter("count-totals", kind, args)
+        return await self.inner.read_count_totals(kind, **args)
+
     async def log_reaches(self, reaches: Sequence[Any]) -> None:
         await self._enter("log-reaches", tuple(reaches))
         await self.inner.log_reaches(reaches)

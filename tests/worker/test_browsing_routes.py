@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from scopemem.core.records import CountRow
 from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.null import NullStore
 from scopemem.worker_aiohttp.app import create_app
@@ -52,6 +53,9 @@ BAD_BODIES = [
     ("/log-reaches", {"reaches": [reach(runId=5)]}, "runId"),
     ("/log-reaches", {"reaches": [reach(runId="x" * 201)]}, "runId"),
     ("/log-reaches", {"reaches": [reach()] * 257}, "reaches"),
+    ("/count-totals", {}, "kind"),
+    ("/count-totals", {"kind": "re po"}, "kind"),
+    ("/count-totals", {"kind": "repo", "sinceDay": -1}, "sinceDay"),
     ("/reaches", {"limit": 0}, "limit"),
     ("/reaches", {"run": ""}, "run"),
     ("/reaches", {"run": "r", "recordId": f"mem:{ORG}:1"}, "recordId"),
@@ -84,8 +88,18 @@ async def test_the_routes_answer_what_the_store_holds(served, backing, clock):
     assert await missing.json() == {"found": False}
 
 
+async def test_count_totals_answer_a_kinds_sums_by_day(served, backing):
+    await backing.add_counts([CountRow("repo:a/b", 3, "inserted", 2),
+                              CountRow("repo:a/c", 3, "inserted", 5),
+                              CountRow("org:acme", 3, "inserted", 7)])
+    response = await served.post("/count-totals", json={"kind": "repo", "sinceDay": 2},
+                                 headers=AUTH)
+    assert await response.json() == {"totals": [{"day": 3, "name": "inserted", "total": 7,
+                                                 "most": 5}]}
+
+
 async def test_without_the_token_nothing_is_read(served):
-    for path in ("/scope-page", "/reaches"):
+    for path in ("/scope-page", "/reaches", "/count-totals"):
         assert (await served.post(path, json={})).status == 401
 
 
@@ -94,5 +108,6 @@ async def test_a_store_that_cannot_browse_is_a_501(aiohttp_client):
         scope_page = None  # not a BrowsingStore
 
     client = await aiohttp_client(create_app(Plain(), TOKEN))
-    response = await client.post("/scope-page", json={}, headers=AUTH)
-    assert response.status == 501 and "browse" in (await response.json())["error"]
+    for path, body in (("/scope-page", {}), ("/count-totals", {"kind": "repo"})):
+        response = await client.post(path, json=body, headers=AUTH)
+        assert response.status == 501 and "browse" in (await response.json())["error"]

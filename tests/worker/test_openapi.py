@@ -42,6 +42,7 @@ VALID_BODIES: dict[str, dict[str, Any]] = {
     "/scope-page": {},
     "/record-page": {"scopeKey": ORG, "status": "active", "limit": 5},
     "/record-history": {"scopeKey": ORG, "id": f"mem:{ORG}:1"},
+    "/count-totals": {"kind": "org", "sinceDay": 20000},
     "/log-reaches": {"reaches": [{"recordId": f"mem:{ORG}:1", "scopeKey": ORG,
                                   "runId": "r-1", "threadKey": "", "atMs": 1}]},
     "/reaches": {},

@@ -111,6 +111,18 @@ async def test_a_write_whose_connection_dropped_after_commit_is_applied_once(
     assert len(keys) == 2 and keys[0] == keys[1] and keys[0]
 
 
+async def test_reaches_whose_answer_was_lost_are_logged_once(client, faults, inner, clock):
+    from scopemem.core.browse import Reach
+
+    await inner.write(ORG, [fact("run npm ci before the license check")])
+    faults.plan["/log-reaches"] = ["drop"]
+    await client.log_reaches([Reach(record_id=f"mem:{ORG}:1", scope_key=ORG, run_id="r-1",
+                                    thread_key="", at_ms=clock.now)])
+    assert len(await inner.read_reaches(run="r-1")) == 1
+    keys = [key for path, key in faults.seen if path == "/log-reaches"]
+    assert len(keys) == 2 and keys[0] == keys[1] and keys[0]
+
+
 async def test_503_with_retry_after_is_retried_after_the_wait_asked(client, faults, sleeps):
     faults.plan["/write"] = ["503"]
     counts = await client.write(ORG, [fact("pin the node version in CI")])
@@ -242,7 +254,8 @@ def test_the_document_states_the_key_the_worker_checks():
     doc = json.loads(load_openapi())
     parameter = doc["components"]["parameters"]["IdempotencyKey"]
     assert (parameter["name"], parameter["schema"]["pattern"]) == (HEADER, KEY_PATTERN)
-    for path in ("/write", "/used", "/forget", "/sweep", "/import", "/counts"):
+    for path in ("/write", "/used", "/forget", "/sweep", "/import", "/counts",
+                 "/log-reaches"):
         assert {"$ref": "#/components/parameters/IdempotencyKey"} \
             in doc["paths"][path]["post"]["parameters"]
 

@@ -7,8 +7,9 @@ A page of scopes is one index range of ``scopes`` in the page's order (byte orde
 its total a count of the same partial index: it reads scope rows, never a record. A page of
 records takes its seqs from ``records_browse`` (scope, seq, and what a page filters on, in
 the index) newest first, then reads only the page's rows. A record's history is a few
-primary-key and partial-index lookups. Reaches are a table of their own, pruned past the
-retention by every log; reads skip what is past it.
+primary-key and partial-index lookups. A kind's count totals are one ``GROUP BY`` over its
+scopes' counters. Reaches are a table of their own, pruned past the retention by every log;
+reads skip what is past it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from scopemem.core.browse import (
     HISTORY_REACHES,
+    CountTotal,
     Reach,
     RecordHistory,
     RecordPage,
@@ -34,8 +36,10 @@ from scopemem.stores.browsing import (
     RESTATED_BY,
     Found,
     check_reach_retention_days,
+    count_total_args,
     fit_reaches,
     history_from,
+    names_person,
     reach_cutoff,
     reach_query,
     record_args,
@@ -87,6 +91,10 @@ class Browse:
                              " AND restates = %(id)s ORDER BY seq DESC LIMIT %(most)s")
         self._rows = (f"SELECT {COLUMNS} FROM {records} WHERE scope_key = %(scope)s"
                       " AND seq = ANY(%(seqs)s::bigint[])")
+        self._count_totals = (
+            f"SELECT day, name, sum(value), max(value) FROM {s}.counters"
+            " WHERE starts_with(scope_key, %(prefix)s) AND day >= %(since)s"
+            " GROUP BY day, name ORDER BY day, name")
         reaches = f"{s}.reaches"
         self._prune = f"DELETE FROM {reaches} WHERE at <= %(cutoff)s"
         self._log = (f"INSERT INTO {reaches} (scope_key, seq, run_id, thread_key, at)"
@@ -100,6 +108,10 @@ class Browse:
                         f"{_REACH_ORDER} LIMIT %(limit)s")
         self._all = f"{columns}{_REACH_ORDER} LIMIT %(limit)s"
         self.drop_scope = f"DELETE FROM {reaches} WHERE scope_key = %(scope)s"
+        self._naming = (f"SELECT ctid, run_id, thread_key FROM {reaches}"
+                        " WHERE scope_key = %(scope)s AND (strpos(run_id, %(person)s) > 0"
+                        " OR strpos(thread_key, %(person)s) > 0) FOR UPDATE")
+        self._delete = f"DELETE FROM {reaches} WHERE ctid = ANY(%(ctids)s::tid[])"
 
     async def _fetch(self, statement: str, params: dict[str, Any]) -> list[Any]:
         async with self._connect() as conn:
@@ -125,6 +137,13 @@ class Browse:
             ScopeSummary(scope_key=key, kind=scope_kind(key), active=int(active),
                          last_write_ms=None if last is None else int(last))
             for key, active, last in rows))
+
+    async def read_count_totals(self, kind: str, *, since_day: int = 0) -> list[CountTotal]:
+        kind, since_day = count_total_args(kind, since_day)
+        rows = await self._fetch(self._count_totals, {"prefix": kind_range(kind)[0],
+                                                      "since": since_day})
+        return [CountTotal(day=int(day), name=name, total=int(total), most=int(most))
+                for day, name, total, most in rows]
 
     async def record_page(self, scope_key: str, *, kind: Kind | None = None,
                           status: str | None = None, source: str | None = None,
@@ -183,6 +202,14 @@ class Browse:
         records = {row[0]: record_of(row) for row in await cursor.fetchall()}
         return (records[seq], tuple(records[n] for n in chain),
                 records[by[0]] if by else None, tuple(records[n] for n in restated))
+
+    async def scrub_reaches(self, conn: Any, scope_key: str, person: str) -> None:
+        """Delete the scope's reaches that name ``person``, in the caller's transaction."""
+        cursor = await conn.execute(self._naming, {"scope": scope_key, "person": person})
+        ctids = [ctid for ctid, run_id, thread_key in await cursor.fetchall()
+                 if names_person(run_id, thread_key, person)]
+        if ctids:
+            await conn.execute(self._delete, {"ctids": ctids})
 
     async def log_reaches(self, reaches: Sequence[Reach]) -> None:
         fitted = fit_reaches(reaches)

@@ -122,6 +122,7 @@ class PostgresStore(Porting, Counts):
         self.scope_page = self._browse.scope_page
         self.record_page = self._browse.record_page
         self.record_history = self._browse.record_history
+        self.read_count_totals = self._browse.read_count_totals
         self.log_reaches = self._browse.log_reaches
         self.read_reaches = self._browse.read_reaches
         # The semantic lane's vectors (``vectors.py``).
@@ -347,7 +348,8 @@ class PostgresStore(Porting, Counts):
 
     async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
         """Replace the person ``person_key`` names in the scope's thread keys and run ids
-        (``core.provenance``), in one transaction; the number of records changed."""
+        (``core.provenance``), and delete the scope's reaches that name them, in one
+        transaction; the number of records changed."""
         check_scope_key(scope_key)
         person = person_id(check_scope_key(person_key))
         if not person:
@@ -366,6 +368,7 @@ class PostgresStore(Porting, Counts):
                 async with conn.cursor() as cur:
                     await cur.executemany(self.sql.set_source, changed)
                 await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": 0})
+            await self._browse.scrub_reaches(conn, scope_key, person)
         return len(changed)
 
     async def purge(self) -> PurgeResult:

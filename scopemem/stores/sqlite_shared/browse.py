@@ -8,7 +8,9 @@ page's order (by ``scopes``' primary key, or its ``scopes_by_active`` and
 merges them: it reads scope rows, never a record. A page of records reads the seqs from
 ``records_browse`` (scope, seq and what a page filters on, without the text) newest first,
 then only the page's rows, with the uses not saved yet (``usage.py``); its total counts the
-same index. A record's history is a few primary-key and partial-index lookups.
+same index. A record's history is a few primary-key and partial-index lookups. A kind's
+count totals are summed in each shard (a range of the counters' primary key) and the
+shards' sums merged.
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ from typing import Any
 
 from scopemem.core.browse import (
     HISTORY_REACHES,
+    CountTotal,
     Reach,
     RecordHistory,
     RecordPage,
     ScopePage,
     ScopeSummary,
     kind_range,
+    merge_totals,
 )
 from scopemem.core.records import Kind, Record
 from scopemem.core.scopes import scope_kind
@@ -34,6 +38,7 @@ from scopemem.stores.browsing import (
     MAX_CHAIN,
     RESTATED_BY,
     Found,
+    count_total_args,
     history_from,
     record_args,
     record_params,
@@ -64,6 +69,9 @@ def _scope_statement(sort: str, descending: bool) -> str:
     return f"{_SCOPES} ORDER BY {columns} LIMIT :want"
 
 
+_COUNT_TOTALS = ("SELECT day, name, sum(value), max(value) FROM counters"
+                 " WHERE scope_key >= :low AND scope_key < :high AND day >= :since"
+                 " GROUP BY day, name")
 _FILTERS = ("scope_key = :scope AND (:kind IS NULL OR kind = :kind)"
             " AND (:status IS NULL OR status = :status)"
             " AND (:source IS NULL OR source = :source)")
@@ -117,6 +125,14 @@ class Browse:
         return ScopePage(total=sum(total for total, _rows in found),
                          rows=tuple(rows[offset:]))
 
+    async def read_count_totals(self, kind: str, *, since_day: int = 0) -> list[CountTotal]:
+        kind, since_day = count_total_args(kind, since_day)
+        low, high = kind_range(kind)
+        params = {"low": low, "high": high, "since": since_day}
+        answers = await asyncio.gather(*(self._pools.read(shard, _count_totals, params)
+                                         for shard in range(self._shards)))
+        return merge_totals(total for answer in answers for total in answer or ())
+
     async def record_page(self, scope_key: str, *, kind: Kind | None = None,
                           status: str | None = None, source: str | None = None,
                           offset: int = 0, limit: int = 50) -> RecordPage:
@@ -153,6 +169,11 @@ def _scopes(conn: Any, statement: str, params: dict[str, Any]
         rows = conn.execute(statement, params).fetchall()
     return total, [ScopeSummary(scope_key=key, kind=scope_kind(key), active=active,
                                 last_write_ms=last_write) for key, active, last_write in rows]
+
+
+def _count_totals(conn: Any, params: dict[str, Any]) -> list[CountTotal]:
+    return [CountTotal(day=day, name=name, total=total, most=most)
+            for day, name, total, most in conn.execute(_COUNT_TOTALS, params).fetchall()]
 
 
 def _record_page(conn: Any, uses: PendingUses, shard: int, params: dict[str, Any]

@@ -12,6 +12,7 @@ counted before it holds any record is a scope all the same: its row is made, aga
 from __future__ import annotations
 
 import builtins
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -95,14 +96,24 @@ class Counts:
                   else sorted({self._shards.of(key) for key in keys}))
         rows: builtins.list[CountRow] = []
         for shard in shards:
+            wanted = None if keys is None else [key for key in keys
+                                                if self._shards.of(key) == shard]
             found: builtins.list[tuple[Any, ...]] = await self._pools.read(
-                shard, _read_counts, since_day) or []
+                shard, _read_counts, since_day, wanted) or []
             rows.extend(CountRow(*row) for row in found
                         if counting.select_scope(row[0], keys, prefix))
         return sorted(rows, key=lambda r: (r.scope_key, r.day, r.name))
 
 
-def _read_counts(conn: Any, since_day: int) -> builtins.list[tuple[Any, ...]]:
-    rows: builtins.list[tuple[Any, ...]] = conn.execute(
-        st.READ_COUNTS, {"since": since_day}).fetchall()
-    return rows
+# The named scopes' counters: a primary-key range each, never the shard's other scopes.
+_READ_SCOPE_COUNTS = ("SELECT scope_key, day, name, value FROM counters"
+                      " WHERE scope_key IN (SELECT value FROM json_each(:keys))"
+                      " AND day >= :since ORDER BY scope_key, day, name")
+
+
+def _read_counts(conn: Any, since_day: int, keys: builtins.list[str] | None
+                 ) -> builtins.list[tuple[Any, ...]]:
+    if keys is None:
+        return list(conn.execute(st.READ_COUNTS, {"since": since_day}).fetchall())
+    return list(conn.execute(_READ_SCOPE_COUNTS, {"since": since_day,
+                                                  "keys": json.dumps(keys)}).fetchall())

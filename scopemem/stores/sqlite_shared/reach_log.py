@@ -10,7 +10,10 @@ never the shards' records), and a run's reaches are one indexed read.
 Each row is a reach (scope key, seq, run id, thread key, time); indexed by record, by run
 id, by thread key and by time. Every log deletes the reaches past the retention first
 (``at <= cutoff``, by the time index), and reads skip them, so what a read answers never
-depends on when the last log ran.
+depends on when the last log ran. Deleting a scope deletes its reaches, and scrubbing a
+person from a scope's provenance deletes the scope's reaches that name them
+(``stores.browsing.names_person``); both then truncate the log's WAL, and ``secure_delete``
+zeroes the freed cells, so no copy of a deleted reach stays in the file.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from scopemem.core.browse import Reach
 from scopemem.core.scopes import record_seq
 from scopemem.errors import StoreError
 from scopemem.stores.base import Clock
-from scopemem.stores.browsing import fit_reaches, reach_cutoff, reach_query
+from scopemem.stores.browsing import fit_reaches, names_person, reach_cutoff, reach_query
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 
 __all__ = ["FILE_NAME", "ReachLog"]
@@ -60,6 +63,9 @@ BY_RECORD = f"{_COLUMNS} AND scope_key = :scope AND seq = :seq{_ORDER} LIMIT :li
 BY_RUN = f"{_COLUMNS} AND (run_id = :run OR thread_key = :run){_ORDER} LIMIT :limit"
 ALL = f"{_COLUMNS}{_ORDER} LIMIT :limit"
 DROP_SCOPE = "DELETE FROM reaches WHERE scope_key = :scope"
+NAMING = ("SELECT rowid, run_id, thread_key FROM reaches WHERE scope_key = :scope"
+          " AND (instr(run_id, :person) > 0 OR instr(thread_key, :person) > 0)")
+DELETE = "DELETE FROM reaches WHERE rowid = ?"
 
 
 class ReachLog:
@@ -105,6 +111,7 @@ class ReachLog:
             conn.set_busy_timeout(self._busy_timeout_ms)
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA secure_delete = ON")
             with sqlite_sql.immediate(conn):
                 app_id = conn.execute("PRAGMA application_id").fetchall()[0][0]
                 tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]
@@ -152,6 +159,11 @@ class ReachLog:
         """Delete the scope's reaches (the scope itself is being deleted)."""
         await self._run(_drop_scope, scope_key)
 
+    async def scrub(self, scope_key: str, person: str) -> None:
+        """Delete the scope's reaches whose run id or thread key names ``person``."""
+        if person:
+            await self._run(_scrub, scope_key, person)
+
     async def close(self) -> None:
         executor, self._executor = self._executor, None
         if executor is not None:
@@ -177,3 +189,20 @@ def _read(conn: Any, statement: str, params: dict[str, Any]) -> list[Any]:
 def _drop_scope(conn: Any, scope_key: str) -> None:
     with sqlite_sql.immediate(conn):
         conn.execute(DROP_SCOPE, {"scope": scope_key})
+    _truncate_wal(conn)
+
+
+def _scrub(conn: Any, scope_key: str, person: str) -> None:
+    with sqlite_sql.immediate(conn):
+        naming = [(rowid,) for rowid, run_id, thread_key in conn.execute(
+            NAMING, {"scope": scope_key, "person": person}).fetchall()
+            if names_person(run_id, thread_key, person)]
+        conn.executemany(DELETE, naming)
+    if naming:
+        _truncate_wal(conn)
+
+
+def _truncate_wal(conn: Any) -> None:
+    """No page image of a deleted reach stays in the WAL (a reader holding an old snapshot
+    may keep it until later commits overwrite it)."""
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()

@@ -141,6 +141,7 @@ class SharedSqliteStore:
         self.scope_page = self._browse.scope_page
         self.record_page = self._browse.record_page
         self.record_history = self._browse.record_history
+        self.read_count_totals = self._browse.read_count_totals
         self.log_reaches = self._browse.log_reaches
         self.read_reaches = self._browse.read_reaches
         # The semantic lane's vectors (``vectors.py``).
@@ -296,12 +297,14 @@ class SharedSqliteStore:
 
     async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
         """Replace the person ``person_key`` names in the scope's thread keys and run ids
-        (``core.provenance``), in one transaction; the number of records changed."""
+        (``core.provenance``), in one transaction, then delete the scope's reaches that name
+        them; the number of records changed."""
         check_scope_key(scope_key)
         person = person_id(check_scope_key(person_key))
         shard = self._shards.of(scope_key)
         done = await self._pools.write(shard, writes.scrub_provenance_wiped, self._uses, shard,
                                        self._shards.path(shard), scope_key, person)
+        await self._browse.reaches.scrub(scope_key, person)
         return done or 0
 
     async def purge(self) -> PurgeResult:
