@@ -12,6 +12,8 @@ Modules, one job each:
 ``usage``      deferred use-count bumps
 ``counts``     the per-scope day counters
 ``porting``    export and import (every field and status kept)
+``browse``     the hub's pages over scopes and records, histories and the reach log
+``vectors``    the semantic lane's vectors, kept only for active records
 ============== ==============================================================================
 
 psycopg is imported only when a store first connects, so listing plugins or running another

@@ -18,6 +18,8 @@ design). Modules, one job each:
 ``counts``     the per-scope day counters, and ``max_scopes``
 ``porting``    export and import (every field and status kept)
 ``vectors``    the semantic lane's vectors, kept only for active records
+``browse``     the hub's pages over scopes and records, and record histories
+``reach_log``  which records reached which runs, in ``reaches.db`` beside the shards
 ``migrate``    moving a directory of the retired file layout into shard files, once
 ``legacy``     reading the file layout's scope files, for the migration
 ============== ==============================================================================
