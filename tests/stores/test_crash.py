@@ -3,13 +3,13 @@ nothing.
 
 A child process (``crash_child.py``) writes batches to the SQLite store and sends each
 batch's tag down a pipe once ``write`` has returned. The parent kills it with SIGKILL at a
-random moment, then, before any store opens the file again (so nothing is repaired first), checks the
-scope's shard with a plain apsw connection: ``PRAGMA integrity_check``, the FTS5 integrity
-check, that the token index holds exactly the active rows' terms, that every acknowledged
-batch is fully there, that any other batch is either fully there or absent, and that each
-batch's supersede of the previous head landed together with the batch, and that the scope's
-counters count exactly the rows there. The runs share one database, so each run also
-recovers from the previous kill.
+random moment, then, before any store opens the file again (so nothing is repaired first),
+checks the scope's shard with a plain apsw connection: ``PRAGMA integrity_check``, the
+FTS5 integrity check, that the token index holds exactly the active rows' terms, that
+every acknowledged batch is fully there, that any other batch is either fully there or
+absent, and that each batch's supersede of the previous head landed together with the
+batch, and that the scope's counters count exactly the rows there. The runs share one
+database, so each run also recovers from the previous kill.
 
 A second test kills a writer of many scopes through a store whose own moving parts are all
 in motion: scopes sharing shard files, use counts saved in the background, WALs checkpointed
