@@ -1,5 +1,6 @@
-"""``scopemem mcp`` as a command: its refusals at start, the missing SDK, and a streamable
-HTTP smoke test with the SDK's client."""
+"""``scopemem mcp`` as a command: its refusals at start (in this process: they are the
+command's checks, not the process's), the missing SDK, and a streamable HTTP smoke test with
+the SDK's client."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from click.testing import CliRunner
 from mcp import Client
 
+from scopemem.cli.root import build_cli
+from scopemem.plugins.manager import new_plugin_manager
 from tests.mcp.conftest import server_env, text_of
 
 
@@ -57,9 +61,12 @@ def test_the_command_refuses_what_it_cannot_serve(config: Callable[..., Path],
              "not a loopback address"),
             (config(), ["--subject", "two words"], 2, "--subject"),
     ):
-        result = scopemem(path, "mcp", *args)
-        assert result.returncode == status, result.stderr
-        assert words in result.stderr and "Traceback" not in result.stderr
+        # An exception the command does not turn into its message propagates: no traceback.
+        result = CliRunner().invoke(build_cli(new_plugin_manager(environ={})),
+                                    ["--config", str(path), "mcp", *args],
+                                    catch_exceptions=False)
+        assert result.exit_code == status, result.output
+        assert words in result.stderr
 
 
 async def test_streamable_http_serves_the_same_tools_as_the_configured_identity(

@@ -248,19 +248,18 @@ class SharedStoresAgree(AgreeingRules):
         self.elsewhere = SharedSqliteStore(self.directory, cap=self.STORE_CAP,
                                            clock=self.clock, synchronous="off")
         self.whole_rows, reads.WHOLE_ROWS = reads.WHOLE_ROWS, self.WHOLE_ROWS
+        self.readers: dict[str, apsw.Connection] = {}
 
     @invariant()
     def same_rows_and_exact_postings(self) -> None:
         self.loop.run_until_complete(self.other.flush())
         for scope in SCOPES:
             expected = self.memory._scopes.get(scope, [])
-            path = self.other._shards.path(self.other._shards.of(scope))
-            try:
-                conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
-            except apsw.CantOpenError:
+            conn = self.reader(self.other._shards.path(self.other._shards.of(scope)))
+            if conn is None:
                 assert expected == []
                 continue
-            try:
+            if True:
                 rows = conn.execute(
                     f"SELECT {shared_schema.RECORD_COLUMNS}, tokens FROM records"
                     " WHERE scope_key = ? ORDER BY seq", (scope,)).fetchall()
@@ -271,13 +270,21 @@ class SharedStoresAgree(AgreeingRules):
                 counts = conn.execute("SELECT active FROM scopes WHERE scope_key = ?",
                                       (scope,)).fetchall()
                 assert counts[0][0] == sum(r.is_active for r in expected)
-            finally:
-                conn.close()
             if scope in self.memory._scopes:  # its index is what its rows give
                 kept, built = index_rebuilt(self.memory, scope)
                 assert kept == built
 
+    def reader(self, path: str) -> apsw.Connection | None:
+        if path not in self.readers:
+            try:
+                self.readers[path] = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+            except apsw.CantOpenError:
+                return None
+        return self.readers[path]
+
     def teardown(self) -> None:
+        for conn in self.readers.values():
+            conn.close()
         reads.WHOLE_ROWS = self.whole_rows
         self.loop.run_until_complete(self.other.close())
         self.loop.run_until_complete(self.elsewhere.close())
