@@ -7,6 +7,7 @@ in a circle. Read from the source with ``ast``, so an import inside a function o
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -55,9 +56,16 @@ def _target(name: str, known: set[str]) -> str:
     return name
 
 
+@functools.cache
+def _parsed(source: str) -> ast.Module:
+    # Every test here reads the same files (the planted copies too, but for one line each):
+    # each text is parsed once a run. The trees are only read.
+    return ast.parse(source)
+
+
 def imports_of(path: Path, name: str, known: set[str]) -> Iterator[tuple[str, int]]:
     """Every project module ``path`` imports, with the line: anywhere in the file."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = _parsed(path.read_text(encoding="utf-8"))
     is_package = path.name == "__init__.py"
     here = name.split(".") if is_package else name.split(".")[:-1]
     for node in ast.walk(tree):

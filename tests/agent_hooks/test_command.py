@@ -13,14 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from scopemem.agent_hooks.ledger import Ledger
 from scopemem.api.memory import Memory
+from scopemem.cli.root import build_cli
 from scopemem.core.records import Candidate, Kind
 from scopemem.core.scoring import FENCE_CLOSE
+from scopemem.plugins.manager import new_plugin_manager
 from scopemem.stores.counting import read_stats
 from tests.agent_hooks.claude_code import (
-    REPO_ROOT,
     Transcript,
     git_repo,
     payload,
@@ -50,10 +52,12 @@ state_dir = "{tmp_path / 'state'}"
 
 
 def remember(config: Path, fact: str, *args: str) -> None:
-    """A fact a person states, through the command line (the hooks never write one)."""
-    subprocess.run([sys.executable, "-m", "scopemem", "--config", str(config), "remember",
-                    fact, *args], check=True, capture_output=True,
-                   env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    """A fact a person states, through the command line (the hooks never write one); in
+    this process, the hooks being what runs as Claude Code runs it."""
+    result = CliRunner().invoke(build_cli(new_plugin_manager(environ={})),
+                                ["--config", str(config), "remember", fact, *args],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
 
 
 def context_of(result: subprocess.CompletedProcess[str], event: str) -> str:

@@ -326,7 +326,8 @@ def test_a_large_file_streams_in_bounded_batches(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch):
     """Memory stays flat: no import call holds more than ``IMPORT_BATCH`` records, no
     export call reads more than a page, and an import of four times the records peaks at
-    about the same memory (counted, not timed)."""
+    about the same memory (counted, not timed). The batch is made smaller than the
+    shipped one, so a file of many batches is quick to import."""
     imports: list[int] = []
     pages: list[int] = []
     real_import, real_page = SharedSqliteStore.import_records, SharedSqliteStore.export_page
@@ -342,16 +343,20 @@ def test_a_large_file_streams_in_bounded_batches(tmp_path: Path,
 
     monkeypatch.setattr(SharedSqliteStore, "import_records", spy_import)
     monkeypatch.setattr(SharedSqliteStore, "export_page", spy_page)
-    batch = port_stream.IMPORT_BATCH
-    small = _import_peak(sqlite_config(tmp_path, "small"),
-                         _large_file(tmp_path / "small.jsonl", 4 * batch))
+    batch = 100
+    monkeypatch.setattr(port_stream, "IMPORT_BATCH", batch)
+    small_file = _large_file(tmp_path / "small.jsonl", 4 * batch)
+    # A first import pays once for what any import loads (modules, caches): the two
+    # measured below differ only in the file's size.
+    _import_peak(sqlite_config(tmp_path, "warm"), small_file)
+    small = _import_peak(sqlite_config(tmp_path, "small"), small_file)
     total = 16 * batch
     source = _large_file(tmp_path / "large.jsonl", total)
     imports.clear()
     config = sqlite_config(tmp_path, "data")
     large = _import_peak(config, source)
     assert max(imports) == batch and sum(imports) == total and len(imports) == 16
-    assert large < small * 1.5, (small, large)  # four times the file, not four times the peak
+    assert large < small * 1.25, (small, large)  # four times the file, not four times the peak
     out = tmp_path / "again.jsonl"
     ok(run(config, "export", "--all", "--operator", "--out", str(out)))
     assert max(pages) == MAX_EXPORT_PAGE and sum(pages) == total

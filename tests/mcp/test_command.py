@@ -1,5 +1,6 @@
-"""``scopemem mcp`` as a command: its refusals at start, the missing SDK, and a streamable
-HTTP smoke test with the SDK's client."""
+"""``scopemem mcp`` as a command: its refusals at start (most in this process: they are
+the command's checks, not the process's), the missing SDK, and a streamable HTTP smoke test
+with the SDK's client."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from click.testing import CliRunner
 from mcp import Client
 
+from scopemem.cli.root import build_cli
+from scopemem.plugins.manager import new_plugin_manager
 from tests.mcp.conftest import server_env, text_of
 
 
@@ -53,13 +57,19 @@ def test_the_command_refuses_what_it_cannot_serve(config: Callable[..., Path],
              "keeps records in this process only"),
             (toml("typo.toml", on + '[memory.mcp]\nsubjet = "alice"\n'), [], 1,
              "memory.mcp: unknown key(s): subjet"),
-            (config(), ["--transport", "streamable-http", "--host", "0.0.0.0"], 2,
-             "not a loopback address"),
             (config(), ["--subject", "two words"], 2, "--subject"),
     ):
-        result = scopemem(path, "mcp", *args)
-        assert result.returncode == status, result.stderr
-        assert words in result.stderr and "Traceback" not in result.stderr
+        # In this process: a refusal missed would serve stdio on an empty input and exit 0;
+        # an exception the command does not turn into its message propagates (no traceback).
+        result = CliRunner().invoke(build_cli(new_plugin_manager(environ={})),
+                                    ["--config", str(path), "mcp", *args],
+                                    catch_exceptions=False)
+        assert result.exit_code == status, result.output
+        assert words in result.stderr
+    # In a process of its own: a refusal missed here would serve HTTP until the timeout.
+    result = scopemem(config(), "mcp", "--transport", "streamable-http", "--host", "0.0.0.0")
+    assert result.returncode == 2, result.stderr
+    assert "not a loopback address" in result.stderr and "Traceback" not in result.stderr
 
 
 async def test_streamable_http_serves_the_same_tools_as_the_configured_identity(

@@ -1,15 +1,15 @@
 """An acknowledged write survives the writer being killed at any moment; a batch is all or
 nothing.
 
-A child process (``crash_child.py``) writes batches to the SQLite store and prints each
-batch's tag once ``write`` has returned. The parent kills it with SIGKILL at a random moment,
-then, before any store opens the file again (so nothing is repaired first), checks the
-scope's shard with a plain apsw connection: ``PRAGMA integrity_check``, the FTS5 integrity
-check, that the token index holds exactly the active rows' terms, that every acknowledged
-batch is fully there, that any other batch is either fully there or absent, and that each
-batch's supersede of the previous head landed together with the batch, and that the scope's
-counters count exactly the rows there. The runs share one database, so each run also
-recovers from the previous kill.
+A child process (``crash_child.py``) writes batches to the SQLite store and sends each
+batch's tag down a pipe once ``write`` has returned. The parent kills it with SIGKILL at a
+random moment, then, before any store opens the file again (so nothing is repaired first),
+checks the scope's shard with a plain apsw connection: ``PRAGMA integrity_check``, the
+FTS5 integrity check, that the token index holds exactly the active rows' terms, that
+every acknowledged batch is fully there, that any other batch is either fully there or
+absent, and that each batch's supersede of the previous head landed together with the
+batch, and that the scope's counters count exactly the rows there. The runs share one
+database, so each run also recovers from the previous kill.
 
 A second test kills a writer of many scopes through a store whose own moving parts are all
 in motion: scopes sharing shard files, use counts saved in the background, WALs checkpointed
@@ -19,37 +19,83 @@ every few pages.
 from __future__ import annotations
 
 import collections
+import multiprocessing
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import apsw
 import pytest
 
 from scopemem.stores.sqlite_shared import schema as shared_schema
-from tests.stores.crash_child import BATCH, MANY_LIMIT, MANY_SCOPES, SCOPE, tag
+from tests.stores.crash_child import BATCH, MANY_LIMIT, MANY_SCOPES, SCOPE, child, tag
 from tests.stores.shared_postings import scope_postings
 
-ROOT = Path(__file__).resolve().parents[2]
 RUNS = 15
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 
+# The children are forked from a server process that imported the store once: a run costs a
+# fork, not an interpreter's start-up, and each child still starts with no store open.
+FORKS = multiprocessing.get_context("forkserver")
+FORKS.set_forkserver_preload(["tests.stores.crash_child"])
 
-def spawn(directory: Path, run: int, *mode: str) -> subprocess.Popen[bytes]:
-    # Unbuffered bytes: ``readline`` then reads no further than the line, so what follows is
-    # left for ``communicate`` (which reads the pipe itself, not a text wrapper's buffer: a
-    # buffered first ``readline`` could swallow the acknowledgements just after it).
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.stores.crash_child", str(directory), str(run), *mode],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+
+class Child:
+    """A writer in a process of its own (``crash_child.child``) and the pipe it acknowledges
+    down."""
+
+    def __init__(self, directory: Path, run: int, mode: str = "") -> None:
+        self.acks, sending = FORKS.Pipe(duplex=False)
+        self.process = FORKS.Process(target=child, args=(str(directory), run, mode, sending),
+                                     daemon=True)
+        self.process.start()
+        sending.close()  # the child's end only: the pipe ends when the child does
+
+    def first(self, seed: int) -> str:
+        """The first acknowledgement (a minute at most: a wedged child fails the test)."""
+        assert self.acks.poll(60), f"no acknowledgement in a minute (seed {seed})"
+        try:
+            line = self.acks.recv_bytes().decode()
+        except EOFError:
+            line = ""
+        assert line and not line.startswith("!"), f"child died early (seed {seed}): {line}"
+        return line
+
+    def kill(self) -> list[str]:
+        """SIGKILL it; every acknowledgement it sent before it died."""
+        self.process.kill()
+        self.process.join(30)
+        assert self.process.exitcode == -signal.SIGKILL, self.process.exitcode
+        lines = []
+        while self.acks.poll():
+            try:
+                lines.append(self.acks.recv_bytes().decode())
+            except EOFError:
+                break
+        self.acks.close()
+        failed = [line for line in lines if line.startswith("!")]
+        assert not failed, failed[0]
+        return lines
+
+
+@contextmanager
+def writer(directory: Path, run: int, mode: str = "") -> Iterator[Child]:
+    started = Child(directory, run, mode)
+    watchdog = threading.Timer(60, started.process.kill)  # a wedged child must not hang us
+    watchdog.start()
+    try:
+        yield started
+    finally:
+        watchdog.cancel()
+        if started.process.exitcode is None:
+            started.process.kill()
+            started.process.join(30)
 
 
 def check_whole(conn: apsw.Connection, scope: str) -> None:
@@ -113,25 +159,17 @@ def test_killed_writers_lose_nothing_acknowledged(tmp_path: Path):
     path = directory / shared_schema.shard_file_name(shared_schema.shard_of(SCOPE))
     acknowledged: set[str] = set()
     for run in range(RUNS):
-        child = spawn(directory, run)
-        assert child.stdout is not None and child.stderr is not None
-        watchdog = threading.Timer(60, child.kill)  # a wedged child must not hang the suite
-        watchdog.start()
-        first = ""
-        if run % 3 != 0:
-            # Most runs: let the writer get going, then kill it mid-stream.
-            first = child.stdout.readline().decode()
-            assert first, f"child died early (seed {seed}): {child.stderr.read()!r}"
-            time.sleep(rng.uniform(0.0, 0.25))
-        else:
-            # Every third: kill at a random moment from start-up on (open, schema, recovery).
-            time.sleep(rng.uniform(0.05, 0.6))
-        child.send_signal(signal.SIGKILL)
-        out_bytes, err_bytes = child.communicate(timeout=30)
-        out, err = out_bytes.decode(), err_bytes.decode(errors="replace")
-        watchdog.cancel()
-        assert child.returncode == -signal.SIGKILL, f"seed {seed}: {err}"
-        lines = [first, *out.splitlines()]
+        with writer(directory, run) as started:
+            first = ""
+            if run % 3 != 0:
+                # Most runs: let the writer get going, then kill it mid-stream.
+                first = started.first(seed)
+                time.sleep(rng.uniform(0.0, 0.25))
+            else:
+                # Every third: kill at a random moment from start-up on (open, schema,
+                # recovery, the first writes).
+                time.sleep(rng.uniform(0.0, 0.2))
+            lines = [first, *started.kill()]
         acknowledged.update(line.strip() for line in lines if line.strip())
         if os.path.exists(path):
             try:
@@ -152,18 +190,11 @@ def kill_in_turn(directory: Path, mode: str, rng: random.Random, seed: int, chec
     written: dict[str, set[str]] = collections.defaultdict(set)
     hits: collections.Counter[str] = collections.Counter()
     for run in range(RUNS):
-        child = spawn(directory, run, mode)
-        assert child.stdout is not None and child.stderr is not None
-        watchdog = threading.Timer(60, child.kill)
-        watchdog.start()
-        first = child.stdout.readline().decode()
-        assert first, f"child died early (seed {seed}): {child.stderr.read()!r}"
-        time.sleep(rng.uniform(0.0, 0.4))
-        child.send_signal(signal.SIGKILL)
-        out_bytes, err_bytes = child.communicate(timeout=30)
-        watchdog.cancel()
-        assert child.returncode == -signal.SIGKILL, f"seed {seed}: {err_bytes!r}"
-        for line in [first, *out_bytes.decode().splitlines()]:
+        with writer(directory, run, mode) as started:
+            first = started.first(seed)
+            time.sleep(rng.uniform(0.0, 0.4))
+            lines = [first, *started.kill()]
+        for line in lines:
             parts = line.split()
             if len(parts) == 3 and parts[0] == "W":
                 written[parts[1]].add(parts[2])

@@ -24,6 +24,7 @@ in-process store's index is what its rows give.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import shutil
 import tempfile
@@ -52,54 +53,102 @@ WORDS = ("deploy", "cache", "vpn", "docker", "staging", "node", "a", "ci")
 MARKED = ("PR 12 was pushed at sha 3f9a2c1", "deploy cache: all 340 tests passing",
           "the deploy now supports docker", "docker was added to staging")
 
-words = st.lists(st.sampled_from(WORDS), min_size=1, max_size=2)
+# Each strategy below draws one integer per value (or three per candidate) and spells the
+# value out from its digits: hypothesis' own draws cost far more than the store calls they
+# feed, and the machines draw thousands of these. Every value the spelled-out choices allow
+# comes up (the integers are drawn uniformly over ranges this small); a digit of 0 is the
+# simplest choice, where hypothesis shrinks to.
 
 
-@st.composite
-def texts(draw: st.DrawFn) -> str:
-    if draw(st.integers(0, 9)) == 0:
-        return draw(st.sampled_from(MARKED))
-    chosen = draw(words)
-    # Case and spacing variants of one text collide on the dedup key.
-    if draw(st.booleans()):
-        chosen = [word.upper() if draw(st.booleans()) else word for word in chosen]
-    return draw(st.sampled_from((" ", "  ", "\t"))).join(chosen) + draw(
-        st.sampled_from(("", " ", "!")))
+def digits(value: int, radices: tuple[int, ...]) -> list[int]:
+    """``value`` in the mixed radix ``radices``, lowest digit first."""
+    out = []
+    for radix in radices:
+        value, digit = divmod(value, radix)
+        out.append(digit)
+    return out
 
 
-@st.composite
-def pointers(draw: st.DrawFn) -> str | None:
-    choice = draw(st.integers(0, 19))
+def span(radices: tuple[int, ...]) -> int:
+    return math.prod(radices)
+
+
+SEPARATORS = (" ", "  ", "\t")
+ENDINGS = ("", " ", "!")
+TEXT = (10, len(MARKED), 2, len(WORDS), len(WORDS), 2, 2, 2, len(SEPARATORS), len(ENDINGS))
+
+
+def text_of(value: int) -> str:
+    """One text in ten is a marked one; otherwise one or two of the words, in case and
+    spacing variants that collide on the dedup key."""
+    marked, which, two, first, second, upper, up_first, up_second, separator, ending = (
+        digits(value, TEXT))
+    if marked == 0:
+        return MARKED[which]
+    chosen = [WORDS[first], WORDS[second]][:1 + two]
+    if upper:
+        chosen = [word.upper() if up else word
+                  for word, up in zip(chosen, (up_first, up_second), strict=False)]
+    return SEPARATORS[separator].join(chosen) + ENDINGS[ending]
+
+
+texts = st.integers(0, span(TEXT) - 1).map(text_of)
+
+BOGUS = ("", "mem:org:acme:x", "garbage", "mem:org:acme:0001")
+POINTER = (20, len(BOGUS), len(SCOPES), 12)
+
+
+def pointer_of(value: int) -> str | None:
+    """Mostly none; else a bogus id, or the id of a record that may be live, dead or of the
+    other scope."""
+    choice, bogus, scope, n = digits(value, POINTER)
     if choice <= 13:
         return None
     if choice == 14:
-        return draw(st.sampled_from(("", "mem:org:acme:x", "garbage", "mem:org:acme:0001")))
-    return f"mem:{draw(st.sampled_from(SCOPES))}:{draw(st.integers(1, 12))}"
+        return BOGUS[bogus]
+    return f"mem:{SCOPES[scope]}:{n + 1}"
+
+
+pointers = st.integers(0, span(POINTER) - 1).map(pointer_of)
+
+KEYWORDS = WORDS + ("Big-Deal",)
+KINDS = (Kind.FACT, Kind.FACT, Kind.SUMMARY)
+RUN_IDS = (None, "r-1")
+CONFIDENCES = (None, 0.6, 0.75, 0.9)
+# A person's facts outrank the extractor's supersedes: both stores must agree.
+SOURCES = (Source.REFLECTION, Source.REFLECTION, Source.HUMAN)
+REST = (2, 3, len(KEYWORDS), len(KEYWORDS), len(KINDS), len(RUN_IDS), len(CONFIDENCES),
+        len(SOURCES))
 
 
 @st.composite
 def candidates(draw: st.DrawFn) -> Candidate:
-    keywords = draw(st.one_of(st.none(), st.lists(st.sampled_from(WORDS + ("Big-Deal",)),
-                                                  max_size=2).map(tuple)))
+    text = draw(texts)
+    supersedes, restates = divmod(draw(st.integers(0, span(POINTER) ** 2 - 1)), span(POINTER))
+    given_keywords, count, first, second, kind, run_id, confidence, source = digits(
+        draw(st.integers(0, span(REST) - 1)), REST)
+    keywords = tuple((KEYWORDS[first], KEYWORDS[second])[:count]) if given_keywords else None
     return Candidate(
-        kind=draw(st.sampled_from((Kind.FACT, Kind.FACT, Kind.SUMMARY))),
-        text=draw(texts()),
-        source_thread_key="slack:C1/1",
-        source_run_id=draw(st.sampled_from((None, "r-1"))),
-        keywords=keywords,
-        confidence=draw(st.sampled_from((None, 0.6, 0.75, 0.9))),
-        supersedes=draw(pointers()),
-        restates=draw(pointers()),
-        # A person's facts outrank the extractor's supersedes: both stores must agree.
-        source=draw(st.sampled_from((Source.REFLECTION, Source.REFLECTION, Source.HUMAN))),
-    )
+        kind=KINDS[kind], text=text, source_thread_key="slack:C1/1",
+        source_run_id=RUN_IDS[run_id], keywords=keywords, confidence=CONFIDENCES[confidence],
+        supersedes=pointer_of(supersedes), restates=pointer_of(restates),
+        source=SOURCES[source])
 
 
-queries = st.one_of(
-    st.lists(st.sampled_from(WORDS + ("zzz", "Deploy!", "or", "NEAR(", '"', "big")),
-             min_size=1, max_size=4).map(" ".join),
-    st.sampled_from(("", "?!", "deploy OR cache*", "sha 3f9a2c1 pushed")),
-)
+QUERY_WORDS = WORDS + ("zzz", "Deploy!", "or", "NEAR(", '"', "big")
+ODD_QUERIES = ("", "?!", "deploy OR cache*", "sha 3f9a2c1 pushed")
+QUERY = (2, 4, *(len(QUERY_WORDS),) * 4, len(ODD_QUERIES))
+
+
+def query_of(value: int) -> str:
+    """One to four of the query words, or one of the odd queries."""
+    listed, count, *chosen, odd = digits(value, QUERY)
+    if listed:
+        return ODD_QUERIES[odd]
+    return " ".join(QUERY_WORDS[n] for n in chosen[:count + 1])
+
+
+queries = st.integers(0, span(QUERY) - 1).map(query_of)
 
 
 class AgreeingRules(RuleBasedStateMachine):
@@ -171,7 +220,7 @@ class AgreeingRules(RuleBasedStateMachine):
         self.both(lambda store: store.list(scope, limit, query=query, kind=kind))
 
     @rule(scope=st.sampled_from(SCOPES), record_id=st.one_of(
-        st.integers(1, 20).map(lambda n: f"mem:org:acme:{n}"), pointers()))
+        st.integers(1, 20).map(lambda n: f"mem:org:acme:{n}"), pointers))
     def forget(self, scope: str, record_id: str | None) -> None:
         self.both(lambda store: store.forget(scope, record_id or f"mem:{scope}:1"))
 
@@ -248,19 +297,18 @@ class SharedStoresAgree(AgreeingRules):
         self.elsewhere = SharedSqliteStore(self.directory, cap=self.STORE_CAP,
                                            clock=self.clock, synchronous="off")
         self.whole_rows, reads.WHOLE_ROWS = reads.WHOLE_ROWS, self.WHOLE_ROWS
+        self.readers: dict[str, apsw.Connection] = {}
 
     @invariant()
     def same_rows_and_exact_postings(self) -> None:
         self.loop.run_until_complete(self.other.flush())
         for scope in SCOPES:
             expected = self.memory._scopes.get(scope, [])
-            path = self.other._shards.path(self.other._shards.of(scope))
-            try:
-                conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
-            except apsw.CantOpenError:
+            conn = self.reader(self.other._shards.path(self.other._shards.of(scope)))
+            if conn is None:
                 assert expected == []
                 continue
-            try:
+            if True:
                 rows = conn.execute(
                     f"SELECT {shared_schema.RECORD_COLUMNS}, tokens FROM records"
                     " WHERE scope_key = ? ORDER BY seq", (scope,)).fetchall()
@@ -271,13 +319,21 @@ class SharedStoresAgree(AgreeingRules):
                 counts = conn.execute("SELECT active FROM scopes WHERE scope_key = ?",
                                       (scope,)).fetchall()
                 assert counts[0][0] == sum(r.is_active for r in expected)
-            finally:
-                conn.close()
             if scope in self.memory._scopes:  # its index is what its rows give
                 kept, built = index_rebuilt(self.memory, scope)
                 assert kept == built
 
+    def reader(self, path: str) -> apsw.Connection | None:
+        if path not in self.readers:
+            try:
+                self.readers[path] = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+            except apsw.CantOpenError:
+                return None
+        return self.readers[path]
+
     def teardown(self) -> None:
+        for conn in self.readers.values():
+            conn.close()
         reads.WHOLE_ROWS = self.whole_rows
         self.loop.run_until_complete(self.other.close())
         self.loop.run_until_complete(self.elsewhere.close())

@@ -67,7 +67,7 @@ class PostgresAgrees(AgreeingRules):
         self.both(lambda store: store.search(scope, query, limit, bump=False))
 
     @rule(scope=st.sampled_from(SCOPES), ids=st.lists(st.one_of(
-        st.integers(1, 14).map(lambda n: f"mem:{SCOPES[0]}:{n}"), pointers()), max_size=4))
+        st.integers(1, 14).map(lambda n: f"mem:{SCOPES[0]}:{n}"), pointers), max_size=4))
     def mark_used(self, scope: str, ids: list[str | None]) -> None:
         used = {scope: [record_id for record_id in ids if record_id]}
         self.both(lambda store: store.mark_used(used))
