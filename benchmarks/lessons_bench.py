@@ -59,6 +59,14 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from lessons_classes import (  # noqa: E402
+    MULTILINGUAL_DEV,
+    MULTILINGUAL_HELD_OUT,
+    OTHER_SCOPE_DEV,
+    OTHER_SCOPE_HELD_OUT,
+)
 
 from scopemem import Memory, MemoryConfig, Request  # noqa: E402
 from scopemem.api.semantic import SemanticLane  # noqa: E402
@@ -321,11 +329,12 @@ def check_no_target(analyzer: Analyzer) -> None:
     def terms(texts: Iterable[str]) -> set[str]:
         return {analyzer.stem(word) for text in texts for word in analyzer.content_words(text)}
 
-    everywhere = terms(record_words(TOPICS_DEV + TOPICS_HELD_OUT))
+    dev, held_out = half_topics("dev"), half_topics("held-out")
+    everywhere = terms(record_words(dev + held_out))
     shared = terms(SHARED_WORDS)
-    keywords = terms(k for _w, _l, keys, *_b in TOPICS_DEV + TOPICS_HELD_OUT for k in keys)
+    keywords = terms(k for _w, _l, keys, *_b in dev + held_out for k in keys)
     problems = [f"shared word {term!r} is a topic's keyword" for term in shared & keywords]
-    for topics, briefs in ((TOPICS_DEV, NO_TARGET_DEV), (TOPICS_HELD_OUT, NO_TARGET_HELD_OUT)):
+    for topics, briefs in ((dev, NO_TARGET_DEV), (held_out, NO_TARGET_HELD_OUT)):
         held = terms(record_words(topics))
         for brief in briefs:
             words = terms((brief,))
@@ -336,6 +345,29 @@ def check_no_target(analyzer: Analyzer) -> None:
     if problems:
         raise SystemExit("no-target briefs not irrelevant by construction:\n"
                          + "\n".join(problems))
+
+
+def half_topics(half: str) -> list[tuple[str, str, tuple[str, ...], str, str, str]]:
+    """Every topic of a half: the repository set, then the other-scope and multilingual
+    classes (``lessons_classes``), in that order (so the set's own briefs draw what they
+    always drew)."""
+    if half == "dev":
+        return TOPICS_DEV + OTHER_SCOPE_DEV + MULTILINGUAL_DEV
+    return TOPICS_HELD_OUT + OTHER_SCOPE_HELD_OUT + MULTILINGUAL_HELD_OUT
+
+
+MULTILINGUAL = frozenset(lesson for _w, lesson, *_rest in MULTILINGUAL_DEV
+                         + MULTILINGUAL_HELD_OUT)
+KINDS = ("one-liner", "paraphrase", "pasted-log")
+
+
+def classes_of(where: str, lesson: str, kind: str) -> tuple[str, ...]:
+    """The classes a brief counts in: its kind (English briefs only, so a kind's figure
+    compares across ``--languages``), ``other scope`` when its English target lives outside
+    the repository, ``multilingual`` for the German and Spanish topics."""
+    if lesson in MULTILINGUAL:
+        return ("multilingual",)
+    return (kind,) if where.startswith("repo") else (kind, "other scope")
 
 
 def scope_key(where: str) -> str:
@@ -427,7 +459,9 @@ async def measure(topics: list[tuple], no_target: list[str], args: argparse.Name
                 await lane.embed_missing(store, key)
         clock.now = NOW
         took: list[float] = []
-        found: dict[str, list[float]] = defaultdict(list)
+        found: dict[str, list[float]] = {name_: [] for name_ in
+                                         (*KINDS, "other scope", "multilingual")}
+        every: list[float] = []
         window: list[float] = []
         for where, lesson, _keywords, one_liner, paraphrase, log_line in topics:
             for kind, brief in (("one-liner", one_liner), ("paraphrase", paraphrase),
@@ -436,7 +470,9 @@ async def measure(topics: list[tuple], no_target: list[str], args: argparse.Name
                 started = time.perf_counter()
                 block = await memory.context_block(request)
                 took.append(time.perf_counter() - started)
-                found[kind].append(1.0 if lesson in block else 0.0)
+                for name_ in classes_of(where, lesson, kind):
+                    found[name_].append(1.0 if lesson in block else 0.0)
+                every.append(1.0 if lesson in block else 0.0)
                 shown = set(bullet_texts(block))
                 facts = await store.list(f"repo:{request.repo}", args.repo_window,
                                          kind=Kind.FACT)
@@ -450,9 +486,8 @@ async def measure(topics: list[tuple], no_target: list[str], args: argparse.Name
                  "shared words": await unrelated_bullets(memory, no_target, rng,
                                                          args.repo_window)}
         await store.close()
-    every = [hit for values in found.values() for hit in values]
     print(f"{name:9s} lesson-in-prompt {sum(every) / len(every):.2f}  "
-          + "  ".join(f"{kind} {sum(v) / len(v):.2f}" for kind, v in found.items())
+          + "  ".join(f"{kind} {sum(v) / len(v):.2f}" for kind, v in found.items() if v)
           + f"  | repository window shown {sum(window) / len(window):.2f}"
           + f"  | context_block p50 {statistics.median(took) * 1000:.2f} ms")
     for kind, counts in extra.items():
@@ -484,13 +519,14 @@ async def main() -> None:
     parser.add_argument("--share", type=float, default=SEMANTIC_SHARE)
     args = parser.parse_args()
     print(f"store {args.store}, ranking {args.ranking}, min_match {args.min_match:g}, "
-          f"repo_window {args.repo_window}, limit {args.limit}; {len(TOPICS_DEV)} + "
-          f"{len(TOPICS_HELD_OUT)} topics, 3 briefs each; briefs with no target: "
+          f"repo_window {args.repo_window}, limit {args.limit}, languages {args.languages}; "
+          f"{len(half_topics('dev'))} + {len(half_topics('held-out'))} topics, 3 briefs each; "
+          "briefs with no target: "
           f"{len(NO_TARGET_BRIEFS)} plain, {len(NO_TARGET_DEV)} + {len(NO_TARGET_HELD_OUT)} "
           "with shared words")
     check_no_target(analyzer_for(tuple(args.languages.split(","))))
-    halves = [(TOPICS_DEV, NO_TARGET_DEV, "dev"),
-              (TOPICS_HELD_OUT, NO_TARGET_HELD_OUT, "held-out")]
+    halves = [(half_topics("dev"), NO_TARGET_DEV, "dev"),
+              (half_topics("held-out"), NO_TARGET_HELD_OUT, "held-out")]
     halves = [half for half in halves if args.set in (half[2], "both")]
     if args.semantic != "only":
         print("keyword read (memory.embeddings unset):")
