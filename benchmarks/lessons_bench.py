@@ -16,7 +16,14 @@ front of that run, and has a kind:
 * ``paraphrase``  the same need in other words, sharing at most two stems, often none;
 * ``pasted-log``  a log or stack trace pasted into the brief, the relevant line (sharing
   at least one stem with the target) among forty routine ones;
-* ``no-target``   a brief nothing in memory is relevant to, in two sets:
+* ``no-target``   a brief nothing in memory is relevant to, in two sets (below).
+
+The topics (``lessons_topics.py``) also make two classes across the kinds: ``other scope``,
+the English briefs whose target lives in the organisation's, the channel's or the person's
+scope, and ``multilingual``, German and Spanish topics (lessons and briefs), to read with
+``--languages english,german,spanish``. The kinds' figures count English briefs only.
+
+The briefs with no target:
 
   - ``plain``: ten everyday questions (a recipe, a haiku) that share no engineering word
     with the records, the same ten for both halves;
