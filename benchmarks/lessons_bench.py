@@ -16,7 +16,14 @@ front of that run, and has a kind:
 * ``paraphrase``  the same need in other words, sharing at most two stems, often none;
 * ``pasted-log``  a log or stack trace pasted into the brief, the relevant line (sharing
   at least one stem with the target) among forty routine ones;
-* ``no-target``   a brief nothing in memory is relevant to, in two sets:
+* ``no-target``   a brief nothing in memory is relevant to, in two sets (below).
+
+The topics (``lessons_topics.py``) also make two classes across the kinds: ``other scope``,
+the English briefs whose target lives in the organisation's, the channel's or the person's
+scope, and ``multilingual``, German and Spanish topics (lessons and briefs), to read with
+``--languages english,german,spanish``. The kinds' figures count English briefs only.
+
+The briefs with no target:
 
   - ``plain``: ten everyday questions (a recipe, a haiku) that share no engineering word
     with the records, the same ten for both halves;
@@ -59,6 +66,16 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from lessons_topics import (  # noqa: E402
+    MULTILINGUAL_DEV,
+    MULTILINGUAL_HELD_OUT,
+    OTHER_SCOPE_DEV,
+    OTHER_SCOPE_HELD_OUT,
+    TOPICS_DEV,
+    TOPICS_HELD_OUT,
+)
 
 from scopemem import Memory, MemoryConfig, Request  # noqa: E402
 from scopemem.api.semantic import SemanticLane  # noqa: E402
@@ -86,152 +103,6 @@ class Clock:
 
     def __call__(self) -> int:
         return self.now
-
-# (scope, lesson, keywords, one-liner, paraphrase, pasted-log line). The scope is "org",
-# "repo:<n>", "channel:<n>" or "user:<n>" (indexes into the tuples above).
-TOPICS_DEV = [
-    ("repo:0", "Run make bootstrap before the integration tests: they need the seeded database",
-     ("bootstrap", "integration"), "integration tests fail on a fresh clone",
-     "the integrations suite cannot find its seeded tables",
-     'psycopg.errors.UndefinedTable: relation "accounts" does not exist (tests/integration)'),
-    ("repo:0", "Alembic migrations must be generated against Postgres, never SQLite",
-     ("alembic", "migrations"), "write an alembic migration for the invoices table",
-     "generating a schema migration for invoices",
-     "alembic.util.exc.CommandError: Target database is not up to date."),
-    ("repo:0",
-     "The payments client retries 3 times; raise PAYMENTS_TIMEOUT instead of adding retries",
-     ("payments", "timeout"), "payments requests time out in staging",
-     "the payment provider calls keep timing out",
-     "httpx.ReadTimeout: payments.acme.internal read timed out after 10s"),
-    ("repo:1", "Storybook snapshots are updated with npm run snapshots, not by hand",
-     ("storybook", "snapshots"), "update the storybook snapshots after the button change",
-     "refresh the visual snapshot files for the new button",
-     "FAIL src/Button.stories.tsx  snapshot mismatch (1 obsolete, 2 failed)"),
-    ("repo:1", "The web build needs Node 20; Node 22 breaks the sass loader",
-     ("node", "sass"), "the web build fails after upgrading node",
-     "webpack chokes on the stylesheet loader with the newer runtime",
-     "Error: Node Sass does not yet support your current environment: Linux 64-bit Node 22"),
-    ("repo:1", "Feature flags live in flags.yaml and are reviewed by the growth team",
-     ("flags", "growth"), "add a feature flag for the new checkout",
-     "where do I register a flagged rollout for checkout",
-     "KeyError: 'checkout_v2' in web/flags.yaml lookup"),
-    ("repo:2",
-     "Terraform state is locked in DynamoDB; release a stuck lock with terraform force-unlock",
-     ("terraform", "lock"), "terraform plan hangs on the state lock",
-     "the infrastructure plan waits forever on a locked state",
-     "Error acquiring the state lock: ConditionalCheckFailedException (terraform)"),
-    ("repo:2", "Kubernetes deploys to prod need the change-freeze label removed first",
-     ("kubernetes", "freeze"), "the prod deploy is blocked by admission",
-     "rollout to production refused by the admission controller",
-     'admission webhook "freeze.acme.io" denied the request: change-freeze label present'),
-    ("repo:2", "Grafana dashboards are provisioned from infra/dashboards; edits in the UI are lost",
-     ("grafana", "dashboards"), "my grafana dashboard changes disappeared",
-     "the dashboard panels I edited reverted overnight",
-     "provisioning: dashboard api-latency.json overwritten from infra/dashboards"),
-    ("org", "Production database credentials come from Vault, path secret/prod/db",
-     ("vault", "credentials"), "where are the prod database credentials",
-     "how do I get the production db password",
-     "FATAL: password authentication failed for user app_prod (vault lease expired)"),
-    ("org", "On-call handoffs happen Mondays at 10:00 in #oncall",
-     ("oncall", "handoff"), "when is the on-call handoff",
-     "what time do we hand over the pager each week", "pagerduty: schedule handoff pending"),
-    ("org", "Release notes are drafted from merged PR labels by the release bot",
-     ("release", "notes"), "write the release notes for 4.2",
-     "prepare the changelog for the next release",
-     "release-bot: no labels found on 3 merged pull requests"),
-    ("channel:0", "In this channel, answer support questions with a link to the runbook first",
-     ("support", "runbook"), "support ticket: a customer asks how to reset their API key",
-     "support question about rotating keys", "ticket #4411 (support): customer cannot rotate key"),
-    ("channel:1", "Design reviews in this channel need a Figma link in the first message",
-     ("figma", "design"), "review the new onboarding design",
-     "feedback wanted on the onboarding mockups", "figma.com/file/onboarding-v3 shared"),
-    ("user:0", "This user wants answers as short bullet lists, no preamble",
-     ("bullets", "short"), "summarize the incident for me, keep it short",
-     "give me a quick recap of what broke",
-     "incident INC-212 resolved at 03:14, short summary needed"),
-    ("user:1", "This user works in Go; show examples in Go rather than Python",
-     ("go", "examples"), "show me an example of retrying an http call",
-     "how would I write a retry loop for a request",
-     "panic: context deadline exceeded in the go client"),
-    ("user:2", "This user is on the data team and owns the nightly ETL",
-     ("etl", "nightly"), "the nightly etl job failed",
-     "last night's data load did not finish", "airflow: dag nightly_etl failed at task load"),
-    ("repo:0", "Use the UTC clock helper in api/time.py; datetime.now() breaks the billing tests",
-     ("utc", "billing"), "billing tests fail around midnight",
-     "the invoice checks break depending on the zone",
-     "AssertionError: expected invoice date 2026-03-01, got 2026-02-28 (tests/billing)"),
-]
-
-TOPICS_HELD_OUT = [
-    ("repo:0", "The OpenAPI schema is generated by make openapi; never edit openapi.yaml by hand",
-     ("openapi", "schema"), "the openapi schema is out of date",
-     "regenerate the api spec after adding an endpoint",
-     "spectral lint: openapi.yaml differs from the generated schema"),
-    ("repo:0", "Celery workers must be restarted after changing task signatures",
-     ("celery", "workers"), "celery tasks fail after the signature change",
-     "background jobs break since I changed their arguments",
-     "TypeError: send_invoice() takes 2 positional arguments but 3 were given (celery)"),
-    ("repo:0", "Rate limits are configured per tenant in api/limits.toml",
-     ("rate", "limits"), "raise the rate limit for tenant globex",
-     "globex keeps hitting throttling on the api",
-     "429 Too Many Requests: tenant globex exceeded limit"),
-    ("repo:1", "Translations are pulled from Crowdin with npm run i18n:pull before a release",
-     ("translations", "crowdin"), "the german translations are missing",
-     "strings show up untranslated in the localized build",
-     "i18n: missing key checkout.title for locale de"),
-    ("repo:1", "Playwright end-to-end tests run against the preview deployment, not localhost",
-     ("playwright", "preview"), "playwright tests time out locally",
-     "the browser end-to-end suite hangs on my machine",
-     "page.goto: Timeout 30000ms exceeded (playwright, http://localhost:3000)"),
-    ("repo:1", "Images go through the CDN loader; raw img tags fail the lint rule",
-     ("cdn", "images"), "lint fails on an img tag", "the linter rejects my picture element",
-     "error  Use the CdnImage component instead of <img>  acme/no-raw-img"),
-    ("repo:2", "Helm chart versions are bumped by CI; a manual bump breaks the release job",
-     ("helm", "chart"), "bump the helm chart version for the api",
-     "update the chart release number for api",
-     "Error: chart version 1.4.2 already exists in the helm repository"),
-    ("repo:2", "The staging cluster scales to zero at night; wake it with make staging-up",
-     ("staging", "cluster"), "staging is down this morning",
-     "nothing answers on the staging environment early in the day",
-     "curl: (7) Failed to connect to staging.acme.internal port 443"),
-    ("repo:2", "Secrets in the infra repo are encrypted with sops and the age key from Vault",
-     ("sops", "secrets"), "decrypt the secrets file for the infra repo",
-     "I cannot read the encrypted secret values",
-     "sops: Failed to get the data key required to decrypt the SOPS file"),
-    ("org", "Security incidents are reported to security@acme.example within one hour",
-     ("security", "incident"), "we may have leaked a token, how do I report a security incident",
-     "report a possible credential leak",
-     "SECURITY ALERT: secret scanning found a token in a public gist"),
-    ("org", "Customer data may only be copied to the eu-west region",
-     ("customer", "region"), "copy the customer export to us-east for analysis",
-     "move the client data dump to another region",
-     "s3 cp s3://acme-exports-eu/customers.csv s3://acme-analytics-us/"),
-    ("org", "Vendor contracts above 10k need legal review before signing",
-     ("vendor", "legal"), "can I sign this vendor contract",
-     "approval needed for a new supplier agreement",
-     "docusign: vendor agreement envelope awaiting signature"),
-    ("channel:0", "Escalate billing disputes in this channel to the finance rotation",
-     ("billing", "finance"), "a customer disputes their invoice",
-     "someone says they were overcharged", "ticket #5120: charge dispute"),
-    ("channel:1", "Accessibility fixes in this channel are tracked with the a11y label",
-     ("accessibility", "label"), "file the accessibility contrast issue from the audit",
-     "log the screen reader problem we found",
-     "axe accessibility: color-contrast violation on /pricing"),
-    ("user:0", "This user prefers diffs over full files in code answers",
-     ("diffs", "code"), "show the code change for the retry count in the client",
-     "update how many times we retry in the client", "client.py line 42: code review pending"),
-    ("user:1", "This user is in the Berlin office, UTC+1",
-     ("berlin", "timezone"), "schedule the sync with the berlin team",
-     "find a meeting time that works for the german office",
-     "calendar: no free slot in the Berlin afternoon"),
-    ("user:2", "This user reviews SQL changes for the warehouse",
-     ("sql", "warehouse"), "who should review this warehouse sql change",
-     "I need a reviewer for the analytics query change",
-     "dbt run: warehouse model orders_daily failed"),
-    ("repo:0", "Structured logging uses structlog; print() calls are rejected in review",
-     ("structlog", "logging"), "add logging to the export job",
-     "I want the export task to log what it does", "print(f'exported {n} rows')"),
-]
 
 NO_TARGET_BRIEFS = [
     "what is the capital of australia",
@@ -321,11 +192,12 @@ def check_no_target(analyzer: Analyzer) -> None:
     def terms(texts: Iterable[str]) -> set[str]:
         return {analyzer.stem(word) for text in texts for word in analyzer.content_words(text)}
 
-    everywhere = terms(record_words(TOPICS_DEV + TOPICS_HELD_OUT))
+    dev, held_out = half_topics("dev"), half_topics("held-out")
+    everywhere = terms(record_words(dev + held_out))
     shared = terms(SHARED_WORDS)
-    keywords = terms(k for _w, _l, keys, *_b in TOPICS_DEV + TOPICS_HELD_OUT for k in keys)
+    keywords = terms(k for _w, _l, keys, *_b in dev + held_out for k in keys)
     problems = [f"shared word {term!r} is a topic's keyword" for term in shared & keywords]
-    for topics, briefs in ((TOPICS_DEV, NO_TARGET_DEV), (TOPICS_HELD_OUT, NO_TARGET_HELD_OUT)):
+    for topics, briefs in ((dev, NO_TARGET_DEV), (held_out, NO_TARGET_HELD_OUT)):
         held = terms(record_words(topics))
         for brief in briefs:
             words = terms((brief,))
@@ -336,6 +208,29 @@ def check_no_target(analyzer: Analyzer) -> None:
     if problems:
         raise SystemExit("no-target briefs not irrelevant by construction:\n"
                          + "\n".join(problems))
+
+
+def half_topics(half: str) -> list[tuple[str, str, tuple[str, ...], str, str, str]]:
+    """Every topic of a half: the repository set, then the other-scope and multilingual
+    classes (``lessons_classes``), in that order (so the set's own briefs draw what they
+    always drew)."""
+    if half == "dev":
+        return TOPICS_DEV + OTHER_SCOPE_DEV + MULTILINGUAL_DEV
+    return TOPICS_HELD_OUT + OTHER_SCOPE_HELD_OUT + MULTILINGUAL_HELD_OUT
+
+
+MULTILINGUAL = frozenset(lesson for _w, lesson, *_rest in MULTILINGUAL_DEV
+                         + MULTILINGUAL_HELD_OUT)
+KINDS = ("one-liner", "paraphrase", "pasted-log")
+
+
+def classes_of(where: str, lesson: str, kind: str) -> tuple[str, ...]:
+    """The classes a brief counts in: its kind (English briefs only, so a kind's figure
+    compares across ``--languages``), ``other scope`` when its English target lives outside
+    the repository, ``multilingual`` for the German and Spanish topics."""
+    if lesson in MULTILINGUAL:
+        return ("multilingual",)
+    return (kind,) if where.startswith("repo") else (kind, "other scope")
 
 
 def scope_key(where: str) -> str:
@@ -427,7 +322,9 @@ async def measure(topics: list[tuple], no_target: list[str], args: argparse.Name
                 await lane.embed_missing(store, key)
         clock.now = NOW
         took: list[float] = []
-        found: dict[str, list[float]] = defaultdict(list)
+        found: dict[str, list[float]] = {name_: [] for name_ in
+                                         (*KINDS, "other scope", "multilingual")}
+        every: list[float] = []
         window: list[float] = []
         for where, lesson, _keywords, one_liner, paraphrase, log_line in topics:
             for kind, brief in (("one-liner", one_liner), ("paraphrase", paraphrase),
@@ -436,7 +333,9 @@ async def measure(topics: list[tuple], no_target: list[str], args: argparse.Name
                 started = time.perf_counter()
                 block = await memory.context_block(request)
                 took.append(time.perf_counter() - started)
-                found[kind].append(1.0 if lesson in block else 0.0)
+                for name_ in classes_of(where, lesson, kind):
+                    found[name_].append(1.0 if lesson in block else 0.0)
+                every.append(1.0 if lesson in block else 0.0)
                 shown = set(bullet_texts(block))
                 facts = await store.list(f"repo:{request.repo}", args.repo_window,
                                          kind=Kind.FACT)
@@ -450,9 +349,8 @@ async def measure(topics: list[tuple], no_target: list[str], args: argparse.Name
                  "shared words": await unrelated_bullets(memory, no_target, rng,
                                                          args.repo_window)}
         await store.close()
-    every = [hit for values in found.values() for hit in values]
     print(f"{name:9s} lesson-in-prompt {sum(every) / len(every):.2f}  "
-          + "  ".join(f"{kind} {sum(v) / len(v):.2f}" for kind, v in found.items())
+          + "  ".join(f"{kind} {sum(v) / len(v):.2f}" for kind, v in found.items() if v)
           + f"  | repository window shown {sum(window) / len(window):.2f}"
           + f"  | context_block p50 {statistics.median(took) * 1000:.2f} ms")
     for kind, counts in extra.items():
@@ -484,13 +382,14 @@ async def main() -> None:
     parser.add_argument("--share", type=float, default=SEMANTIC_SHARE)
     args = parser.parse_args()
     print(f"store {args.store}, ranking {args.ranking}, min_match {args.min_match:g}, "
-          f"repo_window {args.repo_window}, limit {args.limit}; {len(TOPICS_DEV)} + "
-          f"{len(TOPICS_HELD_OUT)} topics, 3 briefs each; briefs with no target: "
+          f"repo_window {args.repo_window}, limit {args.limit}, languages {args.languages}; "
+          f"{len(half_topics('dev'))} + {len(half_topics('held-out'))} topics, 3 briefs each; "
+          "briefs with no target: "
           f"{len(NO_TARGET_BRIEFS)} plain, {len(NO_TARGET_DEV)} + {len(NO_TARGET_HELD_OUT)} "
           "with shared words")
     check_no_target(analyzer_for(tuple(args.languages.split(","))))
-    halves = [(TOPICS_DEV, NO_TARGET_DEV, "dev"),
-              (TOPICS_HELD_OUT, NO_TARGET_HELD_OUT, "held-out")]
+    halves = [(half_topics("dev"), NO_TARGET_DEV, "dev"),
+              (half_topics("held-out"), NO_TARGET_HELD_OUT, "held-out")]
     halves = [half for half in halves if args.set in (half[2], "both")]
     if args.semantic != "only":
         print("keyword read (memory.embeddings unset):")

@@ -2,6 +2,7 @@
 
     python benchmarks/recall_bench.py [--data ../shared/data/locomo-dev.json] [--limit 10]
                                       [--stores memory,sqlite,worker] [--questions N]
+                                      [--conversations 1-5 6-10]
 
 The file is in LoCoMo's format: a list of conversations, each with ``conversation``
 (``session_<n>`` lists of turns ``{speaker, dia_id, text}``) and ``qa`` (``{question,
@@ -18,8 +19,11 @@ baseline: a raw FTS5 bm25 query (``porter unicode61``
 tokenizer, English function words dropped from the question, OR of the rest). The clock is
 fixed, so recency is the same for every record and only the keyword term ranks.
 
-The data set is read from ``../shared/data``, never copied into the project. Nothing here
-asserts: it prints figures.
+The data set is read from ``../shared/data`` (conversations 1–5, the dev half the defaults
+were chosen on), never copied into the project. The held-out half is conversations 6–10 of
+the public file, ``data/locomo10.json`` of github.com/snap-research/LoCoMo, read from
+wherever it was put (``--data /tmp/locomo10.json --conversations 1-5 6-10`` measures both
+halves in one run, each apart). Nothing here asserts: it prints figures.
 
 Path measured: ``retrieve``'s quality (recall) through each store, one question at a time,
 one scope per conversation. It measures no load and does not go through
@@ -98,6 +102,25 @@ class Conversation:
 def load(path: Path) -> list[Conversation]:
     with path.open(encoding="utf-8") as handle:
         return [Conversation(item) for item in json.load(handle)]
+
+
+def groups(conversations: list[Conversation], ranges: list[str] | None
+           ) -> list[tuple[str, list[Conversation]]]:
+    """The conversations measured apart: one group per range of 1-based positions in the
+    file (``6-10``, ``3``), or the whole file as one group."""
+    if not ranges:
+        return [("all", conversations)]
+    chosen = []
+    for text in ranges:
+        first, _, last = text.partition("-")
+        try:
+            start, end = int(first), int(last or first)
+        except ValueError:
+            raise SystemExit(f"--conversations: {text!r} is not a range such as 6-10") from None
+        if not 1 <= start <= end <= len(conversations):
+            raise SystemExit(f"--conversations: {text!r} is outside 1-{len(conversations)}")
+        chosen.append((f"conversations {text}", conversations[start - 1:end]))
+    return chosen
 
 
 def candidates(conversation: Conversation) -> list[Candidate]:
@@ -186,9 +209,9 @@ async def measure(name: str, ask: Ask, conversations: list[Conversation], limit:
     detail = ", ".join(f"{category} {statistics.fmean(p[0] for p in pairs):.2f}/"
                        f"{statistics.fmean(p[1] for p in pairs):.2f}"
                        for category, pairs in sorted(by_category.items()))
-    print(f"{name:<24} R@5 {r5:.3f}  R@10 {r10:.3f}  p50 {statistics.median(times) * 1000:6.2f} ms"
+    print(f"{name:<32} R@5 {r5:.3f}  R@10 {r10:.3f}  p50 {statistics.median(times) * 1000:6.2f} ms"
           f"  n = {len(every)}")
-    print(f"{'':<24} per category (R@5/R@10): {detail}")
+    print(f"{'':<32} per category (R@5/R@10): {detail}")
 
 
 @contextlib.asynccontextmanager
@@ -221,6 +244,9 @@ async def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--limit", type=int, default=10)
     parser.add_argument("--stores", default="memory,sqlite,worker")
+    parser.add_argument("--conversations", nargs="+", metavar="RANGE",
+                        help="1-based ranges of the file's conversations, each measured apart "
+                        "(default: the whole file, one group)")
     parser.add_argument("--questions", type=int, default=None,
                         help="ask at most this many questions per method (default all)")
     parser.add_argument("--languages", default=",".join(DEFAULT_RANKING.analyzer.languages),
@@ -237,6 +263,8 @@ async def main() -> None:
     if not args.data.is_file():
         raise SystemExit(f"no data file at {args.data} (pass --data)")
     conversations = load(args.data)
+    halves = groups(conversations, args.conversations)
+    conversations = list(dict.fromkeys(c for _name, group in halves for c in group))
     turns = sum(len(c.turns) for c in conversations)
     asked = sum(len(c.questions) for c in conversations)
     print(f"{args.data.name}: {len(conversations)} conversations, {turns} turns, "
@@ -250,14 +278,17 @@ async def main() -> None:
         await fill(store, conversations)
         pool = args.pool
         lexical = store_asker(store)
-        await measure("keyword (memory)", lexical, conversations, args.limit, args.questions)
         lane = semantic_lane(args.floor, 0.0, args.share)
         for conversation in conversations:
             await lane.embed_missing(store, conversation.scope)
-        await measure(f"hybrid (local/{MODEL})", hybrid_asker(store, lane, pool),
-                      conversations, args.limit, args.questions)
-        print(f"{'':<24} floor {args.floor:g}, cosine share {args.share:g}, pool {pool}; the "
-              f"embedder took {lane.embedder.seconds:.1f} s for "  # type: ignore[attr-defined]
+        hybrid = hybrid_asker(store, lane, pool)
+        for group, chosen in halves:
+            await measure(f"keyword (memory), {group}", lexical, chosen, args.limit,
+                          args.questions)
+            await measure(f"hybrid, {group}", hybrid, chosen, args.limit, args.questions)
+        print(f"hybrid: local/{MODEL}, floor {args.floor:g}, cosine share {args.share:g}, "
+              f"pool {pool}; the embedder took "
+              f"{lane.embedder.seconds:.1f} s for "  # type: ignore[attr-defined]
               f"{lane.embedder.texts} new texts (cached)")  # type: ignore[attr-defined]
         if args.semantic == "only":
             return
@@ -265,16 +296,19 @@ async def main() -> None:
         for kind in [name.strip() for name in args.stores.split(",") if name.strip()]:
             async with built(kind, directory, ranking) as store:
                 await fill(store, conversations)
-                await measure(f"store {kind}", store_asker(store), conversations, args.limit,
-                              args.questions)
+                for group, chosen in halves:
+                    await measure(f"store {kind}, {group}", store_asker(store), chosen,
+                                  args.limit, args.questions)
     # The seed's scorer on the same rows (memory.ranking = "seed"), through the in-process
     # store: every store ranks alike, so one shows it.
     seed = InMemoryStore(cap=MAX_SCOPE_CAP, clock=lambda: NOW, ranking=SEED)
     await fill(seed, conversations)
-    await measure("seed scorer (memory)", store_asker(seed), conversations, args.limit,
-                  args.questions)
-    await measure("baseline bm25 (porter)", bm25_asker(conversations), conversations,
-                  args.limit, args.questions)
+    bm25 = bm25_asker(conversations)
+    for group, chosen in halves:
+        await measure(f"seed scorer (memory), {group}", store_asker(seed), chosen, args.limit,
+                      args.questions)
+        await measure(f"baseline bm25 (porter), {group}", bm25, chosen, args.limit,
+                      args.questions)
 
 
 if __name__ == "__main__":
