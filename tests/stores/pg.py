@@ -68,8 +68,8 @@ def lend_schema() -> str:
 
 
 def give_back(*names: str) -> None:
-    """Empty the schemas a test used (records, postings, scopes, counters, reaches, vectors)
-    for the next test; one that cannot be emptied (never migrated: its store never
+    """Empty the schemas a test used (records, postings, scopes, counters and their totals,
+    reaches, vectors) for the next test; one that cannot be emptied (never migrated: its store never
     connected) is dropped."""
     import psycopg
 
@@ -77,7 +77,8 @@ def give_back(*names: str) -> None:
         for name in names:
             try:
                 conn.execute(f'TRUNCATE "{name}".records, "{name}".postings, "{name}".scopes,'
-                             f' "{name}".counters, "{name}".reaches, "{name}".vectors')
+                             f' "{name}".counters, "{name}".count_totals, "{name}".reaches,'
+                             f' "{name}".vectors')
             except psycopg.Error:
                 conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
             else:
