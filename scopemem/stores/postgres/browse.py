@@ -8,8 +8,8 @@ its total a count of the same partial index: it reads scope rows, never a record
 records takes its seqs from ``records_browse`` (scope, seq, and what a page filters on, in
 the index) newest first, then reads only the page's rows. A record's history is a few
 primary-key and partial-index lookups. A kind's count totals are its rows of
-``count_totals`` (migration 7, kept with the counters), a row per day and name. Reaches are a table of their own, pruned past the retention by every log;
-reads skip what is past it.
+``count_totals`` (migration 7, kept with the counters), a row per day and name. Reaches are
+a table of their own, pruned past the retention by every log; reads skip what is past it.
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ holding every scope whose key hashes to it.
 Each shard is one SQLite database in WAL mode. Its tables are keyed by scope first, as the
 PostgreSQL store's one table is (``stores/postgres/migrations.py``): ``scopes`` (a row per
 scope: its last seq, active count, change counter and its id in the shard), ``records``
-(``(scope_key, seq)``), ``counters`` and ``count_totals``. Every statement names the scope as a bound value in
-its WHERE clause, and every index leads with ``scope_key``, so no statement can read or
-change another scope's rows, whatever its key holds.
+(``(scope_key, seq)``) and ``counters``. Every statement names the scope as a bound
+value in its WHERE clause, and every index leads with ``scope_key``, so no statement can
+read or change another scope's rows, whatever its key holds. ``count_totals``, the counters
+summed per scope kind, is kept by triggers and read by the hub's charts (``browse.py``).
 
 The engine's terms of every active record are in one FTS5 table per shard, ``terms_fts``
 (``index.py``): a document per record, rowid ``sid << 32 | seq``, each term prefixed by the
