@@ -56,7 +56,6 @@ __all__ = [
     "select_reaches",
     "summary_from_wire",
     "summary_to_wire",
-    "sum_counts",
     "total_from_wire",
     "total_to_wire",
 ]
@@ -197,16 +196,6 @@ def merge_totals(totals: Iterable[CountTotal]) -> list[CountTotal]:
         sums[(part.day, part.name)] = (total + part.total, max(most, part.most))
     return [CountTotal(day=day, name=name, total=total, most=most)
             for (day, name), (total, most) in sorted(sums.items())]
-
-
-def sum_counts(rows: Iterable[tuple[str, int, str, int]], kind: str, since_day: int
-               ) -> list[CountTotal]:
-    """The count totals of ``rows`` (scope key, day, name, value) for the scopes of ``kind``
-    on ``since_day`` and later: the in-process answer every store's SQL agrees with."""
-    low, high = kind_range(kind)
-    return merge_totals(CountTotal(day=day, name=name, total=value, most=value)
-                        for scope_key, day, name, value in rows
-                        if day >= since_day and low <= scope_key < high)
 
 
 def check_scope_sort(sort: object) -> str:

@@ -172,7 +172,8 @@ class BrowsingStore(Protocol):
     async def read_count_totals(self, kind: str, *, since_day: int = 0
                                 ) -> list[browse.CountTotal]:
         """The counters of every scope of ``kind`` on ``since_day`` and later, summed by day
-        and name where they are kept (``core.browse.sum_counts``), sorted so."""
+        and name, sorted so: from totals the store keeps with its counters (a row per kind,
+        day and name), never from every scope's counters."""
 
     async def log_reaches(self, reaches: Sequence[browse.Reach]) -> None: ...
 

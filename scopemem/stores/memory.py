@@ -56,7 +56,7 @@ from scopemem.stores.base import (
     salient_batch,
     wall_clock_ms,
 )
-from scopemem.stores.memory_browse import InProcessBrowsing
+from scopemem.stores.memory_browse import CountTotals, InProcessBrowsing
 from scopemem.stores.porting import group_import
 from scopemem.stores.shared import counts as counting
 from scopemem.stores.shared.vectors import Shelf
@@ -172,8 +172,9 @@ class InMemoryStore:
         # The counters: (scope key, day, name) → value. Changed in the same step as the rows
         # they count (no await in between), as the SQL stores do in one transaction.
         self._counts: dict[tuple[str, int, str], int] = {}
+        self._totals = CountTotals()  # the counters per kind, day and name, kept with them
         # Browsing (``stores.base.BrowsingStore``): pages over the scopes, and the reaches.
-        self.browsing = InProcessBrowsing(self._scopes, self._counts, clock,
+        self.browsing = InProcessBrowsing(self._scopes, self._totals, clock,
                                           reach_retention_days)
         self.scope_page = self.browsing.scope_page
         self.record_page = self.browsing.record_page
@@ -418,8 +419,9 @@ class InMemoryStore:
         for record in rows:
             self._terms.pop(record.id, None)
             self._died.pop(record.id, None)
-        for key in [key for key in self._counts if key[0] == scope_key]:
-            del self._counts[key]
+        gone = {key: self._counts.pop(key) for key in
+                [key for key in self._counts if key[0] == scope_key]}
+        self._totals.deleted(gone, self._counts)
         return len(rows)
 
     async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
@@ -487,7 +489,8 @@ class InMemoryStore:
         counts = self._counts
         for row in rows:
             key = (row.scope_key, row.day, row.name)
-            counts[key] = counts.get(key, 0) + row.value
+            counts[key] = value = counts.get(key, 0) + row.value
+            self._totals.added(row.scope_key, row.day, row.name, row.value, value)
 
     async def add_counts(self, rows: Sequence[CountRow]) -> None:
         self._count(counting.check_rows(rows))

@@ -1,9 +1,10 @@
 """The in-process store's browsing (``base.BrowsingStore``): pages drawn from its dict of
-scopes, and its reaches in a list, pruned past the reach retention as each call logs more.
+scopes, its count totals, and its reaches in a list, pruned past the reach retention as each
+call logs more.
 
-A part of ``InMemoryStore``, built with the store's scopes and counters (the very dicts it
-writes), its clock and its reach retention; the store tells it when a scope's newest record
-was written (``wrote``) and when a scope is deleted (``dropped``).
+A part of ``InMemoryStore``, built with the store's scopes and count totals (the very
+objects it writes), its clock and its reach retention; the store tells it when a scope's
+newest record was written (``wrote``) and when a scope is deleted (``dropped``).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from scopemem.core.browse import (
     RecordPage,
     ScopePage,
     select_reaches,
-    sum_counts,
 )
 from scopemem.core.records import Kind, Record
+from scopemem.core.scopes import scope_kind
 from scopemem.stores.base import Clock
 from scopemem.stores.browsing import (
     check_reach_retention_days,
@@ -37,17 +38,54 @@ from scopemem.stores.browsing import (
     summaries,
 )
 
-__all__ = ["InProcessBrowsing"]
+__all__ = ["CountTotals", "InProcessBrowsing"]
+
+
+def _kind(scope_key: str) -> str:
+    """The kind a reading of count totals finds the key's counters under: '' (no kind a
+    reading may name) for a key without a colon, as a kind's range of keys leaves it out."""
+    return scope_kind(scope_key) if ":" in scope_key else ""
+
+
+class CountTotals:
+    """The store's counters summed per kind, day and name, with the largest value one scope
+    holds, kept as the store changes a counter (the SQL stores keep them in a table)."""
+
+    def __init__(self) -> None:
+        self._totals: dict[tuple[str, int, str], tuple[int, int]] = {}
+
+    def added(self, scope_key: str, day: int, name: str, delta: int, value: int) -> None:
+        """A scope's counter grew by ``delta`` to ``value``."""
+        key = (_kind(scope_key), day, name)
+        total, peak = self._totals.get(key, (0, 0))
+        self._totals[key] = (total + delta, max(peak, value))
+
+    def deleted(self, gone: Mapping[tuple[str, int, str], int],
+                kept: Mapping[tuple[str, int, str], int]) -> None:
+        """``gone`` counters (of one scope) were deleted; ``kept`` are the store's others. A
+        peak one of them held is found again among ``kept``."""
+        for (scope_key, day, name), value in gone.items():
+            kind = _kind(scope_key)
+            total, peak = self._totals.pop((kind, day, name))
+            if peak <= value:
+                peak = max((held for (key, d, n), held in kept.items()
+                            if d == day and n == name and _kind(key) == kind), default=0)
+            if total > value:
+                self._totals[(kind, day, name)] = (total - value, peak)
+
+    def read(self, kind: str, since_day: int) -> builtins.list[CountTotal]:
+        return [CountTotal(day=day, name=name, total=total, most=peak)
+                for (held, day, name), (total, peak) in sorted(self._totals.items())
+                if held == kind and day >= since_day]
 
 
 class InProcessBrowsing:
     """Browsing over ``scopes`` (scope key → rows in seq order, the store's own dict)."""
 
-    def __init__(self, scopes: Mapping[str, Sequence[Record]],
-                 counts: Mapping[tuple[str, int, str], int], clock: Clock,
-                 reach_retention_days: int) -> None:
+    def __init__(self, scopes: Mapping[str, Sequence[Record]], totals: CountTotals,
+                 clock: Clock, reach_retention_days: int) -> None:
         self._scopes = scopes
-        self._counts = counts  # (scope key, day, name) → value
+        self._totals = totals
         self._clock = clock
         self.reach_retention_days = check_reach_retention_days(reach_retention_days)
         # When each scope's newest record was written (the highest creation time of the
@@ -83,8 +121,7 @@ class InProcessBrowsing:
     async def read_count_totals(self, kind: str, *, since_day: int = 0
                                 ) -> builtins.list[CountTotal]:
         kind, since_day = count_total_args(kind, since_day)
-        return sum_counts(((*key, value) for key, value in self._counts.items()), kind,
-                          since_day)
+        return self._totals.read(kind, since_day)
 
     async def record_page(self, scope_key: str, *, kind: Kind | None = None,
                           status: str | None = None, source: str | None = None,

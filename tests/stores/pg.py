@@ -68,8 +68,8 @@ def lend_schema() -> str:
 
 
 def give_back(*names: str) -> None:
-    """Empty the schemas a test used (records, postings, scopes, counters, reaches, vectors)
-    for the next test; one that cannot be emptied (never migrated: its store never
+    """Empty the schemas a test used (records, postings, scopes, counters and their totals,
+    reaches, vectors) for the next test; one that cannot be emptied (never migrated: its store never
     connected) is dropped."""
     import psycopg
 
@@ -79,8 +79,8 @@ def give_back(*names: str) -> None:
                 # DELETE, not TRUNCATE: a test leaves a few rows, and TRUNCATE makes new
                 # files for every table and index, several times the cost.
                 with conn.transaction():
-                    for table in ("records", "postings", "scopes", "counters", "reaches",
-                                  "vectors"):
+                    for table in ("records", "postings", "scopes", "counters", "count_totals",
+                                  "reaches", "vectors"):
                         conn.execute(f'DELETE FROM "{name}".{table}')
             except psycopg.Error:
                 conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')

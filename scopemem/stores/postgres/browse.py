@@ -7,9 +7,9 @@ A page of scopes is one index range of ``scopes`` in the page's order (byte orde
 its total a count of the same partial index: it reads scope rows, never a record. A page of
 records takes its seqs from ``records_browse`` (scope, seq, and what a page filters on, in
 the index) newest first, then reads only the page's rows. A record's history is a few
-primary-key and partial-index lookups. A kind's count totals are one ``GROUP BY`` over its
-scopes' counters. Reaches are a table of their own, pruned past the retention by every log;
-reads skip what is past it.
+primary-key and partial-index lookups. A kind's count totals are its rows of
+``count_totals`` (migration 7, kept with the counters), a row per day and name. Reaches are
+a table of their own, pruned past the retention by every log; reads skip what is past it.
 """
 
 from __future__ import annotations
@@ -92,9 +92,8 @@ class Browse:
         self._rows = (f"SELECT {COLUMNS} FROM {records} WHERE scope_key = %(scope)s"
                       " AND seq = ANY(%(seqs)s::bigint[])")
         self._count_totals = (
-            f"SELECT day, name, sum(value), max(value) FROM {s}.counters"
-            " WHERE starts_with(scope_key, %(prefix)s) AND day >= %(since)s"
-            " GROUP BY day, name ORDER BY day, name")
+            f"SELECT day, name, total, peak FROM {s}.count_totals WHERE kind = %(kind)s"
+            " AND day >= %(since)s AND total > 0 ORDER BY day, name")
         reaches = f"{s}.reaches"
         self._prune = f"DELETE FROM {reaches} WHERE at <= %(cutoff)s"
         self._log = (f"INSERT INTO {reaches} (scope_key, seq, run_id, thread_key, at)"
@@ -140,8 +139,7 @@ class Browse:
 
     async def read_count_totals(self, kind: str, *, since_day: int = 0) -> list[CountTotal]:
         kind, since_day = count_total_args(kind, since_day)
-        rows = await self._fetch(self._count_totals, {"prefix": kind_range(kind)[0],
-                                                      "since": since_day})
+        rows = await self._fetch(self._count_totals, {"kind": kind, "since": since_day})
         return [CountTotal(day=int(day), name=name, total=int(total), most=int(most))
                 for day, name, total, most in rows]
 

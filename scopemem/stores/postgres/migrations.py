@@ -201,6 +201,28 @@ MIGRATIONS: tuple[Migration, ...] = (
         " REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT"
         " EXECUTE FUNCTION {s}.records_vector_deleted()",
     )),
+    Migration(7, "count totals per scope kind, day and name", (
+        # A scope key's kind (``core.scopes.scope_kind``), '' for a key without a colon:
+        # the keys ``starts_with(scope_key, kind || ':')`` selects.
+        "CREATE OR REPLACE FUNCTION {s}.scope_kind(key text) RETURNS text LANGUAGE sql"
+        " IMMUTABLE AS $$ SELECT CASE WHEN strpos(key, ':') > 0"
+        " THEN split_part(key, ':', 1) ELSE '' END $$",
+        # The counters summed per kind, day and name, with the largest value one scope
+        # holds (``peak``): kept by the statements that change ``counters``, in their
+        # transaction (``statements.py``), and read by the hub's charts (``browse.py``).
+        """CREATE TABLE IF NOT EXISTS {s}.count_totals (
+            kind  text NOT NULL,
+            day   integer NOT NULL,
+            name  text NOT NULL,
+            total bigint NOT NULL,
+            peak  bigint NOT NULL,
+            PRIMARY KEY (kind, day, name)
+        )""",
+    ), once=(
+        "INSERT INTO {s}.count_totals (kind, day, name, total, peak)"
+        " SELECT {s}.scope_kind(scope_key), day, name, sum(value), max(value)"
+        " FROM {s}.counters GROUP BY 1, 2, 3",
+    )),
 )
 
 #: Every active row's postings, from its tokens (the backfill, and the re-derivation when

@@ -231,7 +231,25 @@ class Statements:
         # emptied, with its last seq, so no id it gave is given again.
         self.delete_records = f"DELETE FROM {records} WHERE scope_key = %(scope)s"
         self.delete_postings = f"DELETE FROM {s}.postings WHERE scope_key = %(scope)s"
-        self.delete_counters = f"DELETE FROM {s}.counters WHERE scope_key = %(scope)s"
+        # Its counters go, and their count totals with them (``counts.py``): the sums lose
+        # them, and a peak one of them held is found again among the kind's counters.
+        totals = f"{s}.count_totals"
+        self.delete_counters = (
+            f"WITH gone AS (DELETE FROM {s}.counters WHERE scope_key = %(scope)s"
+            " RETURNING day, name, value)"
+            f" INSERT INTO {totals} AS t (kind, day, name, total, peak)"
+            f" SELECT {s}.scope_kind(%(scope)s), day, name, -value, 0 FROM gone"
+            " ORDER BY day, name ON CONFLICT (kind, day, name) DO UPDATE SET"
+            " total = t.total + excluded.total,"
+            " peak = CASE WHEN -excluded.total < t.peak THEN t.peak ELSE 0 END")
+        self.find_peaks = (
+            f"UPDATE {totals} AS t SET peak = m.most FROM (SELECT day, name,"
+            f" max(value) AS most FROM {s}.counters WHERE starts_with(scope_key,"
+            f" {s}.scope_kind(%(scope)s) || ':') AND (day, name) IN (SELECT day, name"
+            f" FROM {totals} WHERE kind = {s}.scope_kind(%(scope)s) AND peak = 0"
+            " AND total > 0) GROUP BY day, name) AS m"
+            f" WHERE t.kind = {s}.scope_kind(%(scope)s) AND t.day = m.day"
+            " AND t.name = m.name")
         self.empty_scope = (f"UPDATE {s}.scopes SET active = 0, generation = generation + 1,"
                             " last_write = NULL WHERE scope_key = %(scope)s")
         # Scrubbing a person out of a scope's provenance (``store.scrub_provenance``).
@@ -246,13 +264,22 @@ class Statements:
         # Counters (``counts.py``): rows of any scopes added in one statement (in the
         # order ``core.counters.merge_rows`` sorts them, so two transactions adding to the
         # same counters lock them in the same order and never deadlock), and the reading.
+        # The count totals of the rows' kinds grow in the same statement, by the values
+        # added, their peaks to the counters' new values (in the totals' order: the same
+        # lock order for every transaction).
         counters = f"{s}.counters"
         self.add_counts = (
-            f"INSERT INTO {counters} (scope_key, day, name, value)"
-            " SELECT * FROM unnest(%(scopes)s::text[], %(days)s::integer[],"
-            " %(names)s::text[], %(values)s::bigint[])"
+            "WITH given AS (SELECT * FROM unnest(%(scopes)s::text[], %(days)s::integer[],"
+            " %(names)s::text[], %(values)s::bigint[]) AS g (scope_key, day, name, value)),"
+            f" added AS (INSERT INTO {counters} (scope_key, day, name, value)"
+            " SELECT * FROM given"
             f" ON CONFLICT (scope_key, day, name) DO UPDATE SET value = {counters}.value"
-            " + excluded.value")
+            " + excluded.value RETURNING scope_key, day, name, value)"
+            f" INSERT INTO {totals} AS t (kind, day, name, total, peak)"
+            f" SELECT {s}.scope_kind(a.scope_key), a.day, a.name, sum(g.value), max(a.value)"
+            " FROM added a JOIN given g USING (scope_key, day, name) GROUP BY 1, 2, 3"
+            " ORDER BY 1, 2, 3 ON CONFLICT (kind, day, name) DO UPDATE SET"
+            " total = t.total + excluded.total, peak = GREATEST(t.peak, excluded.peak)")
         self.read_counts = (
             f"SELECT scope_key, day, name, value FROM {counters} WHERE day >= %(since)s"
             " AND (%(keys)s::text[] IS NULL OR scope_key = ANY(%(keys)s::text[]))"

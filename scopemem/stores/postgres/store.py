@@ -342,6 +342,7 @@ class PostgresStore(Porting, Counts):
             cursor = await conn.execute(self.sql.delete_records, params)
             deleted = max(cursor.rowcount, 0)
             await conn.execute(self.sql.delete_counters, params)
+            await conn.execute(self.sql.find_peaks, params)
             await conn.execute(self.sql.empty_scope, params)
             await conn.execute(self._browse.drop_scope, params)
         return int(deleted)

@@ -9,8 +9,8 @@ merges them: it reads scope rows, never a record. A page of records reads the se
 ``records_browse`` (scope, seq and what a page filters on, without the text) newest first,
 then only the page's rows, with the uses not saved yet (``usage.py``); its total counts the
 same index. A record's history is a few primary-key and partial-index lookups. A kind's
-count totals are summed in each shard (a range of the counters' primary key) and the
-shards' sums merged.
+count totals are each shard's rows of ``count_totals`` (kept with the counters,
+``schema.py``) for the kind and days, merged: a row per day and name, never a scope's.
 """
 
 from __future__ import annotations
@@ -69,9 +69,8 @@ def _scope_statement(sort: str, descending: bool) -> str:
     return f"{_SCOPES} ORDER BY {columns} LIMIT :want"
 
 
-_COUNT_TOTALS = ("SELECT day, name, sum(value), max(value) FROM counters"
-                 " WHERE scope_key >= :low AND scope_key < :high AND day >= :since"
-                 " GROUP BY day, name")
+_COUNT_TOTALS = ("SELECT day, name, total, peak FROM count_totals"
+                 " WHERE kind = :kind AND day >= :since AND total > 0")
 _FILTERS = ("scope_key = :scope AND (:kind IS NULL OR kind = :kind)"
             " AND (:status IS NULL OR status = :status)"
             " AND (:source IS NULL OR source = :source)")
@@ -127,8 +126,7 @@ class Browse:
 
     async def read_count_totals(self, kind: str, *, since_day: int = 0) -> list[CountTotal]:
         kind, since_day = count_total_args(kind, since_day)
-        low, high = kind_range(kind)
-        params = {"low": low, "high": high, "since": since_day}
+        params = {"kind": kind, "since": since_day}
         answers = await asyncio.gather(*(self._pools.read(shard, _count_totals, params)
                                          for shard in range(self._shards)))
         return merge_totals(total for answer in answers for total in answer or ())

@@ -4,9 +4,10 @@ holding every scope whose key hashes to it.
 Each shard is one SQLite database in WAL mode. Its tables are keyed by scope first, as the
 PostgreSQL store's one table is (``stores/postgres/migrations.py``): ``scopes`` (a row per
 scope: its last seq, active count, change counter and its id in the shard), ``records``
-(``(scope_key, seq)``) and ``counters``. Every statement names the scope as a bound value in
-its WHERE clause, and every index leads with ``scope_key``, so no statement can read or
-change another scope's rows, whatever its key holds.
+(``(scope_key, seq)``) and ``counters``. Every statement names the scope as a bound
+value in its WHERE clause, and every index leads with ``scope_key``, so no statement can
+read or change another scope's rows, whatever its key holds. ``count_totals``, the counters
+summed per scope kind, is kept by triggers and read by the hub's charts (``browse.py``).
 
 The engine's terms of every active record are in one FTS5 table per shard, ``terms_fts``
 (``index.py``): a document per record, rowid ``sid << 32 | seq``, each term prefixed by the
@@ -31,7 +32,7 @@ from scopemem.stores.sqlite_shared import index
 
 # "ScMs": a shard of the shared-file layout (the file-per-scope layout's files say "ScMm").
 APPLICATION_ID = 0x53634D73
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 #: Shards of a data directory. Fixed: a scope's shard is its key's hash modulo this, so a
 #: directory written with one count cannot be read with another.
 SHARDS = 16
@@ -54,6 +55,20 @@ TERMS_FTS = ("CREATE VIRTUAL TABLE IF NOT EXISTS terms_fts USING fts5(tokens, to
 # The newest record's creation time of the scope a row goes into (``scopes.last_write``).
 LAST_WRITE = ("UPDATE scopes SET last_write = max(ifnull(last_write, 0), NEW.created_at)"
               " WHERE scope_key = NEW.scope_key;")
+
+
+
+def _kind(row: str) -> str:
+    """The scope kind of ``row``'s key (``core.scopes.scope_kind``), '' for a key without
+    a colon: the rows a kind's range of keys (``kind:`` up to ``kind;``) selects."""
+    key = f"{row}.scope_key"
+    return (f"(CASE WHEN instr({key}, ':') > 0 THEN substr({key}, 1, instr({key}, ':') - 1)"
+            " ELSE '' END)")
+
+
+def _total_of(row: str) -> str:
+    return f"kind = {_kind(row)} AND day = {row}.day AND name = {row}.name"
+
 
 TABLES = (
     """CREATE TABLE IF NOT EXISTS meta (
@@ -148,7 +163,41 @@ TABLES = (
         value     INTEGER NOT NULL,
         PRIMARY KEY (scope_key, day, name)
     ) WITHOUT ROWID""",
+    # The shard's counters summed per scope kind, day and name (``browse.py``'s count
+    # totals), with the largest value one scope holds (``peak``). Kept by triggers, so every
+    # writer of ``counters`` (a write, a forget, a sweep, ``add_counts``, the migration from
+    # the file layout, deleting a scope) keeps them in its own transaction. A scope's
+    # counter only grows until the scope is deleted; a deleted counter that held the peak
+    # has the peak found again among the kind's counters of that day and name (a range of
+    # the kind's keys: a rare, slower step). A row whose total fell to 0 counts nothing.
+    """CREATE TABLE IF NOT EXISTS count_totals (
+        kind  TEXT NOT NULL,
+        day   INTEGER NOT NULL,
+        name  TEXT NOT NULL,
+        total INTEGER NOT NULL,
+        peak  INTEGER NOT NULL,
+        PRIMARY KEY (kind, day, name)
+    ) WITHOUT ROWID""",
+    f"CREATE TRIGGER IF NOT EXISTS counters_total_added AFTER INSERT ON counters BEGIN"
+    f" INSERT INTO count_totals (kind, day, name, total, peak)"
+    f" VALUES ({_kind('NEW')}, NEW.day, NEW.name, NEW.value, NEW.value)"
+    f" ON CONFLICT (kind, day, name) DO UPDATE SET total = total + excluded.total,"
+    f" peak = max(peak, excluded.peak); END",
+    f"CREATE TRIGGER IF NOT EXISTS counters_total_grown AFTER UPDATE OF value ON counters"
+    f" BEGIN UPDATE count_totals SET total = total + NEW.value - OLD.value,"
+    f" peak = max(peak, NEW.value) WHERE {_total_of('NEW')}; END",
+    f"CREATE TRIGGER IF NOT EXISTS counters_total_deleted AFTER DELETE ON counters BEGIN"
+    f" UPDATE count_totals SET total = total - OLD.value, peak = CASE"
+    f" WHEN OLD.value < peak THEN peak ELSE ifnull((SELECT max(value) FROM counters"
+    f" WHERE scope_key >= kind || ':' AND scope_key < kind || ';' AND day = OLD.day"
+    f" AND name = OLD.name), 0) END WHERE {_total_of('OLD')}; END",
 )
+
+# A shard's count totals from its counters, once, when a shard of version 6 or older gains
+# the table (``apply_schema``).
+_FILL_TOTALS = (f"INSERT INTO count_totals (kind, day, name, total, peak)"
+                f" SELECT {_kind('counters')} AS kind, day, name, sum(value), max(value)"
+                f" FROM counters GROUP BY 1, day, name")
 
 
 @functools.lru_cache(maxsize=1 << 16)  # asked several times a request, for the same keys
@@ -205,6 +254,8 @@ def apply_schema(conn: Any, index: int, shards: int) -> None:
         _with_last_write(conn)  # a shard of schema version 1-4
     for statement in TABLES:
         conn.execute(statement)
+    if "counters" in tables and "count_totals" not in tables:
+        conn.execute(_FILL_TOTALS)  # a shard of schema version 1-6
     conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?), (?, ?)",
                  (META_SHARD, str(index), META_SHARDS, str(shards)))
     if pragma(conn, "application_id") != APPLICATION_ID:
