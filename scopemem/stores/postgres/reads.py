@@ -137,10 +137,11 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
                                                _chained(covered, continues))
 
     covered, candidates = choose()
-    if (generation is None and bump and candidates and len(candidates) <= limit
-            and any(seq not in held for _match, seq in candidates)):
+    if (bump and candidates and len(candidates) <= limit
+            and (generation is not None or any(seq not in held for _m, seq in candidates))):
         return await _all_returned(conn, sql, usage, ranking, scope_key, covered, total,
-                                   _chained(covered, continues), candidates, limit, now)
+                                   _chained(covered, continues), candidates, limit, now,
+                                   generation)
     details: Details = {}
     check = generation
     while True:
@@ -188,20 +189,27 @@ def _chained(covered: Mapping[int, float], continues: AbstractSet[int]) -> Abstr
 async def _all_returned(conn: Any, sql: Statements, usage: DeferredUsage,
                         ranking: engine.Ranking, scope_key: str, covered: dict[int, float],
                         total: float, continues: AbstractSet[int],
-                        candidates: list[tuple[float, int]], limit: int, now: int
-                        ) -> list[Hit]:
+                        candidates: list[tuple[float, int]], limit: int, now: int,
+                        generation: int | None) -> list[Hit] | None:
     """Steps 3 and 4 in one statement, when every candidate is returned (then the
     candidates are every covered record: the cap exceeds the limit). A candidate gone since
-    the postings were read is dropped; the others are still every candidate."""
+    the postings were read is dropped; the others are still every candidate. With
+    ``generation`` (a copy's), the statement reads and counts nothing unless the scope's
+    change counter is that one, and then this answers None."""
     cursor = await conn.execute(sql.read_and_bump, {
-        "scope": scope_key, "seqs": [seq for _match, seq in candidates], "now": now},
-        binary=True)
+        "scope": scope_key, "seqs": [seq for _match, seq in candidates], "now": now,
+        "at": generation}, binary=True)
+    rows = await cursor.fetchall()
+    if generation is not None and (not rows or rows[0][0] != generation):
+        return None
     details: Details = {}
     counted: set[int] = set()
-    for row in await cursor.fetchall():
-        details[row[0]] = (last_touched(row), row)
-        if row[16]:
-            counted.add(row[0])
+    for row in rows:
+        if row[1] is None:
+            continue
+        details[row[1]] = (last_touched(row[1:]), row[1:])
+        if row[17]:
+            counted.add(row[1])
     gone = [seq for _match, seq in candidates if seq not in details]
     if gone:
         for seq in gone:

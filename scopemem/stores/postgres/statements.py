@@ -140,20 +140,26 @@ class Statements:
             " last_used_at = greatest(coalesce(r.last_used_at, 0), %(now)s)"
             " FROM free WHERE r.scope_key = %(scope)s AND r.seq = free.seq"
             " RETURNING r.seq, r.use_count, r.last_used_at")
-        # The candidates' rows as they are, and one use of each counted (skipping rows a
-        # writer holds: the last column says which were counted), for a retrieval that
-        # returns every candidate (see reads.py).
+        # The scope's change counter, then the candidates' rows as they are, and one use of
+        # each counted (skipping rows a writer holds: the last column says which were
+        # counted), for a retrieval that returns every candidate (see reads.py). With
+        # ``%(at)s`` (a copy's counter), nothing is read or counted unless the counter is
+        # that one: the copy is checked in the same statement (one snapshot).
+        at = ("(%(at)s::bigint IS NULL"
+              f" OR %(at)s::bigint = (SELECT generation FROM {s}.scopes"
+              " WHERE scope_key = %(scope)s))")
         self.read_and_bump = (
             f"WITH old AS (SELECT {COLUMNS} FROM {records} WHERE {active}"
-            " AND seq = ANY(%(seqs)s::bigint[])),"
+            f" AND seq = ANY(%(seqs)s::bigint[]) AND {at}),"
             f" free AS (SELECT seq FROM {records} WHERE {active}"
-            " AND seq = ANY(%(seqs)s::bigint[])"
+            f" AND seq = ANY(%(seqs)s::bigint[]) AND {at}"
             " AND set_config('synchronous_commit', 'off', true) = 'off'"
             " FOR UPDATE SKIP LOCKED),"
             f" done AS (UPDATE {records} r SET use_count = r.use_count + 1,"
             " last_used_at = greatest(coalesce(r.last_used_at, 0), %(now)s)"
             " FROM free WHERE r.scope_key = %(scope)s AND r.seq = free.seq RETURNING r.seq)"
-            " SELECT old.*, old.seq IN (SELECT seq FROM done) FROM old")
+            " SELECT sc.generation, old.*, old.seq IN (SELECT seq FROM done)"
+            f" FROM {s}.scopes sc LEFT JOIN old ON true WHERE sc.scope_key = %(scope)s")
         # Deferred bumps: any number of rows and uses in one statement. It skips rows that
         # are still locked too (waiting there could deadlock with a writer that holds one
         # row and wants another this statement holds); those stay queued.
