@@ -40,6 +40,7 @@ from scopemem.stores.base import Hit
 from scopemem.stores.postgres.statements import (
     ROW_COLUMNS,
     Statements,
+    bigints,
     last_touched,
     record_of,
     used_record,
@@ -152,7 +153,7 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
             # The first read of the rows also reads the change counter: a copy answers
             # only at its own (even with no candidate: "nothing" must be checked too).
             cursor = await conn.execute(sql.active_rows_at,
-                                        {"scope": scope_key, "seqs": unread}, binary=True)
+                                        {"scope": scope_key, "seqs": bigints(unread)}, binary=True)
             rows = await cursor.fetchall()
             if not rows or rows[0][0] != check:
                 return None
@@ -160,7 +161,7 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
             found.extend(row[1:] for row in rows if row[1] is not None)
         elif unread:
             cursor = await conn.execute(sql.active_rows_by_seq,
-                                        {"scope": scope_key, "seqs": unread}, binary=True)
+                                        {"scope": scope_key, "seqs": bigints(unread)}, binary=True)
             found.extend(await cursor.fetchall())
         for row in found:
             details[row[0]] = (last_touched(row), row)
@@ -197,7 +198,7 @@ async def _all_returned(conn: Any, sql: Statements, usage: DeferredUsage,
     ``generation`` (a copy's), the statement reads and counts nothing unless the scope's
     change counter is that one, and then this answers None."""
     cursor = await conn.execute(sql.read_and_bump, {
-        "scope": scope_key, "seqs": [seq for _match, seq in candidates], "now": now,
+        "scope": scope_key, "seqs": bigints(seq for _match, seq in candidates), "now": now,
         "at": generation}, binary=True)
     rows = await cursor.fetchall()
     if generation is not None and (not rows or rows[0][0] != generation):
@@ -228,7 +229,7 @@ async def _bump(conn: Any, sql: Statements, usage: DeferredUsage, scope_key: str
     """The records of ``rows``, each with one more use: counted now in one statement, or,
     for a row a writer holds, a moment later."""
     cursor = await conn.execute(sql.bump_now, {"scope": scope_key,
-                                               "seqs": [row[0] for row in rows], "now": now})
+                                               "seqs": bigints(row[0] for row in rows), "now": now})
     done = {seq: (uses, last) for seq, uses, last in await cursor.fetchall()}
     late = _counted_later(usage, scope_key,
                           [record_of(row) for row in rows if row[0] not in done], now)
@@ -251,11 +252,13 @@ def _counted_later(usage: DeferredUsage, scope_key: str, records: Sequence[Recor
 async def mark_used(conn: Any, sql: Statements, usage: DeferredUsage, scope_key: str,
                     seqs: list[int], now: int) -> int:
     """One use of each of ``seqs`` that is an active row; how many."""
-    cursor = await conn.execute(sql.bump_now, {"scope": scope_key, "seqs": seqs, "now": now})
+    cursor = await conn.execute(sql.bump_now, {"scope": scope_key, "seqs": bigints(seqs),
+                                               "now": now})
     done = {row[0] for row in await cursor.fetchall()}
     rest = [seq for seq in seqs if seq not in done]
     if rest:
-        cursor = await conn.execute(sql.active_seqs, {"scope": scope_key, "seqs": rest})
+        cursor = await conn.execute(sql.active_seqs, {"scope": scope_key,
+                                                         "seqs": bigints(rest)})
         late = [seq for (seq,) in await cursor.fetchall()]
         usage.add(scope_key, late, now)
         done.update(late)

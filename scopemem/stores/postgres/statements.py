@@ -10,13 +10,14 @@ tsquery or LIKE parser ever sees it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from scopemem.core.records import Record, trusted_record
 from scopemem.stores.postgres.migrations import POST_ALL, quoted
 
-__all__ = ["COLUMNS", "ROW_COLUMNS", "Statements", "last_touched", "record_of", "used_record"]
+__all__ = ["COLUMNS", "ROW_COLUMNS", "Statements", "bigints", "last_touched", "record_of",
+           "used_record"]
 
 # The seq, then the record's fields in ``Record``'s order (positions 1-15).
 COLUMNS = ("seq, id, scope_key, kind, text, keywords, source_thread_key, source_run_id,"
@@ -29,6 +30,14 @@ ROW_COLUMNS = 5
 # COLUMNS' positions of what a retrieval reads of a row before it is a record.
 _CREATED, _LAST_USED = 8, 9
 PURGEABLE = "('superseded', 'evicted', 'swept')"
+
+
+def bigints(values: Iterable[int]) -> str:
+    """A list of integers bound as a ``bigint[]`` literal: psycopg dumps a Python list one
+    element at a time in Python after scanning it for the element type (about 0.15 ms for
+    50 integers, most of a statement's cost in the worker); the literal costs a tenth. Only
+    integers are formatted, so nothing but digits, signs and commas reaches the server."""
+    return "{" + ",".join(map(str, map(int, values))) + "}"
 
 
 def record_of(row: Sequence[Any]) -> Record:
