@@ -17,8 +17,9 @@
 So a retrieval is one statement, or two when it counts a use; a large scope without a
 copy adds the read of the candidates' rows. When that read is needed and every candidate
 is returned anyway (no more of them than ``limit``), steps 3 and 4 are one statement,
-which reads the rows as they were and counts their use together. Rows stay tuples until
-the ranking has chosen: only the records returned are made.
+which reads the rows as they were and counts their use together (from a copy, only at the
+copy's change counter: so a selective retrieval from a copy is one statement). Rows stay
+tuples until the ranking has chosen: only the records returned are made.
 
 A use is counted in one statement that skips rows a writer holds locked (a reader never
 waits on a row lock); the skipped ones go to ``usage.DeferredUsage``, and the records

@@ -3,7 +3,7 @@ of machines, through psycopg 3's async pool.
 
 What it decides is decided by ``scopemem.core.engine``, exactly as in the other stores;
 this module only finds the rows the engine asks for and persists what it answers. A copy
-of a large scope's postings may be kept in memory (``cache.py``), but it answers only when
+of a scope's postings may be kept in memory (``cache.py``), but it answers only when
 the scope's change counter, read from the server with every retrieval, is the one it was
 read at, so a process never contradicts another's write. See ``docs/storage.md`` for the
 schema and why.
