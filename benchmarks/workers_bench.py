@@ -61,6 +61,7 @@ from benchmarks.worker_bench import (  # noqa: E402
 
 SCOPES = [f"org:bench{n}" for n in range(8)]
 DEFAULT_DSN = "postgresql://127.0.0.1:5432/test"
+POSTGRES_OPTIONS: list[str] = []  # ``--postgres-option``: TOML lines for the store's table
 
 
 def config_for(store: str, tmp: str, schema: str) -> str:
@@ -75,6 +76,8 @@ def config_for(store: str, tmp: str, schema: str) -> str:
             f.write(f"[memory.stores.sqlite]\npath = \"{os.path.join(tmp, 'data')}\"\n")
         else:
             f.write(f"[memory.stores.postgres]\ndsn = \"{dsn}\"\nschema = \"{schema}\"\n")
+            for option in POSTGRES_OPTIONS:
+                f.write(f"{option}\n")
     return path
 
 
@@ -360,7 +363,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the load generator: prepared requests on raw keep-alive sockets"
                              " (default: cheap, so the server gets the cores) or aiohttp's"
                              " client")
+    parser.add_argument("--postgres-option", action="append", default=[],
+                        metavar="KEY=VALUE", help="a line for [memory.stores.postgres], e.g."
+                        " postings_cache=0 to measure without copies (repeatable)")
     args = parser.parse_args(argv)
+    POSTGRES_OPTIONS[:] = args.postgres_option
     args.stores = [name.strip() for name in args.stores.split(",") if name.strip()]
     if (not args.stores or not set(args.stores) <= {"sqlite", "postgres"}
             or args.clients < 1 or args.seconds <= 0 or args.rounds < 1 or args.records < 1

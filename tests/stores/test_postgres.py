@@ -242,6 +242,33 @@ async def test_a_worker_s_copy_of_a_scope_never_answers_past_another_worker_s_ch
     assert [r.id for r in await here.retrieve(TEAM, "deploy note", 5)] == [elsewhere.id]
 
 
+async def test_a_retrieval_from_a_copy_another_worker_made_stale_counts_each_use_once(stores):
+    """A retrieval answered from a copy reads its rows and counts their use in one statement
+    that checks the copy's change counter. When another worker changed the scope since the
+    copy, that statement counts nothing, and the answer the server gives instead counts
+    each record it returns once: in the row and in the record returned."""
+    schema = pg.new_schema()
+    here = stores(schema, cache_min_postings=0)
+    here._cache.interval = 0
+    there = stores(schema)
+    await there.write(ORG, [fact(f"deploy note {n}") for n in range(5)]
+                      + [fact("rollback plan for the zebra cluster")])
+    for _ in range(READS_BEFORE_COPY):
+        await here.retrieve(ORG, "zebra", 8)
+    await here._cache.settled()
+    assert here._cache.has(ORG)
+    before = here._cache.answered
+    [hit] = await here.retrieve(ORG, "zebra", 8)
+    assert here._cache.answered == before + 1  # from the copy, in one statement
+    await there.write(ORG, [fact("an unrelated note")])  # the copy is stale now
+    [hit] = await here.retrieve(ORG, "zebra", 8)
+    assert here._cache.answered == before + 1
+    uses = READS_BEFORE_COPY + 2
+    assert hit.use_count == uses
+    [row] = [r for r in await there.list(ORG, 50) if r.id == hit.id]
+    assert row.use_count == uses
+
+
 async def test_a_scope_changed_between_its_reads_is_not_copied_again_and_again():
     """A copy is read only once a scope was read READS_BEFORE_COPY times at one change
     counter, and at most once every COPY_INTERVAL seconds: a scope written between most of

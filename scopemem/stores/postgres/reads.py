@@ -17,8 +17,9 @@
 So a retrieval is one statement, or two when it counts a use; a large scope without a
 copy adds the read of the candidates' rows. When that read is needed and every candidate
 is returned anyway (no more of them than ``limit``), steps 3 and 4 are one statement,
-which reads the rows as they were and counts their use together. Rows stay tuples until
-the ranking has chosen: only the records returned are made.
+which reads the rows as they were and counts their use together (from a copy, only at the
+copy's change counter: so a selective retrieval from a copy is one statement). Rows stay
+tuples until the ranking has chosen: only the records returned are made.
 
 A use is counted in one statement that skips rows a writer holds locked (a reader never
 waits on a row lock); the skipped ones go to ``usage.DeferredUsage``, and the records
@@ -40,6 +41,7 @@ from scopemem.stores.base import Hit
 from scopemem.stores.postgres.statements import (
     ROW_COLUMNS,
     Statements,
+    bigints,
     last_touched,
     record_of,
     used_record,
@@ -137,10 +139,11 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
                                                _chained(covered, continues))
 
     covered, candidates = choose()
-    if (generation is None and bump and candidates and len(candidates) <= limit
-            and any(seq not in held for _match, seq in candidates)):
+    if (bump and candidates and len(candidates) <= limit
+            and (generation is not None or any(seq not in held for _m, seq in candidates))):
         return await _all_returned(conn, sql, usage, ranking, scope_key, covered, total,
-                                   _chained(covered, continues), candidates, limit, now)
+                                   _chained(covered, continues), candidates, limit, now,
+                                   generation)
     details: Details = {}
     check = generation
     while True:
@@ -151,7 +154,7 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
             # The first read of the rows also reads the change counter: a copy answers
             # only at its own (even with no candidate: "nothing" must be checked too).
             cursor = await conn.execute(sql.active_rows_at,
-                                        {"scope": scope_key, "seqs": unread}, binary=True)
+                                        {"scope": scope_key, "seqs": bigints(unread)}, binary=True)
             rows = await cursor.fetchall()
             if not rows or rows[0][0] != check:
                 return None
@@ -159,7 +162,7 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
             found.extend(row[1:] for row in rows if row[1] is not None)
         elif unread:
             cursor = await conn.execute(sql.active_rows_by_seq,
-                                        {"scope": scope_key, "seqs": unread}, binary=True)
+                                        {"scope": scope_key, "seqs": bigints(unread)}, binary=True)
             found.extend(await cursor.fetchall())
         for row in found:
             details[row[0]] = (last_touched(row), row)
@@ -188,20 +191,27 @@ def _chained(covered: Mapping[int, float], continues: AbstractSet[int]) -> Abstr
 async def _all_returned(conn: Any, sql: Statements, usage: DeferredUsage,
                         ranking: engine.Ranking, scope_key: str, covered: dict[int, float],
                         total: float, continues: AbstractSet[int],
-                        candidates: list[tuple[float, int]], limit: int, now: int
-                        ) -> list[Hit]:
+                        candidates: list[tuple[float, int]], limit: int, now: int,
+                        generation: int | None) -> list[Hit] | None:
     """Steps 3 and 4 in one statement, when every candidate is returned (then the
     candidates are every covered record: the cap exceeds the limit). A candidate gone since
-    the postings were read is dropped; the others are still every candidate."""
+    the postings were read is dropped; the others are still every candidate. With
+    ``generation`` (a copy's), the statement reads and counts nothing unless the scope's
+    change counter is that one, and then this answers None."""
     cursor = await conn.execute(sql.read_and_bump, {
-        "scope": scope_key, "seqs": [seq for _match, seq in candidates], "now": now},
-        binary=True)
+        "scope": scope_key, "seqs": bigints(seq for _match, seq in candidates), "now": now,
+        "at": generation}, binary=True)
+    rows = await cursor.fetchall()
+    if generation is not None and (not rows or rows[0][0] != generation):
+        return None
     details: Details = {}
     counted: set[int] = set()
-    for row in await cursor.fetchall():
-        details[row[0]] = (last_touched(row), row)
-        if row[16]:
-            counted.add(row[0])
+    for row in rows:
+        if row[1] is None:
+            continue
+        details[row[1]] = (last_touched(row[1:]), row[1:])
+        if row[17]:
+            counted.add(row[1])
     gone = [seq for _match, seq in candidates if seq not in details]
     if gone:
         for seq in gone:
@@ -220,7 +230,7 @@ async def _bump(conn: Any, sql: Statements, usage: DeferredUsage, scope_key: str
     """The records of ``rows``, each with one more use: counted now in one statement, or,
     for a row a writer holds, a moment later."""
     cursor = await conn.execute(sql.bump_now, {"scope": scope_key,
-                                               "seqs": [row[0] for row in rows], "now": now})
+                                               "seqs": bigints(row[0] for row in rows), "now": now})
     done = {seq: (uses, last) for seq, uses, last in await cursor.fetchall()}
     late = _counted_later(usage, scope_key,
                           [record_of(row) for row in rows if row[0] not in done], now)
@@ -243,11 +253,13 @@ def _counted_later(usage: DeferredUsage, scope_key: str, records: Sequence[Recor
 async def mark_used(conn: Any, sql: Statements, usage: DeferredUsage, scope_key: str,
                     seqs: list[int], now: int) -> int:
     """One use of each of ``seqs`` that is an active row; how many."""
-    cursor = await conn.execute(sql.bump_now, {"scope": scope_key, "seqs": seqs, "now": now})
+    cursor = await conn.execute(sql.bump_now, {"scope": scope_key, "seqs": bigints(seqs),
+                                               "now": now})
     done = {row[0] for row in await cursor.fetchall()}
     rest = [seq for seq in seqs if seq not in done]
     if rest:
-        cursor = await conn.execute(sql.active_seqs, {"scope": scope_key, "seqs": rest})
+        cursor = await conn.execute(sql.active_seqs, {"scope": scope_key,
+                                                         "seqs": bigints(rest)})
         late = [seq for (seq,) in await cursor.fetchall()]
         usage.add(scope_key, late, now)
         done.update(late)

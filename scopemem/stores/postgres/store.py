@@ -3,7 +3,7 @@ of machines, through psycopg 3's async pool.
 
 What it decides is decided by ``scopemem.core.engine``, exactly as in the other stores;
 this module only finds the rows the engine asks for and persists what it answers. A copy
-of a large scope's postings may be kept in memory (``cache.py``), but it answers only when
+of a scope's postings may be kept in memory (``cache.py``), but it answers only when
 the scope's change counter, read from the server with every retrieval, is the one it was
 read at, so a process never contradicts another's write. See ``docs/storage.md`` for the
 schema and why.
@@ -66,7 +66,7 @@ from scopemem.stores.postgres.browse import Browse
 from scopemem.stores.postgres.counts import Counts, add_rows
 from scopemem.stores.postgres.options import PostgresOptions, options_from_settings
 from scopemem.stores.postgres.porting import Porting
-from scopemem.stores.postgres.statements import Statements, record_of
+from scopemem.stores.postgres.statements import Statements, bigints, record_of
 from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.postgres.vectors import Vectors
 from scopemem.stores.shared import batches
@@ -200,7 +200,7 @@ class PostgresStore(Porting, Counts):
                                                               create=True)
             norms, seqs = batches.lookup_keys(scope_key, fitted)
             cursor = await conn.execute(self.sql.batch_rows,
-                                        {"scope": scope_key, "norms": norms, "seqs": seqs})
+                                        {"scope": scope_key, "norms": norms, "seqs": bigints(seqs)})
             known = [record_of(row) for row in await cursor.fetchall()]
             plan = batches.plan_batch(scope_key, fitted, known, last_seq + 1, now)
             await self._persist(conn, scope_key, plan, thread, now)
@@ -234,7 +234,7 @@ class PostgresStore(Porting, Counts):
                     for r in plan.inserts])
                 terms, seqs, continues = postings_of(plan.inserts, previous, self.analyzer)
                 await conn.execute(self.sql.post, {"scope": scope_key, "terms": terms,
-                                                   "seqs": seqs, "continues": continues})
+                                                   "seqs": bigints(seqs), "continues": continues})
             if plan.changes:
                 await cursor.executemany(self.sql.change, [
                     (r.use_count, r.last_used_at, r.confidence, r.status.value,
@@ -242,7 +242,8 @@ class PostgresStore(Porting, Counts):
                     for r in plan.changes])
                 retired = [record_seq(r.id) for r in plan.changes if not r.is_active]
                 if retired:
-                    await conn.execute(self.sql.unpost, {"scope": scope_key, "seqs": retired})
+                    await conn.execute(self.sql.unpost, {"scope": scope_key,
+                                                     "seqs": bigints(retired)})
 
     async def _evict(self, conn: Any, scope_key: str, excess: int, now: int) -> list[int]:
         """The seqs of the rows evicted to bring the scope down by ``excess``."""
@@ -265,11 +266,12 @@ class PostgresStore(Porting, Counts):
         many."""
         if not seqs:
             return 0
-        cursor = await conn.execute(self.sql.retire, {"scope": scope_key, "seqs": seqs,
+        cursor = await conn.execute(self.sql.retire, {"scope": scope_key, "seqs": bigints(seqs),
                                                       "status": status.value, "now": now})
         retired = [seq for (seq,) in await cursor.fetchall()]
         if retired:
-            await conn.execute(self.sql.unpost, {"scope": scope_key, "seqs": retired})
+            await conn.execute(self.sql.unpost, {"scope": scope_key,
+                                                     "seqs": bigints(retired)})
         return len(retired)
 
     async def list(self, scope_key: str, limit: int, query: str | None = None,

@@ -45,8 +45,9 @@ log = logging.getLogger("scopemem.stores")
 #: Postings held in memory across all scopes (about 60 bytes each): a 10,000-record scope
 #: holds about 200,000.
 DEFAULT_POSTINGS_CACHE = 1_000_000
-#: A retrieval that reads this many postings has its scope copied.
-DEFAULT_MIN_POSTINGS = 4_000
+#: A retrieval that reads this many postings has its scope copied: a brief over a scope of a
+#: few dozen records already reads more from a copy than from the server's postings costs.
+DEFAULT_MIN_POSTINGS = 256
 #: Retrievals of a scope at one change counter before it is copied: a scope written between
 #: most of its reads is answered by the server rather than copied again after every write
 #: (a copy of 10,000 records takes about a quarter of a second to read).

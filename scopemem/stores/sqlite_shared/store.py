@@ -53,7 +53,12 @@ from scopemem.stores.base import (
 )
 from scopemem.stores.browsing import check_reach_retention_days
 from scopemem.stores.shared import batches
-from scopemem.stores.shared.cache import DEFAULT_POSTINGS_CACHE, PostingsCache, ScopeCopy
+from scopemem.stores.shared.cache import (
+    DEFAULT_MIN_POSTINGS,
+    DEFAULT_POSTINGS_CACHE,
+    PostingsCache,
+    ScopeCopy,
+)
 from scopemem.stores.sqlite_shared import reads, schema, writes
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.browse import Browse
@@ -83,9 +88,6 @@ __all__ = ["SharedSqliteStore"]
 log = logging.getLogger("scopemem.stores.sqlite")
 
 _POOL_THREADS = POOL_THREADS  # (tests size their load by it)
-#: Retrievals reading this many postings have their scope copied into memory
-#: (``PostingsCache.offer``), dropping the least recently read copies to fit.
-DEFAULT_MIN_POSTINGS = 256
 #: ``cache_rows`` counts rows; the copies are bounded in postings, about twenty a record of
 #: realistic text (so the default 50,000 rows is ``DEFAULT_POSTINGS_CACHE``).
 POSTINGS_PER_ROW = 20
