@@ -73,6 +73,7 @@ from scopemem.stores.base import (
 )
 from scopemem.stores.retrying import DEFAULT_DEADLINE, Breaker, RetryPolicy
 from scopemem.stores.worker_browse import WorkerBrowsing
+from scopemem.stores.worker_counts import WorkerCounts
 from scopemem.stores.worker_transport import (
     DEFAULT_TIMEOUT,
     CallFailed,
@@ -91,7 +92,7 @@ DEFAULT_TOKEN_ENV = "MEMORY_TOKEN"
 OPTIONS = ("base_url", "token_env", "timeout_seconds", "retry_deadline_seconds")
 
 
-class WorkerStore(WorkerBrowsing, WorkerVectors):
+class WorkerStore:
     """A ``MemoryStore`` whose records live in a Memory Worker, reached through its
     ``transport``. ``cap`` (the scope cap configured for this installation) is sent with
     every write when set; otherwise the worker's own default applies."""
@@ -107,8 +108,22 @@ class WorkerStore(WorkerBrowsing, WorkerVectors):
                  retry: RetryPolicy | None = None, breaker: Breaker | None = None) -> None:
         self.transport = WorkerTransport(base_url, token, timeout=timeout, retry=retry,
                                          breaker=breaker)
-        # What the browsing and counting calls (``WorkerBrowsing``) send through.
         self._command = self.transport.command
+        # The browsing, counting and vector calls: parts given the transport's command.
+        browsing = WorkerBrowsing(self._command)
+        self.scope_page = browsing.scope_page
+        self.record_page = browsing.record_page
+        self.record_history = browsing.record_history
+        self.read_count_totals = browsing.read_count_totals
+        self.log_reaches = browsing.log_reaches
+        self.read_reaches = browsing.read_reaches
+        counts = WorkerCounts(self._command)
+        self.add_counts = counts.add_counts
+        self.read_counts = counts.read_counts
+        vectors = WorkerVectors(self._command)
+        self.vectors_missing = vectors.vectors_missing
+        self.put_vectors = vectors.put_vectors
+        self.nearest = vectors.nearest
         self.cap = None if cap is None else check_cap(cap)
         # The worker ranks; the client reads a long query as the worker will (wire_query)
         # and, facing a worker that predates matches, scores them itself.
