@@ -14,29 +14,35 @@ thread gets the flag too.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 
 from scopemem.core.records import Record
 from scopemem.core.scopes import record_seq
 from scopemem.core.text import normalize_text
+from scopemem.core.words import Analyzer
+from scopemem.stores.base import Clock
 from scopemem.stores.porting import group_import
-from scopemem.stores.postgres.statements import record_of
+from scopemem.stores.postgres.locking import ScopeLock
+from scopemem.stores.postgres.pool import Connect
+from scopemem.stores.postgres.statements import Statements, record_of
+from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.shared.tokens import record_tokens
 
 __all__ = ["Porting"]
 
 
 class Porting:
-    """Export and import for ``PostgresStore`` (which provides the attributes used)."""
+    """Export and import over ``connect``, the uses still queued in ``usage`` counted."""
 
-    sql: Any
-    analyzer: Any
-    _usage: Any
-    _clock: Any
-    _connection: Any
-    _lock_scope: Any
+    def __init__(self, sql: Statements, analyzer: Analyzer, usage: DeferredUsage,
+                 connect: Connect, clock: Clock, lock_scope: ScopeLock) -> None:
+        self.sql = sql
+        self.analyzer = analyzer
+        self._usage = usage
+        self._connection = connect
+        self._clock = clock
+        self._lock_scope = lock_scope
 
     async def export_scopes(self) -> list[str]:
         async with self._connection() as conn:
