@@ -208,7 +208,9 @@ BACKENDS = {"scopemem.stores.sqlite": "sqlite", "scopemem.stores.sqlite_shared":
             "scopemem.stores.postgres": "postgres", "scopemem.stores.memory": "memory",
             "scopemem.stores.worker": "worker", "scopemem.stores.worker_transport": "worker",
             "scopemem.stores.worker_browse": "worker", "scopemem.stores.worker_counts": "worker",
-            "scopemem.stores.worker_porting": "worker"}
+            "scopemem.stores.worker_porting": "worker", "scopemem.stores.worker_vectors": "worker",
+            "scopemem.stores.memory_browse": "memory", "scopemem.stores.memory_counts": "memory",
+            "scopemem.stores.memory_index": "memory", "scopemem.stores.memory_retention": "memory"}
 
 
 def backend_of(name: str) -> str | None:
