@@ -217,7 +217,7 @@ class PostgresStore:
         await self._usage.drain()
 
     async def ready(self) -> str | None:
-        """The readiness check (``stores.base.store_ready``): the pool opens (the schema
+        """The readiness check (``stores.health.store_ready``): the pool opens (the schema
         migrated) and one of its connections answers a query within the pool's timeout."""
         async with self._connection() as conn:
             await conn.execute("SELECT 1")
