@@ -28,7 +28,7 @@ from scopemem.stores.postgres.browse import Browse
 from scopemem.stores.postgres.counts import add_rows
 from scopemem.stores.postgres.locking import ScopeLock
 from scopemem.stores.postgres.pool import Connect, pipeline
-from scopemem.stores.postgres.statements import Statements, bigints, record_of
+from scopemem.stores.postgres.statements import Statements, bigints, insert_row, record_of
 from scopemem.stores.shared import batches
 from scopemem.stores.shared import counts as counting
 from scopemem.stores.shared.batches import PURGE_ROWS
@@ -92,11 +92,8 @@ class Writes:
         async with conn.cursor() as cursor:
             if plan.inserts:
                 await cursor.executemany(self.sql.insert, [
-                    (scope_key, record_seq(r.id), r.id, r.kind.value, r.text,
-                     normalize_text(r.text), list(r.keywords), r.source_thread_key,
-                     r.source_run_id, r.created_at, r.last_used_at, r.use_count, r.confidence,
-                     r.supersedes, r.restates, r.status.value, r.source.value,
-                     None if r.is_active else now, record_tokens(r, self.analyzer))
+                    insert_row(scope_key, record_seq(r.id), r, now,
+                               record_tokens(r, self.analyzer))
                     for r in plan.inserts])
                 terms, seqs, continues = postings_of(plan.inserts, previous, self.analyzer)
                 await conn.execute(self.sql.post, {"scope": scope_key, "terms": terms,
