@@ -23,7 +23,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("host", ("scopemem.errors", "scopemem.secrets", "scopemem.secret_library",
               "scopemem.languages", "scopemem.options",
               "scopemem.gitremote", "scopemem.tracing",
-              "scopemem.config", "scopemem.installation", "scopemem.plugins",
+              "scopemem.config", "scopemem.config_table", "scopemem.installation",
+              "scopemem.plugins",
               "scopemem.stores")),
     ("api", ("scopemem.api",)),
     ("surfaces", ("scopemem.chat", "scopemem.cli", "scopemem.worker_aiohttp", "scopemem.mcp",
@@ -208,7 +209,9 @@ BACKENDS = {"scopemem.stores.sqlite": "sqlite", "scopemem.stores.sqlite_shared":
             "scopemem.stores.postgres": "postgres", "scopemem.stores.memory": "memory",
             "scopemem.stores.worker": "worker", "scopemem.stores.worker_transport": "worker",
             "scopemem.stores.worker_browse": "worker", "scopemem.stores.worker_counts": "worker",
-            "scopemem.stores.worker_porting": "worker"}
+            "scopemem.stores.worker_porting": "worker", "scopemem.stores.worker_vectors": "worker",
+            "scopemem.stores.memory_browse": "memory", "scopemem.stores.memory_counts": "memory",
+            "scopemem.stores.memory_index": "memory", "scopemem.stores.memory_retention": "memory"}
 
 
 def backend_of(name: str) -> str | None:

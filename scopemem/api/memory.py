@@ -5,21 +5,17 @@ the run (``context`` says which scopes failed, for a caller that must tell a per
 memory off no store is built and ``context_block`` returns "", so
 ``with_memory(system, block)`` hands back the caller's prompt unchanged, byte for byte.
 
-A request's repository may be an awaitable still resolving when the read starts. It is
-awaited once per awaitable, whoever asks first (the read path, reflection), and the answer
-is shared: a bare coroutine can be awaited only once, and a second await that failed would
-cost the run its repository scope and send its repository facts to org.
+The parts: one scope's read (``api.scope_reads``), a request's repository
+(``api.repos``), runs in flight and background work (``api.runs``), browsing
+(``api.browsing``) and the manual operations (``api.operations``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import inspect
 import logging
 import os
-import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -27,11 +23,14 @@ import attrs
 from scopemem import tracing
 from scopemem.api.browsing import Browsing
 from scopemem.api.operations import Operations
+from scopemem.api.repos import RepoAnswers
+from scopemem.api.runs import Runs
+from scopemem.api.scope_reads import ScopeReads
 from scopemem.api.semantic import SemanticLane, build_lane, fused_hits
 from scopemem.config import MemoryConfig, load_config
 from scopemem.core import scoring
 from scopemem.core.fusion import semantic_reads
-from scopemem.core.records import Kind, Record
+from scopemem.core.records import Record
 from scopemem.core.requests import (
     Request,
     ScopeKind,
@@ -39,25 +38,19 @@ from scopemem.core.requests import (
     request_scope_keys,
     resolved,
 )
-from scopemem.core.scopes import order_scope_keys, scope_kind
+from scopemem.core.scopes import order_scope_keys
 from scopemem.errors import ScopememError, StoreError
 from scopemem.installation import build_store, check_plugin_tables
 from scopemem.plugins import host
 from scopemem.plugins.manager import PluginManager, get_plugin_manager
 from scopemem.plugins.providers import Provider, build_provider, parse_model_ref
-from scopemem.stores.base import Clock, Hit, MemoryStore, search_hits, wall_clock_ms
+from scopemem.stores.base import Clock, Hit, MemoryStore, wall_clock_ms
 from scopemem.stores.counting import CountBuffer
 
 if TYPE_CHECKING:
     from scopemem.api.reflecting import Run
 
 log = logging.getLogger("scopemem")
-
-REPO_KIND = "repo"
-
-# The query's vector as the scope reads await it (None: the semantic lane is off).
-_Vector = asyncio.Future[bytes] | None
-
 
 @attrs.frozen
 class MemoryContext:
@@ -68,18 +61,6 @@ class MemoryContext:
     block: str
     scopes: tuple[str, ...] = ()
     failed: Mapping[str, str] = attrs.field(factory=dict)
-
-
-@attrs.frozen
-class _ScopeRead:
-    """One scope's part of a block: the repository's window (newest facts, shown outright)
-    and keyword hits, each with its match; with the semantic lane, its dense candidates
-    among the hits (match 0 when they are not keyword hits) and every hit's cosine."""
-
-    window: list[Record]
-    hits: list[Hit]
-    error: str | None = None
-    cosines: Mapping[str, float] | None = None
 
 
 class Memory(Operations):
@@ -104,17 +85,20 @@ class Memory(Operations):
         self.breadth = breadth_of(self.scope_kinds)
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
         self._providers: dict[str, Provider] = {}
-        self._pending: set[asyncio.Task[None]] = set()
-        self._active_runs = 0
-        # An awaitable request.repo → the one future its answer lands in (see resolve_repo).
-        # Weak keys: an entry lasts as long as the request holding the awaitable.
-        self._repo_answers: weakref.WeakKeyDictionary[Any, asyncio.Future[Any]] = (
-            weakref.WeakKeyDictionary())
-        self._resolutions: set[asyncio.Task[None]] = set()  # running, so not collected
-        self._marks: set[asyncio.Task[None]] = set()  # use counts of shown records, saving
+        # Runs in flight, reflections pending and use counts saving (``api.runs``).
+        self.runs = Runs()
+        self.run_slot = self.runs.slot
+        self.drain = self.runs.drain
+        self.marks_saved = self.runs.marks_saved
+        self.pending_reflections = self.runs.pending_reflections
+        self.active_runs = self.runs.active_runs
+        # A request's repository, awaited once however many ask (``api.repos``).
+        self.resolve_repo = RepoAnswers().resolve
         self.ranking = config.ranking_spec()
         # The semantic lane (``memory.embeddings``), or None: the keyword read alone.
         self.semantic: SemanticLane | None = build_lane(self.pm, config, self.environ)
+        # One scope's read for a block (``api.scope_reads``), each in its trace span.
+        self._reads = ScopeReads(store, config, self.semantic)
         # What the read path and reflection count (stores.counting), saved in batches.
         self.counters = CountBuffer(store, clock)
         # Browsing (the Memory Hub's data, ``api.browsing``), exposed as Memory's own calls.
@@ -190,9 +174,7 @@ class Memory(Operations):
         nothing happens (no model call, nothing written)."""
         if not self.enabled:
             return
-        task = asyncio.get_running_loop().create_task(self._reflect_quietly(run))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self.runs.reflect(self._reflect_quietly(run))
 
     async def _reflect_quietly(self, run: Run) -> None:
         from scopemem.api.reflecting import reflect  # a read never loads reflection
@@ -205,40 +187,6 @@ class Memory(Operations):
         except Exception as exc:
             log.warning("[memory] reflection %s failed: %s: %s", run.run_id or "-",
                         type(exc).__name__, exc)
-
-    def pending_reflections(self) -> int:
-        return len(self._pending)
-
-    def active_runs(self) -> int:
-        return self._active_runs
-
-    @contextlib.asynccontextmanager
-    async def run_slot(self) -> AsyncIterator[None]:
-        """Hold a run in flight until its post-run steps (reply, reflection scheduling) are
-        done, so ``drain`` can never see "no runs, no reflections" in between."""
-        self._active_runs += 1
-        try:
-            yield
-        finally:
-            self._active_runs -= 1
-
-    async def drain(self, timeout: float = 900.0) -> bool:
-        """Wait (at most ``timeout`` seconds) until no run holds a slot and no reflection is
-        pending. True when drained; on timeout, one warning with what is left."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while self._active_runs or self._pending or self._marks:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                log.warning("[memory] drain timed out with %d run(s) in flight and %d "
-                            "reflection(s) pending", self._active_runs, len(self._pending))
-                return False
-            if self._pending or self._marks:
-                await asyncio.wait({*self._pending, *self._marks},
-                                   timeout=min(remaining, 0.5))
-            else:
-                await asyncio.sleep(min(remaining, 0.05))
-        return True
 
     def reflection_model(self, run_model: str | None) -> tuple[Provider | None, str]:
         """The provider and model reflection calls: ``memory.model``, else the run's own.
@@ -308,8 +256,8 @@ class Memory(Operations):
         # brief is read by keyword alone (``core.fusion.semantic_reads``).
         vector = (None if self.semantic is None or not semantic_reads(request.text)
                   else asyncio.ensure_future(self.semantic.query(request.text)))
-        early = {key: asyncio.ensure_future(self._traced_read(self._hits, key, request.text,
-                                                              vector))
+        early = {key: asyncio.ensure_future(self._reads.traced(self._reads.hits, key, request.text,
+                                                             vector))
                  for key in early_keys}
         try:
             repo = await self.resolve_repo(request.repo)
@@ -319,8 +267,8 @@ class Memory(Operations):
                 late_keys = [key for key in all_keys if key not in early]
                 refusals += more
             _warn_refusals(refusals)
-            late = {key: asyncio.ensure_future(self._traced_read(self._late_read, key,
-                                                                request.text, vector))
+            late = {key: asyncio.ensure_future(self._reads.traced(self._reads.late, key,
+                                                               request.text, vector))
                     for key in late_keys}
             reads = {**early, **late}
             await asyncio.gather(*reads.values())
@@ -406,129 +354,15 @@ class Memory(Operations):
                 log.warning("[memory] use counts of %d shown record(s) not saved: %s",
                             len(records), exc)
 
-        task = asyncio.ensure_future(save())
-        self._marks.add(task)
-        task.add_done_callback(self._marks.discard)
+        self.runs.saving(save())
 
     def _log_reaches(self, records: Sequence[Record], request: Request) -> None:
         """Log which records reached the request's run (every record shown, the window
         included), in the background as use counts are; ``drain`` waits for it."""
         saving = self.browsing.log_shown(records, request, self.clock())
         if saving is not None:
-            task = asyncio.ensure_future(saving)
-            self._marks.add(task)
-            task.add_done_callback(self._marks.discard)
+            self.runs.saving(saving)
 
-    async def marks_saved(self) -> None:
-        """Wait until the use counts of every block shown so far are saved (a failure was
-        one warning); a surface that answers one block and stops waits here."""
-        while self._marks:
-            await asyncio.wait(set(self._marks))
-
-    async def resolve_repo(self, repo: str | Awaitable[str | None] | None) -> str | None:
-        """``owner/name`` or ``None``. An awaitable is awaited once, whoever asks first; every
-        later call for the same awaitable (reflection after the read path, say) gets the
-        same answer. A failure is one warning and no repo scope, never an error."""
-        if repo is None or isinstance(repo, str):
-            return repo or None
-        if not inspect.isawaitable(repo):
-            log.warning("[memory] request.repo is neither a string nor awaitable; no repo scope")
-            return None
-        answer = self._repo_answer(repo)
-        try:
-            # Shielded: a read cancelled while it waits must not cancel the resolution
-            # itself (another caller may be waiting for it, or come later).
-            value = await asyncio.shield(answer)
-        except asyncio.CancelledError:
-            if not answer.cancelled():
-                raise
-            log.warning("[memory] repo resolution was cancelled; reading without the repo "
-                        "scope")
-            return None
-        except Exception as exc:
-            log.warning("[memory] repo resolution failed (%s); reading without the repo scope",
-                        type(exc).__name__)
-            return None
-        return value if isinstance(value, str) and value else None
-
-    def _repo_answer(self, repo: Awaitable[Any]) -> asyncio.Future[Any]:
-        """The future ``repo``'s answer lands in, awaiting it (once) if nobody has yet."""
-        try:
-            answer = self._repo_answers.get(repo)
-        except TypeError:  # neither hashable nor weakly referable: it cannot be shared
-            answer = None
-        if answer is not None:
-            return answer
-        answer = asyncio.get_running_loop().create_future()
-
-        async def settle() -> None:
-            try:
-                value = await repo
-            except asyncio.CancelledError:
-                answer.cancel()
-            except Exception as exc:
-                answer.set_exception(exc)
-            else:
-                answer.set_result(value)
-
-        # The future holds only the answer, never the awaitable (the task that awaits it is
-        # dropped when done), so the weak key lasts exactly as long as the request.
-        task = asyncio.ensure_future(settle())
-        self._resolutions.add(task)
-        task.add_done_callback(self._resolutions.discard)
-        with contextlib.suppress(TypeError):
-            self._repo_answers[repo] = answer
-        return answer
-
-    async def _traced_read(self, read: Callable[[str, str, _Vector], Awaitable[_ScopeRead]],
-                           key: str, query: str, vector: _Vector) -> _ScopeRead:
-        """``read`` of the scope ``key`` in a ``scope_read`` span: its kind, counts,
-        outcome."""
-        with tracing.span("scope_read", tracing.scope_attributes(
-                key, self.config.tracing.scope_keys)) as span:
-            answer = await read(key, query, vector)
-            span.set_attributes({"records.window": len(answer.window),
-                                 "records.hits": len(answer.hits),
-                                 "outcome": "ok" if answer.error is None else "failed"})
-            return answer
-
-    async def _hits(self, key: str, query: str, vector: _Vector = None) -> _ScopeRead:
-        try:
-            hits = await search_hits(self.store, key, query, self.config.limit, bump=False,
-                                     strict=True)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("[memory] retrieve from %s failed: %s", key, exc)
-            return _ScopeRead([], [], str(exc) or type(exc).__name__)
-        if vector is None or self.semantic is None:
-            return _ScopeRead([], hits)
-        hits, cosines = await self.semantic.read(self.store, key, hits, vector,
-                                                 self.config.limit)
-        return _ScopeRead([], hits, cosines=cosines)
-
-    async def _late_read(self, key: str, query: str, vector: _Vector = None) -> _ScopeRead:
-        """The repository scope: its window and its keyword hits beyond it (so an older
-        lesson that fits the brief still gets a slot); any other scope: its hits."""
-        if scope_kind(key) != REPO_KIND or self.config.repo_window <= 0:
-            return await self._hits(key, query, vector)
-        window_read = asyncio.ensure_future(
-            self.store.list(key, self.config.repo_window, kind=Kind.FACT))
-        try:
-            read = await self._hits(key, query, vector)
-        except BaseException:
-            window_read.cancel()  # cancelled with the read: leave nothing running behind
-            raise
-        try:
-            records = await window_read
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("[memory] repository window for %s failed: %s", key, exc)
-            return _ScopeRead([], read.hits, str(exc) or type(exc).__name__, read.cosines)
-        # The window is facts only, whatever a store answered.
-        return _ScopeRead([record for record in records if record.kind == Kind.FACT],
-                          read.hits, read.error, read.cosines)
 
 
 def _warn_refusals(refusals: Sequence[str]) -> None:

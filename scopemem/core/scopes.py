@@ -18,7 +18,7 @@ from scopemem.core.records import MAX_ID_CHARS
 
 MAX_SCOPE_KEY_CHARS = 200
 MEMORY_ID_PREFIX = "mem:"
-#: The scope a readiness check reads (``stores.base.store_ready``): the worker's ``/readyz``
+#: The scope a readiness check reads (``stores.health.store_ready``): the worker's ``/readyz``
 #: and ``scopemem health`` list one record of it. Nothing writes it; reading it shows the
 #: store can answer a read without touching anyone's memory.
 READINESS_SCOPE = "scopemem:readiness"

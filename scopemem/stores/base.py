@@ -8,8 +8,6 @@ answers (the contract suite in ``tests/stores`` checks exactly that).
 from __future__ import annotations
 
 import functools
-import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
@@ -33,9 +31,9 @@ from scopemem.core.records import (
     SweepResult,
     WriteCounts,
 )
-from scopemem.core.scopes import READINESS_SCOPE, ScopeKeyError, validate_scope_key
+from scopemem.core.scopes import ScopeKeyError, validate_scope_key
 from scopemem.core.scoring import keyword_match
-from scopemem.errors import StoreBusy, StoreError
+from scopemem.errors import StoreError
 from scopemem.languages import DEFAULT_LANGUAGES, analyzer_for
 from scopemem.options import OptionsTable
 
@@ -55,19 +53,15 @@ __all__ = [
     "check_retention_days",
     "check_scope_key",
     "fit_batch",
-    "nearest_existing",
     "redact_provenance",
     "redact_source",
     "retention_cutoff",
     "salient_batch",
     "search_hits",
-    "store_ready",
     "wall_clock_ms",
 ]
 
 Clock = Callable[[], int]
-
-_log = logging.getLogger("scopemem.store")
 
 #: What a store ranks with when nothing is configured: weighted, English.
 DEFAULT_RANKING = Ranking(analyzer_for(DEFAULT_LANGUAGES))
@@ -350,52 +344,3 @@ async def search_hits(store: MemoryStore, scope_key: str, query: str, limit: int
     records = await store.retrieve(scope_key, query, limit)
     words = query_terms(query).terms
     return [Hit(record, keyword_match(words, record)) for record in records]
-
-
-#: The reasons ``store_ready`` gives: short, fixed, never the store's own message (which may
-#: name a host, a path or a database).
-NOT_READY_BUSY = "the store is busy"
-NOT_READY_FAILED = "the store cannot serve reads"
-
-
-def nearest_existing(path: str) -> str:
-    """``path``, or its nearest ancestor that exists (a data directory not made yet)."""
-    while not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return path
-
-
-def _writable_directory(path: str) -> bool:
-    """``path`` is a directory this process may create files in, or may be created (its
-    nearest existing ancestor is such a directory)."""
-    path = nearest_existing(path)
-    return os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)
-
-
-async def store_ready(store: MemoryStore) -> str | None:
-    """None when ``store`` can serve, else a short reason. A store may say so itself with an
-    optional ``async def ready() -> str | None`` (PostgreSQL checks its pool); otherwise a
-    read of one record of ``READINESS_SCOPE`` (a scope nothing writes) is the check, and for
-    a store with a data ``directory`` (SQLite, whose reads of a scope it never wrote touch
-    no file), that the directory can take files. The
-    store's own error goes to the log, never into the reason."""
-    method = getattr(store, "ready", None)
-    try:
-        if method is not None:
-            reason: str | None = await method()
-            return reason
-        await store.list(READINESS_SCOPE, 1)
-        directory = getattr(store, "directory", None)
-        if isinstance(directory, str) and not _writable_directory(directory):
-            _log.warning("[ready] the data directory %s cannot be written", directory)
-            return NOT_READY_FAILED
-    except StoreBusy as exc:
-        _log.warning("[ready] %s", exc)
-        return NOT_READY_BUSY
-    except Exception as exc:  # whatever the store raised, the store cannot serve
-        _log.warning("[ready] %s: %s", type(exc).__name__, exc)
-        return NOT_READY_FAILED
-    return None

@@ -1,6 +1,7 @@
-"""``scopemem health``'s checks of a store: what needs a person, one line each.
+"""A store's health: the readiness check the worker's ``/readyz`` answers with
+(``store_ready``), and ``scopemem health``'s checks, what needs a person, one line each.
 
-``store`` is the readiness check the worker's ``/readyz`` answers with (``store_ready``);
+``store`` is the readiness check;
 the others are what a store can say cheaply: whether it is the in-process fallback (records
 that die with the process), the free space of a SQLite data directory, the scopes near the
 cap, and the reflections that failed lately (a counter, when the store keeps counters). Every
@@ -9,21 +10,71 @@ check is bounded: the scopes check reads at most ``MAX_SCOPES_CHECKED`` scopes.
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
 from collections.abc import Sequence
 
 import attrs
 
 from scopemem.core.counters import REFLECTIONS_FAILED, day_of
-from scopemem.stores.base import (
-    CountingStore,
-    MemoryStore,
-    nearest_existing,
-    store_ready,
-    wall_clock_ms,
-)
+from scopemem.core.scopes import READINESS_SCOPE
+from scopemem.errors import StoreBusy
+from scopemem.stores.base import CountingStore, MemoryStore, wall_clock_ms
 
-__all__ = ["OK", "WARN", "FAIL", "Check", "MAX_SCOPES_CHECKED", "check_store", "exit_status"]
+__all__ = ["OK", "WARN", "FAIL", "Check", "MAX_SCOPES_CHECKED", "NOT_READY_BUSY",
+           "NOT_READY_FAILED", "check_store", "exit_status", "store_ready"]
+
+_log = logging.getLogger("scopemem.store")
+
+#: The reasons ``store_ready`` gives: short, fixed, never the store's own message (which may
+#: name a host, a path or a database).
+NOT_READY_BUSY = "the store is busy"
+NOT_READY_FAILED = "the store cannot serve reads"
+
+
+def nearest_existing(path: str) -> str:
+    """``path``, or its nearest ancestor that exists (a data directory not made yet)."""
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def _writable_directory(path: str) -> bool:
+    """``path`` is a directory this process may create files in, or may be created (its
+    nearest existing ancestor is such a directory)."""
+    path = nearest_existing(path)
+    return os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)
+
+
+async def store_ready(store: MemoryStore) -> str | None:
+    """None when ``store`` can serve, else a short reason. A store may say so itself with an
+    optional ``async def ready() -> str | None`` (PostgreSQL checks its pool); otherwise a
+    read of one record of ``READINESS_SCOPE`` (a scope nothing writes) is the check, and for
+    a store with a data ``directory`` (SQLite, whose reads of a scope it never wrote touch
+    no file), that the directory can take files. The
+    store's own error goes to the log, never into the reason."""
+    method = getattr(store, "ready", None)
+    try:
+        if method is not None:
+            reason: str | None = await method()
+            return reason
+        await store.list(READINESS_SCOPE, 1)
+        directory = getattr(store, "directory", None)
+        if isinstance(directory, str) and not _writable_directory(directory):
+            _log.warning("[ready] the data directory %s cannot be written", directory)
+            return NOT_READY_FAILED
+    except StoreBusy as exc:
+        _log.warning("[ready] %s", exc)
+        return NOT_READY_BUSY
+    except Exception as exc:  # whatever the store raised, the store cannot serve
+        _log.warning("[ready] %s: %s", type(exc).__name__, exc)
+        return NOT_READY_FAILED
+    return None
+
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 

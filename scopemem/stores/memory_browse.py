@@ -22,7 +22,6 @@ from scopemem.core.browse import (
     select_reaches,
 )
 from scopemem.core.records import Kind, Record
-from scopemem.core.scopes import scope_kind
 from scopemem.stores.base import Clock
 from scopemem.stores.browsing import (
     check_reach_retention_days,
@@ -37,46 +36,9 @@ from scopemem.stores.browsing import (
     scope_order,
     summaries,
 )
+from scopemem.stores.memory_counts import CountTotals
 
-__all__ = ["CountTotals", "InProcessBrowsing"]
-
-
-def _kind(scope_key: str) -> str:
-    """The kind a reading of count totals finds the key's counters under: '' (no kind a
-    reading may name) for a key without a colon, as a kind's range of keys leaves it out."""
-    return scope_kind(scope_key) if ":" in scope_key else ""
-
-
-class CountTotals:
-    """The store's counters summed per kind, day and name, with the largest value one scope
-    holds, kept as the store changes a counter (the SQL stores keep them in a table)."""
-
-    def __init__(self) -> None:
-        self._totals: dict[tuple[str, int, str], tuple[int, int]] = {}
-
-    def added(self, scope_key: str, day: int, name: str, delta: int, value: int) -> None:
-        """A scope's counter grew by ``delta`` to ``value``."""
-        key = (_kind(scope_key), day, name)
-        total, peak = self._totals.get(key, (0, 0))
-        self._totals[key] = (total + delta, max(peak, value))
-
-    def deleted(self, gone: Mapping[tuple[str, int, str], int],
-                kept: Mapping[tuple[str, int, str], int]) -> None:
-        """``gone`` counters (of one scope) were deleted; ``kept`` are the store's others. A
-        peak one of them held is found again among ``kept``."""
-        for (scope_key, day, name), value in gone.items():
-            kind = _kind(scope_key)
-            total, peak = self._totals.pop((kind, day, name))
-            if peak <= value:
-                peak = max((held for (key, d, n), held in kept.items()
-                            if d == day and n == name and _kind(key) == kind), default=0)
-            if total > value:
-                self._totals[(kind, day, name)] = (total - value, peak)
-
-    def read(self, kind: str, since_day: int) -> builtins.list[CountTotal]:
-        return [CountTotal(day=day, name=name, total=total, most=peak)
-                for (held, day, name), (total, peak) in sorted(self._totals.items())
-                if held == kind and day >= since_day]
+__all__ = ["InProcessBrowsing"]
 
 
 class InProcessBrowsing:

@@ -16,8 +16,6 @@ exactly as the whole query), and every candidate is redacted and fitted first
 (``fit_batch``: secrets, text, keyword and provenance caps, a thread key, no NUL) and noise
 dropped (``salient_batch``), so no secret leaves the process and a long brief or one odd
 candidate never costs a scope's records or a batch.
-Records of another kind than a ``list`` asked for are dropped, whatever an older worker that
-ignores ``kind`` returns.
 
 Configuration (``[memory.stores.worker]``)::
 
@@ -28,7 +26,8 @@ Configuration (``[memory.stores.worker]``)::
 
 How a call reaches the worker (retries, idempotency keys, the breaker that makes reads
 return nothing and writes raise ``WorkerUnavailable``) is ``stores.worker_transport``, a part
-the store holds as ``transport``; the browsing, counting and porting calls are built on its
+the store holds as ``transport``. The browsing, counting, vector and porting calls
+(``worker_browse``, ``worker_counts``, ``worker_vectors``, ``worker_porting``) are given its
 ``command``.
 
 With ``base_url`` set but the token variable missing or empty, a long-running process (a
@@ -73,6 +72,7 @@ from scopemem.stores.base import (
 )
 from scopemem.stores.retrying import DEFAULT_DEADLINE, Breaker, RetryPolicy
 from scopemem.stores.worker_browse import WorkerBrowsing
+from scopemem.stores.worker_counts import WorkerCounts
 from scopemem.stores.worker_transport import (
     DEFAULT_TIMEOUT,
     CallFailed,
@@ -91,7 +91,7 @@ DEFAULT_TOKEN_ENV = "MEMORY_TOKEN"
 OPTIONS = ("base_url", "token_env", "timeout_seconds", "retry_deadline_seconds")
 
 
-class WorkerStore(WorkerBrowsing, WorkerVectors):
+class WorkerStore:
     """A ``MemoryStore`` whose records live in a Memory Worker, reached through its
     ``transport``. ``cap`` (the scope cap configured for this installation) is sent with
     every write when set; otherwise the worker's own default applies."""
@@ -107,8 +107,23 @@ class WorkerStore(WorkerBrowsing, WorkerVectors):
                  retry: RetryPolicy | None = None, breaker: Breaker | None = None) -> None:
         self.transport = WorkerTransport(base_url, token, timeout=timeout, retry=retry,
                                          breaker=breaker)
-        # What the browsing and counting calls (``WorkerBrowsing``) send through.
-        self._command = self.transport.command
+        self._command = command = self.transport.command
+        # The browsing, counting and vector calls: parts given the transport's command.
+        browsing = WorkerBrowsing(command)
+        self.scope_page = browsing.scope_page
+        self.record_page = browsing.record_page
+        self.record_history = browsing.record_history
+        self.read_count_totals = browsing.read_count_totals
+        self.log_reaches = browsing.log_reaches
+        self.read_reaches = browsing.read_reaches
+        counts = WorkerCounts(command)
+        self.add_counts = counts.add_counts
+        self.read_counts = counts.read_counts
+        vectors = WorkerVectors(command)
+        self.vectors_missing = vectors.vectors_missing
+        self.put_vectors = vectors.put_vectors
+        self.nearest = vectors.nearest
+        self.check_reachable = self.transport.check_reachable  # blocking, once, at startup
         self.cap = None if cap is None else check_cap(cap)
         # The worker ranks; the client reads a long query as the worker will (wire_query)
         # and, facing a worker that predates matches, scores them itself.
@@ -116,8 +131,7 @@ class WorkerStore(WorkerBrowsing, WorkerVectors):
         # A worker that answered a retrieval without ``bumped`` predates "used means
         # shown": it bumps what it returns, so there is nothing for /used to mark.
         self._legacy = False
-        # Whether the worker's answer to a write said it applied another cap (warned once).
-        self._cap_warned = False
+        self._cap_warned = False  # a write's answer said another cap applied: warned once
 
     def __repr__(self) -> str:  # never the token
         return (f"WorkerStore({self.transport.base_url!r}, cap={self.cap!r}, "
@@ -162,10 +176,6 @@ class WorkerStore(WorkerBrowsing, WorkerVectors):
                        ranking=settings.ranking, retry=RetryPolicy(deadline))
         except ValueError as exc:
             raise ConfigError(f"${token_env}: {exc}") from None
-
-    def check_reachable(self) -> None:
-        """``WorkerTransport.check_reachable``: blocking, once, at startup."""
-        self.transport.check_reachable()
 
     # --- the store ------------------------------------------------------------------------
 
@@ -336,14 +346,13 @@ class WorkerStore(WorkerBrowsing, WorkerVectors):
     # --- moving records (``stores.porting.PortableStore``) -------------------------------
 
     async def export_scopes(self) -> builtins.list[str]:
-        return await worker_porting.export_scopes(self.transport.command)
+        return await worker_porting.export_scopes(self._command)
 
     async def export_page(self, scope_key: str, after: int, limit: int) -> builtins.list[Record]:
-        return await worker_porting.export_page(self.transport.command, scope_key,
-                                                after, limit)
+        return await worker_porting.export_page(self._command, scope_key, after, limit)
 
     async def import_records(self, records: Sequence[Record]) -> int:
-        return await worker_porting.import_records(self.transport.command, records)
+        return await worker_porting.import_records(self._command, records)
 
 
 def _hits(data: dict[str, Any], scope_key: str

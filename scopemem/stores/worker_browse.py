@@ -35,7 +35,6 @@ from scopemem.stores.browsing import (
     record_args,
     scope_args,
 )
-from scopemem.stores.worker_counts import WorkerCounts
 from scopemem.stores.worker_transport import Command
 
 __all__ = ["WorkerBrowsing"]
@@ -77,10 +76,11 @@ def _reaches(items: Sequence[Any], route: str) -> list[Reach]:
                          ) from None
 
 
-class WorkerBrowsing(WorkerCounts):
-    """The browsing calls for ``WorkerStore`` (which provides ``_command``)."""
+class WorkerBrowsing:
+    """The browsing calls, sent through the transport's ``command``."""
 
-    _command: Command
+    def __init__(self, command: Command) -> None:
+        self._command = command
 
     async def scope_page(self, *, kind: str | None = None, sort: str = "key",
                          descending: bool = False, offset: int = 0, limit: int = 50

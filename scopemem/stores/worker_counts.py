@@ -31,10 +31,10 @@ __all__ = ["WorkerCounts"]
 
 
 class WorkerCounts:
-    """``add_counts`` and ``read_counts`` for ``WorkerStore``, sent through the transport's
-    ``command`` the store gives it."""
+    """``add_counts`` and ``read_counts``, sent through the transport's ``command``."""
 
-    _command: Command
+    def __init__(self, command: Command) -> None:
+        self._command = command
 
     async def add_counts(self, rows: Sequence[CountRow]) -> None:
         # Checked here first, so nothing is sent when one row would be refused.

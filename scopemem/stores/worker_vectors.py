@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Collection, Sequence
-from typing import Any
 
 from scopemem.core.records import MAX_LIMIT, Record
 from scopemem.errors import StoreError
@@ -30,6 +29,7 @@ from scopemem.stores.shared.vectors import (
     keyed,
 )
 from scopemem.stores.worker_browse import _items, _records
+from scopemem.stores.worker_transport import Command
 
 __all__ = ["PUT_BYTES", "WorkerVectors"]
 
@@ -42,10 +42,11 @@ def _wire(vector: bytes) -> str:
 
 
 class WorkerVectors:
-    """``vectors_missing``, ``put_vectors`` and ``nearest`` for ``WorkerStore`` (which
-    provides ``_command``)."""
+    """``vectors_missing``, ``put_vectors`` and ``nearest``, sent through the transport's
+    ``command``."""
 
-    _command: Any
+    def __init__(self, command: Command) -> None:
+        self._command = command
 
     async def vectors_missing(self, scope_key: str, model: str, limit: int
                               ) -> list[tuple[str, str]]:

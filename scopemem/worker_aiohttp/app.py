@@ -27,10 +27,9 @@ Routes (bodies are JSON objects, camelCase, times in epoch milliseconds)::
 
 Any other path is 404 and another method on a known path is 405. Every error body is
 ``{"error": "<reason>"}``. A write that would create a scope beyond the store's limit on scopes
-is 507 (``ScopeLimitReached``); writes to existing scopes go on. The routes beyond reading and
-writing live beside this module, one group each: moving records (``porting.py``), counters
-and /metrics (``counting.py``), deleting (``deleting.py``), browsing (``browsing.py``).
-``observe.py``'s middleware, the outermost, counts and times every request.
+is 507 (``ScopeLimitReached``); writes to existing scopes go on. The other routes live beside
+this module, a group each (``porting``, ``counting`` with /metrics, ``deleting``, ``browsing``,
+``vectors``); ``observe.py``'s middleware, the outermost, counts and times every request.
 
 A client's ``cap`` is bounded by the operator: never above the server's cap (``cap``, the
 store's default), never below its floor (``min_cap``). A client may lower its scopes' cap down

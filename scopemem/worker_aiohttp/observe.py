@@ -1,7 +1,7 @@
 """What an operator watches: request and store metrics, and readiness.
 
 ``GET /readyz`` (no token, like ``/healthz``) asks the store whether it can serve
-(``stores.base.store_ready``: a read of the reserved readiness scope, or the store's own
+(``stores.health.store_ready``: a read of the reserved readiness scope, or the store's own
 check, PostgreSQL's pool): ``200 {"ok": true}``, or ``503 {"ok": false, "error": <short
 reason>}`` (the store's own message goes to the log only). ``/healthz`` stays static, for
 liveness: a process that answers it is alive even while its store is down.
@@ -52,7 +52,8 @@ from prometheus_client.process_collector import ProcessCollector
 
 from scopemem import tracing
 from scopemem.errors import ScopeLimitReached, StoreRefused, StoreUnsupported
-from scopemem.stores.base import MemoryStore, store_ready
+from scopemem.stores.base import MemoryStore
+from scopemem.stores.health import store_ready
 from scopemem.worker_aiohttp.handling import SERVED, json_answer
 
 __all__ = ["INSTRUMENTS", "OPERATIONS", "STATUSES", "Instruments", "TimedStore", "observe",

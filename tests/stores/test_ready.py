@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from scopemem.core.scopes import READINESS_SCOPE
-from scopemem.stores.base import NOT_READY_FAILED, store_ready
+from scopemem.stores.health import NOT_READY_FAILED, store_ready
 from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.sqlite_shared.store import SharedSqliteStore
 from tests.stores import pg

@@ -8,7 +8,10 @@ Modules, one job each:
 ``migrations`` the versioned schema, applied under an advisory lock
 ``statements`` every SQL statement, scope-keyed
 ``reads``      a retrieval's statements in order
-``store``      the ``MemoryStore`` methods, the write transaction and the pool
+``store``      the ``MemoryStore`` methods and the reads, delegating to the parts below
+``pool``       the connection pool, opened on first use with the schema migrated
+``locking``    a scope's row taken FOR UPDATE (made, within ``max_scopes``, when new)
+``writes``     the write transactions under that lock, and the tokens re-derived
 ``usage``      deferred use-count bumps
 ``counts``     the per-scope day counters
 ``porting``    export and import (every field and status kept)

@@ -14,8 +14,7 @@ a table of their own, pruned past the retention by every log; reads skip what is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Sequence
 from typing import Any
 
 from scopemem.core.browse import (
@@ -47,6 +46,7 @@ from scopemem.stores.browsing import (
     scope_args,
 )
 from scopemem.stores.postgres.migrations import quoted
+from scopemem.stores.postgres.pool import Connect
 from scopemem.stores.postgres.statements import COLUMNS, record_of
 from scopemem.stores.shared.batches import seq_in_scope
 
@@ -60,8 +60,6 @@ _FILTERS = ("scope_key = %(scope)s AND (%(kind)s::text IS NULL OR kind = %(kind)
             " AND (%(source)s::text IS NULL OR source = %(source)s::text)")
 _REACH_ORDER = (f" ORDER BY at DESC, scope_key{_C} DESC, seq DESC, run_id{_C} DESC,"
                 f" thread_key{_C} DESC")
-
-Connect = Callable[[], AbstractAsyncContextManager[Any]]
 
 
 class Browse:

@@ -17,13 +17,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from scopemem.core.records import CountRow
-from scopemem.stores.base import check_scope_key
+from scopemem.stores.base import Clock, check_scope_key
+from scopemem.stores.postgres.locking import ScopeLock
+from scopemem.stores.postgres.pool import Connect
+from scopemem.stores.postgres.statements import Statements
 from scopemem.stores.shared import counts as counting
 
 __all__ = ["Counts", "add_rows"]
 
 
-async def add_rows(conn: Any, sql: Any, rows: Sequence[CountRow]) -> None:
+async def add_rows(conn: Any, sql: Statements, rows: Sequence[CountRow]) -> None:
     """Add ``rows`` in the caller's transaction (sorted, as ``merge_rows`` leaves them)."""
     if rows:
         await conn.execute(sql.add_counts, {
@@ -32,13 +35,14 @@ async def add_rows(conn: Any, sql: Any, rows: Sequence[CountRow]) -> None:
 
 
 class Counts:
-    """``add_counts`` and ``read_counts`` for ``PostgresStore`` (which provides ``sql`` and
-    ``_connection``)."""
+    """``add_counts`` and ``read_counts`` over ``connect``."""
 
-    sql: Any
-    _connection: Any
-    _clock: Any
-    _lock_scope: Any
+    def __init__(self, sql: Statements, connect: Connect, clock: Clock,
+                 lock_scope: ScopeLock) -> None:
+        self.sql = sql
+        self._connection = connect
+        self._clock = clock
+        self._lock_scope = lock_scope
 
     async def add_counts(self, rows: Sequence[CountRow]) -> None:
         checked = counting.check_rows(rows)

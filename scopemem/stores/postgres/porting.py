@@ -14,29 +14,34 @@ thread gets the flag too.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 
 from scopemem.core.records import Record
 from scopemem.core.scopes import record_seq
-from scopemem.core.text import normalize_text
+from scopemem.core.words import Analyzer
+from scopemem.stores.base import Clock
 from scopemem.stores.porting import group_import
-from scopemem.stores.postgres.statements import record_of
+from scopemem.stores.postgres.locking import ScopeLock
+from scopemem.stores.postgres.pool import Connect
+from scopemem.stores.postgres.statements import Statements, insert_row, record_of
+from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.shared.tokens import record_tokens
 
 __all__ = ["Porting"]
 
 
 class Porting:
-    """Export and import for ``PostgresStore`` (which provides the attributes used)."""
+    """Export and import over ``connect``, the uses still queued in ``usage`` counted."""
 
-    sql: Any
-    analyzer: Any
-    _usage: Any
-    _clock: Any
-    _connection: Any
-    _lock_scope: Any
+    def __init__(self, sql: Statements, analyzer: Analyzer, usage: DeferredUsage,
+                 connect: Connect, clock: Clock, lock_scope: ScopeLock) -> None:
+        self.sql = sql
+        self.analyzer = analyzer
+        self._usage = usage
+        self._connection = connect
+        self._clock = clock
+        self._lock_scope = lock_scope
 
     async def export_scopes(self) -> list[str]:
         async with self._connection() as conn:
@@ -79,11 +84,8 @@ class Porting:
                 return 0
             async with conn.cursor() as rows:
                 await rows.executemany(self.sql.insert, [
-                    (scope_key, seq, r.id, r.kind.value, r.text, normalize_text(r.text),
-                     list(r.keywords), r.source_thread_key, r.source_run_id, r.created_at,
-                     r.last_used_at, r.use_count, r.confidence, r.supersedes, r.restates,
-                     r.status.value, r.source.value, None if r.is_active else now,
-                     record_tokens(r, self.analyzer) if r.is_active else [])
+                    insert_row(scope_key, seq, r, now,
+                               record_tokens(r, self.analyzer) if r.is_active else [])
                     for seq, r in fresh])
             # Each record's neighbours, from the table (which now holds the imported rows).
             around = sorted({n for seq, _r in fresh for n in (seq - 1, seq + 1)})

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from scopemem.core.records import Record, trusted_record
+from scopemem.core.text import normalize_text
 from scopemem.stores.postgres.migrations import POST_ALL, quoted
 
 __all__ = ["COLUMNS", "ROW_COLUMNS", "Statements", "bigints", "last_touched", "record_of",
@@ -43,6 +44,16 @@ def bigints(values: Iterable[int]) -> str:
 def record_of(row: Sequence[Any]) -> Record:
     """The record of a row of ``COLUMNS`` (columns after those are ignored)."""
     return trusted_record(*row[1:16])
+
+
+def insert_row(scope_key: str, seq: int, r: Record, now: int, tokens: list[str]
+               ) -> tuple[Any, ...]:
+    """The parameters of ``Statements.insert`` for record ``r`` (retired ``now`` when it is
+    not active) and the tokens its row keeps."""
+    return (scope_key, seq, r.id, r.kind.value, r.text, normalize_text(r.text),
+            list(r.keywords), r.source_thread_key, r.source_run_id, r.created_at,
+            r.last_used_at, r.use_count, r.confidence, r.supersedes, r.restates,
+            r.status.value, r.source.value, None if r.is_active else now, tokens)
 
 
 def last_touched(row: Sequence[Any]) -> int:

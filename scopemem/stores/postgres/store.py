@@ -14,26 +14,21 @@ just the candidates' rows, and a third counts a use of what is returned (skippin
 writer holds; ``usage.py`` counts those a moment later). The last two are one statement
 when every candidate is returned anyway.
 
-Writes: one transaction per batch. It takes the scope's row in ``scopes`` FOR UPDATE (so
-writers to a scope queue there, across processes, and the next seq is read under the lock),
-reads and locks the rows the batch can touch, lets ``batch.plan_batch`` run the engine over
-them, inserts and changes rows in two pipelined ``executemany`` calls and keeps the postings
-in step, evicts above the cap, purges dead rows past the retention (a swept row is scrubbed
-and kept) and records the new last seq and active count. All of it commits, or none.
+Writes (``writes.py``): one transaction per batch, under the scope's row lock. The pool and
+the schema's migration are ``pool.py``; export and import ``porting.py``; the counters
+``counts.py``; browsing ``browse.py``; the semantic lane's vectors ``vectors.py``: each a
+part the store holds, given what it uses.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
-import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Literal, overload
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from scopemem.core import engine
 from scopemem.core.browse import DEFAULT_REACH_RETENTION_DAYS
-from scopemem.core.provenance import person_id, scrub_source
 from scopemem.core.ranking import Ranking
 from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
@@ -42,13 +37,8 @@ from scopemem.core.records import (
     Kind,
     PurgeResult,
     Record,
-    Status,
-    SweepResult,
     WriteCounts,
 )
-from scopemem.core.scopes import memory_id, record_seq
-from scopemem.core.text import normalize_text
-from scopemem.errors import ScopeLimitReached, StoreBusy, StoreError, StoreRefused
 from scopemem.stores.base import (
     DEFAULT_RANKING,
     Clock,
@@ -57,43 +47,27 @@ from scopemem.stores.base import (
     check_cap,
     check_retention_days,
     check_scope_key,
-    retention_cutoff,
     salient_batch,
     wall_clock_ms,
 )
-from scopemem.stores.postgres import migrations, reads
+from scopemem.stores.postgres import reads
 from scopemem.stores.postgres.browse import Browse
-from scopemem.stores.postgres.counts import Counts, add_rows
+from scopemem.stores.postgres.counts import Counts
+from scopemem.stores.postgres.locking import ScopeLock
 from scopemem.stores.postgres.options import PostgresOptions, options_from_settings
+from scopemem.stores.postgres.pool import Connections
 from scopemem.stores.postgres.porting import Porting
-from scopemem.stores.postgres.statements import Statements, bigints, record_of
+from scopemem.stores.postgres.statements import Statements, record_of
 from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.postgres.vectors import Vectors
+from scopemem.stores.postgres.writes import Writes, refold
 from scopemem.stores.shared import batches
-from scopemem.stores.shared import counts as counting
-from scopemem.stores.shared.batches import PURGE_ROWS
 from scopemem.stores.shared.cache import PostingsCache, ScopeCopy
-from scopemem.stores.shared.tokens import postings_of, record_tokens
 
 __all__ = ["PostgresStore"]
 
-log = logging.getLogger("scopemem.stores.postgres")
 
-# The most dead rows past the retention one write purges (as the SQLite store does).
-META_FOLDING = "folding"
-
-
-def _psycopg() -> Any:
-    try:
-        import psycopg  # deferred: the plugin list must load without it
-        import psycopg_pool
-    except ImportError as exc:  # pragma: no cover - depends on the installation
-        raise StoreError("postgres store: psycopg is not installed"
-                         " (pip install -e '.[postgres]' from the scopemem checkout)") from exc
-    return psycopg, psycopg_pool
-
-
-class PostgresStore(Porting, Counts):
+class PostgresStore:
     """Durable memory in one PostgreSQL schema, shared by every process using it."""
 
     durable = True
@@ -110,23 +84,37 @@ class PostgresStore(Porting, Counts):
         self.schema = options.schema
         self.sql = Statements(options.schema)
         self._clock = clock
-        self._pool: Any = None
-        self._ready_lock: asyncio.Lock | None = None
-        self._closed = False
+        self._pool = Connections(options, self._refold)
+        connect = self._connection = self._pool.connection
         self._usage = DeferredUsage(self._bump_later)
         # Copies of large scopes' postings, checked against each scope's change counter
         # with every retrieval (``cache.py``).
         self._cache = PostingsCache(options.postings_cache, options.cache_min_postings)
         # Browsing (``browse.py``): pages, histories and the reach log.
-        self._browse = Browse(options.schema, self._connection, clock, reach_retention_days)
-        self.scope_page = self._browse.scope_page
-        self.record_page = self._browse.record_page
-        self.record_history = self._browse.record_history
-        self.read_count_totals = self._browse.read_count_totals
-        self.log_reaches = self._browse.log_reaches
-        self.read_reaches = self._browse.read_reaches
+        browse = Browse(options.schema, connect, clock, reach_retention_days)
+        self.scope_page = browse.scope_page
+        self.record_page = browse.record_page
+        self.record_history = browse.record_history
+        self.read_count_totals = browse.read_count_totals
+        self.log_reaches = browse.log_reaches
+        self.read_reaches = browse.read_reaches
+        # The write transactions (``writes.py``), under each scope's row lock.
+        lock_scope = ScopeLock(self.sql, options)
+        self._writes = Writes(self.sql, self.analyzer, connect, lock_scope, browse, clock,
+                              self.retention_days)
+        self.sweep = self._writes.sweep
+        self.delete_scope = self._writes.delete_scope
+        self.scrub_provenance = self._writes.scrub_provenance
+        # Export and import (``porting.py``), the counters (``counts.py``).
+        porting = Porting(self.sql, self.analyzer, self._usage, connect, clock, lock_scope)
+        self.export_scopes = porting.export_scopes
+        self.export_page = porting.export_page
+        self.import_records = porting.import_records
+        counts = Counts(self.sql, connect, clock, lock_scope)
+        self.add_counts = counts.add_counts
+        self.read_counts = counts.read_counts
         # The semantic lane's vectors (``vectors.py``).
-        vectors = Vectors(options.schema, self._connection)
+        vectors = Vectors(options.schema, connect)
         self.vectors_missing = vectors.vectors_missing
         self.put_vectors = vectors.put_vectors
         self.nearest = vectors.nearest
@@ -191,88 +179,7 @@ class PostgresStore(Porting, Counts):
         fitted, dropped = salient_batch(candidates)
         if not fitted:
             return dropped
-        now = self._clock()
-        # Pipelined: a statement whose answer nothing waits for is sent at once, so the
-        # batch waits on the server only for the rows it reads (the scope's row, the rows
-        # the batch can touch, the eviction's) and the commit.
-        async with self._connection() as conn, self._pipeline(conn), conn.transaction():
-            last_seq, active, thread = await self._lock_scope(conn, scope_key, now,
-                                                              create=True)
-            norms, seqs = batches.lookup_keys(scope_key, fitted)
-            cursor = await conn.execute(self.sql.batch_rows,
-                                        {"scope": scope_key, "norms": norms, "seqs": bigints(seqs)})
-            known = [record_of(row) for row in await cursor.fetchall()]
-            plan = batches.plan_batch(scope_key, fitted, known, last_seq + 1, now)
-            await self._persist(conn, scope_key, plan, thread, now)
-            evicted: list[int] = []
-            live = active + plan.live_delta
-            if live > cap:
-                evicted = await self._evict(conn, scope_key, live - cap, now)
-            retention = {"scope": scope_key, "rows": PURGE_ROWS,
-                         "cutoff": retention_cutoff(now, self.retention_days)}
-            for statement in (self.sql.scrub_swept, self.sql.purge):
-                await conn.execute(statement, retention)
-            await conn.execute(self.sql.set_counts, {
-                "scope": scope_key, "last": plan.next_seq - 1, "active": live - len(evicted)})
-            counts = plan.counts + WriteCounts(evicted=len(evicted))
-            await add_rows(conn, self.sql, counting.write_rows(scope_key, counts, now))
-        return counts + dropped
-
-    async def _persist(self, conn: Any, scope_key: str, plan: batches.BatchPlan,
-                       previous: str | None, now: int) -> None:
-        """The batch's new rows and their postings, and its changes to existing rows (those
-        it retired leave the index); ``previous`` is the thread of the row before the
-        first new one (None when it is gone)."""
-        async with conn.cursor() as cursor:
-            if plan.inserts:
-                await cursor.executemany(self.sql.insert, [
-                    (scope_key, record_seq(r.id), r.id, r.kind.value, r.text,
-                     normalize_text(r.text), list(r.keywords), r.source_thread_key,
-                     r.source_run_id, r.created_at, r.last_used_at, r.use_count, r.confidence,
-                     r.supersedes, r.restates, r.status.value, r.source.value,
-                     None if r.is_active else now, record_tokens(r, self.analyzer))
-                    for r in plan.inserts])
-                terms, seqs, continues = postings_of(plan.inserts, previous, self.analyzer)
-                await conn.execute(self.sql.post, {"scope": scope_key, "terms": terms,
-                                                   "seqs": bigints(seqs), "continues": continues})
-            if plan.changes:
-                await cursor.executemany(self.sql.change, [
-                    (r.use_count, r.last_used_at, r.confidence, r.status.value,
-                     r.status.value, now, scope_key, record_seq(r.id))
-                    for r in plan.changes])
-                retired = [record_seq(r.id) for r in plan.changes if not r.is_active]
-                if retired:
-                    await conn.execute(self.sql.unpost, {"scope": scope_key,
-                                                     "seqs": bigints(retired)})
-
-    async def _evict(self, conn: Any, scope_key: str, excess: int, now: int) -> list[int]:
-        """The seqs of the rows evicted to bring the scope down by ``excess``."""
-        cursors = [await conn.execute(statement, {"scope": scope_key, "excess": excess})
-                   for statement in (self.sql.lru_never_used, self.sql.lru_used)]
-        groups = [await cursor.fetchall() for cursor in cursors]  # one wait when pipelined
-        evicted = batches.pick_eviction(groups[0], groups[1], excess)
-        await self._retire_seqs(conn, scope_key, evicted, Status.EVICTED, now)
-        return evicted
-
-    async def _retire(self, conn: Any, scope_key: str, records: Sequence[Record],
-                      status: Status, now: int) -> int:
-        """Retire the active ones of ``records`` with ``status``, out of the index; how many."""
-        return await self._retire_seqs(conn, scope_key, [record_seq(r.id) for r in records],
-                                       status, now)
-
-    async def _retire_seqs(self, conn: Any, scope_key: str, seqs: Sequence[int],
-                           status: Status, now: int) -> int:
-        """Retire the active ones of rows ``seqs`` with ``status``, out of the index; how
-        many."""
-        if not seqs:
-            return 0
-        cursor = await conn.execute(self.sql.retire, {"scope": scope_key, "seqs": bigints(seqs),
-                                                      "status": status.value, "now": now})
-        retired = [seq for (seq,) in await cursor.fetchall()]
-        if retired:
-            await conn.execute(self.sql.unpost, {"scope": scope_key,
-                                                     "seqs": bigints(retired)})
-        return len(retired)
+        return await self._writes.write(scope_key, fitted, cap) + dropped
 
     async def list(self, scope_key: str, limit: int, query: str | None = None,
                    kind: Kind | None = None) -> list[Record]:
@@ -298,107 +205,19 @@ class PostgresStore(Porting, Counts):
         seq = batches.seq_in_scope(scope_key, record_id)
         if seq is None:
             return False
-        now = self._clock()
-        async with self._connection() as conn, conn.transaction():
-            if await self._lock_scope(conn, scope_key, now, create=False) is None:
-                return False
-            params = {"scope": scope_key, "seq": seq, "id": memory_id(scope_key, seq),
-                      "now": now, "seqs": [seq]}
-            cursor = await conn.execute(self.sql.active_seqs, params)
-            if not await cursor.fetchall():
-                return False
-            await conn.execute(self.sql.unpost, params)  # while the row holds its tokens
-            cursor = await conn.execute(self.sql.forget, params)
-            if cursor.rowcount <= 0:
-                return False
-            await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": -1})
-            await add_rows(conn, self.sql, counting.forget_rows(scope_key, now))
-            return True
-
-    async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
-        check_scope_key(scope_key)
-        now = self._clock()
-        async with self._connection() as conn, conn.transaction():
-            if not dry_run and await self._lock_scope(conn, scope_key, now,
-                                                      create=False) is None:
-                return SweepResult(swept=0)
-            cursor = await conn.execute(self.sql.active_facts, {"scope": scope_key})
-            swept = engine.plan_sweep([record_of(row) for row in await cursor.fetchall()])
-            if dry_run:
-                return SweepResult(swept=len(swept), ids=tuple(r.id for r in swept))
-            retired = await self._retire(conn, scope_key, swept, Status.SWEPT, now)
-            await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": -retired})
-            await add_rows(conn, self.sql, counting.sweep_rows(scope_key, retired, now))
-        return SweepResult(swept=len(swept))
-
-    async def delete_scope(self, scope_key: str) -> int:
-        """Delete every record of ``scope_key``, whatever its status, with its postings and
-        its day counters, in one transaction; the number of records deleted (0: no such
-        scope). The scope's row stays, emptied, so its ids are never given again."""
-        check_scope_key(scope_key)
-        async with self._connection() as conn, conn.transaction():
-            if await self._lock_scope(conn, scope_key, self._clock(), create=False) is None:
-                return 0
-            params = {"scope": scope_key}
-            await conn.execute(self.sql.delete_postings, params)
-            cursor = await conn.execute(self.sql.delete_records, params)
-            deleted = max(cursor.rowcount, 0)
-            await conn.execute(self.sql.delete_counters, params)
-            await conn.execute(self.sql.find_peaks, params)
-            await conn.execute(self.sql.empty_scope, params)
-            await conn.execute(self._browse.drop_scope, params)
-        return int(deleted)
-
-    async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
-        """Replace the person ``person_key`` names in the scope's thread keys and run ids
-        (``core.provenance``), and delete the scope's reaches that name them, in one
-        transaction; the number of records changed."""
-        check_scope_key(scope_key)
-        person = person_id(check_scope_key(person_key))
-        if not person:
-            return 0
-        async with self._connection() as conn, conn.transaction():
-            if await self._lock_scope(conn, scope_key, self._clock(), create=False) is None:
-                return 0
-            cursor = await conn.execute(self.sql.naming, {"scope": scope_key,
-                                                          "person": person})
-            changed = []
-            for seq, thread, run in await cursor.fetchall():
-                new_thread, new_run = scrub_source(thread, person), scrub_source(run, person)
-                if new_thread is not thread or new_run is not run:
-                    changed.append((new_thread, new_run, scope_key, seq))
-            if changed:
-                async with conn.cursor() as cur:
-                    await cur.executemany(self.sql.set_source, changed)
-                await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": 0})
-            await self._browse.scrub_reaches(conn, scope_key, person)
-        return len(changed)
+        return await self._writes.forget(scope_key, seq)
 
     async def purge(self) -> PurgeResult:
         """The retention purge every write applies to its scope, applied now to every scope,
         one transaction each."""
-        now = self._clock()
-        retention = {"rows": None, "cutoff": retention_cutoff(now, self.retention_days)}
-        result = PurgeResult()
-        for scope_key in await self.export_scopes():
-            async with self._connection() as conn, conn.transaction():
-                if await self._lock_scope(conn, scope_key, now, create=False) is None:
-                    continue
-                done = []
-                for statement in (self.sql.purge, self.sql.scrub_swept):
-                    cursor = await conn.execute(statement, {**retention, "scope": scope_key})
-                    done.append(max(cursor.rowcount, 0))
-                if any(done):
-                    await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": 0})
-            result += PurgeResult(purged=done[0], scrubbed=done[1])
-        return result
+        return await self._writes.purge(await self.export_scopes())
 
     async def flush(self) -> None:
         """Apply the use counts still deferred now (``close`` applies them too)."""
         await self._usage.drain()
 
     async def ready(self) -> str | None:
-        """The readiness check (``stores.base.store_ready``): the pool opens (the schema
+        """The readiness check (``stores.health.store_ready``): the pool opens (the schema
         migrated) and one of its connections answers a query within the pool's timeout."""
         async with self._connection() as conn:
             await conn.execute("SELECT 1")
@@ -411,66 +230,18 @@ class PostgresStore(Porting, Counts):
 
     async def close(self) -> None:
         """Apply deferred use counts and close the pool. Safe to call twice."""
-        if self._closed:
+        if self._pool.closed:
             return
-        self._closed = True
-        if self._pool is None:
+        self._pool.closed = True  # no new work; the drain below may still connect
+        if not self._pool.opened:
             return
         try:
             await self._cache.close()
             await self._usage.drain()  # on the pool, still open for it
         finally:
-            pool, self._pool = self._pool, None
-            await pool.close()
+            await self._pool.close()
 
     # --- plumbing --------------------------------------------------------------------------
-
-    @overload
-    async def _lock_scope(self, conn: Any, scope_key: str, now: int, *,
-                          create: Literal[True]) -> tuple[int, int, str | None]: ...
-
-    @overload
-    async def _lock_scope(self, conn: Any, scope_key: str, now: int, *,
-                          create: Literal[False]) -> tuple[int, int, str | None] | None: ...
-
-    async def _lock_scope(self, conn: Any, scope_key: str, now: int, *, create: bool
-                          ) -> tuple[int, int, str | None] | None:
-        """Take the scope's row FOR UPDATE (creating it when ``create``): its last seq,
-        active count and the thread of its last row (None when gone), or None when the
-        scope has no row and ``create`` is false."""
-        cursor = await conn.execute(self.sql.lock_scope, {"scope": scope_key})
-        row = await cursor.fetchone()
-        if row is not None or not create:
-            return None if row is None else (row[0], row[1], row[2])
-        if self.options.max_scopes:
-            # New scopes are counted one at a time, across processes.
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)",
-                               (migrations.advisory_key(self.schema) ^ 1,))
-            held = await self._scalar(conn, self.sql.count_scopes, None)
-            if held >= self.options.max_scopes:
-                raise ScopeLimitReached(
-                    f"postgres store: schema {self.schema!r} holds {held} scopes, the limit"
-                    f" (max_scopes = {self.options.max_scopes}); a write to a new scope is"
-                    " refused")
-        await conn.execute(self.sql.new_scope, {"scope": scope_key, "now": now})
-        cursor = await conn.execute(self.sql.lock_scope, {"scope": scope_key})
-        row = await cursor.fetchone()
-        return row[0], row[1], row[2]
-
-    @staticmethod
-    def _pipeline(conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
-        """Pipeline mode on ``conn`` where the libpq has it (14 and later; psycopg's binary
-        package ships one), else nothing: the same statements, each waited for."""
-        psycopg, _pool = _psycopg()
-        if psycopg.Pipeline.is_supported():
-            return conn.pipeline()  # type: ignore[no-any-return]
-        return contextlib.nullcontext()
-
-    @staticmethod
-    async def _scalar(conn: Any, statement: str, params: Any) -> Any:
-        cursor = await conn.execute(statement, params)
-        row = await cursor.fetchone()
-        return row[0]
 
     async def _bump_later(self, scope_key: str, bumps: Mapping[int, builtins.list[int]]
                           ) -> builtins.list[int]:
@@ -488,85 +259,10 @@ class PostgresStore(Porting, Counts):
                                         {"scope": scope_key, "seqs": rest})
             return [seq for (seq,) in await cursor.fetchall()]
 
-    @contextlib.asynccontextmanager
-    async def _connection(self, *, closing_ok: bool = False) -> AsyncIterator[Any]:
-        """A pooled autocommit connection; psycopg's errors become ``StoreError``."""
-        if self._closed and not closing_ok:
-            raise StoreError("the postgres store is closed")
-        psycopg, psycopg_pool = _psycopg()
-        pool = await self._ready()
-        try:
-            async with pool.connection() as conn:
-                yield conn
-        except psycopg_pool.PoolTimeout as exc:
-            raise StoreBusy(f"postgres store: no connection free: {exc}") from exc
-        except psycopg.errors.QueryCanceled as exc:
-            raise StoreBusy(f"postgres store: statement timed out: {exc}") from exc
-        except psycopg.DataError as exc:  # the input itself: a smaller call may pass
-            raise StoreRefused(f"postgres store: {type(exc).__name__}: {exc}") from exc
-        except psycopg.Error as exc:
-            raise StoreError(f"postgres store: {type(exc).__name__}: {exc}") from exc
-
-    async def _ready(self) -> Any:
-        """The open pool, the schema migrated (once per store)."""
-        if self._pool is not None:
-            return self._pool
-        if self._closed:
-            raise StoreError("the postgres store is closed")
-        if self._ready_lock is None:
-            self._ready_lock = asyncio.Lock()
-        async with self._ready_lock:
-            if self._pool is not None:
-                return self._pool
-            psycopg, psycopg_pool = _psycopg()
-            options = self.options
-            kwargs: dict[str, Any] = {"autocommit": True}
-            if options.statement_timeout_ms:
-                kwargs["options"] = f"-c statement_timeout={options.statement_timeout_ms}"
-            try:
-                async with await psycopg.AsyncConnection.connect(
-                        options.dsn, autocommit=True) as conn:
-                    await migrations.migrate(conn, self.schema, self._refold)
-                pool = psycopg_pool.AsyncConnectionPool(
-                    options.dsn, min_size=options.min_pool, max_size=options.max_pool,
-                    kwargs=kwargs, open=False, name=f"scopemem-{self.schema}")
-                await pool.open(wait=options.min_pool > 0, timeout=30)
-            except psycopg.Error as exc:
-                raise StoreError(f"postgres store: cannot open schema {self.schema!r}:"
-                                 f" {type(exc).__name__}: {exc}") from exc
-            except psycopg_pool.PoolTimeout as exc:
-                raise StoreError(f"postgres store: cannot connect: {exc}") from exc
-            if self._closed:
-                await pool.close()
-                raise StoreError("the postgres store is closed")
-            self._pool = pool
-            return pool
-
     async def _refold(self, conn: Any) -> None:
-        """Re-derive every row's dedup key and tokens when they were written under other
-        tokenizing rules or languages (``Analyzer.signature``). Runs under the migration
-        lock, in one transaction; rows, ids, statuses and use counts are untouched."""
-        signature = self.analyzer.signature
-        cursor = await conn.execute(self.sql.get_meta, (META_FOLDING,))
-        row = await cursor.fetchone()
-        if row is not None and row[0] == signature:
-            return
-        async with conn.transaction():
-            cursor = await conn.execute(self.sql.all_rows)
-            rows = await cursor.fetchall()
-            if rows:
-                async with conn.cursor() as cur:
-                    await cur.executemany(self.sql.refold, [
-                        (normalize_text(record.text),
-                         record_tokens(record, self.analyzer) if record.is_active else [],
-                         row[0], row[1])
-                        for row in rows for record in (record_of(row[1:]),)])
-                log.info("postgres store: schema %s: re-derived the tokens of %d records (%s)",
-                         self.schema, len(rows), signature)
-            await conn.execute(self.sql.unpost_all)
-            await conn.execute(self.sql.post_all)
-            await conn.execute(self.sql.bump_generations)  # no copy of the old terms holds
-            await conn.execute(self.sql.set_meta, (META_FOLDING, signature))
+        """Under the migration lock: the rows' tokens re-derived when the analyzer changed
+        (``writes.refold``)."""
+        await refold(conn, self.sql, self.analyzer, self.schema)
 
 
 async def _rows_in_slices(conn: Any, statement: str, scope_key: str, size: int = 512

@@ -14,19 +14,17 @@ vectors (a few thousand at most, the scope cap) needs no extension on the server
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from scopemem.core.records import Record
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.postgres.migrations import quoted
+from scopemem.stores.postgres.pool import Connect
 from scopemem.stores.postgres.statements import COLUMNS, record_of
 from scopemem.stores.shared import vectors as shared
 
 __all__ = ["Vectors"]
-
-Connect = Callable[[], AbstractAsyncContextManager[Any]]
 
 
 class Vectors:

@@ -1,0 +1,85 @@
+"""A request's repository, which may be an awaitable still resolving when the read starts:
+awaited once per awaitable, whoever asks first (the read path, reflection), and the answer
+shared. A bare coroutine can be awaited only once, and a second await that failed would
+cost the run its repository scope and send its repository facts to org.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import weakref
+from collections.abc import Awaitable
+from typing import Any
+
+__all__ = ["RepoAnswers"]
+
+log = logging.getLogger("scopemem")
+
+
+class RepoAnswers:
+    """Each awaitable repository's one answer."""
+
+    def __init__(self) -> None:
+        # An awaitable request.repo → the one future its answer lands in. Weak keys: an
+        # entry lasts as long as the request holding the awaitable.
+        self._answers: weakref.WeakKeyDictionary[Any, asyncio.Future[Any]] = (
+            weakref.WeakKeyDictionary())
+        self._resolutions: set[asyncio.Task[None]] = set()  # running, so not collected
+
+    async def resolve(self, repo: str | Awaitable[str | None] | None) -> str | None:
+        """``owner/name`` or ``None``. An awaitable is awaited once, whoever asks first; every
+        later call for the same awaitable (reflection after the read path, say) gets the
+        same answer. A failure is one warning and no repo scope, never an error."""
+        if repo is None or isinstance(repo, str):
+            return repo or None
+        if not inspect.isawaitable(repo):
+            log.warning("[memory] request.repo is neither a string nor awaitable; no repo scope")
+            return None
+        answer = self._answer(repo)
+        try:
+            # Shielded: a read cancelled while it waits must not cancel the resolution
+            # itself (another caller may be waiting for it, or come later).
+            value = await asyncio.shield(answer)
+        except asyncio.CancelledError:
+            if not answer.cancelled():
+                raise
+            log.warning("[memory] repo resolution was cancelled; reading without the repo "
+                        "scope")
+            return None
+        except Exception as exc:
+            log.warning("[memory] repo resolution failed (%s); reading without the repo scope",
+                        type(exc).__name__)
+            return None
+        return value if isinstance(value, str) and value else None
+
+    def _answer(self, repo: Awaitable[Any]) -> asyncio.Future[Any]:
+        """The future ``repo``'s answer lands in, awaiting it (once) if nobody has yet."""
+        try:
+            answer = self._answers.get(repo)
+        except TypeError:  # neither hashable nor weakly referable: it cannot be shared
+            answer = None
+        if answer is not None:
+            return answer
+        answer = asyncio.get_running_loop().create_future()
+
+        async def settle() -> None:
+            try:
+                value = await repo
+            except asyncio.CancelledError:
+                answer.cancel()
+            except Exception as exc:
+                answer.set_exception(exc)
+            else:
+                answer.set_result(value)
+
+        # The future holds only the answer, never the awaitable (the task that awaits it is
+        # dropped when done), so the weak key lasts exactly as long as the request.
+        task = asyncio.ensure_future(settle())
+        self._resolutions.add(task)
+        task.add_done_callback(self._resolutions.discard)
+        with contextlib.suppress(TypeError):
+            self._answers[repo] = answer
+        return answer

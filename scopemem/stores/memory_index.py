@@ -1,0 +1,87 @@
+"""One scope's index in the in-process store (``stores.memory``): its active records as
+a retrieval reads them, kept in step with every change the store makes (the store is the
+only writer).
+
+A record joins the index as it is written active and leaves it as it leaves active status
+(superseded, evicted, forgotten, swept), before any purge past the retention drops its row;
+a usage bump replaces its entry (``touch``). The postings are the plain sets
+``stores.postings`` maintains, turned into arrays (``stores.dense``) for retrievals until the
+set of active records changes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scopemem.core.records import Record
+from scopemem.core.text import normalize_text
+from scopemem.stores import postings as inverted
+
+if TYPE_CHECKING:
+    from scopemem.stores.dense import DenseIndex
+
+__all__ = ["ScopeIndex"]
+
+
+class ScopeIndex:
+    """One scope's active records as a retrieval reads them, kept in step with every change
+    the store makes (it is the only writer): the postings (term → seqs), each record's
+    thread, ``(last touched, record)`` per seq, the seqs that continue their predecessor's
+    thread, the active ids per normalized text (what a write's dedup reads), and where each
+    row, active or not, sits in the scope's list."""
+
+    __slots__ = ("_dense", "continues", "details", "norms", "positions", "postings",
+                 "threads")
+
+    def __init__(self) -> None:
+        # The postings as arrays (stores.dense) for this set of active records: dropped by
+        # any change to the set, built again by the next retrieval.
+        self._dense: DenseIndex | None = None
+        self.postings: dict[str, set[int]] = {}
+        self.threads: dict[int, str] = {}
+        self.details: dict[int, tuple[int, Record]] = {}
+        self.continues: set[int] = set()
+        self.norms: dict[str, list[str]] = {}
+        self.positions: dict[str, int] = {}
+
+    def add(self, seq: int, record: Record, terms: frozenset[str]) -> None:
+        """Index an active record."""
+        self._dense = None
+        inverted.post(self.postings, seq, terms)
+        thread = record.source_thread_key
+        threads = self.threads
+        threads[seq] = thread
+        self.details[seq] = (record.last_touched, record)
+        if threads.get(seq - 1) == thread:
+            self.continues.add(seq)
+        if threads.get(seq + 1) == thread:  # only when built from rows out of order
+            self.continues.add(seq + 1)
+        self.norms.setdefault(normalize_text(record.text), []).append(record.id)
+
+    def remove(self, seq: int, record: Record, terms: frozenset[str]) -> None:
+        """Unindex a record that has left active status (``record`` as it was indexed)."""
+        self._dense = None
+        inverted.unpost(self.postings, seq, terms)
+        del self.threads[seq]
+        del self.details[seq]
+        self.continues.discard(seq)
+        self.continues.discard(seq + 1)
+        norm = normalize_text(record.text)
+        ids = self.norms[norm]
+        ids.remove(record.id)
+        if not ids:
+            del self.norms[norm]
+
+    def dense(self) -> DenseIndex:
+        """The postings as arrays, for retrievals until the active records change."""
+        from scopemem.stores.dense import DenseIndex  # numpy: only once a scope is read
+
+        dense = self._dense
+        if dense is None:
+            dense = self._dense = DenseIndex(self.postings, self.details.keys(),
+                                             self.continues)
+        return dense
+
+    def touch(self, seq: int, record: Record) -> None:
+        """An active record's new version (a use, a dedup, a restatement)."""
+        self.details[seq] = (record.last_touched, record)

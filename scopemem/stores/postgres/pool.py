@@ -1,0 +1,122 @@
+"""The PostgreSQL store's connections: psycopg 3's async pool, opened on first use with
+the schema migrated first, and psycopg's errors said as the store's.
+
+Every part of the store reaches the server through ``Connections.connection()`` (a pooled
+autocommit connection, the ``Connect`` the parts are given). psycopg is imported only
+here, and only when a store first connects, so listing plugins never needs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from scopemem.errors import StoreBusy, StoreError, StoreRefused
+from scopemem.stores.postgres import migrations
+from scopemem.stores.postgres.options import PostgresOptions
+
+__all__ = ["Connect", "Connections", "pipeline"]
+
+# A pooled autocommit connection, as each part of the store is given it.
+Connect = Callable[[], AbstractAsyncContextManager[Any]]
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg  # deferred: the plugin list must load without it
+        import psycopg_pool
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise StoreError("postgres store: psycopg is not installed"
+                         " (pip install -e '.[postgres]' from the scopemem checkout)") from exc
+    return psycopg, psycopg_pool
+
+
+def pipeline(conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+    """Pipeline mode on ``conn`` where the libpq has it (14 and later; psycopg's binary
+    package ships one), else nothing: the same statements, each waited for."""
+    psycopg, _pool = _psycopg()
+    if psycopg.Pipeline.is_supported():
+        return conn.pipeline()  # type: ignore[no-any-return]
+    return contextlib.nullcontext()
+
+
+class Connections:
+    """The store's pool. ``after_migrate(conn)`` runs under the migration lock once the
+    schema is current (the store re-derives tokens there when its analyzer changed)."""
+
+    def __init__(self, options: PostgresOptions,
+                 after_migrate: Callable[[Any], Awaitable[None]]) -> None:
+        self.options = options
+        self._after_migrate = after_migrate
+        self._pool: Any = None
+        self._ready_lock: asyncio.Lock | None = None
+        # Set by the store's ``close``: no new work, but what it drains may still connect.
+        self.closed = False
+
+    @property
+    def opened(self) -> bool:
+        return self._pool is not None
+
+    @contextlib.asynccontextmanager
+    async def connection(self, *, closing_ok: bool = False) -> AsyncIterator[Any]:
+        """A pooled autocommit connection; psycopg's errors become ``StoreError``."""
+        if self.closed and not closing_ok:
+            raise StoreError("the postgres store is closed")
+        psycopg, psycopg_pool = _psycopg()
+        pool = await self._ready()
+        try:
+            async with pool.connection() as conn:
+                yield conn
+        except psycopg_pool.PoolTimeout as exc:
+            raise StoreBusy(f"postgres store: no connection free: {exc}") from exc
+        except psycopg.errors.QueryCanceled as exc:
+            raise StoreBusy(f"postgres store: statement timed out: {exc}") from exc
+        except psycopg.DataError as exc:  # the input itself: a smaller call may pass
+            raise StoreRefused(f"postgres store: {type(exc).__name__}: {exc}") from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"postgres store: {type(exc).__name__}: {exc}") from exc
+
+    async def close(self) -> None:
+        """Close the pool (the store has drained what it had deferred)."""
+        self.closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def _ready(self) -> Any:
+        """The open pool, the schema migrated (once per store)."""
+        if self._pool is not None:
+            return self._pool
+        if self.closed:
+            raise StoreError("the postgres store is closed")
+        if self._ready_lock is None:
+            self._ready_lock = asyncio.Lock()
+        async with self._ready_lock:
+            if self._pool is not None:
+                return self._pool
+            psycopg, psycopg_pool = _psycopg()
+            options = self.options
+            kwargs: dict[str, Any] = {"autocommit": True}
+            if options.statement_timeout_ms:
+                kwargs["options"] = f"-c statement_timeout={options.statement_timeout_ms}"
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                        options.dsn, autocommit=True) as conn:
+                    await migrations.migrate(conn, options.schema, self._after_migrate)
+                pool = psycopg_pool.AsyncConnectionPool(
+                    options.dsn, min_size=options.min_pool, max_size=options.max_pool,
+                    kwargs=kwargs, open=False, name=f"scopemem-{options.schema}")
+                await pool.open(wait=options.min_pool > 0, timeout=30)
+            except psycopg.Error as exc:
+                raise StoreError(f"postgres store: cannot open schema {options.schema!r}:"
+                                 f" {type(exc).__name__}: {exc}") from exc
+            except psycopg_pool.PoolTimeout as exc:
+                raise StoreError(f"postgres store: cannot connect: {exc}") from exc
+            if self.closed:
+                await pool.close()
+                raise StoreError("the postgres store is closed")
+            self._pool = pool
+            return pool

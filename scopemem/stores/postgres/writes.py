@@ -1,0 +1,256 @@
+"""The PostgreSQL store's write transactions: a write batch, forget, sweep, the deletion of
+a scope, the scrubbing of a person's provenance and the retention purge, each one
+transaction under the scope's row lock (``locking.py``), and the re-derivation of every
+row's tokens when the analyzer changed (``refold``).
+
+A write batch takes the scope's row in ``scopes`` FOR UPDATE (so writers to a scope queue
+there, across processes, and the next seq is read under the lock), reads and locks the rows
+the batch can touch, lets ``batch.plan_batch`` run the engine over them, inserts and changes
+rows in two pipelined ``executemany`` calls and keeps the postings in step, evicts above the
+cap, purges dead rows past the retention (a swept row is scrubbed and kept) and records the
+new last seq and active count. All of it commits, or none.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from scopemem.core import engine
+from scopemem.core.provenance import person_id, scrub_source
+from scopemem.core.records import Candidate, PurgeResult, Status, SweepResult, WriteCounts
+from scopemem.core.scopes import memory_id, record_seq
+from scopemem.core.text import normalize_text
+from scopemem.core.words import Analyzer
+from scopemem.stores.base import Clock, check_scope_key, retention_cutoff
+from scopemem.stores.postgres.browse import Browse
+from scopemem.stores.postgres.counts import add_rows
+from scopemem.stores.postgres.locking import ScopeLock
+from scopemem.stores.postgres.pool import Connect, pipeline
+from scopemem.stores.postgres.statements import Statements, bigints, insert_row, record_of
+from scopemem.stores.shared import batches
+from scopemem.stores.shared import counts as counting
+from scopemem.stores.shared.batches import PURGE_ROWS
+from scopemem.stores.shared.tokens import postings_of, record_tokens
+
+__all__ = ["Writes", "refold"]
+
+log = logging.getLogger("scopemem.stores.postgres")
+
+META_FOLDING = "folding"  # the meta row holding the analyzer's signature the rows follow
+
+class Writes:
+    """The transactions that change a scope's rows, over ``connect``."""
+
+    def __init__(self, sql: Statements, analyzer: Analyzer, connect: Connect,
+                 lock_scope: ScopeLock, browse: Browse, clock: Clock,
+                 retention_days: int) -> None:
+        self.sql = sql
+        self.analyzer = analyzer
+        self._connect = connect
+        self._lock_scope = lock_scope
+        self._browse = browse
+        self._clock = clock
+        self.retention_days = retention_days
+
+    async def write(self, scope_key: str, fitted: Sequence[Candidate], cap: int
+                    ) -> WriteCounts:
+        """Write the checked, fitted batch under the scope's lock."""
+        now = self._clock()
+        # Pipelined: a statement whose answer nothing waits for is sent at once, so the
+        # batch waits on the server only for the rows it reads (the scope's row, the rows
+        # the batch can touch, the eviction's) and the commit.
+        async with self._connect() as conn, pipeline(conn), conn.transaction():
+            last_seq, active, thread = await self._lock_scope(conn, scope_key, now,
+                                                              create=True)
+            norms, seqs = batches.lookup_keys(scope_key, fitted)
+            cursor = await conn.execute(self.sql.batch_rows, {
+                "scope": scope_key, "norms": norms, "seqs": bigints(seqs)})
+            known = [record_of(row) for row in await cursor.fetchall()]
+            plan = batches.plan_batch(scope_key, fitted, known, last_seq + 1, now)
+            await self._persist(conn, scope_key, plan, thread, now)
+            evicted: list[int] = []
+            live = active + plan.live_delta
+            if live > cap:
+                evicted = await self._evict(conn, scope_key, live - cap, now)
+            retention = {"scope": scope_key, "rows": PURGE_ROWS,
+                         "cutoff": retention_cutoff(now, self.retention_days)}
+            for statement in (self.sql.scrub_swept, self.sql.purge):
+                await conn.execute(statement, retention)
+            await conn.execute(self.sql.set_counts, {
+                "scope": scope_key, "last": plan.next_seq - 1, "active": live - len(evicted)})
+            counts = plan.counts + WriteCounts(evicted=len(evicted))
+            await add_rows(conn, self.sql, counting.write_rows(scope_key, counts, now))
+        return counts
+
+    async def _persist(self, conn: Any, scope_key: str, plan: batches.BatchPlan,
+                       previous: str | None, now: int) -> None:
+        """The batch's new rows and their postings, and its changes to existing rows (those
+        it retired leave the index); ``previous`` is the thread of the row before the
+        first new one (None when it is gone)."""
+        async with conn.cursor() as cursor:
+            if plan.inserts:
+                await cursor.executemany(self.sql.insert, [
+                    insert_row(scope_key, record_seq(r.id), r, now,
+                               record_tokens(r, self.analyzer))
+                    for r in plan.inserts])
+                terms, seqs, continues = postings_of(plan.inserts, previous, self.analyzer)
+                await conn.execute(self.sql.post, {"scope": scope_key, "terms": terms,
+                                                   "seqs": bigints(seqs), "continues": continues})
+            if plan.changes:
+                await cursor.executemany(self.sql.change, [
+                    (r.use_count, r.last_used_at, r.confidence, r.status.value,
+                     r.status.value, now, scope_key, record_seq(r.id))
+                    for r in plan.changes])
+                retired = [record_seq(r.id) for r in plan.changes if not r.is_active]
+                if retired:
+                    await conn.execute(self.sql.unpost, {"scope": scope_key,
+                                                         "seqs": bigints(retired)})
+
+    async def _evict(self, conn: Any, scope_key: str, excess: int, now: int) -> list[int]:
+        """The seqs of the rows evicted to bring the scope down by ``excess``."""
+        cursors = [await conn.execute(statement, {"scope": scope_key, "excess": excess})
+                   for statement in (self.sql.lru_never_used, self.sql.lru_used)]
+        groups = [await cursor.fetchall() for cursor in cursors]  # one wait when pipelined
+        evicted = batches.pick_eviction(groups[0], groups[1], excess)
+        await self._retire(conn, scope_key, evicted, Status.EVICTED, now)
+        return evicted
+
+    async def _retire(self, conn: Any, scope_key: str, seqs: Sequence[int],
+                      status: Status, now: int) -> int:
+        """Retire the active ones of rows ``seqs`` with ``status``, out of the index; how
+        many."""
+        if not seqs:
+            return 0
+        cursor = await conn.execute(self.sql.retire, {"scope": scope_key, "seqs": bigints(seqs),
+                                                      "status": status.value, "now": now})
+        retired = [seq for (seq,) in await cursor.fetchall()]
+        if retired:
+            await conn.execute(self.sql.unpost, {"scope": scope_key,
+                                                 "seqs": bigints(retired)})
+        return len(retired)
+
+    async def forget(self, scope_key: str, seq: int) -> bool:
+        now = self._clock()
+        async with self._connect() as conn, conn.transaction():
+            if await self._lock_scope(conn, scope_key, now, create=False) is None:
+                return False
+            params = {"scope": scope_key, "seq": seq, "id": memory_id(scope_key, seq),
+                      "now": now, "seqs": [seq]}
+            cursor = await conn.execute(self.sql.active_seqs, params)
+            if not await cursor.fetchall():
+                return False
+            await conn.execute(self.sql.unpost, params)  # while the row holds its tokens
+            cursor = await conn.execute(self.sql.forget, params)
+            if cursor.rowcount <= 0:
+                return False
+            await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": -1})
+            await add_rows(conn, self.sql, counting.forget_rows(scope_key, now))
+            return True
+
+    async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
+        check_scope_key(scope_key)
+        now = self._clock()
+        async with self._connect() as conn, conn.transaction():
+            if not dry_run and await self._lock_scope(conn, scope_key, now,
+                                                      create=False) is None:
+                return SweepResult(swept=0)
+            cursor = await conn.execute(self.sql.active_facts, {"scope": scope_key})
+            swept = engine.plan_sweep([record_of(row) for row in await cursor.fetchall()])
+            if dry_run:
+                return SweepResult(swept=len(swept), ids=tuple(r.id for r in swept))
+            retired = await self._retire(conn, scope_key, [record_seq(r.id) for r in swept],
+                                         Status.SWEPT, now)
+            await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": -retired})
+            await add_rows(conn, self.sql, counting.sweep_rows(scope_key, retired, now))
+        return SweepResult(swept=len(swept))
+
+    async def delete_scope(self, scope_key: str) -> int:
+        """Delete every record of ``scope_key``, whatever its status, with its postings and
+        its day counters, in one transaction; the number of records deleted (0: no such
+        scope). The scope's row stays, emptied, so its ids are never given again."""
+        check_scope_key(scope_key)
+        async with self._connect() as conn, conn.transaction():
+            if await self._lock_scope(conn, scope_key, self._clock(), create=False) is None:
+                return 0
+            params = {"scope": scope_key}
+            await conn.execute(self.sql.delete_postings, params)
+            cursor = await conn.execute(self.sql.delete_records, params)
+            deleted = max(cursor.rowcount, 0)
+            await conn.execute(self.sql.delete_counters, params)
+            await conn.execute(self.sql.find_peaks, params)
+            await conn.execute(self.sql.empty_scope, params)
+            await conn.execute(self._browse.drop_scope, params)
+        return int(deleted)
+
+    async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
+        """Replace the person ``person_key`` names in the scope's thread keys and run ids
+        (``core.provenance``), and delete the scope's reaches that name them, in one
+        transaction; the number of records changed."""
+        check_scope_key(scope_key)
+        person = person_id(check_scope_key(person_key))
+        if not person:
+            return 0
+        async with self._connect() as conn, conn.transaction():
+            if await self._lock_scope(conn, scope_key, self._clock(), create=False) is None:
+                return 0
+            cursor = await conn.execute(self.sql.naming, {"scope": scope_key,
+                                                          "person": person})
+            changed = []
+            for seq, thread, run in await cursor.fetchall():
+                new_thread, new_run = scrub_source(thread, person), scrub_source(run, person)
+                if new_thread is not thread or new_run is not run:
+                    changed.append((new_thread, new_run, scope_key, seq))
+            if changed:
+                async with conn.cursor() as cur:
+                    await cur.executemany(self.sql.set_source, changed)
+                await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": 0})
+            await self._browse.scrub_reaches(conn, scope_key, person)
+        return len(changed)
+
+    async def purge(self, scope_keys: Sequence[str]) -> PurgeResult:
+        """The retention purge every write applies to its scope, applied now to each of
+        ``scope_keys``, one transaction each."""
+        now = self._clock()
+        retention = {"rows": None, "cutoff": retention_cutoff(now, self.retention_days)}
+        result = PurgeResult()
+        for scope_key in scope_keys:
+            async with self._connect() as conn, conn.transaction():
+                if await self._lock_scope(conn, scope_key, now, create=False) is None:
+                    continue
+                done = []
+                for statement in (self.sql.purge, self.sql.scrub_swept):
+                    cursor = await conn.execute(statement, {**retention, "scope": scope_key})
+                    done.append(max(cursor.rowcount, 0))
+                if any(done):
+                    await conn.execute(self.sql.add_active, {"scope": scope_key, "delta": 0})
+            result += PurgeResult(purged=done[0], scrubbed=done[1])
+        return result
+
+
+async def refold(conn: Any, sql: Statements, analyzer: Analyzer, schema: str) -> None:
+    """Re-derive every row's dedup key and tokens when they were written under other
+    tokenizing rules or languages (``Analyzer.signature``). Runs under the migration
+    lock, in one transaction; rows, ids, statuses and use counts are untouched."""
+    signature = analyzer.signature
+    cursor = await conn.execute(sql.get_meta, (META_FOLDING,))
+    row = await cursor.fetchone()
+    if row is not None and row[0] == signature:
+        return
+    async with conn.transaction():
+        cursor = await conn.execute(sql.all_rows)
+        rows = await cursor.fetchall()
+        if rows:
+            async with conn.cursor() as cur:
+                await cur.executemany(sql.refold, [
+                    (normalize_text(record.text),
+                     record_tokens(record, analyzer) if record.is_active else [],
+                     row[0], row[1])
+                    for row in rows for record in (record_of(row[1:]),)])
+            log.info("postgres store: schema %s: re-derived the tokens of %d records (%s)",
+                     schema, len(rows), signature)
+        await conn.execute(sql.unpost_all)
+        await conn.execute(sql.post_all)
+        await conn.execute(sql.bump_generations)  # no copy of the old terms holds
+        await conn.execute(sql.set_meta, (META_FOLDING, signature))
