@@ -61,7 +61,8 @@ class Counts:
         if counting.no_scope_starts(prefix):
             return []
         async with self._connection() as conn:
-            cursor = await conn.execute(self.sql.read_counts, {
+            statement = self.sql.read_counts if keys is None else self.sql.read_counts_of
+            cursor = await conn.execute(statement, {
                 "since": since_day, "keys": keys, "prefix": prefix})
             return [CountRow(scope, day, name, value)
                     for scope, day, name, value in await cursor.fetchall()]

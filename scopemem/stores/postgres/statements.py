@@ -306,11 +306,14 @@ class Statements:
             " FROM added a JOIN given g USING (scope_key, day, name) GROUP BY 1, 2, 3"
             " ORDER BY 1, 2, 3 ON CONFLICT (kind, day, name) DO UPDATE SET"
             " total = t.total + excluded.total, peak = GREATEST(t.peak, excluded.peak)")
-        self.read_counts = (
-            f"SELECT scope_key, day, name, value FROM {counters} WHERE day >= %(since)s"
-            " AND (%(keys)s::text[] IS NULL OR scope_key = ANY(%(keys)s::text[]))"
-            " AND (%(prefix)s::text IS NULL OR starts_with(scope_key, %(prefix)s::text))"
-            " ORDER BY scope_key, day, name")
+        # Two statements, not one with "keys IS NULL OR": a prepared statement's generic plan
+        # cannot use the primary key for the keys, and would scan every scope's counters.
+        read_counts = (f"SELECT scope_key, day, name, value FROM {counters}"
+                       " WHERE day >= %(since)s AND (%(prefix)s::text IS NULL"
+                       " OR starts_with(scope_key, %(prefix)s::text))")
+        order = " ORDER BY scope_key, day, name"
+        self.read_counts = read_counts + order
+        self.read_counts_of = read_counts + " AND scope_key = ANY(%(keys)s::text[])" + order
         # Re-deriving what rows keep from their text when the analyzer changes.
         self.get_meta = f"SELECT value FROM {s}.meta WHERE key = %s"
         self.set_meta = (f"INSERT INTO {s}.meta (key, value) VALUES (%s, %s)"
