@@ -3,6 +3,7 @@ a real ``python -m scopemem mcp`` subprocess on a SQLite store in a temp dir."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -55,6 +56,31 @@ async def mcp_session(config: Path, *args: str, env: dict[str, str] | None = Non
                 ClientSession(read, write) as session:
             await session.initialize()
             yield session
+
+
+@asynccontextmanager
+async def held_session(config: Path) -> AsyncIterator[ClientSession]:
+    """``mcp_session`` entered and left by a task of its own, so that a module's fixture may
+    open it in one task and close it in another: the SDK's streams live in anyio task
+    groups, which only the task that entered them may leave."""
+    opened: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
+    finished = asyncio.Event()
+
+    async def hold() -> None:
+        async with mcp_session(config) as session:
+            opened.set_result(session)
+            await finished.wait()
+
+    holder = asyncio.create_task(hold())
+    await asyncio.wait({opened, holder}, return_when=asyncio.FIRST_COMPLETED)
+    if not opened.done():
+        await holder  # raises why the server did not start
+        raise RuntimeError("the MCP session ended before it opened")
+    try:
+        yield opened.result()
+    finally:
+        finished.set()
+        await holder
 
 
 async def call(session: ClientSession, tool: str, **arguments: Any) -> CallToolResult:
