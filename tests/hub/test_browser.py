@@ -1,8 +1,10 @@
 """The Memory Hub in a real browser: headless Chromium, driven by Playwright, against a real
 worker over SQLite and over PostgreSQL. Each test logs in, does what a person does, and checks
-the store changed (or did not). Every run takes screenshots of each page into a temp directory
-per store; with ``SCOPEMEM_HUB_SCREENSHOTS=docs/hub`` the SQLite run's also replace the ones
-docs/hub.md shows.
+the store changed (or did not). The flows that change the store, and the overview, run on every
+store; the others (the hub's own guards and pages) on SQLite alone, since what they read of a
+store is the browsing contract every store passes (tests/stores/test_browsing.py). Every run
+takes screenshots of each page into a temp directory per store; with
+``SCOPEMEM_HUB_SCREENSHOTS=docs/hub`` the SQLite run's also replace the ones docs/hub.md shows.
 """
 
 from __future__ import annotations
@@ -24,10 +26,15 @@ from tests.hub.conftest import (
     REPO,
     SCREENSHOTS_ENV,
     STATUS_FACT,
+    STORES,
     HubServer,
 )
 
 pytest.importorskip("playwright")
+
+#: A test of the hub's own pages and guards: on SQLite only.
+sqlite_only = pytest.mark.parametrize("hub", [kind for kind in STORES if kind == "sqlite"],
+                                      indirect=True)
 
 
 @pytest.fixture
@@ -62,6 +69,7 @@ def records_of(hub: HubServer, scope_key: str) -> dict[str, Any]:
     return {record.text: record for record in page.rows}
 
 
+@sqlite_only
 def test_login_refuses_a_wrong_token_then_opens_a_session_that_logout_ends(page, hub):
     page.goto(f"{hub.url}/hub/")
     assert page.url.endswith("/hub/login")
@@ -97,6 +105,7 @@ def test_overview_shows_every_scope_its_counters_and_the_thresholds_crossed(page
     shot(page, hub, "scope")
 
 
+@sqlite_only
 def test_search_shows_hits_and_the_block_a_run_would_get_and_counts_nothing(page, hub):
     before = records_of(hub, REPO)[LESSON]
     log_in(page, hub)
@@ -115,6 +124,7 @@ def test_search_shows_hits_and_the_block_a_run_would_get_and_counts_nothing(page
     assert (after.use_count, after.last_used_at) == (before.use_count, before.last_used_at)
 
 
+@sqlite_only
 def test_a_record_shows_its_provenance_history_and_the_runs_it_reached(page, hub):
     record = records_of(hub, REPO)[LESSON]
     log_in(page, hub)
@@ -151,6 +161,7 @@ def test_sweep_lists_what_would_go_with_its_markers_then_applies(page, hub):
     assert records_of(hub, ORG)[STATUS_FACT].status is Status.SWEPT
 
 
+@sqlite_only
 def test_a_poisoned_record_renders_as_text_and_runs_nothing(page, hub):
     dialogs: list[str] = []
     errors: list[str] = []
@@ -173,6 +184,7 @@ def test_a_poisoned_record_renders_as_text_and_runs_nothing(page, hub):
     assert [url for url in requests if not url.startswith(allowed)] == []
 
 
+@sqlite_only
 def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(page, hub):
     target = records_of(hub, REPO)[LESSON]
     log_in(page, hub)
@@ -209,6 +221,7 @@ def test_export_downloads_the_scope_as_json_lines(page, hub):
     assert all(line.startswith('{"id": "mem:repo:acme/api:') for line in lines)
 
 
+@sqlite_only
 def test_the_main_flows_work_from_the_keyboard(page, hub):
     page.goto(f"{hub.url}/hub/")
     # The token field takes the focus on arrival (autofocus, which a busy browser may apply
