@@ -1,69 +1,29 @@
 """Each MCP tool's behaviour, through the SDK's client against a real ``scopemem mcp``.
 
-The tests that speak as the default identity (alice, acme/api, no admin) share one server,
-its store emptied before each; a test about what a server saves on exit, or about another
-identity, starts a server of its own.
+The tests that speak as the default identity (alice, acme/api, no admin) share one server
+(``shared``), its store emptied before each; a test about what a server saves on exit, or
+about another identity, starts a server of its own.
 """
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
-import pytest_asyncio
-from mcp import ClientSession
 
 from scopemem import Memory
 from scopemem.chat.commands import UNTRUSTED_CLOSE, UNTRUSTED_OPEN
 from scopemem.core.records import Candidate, Kind, Record
 from scopemem.core.scoring import FENCE_CLOSE
-from tests.mcp.conftest import call, held_session, mcp_session, text_of, write_config
+from tests.mcp.conftest import Shared, call, git_folder, mcp_session, text_of
 
-# The shared server's session lives on the module's event loop.
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# The shared server's session lives on the package's event loop.
+pytestmark = pytest.mark.asyncio(loop_scope="package")
 
 ALICE = "user:mcp:alice"
 TOOLS = {"memory_context", "memory_search", "memory_list", "memory_remember",
          "memory_forget", "memory_reflect"}
-
-
-class Shared(NamedTuple):
-    """The shared server's configuration (its store, for reading and seeding) and session."""
-
-    path: Path
-    session: ClientSession
-
-
-def git_folder(folder: Path, remote: str) -> None:
-    """``folder`` made a git repository whose origin is ``remote``."""
-    subprocess.run(["git", "init", "-q", str(folder)], check=True)
-    subprocess.run(["git", "-C", str(folder), "remote", "add", "origin", remote], check=True)
-
-
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def shared_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Shared]:
-    """One ``scopemem mcp`` for the module, configured as alice in acme/api. It runs in a
-    folder whose git remote names another repository (acme/web): the configured one wins."""
-    folder = tmp_path_factory.mktemp("shared-mcp")
-    git_folder(folder, "git@github.com:acme/web.git")
-    path = write_config(folder)
-    async with held_session(path) as session:
-        yield Shared(path, session)
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def shared(shared_server: Shared) -> Shared:
-    """The shared server with its store emptied: every scope an earlier test wrote deleted,
-    from this process, as another process sharing the data directory would."""
-    async with Memory.from_config(shared_server.path, allow_fallback=False) as memory:
-        page = await memory.store.scope_page(limit=50)
-        assert page.total == len(page.rows)
-        for scope in page.rows:
-            await memory.store.delete_scope(scope.scope_key)
-    return shared_server
 
 
 async def stored(config: Path, scope_key: str) -> list[Record]:
