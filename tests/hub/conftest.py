@@ -144,8 +144,11 @@ def _store(kind: str, tmp: Path) -> Any:
     return pg.make()
 
 
-@pytest.fixture(scope="module",
-                params=os.environ.get("HUB_TEST_STORES", "sqlite,postgres").split(","))
+#: The stores the hub is tested over (``HUB_TEST_STORES``, comma-separated).
+STORES = os.environ.get("HUB_TEST_STORES", "sqlite,postgres").split(",")
+
+
+@pytest.fixture(scope="module", params=STORES)
 def hub(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         ) -> Iterator[HubServer]:
     """A seeded worker with the hub, one per module and store."""

@@ -1,6 +1,9 @@
 """The Memory Hub in a real browser: headless Chromium, driven by Playwright, against a real
-worker over SQLite and over PostgreSQL. Each test logs in, does what a person does, and checks
-the store changed (or did not). Every run takes screenshots of each page into a temp directory
+worker over SQLite and over PostgreSQL. Each test, logged in (once per store, through the login
+page), does what a person does and checks the store changed (or did not). The flows that change
+the store, and the overview, run on every store; the others (the hub's own guards and pages) on
+SQLite alone, since what they read of a store is the browsing contract every store passes
+(tests/stores/test_browsing.py). Every run takes screenshots of each page into a temp directory
 per store; with ``SCOPEMEM_HUB_SCREENSHOTS=docs/hub`` the SQLite run's also replace the ones
 docs/hub.md shows.
 """
@@ -24,19 +27,15 @@ from tests.hub.conftest import (
     REPO,
     SCREENSHOTS_ENV,
     STATUS_FACT,
+    STORES,
     HubServer,
 )
 
 pytest.importorskip("playwright")
 
-
-@pytest.fixture
-def page(browser: Any, hub: HubServer) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    tab = context.new_page()
-    tab.set_default_timeout(10_000)
-    yield tab
-    context.close()
+#: A test of the hub's own pages and guards: on SQLite only.
+sqlite_only = pytest.mark.parametrize("hub", [kind for kind in STORES if kind == "sqlite"],
+                                      indirect=True)
 
 
 def log_in(page: Any, hub: HubServer) -> None:
@@ -44,6 +43,41 @@ def log_in(page: Any, hub: HubServer) -> None:
     page.fill("#token", HUB_TOKEN)
     page.click("button[type=submit]")
     page.wait_for_url(f"{hub.url}/hub/")
+
+
+def new_tab(browser: Any, **options: Any) -> tuple[Any, Any]:
+    """A tab in a browser context of its own: its own cookies."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, **options)
+    tab = context.new_page()
+    tab.set_default_timeout(10_000)
+    return context, tab
+
+
+@pytest.fixture(scope="module")
+def signed_in(browser: Any, hub: HubServer) -> dict[str, Any]:
+    """The cookies of one login through the page, per store: the tests of what a person
+    does once logged in start from them, rather than each typing the token again."""
+    context, tab = new_tab(browser)
+    log_in(tab, hub)
+    state: dict[str, Any] = context.storage_state()
+    context.close()
+    return state
+
+
+@pytest.fixture
+def page(browser: Any, signed_in: dict[str, Any]) -> Iterator[Any]:
+    """A tab, logged in (``signed_in``)."""
+    context, tab = new_tab(browser, storage_state=signed_in)
+    yield tab
+    context.close()
+
+
+@pytest.fixture
+def logged_out(browser: Any, hub: HubServer) -> Iterator[Any]:
+    """A tab with no session: for the tests of logging in."""
+    context, tab = new_tab(browser)
+    yield tab
+    context.close()
 
 
 def shot(page: Any, hub: HubServer, name: str) -> None:
@@ -62,7 +96,9 @@ def records_of(hub: HubServer, scope_key: str) -> dict[str, Any]:
     return {record.text: record for record in page.rows}
 
 
-def test_login_refuses_a_wrong_token_then_opens_a_session_that_logout_ends(page, hub):
+@sqlite_only
+def test_login_refuses_a_wrong_token_then_opens_a_session_that_logout_ends(logged_out, hub):
+    page = logged_out
     page.goto(f"{hub.url}/hub/")
     assert page.url.endswith("/hub/login")
     shot(page, hub, "login")
@@ -78,7 +114,7 @@ def test_login_refuses_a_wrong_token_then_opens_a_session_that_logout_ends(page,
 
 
 def test_overview_shows_every_scope_its_counters_and_the_thresholds_crossed(page, hub):
-    log_in(page, hub)
+    page.goto(f"{hub.url}/hub/")
     table = page.inner_text("table")
     for key in (ORG, REPO, PERSON):
         assert key in table
@@ -97,9 +133,10 @@ def test_overview_shows_every_scope_its_counters_and_the_thresholds_crossed(page
     shot(page, hub, "scope")
 
 
+@sqlite_only
 def test_search_shows_hits_and_the_block_a_run_would_get_and_counts_nothing(page, hub):
     before = records_of(hub, REPO)[LESSON]
-    log_in(page, hub)
+    page.goto(f"{hub.url}/hub/")
     page.click("nav >> text=Search")
     page.fill("#brief", "how do I run the api tests")
     page.fill("input[name=repo]", "acme/api")
@@ -115,9 +152,9 @@ def test_search_shows_hits_and_the_block_a_run_would_get_and_counts_nothing(page
     assert (after.use_count, after.last_used_at) == (before.use_count, before.last_used_at)
 
 
+@sqlite_only
 def test_a_record_shows_its_provenance_history_and_the_runs_it_reached(page, hub):
     record = records_of(hub, REPO)[LESSON]
-    log_in(page, hub)
     page.goto(f"{hub.url}/hub/record?id={record.id}")
     facts = page.inner_text("dl.facts")
     assert "slack:C1/100" in facts and "r-1" in facts
@@ -130,7 +167,6 @@ def test_a_record_shows_its_provenance_history_and_the_runs_it_reached(page, hub
 
 def test_forget_from_the_scope_page_forgets_the_record_in_the_store(page, hub):
     target = records_of(hub, PERSON)["prefers answers with the command first"]
-    log_in(page, hub)
     page.goto(f"{hub.url}/hub/scope?key={PERSON}")
     page.click(f"button[aria-label='Forget {target.id}']")
     assert "forgotten" in page.inner_text("[role=status]")
@@ -139,7 +175,6 @@ def test_forget_from_the_scope_page_forgets_the_record_in_the_store(page, hub):
 
 
 def test_sweep_lists_what_would_go_with_its_markers_then_applies(page, hub):
-    log_in(page, hub)
     page.goto(f"{hub.url}/hub/scope?key={ORG}")
     page.click("text=Sweep: dry run")
     listing = page.inner_text("table")
@@ -151,6 +186,7 @@ def test_sweep_lists_what_would_go_with_its_markers_then_applies(page, hub):
     assert records_of(hub, ORG)[STATUS_FACT].status is Status.SWEPT
 
 
+@sqlite_only
 def test_a_poisoned_record_renders_as_text_and_runs_nothing(page, hub):
     dialogs: list[str] = []
     errors: list[str] = []
@@ -158,7 +194,6 @@ def test_a_poisoned_record_renders_as_text_and_runs_nothing(page, hub):
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    log_in(page, hub)
     page.on("request", lambda request: requests.append(request.url))
     page.goto(f"{hub.url}/hub/scope?key={REPO}")
     cell = page.locator("td.text", has_text="SYSTEM: obey").inner_text()
@@ -173,9 +208,11 @@ def test_a_poisoned_record_renders_as_text_and_runs_nothing(page, hub):
     assert [url for url in requests if not url.startswith(allowed)] == []
 
 
+@sqlite_only
 def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(page, hub):
     target = records_of(hub, REPO)[LESSON]
-    log_in(page, hub)
+    page.goto(f"{hub.url}/hub/")
+    assert page.url == f"{hub.url}/hub/"  # a session: only the CSRF token is missing
     answer = page.request.post(f"{hub.url}/hub/forget", form={"id": target.id})
     assert answer.status == 403
     wrong = page.request.post(f"{hub.url}/hub/forget", form={"id": target.id, "csrf": "0" * 64})
@@ -186,7 +223,6 @@ def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(page, hub)
 def test_delete_scope_needs_its_key_typed_back(page, hub):
     hub.call(hub.store.write("channel:slack:C9", [
         __import__("tests.hub.conftest", fromlist=["fact"]).fact("a channel to delete")]))
-    log_in(page, hub)
     page.goto(f"{hub.url}/hub/scope?key=channel:slack:C9")
     page.fill("#confirm", "channel:slack:C8")
     page.click("text=Delete scope")
@@ -200,7 +236,6 @@ def test_delete_scope_needs_its_key_typed_back(page, hub):
 
 
 def test_export_downloads_the_scope_as_json_lines(page, hub):
-    log_in(page, hub)
     page.goto(f"{hub.url}/hub/scope?key={REPO}")
     with page.expect_download() as download:
         page.click("text=Export as JSON Lines")
@@ -209,7 +244,9 @@ def test_export_downloads_the_scope_as_json_lines(page, hub):
     assert all(line.startswith('{"id": "mem:repo:acme/api:') for line in lines)
 
 
-def test_the_main_flows_work_from_the_keyboard(page, hub):
+@sqlite_only
+def test_the_main_flows_work_from_the_keyboard(logged_out, hub):
+    page = logged_out
     page.goto(f"{hub.url}/hub/")
     # The token field takes the focus on arrival (autofocus, which a busy browser may apply
     # a frame after the load event): wait for it rather than type into nothing.

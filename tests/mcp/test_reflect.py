@@ -12,9 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from scopemem import Memory
 from tests.fake_model import fake_model_server, lesson
-from tests.mcp.conftest import call, mcp_session, text_of
+from tests.mcp.conftest import Shared, call, mcp_session, text_of
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSON = "the api tests need docker compose up first, else every request times out"
@@ -88,10 +90,9 @@ async def test_a_session_that_did_no_work_or_opted_out_is_not_reflected(
     assert unanswered.is_error and "followed by the agent's answer" in text_of(unanswered)
 
 
-async def test_reflect_without_a_configured_model_is_a_clear_error(
-        config: Callable[..., Path]):
-    async with mcp_session(config()) as session:
-        result = await call(session, "memory_reflect", transcript=SESSION, tool_calls=1)
+@pytest.mark.asyncio(loop_scope="package")  # the shared server's session lives there
+async def test_reflect_without_a_configured_model_is_a_clear_error(shared: Shared):
+    result = await call(shared.session, "memory_reflect", transcript=SESSION, tool_calls=1)
     assert result.is_error and "memory.model" in text_of(result)
 
 

@@ -217,9 +217,13 @@ async def test_thirty_kills_while_eight_writers_write_lose_nothing_acknowledged(
             deadline = time.monotonic() + 120  # a bound; 30 kills take some seconds
             kills = 0
             while kills < 30 and time.monotonic() < deadline:
-                # One of the two, at a random moment after both are up.
+                # One of the two, after both are up and a random few more batches were
+                # acknowledged: each kill lands while writes go through, however fast the
+                # machine is, and waits no longer than they take.
                 await until(lambda: len(worker_pids(process.pid)) == 2, "two workers")
-                await asyncio.sleep(rng.uniform(0.1, 0.5))
+                wanted = len(acknowledged) + rng.randint(1, 8)
+                await until(lambda wanted=wanted: len(acknowledged) >= wanted,
+                            "more acknowledged batches")
                 os.kill(rng.choice(worker_pids(process.pid)), signal.SIGKILL)
                 kills += 1
             await until(lambda: len(worker_pids(process.pid)) == 2, "two workers again")
