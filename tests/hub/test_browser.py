@@ -33,7 +33,9 @@ from tests.hub.conftest import (
 
 pytest.importorskip("playwright")
 
-#: A test of the hub's own pages and guards: on SQLite only.
+#: A test of the hub's own guards (sign-in, CSRF, rendering, keyboard): on SQLite only. Every
+#: page a person reads or acts through (overview, a scope's records, search and preview, a
+#: record and its runs, forget, sweep, delete, export) runs on every store.
 sqlite_only = pytest.mark.parametrize("hub", [kind for kind in STORES if kind == "sqlite"],
                                       indirect=True)
 
@@ -133,7 +135,6 @@ def test_overview_shows_every_scope_its_counters_and_the_thresholds_crossed(page
     shot(page, hub, "scope")
 
 
-@sqlite_only
 def test_search_shows_hits_and_the_block_a_run_would_get_and_counts_nothing(page, hub):
     before = records_of(hub, REPO)[LESSON]
     page.goto(f"{hub.url}/hub/")
@@ -152,7 +153,6 @@ def test_search_shows_hits_and_the_block_a_run_would_get_and_counts_nothing(page
     assert (after.use_count, after.last_used_at) == (before.use_count, before.last_used_at)
 
 
-@sqlite_only
 def test_a_record_shows_its_provenance_history_and_the_runs_it_reached(page, hub):
     record = records_of(hub, REPO)[LESSON]
     page.goto(f"{hub.url}/hub/record?id={record.id}")
