@@ -37,7 +37,8 @@ min / median / max:
    channel, user), in process and over the worker (``WorkerStore``), against the raw SQL it
    needs in process (four FTS5 candidate queries and the repo window's listing);
 5. a realistic brief's retrieve on the large scope (in process) against the raw FTS5 query,
-   with how many records the brief's prefilter terms match;
+   with how many records the brief's prefilter terms match, and against the same retrieve
+   on a 500-record scope;
 6. ``InMemoryStore.retrieve`` on the large scope's records against ``SharedSqliteStore``'s.
 
 ``--cache-rows N`` sets the SQLite store's ``cache_rows`` in every store measured (the
@@ -265,7 +266,7 @@ async def seed(data: str, raw_data: str, zipf: Zipf, scope_counts: Sequence[int]
     started = time.perf_counter()
     memory = Memory(MemoryConfig(enabled=True, organization=ORG, store="sqlite"), store)
     context_keys = list((await memory.context(context_request("probe"))).scopes)
-    small_keys = [LIGHT_SCOPE, OTHER_SCOPE, *context_keys] if figures & {2, 4} else []
+    small_keys = [LIGHT_SCOPE, OTHER_SCOPE, *context_keys] if figures & {2, 4, 5} else []
     for key in small_keys:
         for _ in range(SMALL // 50):
             await both.write(key, candidates(zipf, 50))
@@ -610,9 +611,9 @@ async def in_process(data: str, raw_data: str, args: argparse.Namespace, zipf: Z
             raw.execute(RAW_FTS_SQL, (expression, cap)).fetchall()
         return op
 
-    def store_query(pick: Callable[[], str], target: Any = store) -> Op:
+    def store_query(pick: Callable[[], str], target: Any = store, scope: str = SCOPE) -> Op:
         async def op() -> None:
-            await target.retrieve(SCOPE, pick(), LIMIT)
+            await target.retrieve(scope, pick(), LIMIT)
         return op
 
     def matched(query: str) -> int:
@@ -629,8 +630,10 @@ async def in_process(data: str, raw_data: str, args: argparse.Namespace, zipf: Z
     if 5 in args.figures:  # 5. a realistic brief.
         await store.retrieve(SCOPE, briefs[0], LIMIT)
         await store.retrieve(SCOPE, briefs[1], LIMIT)
+        await store.retrieve(LIGHT_SCOPE, briefs[0], LIMIT)
         times = await alternate([("raw", raw_query(pick), None),
-                                 ("store", store_query(pick), None)],
+                                 ("store", store_query(pick), None),
+                                 ("small", store_query(pick, scope=LIGHT_SCOPE), None)],
                                 args.rounds, args.seconds, max_runs=2000)
         short = [matched(b) for b in briefs if len(b.split()) <= 40]
         long = [matched(b) for b in briefs if len(b.split()) > 40]
@@ -639,6 +642,8 @@ async def in_process(data: str, raw_data: str, args: argparse.Namespace, zipf: Z
         ratio_line(f"{measured}.retrieve p50", "raw FTS5 query", pairs_of(times, "store", "raw"))
         ratio_line(f"{measured}.retrieve p99", "raw FTS5 query",
                    pairs_of(times, "store", "raw", p99))
+        ratio_line(f"{measured}.retrieve p50", f"on a {SMALL}-record scope",
+                   pairs_of(times, "store", "small"), target="<= 10x")
         for name, counts in (("a 5-40-word brief", short), ("a 300-word brief", long)):
             if counts:
                 median = statistics.median(counts)
