@@ -48,40 +48,26 @@ from scopemem.stores.browsing import (
     record_args,
     scope_args,
 )
-from scopemem.worker_aiohttp import validation
 from scopemem.worker_aiohttp.handling import (
-    SERVED,
-    data_route,
-    error_answer,
+    Handler,
+    capability_route,
     json_answer,
-    read_body,
 )
 
 __all__ = ["ROUTES"]
 
 log = logging.getLogger("scopemem.worker")
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
 def _route(path: str, answer: Callable[[BrowsingStore, dict[str, Any]], Awaitable[Any]]
            ) -> Handler:
-    """A browsing route: the body checked (``schema.py``, then the stores' own rules: a
-    refusal is a 400 with its reason), the served store's answer as JSON."""
+    """A browsing route: the served store's answer as JSON (``capability_route``)."""
 
-    @data_route
-    async def handler(request: web.Request) -> web.StreamResponse:
-        body = await read_body(request)
-        validation.check(path, body)
-        store = request.app[SERVED].require_store()
-        if not isinstance(store, BrowsingStore):
-            return error_answer(501, "this worker's store cannot be browsed")
-        try:
-            return json_answer(await answer(store, body))
-        except _Refused as exc:
-            return error_answer(400, str(exc))
+    async def answered(_request: web.Request, store: Any, body: dict[str, Any]
+                       ) -> web.StreamResponse:
+        return json_answer(await answer(store, body))
 
-    return handler
+    return capability_route(path, BrowsingStore, "this worker's store cannot be browsed",
+                            answered, (_Refused,))
 
 
 class _Refused(Exception):

@@ -210,3 +210,31 @@ def data_route(func: Callable[[web.Request], Awaitable[web.StreamResponse]]
     return handler
 
 
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: What a capability route answers with: the request, the served store (which has the
+#: capability) and the checked body.
+CapabilityAnswer = Callable[[web.Request, Any, dict[str, Any]], Awaitable[web.StreamResponse]]
+
+
+def capability_route(path: str, capability: type, missing: str, answer: CapabilityAnswer,
+                     refused: tuple[type[Exception], ...]) -> Handler:
+    """A route only some stores can answer (browsing, vectors): the body checked against the
+    schema (``validation``), a 501 saying ``missing`` when the served store lacks
+    ``capability`` (a runtime-checkable protocol), and an exception of ``refused`` (the
+    stores' own rules refusing the body) a 400 with its reason."""
+
+    @data_route
+    async def handler(request: web.Request) -> web.StreamResponse:
+        body = await read_body(request)
+        validation.check(path, body)
+        store = request.app[SERVED].require_store()
+        if not isinstance(store, capability):
+            return error_answer(501, missing)
+        try:
+            return await answer(request, store, body)
+        except refused as exc:
+            return error_answer(400, str(exc))
+
+    return handler

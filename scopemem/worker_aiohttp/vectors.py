@@ -30,13 +30,10 @@ from aiohttp import web
 
 from scopemem.errors import StoreRefused
 from scopemem.stores.shared.vectors import VectorStore, check
-from scopemem.worker_aiohttp import validation
 from scopemem.worker_aiohttp.handling import (
-    SERVED,
-    data_route,
-    error_answer,
+    Handler,
+    capability_route,
     json_answer,
-    read_body,
     records_answer,
 )
 
@@ -61,20 +58,9 @@ def decoded(text: str, where: str) -> bytes:
     return value
 
 
-def _route(path: str, answer: Answer) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    @data_route
-    async def handler(request: web.Request) -> web.StreamResponse:
-        body = await read_body(request)
-        validation.check(path, body)
-        store = request.app[SERVED].require_store()
-        if not isinstance(store, VectorStore):
-            return error_answer(501, "this worker's store keeps no vectors")
-        try:
-            return await answer(request, store, body)
-        except StoreRefused as exc:
-            return error_answer(400, str(exc))
-
-    return handler
+def _route(path: str, answer: Answer) -> Handler:
+    return capability_route(path, VectorStore, "this worker's store keeps no vectors", answer,
+                            (StoreRefused,))
 
 
 async def _missing(_request: web.Request, store: VectorStore, body: dict[str, Any]
