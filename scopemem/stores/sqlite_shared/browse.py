@@ -46,48 +46,12 @@ from scopemem.stores.browsing import (
 )
 from scopemem.stores.shared.batches import seq_in_scope
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
-from scopemem.stores.sqlite_shared import statements as st
+from scopemem.stores.sqlite_shared.dialect import SQL
 from scopemem.stores.sqlite_shared.pools import ShardPools
 from scopemem.stores.sqlite_shared.reach_log import ReachLog
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
 __all__ = ["Browse"]
-
-_SORT_COLUMNS = {"key": "scope_key", "active": "active, scope_key",
-                 "last_write": "last_write, scope_key"}
-_SCOPES = ("SELECT scope_key, active, last_write FROM scopes"
-           " WHERE last_write IS NOT NULL"
-           " AND (:low IS NULL OR scope_key >= :low AND scope_key < :high)")
-_COUNT_SCOPES = ("SELECT count(*) FROM scopes INDEXED BY scopes_by_last_write"
-                 " WHERE last_write IS NOT NULL"
-                 " AND (:low IS NULL OR scope_key >= :low AND scope_key < :high)")
-
-
-def _scope_statement(sort: str, descending: bool) -> str:
-    direction = " DESC" if descending else ""
-    columns = ", ".join(f"{column}{direction}" for column in _SORT_COLUMNS[sort].split(", "))
-    return f"{_SCOPES} ORDER BY {columns} LIMIT :want"
-
-
-_COUNT_TOTALS = ("SELECT day, name, total, peak FROM count_totals"
-                 " WHERE kind = :kind AND day >= :since AND total > 0")
-_FILTERS = ("scope_key = :scope AND (:kind IS NULL OR kind = :kind)"
-            " AND (:status IS NULL OR status = :status)"
-            " AND (:source IS NULL OR source = :source)")
-_PAGE = (f"SELECT {st.USES_COUNTER}, {st.RECORD_COLUMNS} FROM records"
-         " WHERE scope_key = :scope AND seq IN (SELECT seq FROM records"
-         f" INDEXED BY records_browse WHERE {_FILTERS}"
-         " ORDER BY seq DESC LIMIT :limit OFFSET :offset) ORDER BY seq DESC")
-_COUNT = f"SELECT count(*) FROM records INDEXED BY records_browse WHERE {_FILTERS}"
-_POINTERS = ("SELECT supersedes, status FROM records WHERE scope_key = :scope"
-             " AND seq = :seq AND id = :id")
-_SUPERSEDED_BY = ("SELECT seq FROM records WHERE scope_key = :scope AND supersedes = :id"
-                  " AND supersedes IS NOT NULL ORDER BY seq DESC LIMIT 1")
-_RESTATED_BY = ("SELECT seq FROM records WHERE scope_key = :scope AND restates = :id"
-                " AND restates IS NOT NULL ORDER BY seq DESC LIMIT :most")
-_ROWS = (f"SELECT {st.USES_COUNTER}, {st.RECORD_COLUMNS} FROM records"
-         f" WHERE scope_key = :scope AND {st.IN_SEQS}")
-
 
 class Browse:
     """The store's browsing, over its shards' pools and pending uses and its reach log."""
@@ -106,8 +70,9 @@ class Browse:
         kind, sort, descending, offset, limit = scope_args(kind, sort, descending, offset,
                                                            limit)
         low, high = kind_range(kind) if kind is not None else (None, None)
-        params = {"low": low, "high": high, "want": offset + limit}
-        statement = _scope_statement(sort, descending)
+        # Each shard's first ``offset + limit``, merged.
+        params = {"low": low, "high": high, "limit": offset + limit, "offset": 0}
+        statement = SQL.scope_page(sort, descending)
         answers = await asyncio.gather(*(self._pools.read(shard, _scopes, statement, params)
                                          for shard in range(self._shards)))
         found = [answer for answer in answers if answer is not None]
@@ -163,7 +128,7 @@ class Browse:
 def _scopes(conn: Any, statement: str, params: dict[str, Any]
             ) -> tuple[int, list[ScopeSummary]]:
     with sqlite_sql.snapshot(conn):
-        total = conn.execute(_COUNT_SCOPES, params).fetchall()[0][0]
+        total = conn.execute(SQL.count_held, params).fetchall()[0][0]
         rows = conn.execute(statement, params).fetchall()
     return total, [ScopeSummary(scope_key=key, kind=scope_kind(key), active=active,
                                 last_write_ms=last_write) for key, active, last_write in rows]
@@ -171,14 +136,14 @@ def _scopes(conn: Any, statement: str, params: dict[str, Any]
 
 def _count_totals(conn: Any, params: dict[str, Any]) -> list[CountTotal]:
     return [CountTotal(day=day, name=name, total=total, most=most)
-            for day, name, total, most in conn.execute(_COUNT_TOTALS, params).fetchall()]
+            for day, name, total, most in conn.execute(SQL.count_totals, params).fetchall()]
 
 
 def _record_page(conn: Any, uses: PendingUses, shard: int, params: dict[str, Any]
                  ) -> tuple[int, list[Record]]:
     with sqlite_sql.snapshot(conn):
-        total = conn.execute(_COUNT, params).fetchall()[0][0]
-        _lead, rows = uses.rows(conn, shard, params["scope"], _PAGE, params)
+        total = conn.execute(SQL.count_records, params).fetchall()[0][0]
+        _lead, rows = uses.rows(conn, shard, params["scope"], SQL.record_page, params)
     return total, [sqlite_sql.record(row) for row in rows]
 
 
@@ -187,7 +152,7 @@ def _history(conn: Any, uses: PendingUses, shard: int, scope_key: str, record_id
     """The record, its supersede chain (followed back through ever lower seqs), the newest
     record superseding it (when it is superseded) and the newest restating it."""
     with sqlite_sql.snapshot(conn):
-        found = conn.execute(_POINTERS, {"scope": scope_key, "seq": seq, "id": record_id}
+        found = conn.execute(SQL.pointers, {"scope": scope_key, "seq": seq, "id": record_id}
                              ).fetchall()
         if not found:
             return None
@@ -198,7 +163,7 @@ def _history(conn: Any, uses: PendingUses, shard: int, scope_key: str, record_id
             before = seq_in_scope(scope_key, pointer)
             if before is None or before >= current:
                 break
-            step = conn.execute(_POINTERS, {"scope": scope_key, "seq": before,
+            step = conn.execute(SQL.pointers, {"scope": scope_key, "seq": before,
                                             "id": pointer}).fetchall()
             if not step:
                 break
@@ -206,11 +171,11 @@ def _history(conn: Any, uses: PendingUses, shard: int, scope_key: str, record_id
             current, pointer = before, step[0][0]
         by: list[int] = []
         if status == "superseded":
-            by = [row[0] for row in conn.execute(_SUPERSEDED_BY,
+            by = [row[0] for row in conn.execute(SQL.superseded_by,
                                                  {"scope": scope_key, "id": record_id})]
         restated = [row[0] for row in conn.execute(
-            _RESTATED_BY, {"scope": scope_key, "id": record_id, "most": RESTATED_BY})]
-        _lead, rows = uses.rows(conn, shard, scope_key, _ROWS, {
+            SQL.restated_by, {"scope": scope_key, "id": record_id, "most": RESTATED_BY})]
+        _lead, rows = uses.rows(conn, shard, scope_key, SQL.rows, {
             "scope": scope_key, "seqs": json.dumps([seq, *chain, *by, *restated])})
     records = {row[0]: sqlite_sql.record(row) for row in rows}
     return (records[seq], tuple(records[n] for n in chain),

@@ -23,6 +23,7 @@ from scopemem.stores.shared import counts as counting
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared import writes
+from scopemem.stores.sqlite_shared.dialect import SQL
 from scopemem.stores.sqlite_shared.pools import ShardPools
 from scopemem.stores.sqlite_shared.shards import Shards
 from scopemem.stores.sqlite_shared.usage import relaxed
@@ -57,7 +58,7 @@ class ScopeLimit:
         for index in range(self._shards.count):
             conn = self._shards.connection(index, create=False)
             if conn is not None:
-                total += conn.execute(st.COUNT_SCOPES).fetchall()[0][0]
+                total += conn.execute(SQL.count_scopes).fetchall()[0][0]
         return total
 
 
@@ -99,21 +100,15 @@ class Counts:
             wanted = None if keys is None else [key for key in keys
                                                 if self._shards.of(key) == shard]
             found: builtins.list[tuple[Any, ...]] = await self._pools.read(
-                shard, _read_counts, since_day, wanted) or []
+                shard, _read_counts, since_day, prefix, wanted) or []
             rows.extend(CountRow(*row) for row in found
                         if counting.select_scope(row[0], keys, prefix))
         return sorted(rows, key=lambda r: (r.scope_key, r.day, r.name))
 
 
-# The named scopes' counters: a primary-key range each, never the shard's other scopes.
-_READ_SCOPE_COUNTS = ("SELECT scope_key, day, name, value FROM counters"
-                      " WHERE scope_key IN (SELECT value FROM json_each(:keys))"
-                      " AND day >= :since ORDER BY scope_key, day, name")
-
-
-def _read_counts(conn: Any, since_day: int, keys: builtins.list[str] | None
-                 ) -> builtins.list[tuple[Any, ...]]:
+def _read_counts(conn: Any, since_day: int, prefix: str | None,
+                 keys: builtins.list[str] | None) -> builtins.list[tuple[Any, ...]]:
+    params = {"since": since_day, "prefix": prefix}
     if keys is None:
-        return list(conn.execute(st.READ_COUNTS, {"since": since_day}).fetchall())
-    return list(conn.execute(_READ_SCOPE_COUNTS, {"since": since_day,
-                                                  "keys": json.dumps(keys)}).fetchall())
+        return list(conn.execute(SQL.read_counts, params))
+    return list(conn.execute(SQL.read_counts_of, {**params, "keys": json.dumps(keys)}))

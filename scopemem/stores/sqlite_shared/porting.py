@@ -26,6 +26,7 @@ from scopemem.stores.sqlite_shared import index
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.counts import ScopeLimit
+from scopemem.stores.sqlite_shared.dialect import SQL
 from scopemem.stores.sqlite_shared.pools import ShardPools
 from scopemem.stores.sqlite_shared.shards import Shards
 from scopemem.stores.sqlite_shared.usage import PendingUses
@@ -33,23 +34,13 @@ from scopemem.stores.sqlite_shared.writes import transaction
 
 __all__ = ["Porting", "export_page", "import_scope", "scope_keys"]
 
-EXPORT_PAGE = (f"SELECT {st.USES_COUNTER}, {st.RECORD_COLUMNS} FROM records"
-               " WHERE scope_key = :scope"
-               " AND seq > :after ORDER BY seq LIMIT :limit")
-HELD_SEQS = f"SELECT seq FROM records WHERE scope_key = :scope AND {st.IN_SEQS}"
-NEIGHBOURS = (f"SELECT seq, source_thread_key, status, tokens FROM records"
-              f" WHERE scope_key = :scope AND {st.IN_SEQS}")
-IMPORT_COUNTS = ("UPDATE scopes SET last_seq = max(last_seq, :last), active = active + :added,"
-                 " generation = generation + 1 WHERE scope_key = :scope")
-
-
 def scope_keys(conn: Any) -> list[str]:
-    return [key for (key,) in conn.execute("SELECT scope_key FROM scopes ORDER BY scope_key")]
+    return [key for (key,) in conn.execute(SQL.export_scopes)]
 
 
 def export_page(conn: Any, uses: PendingUses, shard: int, scope_key: str, after: int,
                 limit: int) -> list[Record]:
-    _lead, rows = uses.rows(conn, shard, scope_key, EXPORT_PAGE,
+    _lead, rows = uses.rows(conn, shard, scope_key, SQL.export_page,
                             {"scope": scope_key, "after": after, "limit": limit})
     return [sqlite_sql.record(row) for row in rows]
 
@@ -62,7 +53,7 @@ def import_scope(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer,
         last_seq, _active, _generation, sid = conn.execute(
             st.LOCK_SCOPE, {"scope": scope_key}).fetchall()[0]
         seqs = json.dumps([seq for seq, _record in batch])
-        held = {seq for (seq,) in conn.execute(HELD_SEQS, {"scope": scope_key, "seqs": seqs})}
+        held = {seq for (seq,) in conn.execute(SQL.held_seqs, {"scope": scope_key, "seqs": seqs})}
         added = sorted((item for item in batch if item[0] not in held), key=lambda i: i[0])
         if not added:
             return 0
@@ -77,7 +68,7 @@ def import_scope(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer,
             for seq, r in added], ensure_ascii=False)})
         around = json.dumps(sorted({n for seq, _r in added for n in (seq - 1, seq + 1)}))
         neighbours = {seq: row for seq, *row in conn.execute(
-            NEIGHBOURS, {"scope": scope_key, "seqs": around})}
+            SQL.neighbours, {"scope": scope_key, "seqs": around})}
         added_seqs = {seq for seq, _r in added}
         documents: list[tuple[int, list[str], bool]] = []
         # Existing active rows that now continue an import: indexed again with the marker.
@@ -94,7 +85,7 @@ def import_scope(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer,
         if follows:
             index.unpost(conn, sid, [seq for seq, _terms, _c in follows])
         index.post(conn, sid, [*documents, *follows])
-        conn.execute(IMPORT_COUNTS, {
+        conn.execute(SQL.import_counts, {
             "scope": scope_key, "last": max(last_seq, added[-1][0]),
             "added": sum(1 for _seq, r in added if r.is_active)})
     return len(added)

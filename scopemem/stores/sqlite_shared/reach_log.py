@@ -30,7 +30,9 @@ from scopemem.core.scopes import record_seq
 from scopemem.errors import StoreError
 from scopemem.stores.base import Clock
 from scopemem.stores.browsing import fit_reaches, names_person, reach_cutoff, reach_query
+from scopemem.stores.shared.sql import reach_read, reaches_of
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
+from scopemem.stores.sqlite_shared.dialect import SQL
 
 __all__ = ["FILE_NAME", "ReachLog"]
 
@@ -56,13 +58,6 @@ SCHEMA = (
 )
 INSERT = ("INSERT INTO reaches (scope_key, seq, run_id, thread_key, at) VALUES"
           " (?, ?, ?, ?, ?)")
-PRUNE = "DELETE FROM reaches WHERE at <= :cutoff"
-_ORDER = " ORDER BY at DESC, scope_key DESC, seq DESC, run_id DESC, thread_key DESC"
-_COLUMNS = "SELECT scope_key, seq, run_id, thread_key, at FROM reaches WHERE at > :after"
-BY_RECORD = f"{_COLUMNS} AND scope_key = :scope AND seq = :seq{_ORDER} LIMIT :limit"
-BY_RUN = f"{_COLUMNS} AND (run_id = :run OR thread_key = :run){_ORDER} LIMIT :limit"
-ALL = f"{_COLUMNS}{_ORDER} LIMIT :limit"
-DROP_SCOPE = "DELETE FROM reaches WHERE scope_key = :scope"
 NAMING = ("SELECT rowid, run_id, thread_key FROM reaches WHERE scope_key = :scope"
           " AND (instr(run_id, :person) > 0 OR instr(thread_key, :person) > 0)")
 DELETE = "DELETE FROM reaches WHERE rowid = ?"
@@ -138,22 +133,11 @@ class ReachLog:
     async def read(self, record_id: str | None, run: str | None, limit: int
                    ) -> list[Reach]:
         record_id, run, limit = reach_query(record_id, run, limit)
-        after = reach_cutoff(self._clock(), self.retention_days)
-        params: dict[str, Any] = {"after": after, "limit": limit}
-        if record_id is not None:
-            scope_key, _sep, seq = record_id.removeprefix("mem:").rpartition(":")
-            if not record_id.startswith("mem:") or not seq.isdigit():
-                return []
-            statement = BY_RECORD
-            params.update(scope=scope_key, seq=int(seq))
-        elif run is not None:
-            statement, params["run"] = BY_RUN, run
-        else:
-            statement = ALL
-        rows = await self._run(_read, statement, params)
-        return [Reach(record_id=f"mem:{key}:{seq}", scope_key=key, run_id=run_id,
-                      thread_key=thread_key, at_ms=at)
-                for key, seq, run_id, thread_key, at in rows or ()]
+        read = reach_read(SQL, record_id, run, limit,
+                          reach_cutoff(self._clock(), self.retention_days))
+        if read is None:
+            return []
+        return reaches_of(await self._run(_read, *read) or ())
 
     async def drop_scope(self, scope_key: str) -> None:
         """Delete the scope's reaches (the scope itself is being deleted)."""
@@ -178,7 +162,7 @@ class ReachLog:
 
 def _log(conn: Any, cutoff: int, rows: list[tuple[str, int, str, str, int]]) -> None:
     with sqlite_sql.immediate(conn):
-        conn.execute(PRUNE, {"cutoff": cutoff})
+        conn.execute(SQL.prune_reaches, {"cutoff": cutoff})
         conn.executemany(INSERT, rows)
 
 
@@ -188,7 +172,7 @@ def _read(conn: Any, statement: str, params: dict[str, Any]) -> list[Any]:
 
 def _drop_scope(conn: Any, scope_key: str) -> None:
     with sqlite_sql.immediate(conn):
-        conn.execute(DROP_SCOPE, {"scope": scope_key})
+        conn.execute(SQL.drop_reaches, {"scope": scope_key})
     _truncate_wal(conn)
 
 

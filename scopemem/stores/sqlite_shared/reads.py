@@ -44,6 +44,7 @@ from scopemem.stores.shared.cache import DENSE_MIN_POSTINGS, ScopeCopy, Touches,
 from scopemem.stores.sqlite_shared import index
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
+from scopemem.stores.sqlite_shared.dialect import SQL
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
 __all__ = ["WHOLE_ROWS", "Searched", "copy_of", "listing", "mark_used", "search"]
@@ -195,7 +196,7 @@ def copy_of(conn: Any, scope_key: str) -> ScopeCopy | None:
         # Each row's last touch as saved: a lower bound ever after, as the weighing needs
         # (a use only moves it on).
         touches = Touches((seq, (touched, None)) for seq, touched in conn.execute(
-            st.SCOPE_TOUCHES, {"scope": scope_key}))
+            SQL.scope_touches, {"scope": scope_key}))
     postings, continuing = _postings(rows)
     size = sum(map(len, postings.values()))
     held: dict[str, Collection[int]]
@@ -215,7 +216,7 @@ def copy_of(conn: Any, scope_key: str) -> ScopeCopy | None:
 def mark_used(conn: Any, uses: PendingUses, shard: int, scope_key: str, seqs: list[int],
               now: int) -> list[int]:
     """One use of each of ``seqs`` that is an active row: those seqs."""
-    found = [seq for (seq,) in conn.execute(st.ACTIVE_SEQS, {
+    found = [seq for (seq,) in conn.execute(SQL.active_seqs, {
         "scope": scope_key, "seqs": json.dumps(seqs)}).fetchall()]
     if found:
         uses.add(shard, scope_key, found, now)

@@ -28,6 +28,7 @@ import functools
 import hashlib
 from typing import Any
 
+from scopemem.stores.shared.sql import COLUMNS
 from scopemem.stores.sqlite_shared import index
 
 # "ScMs": a shard of the shared-file layout (the file-per-scope layout's files say "ScMm").
@@ -41,11 +42,10 @@ META_SHARD = "shard"
 META_SHARDS = "shards"
 META_FOLDING = "folding"
 
-# The seq, then the record's fields in ``Record``'s order (as the file layout's
-# ``legacy.RECORD_COLUMNS``), so ``sql.record`` builds records from either.
-RECORD_COLUMNS = ("seq, id, scope_key, kind, text, keywords, source_thread_key, source_run_id,"
-                  " created_at, last_used_at, use_count, confidence, supersedes, restates,"
-                  " status, source")
+# The shared columns of a row (``shared.sql.COLUMNS``), in the file layout's order too
+# (``legacy.RECORD_COLUMNS``), so ``sql.record`` builds records from either.
+RECORD_COLUMNS = COLUMNS
+
 
 # The active records' terms (``index.py``): contentless (the terms are in ``records.tokens``),
 # deletable by rowid, no positions (a record holds a term or not).

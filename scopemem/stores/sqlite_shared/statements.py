@@ -1,5 +1,7 @@
-"""Every statement the shared-file SQLite store runs, for any shard (but the three that
-write its token index, which are ``index.py``'s own).
+"""The statements only the shared-file SQLite store runs, for any shard: those reading and
+writing its token index (but the three of ``index.py``), its writes' rows going in as JSON
+arrays, its use counts saved later and its counters. Those both SQL stores run are
+``stores/shared/sql.py``'s, as ``dialect.SQL``.
 
 Each one names the scope as a bound value (``:scope``) in its WHERE clause, and every index
 leads with ``scope_key`` (``schema.py``). A list of values (seqs, terms, normalized texts)
@@ -13,7 +15,6 @@ from scopemem.stores.sqlite_shared.schema import RECORD_COLUMNS as RECORD_COLUMN
 
 ACTIVE = "scope_key = :scope AND status = 'active'"
 IN_SEQS = "seq IN (SELECT value FROM json_each(:seqs))"
-PURGEABLE = "('superseded', 'evicted', 'swept')"
 
 # --- reads ---------------------------------------------------------------------------------
 
@@ -51,17 +52,12 @@ USES_COUNTER = "(SELECT uses FROM scopes WHERE scope_key = :scope)"
 # (``index.bounds``), read through the connection's ``fts5vocab`` table (``shards.py``).
 SCOPE_POSTINGS = ("SELECT substr(term, 9), doc & 4294967295 FROM temp.terms_vocab"
                   " WHERE term >= :low AND term < :high")
-# Its active rows' last touches as saved (lower bounds for the copy's weighing).
-SCOPE_TOUCHES = ("SELECT seq, ifnull(last_used_at, created_at) FROM records"
-                 f" WHERE {ACTIVE}")
-ACTIVE_SEQS = f"SELECT seq FROM records WHERE {ACTIVE} AND {IN_SEQS}"
 LISTING = (f"SELECT {USES_COUNTER}, {RECORD_COLUMNS} FROM records WHERE {ACTIVE}"
            " AND (:kind IS NULL OR kind = :kind)"
            " AND (:terms IS NULL OR seq IN (SELECT t.rowid & 4294967295"
            f" FROM json_each(:terms) AS q CROSS JOIN terms_fts AS t"
            f" WHERE t.terms_fts MATCH {_PHRASE}))"
            " ORDER BY seq DESC LIMIT :limit")
-ACTIVE_FACTS = f"SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE} AND kind = 'fact' ORDER BY seq"
 
 # --- writes --------------------------------------------------------------------------------
 
@@ -71,11 +67,6 @@ LOCK_SCOPE = ("SELECT last_seq, active, generation, sid FROM scopes"
 # scope's row is never deleted, so an id is never given twice).
 NEW_SCOPE = ("INSERT INTO scopes (scope_key, created_at, sid) VALUES (:scope, :now,"
              " (SELECT ifnull(max(sid), 0) + 1 FROM scopes)) ON CONFLICT DO NOTHING")
-COUNT_SCOPES = "SELECT count(*) FROM scopes"
-SET_COUNTS = ("UPDATE scopes SET last_seq = :last, active = :active,"
-              " generation = generation + 1 WHERE scope_key = :scope")
-ADD_ACTIVE = ("UPDATE scopes SET active = active + :delta, generation = generation + 1"
-              " WHERE scope_key = :scope")
 # Two lookups (the dedup index, then the primary key) in a UNION: with an OR, or without the
 # index named, SQLite scans every row of the scope.
 BATCH_ROWS = (f"SELECT {RECORD_COLUMNS} FROM records INDEXED BY records_active_norm"
@@ -101,37 +92,8 @@ CHANGE_ROWS = ("WITH c (seq, uses, last, confidence, status) AS MATERIALIZED"
                " confidence = c.confidence, status = c.status,"
                " retired_at = CASE WHEN c.status = 'active' THEN retired_at ELSE :now END"
                " FROM c WHERE records.scope_key = :scope AND records.seq = c.seq")
-RETIRE = (f"UPDATE records SET status = :status, retired_at = :now WHERE {ACTIVE}"
-          f" AND {IN_SEQS} RETURNING seq")
-# The eviction's two short reads (``batches.pick_eviction``): what its order reads.
-_LRU = f"SELECT seq, last_used_at, created_at FROM records WHERE {ACTIVE}"
-LRU_NEVER_USED = f"{_LRU} AND last_used_at IS NULL ORDER BY created_at, seq LIMIT :excess"
-LRU_USED = (f"{_LRU} AND last_used_at IS NOT NULL ORDER BY last_used_at, created_at, seq"
-            " LIMIT :excess")
-# The retention, oldest death first: a swept row past it keeps its id, status, provenance,
-# times and counts, never its text (nor its ``retired_at``, so the retention never reads it
-# again); a superseded or evicted row is deleted.
-_DUE = ("(SELECT seq FROM records WHERE scope_key = :scope"
-        f" AND status IN {PURGEABLE} AND retired_at <= :cutoff AND status {{}} 'swept'"
-        " ORDER BY retired_at LIMIT :rows)")
-SCRUB_SWEPT = ("UPDATE records SET text = '', norm = '', keywords = '[]', tokens = '',"
-               " retired_at = NULL WHERE scope_key = :scope AND seq IN " + _DUE.format("="))
-PURGE = "DELETE FROM records WHERE scope_key = :scope AND seq IN " + _DUE.format("!=")
-# Deleting a scope's data (``writes.delete_scope``): its row in ``scopes`` stays, emptied.
-DELETE_RECORDS = "DELETE FROM records WHERE scope_key = :scope"
+# Deleting a scope's counters (the count totals' triggers keep the totals).
 DELETE_COUNTERS = "DELETE FROM counters WHERE scope_key = :scope"
-EMPTY_SCOPE = ("UPDATE scopes SET active = 0, generation = generation + 1,"
-               " last_write = NULL WHERE scope_key = :scope")
-# Scrubbing a person out of a scope's provenance (``writes.scrub_provenance``): the rows
-# whose thread key or run id holds their id, then each row's new values.
-NAMING = ("SELECT seq, source_thread_key, source_run_id FROM records WHERE scope_key = :scope"
-          " AND (instr(source_thread_key, :person) > 0"
-          " OR instr(ifnull(source_run_id, ''), :person) > 0)")
-SET_SOURCE = ("UPDATE records SET source_thread_key = ?, source_run_id = ?"
-              " WHERE scope_key = ? AND seq = ?")
-NEXT_GENERATION = "UPDATE scopes SET generation = generation + 1 WHERE scope_key = :scope"
-FORGET = ("UPDATE records SET status = 'forgotten', retired_at = :now, text = '', norm = '',"
-          f" keywords = '[]', tokens = '' WHERE {ACTIVE} AND seq = :seq AND id = :id")
 
 # --- use counts and counters ---------------------------------------------------------------
 
@@ -152,5 +114,3 @@ NEXT_USES = ("UPDATE scopes SET uses = uses + 1"
              " RETURNING scope_key, uses")
 ADD_COUNT = ("INSERT INTO counters (scope_key, day, name, value) VALUES (?, ?, ?, ?)"
              " ON CONFLICT (scope_key, day, name) DO UPDATE SET value = value + excluded.value")
-READ_COUNTS = ("SELECT scope_key, day, name, value FROM counters WHERE day >= :since"
-               " ORDER BY scope_key, day, name")

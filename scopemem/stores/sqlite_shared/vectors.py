@@ -23,27 +23,18 @@ from scopemem.core.records import Record
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.shared import vectors as shared
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
-from scopemem.stores.sqlite_shared import statements as st
+from scopemem.stores.sqlite_shared.dialect import SQL
 from scopemem.stores.sqlite_shared.pools import ShardPools
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
 __all__ = ["Vectors"]
 
-_MISSING = ("SELECT id, text FROM records WHERE scope_key = :scope AND status = 'active'"
-            " AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.scope_key = records.scope_key"
-            " AND v.seq = records.seq AND v.model = :model) ORDER BY seq LIMIT :limit")
-_DIMENSIONS = ("SELECT length(vector) / 4 FROM vectors INDEXED BY vectors_by_model"
-               " WHERE scope_key = :scope AND model = :model LIMIT 1")
 # Kept only for a record active now: an id of a retired or unknown record keeps nothing.
 _PUT = ("INSERT INTO vectors (scope_key, seq, model, vector) SELECT :scope, :seq, :model,"
         " :vector WHERE EXISTS (SELECT 1 FROM records WHERE scope_key = :scope"
         " AND seq = :seq AND status = 'active')"
         " ON CONFLICT (scope_key, seq) DO UPDATE SET model = excluded.model,"
         " vector = excluded.vector")
-_OF_MODEL = ("SELECT seq, vector FROM vectors INDEXED BY vectors_by_model"
-             " WHERE scope_key = :scope AND model = :model ORDER BY seq")
-_ROWS = (f"SELECT {st.USES_COUNTER}, {st.RECORD_COLUMNS} FROM records"
-         f" WHERE {st.ACTIVE} AND {st.IN_SEQS}")
 
 
 class Vectors:
@@ -59,7 +50,7 @@ class Vectors:
         params = shared.missing_params(scope_key, model, limit)
         if params is None:
             return []
-        rows = await self._pools.read(self._of(scope_key), _read, _MISSING, params)
+        rows = await self._pools.read(self._of(scope_key), _read, SQL.vectors_missing, params)
         return [(record_id, text) for record_id, text in rows or ()]
 
     async def put_vectors(self, scope_key: str, model: str,
@@ -94,7 +85,7 @@ def _put(conn: Any, rows: list[dict[str, Any]]) -> int:
     differ from the scope's vectors of the model; how many were kept."""
     kept = 0
     with sqlite_sql.immediate(conn):
-        held = conn.execute(_DIMENSIONS, rows[0]).fetchall()
+        held = conn.execute(SQL.dimensions, rows[0]).fetchall()
         shared.check_dimensions(len(rows[0]["vector"]) // 4, held[0][0] if held else None)
         for row in rows:
             conn.execute(_PUT, row)
@@ -107,11 +98,11 @@ def _nearest(conn: Any, uses: PendingUses, shard: int, params: dict[str, Any],
              ) -> list[tuple[Record, float]]:
     scope_key = params["scope"]
     with sqlite_sql.snapshot(conn):
-        chosen, seqs = shared.search(scope_key, conn.execute(_OF_MODEL, params).fetchall(),
+        chosen, seqs = shared.search(scope_key, conn.execute(SQL.of_model, params).fetchall(),
                                      query, limit, floor, include)
         if not chosen:
             return []
-        _lead, rows = uses.rows(conn, shard, scope_key, _ROWS,
+        _lead, rows = uses.rows(conn, shard, scope_key, SQL.active_rows,
                                 {"scope": scope_key, "seqs": json.dumps(seqs)})
     records = {record.id: record for record in map(sqlite_sql.record, rows)}
     return [(records[record_id], cosine) for record_id, cosine in chosen

@@ -42,6 +42,7 @@ from scopemem.stores.shared.tokens import index_tokens
 from scopemem.stores.sqlite_shared import index
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
+from scopemem.stores.sqlite_shared.dialect import SQL
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
 log = logging.getLogger("scopemem.stores.sqlite")
@@ -100,9 +101,9 @@ def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_ke
         live = active + plan.live_delta
         if live > cap:
             evicted = _evict(conn, route, live - cap, now)
-        for statement in (st.SCRUB_SWEPT, st.PURGE):
+        for statement in (SQL.scrub_swept, SQL.purge):
             conn.execute(statement, {"scope": scope_key, "rows": PURGE_ROWS, "cutoff": cutoff})
-        conn.execute(st.SET_COUNTS, {"scope": scope_key, "last": plan.next_seq - 1,
+        conn.execute(SQL.set_counts, {"scope": scope_key, "last": plan.next_seq - 1,
                                      "active": live - len(evicted)})
         counts = plan.counts + WriteCounts(evicted=len(evicted))
         add_rows(conn, counting.write_rows(scope_key, counts, now))
@@ -157,7 +158,7 @@ def _persist(conn: Any, analyzer: Analyzer, route: Route, plan: batches.BatchPla
 def _evict(conn: Any, route: Route, excess: int, now: int) -> list[int]:
     """The seqs of the rows evicted to bring the scope down by ``excess``."""
     groups = [conn.execute(statement, {"scope": route.scope_key, "excess": excess}).fetchall()
-              for statement in (st.LRU_NEVER_USED, st.LRU_USED)]
+              for statement in (SQL.lru_never_used, SQL.lru_used)]
     evicted = batches.pick_eviction(groups[0], groups[1], excess)
     return _retire(conn, route, evicted, Status.EVICTED, now)
 
@@ -169,7 +170,7 @@ def _retire(conn: Any, route: Route, seqs: Sequence[int], status: Status, now: i
     if not seqs:
         return []
     index.unpost(conn, route.sid, seqs)
-    rows = conn.execute(st.RETIRE, {"scope": route.scope_key, "seqs": json.dumps(list(seqs)),
+    rows = conn.execute(SQL.retire, {"scope": route.scope_key, "seqs": json.dumps(list(seqs)),
                                     "status": status.value, "now": now}).fetchall()
     return [seq for (seq,) in rows]
 
@@ -185,15 +186,15 @@ def forget(conn: Any, uses: PendingUses, shard: int, scope_key: str, seq: int, n
             return False
         params = {"scope": scope_key, "seq": seq, "id": memory_id(scope_key, seq), "now": now,
                   "seqs": json.dumps([seq])}
-        if not conn.execute(st.ACTIVE_SEQS, params).fetchall():
+        if not conn.execute(SQL.active_seqs, params).fetchall():
             return False
-        conn.execute(st.FORGET, params)
+        conn.execute(SQL.forget, params)
         if conn.changes() <= 0:
             return False
         # Out of the index, and the index merged: a forgotten record leaves no trace.
         index.unpost(conn, row[3], [seq])
         index.scrub(conn)
-        conn.execute(st.ADD_ACTIVE, {"scope": scope_key, "delta": -1})
+        conn.execute(SQL.add_active, {"scope": scope_key, "delta": -1})
         add_rows(conn, counting.forget_rows(scope_key, now))
     return True
 
@@ -208,10 +209,10 @@ def delete_scope(conn: Any, uses: PendingUses, shard: int, scope_key: str) -> in
         if row is None:
             return 0
         index.unpost_scope(conn, row[3])
-        conn.execute(st.DELETE_RECORDS, {"scope": scope_key})
+        conn.execute(SQL.delete_records, {"scope": scope_key})
         deleted = int(conn.changes())
         conn.execute(st.DELETE_COUNTERS, {"scope": scope_key})
-        conn.execute(st.EMPTY_SCOPE, {"scope": scope_key})
+        conn.execute(SQL.empty_scope, {"scope": scope_key})
         index.scrub(conn)
     return deleted
 
@@ -224,14 +225,14 @@ def scrub_provenance(conn: Any, uses: PendingUses, shard: int, scope_key: str, p
         if not person or _scope_row(conn, scope_key) is None:
             return 0
         changed = []
-        for seq, thread, run in conn.execute(st.NAMING, {"scope": scope_key,
+        for seq, thread, run in conn.execute(SQL.naming, {"scope": scope_key,
                                                          "person": person}).fetchall():
             new_thread, new_run = scrub_source(thread, person), scrub_source(run, person)
             if new_thread is not thread or new_run is not run:
                 changed.append((new_thread, new_run, scope_key, seq))
         if changed:
-            conn.executemany(st.SET_SOURCE, changed)
-            conn.execute(st.NEXT_GENERATION, {"scope": scope_key})
+            conn.executemany(SQL.set_source, changed)
+            conn.execute(SQL.next_generation, {"scope": scope_key})
     return len(changed)
 
 
@@ -276,11 +277,11 @@ def purge(conn: Any, uses: PendingUses, shard: int, scope_key: str, cutoff: int
     the scope, in one transaction."""
     with transaction(conn, uses, shard, scope_key):
         done = []
-        for statement in (st.PURGE, st.SCRUB_SWEPT):
+        for statement in (SQL.purge, SQL.scrub_swept):
             conn.execute(statement, {"scope": scope_key, "rows": -1, "cutoff": cutoff})
             done.append(int(conn.changes()))
         if any(done):
-            conn.execute(st.NEXT_GENERATION, {"scope": scope_key})
+            conn.execute(SQL.next_generation, {"scope": scope_key})
     return PurgeResult(purged=done[0], scrubbed=done[1])
 
 
@@ -288,18 +289,18 @@ def sweep(conn: Any, uses: PendingUses, shard: int, scope_key: str, now: int, dr
           ) -> SweepResult:
     """Retire the active facts the gate would refuse today (``engine.plan_sweep``)."""
     if dry_run:
-        rows = conn.execute(st.ACTIVE_FACTS, {"scope": scope_key}).fetchall()
+        rows = conn.execute(SQL.active_facts, {"scope": scope_key}).fetchall()
         swept = engine.plan_sweep([sqlite_sql.record(row) for row in rows])
         return SweepResult(swept=len(swept), ids=tuple(r.id for r in swept))
     with transaction(conn, uses, shard, scope_key):
         row = _scope_row(conn, scope_key)
         if row is None:
             return SweepResult(swept=0)
-        rows = conn.execute(st.ACTIVE_FACTS, {"scope": scope_key}).fetchall()
+        rows = conn.execute(SQL.active_facts, {"scope": scope_key}).fetchall()
         swept_records: list[Record] = engine.plan_sweep([sqlite_sql.record(r) for r in rows])
         route = Route(scope_key, row[3])
         retired = _retire(conn, route, [record_seq(r.id) for r in swept_records],
                           Status.SWEPT, now)
-        conn.execute(st.ADD_ACTIVE, {"scope": scope_key, "delta": -len(retired)})
+        conn.execute(SQL.add_active, {"scope": scope_key, "delta": -len(retired)})
         add_rows(conn, counting.sweep_rows(scope_key, len(retired), now))
     return SweepResult(swept=len(swept_records))
