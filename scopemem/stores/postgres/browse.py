@@ -45,66 +45,27 @@ from scopemem.stores.browsing import (
     record_params,
     scope_args,
 )
-from scopemem.stores.postgres.migrations import quoted
 from scopemem.stores.postgres.pool import Connect
-from scopemem.stores.postgres.statements import COLUMNS, record_of
+from scopemem.stores.postgres.statements import Statements, record_of
 from scopemem.stores.shared.batches import seq_in_scope
+from scopemem.stores.shared.sql import reach_read, reaches_of
 
 __all__ = ["Browse"]
-
-_C = ' COLLATE "C"'
-_SORTS = {"key": (f"scope_key{_C}",), "active": ("active", f"scope_key{_C}"),
-          "last_write": ("last_write", f"scope_key{_C}")}
-_FILTERS = ("scope_key = %(scope)s AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)"
-            " AND (%(status)s::text IS NULL OR status = %(status)s::text)"
-            " AND (%(source)s::text IS NULL OR source = %(source)s::text)")
-_REACH_ORDER = (f" ORDER BY at DESC, scope_key{_C} DESC, seq DESC, run_id{_C} DESC,"
-                f" thread_key{_C} DESC")
-
 
 class Browse:
     """The store's browsing over its pool (``connect``: a pooled autocommit connection)."""
 
-    def __init__(self, schema: str, connect: Connect, clock: Clock,
+    def __init__(self, sql: Statements, connect: Connect, clock: Clock,
                  reach_retention_days: int) -> None:
-        s = quoted(schema)
+        self.sql = sql
         self._connect = connect
         self._clock = clock
         self.reach_retention_days = check_reach_retention_days(reach_retention_days)
-        held = (" WHERE last_write IS NOT NULL AND (%(low)s::text IS NULL"
-                f" OR scope_key{_C} >= %(low)s::text AND scope_key{_C} < %(high)s::text)")
-        self._scopes = f"SELECT scope_key, active, last_write FROM {s}.scopes{held}"
-        self._count_scopes = f"SELECT count(*) FROM {s}.scopes{held}"
-        records = f"{s}.records"
-        self._page = (f"SELECT {COLUMNS} FROM {records} WHERE scope_key = %(scope)s"
-                      f" AND seq IN (SELECT seq FROM {records} WHERE {_FILTERS}"
-                      " ORDER BY seq DESC LIMIT %(limit)s OFFSET %(offset)s)"
-                      " ORDER BY seq DESC")
-        self._count = f"SELECT count(*) FROM {records} WHERE {_FILTERS}"
-        self._pointers = (f"SELECT supersedes, status FROM {records}"
-                          " WHERE scope_key = %(scope)s AND seq = %(seq)s AND id = %(id)s")
-        self._superseded_by = (f"SELECT seq FROM {records} WHERE scope_key = %(scope)s"
-                               " AND supersedes = %(id)s ORDER BY seq DESC LIMIT 1")
-        self._restated_by = (f"SELECT seq FROM {records} WHERE scope_key = %(scope)s"
-                             " AND restates = %(id)s ORDER BY seq DESC LIMIT %(most)s")
-        self._rows = (f"SELECT {COLUMNS} FROM {records} WHERE scope_key = %(scope)s"
-                      " AND seq = ANY(%(seqs)s::bigint[])")
-        self._count_totals = (
-            f"SELECT day, name, total, peak FROM {s}.count_totals WHERE kind = %(kind)s"
-            " AND day >= %(since)s AND total > 0 ORDER BY day, name")
-        reaches = f"{s}.reaches"
-        self._prune = f"DELETE FROM {reaches} WHERE at <= %(cutoff)s"
+        reaches = sql.dialect.table("reaches")
+        self.drop_scope = sql.drop_reaches
         self._log = (f"INSERT INTO {reaches} (scope_key, seq, run_id, thread_key, at)"
                      " SELECT * FROM unnest(%(scopes)s::text[], %(seqs)s::bigint[],"
                      " %(runs)s::text[], %(threads)s::text[], %(ats)s::bigint[])")
-        columns = (f"SELECT scope_key, seq, run_id, thread_key, at FROM {reaches}"
-                   " WHERE at > %(after)s")
-        self._by_record = (f"{columns} AND scope_key = %(scope)s AND seq = %(seq)s"
-                           f"{_REACH_ORDER} LIMIT %(limit)s")
-        self._by_run = (f"{columns} AND (run_id = %(run)s OR thread_key = %(run)s)"
-                        f"{_REACH_ORDER} LIMIT %(limit)s")
-        self._all = f"{columns}{_REACH_ORDER} LIMIT %(limit)s"
-        self.drop_scope = f"DELETE FROM {reaches} WHERE scope_key = %(scope)s"
         self._naming = (f"SELECT ctid, run_id, thread_key FROM {reaches}"
                         " WHERE scope_key = %(scope)s AND (strpos(run_id, %(person)s) > 0"
                         " OR strpos(thread_key, %(person)s) > 0) FOR UPDATE")
@@ -121,14 +82,11 @@ class Browse:
         kind, sort, descending, offset, limit = scope_args(kind, sort, descending, offset,
                                                            limit)
         low, high = kind_range(kind) if kind is not None else (None, None)
-        direction = " DESC" if descending else ""
-        order = ", ".join(f"{column}{direction}" for column in _SORTS[sort])
         params = {"low": low, "high": high, "limit": limit, "offset": offset}
         async with self._connect() as conn, conn.transaction():
-            cursor = await conn.execute(self._count_scopes, params)
+            cursor = await conn.execute(self.sql.count_held, params)
             total = (await cursor.fetchone())[0]
-            cursor = await conn.execute(
-                f"{self._scopes} ORDER BY {order} LIMIT %(limit)s OFFSET %(offset)s", params)
+            cursor = await conn.execute(self.sql.scope_page(sort, descending), params)
             rows = await cursor.fetchall()
         return ScopePage(total=int(total), rows=tuple(
             ScopeSummary(scope_key=key, kind=scope_kind(key), active=int(active),
@@ -137,7 +95,7 @@ class Browse:
 
     async def read_count_totals(self, kind: str, *, since_day: int = 0) -> list[CountTotal]:
         kind, since_day = count_total_args(kind, since_day)
-        rows = await self._fetch(self._count_totals, {"kind": kind, "since": since_day})
+        rows = await self._fetch(self.sql.count_totals, {"kind": kind, "since": since_day})
         return [CountTotal(day=int(day), name=name, total=int(total), most=int(most))
                 for day, name, total, most in rows]
 
@@ -146,9 +104,9 @@ class Browse:
                           offset: int = 0, limit: int = 50) -> RecordPage:
         params = record_params(scope_key, kind, status, source, offset, limit)
         async with self._connect() as conn, conn.transaction():
-            cursor = await conn.execute(self._count, params)
+            cursor = await conn.execute(self.sql.count_records, params)
             total = (await cursor.fetchone())[0]
-            cursor = await conn.execute(self._page, params)
+            cursor = await conn.execute(self.sql.record_page, params)
             rows = await cursor.fetchall()
         return RecordPage(total=int(total), rows=tuple(record_of(row) for row in rows))
 
@@ -168,7 +126,7 @@ class Browse:
                        ) -> Found | None:
         """The record, its supersede chain (through ever lower seqs), the newest record
         superseding it (when it is superseded) and the newest restating it."""
-        cursor = await conn.execute(self._pointers, {"scope": key, "seq": seq, "id": record_id})
+        cursor = await conn.execute(self.sql.pointers, {"scope": key, "seq": seq, "id": record_id})
         found = await cursor.fetchone()
         if found is None:
             return None
@@ -179,7 +137,7 @@ class Browse:
             before = seq_in_scope(key, pointer)
             if before is None or before >= current:
                 break
-            cursor = await conn.execute(self._pointers,
+            cursor = await conn.execute(self.sql.pointers,
                                         {"scope": key, "seq": before, "id": pointer})
             step = await cursor.fetchone()
             if step is None:
@@ -188,12 +146,12 @@ class Browse:
             current, pointer = before, step[0]
         by: list[int] = []
         if status == "superseded":
-            cursor = await conn.execute(self._superseded_by, {"scope": key, "id": record_id})
+            cursor = await conn.execute(self.sql.superseded_by, {"scope": key, "id": record_id})
             by = [row[0] for row in await cursor.fetchall()]
-        cursor = await conn.execute(self._restated_by,
+        cursor = await conn.execute(self.sql.restated_by,
                                     {"scope": key, "id": record_id, "most": RESTATED_BY})
         restated = [row[0] for row in await cursor.fetchall()]
-        cursor = await conn.execute(self._rows, {"scope": key,
+        cursor = await conn.execute(self.sql.rows, {"scope": key,
                                                  "seqs": [seq, *chain, *by, *restated]})
         records = {row[0]: record_of(row) for row in await cursor.fetchall()}
         return (records[seq], tuple(records[n] for n in chain),
@@ -214,7 +172,7 @@ class Browse:
         cutoff = reach_cutoff(self._clock(), self.reach_retention_days)
         kept = [reach for reach in fitted if reach.at_ms > cutoff]
         async with self._connect() as conn, conn.transaction():
-            await conn.execute(self._prune, {"cutoff": cutoff})
+            await conn.execute(self.sql.prune_reaches, {"cutoff": cutoff})
             if kept:
                 await conn.execute(self._log, {
                     "scopes": [r.scope_key for r in kept],
@@ -225,19 +183,6 @@ class Browse:
     async def read_reaches(self, *, record_id: str | None = None, run: str | None = None,
                            limit: int = 100) -> list[Reach]:
         record_id, run, limit = reach_query(record_id, run, limit)
-        params: dict[str, Any] = {
-            "after": reach_cutoff(self._clock(), self.reach_retention_days), "limit": limit}
-        if record_id is not None:
-            scope_key, _sep, seq = record_id.removeprefix("mem:").rpartition(":")
-            if not record_id.startswith("mem:") or not seq.isdigit() or len(seq) > 18:
-                return []
-            statement = self._by_record
-            params.update(scope=scope_key, seq=int(seq))
-        elif run is not None:
-            statement, params["run"] = self._by_run, run
-        else:
-            statement = self._all
-        rows = await self._fetch(statement, params)
-        return [Reach(record_id=f"mem:{key}:{seq}", scope_key=key, run_id=run_id,
-                      thread_key=thread_key, at_ms=int(at))
-                for key, seq, run_id, thread_key, at in rows]
+        read = reach_read(self.sql, record_id, run, limit,
+                          reach_cutoff(self._clock(), self.reach_retention_days))
+        return [] if read is None else reaches_of(await self._fetch(*read))

@@ -91,7 +91,7 @@ class Porting:
             around = sorted({n for seq, _r in fresh for n in (seq - 1, seq + 1)})
             cursor = await conn.execute(self.sql.neighbours,
                                         {"scope": scope_key, "seqs": around})
-            neighbours = {seq: (thread, status) for seq, thread, status
+            neighbours = {seq: (thread, status) for seq, thread, status, _tokens
                           in await cursor.fetchall()}
             terms: list[str] = []
             posted: list[int] = []

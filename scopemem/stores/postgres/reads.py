@@ -161,7 +161,7 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
             check = None
             found.extend(row[1:] for row in rows if row[1] is not None)
         elif unread:
-            cursor = await conn.execute(sql.active_rows_by_seq,
+            cursor = await conn.execute(sql.active_rows,
                                         {"scope": scope_key, "seqs": bigints(unread)}, binary=True)
             found.extend(await cursor.fetchall())
         for row in found:

@@ -1,4 +1,6 @@
-"""Every statement the PostgreSQL store runs, for one schema, and how a row becomes a record.
+"""The statements only the PostgreSQL store runs, for one schema, and how a row becomes a
+record. Those both SQL stores run are ``stores/shared/sql.py``'s (``Statements`` has them
+too, in ``dialect.of(schema)``'s spelling).
 
 Each statement names the scope: ``scope_key = %(scope)s`` (bound, never formatted) is in the
 WHERE clause of every read and every change of ``records``, and every index leads with
@@ -15,22 +17,20 @@ from typing import Any
 
 from scopemem.core.records import Record, trusted_record
 from scopemem.core.text import normalize_text
+from scopemem.stores.postgres import dialect
 from scopemem.stores.postgres.migrations import POST_ALL, quoted
+from scopemem.stores.shared import sql as shared
+from scopemem.stores.shared.sql import COLUMNS
 
 __all__ = ["COLUMNS", "ROW_COLUMNS", "Statements", "bigints", "last_touched", "record_of",
            "used_record"]
 
-# The seq, then the record's fields in ``Record``'s order (positions 1-15).
-COLUMNS = ("seq, id, scope_key, kind, text, keywords, source_thread_key, source_run_id,"
-           " created_at, last_used_at, use_count, confidence, supersedes, restates, status,"
-           " source")
 _R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in COLUMNS.split(","))
 _NULLS = ", ".join(["NULL"] * len(COLUMNS.split(",")))
 #: Where ``Statements.postings``'s rows of records begin.
 ROW_COLUMNS = 5
 # COLUMNS' positions of what a retrieval reads of a row before it is a record.
 _CREATED, _LAST_USED = 8, 9
-PURGEABLE = "('superseded', 'evicted', 'swept')"
 
 
 def bigints(values: Iterable[int]) -> str:
@@ -72,10 +72,11 @@ def used_record(row: Sequence[Any], use_count: int, last_used_at: int | None) ->
                           source)
 
 
-class Statements:
+class Statements(shared.Statements):
     """The statements of one schema (its name validated and quoted once, here)."""
 
     def __init__(self, schema: str) -> None:
+        super().__init__(dialect.of(schema))
         s = quoted(schema)
         records = f"{s}.records"
         active = "scope_key = %(scope)s AND status = 'active'"
@@ -108,10 +109,6 @@ class Statements:
             "         array_agg(seq) FILTER (WHERE continues) AS continuing"
             f"  FROM {postings} WHERE scope_key = sc.scope_key GROUP BY term) p ON true"
             " WHERE sc.scope_key = %(scope)s")
-        # Each active record's last touch when the copy is read: a lower bound ever after
-        # (a use only moves it on), which is all ``core.topk``'s score rule needs.
-        self.scope_touches = (f"SELECT seq, coalesce(last_used_at, created_at) FROM {records}"
-                              " WHERE scope_key = %(scope)s AND status = 'active'")
         self.bump_generations = f"UPDATE {s}.scopes SET generation = generation + 1"
         self.post = (f"INSERT INTO {postings} (scope_key, term, seq, continues)"
                      " SELECT %(scope)s, x.term, x.seq, x.continues"
@@ -123,28 +120,16 @@ class Statements:
             " unnest(r.tokens) AS x(term)"
             " WHERE r.scope_key = %(scope)s AND r.seq = ANY(%(seqs)s::bigint[])) AS gone"
             " WHERE p.scope_key = %(scope)s AND p.term = gone.term AND p.seq = gone.seq")
-        self.active_rows_by_seq = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
-                                   " AND seq = ANY(%(seqs)s::bigint[])")
-        # The same with the scope's change counter first in every row (one row of NULLs
-        # after it when none is found): what a worker's copy is checked against.
+        # The candidates' rows with the scope's change counter first in every row (one row
+        # of NULLs after it when none is found): what a worker's copy is checked against.
         self.active_rows_at = (
             f"SELECT sc.generation, {_R_COLUMNS}"
             f" FROM {s}.scopes sc LEFT JOIN {records} r ON r.scope_key = sc.scope_key"
             " AND r.status = 'active' AND r.seq = ANY(%(seqs)s::bigint[])"
             " WHERE sc.scope_key = %(scope)s")
-        # Moving records in and out (``porting.py``).
-        self.export_scopes = f"SELECT scope_key FROM {s}.scopes ORDER BY scope_key"
-        self.export_page = (f"SELECT {COLUMNS} FROM {records} WHERE scope_key = %(scope)s"
-                            " AND seq > %(after)s ORDER BY seq LIMIT %(limit)s")
-        self.held_seqs = (f"SELECT seq FROM {records} WHERE scope_key = %(scope)s"
-                          " AND seq = ANY(%(seqs)s::bigint[])")
-        self.neighbours = (f"SELECT seq, source_thread_key, status FROM {records}"
-                           " WHERE scope_key = %(scope)s AND seq = ANY(%(seqs)s::bigint[])")
+        # An import's existing rows that now continue an imported one (``porting.py``).
         self.mark_continues = (f"UPDATE {postings} SET continues = true"
                                " WHERE scope_key = %(scope)s AND seq = ANY(%(seqs)s::bigint[])")
-        self.import_counts = (f"UPDATE {s}.scopes SET last_seq = GREATEST(last_seq, %(last)s),"
-                              " active = active + %(added)s, generation = generation + 1"
-                              " WHERE scope_key = %(scope)s")
         # One use of each named active row, skipping rows a writer holds: a reader never
         # waits on a row lock (the skipped ones are bumped later, see usage.py).
         # Its commit does not wait for the WAL to reach the disk (``synchronous_commit``
@@ -194,8 +179,6 @@ class Statements:
             " AS b(seq, uses, last)"
             " WHERE r.scope_key = %(scope)s AND r.seq = free.seq AND b.seq = free.seq"
             " RETURNING r.seq")
-        self.active_seqs = (f"SELECT seq FROM {records} WHERE {active}"
-                            " AND seq = ANY(%(seqs)s::bigint[])")
         self.listing = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
                         " AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)"
                         " AND (%(tokens)s::text[] IS NULL OR seq IN (SELECT seq FROM"
@@ -211,13 +194,6 @@ class Statements:
                            f" FROM {s}.scopes sc WHERE scope_key = %(scope)s FOR UPDATE")
         self.new_scope = (f"INSERT INTO {s}.scopes (scope_key, created_at)"
                           " VALUES (%(scope)s, %(now)s) ON CONFLICT DO NOTHING")
-        self.count_scopes = f"SELECT count(*) FROM {s}.scopes"
-        self.set_counts = (f"UPDATE {s}.scopes SET last_seq = %(last)s, active = %(active)s,"
-                           " generation = generation + 1"
-                           " WHERE scope_key = %(scope)s")
-        self.add_active = (f"UPDATE {s}.scopes SET active = active + %(delta)s,"
-                           " generation = generation + 1"
-                           " WHERE scope_key = %(scope)s")
         self.batch_rows = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
                            " AND (norm = ANY(%(norms)s::text[]) OR seq = ANY(%(seqs)s::bigint[]))"
                            " ORDER BY seq FOR UPDATE")
@@ -231,33 +207,9 @@ class Statements:
             f"UPDATE {records} SET use_count = %s, last_used_at = %s, confidence = %s,"
             " status = %s, retired_at = CASE WHEN %s = 'active' THEN retired_at ELSE %s END"
             " WHERE scope_key = %s AND seq = %s")
-        self.retire = (f"UPDATE {records} SET status = %(status)s, retired_at = %(now)s"
-                       f" WHERE {active} AND seq = ANY(%(seqs)s::bigint[]) RETURNING seq")
-        # The eviction's two short reads (``batches.pick_eviction``): what its order reads.
-        lru = f"SELECT seq, last_used_at, created_at FROM {records} WHERE {active}"
-        self.lru_never_used = (f"{lru} AND last_used_at IS NULL ORDER BY created_at, seq"
-                               " LIMIT %(excess)s")
-        self.lru_used = (f"{lru} AND last_used_at IS NOT NULL"
-                         " ORDER BY last_used_at, created_at, seq LIMIT %(excess)s")
-        # The retention, oldest death first: a swept row past it keeps its id, status,
-        # provenance, times and counts, never its text (nor its ``retired_at``, so the
-        # retention never reads it again); a superseded or evicted row is deleted.
-        due = (f" (SELECT seq FROM {records} WHERE scope_key = %(scope)s"
-               f" AND status IN {PURGEABLE} AND retired_at <= %(cutoff)s"
-               " AND status {} 'swept' ORDER BY retired_at LIMIT %(rows)s)")
-        self.scrub_swept = (f"UPDATE {records} SET text = '', norm = '', keywords = '{{}}',"
-                            " tokens = '{}', retired_at = NULL WHERE scope_key = %(scope)s"
-                            " AND seq IN" + due.format("="))
-        self.purge = (f"DELETE FROM {records} WHERE scope_key = %(scope)s AND seq IN"
-                      + due.format("!="))
-        self.forget = (f"UPDATE {records} SET status = 'forgotten', retired_at = %(now)s,"
-                       " text = '', norm = '', keywords = '{}', tokens = '{}'"
-                       f" WHERE {active} AND seq = %(seq)s AND id = %(id)s")
-        # Deleting a scope's data (``store.delete_scope``): its row in ``scopes`` stays,
-        # emptied, with its last seq, so no id it gave is given again.
-        self.delete_records = f"DELETE FROM {records} WHERE scope_key = %(scope)s"
+        # Deleting a scope's data (``store.delete_scope``): its postings, ...
         self.delete_postings = f"DELETE FROM {s}.postings WHERE scope_key = %(scope)s"
-        # Its counters go, and their count totals with them (``counts.py``): the sums lose
+        # ... its counters, and their count totals with them (``counts.py``): the sums lose
         # them, and a peak one of them held is found again among the kind's counters.
         totals = f"{s}.count_totals"
         self.delete_counters = (
@@ -276,17 +228,6 @@ class Statements:
             " AND total > 0) GROUP BY day, name) AS m"
             f" WHERE t.kind = {s}.scope_kind(%(scope)s) AND t.day = m.day"
             " AND t.name = m.name")
-        self.empty_scope = (f"UPDATE {s}.scopes SET active = 0, generation = generation + 1,"
-                            " last_write = NULL WHERE scope_key = %(scope)s")
-        # Scrubbing a person out of a scope's provenance (``store.scrub_provenance``).
-        self.naming = (f"SELECT seq, source_thread_key, source_run_id FROM {records}"
-                       " WHERE scope_key = %(scope)s"
-                       " AND (strpos(source_thread_key, %(person)s) > 0"
-                       " OR strpos(coalesce(source_run_id, ''), %(person)s) > 0)")
-        self.set_source = (f"UPDATE {records} SET source_thread_key = %s, source_run_id = %s"
-                           " WHERE scope_key = %s AND seq = %s")
-        self.active_facts = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"
-                             " AND kind = 'fact' ORDER BY seq")
         # Counters (``counts.py``): rows of any scopes added in one statement (in the
         # order ``core.counters.merge_rows`` sorts them, so two transactions adding to the
         # same counters lock them in the same order and never deadlock), and the reading.
@@ -306,14 +247,6 @@ class Statements:
             " FROM added a JOIN given g USING (scope_key, day, name) GROUP BY 1, 2, 3"
             " ORDER BY 1, 2, 3 ON CONFLICT (kind, day, name) DO UPDATE SET"
             " total = t.total + excluded.total, peak = GREATEST(t.peak, excluded.peak)")
-        # Two statements, not one with "keys IS NULL OR": a prepared statement's generic plan
-        # cannot use the primary key for the keys, and would scan every scope's counters.
-        read_counts = (f"SELECT scope_key, day, name, value FROM {counters}"
-                       " WHERE day >= %(since)s AND (%(prefix)s::text IS NULL"
-                       " OR starts_with(scope_key, %(prefix)s::text))")
-        order = " ORDER BY scope_key, day, name"
-        self.read_counts = read_counts + order
-        self.read_counts_of = read_counts + " AND scope_key = ANY(%(keys)s::text[])" + order
         # Re-deriving what rows keep from their text when the analyzer changes.
         self.get_meta = f"SELECT value FROM {s}.meta WHERE key = %s"
         self.set_meta = (f"INSERT INTO {s}.meta (key, value) VALUES (%s, %s)"

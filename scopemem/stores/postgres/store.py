@@ -91,7 +91,7 @@ class PostgresStore:
         # with every retrieval (``cache.py``).
         self._cache = PostingsCache(options.postings_cache, options.cache_min_postings)
         # Browsing (``browse.py``): pages, histories and the reach log.
-        browse = Browse(options.schema, connect, clock, reach_retention_days)
+        browse = Browse(self.sql, connect, clock, reach_retention_days)
         self.scope_page = browse.scope_page
         self.record_page = browse.record_page
         self.record_history = browse.record_history
@@ -114,7 +114,7 @@ class PostgresStore:
         self.add_counts = counts.add_counts
         self.read_counts = counts.read_counts
         # The semantic lane's vectors (``vectors.py``).
-        vectors = Vectors(options.schema, connect)
+        vectors = Vectors(self.sql, connect)
         self.vectors_missing = vectors.vectors_missing
         self.put_vectors = vectors.put_vectors
         self.nearest = vectors.nearest

@@ -19,9 +19,8 @@ from typing import Any
 
 from scopemem.core.records import Record
 from scopemem.stores.base import check_scope_key
-from scopemem.stores.postgres.migrations import quoted
 from scopemem.stores.postgres.pool import Connect
-from scopemem.stores.postgres.statements import COLUMNS, record_of
+from scopemem.stores.postgres.statements import Statements, record_of
 from scopemem.stores.shared import vectors as shared
 
 __all__ = ["Vectors"]
@@ -30,29 +29,19 @@ __all__ = ["Vectors"]
 class Vectors:
     """The store's ``VectorStore`` methods over its pooled connections."""
 
-    def __init__(self, schema: str, connection: Connect) -> None:
-        s = quoted(schema)
+    def __init__(self, sql: Statements, connection: Connect) -> None:
+        self.sql = sql
         self._connection = connection
-        self._missing = (
-            f"SELECT id, text FROM {s}.records r WHERE r.scope_key = %(scope)s"
-            " AND r.status = 'active' AND NOT EXISTS (SELECT 1 FROM"
-            f" {s}.vectors v WHERE v.scope_key = r.scope_key AND v.seq = r.seq"
-            " AND v.model = %(model)s) ORDER BY r.seq LIMIT %(limit)s")
-        self._dimensions = (f"SELECT length(vector) / 4 FROM {s}.vectors"
-                            " WHERE scope_key = %(scope)s AND model = %(model)s LIMIT 1")
         # Kept only for a record active now, its row locked against a retirement meanwhile.
         self._put = (
-            f"INSERT INTO {s}.vectors (scope_key, seq, model, vector)"
+            f"INSERT INTO {sql.dialect.table('vectors')} (scope_key, seq, model, vector)"
             " SELECT r.scope_key, r.seq, %(model)s, v.vector FROM unnest(%(seqs)s::bigint[],"
             " %(vectors)s::bytea[]) AS v(seq, vector) JOIN"
-            f" (SELECT scope_key, seq FROM {s}.records WHERE scope_key = %(scope)s"
-            " AND status = 'active' AND seq = ANY(%(seqs)s) FOR SHARE) r ON r.seq = v.seq"
+            f" (SELECT scope_key, seq FROM {sql.dialect.table('records')}"
+            " WHERE scope_key = %(scope)s AND status = 'active' AND seq = ANY(%(seqs)s)"
+            " FOR SHARE) r ON r.seq = v.seq"
             " ON CONFLICT (scope_key, seq) DO UPDATE SET model = excluded.model,"
             " vector = excluded.vector")
-        self._of_model = (f"SELECT seq, vector FROM {s}.vectors WHERE scope_key = %(scope)s"
-                          " AND model = %(model)s ORDER BY seq")
-        self._rows = (f"SELECT {COLUMNS} FROM {s}.records WHERE scope_key = %(scope)s"
-                      " AND status = 'active' AND seq = ANY(%(seqs)s)")
 
     async def vectors_missing(self, scope_key: str, model: str, limit: int
                               ) -> list[tuple[str, str]]:
@@ -60,7 +49,7 @@ class Vectors:
         if params is None:
             return []
         async with self._connection() as conn:
-            cursor = await conn.execute(self._missing, params)
+            cursor = await conn.execute(self.sql.vectors_missing, params)
             return [(record_id, text) for record_id, text in await cursor.fetchall()]
 
     async def put_vectors(self, scope_key: str, model: str,
@@ -74,7 +63,7 @@ class Vectors:
                   "vectors": list(kept.values())}
         dimensions = len(next(iter(kept.values()))) // 4
         async with self._connection() as conn, conn.transaction():
-            cursor = await conn.execute(self._dimensions, params)
+            cursor = await conn.execute(self.sql.dimensions, params)
             held = await cursor.fetchone()
             shared.check_dimensions(dimensions, None if held is None else held[0])
             cursor = await conn.execute(self._put, params)
@@ -89,13 +78,13 @@ class Vectors:
         async with self._connection() as conn, conn.transaction():
             # One snapshot for the vectors and the records they choose.
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            cursor = await conn.execute(self._of_model, params)
+            cursor = await conn.execute(self.sql.of_model, params)
             chosen, params["seqs"] = shared.search(
                 scope_key, [(seq, bytes(blob)) for seq, blob in await cursor.fetchall()],
                 query, limit, floor, include)
             if not chosen:
                 return []
-            cursor = await conn.execute(self._rows, params)
+            cursor = await conn.execute(self.sql.active_rows, params)
             records = {record.id: record for record in map(record_of, await cursor.fetchall())}
         return [(records[record_id], cosine) for record_id, cosine in chosen
                 if record_id in records]
