@@ -236,6 +236,33 @@ def test_no_store_backend_imports_another():
     assert cross_backend_imports(import_graph()) == []
 
 
+#: What the backends share (the statements both SQL stores run among it): none of it may
+#: import a backend, or a backend would import another through it.
+NEUTRAL = ("scopemem.stores.shared", "scopemem.stores.base", "scopemem.stores.browsing",
+           "scopemem.stores.dense", "scopemem.stores.postings", "scopemem.stores.porting",
+           "scopemem.stores.counting")
+
+
+def neutral_imports(graph: Mapping[str, Mapping[str, int]]) -> list[str]:
+    return [f"{name}:{line} imports {target}" for name, edges in graph.items()
+            if any(name == n or name.startswith(n + ".") for n in NEUTRAL)
+            for target, line in edges.items() if backend_of(target) is not None]
+
+
+def test_no_shared_store_module_imports_a_backend():
+    assert neutral_imports(import_graph()) == []
+
+
+def test_the_neutral_check_catches_a_planted_import(planted: Path):
+    shared = planted / "stores" / "shared" / "sql.py"
+    shared.write_text(shared.read_text(encoding="utf-8")
+                      + "\nfrom scopemem.stores.sqlite_shared import dialect  # planted\n",
+                      encoding="utf-8")
+    assert any(problem.startswith("scopemem.stores.shared.sql:")
+               and "scopemem.stores.sqlite_shared" in problem
+               for problem in neutral_imports(import_graph(planted)))
+
+
 def test_the_backend_check_catches_a_planted_import(planted: Path):
     store = planted / "stores" / "memory.py"
     store.write_text(store.read_text(encoding="utf-8")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ["scopemem.stores.sqlite", "scopemem.stores.sqlite_shared", "scopemem.stores.postgres"]
+PACKAGES = ["scopemem.stores.sqlite", "scopemem.stores.sqlite_shared", "scopemem.stores.postgres",
+            "scopemem.stores.shared"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -6,7 +6,8 @@ Modules, one job each:
 ============== ==============================================================================
 ``options``    the ``[memory.stores.postgres]`` table
 ``migrations`` the versioned schema, applied under an advisory lock
-``statements`` every SQL statement, scope-keyed
+``dialect``    PostgreSQL's spelling of the statements both SQL stores run (``shared.sql``)
+``statements`` the shared statements in that spelling, and those only this store runs
 ``reads``      a retrieval's statements in order
 ``store``      the ``MemoryStore`` methods and the reads, delegating to the parts below
 ``pool``       the connection pool, opened on first use with the schema migrated

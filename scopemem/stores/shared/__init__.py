@@ -1,7 +1,9 @@
-"""What the SQL stores share: the logic between the engine and a database, in no dialect.
+"""What the SQL stores share: the logic between the engine and a database, and the
+statements both run.
 
-The SQLite and the PostgreSQL stores differ in their connections and their SQL; what they
-do between the engine's decisions and the statements is the same and lives here once:
+The SQLite and the PostgreSQL stores differ in their connections and in part of their SQL;
+what they do between the engine's decisions and the statements, and the statements they
+both run, live here once:
 
 ``batches``  driving a write batch through ``engine.plan_write`` in memory (from the rows
              the batch can touch, read in one go) and choosing the evictions from the two
@@ -10,6 +12,10 @@ do between the engine's decisions and the statements is the same and lives here 
 ``tokens``   the terms a record is indexed by (the engine's own, so the prefilter and the
              engine's gate never disagree); ranking's input from the postings read back
 ``cache``    a worker's copies of large scopes' postings, checked with every retrieval
+``counts``   checking the counter rows a host adds, and which scopes a reading selects
+``vectors``  the semantic lane's vectors: checks, and the one nearest-vector search
+``sql``      the statements both SQL stores run, built from a dialect
+``dialect``  what a dialect holds: the few things SQLite and PostgreSQL write differently
 
-Nothing here does I/O.
+Nothing here does I/O, and nothing here imports a store (``tests/test_layers.py``).
 """

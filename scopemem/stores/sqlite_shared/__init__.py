@@ -8,7 +8,8 @@ design). Modules, one job each:
 ``schema``     the shard files' tables and their migrations
 ``shards``     which shard holds a scope; opening a shard file
 ``refold``     re-deriving a shard's terms when the languages or tokenizing rules change
-``statements`` the SQL statements, scope-keyed
+``dialect``    SQLite's spelling of the statements both SQL stores run (``shared.sql``)
+``statements`` the statements only this store runs, scope-keyed
 ``sql``        rows to records, transactions, apsw errors
 ``index``      the token index (FTS5) of the active records
 ``pools``      the read and write threads, one writer per shard
