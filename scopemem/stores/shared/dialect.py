@@ -1,24 +1,9 @@
 """How SQLite and PostgreSQL spell what the SQL stores' shared statements need.
 
-The statements both stores run are built once, in ``shared/sql.py``, from a ``Dialect``:
-the few things the two databases write differently. Each backend has one
-(``sqlite_shared/dialect.py``, ``postgres/dialect.py``) and nothing else of its SQL lives
-here. What a dialect holds:
-
-- where a table is (SQLite: a shard's own table; PostgreSQL: the store's schema);
-- a bound value (``:name`` or ``%(name)s``, and PostgreSQL's type where the server cannot
-  infer it: a value compared with NULL, an array);
-- a bound list (SQLite: one JSON array read with ``json_each``; PostgreSQL: an array and
-  ``= ANY``);
-- byte order of keys (PostgreSQL: ``COLLATE "C"``; SQLite's text order is bytes already);
-- the index a statement must use (SQLite's ``INDEXED BY``, where its planner picks a worse
-  one; PostgreSQL plans these well alone);
-- what a read of records' rows starts with (SQLite: the scope's uses counter, which its
-  use counts saved later are checked against, ``sqlite_shared/usage.py``; PostgreSQL:
-  nothing);
-- a few functions named differently: the greater of two values, a substring's position and
-  a prefix, the
-  empty list a scrubbed row keeps (SQLite: JSON and space-joined text; PostgreSQL: arrays).
+The statements both stores run are built once (``shared/sql.py``) from a ``Dialect``: only
+the few things the two databases write differently, each a field below. Each backend has
+one (``sqlite_shared/dialect.py``, ``postgres/dialect.py``), which says why it spells them
+as it does; ``docs/storage.md`` ("One SQL shape") has them side by side.
 """
 
 from __future__ import annotations
