@@ -190,7 +190,8 @@ def check_no_target(analyzer: Analyzer) -> None:
     their content words are shared words or in no record, with at least two shared words
     their half's records hold, and no shared word is a topic's keyword."""
     def terms(texts: Iterable[str]) -> set[str]:
-        return {analyzer.stem(word) for text in texts for word in analyzer.content_words(text)}
+        return {stem for text in texts for word in analyzer.content_words(text)
+                for stem in analyzer.stems(word)}
 
     dev, held_out = half_topics("dev"), half_topics("held-out")
     everywhere = terms(record_words(dev + held_out))
