@@ -24,11 +24,11 @@ function word is dropped and nothing is stemmed.
 Every store hands these functions the rows they ask for and the scope's statistics
 (``ScopeStats``), so every store answers a query with the same ids in the same order. A
 store reads the postings of the query's stems (``QueryTerms.stems``) and ``grouped`` makes
-them the postings of its terms. A
-record's covered weight (the numerator of its match) has one implementation,
-``covered_weights``: every store's records are weighed by it, whether a store hands in
-whole rows (``rank_entries``), postings (``core.topk``, which selects only the records
-that can rank, exactly as all of them do) or postings as arrays (``stores.dense``).
+them the postings of its terms. A record's covered weight (the numerator of its match) has
+one implementation, ``covered_weights``: every store's records are weighed by it, whether a
+store hands in whole rows (``rank_entries``), postings (``core.topk``, which selects only
+the records that can rank, exactly as all of them do) or postings as arrays
+(``stores.dense``).
 """
 
 from __future__ import annotations
