@@ -324,7 +324,7 @@ async def measure(topics: list[tuple], no_target: list[str], args: argparse.Name
         memory = Memory(config, store, clock=clock)
         await fill(memory, clock, topics, rng)
         if lane is not None:  # the vectors every write would have made, made now
-            memory.semantic = lane
+            memory.semantic = memory._reads.semantic = lane
             for key in await store.export_scopes():
                 await lane.embed_missing(store, key)
         clock.now = NOW
