@@ -187,23 +187,30 @@ def record_words(topics: Iterable[tuple[str, str, tuple[str, ...], str, str, str
 
 def check_no_target(analyzer: Analyzer) -> None:
     """Raises ``SystemExit`` unless the shared-words briefs are irrelevant by construction:
-    their content words are shared words or in no record, with at least two shared words
-    their half's records hold, and no shared word is a topic's keyword."""
-    def terms(texts: Iterable[str]) -> set[str]:
-        return {analyzer.stem(word) for text in texts for word in analyzer.content_words(text)}
+    each of their content words is a shared word or in no record, with at least two shared
+    words their half's records hold, and no shared word is a topic's keyword. A word is
+    read as a query reads it: its stems, one under each language of its script; it is in a
+    record when one of them is, a shared word when one of them is a shared word's."""
+    def terms(texts: Iterable[str]) -> set[frozenset[str]]:
+        return {frozenset(analyzer.stems(word)) for text in texts
+                for word in analyzer.content_words(text)}
+
+    def stems(texts: Iterable[str]) -> frozenset[str]:
+        return frozenset().union(*terms(texts))
 
     dev, held_out = half_topics("dev"), half_topics("held-out")
-    everywhere = terms(record_words(dev + held_out))
-    shared = terms(SHARED_WORDS)
-    keywords = terms(k for _w, _l, keys, *_b in dev + held_out for k in keys)
-    problems = [f"shared word {term!r} is a topic's keyword" for term in shared & keywords]
+    everywhere = stems(record_words(dev + held_out))
+    shared = stems(SHARED_WORDS)
+    keywords = stems(k for _w, _l, keys, *_b in dev + held_out for k in keys)
+    problems = [f"shared word {stem!r} is a topic's keyword" for stem in shared & keywords]
     for topics, briefs in ((dev, NO_TARGET_DEV), (held_out, NO_TARGET_HELD_OUT)):
-        held = terms(record_words(topics))
+        held = stems(record_words(topics))
         for brief in briefs:
             words = terms((brief,))
-            problems += [f"{brief!r}: {term!r} is in a record" for term in
-                         sorted((words & everywhere) - shared)]
-            if len(words & shared & held) < 2:
+            problems += [f"{brief!r}: {'/'.join(sorted(term))!r} is in a record"
+                         for term in sorted(words, key=sorted)
+                         if term & everywhere and not term & shared]
+            if sum(bool(term & shared & held) for term in words) < 2:
                 problems.append(f"{brief!r}: fewer than two shared words its records hold")
     if problems:
         raise SystemExit("no-target briefs not irrelevant by construction:\n"
@@ -317,7 +324,7 @@ async def measure(topics: list[tuple], no_target: list[str], args: argparse.Name
         memory = Memory(config, store, clock=clock)
         await fill(memory, clock, topics, rng)
         if lane is not None:  # the vectors every write would have made, made now
-            memory.semantic = lane
+            memory.semantic = memory._reads.semantic = lane
             for key in await store.export_scopes():
                 await lane.embed_missing(store, key)
         clock.now = NOW

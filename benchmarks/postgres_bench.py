@@ -131,7 +131,7 @@ class GinBaseline:
         return cls(store, conn, limit)
 
     async def __call__(self, text: str) -> object:
-        terms = engine.query_terms(text, self.analyzer).prefilter
+        terms = engine.query_terms(text, self.analyzer).prefilter_stems
         cursor = await self.conn.execute(self.statement, {"q": tsquery(terms),
                                                           "cap": self.cap})
         return await cursor.fetchall()

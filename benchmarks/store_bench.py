@@ -105,7 +105,7 @@ async def timed(fn: Callable[[], Awaitable[object]], seconds: float, max_runs: i
 
 
 def prefilter(query: str) -> list[str]:
-    return list(engine.query_terms(query, ANALYZER).prefilter)
+    return list(engine.query_terms(query, ANALYZER).prefilter_stems)
 
 
 async def bench_size(size: int, limit: int, seconds: float, synchronous: str) -> None:

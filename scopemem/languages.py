@@ -9,13 +9,12 @@ each, two well-kept libraries supply what ranking needs:
   encoding (Turkish and Lithuanian); they are read back through the right code page here.
 * **Stems** from the Snowball stemmers, through PyStemmer (the Snowball project's own C
   binding). Every listed language stems the words of its script: when several languages
-  share one (English, German and Spanish all write Latin), a word's term is the shortest of
-  its stems under each of them, ties to the earlier listed language (``SHORTEST``). So
-  ``Lizenzprüfungen`` and ``Lizenzprüfung`` are both ``lizenzpruf`` (German's stem), and
-  ``desplegamos`` and ``desplegar`` both ``despleg`` (Spanish's), whichever language a
-  record or a query is written in. A word stays one term, so it weighs once in a query's
-  match, on every store alike. The price is that the languages' stemmers also reduce each
-  other's words: with German listed, English ``server`` and ``serve`` are both ``serv``.
+  share one (English, German and Spanish all write Latin), a word is indexed under its stem
+  in each of them, and a query word finds a record holding any of its stems
+  (``Analyzer.stems``, ``EVERY_STEM``). So ``Zertifikate`` (English's ``zertifik``,
+  German's ``zertifikat``) finds ``Zertifikat``, ``Lizenzprüfungen`` finds
+  ``Lizenzprüfung`` (German's ``lizenzpruf``), and ``desplegamos`` finds ``desplegar``
+  (Spanish's ``despleg``), whichever language a record or a query is written in.
 
 A language is offered when both libraries have it. Everything is folded by
 ``core.words.fold`` first, so the lists compare with folded query words. The core stays
@@ -90,9 +89,9 @@ def _script(words: Iterable[str]) -> str | None:
 def analyzer_for(languages: Sequence[str]) -> Analyzer:
     """The analyzer for ``languages`` (names as ``available_languages`` gives them), in
     order: the stopwords of all of them, and per script the stemmers of those written in
-    it (joined by ``SHORTEST`` when there are several). An empty list is ``PLAIN``. Raises
-    ``ValueError`` naming an unknown language and listing the available ones."""
-    from scopemem.core.words import PLAIN, Analyzer
+    it, in that order. An empty list is ``PLAIN``. Raises ``ValueError`` naming an unknown
+    language and listing the available ones."""
+    from scopemem.core.words import EVERY_STEM, PLAIN, Analyzer
 
     languages = tuple(languages)
     if not languages:
@@ -101,7 +100,7 @@ def analyzer_for(languages: Sequence[str]) -> Analyzer:
     import Stemmer
 
     stopwords: set[str] = set()
-    by_script: dict[str, list[Callable[[str], str]]] = {}
+    stemmers: dict[str, list[Callable[[str], str]]] = {}
     for language in dict.fromkeys(languages):
         words = _function_words(language)
         stopwords |= words
@@ -112,27 +111,11 @@ def analyzer_for(languages: Sequence[str]) -> Analyzer:
             # by default) costs more than stemming itself (1.1 against 0.3 µs a word here)
             # and holds a two-item list a word, which Python's collector walks.
             stemmer.maxCacheSize = 0
-            by_script.setdefault(script, []).append(_folded(stemmer.stemWord))
-    stemmers = {script: stems[0] if len(stems) == 1 else _shortest(stems)
-                for script, stems in by_script.items()}
-    joined = any(len(stems) > 1 for stems in by_script.values())
+            stemmers.setdefault(script, []).append(_folded(stemmer.stemWord))
+    joined = any(len(stems) > 1 for stems in stemmers.values())
     return Analyzer(languages=tuple(dict.fromkeys(languages)), stopwords=frozenset(stopwords),
-                    stemmers=stemmers, stem_rule=SHORTEST if joined else "")
-
-
-#: The rule joining several stemmers of one script: a word's shortest stem, ties to the
-#: earlier listed language.
-SHORTEST = "shortest-stem"
-
-
-def _shortest(stems: Sequence[Callable[[str], str]]) -> Callable[[str], str]:
-    """A stem function giving the shortest of ``stems``' answers for a word, the earlier
-    one among equals (``min`` keeps the first)."""
-
-    def stem_word(word: str) -> str:
-        return min((stem(word) for stem in stems), key=len)
-
-    return stem_word
+                    stemmers={script: tuple(stems) for script, stems in stemmers.items()},
+                    stem_rule=EVERY_STEM if joined else "")
 
 
 def _folded(stem: Callable[[str], str]) -> Callable[[str], str]:

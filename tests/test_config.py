@@ -185,8 +185,8 @@ def test_the_ranking_settings_build_the_ranking():
     assert ranking.weighted and ranking.analyzer.languages == ("german", "english")
     # Every listed language of a script stems it: German reduces "hauser", English
     # "deploying".
-    assert ranking.analyzer.stem("hauser") == "haus"
-    assert ranking.analyzer.stem("deploying") == "deploy"
+    assert "haus" in ranking.analyzer.stems("hauser")
+    assert "deploy" in ranking.analyzer.stems("deploying")
     assert "und" in ranking.analyzer.stopwords and "the" in ranking.analyzer.stopwords
     assert config_from_mapping({"memory": {"ranking": "seed"}}).ranking_spec() == SEED
     assert config_from_mapping({"memory": {"ranking": "seed", "languages": []}}).ranking_spec() \

@@ -18,6 +18,7 @@ from scopemem.core.ranking import (
     Ranking,
     ScopeStats,
     candidate_cap,
+    grouped,
     query_terms,
     query_words,
     rank_candidates,
@@ -42,7 +43,7 @@ from scopemem.core.words import PLAIN, Analyzer
 
 __all__ = [
     "SEED", "Dedup", "Insert", "QueryTerms", "Ranking", "Restate", "ScopeStats",
-    "WriteAction", "bump_usage", "candidate_cap", "count_action", "listing",
+    "WriteAction", "bump_usage", "candidate_cap", "count_action", "grouped", "listing",
     "matches", "mint_record", "plan_eviction", "plan_sweep", "plan_write", "query_terms",
     "query_words", "rank_candidates", "rank_covered", "rank_entries", "rank_records",
     "record_terms", "scope_stats", "score_candidates", "term_weights", "wire_query",
@@ -61,13 +62,20 @@ def record_terms(record: Record, analyzer: Analyzer = PLAIN) -> frozenset[str]:
 
 def scope_stats(terms: QueryTerms, held: Iterable[Collection[str]]) -> ScopeStats:
     """The statistics of a scope whose active records hold ``held`` (one collection of
-    terms per record), for the query's terms."""
-    wanted = frozenset(terms.terms)
+    terms per record), for the query's terms (a term of several stems is held by a record
+    holding any of them)."""
+    wanted = frozenset(terms.stems)
+    # stem → the query terms standing for it.
+    owners: dict[str, list[str]] = {}
+    for term in terms.terms:
+        for stem in term.split(" "):
+            owners.setdefault(stem, []).append(term)
     frequency: dict[str, int] = dict.fromkeys(terms.terms, 0)
     records = 0
     for record_terms_ in held:
         records += 1
-        for term in wanted.intersection(record_terms_):
+        found = {term for stem in wanted.intersection(record_terms_) for term in owners[stem]}
+        for term in found:
             frequency[term] += 1
     return ScopeStats(records, frequency)
 
@@ -89,7 +97,7 @@ def rank_records(records: Iterable[Record], query: str, limit: int, now: int,
 
 def matches(record: Record, terms: QueryTerms, analyzer: Analyzer = PLAIN) -> bool:
     """The relevance gate: does the record hold one of the query's prefilter terms?"""
-    return not record_terms(record, analyzer).isdisjoint(terms.prefilter)
+    return not record_terms(record, analyzer).isdisjoint(terms.prefilter_stems)
 
 
 def bump_usage(record: Record, now: int) -> Record:

@@ -1,8 +1,10 @@
 """How a query ranks a scope's records: the one read algorithm every store runs.
 
 A query becomes terms (``query_terms``): its folded words, function words dropped, stemmed
-(``words.Analyzer``). A record is a candidate when it holds one of the query's prefilter
-terms (the relevance gate). Its keyword match is the share of the query's *weight* it holds:
+(``words.Analyzer``). A word that several configured languages stem differently is one term
+standing for all its stems: a record holds it when it holds any of them. A record is a
+candidate when it holds one of the query's prefilter terms (the relevance gate). Its keyword
+match is the share of the query's *weight* it holds:
 
     match = Σ idf(t) over query terms t the record holds  /  Σ idf(t) over all query terms
     idf(t) = ln(1 + (N − df(t) + ½) / (df(t) + ½))
@@ -21,10 +23,12 @@ function word is dropped and nothing is stemmed.
 
 Every store hands these functions the rows they ask for and the scope's statistics
 (``ScopeStats``), so every store answers a query with the same ids in the same order. A
-record's covered weight (the numerator of its match) has one implementation,
-``covered_weights``: every store's records are weighed by it, whether a store hands in
-whole rows (``rank_entries``), postings (``core.topk``, which selects only the records
-that can rank, exactly as all of them do) or postings as arrays (``stores.dense``).
+store reads the postings of the query's stems (``QueryTerms.stems``) and ``grouped`` makes
+them the postings of its terms. A record's covered weight (the numerator of its match) has
+one implementation, ``covered_weights``: every store's records are weighed by it, whether a
+store hands in whole rows (``rank_entries``), postings (``core.topk``, which selects only
+the records that can rank, exactly as all of them do) or postings as arrays
+(``stores.dense``).
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ __all__ = [
     "ScopeStats",
     "candidate_cap",
     "covered_weights",
+    "grouped",
     "query_terms",
     "query_words",
     "rank_candidates",
@@ -108,14 +113,31 @@ class ScopeStats:
     frequency: Mapping[str, int]
 
 
+def _stems_of(terms: tuple[str, ...]) -> tuple[str, ...]:
+    """The stems ``terms`` stand for, each once: ``terms`` itself when each is one stem."""
+    if not any(" " in term for term in terms):
+        return terms
+    return tuple(dict.fromkeys(stem for term in terms for stem in term.split(" ")))
+
+
 @attrs.frozen
 class QueryTerms:
-    """A query as ranking reads it. ``terms`` are the distinct stems of its content words
-    (what the match weighs); ``prefilter`` the 24 longest of them (what the gate and a
-    full-text prefilter match by; all of them for a query of at most 24 terms)."""
+    """A query as ranking reads it. ``terms`` are its content words' terms, each once (what
+    the match weighs); ``prefilter`` the 24 longest of them (what the gate and a full-text
+    prefilter match by; all of them for a query of at most 24 terms).
+
+    A term is a word's stem, or, for a word the configured languages of its script stem
+    differently, its stems space-joined (no stem holds a space): a record holds such a term
+    when it holds any of them. ``stems`` and ``prefilter_stems`` are the stems the terms
+    and the prefilter terms stand for, each once: what a store reads postings of."""
 
     terms: tuple[str, ...]
     prefilter: tuple[str, ...]
+    stems: tuple[str, ...] = attrs.field(
+        eq=False, default=attrs.Factory(lambda self: _stems_of(self.terms), takes_self=True))
+    prefilter_stems: tuple[str, ...] = attrs.field(
+        eq=False,
+        default=attrs.Factory(lambda self: _stems_of(self.prefilter), takes_self=True))
 
 
 def query_words(query: str, analyzer: Analyzer = PLAIN) -> list[str]:
@@ -149,10 +171,29 @@ def wire_query(query: str, analyzer: Analyzer = PLAIN) -> str:
 
 
 def query_terms(query: str, analyzer: Analyzer = PLAIN) -> QueryTerms:
-    terms = list(dict.fromkeys(analyzer.stem(word) for word in query_words(query, analyzer)))
-    ranked = sorted(range(len(terms)), key=lambda index: (-len(terms[index]), index))
+    terms = list(dict.fromkeys(" ".join(analyzer.stems(word))
+                               for word in query_words(query, analyzer)))
+    # A term's length is its longest stem's.
+    lengths = [max(map(len, term.split(" "))) if " " in term else len(term) for term in terms]
+    ranked = sorted(range(len(terms)), key=lambda index: (-lengths[index], index))
     return QueryTerms(terms=tuple(terms),
                       prefilter=tuple(terms[index] for index in ranked[:MAX_MATCH_TOKENS]))
+
+
+def grouped(postings: Mapping[str, Collection[int]], terms: QueryTerms
+            ) -> Mapping[str, Collection[int]]:
+    """The postings of ``terms`` (term → the records holding it) from the postings of its
+    stems: a term of several stems is held by each record holding any of them, once.
+    ``postings`` itself when every term is one stem."""
+    if terms.stems is terms.terms:
+        return postings
+    held: dict[str, Collection[int]] = {}
+    for term in terms.terms:
+        holders = (set().union(*(postings.get(stem, ()) for stem in term.split(" ")))
+                   if " " in term else postings.get(term))
+        if holders:
+            held[term] = holders
+    return held
 
 
 def candidate_cap(limit: int) -> int:
@@ -227,8 +268,8 @@ def rank_entries(entries: Iterable[tuple[int, Collection[str], str, int, T]],
     if not terms.terms or limit <= 0:
         return []
     weights = term_weights(terms, stats, ranking)
-    gate = frozenset(terms.prefilter)
-    asked = frozenset(terms.terms)
+    gate = frozenset(terms.prefilter_stems)
+    asked = frozenset(terms.stems)
     # The gated records' postings: a long brief has hundreds of terms, a record a few.
     postings: dict[str, list[int]] = {}
     threads: dict[int, str] = {}
@@ -241,7 +282,7 @@ def rank_entries(entries: Iterable[tuple[int, Collection[str], str, int, T]],
             postings.setdefault(term, []).append(seq)
         threads[seq] = thread
         details[seq] = (last_touched, item)
-    covered = covered_weights({}, terms, weights, postings.get)
+    covered = covered_weights({}, terms, weights, grouped(postings, terms).get)
     continues = {seq for seq, thread in threads.items() if threads.get(seq - 1) == thread}
     return rank_covered(covered, sum(weights), limit, now, ranking, continues, details)
 

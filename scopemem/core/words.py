@@ -27,26 +27,31 @@ Matching is whole-token, so no fragment matches: ``zürich`` folds to ``zurich``
 key) records it and re-derives what it keeps when it changes.
 
 An :class:`Analyzer` adds what depends on the languages a deployment speaks: the function
-words a query ignores and the Snowball stemmer each word is reduced by (so ``deploys``,
-``deployed`` and ``deploying`` are one term). It is plain data here; ``scopemem.languages``
-builds one from the stopword and stemmer libraries. ``PLAIN`` has no languages: every word
-counts and none is stemmed, the seed's tokens.
+words a query ignores and the Snowball stemmers each word is reduced by (so ``deploys``,
+``deployed`` and ``deploying`` are one term). A word of a script several listed languages
+write has one stem under each of them; it is indexed under all of them, and a query reads it
+as any of them (``core.ranking``). It is plain data here; ``scopemem.languages`` builds one
+from the stopword and stemmer libraries. ``PLAIN`` has no languages: every word counts and
+none is stemmed, the seed's tokens.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 import regex
 
-__all__ = ["FOLDING", "PLAIN", "Analyzer", "distinct_tokens", "fold", "normalize_text",
-           "script_of", "tokenize"]
+__all__ = ["EVERY_STEM", "FOLDING", "PLAIN", "Analyzer", "distinct_tokens", "fold",
+           "normalize_text", "script_of", "tokenize"]
 
 #: The version of the folding and tokenizing rules; stored beside derived tokens.
 FOLDING = "unicode-2"
+#: The rule for a script several configured languages write: a word is indexed under its
+#: stem in each of them (``Analyzer.stem_rule``).
+EVERY_STEM = "every-stem"
 
 _ASCII_TOKEN = re.compile(r"[a-z0-9]+")
 
@@ -145,17 +150,17 @@ class Analyzer:
 
     ``stopwords`` are folded function words: a query drops them before it is matched or
     weighed (a record is never found by "the" or "und" alone). ``stemmers`` maps a script
-    to the stem function of the configured languages written in it (``scopemem.languages``
-    joins several languages of one script into one function, ``stem_rule`` naming how), and
-    a word of a script no language covers is left whole. The stemmer sees the folded word,
-    the same on both sides of every match. ``signature`` names the rules, so a store that
-    keeps terms re-derives them when it changes."""
+    to the stem functions of the configured languages written in it, in the order they are
+    listed; a word of a script no language covers is left whole. A word's stems are its
+    stem under each of them, each once (``stems``). The stemmers see the folded word, the
+    same on both sides of every match. ``signature`` names the rules, so a store that keeps
+    terms re-derives them when they change."""
 
     languages: tuple[str, ...] = ()
     stopwords: frozenset[str] = frozenset()
-    stemmers: Mapping[str, Stem] = attrs.field(factory=dict, eq=False, repr=False)
-    #: How the stems of several languages of one script become one term ("" when each
-    #: script has one language); part of the signature.
+    stemmers: Mapping[str, Sequence[Stem]] = attrs.field(factory=dict, eq=False, repr=False)
+    #: How a word of a script several languages write is indexed (``EVERY_STEM``; "" when
+    #: each script has one language); part of the signature.
     stem_rule: str = ""
 
     @property
@@ -165,21 +170,24 @@ class Analyzer:
         rule = f";{self.stem_rule}" if self.stem_rule else ""
         return f"{FOLDING};{'+'.join(self.languages)}{rule}"
 
-    _stems: dict[str, str] = attrs.field(factory=dict, init=False, eq=False, repr=False)
+    _stems: dict[str, tuple[str, ...]] = attrs.field(factory=dict, init=False, eq=False,
+                                                     repr=False)
 
-    def stem(self, word: str) -> str:
-        """The term ``word`` (a folded word) stands for."""
+    def stems(self, word: str) -> tuple[str, ...]:
+        """The terms ``word`` (a folded word) stands for: its stem under each language of
+        its script, first listed first, each once; the word itself when no language
+        writes its script."""
         if not self.stemmers:
-            return word
-        stems = self._stems
-        stemmed = stems.get(word)
+            return (word,)
+        known = self._stems
+        stemmed = known.get(word)
         if stemmed is None:
             script = script_of(word)
-            stem = self.stemmers.get(script) if script is not None else None
-            stemmed = word if stem is None else stem(word)
-            if len(stems) >= _STEM_CACHE:
-                stems.clear()  # a bound, not an LRU: a full cache starts over
-            stems[word] = stemmed
+            stems = self.stemmers.get(script, ()) if script is not None else ()
+            stemmed = tuple(dict.fromkeys(stem(word) for stem in stems)) or (word,)
+            if len(known) >= _STEM_CACHE:
+                known.clear()  # a bound, not an LRU: a full cache starts over
+            known[word] = stemmed
         return stemmed
 
     def terms(self, text: str) -> list[str]:
@@ -188,8 +196,8 @@ class Analyzer:
             return tokenize(text)
         # The cache read inline (one dict look-up a word, no call): this runs for every
         # record written and every query.
-        known, stem = self._stems.get, self.stem
-        return [known(word) or stem(word) for word in tokenize(text)]
+        known, stems = self._stems.get, self.stems
+        return [stem for word in tokenize(text) for stem in known(word) or stems(word)]
 
     def content_words(self, text: str) -> list[str]:
         """The distinct folded words of a query, function words dropped, in first-appearance

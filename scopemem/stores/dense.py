@@ -124,15 +124,22 @@ class DenseIndex:
         return index
 
     def positions(self, term: str) -> Positions | None:
-        """The positions of the records holding ``term`` (None when none does)."""
+        """The positions of the records holding ``term`` (None when none does), each once:
+        for a query term of several stems (``ranking.QueryTerms``), of those holding any."""
         found = self._arrays.get(term)
         if found is not None:
             return found
         holders = self._postings.get(term)
-        if not holders:
+        if holders:
+            seqs = np.fromiter(holders, dtype=np.int64, count=len(holders))
+            found = np.searchsorted(self._seqs, seqs).astype(np.intp, copy=False)
+        elif " " in term:
+            parts = [at for at in map(self.positions, term.split(" ")) if at is not None]
+            if not parts:
+                return None
+            found = np.unique(np.concatenate(parts))
+        else:
             return None
-        seqs = np.fromiter(holders, dtype=np.int64, count=len(holders))
-        found = np.searchsorted(self._seqs, seqs).astype(np.intp, copy=False)
         self._arrays[term] = found
         return found
 

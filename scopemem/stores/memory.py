@@ -147,7 +147,7 @@ class InMemoryStore:
             return []
         # The candidates from the postings, weighed as the SQLite store's view weighs them.
         index = self._index(scope_key)
-        postings = index.postings
+        postings = engine.grouped(index.postings, terms)
         weights = engine.term_weights(terms, inverted.stats(postings, len(index.details), terms),
                                       self.ranking)
         ranking = self.ranking

@@ -75,7 +75,8 @@ async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engi
     copy = cache.latest(scope_key) if cache is not None else None
     if copy is not None:
         hits = await _ranked(conn, sql, usage, ranking, scope_key, terms, limit, now, bump,
-                             copy.active, copy.terms(terms.terms), copy.continues,
+                             copy.active, engine.grouped(copy.terms(terms.stems), terms),
+                             copy.continues,
                              copy.touches, copy.generation, copy.dense)
         if hits is not None:
             assert cache is not None
@@ -84,7 +85,7 @@ async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engi
         assert cache is not None
         cache.discard(scope_key, copy.generation)
     cursor = await conn.execute(sql.postings, {
-        "scope": scope_key, "terms": list(terms.terms), "prefilter": list(terms.prefilter),
+        "scope": scope_key, "terms": list(terms.stems), "prefilter": list(terms.prefilter_stems),
         "few": FEW_POSTINGS}, binary=True)
     rows = await cursor.fetchall()
     counted = [row[:ROW_COLUMNS] for row in rows if row[2] is not None]
@@ -95,7 +96,7 @@ async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engi
         cache.offer(scope_key, counted[0][1], sum(map(len, postings.values())), load)
     held = {row[ROW_COLUMNS]: row[ROW_COLUMNS:] for row in rows if row[ROW_COLUMNS] is not None}
     hits = await _ranked(conn, sql, usage, ranking, scope_key, terms, limit, now, bump,
-                         counted[0][0], postings, continues, held=held)
+                         counted[0][0], engine.grouped(postings, terms), continues, held=held)
     assert hits is not None  # nothing to check against a counter
     return hits
 

@@ -188,7 +188,7 @@ class PostgresStore:
             return []
         tokens: list[str] | None = None
         if query is not None:
-            tokens = list(engine.query_terms(query, self.analyzer).prefilter)
+            tokens = list(engine.query_terms(query, self.analyzer).prefilter_stems)
             if not tokens:
                 return []
         async with self._connection() as conn:

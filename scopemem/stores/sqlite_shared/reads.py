@@ -80,7 +80,8 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
     postings: Mapping[str, Collection[int]]
     continues: AbstractSet[int]
     if copy is not None:
-        active, postings, continues = copy.active, copy.terms(terms.terms), copy.continues
+        active, continues = copy.active, copy.continues
+        postings = engine.grouped(copy.terms(terms.stems), terms)
         touches, dense, check = copy.touches, copy.dense, copy.generation
         read = 0
     else:
@@ -88,7 +89,7 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
         if small is not None:
             return small
         params = {"scope": scope_key,
-                  "terms": json.dumps([*terms.terms, index.CONTINUES], ensure_ascii=False)}
+                  "terms": json.dumps([*terms.stems, index.CONTINUES], ensure_ascii=False)}
         state = conn.execute(st.STATE_POSTINGS, params).fetchall()
         if not state:
             return Searched([])
@@ -96,7 +97,7 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
         read_sets = {row[2]: set(json.loads(row[3])) for row in state
                      if row[3] is not None and row[3] != "[]"}
         continues = read_sets.pop(index.CONTINUES, set())
-        postings = read_sets
+        postings = engine.grouped(read_sets, terms)
         read = sum(map(len, read_sets.values()))
     weights = tokens.term_weights(postings, active, terms, ranking)
     total = sum(weights)
@@ -163,7 +164,7 @@ def _small_scope(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranki
     records = [(sqlite_sql.record(row), match) for row, match in ranked]
     # The postings the query's terms hold, as reading them would have counted them (what
     # ``PostingsCache.offer`` weighs).
-    asked = frozenset(terms.terms)
+    asked = frozenset(terms.stems)
     read = sum(len(asked & entry[1]) for entry in entries)
     if not bump or not records:
         return Searched([Hit(record, match) for record, match in records], generation, read)

@@ -246,7 +246,7 @@ class SharedSqliteStore:
             return []
         held: builtins.list[str] | None = None
         if query is not None:
-            held = list(engine.query_terms(query, self.analyzer).prefilter)
+            held = list(engine.query_terms(query, self.analyzer).prefilter_stems)
             if not held:
                 return []
         shard = self._shards.of(scope_key)
