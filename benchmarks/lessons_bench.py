@@ -321,10 +321,9 @@ async def measure(topics: list[tuple], no_target: list[str], args: argparse.Name
         clock = Clock(NOW)
         store = (SharedSqliteStore(tmp, clock=clock, ranking=ranking) if args.store == "sqlite"
                  else InMemoryStore(clock=clock, ranking=ranking))
-        memory = Memory(config, store, clock=clock)
+        memory = Memory(config, store, clock=clock, semantic=lane)
         await fill(memory, clock, topics, rng)
-        if lane is not None:  # the vectors every write would have made, made now
-            memory.semantic = memory._reads.semantic = lane
+        if lane is not None:  # the vectors every write would have made (fill writes raw)
             for key in await store.export_scopes():
                 await lane.embed_missing(store, key)
         clock.now = NOW

@@ -76,7 +76,10 @@ class Memory(Operations):
         plugin_manager: PluginManager | None = None,
         clock: Clock = wall_clock_ms,
         environ: Mapping[str, str] | None = None,
+        semantic: SemanticLane | None = None,
     ) -> None:
+        """``semantic`` is a semantic lane to read and write with instead of the one
+        ``memory.embeddings`` names (a host's own embedder, a benchmark's)."""
         self.config = config
         self.store = store
         self.pm = plugin_manager or get_plugin_manager()
@@ -95,8 +98,10 @@ class Memory(Operations):
         # A request's repository, awaited once however many ask (``api.repos``).
         self.resolve_repo = RepoAnswers().resolve
         self.ranking = config.ranking_spec()
-        # The semantic lane (``memory.embeddings``), or None: the keyword read alone.
-        self.semantic: SemanticLane | None = build_lane(self.pm, config, self.environ)
+        # The semantic lane (``memory.embeddings``), or None: the keyword read alone. It is
+        # given to the scope reads here, so it is fixed for the instance's life.
+        self.semantic: SemanticLane | None = (
+            semantic if semantic is not None else build_lane(self.pm, config, self.environ))
         # One scope's read for a block (``api.scope_reads``), each in its trace span.
         self._reads = ScopeReads(store, config, self.semantic)
         # What the read path and reflection count (stores.counting), saved in batches.

@@ -52,6 +52,19 @@ async def test_a_paraphrase_outranks_an_unrelated_keyword_hit(clock):
     assert bullets(await plain.context_block(Request(text=BRIEF))) == [KITCHEN]
 
 
+async def test_a_lane_given_to_memory_is_the_one_its_reads_use(clock):
+    # A host (or a benchmark) may hand Memory its own lane; its reads must fuse with it,
+    # not only its writes embed with it.
+    embedder = FakeEmbedder()
+    lane = SemanticLane(embedder, ModelRef("fake", "concepts"), Fusion(floor=0.4))
+    memory = Memory(config(embeddings=None), InMemoryStore(clock=clock), clock=clock,
+                    semantic=lane)
+    await memory.store.write(ORG, [fact(PARAPHRASE), fact(KITCHEN)])
+    await lane.embed_missing(memory.store, ORG)
+    assert bullets(await memory.context_block(Request(text=BRIEF))) == [PARAPHRASE, KITCHEN]
+    assert [BRIEF] in embedder.calls
+
+
 async def test_the_floor_gates_what_only_the_cosine_brings_in(clock):
     memory = await filled(clock, Plugin(), embeddings_floor=0.9)
     assert bullets(await memory.context_block(Request(text=BRIEF))) == [KITCHEN]
