@@ -1,0 +1,108 @@
+"""The nearest-vector search every store runs (``stores.shared.nearest``): the same ids in the
+same order on every store, ties to the newer, the floor, ``include``; and a SQL store's copy
+of a scope's matrix never answers once another worker changed the scope's vectors.
+
+The ordering test is parametrized over the stores in ``tests/stores/conftest.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from scopemem.stores.shared.vectors import pack
+from scopemem.stores.sqlite_shared import SharedSqliteStore
+from tests.conftest import FakeClock, fact
+from tests.stores import pg
+
+ORG = "org:acme"
+MODEL = "fake/plane"
+SEVEN = [(1.0, 0.0), (0.6, 0.8), (1.0, 0.0), (0.6, 0.8), (0.0, 1.0), (0.6, 0.8), (-1.0, 0.0)]
+
+
+def rid(seq: int) -> str:
+    return f"mem:{ORG}:{seq}"
+
+
+async def found(store: Any, limit: int, floor: float, include: list[int] = ()  # type: ignore[assignment]
+                ) -> list[tuple[int, float]]:
+    answer = await store.nearest(ORG, MODEL, pack([1.0, 0.0]), limit, floor,
+                                 [rid(seq) for seq in include])
+    return [(int(record.id.rsplit(":", 1)[1]), round(cosine, 5)) for record, cosine in answer]
+
+
+async def test_every_store_orders_best_first_ties_to_the_newer(store):
+    """Seven records, three cosines shared by several: the best ``limit`` at the floor or
+    above, ties to the later record, then ``include``'s others in seq order."""
+    await store.write(ORG, [fact(f"lesson number {n}") for n in range(1, 8)])
+    assert await store.put_vectors(ORG, MODEL, [(rid(n), pack(v))
+                                                for n, v in enumerate(SEVEN, 1)]) == 7
+    assert await found(store, 1, -1.0) == [(3, 1.0)]
+    assert await found(store, 3, -1.0) == [(3, 1.0), (1, 1.0), (6, 0.6)]
+    assert await found(store, 4, -1.0) == [(3, 1.0), (1, 1.0), (6, 0.6), (4, 0.6)]
+    every = [(3, 1.0), (1, 1.0), (6, 0.6), (4, 0.6), (2, 0.6), (5, 0.0), (7, -1.0)]
+    assert await found(store, 7, -1.0) == every
+    assert await found(store, 50, -1.0) == every
+    assert await found(store, 50, 0.5) == every[:5]
+    assert await found(store, 6, 0.6) == every[:5]
+    assert await found(store, 0, 0.0) == []
+    # ``include`` after the chosen, in seq order, once each, whatever their cosine; an id
+    # already chosen or of no vector adds nothing.
+    assert await found(store, 2, 0.0, [7, 5, 1, 5, 9]) == [(3, 1.0), (1, 1.0), (5, 0.0),
+                                                           (7, -1.0)]
+    assert await found(store, 0, 0.0, [4]) == [(4, 0.6)]
+    # A record leaving active status leaves the search (the in-process store's matrix too).
+    assert await store.forget(ORG, rid(3))
+    assert await found(store, 2, 0.0) == [(1, 1.0), (6, 0.6)]
+
+
+@contextlib.asynccontextmanager
+async def two_workers(kind: str, tmp_path: Any, clock: FakeClock) -> AsyncIterator[list[Any]]:
+    """Two stores on one database, as two processes would open it."""
+    if kind == "sqlite":
+        stores = [SharedSqliteStore(tmp_path / "data", clock=clock) for _ in range(2)]
+        schema = None
+    else:
+        pg.require()
+        schema = pg.lend_schema()
+        stores = [pg.make(schema, clock=clock) for _ in range(2)]
+    try:
+        yield stores
+    finally:
+        for store in stores:
+            await store.close()
+        if schema is not None:
+            pg.give_back(schema)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_copy_of_a_scopes_vectors_is_never_answered_once_changed(kind, tmp_path,
+                                                                         clock: FakeClock):
+    async with two_workers(kind, tmp_path, clock) as (reader, writer):
+        await writer.write(ORG, [fact(f"lesson number {n}") for n in range(1, 5)])
+        await writer.put_vectors(ORG, MODEL, [(rid(n), pack(v))
+                                              for n, v in enumerate(SEVEN[:4], 1)])
+        search: Callable[[], Awaitable[list[tuple[int, float]]]] = lambda: found(
+            reader, 2, -1.0)
+        assert await search() == [(3, 1.0), (1, 1.0)]
+        assert await search() == [(3, 1.0), (1, 1.0)]  # from the reader's copy
+        # Another worker replaces a vector: the reader answers the new one.
+        assert await writer.put_vectors(ORG, MODEL, [(rid(3), pack([0.0, 1.0]))]) == 1
+        assert await search() == [(1, 1.0), (4, 0.6)]
+        # ... forgets a record: its vector leaves with it.
+        assert await writer.forget(ORG, rid(1))
+        assert await search() == [(4, 0.6), (2, 0.6)]
+        # ... writes a record and puts its vector.
+        await writer.write(ORG, [fact("lesson number 5")])
+        assert await writer.put_vectors(ORG, MODEL, [(rid(5), pack([1.0, 0.0]))]) == 1
+        assert await search() == [(5, 1.0), (4, 0.6)]
+        # ... deletes the scope, then writes it again: none of the old vectors come back.
+        assert await writer.delete_scope(ORG) == 5
+        assert await search() == []
+        await writer.write(ORG, [fact("lesson number 6")])
+        assert await search() == []
+        assert await writer.put_vectors(ORG, MODEL, [(rid(6), pack([0.6, 0.8]))]) == 1
+        assert await search() == [(6, 0.6)]
