@@ -106,3 +106,40 @@ async def test_a_copy_of_a_scopes_vectors_is_never_answered_once_changed(kind, t
         assert await search() == []
         assert await writer.put_vectors(ORG, MODEL, [(rid(6), pack([0.6, 0.8]))]) == 1
         assert await search() == [(6, 0.6)]
+
+
+def tamper(kind: str, store: Any, tmp_path: Any, vectors: dict[int, bytes]) -> None:
+    """Write ``vectors`` (seq → bytes) into the store's database past the store, as a
+    damaged file or a hostile database user could leave them."""
+    if kind == "sqlite":
+        import apsw
+
+        from scopemem.stores.sqlite_shared import schema as file_schema
+
+        conn = apsw.Connection(str(tmp_path / "data" / file_schema.shard_file_name(
+            file_schema.shard_of(ORG))))
+        try:
+            for seq, blob in vectors.items():
+                conn.execute("UPDATE vectors SET vector = ? WHERE scope_key = ? AND seq = ?",
+                             (blob, ORG, seq))
+        finally:
+            conn.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+            for seq, blob in vectors.items():
+                conn.execute(f'UPDATE "{store.schema}".vectors SET vector = %s'
+                             " WHERE scope_key = %s AND seq = %s", (blob, ORG, seq))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_stored_vector_that_is_not_a_unit_vector_cannot_outrank(kind, tmp_path,
+                                                                        clock: FakeClock):
+    async with two_workers(kind, tmp_path, clock) as (store, _other):
+        await store.write(ORG, [fact(f"lesson number {n}") for n in range(1, 5)])
+        await store.put_vectors(ORG, MODEL, [(rid(n), pack(v))
+                                             for n, v in enumerate(SEVEN[:4], 1)])
+        tamper(kind, store, tmp_path, {2: pack([float("nan"), 1.0]), 4: pack([50.0, 0.0])})
+        # Not a number ranks as the worst cosine, a vector too long as at most 1.
+        assert await found(store, 4, -1.0) == [(4, 1.0), (3, 1.0), (1, 1.0), (2, -1.0)]
