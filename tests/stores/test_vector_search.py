@@ -8,11 +8,12 @@ The ordering test is parametrized over the stores in ``tests/stores/conftest.py`
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
 import pytest
 
+from scopemem.stores.shared.nearest import Matrices
 from scopemem.stores.shared.vectors import pack
 from scopemem.stores.sqlite_shared import SharedSqliteStore
 from tests.conftest import FakeClock, fact
@@ -27,19 +28,25 @@ def rid(seq: int) -> str:
     return f"mem:{ORG}:{seq}"
 
 
-async def found(store: Any, limit: int, floor: float, include: list[int] = ()  # type: ignore[assignment]
+async def found(store: Any, limit: int, floor: float, include: Sequence[int] = ()
                 ) -> list[tuple[int, float]]:
     answer = await store.nearest(ORG, MODEL, pack([1.0, 0.0]), limit, floor,
                                  [rid(seq) for seq in include])
     return [(int(record.id.rsplit(":", 1)[1]), round(cosine, 5)) for record, cosine in answer]
 
 
+async def seeded(store: Any, count: int) -> None:
+    """The first ``count`` records of ``SEVEN`` written, each with its vector."""
+    await store.write(ORG, [fact(f"lesson number {n}") for n in range(1, count + 1)])
+    assert await store.put_vectors(ORG, MODEL, [(rid(n), pack(v))
+                                                for n, v in enumerate(SEVEN[:count], 1)]
+                                   ) == count
+
+
 async def test_every_store_orders_best_first_ties_to_the_newer(store):
     """Seven records, three cosines shared by several: the best ``limit`` at the floor or
     above, ties to the later record, then ``include``'s others in seq order."""
-    await store.write(ORG, [fact(f"lesson number {n}") for n in range(1, 8)])
-    assert await store.put_vectors(ORG, MODEL, [(rid(n), pack(v))
-                                                for n, v in enumerate(SEVEN, 1)]) == 7
+    await seeded(store, 7)
     assert await found(store, 1, -1.0) == [(3, 1.0)]
     assert await found(store, 3, -1.0) == [(3, 1.0), (1, 1.0), (6, 0.6)]
     assert await found(store, 4, -1.0) == [(3, 1.0), (1, 1.0), (6, 0.6), (4, 0.6)]
@@ -82,11 +89,11 @@ async def two_workers(kind: str, tmp_path: Any, clock: FakeClock) -> AsyncIterat
 async def test_a_copy_of_a_scopes_vectors_is_never_answered_once_changed(kind, tmp_path,
                                                                          clock: FakeClock):
     async with two_workers(kind, tmp_path, clock) as (reader, writer):
-        await writer.write(ORG, [fact(f"lesson number {n}") for n in range(1, 5)])
-        await writer.put_vectors(ORG, MODEL, [(rid(n), pack(v))
-                                              for n, v in enumerate(SEVEN[:4], 1)])
-        search: Callable[[], Awaitable[list[tuple[int, float]]]] = lambda: found(
-            reader, 2, -1.0)
+        await seeded(writer, 4)
+
+        def search() -> Awaitable[list[tuple[int, float]]]:
+            return found(reader, 2, -1.0)
+
         assert await search() == [(3, 1.0), (1, 1.0)]
         assert await search() == [(3, 1.0), (1, 1.0)]  # from the reader's copy
         # Another worker replaces a vector: the reader answers the new one.
@@ -137,9 +144,27 @@ def tamper(kind: str, store: Any, tmp_path: Any, vectors: dict[int, bytes]) -> N
 async def test_a_stored_vector_that_is_not_a_unit_vector_cannot_outrank(kind, tmp_path,
                                                                         clock: FakeClock):
     async with two_workers(kind, tmp_path, clock) as (store, _other):
-        await store.write(ORG, [fact(f"lesson number {n}") for n in range(1, 5)])
-        await store.put_vectors(ORG, MODEL, [(rid(n), pack(v))
-                                             for n, v in enumerate(SEVEN[:4], 1)])
+        await seeded(store, 4)
         tamper(kind, store, tmp_path, {2: pack([float("nan"), 1.0]), 4: pack([50.0, 0.0])})
         # Not a number ranks as the worst cosine, a vector too long as at most 1.
         assert await found(store, 4, -1.0) == [(4, 1.0), (3, 1.0), (1, 1.0), (2, -1.0)]
+
+
+def test_the_copies_stay_within_their_budget_least_recently_searched_first():
+    rows = [(seq, pack([1.0, 0.0])) for seq in range(1, 11)]  # 10 × (8 + 8) bytes: 160
+    copies = Matrices(budget=320)
+    for scope in ("a:1", "a:2"):
+        copies.keep(scope, MODEL, 1, rows)
+    assert copies.get("a:1", MODEL, 1) is not None  # a:1 searched last: a:2 goes first
+    copies.keep("a:3", MODEL, 1, rows)
+    assert [copies.get(scope, MODEL, 1) is not None for scope in ("a:1", "a:2", "a:3")] == [
+        True, False, True]
+    # Another counter is another copy; an older one never replaces a newer.
+    assert copies.get("a:1", MODEL, 2) is None
+    copies.keep("a:1", MODEL, 3, rows)
+    copies.keep("a:1", MODEL, 2, rows[:1])
+    assert copies.get("a:1", MODEL, 2) is None and copies.get("a:1", MODEL, 3) is not None
+    # A matrix larger than the budget is answered, not kept.
+    seqs, matrix = copies.keep("a:4", MODEL, 1, rows * 3)
+    assert len(seqs) == 30 and copies.get("a:4", MODEL, 1) is None
+    assert copies.get("a:3", MODEL, 1) is not None
