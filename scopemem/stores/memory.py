@@ -348,8 +348,9 @@ class InMemoryStore:
     async def nearest(self, scope_key: str, model: str, vector: bytes, limit: int,
                       floor: float, include: Collection[str] = ()
                       ) -> builtins.list[tuple[Record, float]]:
-        return self._vectors.search(check_scope_key(scope_key), model, vector, limit, floor,
-                                    include, self._active(scope_key))
+        index = self._index(check_scope_key(scope_key))
+        return self._vectors.search(scope_key, model, vector, limit, floor, include,
+                                    index.details, index.stamp)
 
     # --- counters (``stores.base.CountingStore``; methods, so a subclass may wrap them) ---
 

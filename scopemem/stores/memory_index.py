@@ -6,11 +6,14 @@ A record joins the index as it is written active and leaves it as it leaves acti
 (superseded, evicted, forgotten, swept), before any purge past the retention drops its row;
 a usage bump replaces its entry (``touch``). The postings are the plain sets
 ``stores.postings`` maintains, turned into arrays (``stores.dense``) for retrievals until the
-set of active records changes.
+set of active records changes; ``stamp`` names that set (a number no other set of any scope
+has had), so a copy built from it (the scope's vectors, ``shared.vectors.Shelf``) knows it
+is still of the active records.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 from scopemem.core.records import Record
@@ -22,6 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ScopeIndex"]
 
+_STAMPS = itertools.count()
+
 
 class ScopeIndex:
     """One scope's active records as a retrieval reads them, kept in step with every change
@@ -31,12 +36,13 @@ class ScopeIndex:
     row, active or not, sits in the scope's list."""
 
     __slots__ = ("_dense", "continues", "details", "norms", "positions", "postings",
-                 "threads")
+                 "stamp", "threads")
 
     def __init__(self) -> None:
         # The postings as arrays (stores.dense) for this set of active records: dropped by
         # any change to the set, built again by the next retrieval.
         self._dense: DenseIndex | None = None
+        self.stamp = next(_STAMPS)
         self.postings: dict[str, set[int]] = {}
         self.threads: dict[int, str] = {}
         self.details: dict[int, tuple[int, Record]] = {}
@@ -47,6 +53,7 @@ class ScopeIndex:
     def add(self, seq: int, record: Record, terms: frozenset[str]) -> None:
         """Index an active record."""
         self._dense = None
+        self.stamp = next(_STAMPS)
         inverted.post(self.postings, seq, terms)
         thread = record.source_thread_key
         threads = self.threads
@@ -61,6 +68,7 @@ class ScopeIndex:
     def remove(self, seq: int, record: Record, terms: frozenset[str]) -> None:
         """Unindex a record that has left active status (``record`` as it was indexed)."""
         self._dense = None
+        self.stamp = next(_STAMPS)
         inverted.unpost(self.postings, seq, terms)
         del self.threads[seq]
         del self.details[seq]

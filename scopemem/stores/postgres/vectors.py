@@ -6,10 +6,12 @@ of unit length, as ``shared.vectors.check`` leaves it. Only active records have 
 vector is kept only for a record active when it is put, and the schema's triggers drop it
 in the statement that retires or deletes its record.
 
-A search reads the scope's vectors of the model and scores them in this process with the
-one search every store runs (``shared.vectors.nearest``, numpy), so every store answers
-alike; then it reads the chosen records. pgvector is not used: brute force over a scope's
-vectors (a few thousand at most, the scope cap) needs no extension on the server.
+A search reads, in one snapshot, the scope's change counter, its vectors of the model (or
+the store's copy of them read at that counter, ``shared.nearest.Matrices``; putting vectors
+moves the counter on), and scores them in this process with the one search every store
+runs (``shared.nearest.nearest``, numpy), so every store answers alike; then it reads the
+chosen records. pgvector is not used: brute force over a scope's vectors (10,000 at most,
+the scope cap) needs no extension on the server.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from scopemem.core.records import Record
+from scopemem.core.scopes import memory_id
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.postgres.pool import Connect
 from scopemem.stores.postgres.statements import Statements, record_of
 from scopemem.stores.shared import vectors as shared
+from scopemem.stores.shared.nearest import Matrices, nearest, wanted
 
 __all__ = ["Vectors"]
 
@@ -32,6 +36,7 @@ class Vectors:
     def __init__(self, sql: Statements, connection: Connect) -> None:
         self.sql = sql
         self._connection = connection
+        self._matrices = Matrices()
         # Kept only for a record active now, its row locked against a retirement meanwhile.
         self._put = (
             f"INSERT INTO {sql.dialect.table('vectors')} (scope_key, seq, model, vector)"
@@ -67,6 +72,8 @@ class Vectors:
             held = await cursor.fetchone()
             shared.check_dimensions(dimensions, None if held is None else held[0])
             cursor = await conn.execute(self._put, params)
+            if cursor.rowcount > 0:
+                await conn.execute(self.sql.next_generation, params)
             return int(cursor.rowcount)
 
     async def nearest(self, scope_key: str, model: str, vector: bytes, limit: int,
@@ -76,15 +83,23 @@ class Vectors:
         query = shared.check(vector)
         params: dict[str, Any] = {"scope": scope_key, "model": shared.check_model(model)}
         async with self._connection() as conn, conn.transaction():
-            # One snapshot for the vectors and the records they choose.
+            # One snapshot for the counter, the vectors and the records they choose.
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            cursor = await conn.execute(self.sql.of_model, params)
-            chosen, params["seqs"] = shared.search(
-                scope_key, [(seq, bytes(blob)) for seq, blob in await cursor.fetchall()],
-                query, limit, floor, include)
+            cursor = await conn.execute(self.sql.generation, params)
+            state = await cursor.fetchone()
+            if state is None:
+                return []
+            matrix = self._matrices.get(scope_key, model, state[0])
+            if matrix is None:
+                async with conn.cursor(binary=True) as binary:
+                    await binary.execute(self.sql.of_model, params)
+                    rows = await binary.fetchall()
+                matrix = self._matrices.keep(scope_key, model, state[0], rows)
+            chosen = nearest(*matrix, query, limit, floor, wanted(scope_key, include))
             if not chosen:
                 return []
+            params["seqs"] = [seq for seq, _cosine in chosen]
             cursor = await conn.execute(self.sql.active_rows, params)
             records = {record.id: record for record in map(record_of, await cursor.fetchall())}
-        return [(records[record_id], cosine) for record_id, cosine in chosen
-                if record_id in records]
+        return [(records[memory_id(scope_key, seq)], cosine) for seq, cosine in chosen
+                if memory_id(scope_key, seq) in records]

@@ -13,7 +13,8 @@ both run, live here once:
              engine's gate never disagree); ranking's input from the postings read back
 ``cache``    a worker's copies of large scopes' postings, checked with every retrieval
 ``counts``   checking the counter rows a host adds, and which scopes a reading selects
-``vectors``  the semantic lane's vectors: checks, and the one nearest-vector search
+``vectors``  the semantic lane's vectors: checks, and the in-process store's shelf of them
+``nearest``  the one nearest-vector search, and a worker's copies of scopes' matrices
 ``sql``      the statements both SQL stores run, built from a dialect
 ``dialect``  what a dialect holds: the few things SQLite and PostgreSQL write differently
 

@@ -183,6 +183,8 @@ class Statements:
                     f" AND model = {v('model')}")
         self.dimensions = f"SELECT length(vector) / 4 {of_model} LIMIT 1"
         self.of_model = f"SELECT seq, vector {of_model} ORDER BY seq"
+        # What a copy of a scope's vectors was read at (``shared.nearest.Matrices``).
+        self.generation = f"SELECT generation FROM {scopes} WHERE {scope}"
 
     def scope_page(self, sort: str, descending: bool) -> str:
         """Scopes in a page's order (``stores.browsing.scope_args`` checked ``sort``)."""

@@ -8,8 +8,8 @@ keeps, per record, the model its vector came from; a retrieval reads only the ve
 the model asked for, and a record whose vector is of another model counts as having none.
 
 ``VectorStore`` is what a store offers for the lane (optional, like ``CountingStore``);
-``nearest`` here is the one search every store runs: numpy brute force over a scope's
-active records' vectors (about 0.3 ms for 10,000 vectors of 384 dimensions). ``check`` is the
+``nearest.nearest`` is the one search every store runs: numpy brute force over a scope's
+active records' vectors (about 0.6 ms for 10,000 vectors of 384 dimensions). ``check`` is the
 one validation every store and the worker apply to a vector that comes in: what it refuses
 is ``StoreRefused`` (the input itself, which the worker answers 400).
 """
@@ -21,21 +21,23 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from scopemem.core.records import Record
-from scopemem.core.scopes import memory_id, record_seq
-from scopemem.errors import StoreError, StoreRefused
+from scopemem.core.scopes import record_seq
+from scopemem.errors import StoreRefused
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.shared.batches import seq_in_scope
+from scopemem.stores.shared.nearest import nearest, wanted
 
 if TYPE_CHECKING:  # numpy loads with the first vector, not with the stores' modules
     import numpy as np
     import numpy.typing as npt
 
+    from scopemem.stores.shared.nearest import Seqs
+
     Vector = npt.NDArray[np.float32]
 
 __all__ = ["MAX_DIMENSIONS", "MAX_MISSING_PAGE", "MAX_MODEL_CHARS", "MAX_PUT_VECTORS",
            "MODEL_PATTERN", "VECTOR_PATTERN", "Shelf", "VectorStore", "check",
-           "check_dimensions", "check_model", "keyed", "missing_params", "nearest", "pack",
-           "search", "stacked"]
+           "check_dimensions", "check_model", "keyed", "missing_params", "pack"]
 
 #: The most dimensions a vector may have (OpenAI's largest model has 3,072).
 MAX_DIMENSIONS = 4096
@@ -147,69 +149,15 @@ def keyed(scope_key: str, vectors: Sequence[tuple[str, bytes]]) -> dict[int, byt
             if seq is not None}
 
 
-def stacked(scope_key: str, rows: Sequence[tuple[int, bytes]]) -> tuple[list[str], Vector]:
-    """A scope's stored (seq, vector bytes) rows, in seq order, as ``nearest``'s ids and
-    matrix; ``StoreRefused`` when the stored vectors are not all of one whole size."""
-    import numpy as np
-
-    size = len(rows[0][1]) if rows else 4
-    if size % 4 or not size or any(len(blob) != size for _seq, blob in rows):
-        raise StoreError(f"scope {scope_key!r} holds vectors of the model that are not all"
-                         " of one size")
-    matrix = np.frombuffer(b"".join(blob for _seq, blob in rows), dtype="<f4")
-    return ([memory_id(scope_key, seq) for seq, _blob in rows],
-            matrix.reshape(len(rows), size // 4).astype(np.float32))
-
-
-def search(scope_key: str, rows: Sequence[tuple[int, bytes]], query: Vector, limit: int,
-           floor: float, include: Collection[str]) -> tuple[list[tuple[str, float]], list[int]]:
-    """``nearest`` over a SQL store's stored (seq, vector bytes) rows of a scope, in seq
-    order: the (id, cosine) answer, and the seqs of its records to read."""
-    if not rows:
-        return [], []
-    ids, matrix = stacked(scope_key, rows)
-    chosen = nearest(ids, matrix, query, limit, floor, include)
-    return chosen, [record_seq(record_id) for record_id, _cosine in chosen]
-
-
-def nearest(ids: Sequence[str], matrix: Vector, query: Vector, limit: int, floor: float,
-            include: Collection[str] = ()) -> list[tuple[str, float]]:
-    """``VectorStore.nearest``'s answer as (id, cosine), over ``ids`` (one per row of
-    ``matrix``, oldest first) and their unit vectors: the ``limit`` best at ``floor`` or
-    above, best first, ties to the later row, then ``include``'s other ids among ``ids``."""
-    import numpy as np
-
-    if not len(ids) or matrix.shape[1] != query.shape[0]:
-        if len(ids):
-            raise StoreRefused(f"the query's vector has {query.shape[0]} dimensions where"
-                               f" this scope's vectors of the model have {matrix.shape[1]}")
-        return []
-    # A poisoned stored vector (not finite, not of unit length) must not outrank the rest.
-    cosines = np.clip(np.nan_to_num(matrix @ query, nan=-1.0), -1.0, 1.0)
-    order = np.lexsort((-np.arange(len(ids)), -cosines))  # best first, then the newer
-    answer: list[tuple[str, float]] = []
-    taken: set[str] = set()
-    for row in order[:max(limit, 0)]:
-        value = float(cosines[row])
-        if value < floor:
-            break
-        answer.append((ids[row], value))
-        taken.add(ids[row])
-    if include:
-        wanted = set(include) - taken
-        answer.extend((ids[row], float(cosines[row])) for row in range(len(ids))
-                      if ids[row] in wanted)
-    return answer
-
-
 class Shelf:
     """The vectors of a store that holds its records in this process (the in-process
-    store): scope → record id → (model, unit vector), with each scope's matrix per model
-    built on the first search after a change."""
+    store): scope → record id → (model, unit vector), with each scope's matrix per model of
+    its active records, built on the first search after a put or a change to which records
+    are active (the store's ``stamp`` of its active set)."""
 
     def __init__(self) -> None:
         self._vectors: dict[str, dict[str, tuple[str, Vector]]] = {}
-        self._matrices: dict[tuple[str, str], tuple[list[str], Vector]] = {}
+        self._matrices: dict[tuple[str, str], tuple[int, Seqs, Vector]] = {}
 
     def missing(self, scope_key: str, model: str, active: Sequence[Record], limit: int
                 ) -> list[tuple[str, str]]:
@@ -240,33 +188,34 @@ class Shelf:
                 held[record_id] = (model, vector)
                 kept += 1
         if kept:
-            self._matrices = {key: value for key, value in self._matrices.items()
-                              if key[0] != scope_key}
+            self._drop_matrices(scope_key)
         return kept
 
     def search(self, scope_key: str, model: str, query: bytes, limit: int, floor: float,
-               include: Collection[str], active: Mapping[str, Record]
-               ) -> list[tuple[Record, float]]:
+               include: Collection[str], active: Mapping[int, tuple[int, Record]],
+               stamp: int) -> list[tuple[Record, float]]:
+        """``VectorStore.nearest`` over the vectors of ``active`` (seq → (last touched,
+        record)), the active records at ``stamp``."""
         import numpy as np
 
         vector = check(query)
         cached = self._matrices.get((scope_key, model))
-        if cached is None:
+        if cached is None or cached[0] != stamp:
             held = self._vectors.get(scope_key, {})
-            ids = sorted((record_id for record_id, (name, _v) in held.items()
-                          if name == model), key=record_seq)
-            rows = [held[record_id][1] for record_id in ids]
-            matrix = (np.vstack(rows) if rows
+            rows = sorted((record_seq(record_id), entry) for record_id, (name, entry)
+                          in held.items() if name == model and record_seq(record_id) in active)
+            seqs = np.array([seq for seq, _v in rows], dtype=np.int64)
+            matrix = (np.vstack([entry for _seq, entry in rows]) if rows
                       else np.zeros((0, vector.shape[0]), dtype=np.float32))
-            cached = self._matrices[(scope_key, model)] = (ids, matrix)
-        ids, matrix = cached
-        live = [row for row, record_id in enumerate(ids) if record_id in active]
-        if len(live) != len(ids):
-            ids, matrix = [ids[row] for row in live], matrix[live]
-        return [(active[record_id], cosine) for record_id, cosine
-                in nearest(ids, matrix, vector, limit, floor, include)]
+            cached = self._matrices[(scope_key, model)] = (stamp, seqs, matrix)
+        _stamp, seqs, matrix = cached
+        return [(active[seq][1], cosine) for seq, cosine
+                in nearest(seqs, matrix, vector, limit, floor, wanted(scope_key, include))]
 
     def drop(self, scope_key: str) -> None:
         self._vectors.pop(scope_key, None)
+        self._drop_matrices(scope_key)
+
+    def _drop_matrices(self, scope_key: str) -> None:
         self._matrices = {key: value for key, value in self._matrices.items()
                           if key[0] != scope_key}

@@ -7,10 +7,11 @@ of unit length, as ``shared.vectors.check`` leaves it. Only active records have 
 vector is kept only for a record active when it is put, and the shard's triggers drop it
 in the very statement that retires or deletes its record, so no writer has to remember to.
 
-``nearest`` reads the scope's vectors of the model in one snapshot, scores them with the
-one search every store runs (``shared.vectors.nearest``, numpy), then reads the chosen
-records with the uses not saved yet, as a retrieval does. Nothing here changes the scope's
-change counter: a vector changes no record, nor any copy of a scope's index.
+``nearest`` reads, in one snapshot, the scope's change counter, its vectors of the model
+(or the store's copy of them read at that counter, ``shared.nearest.Matrices``), scores
+them with the one search every store runs (``shared.nearest.nearest``, numpy), then reads
+the chosen records with the uses not saved yet, as a retrieval does. Putting vectors moves
+the scope's change counter on, so no worker answers from a copy they replaced.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from scopemem.core.records import Record
+from scopemem.core.scopes import memory_id
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.shared import vectors as shared
+from scopemem.stores.shared.nearest import Matrices, nearest, wanted
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.dialect import SQL
 from scopemem.stores.sqlite_shared.pools import ShardPools
@@ -44,6 +47,7 @@ class Vectors:
         self._of = of  # scope key → its shard
         self._pools = pools
         self._uses = uses
+        self._matrices = Matrices()
 
     async def vectors_missing(self, scope_key: str, model: str, limit: int
                               ) -> list[tuple[str, str]]:
@@ -71,8 +75,8 @@ class Vectors:
         query = shared.check(vector)
         params = {"scope": scope_key, "model": shared.check_model(model)}
         shard = self._of(scope_key)
-        found = await self._pools.read(shard, _nearest, self._uses, shard, params, query,
-                                       limit, floor, include)
+        found = await self._pools.read(shard, _nearest, self._uses, self._matrices, shard,
+                                       params, query, limit, floor, include)
         return found or []
 
 
@@ -90,20 +94,27 @@ def _put(conn: Any, rows: list[dict[str, Any]]) -> int:
         for row in rows:
             conn.execute(_PUT, row)
             kept += conn.changes()
+        if kept:
+            conn.execute(SQL.next_generation, rows[0])
     return kept
 
 
-def _nearest(conn: Any, uses: PendingUses, shard: int, params: dict[str, Any],
-             query: shared.Vector, limit: int, floor: float, include: Collection[str]
-             ) -> list[tuple[Record, float]]:
-    scope_key = params["scope"]
+def _nearest(conn: Any, uses: PendingUses, matrices: Matrices, shard: int,
+             params: dict[str, Any], query: shared.Vector, limit: int, floor: float,
+             include: Collection[str]) -> list[tuple[Record, float]]:
+    scope_key, model = params["scope"], params["model"]
     with sqlite_sql.snapshot(conn):
-        chosen, seqs = shared.search(scope_key, conn.execute(SQL.of_model, params).fetchall(),
-                                     query, limit, floor, include)
+        state = conn.execute(SQL.generation, params).fetchall()
+        if not state:
+            return []
+        matrix = matrices.get(scope_key, model, state[0][0]) or matrices.keep(
+            scope_key, model, state[0][0], conn.execute(SQL.of_model, params).fetchall())
+        chosen = nearest(*matrix, query, limit, floor, wanted(scope_key, include))
         if not chosen:
             return []
         _lead, rows = uses.rows(conn, shard, scope_key, SQL.active_rows,
-                                {"scope": scope_key, "seqs": json.dumps(seqs)})
+                                {"scope": scope_key,
+                                 "seqs": json.dumps([seq for seq, _cosine in chosen])})
     records = {record.id: record for record in map(sqlite_sql.record, rows)}
-    return [(records[record_id], cosine) for record_id, cosine in chosen
-            if record_id in records]
+    return [(records[memory_id(scope_key, seq)], cosine) for seq, cosine in chosen
+            if memory_id(scope_key, seq) in records]
