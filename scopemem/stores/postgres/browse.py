@@ -14,7 +14,7 @@ a table of their own, pruned past the retention by every log; reads skip what is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from scopemem.core.browse import (
@@ -50,6 +50,8 @@ from scopemem.stores.postgres.pool import Connect
 from scopemem.stores.postgres.statements import COLUMNS, record_of
 from scopemem.stores.shared.batches import seq_in_scope
 
+SaveUses = Callable[[str], Awaitable[object]]
+
 __all__ = ["Browse"]
 
 _C = ' COLLATE "C"'
@@ -66,9 +68,10 @@ class Browse:
     """The store's browsing over its pool (``connect``: a pooled autocommit connection)."""
 
     def __init__(self, schema: str, connect: Connect, clock: Clock,
-                 reach_retention_days: int) -> None:
+                 reach_retention_days: int, save_uses: SaveUses) -> None:
         s = quoted(schema)
         self._connect = connect
+        self._save_uses = save_uses  # a scope's uses not saved yet, saved before a page
         self._clock = clock
         self.reach_retention_days = check_reach_retention_days(reach_retention_days)
         held = (" WHERE last_write IS NOT NULL AND (%(low)s::text IS NULL"
@@ -145,6 +148,7 @@ class Browse:
                           status: str | None = None, source: str | None = None,
                           offset: int = 0, limit: int = 50) -> RecordPage:
         params = record_params(scope_key, kind, status, source, offset, limit)
+        await self._save_uses(params["scope"])
         async with self._connect() as conn, conn.transaction():
             cursor = await conn.execute(self._count, params)
             total = (await cursor.fetchone())[0]
@@ -157,6 +161,7 @@ class Browse:
         seq = seq_in_scope(key, record_id)
         if seq is None:
             return None
+        await self._save_uses(key)
         async with self._connect() as conn, conn.transaction():
             found = await self._history(conn, key, record_id, seq)
         if found is None:
