@@ -8,8 +8,10 @@ scope, or at ``flush``/``close``. Until then only this store shows them, in ever
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from scopemem.stores.postgres import PostgresStore
+from scopemem.stores.postgres.usage import DeferredUsage
 from tests.conftest import fact
 from tests.stores import test_postgres
 from tests.stores.test_postgres import raw
@@ -74,3 +76,56 @@ async def test_a_forgotten_record_keeps_the_uses_it_had(stores):
     [used] = await here.retrieve(ORG, "docker", 5)
     assert await here.forget(ORG, used.id)
     assert saved_uses(here) == [(1, 1)]
+
+
+# --- the queue alone (no server): a save never overlaps a read of its scope -----------------
+
+
+def recording_queue() -> tuple[DeferredUsage, list[tuple[str, dict[int, list[int]]]],
+                               asyncio.Event]:
+    """A queue whose saves are recorded, each held until ``release`` is set."""
+    saved: list[tuple[str, dict[int, list[int]]]] = []
+    release = asyncio.Event()
+
+    async def apply(scope_key: str, bumps: Mapping[int, list[int]]) -> list[int]:
+        await release.wait()
+        saved.append((scope_key, dict(bumps)))
+        return []
+
+    return DeferredUsage(apply, flush_ms=LATER), saved, release
+
+
+async def test_a_save_waits_for_the_reads_of_its_scope_under_way():
+    usage, saved, release = recording_queue()
+    release.set()
+    usage.add(ORG, [1], 5)
+    async with usage.reading(ORG):
+        save = asyncio.ensure_future(usage.save(ORG))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert saved == [] and usage.pending(ORG) == {1: [1, 5]}  # what this read adds
+    assert await save
+    assert saved == [(ORG, {1: [1, 5]})] and usage.pending(ORG) == {}
+
+
+async def test_a_read_waits_for_a_save_of_its_scope_under_way():
+    usage, saved, release = recording_queue()
+    usage.add(ORG, [1], 5)
+    usage.add("org:other", [2], 5)
+    save = asyncio.ensure_future(usage.save(ORG))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    seen: list[Mapping[int, list[int]]] = []
+
+    async def read(scope_key: str) -> None:
+        async with usage.reading(scope_key):
+            seen.append(dict(usage.pending(scope_key)))
+
+    await read("org:other")  # another scope's read does not wait
+    reader = asyncio.ensure_future(read(ORG))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert seen == [{2: [1, 5]}]
+    release.set()
+    await asyncio.gather(save, reader)
+    assert seen == [{2: [1, 5]}, {}]  # the uses are in the rows now, not added twice
