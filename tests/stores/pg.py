@@ -115,7 +115,8 @@ def make(schema: str | None = None, **kwargs: Any) -> Any:
 
     options = {key: kwargs.pop(key) for key in ("min_pool", "max_pool", "statement_timeout_ms",
                                                 "max_scopes", "postings_cache",
-                                                "cache_min_postings") if key in kwargs}
+                                                "cache_min_postings", "usage_flush_ms")
+               if key in kwargs}
     options.setdefault("min_pool", 0)
     options.setdefault("max_pool", 4)
     return PostgresStore(PostgresOptions(dsn=dsn(), schema=schema or new_schema(), **options),

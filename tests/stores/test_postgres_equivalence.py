@@ -74,6 +74,7 @@ class PostgresAgrees(AgreeingRules):
 
     @invariant()
     def same_rows_and_tokens(self) -> None:
+        self.loop.run_until_complete(self.other.flush())  # the uses saved in the background
         analyzer = self.other.analyzer
         for scope in SCOPES:
             rows = self.raw.execute(

@@ -66,6 +66,19 @@ async def test_every_store_orders_best_first_ties_to_the_newer(store):
     assert await found(store, 2, 0.0) == [(1, 1.0), (6, 0.6)]
 
 
+async def test_a_record_found_by_its_vector_carries_its_uses_as_a_keyword_hit_does(store):
+    """A use counted by a retrieval (saved later on the SQL stores) is in the record the
+    vector search answers, as in the keyword search's: its recency and use count rank the
+    fused hit alike on every store."""
+    await seeded(store, 2)
+    assert [r.id for r in await store.retrieve(ORG, "lesson number", 8)]
+    by_vector = {r.id: r for r, _cosine in await store.nearest(ORG, MODEL, pack([1.0, 0.0]),
+                                                                2, -1.0)}
+    by_keyword = {r.id: r for r in await store.list(ORG, limit=8)}
+    assert by_vector == by_keyword
+    assert {r.use_count for r in by_vector.values()} == {1}
+
+
 @contextlib.asynccontextmanager
 async def two_workers(kind: str, tmp_path: Any, clock: FakeClock) -> AsyncIterator[list[Any]]:
     """Two stores on one database, as two processes would open it."""

@@ -14,7 +14,7 @@ a table of their own, pruned past the retention by every log; reads skip what is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from scopemem.core.browse import (
@@ -50,15 +50,18 @@ from scopemem.stores.postgres.statements import Statements, record_of
 from scopemem.stores.shared.batches import seq_in_scope
 from scopemem.stores.shared.sql import reach_read, reaches_of
 
+SaveUses = Callable[[str], Awaitable[object]]
+
 __all__ = ["Browse"]
 
 class Browse:
     """The store's browsing over its pool (``connect``: a pooled autocommit connection)."""
 
     def __init__(self, sql: Statements, connect: Connect, clock: Clock,
-                 reach_retention_days: int) -> None:
+                 reach_retention_days: int, save_uses: SaveUses) -> None:
         self.sql = sql
         self._connect = connect
+        self._save_uses = save_uses  # a scope's uses not saved yet, saved before a page
         self._clock = clock
         self.reach_retention_days = check_reach_retention_days(reach_retention_days)
         reaches = sql.dialect.table("reaches")
@@ -103,6 +106,7 @@ class Browse:
                           status: str | None = None, source: str | None = None,
                           offset: int = 0, limit: int = 50) -> RecordPage:
         params = record_params(scope_key, kind, status, source, offset, limit)
+        await self._save_uses(params["scope"])
         async with self._connect() as conn, conn.transaction():
             cursor = await conn.execute(self.sql.count_records, params)
             total = (await cursor.fetchone())[0]
@@ -115,6 +119,7 @@ class Browse:
         seq = seq_in_scope(key, record_id)
         if seq is None:
             return None
+        await self._save_uses(key)
         async with self._connect() as conn, conn.transaction():
             found = await self._history(conn, key, record_id, seq)
         if found is None:

@@ -7,7 +7,8 @@ connection pool's bounds); ``statement_timeout_ms`` (every statement's limit on 
 0 is none); ``max_scopes`` (0: no limit); ``postings_cache`` (postings of large scopes a worker
 holds in memory, checked against the scope's change counter with every retrieval; 0 turns the
 copies off) and ``cache_min_postings`` (a retrieval reading this many postings has its scope
-copied). Every mistake is a ``ConfigError`` naming the key.
+copied); ``usage_flush_ms`` (use counts are saved in the background within this many
+milliseconds, ``usage.py``). Every mistake is a ``ConfigError`` naming the key.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import attrs
 
 from scopemem.errors import ConfigError
 from scopemem.stores.base import StoreSettings
+from scopemem.stores.postgres.usage import DEFAULT_USAGE_FLUSH_MS
 from scopemem.stores.shared.cache import DEFAULT_MIN_POSTINGS, DEFAULT_POSTINGS_CACHE
 
 __all__ = ["OPTIONS", "PostgresOptions", "check_schema_name", "options_from_settings"]
 
 OPTIONS = ("dsn", "dsn_env", "schema", "min_pool", "max_pool", "statement_timeout_ms",
-           "max_scopes", "postings_cache", "cache_min_postings")
+           "max_scopes", "postings_cache", "cache_min_postings", "usage_flush_ms")
 DEFAULT_SCHEMA = "scopemem"
 DEFAULT_MIN_POOL = 1
 DEFAULT_MAX_POOL = 10
@@ -44,6 +46,7 @@ class PostgresOptions:
     max_scopes: int = 0
     postings_cache: int = DEFAULT_POSTINGS_CACHE
     cache_min_postings: int = DEFAULT_MIN_POSTINGS
+    usage_flush_ms: int = DEFAULT_USAGE_FLUSH_MS
 
 
 def check_schema_name(value: object, name: str = "schema") -> str:
@@ -87,4 +90,6 @@ def options_from_settings(settings: StoreSettings) -> PostgresOptions:
         max_scopes=settings.int_option("max_scopes", 0, 0),
         postings_cache=settings.int_option("postings_cache", DEFAULT_POSTINGS_CACHE, 0),
         cache_min_postings=settings.int_option("cache_min_postings", DEFAULT_MIN_POSTINGS, 0),
+        usage_flush_ms=settings.int_option("usage_flush_ms", DEFAULT_USAGE_FLUSH_MS, 0,
+                                           60_000),
     )

@@ -1,8 +1,8 @@
 """Moving records in and out of the PostgreSQL store (``stores.porting.PortableStore``).
 
-``export_scopes`` reads the ``scopes`` table; ``export_page`` reads rows in seq order, with
-the use counts still queued (``usage.DeferredUsage``) added, so an export shows the counts
-as of now. ``import_records`` writes each scope's records in one transaction, the scope's
+``export_scopes`` reads the ``scopes`` table; ``export_page`` reads rows in seq order, the scope's
+use counts not saved yet (``usage.DeferredUsage``) saved first, so an export shows the
+counts as of now. ``import_records`` writes each scope's records in one transaction, the scope's
 row taken ``FOR UPDATE`` as every write takes it: rows keep their seq, ``last_seq`` moves up
 to the highest imported one (so the next id stays above every imported id), ``active``
 counts the imported active rows, and only active rows are posted to the token index. A
@@ -15,10 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import attrs
-
 from scopemem.core.records import Record
-from scopemem.core.scopes import record_seq
 from scopemem.core.words import Analyzer
 from scopemem.stores.base import Clock
 from scopemem.stores.porting import group_import
@@ -32,7 +29,7 @@ __all__ = ["Porting"]
 
 
 class Porting:
-    """Export and import over ``connect``, the uses still queued in ``usage`` counted."""
+    """Export and import over ``connect``, the uses pending in ``usage`` saved first."""
 
     def __init__(self, sql: Statements, analyzer: Analyzer, usage: DeferredUsage,
                  connect: Connect, clock: Clock, lock_scope: ScopeLock) -> None:
@@ -51,16 +48,11 @@ class Porting:
     async def export_page(self, scope_key: str, after: int, limit: int) -> list[Record]:
         if limit <= 0:
             return []
+        await self._usage.save(scope_key)
         async with self._connection() as conn:
             cursor = await conn.execute(self.sql.export_page,
                                         {"scope": scope_key, "after": after, "limit": limit})
-            records = [record_of(row) for row in await cursor.fetchall()]
-        out = []
-        for record in records:
-            queued = self._usage.pending(scope_key, record_seq(record.id))
-            out.append(attrs.evolve(record, use_count=record.use_count + queued)
-                       if queued else record)
-        return out
+            return [record_of(row) for row in await cursor.fetchall()]
 
     async def import_records(self, records: Sequence[Record]) -> int:
         now = self._clock()

@@ -11,19 +11,14 @@
    ``candidate_cap(limit)`` by match;
 3. the candidates' rows (unless step 1 read them; from a copy, with the scope's change
    counter, which must be the copy's), and ``engine.score_candidates``: the answer,
-   exactly the one ``engine.rank_covered`` gives every other store;
-4. one more use of each record returned (when the retrieval counts as one).
+   exactly the one ``engine.rank_covered`` gives every other store.
 
-So a retrieval is one statement, or two when it counts a use; a large scope without a
-copy adds the read of the candidates' rows. When that read is needed and every candidate
-is returned anyway (no more of them than ``limit``), steps 3 and 4 are one statement,
-which reads the rows as they were and counts their use together (from a copy, only at the
-copy's change counter: so a selective retrieval from a copy is one statement). Rows stay
-tuples until the ranking has chosen: only the records returned are made.
-
-A use is counted in one statement that skips rows a writer holds locked (a reader never
-waits on a row lock); the skipped ones go to ``usage.DeferredUsage``, and the records
-returned show them counted either way.
+So a retrieval is one statement; a large scope without a copy adds the read of the
+candidates' rows. Every row read has the uses of it not saved yet added
+(``usage.DeferredUsage``, inside its ``reading``), and a use of each record returned (when
+the retrieval counts one) is added there too, saved in the background: nothing is written
+on a retrieval's path. Rows stay tuples until the ranking has chosen: only the records
+returned are made.
 """
 
 from __future__ import annotations
@@ -32,11 +27,7 @@ from collections.abc import Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
 from scopemem.core import engine, topk
-from scopemem.core.records import Record
-from scopemem.core.scopes import record_seq
 from scopemem.stores.base import Hit
 from scopemem.stores.postgres.statements import (
     ROW_COLUMNS,
@@ -44,7 +35,7 @@ from scopemem.stores.postgres.statements import (
     bigints,
     last_touched,
     record_of,
-    used_record,
+    with_pending,
 )
 from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.shared import tokens
@@ -108,7 +99,7 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
                   touches: Mapping[int, tuple[int, object]] | None = None,
                   generation: int | None = None, dense: DenseIndex | None = None,
                   held: Mapping[int, Row] | None = None) -> list[Hit] | None:
-    """Steps 2 to 4 from the query terms' ``postings`` in a scope of ``active`` records.
+    """Steps 2 and 3 from the query terms' ``postings`` in a scope of ``active`` records.
     With ``generation`` (they are a copy's), None when the scope's change counter is not
     that any more, before anything is counted; ``dense``, the copy's postings as arrays,
     weighs every record at once (``stores.dense``) rather than the few ``core.topk``
@@ -140,11 +131,6 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
                                                _chained(covered, continues))
 
     covered, candidates = choose()
-    if (bump and candidates and len(candidates) <= limit
-            and (generation is not None or any(seq not in held for _m, seq in candidates))):
-        return await _all_returned(conn, sql, usage, ranking, scope_key, covered, total,
-                                   _chained(covered, continues), candidates, limit, now,
-                                   generation)
     details: Details = {}
     check = generation
     while True:
@@ -165,7 +151,10 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
             cursor = await conn.execute(sql.active_rows,
                                         {"scope": scope_key, "seqs": bigints(unread)}, binary=True)
             found.extend(await cursor.fetchall())
+        pending = usage.pending(scope_key)
         for row in found:
+            if pending:
+                row = with_pending(row, pending)
             details[row[0]] = (last_touched(row), row)
         gone = [seq for seq in wanted if seq not in details]
         if not gone:
@@ -176,8 +165,8 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
     ranked = engine.score_candidates(candidates, limit, now, details)
     if not bump:
         return [Hit(record_of(row), match) for row, match in ranked]
-    bumped = await _bump(conn, sql, usage, scope_key, [row for row, _m in ranked], now)
-    return [Hit(record, match) for record, (_row, match) in zip(bumped, ranked, strict=True)]
+    usage.add(scope_key, [row[0] for row, _match in ranked], now)
+    return [Hit(engine.bump_usage(record_of(row), now), match) for row, match in ranked]
 
 
 def _chained(covered: Mapping[int, float], continues: AbstractSet[int]) -> AbstractSet[int]:
@@ -189,79 +178,11 @@ def _chained(covered: Mapping[int, float], continues: AbstractSet[int]) -> Abstr
     return {seq for seq in covered if seq in continues}
 
 
-async def _all_returned(conn: Any, sql: Statements, usage: DeferredUsage,
-                        ranking: engine.Ranking, scope_key: str, covered: dict[int, float],
-                        total: float, continues: AbstractSet[int],
-                        candidates: list[tuple[float, int]], limit: int, now: int,
-                        generation: int | None) -> list[Hit] | None:
-    """Steps 3 and 4 in one statement, when every candidate is returned (then the
-    candidates are every covered record: the cap exceeds the limit). A candidate gone since
-    the postings were read is dropped; the others are still every candidate. With
-    ``generation`` (a copy's), the statement reads and counts nothing unless the scope's
-    change counter is that one, and then this answers None."""
-    cursor = await conn.execute(sql.read_and_bump, {
-        "scope": scope_key, "seqs": bigints(seq for _match, seq in candidates), "now": now,
-        "at": generation}, binary=True)
-    rows = await cursor.fetchall()
-    if generation is not None and (not rows or rows[0][0] != generation):
-        return None
-    details: Details = {}
-    counted: set[int] = set()
-    for row in rows:
-        if row[1] is None:
-            continue
-        details[row[1]] = (last_touched(row[1:]), row[1:])
-        if row[17]:
-            counted.add(row[1])
-    gone = [seq for _match, seq in candidates if seq not in details]
-    if gone:
-        for seq in gone:
-            del covered[seq]
-        candidates = engine.rank_candidates(covered, total, limit, ranking, continues)
-    ranked = [(record_of(row), match)
-              for row, match in engine.score_candidates(candidates, limit, now, details)]
-    late = [record for record, _m in ranked if record_seq(record.id) not in counted]
-    bumped = _counted_later(usage, scope_key, late, now)
-    return [Hit(bumped.get(record.id) or engine.bump_usage(record, now), match)
-            for record, match in ranked]
-
-
-async def _bump(conn: Any, sql: Statements, usage: DeferredUsage, scope_key: str,
-                rows: list[Row], now: int) -> list[Record]:
-    """The records of ``rows``, each with one more use: counted now in one statement, or,
-    for a row a writer holds, a moment later."""
-    cursor = await conn.execute(sql.bump_now, {"scope": scope_key,
-                                               "seqs": bigints(row[0] for row in rows), "now": now})
-    done = {seq: (uses, last) for seq, uses, last in await cursor.fetchall()}
-    late = _counted_later(usage, scope_key,
-                          [record_of(row) for row in rows if row[0] not in done], now)
-    return [used_record(row, *done[row[0]]) if row[0] in done else late[row[1]]
-            for row in rows]
-def _counted_later(usage: DeferredUsage, scope_key: str, records: Sequence[Record], now: int
-                   ) -> dict[str, Record]:
-    """Queue one use of each record (rows a writer held), and the records as they will be:
-    with this use and those of earlier retrievals still queued."""
-    out = {}
-    for record in records:
-        waiting = usage.pending(scope_key, record_seq(record.id))
-        out[record.id] = attrs.evolve(engine.bump_usage(record, now),
-                                      use_count=record.use_count + 1 + waiting)
-    if records:
-        usage.add(scope_key, [record_seq(record.id) for record in records], now)
-    return out
-
-
 async def mark_used(conn: Any, sql: Statements, usage: DeferredUsage, scope_key: str,
                     seqs: list[int], now: int) -> int:
-    """One use of each of ``seqs`` that is an active row; how many."""
-    cursor = await conn.execute(sql.bump_now, {"scope": scope_key, "seqs": bigints(seqs),
-                                               "now": now})
-    done = {row[0] for row in await cursor.fetchall()}
-    rest = [seq for seq in seqs if seq not in done]
-    if rest:
-        cursor = await conn.execute(sql.active_seqs, {"scope": scope_key,
-                                                         "seqs": bigints(rest)})
-        late = [seq for (seq,) in await cursor.fetchall()]
-        usage.add(scope_key, late, now)
-        done.update(late)
-    return len(done)
+    """One use of each of ``seqs`` that is an active row, saved in the background; how
+    many."""
+    cursor = await conn.execute(sql.active_seqs, {"scope": scope_key, "seqs": bigints(seqs)})
+    used = [seq for (seq,) in await cursor.fetchall()]
+    usage.add(scope_key, used, now)
+    return len(used)

@@ -12,7 +12,7 @@ tsquery or LIKE parser ever sees it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from scopemem.core.records import Record, trusted_record
@@ -23,14 +23,14 @@ from scopemem.stores.shared import sql as shared
 from scopemem.stores.shared.sql import COLUMNS
 
 __all__ = ["COLUMNS", "ROW_COLUMNS", "Statements", "bigints", "last_touched", "record_of",
-           "used_record"]
+           "with_pending"]
 
 _R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in COLUMNS.split(","))
 _NULLS = ", ".join(["NULL"] * len(COLUMNS.split(",")))
 #: Where ``Statements.postings``'s rows of records begin.
 ROW_COLUMNS = 5
 # COLUMNS' positions of what a retrieval reads of a row before it is a record.
-_CREATED, _LAST_USED = 8, 9
+_CREATED, _LAST_USED, _USES = 8, 9, 10
 
 
 def bigints(values: Iterable[int]) -> str:
@@ -62,14 +62,15 @@ def last_touched(row: Sequence[Any]) -> int:
     return row[_CREATED] if last_used is None else last_used
 
 
-def used_record(row: Sequence[Any], use_count: int, last_used_at: int | None) -> Record:
-    """The record of a row of ``COLUMNS`` with the use count and last use ``bump_now``
-    answered for it."""
-    (_seq, record_id, scope_key, kind, text, keywords, thread, run, created_at, _last, _uses,
-     confidence, supersedes, restates, status, source) = row[:16]
-    return trusted_record(record_id, scope_key, kind, text, keywords, thread, run, created_at,
-                          last_used_at, use_count, confidence, supersedes, restates, status,
-                          source)
+def with_pending(row: Sequence[Any], pending: Mapping[int, list[int]]) -> Sequence[Any]:
+    """A row of ``COLUMNS`` with the uses of it not saved yet (``usage.DeferredUsage``)."""
+    bump = pending.get(row[0])
+    if bump is None:
+        return row
+    uses, last = bump
+    saved: int | None = row[_LAST_USED]
+    return (*row[:_LAST_USED], last if saved is None or last > saved else saved,
+            row[_USES] + uses, *row[_USES + 1:])
 
 
 class Statements(shared.Statements):
@@ -130,44 +131,12 @@ class Statements(shared.Statements):
         # An import's existing rows that now continue an imported one (``porting.py``).
         self.mark_continues = (f"UPDATE {postings} SET continues = true"
                                " WHERE scope_key = %(scope)s AND seq = ANY(%(seqs)s::bigint[])")
-        # One use of each named active row, skipping rows a writer holds: a reader never
-        # waits on a row lock (the skipped ones are bumped later, see usage.py).
-        # Its commit does not wait for the WAL to reach the disk (``synchronous_commit``
-        # off for this statement's transaction only): a use count is not worth a sync per
-        # retrieval. A server crash may lose the last fraction of a second of use counts
-        # (as the SQLite store may lose its last ``usage_flush_ms``), never a record.
-        self.bump_now = (
-            f"WITH free AS (SELECT seq FROM {records} WHERE {active}"
-            " AND seq = ANY(%(seqs)s::bigint[])"
-            " AND set_config('synchronous_commit', 'off', true) = 'off'"
-            " FOR UPDATE SKIP LOCKED)"
-            f" UPDATE {records} r SET use_count = r.use_count + 1,"
-            " last_used_at = greatest(coalesce(r.last_used_at, 0), %(now)s)"
-            " FROM free WHERE r.scope_key = %(scope)s AND r.seq = free.seq"
-            " RETURNING r.seq, r.use_count, r.last_used_at")
-        # The scope's change counter, then the candidates' rows as they are, and one use of
-        # each counted (skipping rows a writer holds: the last column says which were
-        # counted), for a retrieval that returns every candidate (see reads.py). With
-        # ``%(at)s`` (a copy's counter), nothing is read or counted unless the counter is
-        # that one: the copy is checked in the same statement (one snapshot).
-        at = ("(%(at)s::bigint IS NULL"
-              f" OR %(at)s::bigint = (SELECT generation FROM {s}.scopes"
-              " WHERE scope_key = %(scope)s))")
-        self.read_and_bump = (
-            f"WITH old AS (SELECT {COLUMNS} FROM {records} WHERE {active}"
-            f" AND seq = ANY(%(seqs)s::bigint[]) AND {at}),"
-            f" free AS (SELECT seq FROM {records} WHERE {active}"
-            f" AND seq = ANY(%(seqs)s::bigint[]) AND {at}"
-            " AND set_config('synchronous_commit', 'off', true) = 'off'"
-            " FOR UPDATE SKIP LOCKED),"
-            f" done AS (UPDATE {records} r SET use_count = r.use_count + 1,"
-            " last_used_at = greatest(coalesce(r.last_used_at, 0), %(now)s)"
-            " FROM free WHERE r.scope_key = %(scope)s AND r.seq = free.seq RETURNING r.seq)"
-            " SELECT sc.generation, old.*, old.seq IN (SELECT seq FROM done)"
-            f" FROM {s}.scopes sc LEFT JOIN old ON true WHERE sc.scope_key = %(scope)s")
-        # Deferred bumps: any number of rows and uses in one statement. It skips rows that
-        # are still locked too (waiting there could deadlock with a writer that holds one
-        # row and wants another this statement holds); those stay queued.
+        # A save of a scope's pending uses (``usage.py``): any number of rows and uses in
+        # one statement. It skips rows a writer holds locked (waiting there could deadlock
+        # with a writer that holds one row and wants another this statement holds); those
+        # stay pending. Its commit does not wait for the WAL to reach the disk
+        # (``synchronous_commit`` off for this statement's transaction only): a server crash
+        # may lose the last fraction of a second of use counts, never a record.
         self.bump_later = (
             f"WITH free AS (SELECT seq FROM {records} WHERE {active}"
             " AND seq = ANY(%(seqs)s::bigint[])"

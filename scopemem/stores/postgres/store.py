@@ -10,9 +10,10 @@ schema and why.
 
 Reads (``reads.py``): one statement reads each query term's postings with the scope's
 active count; the engine weighs them and picks the candidates; a second statement reads
-just the candidates' rows, and a third counts a use of what is returned (skipping rows a
-writer holds; ``usage.py`` counts those a moment later). The last two are one statement
-when every candidate is returned anyway.
+just the candidates' rows (none when the first read them). A use of what is returned is
+counted in memory and saved in the background (``usage.py``), one statement per scope
+for every retrieval within ``usage_flush_ms``; a write, a listing, a record page and an
+export of a scope save its pending uses first.
 
 Writes (``writes.py``): one transaction per batch, under the scope's row lock. The pool and
 the schema's migration are ``pool.py``; export and import ``porting.py``; the counters
@@ -37,6 +38,7 @@ from scopemem.core.records import (
     Kind,
     PurgeResult,
     Record,
+    SweepResult,
     WriteCounts,
 )
 from scopemem.stores.base import (
@@ -86,12 +88,12 @@ class PostgresStore:
         self._clock = clock
         self._pool = Connections(options, self._refold)
         connect = self._connection = self._pool.connection
-        self._usage = DeferredUsage(self._bump_later)
+        self._usage = DeferredUsage(self._bump_later, options.usage_flush_ms)
         # Copies of large scopes' postings, checked against each scope's change counter
         # with every retrieval (``cache.py``).
         self._cache = PostingsCache(options.postings_cache, options.cache_min_postings)
         # Browsing (``browse.py``): pages, histories and the reach log.
-        browse = Browse(self.sql, connect, clock, reach_retention_days)
+        browse = Browse(self.sql, connect, clock, reach_retention_days, self._usage.save)
         self.scope_page = browse.scope_page
         self.record_page = browse.record_page
         self.record_history = browse.record_history
@@ -102,7 +104,6 @@ class PostgresStore:
         lock_scope = ScopeLock(self.sql, options)
         self._writes = Writes(self.sql, self.analyzer, connect, lock_scope, browse, clock,
                               self.retention_days)
-        self.sweep = self._writes.sweep
         self.delete_scope = self._writes.delete_scope
         self.scrub_provenance = self._writes.scrub_provenance
         # Export and import (``porting.py``), the counters (``counts.py``).
@@ -114,7 +115,7 @@ class PostgresStore:
         self.add_counts = counts.add_counts
         self.read_counts = counts.read_counts
         # The semantic lane's vectors (``vectors.py``).
-        vectors = Vectors(self.sql, connect)
+        vectors = Vectors(self.sql, connect, self._usage)
         self.vectors_missing = vectors.vectors_missing
         self.put_vectors = vectors.put_vectors
         self.nearest = vectors.nearest
@@ -141,7 +142,7 @@ class PostgresStore:
         terms = engine.query_terms(query, self.analyzer)
         if not terms.terms or limit <= 0:
             return []
-        async with self._connection() as conn:
+        async with self._usage.reading(scope_key), self._connection() as conn:
             return await reads.search(conn, self.sql, self._usage, self.ranking, scope_key,
                                       terms, limit, now, bump, self._cache, self._copy)
 
@@ -179,6 +180,7 @@ class PostgresStore:
         fitted, dropped = salient_batch(candidates)
         if not fitted:
             return dropped
+        await self._usage.save(scope_key)  # its dedup and eviction see every use
         return await self._writes.write(scope_key, fitted, cap) + dropped
 
     async def list(self, scope_key: str, limit: int, query: str | None = None,
@@ -191,6 +193,7 @@ class PostgresStore:
             tokens = list(engine.query_terms(query, self.analyzer).prefilter_stems)
             if not tokens:
                 return []
+        await self._usage.save(scope_key)
         async with self._connection() as conn:
             cursor = await conn.execute(self.sql.listing, {
                 "scope": scope_key, "limit": limit, "tokens": tokens,
@@ -205,7 +208,12 @@ class PostgresStore:
         seq = batches.seq_in_scope(scope_key, record_id)
         if seq is None:
             return False
+        await self._usage.save(scope_key)  # a forgotten row keeps its counts
         return await self._writes.forget(scope_key, seq)
+
+    async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
+        await self._usage.save(scope_key)  # its choice reads the last uses; swept rows keep them
+        return await self._writes.sweep(scope_key, dry_run)
 
     async def purge(self) -> PurgeResult:
         """The retention purge every write applies to its scope, applied now to every scope,

@@ -1,104 +1,144 @@
-"""Usage bumps that could not be applied at once, applied a moment later: no SQL here.
+"""Use counts not saved yet, saved in the background: no SQL here.
 
-A retrieval counts the uses of what it returns in one statement that skips rows another
-transaction holds locked (``FOR UPDATE SKIP LOCKED``: a write batch changing them), so a
-reader never waits on a writer's row lock. The uses of the rows it skipped are handed to
-``DeferredUsage``, which applies them from a background task, merging every bump pending by
-then: one statement per scope per round, however many retrievals fed it. That statement
-skips rows still locked too (waiting could deadlock with a writer), and tries them again
-half a second later. A use is never dropped silently: a failed
-round keeps its bumps for the next, and ``drain`` (called by ``close``) applies what is left.
-Nothing here is state another process could contradict: a deferred bump is an increment,
-applied whenever it lands.
+A retrieval (and ``mark_used``) counts its uses here (``add``) and does not wait for them to
+be saved: within ``usage_flush_ms`` a background task saves every use pending by then, one
+statement per scope however many retrievals fed it. A write, a listing, a browse page and
+an export of a scope save its pending uses first (``save``), so what they read and decide
+(dedup, eviction) sees every use this process counted. A use count is a ranking hint, not
+an acknowledged write: another process sees a use once it is saved (within
+``usage_flush_ms``, or at this process's next write, listing or export of the scope, or at
+its ``close``). ``drain`` (``close``, ``store.flush``) saves what is left.
+
+Each retrieval adds the uses still pending to the rows it reads (``pending``), so the
+ranking and the records returned show every use counted before it, exactly once: a save of
+a scope never runs while a read of that scope is between its statement and its look at the
+pending uses (``reading``), since a read then could not tell whether its snapshot holds
+the uses being saved. The save statement skips rows a writer holds locked (waiting could
+deadlock with a writer); those stay pending and are tried again half a second later. A
+failed save keeps its uses for the next; one that still fails at ``drain`` is logged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 
-from scopemem.stores.shared.bumps import Bumps, add_bumps
+from scopemem.stores.shared.bumps import Bumps, add_bumps, merge_bumps
 
-__all__ = ["DeferredUsage"]
+__all__ = ["DEFAULT_USAGE_FLUSH_MS", "DeferredUsage"]
 
 log = logging.getLogger("scopemem.stores.postgres")
 
 # Applies a scope's bumps; answers the seqs it could not apply yet (rows still locked).
 Apply = Callable[[str, Mapping[int, list[int]]], Awaitable[Iterable[int]]]
 
+DEFAULT_USAGE_FLUSH_MS = 250
 RETRY_SECONDS = 0.5
+_NONE: Bumps = {}
 
 
 class DeferredUsage:
-    """Bumps per scope waiting to be applied by ``apply(scope_key, bumps)``."""
+    """Uses per scope waiting to be saved by ``apply(scope_key, bumps)``."""
 
-    def __init__(self, apply: Apply) -> None:
+    def __init__(self, apply: Apply, flush_ms: int = DEFAULT_USAGE_FLUSH_MS) -> None:
         self._apply = apply
+        self._delay = flush_ms / 1000
         self._pending: dict[str, Bumps] = {}
-        self._applying: dict[str, Bumps] = {}  # the round under way
+        self._readers: dict[str, int] = {}  # reads of a scope under way
+        self._saving: dict[str, asyncio.Event] = {}  # set when the scope's save is done
+        self._idle: dict[str, asyncio.Event] = {}  # set when a scope's last read is done
         self._task: asyncio.Task[None] | None = None
-        self._draining = False
+        self._sleeping = False  # the task waits for its next round (safe to cancel)
 
     def __len__(self) -> int:
         return sum(map(len, self._pending.values()))
 
-    def pending(self, scope_key: str, seq: int) -> int:
-        """The uses of one row still waiting here (what a read of it does not show yet)."""
-        return sum(bumps[seq][0] for bumps in (self._pending.get(scope_key, {}),
-                                                self._applying.get(scope_key, {}))
-                   if seq in bumps)
+    def pending(self, scope_key: str) -> Mapping[int, list[int]]:
+        """The scope's uses not saved yet, ``seq → [uses, last use]`` (read them inside
+        ``reading``)."""
+        return self._pending.get(scope_key, _NONE)
+
+    @contextlib.asynccontextmanager
+    async def reading(self, scope_key: str) -> AsyncIterator[None]:
+        """A read of the scope's rows that adds ``pending`` to them: no save of the scope
+        runs meanwhile (one under way is waited for)."""
+        while (saving := self._saving.get(scope_key)) is not None:
+            await saving.wait()
+        self._readers[scope_key] = self._readers.get(scope_key, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._readers[scope_key] - 1
+            if left:
+                self._readers[scope_key] = left
+            else:
+                del self._readers[scope_key]
+                idle = self._idle.pop(scope_key, None)
+                if idle is not None:
+                    idle.set()
 
     def add(self, scope_key: str, seqs: Iterable[int], now: int) -> None:
-        add_bumps(self._pending.setdefault(scope_key, {}), seqs, now)
-        if not self._pending[scope_key]:
+        """One use of each of ``seqs`` at ``now``, saved within the flush delay."""
+        bumps = self._pending.setdefault(scope_key, {})
+        add_bumps(bumps, seqs, now)
+        if not bumps:
             del self._pending[scope_key]
-            return
-        if self._task is None or self._task.done():
+        elif self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
 
-    async def _run(self) -> None:
-        while self._pending:
-            if not await self._round():
-                if self._draining:
-                    return
-                await asyncio.sleep(RETRY_SECONDS)
-
-    async def _round(self) -> bool:
-        """Apply every scope's pending bumps once; False when some are kept for later (a
-        failure, or rows still locked)."""
-        batch, self._pending = self._pending, {}
-        self._applying = batch
-        ok = True
-        for scope_key, bumps in list(batch.items()):
+    async def save(self, scope_key: str) -> bool:
+        """Save the scope's pending uses now; False when some are kept (rows still locked,
+        or a failure, logged)."""
+        while (saving := self._saving.get(scope_key)) is not None:
+            await saving.wait()
+        if scope_key not in self._pending:
+            return True
+        done = self._saving[scope_key] = asyncio.Event()
+        try:
+            while self._readers.get(scope_key):
+                await self._idle.setdefault(scope_key, asyncio.Event()).wait()
+            bumps = self._pending.pop(scope_key, _NONE)
             kept: Iterable[int] = ()
             try:
-                kept = await self._apply(scope_key, bumps)
+                kept = await self._apply(scope_key, bumps) if bumps else ()
             except Exception as exc:
                 kept = bumps
                 log.warning("postgres store: use counts of %d record(s) of a scope not saved"
                             " yet, kept for the next try: %s", len(bumps), exc)
-            finally:
-                del batch[scope_key]
-            pending = self._pending.setdefault(scope_key, {})
-            for seq in kept:
-                ok = False
-                uses, last = bumps[seq]
-                add_bumps(pending, (seq,), last, uses)
-            if not pending:
-                del self._pending[scope_key]
+            back = {seq: bumps[seq] for seq in kept}
+            if back:
+                merge_bumps(self._pending.setdefault(scope_key, {}), back)
+            return not back
+        finally:
+            del self._saving[scope_key]
+            done.set()
+
+    async def _save_all(self) -> bool:
+        ok = True
+        for scope_key in list(self._pending):
+            ok = await self.save(scope_key) and ok
         return ok
 
+    async def _run(self) -> None:
+        delay = self._delay
+        while self._pending:
+            self._sleeping = True
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                self._sleeping = False
+            delay = self._delay if await self._save_all() else RETRY_SECONDS
+
     async def drain(self) -> None:
-        """Apply everything pending now (one more try for what fails, then it is logged)."""
-        self._draining = True
-        try:
-            task, self._task = self._task, None
-            if task is not None and task.get_loop() is asyncio.get_running_loop():
+        """Save everything pending now (one more try for what fails, then it is logged)."""
+        task = self._task
+        if (task is not None and self._sleeping
+                and task.get_loop() is asyncio.get_running_loop()):
+            task.cancel()  # a round under way is not: ``save`` waits for its scope's
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            ok = not self._pending or await self._round()
-        finally:
-            self._draining = False
-        if not ok:
+        if not await self._save_all() and not await self._save_all():
             lost, self._pending = len(self), {}
             log.warning("postgres store: %d use count(s) could not be saved", lost)

@@ -10,8 +10,9 @@ A search reads, in one snapshot, the scope's change counter, its vectors of the 
 the store's copy of them read at that counter, ``shared.nearest.Matrices``; putting vectors
 moves the counter on), and scores them in this process with the one search every store
 runs (``shared.nearest.nearest``, numpy), so every store answers alike; then it reads the
-chosen records. pgvector is not used: brute force over a scope's vectors (10,000 at most,
-the scope cap) needs no extension on the server.
+chosen records with the uses not saved yet (``usage.py``), as a retrieval does. pgvector is
+not used: brute force over a scope's vectors (10,000 at most, the scope cap) needs no
+extension on the server.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from scopemem.core.records import Record
 from scopemem.core.scopes import memory_id
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.postgres.pool import Connect
-from scopemem.stores.postgres.statements import Statements, record_of
+from scopemem.stores.postgres.statements import Statements, record_of, with_pending
+from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.shared import vectors as shared
 from scopemem.stores.shared.nearest import Matrices, nearest, wanted
 
@@ -33,9 +35,10 @@ __all__ = ["Vectors"]
 class Vectors:
     """The store's ``VectorStore`` methods over its pooled connections."""
 
-    def __init__(self, sql: Statements, connection: Connect) -> None:
+    def __init__(self, sql: Statements, connection: Connect, usage: DeferredUsage) -> None:
         self.sql = sql
         self._connection = connection
+        self._usage = usage
         self._matrices = Matrices()
         # Kept only for a record active now, its row locked against a retirement meanwhile.
         self._put = (
@@ -82,7 +85,8 @@ class Vectors:
         check_scope_key(scope_key)
         query = shared.check(vector)
         params: dict[str, Any] = {"scope": scope_key, "model": shared.check_model(model)}
-        async with self._connection() as conn, conn.transaction():
+        async with (self._usage.reading(scope_key), self._connection() as conn,
+                    conn.transaction()):
             # One snapshot for the counter, the vectors and the records they choose.
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             cursor = await conn.execute(self.sql.generation, params)
@@ -100,6 +104,8 @@ class Vectors:
                 return []
             params["seqs"] = [seq for seq, _cosine in chosen]
             cursor = await conn.execute(self.sql.active_rows, params)
-            records = {record.id: record for record in map(record_of, await cursor.fetchall())}
+            pending = self._usage.pending(scope_key)
+            records = {record.id: record for record in (
+                record_of(with_pending(row, pending)) for row in await cursor.fetchall())}
         return [(records[memory_id(scope_key, seq)], cosine) for seq, cosine in chosen
                 if memory_id(scope_key, seq) in records]
