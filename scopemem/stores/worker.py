@@ -1,40 +1,13 @@
 """The remote store: a client of the Memory Worker (``scopemem serve``) over HTTP.
 
-Reads are advisory and writes are loud. ``search`` never raises: a refusal, a body that is
-not JSON, a transport error or a timeout costs the caller that scope's records and one
-``[memory]`` warning, and malformed records in an otherwise good reply are dropped one by one
-(``search_strict`` is the same call raising instead, for a caller that must say a scope
-failed). ``write``, ``list``, ``forget`` and ``sweep`` raise ``StoreError`` naming the route,
-the status and the server's reason, because an empty answer there would be a lie to a person;
-a body the worker refuses (400, 413) raises its subclass ``StoreRefused``, and a write to a new
-scope beyond the worker's limit on scopes (507) ``ScopeLimitReached``, as the SQLite store
-itself would.
-
-What is sent always fits the wire contract the worker checks: a query longer than
-``MAX_QUERY_CHARS`` goes as its distinct tokens (``engine.wire_query``, which every store reads
-exactly as the whole query), and every candidate is redacted and fitted first
-(``fit_batch``: secrets, text, keyword and provenance caps, a thread key, no NUL) and noise
-dropped (``salient_batch``), so no secret leaves the process and a long brief or one odd
-candidate never costs a scope's records or a batch.
-
-Configuration (``[memory.stores.worker]``)::
-
-    base_url = "http://127.0.0.1:8787"   # required, http or https
-    token_env = "MEMORY_TOKEN"           # the environment variable holding the bearer
-    timeout_seconds = 5                  # per attempt, total
-    retry_deadline_seconds = 10          # all attempts of one call, waits included
-
-How a call reaches the worker (retries, idempotency keys, the breaker that makes reads
-return nothing and writes raise ``WorkerUnavailable``) is ``stores.worker_transport``, a part
-the store holds as ``transport``. The browsing, counting, vector and porting calls
-(``worker_browse``, ``worker_counts``, ``worker_vectors``, ``worker_porting``) are given its
-``command``.
-
-With ``base_url`` set but the token variable missing or empty, a long-running process (a
-bot: ``StoreSettings.allow_fallback``) gets the in-process store instead (the host's
-``StoreSettings.stand_in``), with one warning that its records die with the process; a
-short-lived command gets a ``ConfigError`` naming the variable, since a store that dies with
-the command would lose everything it was told.
+Reads are advisory and writes are loud: ``search`` degrades to nothing with one warning
+(``search_strict`` raises instead), the other calls raise ``StoreError`` (``StoreRefused``
+for a body the worker refuses, ``ScopeLimitReached`` past its limit on scopes). What is sent
+fits the wire contract (``engine.wire_query``, ``salient_batch``), so no secret leaves the
+process and no caller's input costs a refusal. How a call travels is
+``stores.worker_transport`` (the store's ``transport``); the browsing, counting, vector and
+porting calls (``worker_browse``, ``worker_counts``, ``worker_vectors``, ``worker_porting``)
+are given its ``command``. Configuration and behaviour: ``docs/worker.md``.
 """
 
 from __future__ import annotations
@@ -42,6 +15,7 @@ from __future__ import annotations
 import builtins
 import logging
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from scopemem.core.ranking import Ranking, query_terms, wire_query
@@ -53,7 +27,6 @@ from scopemem.core.records import (
     PurgeResult,
     Record,
     SweepResult,
-    WireError,
     WriteCounts,
     from_wire,
     to_wire,
@@ -78,6 +51,8 @@ from scopemem.stores.worker_transport import (
     CallFailed,
     WorkerTransport,
     WorkerUnavailable,
+    in_scope,
+    parsed,
     url_problem,
     whole_number,
 )
@@ -255,11 +230,7 @@ class WorkerStore:
         data = await self._command("/write", payload)
         if cap is not None:
             self._note_applied_cap(cap, data.get("cap"))
-        try:
-            return from_wire(data, WriteCounts) + dropped
-        except WireError as exc:
-            raise StoreError(f"memory worker /write answered counts that are not valid: {exc}")\
-                from None
+        return parsed("/write", "counts", partial(from_wire, cls=WriteCounts), [data])[0] + dropped
 
     def _note_applied_cap(self, asked: int, applied: object) -> None:
         """One warning per client when the worker ran a write under another cap than the
@@ -313,11 +284,7 @@ class WorkerStore:
         if dry_run:
             payload["dryRun"] = True
         data = await self._command("/sweep", payload)
-        try:
-            return from_wire(data, SweepResult)
-        except WireError as exc:
-            raise StoreError(f"memory worker /sweep answered a result that is not valid: {exc}")\
-                from None
+        return parsed("/sweep", "a result", partial(from_wire, cls=SweepResult), [data])[0]
 
     async def delete_scope(self, scope_key: str) -> int:
         """Every record of the scope deleted by the worker's store (/delete-scope)."""
@@ -366,22 +333,17 @@ def _hits(data: dict[str, Any], scope_key: str
     usable = (isinstance(raw, list) and len(raw) == len(items)
               and all(isinstance(m, int | float) and not isinstance(m, bool)
                       and 0.0 <= m <= 1.0 for m in raw))
+    parse = in_scope(scope_key)
     records: list[Record] = []
     matches: list[float] = []
-    dropped = 0
     for n, item in enumerate(items):
         try:
-            record = from_wire(item, Record) if isinstance(item, dict) else None
-        except WireError:
-            record = None
-        # A record of another scope can only be a server bug; it must never reach this one.
-        if record is None or record.scope_key != scope_key:
-            dropped += 1
-        else:
-            records.append(record)
-            if usable:
-                matches.append(float(raw[n]))  # type: ignore[index]
-    return records, matches if usable else None, dropped
+            records.append(parse(item))
+        except ValueError:
+            continue
+        if usable:
+            matches.append(float(raw[n]))  # type: ignore[index]
+    return records, matches if usable else None, len(items) - len(records)
 
 
 def _used_batches(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
