@@ -178,12 +178,9 @@ class WorkerStore:
             payload["bump"] = False
         try:
             data = await self.transport.call("/retrieve", payload)
-            records, matches, dropped = _hits(data, scope_key)
+            records, matches = _hits(data, scope_key, "/retrieve")
         except CallFailed as exc:
             raise StoreError(f"worker /retrieve for {scope_key} failed ({exc})") from None
-        if dropped:
-            log.warning("[memory] worker /retrieve for %s: dropped %d malformed record(s)",
-                        scope_key, dropped)
         if "bumped" not in data:
             self._legacy = True
         if matches is None:  # a worker from before matches: the seed's plain share
@@ -255,12 +252,9 @@ class WorkerStore:
             payload["kind"] = Kind(kind).value
         data = await self._command("/list", payload)
         try:
-            records, _matches, dropped = _hits(data, scope_key)
+            records, _matches = _hits(data, scope_key, "/list")
         except CallFailed as exc:
             raise StoreError(f"memory worker /list failed: {exc}") from None
-        if dropped:
-            log.warning("[memory] worker /list for %s: dropped %d malformed record(s)",
-                        scope_key, dropped)
         if kind is not None:
             wanted = [record for record in records if record.kind == kind]
             if len(wanted) < len(records):
@@ -322,10 +316,11 @@ class WorkerStore:
         return await worker_porting.import_records(self._command, records)
 
 
-def _hits(data: dict[str, Any], scope_key: str
-          ) -> tuple[list[Record], list[float] | None, int]:
-    """The reply's well-formed records of ``scope_key``, each one's match (None when the
-    reply has no usable ``matches``: an older worker), and how many records were dropped."""
+def _hits(data: dict[str, Any], scope_key: str, route: str
+          ) -> tuple[list[Record], list[float] | None]:
+    """The reply's well-formed records of ``scope_key`` (one warning says how many others
+    were dropped), each one's match (None when the reply has no usable ``matches``: an
+    older worker)."""
     items = data.get("records")
     if not isinstance(items, list):
         raise CallFailed("answered without a 'records' list")
@@ -343,7 +338,10 @@ def _hits(data: dict[str, Any], scope_key: str
             continue
         if usable:
             matches.append(float(raw[n]))  # type: ignore[index]
-    return records, matches if usable else None, len(items) - len(records)
+    if len(records) < len(items):
+        log.warning("[memory] worker %s for %s: dropped %d malformed record(s)", route,
+                    scope_key, len(items) - len(records))
+    return records, matches if usable else None
 
 
 def _used_batches(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
