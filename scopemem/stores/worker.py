@@ -41,7 +41,7 @@ from scopemem.stores.base import (
     StoreSettings,
     check_cap,
     check_scope_key,
-    salient_batch,
+    write_batch,
 )
 from scopemem.stores.retrying import DEFAULT_DEADLINE, Breaker, RetryPolicy
 from scopemem.stores.worker_browse import WorkerBrowsing
@@ -214,11 +214,7 @@ class WorkerStore:
 
     async def write(self, scope_key: str, candidates: Sequence[Candidate],
                     cap: int | None = None) -> WriteCounts:
-        check_scope_key(scope_key)
-        cap = self.cap if cap is None else check_cap(cap)
-        if not candidates:
-            return WriteCounts()
-        batch, dropped = salient_batch(candidates)
+        batch, dropped, cap = write_batch(scope_key, candidates, cap, self.cap)
         if not batch:
             return dropped
         payload: dict[str, Any] = {"scopeKey": scope_key, "records": to_wire(batch)}

@@ -36,8 +36,8 @@ from scopemem.stores.base import (
     check_retention_days,
     check_scope_key,
     retention_cutoff,
-    salient_batch,
     wall_clock_ms,
+    write_batch,
 )
 from scopemem.stores.browsing import check_reach_retention_days
 from scopemem.stores.shared import batches
@@ -248,18 +248,15 @@ class SharedSqliteStore:
 
     async def write(self, scope_key: str, candidates: Sequence[Candidate],
                     cap: int | None = None) -> WriteCounts:
-        check_scope_key(scope_key)
-        cap = self.cap if cap is None else check_cap(cap)
-        if not candidates:
-            return WriteCounts()
-        fitted, dropped = salient_batch(candidates)
+        fitted, dropped, scope_cap = write_batch(scope_key, candidates, cap, self.cap)
         if not fitted:
             return dropped
         now = self._clock()
         shard = self._shards.of(scope_key)
         counts = await self._pools.write(
-            shard, writes.write, self._uses, shard, self.analyzer, scope_key, fitted, cap, now,
-            retention_cutoff(now, self.retention_days), self._scopes.reserve, create=True)
+            shard, writes.write, self._uses, shard, self.analyzer, scope_key, fitted,
+            scope_cap, now, retention_cutoff(now, self.retention_days), self._scopes.reserve,
+            create=True)
         assert counts is not None  # created: the shard has a file
         return counts + dropped
 
