@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
+from typing import ClassVar, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
@@ -59,9 +59,11 @@ __all__ = [
     "salient_batch",
     "search_hits",
     "wall_clock_ms",
+    "write_batch",
 ]
 
 Clock = Callable[[], int]
+Cap = TypeVar("Cap", bound=int | None)
 
 #: What a store ranks with when nothing is configured: weighted, English.
 DEFAULT_RANKING = Ranking(analyzer_for(DEFAULT_LANGUAGES))
@@ -312,6 +314,15 @@ def salient_batch(candidates: Sequence[Candidate]) -> tuple[list[Candidate], Wri
     kept = [candidate for candidate in fit_batch(candidates)
             if noise_reason(candidate.text) is None]
     return kept, WriteCounts(dropped=len(candidates) - len(kept))
+
+
+def write_batch(scope_key: str, candidates: Sequence[Candidate], cap: int | None,
+                default: Cap) -> tuple[list[Candidate], WriteCounts, int | Cap]:
+    """What every store's ``write`` starts with: the scope key and the cap checked (the
+    store's ``default`` when None), then ``salient_batch``'s candidates and counts."""
+    check_scope_key(scope_key)
+    checked = default if cap is None else check_cap(cap)
+    return (*salient_batch(candidates), checked) if candidates else ([], WriteCounts(), checked)
 
 
 def descriptors_held(store: object) -> int:

@@ -6,7 +6,7 @@ must agree with (``tests/stores/test_contract.py`` holds them to it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any
 
 from scopemem.core import browse
@@ -24,6 +24,7 @@ from scopemem.core.scopes import MemoryIdError, parse_memory_id, record_seq, sco
 from scopemem.errors import StoreError
 from scopemem.stores.base import check_days, check_scope_key, redact_source
 from scopemem.stores.base import retention_cutoff as reach_cutoff  # one rule: kept N days
+from scopemem.stores.shared.batches import seq_in_scope
 
 __all__ = [
     "MAX_CHAIN",
@@ -33,9 +34,11 @@ __all__ = [
     "check_reach_retention_days",
     "names_person",
     "count_total_args",
+    "drive",
     "fit_reaches",
     "history_from",
     "history_of",
+    "history_reads",
     "reach_cutoff",
     "reach_query",
     "record_args",
@@ -101,6 +104,49 @@ def record_params(scope_key: object, kind: object, status: object, source: objec
 #: What a SQL store's history read finds: the record, its supersede chain, the record
 #: superseding it, the records restating it.
 Found = tuple[Record, tuple[Record, ...], Record | None, tuple[Record, ...]]
+
+
+def history_reads(key: str, record_id: str, seq: int,
+                  record_of: Callable[[Sequence[Any]], Record]
+                  ) -> Generator[tuple[str, dict[str, Any]], Sequence[Any], Found | None]:
+    """A SQL store's history read (``history_of``'s answer) as the statements it runs, each
+    a ``shared.sql.Statements`` name and values, its rows sent back by the caller."""
+    found = yield "pointers", {"scope": key, "seq": seq, "id": record_id}
+    if not found:
+        return None
+    pointer, status = found[0]
+    chain: list[int] = []
+    current = seq
+    while pointer and len(chain) < MAX_CHAIN:
+        before = seq_in_scope(key, pointer)
+        if before is None or before >= current:
+            break
+        step = yield "pointers", {"scope": key, "seq": before, "id": pointer}
+        if not step:
+            break
+        chain.append(before)
+        current, pointer = before, step[0][0]
+    by: list[int] = []
+    if status == "superseded":
+        by = [row[0] for row in (yield "superseded_by", {"scope": key, "id": record_id})]
+    restated = [row[0] for row in (yield "restated_by", {"scope": key, "id": record_id,
+                                                         "most": RESTATED_BY})]
+    rows = yield "rows", {"scope": key, "seqs": [seq, *chain, *by, *restated]}
+    records = {row[0]: record_of(row) for row in rows}
+    return (records[seq], tuple(records[n] for n in chain),
+            records[by[0]] if by else None, tuple(records[n] for n in restated))
+
+
+def drive(steps: Generator[tuple[str, dict[str, Any]], Sequence[Any], Found | None],
+          run: Callable[[str, dict[str, Any]], Sequence[Any]]) -> Found | None:
+    """``steps`` run to their end, each statement by ``run`` (a sync caller's driver)."""
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(run(*step))
+    except StopIteration as done:
+        found: Found | None = done.value
+        return found
 
 
 def history_from(found: Found, reaches: Sequence[Reach]) -> RecordHistory:

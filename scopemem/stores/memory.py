@@ -43,8 +43,8 @@ from scopemem.stores.base import (
     check_cap,
     check_retention_days,
     check_scope_key,
-    salient_batch,
     wall_clock_ms,
+    write_batch,
 )
 from scopemem.stores.memory_browse import InProcessBrowsing
 from scopemem.stores.memory_counts import InProcessCounts
@@ -186,11 +186,7 @@ class InMemoryStore:
     async def write(
         self, scope_key: str, candidates: Sequence[Candidate], cap: int | None = None
     ) -> WriteCounts:
-        check_scope_key(scope_key)
-        cap = self.cap if cap is None else check_cap(cap)
-        if not candidates:
-            return WriteCounts()
-        batch, dropped = salient_batch(candidates)
+        batch, dropped, scope_cap = write_batch(scope_key, candidates, cap, self.cap)
         if not batch:
             return dropped
         now = self._clock()
@@ -214,7 +210,7 @@ class InMemoryStore:
             rows.append(record)
             changed[record.id] = record
         live = len(index.details) + plan.live_delta
-        evicted = engine.plan_eviction(rows, cap) if live > cap else []
+        evicted = engine.plan_eviction(rows, scope_cap) if live > scope_cap else []
         for record in evicted:
             rows[positions[record.id]] = changed[record.id] = record
         # The new records' terms, before anything is committed.

@@ -41,8 +41,8 @@ What an import promises, on every store:
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -52,8 +52,8 @@ from scopemem.core.records import MAX_EXPORT_PAGE, Candidate, Record
 from scopemem.errors import StoreError, StoreRefused, StoreUnsupported
 from scopemem.stores.base import MemoryStore, check_scope_key, fit_batch
 
-__all__ = ["ImportScreen", "PortableStore", "export_records", "group_import", "portable",
-           "screen_import"]
+__all__ = ["ImportScreen", "PortableStore", "export_records", "group_import",
+           "import_threads", "portable", "screen_import"]
 
 # What a forgotten record (scrubbed: no text) shows the write screen, so that its
 # provenance is screened as any other record's; its text stays empty.
@@ -178,3 +178,23 @@ def group_import(records: Sequence[Record], now: int) -> dict[str, list[tuple[in
         assert seq is not None  # record_problem checked it
         groups.setdefault(record.scope_key, {}).setdefault(seq, record)
     return {key: sorted(batch.items()) for key, batch in groups.items()}
+
+
+def import_threads(added: Sequence[tuple[int, Record]], beside: Mapping[int, Sequence[Any]]
+                   ) -> tuple[dict[int, bool], list[int]]:
+    """What an import posts, from the rows beside the ``added`` ones once they are in (by
+    seq: thread key, status): each active added record's seq and whether it continues the
+    row before it (of its thread), and the existing active rows right after an added one of
+    their thread, which continue it now."""
+    seqs = {seq for seq, _record in added}
+    continues: dict[int, bool] = {}
+    follows: list[int] = []
+    for seq, record in added:
+        thread = record.source_thread_key
+        before, after = beside.get(seq - 1), beside.get(seq + 1)
+        if record.is_active:
+            continues[seq] = before is not None and before[0] == thread
+        if (after is not None and seq + 1 not in seqs and after[0] == thread
+                and after[1] == "active"):
+            follows.append(seq + 1)
+    return continues, follows

@@ -1,40 +1,13 @@
 """The remote store: a client of the Memory Worker (``scopemem serve``) over HTTP.
 
-Reads are advisory and writes are loud. ``search`` never raises: a refusal, a body that is
-not JSON, a transport error or a timeout costs the caller that scope's records and one
-``[memory]`` warning, and malformed records in an otherwise good reply are dropped one by one
-(``search_strict`` is the same call raising instead, for a caller that must say a scope
-failed). ``write``, ``list``, ``forget`` and ``sweep`` raise ``StoreError`` naming the route,
-the status and the server's reason, because an empty answer there would be a lie to a person;
-a body the worker refuses (400, 413) raises its subclass ``StoreRefused``, and a write to a new
-scope beyond the worker's limit on scopes (507) ``ScopeLimitReached``, as the SQLite store
-itself would.
-
-What is sent always fits the wire contract the worker checks: a query longer than
-``MAX_QUERY_CHARS`` goes as its distinct tokens (``engine.wire_query``, which every store reads
-exactly as the whole query), and every candidate is redacted and fitted first
-(``fit_batch``: secrets, text, keyword and provenance caps, a thread key, no NUL) and noise
-dropped (``salient_batch``), so no secret leaves the process and a long brief or one odd
-candidate never costs a scope's records or a batch.
-
-Configuration (``[memory.stores.worker]``)::
-
-    base_url = "http://127.0.0.1:8787"   # required, http or https
-    token_env = "MEMORY_TOKEN"           # the environment variable holding the bearer
-    timeout_seconds = 5                  # per attempt, total
-    retry_deadline_seconds = 10          # all attempts of one call, waits included
-
-How a call reaches the worker (retries, idempotency keys, the breaker that makes reads
-return nothing and writes raise ``WorkerUnavailable``) is ``stores.worker_transport``, a part
-the store holds as ``transport``. The browsing, counting, vector and porting calls
-(``worker_browse``, ``worker_counts``, ``worker_vectors``, ``worker_porting``) are given its
-``command``.
-
-With ``base_url`` set but the token variable missing or empty, a long-running process (a
-bot: ``StoreSettings.allow_fallback``) gets the in-process store instead (the host's
-``StoreSettings.stand_in``), with one warning that its records die with the process; a
-short-lived command gets a ``ConfigError`` naming the variable, since a store that dies with
-the command would lose everything it was told.
+Reads are advisory and writes are loud: ``search`` degrades to nothing with one warning
+(``search_strict`` raises instead), the other calls raise ``StoreError`` (``StoreRefused``
+for a body the worker refuses, ``ScopeLimitReached`` past its limit on scopes). What is sent
+fits the wire contract (``engine.wire_query``, ``salient_batch``), so no secret leaves the
+process and no caller's input costs a refusal. How a call travels is
+``stores.worker_transport`` (the store's ``transport``); the browsing, counting, vector and
+porting calls (``worker_browse``, ``worker_counts``, ``worker_vectors``, ``worker_porting``)
+are given its ``command``. Configuration and behaviour: ``docs/worker.md``.
 """
 
 from __future__ import annotations
@@ -42,6 +15,7 @@ from __future__ import annotations
 import builtins
 import logging
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from scopemem.core.ranking import Ranking, query_terms, wire_query
@@ -53,7 +27,6 @@ from scopemem.core.records import (
     PurgeResult,
     Record,
     SweepResult,
-    WireError,
     WriteCounts,
     from_wire,
     to_wire,
@@ -68,7 +41,7 @@ from scopemem.stores.base import (
     StoreSettings,
     check_cap,
     check_scope_key,
-    salient_batch,
+    write_batch,
 )
 from scopemem.stores.retrying import DEFAULT_DEADLINE, Breaker, RetryPolicy
 from scopemem.stores.worker_browse import WorkerBrowsing
@@ -78,6 +51,8 @@ from scopemem.stores.worker_transport import (
     CallFailed,
     WorkerTransport,
     WorkerUnavailable,
+    in_scope,
+    parsed,
     url_problem,
     whole_number,
 )
@@ -203,12 +178,9 @@ class WorkerStore:
             payload["bump"] = False
         try:
             data = await self.transport.call("/retrieve", payload)
-            records, matches, dropped = _hits(data, scope_key)
+            records, matches = _hits(data, scope_key, "/retrieve")
         except CallFailed as exc:
             raise StoreError(f"worker /retrieve for {scope_key} failed ({exc})") from None
-        if dropped:
-            log.warning("[memory] worker /retrieve for %s: dropped %d malformed record(s)",
-                        scope_key, dropped)
         if "bumped" not in data:
             self._legacy = True
         if matches is None:  # a worker from before matches: the seed's plain share
@@ -242,11 +214,7 @@ class WorkerStore:
 
     async def write(self, scope_key: str, candidates: Sequence[Candidate],
                     cap: int | None = None) -> WriteCounts:
-        check_scope_key(scope_key)
-        cap = self.cap if cap is None else check_cap(cap)
-        if not candidates:
-            return WriteCounts()
-        batch, dropped = salient_batch(candidates)
+        batch, dropped, cap = write_batch(scope_key, candidates, cap, self.cap)
         if not batch:
             return dropped
         payload: dict[str, Any] = {"scopeKey": scope_key, "records": to_wire(batch)}
@@ -255,11 +223,7 @@ class WorkerStore:
         data = await self._command("/write", payload)
         if cap is not None:
             self._note_applied_cap(cap, data.get("cap"))
-        try:
-            return from_wire(data, WriteCounts) + dropped
-        except WireError as exc:
-            raise StoreError(f"memory worker /write answered counts that are not valid: {exc}")\
-                from None
+        return parsed("/write", "counts", partial(from_wire, cls=WriteCounts), [data])[0] + dropped
 
     def _note_applied_cap(self, asked: int, applied: object) -> None:
         """One warning per client when the worker ran a write under another cap than the
@@ -284,12 +248,9 @@ class WorkerStore:
             payload["kind"] = Kind(kind).value
         data = await self._command("/list", payload)
         try:
-            records, _matches, dropped = _hits(data, scope_key)
+            records, _matches = _hits(data, scope_key, "/list")
         except CallFailed as exc:
             raise StoreError(f"memory worker /list failed: {exc}") from None
-        if dropped:
-            log.warning("[memory] worker /list for %s: dropped %d malformed record(s)",
-                        scope_key, dropped)
         if kind is not None:
             wanted = [record for record in records if record.kind == kind]
             if len(wanted) < len(records):
@@ -313,11 +274,7 @@ class WorkerStore:
         if dry_run:
             payload["dryRun"] = True
         data = await self._command("/sweep", payload)
-        try:
-            return from_wire(data, SweepResult)
-        except WireError as exc:
-            raise StoreError(f"memory worker /sweep answered a result that is not valid: {exc}")\
-                from None
+        return parsed("/sweep", "a result", partial(from_wire, cls=SweepResult), [data])[0]
 
     async def delete_scope(self, scope_key: str) -> int:
         """Every record of the scope deleted by the worker's store (/delete-scope)."""
@@ -355,10 +312,11 @@ class WorkerStore:
         return await worker_porting.import_records(self._command, records)
 
 
-def _hits(data: dict[str, Any], scope_key: str
-          ) -> tuple[list[Record], list[float] | None, int]:
-    """The reply's well-formed records of ``scope_key``, each one's match (None when the
-    reply has no usable ``matches``: an older worker), and how many records were dropped."""
+def _hits(data: dict[str, Any], scope_key: str, route: str
+          ) -> tuple[list[Record], list[float] | None]:
+    """The reply's well-formed records of ``scope_key`` (one warning says how many others
+    were dropped), each one's match (None when the reply has no usable ``matches``: an
+    older worker)."""
     items = data.get("records")
     if not isinstance(items, list):
         raise CallFailed("answered without a 'records' list")
@@ -366,22 +324,20 @@ def _hits(data: dict[str, Any], scope_key: str
     usable = (isinstance(raw, list) and len(raw) == len(items)
               and all(isinstance(m, int | float) and not isinstance(m, bool)
                       and 0.0 <= m <= 1.0 for m in raw))
+    parse = in_scope(scope_key)
     records: list[Record] = []
     matches: list[float] = []
-    dropped = 0
     for n, item in enumerate(items):
         try:
-            record = from_wire(item, Record) if isinstance(item, dict) else None
-        except WireError:
-            record = None
-        # A record of another scope can only be a server bug; it must never reach this one.
-        if record is None or record.scope_key != scope_key:
-            dropped += 1
-        else:
-            records.append(record)
-            if usable:
-                matches.append(float(raw[n]))  # type: ignore[index]
-    return records, matches if usable else None, dropped
+            records.append(parse(item))
+        except ValueError:
+            continue
+        if usable:
+            matches.append(float(raw[n]))  # type: ignore[index]
+    if len(records) < len(items):
+        log.warning("[memory] worker %s for %s: dropped %d malformed record(s)", route,
+                    scope_key, len(items) - len(records))
+    return records, matches if usable else None
 
 
 def _used_batches(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:

@@ -16,7 +16,6 @@ from typing import Any
 
 from scopemem.core.browse import (
     CountTotal,
-    PageError,
     Reach,
     RecordHistory,
     RecordPage,
@@ -26,7 +25,7 @@ from scopemem.core.browse import (
     summary_from_wire,
     total_from_wire,
 )
-from scopemem.core.records import Kind, Record, WireError, from_wire
+from scopemem.core.records import Kind, Record
 from scopemem.errors import StoreError
 from scopemem.stores.browsing import (
     count_total_args,
@@ -35,45 +34,14 @@ from scopemem.stores.browsing import (
     record_args,
     scope_args,
 )
-from scopemem.stores.worker_transport import Command
+from scopemem.stores.worker_transport import Command, in_scope, listed, parsed, whole_number
 
 __all__ = ["WorkerBrowsing"]
 
 
-def _items(data: dict[str, Any], name: str, route: str) -> list[Any]:
-    items = data.get(name)
-    if not isinstance(items, list):
-        raise StoreError(f"memory worker {route} answered without a '{name}' list")
-    return items
-
-
-def _total(data: dict[str, Any], route: str) -> int:
-    total = data.get("total")
-    if isinstance(total, bool) or not isinstance(total, int) or total < 0:
-        raise StoreError(f"memory worker {route} answered without a 'total' count")
-    return total
-
-
 def _records(items: Sequence[Any], scope_key: str, route: str) -> tuple[Record, ...]:
-    records = []
-    for n, item in enumerate(items):
-        try:
-            record = from_wire(item, Record) if isinstance(item, dict) else None
-        except WireError:
-            record = None
-        if record is None or record.scope_key != scope_key:
-            raise StoreError(f"memory worker {route} answered a record that is not valid or"
-                             f" not of {scope_key!r} ([{n}])")
-        records.append(record)
-    return tuple(records)
-
-
-def _reaches(items: Sequence[Any], route: str) -> list[Reach]:
-    try:
-        return [reach_from_wire(item) for item in items]
-    except PageError as exc:
-        raise StoreError(f"memory worker {route} answered a reach that is not valid: {exc}"
-                         ) from None
+    """The records of ``scope_key``, or ``StoreError`` for one that is not valid."""
+    return tuple(parsed(route, "a record", in_scope(scope_key), items))
 
 
 class WorkerBrowsing:
@@ -91,14 +59,10 @@ class WorkerBrowsing:
                                    "limit": limit}
         if kind is not None:
             payload["kind"] = kind
-        data = await self._command("/scope-page", payload)
-        try:
-            rows = tuple(summary_from_wire(item)
-                         for item in _items(data, "scopes", "/scope-page"))
-        except PageError as exc:
-            raise StoreError(f"memory worker /scope-page answered a scope that is not valid:"
-                             f" {exc}") from None
-        return ScopePage(total=_total(data, "/scope-page"), rows=rows)
+        route = "/scope-page"
+        data = await self._command(route, payload)
+        return ScopePage(total=whole_number(data, route, "total"), rows=tuple(parsed(
+            route, "a scope", summary_from_wire, listed(data, route, "scopes"))))
 
     async def record_page(self, scope_key: str, *, kind: Kind | None = None,
                           status: str | None = None, source: str | None = None,
@@ -109,9 +73,10 @@ class WorkerBrowsing:
         for name, value in (("kind", kind_), ("status", status_), ("source", source_)):
             if value is not None:
                 payload[name] = value.value
-        data = await self._command("/record-page", payload)
-        return RecordPage(total=_total(data, "/record-page"), rows=_records(
-            _items(data, "records", "/record-page"), key, "/record-page"))
+        route = "/record-page"
+        data = await self._command(route, payload)
+        return RecordPage(total=whole_number(data, route, "total"),
+                          rows=_records(listed(data, route, "records"), key, route))
 
     async def record_history(self, scope_key: str, record_id: str) -> RecordHistory | None:
         key, *_rest = record_args(scope_key, None, None, None, 0, 1)
@@ -121,27 +86,24 @@ class WorkerBrowsing:
         data = await self._command(route, {"scopeKey": key, "id": record_id})
         if data.get("found") is not True:
             return None
-        [record] = _records([data.get("record")], key, route)
+        record, *chain = _records([data.get("record"), *listed(data, route, "supersedes")],
+                                  key, route)
         if record.id != record_id:
             raise StoreError(f"memory worker {route} answered another record")
         by = data.get("supersededBy")
         return RecordHistory(
-            record=record,
-            supersedes=_records(_items(data, "supersedes", route), key, route),
+            record=record, supersedes=tuple(chain),
             superseded_by=None if by is None else _records([by], key, route)[0],
-            restated_by=_records(_items(data, "restatedBy", route), key, route),
-            reaches=tuple(_reaches(_items(data, "reaches", route), route)))
+            restated_by=_records(listed(data, route, "restatedBy"), key, route),
+            reaches=tuple(parsed(route, "a reach", reach_from_wire,
+                                 listed(data, route, "reaches"))))
 
     async def read_count_totals(self, kind: str, *, since_day: int = 0
                                 ) -> builtins.list[CountTotal]:
         kind, since_day = count_total_args(kind, since_day)
         route = "/count-totals"
         data = await self._command(route, {"kind": kind, "sinceDay": since_day})
-        try:
-            totals = [total_from_wire(item) for item in _items(data, "totals", route)]
-        except PageError as exc:
-            raise StoreError(f"memory worker {route} answered a total that is not valid:"
-                             f" {exc}") from None
+        totals = parsed(route, "a total", total_from_wire, listed(data, route, "totals"))
         if any(total.day < since_day for total in totals):
             raise StoreError(f"memory worker {route} answered a day it was not asked for")
         return totals
@@ -161,4 +123,4 @@ class WorkerBrowsing:
         if run is not None:
             payload["run"] = run
         data = await self._command("/reaches", payload)
-        return _reaches(_items(data, "reaches", "/reaches"), "/reaches")
+        return parsed("/reaches", "a reach", reach_from_wire, listed(data, "/reaches", "reaches"))

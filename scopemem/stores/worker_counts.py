@@ -25,7 +25,7 @@ from scopemem.core.scopes import scope_key_problem
 from scopemem.errors import StoreError
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.shared import counts as counting
-from scopemem.stores.worker_transport import Command
+from scopemem.stores.worker_transport import Command, listed, parsed
 
 __all__ = ["WorkerCounts"]
 
@@ -58,26 +58,21 @@ class WorkerCounts:
             keys = sorted({check_scope_key(key) for key in scope_keys})
             payloads.extend({**base, "scopeKeys": keys[start:start + MAX_STATS_SCOPES]}
                             for start in range(0, len(keys), MAX_STATS_SCOPES))
+
+        def asked(item: Any) -> CountRow:
+            # What this client shows a person: never a name or key it would refuse to send,
+            # nor a scope it did not ask for.
+            row = from_wire(item, CountRow)
+            if (scope_key_problem(row.scope_key) or counter_name_problem(row.name)
+                    or row.value < 0 or not counting.select_scope(
+                        row.scope_key, None if scope_keys is None else keys, prefix)):
+                raise WireError("a row it was not asked for or that is not valid")
+            return row
+
         rows: list[CountRow] = []
         for payload in payloads:
             data = await self._command("/stats", payload)
-            items = data.get("rows")
-            if not isinstance(items, list):
-                raise StoreError("memory worker /stats answered without a 'rows' list")
-            for n, item in enumerate(items):
-                try:
-                    row = from_wire(item, CountRow)
-                except WireError as exc:
-                    raise StoreError(f"memory worker /stats answered a row that is not"
-                                     f" valid (rows[{n}]: {exc})") from None
-                # What this client shows a person: never a name or key it would refuse
-                # to send, nor a scope it did not ask for.
-                if (scope_key_problem(row.scope_key) or counter_name_problem(row.name)
-                        or row.value < 0 or not counting.select_scope(
-                            row.scope_key, None if scope_keys is None else keys, prefix)):
-                    raise StoreError(f"memory worker /stats answered a row it was not asked"
-                                     f" for or that is not valid (rows[{n}])")
-                rows.append(row)
+            rows += parsed("/stats", "a row", asked, listed(data, "/stats", "rows"))
             if data.get("truncated") is True:
                 raise StoreError("memory worker /stats: more rows than one answer carries;"
                                  " ask for fewer scopes or a later --since")

@@ -19,13 +19,12 @@ from scopemem.core.records import (
     MAX_IMPORT_BYTES,
     MAX_SCOPES_PAGE,
     Record,
-    WireError,
     to_wire,
 )
 from scopemem.errors import StoreError
 from scopemem.stores.base import check_scope_key, wall_clock_ms
 from scopemem.stores.porting import group_import
-from scopemem.stores.worker_transport import Command
+from scopemem.stores.worker_transport import Command, in_scope, listed, parsed
 
 __all__ = ["export_page", "export_scopes", "import_records"]
 
@@ -54,21 +53,8 @@ async def export_page(command: Command, scope_key: str, after: int, limit: int
     check_scope_key(scope_key)
     data = await command("/export", {"scopeKey": scope_key, "after": after,
                                      "limit": min(limit, MAX_EXPORT_PAGE)})
-    items = data.get("records")
-    if not isinstance(items, list):
-        raise StoreError("memory worker /export answered without a 'records' list")
-    records = []
-    for n, item in enumerate(items):
-        try:
-            record = record_from_wire(item)
-        except WireError as exc:
-            raise StoreError(f"memory worker /export answered a record that is not"
-                             f" valid (records[{n}]: {exc})") from None
-        if record.scope_key != scope_key:
-            raise StoreError(f"memory worker /export for {scope_key} answered a record"
-                             f" of {record.scope_key}")
-        records.append(record)
-    return records
+    return parsed("/export", "a record", in_scope(scope_key, record_from_wire),
+                  listed(data, "/export", "records"))
 
 
 async def import_records(command: Command, records: Sequence[Record]) -> int:

@@ -1,19 +1,9 @@
 """How the worker client talks to the Memory Worker: one POST of a JSON object, one JSON
-object back, or an exception saying why not. Nothing here knows what a route means; the store
-operations (``stores.worker``, ``worker_counts``, ``worker_browse``, ``worker_porting``) are
-built on ``WorkerTransport.command`` (or ``call``, where a failure is not an error).
-
-Transient failures are retried (``stores.retrying``: connection errors, a dropped connection,
-503 and 429 honouring ``Retry-After``, timeouts) with exponential backoff and jitter, within
-the retry policy's deadline; a read that cannot connect at all (nobody listens) is not
-retried, so the per-turn block degrades at once. Every request that changes something
-(``KEYED_ROUTES``) carries an ``Idempotency-Key`` made for that call and reused by its
-retries, so a write whose answer was lost is answered from the worker's memory of it rather
-than applied twice. After ``BREAKER_THRESHOLD`` calls in a row failed that way, the client
-stops calling for ``BREAKER_COOL_DOWN`` seconds (``WorkerUnavailable``; one warning when it
-opens), then tries again. No redirect is followed: a 3xx is an error like any other answer
-the worker never gives. A reply is read up to ``MAX_REPLY_BYTES``, so a hostile or broken
-server cannot make the client hold more.
+object back, or an exception saying why not, and the checks of what comes back. Nothing here
+knows what a route means; the store's operations are built on ``WorkerTransport.command`` (or
+``call``, where a failure is not an error). Retries (``stores.retrying``), idempotency keys
+(``KEYED_ROUTES``), the breaker, no redirect followed and the reply's cap are described in
+``docs/worker.md`` ("Retries and the idempotency key").
 """
 
 from __future__ import annotations
@@ -22,11 +12,12 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from scopemem import tracing
+from scopemem.core.records import Record, WireError, from_wire
 from scopemem.core.text import is_bearer_token
 from scopemem.errors import ScopeLimitReached, StoreError, StoreRefused, StoreUnsupported
 from scopemem.stores.retrying import (
@@ -42,8 +33,10 @@ from scopemem.stores.retrying import (
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["Command", "CallFailed", "WorkerTransport", "WorkerUnavailable", "url_problem",
-           "whole_number"]
+__all__ = ["Command", "CallFailed", "WorkerTransport", "WorkerUnavailable", "in_scope",
+           "listed", "parsed", "url_problem", "whole_number"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("scopemem")
 
@@ -109,6 +102,42 @@ def whole_number(data: Mapping[str, Any], route: str, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise StoreError(f"memory worker {route} answered without a whole number {name!r}")
     return value
+
+
+def listed(data: Mapping[str, Any], route: str, name: str) -> list[Any]:
+    """The list ``name`` of a worker's answer, or ``StoreError``."""
+    items = data.get(name)
+    if not isinstance(items, list):
+        raise StoreError(f"memory worker {route} answered without a '{name}' list")
+    return items
+
+
+def parsed(route: str, what: str, parse: Callable[[Any], T], items: Iterable[Any]
+           ) -> list[T]:
+    """Each of ``items`` parsed, or ``StoreError`` naming the first that is not valid (what
+    ``parse`` raises ``ValueError`` on)."""
+    done = []
+    for n, item in enumerate(items):
+        try:
+            done.append(parse(item))
+        except ValueError as exc:
+            raise StoreError(f"memory worker {route} answered {what} that is not valid"
+                             f" ([{n}]: {exc})") from None
+    return done
+
+
+def in_scope(scope_key: str, parse: Callable[[Any], Record] | None = None
+             ) -> Callable[[Any], Record]:
+    """A parser of a record of ``scope_key`` (by ``parse``, or as the wire carries it):
+    ``WireError`` for one of another scope, which can only be a server's bug."""
+    def record(item: Any) -> Record:
+        if not isinstance(item, dict):
+            raise WireError("a record must be a JSON object")
+        found = from_wire(item, Record) if parse is None else parse(item)
+        if found.scope_key != scope_key:
+            raise WireError(f"a record of {found.scope_key!r}, not of {scope_key!r}")
+        return found
+    return record
 
 
 class WorkerTransport:

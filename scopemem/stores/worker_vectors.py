@@ -28,8 +28,7 @@ from scopemem.stores.shared.vectors import (
     check_model,
     keyed,
 )
-from scopemem.stores.worker_browse import _items, _records
-from scopemem.stores.worker_transport import Command
+from scopemem.stores.worker_transport import Command, in_scope, listed, parsed
 
 __all__ = ["PUT_BYTES", "WorkerVectors"]
 
@@ -57,7 +56,7 @@ class WorkerVectors:
         data = await self._command("/vectors-missing", {
             "scopeKey": scope_key, "model": model, "limit": min(limit, MAX_MISSING_PAGE)})
         missing = []
-        for n, item in enumerate(_items(data, "missing", "/vectors-missing")):
+        for n, item in enumerate(listed(data, "/vectors-missing", "missing")):
             record_id = item.get("id") if isinstance(item, dict) else None
             text = item.get("text") if isinstance(item, dict) else None
             if seq_in_scope(scope_key, record_id) is None or not isinstance(text, str):
@@ -98,8 +97,9 @@ class WorkerVectors:
         data = await self._command("/nearest", {
             "scopeKey": scope_key, "model": model, "vector": _wire(query), "limit": limit,
             "floor": max(float(floor), -1.0) if limit else 0.0, "include": wanted})
-        records = _records(_items(data, "records", "/nearest"), scope_key, "/nearest")
-        cosines = _items(data, "cosines", "/nearest")
+        records = parsed("/nearest", "a record", in_scope(scope_key),
+                         listed(data, "/nearest", "records"))
+        cosines = listed(data, "/nearest", "cosines")
         if len(cosines) != len(records) or not all(
                 not isinstance(value, bool) and isinstance(value, int | float)
                 and math.isfinite(value) and -1.0 <= value <= 1.0 for value in cosines):

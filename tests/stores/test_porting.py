@@ -354,3 +354,29 @@ async def test_a_planted_record_ranks_as_its_written_twin_would(make_store, cloc
     assert await portable(store).import_records([planted]) == 1
     ranked = [r.id for r in await store.retrieve(ORG, "before any deploy run", 5)]
     assert ranked == [f"mem:{ORG}:1", f"mem:{ORG}:50"]
+
+
+async def test_imported_records_continue_their_threads_as_the_in_process_store_says(
+        make_store, clock: FakeClock):
+    """A record following one of its own thread earns part of that one's match: across an
+    import too, whether the record before it was imported with it or was there already,
+    and for a record already there right after an imported one of its thread. (Past 64
+    records, so that SQLite reads the postings rather than every row.)"""
+    def at(seq: int, text: str, thread: str) -> Record:
+        return record(ORG, seq, text, source_thread_key=thread)
+
+    first = [at(3, "rollout checklist", "t/1"), at(5, "rollout checklist", "t/2"),
+             at(6, "deploy window friday", "t/1"),
+             *(at(seq, f"filler note {seq}", "t/3") for seq in range(10, 80))]
+    second = [at(2, "deploy window friday", "t/1"), at(4, "deploy window friday", "t/9"),
+              at(7, "rollout checklist", "t/1"), at(9, "rollout checklist", "t/1")]
+    answers = []
+    for store in (InMemoryStore(clock=clock), await make_store()):
+        for batch in (first, second):
+            await portable(store).import_records(batch)
+        hits = await store.search(ORG, "deploy window rollout checklist", 10)
+        answers.append({hit.record.id: hit.match for hit in hits})
+    reference, answer = answers
+    assert reference[f"mem:{ORG}:3"] > reference[f"mem:{ORG}:5"]  # after t/1's, after t/9's
+    assert reference[f"mem:{ORG}:7"] > reference[f"mem:{ORG}:9"]  # after t/1's, after none
+    assert answer == pytest.approx(reference, abs=0)

@@ -284,6 +284,28 @@ async def test_commands_raise_on_malformed_answers(store, stub, route, reply):
         await COMMANDS[route](store)
 
 
+def history(found: dict[str, Any]) -> dict[str, Any]:
+    return {"found": True, "record": wire_record(2), "supersedes": [found], "restatedBy": [],
+            "reaches": []}
+
+
+@pytest.mark.parametrize(("route", "reply", "call"), [
+    ("/record-page", lambda found: {"total": 1, "records": [found]},
+     lambda s: s.record_page(ORG)),
+    ("/record-history", history, lambda s: s.record_history(ORG, f"mem:{ORG}:2")),
+    ("/export", lambda found: {"records": [found]}, lambda s: s.export_page(ORG, 0, 10)),
+])
+async def test_a_record_of_another_scope_in_an_answer_is_never_shown(store, stub, route,
+                                                                      reply, call):
+    """Browsing and exporting raise where a retrieval drops: a record of another scope can
+    only be the server's bug, and what a person reads or moves must not hold it."""
+    stub.replies[route] = (200, reply(wire_record(1)))
+    await call(store)  # of its own scope: shown
+    stub.replies[route] = (200, reply(wire_record(1, scope="user:slack:U9")))
+    with pytest.raises(StoreError, match=route):
+        await call(store)
+
+
 async def test_bad_scope_keys_and_caps_are_refused_locally(store, stub):
     with pytest.raises(StoreError):
         await store.write("has space", [fact("xray")])

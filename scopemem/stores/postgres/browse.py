@@ -31,13 +31,12 @@ from scopemem.core.records import Kind
 from scopemem.core.scopes import record_seq, scope_kind
 from scopemem.stores.base import Clock
 from scopemem.stores.browsing import (
-    MAX_CHAIN,
-    RESTATED_BY,
     Found,
     check_reach_retention_days,
     count_total_args,
     fit_reaches,
     history_from,
+    history_reads,
     names_person,
     reach_cutoff,
     reach_query,
@@ -129,38 +128,15 @@ class Browse:
 
     async def _history(self, conn: Any, key: str, record_id: str, seq: int
                        ) -> Found | None:
-        """The record, its supersede chain (through ever lower seqs), the newest record
-        superseding it (when it is superseded) and the newest restating it."""
-        cursor = await conn.execute(self.sql.pointers, {"scope": key, "seq": seq, "id": record_id})
-        found = await cursor.fetchone()
-        if found is None:
-            return None
-        pointer, status = found
-        chain: list[int] = []
-        current = seq
-        while pointer and len(chain) < MAX_CHAIN:
-            before = seq_in_scope(key, pointer)
-            if before is None or before >= current:
-                break
-            cursor = await conn.execute(self.sql.pointers,
-                                        {"scope": key, "seq": before, "id": pointer})
-            step = await cursor.fetchone()
-            if step is None:
-                break
-            chain.append(before)
-            current, pointer = before, step[0]
-        by: list[int] = []
-        if status == "superseded":
-            cursor = await conn.execute(self.sql.superseded_by, {"scope": key, "id": record_id})
-            by = [row[0] for row in await cursor.fetchall()]
-        cursor = await conn.execute(self.sql.restated_by,
-                                    {"scope": key, "id": record_id, "most": RESTATED_BY})
-        restated = [row[0] for row in await cursor.fetchall()]
-        cursor = await conn.execute(self.sql.rows, {"scope": key,
-                                                 "seqs": [seq, *chain, *by, *restated]})
-        records = {row[0]: record_of(row) for row in await cursor.fetchall()}
-        return (records[seq], tuple(records[n] for n in chain),
-                records[by[0]] if by else None, tuple(records[n] for n in restated))
+        steps = history_reads(key, record_id, seq, record_of)
+        try:
+            name, params = next(steps)
+            while True:
+                cursor = await conn.execute(getattr(self.sql, name), params)
+                name, params = steps.send(await cursor.fetchall())
+        except StopIteration as done:
+            found: Found | None = done.value
+            return found
 
     async def scrub_reaches(self, conn: Any, scope_key: str, person: str) -> None:
         """Delete the scope's reaches that name ``person``, in the caller's transaction."""

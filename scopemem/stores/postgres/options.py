@@ -1,14 +1,6 @@
-"""``[memory.stores.postgres]``: what the PostgreSQL store is configured with, validated.
-
-``dsn`` (the connection string itself) or ``dsn_env`` (the environment variable holding it),
-exactly one; ``schema`` (the PostgreSQL schema the store's tables live in, "scopemem" by
-default: tests and operators isolate installations by it); ``min_pool`` / ``max_pool`` (the
-connection pool's bounds); ``statement_timeout_ms`` (every statement's limit on the server;
-0 is none); ``max_scopes`` (0: no limit); ``postings_cache`` (postings of large scopes a worker
-holds in memory, checked against the scope's change counter with every retrieval; 0 turns the
-copies off) and ``cache_min_postings`` (a retrieval reading this many postings has its scope
-copied); ``usage_flush_ms`` (use counts are saved in the background within this many
-milliseconds, ``usage.py``). Every mistake is a ``ConfigError`` naming the key.
+"""``[memory.stores.postgres]``: what the PostgreSQL store is configured with, validated
+(the options and their defaults are ``docs/postgres-store.md``'s table). Every mistake is a
+``ConfigError`` naming the key.
 """
 
 from __future__ import annotations

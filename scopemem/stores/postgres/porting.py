@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from scopemem.core.records import Record
 from scopemem.core.words import Analyzer
 from scopemem.stores.base import Clock
-from scopemem.stores.porting import group_import
+from scopemem.stores.porting import group_import, import_threads
 from scopemem.stores.postgres.locking import ScopeLock
 from scopemem.stores.postgres.pool import Connect
 from scopemem.stores.postgres.statements import Statements, insert_row, record_of
@@ -70,46 +70,31 @@ class Porting:
             seqs = [seq for seq, _record in batch]
             cursor = await conn.execute(self.sql.held_seqs, {"scope": scope_key, "seqs": seqs})
             held = {seq for (seq,) in await cursor.fetchall()}
-            fresh = sorted(((seq, record) for seq, record in batch if seq not in held),
-                           key=lambda item: item[0])
+            fresh = [item for item in batch if item[0] not in held]  # in seq order
             if not fresh:
                 return 0
+            tokens = {seq: record_tokens(r, self.analyzer) if r.is_active else []
+                      for seq, r in fresh}
             async with conn.cursor() as rows:
                 await rows.executemany(self.sql.insert, [
-                    insert_row(scope_key, seq, r, now,
-                               record_tokens(r, self.analyzer) if r.is_active else [])
-                    for seq, r in fresh])
+                    insert_row(scope_key, seq, r, now, tokens[seq]) for seq, r in fresh])
             # Each record's neighbours, from the table (which now holds the imported rows).
             around = sorted({n for seq, _r in fresh for n in (seq - 1, seq + 1)})
             cursor = await conn.execute(self.sql.neighbours,
                                         {"scope": scope_key, "seqs": around})
-            neighbours = {seq: (thread, status) for seq, thread, status, _tokens
-                          in await cursor.fetchall()}
-            terms: list[str] = []
-            posted: list[int] = []
-            continues: list[bool] = []
-            follows: list[int] = []  # existing active rows that now continue an import
-            fresh_seqs = {seq for seq, _r in fresh}
-            for seq, record in fresh:
-                thread = record.source_thread_key
-                if record.is_active:
-                    before = neighbours.get(seq - 1)
-                    tokens = record_tokens(record, self.analyzer)
-                    terms += tokens
-                    posted += [seq] * len(tokens)
-                    continues += [before is not None and before[0] == thread] * len(tokens)
-                after = neighbours.get(seq + 1)
-                if (after is not None and seq + 1 not in fresh_seqs and after[0] == thread
-                        and after[1] == "active"):
-                    follows.append(seq + 1)
-            if terms:
-                await conn.execute(self.sql.post, {"scope": scope_key, "terms": terms,
-                                                   "seqs": posted, "continues": continues})
+            continues, follows = import_threads(
+                fresh, {seq: row for seq, *row in await cursor.fetchall()})
+            if any(tokens[seq] for seq in continues):
+                await conn.execute(self.sql.post, {
+                    "scope": scope_key,
+                    "terms": [term for seq in continues for term in tokens[seq]],
+                    "seqs": [seq for seq in continues for _term in tokens[seq]],
+                    "continues": [flag for seq, flag in continues.items()
+                                  for _term in tokens[seq]]})
             if follows:
                 await conn.execute(self.sql.mark_continues,
                                    {"scope": scope_key, "seqs": follows})
-            imported_active = sum(1 for _seq, r in fresh if r.is_active)
             await conn.execute(self.sql.import_counts, {
                 "scope": scope_key, "last": max(last_seq, fresh[-1][0]),
-                "added": imported_active})
+                "added": len(continues)})
         return len(fresh)

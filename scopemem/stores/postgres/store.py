@@ -49,8 +49,8 @@ from scopemem.stores.base import (
     check_cap,
     check_retention_days,
     check_scope_key,
-    salient_batch,
     wall_clock_ms,
+    write_batch,
 )
 from scopemem.stores.postgres import reads
 from scopemem.stores.postgres.browse import Browse
@@ -173,15 +173,11 @@ class PostgresStore:
 
     async def write(self, scope_key: str, candidates: Sequence[Candidate],
                     cap: int | None = None) -> WriteCounts:
-        check_scope_key(scope_key)
-        cap = self.cap if cap is None else check_cap(cap)
-        if not candidates:
-            return WriteCounts()
-        fitted, dropped = salient_batch(candidates)
+        fitted, dropped, scope_cap = write_batch(scope_key, candidates, cap, self.cap)
         if not fitted:
             return dropped
         await self._usage.save(scope_key)  # its dedup and eviction see every use
-        return await self._writes.write(scope_key, fitted, cap) + dropped
+        return await self._writes.write(scope_key, fitted, scope_cap) + dropped
 
     async def list(self, scope_key: str, limit: int, query: str | None = None,
                    kind: Kind | None = None) -> list[Record]:

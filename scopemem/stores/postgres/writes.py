@@ -1,14 +1,7 @@
-"""The PostgreSQL store's write transactions: a write batch, forget, sweep, the deletion of
-a scope, the scrubbing of a person's provenance and the retention purge, each one
-transaction under the scope's row lock (``locking.py``), and the re-derivation of every
-row's tokens when the analyzer changed (``refold``).
-
-A write batch takes the scope's row in ``scopes`` FOR UPDATE (so writers to a scope queue
-there, across processes, and the next seq is read under the lock), reads and locks the rows
-the batch can touch, lets ``batch.plan_batch`` run the engine over them, inserts and changes
-rows in two pipelined ``executemany`` calls and keeps the postings in step, evicts above the
-cap, purges dead rows past the retention (a swept row is scrubbed and kept) and records the
-new last seq and active count. All of it commits, or none.
+"""The PostgreSQL store's write transactions (a write batch, forget, sweep, deleting a
+scope, scrubbing provenance, the retention purge), each one transaction under the scope's
+row lock (``locking.py``), and re-deriving every row's tokens when the analyzer changed
+(``refold``). A write is pipelined: it waits on the server only for what it reads.
 """
 
 from __future__ import annotations

@@ -2,18 +2,11 @@
 
 A SQL store hands ``plan_batch`` the scope's rows a batch can touch (read once, locked, in
 the write's transaction): the active rows sharing a candidate's normalized text and the rows
-its ``supersedes`` / ``restates`` pointers name. The engine's ``plan_write`` then decides each
-candidate in order against the rows as the batch has left them so far (its own inserts, its
-dedup bumps, its supersedes), and the answer is the batch's net effect: the rows to insert,
-the existing rows to change (each once, in its final state), and the counts. The store
-persists that with a few statements, whatever the batch's size, instead of a lookup and a
-statement per candidate.
-
-``pick_eviction`` is the other half of a write: which of the least recently used rows the
-cap retires, from two short ordered reads the store makes (see its docstring).
-
-Both SQL stores write through these: the SQLite store (``sqlite/writes.py``) and the
-PostgreSQL store (``postgres/store.py``).
+its pointers name. The engine decides each candidate in order against the rows as the batch
+has left them so far, and the answer is the batch's net effect (rows to insert, rows to
+change, each once, the counts), persisted with a few statements whatever the batch's size.
+``pick_eviction`` chooses what the cap retires from two short least-recently-used reads.
+Both SQL stores' ``writes.py`` write through these.
 """
 
 from __future__ import annotations

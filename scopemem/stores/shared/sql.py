@@ -1,20 +1,7 @@
-"""The statements both SQL stores run, written once, in each database's dialect.
-
-The SQLite and the PostgreSQL stores keep the same tables under the same names (``scopes``,
-``records``, ``counters``, ``count_totals``, ``vectors``, ``reaches``) with the same
-columns; where they run the same statement, it is here, built from a ``Dialect``
-(``dialect.py``: table names, bound values and lists, byte order, index hints, a few
-function names). So a newcomer reads one statement, and its two renderings are
-``Statements(sqlite_shared.dialect.SQLITE)`` and ``Statements(postgres.dialect.of(schema))``.
-
-What each store writes alone stays in its package: the token index (SQLite's FTS5 table
-against PostgreSQL's ``postings``), a write's rows going in (one JSON array against
-pipelined rows), the writers' lock (``BEGIN IMMEDIATE`` against ``FOR UPDATE``), the use
-counts (saved later against ``SKIP LOCKED`` updates) and the counters' totals (triggers
-against one statement). ``docs/storage.md`` lists them.
-
-Every statement names the scope as a bound value in its WHERE clause, and every index leads
-with ``scope_key``: no statement reads or changes another scope's rows.
+"""The statements both SQL stores run, written once: ``Statements(dialect)`` renders them in
+SQLite's (``sqlite_shared.dialect.SQL``) or PostgreSQL's (``postgres.dialect.of(schema)``)
+spelling. What each store writes alone stays in its package; ``docs/storage.md`` ("One SQL
+shape") lists both. Every statement names the scope as a bound value in its WHERE clause.
 """
 
 from __future__ import annotations

@@ -35,14 +35,15 @@ from scopemem.core.browse import (
 from scopemem.core.records import Kind, Record
 from scopemem.core.scopes import scope_kind
 from scopemem.stores.browsing import (
-    MAX_CHAIN,
-    RESTATED_BY,
     Found,
     count_total_args,
+    drive,
     history_from,
+    history_reads,
     record_args,
     record_params,
     scope_args,
+    scope_order,
 )
 from scopemem.stores.shared.batches import seq_in_scope
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
@@ -76,15 +77,8 @@ class Browse:
         answers = await asyncio.gather(*(self._pools.read(shard, _scopes, statement, params)
                                          for shard in range(self._shards)))
         found = [answer for answer in answers if answer is not None]
-
-        def order(row: ScopeSummary) -> tuple[Any, ...]:
-            if sort == "active":
-                return (row.active, row.scope_key)
-            if sort == "last_write":
-                return (row.last_write_ms, row.scope_key)
-            return (row.scope_key,)
-
-        merged = heapq.merge(*(rows for _total, rows in found), key=order, reverse=descending)
+        merged = heapq.merge(*(rows for _total, rows in found), key=scope_order(sort),
+                             reverse=descending)
         rows = [row for _n, row in zip(range(offset + limit), merged, strict=False)]
         return ScopePage(total=sum(total for total, _rows in found),
                          rows=tuple(rows[offset:]))
@@ -149,34 +143,11 @@ def _record_page(conn: Any, uses: PendingUses, shard: int, params: dict[str, Any
 
 def _history(conn: Any, uses: PendingUses, shard: int, scope_key: str, record_id: str,
              seq: int) -> Found | None:
-    """The record, its supersede chain (followed back through ever lower seqs), the newest
-    record superseding it (when it is superseded) and the newest restating it."""
+    def run(name: str, params: dict[str, Any]) -> Any:
+        if name == "rows":  # with the uses not saved yet
+            return uses.rows(conn, shard, scope_key, SQL.rows,
+                             {**params, "seqs": json.dumps(params["seqs"])})[1]
+        return conn.execute(getattr(SQL, name), params).fetchall()
+
     with sqlite_sql.snapshot(conn):
-        found = conn.execute(SQL.pointers, {"scope": scope_key, "seq": seq, "id": record_id}
-                             ).fetchall()
-        if not found:
-            return None
-        pointer, status = found[0]
-        chain: list[int] = []
-        current = seq
-        while pointer and len(chain) < MAX_CHAIN:
-            before = seq_in_scope(scope_key, pointer)
-            if before is None or before >= current:
-                break
-            step = conn.execute(SQL.pointers, {"scope": scope_key, "seq": before,
-                                            "id": pointer}).fetchall()
-            if not step:
-                break
-            chain.append(before)
-            current, pointer = before, step[0][0]
-        by: list[int] = []
-        if status == "superseded":
-            by = [row[0] for row in conn.execute(SQL.superseded_by,
-                                                 {"scope": scope_key, "id": record_id})]
-        restated = [row[0] for row in conn.execute(
-            SQL.restated_by, {"scope": scope_key, "id": record_id, "most": RESTATED_BY})]
-        _lead, rows = uses.rows(conn, shard, scope_key, SQL.rows, {
-            "scope": scope_key, "seqs": json.dumps([seq, *chain, *by, *restated])})
-    records = {row[0]: sqlite_sql.record(row) for row in rows}
-    return (records[seq], tuple(records[n] for n in chain),
-            records[by[0]] if by else None, tuple(records[n] for n in restated))
+        return drive(history_reads(scope_key, record_id, seq, sqlite_sql.record), run)

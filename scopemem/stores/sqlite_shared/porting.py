@@ -20,7 +20,7 @@ from scopemem.core.records import Record
 from scopemem.core.text import normalize_text
 from scopemem.core.words import Analyzer
 from scopemem.stores.base import Clock, check_scope_key
-from scopemem.stores.porting import group_import
+from scopemem.stores.porting import group_import, import_threads
 from scopemem.stores.shared.tokens import index_tokens
 from scopemem.stores.sqlite_shared import index
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
@@ -54,7 +54,7 @@ def import_scope(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer,
             st.LOCK_SCOPE, {"scope": scope_key}).fetchall()[0]
         seqs = json.dumps([seq for seq, _record in batch])
         held = {seq for (seq,) in conn.execute(SQL.held_seqs, {"scope": scope_key, "seqs": seqs})}
-        added = sorted((item for item in batch if item[0] not in held), key=lambda i: i[0])
+        added = [item for item in batch if item[0] not in held]  # in seq order
         if not added:
             return 0
         tokens = {seq: index_tokens(r.text, r.keywords, analyzer) if r.is_active else []
@@ -67,27 +67,15 @@ def import_scope(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer,
              None if r.is_active else now, " ".join(tokens[seq]))
             for seq, r in added], ensure_ascii=False)})
         around = json.dumps(sorted({n for seq, _r in added for n in (seq - 1, seq + 1)}))
-        neighbours = {seq: row for seq, *row in conn.execute(
+        beside = {seq: row for seq, *row in conn.execute(
             SQL.neighbours, {"scope": scope_key, "seqs": around})}
-        added_seqs = {seq for seq, _r in added}
-        documents: list[tuple[int, list[str], bool]] = []
-        # Existing active rows that now continue an import: indexed again with the marker.
-        follows: list[tuple[int, list[str], bool]] = []
-        for seq, record in added:
-            thread = record.source_thread_key
-            before = neighbours.get(seq - 1)
-            if record.is_active:
-                documents.append((seq, tokens[seq], before is not None and before[0] == thread))
-            after = neighbours.get(seq + 1)
-            if (after is not None and seq + 1 not in added_seqs and after[0] == thread
-                    and after[1] == "active"):
-                follows.append((seq + 1, after[2].split(), True))
-        if follows:
-            index.unpost(conn, sid, [seq for seq, _terms, _c in follows])
-        index.post(conn, sid, [*documents, *follows])
+        continues, follows = import_threads(added, beside)
+        index.unpost(conn, sid, follows)  # indexed again, with the marker
+        index.post(conn, sid, [*((seq, tokens[seq], c) for seq, c in continues.items()),
+                               *((seq, beside[seq][2].split(), True) for seq in follows)])
         conn.execute(SQL.import_counts, {
             "scope": scope_key, "last": max(last_seq, added[-1][0]),
-            "added": sum(1 for _seq, r in added if r.is_active)})
+            "added": len(continues)})
     return len(added)
 
 

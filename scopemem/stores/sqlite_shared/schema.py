@@ -1,25 +1,8 @@
-"""The on-disk layout of the shared-file SQLite store: a fixed number of shard files, each
-holding every scope whose key hashes to it.
-
-Each shard is one SQLite database in WAL mode. Its tables are keyed by scope first, as the
-PostgreSQL store's one table is (``stores/postgres/migrations.py``): ``scopes`` (a row per
-scope: its last seq, active count, change counter and its id in the shard), ``records``
-(``(scope_key, seq)``) and ``counters``. Every statement names the scope as a bound
-value in its WHERE clause, and every index leads with ``scope_key``, so no statement can
-read or change another scope's rows, whatever its key holds. ``count_totals``, the counters
-summed per scope kind, is kept by triggers and read by the hub's charts (``browse.py``).
-
-The engine's terms of every active record are in one FTS5 table per shard, ``terms_fts``
-(``index.py``): a document per record, rowid ``sid << 32 | seq``, each term prefixed by the
-scope's id (``scopes.sid``, eight hex digits), so a scope's terms are its own range of the
-vocabulary and a query for one of them can only match that scope's records.
-
-A shard records which shard it is (``meta``: its index and the shard count) and carries the
-store's application id, so a file copied over another shard's name, or a database of
-another application, is refused rather than read as the wrong scopes. ``meta`` also holds the
-analyzer's signature its terms follow (``META_FOLDING``, ``refold.py``).
-
-This module is plain data plus small functions taking an apsw connection.
+"""The shard files' tables and their migrations, the shard a scope lives in
+(``shard_of``), and the checks that a file is the shard it is named for (its application id
+and ``meta``'s index and count) and follows the store's analyzer (``META_FOLDING``,
+``refold.py``). ``docs/storage.md`` ("The shared SQLite layout") describes the tables. Every
+index leads with ``scope_key``. Plain data plus small functions taking an apsw connection.
 """
 
 from __future__ import annotations

@@ -97,12 +97,10 @@ DELETE_COUNTERS = "DELETE FROM counters WHERE scope_key = :scope"
 
 # --- use counts and counters ---------------------------------------------------------------
 
-# Every pending use of a scope in one statement: [seq, uses, last use] per row, as one JSON
-# array. A last use never moves back (another process may have used the row since). The
-# array is materialized first so that it drives the join, one primary-key lookup a row:
-# left to itself SQLite scans every row of the scope and looks each one up in the array.
 # [[scope, seq, uses, last use], ...]: a save's uses, of every scope it saves, in one
-# statement (materialized first, so each row is a key lookup) ...
+# statement. A last use never moves back (another process may have used the row since). The
+# array is materialized first so that it drives the join, one primary-key lookup a row
+# (left to itself SQLite scans the rows and looks each one up in the array) ...
 BUMP = ("WITH bump (scope, seq, uses, last) AS MATERIALIZED"
         " (SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(:bumps))"
         " UPDATE records SET use_count = use_count + bump.uses,"

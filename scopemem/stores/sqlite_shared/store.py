@@ -1,19 +1,7 @@
 """``SharedSqliteStore``: every scope in a few shared SQLite files (the SQLite store's
-default layout, see ``docs/storage.md``).
-
-A data directory holds ``schema.SHARDS`` shard files; a scope lives in the one its key
-hashes to, keyed by scope in every table (``schema.py``). So the files open, the descriptors
-held and the cost of reaching a scope do not grow with the number of scopes: over 10,000
-scopes a request finds its shard open, where one file per scope had to open (and close
-another) on nearly every request (``benchmarks/layout_bench.py``).
-
-Each call runs on the read pool (``reads.py``: with the scope's copy of its index in
-memory, ``shared/cache.py``, when one is held) or behind the shard's other writers
-(``writes.py``; the threads and queues are ``pools.py``'s), with use counts saved in the
-background within ``usage_flush_ms`` (``usage.py``), one transaction per shard. Counters
-and ``max_scopes`` are ``counts.py``'s, export and import ``porting.py``'s; a directory of
-the file layout is migrated at construction (``migrate.py``). Each of these parts is built
-here with what it uses.
+default layout; ``docs/storage.md``, "The shared SQLite layout", has the design). Each part
+(``sqlite_shared``'s modules) is built here with what it uses; a directory of the retired
+file layout is migrated at construction (``migrate.py``).
 """
 
 from __future__ import annotations
@@ -48,8 +36,8 @@ from scopemem.stores.base import (
     check_retention_days,
     check_scope_key,
     retention_cutoff,
-    salient_batch,
     wall_clock_ms,
+    write_batch,
 )
 from scopemem.stores.browsing import check_reach_retention_days
 from scopemem.stores.shared import batches
@@ -260,18 +248,15 @@ class SharedSqliteStore:
 
     async def write(self, scope_key: str, candidates: Sequence[Candidate],
                     cap: int | None = None) -> WriteCounts:
-        check_scope_key(scope_key)
-        cap = self.cap if cap is None else check_cap(cap)
-        if not candidates:
-            return WriteCounts()
-        fitted, dropped = salient_batch(candidates)
+        fitted, dropped, scope_cap = write_batch(scope_key, candidates, cap, self.cap)
         if not fitted:
             return dropped
         now = self._clock()
         shard = self._shards.of(scope_key)
         counts = await self._pools.write(
-            shard, writes.write, self._uses, shard, self.analyzer, scope_key, fitted, cap, now,
-            retention_cutoff(now, self.retention_days), self._scopes.reserve, create=True)
+            shard, writes.write, self._uses, shard, self.analyzer, scope_key, fitted,
+            scope_cap, now, retention_cutoff(now, self.retention_days), self._scopes.reserve,
+            create=True)
         assert counts is not None  # created: the shard has a file
         return counts + dropped
 

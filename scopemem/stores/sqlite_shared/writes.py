@@ -1,13 +1,6 @@
-"""A write batch, a forget and a sweep on one shard: each one ``BEGIN IMMEDIATE``
-transaction, committed whole or not at all.
-
-They run on the write pool, one at a time per shard (the store queues them on the event loop
-first). A write reads the scope's row in ``scopes`` (its last seq and active count, created
-by the scope's first write), saves the scope's pending uses, reads the rows the batch can
-touch, lets ``batches.plan_batch`` run the engine over them, inserts and changes rows with
-their postings, evicts above the cap, purges dead rows past the retention (a swept row is
-scrubbed and kept), records the new last seq and active count (and counts a generation) and
-adds the day's counters.
+"""A write batch, a forget, a sweep, deleting a scope, scrubbing provenance and the purge on
+one shard: each one ``BEGIN IMMEDIATE`` transaction on the shard's writing thread, committed
+whole or not at all, the scope's pending uses saved first (``transaction``).
 """
 
 from __future__ import annotations
