@@ -241,7 +241,7 @@ async def test_reads_and_writes_look_up_only_the_rows_they_need(tmp_path, clock:
         # A term's postings are a MATCH of the token index, a term at a time.
         assert "SCAN t VIRTUAL TABLE INDEX 0:M1" in plan(st.STATE_POSTINGS)
         batch = plan(st.BATCH_ROWS)
-        assert any("records_active_norm (scope_key=? AND norm=?)" in step for step in batch)
+        assert any("records_active_key (scope_key=? AND <expr>=?)" in step for step in batch)
         assert not any(step.endswith("USING PRIMARY KEY (scope_key=?)") for step in batch)
         # A save of use counts looks up each row it bumps, never every row of the scope.
         bump = plan(st.BUMP)
@@ -441,6 +441,38 @@ async def test_a_version_3_shard_moves_its_postings_into_the_token_index(
         assert len(other) == 4 and not other.keys() & {0}
         sids = [sid for (sid,) in conn.execute("SELECT sid FROM scopes ORDER BY sid")]
         assert len(sids) == 2 == len(set(sids)) and all(sid > 0 for sid in sids)
+    finally:
+        conn.close()
+
+
+async def test_a_version_7_shard_keys_its_dedup_index_by_a_prefix_and_dedups_alike(
+        tmp_path, clock: FakeClock):
+    """A shard of version 7 (its dedup index over the whole normalized text) opens at the
+    current version with the index keyed by the text's prefix; a write still finds the
+    records it repeats, and two texts sharing a long prefix stay two records."""
+    data = tmp_path / "data"
+    name = await write_one(data, clock)
+    conn = apsw.Connection(str(data / name))
+    conn.execute("DROP INDEX records_active_key; CREATE INDEX records_active_norm ON records"
+                 " (scope_key, norm) WHERE status = 'active'; PRAGMA user_version = 7;")
+    conn.close()
+    store = SharedSqliteStore(data, clock=clock, synchronous="off")
+    try:
+        repeated = await store.write("org:acme", [fact("The deploy  runs on Tuesdays")])
+        assert (repeated.inserted, repeated.deduped) == (0, 1)
+        longer = await store.write("org:acme", [fact("the deploy runs on tuesdays at noon")])
+        assert (longer.inserted, longer.deduped) == (1, 0)
+        again = await store.write("org:acme", [fact("the deploy runs on tuesdays at noon")])
+        assert (again.inserted, again.deduped) == (0, 1)
+        assert len(await store.retrieve("org:acme", "deploy tuesdays", 5)) == 2
+    finally:
+        await store.close()
+    conn = apsw.Connection(str(data / name))
+    try:
+        assert conn.execute("PRAGMA user_version").fetchall() == [(schema.SCHEMA_VERSION,)]
+        indexes = {row[0] for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert "records_active_key" in indexes and "records_active_norm" not in indexes
     finally:
         conn.close()
 

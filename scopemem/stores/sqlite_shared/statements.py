@@ -12,6 +12,7 @@ on what a client sent and user text never reaches SQL as anything but a value.
 from __future__ import annotations
 
 from scopemem.stores.sqlite_shared.schema import RECORD_COLUMNS as RECORD_COLUMNS
+from scopemem.stores.sqlite_shared.schema import dedup_key
 
 ACTIVE = "scope_key = :scope AND status = 'active'"
 IN_SEQS = "seq IN (SELECT value FROM json_each(:seqs))"
@@ -67,10 +68,12 @@ LOCK_SCOPE = ("SELECT last_seq, active, generation, sid FROM scopes"
 # scope's row is never deleted, so an id is never given twice).
 NEW_SCOPE = ("INSERT INTO scopes (scope_key, created_at, sid) VALUES (:scope, :now,"
              " (SELECT ifnull(max(sid), 0) + 1 FROM scopes)) ON CONFLICT DO NOTHING")
-# Two lookups (the dedup index, then the primary key) in a UNION: with an OR, or without the
-# index named, SQLite scans every row of the scope.
-BATCH_ROWS = (f"SELECT {RECORD_COLUMNS} FROM records INDEXED BY records_active_norm"
-              f" WHERE {ACTIVE} AND norm IN (SELECT value FROM json_each(:norms))"
+# Two lookups (the dedup index by its key, then the primary key) in a UNION: with an OR, or
+# without the index named, SQLite scans every row of the scope.
+BATCH_ROWS = (f"SELECT {RECORD_COLUMNS} FROM records INDEXED BY records_active_key"
+              f" WHERE {ACTIVE} AND {dedup_key('norm')} IN"
+              f" (SELECT {dedup_key('value')} FROM json_each(:norms))"
+              " AND norm IN (SELECT value FROM json_each(:norms))"
               f" UNION SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE} AND {IN_SEQS}"
               " ORDER BY seq")
 # A write's rows and postings go in as one JSON array a statement, not a statement a row:
