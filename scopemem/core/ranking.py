@@ -19,9 +19,9 @@ a lesson through its neighbour from the same run, and a term the two both hold c
     match = (Σ idf(t) over t it holds + 0.75 · Σ idf(t) over t only its predecessor holds)
             / Σ idf(t) over all query terms
 
-so the match stays at most 1.
-The best ``candidate_cap(limit)`` candidates by match (ties to the newer record) are then
-ordered by the seed's score, ``0.7 · match + 0.3 · recency``, ties to the newer record.
+so the match stays at most 1. The best ``candidate_cap(limit)`` candidates by match (ties
+to the newer record) are then ordered by the seed's score,
+``0.7 · match + 0.3 · recency``, ties to the newer record.
 
 ``Ranking(weighted=False)`` is the seed's scorer: every term weighs 1 (the match is the
 plain share of the query's words), no neighbour credit, and with the ``PLAIN`` analyzer no
@@ -68,7 +68,6 @@ __all__ = [
     "ScopeStats",
     "candidate_cap",
     "covered_weights",
-    "credit",
     "grouped",
     "query_terms",
     "query_words",
@@ -409,7 +408,7 @@ def _candidates(matched: Mapping[int, float], limit: int) -> list[tuple[float, i
 def _matches(covered: Mapping[int, float], total: float, context: float,
              continues: Container[int], shared: Mapping[int, float]) -> dict[int, float]:
     """seq → match of every gated record: its share of the query's weight, plus ``context``
-    times the share its predecessor holds and it does not (``credit``), when the
+    times the share of the query's weight its predecessor holds and it does not, when the
     predecessor is a gated record of the same thread, capped at 1 (float error). The one
     place the match is computed."""
     matched = {seq: weight / total for seq, weight in covered.items()}
@@ -418,16 +417,9 @@ def _matches(covered: Mapping[int, float], total: float, context: float,
         for seq in covered.keys() & continues:  # type: ignore[operator]
             before = get(seq - 1)
             if before is not None:
-                value = matched[seq] + credit(context, before, common(seq, 0.0), total)
+                value = matched[seq] + context * ((before - common(seq, 0.0)) / total)
                 matched[seq] = value if value < 1.0 else 1.0
     return matched
-
-
-def credit(context: float, before: float, shared: float, total: float) -> float:
-    """The neighbour credit: ``context`` times the share of the query's weight ``total``
-    that a predecessor covering ``before`` holds beyond the ``shared`` weight its successor
-    holds too. Every float of the credit is computed so, whichever store weighs."""
-    return context * ((before - shared) / total)
 
 
 _score_then_seq = operator.itemgetter(0, 1)

@@ -206,7 +206,7 @@ class DenseIndex:
         credited = match
         if context and shared is not None:
             # As ranking._matches: the credit of a gated predecessor of the same thread
-            # (``ranking.credit``), the sum capped at 1.
+            # (its weight less the shared), the sum capped at 1.
             linked = self._continues.copy()
             linked[1:] &= gated[:-1]
             prior = np.zeros(len(match))
