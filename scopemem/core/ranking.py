@@ -11,11 +11,17 @@ match is the share of the query's *weight* it holds:
 
 with N the scope's active records and df(t) how many of them hold t, so a rare word counts
 for more than a common one and the match stays in [0, 1] (records of different scopes
-compare like with like). A record also takes half the match of the record written just
-before it in the same thread, when that one is a candidate too (capped at 1): a reply is
-found through the question it answers, a lesson through its neighbour from the same run.
-The best ``candidate_cap(limit)`` candidates by match (ties to the newer record) are then
-ordered by the seed's score, ``0.7 · match + 0.3 · recency``, ties to the newer record.
+compare like with like). A record also takes ``CONTEXT_WEIGHT`` (0.75) of the weight of
+the query terms held by the record written just before it in the same thread and not by
+itself, when that one is a candidate too: a reply is found through the question it answers,
+a lesson through its neighbour from the same run, and a term the two both hold counts once.
+
+    match = (Σ idf(t) over t it holds + 0.75 · Σ idf(t) over t only its predecessor holds)
+            / Σ idf(t) over all query terms
+
+so the match stays at most 1. The best ``candidate_cap(limit)`` candidates by match (ties
+to the newer record) are then ordered by the seed's score,
+``0.7 · match + 0.3 · recency``, ties to the newer record.
 
 ``Ranking(weighted=False)`` is the seed's scorer: every term weighs 1 (the match is the
 plain share of the query's words), no neighbour credit, and with the ``PLAIN`` analyzer no
@@ -28,7 +34,8 @@ them the postings of its terms. A record's covered weight (the numerator of its 
 one implementation, ``covered_weights``: every store's records are weighed by it, whether a
 store hands in whole rows (``rank_entries``), postings (``core.topk``, which selects only
 the records that can rank, exactly as all of them do) or postings as arrays
-(``stores.dense``).
+(``stores.dense``); so has the weight of the query terms a record shares with its
+predecessor (``shared_weights``), which the neighbour credit leaves out.
 """
 
 from __future__ import annotations
@@ -68,6 +75,7 @@ __all__ = [
     "rank_covered",
     "rank_entries",
     "score_candidates",
+    "shared_weights",
     "term_weights",
     "wire_query",
 ]
@@ -81,8 +89,10 @@ MAX_MATCH_TOKENS = 24
 # proportionally more for larger limits (000's prefilter cap).
 CANDIDATE_FLOOR = 50
 CANDIDATES_PER_LIMIT = 5
-#: The share of the preceding same-thread record's match a record is credited with.
-CONTEXT_WEIGHT = 0.5
+#: The share of the weight of the query terms the preceding same-thread record holds, and
+#: the record does not, that the record is credited with (at most 1: the match stays in
+#: [0, 1]).
+CONTEXT_WEIGHT = 0.75
 
 T = TypeVar("T")
 
@@ -257,6 +267,29 @@ def covered_weights(sums: dict[int, float] | FloatArray, terms: QueryTerms,
     return sums
 
 
+def shared_weights(sums: dict[int, float], terms: QueryTerms, weights: Sequence[float],
+                   holders: Callable[[str], Collection[int] | None],
+                   column: Callable[[str], Container[int] | None]) -> dict[int, float]:
+    """The weight a record shares with its predecessor: each record's sum of the weights of
+    the query terms both it and the record before it (seq − 1) hold, added to ``sums`` and
+    returned (a record sharing none has no entry).
+
+    ``holders(term)`` are the records to weigh that hold ``term``; ``column(term)`` every
+    record holding it that a predecessor may be. The same additions as ``covered_weights``
+    (a term at a time in query order, from 0.0), so every caller's floats agree."""
+    for term, weight in zip(terms.terms, weights, strict=True):
+        held = holders(term)
+        if not held:
+            continue
+        before = column(term)
+        if not before:
+            continue
+        for seq in held:
+            if seq - 1 in before:
+                sums[seq] = sums.get(seq, 0.0) + weight
+    return sums
+
+
 def rank_entries(entries: Iterable[tuple[int, Collection[str], str, int, T]],
                  terms: QueryTerms, stats: ScopeStats | None, limit: int, now: int,
                  ranking: Ranking = SEED) -> list[tuple[T, float]]:
@@ -282,34 +315,46 @@ def rank_entries(entries: Iterable[tuple[int, Collection[str], str, int, T]],
             postings.setdefault(term, []).append(seq)
         threads[seq] = thread
         details[seq] = (last_touched, item)
-    covered = covered_weights({}, terms, weights, grouped(postings, terms).get)
+    held_by = grouped(postings, terms)
+    covered = covered_weights({}, terms, weights, held_by.get)
     continues = {seq for seq, thread in threads.items() if threads.get(seq - 1) == thread}
-    return rank_covered(covered, sum(weights), limit, now, ranking, continues, details)
+    shared: dict[int, float] = {}
+    if ranking.context_weight:
+        columns = {term: set(seqs) for term, seqs in held_by.items()}
+        shared_weights(shared, terms, weights, columns.get, columns.get)
+    return rank_covered(covered, sum(weights), limit, now, ranking, continues, details,
+                        shared=shared)
 
 
 def rank_covered(covered: Mapping[int, float], total: float, limit: int, now: int,
                  ranking: Ranking, continues: Container[int],
-                 details: Mapping[int, tuple[int, T]]) -> list[tuple[T, float]]:
+                 details: Mapping[int, tuple[int, T]], *, shared: Mapping[int, float]
+                 ) -> list[tuple[T, float]]:
     """The last step of every ranking, as the module docstring describes.
 
     ``covered`` maps the seq of each gated record to the weight of the query terms it
     holds (``covered_weights``); ``total`` is the query's whole weight. ``continues`` holds
     (at least) the seqs of the gated records whose predecessor (seq − 1) is an active record
-    of the same thread. ``details[seq]`` is ``(last touched, item)``, read only for the
-    records that reach the final score. Answers the ``limit`` best items with their match."""
-    return score_candidates(rank_candidates(covered, total, limit, ranking, continues),
+    of the same thread; ``shared`` (at least) those records' weight shared with their
+    predecessor (``shared_weights``; none under a ranking without neighbour credit).
+    ``details[seq]`` is ``(last touched, item)``, read only for the records that reach the
+    final score. Answers the ``limit`` best items with their match."""
+    return score_candidates(rank_candidates(covered, total, limit, ranking, continues,
+                                            shared=shared),
                             limit, now, details)
 
 
 def rank_candidates(covered: Mapping[int, float], total: float, limit: int,
-                    ranking: Ranking, continues: Container[int]) -> list[tuple[float, int]]:
+                    ranking: Ranking, continues: Container[int], *,
+                    shared: Mapping[int, float]) -> list[tuple[float, int]]:
     """``rank_covered``'s first half: (match, seq) of the best ``candidate_cap(limit)``
     records by match, best first (ties to the newer record). A store that keeps the
     records' details on a server reads just these seqs' details, then scores them with
     ``score_candidates``: the same answer as ``rank_covered``."""
     if limit <= 0 or not covered or total <= 0:
         return []
-    return _candidates(_matches(covered, total, ranking.context_weight, continues), limit)
+    return _candidates(_matches(covered, total, ranking.context_weight, continues, shared),
+                       limit)
 
 
 def score_candidates(candidates: Sequence[tuple[float, int]], limit: int, now: int,
@@ -361,17 +406,18 @@ def _candidates(matched: Mapping[int, float], limit: int) -> list[tuple[float, i
 
 
 def _matches(covered: Mapping[int, float], total: float, context: float,
-             continues: Container[int]) -> dict[int, float]:
+             continues: Container[int], shared: Mapping[int, float]) -> dict[int, float]:
     """seq → match of every gated record: its share of the query's weight, plus ``context``
-    times its predecessor's own share when the predecessor is a gated record of the same
-    thread, capped at 1. The one place the match is computed."""
+    times the share of the query's weight its predecessor holds and it does not, when the
+    predecessor is a gated record of the same thread, capped at 1 (float error). The one
+    place the match is computed."""
     matched = {seq: weight / total for seq, weight in covered.items()}
     if context:
-        get = covered.get
+        get, common = covered.get, shared.get
         for seq in covered.keys() & continues:  # type: ignore[operator]
             before = get(seq - 1)
             if before is not None:
-                value = matched[seq] + context * (before / total)
+                value = matched[seq] + context * ((before - common(seq, 0.0)) / total)
                 matched[seq] = value if value < 1.0 else 1.0
     return matched
 

@@ -1,10 +1,11 @@
 """Which records a query's ranking must weigh, read from an inverted index: exactly, and few.
 
 A store that holds a scope as postings (term → the seqs of the active records holding it)
-hands ``ranking.rank_covered`` the weight of the query terms each gated record holds. Only
-the best ``candidate_cap(limit)`` of them by match ever reach the final score, and under
-realistic text a brief's prefilter lets in nearly every record of a large scope, so weighing
-them all costs most of a retrieval. ``covered`` weighs only the records that can matter,
+hands ``ranking.rank_covered`` the weight of the query terms each gated record holds, and
+the weight of those it shares with its predecessor (``Covered``). Only the best
+``candidate_cap(limit)`` of them by match ever reach the final score, and under realistic
+text a brief's prefilter lets in nearly every record of a large scope, so weighing them all
+costs most of a retrieval. ``covered`` weighs only the records that can matter,
 MaxScore-style, and ``rank_covered`` answers from them *exactly* as from all of them (the
 same items in the same order with bit-for-bit the same matches):
 
@@ -13,13 +14,15 @@ same items in the same order with bit-for-bit the same matches):
   summed in query order from 0.0, so its float is the full computation's).
 * An unweighed record holds no E term, so at most R, the weight of the terms (with
   holders) outside E; one whose predecessor is unweighed too matches at most
-  ``(1 + context) · R / total``. Once a lower bound of the cap-th best match weighed beats
-  that bound by ``MARGIN`` (the cap rule: ties go to the newer record, so equality is not
-  enough), or once ``limit`` of the records weighed above the bound score more than
-  ``KEYWORD_WEIGHT · bound + RECENCY_WEIGHT`` (the score rule: ``rank_covered`` stops its
-  scan at the first candidate that cannot beat them, which is then one left out), the
-  terms taken so far are enough; else the next terms join E (each step reads at least
-  half as many postings as all before it) and only their new records are weighed.
+  ``max(1, context) · R / total`` (the terms it holds and those only its predecessor
+  holds, credited at ``context`` each, are apart and all outside E). Once a lower bound
+  of the cap-th best match weighed beats that bound by ``MARGIN`` (the cap rule: ties go
+  to the newer record, so equality is not enough), or once ``limit`` of the records
+  weighed above the bound score more than ``KEYWORD_WEIGHT · bound + RECENCY_WEIGHT``
+  (the score rule: ``rank_covered`` stops its scan at the first candidate that cannot
+  beat them, which is then one left out), the terms taken so far are enough; else the
+  next terms join E (each step reads at least half as many postings as all before it)
+  and only their new records are weighed.
 * Then ``settle`` weighs the neighbours that can still matter: the gated predecessor of
   a weighed record whose match with the predecessor's credit could reach the cut, and the
   gated successor of a weighed record whose credit could lift it to the cut. Every
@@ -35,17 +38,20 @@ small a share of its weight for any bound to beat before most records are weighe
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Container, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from scopemem.core import ranking
 from scopemem.core.ranking import QueryTerms, candidate_cap
 from scopemem.core.scoring import KEYWORD_WEIGHT, RECENCY_TAU_MS, RECENCY_WEIGHT
 
-__all__ = ["Postings", "covered", "covered_all"]
+__all__ = ["Covered", "Postings", "covered", "covered_all"]
 
 #: term → the seqs of the active records holding it (each record once).
 Postings = Mapping[str, Collection[int]]
+#: What ``ranking.rank_covered`` takes of the records weighed: seq → the weight of the
+#: query terms it holds, and seq → the weight of those its predecessor holds too.
+Covered = tuple[dict[int, float], dict[int, float]]
 
 # How far the cap-th match must clear the bound: far above the float error of sums of a few
 # hundred weights, far below any difference between two matches that matters.
@@ -59,39 +65,53 @@ LONG = 48
 GROW = 2
 
 
-def covered_all(postings: Postings, terms: QueryTerms, weights: Sequence[float]
-                ) -> dict[int, float]:
+def covered_all(postings: Postings, terms: QueryTerms, weights: Sequence[float],
+                context: float) -> Covered:
     """seq → the weight of the query terms it holds (``ranking.covered_weights``), for
-    every record holding a prefilter term (the records a full-text prefilter matches)."""
+    every record holding a prefilter term (the records a full-text prefilter matches), and
+    the weight each shares with its predecessor (``ranking.shared_weights``) when the
+    ranking credits neighbours (``context``)."""
+    holders: Callable[[str], Collection[int] | None]
     if len(terms.terms) == len(terms.prefilter):  # every term lets its records in
-        return ranking.covered_weights({}, terms, weights, postings.get)
-    gated: set[int] = set()
-    for term in terms.prefilter:
-        gated.update(postings.get(term, ()))
-    return ranking.covered_weights({}, terms, weights,
-                           lambda term: gated.intersection(postings.get(term, ())))
+        holders = postings.get
+    else:
+        gated: set[int] = set()
+        for term in terms.prefilter:
+            gated.update(postings.get(term, ()))
+
+        def holders(term: str) -> Collection[int] | None:
+            return gated.intersection(postings.get(term, ()))
+    sums = ranking.covered_weights({}, terms, weights, holders)
+    shared: dict[int, float] = {}
+    if context:
+        columns = _columns(postings, terms)
+        ranking.shared_weights(shared, terms, weights, holders, columns.get)
+    return sums, shared
+
+
+def _columns(postings: Postings, terms: QueryTerms) -> dict[str, AbstractSet[int]]:
+    """The holders, as sets, of each query term some record holds."""
+    return {term: holders if isinstance(holders, (set, frozenset)) else set(holders)
+            for term in terms.terms if (holders := postings.get(term))}
 
 
 def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], limit: int,
             context: float, continues: Container[int],
             details: Mapping[int, tuple[int, object]] | None = None, now: int = 0
-            ) -> dict[int, float]:
+            ) -> Covered:
     """What ``ranking.rank_covered`` takes, for enough of the gated records that it answers
-    exactly as it would with all of them (``covered_all``): seq → the weight of the query
-    terms the record holds. ``context`` is the ranking's neighbour credit
-    (``Ranking.context_weight``), ``continues`` holds the seqs whose predecessor is an
-    active record of the same thread, as ``rank_covered`` takes them. With ``details``
-    (seq → (last touched, item), as ``rank_covered`` reads them) and ``now``, the score
-    rule may stop sooner than the cap rule; a last touch that moves on before
+    exactly as it would with all of them (``covered_all``). ``context`` is the ranking's
+    neighbour credit (``Ranking.context_weight``), ``continues`` holds the seqs whose
+    predecessor is an active record of the same thread, as ``rank_covered`` takes them.
+    With ``details`` (seq → (last touched, item), as ``rank_covered`` reads them) and
+    ``now``, the score rule may stop sooner than the cap rule; a last touch that moves on before
     ``rank_covered`` reads it (a usage bump) only raises the scores it counted on."""
     total = sum(weights)
     if limit <= 0 or total <= 0:
-        return covered_all(postings, terms, weights)
+        return covered_all(postings, terms, weights, context)
     cap = candidate_cap(limit)
     # The holders (as sets) and weight of each query term some record holds.
-    columns: dict[str, AbstractSet[int]] = {
-        term: holders if isinstance(holders, (set, frozenset)) else set(holders)
-        for term in terms.terms if (holders := postings.get(term))}
+    columns = _columns(postings, terms)
     held = {term: weight for term, weight in zip(terms.terms, weights, strict=True)
             if term in columns}
     # Every term some record holds, heaviest first (then rarest first): E is a prefix.
@@ -103,7 +123,7 @@ def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], lim
         # Every gated record is a candidate; or a query so long that its cap-th match is
         # a small share of its weight, which no bound gets under before most records
         # are weighed.
-        return covered_all(postings, terms, weights)
+        return covered_all(postings, terms, weights, context)
     # R after the first n terms of ``order`` joined E, summed with fsum (it must not come
     # out below a record's own sum), and the bound on a record holding no E term whose
     # predecessor holds none either.
@@ -154,17 +174,18 @@ def covered(postings: Postings, terms: QueryTerms, weights: Sequence[float], lim
             continue
         weighing.settle(cut, rests[end])
         return weighing.above(cut - MARGIN)
-    return sums
+    return sums, weighing.shared
 
 
 class _Weighing:
     """The records weighed so far: ``sums`` (seq → the weight of the query terms it holds)
+    with ``shared`` (seq → the weight of the query terms it and its predecessor both hold),
     and ``best``, the ``cap`` best of them as (weight with the predecessor's credit as
     first weighed, seq), best first: a predecessor weighed later is not counted, so each
     is no more than the record's match times the query's weight."""
 
-    __slots__ = ("best", "cap", "columns", "context", "continues", "gate", "sums", "terms",
-                 "total", "weights")
+    __slots__ = ("best", "cap", "columns", "context", "continues", "gate", "shared", "sums",
+                 "terms", "total", "weights")
 
     def __init__(self, terms: QueryTerms, weights: Sequence[float],
                  columns: Mapping[str, AbstractSet[int]], total: float, context: float,
@@ -174,6 +195,7 @@ class _Weighing:
         self.total, self.cap, self.gate = total, cap, gate
         self.context, self.continues = context, continues
         self.sums: dict[int, float] = {}
+        self.shared: dict[int, float] = {}
         self.best: list[tuple[float, int]] = []
 
     def add(self, seqs: set[int], offer: bool = True) -> None:
@@ -182,21 +204,28 @@ class _Weighing:
         if not seqs:
             return
         columns = self.columns
-        new = ranking.covered_weights({}, self.terms, self.weights,
-                                      lambda term: seqs & holders
-                                      if (holders := columns.get(term)) else None)
+        held = {term: found for term in self.terms.terms
+                if (column := columns.get(term)) and (found := seqs & column)}
+        new = ranking.covered_weights({}, self.terms, self.weights, held.get)
         sums = self.sums
         sums.update(new)
+        if self.context:
+            ranking.shared_weights(self.shared, self.terms, self.weights, held.get, columns.get)
         if not offer:
             return
         best, cap = self.best, self.cap
         low = best[-1][0] if len(best) >= cap else -1.0
         context, continues = self.context, self.continues
         if context:
-            before = sums.get
-            offered = [(value, seq) for seq, weight in new.items()
-                       if (value := weight + context * before(seq - 1, 0.0)
-                           if seq in continues else weight) > low]
+            # The credit of a predecessor weighed already: its weight beyond the shared.
+            before, common = sums.get, self.shared.get
+            offered = []
+            for seq, weight in new.items():
+                value = weight
+                if seq in continues and (prior := before(seq - 1)) is not None:
+                    value += context * (prior - common(seq, 0.0))
+                if value > low:
+                    offered.append((value, seq))
         else:
             offered = [(weight, seq) for seq, weight in new.items() if weight > low]
         offered.extend(best)
@@ -229,9 +258,10 @@ class _Weighing:
         scores.sort(reverse=True)
         return scores[limit - 1] > KEYWORD_WEIGHT * cut + RECENCY_WEIGHT + MARGIN
 
-    def above(self, cut: float) -> dict[int, float]:
-        """The records weighed that match ``cut`` or more, with their predecessors: all
-        ``rank_covered`` needs once every other record matches less than ``cut``."""
+    def above(self, cut: float) -> Covered:
+        """The records weighed that match ``cut`` or more (or might: a credit counted
+        whole), with their predecessors: all ``rank_covered`` needs once every other
+        record matches less than ``cut``."""
         sums, context, continues = self.sums, self.context, self.continues
         need = cut * self.total
         before = sums.get
@@ -239,9 +269,11 @@ class _Weighing:
                 if weight >= need or context and seq in continues
                 and weight + context * before(seq - 1, 0.0) >= need]
         chosen = {seq: sums[seq] for seq in kept}
-        if context:
-            chosen.update((seq - 1, sums[seq - 1]) for seq in kept if seq - 1 in sums)
-        return chosen
+        if not context:
+            return chosen, {}
+        chosen.update((seq - 1, sums[seq - 1]) for seq in kept if seq - 1 in sums)
+        shared = self.shared
+        return chosen, {seq: shared[seq] for seq in chosen if seq in shared}
 
     def settle(self, cut: float, rest: float) -> None:
         """Weigh the neighbours a record matching ``cut`` or more may have, once no

@@ -12,6 +12,8 @@ interpreter overhead. A store that holds a scope's postings in memory (the SQLit
 * a retrieval hands those arrays and an array of zeros to the engine's one covered-weight
   sum (``ranking.covered_weights``: one array step a term), so every sum is bit for bit
   the one every other store's records get;
+* the weight each record shares with its predecessor (``ranking.shared_weights``) is summed
+  the same way, a term at a time, over the holders whose predecessor holds it too;
 * it then keeps only what ``ranking.rank_covered`` can need: every gated record whose
   match, with its predecessor's credit, is at least the ``candidate_cap``-th best match
   (ties included), and those records' gated predecessors. The cap best of those are the cap
@@ -124,14 +126,15 @@ class DenseIndex:
         return index
 
     def positions(self, term: str) -> Positions | None:
-        """The positions of the records holding ``term`` (None when none does), each once:
-        for a query term of several stems (``ranking.QueryTerms``), of those holding any."""
+        """The positions of the records holding ``term`` (None when none does), each once, in
+        order: for a query term of several stems (``ranking.QueryTerms``), of those holding any."""
         found = self._arrays.get(term)
         if found is not None:
             return found
         holders = self._postings.get(term)
         if holders:
             seqs = np.fromiter(holders, dtype=np.int64, count=len(holders))
+            seqs.sort()  # positions in order, as ``_shared`` reads them
             found = np.searchsorted(self._seqs, seqs).astype(np.intp, copy=False)
         elif " " in term:
             parts = [at for at in map(self.positions, term.split(" ")) if at is not None]
@@ -144,14 +147,17 @@ class DenseIndex:
         return found
 
     def covered(self, terms: QueryTerms, weights: Sequence[float], limit: int | None,
-                context: float) -> dict[int, float]:
+                context: float) -> tuple[dict[int, float], dict[int, float]]:
         """What ``ranking.rank_covered`` takes (seq → the weight of the query terms the
-        record holds, ``ranking.covered_weights``), for every gated record (a record
-        holding a prefilter term) when ``limit`` is None, else only for those ranking
-        ``limit`` hits with the neighbour credit ``context`` can need: the answer is
-        exactly the one every gated record gives."""
+        record holds, ``ranking.covered_weights``; seq → the weight of those its
+        predecessor holds too, ``ranking.shared_weights``, when ``context`` credits
+        neighbours), for every gated record (a record holding a prefilter term) when
+        ``limit`` is None, else only for those ranking ``limit`` hits with the neighbour
+        credit ``context`` can need: the answer is exactly the one every gated record
+        gives."""
         size = len(self._seqs)
         sums = ranking.covered_weights(np.zeros(size), terms, weights, self.positions)
+        shared = self._shared(terms, weights) if context else None
         gated = np.zeros(size, dtype=bool)
         for term in terms.prefilter:
             at = self.positions(term)
@@ -161,24 +167,52 @@ class DenseIndex:
         total = float(sum(weights))
         cap = 0 if limit is None else candidate_cap(limit)
         if 0 < cap < len(chosen) and total > 0:
-            chosen = self._needed(chosen, sums, gated, total, cap, context)
-        return dict(zip(self._seqs[chosen].tolist(), sums[chosen].tolist(), strict=True))
+            chosen = self._needed(chosen, sums, shared, gated, total, cap, context)
+        seqs = self._seqs[chosen].tolist()
+        covered = dict(zip(seqs, sums[chosen].tolist(), strict=True))
+        if shared is None:
+            return covered, {}
+        common = shared[chosen]
+        some = np.flatnonzero(common > 0.0)
+        return covered, dict(zip(self._seqs[chosen[some]].tolist(), common[some].tolist(),
+                                 strict=True))
+
+    def _shared(self, terms: QueryTerms, weights: Sequence[float]) -> npt.NDArray[np.float64]:
+        """Position → the weight of the query terms both its record and the record before
+        it (seq − 1) hold: ``ranking.shared_weights``'s additions, one vector step a term."""
+        order = self._seqs
+        # A record and the one just before it in the seqs hold a term both when their
+        # positions are adjacent among its holders' (sorted); they are predecessor and
+        # successor when their seqs are adjacent too.
+        adjacent = np.zeros(len(order), dtype=bool)
+        adjacent[1:] = order[1:] == order[:-1] + 1
+        shared = np.zeros(len(order))
+        for term, weight in zip(terms.terms, weights, strict=True):
+            at = self.positions(term)
+            if at is None or len(at) < 2:
+                continue
+            both = at[1:][at[1:] == at[:-1] + 1]
+            both = both[adjacent[both]]
+            if len(both):
+                shared[both] += weight
+        return shared
 
     def _needed(self, chosen: Positions, sums: npt.NDArray[np.float64],
-                gated: npt.NDArray[np.bool_], total: float, cap: int, context: float
-                ) -> Positions:
+                shared: npt.NDArray[np.float64] | None, gated: npt.NDArray[np.bool_],
+                total: float, cap: int, context: float) -> Positions:
         """Of the gated positions ``chosen``, those whose match reaches the cap-th best
         (less ``MARGIN``), and their gated predecessors when ``context`` credits them."""
         match = sums / total
         credited = match
-        if context:
-            # As ranking._matches: the credit of a gated predecessor of the same thread,
-            # the sum capped at 1.
+        if context and shared is not None:
+            # As ranking._matches: the credit of a gated predecessor of the same thread
+            # (its weight less the shared), the sum capped at 1.
             linked = self._continues.copy()
             linked[1:] &= gated[:-1]
-            credit = np.zeros(len(match))
-            credit[1:] = match[:-1]
-            credited = np.minimum(match + np.where(linked, context * credit, 0.0), 1.0)
+            prior = np.zeros(len(match))
+            prior[1:] = sums[:-1]
+            credit = context * ((prior - shared) / total)
+            credited = np.minimum(match + np.where(linked, credit, 0.0), 1.0)
         values = credited[chosen]
         floor = np.partition(values, len(values) - cap)[len(values) - cap]
         kept: Positions = chosen[values >= floor - MARGIN]

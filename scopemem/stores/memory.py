@@ -151,9 +151,9 @@ class InMemoryStore:
         weights = engine.term_weights(terms, inverted.stats(postings, len(index.details), terms),
                                       self.ranking)
         ranking = self.ranking
-        covered = index.dense().covered(terms, weights, limit, ranking.context_weight)
+        covered, shared = index.dense().covered(terms, weights, limit, ranking.context_weight)
         ranked = engine.rank_covered(covered, sum(weights), limit, now, ranking,
-                                     index.continues, index.details)
+                                     index.continues, index.details, shared=shared)
         if not bump:
             return [Hit(record, match) for record, match in ranked]
         hits = []

@@ -128,9 +128,24 @@ def test_a_reply_is_found_through_the_question_before_it():
     got = engine.rank_records([question, answer, other], "staging credentials vault", 10,
                               NOW, ENGLISH)
     matches = {record.text: match for record, match in got}
-    # The answer holds "staging" and "vault" and takes half of its question's match.
+    # The answer holds "staging" and "vault" and is credited with its question's
+    # "credentials".
     assert matches[answer.text] > matches[other.text]
     assert min(matches.values()) >= 0.0 and max(matches.values()) <= 1.0
+
+
+def test_a_word_the_predecessor_also_holds_counts_once():
+    # The credit is for the query words a predecessor holds and the record lacks: a record
+    # repeating its predecessor's words gains nothing from it, and one whose predecessor
+    # holds the word it lacks ranks above it.
+    records = [rec(1, "grafana dashboards", thread="t"),
+               rec(2, "grafana dashboards again", thread="t"),
+               rec(3, "provisioned from infra", thread="u"),
+               rec(4, "grafana only", thread="u")]
+    got = engine.rank_records(records, "grafana dashboards provisioned", 10, NOW, ENGLISH)
+    matches = {record.text: match for record, match in got}
+    assert matches["grafana dashboards again"] == matches["grafana dashboards"]
+    assert [record.text for record, _match in got][0] == "grafana only"
 
 
 WORDS = st.sampled_from(["deploy", "vault", "the", "staging", "grafana", "lunch", "a",
@@ -168,4 +183,4 @@ def test_seed_ranking_is_the_plain_share():
     records = [rec(1, "deploy grafana"), rec(2, "deploy only")]
     got = engine.rank_records(records, "deploy grafana", 10, NOW, SEED)
     assert [(r.text, m) for r, m in got] == [("deploy grafana", 1.0), ("deploy only", 0.5)]
-    assert attrs.evolve(SEED, weighted=True).context_weight == 0.5
+    assert attrs.evolve(SEED, weighted=True).context_weight == 0.75

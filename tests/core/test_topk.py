@@ -65,17 +65,23 @@ def both(postings, records, terms, limit, ranking, continues, details, scored=Tr
     weight, and what ``rank_covered`` answers from each."""
     stats = ScopeStats(records, {term: len(postings.get(term, ())) for term in terms.terms})
     weights = term_weights(terms, stats, ranking)
-    full = topk.covered_all(postings, terms, weights)
+    full = topk.covered_all(postings, terms, weights, ranking.context_weight)
     pruned = topk.covered(postings, terms, weights, limit, ranking.context_weight, continues,
                           details if scored else None, NOW)
     total = sum(weights)
     return full, pruned, total, [
-        rank_covered(covered, total, limit, NOW, ranking, continues, details)
-        for covered in (full, pruned)]
+        rank_covered(covered, total, limit, NOW, ranking, continues, details, shared=shared)
+        for covered, shared in (full, pruned)]
+
+
+def held_alike(part, whole):
+    """Every weight (and shared weight) of ``part`` is bit for bit ``whole``'s."""
+    return all(whole[0][seq] == weight for seq, weight in part[0].items()) and \
+        all(whole[1][seq] == weight for seq, weight in part[1].items())
 
 
 def best(covered, total, context, continues, limit):
-    matched = _matches(covered, total, context, continues)
+    matched = _matches(covered[0], total, context, continues, covered[1])
     return sorted(((value, seq) for seq, value in matched.items()),
                   reverse=True)[:candidate_cap(limit)]
 
@@ -110,12 +116,12 @@ def test_the_pruned_weighing_ranks_exactly_as_the_full_one(limit, **drawn):
     assert got == expected
     assert best(pruned, total, context, continues, limit) == \
         best(full, total, context, continues, limit)
-    assert all(full[seq] == weight for seq, weight in pruned.items())
+    assert held_alike(pruned, full)
     # With the score rule: the same answer, from the same leading candidates.
     full, pruned, total, (expected, got) = both(postings, active, terms, limit, ranking,
                                                 continues, details)
     assert got == expected
-    assert all(full[seq] == weight for seq, weight in pruned.items())
+    assert held_alike(pruned, full)
     leading = 0
     for ours, theirs in zip(best(pruned, total, context, continues, limit),
                             best(full, total, context, continues, limit), strict=False):
@@ -165,7 +171,7 @@ def test_a_realistic_brief_weighs_a_fraction_of_the_scope_and_ranks_the_same():
                                                          ranking, continues, details)
             assert got == expected
             if ranking is WEIGHTED:
-                fractions.append(len(pruned) / len(full))
+                fractions.append(len(pruned[0]) / len(full[0]))
     fractions.sort()
     assert fractions[len(fractions) // 2] < 0.5
 

@@ -121,14 +121,15 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
             postings = {term: frozenset(holders).difference(gone)
                         for term, holders in postings.items()}
         if few:
-            covered = topk.covered_all(postings, terms, weights)
+            covered, shared = topk.covered_all(postings, terms, weights,
+                                               ranking.context_weight)
         elif dense is not None and not gone:
-            covered = dense.covered(terms, weights, limit, ranking.context_weight)
+            covered, shared = dense.covered(terms, weights, limit, ranking.context_weight)
         else:
-            covered = tokens.covered(postings, continues, terms, weights, limit, ranking,
-                                     touches, now)
+            covered, shared = tokens.covered(postings, continues, terms, weights, limit,
+                                             ranking, touches, now)
         return covered, engine.rank_candidates(covered, total, limit, ranking,
-                                               _chained(covered, continues))
+                                               _chained(covered, continues), shared=shared)
 
     covered, candidates = choose()
     details: Details = {}

@@ -96,7 +96,7 @@ def term_weights(postings: inverted.Postings, active: int, terms: engine.QueryTe
 def covered(postings: inverted.Postings, continues: AbstractSet[int],
             terms: engine.QueryTerms, weights: Sequence[float], limit: int,
             ranking: engine.Ranking, touches: Mapping[int, tuple[int, object]] | None = None,
-            now: int = 0) -> dict[int, float]:
+            now: int = 0) -> topk.Covered:
     """``rank_covered``'s covered weights for only the records ``limit`` hits can need
     (``core.topk``), so a brief that matches most of a large scope weighs a few hundred
     records, not all of them, and the answer is exactly the one weighing all of them

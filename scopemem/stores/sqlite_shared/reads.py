@@ -105,11 +105,12 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
     gone: set[int] = set()
     while True:
         if dense is not None and not gone:
-            covered = dense.covered(terms, weights, limit, ranking.context_weight)
+            covered, shared = dense.covered(terms, weights, limit, ranking.context_weight)
         else:
-            covered = tokens.covered(postings, continues, terms, weights, limit, ranking,
-                                     touches, now)
-        candidates = engine.rank_candidates(covered, total, limit, ranking, continues)
+            covered, shared = tokens.covered(postings, continues, terms, weights, limit,
+                                             ranking, touches, now)
+        candidates = engine.rank_candidates(covered, total, limit, ranking, continues,
+                                            shared=shared)
         wanted = [seq for _match, seq in candidates if seq not in details]
         if not wanted and check is None:
             break
