@@ -11,8 +11,9 @@ from hypothesis import settings
 from scopemem.core.records import Candidate, Kind
 
 # No example database: the suite's processes (one per xdist worker) would share one folder in
-# the checkout. A falsifying example is printed with its failure instead.
-settings.register_profile("scopemem", database=None)
+# the checkout; a falsifying example is printed with its failure instead. No deadline per
+# example: that is a timing assertion, which a loaded machine fails.
+settings.register_profile("scopemem", database=None, deadline=None)
 settings.load_profile("scopemem")
 
 DAY_MS = 24 * 60 * 60 * 1000
