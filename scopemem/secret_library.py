@@ -164,10 +164,12 @@ def _high_entropy(value: str, key: str) -> bool:
 
 
 def _entropy_replacement(match: re.Match[str]) -> str:
+    head = match[0][: match.start("value") - match.start()]
     if not _high_entropy(match["value"], match["key"]):
-        return match[0]
-    return match[0][: match.start("value") - match.start()] + redaction_placeholder(
-        "high_entropy")
+        # A value that is not random may hold an assignment of its own (``blob="A=…"``),
+        # which the match has passed over: it is read as text in turn.
+        return head + _ASSIGNMENT_RE.sub(_entropy_replacement, match["value"])
+    return head + redaction_placeholder("high_entropy")
 
 
 #: Values of any ``key = value``, ``key: value`` or quoted assignment that read as random.

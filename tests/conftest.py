@@ -1,11 +1,20 @@
 from __future__ import annotations
 
 import logging
+import socket
+from collections.abc import Iterator
 
 import attrs
 import pytest
+from hypothesis import settings
 
 from scopemem.core.records import Candidate, Kind
+
+# No example database: the suite's processes (one per xdist worker) would share one folder in
+# the checkout; a falsifying example is printed with its failure instead. No deadline per
+# example: that is a timing assertion, which a loaded machine fails.
+settings.register_profile("scopemem", database=None, deadline=None)
+settings.load_profile("scopemem")
 
 DAY_MS = 24 * 60 * 60 * 1000
 START_MS = 1_790_000_000_000  # a fixed epoch-millisecond "now" for every test
@@ -38,6 +47,16 @@ def fact(text: str, **fields: object) -> Candidate:
 def summary(text: str, **fields: object) -> Candidate:
     fields.setdefault("source_thread_key", "slack:C1/100")
     return Candidate(kind=Kind.SUMMARY, text=text, **fields)
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses connections: bound and held, never listened on, for
+    the test (so no other process, a test running beside this one included, can start
+    listening there meanwhile)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -165,6 +166,10 @@ def _event_command(event: HookEvent) -> click.Command:
 
             config = _load(state)
             limit = timeout or config.hooks.timeout
+            # The read's deadline and the watchdog's run from one instant: the time the
+            # rest of the hook takes to start (imports, the store) counts against the read,
+            # and the watchdog only ends a process stuck past the read's own deadline.
+            deadline = time.monotonic() + limit
             _watchdog(limit + GRACE_SECONDS)
             if not config.enabled:  # memory off: no files, no reads, no answer
                 return HookOutcome()
@@ -186,7 +191,8 @@ def _event_command(event: HookEvent) -> click.Command:
                 return hand_off(config, _config_path(state), payload, directory, log_path)
             memory = Memory.from_config(read_config(config), plugin_manager=state.pm,
                                         allow_fallback=False)
-            return asyncio.run(_closing(memory, read_block(memory, payload, limit), limit))
+            reading = read_block(memory, payload, limit, deadline)
+            return asyncio.run(_closing(memory, reading, limit))
 
         _guarded(body, lambda: log_path)
 

@@ -102,14 +102,15 @@ def session_brief(repo: str | None, cwd: str | None) -> str:
     return " ".join(dict.fromkeys(word for word in words if word))
 
 
-async def read_block(memory: Memory, payload: HookPayload, timeout: float) -> HookOutcome:
-    """The advisory block for a session start or a prompt, within ``timeout`` seconds."""
+async def read_block(memory: Memory, payload: HookPayload, timeout: float, deadline: float
+                     ) -> HookOutcome:
+    """The advisory block for a session start or a prompt, by ``deadline``
+    (``time.monotonic()``: ``timeout`` seconds after the hook started)."""
     import asyncio
 
     from scopemem.core.requests import Request
     from scopemem.gitremote import repo_of
 
-    deadline = time.monotonic() + timeout
     repo = await asyncio.to_thread(repo_of, payload.cwd, timeout * GIT_SHARE)
     brief = (payload.prompt if payload.event is HookEvent.USER_PROMPT_SUBMIT
              else session_brief(repo, payload.cwd))

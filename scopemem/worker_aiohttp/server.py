@@ -22,8 +22,11 @@ stores cannot open their files either). ``Limits`` bounds all of it:
   store's own descriptors (``stores.base.descriptors_held``), the process's
   (``PROCESS_DESCRIPTORS``) and ``backlog``.
 * ``backlog``: the listening socket's queue, which is also how many connections the event
-  loop accepts in one turn, each holding a descriptor until the fence admits it or answers
-  503; 128, less when the open-file limit is small (``connection_budget``).
+  loop accepts in one turn; 128, less when the open-file limit is small
+  (``connection_budget``). An accepted connection holds its descriptor for up to
+  ``ACCEPT_TURNS`` turns before a refused one is closed (its accepting task starts, the
+  fence admits or refuses it, the refused one's socket closes), and each of those turns may
+  accept a backlog more, so the budget sets that many backlogs aside.
 
 A process out of descriptors all the same (a limit too small for the store) cannot accept:
 asyncio then stops accepting for a second; that is one warning line, never a traceback.
@@ -68,6 +71,9 @@ _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\
 #: Descriptors a worker process holds beside its store's and its connections': standard
 #: streams, the event loop's, the listening socket, the log, SQLite's temporary files.
 PROCESS_DESCRIPTORS = 32
+#: Turns of the event loop an accepted connection holds a descriptor before the fence's
+#: refusal closes it (see the module docstring); a backlog may be accepted in each.
+ACCEPT_TURNS = 3
 #: The least and the most ``backlog``; and the fewest connections a worker is given.
 MIN_BACKLOG, MAX_BACKLOG = 16, 128
 MIN_CONNECTIONS = 16
@@ -87,14 +93,15 @@ class Budget:
 def connection_budget(reserved: int = 0) -> Budget:
     """The connections and the backlog the soft open-file limit leaves after ``reserved``
     descriptors (the store's, ``stores.base.descriptors_held``) and the process's own: a
-    fifth of what is left for the backlog (16 to 128), the rest for connections (at most
-    16,384; 4,096 and 128 with no limit)."""
+    fifth of what is left for the backlog (16 to 128), ``ACCEPT_TURNS`` backlogs set aside
+    for connections accepted and not yet admitted or closed, the rest for connections (at
+    most 16,384; 4,096 and 128 with no limit)."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft <= 0:
         return Budget(4096, MAX_BACKLOG)
     left = soft - reserved - PROCESS_DESCRIPTORS
     backlog = max(MIN_BACKLOG, min(MAX_BACKLOG, left // 5))
-    connections = left - backlog
+    connections = left - ACCEPT_TURNS * backlog
     if connections < MIN_CONNECTIONS:
         return Budget(MIN_CONNECTIONS, MIN_BACKLOG, short=True)
     return Budget(min(MAX_CONNECTIONS, connections), backlog)

@@ -191,13 +191,6 @@ state_dir = "{tmp_path / 'state'}"
 """)
 
 
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
 @pytest.fixture
 def hung_worker() -> Iterator[int]:
     """A port that accepts connections and never answers a byte."""
@@ -208,9 +201,9 @@ def hung_worker() -> Iterator[int]:
 
 
 @pytest.mark.parametrize("event", ["SessionStart", "UserPromptSubmit"])
-def test_a_dead_worker_costs_the_block_not_the_turn(tmp_path: Path, repo: Path,
-                                                    event: str) -> None:
-    result = run_hook(worker_config(tmp_path, closed_port()), event,
+def test_a_dead_worker_costs_the_block_not_the_turn(tmp_path: Path, repo: Path, event: str,
+                                                    refused_port: int) -> None:
+    result = run_hook(worker_config(tmp_path, refused_port), event,
                       payload(event, cwd=str(repo)), env={"MEMORY_TOKEN": "t" * 24})
     assert_quiet_failure(result, 0)
     assert "memory read of 3 of 3 scope(s) failed" in result.stderr
@@ -293,9 +286,9 @@ def test_a_config_error_is_one_line(tmp_path: Path) -> None:
     assert "memory.hooks.timeout" in result.stderr
 
 
-def test_a_missing_worker_token_is_named_not_fallen_back_from(tmp_path: Path,
-                                                              repo: Path) -> None:
-    result = run_hook(worker_config(tmp_path, closed_port()), "UserPromptSubmit",
+def test_a_missing_worker_token_is_named_not_fallen_back_from(tmp_path: Path, repo: Path,
+                                                              refused_port: int) -> None:
+    result = run_hook(worker_config(tmp_path, refused_port), "UserPromptSubmit",
                       payload("UserPromptSubmit", cwd=str(repo)), env={"MEMORY_TOKEN": ""})
     assert_quiet_failure(result, 1)
     assert "MEMORY_TOKEN" in result.stderr

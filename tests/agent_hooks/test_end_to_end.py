@@ -135,11 +135,9 @@ def test_a_failed_model_call_is_logged_not_shown(tmp_path: Path, repo_config: Pa
 
 
 @pytest.fixture
-def repo_config(tmp_path: Path) -> Path:
+def repo_config(tmp_path: Path, refused_port: int) -> Path:
     """Reflection pointed at a model server that is not there; its refused connections are
     retried within a second in all (``timeout_seconds``), rather than the default ten."""
-    from tests.agent_hooks.test_command import closed_port
-
     return write_config(tmp_path / "scopemem.toml", f"""
 [memory]
 enabled = true
@@ -151,7 +149,7 @@ model = "openai/fake-model"
 path = "{tmp_path / 'data'}"
 
 [memory.providers.openai]
-base_url = "http://127.0.0.1:{closed_port()}/v1"
+base_url = "http://127.0.0.1:{refused_port}/v1"
 api_key_env = "FAKE_MODEL_KEY"
 timeout_seconds = 1
 

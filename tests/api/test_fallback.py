@@ -5,7 +5,6 @@ store and one warning (the default), and its write results say they die with the
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 
@@ -26,15 +25,14 @@ def config(url: str, **memory: object) -> dict[str, object]:
                        **memory}}
 
 
-def closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+@pytest.fixture
+def closed_url(refused_port: int) -> str:
+    return f"http://127.0.0.1:{refused_port}"
 
 
 async def test_the_default_falls_back_and_its_results_say_they_are_not_durable(
-        memory_warnings):
-    memory = Memory.from_config(config(closed_port_url()), environ={})
+        memory_warnings, closed_url):
+    memory = Memory.from_config(config(closed_url), environ={})
     try:
         assert isinstance(memory.store, InMemoryStore) and not memory.store_is_durable
         result = await memory.remember(ALICE, "run make bootstrap before the tests")
@@ -47,20 +45,20 @@ async def test_the_default_falls_back_and_its_results_say_they_are_not_durable(
         await memory.close()
 
 
-def test_refuse_makes_a_missing_token_an_error_naming_the_key():
+def test_refuse_makes_a_missing_token_an_error_naming_the_key(closed_url):
     with pytest.raises(ConfigError, match=r'memory\.fallback = "refuse": .*FALLBACK_TOKEN'):
-        Memory.from_config(config(closed_port_url(), fallback="refuse"), environ={})
+        Memory.from_config(config(closed_url, fallback="refuse"), environ={})
 
 
-def test_refuse_makes_a_worker_that_does_not_answer_an_error_at_startup():
+def test_refuse_makes_a_worker_that_does_not_answer_an_error_at_startup(closed_url):
     with pytest.raises(StoreError, match=r'memory\.fallback = "refuse": .*not reachable'):
-        Memory.from_config(config(closed_port_url(), fallback="refuse"),
+        Memory.from_config(config(closed_url, fallback="refuse"),
                            environ={"FALLBACK_TOKEN": TOKEN})
 
 
-def test_an_unknown_fallback_is_refused():
+def test_an_unknown_fallback_is_refused(closed_url):
     with pytest.raises(ConfigError, match=r"memory\.fallback: must be one of"):
-        Memory.from_config(config(closed_port_url(), fallback="lose"), environ={})
+        Memory.from_config(config(closed_url, fallback="lose"), environ={})
 
 
 async def test_refuse_starts_against_a_live_worker_and_writes_are_durable():

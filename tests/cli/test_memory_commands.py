@@ -195,10 +195,9 @@ def test_a_worker_store_without_its_token_is_one_clear_line(tmp_path: Path, args
         "needs its bearer token (export MEMORY_TOKEN=…)"]
 
 
-def test_a_worker_nobody_answers_is_a_failure_not_an_empty_answer(tmp_path: Path):
-    from tests.worker.test_serve import free_port
-
-    config = worker_config(tmp_path, f"http://127.0.0.1:{free_port()}")
+def test_a_worker_nobody_answers_is_a_failure_not_an_empty_answer(tmp_path: Path,
+                                                                refused_port: int):
+    config = worker_config(tmp_path, f"http://127.0.0.1:{refused_port}")
     listed = run(config, "list")
     assert listed.exit_code == 1
     assert "no active records" not in listed.output

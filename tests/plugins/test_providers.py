@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -487,11 +486,8 @@ async def test_a_slow_server_times_out_once(make, fake, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_an_unreachable_server_is_a_provider_error(make, kind,
+async def test_an_unreachable_server_is_a_provider_error(make, kind, refused_port: int,
                                                          monkeypatch: pytest.MonkeyPatch):
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     # Every attempt is made, only the waits between them are not: the refused connections
     # are retried as many times as they would be.
     waits: list[float] = []
@@ -502,7 +498,7 @@ async def test_an_unreachable_server_is_a_provider_error(make, kind,
         return await real_sleep(0, result)
 
     monkeypatch.setattr(asyncio, "sleep", no_wait)
-    provider = make(kind, base_url=f"http://127.0.0.1:{port}")
+    provider = make(kind, base_url=f"http://127.0.0.1:{refused_port}")
     with pytest.raises(ProviderError, match="failed") as raised:
         await ask(provider)
     assert KEY not in str(raised.value)

@@ -1,11 +1,11 @@
 """The real PostgreSQL server the Postgres tests run against, and their schemas.
 
 ``SCOPEMEM_TEST_POSTGRES_DSN``, else ``postgresql://127.0.0.1:5432/test``. Every test run
-has a prefix of its own (random), and every store built by a test a schema under it of its
-own: the contract suite's are emptied after each test and lent to the next
-(``lend_schema``/``give_back``), the others dropped when their test ends; whatever is left
-is dropped when the run ends. Without a reachable server the
-tests are skipped with the reason; with ``CI=true`` in the environment that is a failure.
+(each xdist worker is one) has a prefix of its own (the worker's id and a random part), and
+every store built by a test a schema under it of its own: the contract suite's are emptied
+after each test and lent to the next (``lend_schema``/``give_back``), the others dropped when
+their test ends; whatever is left is dropped when the run ends. Without a reachable server
+the tests are skipped with the reason; with ``CI=true`` in the environment that is a failure.
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ from typing import Any
 import pytest
 
 DEFAULT_DSN = "postgresql://127.0.0.1:5432/test"
-RUN_PREFIX = f"scopemem_test_{secrets.token_hex(4)}"
+#: This process's: each xdist worker (``PYTEST_XDIST_WORKER``: ``gw0``, ``gw1``…) creates,
+#: lends and drops schemas under its own prefix alone, never another worker's.
+RUN_PREFIX = (f"scopemem_test_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+              f"_{secrets.token_hex(4)}")
 _counter = 0
 
 

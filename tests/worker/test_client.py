@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 from typing import Any
 
 import aiohttp
@@ -89,12 +88,6 @@ async def store(base_url: str):
     worker = WorkerStore(base_url, TOKEN, retry=QUICK)
     yield worker
     await worker.close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --- what goes on the wire ----------------------------------------------------------------------
@@ -215,8 +208,8 @@ async def test_retrieve_drops_malformed_records_one_by_one(store, stub, memory_w
     assert "dropped 6 malformed" in warning
 
 
-async def test_retrieve_degrades_when_nothing_listens(memory_warnings):
-    worker = WorkerStore(f"http://127.0.0.1:{free_port()}", TOKEN, timeout=2, retry=QUICK)
+async def test_retrieve_degrades_when_nothing_listens(memory_warnings, refused_port):
+    worker = WorkerStore(f"http://127.0.0.1:{refused_port}", TOKEN, timeout=2, retry=QUICK)
     try:
         assert await worker.retrieve(ORG, "deploy", 5) == []
     finally:
@@ -263,8 +256,8 @@ async def test_commands_raise_naming_status_and_reason(store, stub, route, reply
 
 
 @pytest.mark.parametrize("route", list(COMMANDS))
-async def test_commands_raise_on_transport_errors(route):
-    worker = WorkerStore(f"http://127.0.0.1:{free_port()}", TOKEN, timeout=2, retry=QUICK)
+async def test_commands_raise_on_transport_errors(route, refused_port):
+    worker = WorkerStore(f"http://127.0.0.1:{refused_port}", TOKEN, timeout=2, retry=QUICK)
     try:
         with pytest.raises(StoreError, match="transport error"):
             await COMMANDS[route](worker)

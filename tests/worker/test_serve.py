@@ -1,11 +1,11 @@
-"""``scopemem serve`` as an operator runs it: a subprocess on a free port, stopped by a signal."""
+"""``scopemem serve`` as an operator runs it: a subprocess on a port the system picks,
+stopped by a signal."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,22 +38,30 @@ def serve_in_process():
         handler.filters[:] = filters[handler]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start(tmp_path: Path, *args: str, token: str | None = TOKEN) -> tuple[subprocess.Popen, str]:
-    port = free_port()
+def launch(tmp_path: Path, *args: str, token: str | None = TOKEN) -> subprocess.Popen:
+    """``scopemem serve`` on a port the system picks (``--port 0``): never one another
+    process took between a test choosing it and the server binding it."""
     env = {key: value for key, value in os.environ.items()
            if key not in ("SCOPEMEM_CONFIG", "SCOPEMEM_TOKEN")}
     if token is not None:
         env["SCOPEMEM_TOKEN"] = token
-    process = subprocess.Popen(
-        [sys.executable, "-m", "scopemem", "serve", "--port", str(port), *args],
+    return subprocess.Popen(
+        [sys.executable, "-m", "scopemem", "serve", "--port", "0", *args],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return process, f"http://127.0.0.1:{port}"
+
+
+def listening(process: subprocess.Popen) -> tuple[str, str]:
+    """The URL a ``serve`` process listens on, and the line it said so in (its first)."""
+    assert process.stdout is not None
+    banner = process.stdout.readline()
+    assert "listening on http://" in banner, (banner, process.poll())
+    return banner.split("listening on ", 1)[1].split()[0], banner
+
+
+def start(tmp_path: Path, *args: str, token: str | None = TOKEN) -> tuple[subprocess.Popen, str]:
+    """``launch``, then the URL it listens on, once it does."""
+    process = launch(tmp_path, *args, token=token)
+    return process, listening(process)[0]
 
 
 async def wait_healthy(process: subprocess.Popen, url: str) -> None:
@@ -84,7 +92,8 @@ def stop(process: subprocess.Popen, signum: int) -> tuple[str, str]:
 
 async def test_serve_write_list_restart_and_stop(tmp_path):
     data = tmp_path / "data"
-    process, url = start(tmp_path, "--data", str(data), "--no-access-log")
+    process = launch(tmp_path, "--data", str(data), "--no-access-log")
+    url, banner = listening(process)
     try:
         await wait_healthy(process, url)
         store = WorkerStore(url, TOKEN)
@@ -95,7 +104,8 @@ async def test_serve_write_list_restart_and_stop(tmp_path):
             await store.close()
     finally:
         out, err = stop(process, signal.SIGINT)
-    assert f"listening on {url} (store: sqlite)" in out and "stopped" in out
+    assert banner == f"scopemem worker listening on {url} (store: sqlite)\n"
+    assert "stopped" in out
     assert "Traceback" not in err
     assert list(data.glob("*.db"))  # the default store is the embedded SQLite one
 
@@ -116,7 +126,7 @@ async def test_serve_write_list_restart_and_stop(tmp_path):
 
 @pytest.mark.parametrize("token", [None, "", "x", "fifteen-chars-x"])
 def test_serve_refuses_to_start_without_a_long_token(tmp_path, token):
-    process, _url = start(tmp_path, "--store", "memory", token=token)
+    process = launch(tmp_path, "--store", "memory", token=token)
     out, err = process.communicate(timeout=30)
     assert process.returncode == 1
     assert "SCOPEMEM_TOKEN" in err
@@ -126,7 +136,8 @@ def test_serve_refuses_to_start_without_a_long_token(tmp_path, token):
 
 async def test_insecure_dev_starts_without_a_token_warns_and_refuses_every_data_route(
         tmp_path):
-    process, url = start(tmp_path, "--store", "memory", "--insecure-dev", token=None)
+    process = launch(tmp_path, "--store", "memory", "--insecure-dev", token=None)
+    url, banner = listening(process)
     try:
         await wait_healthy(process, url)
         async with aiohttp.ClientSession() as session, session.post(
@@ -139,7 +150,7 @@ async def test_insecure_dev_starts_without_a_token_warns_and_refuses_every_data_
         out, err = stop(process, signal.SIGINT)
     assert "INSECURE: SCOPEMEM_TOKEN is not set" in err
     assert "every data route will answer 401" in err
-    assert "(store: memory)" in out
+    assert "(store: memory)" in banner and "stopped" in out
 
 
 def test_an_unknown_store_is_a_clear_error(tmp_path, monkeypatch, serve_in_process):
