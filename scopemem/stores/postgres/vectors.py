@@ -21,13 +21,12 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from scopemem.core.records import Record
-from scopemem.core.scopes import memory_id
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.postgres.pool import Connect
 from scopemem.stores.postgres.statements import Statements, record_of, with_pending
 from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.shared import vectors as shared
-from scopemem.stores.shared.nearest import Matrices, nearest, wanted
+from scopemem.stores.shared.nearest import Matrices, answered, nearest, wanted
 
 __all__ = ["Vectors"]
 
@@ -105,7 +104,6 @@ class Vectors:
             params["seqs"] = [seq for seq, _cosine in chosen]
             cursor = await conn.execute(self.sql.active_rows, params)
             pending = self._usage.pending(scope_key)
-            records = {record.id: record for record in (
-                record_of(with_pending(row, pending)) for row in await cursor.fetchall())}
-        return [(records[memory_id(scope_key, seq)], cosine) for seq, cosine in chosen
-                if memory_id(scope_key, seq) in records]
+            records = [record_of(with_pending(row, pending))
+                       for row in await cursor.fetchall()]
+        return answered(scope_key, chosen, records)

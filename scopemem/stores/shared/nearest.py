@@ -29,6 +29,8 @@ from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
+from scopemem.core.records import Record
+from scopemem.core.scopes import memory_id
 from scopemem.errors import StoreError, StoreRefused
 from scopemem.stores.shared.batches import seq_in_scope
 
@@ -39,7 +41,7 @@ if TYPE_CHECKING:  # numpy loads with the first vector, not with the stores' mod
     Vector = npt.NDArray[np.float32]
     Seqs = npt.NDArray[np.int64]
 
-__all__ = ["MATRIX_BYTES", "Matrices", "nearest", "stacked", "wanted"]
+__all__ = ["MATRIX_BYTES", "Matrices", "answered", "nearest", "stacked", "wanted"]
 
 #: Bytes of matrices a SQL store keeps across its scopes: four 10,000-record scopes of 384
 #: dimensions (4 × 384 bytes a record). A matrix larger than this is read every search.
@@ -94,6 +96,16 @@ def nearest(seqs: Seqs, matrix: Vector, query: Vector, limit: int, floor: float,
         answer.extend((int(seqs[row]), float(cosines[row]))
                       for row in at[seqs[at] == more])
     return answer
+
+
+def answered(scope_key: str, chosen: Sequence[tuple[int, float]],
+             records: Collection[Record]) -> list[tuple[Record, float]]:
+    """``nearest``'s (seq, cosine) answer as (record, cosine), in its order, for the chosen
+    records a SQL store read back (one retired meanwhile, or a row whose id is not its
+    seq's, is left out)."""
+    by_id = {record.id: record for record in records}
+    found = ((by_id.get(memory_id(scope_key, seq)), cosine) for seq, cosine in chosen)
+    return [(record, cosine) for record, cosine in found if record is not None]
 
 
 class Matrices:

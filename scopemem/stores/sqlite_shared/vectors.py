@@ -21,10 +21,9 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from scopemem.core.records import Record
-from scopemem.core.scopes import memory_id
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.shared import vectors as shared
-from scopemem.stores.shared.nearest import Matrices, nearest, wanted
+from scopemem.stores.shared.nearest import Matrices, answered, nearest, wanted
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.dialect import SQL
 from scopemem.stores.sqlite_shared.pools import ShardPools
@@ -115,6 +114,4 @@ def _nearest(conn: Any, uses: PendingUses, matrices: Matrices, shard: int,
         _lead, rows = uses.rows(conn, shard, scope_key, SQL.active_rows,
                                 {"scope": scope_key,
                                  "seqs": json.dumps([seq for seq, _cosine in chosen])})
-    records = {record.id: record for record in map(sqlite_sql.record, rows)}
-    return [(records[memory_id(scope_key, seq)], cosine) for seq, cosine in chosen
-            if memory_id(scope_key, seq) in records]
+    return answered(scope_key, chosen, [sqlite_sql.record(row) for row in rows])
