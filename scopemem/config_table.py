@@ -120,9 +120,9 @@ class MemoryConfig:
     min_match: float = 0.0
     # The semantic lane (docs/memory.md "The semantic lane"): "<embedder>/<model>" turns it
     # on; a record is then relevant by a keyword match or by a cosine of at least the floor
-    # (a model's own scale: 0.4 chosen for all-MiniLM-L6-v2, higher for e5's).
+    # (a model's own scale: 0.3 chosen for all-MiniLM-L6-v2, higher for e5's).
     embeddings: str | None = None
-    embeddings_floor: float = 0.4
+    embeddings_floor: float = 0.3
     # What a long-running process (a bot) does when its durable store cannot be had (the
     # worker client without its token): "in-process" stands in with the in-process store
     # and one warning (its records die with the process); "refuse" makes it an error at

@@ -6,18 +6,20 @@ standing for all its stems: a record holds it when it holds any of them. A recor
 candidate when it holds one of the query's prefilter terms (the relevance gate). Its keyword
 match is the share of the query's *weight* it holds:
 
-    match = Σ idf(t) over query terms t the record holds  /  Σ idf(t) over all query terms
-    idf(t) = ln(1 + (N − df(t) + ½) / (df(t) + ½))
+    match = Σ w(t) over query terms t the record holds  /  Σ w(t) over all query terms
+    w(t) = idf(t) / uses(t),   idf(t) = ln(1 + (N − df(t) + ½) / (df(t) + ½))
 
-with N the scope's active records and df(t) how many of them hold t, so a rare word counts
-for more than a common one and the match stays in [0, 1] (records of different scopes
-compare like with like). A record also takes ``CONTEXT_WEIGHT`` (0.75) of the weight of
-the query terms held by the record written just before it in the same thread and not by
-itself, when that one is a candidate too: a reply is found through the question it answers,
-a lesson through its neighbour from the same run, and a term the two both hold counts once.
+with N the scope's active records, df(t) how many of them hold t and uses(t) how many times
+the query uses t, so a rare word counts for more than a common one, a word a pasted log
+repeats on every routine line for less than the line that matters, and the match stays in
+[0, 1] (records of different scopes compare like with like). A record also takes
+``CONTEXT_WEIGHT`` (0.75) of the weight of the query terms held by the record written just
+before it in the same thread and not by itself, when that one is a candidate too: a reply
+is found through the question it answers, a lesson through its neighbour from the same run,
+and a term the two both hold counts once.
 
-    match = (Σ idf(t) over t it holds + 0.75 · Σ idf(t) over t only its predecessor holds)
-            / Σ idf(t) over all query terms
+    match = (Σ w(t) over t it holds + 0.75 · Σ w(t) over t only its predecessor holds)
+            / Σ w(t) over all query terms
 
 so the match stays at most 1. The best ``candidate_cap(limit)`` candidates by match (ties
 to the newer record) are then ordered by the seed's score,
@@ -43,6 +45,7 @@ from __future__ import annotations
 import heapq
 import math
 import operator
+from collections import Counter
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, TypeVar, cast, overload
@@ -80,10 +83,11 @@ __all__ = [
     "wire_query",
 ]
 
-# The FTS prefilter's terms: at most the 24 longest distinct query terms. Longer terms are
-# the selective ones; a 4000-character query would otherwise become an OR of hundreds of
-# terms. The relevance gate is the same on every store: a record qualifies when it holds a
-# prefilter term; the keyword match reads every term of the query.
+# The FTS prefilter's terms: at most 24 distinct query terms, words before numbers and the
+# longer first. Longer words are the selective ones, and a pasted log's numbers (times,
+# durations, line numbers) are the least; a 4000-character query would otherwise become an
+# OR of hundreds of terms. The relevance gate is the same on every store: a record
+# qualifies when it holds a prefilter term; the keyword match reads every term of the query.
 MAX_MATCH_TOKENS = 24
 # How many gated candidates reach the final score: every match in a small scope,
 # proportionally more for larger limits (000's prefilter cap).
@@ -133,8 +137,10 @@ def _stems_of(terms: tuple[str, ...]) -> tuple[str, ...]:
 @attrs.frozen
 class QueryTerms:
     """A query as ranking reads it. ``terms`` are its content words' terms, each once (what
-    the match weighs); ``prefilter`` the 24 longest of them (what the gate and a full-text
-    prefilter match by; all of them for a query of at most 24 terms).
+    the match weighs); ``prefilter`` at most 24 of them, words before numbers and the longer
+    first (what the gate and a full-text prefilter match by; all of them for a query of at
+    most 24 terms); ``uses`` how many times the query uses each term, in ``terms`` order
+    (a term weighs ``1 / uses`` of its rarity: ``term_weights``).
 
     A term is a word's stem, or, for a word the configured languages of its script stem
     differently, its stems space-joined (no stem holds a space): a record holds such a term
@@ -143,6 +149,8 @@ class QueryTerms:
 
     terms: tuple[str, ...]
     prefilter: tuple[str, ...]
+    uses: tuple[int, ...] = attrs.field(
+        default=attrs.Factory(lambda self: (1,) * len(self.terms), takes_self=True))
     stems: tuple[str, ...] = attrs.field(
         eq=False, default=attrs.Factory(lambda self: _stems_of(self.terms), takes_self=True))
     prefilter_stems: tuple[str, ...] = attrs.field(
@@ -157,7 +165,11 @@ def query_words(query: str, analyzer: Analyzer = PLAIN) -> list[str]:
     space-joined, would not fit the wire's ``MAX_QUERY_CHARS``, only the longest that fit
     are kept (ties to the earlier), still in first-appearance order. ``wire_query`` sends
     exactly these words, which every store reads back as themselves."""
-    words = analyzer.content_words(query)
+    return _fitting(analyzer.content_words(query))
+
+
+def _fitting(words: list[str]) -> list[str]:
+    """``words``, or the longest of them that fit in ``MAX_QUERY_CHARS`` space-joined."""
     if sum(map(len, words)) + len(words) - 1 <= MAX_QUERY_CHARS:
         return words
     kept: set[int] = set()
@@ -181,13 +193,24 @@ def wire_query(query: str, analyzer: Analyzer = PLAIN) -> str:
 
 
 def query_terms(query: str, analyzer: Analyzer = PLAIN) -> QueryTerms:
-    terms = list(dict.fromkeys(" ".join(analyzer.stems(word))
-                               for word in query_words(query, analyzer)))
+    tokens = analyzer.content_tokens(query)
+    words = _fitting(list(dict.fromkeys(tokens)))  # query_words, from one tokenizing
+    term_of = {word: " ".join(analyzer.stems(word)) for word in words}
+    terms = list(dict.fromkeys(term_of.values()))
+    # How many times the query uses each term: a pasted log repeats its routine words on
+    # every line and says the line that matters once. A query longer than the wire takes
+    # is read as its distinct words (``wire_query``), so each of those is used once.
+    counts = Counter(tokens) if len(query) <= MAX_QUERY_CHARS else Counter(words)
+    uses = dict.fromkeys(terms, 0)
+    for word, term in term_of.items():
+        uses[term] += counts[word]
     # A term's length is its longest stem's.
     lengths = [max(map(len, term.split(" "))) if " " in term else len(term) for term in terms]
-    ranked = sorted(range(len(terms)), key=lambda index: (-lengths[index], index))
+    ranked = sorted(range(len(terms)),
+                    key=lambda index: (terms[index].isdigit(), -lengths[index], index))
     return QueryTerms(terms=tuple(terms),
-                      prefilter=tuple(terms[index] for index in ranked[:MAX_MATCH_TOKENS]))
+                      prefilter=tuple(terms[index] for index in ranked[:MAX_MATCH_TOKENS]),
+                      uses=tuple(uses.values()))
 
 
 def grouped(postings: Mapping[str, Collection[int]], terms: QueryTerms
@@ -219,12 +242,15 @@ def idf(records: int, frequency: int) -> float:
 
 def term_weights(terms: QueryTerms, stats: ScopeStats | None, ranking: Ranking
                  ) -> list[float]:
-    """Each query term's weight, in ``terms.terms`` order: its idf in the scope, or 1 under
-    the seed's ranking (``stats`` may then be None)."""
+    """Each query term's weight, in ``terms.terms`` order: its idf in the scope over the
+    times the query uses it (a word a pasted log repeats on every routine line weighs
+    little beside the line that matters), or 1 under the seed's ranking (``stats`` may then
+    be None)."""
     if not ranking.weighted or stats is None:
         return [1.0] * len(terms.terms)
     frequency = stats.frequency
-    return [idf(stats.records, frequency.get(term, 0)) for term in terms.terms]
+    return [idf(stats.records, frequency.get(term, 0)) / uses
+            for term, uses in zip(terms.terms, terms.uses, strict=True)]
 
 
 @overload

@@ -203,10 +203,15 @@ class Analyzer:
         """The distinct folded words of a query, function words dropped, in first-appearance
         order; empty when the query is made of function words only (no record is found by
         those alone)."""
-        words = distinct_tokens(text)
+        return list(dict.fromkeys(self.content_tokens(text)))
+
+    def content_tokens(self, text: str) -> list[str]:
+        """The folded words of a query, function words dropped, in order, repeats kept."""
+        tokens = tokenize(text)
         if not self.stopwords:
-            return words
-        return [word for word in words if word not in self.stopwords]
+            return tokens
+        stopwords = self.stopwords
+        return [word for word in tokens if word not in stopwords]
 
 
 #: No languages: every word counts, none is stemmed.

@@ -148,6 +148,41 @@ def test_a_word_the_predecessor_also_holds_counts_once():
     assert [record.text for record, _match in got][0] == "grafana only"
 
 
+def pasted_log(line: str) -> str:
+    """``line`` among forty routine lines that repeat their words and vary their numbers."""
+    routine = [f"[10:{n + 10}:{n + 20}] INFO {('cache worker', 'http client')[n % 2]} "
+               f"step {n} took {n * 7 + 100} ms" for n in range(40)]
+    routine.insert(25, line)
+    return "this started failing, can you look?\n" + "\n".join(routine)
+
+
+def test_a_pasted_log_finds_the_line_that_matters_not_its_routine():
+    # A few records hold two of the words every routine line of the log repeats; the
+    # lesson holds the one word the line that matters says once. Weighed once each, the two
+    # routine words would outweigh it.
+    teams = ("red", "blue", "green", "amber", "violet", "teal")
+    routine = [rec(n, f"The {('cache worker', 'http client')[n % 2]} is owned by {team}")
+               for n, team in enumerate(teams, start=1)]
+    filler = [rec(n, f"The billing export runs nightly, batch {chr(97 + n)}")
+              for n in range(7, 26)]
+    lesson = rec(40, "Secrets are encrypted with sops and the age key from the vault")
+    brief = pasted_log("sops: failed to decrypt the file")
+    assert ranked([*routine, *filler, lesson], brief)[0] == lesson.text
+    terms = query_terms(brief, ENGLISH.analyzer)
+    uses = dict(zip(terms.terms, terms.uses, strict=True))
+    assert (uses["cach"], uses["sop"]) == (20, 1)
+
+
+def test_a_long_brief_gates_by_its_words_before_its_numbers():
+    # "sops" stems to "sop", as short as the log's durations: the word still lets its
+    # record in, though the brief has more than 24 terms.
+    terms = query_terms(pasted_log("sops: failed to decrypt"), ENGLISH.analyzer)
+    assert len(terms.terms) > 24
+    assert "sop" in terms.prefilter
+    numbers = [term.isdigit() for term in terms.prefilter]
+    assert numbers == sorted(numbers)
+
+
 WORDS = st.sampled_from(["deploy", "vault", "the", "staging", "grafana", "lunch", "a",
                          "migrations", "ci", "flaky", "tests", "café", "数据库"])
 

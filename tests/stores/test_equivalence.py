@@ -419,7 +419,11 @@ def crowd_queries() -> list[str]:
     return [COMMON, f"{COMMON} cache", "Deploying the cache of the VPN docker node",
             "staging runner gateway", "ledger", f"{serial(5)} {COMMON}",
             # More terms than the prefilter takes: the gate reads only the longest 24.
-            " ".join([COMMON, *VARIED, *(serial(n) for n in range(0, 60, 3))])]
+            " ".join([COMMON, *VARIED, *(serial(n) for n in range(0, 60, 3))]),
+            # A pasted log: routine words on every line, each line's numbers (which the
+            # gate takes after the words), the line that matters once.
+            "\n".join([f"{COMMON} cache {300 + n} docker {n}" for n in range(0, 120, 4)]
+                      + [f"{serial(11)} ledger"])]
 
 
 def index_rebuilt(store: InMemoryStore, scope: str) -> tuple:
