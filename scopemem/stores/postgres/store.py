@@ -162,8 +162,7 @@ class PostgresStore:
         marked = 0
         for scope_key, ids in used.items():
             check_scope_key(scope_key)
-            seqs = sorted({seq for seq in (batches.seq_in_scope(scope_key, record_id)
-                                           for record_id in ids) if seq is not None})
+            seqs = sorted(set(batches.seqs_in_scope(scope_key, ids)))
             if not seqs:
                 continue
             async with self._connection() as conn:

@@ -26,7 +26,8 @@ from scopemem.stores.postgres.pool import Connect
 from scopemem.stores.postgres.statements import Statements, record_of, with_pending
 from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.shared import vectors as shared
-from scopemem.stores.shared.nearest import Matrices, answered, nearest, wanted
+from scopemem.stores.shared.batches import seqs_in_scope
+from scopemem.stores.shared.nearest import Matrices, answered, nearest
 
 __all__ = ["Vectors"]
 
@@ -98,7 +99,7 @@ class Vectors:
                     await binary.execute(self.sql.of_model, params)
                     rows = await binary.fetchall()
                 matrix = self._matrices.keep(scope_key, model, state[0], rows)
-            chosen = nearest(*matrix, query, limit, floor, wanted(scope_key, include))
+            chosen = nearest(*matrix, query, limit, floor, seqs_in_scope(scope_key, include))
             if not chosen:
                 return []
             params["seqs"] = [seq for seq, _cosine in chosen]

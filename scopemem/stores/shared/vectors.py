@@ -24,8 +24,8 @@ from scopemem.core.records import Record
 from scopemem.core.scopes import record_seq
 from scopemem.errors import StoreRefused
 from scopemem.stores.base import check_scope_key
-from scopemem.stores.shared.batches import seq_in_scope
-from scopemem.stores.shared.nearest import nearest, wanted
+from scopemem.stores.shared.batches import seq_in_scope, seqs_in_scope
+from scopemem.stores.shared.nearest import nearest
 
 if TYPE_CHECKING:  # numpy loads with the first vector, not with the stores' modules
     import numpy as np
@@ -210,7 +210,7 @@ class Shelf:
             cached = self._matrices[(scope_key, model)] = (stamp, seqs, matrix)
         _stamp, seqs, matrix = cached
         return [(active[seq][1], cosine) for seq, cosine
-                in nearest(seqs, matrix, vector, limit, floor, wanted(scope_key, include))]
+                in nearest(seqs, matrix, vector, limit, floor, seqs_in_scope(scope_key, include))]
 
     def drop(self, scope_key: str) -> None:
         self._vectors.pop(scope_key, None)

@@ -215,8 +215,7 @@ class SharedSqliteStore:
         marked = 0
         for scope_key, ids in used.items():
             check_scope_key(scope_key)
-            seqs = sorted({seq for seq in (batches.seq_in_scope(scope_key, record_id)
-                                           for record_id in ids) if seq is not None})
+            seqs = sorted(set(batches.seqs_in_scope(scope_key, ids)))
             if not seqs:
                 continue
             shard = self._shards.of(scope_key)

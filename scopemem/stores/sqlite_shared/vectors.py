@@ -23,7 +23,8 @@ from typing import Any
 from scopemem.core.records import Record
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.shared import vectors as shared
-from scopemem.stores.shared.nearest import Matrices, answered, nearest, wanted
+from scopemem.stores.shared.batches import seqs_in_scope
+from scopemem.stores.shared.nearest import Matrices, answered, nearest
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.dialect import SQL
 from scopemem.stores.sqlite_shared.pools import ShardPools
@@ -108,7 +109,7 @@ def _nearest(conn: Any, uses: PendingUses, matrices: Matrices, shard: int,
             return []
         matrix = matrices.get(scope_key, model, state[0][0]) or matrices.keep(
             scope_key, model, state[0][0], conn.execute(SQL.of_model, params).fetchall())
-        chosen = nearest(*matrix, query, limit, floor, wanted(scope_key, include))
+        chosen = nearest(*matrix, query, limit, floor, seqs_in_scope(scope_key, include))
         if not chosen:
             return []
         _lead, rows = uses.rows(conn, shard, scope_key, SQL.active_rows,
