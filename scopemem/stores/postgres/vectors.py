@@ -1,18 +1,11 @@
-"""The semantic lane's vectors on the PostgreSQL store (``stores.shared.vectors.VectorStore``).
+"""The semantic lane's vectors on the PostgreSQL store (``stores.shared.vectors.VectorStore``;
+the search and its copies: ``shared.nearest``).
 
-``vectors`` (migration 6) holds at most one vector per record, keyed as its record is
-(``scope_key``, ``seq``), with the model it came from, as ``bytea``: little-endian float32
-of unit length, as ``shared.vectors.check`` leaves it. Only active records have one: a
-vector is kept only for a record active when it is put, and the schema's triggers drop it
-in the statement that retires or deletes its record.
-
-A search reads, in one snapshot, the scope's change counter, its vectors of the model (or
-the store's copy of them read at that counter, ``shared.nearest.Matrices``; putting vectors
-moves the counter on), and scores them in this process with the one search every store
-runs (``shared.nearest.nearest``, numpy), so every store answers alike; then it reads the
-chosen records with the uses not saved yet (``usage.py``), as a retrieval does. pgvector is
-not used: brute force over a scope's vectors (10,000 at most, the scope cap) needs no
-extension on the server.
+``vectors`` (migration 6) holds at most one vector per record, keyed as its record is, as
+``bytea``. A vector is kept only for a record active when it is put, and the schema's
+triggers drop it in the statement that retires or deletes its record. pgvector is not
+used: brute force over a scope's vectors (10,000 at most, the scope cap) needs no
+extension on the server, and every store answers alike.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""Moving records in and out of the shared-file SQLite store (``stores.porting``).
+"""Moving records in and out of the shared-file SQLite store (``stores.porting``: what an
+export and an import promise; ``import_threads``: the postings' ``continues`` flags).
 
-``export_scopes`` reads every shard's ``scopes`` table; ``export_page`` reads rows in seq
-order with the pending use counts applied, so an export shows the counts as of now.
-``import_records`` writes each scope's records in one ``BEGIN IMMEDIATE`` transaction behind
-the shard's writers, as a write: rows keep their seq, ``last_seq`` moves up to the highest
-imported one (so the next id stays above every imported id), ``active`` counts the imported
-active rows (and the generation moves on), and only active rows are posted. A posting's
-``continues`` flag is read from the row before it, imported or not, and an existing active
-row right after an imported one of its thread gets the flag too.
+``export_page`` reads rows with the pending use counts applied, so an export shows the
+counts as of now. ``import_records`` writes each scope's records in one ``BEGIN IMMEDIATE``
+transaction behind the shard's writers, as a write.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The semantic lane's vectors on the shared-file SQLite store
-(``stores.shared.vectors.VectorStore``).
+(``stores.shared.vectors.VectorStore``; the search and its copies: ``shared.nearest``).
 
 A shard's ``vectors`` table (``schema.py``) holds at most one vector per record, keyed as
-its record is (``scope_key``, ``seq``), with the model it came from: little-endian float32
-of unit length, as ``shared.vectors.check`` leaves it. Only active records have one: a
-vector is kept only for a record active when it is put, and the shard's triggers drop it
-in the very statement that retires or deletes its record, so no writer has to remember to.
-
-``nearest`` reads, in one snapshot, the scope's change counter, its vectors of the model
-(or the store's copy of them read at that counter, ``shared.nearest.Matrices``), scores
-them with the one search every store runs (``shared.nearest.nearest``, numpy), then reads
-the chosen records with the uses not saved yet, as a retrieval does. Putting vectors moves
-the scope's change counter on, so no worker answers from a copy they replaced.
+its record is. A vector is kept only for a record active when it is put, and the shard's
+triggers drop it in the very statement that retires or deletes its record, so no writer
+has to remember to.
 """
 
 from __future__ import annotations
