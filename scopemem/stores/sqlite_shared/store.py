@@ -75,7 +75,6 @@ __all__ = ["SharedSqliteStore"]
 
 log = logging.getLogger("scopemem.stores.sqlite")
 
-_POOL_THREADS = POOL_THREADS  # (tests size their load by it)
 #: ``cache_rows`` counts rows; the copies are bounded in postings, about twenty a record of
 #: realistic text (so the default 50,000 rows is ``DEFAULT_POSTINGS_CACHE``).
 POSTINGS_PER_ROW = 20
