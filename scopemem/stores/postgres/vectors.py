@@ -55,9 +55,7 @@ class Vectors:
 
     async def put_vectors(self, scope_key: str, model: str,
                           vectors: Sequence[tuple[str, bytes]]) -> int:
-        check_scope_key(scope_key)
-        shared.check_model(model)
-        kept = shared.keyed(scope_key, vectors)
+        kept = shared.keyed(scope_key, model, vectors)
         if not kept:
             return 0
         params = {"scope": scope_key, "model": model, "seqs": list(kept),

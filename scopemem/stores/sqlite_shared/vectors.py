@@ -52,10 +52,8 @@ class Vectors:
 
     async def put_vectors(self, scope_key: str, model: str,
                           vectors: Sequence[tuple[str, bytes]]) -> int:
-        check_scope_key(scope_key)
-        shared.check_model(model)
         rows = [{"scope": scope_key, "seq": seq, "model": model, "vector": vector}
-                for seq, vector in shared.keyed(scope_key, vectors).items()]
+                for seq, vector in shared.keyed(scope_key, model, vectors).items()]
         if not rows:
             return 0
         kept = await self._pools.write(self._of(scope_key), _put, rows, create=True)
