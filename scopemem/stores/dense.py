@@ -3,8 +3,8 @@
 ``core.topk`` weighs only the records that can reach a ranking's answer, one record at a time
 in Python. Under realistic text a brief lets in nearly every record of a large scope and the
 answer still needs about a fifth of them weighed: a few milliseconds a retrieval, most of it
-interpreter overhead. A store that holds a scope's postings in memory (the SQLite store's
-``ScopeView``, the in-process store) keeps a ``DenseIndex`` beside them instead:
+interpreter overhead. A store that holds a scope's postings in memory (the in-process
+store, a SQL store's large copy, ``shared/cache.py``) keeps a ``DenseIndex`` beside them:
 
 * the scope's active seqs, sorted, give each record a position, and each query term's
   holders become an array of positions (built the first time a term is asked for, kept
@@ -20,11 +20,10 @@ interpreter overhead. A store that holds a scope's postings in memory (the SQLit
   best of all, with the same matches, so the answer is exactly the one all of them give.
 
 Weighing 10,000 gated records this way costs about as much as ``core.topk`` weighing 200
-of them; it reads every posting of the query's terms (about 5 ns each), so a store still
-sends a query of very many postings off the event loop (``views.LOOP_WORK``).
+of them; it reads every posting of the query's terms (about 5 ns each).
 
 An index describes one state of the records: a store drops it with any change to which
-records are active (``invalidate``) and builds the next one when a retrieval needs it.
+records are active and builds the next one when a retrieval needs it.
 A use-count bump changes nothing here. Reading an index from several threads is safe: the
 arrays are built whole before they are shared.
 """

@@ -1,13 +1,11 @@
 """The in-process store: a dict of scopes, for tests, development and the fallback when a
 durable store is not configured. Everything is lost when the process exits.
 
-Each scope keeps, beside its rows, an index of its active records (``memory_index``). A
-retrieval weighs the candidates from the postings (``stores.postings``, as the SQLite
-store's views do) and ranks them with ``engine.rank_covered``: its cost follows the query's
-postings, not the scope's size, and it answers exactly as the SQL stores do. A write reads
-only the rows its candidates collide with or point at, and the engine decides the batch as
-in the SQL stores (``shared.batches``). Parts: ``memory_counts``, ``memory_retention``,
-``memory_browse``.
+Each scope keeps, beside its rows, an index of its active records (``memory_index``): a
+retrieval's cost follows the query's postings, not the scope's size, and it answers exactly
+as the SQL stores do. A write reads only the rows its candidates collide with or point at,
+and the engine decides the batch as in the SQL stores (``shared.batches``). Parts:
+``memory_counts``, ``memory_retention``, ``memory_browse``.
 """
 
 from __future__ import annotations
@@ -145,7 +143,7 @@ class InMemoryStore:
         terms = engine.query_terms(query, self.ranking.analyzer)
         if not terms.terms or limit <= 0 or not rows:
             return []
-        # The candidates from the postings, weighed as the SQLite store's view weighs them.
+        # The candidates from the postings, weighed as arrays (``stores.dense``).
         index = self._index(scope_key)
         postings = engine.grouped(index.postings, terms)
         weights = engine.term_weights(terms, inverted.stats(postings, len(index.details), terms),

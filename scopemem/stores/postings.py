@@ -1,12 +1,8 @@
-"""What a retrieval reads of a scope held as an inverted index, for every store that holds one.
-
-A store that keeps a scope's active records in memory (the SQLite store's ``ScopeView``, the
-in-process store) keeps ``postings``: each term mapped to the seqs of the active records
-holding it, each record once. These functions keep them and give the scope's statistics
-for a query's terms (what ``engine.term_weights`` reads). The records are weighed by the
-engine (``core.topk``, or ``stores.dense`` over the postings as arrays), always with its
-one covered-weight sum (``ranking.covered_weights``), so every store's floats agree bit for
-bit and every store answers with the same ids in the same order.
+"""A scope held as an inverted index (``postings``: each term mapped to the seqs of the
+active records holding it, each record once), as the in-process store and the SQL stores'
+copies hold it: these functions keep it and give the scope's statistics for a query's terms
+(what ``engine.term_weights`` reads). Weighing is the engine's (``docs/storage.md``, "Where
+the ranking lives").
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ from collections.abc import Iterable, MutableMapping
 from scopemem.core import topk
 from scopemem.core.ranking import QueryTerms, ScopeStats
 
-__all__ = ["Postings", "post", "stats", "unpost", "work"]
+__all__ = ["Postings", "post", "stats", "unpost"]
 
 #: term → the seqs of the active records holding it (a list or a set: each record once).
 Postings = topk.Postings
@@ -40,11 +36,6 @@ def unpost(postings: MutableMapping[str, set[int]], seq: int, terms: Iterable[st
             holders.discard(seq)
             if not holders:
                 del postings[term]
-
-
-def work(postings: Postings, terms: QueryTerms) -> int:
-    """How many postings ranking ``terms`` reads: the cost of weighing them."""
-    return sum(len(postings.get(term, ())) for term in terms.terms)
 
 
 def stats(postings: Postings, records: int, terms: QueryTerms) -> ScopeStats:

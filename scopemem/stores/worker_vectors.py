@@ -67,10 +67,8 @@ class WorkerVectors:
 
     async def put_vectors(self, scope_key: str, model: str,
                           vectors: Sequence[tuple[str, bytes]]) -> int:
-        check_scope_key(scope_key)
-        check_model(model)
         items = [{"id": f"mem:{scope_key}:{seq}", "vector": _wire(vector)}
-                 for seq, vector in keyed(scope_key, vectors).items()]
+                 for seq, vector in keyed(scope_key, model, vectors).items()]
         per_call = max(1, min(MAX_PUT_VECTORS,
                               PUT_BYTES // max(len(items[0]["vector"]) if items else 1, 1)))
         kept = 0

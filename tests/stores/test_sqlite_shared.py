@@ -19,7 +19,7 @@ from scopemem.stores.base import StoreSettings
 from scopemem.stores.sqlite import from_settings as sqlite_store
 from scopemem.stores.sqlite_shared import SharedSqliteStore, schema
 from scopemem.stores.sqlite_shared import statements as st
-from scopemem.stores.sqlite_shared.store import _POOL_THREADS
+from scopemem.stores.sqlite_shared.pools import POOL_THREADS
 from tests.conftest import FakeClock
 from tests.stores.shared_postings import CONTINUES, scope_documents
 
@@ -59,7 +59,7 @@ async def test_descriptors_follow_the_shards_not_the_scopes(tmp_path, clock: Fak
     store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off")
     # Each pool thread's connection to a shard holds the database and its WAL; the shared
     # memory is one descriptor per shard for the process.
-    bound = schema.SHARDS * (2 * 2 * _POOL_THREADS + 1)
+    bound = schema.SHARDS * (2 * 2 * POOL_THREADS + 1)
     try:
         for n in range(1200):
             key = f"user:slack:U{n:04d}"

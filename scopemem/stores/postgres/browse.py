@@ -1,15 +1,7 @@
-"""Browsing the PostgreSQL store (``stores.base.BrowsingStore``): pages of scopes and of a
-scope's records, a record's history, and the reaches, from the tables and indexes of
-migration 5 (``migrations.py``).
-
-A page of scopes is one index range of ``scopes`` in the page's order (byte order of keys,
-``COLLATE "C"``, as every store sorts; ``last_write`` is kept by a statement trigger), and
-its total a count of the same partial index: it reads scope rows, never a record. A page of
-records takes its seqs from ``records_browse`` (scope, seq, and what a page filters on, in
-the index) newest first, then reads only the page's rows. A record's history is a few
-primary-key and partial-index lookups. A kind's count totals are its rows of
-``count_totals`` (migration 7, kept with the counters), a row per day and name. Reaches are
-a table of their own, pruned past the retention by every log; reads skip what is past it.
+"""Browsing the PostgreSQL store (``stores.base.BrowsingStore``), by the statements both SQL
+stores share (``shared/sql.py``), over the tables of migration 5 (``migrations.py``).
+Reaches are a table of their own, pruned past the retention by every log; reads skip what
+is past it.
 """
 
 from __future__ import annotations

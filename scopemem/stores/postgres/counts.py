@@ -1,14 +1,7 @@
-"""The PostgreSQL store's counters (``stores.base.CountingStore``): one ``counters`` table,
-keyed by scope, UTC day and name (migration 3).
-
-A write batch, a forget and a sweep add their counts with one statement in their own
-transaction (``add_rows``), so the counts and the rows commit together or not at all.
-``add_counts`` (the host's counts, already batched by it) is one statement for every scope
-of the call, committed without waiting for the WAL to reach the disk: the counts are
-advisory, and a server crash may lose the last fraction of a second of them, as it may lose
-use counts, never a record. A scope counted before it holds any record is a scope all the
-same: its row is made, against ``max_scopes`` (``ScopeLimitReached`` past it), as a write
-would make it.
+"""The PostgreSQL store's counters (``stores.base.CountingStore``, the rules in
+``shared/counts.py``): one ``counters`` table (migration 3). ``add_counts`` is one
+statement for every scope of the call; a server crash may lose the last fraction of a
+second of them, as it may lose use counts, never a record.
 """
 
 from __future__ import annotations

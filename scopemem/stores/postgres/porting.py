@@ -1,14 +1,9 @@
-"""Moving records in and out of the PostgreSQL store (``stores.porting.PortableStore``).
+"""Moving records in and out of the PostgreSQL store (``stores.porting``: what an export and
+an import promise; ``import_threads``: the postings' ``continues`` flags).
 
-``export_scopes`` reads the ``scopes`` table; ``export_page`` reads rows in seq order, the scope's
-use counts not saved yet (``usage.DeferredUsage``) saved first, so an export shows the
-counts as of now. ``import_records`` writes each scope's records in one transaction, the scope's
-row taken ``FOR UPDATE`` as every write takes it: rows keep their seq, ``last_seq`` moves up
-to the highest imported one (so the next id stays above every imported id), ``active``
-counts the imported active rows, and only active rows are posted to the token index. A
-posting's ``continues`` flag (the record follows one of its own thread) is read from the
-row before it, imported or not, and an existing row right after an imported one of its
-thread gets the flag too.
+``export_page`` saves the scope's use counts not saved yet first, so an export shows the
+counts as of now. ``import_records`` writes each scope's records in one transaction, the
+scope's row taken ``FOR UPDATE`` as every write takes it.
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
-"""A retrieval and a use count on the PostgreSQL store: the statements, in order.
+"""A retrieval and a use count on the PostgreSQL store: the statements, in order
+(``docs/storage.md``, "PostgreSQL").
 
-1. ``Statements.postings``: each query term's postings (the seqs holding it, split by
-   whether the record continues its predecessor's thread) and the scope's active count,
-   in one snapshot, and with them, when the prefilter's terms have at most
-   ``FEW_POSTINGS`` postings (a selective query, a small scope), the rows of every record
-   holding one; or, for a scope whose whole index this worker holds (``cache.py``),
-   nothing yet: the postings come from the copy;
-2. ``tokens.term_weights``, ``tokens.covered`` and ``engine.rank_candidates``: the weights,
-   the covered weight of each record the answer can need (``core.topk``), and the best
-   ``candidate_cap(limit)`` by match;
+1. ``Statements.postings``: each query term's postings and the scope's active count, with
+   the rows of every record holding a prefilter term when they have at most
+   ``FEW_POSTINGS``; or, from a copy of the scope's index (``cache.py``), nothing yet;
+2. the weights, covered weights and candidates, by the functions every store ranks with;
 3. the candidates' rows (unless step 1 read them; from a copy, with the scope's change
-   counter, which must be the copy's), and ``engine.score_candidates``: the answer,
-   exactly the one ``engine.rank_covered`` gives every other store.
+   counter, which must be the copy's), scored.
 
-So a retrieval is one statement; a large scope without a copy adds the read of the
-candidates' rows. Every row read has the uses of it not saved yet added
-(``usage.DeferredUsage``, inside its ``reading``), and a use of each record returned (when
-the retrieval counts one) is added there too, saved in the background: nothing is written
-on a retrieval's path. Rows stay tuples until the ranking has chosen: only the records
-returned are made.
+Every row read has its uses not saved yet added (``usage.DeferredUsage``, inside its
+``reading``); nothing is written on a retrieval's path. Rows stay tuples until the ranking
+has chosen: only the records returned are made.
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
 """The PostgreSQL store: every scope in one table, any number of processes on any number
-of machines, through psycopg 3's async pool.
-
-What it decides is decided by ``scopemem.core.engine``, exactly as in the other stores;
-this module only finds the rows the engine asks for and persists what it answers. A copy
-of a scope's postings may be kept in memory (``cache.py``), but it answers only when
-the scope's change counter, read from the server with every retrieval, is the one it was
-read at, so a process never contradicts another's write. See ``docs/storage.md`` for the
-schema and why.
-
-Reads (``reads.py``): one statement reads each query term's postings with the scope's
-active count; the engine weighs them and picks the candidates; a second statement reads
-just the candidates' rows (none when the first read them). A use of what is returned is
-counted in memory and saved in the background (``usage.py``), one statement per scope
-for every retrieval within ``usage_flush_ms``; a write, a listing, a record page and an
-export of a scope save its pending uses first.
-
-Writes (``writes.py``): one transaction per batch, under the scope's row lock. The pool and
-the schema's migration are ``pool.py``; export and import ``porting.py``; the counters
-``counts.py``; browsing ``browse.py``; the semantic lane's vectors ``vectors.py``: each a
-part the store holds, given what it uses.
+of machines, through psycopg 3's async pool. Each part (the package's modules) is built
+here with what it uses; ``docs/storage.md``, "PostgreSQL", has the design and why.
 """
 
 from __future__ import annotations
@@ -162,8 +144,7 @@ class PostgresStore:
         marked = 0
         for scope_key, ids in used.items():
             check_scope_key(scope_key)
-            seqs = sorted({seq for seq in (batches.seq_in_scope(scope_key, record_id)
-                                           for record_id in ids) if seq is not None})
+            seqs = sorted(set(batches.seqs_in_scope(scope_key, ids)))
             if not seqs:
                 continue
             async with self._connection() as conn:

@@ -1,21 +1,12 @@
-"""Use counts not saved yet, saved in the background: no SQL here.
+"""Use counts not saved yet, saved in the background: no SQL here (``docs/storage.md``,
+"PostgreSQL", says when they are saved and who sees them).
 
-A retrieval (and ``mark_used``) counts its uses here (``add``) and does not wait for them to
-be saved: within ``usage_flush_ms`` a background task saves every use pending by then, one
-statement per scope however many retrievals fed it. A write, a listing, a browse page and
-an export of a scope save its pending uses first (``save``), so what they read and decide
-(dedup, eviction) sees every use this process counted. A use count is a ranking hint, not
-an acknowledged write: another process sees a use once it is saved (within
-``usage_flush_ms``, or at this process's next write, listing or export of the scope, or at
-its ``close``). ``drain`` (``close``, ``store.flush``) saves what is left.
-
-Each retrieval adds the uses still pending to the rows it reads (``pending``), so the
-ranking and the records returned show every use counted before it, exactly once: a save of
-a scope never runs while a read of that scope is between its statement and its look at the
-pending uses (``reading``), since a read then could not tell whether its snapshot holds
-the uses being saved. The save statement skips rows a writer holds locked (waiting could
-deadlock with a writer); those stay pending and are tried again half a second later. A
-failed save keeps its uses for the next; one that still fails at ``drain`` is logged.
+A save of a scope never runs while a read of that scope is between its statement and its
+look at the pending uses (``reading``), since a read then could not tell whether its
+snapshot holds the uses being saved. The save statement skips rows a writer holds locked
+(waiting could deadlock with a writer); those stay pending and are tried again half a
+second later. A failed save keeps its uses for the next; one that still fails at ``drain``
+(``close``, ``store.flush``) is logged.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
-"""The semantic lane's vectors on the PostgreSQL store (``stores.shared.vectors.VectorStore``).
+"""The semantic lane's vectors on the PostgreSQL store (``stores.shared.vectors.VectorStore``;
+the search and its copies: ``shared.nearest``).
 
-``vectors`` (migration 6) holds at most one vector per record, keyed as its record is
-(``scope_key``, ``seq``), with the model it came from, as ``bytea``: little-endian float32
-of unit length, as ``shared.vectors.check`` leaves it. Only active records have one: a
-vector is kept only for a record active when it is put, and the schema's triggers drop it
-in the statement that retires or deletes its record.
-
-A search reads, in one snapshot, the scope's change counter, its vectors of the model (or
-the store's copy of them read at that counter, ``shared.nearest.Matrices``; putting vectors
-moves the counter on), and scores them in this process with the one search every store
-runs (``shared.nearest.nearest``, numpy), so every store answers alike; then it reads the
-chosen records with the uses not saved yet (``usage.py``), as a retrieval does. pgvector is
-not used: brute force over a scope's vectors (10,000 at most, the scope cap) needs no
-extension on the server.
+``vectors`` (migration 6) holds at most one vector per record, keyed as its record is, as
+``bytea``. A vector is kept only for a record active when it is put, and the schema's
+triggers drop it in the statement that retires or deletes its record. pgvector is not
+used: brute force over a scope's vectors (10,000 at most, the scope cap) needs no
+extension on the server, and every store answers alike.
 """
 
 from __future__ import annotations
@@ -26,7 +19,8 @@ from scopemem.stores.postgres.pool import Connect
 from scopemem.stores.postgres.statements import Statements, record_of, with_pending
 from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.shared import vectors as shared
-from scopemem.stores.shared.nearest import Matrices, answered, nearest, wanted
+from scopemem.stores.shared.batches import seqs_in_scope
+from scopemem.stores.shared.nearest import Matrices, answered, nearest
 
 __all__ = ["Vectors"]
 
@@ -61,9 +55,7 @@ class Vectors:
 
     async def put_vectors(self, scope_key: str, model: str,
                           vectors: Sequence[tuple[str, bytes]]) -> int:
-        check_scope_key(scope_key)
-        shared.check_model(model)
-        kept = shared.keyed(scope_key, vectors)
+        kept = shared.keyed(scope_key, model, vectors)
         if not kept:
             return 0
         params = {"scope": scope_key, "model": model, "seqs": list(kept),
@@ -98,7 +90,7 @@ class Vectors:
                     await binary.execute(self.sql.of_model, params)
                     rows = await binary.fetchall()
                 matrix = self._matrices.keep(scope_key, model, state[0], rows)
-            chosen = nearest(*matrix, query, limit, floor, wanted(scope_key, include))
+            chosen = nearest(*matrix, query, limit, floor, seqs_in_scope(scope_key, include))
             if not chosen:
                 return []
             params["seqs"] = [seq for seq, _cosine in chosen]

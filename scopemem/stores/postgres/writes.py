@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scopemem.core import engine
-from scopemem.core.provenance import person_id, scrub_source
+from scopemem.core.provenance import person_id
 from scopemem.core.records import Candidate, PurgeResult, Status, SweepResult, WriteCounts
 from scopemem.core.scopes import memory_id, record_seq
 from scopemem.core.text import normalize_text
@@ -25,6 +25,7 @@ from scopemem.stores.postgres.statements import Statements, bigints, insert_row,
 from scopemem.stores.shared import batches
 from scopemem.stores.shared import counts as counting
 from scopemem.stores.shared.batches import PURGE_ROWS
+from scopemem.stores.shared.sql import scrubbed_sources
 from scopemem.stores.shared.tokens import postings_of, record_tokens
 
 __all__ = ["Writes", "refold"]
@@ -190,11 +191,7 @@ class Writes:
                 return 0
             cursor = await conn.execute(self.sql.naming, {"scope": scope_key,
                                                           "person": person})
-            changed = []
-            for seq, thread, run in await cursor.fetchall():
-                new_thread, new_run = scrub_source(thread, person), scrub_source(run, person)
-                if new_thread is not thread or new_run is not run:
-                    changed.append((new_thread, new_run, scope_key, seq))
+            changed = scrubbed_sources(await cursor.fetchall(), scope_key, person)
             if changed:
                 async with conn.cursor() as cur:
                     await cur.executemany(self.sql.set_source, changed)

@@ -11,6 +11,7 @@ Both SQL stores' ``writes.py`` write through these.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 
 import attrs
@@ -21,7 +22,7 @@ from scopemem.core.scopes import memory_id
 from scopemem.core.text import normalize_text
 
 __all__ = ["PURGE_ROWS", "BatchPlan", "lookup_keys", "pick_eviction", "plan_batch",
-           "seq_in_scope"]
+           "seq_in_scope", "seqs_in_scope"]
 
 # The most dead rows past the retention one write transaction purges: twice what a full
 # batch can retire (a supersede and an eviction per candidate), so the purge keeps up with
@@ -41,6 +42,12 @@ def seq_in_scope(scope_key: str, record_id: object) -> int | None:
         return None
     seq = int(digits)
     return seq if memory_id(scope_key, seq) == record_id else None
+
+
+def seqs_in_scope(scope_key: str, ids: Iterable[object]) -> list[int]:
+    """The seqs of those of ``ids`` that are the scope's (``seq_in_scope``), in their order."""
+    return [seq for seq in map(functools.partial(seq_in_scope, scope_key), ids)
+            if seq is not None]
 
 
 def lookup_keys(scope_key: str, candidates: Sequence[Candidate]

@@ -7,18 +7,10 @@ keeps a scope's whole index in memory (``postings_cache``, counted in postings) 
 it instead, but only once it has read the scope's change counter (``scopes.generation``,
 which every transaction changing the scope's postings increments, on any worker) and found
 it the one its copy was read at: with the first read of the candidates' rows, before any use
-is counted (``reads.search``). A copy is never answered from once another write committed:
-there is no worker state another worker's write could contradict, only a copy that is
-stale, and a stale copy is not read. A use count is never in the copy (the rows' details are
-read from the server with every answer, as without it).
-
-A scope is copied when retrievals read at least ``min_postings`` of its postings (a large
-scope and a brief that matches much of it) ``READS_BEFORE_COPY`` times at one change
-counter, in the background (the rows come through a server-side cursor a slice at a time
-and the copy is built on a thread, so the event loop goes on), and again after a change once
-it is read that often again, at most once every ``COPY_INTERVAL`` seconds (a copy read at an
-older counter is dropped). The least recently read copies go first when
-the budget is full.
+is counted (``reads.search``). So there is no worker state another worker's write could
+contradict, only a copy that is stale, and a stale copy is not read. A use count is never
+in the copy. When a scope is copied, and what a copy costs: ``docs/storage.md``, "A
+retrieval" and "What a copy costs".
 """
 
 from __future__ import annotations

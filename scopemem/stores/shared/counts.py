@@ -6,6 +6,12 @@ process) and adds with one statement per transaction.
 Every row a store adds passes ``check_rows`` first, whoever sent it: a scope key the store
 would refuse, a name ``core.counters`` does not know, a day outside the calendar or a value
 that is not a small positive integer is a ``StoreError`` and nothing of the call is added.
+
+A write batch, a forget and a sweep add their counts in their own transaction, so the
+counts and the rows commit together or not at all. ``add_counts`` (the host's counts,
+already batched by it) commits without waiting for the disk: the counts are advisory. A
+scope counted before it holds any record is a scope all the same: its row is made, against
+``max_scopes`` (``ScopeLimitReached`` past it), as a write would make it.
 """
 
 from __future__ import annotations

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING
 from scopemem.core.records import Record
 from scopemem.core.scopes import memory_id
 from scopemem.errors import StoreError, StoreRefused
-from scopemem.stores.shared.batches import seq_in_scope
 
 if TYPE_CHECKING:  # numpy loads with the first vector, not with the stores' modules
     import numpy as np
@@ -41,7 +40,7 @@ if TYPE_CHECKING:  # numpy loads with the first vector, not with the stores' mod
     Vector = npt.NDArray[np.float32]
     Seqs = npt.NDArray[np.int64]
 
-__all__ = ["MATRIX_BYTES", "Matrices", "answered", "nearest", "stacked", "wanted"]
+__all__ = ["MATRIX_BYTES", "Matrices", "answered", "nearest", "stacked"]
 
 #: Bytes of matrices a SQL store keeps across its scopes: four 10,000-record scopes of 384
 #: dimensions (4 × 384 bytes a record). A matrix larger than this is read every search.
@@ -60,12 +59,6 @@ def stacked(scope_key: str, rows: Sequence[tuple[int, bytes]]) -> tuple[Seqs, Ve
     seqs = np.fromiter((seq for seq, _blob in rows), dtype=np.int64, count=len(rows))
     matrix = np.frombuffer(b"".join(blob for _seq, blob in rows), dtype="<f4")
     return seqs, matrix.reshape(len(rows), size // 4).astype(np.float32, copy=False)
-
-
-def wanted(scope_key: str, ids: Collection[str]) -> list[int]:
-    """The seqs of those of ``ids`` that are the scope's."""
-    return [seq for seq in (seq_in_scope(scope_key, record_id) for record_id in ids)
-            if seq is not None]
 
 
 def nearest(seqs: Seqs, matrix: Vector, query: Vector, limit: int, floor: float,

@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from scopemem.core.browse import Reach
+from scopemem.core.provenance import scrub_source
 from scopemem.stores.shared.dialect import Dialect
 
-__all__ = ["COLUMNS", "Statements", "reach_read", "reaches_of"]
+__all__ = ["COLUMNS", "Statements", "reach_read", "reaches_of", "scrubbed_sources"]
 
 # The seq, then the record's fields in ``Record``'s order (positions 1-15).
 COLUMNS = ("seq, id, scope_key, kind, text, keywords, source_thread_key, source_run_id,"
@@ -179,6 +180,18 @@ class Statements:
         order = ", ".join(f"{column}{direction}" for column in self._sorts[sort])
         v = self.dialect.value
         return f"{self._scopes} ORDER BY {order} LIMIT {v('limit')} OFFSET {v('offset')}"
+
+
+def scrubbed_sources(rows: Sequence[Sequence[Any]], scope_key: str, person: str
+                     ) -> list[tuple[Any, ...]]:
+    """The values of ``Statements.set_source`` for the rows ``naming`` found (seq, thread
+    key, run id) that name ``person`` (``core.provenance.scrub_source``)."""
+    changed = []
+    for seq, thread, run in rows:
+        new_thread, new_run = scrub_source(thread, person), scrub_source(run, person)
+        if new_thread is not thread or new_run is not run:
+            changed.append((new_thread, new_run, scope_key, seq))
+    return changed
 
 
 def reach_read(sql: Statements, record_id: str | None, run: str | None, limit: int,

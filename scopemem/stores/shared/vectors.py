@@ -24,8 +24,8 @@ from scopemem.core.records import Record
 from scopemem.core.scopes import record_seq
 from scopemem.errors import StoreRefused
 from scopemem.stores.base import check_scope_key
-from scopemem.stores.shared.batches import seq_in_scope
-from scopemem.stores.shared.nearest import nearest, wanted
+from scopemem.stores.shared.batches import seq_in_scope, seqs_in_scope
+from scopemem.stores.shared.nearest import nearest
 
 if TYPE_CHECKING:  # numpy loads with the first vector, not with the stores' modules
     import numpy as np
@@ -110,9 +110,7 @@ def check(value: object, dimensions: int | None = None) -> Vector:
         raise StoreRefused(f"a vector must hold 1 to {MAX_DIMENSIONS} float32 values "
                            f"(a multiple of 4 bytes), got {size} bytes")
     array = np.frombuffer(bytes(value), dtype="<f4").astype(np.float32)
-    if dimensions is not None and array.shape[0] != dimensions:
-        raise StoreRefused(f"a vector of {array.shape[0]} dimensions where this scope's "
-                           f"vectors of the model have {dimensions}")
+    check_dimensions(array.shape[0], dimensions)
     if not np.isfinite(array).all():
         raise StoreRefused("a vector holds a value that is not finite")
     norm = float(np.linalg.norm(array.astype(np.float64)))
@@ -137,10 +135,14 @@ def check_dimensions(dimensions: int, held: int | None) -> None:
                            f" of the model have {held}")
 
 
-def keyed(scope_key: str, vectors: Sequence[tuple[str, bytes]]) -> dict[int, bytes]:
-    """A batch for ``VectorStore.put_vectors`` of a store keyed by seq: each vector
-    checked (``StoreRefused`` for any refused, or for a batch of mixed dimensions) and
-    normalized, by its record's seq; ids that are not the scope's are left out."""
+def keyed(scope_key: str, model: str, vectors: Sequence[tuple[str, bytes]]
+          ) -> dict[int, bytes]:
+    """A batch for ``VectorStore.put_vectors`` of a store keyed by seq, the scope key and
+    the model checked first: each vector checked (``StoreRefused`` for any refused, or for
+    a batch of mixed dimensions) and normalized, by its record's seq; ids that are not the
+    scope's are left out."""
+    check_scope_key(scope_key)
+    check_model(model)
     checked = [(seq_in_scope(scope_key, record_id), check(value))
                for record_id, value in vectors]
     if len({vector.shape[0] for _seq, vector in checked}) > 1:
@@ -210,7 +212,7 @@ class Shelf:
             cached = self._matrices[(scope_key, model)] = (stamp, seqs, matrix)
         _stamp, seqs, matrix = cached
         return [(active[seq][1], cosine) for seq, cosine
-                in nearest(seqs, matrix, vector, limit, floor, wanted(scope_key, include))]
+                in nearest(seqs, matrix, vector, limit, floor, seqs_in_scope(scope_key, include))]
 
     def drop(self, scope_key: str) -> None:
         self._vectors.pop(scope_key, None)

@@ -1,16 +1,9 @@
-"""Browsing the shared-file SQLite store (``stores.base.BrowsingStore``): pages of scopes
-across the shards, a scope's records, a record's history, and the reaches
-(``reach_log.py``).
+"""Browsing the shared-file SQLite store (``stores.base.BrowsingStore``), by the statements
+both SQL stores share (``shared/sql.py``); the reaches are ``reach_log.py``'s.
 
 A page of scopes asks each shard for the first ``offset + limit`` of its scopes in the
-page's order (by ``scopes``' primary key, or its ``scopes_by_active`` and
-``scopes_by_last_write`` indexes; ``last_write`` is kept by a trigger, ``schema.py``) and
-merges them: it reads scope rows, never a record. A page of records reads the seqs from
-``records_browse`` (scope, seq and what a page filters on, without the text) newest first,
-then only the page's rows, with the uses not saved yet (``usage.py``); its total counts the
-same index. A record's history is a few primary-key and partial-index lookups. A kind's
-count totals are each shard's rows of ``count_totals`` (kept with the counters,
-``schema.py``) for the kind and days, merged: a row per day and name, never a scope's.
+page's order and merges them; a kind's count totals are each shard's, merged. Neither
+reads a record.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""The shared-file store's counters (``stores.base.CountingStore``): a ``counters`` table in
-each shard, keyed by scope, UTC day and name.
-
-A write batch, a forget and a sweep add their counts in their own transaction
-(``writes.add_rows``), so the counts and the rows commit together or not at all.
-``add_counts`` (the host's counts, already batched by it) is one transaction per shard the
-call touches, committed without waiting for the disk: the counts are advisory. A scope
-counted before it holds any record is a scope all the same: its row is made, against
-``max_scopes`` (``ScopeLimitReached`` past it), as a write would make it.
+"""The shared-file store's counters (``stores.base.CountingStore``, the rules in
+``shared/counts.py``): a ``counters`` table in each shard. ``add_counts`` is one
+transaction per shard the call touches; ``ScopeLimit`` is ``max_scopes``.
 """
 
 from __future__ import annotations

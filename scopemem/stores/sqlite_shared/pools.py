@@ -1,11 +1,8 @@
-"""The shared-file store's plumbing: which thread runs a shard's work, on which connection.
-
-Reads go to the read pool, each thread with its own connection to each shard (WAL readers
-never wait for each other or for a writer). A shard's writes queue on the event loop behind
-the shard's ``asyncio.Lock``, then run one at a time on the shard's own writing thread, so
-they share one connection and its page cache; a passive checkpoint a commit made due runs
-on that thread right after it (``shards.DueCheckpoint``). An apsw error becomes a ``StoreError``
-naming the shard's file.
+"""The shared-file store's plumbing: which thread runs a shard's work, on which connection
+(``docs/storage.md``, "The shared SQLite layout", "Threads"). A shard's writes share its
+writing thread's connection and page cache; a passive checkpoint a commit made due runs on
+that thread right after it (``shards.DueCheckpoint``). An apsw error becomes a
+``StoreError`` naming the shard's file.
 """
 
 from __future__ import annotations

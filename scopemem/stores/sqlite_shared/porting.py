@@ -1,13 +1,9 @@
-"""Moving records in and out of the shared-file SQLite store (``stores.porting``).
+"""Moving records in and out of the shared-file SQLite store (``stores.porting``: what an
+export and an import promise; ``import_threads``: the postings' ``continues`` flags).
 
-``export_scopes`` reads every shard's ``scopes`` table; ``export_page`` reads rows in seq
-order with the pending use counts applied, so an export shows the counts as of now.
-``import_records`` writes each scope's records in one ``BEGIN IMMEDIATE`` transaction behind
-the shard's writers, as a write: rows keep their seq, ``last_seq`` moves up to the highest
-imported one (so the next id stays above every imported id), ``active`` counts the imported
-active rows (and the generation moves on), and only active rows are posted. A posting's
-``continues`` flag is read from the row before it, imported or not, and an existing active
-row right after an imported one of its thread gets the flag too.
+``export_page`` reads rows with the pending use counts applied, so an export shows the
+counts as of now. ``import_records`` writes each scope's records in one ``BEGIN IMMEDIATE``
+transaction behind the shard's writers, as a write.
 """
 
 from __future__ import annotations
@@ -17,7 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from scopemem.core.records import Record
-from scopemem.core.text import normalize_text
 from scopemem.core.words import Analyzer
 from scopemem.stores.base import Clock, check_scope_key
 from scopemem.stores.porting import group_import, import_threads
@@ -60,12 +55,8 @@ def import_scope(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer,
         tokens = {seq: index_tokens(r.text, r.keywords, analyzer) if r.is_active else []
                   for seq, r in added}
         conn.execute(st.INSERT_ROWS, {"scope": scope_key, "rows": json.dumps([
-            (seq, r.id, r.kind.value, r.text, normalize_text(r.text),
-             json.dumps(list(r.keywords), ensure_ascii=False), r.source_thread_key,
-             r.source_run_id, r.created_at, r.last_used_at, r.use_count, r.confidence,
-             r.supersedes, r.restates, r.status.value, r.source.value,
-             None if r.is_active else now, " ".join(tokens[seq]))
-            for seq, r in added], ensure_ascii=False)})
+            sqlite_sql.insert_row(seq, r, now, tokens[seq]) for seq, r in added],
+            ensure_ascii=False)})
         around = json.dumps(sorted({n for seq, _r in added for n in (seq - 1, seq + 1)}))
         beside = {seq: row for seq, *row in conn.execute(
             SQL.neighbours, {"scope": scope_key, "seqs": around})}

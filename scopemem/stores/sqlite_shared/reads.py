@@ -1,29 +1,14 @@
-"""A retrieval, a use mark and a listing on one shard: the statements, in order.
+"""A retrieval, a use mark and a listing on one shard, on the read pool's connection to it:
+the statements in order (``docs/storage.md``, "A retrieval", steps 1 to 3).
 
-They run on the read pool, on the thread's own connection to the scope's shard.
-
-1. In one statement, the scope's active count and the postings of the query's terms from
-   the shard's token index (``statements.STATE_POSTINGS``, ``index.py``);
-2. ``tokens.term_weights``, ``tokens.covered`` and ``engine.rank_candidates``: the weights,
-   the covered weight of each record the answer can need (``core.topk``) and the best
-   ``candidate_cap(limit)``, with the very functions every other store ranks with;
-3. the candidates' rows with the uses not saved yet applied (``usage.py``), and
-   ``engine.score_candidates``: the answer. A candidate that left active status since
-   step 1 (a concurrent forget) leaves the postings, and the candidates are chosen again
-   without it;
+1. The scope's active count and the query terms' postings, in one statement
+   (``statements.STATE_POSTINGS``), or a copy's (``shared/cache.py``);
+2. the weights, covered weights and candidates, by the functions every store ranks with;
+3. the candidates' rows with the uses not saved yet (``usage.py``), scored. A candidate
+   that left active status since step 1 (a concurrent forget) leaves the postings, and
+   the candidates are chosen again without it; a copy whose change counter is not the
+   one read with the rows answers nothing (``Searched.stale``);
 4. one use of each record returned, pending until the next save.
-
-A scope of at most ``WHOLE_ROWS`` active records skips steps 1 to 3: its every active row is
-read with its terms in one statement and ranked by ``engine.rank_entries``, as the
-in-process store ranks (``_small_scope``).
-
-A scope read often enough has its whole index copied into memory (``PostingsCache`` and
-``ScopeCopy``, shared with the PostgreSQL store, ``shared/cache.py``): step 1 is then the
-copy's, weighed as arrays (``stores.dense``) when it is large, and the read of step 3 also
-reads the scope's change counter (``scopes.generation``, moved on by every transaction that
-changes the scope's records, in any process); at another counter than the copy's, the copy
-answers nothing and the retrieval is read from the shard, steps 1 to 4 (``Searched.stale``:
-the store drops the copy).
 """
 
 from __future__ import annotations

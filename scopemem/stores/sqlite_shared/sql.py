@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from scopemem.core.records import Record, trusted_record
+from scopemem.core.text import normalize_text
 from scopemem.errors import StoreBusy
 
 
@@ -32,6 +33,16 @@ def record(row: Sequence[Any]) -> Record:
                           json.loads(keywords) if keywords != "[]" else (),
                           row[6], row[7], row[8], row[9], row[10], row[11], row[12], row[13],
                           row[14], row[15])
+
+
+def insert_row(seq: int, r: Record, now: int, tokens: Sequence[str]) -> tuple[Any, ...]:
+    """A row of ``statements.INSERT_ROWS`` for record ``r`` (retired ``now`` when it is not
+    active) and the tokens its row keeps (none when it is not active)."""
+    return (seq, r.id, r.kind.value, r.text, normalize_text(r.text),
+            json.dumps(list(r.keywords), ensure_ascii=False), r.source_thread_key,
+            r.source_run_id, r.created_at, r.last_used_at, r.use_count, r.confidence,
+            r.supersedes, r.restates, r.status.value, r.source.value,
+            None if r.is_active else now, " ".join(tokens) if r.is_active else "")
 
 
 def with_bumps(rows: Sequence[Sequence[Any]], pending: Mapping[int, list[int]]

@@ -75,7 +75,6 @@ __all__ = ["SharedSqliteStore"]
 
 log = logging.getLogger("scopemem.stores.sqlite")
 
-_POOL_THREADS = POOL_THREADS  # (tests size their load by it)
 #: ``cache_rows`` counts rows; the copies are bounded in postings, about twenty a record of
 #: realistic text (so the default 50,000 rows is ``DEFAULT_POSTINGS_CACHE``).
 POSTINGS_PER_ROW = 20
@@ -215,8 +214,7 @@ class SharedSqliteStore:
         marked = 0
         for scope_key, ids in used.items():
             check_scope_key(scope_key)
-            seqs = sorted({seq for seq in (batches.seq_in_scope(scope_key, record_id)
-                                           for record_id in ids) if seq is not None})
+            seqs = sorted(set(batches.seqs_in_scope(scope_key, ids)))
             if not seqs:
                 continue
             shard = self._shards.of(scope_key)

@@ -1,17 +1,10 @@
 """The semantic lane's vectors on the shared-file SQLite store
-(``stores.shared.vectors.VectorStore``).
+(``stores.shared.vectors.VectorStore``; the search and its copies: ``shared.nearest``).
 
 A shard's ``vectors`` table (``schema.py``) holds at most one vector per record, keyed as
-its record is (``scope_key``, ``seq``), with the model it came from: little-endian float32
-of unit length, as ``shared.vectors.check`` leaves it. Only active records have one: a
-vector is kept only for a record active when it is put, and the shard's triggers drop it
-in the very statement that retires or deletes its record, so no writer has to remember to.
-
-``nearest`` reads, in one snapshot, the scope's change counter, its vectors of the model
-(or the store's copy of them read at that counter, ``shared.nearest.Matrices``), scores
-them with the one search every store runs (``shared.nearest.nearest``, numpy), then reads
-the chosen records with the uses not saved yet, as a retrieval does. Putting vectors moves
-the scope's change counter on, so no worker answers from a copy they replaced.
+its record is. A vector is kept only for a record active when it is put, and the shard's
+triggers drop it in the very statement that retires or deletes its record, so no writer
+has to remember to.
 """
 
 from __future__ import annotations
@@ -23,7 +16,8 @@ from typing import Any
 from scopemem.core.records import Record
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.shared import vectors as shared
-from scopemem.stores.shared.nearest import Matrices, answered, nearest, wanted
+from scopemem.stores.shared.batches import seqs_in_scope
+from scopemem.stores.shared.nearest import Matrices, answered, nearest
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.dialect import SQL
 from scopemem.stores.sqlite_shared.pools import ShardPools
@@ -58,10 +52,8 @@ class Vectors:
 
     async def put_vectors(self, scope_key: str, model: str,
                           vectors: Sequence[tuple[str, bytes]]) -> int:
-        check_scope_key(scope_key)
-        shared.check_model(model)
         rows = [{"scope": scope_key, "seq": seq, "model": model, "vector": vector}
-                for seq, vector in shared.keyed(scope_key, vectors).items()]
+                for seq, vector in shared.keyed(scope_key, model, vectors).items()]
         if not rows:
             return 0
         kept = await self._pools.write(self._of(scope_key), _put, rows, create=True)
@@ -108,7 +100,7 @@ def _nearest(conn: Any, uses: PendingUses, matrices: Matrices, shard: int,
             return []
         matrix = matrices.get(scope_key, model, state[0][0]) or matrices.keep(
             scope_key, model, state[0][0], conn.execute(SQL.of_model, params).fetchall())
-        chosen = nearest(*matrix, query, limit, floor, wanted(scope_key, include))
+        chosen = nearest(*matrix, query, limit, floor, seqs_in_scope(scope_key, include))
         if not chosen:
             return []
         _lead, rows = uses.rows(conn, shard, scope_key, SQL.active_rows,

@@ -14,7 +14,6 @@ from typing import Any
 import attrs
 
 from scopemem.core import engine
-from scopemem.core.provenance import scrub_source
 from scopemem.core.records import (
     Candidate,
     CountRow,
@@ -25,12 +24,12 @@ from scopemem.core.records import (
     WriteCounts,
 )
 from scopemem.core.scopes import memory_id, record_seq
-from scopemem.core.text import normalize_text
 from scopemem.core.words import Analyzer
 from scopemem.errors import StoreError
 from scopemem.stores.shared import batches
 from scopemem.stores.shared import counts as counting
 from scopemem.stores.shared.batches import PURGE_ROWS
+from scopemem.stores.shared.sql import scrubbed_sources
 from scopemem.stores.shared.tokens import index_tokens
 from scopemem.stores.sqlite_shared import index
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
@@ -120,13 +119,8 @@ def _persist(conn: Any, analyzer: Analyzer, route: Route, plan: batches.BatchPla
         held = {record_seq(r.id): index_tokens(r.text, r.keywords, analyzer)
                 for r in plan.inserts}
         conn.execute(st.INSERT_ROWS, {"scope": scope_key, "rows": json.dumps([
-            (record_seq(r.id), r.id, r.kind.value, r.text, normalize_text(r.text),
-             json.dumps(list(r.keywords), ensure_ascii=False), r.source_thread_key,
-             r.source_run_id, r.created_at, r.last_used_at, r.use_count, r.confidence,
-             r.supersedes, r.restates, r.status.value, r.source.value,
-             None if r.is_active else now,
-             " ".join(held[record_seq(r.id)]) if r.is_active else "")
-            for r in plan.inserts], ensure_ascii=False)})
+            sqlite_sql.insert_row(seq, r, now, held[seq])
+            for r in plan.inserts for seq in (record_seq(r.id),)], ensure_ascii=False)})
         thread = None
         if last_seq:
             rows = conn.execute(st.THREAD_OF, {"scope": scope_key, "seq": last_seq}).fetchall()
@@ -217,12 +211,8 @@ def scrub_provenance(conn: Any, uses: PendingUses, shard: int, scope_key: str, p
     with transaction(conn, uses, shard, scope_key):
         if not person or _scope_row(conn, scope_key) is None:
             return 0
-        changed = []
-        for seq, thread, run in conn.execute(SQL.naming, {"scope": scope_key,
-                                                         "person": person}).fetchall():
-            new_thread, new_run = scrub_source(thread, person), scrub_source(run, person)
-            if new_thread is not thread or new_run is not run:
-                changed.append((new_thread, new_run, scope_key, seq))
+        changed = scrubbed_sources(conn.execute(SQL.naming, {
+            "scope": scope_key, "person": person}).fetchall(), scope_key, person)
         if changed:
             conn.executemany(SQL.set_source, changed)
             conn.execute(SQL.next_generation, {"scope": scope_key})
@@ -266,7 +256,7 @@ def scrub_provenance_wiped(conn: Any, uses: PendingUses, shard: int, path: str,
 
 def purge(conn: Any, uses: PendingUses, shard: int, scope_key: str, cutoff: int
           ) -> PurgeResult:
-    """The retention purge a write applies (``SCRUB_SWEPT``, ``PURGE``), on every due row of
+    """The retention purge a write applies (``SQL.purge``, ``SQL.scrub_swept``), on every due row of
     the scope, in one transaction."""
     with transaction(conn, uses, shard, scope_key):
         done = []
