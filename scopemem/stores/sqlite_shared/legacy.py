@@ -154,7 +154,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                               " CHECK (source IN ('human', 'reflection'))"),
     )),
     Migration(4, "when each row left active, and forgotten text scrubbed", (
-        # The purge of dead rows past the retention (``writes.Writes._purge``) reads them oldest
+        # The purge of dead rows past the retention (``SQL.purge``) reads them oldest
         # death first; the index holds only the rows it may purge.
         f"CREATE INDEX IF NOT EXISTS records_dead ON records (retired_at)"
         f" WHERE status IN {PURGEABLE_STATUSES}",
