@@ -252,7 +252,10 @@ class WorkerRunner(web.AppRunner):
         kwargs.setdefault("lingering_time", 0)
         kwargs.setdefault("keepalive_timeout", self.limits.idle_timeout)
         super().__init__(app, **kwargs)
-        app[BODY_TIMEOUT] = self.limits.body_timeout
+        # An application served again (a restart in process) is frozen: aiohttp deprecates
+        # changing its state, so the timeout is set only when it changes.
+        if app.get(BODY_TIMEOUT) != self.limits.body_timeout:
+            app[BODY_TIMEOUT] = self.limits.body_timeout
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
