@@ -30,12 +30,6 @@ WORKER_CLIENT = "worker"
 EMBEDDED_DEFAULT = "sqlite"
 log = logging.getLogger("scopemem.worker")
 
-#: What ``serve --workers N`` says on the SQLite store (docs/worker.md, "Several processes").
-SQLITE_ONE_PROCESS = (
-    "--workers %d on the sqlite store: the sqlite store is served best by one process (its"
-    " processes share one data directory and one writer per file, so more of them answer"
-    " fewer requests a second than one); use --workers 1, or the postgres store to scale"
-    " out")
 
 
 #: ``--log-format``'s choices: text lines, or one JSON object a line (``logs.JsonFormatter``).
@@ -193,8 +187,6 @@ def scopemem_register_commands(cli: click.Group) -> None:
         if not access_log:
             runner_kwargs["access_log"] = None
         if workers > 1:
-            if name == "sqlite":
-                log.warning(SQLITE_ONE_PROCESS, workers)
             _serve_processes(workers, host, port, build, limits_for, runner_kwargs, name)
             click.echo("scopemem worker stopped")
             return
@@ -229,12 +221,12 @@ def _hub_token(data_token: str, insecure_dev: bool) -> str | None:
 def _serve_processes(workers: int, host: str, port: int,
                      build: Callable[[], tuple[Any, Any]], limits_for: Callable[[Any], Any],
                      runner_kwargs: dict[str, Any], name: str) -> None:
-    """``--workers N``: bind, fork N processes that each build the app (and its store) and
-    serve the one socket, supervise them (``workers.py``)."""
+    """``--workers N``: reserve the port, fork N processes that each build the app (and its
+    store) and listen on it, supervise them (``workers.py``)."""
     import asyncio
 
     from scopemem.worker_aiohttp.app import serve_until_signalled
-    from scopemem.worker_aiohttp.workers import listening_socket, serve_workers
+    from scopemem.worker_aiohttp.workers import reserved_port, serve_workers
 
     if not hasattr(os, "fork"):
         raise click.UsageError("--workers needs a system with fork(); use one process here")
@@ -244,13 +236,14 @@ def _serve_processes(workers: int, host: str, port: int,
     runner_kwargs = {**runner_kwargs, "limits": limits_for(store)}
     asyncio.run(store.close())
     try:
-        sock = listening_socket(host, port)
+        sock = reserved_port(host, port)
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
+    bound_host, bound_port = sock.getsockname()[:2]
 
-    def run_worker(sock_: Any) -> None:
-        asyncio.run(serve_until_signalled(build()[1], host, port, sock=sock_,
-                                          **runner_kwargs))
+    def run_worker(announce: Callable[[], None]) -> None:
+        asyncio.run(serve_until_signalled(build()[1], bound_host, bound_port, reuse_port=True,
+                                          on_ready=lambda _url: announce(), **runner_kwargs))
 
     def ready(url: str) -> None:
         click.echo(f"scopemem worker listening on {url} (store: {name}, {workers} worker"

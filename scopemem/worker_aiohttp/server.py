@@ -43,7 +43,6 @@ import contextlib
 import logging
 import resource
 import signal
-import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -292,19 +291,16 @@ BODY_TIMEOUT = web.AppKey("scopemem_worker_body_timeout", float)
 
 @contextlib.asynccontextmanager
 async def running(app: web.Application, host: str = "127.0.0.1", port: int = 0,
-                  *, sock: socket.socket | None = None, **runner_kwargs: Any
-                  ) -> AsyncIterator[str]:
-    """Serve ``app`` on ``host:port`` (0 picks a free port), or on the listening ``sock``
-    when given (``--workers``: every worker process accepts on one socket), and yield its
-    base URL; on exit, shut down gracefully (in-flight requests finish, then the store
-    closes)."""
+                  *, reuse_port: bool = False, **runner_kwargs: Any) -> AsyncIterator[str]:
+    """Serve ``app`` on ``host:port`` (0 picks a free port; ``reuse_port``: beside the other
+    worker processes' sockets, ``--workers``) and yield its base URL; on exit, shut down
+    gracefully (in-flight requests finish, then the store closes)."""
     runner = WorkerRunner(app, **runner_kwargs)
     await runner.setup()
     _quiet_accept_failures(asyncio.get_running_loop())
     backlog = runner.limits.backlog
     try:
-        site: web.BaseSite = (web.TCPSite(runner, host, port, backlog=backlog) if sock is None
-                              else web.SockSite(runner, sock, backlog=backlog))
+        site = web.TCPSite(runner, host, port, backlog=backlog, reuse_port=reuse_port)
         await site.start()
         bound_host, bound_port = runner.addresses[0][:2]
         if ":" in bound_host:
@@ -321,7 +317,7 @@ async def serve_until_signalled(
     *,
     on_ready: Callable[[str], None] | None = None,
     shutdown_timeout: float = 60.0,
-    sock: socket.socket | None = None,
+    reuse_port: bool = False,
     **runner_kwargs: Any,
 ) -> None:
     """Serve until SIGINT or SIGTERM, then shut down gracefully: stop accepting, let
@@ -333,7 +329,8 @@ async def serve_until_signalled(
     for signum in signals:
         loop.add_signal_handler(signum, stop.set)
     try:
-        async with running(app, host, port, sock=sock, shutdown_timeout=shutdown_timeout,
+        async with running(app, host, port, reuse_port=reuse_port,
+                           shutdown_timeout=shutdown_timeout,
                            **runner_kwargs) as url:
             if on_ready is not None:
                 on_ready(url)
