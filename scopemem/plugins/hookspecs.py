@@ -78,7 +78,7 @@ def scopemem_scope_kinds(config: MemoryConfig) -> Sequence[ScopeKind] | None:
 def scopemem_rejection_markers(candidate: Candidate) -> Sequence[str] | None:
     """Return the names of the status markers this plugin finds in a candidate.
 
-    :param candidate: a fact or summary reflection is about to write.
+    :param candidate: a fact about to be written (summaries are never asked about).
     :return: marker names (short tokens, safe to log), or ``None``/empty to pass it.
 
     Called for every fact before it is written, whoever offers it (reflection, a person's
@@ -86,9 +86,9 @@ def scopemem_rejection_markers(candidate: Candidate) -> Sequence[str] | None:
     marker rejects the fact; a person told of a refusal by a marker that is not the built-in
     gate's hears that a plugin refused it, by its marker names. The built-in gate returns
     the status and change-description markers of ``scopemem.core.gate`` (``memory.gate =
-    false`` leaves it out; other plugins still answer); summaries are episodic and the
-    built-in never gates them. Stores' ``sweep`` applies the built-in gate only (stores do
-    not call plugins).
+    false`` leaves it out; other plugins still answer). Summaries are episodic: no plugin is
+    asked about them. Stores' ``sweep`` applies the built-in gate only (stores do not call
+    plugins).
     """
 
 

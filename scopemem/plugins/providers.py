@@ -93,9 +93,11 @@ class Provider(Protocol):
     ) -> str:
         """Send one system prompt and one user message to ``model``; return the reply text.
 
-        Exactly one request, no tools, no retry. Any failure (transport error, timeout,
-        non-2xx status, a body without the expected text) raises ``ProviderError``; a
-        status error names the status and a short, key-free excerpt of the server's reason.
+        One completion, no tools; what another attempt may fix (a dropped connection, a
+        busy answer) may be retried within the call's timeout, as the built-in providers
+        do. Any failure (transport error, timeout, non-2xx status, a body without the
+        expected text) raises ``ProviderError``; a status error names the status and a
+        short, key-free excerpt of the server's reason.
         """
 
     async def close(self) -> None:
