@@ -212,9 +212,9 @@ async def test_the_retired_file_layout_setting_is_warned_about_and_migrates(tmp_
                                                                           monkeypatch):
     """``layout = "file"`` is no longer a layout: the setting is warned about, once, and the
     directory is migrated and read in the shared layout, as without it."""
-    import scopemem.stores.sqlite as package
+    import scopemem.stores.sqlite_shared.options as sqlite_options
 
-    monkeypatch.setattr(package, "_warned", [])
+    monkeypatch.setattr(sqlite_options, "_warned", set())
     directory = copy_fixture(tmp_path)
     for _ in range(2):
         store = sqlite_store(StoreSettings(name="sqlite", options={

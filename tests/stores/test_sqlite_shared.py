@@ -191,9 +191,9 @@ def settings_with(tmp_path: Path, **options: object) -> StoreSettings:
 async def test_the_layout_option_chooses_the_shared_files(tmp_path, caplog, monkeypatch):
     """``layout = "shared"`` and no ``layout`` open the shared files; ``layout = "file"``,
     the retired layout, is warned about once (not fatal) and opens them all the same."""
-    import scopemem.stores.sqlite as package
+    import scopemem.stores.sqlite_shared.options as sqlite_options
 
-    monkeypatch.setattr(package, "_warned", [])
+    monkeypatch.setattr(sqlite_options, "_warned", set())
     store = sqlite_store(settings_with(tmp_path, layout="shared"))
     try:
         assert isinstance(store, SharedSqliteStore)
@@ -595,11 +595,14 @@ async def test_deleting_a_scope_leaves_nothing_of_it_and_never_gives_its_ids_aga
 
 
 async def test_the_shared_layout_honours_cache_rows_and_warns_of_the_file_layouts_options(
-        tmp_path, caplog):
+        tmp_path, caplog, monkeypatch):
     """``cache_rows`` bounds the shared layout's copies in memory too (0: none), at twenty
     postings a row; a mistyped value is an error naming its key. The file layout's own
     options have no effect here: set, each is warned about by its key and ignored (not
-    fatal, and not listed among the settings in effect), whatever its value."""
+    fatal, and not listed among the settings in effect), whatever its value, once a
+    process however often the settings are read (a command checks them, then builds)."""
+    import scopemem.stores.sqlite_shared.options as sqlite_options
+
     for rows, budget in ((0, 0), (1_000, 20_000), (None, 1_000_000)):
         options = {"layout": "shared"} if rows is None else {"layout": "shared",
                                                             "cache_rows": rows}
@@ -615,11 +618,13 @@ async def test_the_shared_layout_honours_cache_rows_and_warns_of_the_file_layout
     for key, value in (("max_open_connections", 0), ("rank_processes", "two"),
                        ("rank_processes", 2)):
         caplog.clear()
-        settings = settings_with(tmp_path, **{key: value})
-        store = sqlite_store(settings)
-        await store.close()
-        assert isinstance(store, SharedSqliteStore)
-        assert key not in settings.effective
+        monkeypatch.setattr(sqlite_options, "_warned", set())
+        for _ in range(2):
+            settings = settings_with(tmp_path, **{key: value})
+            store = sqlite_store(settings)
+            await store.close()
+            assert isinstance(store, SharedSqliteStore)
+            assert key not in settings.effective
         [warning] = [r for r in caplog.records if r.levelname == "WARNING"]
         assert warning.getMessage().startswith(
             f"memory.stores.sqlite.{key}: has no effect in the shared layout")

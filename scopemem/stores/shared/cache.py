@@ -34,7 +34,7 @@ __all__ = ["DEFAULT_MIN_POSTINGS", "DEFAULT_POSTINGS_CACHE", "PostingsCache", "S
 
 log = logging.getLogger("scopemem.stores")
 
-#: Postings held in memory across all scopes (about 60 bytes each): a 10,000-record scope
+#: Postings held in memory across all scopes (62-72 bytes each): a 10,000-record scope
 #: holds about 200,000.
 DEFAULT_POSTINGS_CACHE = 1_000_000
 #: A retrieval that reads this many postings has its scope copied: a brief over a scope of a

@@ -10,7 +10,6 @@ and a directory of that layout is migrated into the shared layout when the store
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from scopemem.plugins.lazy import exports
@@ -35,26 +34,17 @@ def from_settings(settings: StoreSettings) -> SharedSqliteStore:
     """The store ``[memory.stores.sqlite]`` describes: ``SharedSqliteStore``. With
     ``layout = "file"`` (the retired layout) it logs a warning, once, and opens the shared
     layout all the same."""
-    from scopemem.stores.sqlite_shared.options import LAYOUTS
+    from scopemem.stores.sqlite_shared.options import LAYOUTS, warn_retired
     from scopemem.stores.sqlite_shared.store import SharedSqliteStore
 
     named = settings.named("sqlite")
     if named.choice_option("layout", "shared", LAYOUTS) == "file":
-        _warn_file_layout(named.option_key("layout"))
+        key = named.option_key("layout")
+        warn_retired(key, f'{key} = "file": the file layout (a SQLite file per scope) is'
+                     " retired; the shared layout is used, and a data directory of the file"
+                     " layout is migrated into it when opened (docs/sqlite-store.md,"
+                     ' "Migration from the file layout"). Remove the setting')
     return SharedSqliteStore.from_settings(settings)
-
-
-_warned: list[bool] = []
-
-
-def _warn_file_layout(key: str) -> None:
-    if not _warned:
-        _warned.append(True)
-        logging.getLogger("scopemem.stores.sqlite").warning(
-            '%s = "file": the file layout (a SQLite file per scope) is retired; the shared'
-            " layout is used, and a data directory of the file layout is migrated into it"
-            ' when opened (docs/sqlite-store.md, "Migration from the file layout"). Remove'
-            " the setting", key)
 
 
 @hookimpl

@@ -8,12 +8,13 @@ set, they are ignored with a warning.
 
 from __future__ import annotations
 
+import logging
 import os
 
 from scopemem.errors import ConfigError
 
 __all__ = ["DEFAULT_PATH", "DEFAULT_USAGE_FLUSH_MS", "FILE_LAYOUT_OPTIONS", "LAYOUTS",
-           "OPTIONS", "SYNCHRONOUS_LEVELS", "USAGE_FLUSH_MS_MAX"]
+           "OPTIONS", "SYNCHRONOUS_LEVELS", "USAGE_FLUSH_MS_MAX", "warn_retired"]
 
 DEFAULT_PATH = "./scopemem-data"
 SYNCHRONOUS_LEVELS = ("off", "normal", "full", "extra")
@@ -30,6 +31,18 @@ OPTIONS = ("path", "synchronous", "busy_timeout_ms", "cache_rows", "usage_flush_
 # (never a record).
 DEFAULT_USAGE_FLUSH_MS = 1000
 USAGE_FLUSH_MS_MAX = 60_000
+
+
+# The retired settings warned about in this process (by key).
+_warned: set[str] = set()
+
+
+def warn_retired(key: str, message: str) -> None:
+    """Log ``message`` about the retired file layout's setting ``key``, once a process: a
+    command reads the settings to check them and again to build the store."""
+    if key not in _warned:
+        _warned.add(key)
+        logging.getLogger("scopemem.stores.sqlite").warning(message)
 
 
 def check_synchronous(value: object, name: str) -> str:

@@ -63,6 +63,7 @@ from scopemem.stores.sqlite_shared.options import (
     check_int,
     check_path,
     check_synchronous,
+    warn_retired,
 )
 from scopemem.stores.sqlite_shared.pools import POOL_THREADS, ShardPools
 from scopemem.stores.sqlite_shared.porting import Porting
@@ -156,9 +157,9 @@ class SharedSqliteStore:
         settings.choice_option("layout", "shared", LAYOUTS)
         for key in FILE_LAYOUT_OPTIONS:
             if key in settings.options:
-                log.warning("%s: has no effect in the shared layout (an option of the file"
-                            " layout, which is retired); ignored, remove it",
-                            settings.option_key(key))
+                warn_retired(settings.option_key(key), f"{settings.option_key(key)}: has no"
+                             " effect in the shared layout (an option of the file layout,"
+                             " which is retired); ignored, remove it")
         rows = settings.int_option("cache_rows", DEFAULT_POSTINGS_CACHE // POSTINGS_PER_ROW, 0)
         path = settings.record("path", check_path(
             settings.options.get("path", DEFAULT_PATH), settings.option_key("path")))
