@@ -19,7 +19,7 @@ from aiohttp import web
 
 from scopemem.api.results import SearchHit
 from scopemem.core import counters
-from scopemem.core.browse import SCOPE_SORTS, check_kind_name
+from scopemem.core.browse import HISTORY_REACHES, MAX_REACHES, SCOPE_SORTS, check_kind_name
 from scopemem.core.gate import rejection_markers
 from scopemem.core.records import MAX_SOURCE_CHARS, CountRow, Kind, Source, Status
 from scopemem.core.requests import Request
@@ -174,15 +174,20 @@ async def record(request: web.Request) -> web.StreamResponse:
         raise web.HTTPNotFound(reason="No such record.")
     return aiohttp_jinja2.render_template("record.html", request, {
         "history": history, "record": history.record, "markers":
-        rejection_markers(history.record.text) if history.record.is_active else []})
+        rejection_markers(history.record.text) if history.record.is_active else [],
+        # The store reads at most that many: a full list may have older ones past it.
+        "reaches_cut": HISTORY_REACHES if len(history.reaches) >= HISTORY_REACHES else 0})
 
 
 async def run(request: web.Request) -> web.StreamResponse:
-    """What one run (its id or thread key) was shown."""
+    """What one run (its id or thread key) was shown: its newest ``MAX_REACHES`` reaches,
+    saying so when there may be more (a thread's runs add up)."""
     name = _field(request, "run", MAX_SOURCE_CHARS)
-    reaches = await request.app[HUB].memory.reaches(run=name) if name else []
-    return aiohttp_jinja2.render_template("run.html", request,
-                                          {"run": name, "reaches": reaches})
+    reaches = (await request.app[HUB].memory.reaches(run=name, limit=MAX_REACHES)
+               if name else [])
+    return aiohttp_jinja2.render_template("run.html", request, {
+        "run": name, "reaches": reaches,
+        "reaches_cut": MAX_REACHES if len(reaches) >= MAX_REACHES else 0})
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

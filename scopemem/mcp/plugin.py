@@ -111,7 +111,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
         if transport == "streamable-http" and not _is_loopback(host):
             raise click.UsageError(
                 f"--host {host} is not a loopback address: every client of this server acts "
-                f"as {identity.caller}, so it listens on 127.0.0.1 or ::1 only")
+                f"as {identity.caller}, so it listens on a loopback address only (127.0.0.1 or"
+                " another 127.x address, ::1, localhost)")
         try:
             memory = Memory.from_config(config, plugin_manager=state.pm, allow_fallback=False)
         except ScopememError as exc:

@@ -62,8 +62,8 @@ __all__ = ["INSTRUMENTS", "OPERATIONS", "STATUSES", "Instruments", "TimedStore",
 #: The route label of a request no route matched.
 OTHER = "other"
 #: The status codes labelled as themselves; any other is labelled by its class.
-STATUSES = frozenset({200, 400, 401, 404, 405, 411, 413, 415, 417, 429, 499, 500, 501, 503,
-                      507})
+STATUSES = frozenset({200, 400, 401, 404, 405, 408, 411, 413, 415, 417, 429, 499, 500, 501,
+                      503, 507})
 #: The store methods timed (those a worker route calls); a store lacking one keeps lacking it.
 OPERATIONS = ("retrieve", "search", "mark_used", "write", "list", "forget", "sweep",
               "export_scopes", "export_page", "import_records", "add_counts", "read_counts",

@@ -10,11 +10,12 @@ import pytest
 from aiohttp import ClientSession, CookieJar
 
 from scopemem.config import load_config
-from scopemem.core.browse import CountTotal
-from scopemem.core.records import CountRow
+from scopemem.core.browse import CountTotal, Reach
+from scopemem.core.records import Candidate, CountRow, Kind
 from scopemem.hub import hub_token_problem
 from scopemem.hub import overview as ov
 from scopemem.hub.auth import MAX_FAILURES_PER_CLIENT, SESSION_MS, Sessions
+from scopemem.stores.base import wall_clock_ms
 from scopemem.stores.memory import InMemoryStore
 from scopemem.worker_aiohttp.app import create_app, running
 from tests.conftest import FakeClock
@@ -126,3 +127,30 @@ def test_a_chart_marks_the_days_a_threshold_was_crossed():
     assert [bar.inserted for bar in chart.bars] == [60, 0, 3, 45, 0]
     assert chart.bars[1].share == 0.2
     assert chart.limit_y is not None
+
+
+async def test_a_run_page_shows_up_to_the_newest_500_reaches_and_says_when_it_stops():
+    """A thread key's runs add up (each block shows dozens of records): its page lists
+    every reach up to the store's 500, newest first, and says when there may be older ones;
+    a record's page says so past its 100."""
+    store = InMemoryStore()
+    await store.write("org:acme", [Candidate(kind=Kind.FACT, source_thread_key="slack:C1/1",
+                                             text="the api tests need make bootstrap first")])
+    [record] = await store.list("org:acme", 1)
+    now = wall_clock_ms()
+    for start in range(0, 650, 130):  # the most a call takes is 256
+        await store.log_reaches([
+            Reach(record_id=record.id, scope_key="org:acme", run_id=f"r-{n}",
+                  thread_key="slack:C1/1" if n < 520 else "slack:C1/2", at_ms=now - n)
+            for n in range(start, start + 130)])
+    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        assert await _login(session, url) == 303
+
+        async def rows(path: str) -> tuple[int, bool]:
+            page = await (await session.get(f"{url}/hub/{path}")).text()
+            return page.count("<tr><td>"), "older ones are not" in page
+
+        assert await rows("run?run=slack:C1/2") == (130, False)  # every one of them
+        assert await rows("run?run=slack:C1/1") == (500, True)
+        assert await rows(f"record?scope=org:acme&id={record.id}") == (100, True)

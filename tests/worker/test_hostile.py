@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 
+import aiohttp
 import pytest
 from yarl import URL
 
@@ -15,6 +16,7 @@ from scopemem.errors import StoreBusy
 from scopemem.worker_aiohttp.app import Limits, create_app, running
 from scopemem.worker_aiohttp.logs import RepeatLimit
 from tests.worker.conftest import ORG, TOKEN, raw_exchange, read_to_close
+from tests.worker.test_observe import scrape, total
 
 AUTH_LINE = f"Authorization: Bearer {TOKEN}\r\n".encode()
 
@@ -80,6 +82,9 @@ async def test_a_body_that_never_finishes_is_408_and_closed(quick, spy):
     assert head.startswith(b"HTTP/1.1 408")
     assert json.loads(body) == {"error": "the body did not arrive in time"}
     assert spy.calls == []
+    async with aiohttp.ClientSession() as session:  # an operator sees it as what it was
+        _, samples = await scrape(session, f"http://127.0.0.1:{quick}")
+    assert total(samples, "scopemem_worker_requests_total", route="/list", status="408") == 1
 
 
 async def test_excess_idle_connections_give_way_to_a_real_client(quick, spy):
