@@ -284,11 +284,17 @@ class Operations:
     @tracing.traced("memory.sweep")
     async def sweep(self, caller: Caller, scope: str, *, dry_run: bool = False) -> SweepReport:
         """Retire the stored facts of shared scopes that the status gate refuses today
-        (``all``: every shared scope the caller's request has). Admins only."""
+        (``all``: every shared scope the caller's request has). Admins only. Refused with
+        the gate off (``memory.gate = false``): a sweep retires by the built-in gate, and
+        would retire the facts the writes keep (their text is scrubbed past the
+        retention)."""
         self._check_caller(caller)
         keys = await self.scope_keys_for(scope, caller, shared_scopes(self.scope_kinds))
         for key in keys:
             self._check_change(key, caller)
+        if not self.config.gate:
+            raise MemoryRefused("gate_off", "the status gate is off (memory.gate = false):"
+                                " a sweep would retire the facts the writes keep")
         swept = []
         for key in keys:
             try:

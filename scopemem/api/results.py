@@ -42,6 +42,8 @@ REFUSAL_REASONS: Mapping[str, str] = {
     "gated": "the status gate refused the text (``markers`` says which markers)",
     "noise": "the text has nothing worth keeping: under 3 characters, no letter or digit, "
              "or a raw telemetry line",
+    "gate_off": "a sweep with the status gate off (memory.gate = false): it would retire "
+                "facts the writes keep",
 }
 
 

@@ -334,6 +334,18 @@ async def test_sweep_is_for_admins_and_reports_per_scope(memory, store):
     assert [r.text for r in await store.list(ORG, 5)] == ["deploys freeze on fridays"]
 
 
+async def test_with_the_gate_off_a_sweep_is_refused_and_retires_nothing(store, clock):
+    """A team that turned the gate off keeps the facts it would refuse: a sweep, which
+    retires by the built-in gate, would retire them (and scrub their text past the
+    retention)."""
+    memory = make(store, clock, gate=False)
+    assert (await memory.remember(ADMIN, STATUS, scope="org")).counts.inserted == 1
+    for dry_run in (True, False):
+        assert (await refusal(memory.sweep(ADMIN, "all", dry_run=dry_run))).reason == "gate_off"
+    assert [r.text for r in await store.list(ORG, 5)] == [STATUS]
+    assert (await refusal(memory.sweep(ALICE, "org"))).reason == "admin_only"  # first
+
+
 # --- memory off, the caller, stats --------------------------------------------------------------
 
 
