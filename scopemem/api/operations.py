@@ -344,7 +344,7 @@ class Operations:
     async def export(self, caller: Caller, scope: str = ALL
                      ) -> AsyncGenerator[Record, None]:
         """Every record of the scopes ``scope`` names (``all``: each one the caller may
-        read and the request has), every status, in id order within a scope, a page at a
+        read and the request has), every status, in seq order within a scope, a page at a
         time. An async generator: a refusal raises at the first iteration."""
         keys = await self._readable(scope, caller)
         store = portable(self.store, self.config.store)

@@ -4,7 +4,7 @@
 Forgetting a record hides it from every read and keeps an audit row; deleting a scope is the
 operator's tool (``--operator``, but for the local person's own scope) for data that must go
 (a person who left, a channel deleted): every record of the scope, whatever its status, with
-its token index entries and its day counters, in one transaction. ``forget-person`` is the
+its token index entries, its day counters and its reaches. ``forget-person`` is the
 common case of it: the person's own scope deleted, and in every other scope the thread keys
 and run ids that name them (``core.provenance``: their platform id as a whole token)
 scrubbed, one transaction per scope. ``purge`` runs the retention purge on every scope now

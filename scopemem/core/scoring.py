@@ -79,7 +79,7 @@ def score_record(record: Record, query_tokens: Collection[str], now: int) -> flo
 
 def score_of(match: float, last_touched: int, now: int) -> float:
     """The one scoring formula, for a record with keyword match ``match`` last touched at
-    ``last_touched``. ``score_record`` uses it; ``engine.rank_matched`` runs it unrolled,
+    ``last_touched``. ``score_record`` uses it; ``ranking.score_candidates`` runs it unrolled,
     and a test holds the two equal."""
     return KEYWORD_WEIGHT * match + RECENCY_WEIGHT * recency_of(last_touched, now)
 

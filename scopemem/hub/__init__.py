@@ -4,7 +4,9 @@ Served under ``/hub/`` by the Memory Worker when ``SCOPEMEM_HUB_TOKEN`` is set
 (``scopemem serve``), or over the configured store by ``scopemem hub``. Its templates and
 static files ship in this package; nothing is fetched from elsewhere. It needs the ``hub``
 extra (Jinja2 through aiohttp-jinja2), imported only when the hub is on. ``app.py`` mounts
-it, ``auth.py`` guards it, ``reading.py`` and ``steering.py`` are its pages and actions.
+it, ``auth.py`` guards it, ``reading.py`` and ``steering.py`` are its pages and actions,
+``overview.py`` the overview's numbers and charts, ``shared.py`` what they share (the caller
+the hub acts as), and ``plugin.py`` the ``scopemem hub`` command.
 """
 
 from __future__ import annotations

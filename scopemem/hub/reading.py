@@ -2,7 +2,7 @@
 preview, a record, a run.
 
 Every page reads one page of rows through ``Memory``'s operations, as the admin caller
-``app.caller_for`` names; none reads every record of a scope or every scope's records. A
+``shared.caller_for`` names; none reads every record of a scope or every scope's records. A
 search is a person looking: it counts nothing as used, and its preview is the block a run
 would receive (``Memory.context(count=False)``), built by the read path itself.
 """

@@ -3,7 +3,7 @@ export a scope as JSON Lines.
 
 Each goes through the operation the command line uses (``Memory.forget``, ``Memory.sweep``,
 ``Memory.export``; a scope's deletion through the store's ``delete_scope`` after the same
-change gate ``forget`` passes), as the admin caller ``app.caller_for`` names, so the gate
+change gate ``forget`` passes), as the admin caller ``shared.caller_for`` names, so the gate
 refuses here what it refuses there, and the store counts what it changed. Every POST has
 passed the CSRF check (``app._guard``) before it gets here.
 """

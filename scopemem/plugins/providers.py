@@ -6,9 +6,10 @@ selects a factory; the factory receives a ``ProviderSettings`` (its own
 ``[memory.providers.<name>]`` table plus the environment) and returns a ``Provider``.
 
 A provider does exactly one thing: send one system prompt and one user message to a model
-and hand back the assistant's text. It never retries, never offers tools, and turns every
-failure into a ``ProviderError`` whose message is safe to log (it never carries a key).
-Reflection decides what a failure means (one warning, nothing written).
+and hand back the assistant's text. It never offers tools, and turns every failure into a
+``ProviderError`` whose message is safe to log (it never carries a key). The built-in
+providers retry a transient failure within their timeout (``stores.retrying``); reflection
+itself calls once, and decides what a failure means (one warning, nothing written).
 """
 
 from __future__ import annotations

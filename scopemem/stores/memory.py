@@ -281,8 +281,9 @@ class InMemoryStore:
     # --- deleting a scope, a person's provenance, the retention purge now ----------------
 
     async def delete_scope(self, scope_key: str) -> int:
-        """Delete every record of the scope, whatever its status, and its counters; the
-        number of records deleted. Its ids are never given again."""
+        """Delete every record of the scope, whatever its status, with its counters, its
+        vectors and its reaches; the number of records deleted. Its ids are never given
+        again."""
         check_scope_key(scope_key)
         rows = self._scopes.pop(scope_key, [])
         self._indexes.pop(scope_key, None)

@@ -3,8 +3,9 @@
 A store that can move its records implements three methods beside ``MemoryStore``'s:
 
 ``export_scopes()``
-    every scope key it holds records for, sorted (the SQLite store reads each key from its
-    file, never from the file name);
+    every scope key it holds, sorted: the in-process store's scopes holding records, the SQL
+    stores' every row of their ``scopes`` table (a scope only counted, or deleted and kept
+    emptied, included: its export is empty);
 ``export_page(scope_key, after, limit)``
     up to ``limit`` records of the scope whose seq is above ``after``, in seq order, every
     status included, each with every field (use counts as of now);

@@ -143,7 +143,8 @@ def in_scope(scope_key: str, parse: Callable[[Any], Record] | None = None
 class WorkerTransport:
     """One ``aiohttp.ClientSession`` per client, created on first use on the running event
     loop (a session cannot cross loops) and closed by ``close()``. Every request carries the
-    bearer and has ``timeout`` seconds in total."""
+    bearer; each attempt has at most ``timeout`` seconds, and a call's attempts together fit
+    in the retry policy's deadline (``retry``)."""
 
     def __init__(self, base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT,
                  retry: RetryPolicy | None = None, breaker: Breaker | None = None) -> None:

@@ -3,10 +3,11 @@
 A worker under attack (or out of file descriptors) can fail the same way thousands of times
 a second, each failure a traceback; written out, that is megabytes a second of the same
 lines, and the lines that matter scroll away. ``RepeatLimit`` is a ``logging.Filter`` for the
-worker's handlers: of the records sharing a logger, a level and a message template, at most
-``burst`` pass in any ``window`` seconds; the rest are counted, and the next one that
-passes says how many were left out. Distinct messages are never held back, and records
-below WARNING pass untouched (the access log and INFO lines are one line each already).
+worker's handlers: of the records sharing a logger, a level, a message template and an
+exception type, at most ``burst`` pass in a ``window`` of seconds (counted from the first of
+them); the rest are counted, and the next one that passes says how many were left out.
+Distinct messages are never held back, and records below WARNING pass untouched (the access
+log and INFO lines are one line each already).
 
 ``JsonFormatter`` writes each record as one JSON object on one line (``serve --log-format
 json``), for a log shipper: ``time`` (UTC, ISO 8601 with milliseconds), ``level``,

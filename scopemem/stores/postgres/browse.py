@@ -1,5 +1,5 @@
 """Browsing the PostgreSQL store (``stores.base.BrowsingStore``), by the statements both SQL
-stores share (``shared/sql.py``), over the tables of migration 5 (``migrations.py``).
+stores share (``shared/sql.py``), over the tables of migrations 5 and 7 (``migrations.py``).
 Reaches are a table of their own, pruned past the retention by every log; reads skip what
 is past it.
 """

@@ -127,7 +127,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "each scope's change counter", (
         # Incremented by every transaction that changes a scope's postings (a write, a
         # forget, a sweep, an import; never a use count), in the same statement that keeps
-        # the scope's counts. A worker that holds a scope's postings in memory (``cache.py``)
+        # the scope's counts. A worker that holds a scope's postings in memory (``shared.cache``)
         # reads it with every retrieval and answers from memory only when it is the one its
         # copy was read at: no worker answers from a copy that misses another one's write.
         "ALTER TABLE {s}.scopes ADD COLUMN IF NOT EXISTS generation bigint NOT NULL"

@@ -3,7 +3,7 @@
 
 1. ``Statements.postings``: each query term's postings and the scope's active count, with
    the rows of every record holding a prefilter term when they have at most
-   ``FEW_POSTINGS``; or, from a copy of the scope's index (``cache.py``), nothing yet;
+   ``FEW_POSTINGS``; or, from a copy of the scope's index (``shared.cache``), nothing yet;
 2. the weights, covered weights and candidates, by the functions every store ranks with;
 3. the candidates' rows (unless step 1 read them; from a copy, with the scope's change
    counter, which must be the copy's), scored.
@@ -40,7 +40,7 @@ __all__ = ["FEW_POSTINGS", "mark_used", "search"]
 
 #: A query whose prefilter terms have at most this many postings in the scope has the rows
 #: of the records holding them read with its postings (at most this many rows: about as
-#: many as the candidates a limit of 8 reads anyway, ``ranking.candidate_cap``).
+#: many as the candidates a limit of 25 reads anyway, ``ranking.candidate_cap``).
 FEW_POSTINGS = 128
 
 Row = Sequence[Any]  # a row of ``statements.COLUMNS``
@@ -51,7 +51,7 @@ async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engi
                  scope_key: str, terms: engine.QueryTerms, limit: int, now: int, bump: bool,
                  cache: PostingsCache | None = None, load: Loader | None = None
                  ) -> list[Hit]:
-    """The retrieval's hits. With a copy of the scope held (``cache.py``), it is weighed
+    """The retrieval's hits. With a copy of the scope held (``shared.cache``), it is weighed
     at once and checked with the first read of the candidates' rows (which also reads the
     scope's change counter): when the counter has moved on, the copy is dropped and the
     retrieval is answered from the server's postings instead, as without a copy."""

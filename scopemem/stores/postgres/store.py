@@ -72,7 +72,7 @@ class PostgresStore:
         connect = self._connection = self._pool.connection
         self._usage = DeferredUsage(self._bump_later, options.usage_flush_ms)
         # Copies of large scopes' postings, checked against each scope's change counter
-        # with every retrieval (``cache.py``).
+        # with every retrieval (``shared.cache``).
         self._cache = PostingsCache(options.postings_cache, options.cache_min_postings)
         # Browsing (``browse.py``): pages, histories and the reach log.
         browse = Browse(self.sql, connect, clock, reach_retention_days, self._usage.save)
@@ -129,7 +129,7 @@ class PostgresStore:
                                       terms, limit, now, bump, self._cache, self._copy)
 
     async def _copy(self, scope_key: str) -> ScopeCopy | None:
-        """The scope's whole index as it is now, for the worker's copy (``cache.py``)."""
+        """The scope's whole index as it is now, for the worker's copy (``shared.cache``)."""
         async with self._connection() as conn, conn.transaction():
             # One snapshot for the index and the touches (a row in one is in the other).
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")

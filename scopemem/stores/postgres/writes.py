@@ -161,9 +161,9 @@ class Writes:
         return SweepResult(swept=len(swept))
 
     async def delete_scope(self, scope_key: str) -> int:
-        """Delete every record of ``scope_key``, whatever its status, with its postings and
-        its day counters, in one transaction; the number of records deleted (0: no such
-        scope). The scope's row stays, emptied, so its ids are never given again."""
+        """Delete every record of ``scope_key``, whatever its status, with its postings, its
+        day counters and its reaches, in one transaction; the number of records deleted (0:
+        no such scope). The scope's row stays, emptied, so its ids are never given again."""
         check_scope_key(scope_key)
         async with self._connect() as conn, conn.transaction():
             if await self._lock_scope(conn, scope_key, self._clock(), create=False) is None:

@@ -9,8 +9,8 @@ which every transaction changing the scope's postings increments, on any worker)
 it the one its copy was read at: with the first read of the candidates' rows, before any use
 is counted (``reads.search``). So there is no worker state another worker's write could
 contradict, only a copy that is stale, and a stale copy is not read. A use count is never
-in the copy. When a scope is copied, and what a copy costs: ``docs/storage.md``, "A
-retrieval" and "What a copy costs".
+in the copy. When a scope is copied: ``docs/storage.md``, "A retrieval"; what a copy
+costs: ``docs/storage-figures.md``, "What a copy costs".
 """
 
 from __future__ import annotations

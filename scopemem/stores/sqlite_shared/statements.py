@@ -1,5 +1,5 @@
 """The statements only the shared-file SQLite store runs, for any shard: those reading and
-writing its token index (but the three of ``index.py``), its writes' rows going in as JSON
+writing its token index (but those of ``index.py``), its writes' rows going in as JSON
 arrays, its use counts saved later and its counters. Those both SQL stores run are
 ``stores/shared/sql.py``'s, as ``dialect.SQL``.
 

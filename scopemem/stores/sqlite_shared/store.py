@@ -271,9 +271,10 @@ class SharedSqliteStore:
 
     async def delete_scope(self, scope_key: str) -> int:
         """Delete every record of ``scope_key``, whatever its status, with its token index
-        entries and its day counters, in one transaction (``writes.delete_scope``); the
-        number of records deleted (0: no such scope). Safe while other processes use the
-        directory: it is a write like any other. The scope's ids are never given again."""
+        entries and its day counters, in one transaction (``writes.delete_scope``), then its
+        reaches (``reach_log.py``); the number of records deleted (0: no such scope). Safe
+        while other processes use the directory: it is a write like any other. The scope's
+        ids are never given again."""
         check_scope_key(scope_key)
         shard = self._shards.of(scope_key)
         done = await self._pools.write(shard, writes.delete_scope_wiped, self._uses, shard,
