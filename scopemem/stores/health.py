@@ -4,8 +4,9 @@
 ``store`` is the readiness check;
 the others are what a store can say cheaply: whether it is the in-process fallback (records
 that die with the process), the free space of a SQLite data directory, the scopes near the
-cap, and the reflections that failed lately (a counter, when the store keeps counters). Every
-check is bounded: the scopes check reads at most ``MAX_SCOPES_CHECKED`` scopes.
+cap (from the store's browsing pages, so over a worker too), and the reflections that failed
+lately (a counter, when the store keeps counters). Every check is bounded: the scopes check
+reads at most ``MAX_SCOPES_CHECKED`` scopes' counts.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from collections.abc import Sequence
 
 import attrs
 
+from scopemem.core.browse import MAX_PAGE
 from scopemem.core.counters import REFLECTIONS_FAILED, day_of
 from scopemem.core.scopes import READINESS_SCOPE
 from scopemem.errors import StoreBusy
-from scopemem.stores.base import CountingStore, MemoryStore, wall_clock_ms
+from scopemem.stores.base import BrowsingStore, CountingStore, MemoryStore, wall_clock_ms
 
 __all__ = ["OK", "WARN", "FAIL", "Check", "MAX_SCOPES_CHECKED", "NOT_READY_BUSY",
            "NOT_READY_FAILED", "check_store", "exit_status", "store_ready"]
@@ -78,7 +80,7 @@ async def store_ready(store: MemoryStore) -> str | None:
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
-#: The most scopes the cap check lists (each a read of up to ``cap`` records).
+#: The most scopes the cap check reads (a page of scopes at a time, most records first).
 MAX_SCOPES_CHECKED = 1000
 #: A scope holding this share of the cap or more is near it.
 NEAR_CAP = 0.9
@@ -128,15 +130,23 @@ def check_disk(directory: str) -> Check:
     return Check("disk", OK, detail)
 
 
-async def _scopes(store: MemoryStore, cap: int) -> Check:
-    keys = await store.export_scopes()  # type: ignore[attr-defined]
-    checked = keys[:MAX_SCOPES_CHECKED]
-    near = [key for key in checked if len(await store.list(key, cap)) >= NEAR_CAP * cap]
-    more = (f"; the first {MAX_SCOPES_CHECKED} of {len(keys)} scopes read"
-            if len(keys) > len(checked) else "")
+async def _scopes(store: BrowsingStore, cap: int) -> Check:
+    """The scopes holding ``NEAR_CAP`` of the cap or more, from the store's pages of scopes
+    by active records, most first (one count a scope, never its records), a page at a time
+    until one holds fewer: at most ``MAX_SCOPES_CHECKED`` scopes read."""
+    near: list[str] = []
+    total = 0
+    for offset in range(0, MAX_SCOPES_CHECKED, MAX_PAGE):
+        page = await store.scope_page(sort="active", descending=True, offset=offset,
+                                      limit=MAX_PAGE)
+        total = page.total
+        near += [row.scope_key for row in page.rows if row.active >= NEAR_CAP * cap]
+        if len(near) < offset + len(page.rows) or len(page.rows) < MAX_PAGE:
+            break
+    more = (f"; the first {MAX_SCOPES_CHECKED} of {total} scopes read"
+            if len(near) >= MAX_SCOPES_CHECKED else "")
     if not near:
-        return Check("scopes", OK, f"{len(checked)} scopes below {NEAR_CAP:.0%} of the cap"
-                                   f" ({cap}){more}")
+        return Check("scopes", OK, f"{total} scopes below {NEAR_CAP:.0%} of the cap ({cap})")
     named = ", ".join(near[:NAMED]) + (f" and {len(near) - NAMED} more"
                                        if len(near) > NAMED else "")
     return Check("scopes", WARN, f"{len(near)} scopes hold {NEAR_CAP:.0%} or more of the cap"
@@ -165,7 +175,7 @@ async def check_store(store: MemoryStore, *, configured: str, cap: int) -> list[
         checks.append(check_disk(directory))
     if reason is not None:
         return checks  # the rest would fail the same way
-    if hasattr(store, "export_scopes"):
+    if isinstance(store, BrowsingStore):
         checks.append(await _scopes(store, cap))
     if isinstance(store, CountingStore):
         checks.append(await _reflections(store))

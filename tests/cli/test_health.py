@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from scopemem.plugins.manager import new_plugin_manager
 from scopemem.stores import health as checks
 from scopemem.stores.base import wall_clock_ms
 from tests.conftest import fact
+from tests.worker.test_serve import TOKEN, start, stop, wait_healthy
 
 APP, API = "repo:acme/app", "repo:acme/api"
 
@@ -122,3 +124,36 @@ def test_the_in_process_fallback_is_a_warning(tmp_path, monkeypatch):
     assert found["store"]["status"] == "ok"
     assert found["durable"]["status"] == "warn"
     assert "fell back to the in-process store" in found["durable"]["detail"]
+
+
+def test_a_scope_near_its_cap_is_found_over_a_live_worker(tmp_path, monkeypatch):
+    """The scopes check reads the worker's pages of scopes (a count each): over a worker it
+    warns as over the store itself, where reading each scope's records hit the worker's
+    limit of 50 a listing and failed."""
+    process, url = start(tmp_path, "--data", str(tmp_path / "data"), "--no-access-log")
+    try:
+        asyncio.run(wait_healthy(process, url))
+        path = tmp_path / "scopemem.toml"
+        path.write_text('[memory]\nenabled = true\norganization = "acme"\nstore = "worker"\n'
+                        'max_records_per_scope = 60\n'
+                        f'[memory.stores.worker]\nbase_url = "{url}"\n')
+        monkeypatch.setenv("MEMORY_TOKEN", TOKEN)
+
+        async def fill_over_the_worker() -> None:
+            store = build_store(load_config(path), new_plugin_manager(environ={}))
+            try:
+                for start_at in (0, 30):  # at most 50 records a write
+                    await store.write(APP, [fact(f"step {n} of the release is in RELEASE.md")
+                                            for n in range(start_at, start_at + 28)], cap=60)
+                await store.write(API, [fact("run tox -e lint before pushing")], cap=60)
+            finally:
+                await store.close()
+
+        asyncio.run(fill_over_the_worker())
+        result = health(path, "--json")
+    finally:
+        stop(process, signal.SIGTERM)
+    found = by_name(result)
+    assert found["store"]["status"] == "ok", result.output
+    assert found["scopes"]["status"] == "warn", result.output
+    assert APP in found["scopes"]["detail"] and API not in found["scopes"]["detail"]
