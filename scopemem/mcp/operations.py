@@ -170,13 +170,17 @@ async def search(memory: Memory, identity: Identity, query: str, scope: str, lim
 async def list_records(memory: Memory, identity: Identity, scope: str, query: str | None,
                        limit: int) -> tuple[str, models.ListResult]:
     word = _scope_word(memory, scope, allow_all=True)
+    # A blank query (what a model sends for an optional argument) names no word to keep a
+    # record by: it lists them all, as no query does, rather than none.
+    query = query if query and query.strip() else None
     try:
         result = await memory.list(identity.api_caller(), word, query=query, limit=limit)
     except (MemoryRefused, OperationFailed) as exc:
         raise _refused(exc) from None
     outcome = render_list(result, identity.command_context())
     if not result.ok:
-        raise Refused(str(outcome.data.get("error") or outcome.text))
+        raise Refused("every scope failed: " + "; ".join(
+            f"{section.scope_key}: {section.error}" for section in result.sections))
     sections = [models.ListedScope(scope_key=section.scope_key,
                                    records=[record_out(record) for record in section.records],
                                    error=section.error)

@@ -284,3 +284,33 @@ async def test_a_token_split_by_an_invisible_character_never_comes_back_whole(
     for secret in split:
         assert secret.hidden not in shown, secret.kind
 
+
+
+async def test_a_blank_list_query_lists_everything_as_no_query_does(shared: Shared):
+    """A model fills an optional argument with "": that names no word, and hides nothing."""
+    path, session = shared
+    mine = await seed(path, ALICE, "prefer pnpm over npm in this repo")
+    for query in ("", "   "):
+        listed = await call(session, "memory_list", scope="me", query=query)
+        assert not listed.is_error, text_of(listed)
+        [section] = listed.structured_content["scopes"]
+        assert [record["id"] for record in section["records"]] == [mine], repr(query)
+        assert "no active records" not in text_of(listed)
+
+
+async def test_a_store_that_is_down_is_named_by_every_read(tmp_path: Path, refused_port: int):
+    path = tmp_path / "worker.toml"
+    path.write_text(f'[memory]\nenabled = true\norganization = "acme"\nstore = "worker"\n\n'
+                    f'[memory.stores.worker]\nbase_url = "http://127.0.0.1:{refused_port}"\n\n'
+                    f'[memory.mcp]\nsubject = "alice"\nrepo = "acme/api"\n')
+    async with mcp_session(path, env={"MEMORY_TOKEN": "t" * 24}) as session:
+        for tool, arguments in (("memory_context", {"brief": "deploy"}),
+                                ("memory_search", {"query": "deploy"}),
+                                ("memory_list", {})):
+            result = await call(session, tool, **arguments)
+            assert result.is_error, tool
+            text = text_of(result)
+            assert text.startswith("🚫 every scope failed: "), text
+            for key in ("org:acme", "repo:acme/api", ALICE):
+                assert f"{key}: " in text, (tool, key, text)
+            assert "Traceback" not in text
