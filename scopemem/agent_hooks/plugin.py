@@ -15,6 +15,7 @@ A watchdog ends the process at the deadline (plus a second) whatever is still ru
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import threading
@@ -152,9 +153,19 @@ def _guarded(body: Callable[[], HookOutcome], log_path: Callable[[], Path | None
     _finish(outcome)
 
 
+def _not_nan(_ctx: click.Context, param: click.Parameter, value: float | None
+             ) -> float | None:
+    """``FloatRange`` lets ``nan`` through (it compares false with both bounds)."""
+    if value is not None and math.isnan(value):
+        raise click.BadParameter(f"nan is not in the range 0<x<={MAX_HOOK_TIMEOUT}.",
+                                 param=param)
+    return value
+
+
 def _event_command(event: HookEvent) -> click.Command:
     @click.command(name=event.value, cls=HookCommand)
     @click.option("--timeout", type=click.FloatRange(0, MAX_HOOK_TIMEOUT, min_open=True),
+                  callback=_not_nan,
                   help="Seconds the store reads may take (default memory.hooks.timeout, 3).")
     @click.pass_obj
     def command(state: CliState, timeout: float | None) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 import os
 import sys
 from typing import cast
@@ -52,6 +53,14 @@ def _configure_logging() -> None:
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def _not_nan(_ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """``FloatRange`` lets ``nan`` through (it compares false with both bounds); a drain of
+    ``nan`` seconds would wait without end."""
+    if math.isnan(value):
+        raise click.BadParameter("nan is not in the range 0<=x<=3600.", param=param)
+    return value
+
+
 @hookimpl
 def scopemem_register_commands(cli: click.Group) -> None:
     @cli.command(name="mcp")
@@ -70,7 +79,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
     @click.option("--channel", metavar="ID",
                   help="The channel scope (default: memory.mcp.channel).")
     @click.option("--drain-timeout", type=click.FloatRange(0, 3600), default=60.0,
-                  show_default=True,
+                  show_default=True, callback=_not_nan,
                   help="Seconds to wait at exit for reflections still running.")
     @click.pass_obj
     def mcp_command(state: CliState, transport: str, host: str, port: int,

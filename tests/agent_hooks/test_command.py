@@ -242,6 +242,7 @@ def test_malformed_stdin_is_one_line_and_a_non_blocking_exit(tmp_path: Path, std
 
 @pytest.mark.parametrize("args", [("PreToolUse",), ("UserPromptSubmit", "--timeout", "0"),
                                   ("UserPromptSubmit", "--timeout", "abc"),
+                                  ("UserPromptSubmit", "--timeout", "nan"),
                                   ("UserPromptSubmit", "--bogus")])
 def test_a_settings_mistake_never_blocks_the_prompt(tmp_path: Path, args: tuple[str, ...]
                                                     ) -> None:

@@ -58,6 +58,7 @@ def test_the_command_refuses_what_it_cannot_serve(config: Callable[..., Path],
             (toml("typo.toml", on + '[memory.mcp]\nsubjet = "alice"\n'), [], 1,
              "memory.mcp: unknown key(s): subjet"),
             (config(), ["--subject", "two words"], 2, "--subject"),
+            (config(), ["--drain-timeout", "nan"], 2, "--drain-timeout"),
     ):
         # In this process: a refusal missed would serve stdio on an empty input and exit 0;
         # an exception the command does not turn into its message propagates (no traceback).
