@@ -21,6 +21,7 @@ import attrs
 
 from scopemem.agent_hooks.payload import HookEvent, HookPayload, render_output
 from scopemem.config import MemoryConfig
+from scopemem.errors import ConfigError
 
 # What one path needs is imported on that path: a hook with memory off imports none of it,
 # a prompt's read no transcript nor reflection rule.
@@ -57,13 +58,18 @@ def state_dir(config: MemoryConfig, environ: Mapping[str, str]) -> Path:
 
 def log_to_file(directory: Path) -> Path:
     """Send the ``scopemem`` logger's lines to the hooks' log file, and nowhere else: a
-    hook's stderr reaches the person's screen, a warning there per prompt would be noise."""
-    directory.mkdir(parents=True, exist_ok=True)
+    hook's stderr reaches the person's screen, a warning there per prompt would be noise.
+    A directory that cannot be made or written is a configuration mistake (``ConfigError``)."""
     path = directory / LOG_FILE
     import logging.handlers
 
-    handler = logging.handlers.RotatingFileHandler(path, maxBytes=LOG_BYTES, backupCount=1,
-                                                   encoding="utf-8")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(path, maxBytes=LOG_BYTES,
+                                                       backupCount=1, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"the hooks' state directory {directory} cannot be used "
+                          f"({exc.strerror or exc}); set memory.hooks.state_dir") from None
     handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(message)s"))
     log.handlers[:] = [handler]
     log.setLevel(logging.INFO)

@@ -287,6 +287,17 @@ def test_a_config_error_is_one_line(tmp_path: Path) -> None:
     assert "memory.hooks.timeout" in result.stderr
 
 
+@pytest.mark.parametrize("event", ["UserPromptSubmit", "Stop"])
+def test_a_state_dir_that_cannot_be_used_is_named(tmp_path: Path, repo: Path,
+                                                  event: str) -> None:
+    config = sqlite_config(tmp_path)
+    (tmp_path / "state").write_text("a file where the state directory should be\n")
+    result = run_hook(config, event, payload(event, cwd=str(repo)))
+    assert_quiet_failure(result, 1)
+    assert f"state directory {tmp_path / 'state'} cannot be used" in result.stderr
+    assert "memory.hooks.state_dir" in result.stderr
+
+
 def test_a_missing_worker_token_is_named_not_fallen_back_from(tmp_path: Path, repo: Path,
                                                               refused_port: int) -> None:
     result = run_hook(worker_config(tmp_path, refused_port), "UserPromptSubmit",
