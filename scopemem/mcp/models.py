@@ -20,6 +20,9 @@ MAX_TURNS = 2000
 MAX_TURN_CHARS = 200_000
 #: The most characters of a brief or a query (the stores cut a query to what they use).
 MAX_TEXT_ARG_CHARS = 100_000
+#: The most characters of a scope word (``me``, ``org``, a plugin's kind): a refusal names
+#: the word it got, and an answer stays short whatever a client sends.
+MAX_SCOPE_ARG_CHARS = 200
 
 
 class _Model(BaseModel):

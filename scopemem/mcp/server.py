@@ -107,7 +107,8 @@ def build_server(memory: Memory, identity: Identity) -> MCPServer:
     async def memory_search(
         query: Annotated[str, Field(min_length=1, max_length=models.MAX_TEXT_ARG_CHARS,
                                     description="Words to look for.")],
-        scope: Annotated[str, Field(description=f"Where to look: {SCOPE_HELP}.")] = "all",
+        scope: Annotated[str, Field(max_length=models.MAX_SCOPE_ARG_CHARS,
+                                    description=f"Where to look: {SCOPE_HELP}.")] = "all",
         limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT,
                                     description="The most records returned.")] = 10,
     ) -> Annotated[CallToolResult, models.SearchResult]:
@@ -118,7 +119,8 @@ def build_server(memory: Memory, identity: Identity) -> MCPServer:
 
     @server.tool(annotations=READ_ONLY)
     async def memory_list(
-        scope: Annotated[str, Field(description=f"Which scope: {SCOPE_HELP}.")] = "all",
+        scope: Annotated[str, Field(max_length=models.MAX_SCOPE_ARG_CHARS,
+                                    description=f"Which scope: {SCOPE_HELP}.")] = "all",
         query: Annotated[str | None, Field(max_length=models.MAX_TEXT_ARG_CHARS, description=(
             "Only records containing these whole words."))] = None,
         limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT,
@@ -133,10 +135,10 @@ def build_server(memory: Memory, identity: Identity) -> MCPServer:
         text: Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS, description=(
             "One durable fact the person states: what fails or surprises, why, and what "
             "to do. One-moment status (merged, CI green, PR numbers) is refused."))],
-        scope: Annotated[str, Field(description=(
+        scope: Annotated[str, Field(max_length=models.MAX_SCOPE_ARG_CHARS, description=(
             "Where it belongs: me (your own scope), or a shared scope (org, repo, channel, "
             "a plugin's kind), which only an admin may change."))],
-        supersedes: Annotated[str | None, Field(description=(
+        supersedes: Annotated[str | None, Field(max_length=200, description=(
             "The id of a record of the same scope this fact replaces."))] = None,
     ) -> Annotated[CallToolResult, models.RememberResult]:
         """Write a fact the person states, through the same gate as learned facts: secrets

@@ -231,6 +231,11 @@ async def test_bad_arguments_are_validation_errors_never_tracebacks(shared: Shar
             ("memory_list", {"limit": "many"}, "limit"),
             ("memory_context", {}, "brief"),
             ("memory_search", {"query": ""}, "query"),
+            ("memory_search", {"query": "deploy", "scope": "x" * 100_000}, "scope"),
+            ("memory_list", {"scope": "x" * 100_000}, "scope"),
+            ("memory_remember", {"text": "prefer pnpm", "scope": "x" * 100_000}, "scope"),
+            ("memory_remember", {"text": "prefer pnpm", "scope": "me",
+                                 "supersedes": "x" * 100_000}, "supersedes"),
             ("memory_remember", {"text": "x" * 4001, "scope": "me"}, "text"),
             ("memory_reflect", {"transcript": [{"role": "system", "content": "x"},
                                                {"role": "user", "content": "y"}]},
@@ -238,8 +243,9 @@ async def test_bad_arguments_are_validation_errors_never_tracebacks(shared: Shar
         result = await call(shared.session, tool, **arguments)
         assert result.is_error, (tool, arguments)
         text = text_of(result)
-        assert "validation error" in text and field in text, text
+        assert "validation error" in text and field in text, text[:500]
         assert "Traceback" not in text
+        assert len(text) < 1000, (tool, field, len(text))
 
 
 async def test_without_a_configured_repo_the_git_remote_of_its_folder_names_it(
