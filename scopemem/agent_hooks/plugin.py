@@ -101,9 +101,12 @@ def _config_path(state: CliState) -> str | None:
 
 
 def _finish(outcome: HookOutcome) -> NoReturn:
-    if outcome.stdout:
-        sys.stdout.write(outcome.stdout + "\n")
+    # UTF-8 whatever the locale says: Claude Code reads the answer as UTF-8, and a stdout in
+    # another encoding (cp1252, ascii) cannot encode every record's text.
     sys.stdout.flush()
+    if outcome.stdout:
+        sys.stdout.buffer.write((outcome.stdout + "\n").encode("utf-8"))
+    sys.stdout.buffer.flush()
     if outcome.summary:
         sys.stderr.write(f"{PREFIX}: {outcome.summary}\n")
     sys.stderr.flush()

@@ -94,6 +94,19 @@ def test_a_prompt_gets_the_block_with_the_repo_from_the_git_remote(tmp_path: Pat
     assert result.stderr == ""
 
 
+@pytest.mark.parametrize("encoding", ["ascii", "cp1252"])
+def test_the_block_is_utf8_whatever_the_locale(tmp_path: Path, repo: Path,
+                                              encoding: str) -> None:
+    config = sqlite_config(tmp_path)
+    fact = "the 日本語 builds need the CJK fonts installed first"
+    remember(config, fact, "--scope", "org")
+    result = run_hook(config, "UserPromptSubmit",
+                      payload("UserPromptSubmit", cwd=str(repo), prompt="why do builds fail?"),
+                      env={"PYTHONIOENCODING": encoding})
+    assert fact in context_of(result, "UserPromptSubmit")
+    assert result.stderr == ""
+
+
 def test_session_start_gets_the_repository_window(tmp_path: Path, repo: Path) -> None:
     config = sqlite_config(tmp_path)
     remember(config, LESSON, "--scope", "repo", "--repo", "acme/api")
