@@ -195,7 +195,7 @@ async def remember(memory: Memory, identity: Identity, text: str, scope: str,
     word = _scope_word(memory, scope, allow_all=False)
     try:
         result = await memory.remember(identity.api_caller(), text, word,
-                                       supersedes=supersedes,
+                                       supersedes=supersedes.strip() if supersedes else None,
                                        thread_key=f"{identity.thread_key}:remember")
     except (MemoryRefused, OperationFailed) as exc:
         raise _refused(exc) from None
@@ -217,6 +217,8 @@ async def remember(memory: Memory, identity: Identity, text: str, scope: str,
 
 async def forget(memory: Memory, identity: Identity, record_id: str
                  ) -> tuple[str, models.ForgetResult]:
+    # An id copied with the space or line around it is still that id, as a scope word is.
+    record_id = record_id.strip()
     try:
         result = await memory.forget(identity.api_caller(), record_id)
     except (MemoryRefused, OperationFailed) as exc:

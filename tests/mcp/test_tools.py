@@ -225,6 +225,20 @@ async def test_forget_erases_ones_own_record_and_says_when_there_is_none(shared:
     assert await stored(path, ALICE) == []
 
 
+async def test_an_id_with_space_around_it_is_that_id(shared: Shared):
+    path, session = shared
+    old = await seed(path, ALICE, "the staging database resets every sunday night")
+    replaced = await call(session, "memory_remember", scope="me", supersedes=f" {old}\n",
+                          text="the staging database resets every saturday night")
+    assert not replaced.is_error, text_of(replaced)
+    assert replaced.structured_content["outcome"] == "replaced"
+    [new] = await stored(path, ALICE)
+    forgot = await call(session, "memory_forget", id=f"  {new.id}\n")
+    assert not forgot.is_error, text_of(forgot)
+    assert forgot.structured_content == {"id": new.id, "forgotten": True}
+    assert await stored(path, ALICE) == []
+
+
 async def test_bad_arguments_are_validation_errors_never_tracebacks(shared: Shared):
     for tool, arguments, field in (
             ("memory_list", {"limit": 99}, "limit"),
