@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -69,6 +70,10 @@ class HookPayload:
     agent_type: str | None = None
 
 
+# Characters that end or bend a log line: C0 and C1 controls, the Unicode line breaks.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
 def _text(data: Mapping[str, Any], key: str, *, max_chars: int | None = None,
           required: bool = False) -> str | None:
     value = data.get(key)
@@ -108,6 +113,8 @@ def parse_payload(raw: bytes, expected: HookEvent) -> HookPayload:
     assert session_id is not None
     if not session_id.strip():
         raise PayloadError("'session_id' must not be empty")
+    if _CONTROL.search(session_id):  # it is written into log lines: none may be forged
+        raise PayloadError("'session_id' holds a control character or a line break")
     prompt = _text(data, "prompt") or ""
     if expected is HookEvent.USER_PROMPT_SUBMIT and "prompt" not in data:
         raise PayloadError("the UserPromptSubmit input has no 'prompt'")
