@@ -95,6 +95,22 @@ def wrapped(lines: Sequence[str]) -> str:
     return "\n".join([UNTRUSTED_OPEN, *lines, UNTRUSTED_CLOSE])
 
 
+def fitting(records: Sequence[Record], budget: int = models.MAX_ANSWER_TEXT_CHARS) -> int:
+    """How many of ``records``, in order, fit ``budget`` characters of text (the first
+    always does: one record is at most 4,000)."""
+    used = 0
+    for count, record in enumerate(records):
+        used += len(record.text)
+        if used > budget and count:
+            return count
+    return len(records)
+
+
+def not_shown_note(count: int) -> str:
+    return (f"({count} more not shown: an answer holds at most {models.MAX_ANSWER_TEXT_CHARS:,}"
+            " characters of record text; lower the limit or narrow the query)")
+
+
 def _refused(exc: MemoryRefused | OperationFailed) -> Refused:
     return Refused(exc.message if isinstance(exc, MemoryRefused) else str(exc))
 
@@ -160,11 +176,15 @@ async def search(memory: Memory, identity: Identity, query: str, scope: str, lim
         raise Refused("every scope failed: " + "; ".join(
             f"{key}: {reason}" for key, reason in result.failed.items()))
     best = list({hit.record.id: hit for hit in result.hits}.values())[:limit]
-    lines = [record_line(hit.record) for hit in best]
+    shown = best[:fitting([hit.record for hit in best])]
+    lines = [record_line(hit.record) for hit in shown]
     text = wrapped(lines) if lines else f"no record matches {sanitize_field(query)!r}"
+    if len(shown) < len(best):
+        text += "\n" + not_shown_note(len(best) - len(shown))
     return text, models.SearchResult(
-        records=[record_out(hit.record, round(hit.match, 4)) for hit in best],
-        scopes=list(result.scopes or keys), failed=dict(result.failed), untrusted=True)
+        records=[record_out(hit.record, round(hit.match, 4)) for hit in shown],
+        scopes=list(result.scopes or keys), failed=dict(result.failed),
+        not_shown=len(best) - len(shown), untrusted=True)
 
 
 async def list_records(memory: Memory, identity: Identity, scope: str, query: str | None,
@@ -177,15 +197,25 @@ async def list_records(memory: Memory, identity: Identity, scope: str, query: st
         result = await memory.list(identity.api_caller(), word, query=query, limit=limit)
     except (MemoryRefused, OperationFailed) as exc:
         raise _refused(exc) from None
-    outcome = render_list(result, identity.command_context())
     if not result.ok:
         raise Refused("every scope failed: " + "; ".join(
             f"{section.scope_key}: {section.error}" for section in result.sections))
+    # Every scope's records share the answer's budget, the first scopes first.
+    budget, kept = models.MAX_ANSWER_TEXT_CHARS, []
+    for section in result.sections:
+        count = fitting(section.records, budget) if budget > 0 else 0
+        budget -= sum(len(record.text) for record in section.records[:count])
+        kept.append(attrs.evolve(section, records=section.records[:count]))
+    not_shown = sum(map(len, (s.records for s in result.sections))) - sum(
+        map(len, (s.records for s in kept)))
+    outcome = render_list(attrs.evolve(result, sections=tuple(kept)),
+                          identity.command_context())
+    text = outcome.text + ("\n" + not_shown_note(not_shown) if not_shown else "")
     sections = [models.ListedScope(scope_key=section.scope_key,
                                    records=[record_out(record) for record in section.records],
                                    error=section.error)
-                for section in result.sections]
-    return outcome.text, models.ListResult(scopes=sections, untrusted=True)
+                for section in kept]
+    return text, models.ListResult(scopes=sections, not_shown=not_shown, untrusted=True)
 
 
 async def remember(memory: Memory, identity: Identity, text: str, scope: str,

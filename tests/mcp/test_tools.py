@@ -16,6 +16,7 @@ from scopemem import Memory
 from scopemem.chat.commands import UNTRUSTED_CLOSE, UNTRUSTED_OPEN
 from scopemem.core.records import Candidate, Kind, Record
 from scopemem.core.scoring import FENCE_CLOSE
+from scopemem.mcp.models import MAX_ANSWER_TEXT_CHARS
 from tests.mcp.conftest import Shared, call, git_folder, mcp_session, text_of
 
 # The shared server's session lives on the package's event loop.
@@ -334,3 +335,27 @@ async def test_a_store_that_is_down_is_named_by_every_read(tmp_path: Path, refus
             for key in ("org:acme", "repo:acme/api", ALICE):
                 assert f"{key}: " in text, (tool, key, text)
             assert "Traceback" not in text
+
+
+async def test_an_answer_holds_at_most_its_budget_of_record_text_and_says_what_it_left(
+        shared: Shared):
+    """Twelve records of nearly 4,000 characters would be an answer of 48,000 and more, past
+    what a coding agent takes from a tool: the answer keeps to 20,000 characters of record
+    text, best (or newest) first, and says how many it left out, in its text and its
+    structured content."""
+    path, session = shared
+    async with Memory.from_config(path, allow_fallback=False) as memory:
+        await memory.store.write(ALICE, [Candidate(
+            kind=Kind.FACT, source_thread_key="slack:C1/1",
+            text=f"bootstrap note {n}: " + " ".join(f"word{n}x{m}" for m in range(400))[:3_800])
+            for n in range(12)])
+    found = await call(session, "memory_search", query="bootstrap", scope="me", limit=12)
+    listed = await call(session, "memory_list", scope="me", limit=12)
+    for answer, records in ((found, found.structured_content["records"]),
+                            (listed, listed.structured_content["scopes"][0]["records"])):
+        assert not answer.is_error, text_of(answer)
+        assert sum(len(record["text"]) for record in records) <= MAX_ANSWER_TEXT_CHARS
+        assert len(records) + answer.structured_content["notShown"] == 12
+        assert answer.structured_content["notShown"] > 0
+        assert f"({answer.structured_content['notShown']} more not shown" in text_of(answer)
+        assert len(text_of(answer)) < 25_000
