@@ -18,6 +18,7 @@ still closes what it closes to everyone (another organisation's scope, an unregi
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,8 @@ def error_page(request: web.Request, status: int, message: str) -> web.Response:
 
 
 _OPEN = (f"{PREFIX}/login", f"{PREFIX}/static/")
+#: A login nonce the form may reuse: what ``secrets.token_urlsafe`` makes.
+_NONCE = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 
 
 @web.middleware
@@ -91,12 +94,13 @@ async def _guard(request: web.Request,
     try:
         if not request.path.startswith(_OPEN):
             session_id = hub.sessions.session_id(request.cookies.get(SESSION_COOKIE))
+            reading = request.method in (hdrs.METH_GET, hdrs.METH_HEAD)
             if session_id is None:
-                if request.method == hdrs.METH_GET:
+                if reading:
                     raise web.HTTPSeeOther(f"{PREFIX}/login")
                 return error_page(request, 403, "Your session has ended: log in again.")
             request[SESSION] = session_id
-            if request.method != hdrs.METH_GET:
+            if not reading:
                 form = await request.post()
                 if not hub.sessions.csrf_matches(session_id, form.get("csrf")):
                     return error_page(request, 403, "This form is stale or was not sent by "
@@ -119,7 +123,7 @@ async def _guard(request: web.Request,
 
 async def login_form(request: web.Request) -> web.StreamResponse:
     nonce = request.cookies.get(LOGIN_COOKIE) or ""
-    if len(nonce) < 16:
+    if not _NONCE.match(nonce):
         import secrets
 
         nonce = secrets.token_urlsafe(18)
@@ -207,8 +211,9 @@ def install_hub(app: web.Application, token: str, open_memory: Callable[[], Memo
     steering.add_routes(hub_app.router)
     hub_app.router.add_static("/static/", HERE / "static", append_version=True,
                              name="static")
-    app.add_subapp(f"{PREFIX}/", hub_app)
+    # Before the sub-application, whose prefix would take ``/hub`` too (and answer 404).
     app.router.add_get(PREFIX, _redirect_home)
+    app.add_subapp(f"{PREFIX}/", hub_app)
     app.on_response_prepare.append(_headers_signal)
 
     async def _cleanup(_app: web.Application) -> None:
