@@ -13,11 +13,16 @@ process than the first attempt: that process has not seen the key and applies th
 same process; one after a dropped connection may not. A retry that arrives while the first
 attempt is still running waits for its answer instead of running again. A refusal (4xx) or
 a failure (5xx) is not remembered: the retry runs anew.
+
+A key names one request: the answer is remembered with a digest of the body it answered,
+and a request repeating the key with another body is refused (400) rather than told that
+the first body's write was its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 import time
 from collections import OrderedDict
@@ -26,7 +31,13 @@ from collections.abc import Awaitable, Callable
 import attrs
 from aiohttp import web
 
-from scopemem.worker_aiohttp.handling import error_answer, is_data_route
+from scopemem.worker_aiohttp.handling import (
+    UNREAD,
+    error_answer,
+    is_data_route,
+    read_raw,
+    unread_answer,
+)
 
 HEADER = "Idempotency-Key"
 #: What a key may be: the client sends 32 hex digits; anything header-safe up to 128.
@@ -41,6 +52,8 @@ class Answer:
     status: int
     body: bytes
     content_type: str
+    #: The SHA-256 of the request body this answered: a replay must send the same.
+    digest: bytes
 
 
 class Replays:
@@ -98,14 +111,24 @@ async def idempotent(request: web.Request,
     earlier = replays.find(slot)
     if earlier is not None:
         try:
+            digest = hashlib.sha256(await read_raw(request)).digest()
+        except UNREAD as exc:
+            return unread_answer(request, exc)
+        try:
             answer = await asyncio.shield(earlier)
         except _NotRemembered:
             return await handler(request)  # the first attempt failed: this one runs anew
+        if answer.digest != digest:
+            return error_answer(400, f"this {HEADER} was sent with another body: a new"
+                                     " request needs a new key")
         return web.Response(status=answer.status, body=answer.body,
                             content_type=answer.content_type)
     future = replays.start(slot)
     try:
         response = await handler(request)
+        # A 2xx answer read the whole body (every data route reads it first): cached.
+        digest = (hashlib.sha256(await request.read()).digest()
+                  if 200 <= response.status < 300 else b"")
     except BaseException:
         replays.drop(slot, future)
         future.set_exception(_NotRemembered())
@@ -114,7 +137,7 @@ async def idempotent(request: web.Request,
     if 200 <= response.status < 300 and isinstance(response, web.Response) \
             and isinstance(response.body, bytes):
         future.set_result(Answer(response.status, response.body,
-                                 response.content_type))
+                                 response.content_type, digest))
     else:
         replays.drop(slot, future)
         future.set_exception(_NotRemembered())

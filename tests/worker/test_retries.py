@@ -223,6 +223,38 @@ async def test_replays_are_remembered_per_route_and_bounded(worker_url, faults):
     assert refused == 400
 
 
+async def test_a_key_sent_again_with_another_body_is_refused_not_answered_from_memory(
+        worker_url, inner):
+    """A key names one request: repeated with another body (a careless client reusing its
+    keys), the write is refused with 400, never acknowledged with the first body's counts
+    while nothing of it was kept; a read of another scope is not answered with the first
+    scope's records. The same body again is still the first answer."""
+    import aiohttp
+
+    headers = {"Authorization": f"Bearer {TOKEN}", IDEMPOTENCY_HEADER: "k-reused"}
+
+    def write(scope_key: str, text: str) -> dict[str, object]:
+        return {"scopeKey": scope_key, "records": [{"kind": "fact", "text": text,
+                                                    "sourceThreadKey": "slack:C1/1"}]}
+
+    first = write("user:slack:U1", "alice deploys with the blue green script")
+    async with aiohttp.ClientSession() as session:
+        async def post(path: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
+            async with session.post(worker_url + path, json=body, headers=headers) as r:
+                return r.status, await r.json()
+
+        assert (await post("/write", first))[1]["inserted"] == 1
+        assert (await post("/write", first))[1]["inserted"] == 1  # the same answer
+        status, answer = await post("/write", write("user:slack:U2", "bob pins numpy"))
+        assert status == 400 and "another body" in str(answer["error"])
+        query = {"scopeKey": "user:slack:U1", "query": "blue green", "limit": 5}
+        assert len((await post("/retrieve", query))[1]["records"]) == 1  # type: ignore[arg-type]
+        status, answer = await post("/retrieve", {**query, "scopeKey": "user:slack:U2"})
+        assert status == 400 and "records" not in answer
+    assert await inner.list("user:slack:U2", 10) == []
+    assert len(await inner.list("user:slack:U1", 10)) == 1
+
+
 def test_retry_after_reads_seconds_and_dates():
     assert retry_after("3") == 3.0
     assert retry_after(None) is None and retry_after("soon") is None
