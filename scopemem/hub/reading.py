@@ -42,6 +42,8 @@ def _field(request: web.Request, name: str, limit: int = 300) -> str:
     value = request.query.get(name, "").strip()
     if len(value) > limit:
         raise web.HTTPBadRequest(reason=f"{name} is longer than {limit} characters.")
+    if "\x00" in value:  # PostgreSQL cannot take one: no store is asked with it
+        raise web.HTTPBadRequest(reason=f"{name} holds a NUL character.")
     return value
 
 

@@ -231,3 +231,15 @@ async def test_a_head_request_reads_like_a_get():
         assert answer.status == 303 and answer.headers["Location"] == "/hub/login"
         assert await _login(session, url) == 303
         assert (await session.head(f"{url}/hub/", allow_redirects=False)).status == 200
+
+
+@pytest.mark.parametrize("path", ["/hub/run?run=r%001", "/hub/search?brief=deploy%00s",
+                                  "/hub/search?brief=deploy&user=U%001"])
+async def test_a_nul_character_in_a_pages_field_is_a_400_page(path):
+    """No store is asked with a NUL character (PostgreSQL cannot take one: the run page
+    answered 500 over it), as the worker's routes refuse one."""
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        assert await _login(session, url) == 303
+        answer = await session.get(f"{url}{path}", allow_redirects=False)
+        assert answer.status == 400 and "NUL character" in await answer.text()
