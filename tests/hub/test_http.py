@@ -5,6 +5,7 @@ and the overview's thresholds."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 
 import pytest
@@ -243,3 +244,43 @@ async def test_a_nul_character_in_a_pages_field_is_a_400_page(path):
         assert await _login(session, url) == 303
         answer = await session.get(f"{url}{path}", allow_redirects=False)
         assert answer.status == 400 and "NUL character" in await answer.text()
+
+
+@pytest.mark.parametrize("path", [b"/hub/login", b"/hub/sweep"])
+async def test_a_form_dribbled_slower_than_the_body_deadline_is_408_and_closed(path):
+    """A form has the data routes' body deadline: a client sending it a byte at a time
+    cannot hold a connection (the login form needs no session, so it could hold every one
+    the worker has, and the data routes with them)."""
+    from scopemem.worker_aiohttp.app import Limits
+
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    session = Sessions(HUB_TOKEN, wall_clock_ms).issue()
+    async with running(app, limits=Limits(body_timeout=0.3)) as url:
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nCookie: scopemem_hub="
+                     + session.encode() + b"\r\nContent-Type: application/x-www-form-urlencoded"
+                     b"\r\nContent-Length: 100\r\n\r\nkey=org")
+        try:
+            answer = await asyncio.wait_for(reader.read(), 5)  # the server closes it
+        finally:
+            writer.close()
+    assert answer.startswith(b"HTTP/1.1 408")
+
+
+async def test_a_form_cut_short_by_its_client_is_one_line_not_a_traceback(caplog):
+    caplog.set_level(logging.INFO, logger="scopemem")
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        _reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST /hub/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/"
+                     b"x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\nkey=org")
+        await writer.drain()
+        writer.close()
+        for _ in range(50):
+            await asyncio.sleep(0.02)
+            if "mid-form" in caplog.text:
+                break
+    assert "mid-form" in caplog.text
+    assert "Traceback" not in caplog.text and "ERROR" not in caplog.text
