@@ -255,6 +255,35 @@ async def test_a_key_sent_again_with_another_body_is_refused_not_answered_from_m
     assert len(await inner.list("user:slack:U1", 10)) == 1
 
 
+async def test_the_answers_remembered_are_bounded_in_bytes(aiohttp_server, inner):
+    """A page of records can be a megabyte: 10,000 keyed reads of it were held for ten
+    minutes. The answers kept stay within the bound in bytes, the oldest forgotten first
+    (its key then runs anew), and one larger than the bound is not kept at all."""
+    import aiohttp
+
+    from scopemem.worker_aiohttp.idempotency import REPLAYS, Replays
+
+    await inner.write(ORG, [fact(f"lesson number {n} about the build cache")
+                            for n in range(8)])
+    app = create_app(inner, TOKEN)
+    replays = app[REPLAYS] = Replays(most_bytes=1500)
+    server = await aiohttp_server(app)
+    url = str(server.make_url("")).rstrip("/")
+    sizes = []
+    async with aiohttp.ClientSession() as session:
+        for n, limit in enumerate((1, 2, 1, 2, 1, 2, 50)):
+            headers = {"Authorization": f"Bearer {TOKEN}", IDEMPOTENCY_HEADER: f"k-{n}"}
+            async with session.post(url + "/list", json={"scopeKey": ORG, "limit": limit},
+                                    headers=headers) as r:
+                assert r.status == 200
+                sizes.append(len(await r.read()))
+            assert replays.bytes <= 1500
+    assert sizes[-1] > 1500 and sizes[0] < 500  # the last one was not kept
+    assert 0 < len(replays) < 6 and replays.find(("/list", "k-0")) is None
+    assert replays.find(("/list", "k-5")) is not None
+    assert replays.find(("/list", "k-6")) is None
+
+
 def test_retry_after_reads_seconds_and_dates():
     assert retry_after("3") == 3.0
     assert retry_after(None) is None and retry_after("soon") is None
