@@ -17,14 +17,17 @@ still closes what it closes to everyone (another organisation's scope, an unregi
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp_jinja2
 import jinja2
-from aiohttp import hdrs, web
+from aiohttp import ClientConnectionResetError, hdrs, web
+from aiohttp.http_exceptions import ContentLengthError
 from markupsafe import Markup
 
 from scopemem.api.memory import Memory
@@ -44,10 +47,13 @@ from scopemem.hub.auth import (
     token_matches,
 )
 from scopemem.hub.shared import DONE, HUB, PREFIX, SESSION, Hub
+from scopemem.worker_aiohttp.server import BODY_TIMEOUT, Limits
 
 log = logging.getLogger("scopemem.hub")
 
 HERE = Path(__file__).parent
+#: How long a form may take to arrive when the application's runner set no deadline.
+DEFAULT_BODY_TIMEOUT = Limits().body_timeout
 
 HEADERS = {
     "Content-Security-Policy": (
@@ -80,27 +86,36 @@ def error_page(request: web.Request, status: int, message: str) -> web.Response:
 
 
 _OPEN = (f"{PREFIX}/login", f"{PREFIX}/static/")
+#: A login nonce the form may reuse: what ``secrets.token_urlsafe`` makes.
+_NONCE = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 
 
 @web.middleware
 async def _guard(request: web.Request,
                  handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                  ) -> web.StreamResponse:
-    """The session check, the CSRF check on every POST, and HTML for every refusal."""
+    """The session check, the CSRF check on every POST, a form read within the body
+    deadline, and HTML for every refusal."""
     hub = request.app[HUB]
+    reading = request.method in (hdrs.METH_GET, hdrs.METH_HEAD)
     try:
+        session_id = None
         if not request.path.startswith(_OPEN):
             session_id = hub.sessions.session_id(request.cookies.get(SESSION_COOKIE))
             if session_id is None:
-                if request.method == hdrs.METH_GET:
+                if reading:
                     raise web.HTTPSeeOther(f"{PREFIX}/login")
                 return error_page(request, 403, "Your session has ended: log in again.")
             request[SESSION] = session_id
-            if request.method != hdrs.METH_GET:
-                form = await request.post()
-                if not hub.sessions.csrf_matches(session_id, form.get("csrf")):
-                    return error_page(request, 403, "This form is stale or was not sent by "
-                                      "the hub (its CSRF token is missing or wrong).")
+        if not reading:
+            unread = await _read_form(request)
+            if unread is not None:
+                return unread
+            form = await request.post()  # read: every handler's post() answers it again
+            if session_id is not None \
+                    and not hub.sessions.csrf_matches(session_id, form.get("csrf")):
+                return error_page(request, 403, "This form is stale or was not sent by "
+                                  "the hub (its CSRF token is missing or wrong).")
         return await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -117,9 +132,29 @@ async def _guard(request: web.Request,
         return error_page(request, 500, "The store failed; the log says why.")
 
 
+async def _read_form(request: web.Request) -> web.StreamResponse | None:
+    """Read a POST's form within the body deadline the worker's data routes have
+    (``--body-timeout``): a form dribbled slower is a 408, and one its client cut short a
+    400, each closing the connection; None once the form is read."""
+    deadline = request.config_dict.get(BODY_TIMEOUT, DEFAULT_BODY_TIMEOUT)
+    try:
+        async with asyncio.timeout(deadline):
+            await request.post()
+    except TimeoutError:
+        log.info("[hub] %s: the form did not arrive within the deadline", request.path)
+        response = error_page(request, 408, "The form did not arrive in time.")
+    except (ConnectionError, ClientConnectionResetError, ContentLengthError):
+        log.info("[hub] %s: the client closed the connection mid-form", request.path)
+        response = error_page(request, 400, "The form was cut short.")
+    else:
+        return None
+    response.force_close()
+    return response
+
+
 async def login_form(request: web.Request) -> web.StreamResponse:
     nonce = request.cookies.get(LOGIN_COOKIE) or ""
-    if len(nonce) < 16:
+    if not _NONCE.match(nonce):
         import secrets
 
         nonce = secrets.token_urlsafe(18)
@@ -207,8 +242,9 @@ def install_hub(app: web.Application, token: str, open_memory: Callable[[], Memo
     steering.add_routes(hub_app.router)
     hub_app.router.add_static("/static/", HERE / "static", append_version=True,
                              name="static")
-    app.add_subapp(f"{PREFIX}/", hub_app)
+    # Before the sub-application, whose prefix would take ``/hub`` too (and answer 404).
     app.router.add_get(PREFIX, _redirect_home)
+    app.add_subapp(f"{PREFIX}/", hub_app)
     app.on_response_prepare.append(_headers_signal)
 
     async def _cleanup(_app: web.Application) -> None:

@@ -44,9 +44,10 @@ def _mac(key: bytes, message: str) -> str:
 
 def token_matches(given: str, token: str) -> bool:
     """``given`` is the hub token, compared in constant time (over the hashes, so neither
-    the length nor any prefix shows in the time taken)."""
-    return hmac.compare_digest(hashlib.sha256(given.encode("utf-8", "replace")).digest(),
-                               hashlib.sha256(token.encode("utf-8")).digest())
+    the length nor any prefix shows in the time taken). Either side may hold any string a
+    request carried (a lone surrogate escaping a byte that is not UTF-8)."""
+    return hmac.compare_digest(hashlib.sha256(given.encode("utf-8", "surrogatepass")).digest(),
+                               hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest())
 
 
 @attrs.define
@@ -70,8 +71,8 @@ class Sessions:
 
     def session_id(self, cookie: str | None) -> str | None:
         """The id of the live session ``cookie`` holds, or None (absent, forged, expired,
-        logged out)."""
-        if not cookie or cookie.count(".") != 2:
+        logged out). Only ASCII can be a cookie the hub issued."""
+        if not cookie or not cookie.isascii() or cookie.count(".") != 2:
             return None
         session_id, expiry, signature = cookie.split(".")
         if not hmac.compare_digest(_mac(self._key, f"{session_id}.{expiry}"), signature):
@@ -94,7 +95,8 @@ class Sessions:
         return _mac(self._key, f"csrf.{session_id}")
 
     def csrf_matches(self, session_id: str, given: object) -> bool:
-        return isinstance(given, str) and hmac.compare_digest(self.csrf(session_id), given)
+        return (isinstance(given, str) and given.isascii()
+                and hmac.compare_digest(self.csrf(session_id), given))
 
 
 @attrs.define

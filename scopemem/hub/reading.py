@@ -42,6 +42,8 @@ def _field(request: web.Request, name: str, limit: int = 300) -> str:
     value = request.query.get(name, "").strip()
     if len(value) > limit:
         raise web.HTTPBadRequest(reason=f"{name} is longer than {limit} characters.")
+    if "\x00" in value:  # PostgreSQL cannot take one: no store is asked with it
+        raise web.HTTPBadRequest(reason=f"{name} holds a NUL character.")
     return value
 
 
@@ -78,7 +80,9 @@ def _choice(request: web.Request, name: str, choices: Sequence[str]) -> str | No
 
 def _page_number(request: web.Request) -> int:
     value = request.query.get("page", "1")
-    if not value.isdigit() or not 1 <= int(value) <= MAX_PAGE_NUMBER:
+    # ASCII digits only, and few: "²" is a digit int() refuses, 5,000 digits one it cannot read.
+    if not (value.isascii() and value.isdigit() and len(value) <= 9) \
+            or not 1 <= int(value) <= MAX_PAGE_NUMBER:
         raise web.HTTPBadRequest(reason=f"page takes a number from 1 to {MAX_PAGE_NUMBER}.")
     return int(value)
 

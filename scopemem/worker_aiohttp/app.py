@@ -46,8 +46,8 @@ the answer:
    ``Transfer-Encoding``), else 411; more than ``max_body`` bytes, else 413; a
    ``Content-Encoding`` other than identity is 415 (a compressed body would slip past the
    fence when decompressed);
-3. an ``Idempotency-Key`` already answered is answered again from memory, without reading
-   the body (``idempotency.py``);
+3. an ``Idempotency-Key`` already answered is answered again from memory, when the body is
+   the one it answered (``idempotency.py``), without calling the store;
 4. body validation (``validation.py``, against ``schema.py``'s JSON Schema, which the served
    document states): 400 with a reason naming the field.
 

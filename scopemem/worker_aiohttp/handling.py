@@ -160,16 +160,22 @@ def gate(request: web.Request) -> web.Response | None:
 # --- reading a body ----------------------------------------------------------------------------
 
 
-async def read_body(request: web.Request) -> dict[str, Any]:
-    """The request's JSON object, read within the body deadline (408 past it); a client
-    that goes away mid-body ends the request quietly (``_ClientGone``)."""
+async def read_raw(request: web.Request) -> bytes:
+    """The request's bytes, read within the body deadline (``_SlowBody`` past it); a client
+    that goes away mid-body is ``_ClientGone``. ``unread_answer`` words both."""
     try:
         async with asyncio.timeout(request.app.get(BODY_TIMEOUT, DEFAULT_BODY_TIMEOUT)):
-            raw = await request.read()
+            return await request.read()
     except TimeoutError:
         raise _SlowBody() from None
     except (ConnectionError, ClientConnectionResetError, ContentLengthError):
         raise _ClientGone() from None
+
+
+async def read_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object, read within the body deadline (408 past it); a client
+    that goes away mid-body ends the request quietly (``_ClientGone``)."""
+    raw = await read_raw(request)
     try:
         return validation.parse_body(raw)
     except validation.BodyError as exc:
@@ -188,6 +194,19 @@ class _ClientGone(Exception):
     """The client closed the connection before its body was complete."""
 
 
+#: What ``read_raw`` raises when the body did not arrive whole.
+UNREAD = (_SlowBody, _ClientGone)
+
+
+def unread_answer(request: web.Request, exc: Exception) -> web.Response:
+    """The answer to a body that did not arrive whole (one of ``UNREAD``)."""
+    if isinstance(exc, _SlowBody):
+        log.info("[refused] %s: the body did not arrive within the deadline", request.path)
+        return error_answer(408, "the body did not arrive in time", close=True)
+    log.info("[gone] %s: the client closed the connection mid-body", request.path)
+    return error_answer(400, "the body was cut short", close=True)
+
+
 def data_route(func: Callable[[web.Request], Awaitable[web.StreamResponse]]
                 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """Mark a handler as a data route (gated) and turn body errors into 400s."""
@@ -198,13 +217,8 @@ def data_route(func: Callable[[web.Request], Awaitable[web.StreamResponse]]
             return await func(request)
         except (_BadRequest, validation.BodyError) as exc:
             return error_answer(400, str(exc))
-        except _SlowBody:
-            log.info("[refused] %s: the body did not arrive within the deadline",
-                     request.path)
-            return error_answer(408, "the body did not arrive in time", close=True)
-        except _ClientGone:
-            log.info("[gone] %s: the client closed the connection mid-body", request.path)
-            return error_answer(400, "the body was cut short", close=True)
+        except UNREAD as exc:
+            return unread_answer(request, exc)
 
     handler._scopemem_data_route = True  # type: ignore[attr-defined]
     return handler

@@ -67,7 +67,9 @@ STATUSES = frozenset({200, 400, 401, 404, 405, 408, 411, 413, 415, 417, 429, 499
 #: The store methods timed (those a worker route calls); a store lacking one keeps lacking it.
 OPERATIONS = ("retrieve", "search", "mark_used", "write", "list", "forget", "sweep",
               "export_scopes", "export_page", "import_records", "add_counts", "read_counts",
-              "ready")
+              "ready", "delete_scope", "scrub_provenance", "purge", "scope_page",
+              "record_page", "record_history", "read_count_totals", "log_reaches",
+              "read_reaches", "vectors_missing", "put_vectors", "nearest")
 #: Refusals of the input, not failures of the store.
 _REFUSALS = (StoreRefused, ScopeLimitReached, StoreUnsupported)
 

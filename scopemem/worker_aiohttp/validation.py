@@ -138,24 +138,24 @@ def _unencodable(value: Any, where: str) -> tuple[str, str] | None:
     keep, and why: one that cannot be encoded as UTF-8 (JSON's ``\\ud800`` escapes decode
     to lone surrogates, which no answer can carry either). None when every string is
     text. (A NUL character is refused by the schema, in the fields it knows:
-    ``schema.NO_NUL_PATTERN``.)"""
-    if isinstance(value, str):
-        problem = _string_problem(value)
-        return None if problem is None else (where or "body", problem)
-    if isinstance(value, dict):
-        for key, item in value.items():
-            path = f"{where}.{key}" if where else str(key)
-            problem = _string_problem(key)
+    ``schema.NO_NUL_PATTERN``.) A walk with a stack of its own, not recursion: a body
+    the decoder took, however deep, is walked whole."""
+    # (is a key, the value, its path), first in the body's order on top.
+    stack: list[tuple[bool, Any, str]] = [(False, value, where)]
+    while stack:
+        is_key, item, path = stack.pop()
+        if isinstance(item, str):
+            problem = _string_problem(item)
             if problem is not None:
-                return where or "body", f"has a key that {problem}"
-            found = _unencodable(item, path)
-            if found is not None:
-                return found
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _unencodable(item, f"{where}[{index}]")
-            if found is not None:
-                return found
+                return (path or "body", f"has a key that {problem}") if is_key \
+                    else (path or "body", problem)
+        elif isinstance(item, dict):
+            for key, inner in reversed(item.items()):
+                stack.append((False, inner, f"{path}.{key}" if path else str(key)))
+                stack.append((True, key, path))
+        elif isinstance(item, list):
+            stack.extend((False, inner, f"{path}[{index}]")
+                         for index, inner in reversed(list(enumerate(item))))
     return None
 
 

@@ -4,6 +4,8 @@ and the overview's thresholds."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 
 import pytest
@@ -154,3 +156,131 @@ async def test_a_run_page_shows_up_to_the_newest_500_reaches_and_says_when_it_st
         assert await rows("run?run=slack:C1/2") == (130, False)  # every one of them
         assert await rows("run?run=slack:C1/1") == (500, True)
         assert await rows(f"record?scope=org:acme&id={record.id}") == (100, True)
+
+
+async def _raw(url: str, request: bytes) -> tuple[int, bytes]:
+    """The status and head of the answer to ``request``, sent as raw bytes (a browser never
+    sends a byte that is not ASCII in a cookie; a hostile client may)."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(request)
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        return int(head.split(b" ", 2)[1]), head
+    finally:
+        writer.close()
+
+
+async def test_bytes_that_are_not_ascii_in_cookies_and_forms_are_refused_not_500(caplog):
+    """A session cookie, a login nonce or a CSRF token holding a byte that is not ASCII (or
+    not UTF-8) is refused as a forged one, without a traceback: the comparisons take only
+    what the hub issues."""
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        assert await _login(session, url) == 303
+        page = await (await session.get(f"{url}/hub/")).text()
+        assert re.search(r'name="csrf" value="([^"]+)"', page)
+        for csrf in ("%C3%A9", "%FF"):
+            answer = await session.post(f"{url}/hub/sweep", allow_redirects=False,
+                                        data=f"key=org:acme&csrf={csrf}".encode(),
+                                        headers={"Content-Type":
+                                                 "application/x-www-form-urlencoded"})
+            assert answer.status == 403
+        nonce = b"\xe9" * 20
+        form = b"nonce=%C3%A9&token=x"
+        answers = [
+            await _raw(url, b"GET /hub/ HTTP/1.1\r\nHost: x\r\nCookie: scopemem_hub=a.b.\xe9\r\n"
+                            b"Connection: close\r\n\r\n"),
+            await _raw(url, b"GET /hub/login HTTP/1.1\r\nHost: x\r\nCookie: scopemem_hub_login="
+                            + nonce + b"\r\nConnection: close\r\n\r\n"),
+            await _raw(url, b"POST /hub/login HTTP/1.1\r\nHost: x\r\nCookie: scopemem_hub_login="
+                            + nonce + b"\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+                            b"Content-Length: " + str(len(form)).encode() + b"\r\n"
+                            b"Connection: close\r\n\r\n" + form),
+        ]
+    assert [status for status, _head in answers] == [303, 200, 403]
+    assert b"scopemem_hub_login=" + nonce not in answers[1][1]  # a fresh nonce instead
+    assert "Traceback" not in caplog.text and "failed" not in caplog.text
+
+
+@pytest.mark.parametrize("page", ["%C2%B2", "9" * 5000, "0x10", "%D9%A5"])
+async def test_a_page_number_that_is_not_plain_digits_is_a_400_page(page, caplog):
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        assert await _login(session, url) == 303
+        for path in (f"/hub/?page={page}", f"/hub/scope?key=org:acme&page={page}"):
+            answer = await session.get(f"{url}{path}", allow_redirects=False)
+            assert answer.status == 400
+            assert "page takes a number" in await answer.text()
+    assert "Traceback" not in caplog.text
+
+
+async def test_the_hub_without_its_slash_redirects_to_it():
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession() as session:
+        answer = await session.get(f"{url}/hub", allow_redirects=False)
+        assert answer.status == 308 and answer.headers["Location"] == "/hub/"
+
+
+async def test_a_head_request_reads_like_a_get():
+    """``HEAD`` of a page is a read: a session's is answered as its ``GET``, and one without
+    a session is sent to the login, not told its form is stale."""
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        answer = await session.head(f"{url}/hub/", allow_redirects=False)
+        assert answer.status == 303 and answer.headers["Location"] == "/hub/login"
+        assert await _login(session, url) == 303
+        assert (await session.head(f"{url}/hub/", allow_redirects=False)).status == 200
+
+
+@pytest.mark.parametrize("path", ["/hub/run?run=r%001", "/hub/search?brief=deploy%00s",
+                                  "/hub/search?brief=deploy&user=U%001"])
+async def test_a_nul_character_in_a_pages_field_is_a_400_page(path):
+    """No store is asked with a NUL character (PostgreSQL cannot take one: the run page
+    answered 500 over it), as the worker's routes refuse one."""
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        assert await _login(session, url) == 303
+        answer = await session.get(f"{url}{path}", allow_redirects=False)
+        assert answer.status == 400 and "NUL character" in await answer.text()
+
+
+@pytest.mark.parametrize("path", [b"/hub/login", b"/hub/sweep"])
+async def test_a_form_dribbled_slower_than_the_body_deadline_is_408_and_closed(path):
+    """A form has the data routes' body deadline: a client sending it a byte at a time
+    cannot hold a connection (the login form needs no session, so it could hold every one
+    the worker has, and the data routes with them)."""
+    from scopemem.worker_aiohttp.app import Limits
+
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    session = Sessions(HUB_TOKEN, wall_clock_ms).issue()
+    async with running(app, limits=Limits(body_timeout=0.3)) as url:
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nCookie: scopemem_hub="
+                     + session.encode() + b"\r\nContent-Type: application/x-www-form-urlencoded"
+                     b"\r\nContent-Length: 100\r\n\r\nkey=org")
+        try:
+            answer = await asyncio.wait_for(reader.read(), 5)  # the server closes it
+        finally:
+            writer.close()
+    assert answer.startswith(b"HTTP/1.1 408")
+
+
+async def test_a_form_cut_short_by_its_client_is_one_line_not_a_traceback(caplog):
+    caplog.set_level(logging.INFO, logger="scopemem")
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        _reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST /hub/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/"
+                     b"x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\nkey=org")
+        await writer.drain()
+        writer.close()
+        for _ in range(50):
+            await asyncio.sleep(0.02)
+            if "mid-form" in caplog.text:
+                break
+    assert "mid-form" in caplog.text
+    assert "Traceback" not in caplog.text and "ERROR" not in caplog.text

@@ -196,3 +196,19 @@ def test_repeated_identical_errors_are_logged_a_few_times_a_minute():
     now[0] = 61.0
     again = record("accept failed: %s")
     assert limit.filter(again) and "997 more like this left out" in again.getMessage()
+
+
+@pytest.mark.parametrize(("opening", "closing"), [(b"[", b"]"), (b'{"\\u00e9":', b"}")])
+def test_a_body_as_deep_as_the_decoder_takes_is_refused_never_a_recursion_error(
+        opening, closing):
+    """At every depth the JSON decoder takes, the walk for lone surrogates goes to the
+    bottom without recursing: a body a few levels short of the decoder's limit was a 500
+    and a traceback (``RecursionError``) where one level deeper was a 400."""
+    from scopemem.worker_aiohttp.validation import BodyError, parse_body
+
+    for depth in range(1, 1100):
+        raw = b'{"scopeKey":"org:acme","x":' + opening * depth + b'"\\ud800"' \
+            + closing * depth + b"}"
+        with pytest.raises(BodyError, match="lone surrogate|nested too deeply"):
+            parse_body(raw)
+    assert parse_body(b'{"x":' + b"[" * 500 + b"]" * 500 + b"}")["x"]  # deep and fine

@@ -86,6 +86,30 @@ async def test_store_failures_are_counted_and_refusals_are_not(spy):
                  status="503") == 1
 
 
+@pytest.mark.parametrize(("path", "body", "operation"), [
+    ("/delete-scope", {"scopeKey": ORG}, "delete_scope"),
+    ("/scrub-provenance", {"scopeKey": ORG, "personKey": "user:slack:U1"},
+     "scrub_provenance"),
+    ("/purge", {}, "purge"),
+    ("/scope-page", {}, "scope_page"),
+    ("/record-history", {"scopeKey": ORG, "id": f"mem:{ORG}:1"}, "record_history"),
+    ("/count-totals", {"kind": "org"}, "read_count_totals"),
+])
+async def test_every_route_times_its_store_call_and_counts_its_failure(spy, path, body,
+                                                                      operation):
+    """Each store call is timed and its failure counted, whatever route made it: a store
+    failing only its deletions or its browsing still shows in ``ScopememStoreFailing``."""
+    async with running(create_app(spy, TOKEN)) as url, aiohttp.ClientSession() as session:
+        spy.fail = StoreError("disk gone")
+        async with session.post(url + path, json=body, headers=AUTH) as response:
+            assert response.status == 500
+        spy.fail = None
+        _, samples = await scrape(session, url)
+    assert total(samples, "scopemem_worker_store_failures_total", operation=operation) == 1
+    assert total(samples, "scopemem_worker_store_operation_duration_seconds_count",
+                 operation=operation) == 1
+
+
 async def test_in_flight_requests_and_open_connections_are_gauged(spy):
     release = spy.hold = asyncio.Event()
     app = create_app(spy, TOKEN)

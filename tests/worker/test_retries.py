@@ -223,6 +223,67 @@ async def test_replays_are_remembered_per_route_and_bounded(worker_url, faults):
     assert refused == 400
 
 
+async def test_a_key_sent_again_with_another_body_is_refused_not_answered_from_memory(
+        worker_url, inner):
+    """A key names one request: repeated with another body (a careless client reusing its
+    keys), the write is refused with 400, never acknowledged with the first body's counts
+    while nothing of it was kept; a read of another scope is not answered with the first
+    scope's records. The same body again is still the first answer."""
+    import aiohttp
+
+    headers = {"Authorization": f"Bearer {TOKEN}", IDEMPOTENCY_HEADER: "k-reused"}
+
+    def write(scope_key: str, text: str) -> dict[str, object]:
+        return {"scopeKey": scope_key, "records": [{"kind": "fact", "text": text,
+                                                    "sourceThreadKey": "slack:C1/1"}]}
+
+    first = write("user:slack:U1", "alice deploys with the blue green script")
+    async with aiohttp.ClientSession() as session:
+        async def post(path: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
+            async with session.post(worker_url + path, json=body, headers=headers) as r:
+                return r.status, await r.json()
+
+        assert (await post("/write", first))[1]["inserted"] == 1
+        assert (await post("/write", first))[1]["inserted"] == 1  # the same answer
+        status, answer = await post("/write", write("user:slack:U2", "bob pins numpy"))
+        assert status == 400 and "another body" in str(answer["error"])
+        query = {"scopeKey": "user:slack:U1", "query": "blue green", "limit": 5}
+        assert len((await post("/retrieve", query))[1]["records"]) == 1  # type: ignore[arg-type]
+        status, answer = await post("/retrieve", {**query, "scopeKey": "user:slack:U2"})
+        assert status == 400 and "records" not in answer
+    assert await inner.list("user:slack:U2", 10) == []
+    assert len(await inner.list("user:slack:U1", 10)) == 1
+
+
+async def test_the_answers_remembered_are_bounded_in_bytes(aiohttp_server, inner):
+    """A page of records can be a megabyte: 10,000 keyed reads of it were held for ten
+    minutes. The answers kept stay within the bound in bytes, the oldest forgotten first
+    (its key then runs anew), and one larger than the bound is not kept at all."""
+    import aiohttp
+
+    from scopemem.worker_aiohttp.idempotency import REPLAYS, Replays
+
+    await inner.write(ORG, [fact(f"lesson number {n} about the build cache")
+                            for n in range(8)])
+    app = create_app(inner, TOKEN)
+    replays = app[REPLAYS] = Replays(most_bytes=1500)
+    server = await aiohttp_server(app)
+    url = str(server.make_url("")).rstrip("/")
+    sizes = []
+    async with aiohttp.ClientSession() as session:
+        for n, limit in enumerate((1, 2, 1, 2, 1, 2, 50)):
+            headers = {"Authorization": f"Bearer {TOKEN}", IDEMPOTENCY_HEADER: f"k-{n}"}
+            async with session.post(url + "/list", json={"scopeKey": ORG, "limit": limit},
+                                    headers=headers) as r:
+                assert r.status == 200
+                sizes.append(len(await r.read()))
+            assert replays.bytes <= 1500
+    assert sizes[-1] > 1500 and sizes[0] < 500  # the last one was not kept
+    assert 0 < len(replays) < 6 and replays.find(("/list", "k-0")) is None
+    assert replays.find(("/list", "k-5")) is not None
+    assert replays.find(("/list", "k-6")) is None
+
+
 def test_retry_after_reads_seconds_and_dates():
     assert retry_after("3") == 3.0
     assert retry_after(None) is None and retry_after("soon") is None
