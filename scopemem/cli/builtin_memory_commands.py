@@ -63,6 +63,32 @@ def _extra(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
     return extra
 
 
+def _platform_id(kind: str, example: str) -> Callable[[click.Context, click.Parameter,
+                                                      str | None], str | None]:
+    """A click callback for a platform id (``--user slack:U0123``, ``--channel
+    slack:C0456``): checked as the scope key it makes (``<kind>:<id>``), so a mistake is a
+    usage error rather than a scope nobody has. A scope key given for the id
+    (``user:slack:U0123``) would make ``user:user:slack:U0123``: a usage error too."""
+
+    def check(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        from scopemem.core.scopes import scope_key_problem
+
+        if value is None:
+            return None
+        if not value.strip():
+            raise click.BadParameter("must not be empty")
+        if value.startswith(f"{kind}:"):
+            raise click.BadParameter(
+                f"takes the platform id (e.g. {example}), not the {kind} scope's key:"
+                f" {param.opts[0]} {value[len(kind) + 1:]}")
+        problem = scope_key_problem(f"{kind}:{value}")
+        if problem:
+            raise click.BadParameter(problem)
+        return value
+
+    return check
+
+
 def _acting(caller: str, channel: str | None, operator: bool) -> None:
     """``--as`` another person and ``--channel`` act beyond the local person: a usage error
     without ``--operator``."""
@@ -138,6 +164,7 @@ as_option = click.option("--as", "caller", default=DEFAULT_CALLER, show_default=
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 repo_option = click.option("--repo", metavar="OWNER/NAME", help="The repository scope to use.")
 channel_option = click.option("--channel", metavar="ID",
+                              callback=_platform_id("channel", "slack:C0456"),
                               help="The channel id (platform-namespaced, e.g. slack:C0456); "
                                    "takes --operator.")
 extra_option = click.option("--extra", "extra", multiple=True, metavar="KEY=VALUE",
@@ -257,7 +284,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
 
     @cli.command(name="context")
     @click.argument("brief")
-    @click.option("--user", metavar="ID",
+    @click.option("--user", metavar="ID", callback=_platform_id("user", "slack:U0123"),
                   help="The requesting user (e.g. slack:U0123); another person than "
                        "cli:local takes --operator.")
     @channel_option
