@@ -202,6 +202,11 @@ def check_config(config: MemoryConfig) -> None:
             raise ConfigError(f"memory.organization: {problem or 'must not be empty'}")
     if config.enabled and not config.organization:
         raise ConfigError("memory.organization: required when memory.enabled is true")
+    for admin in config.admins:
+        # An admin is a caller, and a caller is a user scope key: anything else names nobody.
+        if not admin.startswith("user:") or admin == "user:" or scope_key_problem(admin):
+            raise ConfigError(f"memory.admins: {admin!r} is not a user scope key"
+                              " (user:<platform>:<id>, e.g. user:slack:U0001)")
     _check_hooks(config.hooks)
     if config.model is not None and "/" not in config.model:
         raise ConfigError(

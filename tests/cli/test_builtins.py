@@ -71,6 +71,23 @@ def test_config_check_names_the_bad_key_without_a_traceback(tmp_path: Path):
     assert missing.exit_code == 1 and "no such configuration file" in missing.output
 
 
+@pytest.mark.parametrize("admin", ["cli:local", "slack:U0001", "U0001", "user:",
+                                   "user:slack:U 1"])
+def test_an_admin_that_is_no_user_scope_key_is_a_config_error(tmp_path: Path, admin: str):
+    # A caller is always a user scope key: such an entry would name nobody, silently.
+    path = tmp_path / "scopemem.toml"
+    path.write_text('[memory]\nenabled = true\norganization = "acme"\n'
+                    f'admins = ["user:slack:U0001", "{admin}"]\n')
+    for args in (("config", "check"), ("list", "org")):
+        result = run("--config", str(path), *args)
+        assert result.exit_code == 1, result.output
+        assert f"memory.admins: {admin!r} is not a user scope key" in result.output
+        assert "Traceback" not in result.output
+    path.write_text('[memory]\nenabled = true\norganization = "acme"\n'
+                    'admins = ["user:slack:U0001", "user:cli:local"]\n')
+    assert run("--config", str(path), "config", "check").exit_code == 0
+
+
 def test_config_check_refuses_an_uninstalled_store(tmp_path: Path):
     path = tmp_path / "scopemem.toml"
     path.write_text('[memory]\nenabled = true\norganization = "a"\nstore = "cassandra"\n')
