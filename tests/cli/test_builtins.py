@@ -50,6 +50,24 @@ def test_config_check_prints_effective_settings(tmp_path: Path):
     assert settings["stores"] == {"memory": {}}
 
 
+def test_config_check_says_which_file_it_read_or_that_there_was_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SCOPEMEM_CONFIG", raising=False)
+    # No file anywhere: the defaults, said so (never "configuration is valid").
+    none = run("config", "check")
+    assert none.exit_code == 0, none.output
+    header = none.output.splitlines()[0]
+    assert header.startswith("# no configuration file") and "valid" not in header
+    assert tomllib.loads(none.output)["memory"]["enabled"] is False
+    (tmp_path / "scopemem.toml").write_text('[memory]\nenabled = true\norganization = "a"\n')
+    found = run("config", "check")
+    assert found.output.startswith("# scopemem.toml: the configuration is valid")
+    named = run("--config", str(tmp_path / "scopemem.toml"), "config", "check")
+    assert named.output.startswith(f"# {tmp_path / 'scopemem.toml'}: the configuration")
+    assert tomllib.loads(named.output)["memory"]["organization"] == "a"
+
+
 def test_a_malformed_config_file_is_one_line(tmp_path: Path):
     from tests.test_config import malformed_files
 
