@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from scopemem.cli import CliState, echo_json
+from scopemem.cli.root import check_kind_prefix
 from scopemem.core import counters
 from scopemem.core.records import CountRow
 from scopemem.core.scopes import scope_key_problem
@@ -169,7 +170,7 @@ def _check_scope(_ctx: click.Context, _param: click.Parameter, value: str | None
     problem = None if value is None else scope_key_problem(value)
     if problem:
         raise click.BadParameter(problem)
-    return value
+    return None if value is None else check_kind_prefix(value)
 
 
 def _check_kind(_ctx: click.Context, _param: click.Parameter, value: str | None
