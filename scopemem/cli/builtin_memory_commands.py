@@ -89,6 +89,23 @@ def _platform_id(kind: str, example: str) -> Callable[[click.Context, click.Para
     return check
 
 
+def _repo(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``--repo`` as a run's repository scope names it: ``owner/name`` (or
+    ``group/sub/name``), as ``gitremote.repo_from_url`` reads it off a clone's remote. A URL,
+    a ``.git`` suffix or a bare name would make a scope no run reads: a usage error, naming
+    the ``owner/name`` when there is one."""
+    from scopemem.gitremote import repo_from_url
+
+    if value is None:
+        return None
+    # A URL or an scp-like remote as given; a path as the path of some remote.
+    named = repo_from_url(value if ":" in value else f"https://host.invalid/{value}")
+    if named != value:
+        hint = f": --repo {named}" if named else " (e.g. acme/api)"
+        raise click.BadParameter(f"takes OWNER/NAME as a clone's remote names it{hint}")
+    return value
+
+
 def _acting(caller: str, channel: str | None, operator: bool) -> None:
     """``--as`` another person and ``--channel`` act beyond the local person: a usage error
     without ``--operator``."""
@@ -162,7 +179,8 @@ as_option = click.option("--as", "caller", default=DEFAULT_CALLER, show_default=
                          help="Act as this user scope (user:<platform>:<id>); another "
                               "person's takes --operator.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-repo_option = click.option("--repo", metavar="OWNER/NAME", help="The repository scope to use.")
+repo_option = click.option("--repo", metavar="OWNER/NAME", callback=_repo,
+                           help="The repository scope to use.")
 channel_option = click.option("--channel", metavar="ID",
                               callback=_platform_id("channel", "slack:C0456"),
                               help="The channel id (platform-namespaced, e.g. slack:C0456); "
