@@ -58,10 +58,14 @@ def since_day(value: str, today: int) -> int:
             raise ValueError(f"takes 1d to {MAX_SINCE_DAYS}d")
         return max(0, today - days + 1)
     try:
-        return max(0, counters.parse_day(text))
+        day = counters.parse_day(text)
     except ValueError:
         raise ValueError("takes Nd (the last N UTC days, today included), a date"
                          " (2025-06-01) or all") from None
+    if day > today:
+        raise ValueError(f"{text} is after today ({counters.day_label(today)}, UTC):"
+                         " nothing is counted there yet")
+    return max(0, day)
 
 
 def window_label(first_day: int, today: int) -> str:
