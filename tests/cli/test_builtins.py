@@ -106,6 +106,23 @@ def test_an_admin_that_is_no_user_scope_key_is_a_config_error(tmp_path: Path, ad
     assert run("--config", str(path), "config", "check").exit_code == 0
 
 
+@pytest.mark.parametrize(("repo", "hint"), [
+    ("https://github.com/acme/api", 'repo = "acme/api"'),
+    ("acme/api.git", 'repo = "acme/api"'),
+    ("acme", "(e.g. acme/api)")])
+def test_an_mcp_repo_no_other_run_reads_is_a_config_error(tmp_path: Path, repo: str,
+                                                          hint: str):
+    # The MCP server kept its facts in repo:https://github.com/acme/api, apart from the
+    # repo:acme/api the team's hooks and bots read.
+    path = tmp_path / "scopemem.toml"
+    path.write_text('[memory]\nenabled = true\norganization = "acme"\n'
+                    f'[memory.mcp]\nrepo = "{repo}"\n')
+    result = run("--config", str(path), "config", "check")
+    assert result.exit_code == 1, result.output
+    assert "memory.mcp.repo: takes owner/name" in result.output and hint in result.output
+    assert "Traceback" not in result.output
+
+
 def test_config_check_refuses_an_uninstalled_store(tmp_path: Path):
     path = tmp_path / "scopemem.toml"
     path.write_text('[memory]\nenabled = true\norganization = "a"\nstore = "cassandra"\n')
