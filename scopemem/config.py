@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 
 # The table's shape and checks live in ``config_table``; callers import them from here.
 __all__ = ["CONFIG_ENV", "DEFAULT_CONFIG_FILE", "MAX_HOOK_TIMEOUT", "HooksConfig",
-           "McpSettings", "MemoryConfig", "TracingConfig", "config_from_mapping",
-           "load_config"]
+           "McpSettings", "MemoryConfig", "TracingConfig", "config_file",
+           "config_from_mapping", "load_config"]
 
 log = logging.getLogger("scopemem")
 
@@ -166,16 +166,22 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfi
         return source
     if isinstance(source, Mapping):
         return config_from_mapping(source)
+    source = config_file(source)
     if source is None:
-        env = os.environ.get(CONFIG_ENV)
-        if env:
-            source = env
-        elif Path(DEFAULT_CONFIG_FILE).is_file():
-            source = DEFAULT_CONFIG_FILE
-        else:
-            return MemoryConfig()
+        return MemoryConfig()
     path = Path(source)
     return config_from_mapping(_read_toml(path), source=str(path))
+
+
+def config_file(source: str | os.PathLike[str] | None = None) -> str | None:
+    """The file ``load_config(source)`` reads: ``source``, else ``$SCOPEMEM_CONFIG``, else
+    ``./scopemem.toml`` when it exists; None when there is none (the defaults)."""
+    if source is not None:
+        return os.fspath(source)
+    env = os.environ.get(CONFIG_ENV)
+    if env:
+        return env
+    return DEFAULT_CONFIG_FILE if Path(DEFAULT_CONFIG_FILE).is_file() else None
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

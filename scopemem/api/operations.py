@@ -229,6 +229,8 @@ class Operations:
                                 "remember writes to one scope: me, or one shared scope")
         [key] = await self.scope_keys_for(scope, caller)
         self._check_change(key, caller)
+        if isinstance(supersedes, str):
+            supersedes = supersedes.strip()
         if supersedes is not None:
             try:
                 target_scope, _seq = parse_memory_id(supersedes)
@@ -267,8 +269,11 @@ class Operations:
     @tracing.traced("memory.forget")
     async def forget(self, caller: Caller, record_id: str) -> ForgetResult:
         """Forget one record: invisible to every read from now on, its text erased. Its
-        scope's change rule applies (a shared scope needs an admin)."""
+        scope's change rule applies (a shared scope needs an admin). Whitespace around the
+        id (a pasted line) is no part of it."""
         self._check_caller(caller)
+        if isinstance(record_id, str):
+            record_id = record_id.strip()
         try:
             scope_key, _seq = parse_memory_id(record_id)
         except MemoryIdError as exc:

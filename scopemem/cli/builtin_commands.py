@@ -50,6 +50,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
         Every table is checked by the plugin that owns it, exactly as a bot's
         ``Memory.from_config`` checks it; the settings are printed as TOML (defaults
         included), a file that loads back as the same configuration."""
+        from scopemem.config import CONFIG_ENV, DEFAULT_CONFIG_FILE, config_file
         from scopemem.errors import ScopememError
         from scopemem.installation import check_plugin_tables, effective_settings, effective_toml
 
@@ -61,5 +62,12 @@ def scopemem_register_commands(cli: click.Group) -> None:
         if as_json:
             echo_json(effective_settings(config, tables))
             return
-        click.echo("# configuration is valid; the settings in effect:")
+        path = config_file(state.config_path)
+        if path is None:
+            click.echo(f"# no configuration file (no --config, ${CONFIG_ENV} or"
+                       f" ./{DEFAULT_CONFIG_FILE}): the defaults are in effect:")
+        else:
+            # One comment line, whatever the name holds: the output loads back as TOML.
+            name = " ".join(path.splitlines())
+            click.echo(f"# {name}: the configuration is valid; the settings in effect:")
         click.echo(effective_toml(config, tables), nl=False)

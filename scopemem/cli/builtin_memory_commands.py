@@ -63,6 +63,49 @@ def _extra(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
     return extra
 
 
+def _platform_id(kind: str, example: str) -> Callable[[click.Context, click.Parameter,
+                                                      str | None], str | None]:
+    """A click callback for a platform id (``--user slack:U0123``, ``--channel
+    slack:C0456``): checked as the scope key it makes (``<kind>:<id>``), so a mistake is a
+    usage error rather than a scope nobody has. A scope key given for the id
+    (``user:slack:U0123``) would make ``user:user:slack:U0123``: a usage error too."""
+
+    def check(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        from scopemem.core.scopes import scope_key_problem
+
+        if value is None:
+            return None
+        if not value.strip():
+            raise click.BadParameter("must not be empty")
+        if value.startswith(f"{kind}:"):
+            raise click.BadParameter(
+                f"takes the platform id (e.g. {example}), not the {kind} scope's key:"
+                f" {param.opts[0]} {value[len(kind) + 1:]}")
+        problem = scope_key_problem(f"{kind}:{value}")
+        if problem:
+            raise click.BadParameter(problem)
+        return value
+
+    return check
+
+
+def _repo(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``--repo`` as a run's repository scope names it: ``owner/name`` (or
+    ``group/sub/name``), as ``gitremote.repo_from_url`` reads it off a clone's remote. A URL,
+    a ``.git`` suffix or a bare name would make a scope no run reads: a usage error, naming
+    the ``owner/name`` when there is one."""
+    from scopemem.gitremote import repo_from_url
+
+    if value is None:
+        return None
+    # A URL or an scp-like remote as given; a path as the path of some remote.
+    named = repo_from_url(value if ":" in value else f"https://host.invalid/{value}")
+    if named != value:
+        hint = f": --repo {named}" if named else " (e.g. acme/api)"
+        raise click.BadParameter(f"takes OWNER/NAME as a clone's remote names it{hint}")
+    return value
+
+
 def _acting(caller: str, channel: str | None, operator: bool) -> None:
     """``--as`` another person and ``--channel`` act beyond the local person: a usage error
     without ``--operator``."""
@@ -136,8 +179,10 @@ as_option = click.option("--as", "caller", default=DEFAULT_CALLER, show_default=
                          help="Act as this user scope (user:<platform>:<id>); another "
                               "person's takes --operator.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-repo_option = click.option("--repo", metavar="OWNER/NAME", help="The repository scope to use.")
+repo_option = click.option("--repo", metavar="OWNER/NAME", callback=_repo,
+                           help="The repository scope to use.")
 channel_option = click.option("--channel", metavar="ID",
+                              callback=_platform_id("channel", "slack:C0456"),
                               help="The channel id (platform-namespaced, e.g. slack:C0456); "
                                    "takes --operator.")
 extra_option = click.option("--extra", "extra", multiple=True, metavar="KEY=VALUE",
@@ -257,7 +302,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
 
     @cli.command(name="context")
     @click.argument("brief")
-    @click.option("--user", metavar="ID",
+    @click.option("--user", metavar="ID", callback=_platform_id("user", "slack:U0123"),
                   help="The requesting user (e.g. slack:U0123); another person than "
                        "cli:local takes --operator.")
     @channel_option

@@ -130,7 +130,11 @@ def scopemem_register_commands(cli: click.Group) -> None:
         'removed'. Prints what it removed. It cannot be undone; if it fails part way,
         running it again finishes the work (their scope goes last). Takes --operator, but
         for the local person themself."""
-        if not scope_key.startswith("user:") or scope_key.count(":") < 2:
+        from scopemem.core.provenance import person_id
+
+        platform = scope_key.split(":")[1] if scope_key.count(":") >= 2 else ""
+        # An empty id would scrub nothing, and the receipt would say nobody was named.
+        if not scope_key.startswith("user:") or not platform or not person_id(scope_key):
             raise click.BadParameter(f"{scope_key!r} is not a person's scope key"
                                      " (user:<platform>:<id>)", param_hint="KEY")
         _own_or_operator(scope_key, operator)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from scopemem.cli import CliState, echo_json
+from scopemem.cli.root import check_kind_prefix
 from scopemem.core import counters
 from scopemem.core.records import CountRow
 from scopemem.core.scopes import scope_key_problem
@@ -57,10 +58,14 @@ def since_day(value: str, today: int) -> int:
             raise ValueError(f"takes 1d to {MAX_SINCE_DAYS}d")
         return max(0, today - days + 1)
     try:
-        return max(0, counters.parse_day(text))
+        day = counters.parse_day(text)
     except ValueError:
         raise ValueError("takes Nd (the last N UTC days, today included), a date"
                          " (2025-06-01) or all") from None
+    if day > today:
+        raise ValueError(f"{text} is after today ({counters.day_label(today)}, UTC):"
+                         " nothing is counted there yet")
+    return max(0, day)
 
 
 def window_label(first_day: int, today: int) -> str:
@@ -169,7 +174,7 @@ def _check_scope(_ctx: click.Context, _param: click.Parameter, value: str | None
     problem = None if value is None else scope_key_problem(value)
     if problem:
         raise click.BadParameter(problem)
-    return value
+    return None if value is None else check_kind_prefix(value)
 
 
 def _check_kind(_ctx: click.Context, _param: click.Parameter, value: str | None

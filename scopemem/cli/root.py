@@ -60,9 +60,21 @@ def scope_key_param(_ctx: click.Context, _param: click.Parameter, value: str | N
     from scopemem.stores.base import check_scope_key
 
     try:
-        return check_scope_key(value)
+        check_scope_key(value)
     except StoreError as exc:
         raise click.BadParameter(str(exc)) from None
+    return check_kind_prefix(value)
+
+
+def check_kind_prefix(value: str) -> str:
+    """``value`` when it has the ``<kind>:`` every scope kind's keys start with; a usage
+    error otherwise. A scope word (``org``, ``me``) given for a key names no scope: it
+    would read nothing, or delete nothing, and say so as if the scope were empty."""
+    if ":" not in value:
+        raise click.BadParameter(
+            f"{value!r} is not a scope key: a key is <kind>:<id>, e.g. org:acme, "
+            "repo:acme/api, user:slack:U0123 (user:cli:local is the local person's)")
+    return value
 
 
 operator_option = click.option(

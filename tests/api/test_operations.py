@@ -311,6 +311,18 @@ async def test_forget_own_and_the_gate_on_everyone_elses(memory, store):
     assert len(await store.list(BOB.user_key, 5)) == 1 and len(await store.list(ORG, 5)) == 1
 
 
+async def test_whitespace_around_an_id_is_no_part_of_it(memory, store):
+    # A pasted id often ends in a newline; the refusal showed the id without it, so it read
+    # "'mem:org:acme:1' is not a memory id".
+    await store.write(ORG, [fact("deploys go through jenkins"), fact("tests run on push")])
+    result = await memory.forget(ADMIN, f" mem:{ORG}:2\n")
+    assert result.forgotten and result.record_id == f"mem:{ORG}:2"
+    replaced = await memory.remember(ADMIN, "deploys go through argo", "org",
+                                     supersedes=f"mem:{ORG}:1\t")
+    assert replaced.outcome == "replaced" and replaced.supersedes == f"mem:{ORG}:1"
+    assert [r.text for r in await store.list(ORG, 5)] == ["deploys go through argo"]
+
+
 async def test_a_store_failure_is_operation_failed(memory, store):
     async def broken(*args, **kwargs):
         raise OSError("disk gone")

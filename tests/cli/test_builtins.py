@@ -50,6 +50,24 @@ def test_config_check_prints_effective_settings(tmp_path: Path):
     assert settings["stores"] == {"memory": {}}
 
 
+def test_config_check_says_which_file_it_read_or_that_there_was_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SCOPEMEM_CONFIG", raising=False)
+    # No file anywhere: the defaults, said so (never "configuration is valid").
+    none = run("config", "check")
+    assert none.exit_code == 0, none.output
+    header = none.output.splitlines()[0]
+    assert header.startswith("# no configuration file") and "valid" not in header
+    assert tomllib.loads(none.output)["memory"]["enabled"] is False
+    (tmp_path / "scopemem.toml").write_text('[memory]\nenabled = true\norganization = "a"\n')
+    found = run("config", "check")
+    assert found.output.startswith("# scopemem.toml: the configuration is valid")
+    named = run("--config", str(tmp_path / "scopemem.toml"), "config", "check")
+    assert named.output.startswith(f"# {tmp_path / 'scopemem.toml'}: the configuration")
+    assert tomllib.loads(named.output)["memory"]["organization"] == "a"
+
+
 def test_a_malformed_config_file_is_one_line(tmp_path: Path):
     from tests.test_config import malformed_files
 
@@ -69,6 +87,40 @@ def test_config_check_names_the_bad_key_without_a_traceback(tmp_path: Path):
     assert "memory.limit" in result.output and "Traceback" not in result.output
     missing = run("--config", str(tmp_path / "nope.toml"), "config", "check")
     assert missing.exit_code == 1 and "no such configuration file" in missing.output
+
+
+@pytest.mark.parametrize("admin", ["cli:local", "slack:U0001", "U0001", "user:",
+                                   "user:slack:U 1"])
+def test_an_admin_that_is_no_user_scope_key_is_a_config_error(tmp_path: Path, admin: str):
+    # A caller is always a user scope key: such an entry would name nobody, silently.
+    path = tmp_path / "scopemem.toml"
+    path.write_text('[memory]\nenabled = true\norganization = "acme"\n'
+                    f'admins = ["user:slack:U0001", "{admin}"]\n')
+    for args in (("config", "check"), ("list", "org")):
+        result = run("--config", str(path), *args)
+        assert result.exit_code == 1, result.output
+        assert f"memory.admins: {admin!r} is not a user scope key" in result.output
+        assert "Traceback" not in result.output
+    path.write_text('[memory]\nenabled = true\norganization = "acme"\n'
+                    'admins = ["user:slack:U0001", "user:cli:local"]\n')
+    assert run("--config", str(path), "config", "check").exit_code == 0
+
+
+@pytest.mark.parametrize(("repo", "hint"), [
+    ("https://github.com/acme/api", 'repo = "acme/api"'),
+    ("acme/api.git", 'repo = "acme/api"'),
+    ("acme", "(e.g. acme/api)")])
+def test_an_mcp_repo_no_other_run_reads_is_a_config_error(tmp_path: Path, repo: str,
+                                                          hint: str):
+    # The MCP server kept its facts in repo:https://github.com/acme/api, apart from the
+    # repo:acme/api the team's hooks and bots read.
+    path = tmp_path / "scopemem.toml"
+    path.write_text('[memory]\nenabled = true\norganization = "acme"\n'
+                    f'[memory.mcp]\nrepo = "{repo}"\n')
+    result = run("--config", str(path), "config", "check")
+    assert result.exit_code == 1, result.output
+    assert "memory.mcp.repo: takes owner/name" in result.output and hint in result.output
+    assert "Traceback" not in result.output
 
 
 def test_config_check_refuses_an_uninstalled_store(tmp_path: Path):

@@ -61,8 +61,9 @@ def test_forget_person_deletes_their_scope_and_scrubs_their_id_everywhere(
     asked = run(config, "forget-person", person, "--operator", stdin=b"n\n")
     assert asked.exit_code == 1 and "Aborted" in asked.output
     assert len(exported(config, person)) == 2
-    bad = run(config, "forget-person", org, "--operator", "--yes")
-    assert bad.exit_code == 2 and "not a person's scope key" in bad.output
+    for key in (org, "user:slack:", "user::U1", "user:U1"):
+        bad = run(config, "forget-person", key, "--operator", "--yes")
+        assert bad.exit_code == 2 and "not a person's scope key" in bad.output, key
     done = ok(run(config, "forget-person", person, "--operator", "--yes", "--json"))
     assert json.loads(done.output) == {"ok": True, "scopeKey": person, "deleted": 2,
                                        "scrubbed": {org: 2, peer: 1}}

@@ -156,6 +156,24 @@ def test_usage_errors_are_click_errors(config: Path):
     assert bad_id.exit_code == 1 and "mem:<scope>:<number>" in bad_id.output
 
 
+@pytest.mark.parametrize(("repo", "hint"), [
+    ("https://github.com/acme/api", "--repo acme/api"),
+    ("git@github.com:acme/api.git", "--repo acme/api"),
+    ("acme/api.git", "--repo acme/api"),
+    ("acme", "(e.g. acme/api)")])
+def test_a_repo_no_run_would_read_is_a_usage_error(config: Path, repo: str, hint: str):
+    # It made repo:https://github.com/acme/api or repo:acme, scopes no run reads: the
+    # remembered fact was kept where nobody would find it.
+    for args in (["remember", "deploys go through argo", "--scope", "repo"],
+                 ["list", "--scope", "repo"], ["sweep", "--scope", "repo"],
+                 ["context", "how do deploys go"]):
+        result = run(config, *args, "--repo", repo)
+        assert result.exit_code == 2, (args, result.output)
+        assert hint in result.output and "Traceback" not in result.output
+    listed = run(config, "list", "--scope", "repo", "--repo", "acme/api", "--json")
+    assert json.loads(listed.output)["scopes"][0]["scopeKey"] == "repo:acme/api"
+
+
 def test_memory_off_says_so(tmp_path: Path):
     path = tmp_path / "scopemem.toml"
     path.write_text("[memory]\nenabled = false\n")

@@ -74,6 +74,39 @@ def test_acting_for_another_person_or_from_a_channel_takes_operator(config: Path
     ok(run(config, "context", "deploys", "--user", "cli:local"))
 
 
+def test_a_user_or_channel_id_that_makes_no_scope_is_a_usage_error(config: Path):
+    # A scope key given for the id would read user:user:slack:UB, a scope nobody has, and
+    # answer "nothing matched"; an id with a space would make no scope at all.
+    for args, hint in (
+            (("context", "deploy checklist", "--user", BOB), "--user slack:UB"),
+            (("context", "salary review", "--channel", HR), "--channel slack:CHR"),
+            (("list", "channel", "--channel", HR), "--channel slack:CHR"),
+            (("forget", f"mem:{HR}:1", "--channel", HR), "--channel slack:CHR"),
+            (("context", "deploy checklist", "--user", "slack:U B"), "whitespace"),
+            (("list", "channel", "--channel", "slack:C R"), "whitespace"),
+            (("context", "deploy checklist", "--user", ""), "must not be empty")):
+        result = run(config, *args, "--operator")
+        assert result.exit_code == 2, (args, result.output)
+        assert hint in result.output and "Traceback" not in result.output
+        assert BOB_NOTE not in result.output and HR_NOTE not in result.output
+    assert exported(config, "--scope", HR, "--operator") == [HR_NOTE]  # nothing forgotten
+
+
+def test_a_scope_word_where_a_scope_key_goes_is_a_usage_error(config: Path):
+    # `export --scope org` read the scope "org", which nobody has: with --operator it said
+    # "exported 0 records"; delete-scope deleted nothing and stats counted nothing.
+    for args in (("export", "--scope", "org", "--operator"),
+                 ("export", "--scope", "me"),
+                 ("delete-scope", "me", "--yes"),
+                 ("delete-scope", "org", "--yes", "--operator"),
+                 ("stats", "--scope", "org")):
+        result = run(config, *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "is not a scope key: a key is <kind>:<id>" in result.output, result.output
+        assert "Traceback" not in result.output
+    assert exported(config, "--scope", "org:acme") == ["deploys freeze on fridays"]
+
+
 def test_a_channel_scope_is_changed_only_from_that_channel(config: Path):
     # The local person is an admin, but in no channel: #hr's record is out of reach.
     closed = run(config, "forget", f"mem:{HR}:1")

@@ -121,6 +121,8 @@ def test_every_counter_per_scope_and_one_scope_alone(filled):
 @pytest.mark.parametrize("args, message", [
     (["--since", "yesterday"], "takes Nd"),
     (["--since", "0d"], "takes 1d"),
+    # A day after today read nothing and said "the last -24 days": nothing counted.
+    (["--since", "2999-01-01"], "2999-01-01 is after today"),
     (["--scope", "org:a b"], "whitespace"),
     (["--kind", "Repo!"], "scope kind"),
     (["--scope", APP, "--kind", "repo"], "not both"),
