@@ -380,3 +380,20 @@ async def test_imported_records_continue_their_threads_as_the_in_process_store_s
     assert reference[f"mem:{ORG}:3"] > reference[f"mem:{ORG}:5"]  # after t/1's, after t/9's
     assert reference[f"mem:{ORG}:7"] > reference[f"mem:{ORG}:9"]  # after t/1's, after none
     assert answer == pytest.approx(reference, abs=0)
+
+
+async def test_an_import_never_leaves_a_scope_it_cannot_write_to(store):
+    """A record numbered past what the store can give (the SQLite store's token index keys
+    a seq in 32 bits) is refused before anything is written; a store that takes it gives
+    the scope's next write the id after it. Either way the scope takes writes after."""
+    far = record(ORG, 2**32, "imported far out")
+    try:
+        added = await portable(store).import_records([record(ORG, 1), far])
+    except StoreRefused as exc:
+        assert str(2**32 - 1) in str(exc)
+        assert await store.list(ORG, 5) == []  # nothing of the call was written
+    else:
+        assert added == 2
+    await store.write(ORG, [fact("written after the import")])
+    [newest] = await store.list(ORG, 1)
+    assert newest.text == "written after the import"

@@ -14,6 +14,7 @@ from typing import Any
 
 from scopemem.core.records import Record
 from scopemem.core.words import Analyzer
+from scopemem.errors import StoreRefused
 from scopemem.stores.base import Clock, check_scope_key
 from scopemem.stores.porting import group_import, import_threads
 from scopemem.stores.shared.tokens import index_tokens
@@ -100,6 +101,12 @@ class Porting:
     async def import_records(self, records: Sequence[Record]) -> int:
         now = self._clock()
         groups = group_import(records, now)
+        for batch in groups.values():
+            # A shard's token index keys a record by its seq in 32 bits (``index.rowid``):
+            # a higher one would leave the scope no id to give its next write.
+            if batch and batch[-1][0] > index.MAX_SEQ:
+                raise StoreRefused(f"import: {batch[-1][1].id!r}: the sqlite store numbers a"
+                                   f" scope's records up to {index.MAX_SEQ}")
         added = 0
         for scope_key, batch in groups.items():
             shard = self._shards.of(scope_key)
