@@ -181,3 +181,14 @@ def test_the_copies_stay_within_their_budget_least_recently_searched_first():
     seqs, matrix = copies.keep("a:4", MODEL, 1, rows * 3)
     assert len(seqs) == 30 and copies.get("a:4", MODEL, 1) is None
     assert copies.get("a:3", MODEL, 1) is not None
+
+
+async def test_a_vector_of_very_large_values_keeps_its_direction(store):
+    """float32 values near their largest are a direction like any other: the norm (past
+    what float32 holds) must not turn the stored vector into zeros."""
+    big = 3.4e38
+    await store.write(ORG, [fact("lesson number 1")])
+    assert await store.put_vectors(ORG, MODEL, [(rid(1), pack([big, 0.0]))]) == 1
+    assert await found(store, 1, 0.5) == [(1, 1.0)]
+    answer = await store.nearest(ORG, MODEL, pack([big, big]), 1, -1.0, [])
+    assert [round(cosine, 4) for _record, cosine in answer] == [0.7071]

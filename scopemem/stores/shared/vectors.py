@@ -116,7 +116,9 @@ def check(value: object, dimensions: int | None = None) -> Vector:
     norm = float(np.linalg.norm(array.astype(np.float64)))
     if not math.isfinite(norm) or norm < _TINY:
         raise StoreRefused("a vector of length zero has no direction")
-    result: Vector = (array / np.float32(norm)).astype(np.float32)
+    # Divided in float64: the norm of float32 values near their largest overflows float32
+    # (the vector would become zeros).
+    result: Vector = (array.astype(np.float64) / norm).astype(np.float32)
     return result
 
 
