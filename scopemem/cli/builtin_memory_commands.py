@@ -148,10 +148,11 @@ def _durable(memory: Memory) -> None:
         import asyncio
 
         asyncio.run(memory.close())
+        where = ("keeps no records" if memory.config.store == "null"
+                 else "keeps records in this process only")
         raise click.ClickException(
-            f"memory.store = {memory.config.store!r} keeps records in this process only; "
-            "a one-shot command's change would be lost when it exits (use a store that "
-            "keeps them: sqlite, worker)")
+            f"memory.store = {memory.config.store!r} {where}; a one-shot command's change"
+            " would be lost when it exits (use a store that keeps them: sqlite, worker)")
 
 
 def _run(memory: Memory, action: Callable[[Any], Awaitable[Outcome]], as_json: bool) -> None:

@@ -107,10 +107,10 @@ def exit_status(checks: Sequence[Check]) -> int:
 
 
 def _durable(store: MemoryStore, configured: str) -> Check:
-    from scopemem.stores.memory import InMemoryStore
-
-    if not isinstance(store, InMemoryStore):
+    if getattr(store, "durable", True):
         return Check("durable", OK, f"records are kept by the {configured} store")
+    if configured == "null":
+        return Check("durable", WARN, "the null store keeps no records: memory holds nothing")
     if configured == "memory":
         return Check("durable", WARN, "the memory store keeps records in the process: they"
                                       " are lost when it exits")

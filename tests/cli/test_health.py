@@ -157,3 +157,12 @@ def test_a_scope_near_its_cap_is_found_over_a_live_worker(tmp_path, monkeypatch)
     assert found["store"]["status"] == "ok", result.output
     assert found["scopes"]["status"] == "warn", result.output
     assert APP in found["scopes"]["detail"] and API not in found["scopes"]["detail"]
+
+
+def test_the_null_store_is_not_called_durable(tmp_path):
+    path = tmp_path / "scopemem.toml"
+    path.write_text('[memory]\nenabled = true\norganization = "acme"\nstore = "null"\n')
+    found = by_name(health(path, "--json"))
+    assert found["durable"] == {"name": "durable", "status": "warn",
+                                "detail": "the null store keeps no records: memory holds"
+                                          " nothing"}

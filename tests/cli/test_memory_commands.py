@@ -232,13 +232,15 @@ def test_a_worker_nobody_answers_is_a_failure_not_an_empty_answer(tmp_path: Path
 
 def test_a_one_shot_write_refuses_a_store_that_dies_with_it(tmp_path: Path):
     path = tmp_path / "scopemem.toml"
-    path.write_text('[memory]\nenabled = true\norganization = "acme"\nstore = "memory"\n'
-                    f'admins = ["{ADMIN}"]\n')
-    for args in (["remember", "run npm ci first", "--scope", "org"],
-                 ["forget", "mem:org:acme:1"], ["sweep", "--scope", "org"]):
-        result = run(path, *args)
-        assert result.exit_code == 1 and "keeps records in this process only" in result.output
-        assert "Traceback" not in result.output
+    for store, said in (("memory", "keeps records in this process only"),
+                        ("null", "keeps no records")):
+        path.write_text('[memory]\nenabled = true\norganization = "acme"\n'
+                        f'store = "{store}"\nadmins = ["{ADMIN}"]\n')
+        for args in (["remember", "run npm ci first", "--scope", "org"],
+                     ["forget", "mem:org:acme:1"], ["sweep", "--scope", "org"]):
+            result = run(path, *args)
+            assert result.exit_code == 1 and said in result.output, (store, result.output)
+            assert "Traceback" not in result.output
 
 
 def test_remember_redacts_caps_and_marks_the_fact_as_a_persons(config: Path):
