@@ -35,6 +35,7 @@ from scopemem.core.commands import (
 )
 from scopemem.core.records import Record, to_wire
 from scopemem.core.text import sanitize_field
+from scopemem.errors import PluginError
 
 if TYPE_CHECKING:
     from scopemem.api.memory import Memory
@@ -120,6 +121,8 @@ def _answered(run: Callable[[], Awaitable[Outcome]]) -> Callable[[], Awaitable[O
             return refusal(exc)
         except OperationFailed as exc:  # "⚠️ memory store forget of <id> failed: <cause>"
             return Outcome(False, f"⚠️ memory store {exc}", {"ok": False, "error": str(exc)})
+        except PluginError as exc:  # "⚠️ plugin 'x' failed in scopemem_…: <cause>"
+            return Outcome(False, f"⚠️ {exc}", {"ok": False, "error": str(exc)})
 
     return answer
 
@@ -246,7 +249,7 @@ def render_remember(result: RememberResult) -> Outcome:
 async def handle_command(
     memory: Memory,
     text: str,
-    caller: str,
+    caller: str | Caller,
     *,
     channel_id: str | None = None,
     repo: RepoSource = None,
@@ -256,10 +259,16 @@ async def handle_command(
     """The reply to a chat message that is a ``memory list|forget|sweep|remember`` command,
     or ``None`` when the message is not one (the adapter goes on to the model). Never
     raises for a user's mistake or a store failure: those are reply lines (🚫, ⚠️).
-    ``caller`` is the person's own user scope key; ``repo`` may be a callable, resolved only
+    ``caller`` is the person's own user scope key, or a ``Caller`` (its channel, repo and
+    extra stand in for the arguments not given); ``repo`` may be a callable, resolved only
     if the repository scope is asked for; ``machine`` marks a surface whose record text
     must be wrapped as untrusted (default: callers on the cli, mcp and http platforms);
     ``extra`` carries what a plugin's scope kind is derived from (as ``Request.extra``)."""
+    if isinstance(caller, Caller):
+        channel_id = caller.channel_id if channel_id is None else channel_id
+        repo = caller.repo if repo is None else repo
+        extra = caller.extra if extra is None else extra
+        caller = caller.user_key
     context = CommandContext(caller=caller, channel_id=channel_id, repo=repo,
                              machine=machine, extra=dict(extra or {}))
     return await reply(memory, text, context)

@@ -9,23 +9,93 @@ by a side door.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
+import pluggy
 
 from scopemem.config import MemoryConfig
 from scopemem.core.hygiene import NOISE, fit_candidate, noise_reason, without_nul
 from scopemem.core.policy import RunActor, WriteDecision, settle_decision
 from scopemem.core.records import Candidate, Kind
-from scopemem.core.requests import ScopeKind, merge_scope_kinds
+from scopemem.core.requests import Request, ScopeKind, ScopeRefused, merge_scope_kinds
+from scopemem.errors import PluginError
 from scopemem.plugins.manager import PluginManager
 from scopemem.stores.base import redact_provenance
 
 BUILTIN_GATE = "scopemem.plugins.builtin_gate"
 
 
+def hook_answers(caller: pluggy.HookCaller, *, firstresult: bool = False, **kwargs: Any
+                 ) -> list[tuple[str, Any]]:
+    """Each plugin's answer that is not ``None``, by plugin name, in pluggy's call order
+    (only the first with ``firstresult``). A plugin that raises is a ``PluginError`` naming
+    it and the hook, its exception chained."""
+    impls = caller.get_hookimpls()
+    if any(impl.hookwrapper or impl.wrapper for impl in impls):  # pluggy runs a wrapper
+        try:
+            answers = caller(**kwargs)
+        except Exception as exc:
+            raise _failed(caller.name, "a plugin", exc) from exc
+        answers = [answers] if firstresult else answers
+        return [("a plugin", answer) for answer in answers if answer is not None]
+    found: list[tuple[str, Any]] = []
+    for impl in reversed(impls):
+        try:
+            answer = impl.function(*[kwargs[name] for name in impl.argnames])
+        except Exception as exc:
+            raise _failed(caller.name, f"plugin {_plugin_name(impl)!r}", exc) from exc
+        if answer is not None:
+            found.append((_plugin_name(impl), answer))
+            if firstresult:
+                break
+    return found
+
+
+def _plugin_name(impl: pluggy.HookImpl) -> str:
+    """The name a plugin was registered under, or its class's for an object registered
+    without one (pluggy names it by its ``id``)."""
+    name = impl.plugin_name
+    return type(impl.plugin).__name__ if name.isdigit() else name
+
+
+def _failed(hook: str, who: str, exc: Exception) -> PluginError:
+    return PluginError(f"{who} failed in {hook}: {type(exc).__name__}: {exc}")
+
+
 def scope_kinds(pm: PluginManager, config: MemoryConfig) -> dict[str, ScopeKind]:
-    return merge_scope_kinds(pm.hook.scopemem_scope_kinds(config=config))
+    """Every plugin's kinds, merged. An answer that is not a list of ``ScopeKind`` is a
+    ``PluginError`` naming the plugin; a deriver that raises costs its scope, as one that
+    returns an unusable key does (``ScopeRefused`` naming the kind and the plugin)."""
+    answers: list[list[ScopeKind]] = []
+    for plugin, answer in hook_answers(pm.hook.scopemem_scope_kinds, config=config):
+        if not isinstance(answer, Sequence) or isinstance(answer, str) or not all(
+                isinstance(kind, ScopeKind) for kind in answer):
+            raise PluginError(f"plugin {plugin!r} answered scopemem_scope_kinds with "
+                              f"{_shown(answer)}, not a list of ScopeKind")
+        answers.append([_guarded(kind, plugin) for kind in answer])
+    return merge_scope_kinds(answers)
+
+
+def _guarded(kind: ScopeKind, plugin: str) -> ScopeKind:
+    derive = kind.derive
+
+    def guarded(request: Request) -> str | None:
+        try:
+            return derive(request)
+        except ScopeRefused:
+            raise
+        except Exception as exc:
+            raise ScopeRefused(f"the {kind.name} deriver of plugin {plugin!r} failed: "
+                               f"{type(exc).__name__}: {exc}") from exc
+
+    return attrs.evolve(kind, derive=guarded)
+
+
+def _shown(answer: object) -> str:
+    text = repr(answer)
+    return f"{text[:80]}… ({type(answer).__name__})" if len(text) > 80 else text
 
 
 def rejection_markers(pm: PluginManager, candidate: Candidate, *, gate: bool = True
@@ -40,7 +110,13 @@ def rejection_markers(pm: PluginManager, candidate: Candidate, *, gate: bool = T
         builtin = pm.get_plugin(BUILTIN_GATE)
         if builtin is not None:
             hook = pm.subset_hook_caller("scopemem_rejection_markers", [builtin])
-    return combine_markers(hook(candidate=candidate))
+    answers = hook_answers(hook, candidate=candidate)
+    for plugin, answer in answers:
+        if not isinstance(answer, Sequence) or isinstance(answer, str) or not all(
+                isinstance(marker, str) for marker in answer):
+            raise PluginError(f"plugin {plugin!r} answered scopemem_rejection_markers with "
+                              f"{_shown(answer)}, not a list of marker names")
+    return combine_markers([answer for _plugin, answer in answers])
 
 
 @attrs.frozen
@@ -110,7 +186,7 @@ def authorize_write(
     origin: str | None,
     breadth: Mapping[str, int],
 ) -> WriteDecision:
-    decision = pm.hook.scopemem_authorize_write(
-        actor=actor, target=target, candidate=candidate, origin=origin
-    )
+    answers = hook_answers(pm.hook.scopemem_authorize_write, firstresult=True,
+                           actor=actor, target=target, candidate=candidate, origin=origin)
+    decision = answers[0][1] if answers else None
     return settle_decision(target, decision, actor, breadth)

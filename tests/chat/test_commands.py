@@ -6,7 +6,7 @@ import unicodedata
 
 import pytest
 
-from scopemem import Memory, MemoryConfig, ScopeKind, handle_command, hookimpl
+from scopemem import Caller, Memory, MemoryConfig, ScopeKind, handle_command, hookimpl
 from scopemem.plugins.manager import new_plugin_manager
 from scopemem.stores.memory import InMemoryStore
 from tests.conftest import FakeClock, fact, summary
@@ -299,3 +299,27 @@ async def test_a_plugin_scope_kind_is_first_class_in_chat(store, clock):
     giveaway = await ask(memory, "memory remember the giveaway bot posts at noon")
     assert giveaway.startswith("🚫") and "giveaway" in giveaway
     assert "one-moment status" not in giveaway and "plugin" in giveaway
+
+
+async def test_a_caller_object_is_taken_for_its_fields(memory, store):
+    await store.write(CHANNEL, [fact("this channel announces releases")])
+    caller = Caller(user_key=ALICE, channel_id="slack:C1")
+    reply = await handle_command(memory, "memory list --scope channel", caller)
+    assert "this channel announces releases" in reply
+    reply = await handle_command(memory, "memory remember deploys need the vpn", caller)
+    assert reply == f"🧠 remembered in {ALICE}"
+
+
+async def test_a_plugin_that_fails_is_a_warning_line_naming_it(store, clock):
+    class Down:
+        @hookimpl
+        def scopemem_rejection_markers(self, candidate):
+            raise RuntimeError("gate service down")
+
+    config = MemoryConfig(enabled=True, organization="acme", store="memory", admins=(ADMIN,))
+    memory = Memory(config, store, clock=clock, plugin_manager=new_plugin_manager(
+        load_entry_points=False, extra_plugins=(Down(),)))
+    reply = await ask(memory, "memory remember deploys need the vpn")
+    assert reply == ("⚠️ plugin 'Down' failed in scopemem_rejection_markers: RuntimeError: "
+                     "gate service down")
+    assert await store.list(ALICE, 10) == []

@@ -232,6 +232,80 @@ def test_scopemem_authorize_write_a_plugin_answer_comes_first_and_cannot_widen()
     assert decide("user:slack:U1") == WriteDecision.deny("policy_widened")
 
 
+class Broken:
+    """A plugin that gets every hook wrong: it raises, or answers the wrong type."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    @hookimpl
+    def scopemem_scope_kinds(self, config):
+        if self.how == "kinds raise":
+            raise RuntimeError("no config")
+        if self.how == "kinds junk":
+            return ["guild"]
+
+        def guild(request):
+            return f"guild:discord:{request.extra['guild_id']}"  # KeyError without it
+
+        return [ScopeKind("guild", 15, guild)]
+
+    @hookimpl
+    def scopemem_rejection_markers(self, candidate):
+        if self.how == "markers raise":
+            raise RuntimeError("gate down")
+        return {"markers str": "spam", "markers int": 5}.get(self.how)
+
+    @hookimpl
+    def scopemem_authorize_write(self, actor, target, candidate, origin):
+        if self.how == "policy raises":
+            raise RuntimeError("policy down")
+
+
+@pytest.mark.parametrize(("how", "message"), [
+    ("kinds raise", "plugin 'Broken' failed in scopemem_scope_kinds: RuntimeError: no config"),
+    ("kinds junk", "plugin 'Broken' answered scopemem_scope_kinds with ['guild'], not a "
+                   "list of ScopeKind"),
+])
+def test_a_plugin_whose_scope_kinds_fail_is_named(how, message):
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken(how),))
+    with pytest.raises(PluginError, match=re.escape(message)):
+        host.scope_kinds(pm, MemoryConfig(organization="acme"))
+
+
+def test_a_deriver_that_raises_costs_its_scope_and_is_named(memory_warnings):
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken("derive"),))
+    memory = Memory(MemoryConfig(enabled=True, organization="acme"), InMemoryStore(),
+                    plugin_manager=pm)
+    assert memory.scope_keys(Request(user_id="discord:7")) == ["org:acme", "user:discord:7"]
+    assert memory_warnings() == ["[memory] scope skipped: the guild deriver of plugin "
+                                 "'Broken' failed: KeyError: 'guild_id'"]
+    assert memory.scope_keys(Request(extra={"guild_id": "9"})) == [
+        "org:acme", "guild:discord:9"]
+
+
+@pytest.mark.parametrize(("how", "message"), [
+    ("markers raise", "plugin 'Broken' failed in scopemem_rejection_markers: RuntimeError: "
+                      "gate down"),
+    ("markers str", "plugin 'Broken' answered scopemem_rejection_markers with 'spam', not a "
+                    "list of marker names"),
+    ("markers int", "plugin 'Broken' answered scopemem_rejection_markers with 5, not a "
+                    "list of marker names"),
+])
+def test_a_gate_plugin_that_raises_or_answers_junk_is_named(how, message):
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken(how),))
+    with pytest.raises(PluginError, match=re.escape(message)):
+        host.rejection_markers(pm, FACT)
+
+
+def test_a_policy_plugin_that_raises_is_named():
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken("policy raises"),))
+    with pytest.raises(PluginError, match=re.escape(
+            "plugin 'Broken' failed in scopemem_authorize_write: RuntimeError: policy down")):
+        host.authorize_write(pm, actor=ACTOR, target="org:acme", candidate=FACT,
+                             origin="public", breadth=BREADTH)
+
+
 def test_scopemem_register_stores_and_providers_registries():
     class Extra:
         @hookimpl
