@@ -72,7 +72,8 @@ class OperationFailed(StoreError):
 
 def caller_problem(user_key: object) -> str | None:
     """Why ``user_key`` cannot be a caller (``None``: it can)."""
-    if not isinstance(user_key, str) or not user_key.startswith("user:"):
+    if (not isinstance(user_key, str) or not user_key.startswith("user:")
+            or user_key.endswith(":")):  # ``user:slack:`` names nobody
         return "the caller must be a user scope key such as user:slack:U0123"
     problem = scope_key_problem(user_key)
     return f"the caller {problem}" if problem else None

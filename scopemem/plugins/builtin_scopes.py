@@ -21,6 +21,12 @@ ORG, REPO, CHANNEL, USER = "org", "repo", "channel", "user"
 def _prefixed(kind: str, value: str | None) -> str | None:
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
+    if isinstance(value, str) and value.endswith(":"):
+        # ``slack:`` from an adapter whose id came back empty: every such person would
+        # share one scope.
+        from scopemem.core.requests import ScopeRefused
+
+        raise ScopeRefused(f"the {kind} id {value!r} is empty after its namespace")
     return f"{kind}:{value}"
 
 

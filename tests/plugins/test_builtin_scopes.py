@@ -36,6 +36,16 @@ def test_a_scope_without_its_input_is_refused(name, value):
         derive_scope_key(kinds(), name, request)
 
 
+@pytest.mark.parametrize("name", ["user", "channel"])
+def test_an_id_empty_after_its_namespace_is_refused_never_a_shared_bucket(name):
+    request = Request(user_id="slack:", channel_id="slack:")
+    with pytest.raises(ScopeRefused, match=f"the {name} id 'slack:' is empty after its "
+                                           "namespace"):
+        derive_scope_key(kinds(), name, request)
+    keys, refusals = request_scope_keys(kinds(), request)
+    assert keys == ["org:acme"] and len(refusals) == 2
+
+
 def test_request_scope_keys_widest_first_and_org_only_without_identity():
     keys, refusals = request_scope_keys(kinds(), Request(
         user_id="slack:U1", channel_id="slack:C1", repo="acme/api"))
