@@ -53,7 +53,11 @@ class RepoAnswers:
             log.warning("[memory] repo resolution failed (%s); reading without the repo scope",
                         type(exc).__name__)
             return None
-        return value if isinstance(value, str) and value else None
+        if value is not None and not isinstance(value, str):
+            log.warning("[memory] repo resolution answered a %s, not an owner/name string; "
+                        "reading without the repo scope", type(value).__name__)
+            return None
+        return value or None
 
     def _answer(self, repo: Awaitable[Any]) -> asyncio.Future[Any]:
         """The future ``repo``'s answer lands in, awaiting it (once) if nobody has yet."""

@@ -157,7 +157,7 @@ async def test_the_repo_may_arrive_late_as_an_awaitable(store, clock):
     assert REPO in prefix(block) and "make bootstrap" in block
 
 
-@pytest.mark.parametrize("outcome", ["none", "error"])
+@pytest.mark.parametrize("outcome", ["none", "error", "junk"])
 async def test_a_repo_that_resolves_to_nothing_or_fails_is_no_repo_scope(
         store, clock, outcome, memory_warnings):
     await store.write(ORG, [fact("deploy via the vpn")])
@@ -167,13 +167,16 @@ async def test_a_repo_that_resolves_to_nothing_or_fails_is_no_repo_scope(
     async def resolve():
         if outcome == "error":
             raise RuntimeError("github is down")
-        return None
+        return {"owner": "acme", "name": "api"} if outcome == "junk" else None
 
     block = await memory.context_block(Request(text="deploy", repo=resolve()))
     assert prefix(block).startswith(f"Background memory for {ORG} (")
     assert "make" not in block
     if outcome == "error":
         assert len(memory_warnings()) == 1
+    if outcome == "junk":  # named, never a silent loss of the repository scope
+        assert memory_warnings() == ["[memory] repo resolution answered a dict, not an "
+                                     "owner/name string; reading without the repo scope"]
 
 
 # --- the repository window ---------------------------------------------------------------------
