@@ -190,8 +190,11 @@ class Memory(Operations):
             log.warning("[memory] reflection %s cancelled", run.run_id or "-")
             raise
         except Exception as exc:
+            # A plugin's exception may quote what it was sent or a key: the log keeps none.
+            from scopemem.secrets import redact
+
             log.warning("[memory] reflection %s failed: %s: %s", run.run_id or "-",
-                        type(exc).__name__, exc)
+                        type(exc).__name__, redact(str(exc)))
 
     def reflection_model(self, run_model: str | None) -> tuple[Provider | None, str]:
         """The provider and model reflection calls: ``memory.model``, else the run's own.

@@ -191,6 +191,17 @@ async def test_a_failed_reflection_is_one_warning_and_writes_nothing(store, cloc
     assert warning.startswith("[memory] reflection r-42")
 
 
+async def test_a_provider_failure_quoting_a_key_is_logged_redacted(store, clock, scripted,
+                                                                   memory_warnings):
+    key = "sk-ant-api03-" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789" * 2
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [RuntimeError(f"401 from the api with x-api-key: {key}")]
+    await reflect(memory, run())
+    [warning] = memory_warnings()
+    assert warning.startswith("[memory] reflection r-42 failed: RuntimeError: 401 from the api")
+    assert key not in warning and "[REDACTED:" in warning
+
+
 async def test_a_failing_store_write_is_a_warning(store, clock, scripted, memory_warnings):
     memory = make_memory(store, clock, scripted)
 
