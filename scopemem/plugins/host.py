@@ -9,6 +9,7 @@ by a side door.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ import attrs
 import pluggy
 
 from scopemem.config import MemoryConfig
+from scopemem.core.commands import ALL, ME
 from scopemem.core.hygiene import NOISE, fit_candidate, noise_reason, without_nul
 from scopemem.core.policy import RunActor, WriteDecision, settle_decision
 from scopemem.core.records import Candidate, Kind
@@ -25,6 +27,8 @@ from scopemem.plugins.manager import PluginManager
 from scopemem.stores.base import redact_provenance
 
 BUILTIN_GATE = "scopemem.plugins.builtin_gate"
+#: What a scope kind's name may be: the first segment of its keys, and a scope word.
+KIND_NAME = re.compile(r"[a-z][a-z0-9_-]*")
 
 
 def hook_answers(caller: pluggy.HookCaller, *, firstresult: bool = False, **kwargs: Any
@@ -74,8 +78,27 @@ def scope_kinds(pm: PluginManager, config: MemoryConfig) -> dict[str, ScopeKind]
                 isinstance(kind, ScopeKind) for kind in answer):
             raise PluginError(f"plugin {plugin!r} answered scopemem_scope_kinds with "
                               f"{_shown(answer)}, not a list of ScopeKind")
+        for kind in answer:
+            problem = _kind_problem(kind)
+            if problem is not None:
+                raise PluginError(f"plugin {plugin!r} answered scopemem_scope_kinds with the "
+                                  f"kind {kind.name!r}, whose {problem}")
         answers.append([_guarded(kind, plugin) for kind in answer])
     return merge_scope_kinds(answers)
+
+
+def _kind_problem(kind: ScopeKind) -> str | None:
+    """Why a kind cannot be used (``None``: it can). Its name is a scope key's first segment
+    and a scope word of the commands, beside ``me`` and ``all``."""
+    if not isinstance(kind.name, str) or not KIND_NAME.fullmatch(kind.name):
+        return "name is not a lowercase word (a-z, 0-9, _ and -, a letter first)"
+    if kind.name in (ME, ALL):
+        return f"name is the scope word {kind.name!r} of the commands"
+    if not isinstance(kind.breadth, int) or isinstance(kind.breadth, bool):
+        return "breadth is not an integer"
+    if not callable(kind.derive):
+        return "derive is not callable"
+    return None
 
 
 def _guarded(kind: ScopeKind, plugin: str) -> ScopeKind:

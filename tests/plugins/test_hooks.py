@@ -273,6 +273,28 @@ def test_a_plugin_whose_scope_kinds_fail_is_named(how, message):
         host.scope_kinds(pm, MemoryConfig(organization="acme"))
 
 
+@pytest.mark.parametrize(("kind", "problem"), [
+    (ScopeKind("a:b", 15, lambda request: None), "name is not a lowercase word"),
+    (ScopeKind("", 15, lambda request: None), "name is not a lowercase word"),
+    (ScopeKind("gu ild", 15, lambda request: None), "name is not a lowercase word"),
+    (ScopeKind("all", 15, lambda request: None), "name is the scope word 'all'"),
+    (ScopeKind("me", 15, lambda request: None), "name is the scope word 'me'"),
+    (ScopeKind("guild", "15", lambda request: None), "breadth is not an integer"),
+    (ScopeKind("guild", 15, "guild:1"), "derive is not callable"),
+])
+def test_a_scope_kind_that_cannot_be_used_is_refused_naming_its_plugin(kind, problem):
+    class Odd:
+        @hookimpl
+        def scopemem_scope_kinds(self, config):
+            return [kind]
+
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Odd(),))
+    with pytest.raises(PluginError, match=re.escape(
+            f"plugin 'Odd' answered scopemem_scope_kinds with the kind {kind.name!r}, whose "
+            f"{problem}")):
+        host.scope_kinds(pm, MemoryConfig(organization="acme"))
+
+
 def test_a_deriver_that_raises_costs_its_scope_and_is_named(memory_warnings):
     pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken("derive"),))
     memory = Memory(MemoryConfig(enabled=True, organization="acme"), InMemoryStore(),
