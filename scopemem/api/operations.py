@@ -67,10 +67,21 @@ REMEMBER_THREAD_KEY = "cli:remember"
 
 
 async def _resolve(repo: RepoSource) -> str | None:
-    value: Any = repo() if callable(repo) else repo
-    if inspect.isawaitable(value):
-        value = await value
-    return value if isinstance(value, str) and value else None
+    """The caller's repository, or ``None``. A resolver that fails or answers anything but a
+    string is ``MemoryRefused`` (``scope_unavailable``) naming what went wrong, so ``all``
+    reads the other scopes and a chat reply says why."""
+    try:
+        value: Any = repo() if callable(repo) else repo
+        if inspect.isawaitable(value):
+            value = await value
+    except Exception as exc:
+        raise MemoryRefused("scope_unavailable", "the repository could not be resolved "
+                            f"({type(exc).__name__}); name one with --repo owner/name"
+                            ) from exc
+    if value is not None and not isinstance(value, str):
+        raise MemoryRefused("scope_unavailable", f"the repository resolver answered a "
+                            f"{type(value).__name__}, not owner/name")
+    return value or None
 
 
 class Operations:

@@ -425,3 +425,29 @@ def test_every_refusal_reason_is_raised_and_documented():
 def test_an_unknown_reason_token_is_a_bug_not_a_refusal():
     with pytest.raises(ValueError):
         MemoryRefused("no_such_reason", "x")
+
+
+def _failing_resolver():
+    raise RuntimeError("git remote failed")
+
+
+async def _junk_resolver():
+    return {"owner": "acme", "name": "api"}
+
+
+@pytest.mark.parametrize(("resolver", "message"), [
+    (_failing_resolver, "the repository could not be resolved (RuntimeError); name one with "
+                        "--repo owner/name"),
+    (_junk_resolver, "the repository resolver answered a dict, not owner/name"),
+])
+async def test_a_repo_resolver_that_fails_or_answers_junk_is_a_refusal_naming_it(
+        memory, store, resolver, message):
+    await store.write(ORG, [fact("deploys go through the bastion")])
+    caller = Caller(user_key="user:slack:UADMIN", channel_id="slack:C1", repo=resolver)
+    for call in (memory.list(caller, "repo"), memory.remember(caller, "a repo rule", "repo")):
+        refused = await refusal(call)
+        assert (refused.reason, refused.message) == ("scope_unavailable", message)
+    # ``all`` reads the scopes the caller has, without the repository's
+    listing = await memory.list(caller, "all")
+    assert [section.scope_key for section in listing.sections] == [
+        "user:slack:UADMIN", "channel:slack:C1", ORG]
