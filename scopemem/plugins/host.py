@@ -106,14 +106,24 @@ def _guarded(kind: ScopeKind, plugin: str) -> ScopeKind:
 
     def guarded(request: Request) -> str | None:
         try:
-            return derive(request)
+            key = derive(request)
         except ScopeRefused:
             raise
         except Exception as exc:
             raise ScopeRefused(f"the {kind.name} deriver of plugin {plugin!r} failed: "
                                f"{type(exc).__name__}: {exc}") from exc
+        if isinstance(key, str) and lone_surrogate(key):  # no store can keep it, no log show it
+            raise ScopeRefused(f"the {kind.name} scope key is not valid Unicode text (it "
+                               "holds a lone surrogate)")
+        return key
 
     return attrs.evolve(kind, derive=guarded)
+
+
+def lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate (``"\\ud800"`` from a JSON escape): not
+    Unicode text, so no store keeps it and UTF-8 output cannot carry it."""
+    return not text.isascii() and any("\ud800" <= char <= "\udfff" for char in text)
 
 
 def _shown(answer: object) -> str:

@@ -377,7 +377,7 @@ async def test_memory_off_refuses_every_operation_and_touches_no_store(clock):
 
 @pytest.mark.parametrize("user_key",
                          ["slack:UA", "org:acme", "usr:slack:UA", "user:a\nb", "", "  ",
-                          "user:", "user:slack:"])
+                          "user:", "user:slack:", "user:slack:U\ud800"])
 async def test_the_caller_must_be_a_user_scope_key(memory, user_key):
     caller = Caller(user_key=user_key)
     for call in (memory.list(caller), memory.remember(caller, "a fact")):

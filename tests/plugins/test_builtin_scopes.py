@@ -46,6 +46,14 @@ def test_an_id_empty_after_its_namespace_is_refused_never_a_shared_bucket(name):
     assert keys == ["org:acme"] and len(refusals) == 2
 
 
+def test_an_id_holding_a_lone_surrogate_is_refused_never_sent_to_a_store():
+    request = Request(user_id="slack:U\ud800", channel_id="slack:C1")
+    keys, refusals = request_scope_keys(kinds(), request)
+    assert keys == ["org:acme", "channel:slack:C1"]
+    assert refusals == ["the user scope key is not valid Unicode text (it holds a lone "
+                        "surrogate)"]
+
+
 def test_request_scope_keys_widest_first_and_org_only_without_identity():
     keys, refusals = request_scope_keys(kinds(), Request(
         user_id="slack:U1", channel_id="slack:C1", repo="acme/api"))
