@@ -62,6 +62,9 @@ class SemanticLane:
             except (TypeError, ValueError):
                 raise ProviderError(f"embedder {self.ref.provider}: a vector is not a list "
                                     "of numbers") from None
+            except OverflowError:  # an integer past float64's largest: JSON allows it
+                raise ProviderError(f"embedder {self.ref.provider}: a vector holds a value "
+                                    "that is not finite") from None
             dimensions = array.shape[0] if array.ndim == 1 else 0
             if not 1 <= dimensions <= MAX_DIMENSIONS:
                 raise ProviderError(f"embedder {self.ref.provider}: a vector of shape "

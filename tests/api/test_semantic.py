@@ -201,6 +201,14 @@ async def test_a_query_of_other_dimensions_does_not_fix_the_models_dimensions(cl
         await lane.query("a third brief")
 
 
+async def test_an_integer_too_large_for_a_float_is_the_embedders_failure():
+    """JSON allows ``1e400`` written as an integer; it must cost the lane, not raise past
+    the ``ProviderError`` the backfill and the writes expect."""
+    lane = SemanticLane(Scripted([10 ** 400, 1]), ModelRef("fake", "m"), Fusion(0.4))
+    with pytest.raises(ProviderError, match="^embedder fake: .*not finite"):
+        await lane.query("a brief")
+
+
 @pytest.mark.parametrize("value", [1e308, 1e-200])
 async def test_a_vector_of_extreme_finite_values_keeps_its_direction(value):
     lane = SemanticLane(Scripted([value, value]), ModelRef("fake", "m"), Fusion(0.4))
