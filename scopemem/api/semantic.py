@@ -55,27 +55,36 @@ class SemanticLane:
             raise ProviderError(f"embedder {self.ref.provider}: asked for {len(texts)} "
                                 f"vectors, got {len(raw) if hasattr(raw, '__len__') else 0}")
         packed: list[bytes] = []
+        expected = self._dimensions
         for vector in raw:
             try:
                 array = np.asarray(vector, dtype=np.float64)
             except (TypeError, ValueError):
                 raise ProviderError(f"embedder {self.ref.provider}: a vector is not a list "
                                     "of numbers") from None
+            except OverflowError:  # an integer past float64's largest: JSON allows it
+                raise ProviderError(f"embedder {self.ref.provider}: a vector holds a value "
+                                    "that is not finite") from None
             dimensions = array.shape[0] if array.ndim == 1 else 0
             if not 1 <= dimensions <= MAX_DIMENSIONS:
                 raise ProviderError(f"embedder {self.ref.provider}: a vector of shape "
                                     f"{array.shape} (expected 1 to {MAX_DIMENSIONS} numbers)")
-            if self._dimensions is None:
-                self._dimensions = dimensions
-            elif dimensions != self._dimensions:
+            if expected is None:
+                expected = dimensions
+            elif dimensions != expected:
                 raise ProviderError(f"embedder {self.ref.provider}: model {self.ref.model} "
                                     f"gave a vector of {dimensions} dimensions after "
-                                    f"{self._dimensions}")
-            norm = float(np.linalg.norm(array))
-            if not np.isfinite(array).all() or not math.isfinite(norm) or norm == 0.0:
-                raise ProviderError(f"embedder {self.ref.provider}: a vector is zero or "
-                                    "holds a value that is not finite")
-            packed.append(pack(array / norm))
+                                    f"{expected}")
+            if not np.isfinite(array).all():
+                raise ProviderError(f"embedder {self.ref.provider}: a vector holds a value "
+                                    "that is not finite")
+            # Scaled by its largest value first: the norm of values near float64's largest
+            # (or smallest) would overflow (or underflow) and lose a finite direction.
+            peak = float(np.abs(array).max())
+            norm = float(np.linalg.norm(array / peak)) if peak > 0.0 else 0.0
+            if not math.isfinite(norm) or norm == 0.0:
+                raise ProviderError(f"embedder {self.ref.provider}: a vector is zero")
+            packed.append(pack(array / peak / norm))
         return packed
 
     async def query(self, text: str) -> bytes:
@@ -96,8 +105,12 @@ class SemanticLane:
                 scope_key, self.model, list(zip([i for i, _t in missing], vectors,
                                                  strict=True)))
             kept += stored
+            # The dimension count a store took: every later vector of the model must have it.
+            # Never one only read with (a query's), which no store may have checked.
+            if stored and self._dimensions is None:
+                self._dimensions = len(vectors[0]) // 4
             if progress is not None:
-                progress(len(missing))
+                progress(stored)
             if stored == 0:  # they all left active status meanwhile: the next run's work
                 return kept
 

@@ -39,6 +39,8 @@ class OpenAIEmbedder(OpenAIProvider):
     """``POST {base_url}/embeddings`` with ``{"model", "input": [texts]}``; the reply's
     ``data[i].embedding`` (ordered by ``data[i].index``) is text i's vector."""
 
+    table = "embedders"
+
     def _url(self) -> str:
         return f"{self.base_url}/embeddings"
 

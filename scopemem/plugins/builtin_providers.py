@@ -87,6 +87,7 @@ class _HttpProvider:
     default_name: ClassVar[str]
     default_base_url: ClassVar[str]
     default_key_env: ClassVar[str]
+    table: ClassVar[str] = "providers"  # memory.<table>.<name> holds the options
 
     def __init__(
         self,
@@ -179,9 +180,13 @@ class _HttpProvider:
         status, reason, wait, raw = await self._post(headers, body, budget)
         if not 200 <= status < 300:
             excerpt = self._excerpt(raw)
+            # Refused without a key: most often api_key_env names a variable that is unset.
+            unset = (f" (no key sent: {self.api_key_env} is not set; memory.{self.table}."
+                     f"{self.name}.api_key_env names it)"
+                     if status in (401, 403) and not self._api_key else "")
             error = ProviderError(
                 f"{self.name}: HTTP {status}{f' {reason}' if reason else ''} from "
-                f"{self._where()}{f': {excerpt}' if excerpt else ''}"
+                f"{self._where()}{f': {excerpt}' if excerpt else ''}{unset}"
             )
             if status in TRANSIENT_STATUSES:
                 raise Transient(error, retry_after(wait))

@@ -170,3 +170,64 @@ async def test_a_long_brief_is_read_by_keyword_alone(clock):
     assert len(plugin.embedder.calls) == asked
     # The same brief cut to its first line is read by both lanes.
     assert bullets(await memory.context_block(Request(text=BRIEF)))[0] == PARAPHRASE
+
+
+class Scripted:
+    """An embedder answering each call with the next planned vector for every text."""
+
+    def __init__(self, *plan: list[float]) -> None:
+        self.plan = list(plan)
+
+    async def embed(self, *, model: str, texts: list[str]) -> list[list[float]]:
+        vector = self.plan.pop(0) if len(self.plan) > 1 else self.plan[0]
+        return [vector for _text in texts]
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_query_of_other_dimensions_does_not_fix_the_models_dimensions(clock):
+    """One reply of the wrong size (a gateway's fallback model), refused by the store at
+    the read, costs that read only: the lane goes on with the model's real vectors."""
+    store = InMemoryStore(clock=clock)
+    await store.write(ORG, [fact("one lesson"), fact("another lesson")])
+    lane = SemanticLane(Scripted([1.0, 0.0, 0.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0, 0.0]),
+                        ModelRef("fake", "m"), Fusion(0.4))
+    await lane.query("a brief")
+    assert await lane.embed_missing(store, ORG) == 2
+    assert len(await lane.query("another brief")) == 2 * 4
+    # What a store took is the model's size from then on.
+    with pytest.raises(ProviderError, match="3 dimensions after 2"):
+        await lane.query("a third brief")
+
+
+async def test_an_integer_too_large_for_a_float_is_the_embedders_failure():
+    """JSON allows ``1e400`` written as an integer; it must cost the lane, not raise past
+    the ``ProviderError`` the backfill and the writes expect."""
+    lane = SemanticLane(Scripted([10 ** 400, 1]), ModelRef("fake", "m"), Fusion(0.4))
+    with pytest.raises(ProviderError, match="^embedder fake: .*not finite"):
+        await lane.query("a brief")
+
+
+@pytest.mark.parametrize("value", [1e308, 1e-200])
+async def test_a_vector_of_extreme_finite_values_keeps_its_direction(value):
+    lane = SemanticLane(Scripted([value, value]), ModelRef("fake", "m"), Fusion(0.4))
+    assert await lane.query("a brief") == pack([0.5 ** 0.5, 0.5 ** 0.5])
+
+
+async def test_the_progress_counts_the_vectors_kept(clock):
+    """A record that leaves active status while its batch is embedded is not counted."""
+
+    class Forgetting(InMemoryStore):
+        async def vectors_missing(self, scope_key, model, limit):  # type: ignore[no-untyped-def]
+            missing = await super().vectors_missing(scope_key, model, limit)
+            if missing:
+                await self.forget(scope_key, missing[0][0])
+            return missing
+
+    store = Forgetting(clock=clock)
+    await store.write(ORG, [fact("one lesson"), fact("another lesson"), fact("a third")])
+    counted: list[int] = []
+    lane = SemanticLane(FakeEmbedder(), ModelRef("fake", "m"), Fusion(0.4))
+    kept = await lane.embed_missing(store, ORG, progress=counted.append)
+    assert sum(counted) == kept

@@ -79,6 +79,20 @@ async def test_a_refusal_is_a_clear_error_without_the_key(server, lane):
     assert "sk-test-key-123" not in str(caught.value)
 
 
+async def test_a_refusal_without_a_key_names_the_variable_and_its_setting(server):
+    config = MemoryConfig(embedders={"openai": {"base_url": server.base,
+                                                "api_key_env": "EMBED_KEY"}})
+    embedder = build_embedder(new_plugin_manager(load_entry_points=False), config,
+                              ModelRef("openai", "m"), {"EMBED_KEYS": "sk-test-key-123"})
+    server.plan = [(401, {"error": {"message": "You didn't provide an API key."}})]
+    try:
+        with pytest.raises(ProviderError, match="EMBED_KEY is not set; "
+                           r"memory\.embedders\.openai\.api_key_env names it"):
+            await embedder.embed(model="m", texts=["alpha"])
+    finally:
+        await embedder.close()
+
+
 @pytest.mark.parametrize(("reply", "reason"), [
     ({"data": [{"index": 0, "embedding": [1.0, 2.0]}, {"index": 1, "embedding": [1.0]}]},
      "dimensions"),

@@ -388,6 +388,16 @@ async def test_openai_reads_the_key_from_the_configured_variable(make, fake, pm)
     assert fake.headers["authorization"] == "Bearer local-key-1"
 
 
+async def test_openai_refused_without_a_key_names_the_variable(make, fake):
+    """A misspelt variable sends no key; the server's 401 says only that none came."""
+    fake.status = 401
+    fake.reply = {"error": {"message": "You didn't provide an API key."}}
+    provider = make("openai", key=None, api_key_env="MY_LLM_KEY")
+    with pytest.raises(ProviderError, match=r"MY_LLM_KEY is not set; "
+                       r"memory\.providers\.openai\.api_key_env names it"):
+        await ask(provider)
+
+
 # --- the Anthropic messages client
 
 
