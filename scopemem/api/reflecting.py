@@ -324,12 +324,12 @@ async def _reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
             report.summary += 1
         batches.setdefault(decision.scope_key, []).append(candidate)
 
-    for key in order_scope_keys(batches, memory.breadth):  # widest first, as on the line
+    written = order_scope_keys(batches, memory.breadth)  # widest first, as on the line
+    for key in written:
         candidates = batches[key]
         with tracing.span("reflection.write", tracing.scope_attributes(
                 key, config.tracing.scope_keys)) as write:
             counts, failed = await _write_scope(memory, key, candidates)
-            await embed_written(memory.semantic, memory.store, key)
             write.set_attributes({"candidates": len(candidates), "candidates.failed": failed,
                                   "records.inserted": counts.inserted})
         report.counts += counts
@@ -337,6 +337,10 @@ async def _reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
         report.failed_writes += failed
         report.written[key] = len(candidates) - failed
     log.info("%s", report.log_line())
+    # Every scope is written before any is embedded: a slow embedder, or a drain's deadline
+    # meanwhile, costs vectors (a backfill's work), never a lesson.
+    for key in written:
+        await embed_written(memory.semantic, memory.store, key)
     return report
 
 

@@ -39,9 +39,10 @@ LONG_BRIEF_WORDS = 64
 
 
 def semantic_reads(brief: str) -> bool:
-    """Whether the semantic lane reads for ``brief``: no more than ``LONG_BRIEF_WORDS``
-    whitespace-separated words."""
-    return len(brief.split(None, LONG_BRIEF_WORDS)) <= LONG_BRIEF_WORDS
+    """Whether the semantic lane reads for ``brief``: one to ``LONG_BRIEF_WORDS``
+    whitespace-separated words (a blank brief asks for nothing: its vector would be the
+    embedder's idea of no text, near whatever it likes)."""
+    return 0 < len(brief.split(None, LONG_BRIEF_WORDS)) <= LONG_BRIEF_WORDS
 
 
 def fused_match(match: float, cosine: float, share: float = SEMANTIC_SHARE) -> float:

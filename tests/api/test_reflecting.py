@@ -27,6 +27,8 @@ from tests.api.test_memory_write import (
     texts,
 )
 from tests.conftest import fact
+from tests.fake_embedder import FakeEmbedder
+from tests.fake_embedder import Plugin as EmbedderPlugin
 
 GUILD = "guild:discord:G1"
 
@@ -351,3 +353,41 @@ async def test_reflection_drops_a_keyword_its_fact_names_as_a_password_as_write_
         "the staging database uses password=[REDACTED:credential]"
     assert reflected.keywords == written.keywords == ("database",)
 
+
+
+# --- a slow embedder costs vectors, never a lesson ---------------------------------------------
+
+
+class StuckEmbedder(FakeEmbedder):
+    """An embedder that never answers; ``asked`` is set when it is first asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = asyncio.Event()
+
+    async def embed(self, *, model, texts):  # type: ignore[no-untyped-def]
+        self.asked.set()
+        await asyncio.Event().wait()
+        return []
+
+
+async def test_every_scope_is_written_before_an_embedder_is_asked(store, clock, scripted):
+    """A reflection writes every scope's lessons before it embeds any: an embedder that
+    never answers (then the drain's deadline cancelling the reflection) costs vectors, a
+    backfill's work, and never the lessons of the scopes after the first."""
+    embedder = StuckEmbedder()
+    pm = new_plugin_manager(load_entry_points=False,
+                            extra_plugins=(scripted, EmbedderPlugin(embedder)))
+    memory = Memory(MemoryConfig(enabled=True, organization="acme", store="memory",
+                                 model="scripted/extractor-1", embeddings="fake/m"),
+                    store, plugin_manager=pm, clock=clock)
+    scripted.replies = [{"facts": [lesson("the api repo needs make bootstrap", audience="repo"),
+                                   lesson("this user prefers pnpm over npm", audience="user"),
+                                   lesson("deploys need the vpn")],
+                         "summary": "a build question"}]
+    memory.schedule_reflection(run(repo="acme/api"))
+    await asyncio.wait_for(embedder.asked.wait(), 30)
+    assert "deploys need the vpn" in await texts(store, ORG)
+    assert "the api repo needs make bootstrap" in await texts(store, REPO)
+    assert "this user prefers pnpm over npm" in await texts(store, USER_A)
+    assert not await memory.drain(timeout=0.1)  # the embedding never ends: cancelled

@@ -172,6 +172,20 @@ async def test_a_long_brief_is_read_by_keyword_alone(clock):
     assert bullets(await memory.context_block(Request(text=BRIEF)))[0] == PARAPHRASE
 
 
+@pytest.mark.parametrize("brief", ["", "   \n\t "])
+async def test_a_blank_brief_asks_the_embedder_nothing(clock, brief):
+    """A blank brief names nothing: the embedder is not asked (its vector of no text would
+    be near whatever it likes, and bring those records in), and the block is the keyword
+    read's."""
+    plugin = Plugin()
+    memory = await filled(clock, plugin)
+    asked = len(plugin.embedder.calls)
+    plain = await filled(clock, Plugin(), embeddings=None)
+    assert await memory.context_block(Request(text=brief)) == \
+        await plain.context_block(Request(text=brief))
+    assert len(plugin.embedder.calls) == asked
+
+
 class Scripted:
     """An embedder answering each call with the next planned vector for every text."""
 
