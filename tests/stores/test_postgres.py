@@ -136,6 +136,28 @@ async def test_an_unreachable_server_is_a_store_error(clock: FakeClock):
     await store.close()
 
 
+@pytest.mark.parametrize("dsn", [
+    "host=127.0.0.1 password=my S3cretPW dbname=test",  # a space in a key/value password
+    "postgresql://bob:S3cret%zzPW@127.0.0.1:1/test",  # a bad percent-encoding
+    "postgresql://bob:S3cretPW@[127.0.0.1:1/test",  # an unclosed IPv6 bracket
+    "postgresql://bob:S3cretPW@127.0.0.1:1/test?S3cretPW",  # a query without '='
+    "postgresql://bob:S3cret@PW@127.0.0.1:1/test",  # an '@' not written %40
+    "postgresql://bob:S3cret/PW@127.0.0.1:1/test",  # a '/' not written %2F
+])
+async def test_a_malformed_dsn_is_named_and_never_quoted(clock: FakeClock, dsn: str):
+    pytest.importorskip("psycopg")
+    from scopemem.stores.postgres.options import PostgresOptions
+
+    store = PostgresStore(PostgresOptions(dsn=dsn, min_pool=0), clock=clock)
+    with pytest.raises(StoreError) as raised:
+        await store.write(ORG, [fact("anything")])
+    await store.close()
+    said = "".join(str(error) for error in (raised.value, raised.value.__cause__,
+                                             raised.value.__context__) if error is not None)
+    assert "postgres store: dsn: libpq cannot read the connection string" in said
+    assert "S3cret" not in said and "PW" not in said
+
+
 # --- against the server ----------------------------------------------------------------
 
 @pytest.fixture

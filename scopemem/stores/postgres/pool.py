@@ -43,6 +43,22 @@ def pipeline(conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
     return contextlib.nullcontext()
 
 
+def _check_dsn(psycopg: Any, dsn: str) -> None:
+    """``StoreError`` naming the option when libpq cannot read ``dsn``: its own message
+    quotes the text around the mistake, which may be the password."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        params = None
+    # An '@' or a '/' left unencoded in a URI's password ends it there: the rest is read as
+    # the host or the port, which a connection error names.
+    ports = str((params or {}).get("port") or "").replace(",", "").replace(" ", "")
+    if params is None or "@" in str(params.get("host", "")) or not ports.isdigit() and ports:
+        raise StoreError("postgres store: dsn: libpq cannot read the connection string (its"
+                         " text is not shown: it may hold a password; in a URI write '@', ':'"
+                         " and '/' in the password as %40, %3A and %2F)") from None
+
+
 class Connections:
     """The store's pool. ``after_migrate(conn)`` runs under the migration lock once the
     schema is current (the store re-derives tokens there when its analyzer changed)."""
@@ -102,6 +118,7 @@ class Connections:
             kwargs: dict[str, Any] = {"autocommit": True}
             if options.statement_timeout_ms:
                 kwargs["options"] = f"-c statement_timeout={options.statement_timeout_ms}"
+            _check_dsn(psycopg, options.dsn)
             try:
                 async with await psycopg.AsyncConnection.connect(
                         options.dsn, autocommit=True) as conn:
