@@ -57,6 +57,7 @@ def test_from_settings_reads_its_table():
     ({"dsn": ""}, "dsn", "must not be empty"),
     ({"dsn": "postgresql://x", "schema": "Bad-Name"}, "schema", "lower-case identifier"),
     ({"dsn": "postgresql://x", "schema": 'x"; DROP'}, "schema", "lower-case identifier"),
+    ({"dsn": "postgresql://x", "schema": "pg_mine"}, "schema", "not starting with .* pg_"),
     ({"dsn": "postgresql://x", "min_pool": 5, "max_pool": 2}, "max_pool", "at least min_pool"),
     ({"dsn": "postgresql://x", "max_pool": 0}, "max_pool", "whole number"),
     ({"dsn": "postgresql://x", "statement_timeout_ms": -1}, "statement_timeout_ms", "whole"),
