@@ -353,6 +353,14 @@ async def test_a_newer_schema_is_refused(stores):
         await later.list(ORG, 1)
 
 
+async def test_the_statement_timeout_keeps_the_dsn_s_own_options(stores):
+    store = stores(statement_timeout_ms=1234, dsn_options="-c work_mem=7MB")
+    async with store._connection() as conn:
+        said = [(await (await conn.execute(f"SHOW {name}")).fetchone())[0]
+                for name in ("work_mem", "statement_timeout")]
+    assert said == ["7MB", "1234ms"]
+
+
 async def test_writers_in_two_processes_never_collide_on_an_id(stores):
     first = stores()
     second = stores(first.schema)  # another process, in effect: its own pool

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -43,9 +44,10 @@ def pipeline(conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
     return contextlib.nullcontext()
 
 
-def _check_dsn(psycopg: Any, dsn: str) -> None:
-    """``StoreError`` naming the option when libpq cannot read ``dsn``: its own message
-    quotes the text around the mistake, which may be the password."""
+def _check_dsn(psycopg: Any, dsn: str) -> dict[str, Any]:
+    """The parameters ``dsn`` gives; ``StoreError`` naming the option when libpq cannot
+    read it: its own message quotes the text around the mistake, which may be the
+    password."""
     try:
         params = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.Error:
@@ -57,6 +59,7 @@ def _check_dsn(psycopg: Any, dsn: str) -> None:
         raise StoreError("postgres store: dsn: libpq cannot read the connection string (its"
                          " text is not shown: it may hold a password; in a URI write '@', ':'"
                          " and '/' in the password as %40, %3A and %2F)") from None
+    return dict(params)
 
 
 class Connections:
@@ -115,10 +118,14 @@ class Connections:
                 return self._pool
             psycopg, psycopg_pool = _psycopg()
             options = self.options
+            params = _check_dsn(psycopg, options.dsn)
             kwargs: dict[str, Any] = {"autocommit": True}
             if options.statement_timeout_ms:
-                kwargs["options"] = f"-c statement_timeout={options.statement_timeout_ms}"
-            _check_dsn(psycopg, options.dsn)
+                # Added to the DSN's own options (else libpq's $PGOPTIONS): a keyword given
+                # beside a DSN replaces the DSN's.
+                given = params.get("options") or os.environ.get("PGOPTIONS", "")
+                kwargs["options"] = (f"{given} -c statement_timeout="
+                                     f"{options.statement_timeout_ms}").strip()
             try:
                 async with await psycopg.AsyncConnection.connect(
                         options.dsn, autocommit=True) as conn:
