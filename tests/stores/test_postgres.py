@@ -375,6 +375,18 @@ async def test_a_write_past_the_highest_id_is_refused_whole(stores, clock: FakeC
     assert await store.forget(ORG, last.id)
 
 
+async def test_a_pool_that_cannot_open_its_connections_says_so(stores, monkeypatch):
+    import psycopg_pool
+
+    async def times_out(self, wait=False, timeout=30.0):
+        raise psycopg_pool.PoolTimeout(f"pool initialization incomplete after {timeout} sec")
+
+    monkeypatch.setattr(psycopg_pool.AsyncConnectionPool, "open", times_out)
+    store = stores(min_pool=1)
+    with pytest.raises(StoreError, match=r"^postgres store: cannot connect: pool init"):
+        await store.list(ORG, 1)
+
+
 async def test_writers_in_two_processes_never_collide_on_an_id(stores):
     first = stores()
     second = stores(first.schema)  # another process, in effect: its own pool

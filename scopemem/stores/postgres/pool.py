@@ -134,11 +134,11 @@ class Connections:
                     options.dsn, min_size=options.min_pool, max_size=options.max_pool,
                     kwargs=kwargs, open=False, name=f"scopemem-{options.schema}")
                 await pool.open(wait=options.min_pool > 0, timeout=30)
+            except psycopg_pool.PoolTimeout as exc:  # a psycopg.Error too: caught first
+                raise StoreError(f"postgres store: cannot connect: {exc}") from exc
             except psycopg.Error as exc:
                 raise StoreError(f"postgres store: cannot open schema {options.schema!r}:"
                                  f" {type(exc).__name__}: {exc}") from exc
-            except psycopg_pool.PoolTimeout as exc:
-                raise StoreError(f"postgres store: cannot connect: {exc}") from exc
             if self.closed:
                 await pool.close()
                 raise StoreError("the postgres store is closed")
