@@ -159,6 +159,21 @@ async def test_a_malformed_dsn_is_named_and_never_quoted(clock: FakeClock, dsn: 
     assert "S3cret" not in said and "PW" not in said
 
 
+@pytest.mark.parametrize("dsn", [
+    "host=@no_such_abstract_socket port=5432,5433 dbname=none connect_timeout=2",
+    "postgresql://bob:pw@127.0.0.1:1,127.0.0.1:2/none?connect_timeout=2",
+    "postgresql://bob:pw@127.0.0.1,127.0.0.1/none?connect_timeout=2&port=1,2",
+])
+async def test_a_well_formed_dsn_is_not_taken_for_a_malformed_one(clock: FakeClock, dsn: str):
+    pytest.importorskip("psycopg")
+    from scopemem.stores.postgres.options import PostgresOptions
+
+    store = PostgresStore(PostgresOptions(dsn=dsn, min_pool=0), clock=clock)
+    with pytest.raises(StoreError, match="postgres store: cannot open schema"):
+        await store.write(ORG, [fact("anything")])
+    await store.close()
+
+
 # --- against the server ----------------------------------------------------------------
 
 @pytest.fixture

@@ -53,9 +53,11 @@ def _check_dsn(psycopg: Any, dsn: str) -> dict[str, Any]:
     except psycopg.Error:
         params = None
     # An '@' or a '/' left unencoded in a URI's password ends it there: the rest is read as
-    # the host or the port, which a connection error names.
+    # the host or the port, which a connection error names. (A host starting with '@' is an
+    # abstract Unix socket.)
+    hosts = str((params or {}).get("host") or "").split(",")
     ports = str((params or {}).get("port") or "").replace(",", "").replace(" ", "")
-    if params is None or "@" in str(params.get("host", "")) or not ports.isdigit() and ports:
+    if params is None or any("@" in host[1:] for host in hosts) or not ports.isdigit() and ports:
         raise StoreError("postgres store: dsn: libpq cannot read the connection string (its"
                          " text is not shown: it may hold a password; in a URI write '@', ':'"
                          " and '/' in the password as %40, %3A and %2F)") from None
