@@ -402,6 +402,27 @@ async def test_a_pool_that_cannot_open_its_connections_says_so(stores, monkeypat
         await store.list(ORG, 1)
 
 
+async def test_connections_the_server_closed_in_the_pool_fail_no_call(stores):
+    """A restart, a failover or ``pg_terminate_backend`` closes the pooled connections: the
+    next calls take new ones instead of failing on the dead ones."""
+    store = stores(min_pool=3, max_pool=3)
+    await store.write(ORG, [fact("the deploy runs on tuesdays", keywords=("deploy",))])
+
+    async def pid() -> int:
+        async with store._connection() as conn:
+            found = (await (await conn.execute("SELECT pg_backend_pid()")).fetchone())[0]
+            await asyncio.sleep(0.05)  # the three are held at once: three connections
+            return int(found)
+
+    pids = set(await asyncio.gather(pid(), pid(), pid()))
+    assert len(pids) == 3
+    raw("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS t(pid)", (list(pids),))
+    await asyncio.sleep(0.2)
+    for _call in range(4):
+        assert [r.text for r in await store.retrieve(ORG, "deploy", 3)] == [
+            "the deploy runs on tuesdays"]
+
+
 async def test_writers_in_two_processes_never_collide_on_an_id(stores):
     first = stores()
     second = stores(first.schema)  # another process, in effect: its own pool

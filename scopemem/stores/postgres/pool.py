@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -64,6 +65,16 @@ def _check_dsn(psycopg: Any, dsn: str) -> dict[str, Any]:
     return dict(params)
 
 
+def _hung_up(conn: Any) -> bool:
+    """Whether an idle connection has something to read: the server's goodbye, or the end
+    of the socket (an idle connection is sent nothing else)."""
+    try:
+        readable, _write, _error = select.select([conn.fileno()], [], [], 0)
+    except Exception:  # no socket left to ask: as good as closed
+        return True
+    return bool(readable)
+
+
 class Connections:
     """The store's pool. ``after_migrate(conn)`` runs under the migration lock once the
     schema is current (the store re-derives tokens there when its analyzer changed)."""
@@ -89,7 +100,7 @@ class Connections:
         psycopg, psycopg_pool = _psycopg()
         pool = await self._ready()
         try:
-            async with pool.connection() as conn:
+            async with self._live(pool) as conn:
                 yield conn
         except psycopg_pool.PoolTimeout as exc:
             raise StoreBusy(f"postgres store: no connection free: {exc}") from exc
@@ -99,6 +110,20 @@ class Connections:
             raise StoreRefused(f"postgres store: {type(exc).__name__}: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"postgres store: {type(exc).__name__}: {exc}") from exc
+
+    @contextlib.asynccontextmanager
+    async def _live(self, pool: Any) -> AsyncIterator[Any]:
+        """A pooled connection the server has not closed: one it hung up on while it sat in
+        the pool (a restart, a failover, ``pg_terminate_backend``) is closed, so the pool
+        drops it, and the next is taken, with no round trip."""
+        for _stale in range(self.options.max_pool):
+            async with pool.connection() as conn:
+                if not _hung_up(conn):
+                    yield conn
+                    return
+                await conn.close()
+        async with pool.connection() as conn:
+            yield conn
 
     async def close(self) -> None:
         """Close the pool (the store has drained what it had deferred)."""
