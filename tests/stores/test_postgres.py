@@ -423,6 +423,29 @@ async def test_connections_the_server_closed_in_the_pool_fail_no_call(stores):
             "the deploy runs on tuesdays"]
 
 
+def test_a_connection_past_descriptor_1023_is_not_taken_for_a_closed_one():
+    """A busy worker's sockets run past what ``select()`` takes: its pooled connections must
+    still be told live (else each call would close them all)."""
+    import resource
+    import socket
+
+    from scopemem.stores.postgres.pool import _hung_up
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] <= 1500:
+        pytest.skip("the open-file limit is below 1500")
+    ours, server = socket.socketpair()
+    high = os.dup2(ours.fileno(), 1500)
+    try:
+        conn = type("Conn", (), {"fileno": lambda self: high})()
+        assert not _hung_up(conn)
+        server.sendall(b"E")  # the server's goodbye
+        assert _hung_up(conn)
+    finally:
+        os.close(high)
+        ours.close()
+        server.close()
+
+
 async def test_writers_in_two_processes_never_collide_on_an_id(stores):
     first = stores()
     second = stores(first.schema)  # another process, in effect: its own pool

@@ -69,10 +69,13 @@ def _hung_up(conn: Any) -> bool:
     """Whether an idle connection has something to read: the server's goodbye, or the end
     of the socket (an idle connection is sent nothing else)."""
     try:
-        readable, _write, _error = select.select([conn.fileno()], [], [], 0)
+        if not hasattr(select, "poll"):  # Windows: select, whose descriptors are not capped
+            return bool(select.select([conn.fileno()], [], [], 0)[0])
+        poller = select.poll()  # select() refuses a descriptor past 1023
+        poller.register(conn.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
     except Exception:  # no socket left to ask: as good as closed
         return True
-    return bool(readable)
 
 
 class Connections:
