@@ -111,8 +111,9 @@ def drop_run_schemas() -> None:
         drop_schemas(*names)
 
 
-def make(schema: str | None = None, **kwargs: Any) -> Any:
-    """A PostgresStore on the test server, in ``schema`` (a new one by default)."""
+def make(schema: str | None = None, dsn_options: str = "", **kwargs: Any) -> Any:
+    """A PostgresStore on the test server, in ``schema`` (a new one by default);
+    ``dsn_options``: the DSN's ``options`` parameter."""
     from scopemem.stores.postgres import PostgresStore
     from scopemem.stores.postgres.options import PostgresOptions
 
@@ -122,5 +123,10 @@ def make(schema: str | None = None, **kwargs: Any) -> Any:
                if key in kwargs}
     options.setdefault("min_pool", 0)
     options.setdefault("max_pool", 4)
-    return PostgresStore(PostgresOptions(dsn=dsn(), schema=schema or new_schema(), **options),
+    url = dsn()
+    if dsn_options:
+        from psycopg.conninfo import make_conninfo
+
+        url = make_conninfo(url, options=dsn_options)
+    return PostgresStore(PostgresOptions(dsn=url, schema=schema or new_schema(), **options),
                          **kwargs)

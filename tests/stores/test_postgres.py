@@ -16,7 +16,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from scopemem.core.records import Status, WriteCounts
+from scopemem.core.records import MAX_SEQ, Kind, Record, Status, WriteCounts
 from scopemem.core.scopes import record_seq
 from scopemem.errors import ConfigError, ScopeLimitReached, StoreError, StoreRefused
 from scopemem.stores import postgres as postgres_plugin
@@ -57,6 +57,7 @@ def test_from_settings_reads_its_table():
     ({"dsn": ""}, "dsn", "must not be empty"),
     ({"dsn": "postgresql://x", "schema": "Bad-Name"}, "schema", "lower-case identifier"),
     ({"dsn": "postgresql://x", "schema": 'x"; DROP'}, "schema", "lower-case identifier"),
+    ({"dsn": "postgresql://x", "schema": "pg_mine"}, "schema", "not starting with .* pg_"),
     ({"dsn": "postgresql://x", "min_pool": 5, "max_pool": 2}, "max_pool", "at least min_pool"),
     ({"dsn": "postgresql://x", "max_pool": 0}, "max_pool", "whole number"),
     ({"dsn": "postgresql://x", "statement_timeout_ms": -1}, "statement_timeout_ms", "whole"),
@@ -131,6 +132,43 @@ async def test_an_unreachable_server_is_a_store_error(clock: FakeClock):
 
     store = PostgresStore(PostgresOptions(dsn="postgresql://127.0.0.1:1/none?connect_timeout=2",
                                           min_pool=0), clock=clock)
+    with pytest.raises(StoreError, match="postgres store: cannot open schema"):
+        await store.write(ORG, [fact("anything")])
+    await store.close()
+
+
+@pytest.mark.parametrize("dsn", [
+    "host=127.0.0.1 password=my S3cretPW dbname=test",  # a space in a key/value password
+    "postgresql://bob:S3cret%zzPW@127.0.0.1:1/test",  # a bad percent-encoding
+    "postgresql://bob:S3cretPW@[127.0.0.1:1/test",  # an unclosed IPv6 bracket
+    "postgresql://bob:S3cretPW@127.0.0.1:1/test?S3cretPW",  # a query without '='
+    "postgresql://bob:S3cret@PW@127.0.0.1:1/test",  # an '@' not written %40
+    "postgresql://bob:S3cret/PW@127.0.0.1:1/test",  # a '/' not written %2F
+])
+async def test_a_malformed_dsn_is_named_and_never_quoted(clock: FakeClock, dsn: str):
+    pytest.importorskip("psycopg")
+    from scopemem.stores.postgres.options import PostgresOptions
+
+    store = PostgresStore(PostgresOptions(dsn=dsn, min_pool=0), clock=clock)
+    with pytest.raises(StoreError) as raised:
+        await store.write(ORG, [fact("anything")])
+    await store.close()
+    said = "".join(str(error) for error in (raised.value, raised.value.__cause__,
+                                             raised.value.__context__) if error is not None)
+    assert "postgres store: dsn: libpq cannot read the connection string" in said
+    assert "S3cret" not in said and "PW" not in said
+
+
+@pytest.mark.parametrize("dsn", [
+    "host=@no_such_abstract_socket port=5432,5433 dbname=none connect_timeout=2",
+    "postgresql://bob:pw@127.0.0.1:1,127.0.0.1:2/none?connect_timeout=2",
+    "postgresql://bob:pw@127.0.0.1,127.0.0.1/none?connect_timeout=2&port=1,2",
+])
+async def test_a_well_formed_dsn_is_not_taken_for_a_malformed_one(clock: FakeClock, dsn: str):
+    pytest.importorskip("psycopg")
+    from scopemem.stores.postgres.options import PostgresOptions
+
+    store = PostgresStore(PostgresOptions(dsn=dsn, min_pool=0), clock=clock)
     with pytest.raises(StoreError, match="postgres store: cannot open schema"):
         await store.write(ORG, [fact("anything")])
     await store.close()
@@ -328,6 +366,84 @@ async def test_a_newer_schema_is_refused(stores):
     later = stores(store.schema)
     with pytest.raises(StoreError, match="version 99, newer"):
         await later.list(ORG, 1)
+
+
+async def test_the_statement_timeout_keeps_the_dsn_s_own_options(stores):
+    store = stores(statement_timeout_ms=1234, dsn_options="-c work_mem=7MB")
+    async with store._connection() as conn:
+        said = [(await (await conn.execute(f"SHOW {name}")).fetchone())[0]
+                for name in ("work_mem", "statement_timeout")]
+    assert said == ["7MB", "1234ms"]
+
+
+async def test_a_write_past_the_highest_id_is_refused_whole(stores, clock: FakeClock):
+    """An import may take the highest id (``MAX_SEQ``); a write after it would give one that
+    is not ``mem:<scope>:<n>`` (no forget or import could name it), so it is refused."""
+    store = stores()
+    last = Record(id=f"mem:{ORG}:{MAX_SEQ}", scope_key=ORG, kind=Kind.FACT,
+                  text="imported at the highest id", source_thread_key="t/1",
+                  created_at=clock())
+    assert await store.import_records([last]) == 1
+    with pytest.raises(StoreError, match="has used every id"):
+        await store.write(ORG, [fact("one more fact"), fact("and another one")])
+    assert [r.id for r in await store.list(ORG, 5)] == [last.id]
+    assert await store.forget(ORG, last.id)
+
+
+async def test_a_pool_that_cannot_open_its_connections_says_so(stores, monkeypatch):
+    import psycopg_pool
+
+    async def times_out(self, wait=False, timeout=30.0):
+        raise psycopg_pool.PoolTimeout(f"pool initialization incomplete after {timeout} sec")
+
+    monkeypatch.setattr(psycopg_pool.AsyncConnectionPool, "open", times_out)
+    store = stores(min_pool=1)
+    with pytest.raises(StoreError, match=r"^postgres store: cannot connect: pool init"):
+        await store.list(ORG, 1)
+
+
+async def test_connections_the_server_closed_in_the_pool_fail_no_call(stores):
+    """A restart, a failover or ``pg_terminate_backend`` closes the pooled connections: the
+    next calls take new ones instead of failing on the dead ones."""
+    store = stores(min_pool=3, max_pool=3)
+    await store.write(ORG, [fact("the deploy runs on tuesdays", keywords=("deploy",))])
+
+    async def pid() -> int:
+        async with store._connection() as conn:
+            found = (await (await conn.execute("SELECT pg_backend_pid()")).fetchone())[0]
+            await asyncio.sleep(0.05)  # the three are held at once: three connections
+            return int(found)
+
+    pids = set(await asyncio.gather(pid(), pid(), pid()))
+    assert len(pids) == 3
+    raw("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS t(pid)", (list(pids),))
+    await asyncio.sleep(0.2)
+    for _call in range(4):
+        assert [r.text for r in await store.retrieve(ORG, "deploy", 3)] == [
+            "the deploy runs on tuesdays"]
+
+
+def test_a_connection_past_descriptor_1023_is_not_taken_for_a_closed_one():
+    """A busy worker's sockets run past what ``select()`` takes: its pooled connections must
+    still be told live (else each call would close them all)."""
+    import resource
+    import socket
+
+    from scopemem.stores.postgres.pool import _hung_up
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] <= 1500:
+        pytest.skip("the open-file limit is below 1500")
+    ours, server = socket.socketpair()
+    high = os.dup2(ours.fileno(), 1500)
+    try:
+        conn = type("Conn", (), {"fileno": lambda self: high})()
+        assert not _hung_up(conn)
+        server.sendall(b"E")  # the server's goodbye
+        assert _hung_up(conn)
+    finally:
+        os.close(high)
+        ours.close()
+        server.close()
 
 
 async def test_writers_in_two_processes_never_collide_on_an_id(stores):

@@ -42,9 +42,12 @@ class PostgresOptions:
 
 
 def check_schema_name(value: object, name: str = "schema") -> str:
-    if not isinstance(value, str) or _SCHEMA_NAME.fullmatch(value) is None:
+    # PostgreSQL keeps the prefix pg_ for its own schemas and refuses to create one.
+    if (not isinstance(value, str) or _SCHEMA_NAME.fullmatch(value) is None
+            or value.startswith("pg_")):
         raise ConfigError(f"{name}: expected a lower-case identifier (letters, digits, _;"
-                          f" at most 63 characters, not starting with a digit), got {value!r}")
+                          " at most 63 characters, not starting with a digit or pg_),"
+                          f" got {value!r}")
     return value
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import select
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -43,6 +45,39 @@ def pipeline(conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
     return contextlib.nullcontext()
 
 
+def _check_dsn(psycopg: Any, dsn: str) -> dict[str, Any]:
+    """The parameters ``dsn`` gives; ``StoreError`` naming the option when libpq cannot
+    read it: its own message quotes the text around the mistake, which may be the
+    password."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        params = None
+    # An '@' or a '/' left unencoded in a URI's password ends it there: the rest is read as
+    # the host or the port, which a connection error names. (A host starting with '@' is an
+    # abstract Unix socket.)
+    hosts = str((params or {}).get("host") or "").split(",")
+    ports = str((params or {}).get("port") or "").replace(",", "").replace(" ", "")
+    if params is None or any("@" in host[1:] for host in hosts) or not ports.isdigit() and ports:
+        raise StoreError("postgres store: dsn: libpq cannot read the connection string (its"
+                         " text is not shown: it may hold a password; in a URI write '@', ':'"
+                         " and '/' in the password as %40, %3A and %2F)") from None
+    return dict(params)
+
+
+def _hung_up(conn: Any) -> bool:
+    """Whether an idle connection has something to read: the server's goodbye, or the end
+    of the socket (an idle connection is sent nothing else)."""
+    try:
+        if not hasattr(select, "poll"):  # Windows: select, whose descriptors are not capped
+            return bool(select.select([conn.fileno()], [], [], 0)[0])
+        poller = select.poll()  # select() refuses a descriptor past 1023
+        poller.register(conn.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+    except Exception:  # no socket left to ask: as good as closed
+        return True
+
+
 class Connections:
     """The store's pool. ``after_migrate(conn)`` runs under the migration lock once the
     schema is current (the store re-derives tokens there when its analyzer changed)."""
@@ -68,7 +103,7 @@ class Connections:
         psycopg, psycopg_pool = _psycopg()
         pool = await self._ready()
         try:
-            async with pool.connection() as conn:
+            async with self._live(pool) as conn:
                 yield conn
         except psycopg_pool.PoolTimeout as exc:
             raise StoreBusy(f"postgres store: no connection free: {exc}") from exc
@@ -78,6 +113,20 @@ class Connections:
             raise StoreRefused(f"postgres store: {type(exc).__name__}: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"postgres store: {type(exc).__name__}: {exc}") from exc
+
+    @contextlib.asynccontextmanager
+    async def _live(self, pool: Any) -> AsyncIterator[Any]:
+        """A pooled connection the server has not closed: one it hung up on while it sat in
+        the pool (a restart, a failover, ``pg_terminate_backend``) is closed, so the pool
+        drops it, and the next is taken, with no round trip."""
+        for _stale in range(self.options.max_pool):
+            async with pool.connection() as conn:
+                if not _hung_up(conn):
+                    yield conn
+                    return
+                await conn.close()
+        async with pool.connection() as conn:
+            yield conn
 
     async def close(self) -> None:
         """Close the pool (the store has drained what it had deferred)."""
@@ -99,9 +148,14 @@ class Connections:
                 return self._pool
             psycopg, psycopg_pool = _psycopg()
             options = self.options
+            params = _check_dsn(psycopg, options.dsn)
             kwargs: dict[str, Any] = {"autocommit": True}
             if options.statement_timeout_ms:
-                kwargs["options"] = f"-c statement_timeout={options.statement_timeout_ms}"
+                # Added to the DSN's own options (else libpq's $PGOPTIONS): a keyword given
+                # beside a DSN replaces the DSN's.
+                given = params.get("options") or os.environ.get("PGOPTIONS", "")
+                kwargs["options"] = (f"{given} -c statement_timeout="
+                                     f"{options.statement_timeout_ms}").strip()
             try:
                 async with await psycopg.AsyncConnection.connect(
                         options.dsn, autocommit=True) as conn:
@@ -110,11 +164,11 @@ class Connections:
                     options.dsn, min_size=options.min_pool, max_size=options.max_pool,
                     kwargs=kwargs, open=False, name=f"scopemem-{options.schema}")
                 await pool.open(wait=options.min_pool > 0, timeout=30)
+            except psycopg_pool.PoolTimeout as exc:  # a psycopg.Error too: caught first
+                raise StoreError(f"postgres store: cannot connect: {exc}") from exc
             except psycopg.Error as exc:
                 raise StoreError(f"postgres store: cannot open schema {options.schema!r}:"
                                  f" {type(exc).__name__}: {exc}") from exc
-            except psycopg_pool.PoolTimeout as exc:
-                raise StoreError(f"postgres store: cannot connect: {exc}") from exc
             if self.closed:
                 await pool.close()
                 raise StoreError("the postgres store is closed")
