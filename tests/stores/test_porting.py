@@ -10,8 +10,16 @@ import attrs
 import pytest
 
 from scopemem.core.porting import parse_record_line, record_line
-from scopemem.core.records import MAX_BATCH, MAX_KEYWORD_CHARS, Kind, Record, Status, to_wire
-from scopemem.errors import StoreRefused, StoreUnsupported
+from scopemem.core.records import (
+    MAX_BATCH,
+    MAX_KEYWORD_CHARS,
+    MAX_SEQ,
+    Kind,
+    Record,
+    Status,
+    to_wire,
+)
+from scopemem.errors import StoreError, StoreRefused, StoreUnsupported
 from scopemem.stores.base import wall_clock_ms
 from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.null import NullStore
@@ -397,3 +405,17 @@ async def test_an_import_never_leaves_a_scope_it_cannot_write_to(store):
     await store.write(ORG, [fact("written after the import")])
     [newest] = await store.list(ORG, 1)
     assert newest.text == "written after the import"
+
+
+async def test_a_write_past_the_highest_id_is_refused_whole(store):
+    """An import may take a store's highest id; a write after it would mint one that is no
+    memory id (no forget or import could name it), so every store refuses it whole. A store
+    that numbers fewer ids refuses the import itself (the test above)."""
+    last = record(ORG, MAX_SEQ, "imported at the highest id", created_at=1_000)
+    try:
+        assert await portable(store).import_records([last]) == 1
+    except StoreRefused:
+        return
+    with pytest.raises(StoreError, match="has used every id"):
+        await store.write(ORG, [fact("one more fact"), fact("and another one")])
+    assert [r.id for r in await store.list(ORG, 5)] == [last.id]

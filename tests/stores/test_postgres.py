@@ -16,7 +16,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from scopemem.core.records import MAX_SEQ, Kind, Record, Status, WriteCounts
+from scopemem.core.records import Status, WriteCounts
 from scopemem.core.scopes import record_seq
 from scopemem.errors import ConfigError, ScopeLimitReached, StoreError, StoreRefused
 from scopemem.stores import postgres as postgres_plugin
@@ -374,20 +374,6 @@ async def test_the_statement_timeout_keeps_the_dsn_s_own_options(stores):
         said = [(await (await conn.execute(f"SHOW {name}")).fetchone())[0]
                 for name in ("work_mem", "statement_timeout")]
     assert said == ["7MB", "1234ms"]
-
-
-async def test_a_write_past_the_highest_id_is_refused_whole(stores, clock: FakeClock):
-    """An import may take the highest id (``MAX_SEQ``); a write after it would give one that
-    is not ``mem:<scope>:<n>`` (no forget or import could name it), so it is refused."""
-    store = stores()
-    last = Record(id=f"mem:{ORG}:{MAX_SEQ}", scope_key=ORG, kind=Kind.FACT,
-                  text="imported at the highest id", source_thread_key="t/1",
-                  created_at=clock())
-    assert await store.import_records([last]) == 1
-    with pytest.raises(StoreError, match="has used every id"):
-        await store.write(ORG, [fact("one more fact"), fact("and another one")])
-    assert [r.id for r in await store.list(ORG, 5)] == [last.id]
-    assert await store.forget(ORG, last.id)
 
 
 async def test_a_pool_that_cannot_open_its_connections_says_so(stores, monkeypatch):

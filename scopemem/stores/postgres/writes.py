@@ -12,18 +12,10 @@ from typing import Any
 
 from scopemem.core import engine
 from scopemem.core.provenance import person_id
-from scopemem.core.records import (
-    MAX_SEQ,
-    Candidate,
-    PurgeResult,
-    Status,
-    SweepResult,
-    WriteCounts,
-)
+from scopemem.core.records import Candidate, PurgeResult, Status, SweepResult, WriteCounts
 from scopemem.core.scopes import memory_id, record_seq
 from scopemem.core.text import normalize_text
 from scopemem.core.words import Analyzer
-from scopemem.errors import StoreError
 from scopemem.stores.base import Clock, check_scope_key, retention_cutoff
 from scopemem.stores.postgres.browse import Browse
 from scopemem.stores.postgres.counts import add_rows
@@ -71,8 +63,6 @@ class Writes:
                 "scope": scope_key, "norms": norms, "seqs": bigints(seqs)})
             known = [record_of(row) for row in await cursor.fetchall()]
             plan = batches.plan_batch(scope_key, fitted, known, last_seq + 1, now)
-            if plan.next_seq - 1 > MAX_SEQ:  # an id past it is not mem:<scope>:<n>
-                raise StoreError(f"postgres store: scope {scope_key!r} has used every id")
             await self._persist(conn, scope_key, plan, thread, now)
             evicted: list[int] = []
             live = active + plan.live_delta

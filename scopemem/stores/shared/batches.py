@@ -17,9 +17,10 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from scopemem.core import engine
-from scopemem.core.records import MAX_BATCH, Candidate, Record, WriteCounts
+from scopemem.core.records import MAX_BATCH, MAX_SEQ, Candidate, Record, WriteCounts
 from scopemem.core.scopes import memory_id
 from scopemem.core.text import normalize_text
+from scopemem.errors import StoreError
 
 __all__ = ["PURGE_ROWS", "BatchPlan", "lookup_keys", "pick_eviction", "plan_batch",
            "seq_in_scope", "seqs_in_scope"]
@@ -79,7 +80,8 @@ def plan_batch(scope_key: str, candidates: Sequence[Candidate], known: Iterable[
                first_seq: int, now: int) -> BatchPlan:
     """Apply ``engine.plan_write`` to each candidate in order. ``known`` must hold at least
     the scope's active rows whose normalized text is a candidate's and the rows the
-    candidates' pointers name (``lookup_keys``); ``first_seq`` is the next seq to mint."""
+    candidates' pointers name (``lookup_keys``); ``first_seq`` is the next seq to mint.
+    ``StoreError`` when the batch would mint a seq past ``MAX_SEQ`` (every store's last)."""
     rows: dict[int, Record] = {}  # seq -> the row as the batch has left it
     norms: dict[int, str] = {}
     for record in known:
@@ -116,6 +118,8 @@ def plan_batch(scope_key: str, candidates: Sequence[Candidate], known: Iterable[
             if number is not None:
                 rows[number] = action.updated
                 changed.add(number)
+    if seq - 1 > MAX_SEQ:  # an id past it is no memory id: no forget or import names it
+        raise StoreError(f"store: scope {scope_key!r} has used every id")
     return BatchPlan(
         counts=counts,
         inserts=[rows[number] for number in range(first_seq, seq)],
