@@ -78,15 +78,6 @@ def _hung_up(conn: Any) -> bool:
         return True
 
 
-async def _still_open(conn: Any) -> None:
-    """The pool's check of each connection it hands out (``check``): one the server hung up
-    on while it sat in the pool (a restart, a failover, ``pg_terminate_backend``) is
-    refused, so the pool drops it and hands out another, with no round trip."""
-    if _hung_up(conn):
-        await conn.close()  # closed, it is dropped rather than put back
-        raise ConnectionError("the server closed this idle connection")
-
-
 class Connections:
     """The store's pool. ``after_migrate(conn)`` runs under the migration lock once the
     schema is current (the store re-derives tokens there when its analyzer changed)."""
@@ -112,7 +103,7 @@ class Connections:
         psycopg, psycopg_pool = _psycopg()
         pool = await self._ready()
         try:
-            async with pool.connection() as conn:
+            async with self._live(pool) as conn:
                 yield conn
         except psycopg_pool.PoolTimeout as exc:
             raise StoreBusy(f"postgres store: no connection free: {exc}") from exc
@@ -122,6 +113,22 @@ class Connections:
             raise StoreRefused(f"postgres store: {type(exc).__name__}: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"postgres store: {type(exc).__name__}: {exc}") from exc
+
+    @contextlib.asynccontextmanager
+    async def _live(self, pool: Any) -> AsyncIterator[Any]:
+        """A pooled connection the server has not closed: one it hung up on while it sat in
+        the pool (a restart, a failover, ``pg_terminate_backend``) is closed, so the pool
+        drops it, and the next is taken, with no round trip. (The pool's own ``check=``
+        callback would do the same, but waits a growing pause after each connection it
+        refuses: seconds after a restart, measured, where this takes none.)"""
+        for _stale in range(self.options.max_pool):
+            async with pool.connection() as conn:
+                if not _hung_up(conn):
+                    yield conn
+                    return
+                await conn.close()
+        async with pool.connection() as conn:
+            yield conn
 
     async def close(self) -> None:
         """Close the pool (the store has drained what it had deferred)."""
@@ -157,8 +164,7 @@ class Connections:
                     await migrations.migrate(conn, options.schema, self._after_migrate)
                 pool = psycopg_pool.AsyncConnectionPool(
                     options.dsn, min_size=options.min_pool, max_size=options.max_pool,
-                    kwargs=kwargs, open=False, name=f"scopemem-{options.schema}",
-                    check=_still_open)
+                    kwargs=kwargs, open=False, name=f"scopemem-{options.schema}")
                 await pool.open(wait=options.min_pool > 0, timeout=30)
             except psycopg_pool.PoolTimeout as exc:  # a psycopg.Error too: caught first
                 raise StoreError(f"postgres store: cannot connect: {exc}") from exc
