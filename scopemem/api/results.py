@@ -19,8 +19,8 @@ import attrs
 
 from scopemem.core.records import Record, SweepResult, WriteCounts
 from scopemem.core.scopes import scope_key_problem
+from scopemem.core.text import is_text
 from scopemem.errors import ScopememError, StoreError
-from scopemem.plugins.host import lone_surrogate
 
 RepoSource = str | Callable[[], "Awaitable[str | None] | str | None"] | None
 
@@ -77,7 +77,7 @@ def caller_problem(user_key: object) -> str | None:
             or user_key.endswith(":")):  # ``user:slack:`` names nobody
         return "the caller must be a user scope key such as user:slack:U0123"
     problem = scope_key_problem(user_key)
-    if problem is None and lone_surrogate(user_key):
+    if problem is None and not is_text(user_key):
         problem = "is not valid Unicode text (it holds a lone surrogate)"
     return f"the caller {problem}" if problem else None
 

@@ -22,6 +22,7 @@ from scopemem.core.hygiene import NOISE, fit_candidate, noise_reason, without_nu
 from scopemem.core.policy import RunActor, WriteDecision, settle_decision
 from scopemem.core.records import Candidate, Kind
 from scopemem.core.requests import Request, ScopeKind, ScopeRefused, merge_scope_kinds
+from scopemem.core.text import is_text
 from scopemem.errors import PluginError
 from scopemem.plugins.manager import PluginManager
 from scopemem.stores.base import redact_provenance
@@ -112,18 +113,12 @@ def _guarded(kind: ScopeKind, plugin: str) -> ScopeKind:
         except Exception as exc:
             raise ScopeRefused(f"the {kind.name} deriver of plugin {plugin!r} failed: "
                                f"{type(exc).__name__}: {exc}") from exc
-        if isinstance(key, str) and lone_surrogate(key):  # no store can keep it, no log show it
+        if isinstance(key, str) and not is_text(key):  # no store can keep it, no log show it
             raise ScopeRefused(f"the {kind.name} scope key is not valid Unicode text (it "
                                "holds a lone surrogate)")
         return key
 
     return attrs.evolve(kind, derive=guarded)
-
-
-def lone_surrogate(text: str) -> bool:
-    """Whether ``text`` holds a lone surrogate (``"\\ud800"`` from a JSON escape): not
-    Unicode text, so no store keeps it and UTF-8 output cannot carry it."""
-    return not text.isascii() and any("\ud800" <= char <= "\udfff" for char in text)
 
 
 def _shown(answer: object) -> str:

@@ -33,6 +33,7 @@ from scopemem.core.records import (
 )
 from scopemem.core.scopes import ScopeKeyError, validate_scope_key
 from scopemem.core.scoring import keyword_match
+from scopemem.core.text import is_text
 from scopemem.errors import StoreError
 from scopemem.languages import DEFAULT_LANGUAGES, analyzer_for
 from scopemem.options import OptionsTable
@@ -229,12 +230,8 @@ def check_scope_key(scope_key: object) -> str:
         key = validate_scope_key(scope_key)
     except ScopeKeyError as exc:
         raise StoreError(str(exc)) from None
-    if not key.isascii():
-        try:
-            key.encode("utf-8")
-        except UnicodeEncodeError:
-            raise StoreError("scope key is not valid Unicode text (it holds a lone surrogate)"
-                             ) from None
+    if not is_text(key):
+        raise StoreError("scope key is not valid Unicode text (it holds a lone surrogate)")
     return key
 
 

@@ -156,11 +156,9 @@ def test_the_gate_is_a_keyword_match_or_a_cosine_at_the_floor():
     assert fusion.match(0.5, -0.3) == pytest.approx(0.3)
 
 
-async def test_a_long_brief_is_read_by_keyword_alone(clock):
-    """A pasted log: its vector would be about the routine lines, so the lane stays out and
-    the embedder is not asked; the block is the keyword read's."""
-    routine = " ".join(f"INFO worker step {n} took {n} ms" for n in range(12))
-    brief = f"{BRIEF} {routine}"
+async def read_by_keyword_alone(clock, brief: str) -> Memory:
+    """Asserts the lane stays out of ``brief``'s read: the embedder is not asked, and the
+    block is the keyword read's. The memory with the lane on."""
     plugin = Plugin()
     memory = await filled(clock, plugin)
     asked = len(plugin.embedder.calls)
@@ -168,22 +166,22 @@ async def test_a_long_brief_is_read_by_keyword_alone(clock):
     assert await memory.context_block(Request(text=brief)) == \
         await plain.context_block(Request(text=brief))
     assert len(plugin.embedder.calls) == asked
+    return memory
+
+
+async def test_a_long_brief_is_read_by_keyword_alone(clock):
+    """A pasted log: its vector would be about the routine lines, so the lane stays out."""
+    routine = " ".join(f"INFO worker step {n} took {n} ms" for n in range(12))
+    memory = await read_by_keyword_alone(clock, f"{BRIEF} {routine}")
     # The same brief cut to its first line is read by both lanes.
     assert bullets(await memory.context_block(Request(text=BRIEF)))[0] == PARAPHRASE
 
 
 @pytest.mark.parametrize("brief", ["", "   \n\t "])
 async def test_a_blank_brief_asks_the_embedder_nothing(clock, brief):
-    """A blank brief names nothing: the embedder is not asked (its vector of no text would
-    be near whatever it likes, and bring those records in), and the block is the keyword
-    read's."""
-    plugin = Plugin()
-    memory = await filled(clock, plugin)
-    asked = len(plugin.embedder.calls)
-    plain = await filled(clock, Plugin(), embeddings=None)
-    assert await memory.context_block(Request(text=brief)) == \
-        await plain.context_block(Request(text=brief))
-    assert len(plugin.embedder.calls) == asked
+    """A blank brief names nothing: its vector of no text would be near whatever the
+    embedder likes, and bring those records in."""
+    await read_by_keyword_alone(clock, brief)
 
 
 class Scripted:
