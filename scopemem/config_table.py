@@ -39,6 +39,8 @@ MAX_HOOK_TIMEOUT = 60.0
 #: Claude Code shows the model about 10,000 characters of a hook's additional context (the
 #: rest only as a short preview); a hook's block stays under that by default.
 DEFAULT_HOOK_CHARS = 9000
+#: The longest ``memory.embeddings_wait_seconds``: as long as an embedder's own timeout.
+MAX_WAIT_SECONDS = 300.0
 
 
 @attrs.frozen(kw_only=True)
@@ -123,6 +125,10 @@ class MemoryConfig:
     # (a model's own scale: 0.3 chosen for all-MiniLM-L6-v2, higher for e5's).
     embeddings: str | None = None
     embeddings_floor: float = 0.3
+    # The most a read waits for the brief's vector: past it the block is the keyword block
+    # (one warning a scope), so a slow embedder never holds a model turn for its whole
+    # ``timeout_seconds``, which bounds the writes' embedding too.
+    embeddings_wait_seconds: float = 2.0
     # What a long-running process (a bot) does when its durable store cannot be had (the
     # worker client without its token): "in-process" stands in with the in-process store
     # and one warning (its records die with the process); "refuse" makes it an error at
@@ -218,6 +224,9 @@ def check_config(config: MemoryConfig) -> None:
     if not 0.0 <= config.embeddings_floor < 1.0:
         raise ConfigError("memory.embeddings_floor: must be from 0 to below 1,"
                           f" got {config.embeddings_floor}")
+    if not 0.0 < config.embeddings_wait_seconds <= MAX_WAIT_SECONDS:  # nan fails too
+        raise ConfigError(f"memory.embeddings_wait_seconds: must be above 0 and at most"
+                          f" {MAX_WAIT_SECONDS}, got {config.embeddings_wait_seconds}")
     _check_mcp(config.mcp)
 
 

@@ -38,9 +38,11 @@ EMBED_BATCH = 32
 class SemanticLane:
     """One embedder and model, with the fusion the read applies."""
 
-    def __init__(self, embedder: Embedder, ref: ModelRef, fusion: Fusion) -> None:
+    def __init__(self, embedder: Embedder, ref: ModelRef, fusion: Fusion,
+                 wait_seconds: float = 2.0) -> None:
         self.embedder = embedder
         self.ref = ref
+        self.wait_seconds = wait_seconds  # the most a read waits for its brief's vector
         self.model = str(ref)  # what the store tags each vector with
         self.fusion = fusion
         self._dimensions: int | None = None
@@ -88,7 +90,13 @@ class SemanticLane:
         return packed
 
     async def query(self, text: str) -> bytes:
-        return (await self.vectors([text]))[0]
+        """The brief's vector, or ``ProviderError`` when the embedder fails or has not
+        answered within ``wait_seconds`` (its call is then cancelled)."""
+        try:
+            return (await asyncio.wait_for(self.vectors([text]), self.wait_seconds))[0]
+        except TimeoutError:
+            raise ProviderError(f"embedder {self.ref.provider}: no vector for the brief "
+                                f"within {self.wait_seconds:g} s") from None
 
     async def embed_missing(self, store: VectorStore, scope_key: str, *,
                             progress: Callable[[int], None] | None = None) -> int:
@@ -164,7 +172,8 @@ def build_lane(pm: PluginManager, config: MemoryConfig, environ: Mapping[str, st
     except ValueError as exc:
         raise ConfigError(f"memory.embeddings: {exc}") from None
     embedder = build_embedder(pm, config, ref, environ)
-    return SemanticLane(embedder, ref, Fusion(floor=config.embeddings_floor))
+    return SemanticLane(embedder, ref, Fusion(floor=config.embeddings_floor),
+                        config.embeddings_wait_seconds)
 
 
 async def embed_written(lane: SemanticLane | None, store: object, scope_key: str) -> None:

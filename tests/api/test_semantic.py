@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
+
 import pytest
 
 from scopemem import ConfigError, Memory, MemoryConfig, Request
@@ -243,3 +246,29 @@ async def test_the_progress_counts_the_vectors_kept(clock):
     lane = SemanticLane(FakeEmbedder(), ModelRef("fake", "m"), Fusion(0.4))
     kept = await lane.embed_missing(store, ORG, progress=counted.append)
     assert sum(counted) == kept
+
+
+class _SilentForBriefs(FakeEmbedder):
+    """Embeds records at once and never answers a brief (an embedding server that hangs)."""
+
+    async def embed(self, *, model: str, texts: Sequence[str]) -> list[list[float]]:
+        if texts == [BRIEF]:
+            await asyncio.Event().wait()
+        return await super().embed(model=model, texts=texts)
+
+
+async def test_an_embedder_that_never_answers_costs_the_lane_not_the_turn(clock, caplog):
+    memory = await filled(clock, Plugin(_SilentForBriefs()), embeddings_wait_seconds=0.05)
+    plain = await filled(clock, Plugin(), embeddings=None)
+    block = await memory.context_block(Request(text=BRIEF))
+    assert block == await plain.context_block(Request(text=BRIEF))
+    assert "no vector for the brief within 0.05 s" in caplog.text
+
+
+@pytest.mark.parametrize("wait", [0, -1, float("nan"), float("inf"), 301])
+def test_the_wait_for_a_briefs_vector_is_checked(wait):
+    with pytest.raises(ConfigError, match="^memory.embeddings_wait_seconds"):
+        Memory.from_config({"memory": {"enabled": True, "organization": "acme",
+                                       "store": "memory", "embeddings_wait_seconds": wait}},
+                           plugin_manager=new_plugin_manager(
+                               environ={"SCOPEMEM_LOAD_PLUGINS": "memory"}))
