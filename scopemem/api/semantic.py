@@ -177,9 +177,11 @@ def build_lane(pm: PluginManager, config: MemoryConfig, environ: Mapping[str, st
 
 
 async def embed_written(lane: SemanticLane | None, store: object, scope_key: str) -> None:
-    """After a write to ``scope_key``: embed its records that have no vector yet (those the
-    write made). A failure is one warning: the records are written, and the next write or
-    ``scopemem embeddings backfill`` embeds them."""
+    """After a write to ``scope_key``: embed every record of the scope without a vector
+    yet, the write's and any the lane has not embedded before (so the first write to a
+    scope after the lane is turned on embeds the scope's backlog, as a backfill of it would).
+    A failure is one warning: the records are written, and the next write or ``scopemem
+    embeddings backfill`` embeds them."""
     if lane is None:
         return
     if not isinstance(store, VectorStore):
