@@ -89,11 +89,16 @@ def build_store(
     settings = _store_settings(config, config.store, os.environ if environ is None else environ,
                                clock, allow_fallback=allow_fallback and not refuse)
     try:
-        return factory(settings)
+        store = factory(settings)
     except ConfigError as exc:
         if refuse and allow_fallback:  # the refusal is the configuration's, not the caller's
             raise ConfigError(f'memory.fallback = "refuse": {exc}') from None
         raise
+    if not isinstance(store, MemoryStore):  # a plugin's bug, named before any call trips on it
+        raise StoreError(f"store {config.store!r}: the factory returned "
+                         f"{type(store).__name__}, which is not a store (it lacks one of "
+                         "retrieve, write, list, forget, sweep and close)")
+    return store
 
 
 @attrs.frozen

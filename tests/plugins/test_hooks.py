@@ -16,7 +16,7 @@ from scopemem import Candidate, Kind, MemoryConfig, Request, ScopeKind, hookimpl
 from scopemem.api.memory import Memory
 from scopemem.core.policy import RunActor, WriteDecision
 from scopemem.errors import PluginError, StoreError
-from scopemem.installation import store_registry
+from scopemem.installation import build_store, store_registry
 from scopemem.plugins import hookspecs, host
 from scopemem.plugins.manager import (
     BUILTIN_PLUGINS,
@@ -345,6 +345,20 @@ def test_scopemem_register_stores_and_providers_registries():
     providers: Registry = Registry("provider")
     pm.hook.scopemem_register_providers(register=providers.register)
     assert "echo" in providers.names()
+
+
+@pytest.mark.parametrize("answer", [None, object()])
+def test_a_store_factory_that_returns_no_store_is_refused_naming_it(answer):
+    class Broken:
+        @hookimpl
+        def scopemem_register_stores(self, register):
+            register("broken", lambda settings: answer)
+
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken(),))
+    config = MemoryConfig(enabled=True, organization="acme", store="broken")
+    with pytest.raises(StoreError, match=r"store 'broken': the factory returned "
+                                         rf"{type(answer).__name__}, which is not a store"):
+        build_store(config, pm)
 
 
 def test_scopemem_register_commands_adds_click_commands():
