@@ -236,16 +236,14 @@ def check_scope_key(scope_key: object) -> str:
 
 
 def check_cap(cap: object) -> int:
-    if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_SCOPE_CAP:
-        raise StoreError(f"cap must be an integer from 1 to {MAX_SCOPE_CAP}, got {cap!r}")
-    return cap
+    return check_days(cap, "cap", MAX_SCOPE_CAP, least=1)
 
 
-def check_days(days: object, name: str, most: int) -> int:
-    """``days`` when it is a whole number of days from 0 to ``most``; else ``StoreError``
+def check_days(days: object, name: str, most: int, *, least: int = 0) -> int:
+    """``days`` when it is a whole number from ``least`` to ``most``; else ``StoreError``
     naming the option ``name``."""
-    if isinstance(days, bool) or not isinstance(days, int) or not 0 <= days <= most:
-        raise StoreError(f"{name} must be an integer from 0 to {most}, got {days!r}")
+    if isinstance(days, bool) or not isinstance(days, int) or not least <= days <= most:
+        raise StoreError(f"{name} must be an integer from {least} to {most}, got {days!r}")
     return days
 
 

@@ -154,14 +154,8 @@ class InMemoryStore:
                                      index.continues, index.details, shared=shared)
         if not bump:
             return [Hit(record, match) for record, match in ranked]
-        hits = []
-        positions = index.positions
-        for record, match in ranked:
-            bumped = engine.bump_usage(record, now)
-            rows[positions[record.id]] = bumped
-            index.touch(record_seq(record.id), bumped)
-            hits.append(Hit(bumped, match))
-        return hits
+        return [Hit(self._bump(rows, index, index.positions[record.id], now), match)
+                for record, match in ranked]
 
     async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
         now = self._clock()
@@ -175,11 +169,17 @@ class InMemoryStore:
                 position = index.positions.get(record_id)
                 if position is None or not rows[position].is_active:
                     continue
-                bumped = engine.bump_usage(rows[position], now)
-                rows[position] = bumped
-                index.touch(record_seq(record_id), bumped)
+                self._bump(rows, index, position, now)
                 marked += 1
         return marked
+
+    @staticmethod
+    def _bump(rows: builtins.list[Record], index: ScopeIndex, position: int, now: int
+              ) -> Record:
+        """Count the row at ``position`` as used ``now``."""
+        bumped = rows[position] = engine.bump_usage(rows[position], now)
+        index.touch(record_seq(bumped.id), bumped)
+        return bumped
 
     async def write(
         self, scope_key: str, candidates: Sequence[Candidate], cap: int | None = None

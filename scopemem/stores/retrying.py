@@ -21,10 +21,7 @@ import email.utils
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC
-from typing import TYPE_CHECKING, TypeVar
-
-if TYPE_CHECKING:
-    import tenacity
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -68,23 +65,6 @@ def retry_after(value: str | None, now: Callable[[], float] = time.time) -> floa
     return max(0.0, when.timestamp() - now())
 
 
-class _Wait:
-    """The server's ``Retry-After`` when it sent one, else exponential backoff with full
-    jitter (tenacity's)."""
-
-    def __init__(self, initial: float, most: float) -> None:
-        import tenacity
-
-        self.backoff = tenacity.wait_random_exponential(multiplier=initial, max=most)
-
-    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
-        outcome = retry_state.outcome
-        failure = outcome.exception() if outcome is not None else None
-        if isinstance(failure, Transient) and failure.retry_after is not None:
-            return failure.retry_after
-        return float(self.backoff(retry_state))
-
-
 class RetryPolicy:
     """Attempts of one call within ``deadline`` seconds (see the module's docstring)."""
 
@@ -108,10 +88,19 @@ class RetryPolicy:
         import tenacity  # here: importing a client costs nothing until it calls
 
         start = self._clock()
+        backoff = tenacity.wait_random_exponential(multiplier=self.initial, max=self.most)
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            """The server's ``Retry-After`` when it sent one, else the backoff."""
+            failure = state.outcome.exception() if state.outcome is not None else None
+            if isinstance(failure, Transient) and failure.retry_after is not None:
+                return failure.retry_after
+            return float(backoff(state))
+
         retrying = tenacity.AsyncRetrying(
             stop=(tenacity.stop_after_attempt(self.attempts)
                   | tenacity.stop_before_delay(self.deadline)),
-            wait=_Wait(self.initial, self.most),
+            wait=wait,
             retry=tenacity.retry_if_exception_type(Transient),
             reraise=True,
             sleep=self._sleep,
