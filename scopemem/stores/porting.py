@@ -1,18 +1,4 @@
 """Moving records between stores: the ``PortableStore`` capability and the helpers on it.
-
-A store that can move its records implements three methods beside ``MemoryStore``'s:
-
-``export_scopes()``
-    every scope key it holds, sorted: the in-process store's scopes holding records, the SQL
-    stores' every row of their ``scopes`` table (a scope only counted, or deleted and kept
-    emptied, included: its export is empty);
-``export_page(scope_key, after, limit)``
-    up to ``limit`` records of the scope whose seq is above ``after``, in seq order, every
-    status included, each with every field (use counts as of now);
-``import_records(records)``
-    add the records whose id its scope does not hold yet, keeping id, seq, status, times,
-    counts and pointers; answer how many were added.
-
 ``export_records`` streams a scope (or every scope) through ``export_page``, one page in
 memory at a time. ``group_import`` is the check every store runs first.
 
@@ -66,15 +52,18 @@ class PortableStore(Protocol):
     """A store whose records can be exported and imported with every field kept."""
 
     async def export_scopes(self) -> list[str]:
-        """Every scope key the store holds records for, sorted."""
+        """Every scope key the store holds, sorted: the in-process store's scopes holding
+        records, the SQL stores' every row of their ``scopes`` table (a scope only counted,
+        or deleted and kept emptied, included: its export is empty)."""
 
     async def export_page(self, scope_key: str, after: int, limit: int) -> list[Record]:
-        """Up to ``limit`` of the scope's records (any status) with a seq above ``after``,
-        in seq order. Never bumps usage."""
+        """Up to ``limit`` of the scope's records (any status, every field, use counts as of
+        now) with a seq above ``after``, in seq order. Never bumps usage."""
 
     async def import_records(self, records: Sequence[Record]) -> int:
-        """Add the records whose id their scope lacks (see the module's promises); how many
-        were added. Raises ``StoreRefused`` before writing anything if one is refused."""
+        """Add the records whose id their scope lacks, keeping id, seq, status, times,
+        counts and pointers (see the module's promises); how many were added. Raises
+        ``StoreRefused`` before writing anything if one is refused."""
 
 
 def portable(store: MemoryStore, name: str | None = None) -> PortableStore:

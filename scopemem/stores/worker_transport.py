@@ -1,7 +1,6 @@
 """How the worker client talks to the Memory Worker: one POST of a JSON object, one JSON
 object back, or an exception saying why not, and the checks of what comes back. Nothing here
-knows what a route means; the store's operations are built on ``WorkerTransport.command`` (or
-``call``, where a failure is not an error). Retries (``stores.retrying``), idempotency keys
+knows what a route means. Retries (``stores.retrying``), idempotency keys
 (``KEYED_ROUTES``), the breaker, no redirect followed and the reply's cap are described in
 ``docs/worker.md`` ("Retries and the idempotency key").
 """
@@ -12,7 +11,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -21,7 +20,6 @@ from scopemem.core.records import Record, WireError, from_wire
 from scopemem.core.text import is_bearer_token
 from scopemem.errors import ScopeLimitReached, StoreError, StoreRefused, StoreUnsupported
 from scopemem.stores.retrying import (
-    DEFAULT_DEADLINE,
     TRANSIENT_STATUSES,
     Breaker,
     BreakerOpen,
@@ -33,7 +31,7 @@ from scopemem.stores.retrying import (
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["Command", "CallFailed", "WorkerTransport", "WorkerUnavailable", "in_scope",
+__all__ = ["CallFailed", "WorkerTransport", "WorkerUnavailable", "in_scope",
            "listed", "parsed", "url_problem", "whole_number"]
 
 T = TypeVar("T")
@@ -49,13 +47,8 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: The routes that change something: each call carries an idempotency key.
 KEYED_ROUTES = frozenset({"/write", "/used", "/forget", "/sweep", "/import", "/counts",
                           "/delete-scope", "/scrub-provenance", "/purge", "/log-reaches"})
-BREAKER_THRESHOLD = 5
-BREAKER_COOL_DOWN = 30.0
 # Answers that refuse the body itself: sending it again would be refused again.
 _REFUSED_BODY = (400, 413)
-
-#: ``WorkerTransport.command``: what the store's parts are given to reach the worker.
-Command = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class WorkerUnavailable(StoreError):
@@ -72,12 +65,6 @@ class CallFailed(Exception):
         super().__init__(message)
         self.status = status
         self.transient = transient
-
-
-def check_token(token: str) -> str:
-    if not is_bearer_token(token):
-        raise ValueError("the bearer token must be non-empty printable ASCII without spaces")
-    return token
 
 
 def url_problem(base_url: object) -> str | None:
@@ -153,12 +140,13 @@ class WorkerTransport:
             raise ValueError(f"base_url {problem}")
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if not is_bearer_token(token):
+            raise ValueError("the bearer token must be non-empty printable ASCII without spaces")
         self.base_url = base_url.rstrip("/")
-        self._token = check_token(token)
+        self._token = token
         self.timeout = float(timeout)
-        self.retry = retry if retry is not None else RetryPolicy(DEFAULT_DEADLINE)
-        self.breaker = breaker if breaker is not None else Breaker(BREAKER_THRESHOLD,
-                                                                   BREAKER_COOL_DOWN)
+        self.retry = retry or RetryPolicy()
+        self.breaker = breaker or Breaker()
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
 
