@@ -279,23 +279,18 @@ def redact_provenance(candidate: Candidate) -> Candidate:
     """The candidate with secrets in its thread key and run id replaced, as in its text
     (``redact_source``: cut to ``MAX_SOURCE_CHARS`` too)."""
     thread_key = redact_source(candidate.source_thread_key)
-    run_id = candidate.source_run_id
-    if run_id is not None:
-        run_id = redact_source(run_id)
+    run_id = None if candidate.source_run_id is None else redact_source(candidate.source_run_id)
     if thread_key == candidate.source_thread_key and run_id == candidate.source_run_id:
         return candidate
     return attrs.evolve(candidate, source_thread_key=thread_key, source_run_id=run_id)
 
 
 def fit_batch(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """The candidates as every store writes them, one for one: each one rid of NUL
-    characters (``without_nul``, so redaction sees the text as stored), redacted
-    (``scopemem.secrets.redact_candidate``: secrets in the text replaced, keywords holding
-    one dropped; ``redact_provenance``: the thread key and run id), then fitted to the
-    record contract (``scopemem.core.hygiene.fit_candidate``: text, keyword and provenance
-    caps, a thread key, no NUL), so no store keeps a secret or what another would refuse,
-    and the worker client never sends either (the worker server's own store redacts what
-    any other client sends)."""
+    """The candidates as every store writes them, one for one: rid of NUL characters (so
+    redaction sees the text as stored), redacted (secrets in the text and provenance
+    replaced, keywords holding one dropped), then fitted to the record contract, so no store
+    keeps a secret or what another would refuse, and the worker client never sends either
+    (the worker server's own store redacts what any other client sends)."""
     from scopemem.secrets import redact_candidate
 
     return [fit_candidate(redact_provenance(redact_candidate(without_nul(candidate))))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter, defaultdict
 from collections.abc import Collection, Mapping, Sequence
 
 import attrs
@@ -66,11 +67,10 @@ class CountBuffer:
     def count_injected(self, shown: Sequence[Record], window_ids: Collection[str]) -> None:
         """The records one block showed, per scope: the repository window's and the keyword
         hits'."""
-        per_scope: dict[str, dict[str, int]] = {}
+        per_scope: defaultdict[str, Counter[str]] = defaultdict(Counter)
         for record in shown:
-            name = INJECTED_WINDOW if record.id in window_ids else INJECTED_KEYWORD
-            counts = per_scope.setdefault(record.scope_key, {})
-            counts[name] = counts.get(name, 0) + 1
+            per_scope[record.scope_key][INJECTED_WINDOW if record.id in window_ids
+                                        else INJECTED_KEYWORD] += 1
         for scope_key, counts in per_scope.items():
             self.add(scope_key, counts)
 

@@ -1,12 +1,11 @@
 """A store's health: the readiness check the worker's ``/readyz`` answers with
 (``store_ready``), and ``scopemem health``'s checks, what needs a person, one line each.
 
-``store`` is the readiness check;
-the others are what a store can say cheaply: whether it is the in-process fallback (records
-that die with the process), the free space of a SQLite data directory, the scopes near the
-cap (from the store's browsing pages, so over a worker too), and the reflections that failed
-lately (a counter, when the store keeps counters). Every check is bounded: the scopes check
-reads at most ``MAX_SCOPES_CHECKED`` scopes' counts.
+Beside the readiness check, the checks are what a store can say cheaply: whether it is the
+in-process fallback (records that die with the process), the free space of a SQLite data
+directory, the scopes near the cap (from the store's browsing pages, so over a worker too),
+and the reflections that failed lately (a counter, when the store keeps counters). Every
+check is bounded: the scopes check reads at most ``MAX_SCOPES_CHECKED`` scopes' counts.
 """
 
 from __future__ import annotations
@@ -57,8 +56,8 @@ async def store_ready(store: MemoryStore) -> str | None:
     optional ``async def ready() -> str | None`` (PostgreSQL checks its pool); otherwise a
     read of one record of ``READINESS_SCOPE`` (a scope nothing writes) is the check, and for
     a store with a data ``directory`` (SQLite, whose reads of a scope it never wrote touch
-    no file), that the directory can take files. The
-    store's own error goes to the log, never into the reason."""
+    no file), that the directory can take files. The store's own error goes to the log,
+    never into the reason."""
     method = getattr(store, "ready", None)
     try:
         if method is not None:
