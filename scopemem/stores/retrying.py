@@ -6,7 +6,7 @@ connection failed or dropped, the server answered 503 or 429, or (where the call
 reads, and writes carrying an idempotency key) the attempt timed out. Attempts are spaced by
 exponential backoff with full jitter, or by the server's ``Retry-After`` when it sent one,
 and all of them fit in ``deadline`` seconds: an attempt whose wait would end past it is not
-made, and each attempt's own timeout is cut to what is left (``remaining``). The backoff is
+made, and each attempt's own timeout is cut to what is left (its ``budget``). The backoff is
 tenacity's; this module only says what is transient and how long to wait.
 
 ``Breaker`` stops calling a server that keeps failing: after ``threshold`` calls in a row
