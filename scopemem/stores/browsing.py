@@ -6,7 +6,7 @@ must agree with (``tests/stores/test_contract.py`` holds them to it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any
 
 from scopemem.core import browse
@@ -20,7 +20,7 @@ from scopemem.core.browse import (
 )
 from scopemem.core.provenance import scrub_source
 from scopemem.core.records import Kind, Record, Source, Status
-from scopemem.core.scopes import MemoryIdError, parse_memory_id, record_seq
+from scopemem.core.scopes import MemoryIdError, parse_memory_id, record_seq, scope_kind
 from scopemem.errors import StoreError
 from scopemem.stores.base import check_days, check_scope_key, redact_source
 from scopemem.stores.base import retention_cutoff as reach_cutoff  # one rule: kept N days
@@ -29,6 +29,7 @@ from scopemem.stores.shared.batches import seq_in_scope
 __all__ = [
     "MAX_CHAIN",
     "RESTATED_BY",
+    "ScopeArgs",
     "Found",
     "check_reach_retention_days",
     "names_person",
@@ -44,11 +45,14 @@ __all__ = [
     "record_params",
     "scope_args",
     "scope_order",
+    "summaries",
 ]
 
 #: How far a supersede chain is followed back, and how many restating records are named.
 MAX_CHAIN = 20
 RESTATED_BY = 20
+
+ScopeArgs = tuple[str | None, str, bool, int, int]
 
 
 def _checked(fn: Callable[..., Any], *args: object) -> Any:
@@ -59,7 +63,7 @@ def _checked(fn: Callable[..., Any], *args: object) -> Any:
 
 
 def scope_args(kind: object, sort: object, descending: object, offset: object,
-               limit: object) -> tuple[str | None, str, bool, int, int]:
+               limit: object) -> ScopeArgs:
     """A scope page's arguments as a store uses them; ``StoreError`` naming a bad one."""
     if not isinstance(descending, bool):
         raise StoreError(f"descending must be true or false, got {descending!r}")
@@ -208,6 +212,16 @@ def scope_order(sort: str) -> Callable[[ScopeSummary], Any]:
     if sort == "last_write":
         return lambda row: (row.last_write_ms or 0, row.scope_key)
     return lambda row: row.scope_key
+
+
+def summaries(rows: Mapping[str, Sequence[Record]], last_write: Mapping[str, int],
+              kind: str | None) -> list[ScopeSummary]:
+    """Every scope holding records (of ``kind``), as the in-process store answers."""
+    return [ScopeSummary(scope_key=key, kind=scope_kind(key),
+                         active=sum(1 for record in records if record.is_active),
+                         last_write_ms=last_write.get(key))
+            for key, records in rows.items()
+            if records and (kind is None or scope_kind(key) == kind)]
 
 
 def history_of(record: Record, rows: Iterable[Record], reaches: Sequence[Reach]

@@ -79,51 +79,6 @@ class DenseIndex:
             chained[at] = True
         self._continues = chained
 
-    def seqs_after(self, added: Collection[int], retired: Collection[int]
-                   ) -> npt.NDArray[np.int64]:
-        """The sorted active seqs once ``added`` are active and ``retired`` no longer (for
-        the next index, ``DenseIndex(postings, seqs_after(...), continues)``), without
-        hashing every seq again."""
-        order = self._seqs
-        if retired:
-            gone = np.fromiter(retired, dtype=np.int64, count=len(retired))
-            order = order[~np.isin(order, gone)]
-        if added:
-            new = np.fromiter(added, dtype=np.int64, count=len(added))
-            new.sort()
-            if len(order) and new[0] <= order[-1]:
-                order = np.union1d(order, new)
-            else:  # new records come after every other (the common case): no sort
-                order = np.concatenate((order, new))
-        return order
-
-    def after(self, postings: Mapping[str, Collection[int]], added: Collection[int],
-              retired: Collection[int], continuing: Collection[int]) -> DenseIndex | None:
-        """The index of ``postings``: these postings once the records ``added`` are active
-        (those of them in ``continuing`` continuing their predecessor's thread) and
-        ``retired`` no longer, without reading every continuing seq again. A record keeps
-        its credit while its predecessor stays active (records only ever leave). None when
-        a record added comes before another: build the index anew."""
-        old = self._seqs
-        if len(old) and added and min(added) <= old[-1]:
-            return None
-        order = self.seqs_after(added, retired)
-        chained = self._continues
-        if retired:
-            gone = np.fromiter(retired, dtype=np.int64, count=len(retired))
-            chained = chained[~np.isin(old, gone)]
-        if added:
-            new = np.sort(np.fromiter(added, dtype=np.int64, count=len(added)))
-            flags = np.isin(new, np.fromiter(continuing, dtype=np.int64,
-                                             count=len(continuing)))
-            chained = np.concatenate((chained, flags))
-        # Credited only while the predecessor is active, so just before it in the seqs.
-        adjacent = np.zeros(len(order), dtype=bool)
-        adjacent[1:] = order[1:] == order[:-1] + 1
-        index = DenseIndex(postings, order, ())
-        index._continues = chained & adjacent
-        return index
-
     def positions(self, term: str) -> Positions | None:
         """The positions of the records holding ``term`` (None when none does), each once, in
         order: for a query term of several stems (``ranking.QueryTerms``), of those holding any."""

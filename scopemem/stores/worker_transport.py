@@ -1,6 +1,7 @@
 """How the worker client talks to the Memory Worker: one POST of a JSON object, one JSON
 object back, or an exception saying why not, and the checks of what comes back. Nothing here
-knows what a route means. Retries (``stores.retrying``), idempotency keys
+knows what a route means; the store's operations are built on ``WorkerTransport.command`` (or
+``call``, where a failure is not an error). Retries (``stores.retrying``), idempotency keys
 (``KEYED_ROUTES``), the breaker, no redirect followed and the reply's cap are described in
 ``docs/worker.md`` ("Retries and the idempotency key").
 """
@@ -11,7 +12,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -31,7 +32,7 @@ from scopemem.stores.retrying import (
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["CallFailed", "WorkerTransport", "WorkerUnavailable", "in_scope",
+__all__ = ["Command", "CallFailed", "WorkerTransport", "WorkerUnavailable", "in_scope",
            "listed", "parsed", "url_problem", "whole_number"]
 
 T = TypeVar("T")
@@ -49,6 +50,9 @@ KEYED_ROUTES = frozenset({"/write", "/used", "/forget", "/sweep", "/import", "/c
                           "/delete-scope", "/scrub-provenance", "/purge", "/log-reaches"})
 # Answers that refuse the body itself: sending it again would be refused again.
 _REFUSED_BODY = (400, 413)
+
+#: ``WorkerTransport.command``: what the store's parts are given to reach the worker.
+Command = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class WorkerUnavailable(StoreError):
