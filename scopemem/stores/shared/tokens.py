@@ -21,8 +21,9 @@ all the credit asks (``ranking.rank_covered``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from scopemem.core import engine, topk
 from scopemem.core.records import Record
@@ -30,8 +31,13 @@ from scopemem.core.scopes import record_seq
 from scopemem.core.words import PLAIN, Analyzer
 from scopemem.stores import postings as inverted
 
-__all__ = ["covered", "index_tokens", "postings_of", "read_postings", "record_tokens",
-           "term_weights"]
+if TYPE_CHECKING:
+    from scopemem.stores.dense import DenseIndex
+
+__all__ = ["Candidates", "covered", "index_tokens", "postings_of", "read_postings",
+           "record_tokens", "term_weights"]
+
+T = TypeVar("T")
 
 
 def index_tokens(text: str, keywords: Sequence[str], analyzer: Analyzer = PLAIN
@@ -103,3 +109,70 @@ def covered(postings: inverted.Postings, continues: AbstractSet[int],
     gives."""
     return topk.covered(postings, terms, weights, limit, ranking.context_weight, continues,
                         touches, now)
+
+
+class Candidates(Generic[T]):
+    """A SQL store's retrieval from the query terms' ``postings`` in a scope of ``active``
+    records (``docs/storage.md``, "One retrieval", steps 2 and 3): the candidates chosen,
+    their rows read by the store (``wanted``, then ``found``) and scored (``ranked``).
+
+    A candidate whose row is not found left active status since the postings were read (a
+    concurrent forget): it leaves the postings (new sets: a copy's are shared) and the
+    candidates are chosen again, so the weighing can reach past it. ``few``: weigh every
+    gated record (a few postings: less than choosing which to weigh); ``dense``: a copy's
+    postings as arrays, weighed at once; else ``core.topk`` weighs only those the limit can
+    need (``touches``: lower bounds of the rows' last touches, for its score rule)."""
+
+    def __init__(self, postings: Mapping[str, Collection[int]], continues: AbstractSet[int],
+                 terms: engine.QueryTerms, limit: int, ranking: engine.Ranking, active: int,
+                 now: int, *, touches: Mapping[int, tuple[int, object]] | None = None,
+                 dense: DenseIndex | None = None, few: bool = False) -> None:
+        self._postings, self._continues, self._terms = postings, continues, terms
+        self._limit, self._ranking, self._now = limit, ranking, now
+        self._touches, self._dense, self._few = touches, dense, few
+        self._weights = term_weights(postings, active, terms, ranking)
+        self._total = sum(self._weights)
+        self._details: dict[int, tuple[int, T]] = {}
+        self._choose(())
+
+    def _choose(self, gone: Collection[int]) -> None:
+        terms, weights, limit, ranking = self._terms, self._weights, self._limit, self._ranking
+        if gone:
+            self._postings = {term: frozenset(holders).difference(gone)
+                              for term, holders in self._postings.items()}
+        if self._few:
+            held, shared = topk.covered_all(self._postings, terms, weights,
+                                            ranking.context_weight)
+        elif self._dense is not None and not gone:
+            held, shared = self._dense.covered(terms, weights, limit, ranking.context_weight)
+        else:
+            held, shared = covered(self._postings, self._continues, terms, weights, limit,
+                                   ranking, self._touches, self._now)
+        self._candidates = engine.rank_candidates(
+            held, self._total, limit, ranking, _chained(held, self._continues), shared=shared)
+        self.wanted = [seq for _match, seq in self._candidates if seq not in self._details]
+
+    def found(self, details: Mapping[int, tuple[int, T]]) -> bool:
+        """Take the wanted rows found active, seq → (last touch, row); False when some
+        were not (``wanted`` is then the candidates chosen again that are still unread)."""
+        self._details.update(details)
+        gone = [seq for seq in self.wanted if seq not in self._details]
+        if gone:
+            self._choose(gone)
+        return not gone
+
+    def ranked(self) -> list[tuple[T, float]]:
+        """The ``limit`` best rows, best first, each with its match."""
+        if not self._candidates:
+            return []
+        return engine.score_candidates(self._candidates, self._limit, self._now,
+                                       self._details)
+
+
+def _chained(covered: Mapping[int, float], continues: AbstractSet[int]) -> AbstractSet[int]:
+    """Of ``continues``, what the match reads (the covered records), as a set: a copy's is
+    the whole scope's, and a set, not a frozenset, is what ``dict.keys() &`` intersects
+    from its smaller side."""
+    if type(continues) is set:
+        return continues
+    return {seq for seq in covered if seq in continues}
