@@ -27,10 +27,10 @@ from scopemem.stores.postgres.statements import (
     bigints,
     last_touched,
     record_of,
-    with_pending,
 )
 from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.shared import tokens
+from scopemem.stores.shared.bumps import bumped
 from scopemem.stores.shared.cache import Loader, PostingsCache
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
             found.extend(await cursor.fetchall())
         pending = usage.pending(scope_key)
         if pending:
-            found = [with_pending(row, pending) for row in found]
+            found = [bumped(row, pending) for row in found]
         if choice.found({row[0]: (last_touched(row), row) for row in found}):
             break
     ranked = choice.ranked()

@@ -12,7 +12,7 @@ tsquery or LIKE parser ever sees it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from scopemem.core.records import Record, trusted_record
@@ -22,15 +22,14 @@ from scopemem.stores.postgres.migrations import POST_ALL, quoted
 from scopemem.stores.shared import sql as shared
 from scopemem.stores.shared.sql import COLUMNS
 
-__all__ = ["COLUMNS", "ROW_COLUMNS", "Statements", "bigints", "last_touched", "record_of",
-           "with_pending"]
+__all__ = ["COLUMNS", "ROW_COLUMNS", "Statements", "bigints", "last_touched", "record_of"]
 
 _R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in COLUMNS.split(","))
 _NULLS = ", ".join(["NULL"] * len(COLUMNS.split(",")))
 #: Where ``Statements.postings``'s rows of records begin.
 ROW_COLUMNS = 5
 # COLUMNS' positions of what a retrieval reads of a row before it is a record.
-_CREATED, _LAST_USED, _USES = 8, 9, 10
+_CREATED, _LAST_USED = 8, 9
 
 
 def bigints(values: Iterable[int]) -> str:
@@ -60,17 +59,6 @@ def last_touched(row: Sequence[Any]) -> int:
     """``Record.last_touched`` of a row of ``COLUMNS``, without making the record."""
     last_used: int | None = row[_LAST_USED]
     return row[_CREATED] if last_used is None else last_used
-
-
-def with_pending(row: Sequence[Any], pending: Mapping[int, list[int]]) -> Sequence[Any]:
-    """A row of ``COLUMNS`` with the uses of it not saved yet (``usage.DeferredUsage``)."""
-    bump = pending.get(row[0])
-    if bump is None:
-        return row
-    uses, last = bump
-    saved: int | None = row[_LAST_USED]
-    return (*row[:_LAST_USED], last if saved is None or last > saved else saved,
-            row[_USES] + uses, *row[_USES + 1:])
 
 
 class Statements(shared.Statements):

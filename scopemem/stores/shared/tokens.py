@@ -8,8 +8,8 @@ SQLite store space-joins them for FTS5, the PostgreSQL store keeps the array).
 
 The index is a postings list per term, as the in-process store keeps it in memory
 (``stores.postings``), kept in a table: ``postings_of`` gives the postings a batch adds;
-``read_postings``, ``term_weights`` and ``covered`` turn the postings a retrieval read back
-into ``engine.rank_covered``'s input with the very functions the in-process store ranks
+``read_postings`` and ``Candidates`` turn the postings a retrieval read back into
+``engine.rank_covered``'s input with the very functions the in-process store ranks
 with, so every store's floats agree bit for bit.
 
 Each posting also says whether its record continues its predecessor's thread (was written
@@ -34,8 +34,7 @@ from scopemem.stores import postings as inverted
 if TYPE_CHECKING:
     from scopemem.stores.dense import DenseIndex
 
-__all__ = ["Candidates", "covered", "index_tokens", "postings_of", "read_postings",
-           "record_tokens", "term_weights"]
+__all__ = ["Candidates", "index_tokens", "postings_of", "read_postings", "record_tokens"]
 
 T = TypeVar("T")
 
@@ -92,36 +91,17 @@ def read_postings(rows: Iterable[tuple[str, Sequence[int] | None, Sequence[int] 
     return postings, continues
 
 
-def term_weights(postings: inverted.Postings, active: int, terms: engine.QueryTerms,
-                 ranking: engine.Ranking) -> list[float]:
-    """The query terms' weights in a scope of ``active`` active records, as the in-process
-    store weighs them (``postings.stats``, ``engine.term_weights``)."""
-    return engine.term_weights(terms, inverted.stats(postings, active, terms), ranking)
-
-
-def covered(postings: inverted.Postings, continues: AbstractSet[int],
-            terms: engine.QueryTerms, weights: Sequence[float], limit: int,
-            ranking: engine.Ranking, touches: Mapping[int, tuple[int, object]] | None = None,
-            now: int = 0) -> topk.Covered:
-    """``rank_covered``'s covered weights for only the records ``limit`` hits can need
-    (``core.topk``), so a brief that matches most of a large scope weighs a few hundred
-    records, not all of them, and the answer is exactly the one weighing all of them
-    gives."""
-    return topk.covered(postings, terms, weights, limit, ranking.context_weight, continues,
-                        touches, now)
-
-
 class Candidates(Generic[T]):
     """A SQL store's retrieval from the query terms' ``postings`` in a scope of ``active``
-    records (``docs/storage.md``, "One retrieval", steps 2 and 3): the candidates chosen,
-    their rows read by the store (``wanted``, then ``found``) and scored (``ranked``).
+    records, steps 2 and 3 (``docs/storage.md``, "One retrieval"): the store reads the rows
+    of ``wanted``, hands them to ``found`` until it answers True, then ``ranked`` scores.
 
-    A candidate whose row is not found left active status since the postings were read (a
-    concurrent forget): it leaves the postings (new sets: a copy's are shared) and the
-    candidates are chosen again, so the weighing can reach past it. ``few``: weigh every
-    gated record (a few postings: less than choosing which to weigh); ``dense``: a copy's
-    postings as arrays, weighed at once; else ``core.topk`` weighs only those the limit can
-    need (``touches``: lower bounds of the rows' last touches, for its score rule)."""
+    Weighing: ``few`` (a few postings), every gated record; ``dense`` (a copy's arrays),
+    every record at once; else ``core.topk``, only those ``limit`` hits can need (a brief
+    matching most of a large scope weighs a few hundred records), exactly as weighing all.
+    A candidate not found left active status since the postings were read (a concurrent
+    forget): it leaves the postings (new sets: a copy's are shared), and the candidates are
+    chosen again, so the weighing reaches past it."""
 
     def __init__(self, postings: Mapping[str, Collection[int]], continues: AbstractSet[int],
                  terms: engine.QueryTerms, limit: int, ranking: engine.Ranking, active: int,
@@ -130,31 +110,34 @@ class Candidates(Generic[T]):
         self._postings, self._continues, self._terms = postings, continues, terms
         self._limit, self._ranking, self._now = limit, ranking, now
         self._touches, self._dense, self._few = touches, dense, few
-        self._weights = term_weights(postings, active, terms, ranking)
+        # As the in-process store weighs them (``postings.stats``, ``engine.term_weights``).
+        self._weights = engine.term_weights(terms, inverted.stats(postings, active, terms),
+                                            ranking)
         self._total = sum(self._weights)
         self._details: dict[int, tuple[int, T]] = {}
         self._choose(())
 
     def _choose(self, gone: Collection[int]) -> None:
-        terms, weights, limit, ranking = self._terms, self._weights, self._limit, self._ranking
+        terms, weights, limit = self._terms, self._weights, self._limit
+        context = self._ranking.context_weight
         if gone:
             self._postings = {term: frozenset(holders).difference(gone)
                               for term, holders in self._postings.items()}
         if self._few:
-            held, shared = topk.covered_all(self._postings, terms, weights,
-                                            ranking.context_weight)
+            held, shared = topk.covered_all(self._postings, terms, weights, context)
         elif self._dense is not None and not gone:
-            held, shared = self._dense.covered(terms, weights, limit, ranking.context_weight)
+            held, shared = self._dense.covered(terms, weights, limit, context)
         else:
-            held, shared = covered(self._postings, self._continues, terms, weights, limit,
-                                   ranking, self._touches, self._now)
+            held, shared = topk.covered(self._postings, terms, weights, limit, context,
+                                        self._continues, self._touches, self._now)
         self._candidates = engine.rank_candidates(
-            held, self._total, limit, ranking, _chained(held, self._continues), shared=shared)
+            held, self._total, limit, self._ranking, _chained(held, self._continues),
+            shared=shared)
         self.wanted = [seq for _match, seq in self._candidates if seq not in self._details]
 
     def found(self, details: Mapping[int, tuple[int, T]]) -> bool:
         """Take the wanted rows found active, seq → (last touch, row); False when some
-        were not (``wanted`` is then the candidates chosen again that are still unread)."""
+        were not (``wanted`` is then what the candidates chosen again lack)."""
         self._details.update(details)
         gone = [seq for seq in self.wanted if seq not in self._details]
         if gone:

@@ -11,7 +11,7 @@ import contextlib
 import errno
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from scopemem.core.records import Record, trusted_record
@@ -43,21 +43,6 @@ def insert_row(seq: int, r: Record, now: int, tokens: Sequence[str]) -> tuple[An
             r.source_run_id, r.created_at, r.last_used_at, r.use_count, r.confidence,
             r.supersedes, r.restates, r.status.value, r.source.value,
             None if r.is_active else now, " ".join(tokens) if r.is_active else "")
-
-
-def with_bumps(rows: Sequence[Sequence[Any]], pending: Mapping[int, list[int]]
-               ) -> list[Sequence[Any]]:
-    """Rows as they will be once the pending usage bumps (seq → [uses, last use]) are saved:
-    the use count added, the last use moved forward (never back)."""
-    out: list[Sequence[Any]] = []
-    for row in rows:
-        bump = pending.get(row[0])
-        if bump is not None:
-            last = row[9]
-            row = (*row[:9], bump[1] if last is None or bump[1] > last else last,
-                   row[10] + bump[0], *row[11:])
-        out.append(row)
-    return out
 
 
 @contextlib.contextmanager
