@@ -137,16 +137,16 @@ class ReachLog:
                           reach_cutoff(self._clock(), self.retention_days))
         if read is None:
             return []
-        return reaches_of(await self._run(_read, *read) or ())
+        return reaches_of(await self._run(sqlite_sql.fetch, *read) or ())
 
     async def drop_scope(self, scope_key: str) -> None:
         """Delete the scope's reaches (the scope itself is being deleted)."""
-        await self._run(_drop_scope, scope_key)
+        await self._run(_drop_scope, scope_key, self.path)
 
     async def scrub(self, scope_key: str, person: str) -> None:
         """Delete the scope's reaches whose run id or thread key names ``person``."""
         if person:
-            await self._run(_scrub, scope_key, person)
+            await self._run(_scrub, scope_key, person, self.path)
 
     async def close(self) -> None:
         executor, self._executor = self._executor, None
@@ -166,27 +166,17 @@ def _log(conn: Any, cutoff: int, rows: list[tuple[str, int, str, str, int]]) -> 
         conn.executemany(INSERT, rows)
 
 
-def _read(conn: Any, statement: str, params: dict[str, Any]) -> list[Any]:
-    return list(conn.execute(statement, params).fetchall())
-
-
-def _drop_scope(conn: Any, scope_key: str) -> None:
+def _drop_scope(conn: Any, scope_key: str, path: str) -> None:
     with sqlite_sql.immediate(conn):
         conn.execute(SQL.drop_reaches, {"scope": scope_key})
-    _truncate_wal(conn)
+    sqlite_sql.truncate_wal(conn, path, "deleting a scope's reaches")
 
 
-def _scrub(conn: Any, scope_key: str, person: str) -> None:
+def _scrub(conn: Any, scope_key: str, person: str, path: str) -> None:
     with sqlite_sql.immediate(conn):
         naming = [(rowid,) for rowid, run_id, thread_key in conn.execute(
             NAMING, {"scope": scope_key, "person": person}).fetchall()
             if names_person(run_id, thread_key, person)]
         conn.executemany(DELETE, naming)
     if naming:
-        _truncate_wal(conn)
-
-
-def _truncate_wal(conn: Any) -> None:
-    """No page image of a deleted reach stays in the WAL (a reader holding an old snapshot
-    may keep it until later commits overwrite it)."""
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        sqlite_sql.truncate_wal(conn, path, "scrubbing reaches")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -69,6 +70,20 @@ def immediate(conn: Any) -> Iterator[None]:
                 conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def fetch(conn: Any, statement: str, params: dict[str, Any]) -> list[Any]:
+    return list(conn.execute(statement, params).fetchall())
+
+
+def truncate_wal(conn: Any, path: str, after: str) -> None:
+    """No page image of what was scrubbed stays in the WAL (secure_delete zeroed it in
+    the database file once checkpointed)."""
+    busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
+    if busy:
+        logging.getLogger("scopemem.stores.sqlite").warning(
+            "sqlite store: %s: a reader holds an old snapshot; the WAL could not be"
+            " truncated after %s (later commits overwrite it)", path, after)
 
 
 def describe(exc: BaseException) -> str:

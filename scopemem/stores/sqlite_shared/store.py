@@ -20,7 +20,6 @@ from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
     Candidate,
-    CountRow,
     Kind,
     PurgeResult,
     Record,
@@ -119,10 +118,13 @@ class SharedSqliteStore:
         self._clock = clock
         self._saver: asyncio.Task[None] | None = None
         self._scopes = ScopeLimit(self._shards, self.max_scopes, self.directory)
-        self._counts = Counts(self._shards, self._pools, self._scopes, clock,
-                              synchronous=self.synchronous)
+        counts = Counts(self._shards, self._pools, self._scopes, clock,
+                        synchronous=self.synchronous)
+        self.add_counts = counts.add_counts
+        self.read_counts = counts.read_counts
         self._porting = Porting(self._shards, self._pools, self._uses, self._scopes, clock,
                                 self.analyzer)
+        self.export_scopes = self._porting.export_scopes
         # Browsing (``browse.py``), its reaches in a file of their own (``reach_log.py``).
         self._browse = Browse(self._shards.count, self._shards.of, self._pools, self._uses,
                               ReachLog(self.directory, clock,
@@ -265,7 +267,7 @@ class SharedSqliteStore:
         if seq is None:
             return False
         shard = self._shards.of(scope_key)
-        done = await self._pools.write(shard, writes.forget_wiped, self._uses, shard,
+        done = await self._pools.write(shard, writes.forget, self._uses, shard,
                                        self._shards.path(shard), scope_key, seq, self._clock())
         return bool(done)
 
@@ -277,7 +279,7 @@ class SharedSqliteStore:
         ids are never given again."""
         check_scope_key(scope_key)
         shard = self._shards.of(scope_key)
-        done = await self._pools.write(shard, writes.delete_scope_wiped, self._uses, shard,
+        done = await self._pools.write(shard, writes.delete_scope, self._uses, shard,
                                        self._shards.path(shard), scope_key)
         await self._browse.reaches.drop_scope(scope_key)
         return done or 0
@@ -289,7 +291,7 @@ class SharedSqliteStore:
         check_scope_key(scope_key)
         person = person_id(check_scope_key(person_key))
         shard = self._shards.of(scope_key)
-        done = await self._pools.write(shard, writes.scrub_provenance_wiped, self._uses, shard,
+        done = await self._pools.write(shard, writes.scrub_provenance, self._uses, shard,
                                        self._shards.path(shard), scope_key, person)
         await self._browse.reaches.scrub(scope_key, person)
         return done or 0
@@ -360,17 +362,6 @@ class SharedSqliteStore:
     async def _save_later(self) -> None:
         await asyncio.sleep(self.usage_flush_ms / 1000)
         await self.flush()
-
-    async def add_counts(self, rows: Sequence[CountRow]) -> None:
-        await self._counts.add_counts(rows)
-
-    async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
-                          prefix: str | None = None, since_day: int = 0
-                          ) -> builtins.list[CountRow]:
-        return await self._counts.read_counts(scope_keys, prefix=prefix, since_day=since_day)
-
-    async def export_scopes(self) -> builtins.list[str]:
-        return await self._porting.export_scopes()
 
     async def export_page(self, scope_key: str, after: int, limit: int
                           ) -> builtins.list[Record]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -37,11 +36,8 @@ from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.dialect import SQL
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
-log = logging.getLogger("scopemem.stores.sqlite")
-
-__all__ = ["add_rows", "delete_scope", "delete_scope_wiped", "forget",
-           "forget_wiped", "purge", "scrub_provenance", "scrub_provenance_wiped", "sweep",
-           "truncate_wal", "write"]
+__all__ = ["add_rows", "delete_scope", "forget", "purge", "scrub_provenance", "sweep",
+           "write"]
 
 
 def add_rows(conn: Any, rows: Sequence[CountRow]) -> None:
@@ -162,11 +158,11 @@ def _retire(conn: Any, route: Route, seqs: Sequence[int], status: Status, now: i
     return [seq for (seq,) in rows]
 
 
-def forget(conn: Any, uses: PendingUses, shard: int, scope_key: str, seq: int, now: int
-           ) -> bool:
+def forget(conn: Any, uses: PendingUses, shard: int, path: str, scope_key: str, seq: int,
+           now: int) -> bool:
     """Scrub one active record: its text, dedup key, keywords and tokens emptied, out of
-    the postings. SQLite's ``secure_delete`` zeroes the freed cells; the caller truncates
-    the WAL after the commit."""
+    the postings. SQLite's ``secure_delete`` zeroes the freed cells, and the WAL of the
+    shard file ``path`` is truncated after the commit."""
     with transaction(conn, uses, shard, scope_key):
         row = _scope_row(conn, scope_key)
         if row is None:
@@ -183,31 +179,36 @@ def forget(conn: Any, uses: PendingUses, shard: int, scope_key: str, seq: int, n
         index.scrub(conn)
         conn.execute(SQL.add_active, {"scope": scope_key, "delta": -1})
         add_rows(conn, counting.forget_rows(scope_key, now))
+    sqlite_sql.truncate_wal(conn, path, "a forget")
     return True
 
 
-def delete_scope(conn: Any, uses: PendingUses, shard: int, scope_key: str) -> int:
+def delete_scope(conn: Any, uses: PendingUses, shard: int, path: str, scope_key: str) -> int:
     """Delete every record of the scope (whatever its status), its documents in the token
-    index and its counters, in one transaction, then merge the index so no trace of its
-    terms stays. Its row in ``scopes`` stays, emptied, with its last seq and its id in the
-    index, so no id the scope gave is ever given again. The number of records deleted."""
+    index and its counters, in one transaction, then merge the index and truncate the WAL
+    of ``path`` so no trace of its terms stays. Its row in ``scopes`` stays, emptied, with
+    its last seq and its id in the index, so no id the scope gave is ever given again. The
+    number of records deleted."""
     with transaction(conn, uses, shard, scope_key):
         row = _scope_row(conn, scope_key)
         if row is None:
-            return 0
-        index.unpost_scope(conn, row[3])
-        conn.execute(SQL.delete_records, {"scope": scope_key})
-        deleted = int(conn.changes())
-        conn.execute(st.DELETE_COUNTERS, {"scope": scope_key})
-        conn.execute(SQL.empty_scope, {"scope": scope_key})
-        index.scrub(conn)
+            deleted = 0
+        else:
+            index.unpost_scope(conn, row[3])
+            conn.execute(SQL.delete_records, {"scope": scope_key})
+            deleted = int(conn.changes())
+            conn.execute(st.DELETE_COUNTERS, {"scope": scope_key})
+            conn.execute(SQL.empty_scope, {"scope": scope_key})
+            index.scrub(conn)
+    sqlite_sql.truncate_wal(conn, path, "deleting a scope")
     return deleted
 
 
-def scrub_provenance(conn: Any, uses: PendingUses, shard: int, scope_key: str, person: str
-                     ) -> int:
+def scrub_provenance(conn: Any, uses: PendingUses, shard: int, path: str, scope_key: str,
+                     person: str) -> int:
     """Replace ``person`` in the scope's thread keys and run ids (``core.provenance``), in
-    one transaction; the number of rows changed."""
+    one transaction, then (if a row changed) truncate the WAL of ``path``; the number of
+    rows changed."""
     with transaction(conn, uses, shard, scope_key):
         if not person or _scope_row(conn, scope_key) is None:
             return 0
@@ -216,42 +217,9 @@ def scrub_provenance(conn: Any, uses: PendingUses, shard: int, scope_key: str, p
         if changed:
             conn.executemany(SQL.set_source, changed)
             conn.execute(SQL.next_generation, {"scope": scope_key})
-    return len(changed)
-
-
-def truncate_wal(conn: Any, path: str, after: str) -> None:
-    """No page image of what was scrubbed stays in the WAL (secure_delete zeroed it in
-    the database file once checkpointed)."""
-    busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
-    if busy:
-        log.warning("sqlite store: %s: a reader holds an old snapshot; the WAL could not"
-                    " be truncated after %s (later commits overwrite it)", path, after)
-
-
-def forget_wiped(conn: Any, uses: PendingUses, shard: int, path: str, scope_key: str,
-                 seq: int, now: int) -> bool:
-    """``forget``, then the WAL of the shard file ``path`` truncated."""
-    if not forget(conn, uses, shard, scope_key, seq, now):
-        return False
-    truncate_wal(conn, path, "a forget")
-    return True
-
-
-def delete_scope_wiped(conn: Any, uses: PendingUses, shard: int, path: str, scope_key: str
-                       ) -> int:
-    """``delete_scope``, then the WAL of the shard file ``path`` truncated."""
-    deleted = delete_scope(conn, uses, shard, scope_key)
-    truncate_wal(conn, path, "deleting a scope")
-    return deleted
-
-
-def scrub_provenance_wiped(conn: Any, uses: PendingUses, shard: int, path: str,
-                           scope_key: str, person: str) -> int:
-    """``scrub_provenance``, then (if it changed a row) the WAL of ``path`` truncated."""
-    changed = scrub_provenance(conn, uses, shard, scope_key, person)
     if changed:
-        truncate_wal(conn, path, "scrubbing provenance")
-    return changed
+        sqlite_sql.truncate_wal(conn, path, "scrubbing provenance")
+    return len(changed)
 
 
 def purge(conn: Any, uses: PendingUses, shard: int, scope_key: str, cutoff: int
