@@ -166,7 +166,7 @@ class Statements(shared.Statements):
             " WHERE scope_key = %s AND seq = %s")
         # Deleting a scope's data (``store.delete_scope``): its postings, ...
         self.delete_postings = f"DELETE FROM {s}.postings WHERE scope_key = %(scope)s"
-        # ... its counters, and their count totals with them (``counts.py``): the sums lose
+        # ... its counters, and their count totals with them (``writes.py``): the sums lose
         # them, and a peak one of them held is found again among the kind's counters.
         totals = f"{s}.count_totals"
         self.delete_counters = (
@@ -185,7 +185,7 @@ class Statements(shared.Statements):
             " AND total > 0) GROUP BY day, name) AS m"
             f" WHERE t.kind = {s}.scope_kind(%(scope)s) AND t.day = m.day"
             " AND t.name = m.name")
-        # Counters (``counts.py``): rows of any scopes added in one statement (in the
+        # Counters (``writes.Counts``): rows of any scopes added in one statement (in the
         # order ``core.counters.merge_rows`` sorts them, so two transactions adding to the
         # same counters lock them in the same order and never deadlock), and the reading.
         # The count totals of the rows' kinds grow in the same statement, by the values
