@@ -39,7 +39,7 @@ from scopemem.stores.shared import batches
 from scopemem.stores.shared import counts as counting
 from scopemem.stores.shared.batches import PURGE_ROWS
 from scopemem.stores.shared.sql import scrubbed_sources
-from scopemem.stores.shared.tokens import postings_of, record_tokens
+from scopemem.stores.shared.tokens import documents, record_tokens
 
 __all__ = ["Counts", "Locked", "ScopeLock", "Writes", "add_rows", "refold"]
 
@@ -186,13 +186,15 @@ class Writes:
         first new one (None when it is gone)."""
         async with conn.cursor() as cursor:
             if plan.inserts:
+                held = {record_seq(r.id): record_tokens(r, self.analyzer) for r in plan.inserts}
                 await cursor.executemany(self.sql.insert, [
-                    insert_row(scope_key, record_seq(r.id), r, now,
-                               record_tokens(r, self.analyzer))
-                    for r in plan.inserts])
-                terms, seqs, continues = postings_of(plan.inserts, previous, self.analyzer)
-                await conn.execute(self.sql.post, {"scope": scope_key, "terms": terms,
-                                                   "seqs": bigints(seqs), "continues": continues})
+                    insert_row(scope_key, seq, r, now, held[seq])
+                    for r in plan.inserts for seq in (record_seq(r.id),)])
+                posted = documents(plan.inserts, previous, held)
+                await conn.execute(self.sql.post, {
+                    "scope": scope_key, "terms": [t for _s, terms, _c in posted for t in terms],
+                    "seqs": bigints(seq for seq, terms, _c in posted for _t in terms),
+                    "continues": [c for _s, terms, c in posted for _t in terms]})
             if plan.changes:
                 await cursor.executemany(self.sql.change, [
                     (r.use_count, r.last_used_at, r.confidence, r.status.value,

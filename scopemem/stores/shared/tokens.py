@@ -7,7 +7,7 @@ engine's gate says it holds a query term. Sorted, each once: a stable value to s
 SQLite store space-joins them for FTS5, the PostgreSQL store keeps the array).
 
 The index is a postings list per term, as the in-process store keeps it in memory
-(``stores.postings``), kept in a table: ``postings_of`` gives the postings a batch adds;
+(``stores.postings``), kept in a table: ``documents`` gives the postings a batch adds;
 ``read_postings`` and ``Candidates`` turn the postings a retrieval read back into
 ``engine.rank_covered``'s input with the very functions the in-process store ranks
 with, so every store's floats agree bit for bit.
@@ -34,7 +34,7 @@ from scopemem.stores import postings as inverted
 if TYPE_CHECKING:
     from scopemem.stores.dense import DenseIndex
 
-__all__ = ["Candidates", "index_tokens", "postings_of", "read_postings", "record_tokens"]
+__all__ = ["Candidates", "index_tokens", "documents", "read_postings", "record_tokens"]
 
 T = TypeVar("T")
 
@@ -53,25 +53,21 @@ def record_tokens(record: Record, analyzer: Analyzer) -> list[str]:
     return index_tokens(record.text, record.keywords, analyzer)
 
 
-def postings_of(inserts: Sequence[Record], previous_thread: str | None, analyzer: Analyzer
-                ) -> tuple[list[str], list[int], list[bool]]:
-    """The postings of a batch's new records as three parallel lists: term, seq, and
-    whether the record continues its predecessor's thread. ``inserts`` are the batch's
-    records in seq order (active or not: a record the batch retired again posts nothing,
-    but still precedes the next); ``previous_thread`` is the thread of the row just before
-    the first (None when there is none)."""
-    terms: list[str] = []
-    seqs: list[int] = []
-    continues: list[bool] = []
+def documents(inserts: Sequence[Record], previous_thread: str | None,
+              tokens: Mapping[int, list[str]]) -> list[tuple[int, list[str], bool]]:
+    """What a batch's new records post, as (seq, terms, whether the record continues its
+    predecessor's thread), in seq order. ``inserts`` are the batch's records in seq order
+    (active or not: a record the batch retired again posts nothing, but still precedes the
+    next); ``previous_thread`` is the thread of the row just before the first (None when
+    there is none); ``tokens``, each record's terms by seq."""
+    posted = []
     thread = previous_thread
     for record in inserts:
         if record.is_active:
-            held = record_tokens(record, analyzer)
-            terms.extend(held)
-            seqs.extend([record_seq(record.id)] * len(held))
-            continues.extend([record.source_thread_key == thread] * len(held))
+            seq = record_seq(record.id)
+            posted.append((seq, tokens[seq], record.source_thread_key == thread))
         thread = record.source_thread_key
-    return terms, seqs, continues
+    return posted
 
 
 def read_postings(rows: Iterable[tuple[str, Sequence[int] | None, Sequence[int] | None]]

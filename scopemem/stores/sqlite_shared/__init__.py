@@ -14,9 +14,8 @@ design). Modules, one job each:
 ``index``      the token index (FTS5) of the active records
 ``pools``      the read and write threads, one writer per shard
 ``reads``      a retrieval's reads through SQL
-``writes``     write batches, forget, sweep, retention purge
+``writes``     write batches, forget, sweep, retention purge, the day counters, ``max_scopes``
 ``usage``      pending use counts, saved in the background
-``counts``     the per-scope day counters, and ``max_scopes``
 ``porting``    export and import (every field and status kept)
 ``vectors``    the semantic lane's vectors, kept only for active records
 ``browse``     the hub's pages over scopes and records, and record histories

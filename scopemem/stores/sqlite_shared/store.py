@@ -49,7 +49,6 @@ from scopemem.stores.shared.cache import (
 from scopemem.stores.sqlite_shared import reads, schema, writes
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.browse import Browse
-from scopemem.stores.sqlite_shared.counts import Counts, ScopeLimit
 from scopemem.stores.sqlite_shared.migrate import migrate_file_layout
 from scopemem.stores.sqlite_shared.options import (
     DEFAULT_PATH,
@@ -70,6 +69,7 @@ from scopemem.stores.sqlite_shared.reach_log import ReachLog
 from scopemem.stores.sqlite_shared.shards import Shards
 from scopemem.stores.sqlite_shared.usage import PendingUses
 from scopemem.stores.sqlite_shared.vectors import Vectors
+from scopemem.stores.sqlite_shared.writes import Counts, ScopeLimit
 
 __all__ = ["SharedSqliteStore"]
 
