@@ -1,4 +1,4 @@
-"""A retrieval and a use count on the PostgreSQL store: the statements, in order
+"""A retrieval on the PostgreSQL store: the statements, in order
 (``docs/storage.md``, "PostgreSQL").
 
 1. ``Statements.postings``: each query term's postings and the scope's active count, with
@@ -36,7 +36,7 @@ from scopemem.stores.shared.cache import Loader, PostingsCache
 if TYPE_CHECKING:
     from scopemem.stores.dense import DenseIndex
 
-__all__ = ["FEW_POSTINGS", "mark_used", "search"]
+__all__ = ["FEW_POSTINGS", "search"]
 
 #: A query whose prefilter terms have at most this many postings in the scope has the rows
 #: of the records holding them read with its postings (at most this many rows: about as
@@ -128,13 +128,3 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
         return [Hit(record_of(row), match) for row, match in ranked]
     usage.add(scope_key, [row[0] for row, _match in ranked], now)
     return [Hit(engine.bump_usage(record_of(row), now), match) for row, match in ranked]
-
-
-async def mark_used(conn: Any, sql: Statements, usage: DeferredUsage, scope_key: str,
-                    seqs: list[int], now: int) -> int:
-    """One use of each of ``seqs`` that is an active row, saved in the background; how
-    many."""
-    cursor = await conn.execute(sql.active_seqs, {"scope": scope_key, "seqs": bigints(seqs)})
-    used = [seq for (seq,) in await cursor.fetchall()]
-    usage.add(scope_key, used, now)
-    return len(used)

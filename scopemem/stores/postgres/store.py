@@ -39,7 +39,7 @@ from scopemem.stores.postgres.browse import Browse
 from scopemem.stores.postgres.options import PostgresOptions, options_from_settings
 from scopemem.stores.postgres.pool import Connections
 from scopemem.stores.postgres.porting import Porting
-from scopemem.stores.postgres.statements import Statements, record_of
+from scopemem.stores.postgres.statements import Statements, bigints, record_of
 from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.postgres.vectors import Vectors
 from scopemem.stores.postgres.writes import Counts, ScopeLock, Writes, refold
@@ -146,8 +146,11 @@ class PostgresStore:
             if not seqs:
                 continue
             async with self._connection() as conn:
-                done = await reads.mark_used(conn, self.sql, self._usage, scope_key, seqs, now)
-            marked += done
+                cursor = await conn.execute(self.sql.active_seqs,
+                                            {"scope": scope_key, "seqs": bigints(seqs)})
+                found = [seq for (seq,) in await cursor.fetchall()]
+            self._usage.add(scope_key, found, now)  # saved in the background
+            marked += len(found)
         return marked
 
     async def write(self, scope_key: str, candidates: Sequence[Candidate],
