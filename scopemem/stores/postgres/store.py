@@ -194,8 +194,7 @@ class PostgresStore:
         return await self._writes.sweep(scope_key, dry_run)
 
     async def purge(self) -> PurgeResult:
-        """The retention purge every write applies to its scope, applied now to every scope,
-        one transaction each."""
+        """``Writes.purge`` on every scope."""
         return await self._writes.purge(await self.export_scopes())
 
     async def flush(self) -> None:

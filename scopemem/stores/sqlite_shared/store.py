@@ -272,11 +272,8 @@ class SharedSqliteStore:
         return bool(done)
 
     async def delete_scope(self, scope_key: str) -> int:
-        """Delete every record of ``scope_key``, whatever its status, with its token index
-        entries and its day counters, in one transaction (``writes.delete_scope``), then its
-        reaches (``reach_log.py``); the number of records deleted (0: no such scope). Safe
-        while other processes use the directory: it is a write like any other. The scope's
-        ids are never given again."""
+        """``writes.delete_scope``, then the scope's reaches (``reach_log.py``); the number
+        of records deleted (0: no such scope). A write like any other."""
         check_scope_key(scope_key)
         shard = self._shards.of(scope_key)
         done = await self._pools.write(shard, writes.delete_scope, self._uses, shard,
@@ -285,9 +282,8 @@ class SharedSqliteStore:
         return done or 0
 
     async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
-        """Replace the person ``person_key`` names in the scope's thread keys and run ids
-        (``core.provenance``), in one transaction, then delete the scope's reaches that name
-        them; the number of records changed."""
+        """``writes.scrub_provenance``, then the scope's reaches naming the person deleted;
+        the number of records changed."""
         check_scope_key(scope_key)
         person = person_id(check_scope_key(person_key))
         shard = self._shards.of(scope_key)
@@ -297,8 +293,7 @@ class SharedSqliteStore:
         return done or 0
 
     async def purge(self) -> PurgeResult:
-        """The retention purge every write applies to its scope, applied now to every scope,
-        one transaction each (``writes.purge``)."""
+        """``writes.purge`` on every scope, one transaction each."""
         cutoff = retention_cutoff(self._clock(), self.retention_days)
         result = PurgeResult()
         for scope_key in await self.export_scopes():
