@@ -18,8 +18,7 @@ design). Modules, one job each:
 ``usage``      pending use counts, saved in the background
 ``porting``    export and import (every field and status kept)
 ``vectors``    the semantic lane's vectors, kept only for active records
-``browse``     the hub's pages over scopes and records, and record histories
-``reach_log``  which records reached which runs, in ``reaches.db`` beside the shards
+``browse``     the hub's pages over scopes and records, histories, the reach log (a file)
 ``migrate``    moving a directory of the retired file layout into shard files, once
 ``legacy``     reading the file layout's scope files, for the migration
 ============== ==============================================================================

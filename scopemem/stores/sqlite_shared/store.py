@@ -48,7 +48,7 @@ from scopemem.stores.shared.cache import (
 )
 from scopemem.stores.sqlite_shared import reads, schema, writes
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
-from scopemem.stores.sqlite_shared.browse import Browse
+from scopemem.stores.sqlite_shared.browse import Browse, ReachLog
 from scopemem.stores.sqlite_shared.migrate import migrate_file_layout
 from scopemem.stores.sqlite_shared.options import (
     DEFAULT_PATH,
@@ -65,7 +65,6 @@ from scopemem.stores.sqlite_shared.options import (
 )
 from scopemem.stores.sqlite_shared.pools import POOL_THREADS, ShardPools
 from scopemem.stores.sqlite_shared.porting import Porting
-from scopemem.stores.sqlite_shared.reach_log import ReachLog
 from scopemem.stores.sqlite_shared.shards import Shards
 from scopemem.stores.sqlite_shared.usage import PendingUses
 from scopemem.stores.sqlite_shared.vectors import Vectors
@@ -125,7 +124,7 @@ class SharedSqliteStore:
         self._porting = Porting(self._shards, self._pools, self._uses, self._scopes, clock,
                                 self.analyzer)
         self.export_scopes = self._porting.export_scopes
-        # Browsing (``browse.py``), its reaches in a file of their own (``reach_log.py``).
+        # Browsing (``browse.py``), its reaches in a file of their own (``ReachLog``).
         self._browse = Browse(self._shards.count, self._shards.of, self._pools, self._uses,
                               ReachLog(self.directory, clock,
                                        check_reach_retention_days(reach_retention_days),
@@ -272,7 +271,7 @@ class SharedSqliteStore:
         return bool(done)
 
     async def delete_scope(self, scope_key: str) -> int:
-        """``writes.delete_scope``, then the scope's reaches (``reach_log.py``); the number
+        """``writes.delete_scope``, then the scope's reaches (``browse.ReachLog``); the number
         of records deleted (0: no such scope). A write like any other."""
         check_scope_key(scope_key)
         shard = self._shards.of(scope_key)
