@@ -20,11 +20,10 @@ from scopemem.core.text import normalize_text
 from scopemem.stores.postgres import dialect
 from scopemem.stores.postgres.migrations import POST_ALL, quoted
 from scopemem.stores.shared import sql as shared
-from scopemem.stores.shared.sql import COLUMNS
+from scopemem.stores.shared.sql import COLUMNS, R_COLUMNS
 
 __all__ = ["COLUMNS", "ROW_COLUMNS", "Statements", "bigints", "last_touched", "record_of"]
 
-_R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in COLUMNS.split(","))
 _NULLS = ", ".join(["NULL"] * len(COLUMNS.split(",")))
 #: Where ``Statements.postings``'s rows of records begin.
 ROW_COLUMNS = 5
@@ -86,7 +85,7 @@ class Statements(shared.Statements):
             "                 array_agg(p.seq) FILTER (WHERE p.continues) AS continuing"
             f"         FROM {postings} p WHERE p.scope_key = %(scope)s AND p.term = q.term) p"
             f" LEFT JOIN {s}.scopes sc ON sc.scope_key = %(scope)s"
-            f" UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, {_R_COLUMNS} FROM few, {records} r"
+            f" UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, {R_COLUMNS} FROM few, {records} r"
             " WHERE cardinality(few.seqs) <= %(few)s AND r.scope_key = %(scope)s"
             " AND r.seq = ANY(few.seqs) AND r.status = 'active'")
         # A scope's whole index for that copy, with the state it is at: one statement, so
@@ -112,7 +111,7 @@ class Statements(shared.Statements):
         # The candidates' rows with the scope's change counter first in every row (one row
         # of NULLs after it when none is found): what a worker's copy is checked against.
         self.active_rows_at = (
-            f"SELECT sc.generation, {_R_COLUMNS}"
+            f"SELECT sc.generation, {R_COLUMNS}"
             f" FROM {s}.scopes sc LEFT JOIN {records} r ON r.scope_key = sc.scope_key"
             " AND r.status = 'active' AND r.seq = ANY(%(seqs)s::bigint[])"
             " WHERE sc.scope_key = %(scope)s")

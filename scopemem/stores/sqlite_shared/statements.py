@@ -11,6 +11,7 @@ on what a client sent and user text never reaches SQL as anything but a value.
 
 from __future__ import annotations
 
+from scopemem.stores.shared.sql import R_COLUMNS
 from scopemem.stores.sqlite_shared.schema import RECORD_COLUMNS as RECORD_COLUMNS
 from scopemem.stores.sqlite_shared.schema import dedup_key
 
@@ -34,14 +35,13 @@ STATE_POSTINGS = ("SELECT sc.active, sc.generation, q.value, (SELECT"
                   " LEFT JOIN json_each(:terms) AS q WHERE sc.scope_key = :scope")
 # The candidates' rows, after the scope's uses counter (``usage.py``) and change counter
 # (what a copy in memory is checked against); one row of NULLs after them when none is found.
-_R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in RECORD_COLUMNS.split(","))
-ACTIVE_ROWS_AT = (f"SELECT sc.uses, sc.generation, {_R_COLUMNS} FROM scopes AS sc"
+ACTIVE_ROWS_AT = (f"SELECT sc.uses, sc.generation, {R_COLUMNS} FROM scopes AS sc"
                   " LEFT JOIN records AS r ON r.scope_key = sc.scope_key"
                   " AND r.status = 'active' AND r.seq IN (SELECT value FROM json_each(:seqs))"
                   " WHERE sc.scope_key = :scope")
 # A small scope's every active row with its terms (``reads.search``: ranked from them in
 # one statement); only the scope's row, with NULLs, for a scope of more than :most.
-SMALL_SCOPE_ROWS = (f"SELECT sc.uses, sc.generation, sc.active, {_R_COLUMNS}, r.tokens"
+SMALL_SCOPE_ROWS = (f"SELECT sc.uses, sc.generation, sc.active, {R_COLUMNS}, r.tokens"
                     " FROM scopes AS sc LEFT JOIN records AS r ON r.scope_key = sc.scope_key"
                     " AND r.status = 'active' AND sc.active <= :most"
                     " WHERE sc.scope_key = :scope")
