@@ -165,8 +165,8 @@ class ReachLog:
                 for r in fitted if r.at_ms > cutoff]
         await self._run(_log, cutoff, rows, create=True)
 
-    async def read(self, record_id: str | None, run: str | None, limit: int
-                   ) -> list[Reach]:
+    async def read(self, *, record_id: str | None = None, run: str | None = None,
+                   limit: int = 100) -> list[Reach]:
         record_id, run, limit = reach_query(record_id, run, limit)
         read = reach_read(SQL, record_id, run, limit,
                           reach_cutoff(self._clock(), self.retention_days))
@@ -272,14 +272,8 @@ class Browse:
                                        seq)
         if found is None:
             return None
-        return history_from(found, await self.reaches.read(record_id, None, HISTORY_REACHES))
-
-    async def log_reaches(self, reaches: Sequence[Reach]) -> None:
-        await self.reaches.log(reaches)
-
-    async def read_reaches(self, *, record_id: str | None = None, run: str | None = None,
-                           limit: int = 100) -> list[Reach]:
-        return await self.reaches.read(record_id, run, limit)
+        return history_from(found, await self.reaches.read(record_id=record_id,
+                                                           limit=HISTORY_REACHES))
 
 
 def _scopes(conn: Any, statement: str, params: dict[str, Any]

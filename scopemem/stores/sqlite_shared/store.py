@@ -133,8 +133,8 @@ class SharedSqliteStore:
         self.record_page = self._browse.record_page
         self.record_history = self._browse.record_history
         self.read_count_totals = self._browse.read_count_totals
-        self.log_reaches = self._browse.log_reaches
-        self.read_reaches = self._browse.read_reaches
+        self.log_reaches = self._browse.reaches.log
+        self.read_reaches = self._browse.reaches.read
         # The semantic lane's vectors (``vectors.py``).
         vectors = Vectors(self._shards.of, self._pools, self._uses)
         self.vectors_missing = vectors.vectors_missing
