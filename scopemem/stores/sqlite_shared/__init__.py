@@ -6,8 +6,7 @@ design). Modules, one job each:
 ``store``      ``SharedSqliteStore``: configuration and the ``MemoryStore`` methods
 ``options``    the ``[memory.stores.sqlite]`` table: options, defaults, checks
 ``schema``     the shard files' tables and their migrations
-``shards``     which shard holds a scope; opening a shard file
-``refold``     re-deriving a shard's terms when the languages or tokenizing rules change
+``shards``     opening a shard file (checked, terms re-derived when the analyzer changed)
 ``dialect``    SQLite's spelling of the statements both SQL stores run (``shared.sql``)
 ``statements`` the statements only this store runs, scope-keyed
 ``sql``        rows to records, transactions, apsw errors

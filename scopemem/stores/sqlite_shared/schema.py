@@ -1,7 +1,7 @@
 """The shard files' tables and their migrations, the shard a scope lives in
 (``shard_of``), and the checks that a file is the shard it is named for (its application id
 and ``meta``'s index and count) and follows the store's analyzer (``META_FOLDING``,
-``refold.py``). ``docs/storage.md`` ("The shared SQLite layout") describes the tables. Every
+``shards.refold``). ``docs/storage.md`` ("The shared SQLite layout") describes the tables. Every
 index leads with ``scope_key``. Plain data plus small functions taking an apsw connection.
 """
 
