@@ -34,7 +34,7 @@ from scopemem.stores import postings as inverted
 if TYPE_CHECKING:
     from scopemem.stores.dense import DenseIndex
 
-__all__ = ["Candidates", "index_tokens", "documents", "read_postings", "record_tokens"]
+__all__ = ["Candidates", "documents", "index_tokens", "read_postings", "record_tokens"]
 
 T = TypeVar("T")
 
