@@ -11,10 +11,8 @@ Modules, one job each:
 ``reads``      a retrieval's statements in order
 ``store``      the ``MemoryStore`` methods and the reads, delegating to the parts below
 ``pool``       the connection pool, opened on first use with the schema migrated
-``locking``    a scope's row taken FOR UPDATE (made, within ``max_scopes``, when new)
-``writes``     the write transactions under that lock, and the tokens re-derived
+``writes``     every change under a scope's row lock, the day counters, tokens re-derived
 ``usage``      deferred use-count bumps
-``counts``     the per-scope day counters
 ``porting``    export and import (every field and status kept)
 ``browse``     the hub's pages over scopes and records, histories and the reach log
 ``vectors``    the semantic lane's vectors, kept only for active records

@@ -14,10 +14,10 @@ from scopemem.core.records import Record
 from scopemem.core.words import Analyzer
 from scopemem.stores.base import Clock
 from scopemem.stores.porting import group_import, import_threads
-from scopemem.stores.postgres.locking import ScopeLock
 from scopemem.stores.postgres.pool import Connect
 from scopemem.stores.postgres.statements import Statements, insert_row, record_of
 from scopemem.stores.postgres.usage import DeferredUsage
+from scopemem.stores.postgres.writes import ScopeLock
 from scopemem.stores.shared.tokens import record_tokens
 
 __all__ = ["Porting"]

@@ -1,4 +1,4 @@
-"""A retrieval and a use count on the PostgreSQL store: the statements, in order
+"""A retrieval on the PostgreSQL store: the statements, in order
 (``docs/storage.md``, "PostgreSQL").
 
 1. ``Statements.postings``: each query term's postings and the scope's active count, with
@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
-from scopemem.core import engine, topk
+from scopemem.core import engine
 from scopemem.stores.base import Hit
 from scopemem.stores.postgres.statements import (
     ROW_COLUMNS,
@@ -27,16 +27,16 @@ from scopemem.stores.postgres.statements import (
     bigints,
     last_touched,
     record_of,
-    with_pending,
 )
 from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.shared import tokens
+from scopemem.stores.shared.bumps import bumped
 from scopemem.stores.shared.cache import Loader, PostingsCache
 
 if TYPE_CHECKING:
     from scopemem.stores.dense import DenseIndex
 
-__all__ = ["FEW_POSTINGS", "mark_used", "search"]
+__all__ = ["FEW_POSTINGS", "search"]
 
 #: A query whose prefilter terms have at most this many postings in the scope has the rows
 #: of the records holding them read with its postings (at most this many rows: about as
@@ -44,7 +44,6 @@ __all__ = ["FEW_POSTINGS", "mark_used", "search"]
 FEW_POSTINGS = 128
 
 Row = Sequence[Any]  # a row of ``statements.COLUMNS``
-Details = dict[int, tuple[int, Row]]  # seq → (last touched, row), as the ranking reads them
 
 
 async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engine.Ranking,
@@ -91,91 +90,41 @@ async def _ranked(conn: Any, sql: Statements, usage: DeferredUsage, ranking: eng
                   touches: Mapping[int, tuple[int, object]] | None = None,
                   generation: int | None = None, dense: DenseIndex | None = None,
                   held: Mapping[int, Row] | None = None) -> list[Hit] | None:
-    """Steps 2 and 3 from the query terms' ``postings`` in a scope of ``active`` records.
-    With ``generation`` (they are a copy's), None when the scope's change counter is not
-    that any more, before anything is counted; ``dense``, the copy's postings as arrays,
-    weighs every record at once (``stores.dense``) rather than the few ``core.topk``
-    needs one at a time; ``held``, rows read with the postings (by seq)."""
-    weights = tokens.term_weights(postings, active, terms, ranking)
-    total = sum(weights)
+    """Steps 2 and 3 (``tokens.Candidates``) from the query terms' ``postings`` in a scope
+    of ``active`` records. With ``generation`` (they are a copy's), None when the scope's
+    change counter is not that any more, before anything is counted; ``held``, rows read
+    with the postings (by seq)."""
     held = held or {}
-    # A few postings (a selective query, a small scope): weighing every gated record costs
-    # less than choosing which to weigh, or than arrays over the whole scope.
     few = bool(held) or sum(len(postings.get(term, ())) for term in terms.prefilter
                             ) <= FEW_POSTINGS
-
-    def choose(gone: Sequence[int] = ()) -> tuple[dict[int, float], list[tuple[float, int]]]:
-        # Records that left active status since the postings were read (a concurrent
-        # forget) leave the postings first (new sets: a held copy is shared), so the
-        # weighing can reach past them.
-        nonlocal postings
-        if gone:
-            postings = {term: frozenset(holders).difference(gone)
-                        for term, holders in postings.items()}
-        if few:
-            covered, shared = topk.covered_all(postings, terms, weights,
-                                               ranking.context_weight)
-        elif dense is not None and not gone:
-            covered, shared = dense.covered(terms, weights, limit, ranking.context_weight)
-        else:
-            covered, shared = tokens.covered(postings, continues, terms, weights, limit,
-                                             ranking, touches, now)
-        return covered, engine.rank_candidates(covered, total, limit, ranking,
-                                               _chained(covered, continues), shared=shared)
-
-    covered, candidates = choose()
-    details: Details = {}
+    choice: tokens.Candidates[Row] = tokens.Candidates(
+        postings, continues, terms, limit, ranking, active, now, touches=touches,
+        dense=dense, few=few)
     check = generation
     while True:
-        wanted = [seq for _match, seq in candidates if seq not in details]
-        found = [held[seq] for seq in wanted if seq in held]
-        unread = [seq for seq in wanted if seq not in held]
+        found = [held[seq] for seq in choice.wanted if seq in held]
+        unread = [seq for seq in choice.wanted if seq not in held]
         if check is not None:
             # The first read of the rows also reads the change counter: a copy answers
             # only at its own (even with no candidate: "nothing" must be checked too).
-            cursor = await conn.execute(sql.active_rows_at,
-                                        {"scope": scope_key, "seqs": bigints(unread)}, binary=True)
+            cursor = await conn.execute(sql.active_rows_at, {
+                "scope": scope_key, "seqs": bigints(unread)}, binary=True)
             rows = await cursor.fetchall()
             if not rows or rows[0][0] != check:
                 return None
             check = None
             found.extend(row[1:] for row in rows if row[1] is not None)
         elif unread:
-            cursor = await conn.execute(sql.active_rows,
-                                        {"scope": scope_key, "seqs": bigints(unread)}, binary=True)
+            cursor = await conn.execute(sql.active_rows, {
+                "scope": scope_key, "seqs": bigints(unread)}, binary=True)
             found.extend(await cursor.fetchall())
         pending = usage.pending(scope_key)
-        for row in found:
-            if pending:
-                row = with_pending(row, pending)
-            details[row[0]] = (last_touched(row), row)
-        gone = [seq for seq in wanted if seq not in details]
-        if not gone:
+        if pending:
+            found = [bumped(row, pending) for row in found]
+        if choice.found({row[0]: (last_touched(row), row) for row in found}):
             break
-        covered, candidates = choose(gone)
-    if not candidates:
-        return []
-    ranked = engine.score_candidates(candidates, limit, now, details)
-    if not bump:
+    ranked = choice.ranked()
+    if not bump or not ranked:
         return [Hit(record_of(row), match) for row, match in ranked]
     usage.add(scope_key, [row[0] for row, _match in ranked], now)
     return [Hit(engine.bump_usage(record_of(row), now), match) for row, match in ranked]
-
-
-def _chained(covered: Mapping[int, float], continues: AbstractSet[int]) -> AbstractSet[int]:
-    """Of ``continues``, what the match reads (the covered records), as a set: a copy's is
-    the whole scope's, and a set, not a frozenset, is what ``dict.keys() &`` intersects
-    from its smaller side."""
-    if type(continues) is set:
-        return continues
-    return {seq for seq in covered if seq in continues}
-
-
-async def mark_used(conn: Any, sql: Statements, usage: DeferredUsage, scope_key: str,
-                    seqs: list[int], now: int) -> int:
-    """One use of each of ``seqs`` that is an active row, saved in the background; how
-    many."""
-    cursor = await conn.execute(sql.active_seqs, {"scope": scope_key, "seqs": bigints(seqs)})
-    used = [seq for (seq,) in await cursor.fetchall()]
-    usage.add(scope_key, used, now)
-    return len(used)

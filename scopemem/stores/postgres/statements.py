@@ -12,7 +12,7 @@ tsquery or LIKE parser ever sees it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from scopemem.core.records import Record, trusted_record
@@ -20,17 +20,15 @@ from scopemem.core.text import normalize_text
 from scopemem.stores.postgres import dialect
 from scopemem.stores.postgres.migrations import POST_ALL, quoted
 from scopemem.stores.shared import sql as shared
-from scopemem.stores.shared.sql import COLUMNS
+from scopemem.stores.shared.sql import COLUMNS, R_COLUMNS
 
-__all__ = ["COLUMNS", "ROW_COLUMNS", "Statements", "bigints", "last_touched", "record_of",
-           "with_pending"]
+__all__ = ["COLUMNS", "ROW_COLUMNS", "Statements", "bigints", "last_touched", "record_of"]
 
-_R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in COLUMNS.split(","))
 _NULLS = ", ".join(["NULL"] * len(COLUMNS.split(",")))
 #: Where ``Statements.postings``'s rows of records begin.
 ROW_COLUMNS = 5
 # COLUMNS' positions of what a retrieval reads of a row before it is a record.
-_CREATED, _LAST_USED, _USES = 8, 9, 10
+_CREATED, _LAST_USED = 8, 9
 
 
 def bigints(values: Iterable[int]) -> str:
@@ -62,17 +60,6 @@ def last_touched(row: Sequence[Any]) -> int:
     return row[_CREATED] if last_used is None else last_used
 
 
-def with_pending(row: Sequence[Any], pending: Mapping[int, list[int]]) -> Sequence[Any]:
-    """A row of ``COLUMNS`` with the uses of it not saved yet (``usage.DeferredUsage``)."""
-    bump = pending.get(row[0])
-    if bump is None:
-        return row
-    uses, last = bump
-    saved: int | None = row[_LAST_USED]
-    return (*row[:_LAST_USED], last if saved is None or last > saved else saved,
-            row[_USES] + uses, *row[_USES + 1:])
-
-
 class Statements(shared.Statements):
     """The statements of one schema (its name validated and quoted once, here)."""
 
@@ -98,7 +85,7 @@ class Statements(shared.Statements):
             "                 array_agg(p.seq) FILTER (WHERE p.continues) AS continuing"
             f"         FROM {postings} p WHERE p.scope_key = %(scope)s AND p.term = q.term) p"
             f" LEFT JOIN {s}.scopes sc ON sc.scope_key = %(scope)s"
-            f" UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, {_R_COLUMNS} FROM few, {records} r"
+            f" UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, {R_COLUMNS} FROM few, {records} r"
             " WHERE cardinality(few.seqs) <= %(few)s AND r.scope_key = %(scope)s"
             " AND r.seq = ANY(few.seqs) AND r.status = 'active'")
         # A scope's whole index for that copy, with the state it is at: one statement, so
@@ -124,7 +111,7 @@ class Statements(shared.Statements):
         # The candidates' rows with the scope's change counter first in every row (one row
         # of NULLs after it when none is found): what a worker's copy is checked against.
         self.active_rows_at = (
-            f"SELECT sc.generation, {_R_COLUMNS}"
+            f"SELECT sc.generation, {R_COLUMNS}"
             f" FROM {s}.scopes sc LEFT JOIN {records} r ON r.scope_key = sc.scope_key"
             " AND r.status = 'active' AND r.seq = ANY(%(seqs)s::bigint[])"
             " WHERE sc.scope_key = %(scope)s")
@@ -178,7 +165,7 @@ class Statements(shared.Statements):
             " WHERE scope_key = %s AND seq = %s")
         # Deleting a scope's data (``store.delete_scope``): its postings, ...
         self.delete_postings = f"DELETE FROM {s}.postings WHERE scope_key = %(scope)s"
-        # ... its counters, and their count totals with them (``counts.py``): the sums lose
+        # ... its counters, and their count totals with them (``writes.py``): the sums lose
         # them, and a peak one of them held is found again among the kind's counters.
         totals = f"{s}.count_totals"
         self.delete_counters = (
@@ -197,7 +184,7 @@ class Statements(shared.Statements):
             " AND total > 0) GROUP BY day, name) AS m"
             f" WHERE t.kind = {s}.scope_kind(%(scope)s) AND t.day = m.day"
             " AND t.name = m.name")
-        # Counters (``counts.py``): rows of any scopes added in one statement (in the
+        # Counters (``writes.Counts``): rows of any scopes added in one statement (in the
         # order ``core.counters.merge_rows`` sorts them, so two transactions adding to the
         # same counters lock them in the same order and never deadlock), and the reading.
         # The count totals of the rows' kinds grow in the same statement, by the values

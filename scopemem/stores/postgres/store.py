@@ -36,15 +36,13 @@ from scopemem.stores.base import (
 )
 from scopemem.stores.postgres import reads
 from scopemem.stores.postgres.browse import Browse
-from scopemem.stores.postgres.counts import Counts
-from scopemem.stores.postgres.locking import ScopeLock
 from scopemem.stores.postgres.options import PostgresOptions, options_from_settings
 from scopemem.stores.postgres.pool import Connections
 from scopemem.stores.postgres.porting import Porting
-from scopemem.stores.postgres.statements import Statements, record_of
+from scopemem.stores.postgres.statements import Statements, bigints, record_of
 from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.postgres.vectors import Vectors
-from scopemem.stores.postgres.writes import Writes, refold
+from scopemem.stores.postgres.writes import Counts, ScopeLock, Writes, refold
 from scopemem.stores.shared import batches
 from scopemem.stores.shared.cache import PostingsCache, ScopeCopy
 
@@ -88,7 +86,7 @@ class PostgresStore:
                               self.retention_days)
         self.delete_scope = self._writes.delete_scope
         self.scrub_provenance = self._writes.scrub_provenance
-        # Export and import (``porting.py``), the counters (``counts.py``).
+        # Export and import (``porting.py``), the counters (``writes.Counts``).
         porting = Porting(self.sql, self.analyzer, self._usage, connect, clock, lock_scope)
         self.export_scopes = porting.export_scopes
         self.export_page = porting.export_page
@@ -148,8 +146,11 @@ class PostgresStore:
             if not seqs:
                 continue
             async with self._connection() as conn:
-                done = await reads.mark_used(conn, self.sql, self._usage, scope_key, seqs, now)
-            marked += done
+                cursor = await conn.execute(self.sql.active_seqs,
+                                            {"scope": scope_key, "seqs": bigints(seqs)})
+                found = [seq for (seq,) in await cursor.fetchall()]
+            self._usage.add(scope_key, found, now)  # saved in the background
+            marked += len(found)
         return marked
 
     async def write(self, scope_key: str, candidates: Sequence[Candidate],
@@ -193,8 +194,7 @@ class PostgresStore:
         return await self._writes.sweep(scope_key, dry_run)
 
     async def purge(self) -> PurgeResult:
-        """The retention purge every write applies to its scope, applied now to every scope,
-        one transaction each."""
+        """``Writes.purge`` on every scope."""
         return await self._writes.purge(await self.export_scopes())
 
     async def flush(self) -> None:

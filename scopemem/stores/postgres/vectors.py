@@ -16,10 +16,11 @@ from typing import Any
 from scopemem.core.records import Record
 from scopemem.stores.base import check_scope_key
 from scopemem.stores.postgres.pool import Connect
-from scopemem.stores.postgres.statements import Statements, record_of, with_pending
+from scopemem.stores.postgres.statements import Statements, record_of
 from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.shared import vectors as shared
 from scopemem.stores.shared.batches import seqs_in_scope
+from scopemem.stores.shared.bumps import bumped
 from scopemem.stores.shared.nearest import Matrices, answered, nearest
 
 __all__ = ["Vectors"]
@@ -96,6 +97,6 @@ class Vectors:
             params["seqs"] = [seq for seq, _cosine in chosen]
             cursor = await conn.execute(self.sql.active_rows, params)
             pending = self._usage.pending(scope_key)
-            records = [record_of(with_pending(row, pending))
+            records = [record_of(bumped(row, pending))
                        for row in await cursor.fetchall()]
         return answered(scope_key, chosen, records)

@@ -1,38 +1,139 @@
-"""The PostgreSQL store's write transactions (a write batch, forget, sweep, deleting a
-scope, scrubbing provenance, the retention purge), each one transaction under the scope's
-row lock (``locking.py``), and re-deriving every row's tokens when the analyzer changed
-(``refold``). A write is pipelined: it waits on the server only for what it reads.
+"""The PostgreSQL store's changes to a scope (a write batch, forget, sweep, deleting a scope,
+scrubbing provenance, the retention purge, the day counters), each one transaction that
+first takes the scope's row in ``scopes`` FOR UPDATE (``ScopeLock``; an import takes it
+too, ``porting.py``). Writers to a scope queue there, across processes, and read its last
+seq and active count under it. A scope gets its row the first time it is written, counted
+or imported into, counted against ``max_scopes``. A write is pipelined: it waits on the
+server only for what it reads. ``add_counts`` is one statement for every scope of the call;
+a server crash may lose the last fraction of a second of counts, as it may lose use counts,
+never a record. ``refold`` re-derives every row's tokens when the analyzer changed.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 from scopemem.core import engine
 from scopemem.core.provenance import person_id
-from scopemem.core.records import Candidate, PurgeResult, Status, SweepResult, WriteCounts
+from scopemem.core.records import (
+    Candidate,
+    CountRow,
+    PurgeResult,
+    Status,
+    SweepResult,
+    WriteCounts,
+)
 from scopemem.core.scopes import memory_id, record_seq
 from scopemem.core.text import normalize_text
 from scopemem.core.words import Analyzer
+from scopemem.errors import ScopeLimitReached
 from scopemem.stores.base import Clock, check_scope_key, retention_cutoff
+from scopemem.stores.postgres import migrations
 from scopemem.stores.postgres.browse import Browse
-from scopemem.stores.postgres.counts import add_rows
-from scopemem.stores.postgres.locking import ScopeLock
+from scopemem.stores.postgres.options import PostgresOptions
 from scopemem.stores.postgres.pool import Connect, pipeline
 from scopemem.stores.postgres.statements import Statements, bigints, insert_row, record_of
 from scopemem.stores.shared import batches
 from scopemem.stores.shared import counts as counting
 from scopemem.stores.shared.batches import PURGE_ROWS
 from scopemem.stores.shared.sql import scrubbed_sources
-from scopemem.stores.shared.tokens import postings_of, record_tokens
+from scopemem.stores.shared.tokens import documents, record_tokens
 
-__all__ = ["Writes", "refold"]
+__all__ = ["Counts", "Locked", "ScopeLock", "Writes", "add_rows", "refold"]
 
 log = logging.getLogger("scopemem.stores.postgres")
 
 META_FOLDING = "folding"  # the meta row holding the analyzer's signature the rows follow
+
+# A scope's row as its lock reads it: last seq, active count, the thread of its last row.
+Locked = tuple[int, int, str | None]
+
+
+class ScopeLock:
+    """Takes a scope's row FOR UPDATE in the caller's transaction, making it when asked
+    (counted against ``options.max_scopes``)."""
+
+    def __init__(self, sql: Statements, options: PostgresOptions) -> None:
+        self.sql = sql
+        self.options = options
+
+    @overload
+    async def __call__(self, conn: Any, scope_key: str, now: int, *,
+                       create: Literal[True]) -> Locked: ...
+
+    @overload
+    async def __call__(self, conn: Any, scope_key: str, now: int, *,
+                       create: Literal[False]) -> Locked | None: ...
+
+    async def __call__(self, conn: Any, scope_key: str, now: int, *, create: bool
+                       ) -> Locked | None:
+        """The scope's last seq, active count and the thread of its last row (None when
+        gone), or None when the scope has no row and ``create`` is false."""
+        cursor = await conn.execute(self.sql.lock_scope, {"scope": scope_key})
+        row = await cursor.fetchone()
+        if row is not None or not create:
+            return None if row is None else (row[0], row[1], row[2])
+        options = self.options
+        if options.max_scopes:
+            # New scopes are counted one at a time, across processes.
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)",
+                               (migrations.advisory_key(options.schema) ^ 1,))
+            cursor = await conn.execute(self.sql.count_scopes)
+            (held,) = await cursor.fetchone()
+            if held >= options.max_scopes:
+                raise ScopeLimitReached(
+                    f"postgres store: schema {options.schema!r} holds {held} scopes, the"
+                    f" limit (max_scopes = {options.max_scopes}); a write to a new scope is"
+                    " refused")
+        await conn.execute(self.sql.new_scope, {"scope": scope_key, "now": now})
+        cursor = await conn.execute(self.sql.lock_scope, {"scope": scope_key})
+        row = await cursor.fetchone()
+        return row[0], row[1], row[2]
+
+
+async def add_rows(conn: Any, sql: Statements, rows: Sequence[CountRow]) -> None:
+    """Add ``rows`` in the caller's transaction (sorted, as ``merge_rows`` leaves them)."""
+    if rows:
+        await conn.execute(sql.add_counts, {
+            "scopes": [row.scope_key for row in rows], "days": [row.day for row in rows],
+            "names": [row.name for row in rows], "values": [row.value for row in rows]})
+
+
+class Counts:
+    """``add_counts`` and ``read_counts`` over ``connect``."""
+
+    def __init__(self, sql: Statements, connect: Connect, clock: Clock,
+                 lock_scope: ScopeLock) -> None:
+        self.sql = sql
+        self._connection = connect
+        self._clock = clock
+        self._lock_scope = lock_scope
+
+    async def add_counts(self, rows: Sequence[CountRow]) -> None:
+        checked = counting.check_rows(rows)
+        if not checked:
+            return
+        now = self._clock()
+        async with self._connection() as conn, conn.transaction():
+            await conn.execute("SET LOCAL synchronous_commit = off")
+            for scope_key in sorted({row.scope_key for row in checked}):  # one lock order
+                await self._lock_scope(conn, scope_key, now, create=True)
+            await add_rows(conn, self.sql, checked)
+
+    async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
+                          prefix: str | None = None, since_day: int = 0) -> list[CountRow]:
+        keys = None if scope_keys is None else sorted({check_scope_key(k) for k in scope_keys})
+        if counting.no_scope_starts(prefix):
+            return []
+        async with self._connection() as conn:
+            statement = self.sql.read_counts if keys is None else self.sql.read_counts_of
+            cursor = await conn.execute(statement, {
+                "since": since_day, "keys": keys, "prefix": prefix})
+            return [CountRow(scope, day, name, value)
+                    for scope, day, name, value in await cursor.fetchall()]
+
 
 class Writes:
     """The transactions that change a scope's rows, over ``connect``."""
@@ -85,13 +186,15 @@ class Writes:
         first new one (None when it is gone)."""
         async with conn.cursor() as cursor:
             if plan.inserts:
+                held = {record_seq(r.id): record_tokens(r, self.analyzer) for r in plan.inserts}
                 await cursor.executemany(self.sql.insert, [
-                    insert_row(scope_key, record_seq(r.id), r, now,
-                               record_tokens(r, self.analyzer))
-                    for r in plan.inserts])
-                terms, seqs, continues = postings_of(plan.inserts, previous, self.analyzer)
-                await conn.execute(self.sql.post, {"scope": scope_key, "terms": terms,
-                                                   "seqs": bigints(seqs), "continues": continues})
+                    insert_row(scope_key, seq, r, now, held[seq])
+                    for r in plan.inserts for seq in (record_seq(r.id),)])
+                posted = documents(plan.inserts, previous, held)
+                await conn.execute(self.sql.post, {
+                    "scope": scope_key, "terms": [t for _s, terms, _c in posted for t in terms],
+                    "seqs": bigints(seq for seq, terms, _c in posted for _t in terms),
+                    "continues": [c for _s, terms, c in posted for _t in terms]})
             if plan.changes:
                 await cursor.executemany(self.sql.change, [
                     (r.use_count, r.last_used_at, r.confidence, r.status.value,

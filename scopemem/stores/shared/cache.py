@@ -48,7 +48,7 @@ READS_BEFORE_COPY = 2
 #: in between is copied at most this often (each copy allocates a scope's index anew, and
 #: Python's collector may then pause the process for tens of milliseconds).
 COPY_INTERVAL = 5.0
-#: A copy of fewer postings is weighed in Python (``core.topk``, through ``tokens.covered``)
+#: A copy of fewer postings is weighed in Python (``core.topk``, through ``tokens.Candidates``)
 #: rather than as arrays: over a few hundred postings numpy's cost per call is more than the
 #: work (a 20-record scope answered from memory: 1,630 retrievals a second against 1,340
 #: with arrays, beside writes).

@@ -13,12 +13,13 @@ from scopemem.core.browse import Reach
 from scopemem.core.provenance import scrub_source
 from scopemem.stores.shared.dialect import Dialect
 
-__all__ = ["COLUMNS", "Statements", "reach_read", "reaches_of", "scrubbed_sources"]
+__all__ = ["COLUMNS", "R_COLUMNS", "Statements", "reach_read", "reaches_of", "scrubbed_sources"]
 
 # The seq, then the record's fields in ``Record``'s order (positions 1-15).
 COLUMNS = ("seq, id, scope_key, kind, text, keywords, source_thread_key, source_run_id,"
            " created_at, last_used_at, use_count, confidence, supersedes, restates, status,"
            " source")
+R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in COLUMNS.split(","))  # as ``r``
 PURGEABLE = "('superseded', 'evicted', 'swept')"
 
 

@@ -6,21 +6,18 @@ design). Modules, one job each:
 ``store``      ``SharedSqliteStore``: configuration and the ``MemoryStore`` methods
 ``options``    the ``[memory.stores.sqlite]`` table: options, defaults, checks
 ``schema``     the shard files' tables and their migrations
-``shards``     which shard holds a scope; opening a shard file
-``refold``     re-deriving a shard's terms when the languages or tokenizing rules change
+``shards``     opening a shard file (checked, terms re-derived when the analyzer changed)
 ``dialect``    SQLite's spelling of the statements both SQL stores run (``shared.sql``)
 ``statements`` the statements only this store runs, scope-keyed
 ``sql``        rows to records, transactions, apsw errors
 ``index``      the token index (FTS5) of the active records
 ``pools``      the read and write threads, one writer per shard
 ``reads``      a retrieval's reads through SQL
-``writes``     write batches, forget, sweep, retention purge
+``writes``     write batches, forget, sweep, retention purge, the day counters, ``max_scopes``
 ``usage``      pending use counts, saved in the background
-``counts``     the per-scope day counters, and ``max_scopes``
 ``porting``    export and import (every field and status kept)
 ``vectors``    the semantic lane's vectors, kept only for active records
-``browse``     the hub's pages over scopes and records, and record histories
-``reach_log``  which records reached which runs, in ``reaches.db`` beside the shards
+``browse``     the hub's pages over scopes and records, histories, the reach log (a file)
 ``migrate``    moving a directory of the retired file layout into shard files, once
 ``legacy``     reading the file layout's scope files, for the migration
 ============== ==============================================================================

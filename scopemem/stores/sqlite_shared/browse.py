@@ -1,18 +1,36 @@
 """Browsing the shared-file SQLite store (``stores.base.BrowsingStore``), by the statements
-both SQL stores share (``shared/sql.py``); the reaches are ``reach_log.py``'s.
+both SQL stores share (``shared/sql.py``), and its reaches (``core.browse.Reach``) in one file
+of the data directory, ``reaches.db``, beside the shards (``ReachLog``).
 
 A page of scopes asks each shard for the first ``offset + limit`` of its scopes in the
 page's order and merges them; a kind's count totals are each shard's, merged. Neither
 reads a record.
+
+The reaches are a file of their own, not a table of each shard: a block shows records of
+up to four scopes, in as many shards, and a log per block in each would be that many more
+commits queued behind the shards' writers. Here a block's reaches are one commit, on the
+log's own thread and connection, at ``synchronous = NORMAL`` (a power cut may lose the last
+blocks' reaches, never the shards' records), and a run's reaches are one indexed read.
+
+Each row is a reach (scope key, seq, run id, thread key, time); indexed by record, by run
+id, by thread key and by time. Every log deletes the reaches past the retention first
+(``at <= cutoff``, by the time index), and reads skip them, so what a read answers never
+depends on when the last log ran. Deleting a scope deletes its reaches, and scrubbing a
+person from a scope's provenance deletes the scope's reaches that name them
+(``stores.browsing.names_person``); both then truncate the log's WAL, and ``secure_delete``
+zeroes the freed cells, so no copy of a deleted reach stays in the file.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import json
-from collections.abc import Sequence
-from typing import Any
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from scopemem.core.browse import (
     HISTORY_REACHES,
@@ -26,26 +44,178 @@ from scopemem.core.browse import (
     merge_totals,
 )
 from scopemem.core.records import Kind, Record
-from scopemem.core.scopes import scope_kind
+from scopemem.core.scopes import record_seq, scope_kind
+from scopemem.errors import StoreError
+from scopemem.stores.base import Clock
 from scopemem.stores.browsing import (
     Found,
     count_total_args,
     drive,
+    fit_reaches,
     history_from,
     history_reads,
+    names_person,
+    reach_cutoff,
+    reach_query,
     record_args,
     record_params,
     scope_args,
     scope_order,
 )
 from scopemem.stores.shared.batches import seq_in_scope
+from scopemem.stores.shared.sql import reach_read, reaches_of
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.dialect import SQL
 from scopemem.stores.sqlite_shared.pools import ShardPools
-from scopemem.stores.sqlite_shared.reach_log import ReachLog
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
-__all__ = ["Browse"]
+__all__ = ["FILE_NAME", "Browse", "ReachLog"]
+
+T = TypeVar("T")
+
+FILE_NAME = "reaches.db"
+# "ScMr": the reach log of a shared-layout data directory.
+APPLICATION_ID = 0x53634D72
+VERSION = 1
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS reaches (
+        scope_key  TEXT NOT NULL,
+        seq        INTEGER NOT NULL,
+        run_id     TEXT NOT NULL,
+        thread_key TEXT NOT NULL,
+        at         INTEGER NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS reaches_by_record ON reaches (scope_key, seq, at)",
+    "CREATE INDEX IF NOT EXISTS reaches_by_run ON reaches (run_id, at)",
+    "CREATE INDEX IF NOT EXISTS reaches_by_thread ON reaches (thread_key, at)",
+    "CREATE INDEX IF NOT EXISTS reaches_by_time ON reaches (at)",
+)
+INSERT = ("INSERT INTO reaches (scope_key, seq, run_id, thread_key, at) VALUES"
+          " (?, ?, ?, ?, ?)")
+NAMING = ("SELECT rowid, run_id, thread_key FROM reaches WHERE scope_key = :scope"
+          " AND (instr(run_id, :person) > 0 OR instr(thread_key, :person) > 0)")
+DELETE = "DELETE FROM reaches WHERE rowid = ?"
+
+
+class ReachLog:
+    """``reaches.db`` under ``directory``, opened on first use on the log's one thread."""
+
+    def __init__(self, directory: str, clock: Clock, retention_days: int, *,
+                 busy_timeout_ms: int = 5000) -> None:
+        self.path = os.path.join(directory, FILE_NAME)
+        self._directory = directory
+        self._clock = clock
+        self.retention_days = retention_days
+        self._busy_timeout_ms = busy_timeout_ms
+        self._conn: Any = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    async def _run(self, fn: Callable[..., T], *args: Any, create: bool = False
+                   ) -> T | None:
+        """``fn(conn, *args)`` on the log's thread; None when there is no log file yet and
+        ``create`` is false."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="scopemem-reaches")
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, functools.partial(self._on_log, create, fn, *args))
+
+    def _on_log(self, create: bool, fn: Callable[..., T], *args: Any) -> T | None:
+        apsw = sqlite_sql.apsw_module()
+        try:
+            if self._conn is None:
+                if not create and not os.path.exists(self.path):
+                    return None
+                self._conn = self._open()
+            return fn(self._conn, *args)
+        except apsw.Error as exc:
+            raise (sqlite_sql.descriptors_busy(self.path, exc)
+                   or StoreError(f"sqlite store: {self.path}: {sqlite_sql.describe(exc)}")
+                   ) from exc
+
+    def _open(self) -> Any:
+        apsw = sqlite_sql.apsw_module()
+        os.makedirs(self._directory, exist_ok=True)
+        conn = apsw.Connection(self.path)
+        try:
+            conn.set_busy_timeout(self._busy_timeout_ms)
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA secure_delete = ON")
+            with sqlite_sql.immediate(conn):
+                app_id = conn.execute("PRAGMA application_id").fetchall()[0][0]
+                tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]
+                if app_id != APPLICATION_ID and (app_id != 0 or tables):
+                    raise StoreError(f"sqlite store: {self.path}: not a scopemem reach log")
+                for statement in SCHEMA:
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute(f"PRAGMA user_version = {VERSION}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    async def log(self, reaches: Sequence[Reach]) -> None:
+        fitted = fit_reaches(reaches)
+        if not self.retention_days or not fitted:
+            return
+        cutoff = reach_cutoff(self._clock(), self.retention_days)
+        rows = [(r.scope_key, record_seq(r.record_id), r.run_id, r.thread_key, r.at_ms)
+                for r in fitted if r.at_ms > cutoff]
+        await self._run(_log, cutoff, rows, create=True)
+
+    async def read(self, *, record_id: str | None = None, run: str | None = None,
+                   limit: int = 100) -> list[Reach]:
+        record_id, run, limit = reach_query(record_id, run, limit)
+        read = reach_read(SQL, record_id, run, limit,
+                          reach_cutoff(self._clock(), self.retention_days))
+        if read is None:
+            return []
+        return reaches_of(await self._run(sqlite_sql.fetch, *read) or ())
+
+    async def drop_scope(self, scope_key: str) -> None:
+        """Delete the scope's reaches (the scope itself is being deleted)."""
+        await self._run(_drop_scope, scope_key, self.path)
+
+    async def scrub(self, scope_key: str, person: str) -> None:
+        """Delete the scope's reaches whose run id or thread key names ``person``."""
+        if person:
+            await self._run(_scrub, scope_key, person, self.path)
+
+    async def close(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            await asyncio.get_running_loop().run_in_executor(executor, self._close)
+            executor.shutdown(wait=True)
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+def _log(conn: Any, cutoff: int, rows: list[tuple[str, int, str, str, int]]) -> None:
+    with sqlite_sql.immediate(conn):
+        conn.execute(SQL.prune_reaches, {"cutoff": cutoff})
+        conn.executemany(INSERT, rows)
+
+
+def _drop_scope(conn: Any, scope_key: str, path: str) -> None:
+    with sqlite_sql.immediate(conn):
+        conn.execute(SQL.drop_reaches, {"scope": scope_key})
+    sqlite_sql.truncate_wal(conn, path, "deleting a scope's reaches")
+
+
+def _scrub(conn: Any, scope_key: str, person: str, path: str) -> None:
+    with sqlite_sql.immediate(conn):
+        naming = [(rowid,) for rowid, run_id, thread_key in conn.execute(
+            NAMING, {"scope": scope_key, "person": person}).fetchall()
+            if names_person(run_id, thread_key, person)]
+        conn.executemany(DELETE, naming)
+    if naming:
+        sqlite_sql.truncate_wal(conn, path, "scrubbing reaches")
+
 
 class Browse:
     """The store's browsing, over its shards' pools and pending uses and its reach log."""
@@ -102,14 +272,8 @@ class Browse:
                                        seq)
         if found is None:
             return None
-        return history_from(found, await self.reaches.read(record_id, None, HISTORY_REACHES))
-
-    async def log_reaches(self, reaches: Sequence[Reach]) -> None:
-        await self.reaches.log(reaches)
-
-    async def read_reaches(self, *, record_id: str | None = None, run: str | None = None,
-                           limit: int = 100) -> list[Reach]:
-        return await self.reaches.read(record_id, run, limit)
+        return history_from(found, await self.reaches.read(record_id=record_id,
+                                                           limit=HISTORY_REACHES))
 
 
 def _scopes(conn: Any, statement: str, params: dict[str, Any]

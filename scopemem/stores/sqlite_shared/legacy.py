@@ -17,10 +17,10 @@ from typing import Any
 import attrs
 
 from scopemem.stores.sqlite_shared import sql
+from scopemem.stores.sqlite_shared.schema import pragma, stored_meta
 
-__all__ = ["APPLICATION_ID", "NEXT_SEQ_SQL", "RECORD_COLUMNS", "SCHEMA_VERSION",
-           "apply_schema", "connect", "is_scope_file", "pragma", "scope_file_name",
-           "stored_scope", "table_count"]
+__all__ = ["APPLICATION_ID", "NEXT_SEQ_SQL", "SCHEMA_VERSION", "apply_schema", "connect",
+           "is_scope_file", "scope_file_name", "stored_scope"]
 
 # "ScMm" in the database header marks a file as ours; a file carrying another application id
 # (or none, with tables in it) belongs to something else and is never touched.
@@ -70,15 +70,6 @@ class Migration:
     statements: tuple[str, ...]
     columns: tuple[tuple[str, str, str], ...] = ()
     once: tuple[str, ...] = ()
-
-
-# Column order shared by every SELECT that builds a Record (see ``sql.record``): the
-# seq, then the record's fields in ``Record``'s order (columns 1-15). Retrieval statements
-# append the row's indexed tokens as column 16.
-RECORD_COLUMNS = (
-    "seq, id, scope_key, kind, text, keywords, source_thread_key, source_run_id,"
-    " created_at, last_used_at, use_count, confidence, supersedes, restates, status, source"
-)
 
 
 _BOOKKEEPING = (
@@ -233,17 +224,3 @@ def apply_schema(conn: Any, now: int) -> None:
 
 def stored_scope(conn: Any) -> str | None:
     return stored_meta(conn, META_SCOPE_KEY)
-
-
-def stored_meta(conn: Any, key: str) -> str | None:
-    rows = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchall()
-    return rows[0][0] if rows else None
-
-
-def table_count(conn: Any) -> int:
-    count: int = conn.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]
-    return count
-
-
-def pragma(conn: Any, name: str) -> Any:
-    return conn.execute(f"PRAGMA {name}").fetchall()[0][0]

@@ -61,7 +61,7 @@ _OLD = "file-layout"  # inside BUILT, until it becomes the backup folder
 _SUMMARY = "summary.json"
 _SIDE_FILES = ("", "-wal", "-shm", "-journal")
 
-_ROWS = f"SELECT {file_schema.RECORD_COLUMNS}, retired_at FROM records ORDER BY seq"
+_ROWS = f"SELECT {schema.RECORD_COLUMNS}, retired_at FROM records ORDER BY seq"
 _COUNTERS = "SELECT day, name, value FROM counters ORDER BY day, name"
 _NEW_ROWS = (f"SELECT {schema.RECORD_COLUMNS}, retired_at FROM records"
              " WHERE scope_key = ? ORDER BY seq")
@@ -209,9 +209,9 @@ def _read_scope_file(path: str, scratch: str, now: int) -> _Scope | None:
     except apsw.Error as exc:
         raise _refused(path, sqlite_sql.describe(exc)) from exc
     try:
-        app_id = file_schema.pragma(conn, "application_id")
-        version = file_schema.pragma(conn, "user_version")
-        if app_id == 0 and file_schema.table_count(conn) == 0:
+        app_id = schema.pragma(conn, "application_id")
+        version = schema.pragma(conn, "user_version")
+        if app_id == 0 and schema.table_count(conn) == 0:
             log.warning("sqlite store: migration skips %s: an empty file", path)
             return None
         if app_id != file_schema.APPLICATION_ID:

@@ -21,12 +21,11 @@ from scopemem.stores.shared.tokens import index_tokens
 from scopemem.stores.sqlite_shared import index
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
-from scopemem.stores.sqlite_shared.counts import ScopeLimit
 from scopemem.stores.sqlite_shared.dialect import SQL
 from scopemem.stores.sqlite_shared.pools import ShardPools
 from scopemem.stores.sqlite_shared.shards import Shards
 from scopemem.stores.sqlite_shared.usage import PendingUses
-from scopemem.stores.sqlite_shared.writes import transaction
+from scopemem.stores.sqlite_shared.writes import ScopeLimit, transaction
 
 __all__ = ["Porting", "export_page", "import_scope", "scope_keys"]
 

@@ -84,44 +84,29 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
         continues = read_sets.pop(index.CONTINUES, set())
         postings = engine.grouped(read_sets, terms)
         read = sum(map(len, read_sets.values()))
-    weights = tokens.term_weights(postings, active, terms, ranking)
-    total = sum(weights)
-    details: dict[int, tuple[int, Record]] = {}
-    gone: set[int] = set()
-    while True:
-        if dense is not None and not gone:
-            covered, shared = dense.covered(terms, weights, limit, ranking.context_weight)
-        else:
-            covered, shared = tokens.covered(postings, continues, terms, weights, limit,
-                                             ranking, touches, now)
-        candidates = engine.rank_candidates(covered, total, limit, ranking, continues,
-                                            shared=shared)
-        wanted = [seq for _match, seq in candidates if seq not in details]
-        if not wanted and check is None:
-            break
+    choice: tokens.Candidates[Record] = tokens.Candidates(
+        postings, continues, terms, limit, ranking, active, now, touches=touches, dense=dense)
+    while choice.wanted or check is not None:
         # The first read of a copy's candidates checks its change counter ("nothing" is
         # checked too).
         lead, found = uses.rows(conn, shard, scope_key, st.ACTIVE_ROWS_AT,
-                                {"scope": scope_key, "seqs": json.dumps(wanted)}, lead=2)
+                                {"scope": scope_key, "seqs": json.dumps(choice.wanted)},
+                                lead=2)
         if check is not None:
             if lead is None or lead[1] != check:
                 stale = search(conn, uses, shard, ranking, scope_key, terms, limit, now, bump)
                 return attrs.evolve(stale, stale=True)
             check = None
-        for row in found:
-            record = sqlite_sql.record(row)
-            details[row[0]] = (record.last_touched, record)
-        gone = {seq for seq in wanted if seq not in details}
-        if not gone:
+        if choice.found({row[0]: (record.last_touched, record) for row in found
+                         for record in (sqlite_sql.record(row),)}):
             break
-        # Rows that left active status since the postings were read (a concurrent forget)
-        # leave them (new sets: a copy is shared), so the weighing can reach past them.
-        postings = {term: frozenset(holders).difference(gone)
-                    for term, holders in postings.items()}
-    if not candidates:
-        return Searched([], generation, read)
-    ranked = engine.score_candidates(candidates, limit, now, details)
-    if not bump:
+    return _hits(uses, shard, scope_key, choice.ranked(), now, bump, generation, read)
+
+
+def _hits(uses: PendingUses, shard: int, scope_key: str, ranked: list[tuple[Record, float]],
+          now: int, bump: bool, generation: int | None, read: int) -> Searched:
+    """``ranked`` as a retrieval's answer, each record's use counted when ``bump``."""
+    if not bump or not ranked:
         return Searched([Hit(record, match) for record, match in ranked], generation, read)
     uses.add(shard, scope_key, [record_seq(record.id) for record, _m in ranked], now)
     return Searched([Hit(engine.bump_usage(record, now), match) for record, match in ranked],
@@ -152,11 +137,7 @@ def _small_scope(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranki
     # ``PostingsCache.offer`` weighs).
     asked = frozenset(terms.stems)
     read = sum(len(asked & entry[1]) for entry in entries)
-    if not bump or not records:
-        return Searched([Hit(record, match) for record, match in records], generation, read)
-    uses.add(shard, scope_key, [record_seq(record.id) for record, _m in records], now)
-    return Searched([Hit(engine.bump_usage(record, now), match) for record, match in records],
-                    generation, read)
+    return _hits(uses, shard, scope_key, records, now, bump, generation, read)
 
 
 def _postings(rows: Sequence[Sequence[Any]]) -> tuple[dict[str, set[int]], set[int]]:

@@ -1,7 +1,7 @@
 """The shard files' tables and their migrations, the shard a scope lives in
 (``shard_of``), and the checks that a file is the shard it is named for (its application id
 and ``meta``'s index and count) and follows the store's analyzer (``META_FOLDING``,
-``refold.py``). ``docs/storage.md`` ("The shared SQLite layout") describes the tables. Every
+``shards.refold``). ``docs/storage.md`` ("The shared SQLite layout") describes the tables. Every
 index leads with ``scope_key``. Plain data plus small functions taking an apsw connection.
 """
 
@@ -25,8 +25,8 @@ META_SHARD = "shard"
 META_SHARDS = "shards"
 META_FOLDING = "folding"
 
-# The shared columns of a row (``shared.sql.COLUMNS``), in the file layout's order too
-# (``legacy.RECORD_COLUMNS``), so ``sql.record`` builds records from either.
+# The shared columns of a row (``shared.sql.COLUMNS``), which the file layout's scope files
+# have too (``migrate.py`` reads them), so ``sql.record`` builds records from either.
 RECORD_COLUMNS = COLUMNS
 
 
@@ -207,6 +207,11 @@ def pragma(conn: Any, name: str) -> Any:
     return conn.execute(f"PRAGMA {name}").fetchall()[0][0]
 
 
+def table_count(conn: Any) -> int:
+    count: int = conn.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]
+    return count
+
+
 def stored_meta(conn: Any, key: str) -> str | None:
     rows = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchall()
     return rows[0][0] if rows else None
@@ -221,8 +226,7 @@ def identity_problem(conn: Any, index: int, shards: int) -> str | None:
     """Why the open file is not shard ``index`` of ``shards`` of this store (None when it is,
     or when it is empty). Reads only; the caller holds a transaction."""
     app_id = pragma(conn, "application_id")
-    tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]
-    if app_id == 0 and tables == 0:
+    if app_id == 0 and table_count(conn) == 0:
         return None  # a new file
     if app_id != APPLICATION_ID:
         return "not a scopemem shard (another application's database)"

@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from scopemem.core.records import Record, trusted_record
@@ -45,21 +46,6 @@ def insert_row(seq: int, r: Record, now: int, tokens: Sequence[str]) -> tuple[An
             None if r.is_active else now, " ".join(tokens) if r.is_active else "")
 
 
-def with_bumps(rows: Sequence[Sequence[Any]], pending: Mapping[int, list[int]]
-               ) -> list[Sequence[Any]]:
-    """Rows as they will be once the pending usage bumps (seq → [uses, last use]) are saved:
-    the use count added, the last use moved forward (never back)."""
-    out: list[Sequence[Any]] = []
-    for row in rows:
-        bump = pending.get(row[0])
-        if bump is not None:
-            last = row[9]
-            row = (*row[:9], bump[1] if last is None or bump[1] > last else last,
-                   row[10] + bump[0], *row[11:])
-        out.append(row)
-    return out
-
-
 @contextlib.contextmanager
 def snapshot(conn: Any) -> Iterator[None]:
     """A read transaction: every statement in the block reads the same committed state."""
@@ -84,6 +70,20 @@ def immediate(conn: Any) -> Iterator[None]:
                 conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def fetch(conn: Any, statement: str, params: dict[str, Any]) -> list[Any]:
+    return list(conn.execute(statement, params).fetchall())
+
+
+def truncate_wal(conn: Any, path: str, after: str) -> None:
+    """No page image of what was scrubbed stays in the WAL (secure_delete zeroed it in
+    the database file once checkpointed)."""
+    busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
+    if busy:
+        logging.getLogger("scopemem.stores.sqlite").warning(
+            "sqlite store: %s: a reader holds an old snapshot; the WAL could not be"
+            " truncated after %s (later commits overwrite it)", path, after)
 
 
 def describe(exc: BaseException) -> str:

@@ -11,11 +11,11 @@ on what a client sent and user text never reaches SQL as anything but a value.
 
 from __future__ import annotations
 
+from scopemem.stores.shared.sql import R_COLUMNS
 from scopemem.stores.sqlite_shared.schema import RECORD_COLUMNS as RECORD_COLUMNS
 from scopemem.stores.sqlite_shared.schema import dedup_key
 
 ACTIVE = "scope_key = :scope AND status = 'active'"
-IN_SEQS = "seq IN (SELECT value FROM json_each(:seqs))"
 
 # --- reads ---------------------------------------------------------------------------------
 
@@ -35,25 +35,23 @@ STATE_POSTINGS = ("SELECT sc.active, sc.generation, q.value, (SELECT"
                   " LEFT JOIN json_each(:terms) AS q WHERE sc.scope_key = :scope")
 # The candidates' rows, after the scope's uses counter (``usage.py``) and change counter
 # (what a copy in memory is checked against); one row of NULLs after them when none is found.
-_R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in RECORD_COLUMNS.split(","))
-ACTIVE_ROWS_AT = (f"SELECT sc.uses, sc.generation, {_R_COLUMNS} FROM scopes AS sc"
+ACTIVE_ROWS_AT = (f"SELECT sc.uses, sc.generation, {R_COLUMNS} FROM scopes AS sc"
                   " LEFT JOIN records AS r ON r.scope_key = sc.scope_key"
                   " AND r.status = 'active' AND r.seq IN (SELECT value FROM json_each(:seqs))"
                   " WHERE sc.scope_key = :scope")
 # A small scope's every active row with its terms (``reads.search``: ranked from them in
 # one statement); only the scope's row, with NULLs, for a scope of more than :most.
-SMALL_SCOPE_ROWS = (f"SELECT sc.uses, sc.generation, sc.active, {_R_COLUMNS}, r.tokens"
+SMALL_SCOPE_ROWS = (f"SELECT sc.uses, sc.generation, sc.active, {R_COLUMNS}, r.tokens"
                     " FROM scopes AS sc LEFT JOIN records AS r ON r.scope_key = sc.scope_key"
                     " AND r.status = 'active' AND sc.active <= :most"
                     " WHERE sc.scope_key = :scope")
-# The scope's uses counter, for a statement answering rows (read once: it does not depend
-# on the row).
-USES_COUNTER = "(SELECT uses FROM scopes WHERE scope_key = :scope)"
 # A scope's whole index, for a copy in memory: its range of the token index's vocabulary
 # (``index.bounds``), read through the connection's ``fts5vocab`` table (``shards.py``).
 SCOPE_POSTINGS = ("SELECT substr(term, 9), doc & 4294967295 FROM temp.terms_vocab"
                   " WHERE term >= :low AND term < :high")
-LISTING = (f"SELECT {USES_COUNTER}, {RECORD_COLUMNS} FROM records WHERE {ACTIVE}"
+# After the scope's uses counter (read once: it does not depend on the row).
+LISTING = (f"SELECT (SELECT uses FROM scopes WHERE scope_key = :scope), {RECORD_COLUMNS}"
+           f" FROM records WHERE {ACTIVE}"
            " AND (:kind IS NULL OR kind = :kind)"
            " AND (:terms IS NULL OR seq IN (SELECT t.rowid & 4294967295"
            f" FROM json_each(:terms) AS q CROSS JOIN terms_fts AS t"
@@ -74,7 +72,8 @@ BATCH_ROWS = (f"SELECT {RECORD_COLUMNS} FROM records INDEXED BY records_active_k
               f" WHERE {ACTIVE} AND {dedup_key('norm')} IN"
               f" (SELECT {dedup_key('value')} FROM json_each(:norms))"
               " AND norm IN (SELECT value FROM json_each(:norms))"
-              f" UNION SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE} AND {IN_SEQS}"
+              f" UNION SELECT {RECORD_COLUMNS} FROM records WHERE {ACTIVE}"
+              " AND seq IN (SELECT value FROM json_each(:seqs))"
               " ORDER BY seq")
 # A write's rows and postings go in as one JSON array a statement, not a statement a row:
 # SQLite runs each statement without the GIL, and a thread taking the GIL back while the

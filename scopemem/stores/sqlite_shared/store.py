@@ -20,7 +20,6 @@ from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
     Candidate,
-    CountRow,
     Kind,
     PurgeResult,
     Record,
@@ -49,8 +48,7 @@ from scopemem.stores.shared.cache import (
 )
 from scopemem.stores.sqlite_shared import reads, schema, writes
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
-from scopemem.stores.sqlite_shared.browse import Browse
-from scopemem.stores.sqlite_shared.counts import Counts, ScopeLimit
+from scopemem.stores.sqlite_shared.browse import Browse, ReachLog
 from scopemem.stores.sqlite_shared.migrate import migrate_file_layout
 from scopemem.stores.sqlite_shared.options import (
     DEFAULT_PATH,
@@ -67,10 +65,10 @@ from scopemem.stores.sqlite_shared.options import (
 )
 from scopemem.stores.sqlite_shared.pools import POOL_THREADS, ShardPools
 from scopemem.stores.sqlite_shared.porting import Porting
-from scopemem.stores.sqlite_shared.reach_log import ReachLog
 from scopemem.stores.sqlite_shared.shards import Shards
 from scopemem.stores.sqlite_shared.usage import PendingUses
 from scopemem.stores.sqlite_shared.vectors import Vectors
+from scopemem.stores.sqlite_shared.writes import Counts, ScopeLimit
 
 __all__ = ["SharedSqliteStore"]
 
@@ -119,11 +117,14 @@ class SharedSqliteStore:
         self._clock = clock
         self._saver: asyncio.Task[None] | None = None
         self._scopes = ScopeLimit(self._shards, self.max_scopes, self.directory)
-        self._counts = Counts(self._shards, self._pools, self._scopes, clock,
-                              synchronous=self.synchronous)
+        counts = Counts(self._shards, self._pools, self._scopes, clock,
+                        synchronous=self.synchronous)
+        self.add_counts = counts.add_counts
+        self.read_counts = counts.read_counts
         self._porting = Porting(self._shards, self._pools, self._uses, self._scopes, clock,
                                 self.analyzer)
-        # Browsing (``browse.py``), its reaches in a file of their own (``reach_log.py``).
+        self.export_scopes = self._porting.export_scopes
+        # Browsing (``browse.py``), its reaches in a file of their own (``ReachLog``).
         self._browse = Browse(self._shards.count, self._shards.of, self._pools, self._uses,
                               ReachLog(self.directory, clock,
                                        check_reach_retention_days(reach_retention_days),
@@ -132,8 +133,8 @@ class SharedSqliteStore:
         self.record_page = self._browse.record_page
         self.record_history = self._browse.record_history
         self.read_count_totals = self._browse.read_count_totals
-        self.log_reaches = self._browse.log_reaches
-        self.read_reaches = self._browse.read_reaches
+        self.log_reaches = self._browse.reaches.log
+        self.read_reaches = self._browse.reaches.read
         # The semantic lane's vectors (``vectors.py``).
         vectors = Vectors(self._shards.of, self._pools, self._uses)
         self.vectors_missing = vectors.vectors_missing
@@ -265,38 +266,33 @@ class SharedSqliteStore:
         if seq is None:
             return False
         shard = self._shards.of(scope_key)
-        done = await self._pools.write(shard, writes.forget_wiped, self._uses, shard,
+        done = await self._pools.write(shard, writes.forget, self._uses, shard,
                                        self._shards.path(shard), scope_key, seq, self._clock())
         return bool(done)
 
     async def delete_scope(self, scope_key: str) -> int:
-        """Delete every record of ``scope_key``, whatever its status, with its token index
-        entries and its day counters, in one transaction (``writes.delete_scope``), then its
-        reaches (``reach_log.py``); the number of records deleted (0: no such scope). Safe
-        while other processes use the directory: it is a write like any other. The scope's
-        ids are never given again."""
+        """``writes.delete_scope``, then the scope's reaches (``browse.ReachLog``); the number
+        of records deleted (0: no such scope). A write like any other."""
         check_scope_key(scope_key)
         shard = self._shards.of(scope_key)
-        done = await self._pools.write(shard, writes.delete_scope_wiped, self._uses, shard,
+        done = await self._pools.write(shard, writes.delete_scope, self._uses, shard,
                                        self._shards.path(shard), scope_key)
         await self._browse.reaches.drop_scope(scope_key)
         return done or 0
 
     async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
-        """Replace the person ``person_key`` names in the scope's thread keys and run ids
-        (``core.provenance``), in one transaction, then delete the scope's reaches that name
-        them; the number of records changed."""
+        """``writes.scrub_provenance``, then the scope's reaches naming the person deleted;
+        the number of records changed."""
         check_scope_key(scope_key)
         person = person_id(check_scope_key(person_key))
         shard = self._shards.of(scope_key)
-        done = await self._pools.write(shard, writes.scrub_provenance_wiped, self._uses, shard,
+        done = await self._pools.write(shard, writes.scrub_provenance, self._uses, shard,
                                        self._shards.path(shard), scope_key, person)
         await self._browse.reaches.scrub(scope_key, person)
         return done or 0
 
     async def purge(self) -> PurgeResult:
-        """The retention purge every write applies to its scope, applied now to every scope,
-        one transaction each (``writes.purge``)."""
+        """``writes.purge`` on every scope, one transaction each."""
         cutoff = retention_cutoff(self._clock(), self.retention_days)
         result = PurgeResult()
         for scope_key in await self.export_scopes():
@@ -360,17 +356,6 @@ class SharedSqliteStore:
     async def _save_later(self) -> None:
         await asyncio.sleep(self.usage_flush_ms / 1000)
         await self.flush()
-
-    async def add_counts(self, rows: Sequence[CountRow]) -> None:
-        await self._counts.add_counts(rows)
-
-    async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
-                          prefix: str | None = None, since_day: int = 0
-                          ) -> builtins.list[CountRow]:
-        return await self._counts.read_counts(scope_keys, prefix=prefix, since_day=since_day)
-
-    async def export_scopes(self) -> builtins.list[str]:
-        return await self._porting.export_scopes()
 
     async def export_page(self, scope_key: str, after: int, limit: int
                           ) -> builtins.list[Record]:

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from scopemem.stores.shared.bumps import Bumps, add_bumps, merge_bumps
+from scopemem.stores.shared.bumps import Bumps, add_bumps, bumped, merge_bumps
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
 
@@ -97,7 +97,7 @@ class PendingUses:
             return None, []
         found = [row[lead:] for row in rows if row[lead] is not None]
         if missing:
-            found = sqlite_sql.with_bumps(found, missing)
+            found = [bumped(row, missing) for row in found]
         return rows[0][:lead], found
 
     def _missing(self, shard: int, scope_key: str, counted: int) -> Bumps | None:

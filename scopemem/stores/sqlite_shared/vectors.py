@@ -47,7 +47,8 @@ class Vectors:
         params = shared.missing_params(scope_key, model, limit)
         if params is None:
             return []
-        rows = await self._pools.read(self._of(scope_key), _read, SQL.vectors_missing, params)
+        rows = await self._pools.read(self._of(scope_key), sqlite_sql.fetch,
+                                      SQL.vectors_missing, params)
         return [(record_id, text) for record_id, text in rows or ()]
 
     async def put_vectors(self, scope_key: str, model: str,
@@ -69,10 +70,6 @@ class Vectors:
         found = await self._pools.read(shard, _nearest, self._uses, self._matrices, shard,
                                        params, query, limit, floor, include)
         return found or []
-
-
-def _read(conn: Any, statement: str, params: dict[str, Any]) -> list[Any]:
-    return list(conn.execute(statement, params).fetchall())
 
 
 def _put(conn: Any, rows: list[dict[str, Any]]) -> int:

@@ -1,17 +1,17 @@
-"""A write batch, a forget, a sweep, deleting a scope, scrubbing provenance and the purge on
-one shard: each one ``BEGIN IMMEDIATE`` transaction on the shard's writing thread, committed
-whole or not at all, the scope's pending uses saved first (``transaction``).
+"""A write batch, a forget, a sweep, deleting a scope, scrubbing provenance, the purge and the
+day counters on one shard: each one ``BEGIN IMMEDIATE`` transaction on the shard's writing
+thread, committed whole or not at all, the scope's pending uses saved first
+(``transaction``). ``add_counts`` is one transaction per shard the call touches;
+``ScopeLimit`` is ``max_scopes``.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
-import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
-
-import attrs
 
 from scopemem.core import engine
 from scopemem.core.records import (
@@ -25,23 +25,23 @@ from scopemem.core.records import (
 )
 from scopemem.core.scopes import memory_id, record_seq
 from scopemem.core.words import Analyzer
-from scopemem.errors import StoreError
+from scopemem.errors import ScopeLimitReached, StoreError
+from scopemem.stores.base import Clock, check_scope_key
 from scopemem.stores.shared import batches
 from scopemem.stores.shared import counts as counting
 from scopemem.stores.shared.batches import PURGE_ROWS
 from scopemem.stores.shared.sql import scrubbed_sources
-from scopemem.stores.shared.tokens import index_tokens
+from scopemem.stores.shared.tokens import documents, record_tokens
 from scopemem.stores.sqlite_shared import index
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.dialect import SQL
-from scopemem.stores.sqlite_shared.usage import PendingUses
+from scopemem.stores.sqlite_shared.pools import ShardPools
+from scopemem.stores.sqlite_shared.shards import Shards
+from scopemem.stores.sqlite_shared.usage import PendingUses, relaxed
 
-log = logging.getLogger("scopemem.stores.sqlite")
-
-__all__ = ["add_rows", "delete_scope", "delete_scope_wiped", "forget",
-           "forget_wiped", "purge", "scrub_provenance", "scrub_provenance_wiped", "sweep",
-           "truncate_wal", "write"]
+__all__ = ["Counts", "ScopeLimit", "add_rows", "delete_scope", "forget", "purge",
+           "scrub_provenance", "sweep", "write"]
 
 
 def add_rows(conn: Any, rows: Sequence[CountRow]) -> None:
@@ -83,16 +83,15 @@ def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_ke
             if row[3] > index.MAX_SID:
                 raise StoreError(f"sqlite store: shard of {scope_key!r} has given every id")
         last_seq, active, _generation, sid = row
-        route = Route(scope_key, sid)
         norms, seqs = batches.lookup_keys(scope_key, fitted)
         known = [sqlite_sql.record(r) for r in conn.execute(st.BATCH_ROWS, {
             "scope": scope_key, "norms": json.dumps(norms), "seqs": json.dumps(seqs)})]
         plan = batches.plan_batch(scope_key, fitted, known, last_seq + 1, now)
-        _persist(conn, analyzer, route, plan, last_seq, now)
+        _persist(conn, analyzer, scope_key, sid, plan, last_seq, now)
         evicted: list[int] = []
         live = active + plan.live_delta
         if live > cap:
-            evicted = _evict(conn, route, live - cap, now)
+            evicted = _evict(conn, scope_key, sid, live - cap, now)
         for statement in (SQL.scrub_swept, SQL.purge):
             conn.execute(statement, {"scope": scope_key, "rows": PURGE_ROWS, "cutoff": cutoff})
         conn.execute(SQL.set_counts, {"scope": scope_key, "last": plan.next_seq - 1,
@@ -102,22 +101,12 @@ def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_ke
     return counts
 
 
-@attrs.frozen
-class Route:
-    """The scope a write changes, and its id in the token index (``index.py``)."""
-
-    scope_key: str
-    sid: int
-
-
-def _persist(conn: Any, analyzer: Analyzer, route: Route, plan: batches.BatchPlan,
-             last_seq: int, now: int) -> None:
+def _persist(conn: Any, analyzer: Analyzer, scope_key: str, sid: int,
+             plan: batches.BatchPlan, last_seq: int, now: int) -> None:
     """The batch's new rows and their postings, and its changes to existing rows (those it
     retired leave the postings)."""
-    scope_key = route.scope_key
     if plan.inserts:
-        held = {record_seq(r.id): index_tokens(r.text, r.keywords, analyzer)
-                for r in plan.inserts}
+        held = {record_seq(r.id): record_tokens(r, analyzer) for r in plan.inserts}
         conn.execute(st.INSERT_ROWS, {"scope": scope_key, "rows": json.dumps([
             sqlite_sql.insert_row(seq, r, now, held[seq])
             for r in plan.inserts for seq in (record_seq(r.id),)], ensure_ascii=False)})
@@ -125,48 +114,42 @@ def _persist(conn: Any, analyzer: Analyzer, route: Route, plan: batches.BatchPla
         if last_seq:
             rows = conn.execute(st.THREAD_OF, {"scope": scope_key, "seq": last_seq}).fetchall()
             thread = rows[0][0] if rows else None
-        documents: list[tuple[int, list[str], bool]] = []
-        for record in plan.inserts:
-            if record.is_active:
-                seq = record_seq(record.id)
-                if seq > index.MAX_SEQ:
-                    raise StoreError(f"sqlite store: scope {scope_key!r} has used every id")
-                documents.append((seq, held[seq], record.source_thread_key == thread))
-            thread = record.source_thread_key
-        index.post(conn, route.sid, documents)
+        posted = documents(plan.inserts, thread, held)
+        if posted and posted[-1][0] > index.MAX_SEQ:
+            raise StoreError(f"sqlite store: scope {scope_key!r} has used every id")
+        index.post(conn, sid, posted)
     if plan.changes:
         conn.execute(st.CHANGE_ROWS, {"scope": scope_key, "now": now, "rows": json.dumps([
             (record_seq(r.id), r.use_count, r.last_used_at, r.confidence, r.status.value)
             for r in plan.changes])})
-        index.unpost(conn, route.sid,
-                     [record_seq(r.id) for r in plan.changes if not r.is_active])
+        index.unpost(conn, sid, [record_seq(r.id) for r in plan.changes if not r.is_active])
 
 
-def _evict(conn: Any, route: Route, excess: int, now: int) -> list[int]:
+def _evict(conn: Any, scope_key: str, sid: int, excess: int, now: int) -> list[int]:
     """The seqs of the rows evicted to bring the scope down by ``excess``."""
-    groups = [conn.execute(statement, {"scope": route.scope_key, "excess": excess}).fetchall()
+    groups = [conn.execute(statement, {"scope": scope_key, "excess": excess}).fetchall()
               for statement in (SQL.lru_never_used, SQL.lru_used)]
     evicted = batches.pick_eviction(groups[0], groups[1], excess)
-    return _retire(conn, route, evicted, Status.EVICTED, now)
+    return _retire(conn, scope_key, sid, evicted, Status.EVICTED, now)
 
 
-def _retire(conn: Any, route: Route, seqs: Sequence[int], status: Status, now: int
-            ) -> list[int]:
+def _retire(conn: Any, scope_key: str, sid: int, seqs: Sequence[int], status: Status,
+            now: int) -> list[int]:
     """Retire the active ones of rows ``seqs`` with ``status``, out of the postings; their
     seqs."""
     if not seqs:
         return []
-    index.unpost(conn, route.sid, seqs)
-    rows = conn.execute(SQL.retire, {"scope": route.scope_key, "seqs": json.dumps(list(seqs)),
+    index.unpost(conn, sid, seqs)
+    rows = conn.execute(SQL.retire, {"scope": scope_key, "seqs": json.dumps(list(seqs)),
                                     "status": status.value, "now": now}).fetchall()
     return [seq for (seq,) in rows]
 
 
-def forget(conn: Any, uses: PendingUses, shard: int, scope_key: str, seq: int, now: int
-           ) -> bool:
+def forget(conn: Any, uses: PendingUses, shard: int, path: str, scope_key: str, seq: int,
+           now: int) -> bool:
     """Scrub one active record: its text, dedup key, keywords and tokens emptied, out of
-    the postings. SQLite's ``secure_delete`` zeroes the freed cells; the caller truncates
-    the WAL after the commit."""
+    the postings. SQLite's ``secure_delete`` zeroes the freed cells, and the WAL of the
+    shard file ``path`` is truncated after the commit."""
     with transaction(conn, uses, shard, scope_key):
         row = _scope_row(conn, scope_key)
         if row is None:
@@ -183,31 +166,36 @@ def forget(conn: Any, uses: PendingUses, shard: int, scope_key: str, seq: int, n
         index.scrub(conn)
         conn.execute(SQL.add_active, {"scope": scope_key, "delta": -1})
         add_rows(conn, counting.forget_rows(scope_key, now))
+    sqlite_sql.truncate_wal(conn, path, "a forget")
     return True
 
 
-def delete_scope(conn: Any, uses: PendingUses, shard: int, scope_key: str) -> int:
+def delete_scope(conn: Any, uses: PendingUses, shard: int, path: str, scope_key: str) -> int:
     """Delete every record of the scope (whatever its status), its documents in the token
-    index and its counters, in one transaction, then merge the index so no trace of its
-    terms stays. Its row in ``scopes`` stays, emptied, with its last seq and its id in the
-    index, so no id the scope gave is ever given again. The number of records deleted."""
+    index and its counters, in one transaction, then merge the index and truncate the WAL
+    of ``path`` so no trace of its terms stays. Its row in ``scopes`` stays, emptied, with
+    its last seq and its id in the index, so no id the scope gave is ever given again. The
+    number of records deleted."""
     with transaction(conn, uses, shard, scope_key):
         row = _scope_row(conn, scope_key)
         if row is None:
-            return 0
-        index.unpost_scope(conn, row[3])
-        conn.execute(SQL.delete_records, {"scope": scope_key})
-        deleted = int(conn.changes())
-        conn.execute(st.DELETE_COUNTERS, {"scope": scope_key})
-        conn.execute(SQL.empty_scope, {"scope": scope_key})
-        index.scrub(conn)
+            deleted = 0
+        else:
+            index.unpost_scope(conn, row[3])
+            conn.execute(SQL.delete_records, {"scope": scope_key})
+            deleted = int(conn.changes())
+            conn.execute(st.DELETE_COUNTERS, {"scope": scope_key})
+            conn.execute(SQL.empty_scope, {"scope": scope_key})
+            index.scrub(conn)
+    sqlite_sql.truncate_wal(conn, path, "deleting a scope")
     return deleted
 
 
-def scrub_provenance(conn: Any, uses: PendingUses, shard: int, scope_key: str, person: str
-                     ) -> int:
+def scrub_provenance(conn: Any, uses: PendingUses, shard: int, path: str, scope_key: str,
+                     person: str) -> int:
     """Replace ``person`` in the scope's thread keys and run ids (``core.provenance``), in
-    one transaction; the number of rows changed."""
+    one transaction, then (if a row changed) truncate the WAL of ``path``; the number of
+    rows changed."""
     with transaction(conn, uses, shard, scope_key):
         if not person or _scope_row(conn, scope_key) is None:
             return 0
@@ -216,42 +204,9 @@ def scrub_provenance(conn: Any, uses: PendingUses, shard: int, scope_key: str, p
         if changed:
             conn.executemany(SQL.set_source, changed)
             conn.execute(SQL.next_generation, {"scope": scope_key})
-    return len(changed)
-
-
-def truncate_wal(conn: Any, path: str, after: str) -> None:
-    """No page image of what was scrubbed stays in the WAL (secure_delete zeroed it in
-    the database file once checkpointed)."""
-    busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
-    if busy:
-        log.warning("sqlite store: %s: a reader holds an old snapshot; the WAL could not"
-                    " be truncated after %s (later commits overwrite it)", path, after)
-
-
-def forget_wiped(conn: Any, uses: PendingUses, shard: int, path: str, scope_key: str,
-                 seq: int, now: int) -> bool:
-    """``forget``, then the WAL of the shard file ``path`` truncated."""
-    if not forget(conn, uses, shard, scope_key, seq, now):
-        return False
-    truncate_wal(conn, path, "a forget")
-    return True
-
-
-def delete_scope_wiped(conn: Any, uses: PendingUses, shard: int, path: str, scope_key: str
-                       ) -> int:
-    """``delete_scope``, then the WAL of the shard file ``path`` truncated."""
-    deleted = delete_scope(conn, uses, shard, scope_key)
-    truncate_wal(conn, path, "deleting a scope")
-    return deleted
-
-
-def scrub_provenance_wiped(conn: Any, uses: PendingUses, shard: int, path: str,
-                           scope_key: str, person: str) -> int:
-    """``scrub_provenance``, then (if it changed a row) the WAL of ``path`` truncated."""
-    changed = scrub_provenance(conn, uses, shard, scope_key, person)
     if changed:
-        truncate_wal(conn, path, "scrubbing provenance")
-    return changed
+        sqlite_sql.truncate_wal(conn, path, "scrubbing provenance")
+    return len(changed)
 
 
 def purge(conn: Any, uses: PendingUses, shard: int, scope_key: str, cutoff: int
@@ -281,9 +236,91 @@ def sweep(conn: Any, uses: PendingUses, shard: int, scope_key: str, now: int, dr
             return SweepResult(swept=0)
         rows = conn.execute(SQL.active_facts, {"scope": scope_key}).fetchall()
         swept_records: list[Record] = engine.plan_sweep([sqlite_sql.record(r) for r in rows])
-        route = Route(scope_key, row[3])
-        retired = _retire(conn, route, [record_seq(r.id) for r in swept_records],
+        retired = _retire(conn, scope_key, row[3], [record_seq(r.id) for r in swept_records],
                           Status.SWEPT, now)
         conn.execute(SQL.add_active, {"scope": scope_key, "delta": -len(retired)})
         add_rows(conn, counting.sweep_rows(scope_key, len(retired), now))
     return SweepResult(swept=len(swept_records))
+
+
+class ScopeLimit:
+    """``max_scopes``: new scopes counted against it (0: no limit)."""
+
+    def __init__(self, shards: Shards, max_scopes: int, directory: str) -> None:
+        self._shards = shards
+        self._max = max_scopes
+        self._directory = directory
+        self._count: int | None = None  # scopes held, once counted
+
+    def reserve(self) -> None:
+        """Count a new scope against ``max_scopes`` (on the write pool, inside the new
+        scope's write transaction); raise ``ScopeLimitReached`` past it."""
+        if not self._max:
+            return
+        if self._count is None or self._count >= self._max:
+            self._count = self._count_scopes()
+        if self._count >= self._max:
+            raise ScopeLimitReached(
+                f"sqlite store: {self._directory} holds {self._count} scopes, the limit"
+                f" (max_scopes = {self._max}); a write to a new scope is refused")
+        self._count += 1
+
+    def _count_scopes(self) -> int:
+        total = 0
+        for shard in range(self._shards.count):
+            conn = self._shards.connection(shard, create=False)
+            if conn is not None:
+                total += conn.execute(SQL.count_scopes).fetchall()[0][0]
+        return total
+
+
+class Counts:
+    """``add_counts`` and ``read_counts`` of ``SharedSqliteStore``."""
+
+    def __init__(self, shards: Shards, pools: ShardPools, scopes: ScopeLimit, clock: Clock, *,
+                 synchronous: str) -> None:
+        self._shards = shards
+        self._pools = pools
+        self._scopes = scopes
+        self._clock = clock
+        self._synchronous = synchronous
+
+    async def add_counts(self, rows: Sequence[CountRow]) -> None:
+        by_shard: dict[int, builtins.list[CountRow]] = {}
+        for row in counting.check_rows(rows):
+            by_shard.setdefault(self._shards.of(row.scope_key), []).append(row)
+        for shard, group in sorted(by_shard.items()):
+            await self._pools.write(shard, self._add_counts, group, create=True)
+
+    def _add_counts(self, conn: Any, rows: Sequence[CountRow]) -> None:
+        with relaxed(conn, self._synchronous), sqlite_sql.immediate(conn):
+            now = self._clock()
+            for scope_key in dict.fromkeys(row.scope_key for row in rows):
+                if not conn.execute(st.LOCK_SCOPE, {"scope": scope_key}).fetchall():
+                    self._scopes.reserve()
+                    conn.execute(st.NEW_SCOPE, {"scope": scope_key, "now": now})
+            add_rows(conn, rows)
+
+    async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
+                          prefix: str | None = None, since_day: int = 0
+                          ) -> builtins.list[CountRow]:
+        keys = None if scope_keys is None else {check_scope_key(k) for k in scope_keys}
+        shards = (range(self._shards.count) if keys is None
+                  else sorted({self._shards.of(key) for key in keys}))
+        rows: builtins.list[CountRow] = []
+        for shard in shards:
+            wanted = None if keys is None else [key for key in keys
+                                                if self._shards.of(key) == shard]
+            found: builtins.list[tuple[Any, ...]] = await self._pools.read(
+                shard, _read_counts, since_day, prefix, wanted) or []
+            rows.extend(CountRow(*row) for row in found
+                        if counting.select_scope(row[0], keys, prefix))
+        return sorted(rows, key=lambda r: (r.scope_key, r.day, r.name))
+
+
+def _read_counts(conn: Any, since_day: int, prefix: str | None,
+                 keys: builtins.list[str] | None) -> builtins.list[tuple[Any, ...]]:
+    params = {"since": since_day, "prefix": prefix}
+    if keys is None:
+        return list(conn.execute(SQL.read_counts, params))
+    return list(conn.execute(SQL.read_counts_of, {**params, "keys": json.dumps(keys)}))
