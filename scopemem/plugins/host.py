@@ -217,4 +217,7 @@ def authorize_write(
     answers = hook_answers(pm.hook.scopemem_authorize_write, firstresult=True,
                            actor=actor, target=target, candidate=candidate, origin=origin)
     decision = answers[0][1] if answers else None
+    if decision is not None and not isinstance(decision, WriteDecision):
+        raise PluginError(f"plugin {answers[0][0]!r} answered scopemem_authorize_write with "
+                          f"{_shown(decision)}, not a WriteDecision")
     return settle_decision(target, decision, actor, breadth)

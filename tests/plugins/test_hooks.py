@@ -260,6 +260,8 @@ class Broken:
     def scopemem_authorize_write(self, actor, target, candidate, origin):
         if self.how == "policy raises":
             raise RuntimeError("policy down")
+        if self.how == "policy junk":
+            return "allow"
 
 
 @pytest.mark.parametrize(("how", "message"), [
@@ -324,6 +326,17 @@ def test_a_policy_plugin_that_raises_is_named():
     pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken("policy raises"),))
     with pytest.raises(PluginError, match=re.escape(
             "plugin 'Broken' failed in scopemem_authorize_write: RuntimeError: policy down")):
+        host.authorize_write(pm, actor=ACTOR, target="org:acme", candidate=FACT,
+                             origin="public", breadth=BREADTH)
+
+
+def test_a_policy_plugin_answering_the_wrong_type_is_named():
+    """docs/plugins.md: a wrong type from scopemem_authorize_write is a PluginError naming
+    the plugin, as a raise is, not a silent denial counted as a widening."""
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken("policy junk"),))
+    with pytest.raises(PluginError, match=re.escape(
+            "plugin 'Broken' answered scopemem_authorize_write with 'allow', not a "
+            "WriteDecision")):
         host.authorize_write(pm, actor=ACTOR, target="org:acme", candidate=FACT,
                              origin="public", breadth=BREADTH)
 
