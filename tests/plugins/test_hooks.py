@@ -377,3 +377,35 @@ def test_scopemem_register_commands_adds_click_commands():
     result = CliRunner().invoke(cli, ["hello"])
     assert result.exit_code == 0 and "hello from a plugin" in result.output
     assert {"plugins", "stores", "config"} <= set(cli.commands)
+
+
+def test_a_command_name_registered_twice_is_refused_naming_both_plugins():
+    """As for stores and providers, a duplicate name is loud: a plugin's ``list`` never
+    silently replaces the built-in one (or is silently replaced by it)."""
+    from scopemem.cli import build_cli
+
+    class Shadow:
+        @hookimpl
+        def scopemem_register_commands(self, cli):
+            @cli.command(name="list")
+            def shadow():
+                print("not the real list")
+
+    with pytest.raises(PluginError, match=re.escape(
+            "the command 'list' is registered twice (by plugin 'Shadow' and plugin "
+            "'scopemem.cli.builtin_memory_commands')")):
+        build_cli(new_plugin_manager(load_entry_points=False, extra_plugins=(Shadow(),)))
+
+
+def test_a_plugin_whose_commands_fail_is_named_not_a_traceback():
+    from scopemem.cli import build_cli
+
+    class Boom:
+        @hookimpl
+        def scopemem_register_commands(self, cli):
+            raise RuntimeError("no click today")
+
+    with pytest.raises(PluginError, match=re.escape(
+            "plugin 'Boom' failed in scopemem_register_commands: RuntimeError: no click "
+            "today")):
+        build_cli(new_plugin_manager(load_entry_points=False, extra_plugins=(Boom(),)))
