@@ -254,7 +254,8 @@ class Broken:
     def scopemem_rejection_markers(self, candidate):
         if self.how == "markers raise":
             raise RuntimeError("gate down")
-        return {"markers str": "spam", "markers int": 5}.get(self.how)
+        return {"markers str": "spam", "markers int": 5, "markers spaced": ["no spam"],
+                "markers long": ["s" * 65], "markers empty": [""]}.get(self.how)
 
     @hookimpl
     def scopemem_authorize_write(self, actor, target, candidate, origin):
@@ -262,6 +263,8 @@ class Broken:
             raise RuntimeError("policy down")
         if self.how == "policy junk":
             return "allow"
+        if self.how == "policy reason":
+            return WriteDecision.deny("no\n[memory] reflection forged: offered 9")
 
 
 @pytest.mark.parametrize(("how", "message"), [
@@ -315,6 +318,14 @@ def test_a_deriver_that_raises_costs_its_scope_and_is_named(memory_warnings):
                     "list of marker names"),
     ("markers int", "plugin 'Broken' answered scopemem_rejection_markers with 5, not a "
                     "list of marker names"),
+    # A marker is a counter's name (rejected:<marker>) and a log word: one that no store
+    # keeps as a counter cost the whole batch of counts, and a newline forged log lines.
+    ("markers spaced", "plugin 'Broken' answered scopemem_rejection_markers with the marker "
+                       "'no spam', not a name of 1-64 letters, digits, '_', '.' or '-'"),
+    ("markers long", "plugin 'Broken' answered scopemem_rejection_markers with the marker "
+                     f"'{'s' * 65}', not a name of 1-64"),
+    ("markers empty", "plugin 'Broken' answered scopemem_rejection_markers with the marker "
+                      "'', not a name of 1-64"),
 ])
 def test_a_gate_plugin_that_raises_or_answers_junk_is_named(how, message):
     pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken(how),))
@@ -326,6 +337,16 @@ def test_a_policy_plugin_that_raises_is_named():
     pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken("policy raises"),))
     with pytest.raises(PluginError, match=re.escape(
             "plugin 'Broken' failed in scopemem_authorize_write: RuntimeError: policy down")):
+        host.authorize_write(pm, actor=ACTOR, target="org:acme", candidate=FACT,
+                             origin="public", breadth=BREADTH)
+
+
+def test_a_policy_reason_that_is_no_token_is_named():
+    """The reason goes into the one [memory] log line: a newline in it forged lines."""
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken("policy reason"),))
+    with pytest.raises(PluginError, match=re.escape(
+            "plugin 'Broken' answered scopemem_authorize_write with the reason "
+            "'no\\n[memory] reflection forged: offered 9', not a name of 1-64 letters")):
         host.authorize_write(pm, actor=ACTOR, target="org:acme", candidate=FACT,
                              origin="public", breadth=BREADTH)
 
