@@ -182,18 +182,18 @@ class Memory(Operations):
         self.runs.reflect(self._reflect_quietly(run))
 
     async def _reflect_quietly(self, run: Run) -> None:
-        from scopemem.api.reflecting import reflect  # a read never loads reflection
+        from scopemem.api.reflecting import reflect, run_label  # a read never loads them
 
         try:
             await reflect(self, run)
         except asyncio.CancelledError:
-            log.warning("[memory] reflection %s cancelled", run.run_id or "-")
+            log.warning("[memory] reflection %s cancelled", run_label(run.run_id))
             raise
         except Exception as exc:
             # A plugin's exception may quote what it was sent or a key: the log keeps none.
             from scopemem.secrets import redact
 
-            log.warning("[memory] reflection %s failed: %s: %s", run.run_id or "-",
+            log.warning("[memory] reflection %s failed: %s: %s", run_label(run.run_id),
                         type(exc).__name__, redact(str(exc)))
 
     def reflection_model(self, run_model: str | None) -> tuple[Provider | None, str]:

@@ -235,6 +235,24 @@ async def test_an_embedded_sqlite_store_reports_evictions_in_the_counts(tmp_path
 
 
 
+@pytest.mark.parametrize("reply", [RuntimeError("provider down"),
+                                   {"facts": [lesson("pin node 20 for the build")]}])
+async def test_a_run_id_cannot_add_a_line_to_the_log(store, clock, scripted, reply, caplog):
+    """An adapter's run id is logged on one line: a line break or a terminal escape in it
+    (from a platform's thread title, say) cannot forge a [memory] line."""
+    import attrs
+
+    caplog.set_level(logging.INFO, logger="scopemem")
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [reply]
+    forged = "r-42\n[memory] reflection r-43: offered 9\x1b[2J"
+    await reflect(memory, attrs.evolve(run(), run_id=forged))
+    lines = [r.getMessage() for r in caplog.records
+             if r.getMessage().startswith("[memory] reflection")]
+    assert lines and all("\n" not in line and "\x1b" not in line for line in lines)
+    assert lines[0].startswith("[memory] reflection r-42 [memory] reflection r-43: offered 9")
+
+
 async def test_status_is_rejected_and_the_line_carries_counters_not_text(store, clock,
                                                                           scripted, caplog):
     caplog.set_level(logging.INFO, logger="scopemem")
