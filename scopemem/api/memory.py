@@ -88,6 +88,7 @@ class Memory(Operations):
         self.breadth = breadth_of(self.scope_kinds)
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
         self._providers: dict[str, Provider] = {}
+        self._closed = False  # ``close`` ran: no provider is built again, no model called
         # Runs in flight, reflections pending and use counts saving (``api.runs``).
         self.runs = Runs()
         self.run_slot = self.runs.slot
@@ -149,7 +150,9 @@ class Memory(Operations):
     with_memory = staticmethod(scoring.with_memory)
 
     async def close(self) -> None:
-        """Close the providers and the store. Call ``drain`` first to let reflections end."""
+        """Close the providers and the store. Call ``drain`` first to let reflections end:
+        one that has not reached its model call by then is skipped with a warning."""
+        self._closed = True
         providers, self._providers = self._providers, {}
         for provider in providers.values():
             try:
@@ -179,6 +182,9 @@ class Memory(Operations):
         nothing happens (no model call, nothing written)."""
         if not self.enabled:
             return
+        if self._closed:
+            log.warning("[memory] reflection skipped: memory is closed")
+            return
         self.runs.reflect(self._reflect_quietly(run))
 
     async def _reflect_quietly(self, run: Run) -> None:
@@ -198,7 +204,11 @@ class Memory(Operations):
 
     def reflection_model(self, run_model: str | None) -> tuple[Provider | None, str]:
         """The provider and model reflection calls: ``memory.model``, else the run's own.
-        Anything unusable is one warning and no reflection, never a failed run."""
+        Anything unusable is one warning and no reflection, never a failed run; so is a
+        memory already closed (its providers are, and none is built again)."""
+        if self._closed:
+            log.warning("[memory] reflection skipped: memory is closed")
+            return None, ""
         ref_text = self.config.model or run_model
         if not ref_text:
             log.warning("[memory] reflection skipped: no memory.model and no run model")

@@ -191,6 +191,31 @@ async def test_a_failed_reflection_is_one_warning_and_writes_nothing(store, cloc
     assert warning.startswith("[memory] reflection r-42")
 
 
+async def test_a_reflection_left_pending_at_close_calls_no_model(clock, scripted,
+                                                                 memory_warnings):
+    """``close`` closes the providers: a reflection that had not reached its model call
+    (no ``drain`` first) is skipped with a warning, never a provider built again after
+    close (an HTTP session nothing closes) nor a model call billed for a closed memory."""
+    from scopemem.stores.memory import InMemoryStore
+
+    built: list[object] = []
+
+    class Counting(Scripted):
+        @hookimpl
+        def scopemem_register_providers(self, register):
+            register("scripted", lambda settings: built.append(self) or self)
+
+    counting = Counting()
+    memory = make_memory(InMemoryStore(), clock, counting)
+    memory.schedule_reflection(run())
+    await memory.close()
+    assert await memory.drain(timeout=5)
+    memory.schedule_reflection(run())
+    assert await memory.drain(timeout=5)
+    assert counting.calls == [] and built == []
+    assert [w for w in memory_warnings() if "memory is closed" in w]
+
+
 async def test_a_provider_failure_quoting_a_key_is_logged_redacted(store, clock, scripted,
                                                                    memory_warnings):
     key = "sk-ant-api03-" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789" * 2
