@@ -381,6 +381,23 @@ def test_scopemem_register_stores_and_providers_registries():
     assert "echo" in providers.names()
 
 
+@pytest.mark.parametrize("built", [None, object()])
+def test_a_store_factory_that_builds_no_store_is_named_at_startup(built):
+    """A factory answering something without the MemoryStore methods fails when memory is
+    built, naming the store, not on every read and write after (a warning each)."""
+    class NotAStore:
+        @hookimpl
+        def scopemem_register_stores(self, register):
+            register("hollow", lambda settings: built)
+
+    pm = new_plugin_manager(environ={"SCOPEMEM_LOAD_PLUGINS": ""}, extra_plugins=(NotAStore(),))
+    with pytest.raises(PluginError, match=re.escape(
+            f"store 'hollow' built {type(built).__name__}, not a store (it has no retrieve, "
+            "write, list, forget, sweep, close)")):
+        Memory.from_config({"memory": {"enabled": True, "organization": "acme",
+                                       "store": "hollow"}}, plugin_manager=pm)
+
+
 def test_scopemem_register_commands_adds_click_commands():
     from click.testing import CliRunner
 
