@@ -110,7 +110,6 @@ def run_label(run_id: str | None) -> str:
     return label or "-"
 
 
-
 def _nonzero(pairs: Sequence[tuple[str, int]]) -> str:
     return ", ".join(f"{name} {n}" for name, n in pairs if n)
 
