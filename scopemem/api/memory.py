@@ -13,6 +13,7 @@ The parts: one scope's read (``api.scope_reads``), a request's repository
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -181,6 +182,7 @@ class Memory(Operations):
         warning and nothing else: it can never delay or alter the user's reply. Memory off:
         nothing happens (no model call, nothing written)."""
         if not self.enabled:
+            _release_repo(run.request)
             return
         if self._closed:
             log.warning("[memory] reflection skipped: memory is closed")
@@ -260,6 +262,7 @@ class Memory(Operations):
         Traced as a ``context_block`` span with a ``scope_read`` child per scope read
         (``scopemem.tracing``)."""
         if not self.enabled:
+            _release_repo(request)
             return MemoryContext("")
         with tracing.span("context_block") as span:
             answer = await self._context(request, count)
@@ -386,3 +389,12 @@ class Memory(Operations):
 def _warn_refusals(refusals: Sequence[str]) -> None:
     for refusal in dict.fromkeys(refusals):
         log.warning("[memory] scope skipped: %s", refusal)
+
+
+def _release_repo(request: Request) -> None:
+    """Memory off: close a bare coroutine handed over as ``request.repo`` that nothing will
+    await, so it does not warn "was never awaited" each turn (a Task or Future is left to
+    whoever made it)."""
+    repo = request.repo
+    if inspect.iscoroutine(repo) and inspect.getcoroutinestate(repo) == inspect.CORO_CREATED:
+        repo.close()
