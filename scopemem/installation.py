@@ -22,7 +22,7 @@ import attrs
 
 from scopemem.config import MemoryConfig
 from scopemem.core.secret_rules import redact_secrets
-from scopemem.errors import ConfigError, ScopememError, StoreError
+from scopemem.errors import ConfigError, PluginError, ScopememError, StoreError
 from scopemem.plugins.embedders import EmbedderSettings, embedder_registry
 from scopemem.plugins.manager import PluginManager
 from scopemem.plugins.providers import (
@@ -94,11 +94,15 @@ def build_store(
         if refuse and allow_fallback:  # the refusal is the configuration's, not the caller's
             raise ConfigError(f'memory.fallback = "refuse": {exc}') from None
         raise
-    if not isinstance(store, MemoryStore):  # a plugin's bug, named before any call trips on it
-        raise StoreError(f"store {config.store!r}: the factory returned "
-                         f"{type(store).__name__}, which is not a store (it lacks one of "
-                         "retrieve, write, list, forget, sweep and close)")
+    missing = [name for name in STORE_METHODS if not callable(getattr(store, name, None))]
+    if missing:  # a plugin's bug, named now rather than by every read and write after
+        raise PluginError(f"store {config.store!r} built {type(store).__name__}, not a store "
+                          f"(it has no {', '.join(missing)})")
     return store
+
+
+#: The ``MemoryStore`` methods a store factory's answer must have.
+STORE_METHODS = ("retrieve", "write", "list", "forget", "sweep", "close")
 
 
 @attrs.frozen

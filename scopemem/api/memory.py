@@ -13,6 +13,7 @@ The parts: one scope's read (``api.scope_reads``), a request's repository
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -88,6 +89,7 @@ class Memory(Operations):
         self.breadth = breadth_of(self.scope_kinds)
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
         self._providers: dict[str, Provider] = {}
+        self._closed = False  # ``close`` ran: no provider is built again, no model called
         # Runs in flight, reflections pending and use counts saving (``api.runs``).
         self.runs = Runs()
         self.run_slot = self.runs.slot
@@ -149,7 +151,9 @@ class Memory(Operations):
     with_memory = staticmethod(scoring.with_memory)
 
     async def close(self) -> None:
-        """Close the providers and the store. Call ``drain`` first to let reflections end."""
+        """Close the providers and the store. Call ``drain`` first to let reflections end:
+        one that has not reached its model call by then is skipped with a warning."""
+        self._closed = True
         providers, self._providers = self._providers, {}
         for provider in providers.values():
             try:
@@ -178,27 +182,35 @@ class Memory(Operations):
         warning and nothing else: it can never delay or alter the user's reply. Memory off:
         nothing happens (no model call, nothing written)."""
         if not self.enabled:
+            _release_repo(run.request)
+            return
+        if self._closed:
+            log.warning("[memory] reflection skipped: memory is closed")
             return
         self.runs.reflect(self._reflect_quietly(run))
 
     async def _reflect_quietly(self, run: Run) -> None:
-        from scopemem.api.reflecting import reflect  # a read never loads reflection
+        from scopemem.api.reflecting import reflect, run_label  # a read never loads them
 
         try:
             await reflect(self, run)
         except asyncio.CancelledError:
-            log.warning("[memory] reflection %s cancelled", run.run_id or "-")
+            log.warning("[memory] reflection %s cancelled", run_label(run.run_id))
             raise
         except Exception as exc:
             # A plugin's exception may quote what it was sent or a key: the log keeps none.
             from scopemem.secrets import redact
 
-            log.warning("[memory] reflection %s failed: %s: %s", run.run_id or "-",
+            log.warning("[memory] reflection %s failed: %s: %s", run_label(run.run_id),
                         type(exc).__name__, redact(str(exc)))
 
     def reflection_model(self, run_model: str | None) -> tuple[Provider | None, str]:
         """The provider and model reflection calls: ``memory.model``, else the run's own.
-        Anything unusable is one warning and no reflection, never a failed run."""
+        Anything unusable is one warning and no reflection, never a failed run; so is a
+        memory already closed (its providers are, and none is built again)."""
+        if self._closed:
+            log.warning("[memory] reflection skipped: memory is closed")
+            return None, ""
         ref_text = self.config.model or run_model
         if not ref_text:
             log.warning("[memory] reflection skipped: no memory.model and no run model")
@@ -250,6 +262,7 @@ class Memory(Operations):
         Traced as a ``context_block`` span with a ``scope_read`` child per scope read
         (``scopemem.tracing``)."""
         if not self.enabled:
+            _release_repo(request)
             return MemoryContext("")
         with tracing.span("context_block") as span:
             answer = await self._context(request, count)
@@ -376,3 +389,12 @@ class Memory(Operations):
 def _warn_refusals(refusals: Sequence[str]) -> None:
     for refusal in dict.fromkeys(refusals):
         log.warning("[memory] scope skipped: %s", refusal)
+
+
+def _release_repo(request: Request) -> None:
+    """Memory off: close a bare coroutine handed over as ``request.repo`` that nothing will
+    await, so it does not warn "was never awaited" each turn (a Task or Future is left to
+    whoever made it)."""
+    repo = request.repo
+    if inspect.iscoroutine(repo) and inspect.getcoroutinestate(repo) == inspect.CORO_CREATED:
+        repo.close()

@@ -45,6 +45,7 @@ from scopemem.core.reflection import (
 )
 from scopemem.core.requests import Request, ScopeKind, request_scope_keys, resolved
 from scopemem.core.scopes import order_scope_keys, scope_kind
+from scopemem.core.text import strip_invisible
 from scopemem.errors import StoreRefused
 from scopemem.plugins import host
 from scopemem.plugins.manager import PluginManager
@@ -101,9 +102,12 @@ class Run:
                 or opted_out(self.request.text, self.history))
 
 
-def _label(run_id: str | None) -> str:
-    """A run id as a log line shows it: redacted and capped as a record keeps it."""
-    return redact_source(run_id) if run_id else "-"
+def run_label(run_id: str | None) -> str:
+    """A run id as a log line shows it: redacted and capped as a record keeps it, on one
+    line (its line breaks and whitespace runs one space, its controls and invisible
+    characters gone), so an adapter's id cannot forge a ``[memory]`` line."""
+    label = " ".join(strip_invisible(redact_source(run_id)).split()) if run_id else ""
+    return label or "-"
 
 
 def _nonzero(pairs: Sequence[tuple[str, int]]) -> str:
@@ -138,7 +142,7 @@ class ReflectionReport:
         return self.counts.inserted - self.counts.inserted_summaries
 
     def log_line(self) -> str:
-        head = f"[memory] reflection {_label(self.run_id)}: "
+        head = f"[memory] reflection {run_label(self.run_id)}: "
         if self.skipped is not None:
             return f"{head}skipped {self.skipped}"
 
@@ -279,7 +283,7 @@ async def _reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
                                       audiences=audiences, redact=secrets.redact)
     except ReflectionRejected as exc:
         _count(memory, home, {counters.REFLECTIONS_FAILED: 1})
-        log.warning("[memory] reflection %s rejected: %s", _label(run.run_id), exc)
+        log.warning("[memory] reflection %s rejected: %s", run_label(run.run_id), exc)
         return report
     _count(memory, home, {counters.REFLECTIONS_RUN: 1})
     report.offered = len(reflection.facts)

@@ -144,8 +144,38 @@ def build_cli(pm: PluginManager | None = None) -> click.Group:
         """Cross-session memory for chat and coding agents."""
         ctx.obj = CliState(config_path, manager)
 
-    manager.hook.scopemem_register_commands(cli=cli)
+    _register_commands(manager, cli)
     return cli
+
+
+def _register_commands(pm: PluginManager, cli: click.Group) -> None:
+    """Each plugin's ``scopemem_register_commands``, in pluggy's order. A plugin that raises
+    is a ``PluginError`` naming it; a command name two plugins register is one too, as a
+    store's or a provider's is: neither silently replaces the other."""
+    from scopemem.errors import PluginError
+
+    caller = pm.hook.scopemem_register_commands
+    impls = caller.get_hookimpls()
+    if any(impl.hookwrapper or impl.wrapper for impl in impls):  # pluggy runs a wrapper
+        caller(cli=cli)
+        return
+    owners: dict[str, str] = {}
+    for impl in reversed(impls):
+        name = impl.plugin_name
+        name = type(impl.plugin).__name__ if name.isdigit() else name
+        before = dict(cli.commands)
+        try:
+            impl.function(*[{"cli": cli}[arg] for arg in impl.argnames])
+        except Exception as exc:
+            raise PluginError(f"plugin {name!r} failed in scopemem_register_commands: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        for command, value in cli.commands.items():
+            if before.get(command) is value:
+                continue
+            if command in before:
+                raise PluginError(f"the command {command!r} is registered twice (by plugin "
+                                  f"{owners.get(command, 'a plugin')!r} and plugin {name!r})")
+            owners[command] = name
 
 
 def main() -> None:

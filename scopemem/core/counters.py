@@ -83,6 +83,17 @@ def rejected_by(marker: str) -> str:
     return f"{REJECTED_BY}{marker}"
 
 
+def is_marker_name(name: object) -> bool:
+    """Whether ``name`` may be a gate marker (and a write policy's reason): 1-64 letters,
+    digits, ``_``, ``.`` or ``-``, so ``rejected:<marker>`` is a counter every store keeps
+    and a log line stays one line."""
+    return isinstance(name, str) and _MARKER.fullmatch(name) is not None
+
+
+#: What ``is_marker_name`` asks, for messages.
+MARKER_NAME_RULE: Final = "a name of 1-64 letters, digits, '_', '.' or '-'"
+
+
 def counter_name_problem(name: object) -> str | None:
     """Why ``name`` is not a counter a store may keep, or None. Only the known names and
     ``rejected:<marker>`` pass: a client cannot invent counters."""

@@ -109,8 +109,10 @@ def settle_decision(
     breadth: Mapping[str, int],
 ) -> WriteDecision:
     """The decision the host acts on. No answer allows the routed target; an answer that
-    moves the write to a scope the run does not have, or to a wider (or equally wide but
-    different) scope, is refused as a denial."""
+    moves the write to a scope the run does not have, to a wider (or equally wide but
+    different) scope, or to a scope of a wider audience (a person's or a channel's write
+    into a plugin kind's, which is everyone's whatever its breadth), is refused as a
+    denial."""
     if decision is None:
         return WriteDecision.allow(target)
     if not isinstance(decision, WriteDecision):
@@ -122,9 +124,15 @@ def settle_decision(
     unknown = max(breadth.values(), default=0) + 1
     old = breadth.get(scope_kind(target), unknown)
     new = breadth.get(scope_kind(decision.scope_key), unknown)
-    if new <= old:
+    if new <= old or _WIDTH[audience_of(decision.scope_key)] > _WIDTH[audience_of(target)]:
         return WriteDecision.deny(WIDENING_REFUSED)
     return decision
+
+
+#: How many people an audience reaches, narrowest first: a breadth a plugin kind claims
+#: never makes an everyone's scope narrower than a person's or a channel's.
+_WIDTH: Mapping[Audience, int] = {Audience.PERSON: 0, Audience.ORIGIN: 1,
+                                  Audience.EVERYONE: 2}
 
 
 def first_available(actor: RunActor, kinds: Sequence[str]) -> str | None:

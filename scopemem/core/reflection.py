@@ -14,6 +14,7 @@ import enum
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ import attrs
 from scopemem.core.records import MAX_TEXT_CHARS, Candidate, Kind, Record
 from scopemem.core.redaction import Stage, secret_free_keywords
 from scopemem.core.secret_rules import redact_secrets
-from scopemem.core.text import is_text
+from scopemem.core.text import is_text, strip_invisible
 
 REFLECT_MIN_TURNS = 4
 # A request or thread carrying this (any case) keeps its run out of memory: it is never
@@ -142,9 +143,19 @@ REFLECTION_SYSTEM = reflection_system()
 
 def opted_out(request_text: str,
               history: Sequence[Turn | Mapping[str, Any] | tuple[str, Any]]) -> bool:
-    """Whether the request or any turn of its thread carries ``NO_MEMORY_MARKER``."""
+    """Whether the request or any turn of its thread carries ``NO_MEMORY_MARKER``, read as
+    it renders: in any case, its invisible characters gone, compatibility forms folded
+    (``＜no-memory＞``) and the entities a chat platform escapes ``<`` and ``>`` with
+    (Slack's ``&lt;no-memory&gt;``) read as the brackets."""
     texts = [request_text, *(turn_text(_as_turn(turn).content) for turn in history)]
-    return any(NO_MEMORY_MARKER in text.lower() for text in texts if text)
+    return any(NO_MEMORY_MARKER in _as_rendered(text) for text in texts if text)
+
+
+def _as_rendered(text: str) -> str:
+    text = strip_invisible(text)
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
+    return text.lower().replace("&lt;", "<").replace("&gt;", ">")
 
 
 @attrs.frozen

@@ -79,7 +79,9 @@ def scopemem_rejection_markers(candidate: Candidate) -> Sequence[str] | None:
     """Return the names of the status markers this plugin finds in a candidate.
 
     :param candidate: a fact about to be written (summaries are never asked about).
-    :return: marker names (short tokens, safe to log), or ``None``/empty to pass it.
+    :return: marker names (1-64 ASCII letters, digits, ``_``, ``.`` or ``-``: each names
+        the counter ``rejected:<marker>``; any other is a ``PluginError``), or
+        ``None``/empty to pass it.
 
     Called for every fact before it is written, whoever offers it (reflection, a person's
     ``remember``), after redaction and the record caps. Answers are concatenated and any
@@ -104,7 +106,8 @@ def scopemem_authorize_write(
     :param origin: the run's channel visibility (``public``, ``private``, ``dm``,
         ``machine``), or ``None`` when unstamped.
     :return: a ``WriteDecision`` (``allow(target)``, ``narrow(to, reason)``,
-        ``deny(reason)``), or ``None`` to abstain (the next plugin decides; if all abstain
+        ``deny(reason)``; a reason is a token shaped as a marker name, else a
+        ``PluginError``), or ``None`` to abstain (the next plugin decides; if all abstain
         the write is allowed).
 
     Called by reflection once per routed write, after the gate. First answer wins; the

@@ -18,6 +18,7 @@ import pluggy
 
 from scopemem.config import MemoryConfig
 from scopemem.core.commands import ALL, ME
+from scopemem.core.counters import MARKER_NAME_RULE, is_marker_name
 from scopemem.core.hygiene import NOISE, fit_candidate, noise_reason, without_nul
 from scopemem.core.policy import RunActor, WriteDecision, settle_decision
 from scopemem.core.records import Candidate, Kind
@@ -144,6 +145,10 @@ def rejection_markers(pm: PluginManager, candidate: Candidate, *, gate: bool = T
                 isinstance(marker, str) for marker in answer):
             raise PluginError(f"plugin {plugin!r} answered scopemem_rejection_markers with "
                               f"{_shown(answer)}, not a list of marker names")
+        for marker in answer:
+            if not is_marker_name(marker):
+                raise PluginError(f"plugin {plugin!r} answered scopemem_rejection_markers with "
+                                  f"the marker {_shown(marker)}, not {MARKER_NAME_RULE}")
     return combine_markers([answer for _plugin, answer in answers])
 
 
@@ -217,4 +222,11 @@ def authorize_write(
     answers = hook_answers(pm.hook.scopemem_authorize_write, firstresult=True,
                            actor=actor, target=target, candidate=candidate, origin=origin)
     decision = answers[0][1] if answers else None
+    if decision is not None and not isinstance(decision, WriteDecision):
+        raise PluginError(f"plugin {answers[0][0]!r} answered scopemem_authorize_write with "
+                          f"{_shown(decision)}, not a WriteDecision")
+    if decision is not None and decision.reason is not None and not is_marker_name(
+            decision.reason):
+        raise PluginError(f"plugin {answers[0][0]!r} answered scopemem_authorize_write with "
+                          f"the reason {_shown(decision.reason)}, not {MARKER_NAME_RULE}")
     return settle_decision(target, decision, actor, breadth)

@@ -135,7 +135,8 @@ class WorkerTransport:
     """One ``aiohttp.ClientSession`` per client, created on first use on the running event
     loop (a session cannot cross loops) and closed by ``close()``. Every request carries the
     bearer; each attempt has at most ``timeout`` seconds, and a call's attempts together fit
-    in the retry policy's deadline (``retry``)."""
+    in the retry policy's deadline (``retry``). After ``close`` every call fails, as a
+    closed SQLite or PostgreSQL store's does."""
 
     def __init__(self, base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT,
                  retry: RetryPolicy | None = None, breaker: Breaker | None = None) -> None:
@@ -153,6 +154,7 @@ class WorkerTransport:
         self.breaker = breaker or Breaker()
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
 
     def check_reachable(self) -> None:
         """One blocking ``GET /healthz`` within ``timeout`` seconds, for a process that must
@@ -200,7 +202,10 @@ class WorkerTransport:
 
     async def call(self, route: str, payload: dict[str, Any]) -> dict[str, Any]:
         """POST ``payload`` to ``route``, retried within the deadline; the reply's JSON
-        object, or ``CallFailed`` (``WorkerUnavailable`` while the breaker is open)."""
+        object, or ``CallFailed`` (``WorkerUnavailable`` while the breaker is open; after
+        ``close``, at once: a closed client opens no session again)."""
+        if self._closed:
+            raise CallFailed("the worker store is closed")
         try:
             self.breaker.check()
         except BreakerOpen as exc:
@@ -271,6 +276,7 @@ class WorkerTransport:
         return data
 
     async def close(self) -> None:
+        self._closed = True
         session, self._session, self._session_loop = self._session, None, None
         if session is not None and not session.closed:
             await session.close()

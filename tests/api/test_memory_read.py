@@ -64,6 +64,27 @@ async def test_memory_off_builds_no_store_and_leaves_the_prompt_byte_identical()
     assert out is SYSTEM and out.encode() == SYSTEM.encode()
 
 
+async def test_memory_off_releases_a_repo_coroutine_it_will_never_await():
+    """The documented ``Request(repo=resolve())`` under the default, memory off: the
+    coroutine handed over is closed, not left to warn "was never awaited" every turn."""
+    import inspect
+
+    from scopemem import Run
+
+    async def resolve() -> str:
+        return "acme/api"
+
+    memory = Memory.from_config({"memory": {"enabled": False}})
+    for call in ("block", "reflection"):
+        coroutine = resolve()
+        request = Request(text="deploy", user_id="slack:UA", repo=coroutine)
+        if call == "block":
+            assert await memory.context_block(request) == ""
+        else:
+            memory.schedule_reflection(Run(request=request, answer="done", tool_calls=3))
+        assert inspect.getcoroutinestate(coroutine) == inspect.CORO_CLOSED
+
+
 async def test_no_config_at_all_is_memory_off(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("SCOPEMEM_CONFIG", raising=False)

@@ -191,6 +191,31 @@ async def test_a_failed_reflection_is_one_warning_and_writes_nothing(store, cloc
     assert warning.startswith("[memory] reflection r-42")
 
 
+async def test_a_reflection_left_pending_at_close_calls_no_model(clock, scripted,
+                                                                 memory_warnings):
+    """``close`` closes the providers: a reflection that had not reached its model call
+    (no ``drain`` first) is skipped with a warning, never a provider built again after
+    close (an HTTP session nothing closes) nor a model call billed for a closed memory."""
+    from scopemem.stores.memory import InMemoryStore
+
+    built: list[object] = []
+
+    class Counting(Scripted):
+        @hookimpl
+        def scopemem_register_providers(self, register):
+            register("scripted", lambda settings: built.append(self) or self)
+
+    counting = Counting()
+    memory = make_memory(InMemoryStore(), clock, counting)
+    memory.schedule_reflection(run())
+    await memory.close()
+    assert await memory.drain(timeout=5)
+    memory.schedule_reflection(run())
+    assert await memory.drain(timeout=5)
+    assert counting.calls == [] and built == []
+    assert [w for w in memory_warnings() if "memory is closed" in w]
+
+
 async def test_a_provider_failure_quoting_a_key_is_logged_redacted(store, clock, scripted,
                                                                    memory_warnings):
     key = "sk-ant-api03-" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789" * 2
@@ -233,6 +258,24 @@ async def test_an_embedded_sqlite_store_reports_evictions_in_the_counts(tmp_path
     finally:
         await store.close()
 
+
+
+@pytest.mark.parametrize("reply", [RuntimeError("provider down"),
+                                   {"facts": [lesson("pin node 20 for the build")]}])
+async def test_a_run_id_cannot_add_a_line_to_the_log(store, clock, scripted, reply, caplog):
+    """An adapter's run id is logged on one line: a line break or a terminal escape in it
+    (from a platform's thread title, say) cannot forge a [memory] line."""
+    import attrs
+
+    caplog.set_level(logging.INFO, logger="scopemem")
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [reply]
+    forged = "r-42\n[memory] reflection r-43: offered 9\x1b[2J"
+    await reflect(memory, attrs.evolve(run(), run_id=forged))
+    lines = [r.getMessage() for r in caplog.records
+             if r.getMessage().startswith("[memory] reflection")]
+    assert lines and all("\n" not in line and "\x1b" not in line for line in lines)
+    assert lines[0].startswith("[memory] reflection r-42 [memory] reflection r-43: offered 9")
 
 
 async def test_status_is_rejected_and_the_line_carries_counters_not_text(store, clock,

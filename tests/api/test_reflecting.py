@@ -213,7 +213,8 @@ async def test_reflection_cannot_retire_a_fact_a_person_stated(store, clock, scr
 # --- item 12: a conversation kept out of memory -------------------------------------------------
 
 
-@pytest.mark.parametrize("opt_out", ["run_flag", "request_flag", "request_text", "history"])
+@pytest.mark.parametrize("opt_out", ["run_flag", "request_flag", "request_text", "history",
+                                     "slack_escaped", "invisible_split", "fullwidth"])
 async def test_a_run_kept_out_of_memory_is_never_reflected(store, clock, scripted, caplog,
                                                            opt_out):
     caplog.set_level(logging.INFO, logger="scopemem")
@@ -226,6 +227,12 @@ async def test_a_run_kept_out_of_memory_is_never_reflected(store, clock, scripte
                                     answer="y", tool_calls=1, run_id="r-42"),
         "request_text": lambda: run(text="please fix the build <No-Memory>"),
         "history": lambda: run(history=[{"role": "user", "content": "<no-memory> hi"}]),
+        # The marker as a person typed it and a platform delivered it: Slack's event text
+        # escapes < and > as entities; a rich-text paste may carry a zero width space;
+        # an IME types fullwidth brackets. Each reads as <no-memory> once rendered.
+        "slack_escaped": lambda: run(text="please fix the build &lt;no-memory&gt;"),
+        "invisible_split": lambda: run(text="please fix the build <no\u200b-memory>"),
+        "fullwidth": lambda: run(text="please fix the build ＜no-memory＞"),
     }[opt_out]()
     await reflect(memory, the_run)
     assert scripted.calls == []  # no extractor call at all

@@ -37,6 +37,19 @@ def test_widening_is_refused():
         assert settled == WriteDecision.deny(WIDENING_REFUSED)
 
 
+def test_a_narrower_breadth_with_a_wider_audience_is_refused():
+    """A plugin kind is everyone's, whatever breadth it claims: moving a person's or a
+    channel's write into one (a ``thread`` kind of breadth 40) widens the audience."""
+    actor = RunActor({**ACTOR.scopes, "thread": "thread:x:T1"})
+    breadth = {**BREADTH, "thread": 40}
+    for target in ("user:slack:U1", "channel:slack:C1"):
+        settled = settle_decision(target, WriteDecision.narrow("thread:x:T1", "x"), actor,
+                                  breadth)
+        assert settled == WriteDecision.deny(WIDENING_REFUSED)
+    to_thread = WriteDecision.narrow("thread:x:T1", "x")
+    assert settle_decision("org:acme", to_thread, actor, breadth) == to_thread
+
+
 def test_a_scope_the_run_lacks_is_refused():
     decision = WriteDecision.narrow("user:slack:SOMEONE_ELSE", "x")
     assert settle_decision("org:acme", decision, ACTOR, BREADTH).scope_key is None

@@ -16,7 +16,7 @@ from scopemem import Candidate, Kind, MemoryConfig, Request, ScopeKind, hookimpl
 from scopemem.api.memory import Memory
 from scopemem.core.policy import RunActor, WriteDecision
 from scopemem.errors import PluginError, StoreError
-from scopemem.installation import build_store, store_registry
+from scopemem.installation import store_registry
 from scopemem.plugins import hookspecs, host
 from scopemem.plugins.manager import (
     BUILTIN_PLUGINS,
@@ -254,12 +254,17 @@ class Broken:
     def scopemem_rejection_markers(self, candidate):
         if self.how == "markers raise":
             raise RuntimeError("gate down")
-        return {"markers str": "spam", "markers int": 5}.get(self.how)
+        return {"markers str": "spam", "markers int": 5, "markers spaced": ["no spam"],
+                "markers long": ["s" * 65], "markers empty": [""]}.get(self.how)
 
     @hookimpl
     def scopemem_authorize_write(self, actor, target, candidate, origin):
         if self.how == "policy raises":
             raise RuntimeError("policy down")
+        if self.how == "policy junk":
+            return "allow"
+        if self.how == "policy reason":
+            return WriteDecision.deny("no\n[memory] reflection forged: offered 9")
 
 
 @pytest.mark.parametrize(("how", "message"), [
@@ -313,6 +318,14 @@ def test_a_deriver_that_raises_costs_its_scope_and_is_named(memory_warnings):
                     "list of marker names"),
     ("markers int", "plugin 'Broken' answered scopemem_rejection_markers with 5, not a "
                     "list of marker names"),
+    # A marker is a counter's name (rejected:<marker>) and a log word: one that no store
+    # keeps as a counter cost the whole batch of counts, and a newline forged log lines.
+    ("markers spaced", "plugin 'Broken' answered scopemem_rejection_markers with the marker "
+                       "'no spam', not a name of 1-64 letters, digits, '_', '.' or '-'"),
+    ("markers long", "plugin 'Broken' answered scopemem_rejection_markers with the marker "
+                     f"'{'s' * 65}', not a name of 1-64"),
+    ("markers empty", "plugin 'Broken' answered scopemem_rejection_markers with the marker "
+                      "'', not a name of 1-64"),
 ])
 def test_a_gate_plugin_that_raises_or_answers_junk_is_named(how, message):
     pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken(how),))
@@ -324,6 +337,27 @@ def test_a_policy_plugin_that_raises_is_named():
     pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken("policy raises"),))
     with pytest.raises(PluginError, match=re.escape(
             "plugin 'Broken' failed in scopemem_authorize_write: RuntimeError: policy down")):
+        host.authorize_write(pm, actor=ACTOR, target="org:acme", candidate=FACT,
+                             origin="public", breadth=BREADTH)
+
+
+def test_a_policy_reason_that_is_no_token_is_named():
+    """The reason goes into the one [memory] log line: a newline in it forged lines."""
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken("policy reason"),))
+    with pytest.raises(PluginError, match=re.escape(
+            "plugin 'Broken' answered scopemem_authorize_write with the reason "
+            "'no\\n[memory] reflection forged: offered 9', not a name of 1-64 letters")):
+        host.authorize_write(pm, actor=ACTOR, target="org:acme", candidate=FACT,
+                             origin="public", breadth=BREADTH)
+
+
+def test_a_policy_plugin_answering_the_wrong_type_is_named():
+    """docs/plugins.md: a wrong type from scopemem_authorize_write is a PluginError naming
+    the plugin, as a raise is, not a silent denial counted as a widening."""
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken("policy junk"),))
+    with pytest.raises(PluginError, match=re.escape(
+            "plugin 'Broken' answered scopemem_authorize_write with 'allow', not a "
+            "WriteDecision")):
         host.authorize_write(pm, actor=ACTOR, target="org:acme", candidate=FACT,
                              origin="public", breadth=BREADTH)
 
@@ -347,18 +381,21 @@ def test_scopemem_register_stores_and_providers_registries():
     assert "echo" in providers.names()
 
 
-@pytest.mark.parametrize("answer", [None, object()])
-def test_a_store_factory_that_returns_no_store_is_refused_naming_it(answer):
-    class Broken:
+@pytest.mark.parametrize("built", [None, object()])
+def test_a_store_factory_that_builds_no_store_is_named_at_startup(built):
+    """A factory answering something without the MemoryStore methods fails when memory is
+    built, naming the store, not on every read and write after (a warning each)."""
+    class NotAStore:
         @hookimpl
         def scopemem_register_stores(self, register):
-            register("broken", lambda settings: answer)
+            register("hollow", lambda settings: built)
 
-    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken(),))
-    config = MemoryConfig(enabled=True, organization="acme", store="broken")
-    with pytest.raises(StoreError, match=r"store 'broken': the factory returned "
-                                         rf"{type(answer).__name__}, which is not a store"):
-        build_store(config, pm)
+    pm = new_plugin_manager(environ={"SCOPEMEM_LOAD_PLUGINS": ""}, extra_plugins=(NotAStore(),))
+    with pytest.raises(PluginError, match=re.escape(
+            f"store 'hollow' built {type(built).__name__}, not a store (it has no retrieve, "
+            "write, list, forget, sweep, close)")):
+        Memory.from_config({"memory": {"enabled": True, "organization": "acme",
+                                       "store": "hollow"}}, plugin_manager=pm)
 
 
 def test_scopemem_register_commands_adds_click_commands():
@@ -378,3 +415,35 @@ def test_scopemem_register_commands_adds_click_commands():
     result = CliRunner().invoke(cli, ["hello"])
     assert result.exit_code == 0 and "hello from a plugin" in result.output
     assert {"plugins", "stores", "config"} <= set(cli.commands)
+
+
+def test_a_command_name_registered_twice_is_refused_naming_both_plugins():
+    """As for stores and providers, a duplicate name is loud: a plugin's ``list`` never
+    silently replaces the built-in one (or is silently replaced by it)."""
+    from scopemem.cli import build_cli
+
+    class Shadow:
+        @hookimpl
+        def scopemem_register_commands(self, cli):
+            @cli.command(name="list")
+            def shadow():
+                print("not the real list")
+
+    with pytest.raises(PluginError, match=re.escape(
+            "the command 'list' is registered twice (by plugin 'Shadow' and plugin "
+            "'scopemem.cli.builtin_memory_commands')")):
+        build_cli(new_plugin_manager(load_entry_points=False, extra_plugins=(Shadow(),)))
+
+
+def test_a_plugin_whose_commands_fail_is_named_not_a_traceback():
+    from scopemem.cli import build_cli
+
+    class Boom:
+        @hookimpl
+        def scopemem_register_commands(self, cli):
+            raise RuntimeError("no click today")
+
+    with pytest.raises(PluginError, match=re.escape(
+            "plugin 'Boom' failed in scopemem_register_commands: RuntimeError: no click "
+            "today")):
+        build_cli(new_plugin_manager(load_entry_points=False, extra_plugins=(Boom(),)))

@@ -171,6 +171,21 @@ async def test_the_session_is_lazy_and_close_is_idempotent(base_url, stub):
     assert TOKEN not in repr(worker)
 
 
+async def test_a_closed_client_refuses_calls_and_opens_no_session(base_url, stub,
+                                                                   memory_warnings):
+    """As the SQLite and PostgreSQL stores do: a call after ``close`` (a reflection still
+    running when its memory closed) fails, and never opens a session nobody will close."""
+    worker = WorkerStore(base_url, TOKEN, retry=QUICK)
+    await worker.list(ORG, 1)
+    await worker.close()
+    with pytest.raises(StoreError, match="the worker store is closed"):
+        await worker.write(ORG, [fact("use the vpn")])
+    assert await worker.retrieve(ORG, "vpn", 5) == []
+    assert worker.transport._session is None
+    assert len(stub.requests) == 1
+    assert any("the worker store is closed" in line for line in memory_warnings())
+
+
 # --- retrieve degrades --------------------------------------------------------------------------
 
 
