@@ -59,7 +59,7 @@ from scopemem.core.text import sanitize_field
 from scopemem.errors import StoreUnsupported
 from scopemem.plugins import host
 from scopemem.plugins.manager import PluginManager
-from scopemem.stores.base import Clock, CountingStore, Hit, MemoryStore
+from scopemem.stores.base import Clock, CountingStore, Hit, MemoryStore, check_own, search_hits
 from scopemem.stores.counting import CountBuffer, Stats
 from scopemem.stores.porting import export_records, portable
 
@@ -346,15 +346,18 @@ class Operations:
         return SearchResult(tuple(hits[:limit]), tuple(keys), failed)
 
     async def _search_scope(self, key: str, query: str, limit: int) -> builtins.list[Hit]:
-        search = getattr(self.store, "search", None)
-        if search is not None:
-            strict = getattr(self.store, "search_strict", None)
-            return builtins.list(await (strict or search)(key, query, limit, bump=False))
+        if getattr(self.store, "search", None) is not None:
+            return await search_hits(self.store, key, query, limit, bump=False, strict=True)
         # A store without ``search`` counts whatever ``retrieve`` returns as used: its
         # listing never does, so it serves (newest first, then ranked here).
-        records = await self.store.list(key, limit, query=query)
+        records = await self._list(key, limit, query)
         words = query_terms(query).terms
         return [Hit(record, scoring.keyword_match(words, record)) for record in records]
+
+    async def _list(self, key: str, limit: int, query: str | None) -> builtins.list[Record]:
+        records = await self.store.list(key, limit, query=query)
+        check_own(key, records)
+        return records
 
     @tracing.traced_stream("memory.export")
     async def export(self, caller: Caller, scope: str = ALL
@@ -406,7 +409,7 @@ class Operations:
         sections = []
         for key in keys:
             try:
-                records = await self.store.list(key, limit, query=query)
+                records = await self._list(key, limit, query)
             except Exception as exc:
                 sections.append(ListSection(key, error=f"list of {key} failed: {exc}"))
                 continue

@@ -17,7 +17,7 @@ from scopemem.api.semantic import SemanticLane
 from scopemem.config import MemoryConfig
 from scopemem.core.records import Kind, Record
 from scopemem.core.scopes import scope_kind
-from scopemem.stores.base import Hit, MemoryStore, search_hits
+from scopemem.stores.base import Hit, MemoryStore, check_own, search_hits
 
 __all__ = ["REPO_KIND", "ScopeRead", "ScopeReads", "Vector"]
 
@@ -77,13 +77,17 @@ class ScopeReads:
                                                  self.config.limit)
         return ScopeRead([], hits, cosines=cosines)
 
+    async def _window(self, key: str) -> list[Record]:
+        records = await self.store.list(key, self.config.repo_window, kind=Kind.FACT)
+        check_own(key, records)
+        return records
+
     async def late(self, key: str, query: str, vector: Vector = None) -> ScopeRead:
         """The repository scope: its window and its keyword hits beyond it (so an older
         lesson that fits the brief still gets a slot); any other scope: its hits."""
         if scope_kind(key) != REPO_KIND or self.config.repo_window <= 0:
             return await self.hits(key, query, vector)
-        window_read = asyncio.ensure_future(
-            self.store.list(key, self.config.repo_window, kind=Kind.FACT))
+        window_read = asyncio.ensure_future(self._window(key))
         try:
             read = await self.hits(key, query, vector)
         except BaseException:

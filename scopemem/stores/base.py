@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import ClassVar, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import attrs
@@ -33,7 +33,7 @@ from scopemem.core.records import (
 )
 from scopemem.core.scopes import ScopeKeyError, validate_scope_key
 from scopemem.core.scoring import keyword_match
-from scopemem.core.text import is_text
+from scopemem.core.text import is_text, sanitize_field
 from scopemem.errors import StoreError
 from scopemem.languages import DEFAULT_LANGUAGES, analyzer_for
 from scopemem.options import OptionsTable
@@ -331,6 +331,18 @@ def descriptors_held(store: object) -> int:
     return held
 
 
+def check_own(scope_key: str, records: Iterable[Record]) -> None:
+    """``StoreError`` when one of ``records``, read from the scope ``scope_key``, is another
+    scope's: a store plugin's bug (the built-in stores never answer one; the worker client
+    refuses one from the wire), so the read costs that scope and nothing crosses to a
+    reader of this one. Every read that puts records in front of a person or a model
+    checks what the store answered with it."""
+    for record in records:
+        if record.scope_key != scope_key:
+            raise StoreError(f"the store answered a record of another scope for {scope_key}"
+                             f" ({sanitize_field(record.scope_key)!r}); none is shown")
+
+
 async def search_hits(store: MemoryStore, scope_key: str, query: str, limit: int, *,
                       bump: bool, strict: bool = False) -> list[Hit]:
     """``store.search`` (its raising form, ``search_strict``, when ``strict`` and the store
@@ -341,7 +353,10 @@ async def search_hits(store: MemoryStore, scope_key: str, query: str, limit: int
     search = getattr(store, "search", None)
     if search is not None:
         strict_search = getattr(store, "search_strict", None) if strict else None
-        return list(await (strict_search or search)(scope_key, query, limit, bump=bump))
-    records = await store.retrieve(scope_key, query, limit)
-    words = query_terms(query).terms
-    return [Hit(record, keyword_match(words, record)) for record in records]
+        hits = list(await (strict_search or search)(scope_key, query, limit, bump=bump))
+    else:
+        words = query_terms(query).terms
+        hits = [Hit(record, keyword_match(words, record))
+                for record in await store.retrieve(scope_key, query, limit)]
+    check_own(scope_key, (hit.record for hit in hits))
+    return hits

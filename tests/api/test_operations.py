@@ -16,6 +16,7 @@ from scopemem import (
     MemoryRefused,
     OperationFailed,
     Record,
+    Request,
     ScopememError,
     Status,
 )
@@ -451,3 +452,33 @@ async def test_a_repo_resolver_that_fails_or_answers_junk_is_a_refusal_naming_it
     listing = await memory.list(caller, "all")
     assert [section.scope_key for section in listing.sections] == [
         "user:slack:UADMIN", "channel:slack:C1", ORG]
+
+
+class _Leaky(InMemoryStore):
+    """A store plugin with a bug: every read of a scope also answers Bob's records."""
+
+    async def search(self, scope_key, query, limit, *, bump=True):
+        own = await super().search(scope_key, query, limit, bump=bump)
+        return own + await super().search(BOB.user_key, query, limit, bump=False)
+
+    async def list(self, scope_key, limit, query=None, kind=None):
+        return (await super().list(scope_key, limit, query, kind)
+                + await super().list(BOB.user_key, limit, query, kind))
+
+
+async def test_a_store_answering_another_scopes_records_costs_that_scope_not_the_line(clock):
+    store = _Leaky(clock=clock)
+    memory = make(store, clock)
+    await store.write(BOB.user_key, [fact("bob's salary review is on the deploy calendar")])
+    await store.write(ORG, [fact("deploys freeze on fridays")])
+    await store.write(f"repo:{ALICE.repo}", [fact("the deploy script lives in ops/")])
+    everywhere = ("bob", "salary")
+    block = await memory.context_block(Request(text="deploy calendar", user_id="slack:UA",
+                                               channel_id="slack:C1", repo=ALICE.repo))
+    listing = await memory.list(ALICE)
+    found = await memory.search(ALICE, "deploy calendar")
+    for shown in (block, *(r.text for r in listing.records), *(r.text for r in found.records)):
+        assert not any(word in shown for word in everywhere)
+    assert set(found.failed) >= {ORG}
+    assert {s.scope_key for s in listing.sections if s.error} >= {ORG}
+    assert "another scope" in dict((s.scope_key, s.error) for s in listing.sections)[ORG]
