@@ -161,7 +161,8 @@ class _HttpProvider:
         raw = await policy.run(lambda budget: self._attempt(headers, body, budget))
         try:
             reply = json.loads(raw)
-        except ValueError:  # includes UnicodeDecodeError
+        # ValueError includes UnicodeDecodeError; RecursionError is JSON nested too deep.
+        except (ValueError, RecursionError):
             raise ProviderError(f"{self.name}: the reply from {self._where()} is not JSON")\
                 from None
         return reply
@@ -251,7 +252,7 @@ class _HttpProvider:
         text = raw.decode("utf-8", errors="replace")
         try:
             parsed = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to read
             parsed = None
         if isinstance(parsed, dict):
             error = parsed.get("error")

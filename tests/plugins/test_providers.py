@@ -483,6 +483,15 @@ async def test_a_long_non_json_error_body_is_cut_short(make, fake, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+async def test_a_deeply_nested_error_body_is_still_the_status(make, fake, kind):
+    fake.status = 500
+    fake.reply = DEEPLY_NESTED
+    provider = make(kind)
+    with pytest.raises(ProviderError, match="HTTP 500"):
+        await ask(provider)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 async def test_a_slow_server_times_out_once(make, fake, kind):
     fake.reply = OK_REPLY[kind]
     fake.hold = True
@@ -515,6 +524,9 @@ async def test_an_unreachable_server_is_a_provider_error(make, kind, refused_por
     assert len(waits) >= 4  # five attempts, a wait before each after the first
 
 
+# Valid JSON nested past the parser's recursion limit: RecursionError, not ValueError.
+DEEPLY_NESTED = b'{"choices": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
 MALFORMED: dict[str, list[Any]] = {
     "openai": [
         b"this is not json",
@@ -528,6 +540,7 @@ MALFORMED: dict[str, list[Any]] = {
         {"choices": [{"message": "hello"}]},
         {"choices": [{"message": {"role": "assistant", "content": None}}]},
         {"choices": [{"message": {"role": "assistant", "content": [{"text": "x"}]}}]},
+        DEEPLY_NESTED,
     ],
     "anthropic": [
         b"<html>oops</html>",
@@ -540,6 +553,7 @@ MALFORMED: dict[str, list[Any]] = {
         {"content": ["hello"]},
         {"content": [{"type": "text", "text": 5}]},
         {"content": [{"type": "text"}]},
+        DEEPLY_NESTED,
     ],
 }
 
