@@ -88,6 +88,7 @@ class Memory(Operations):
         self.breadth = breadth_of(self.scope_kinds)
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
         self._providers: dict[str, Provider] = {}
+        self._closed = False
         # Runs in flight, reflections pending and use counts saving (``api.runs``).
         self.runs = Runs()
         self.run_slot = self.runs.slot
@@ -149,7 +150,11 @@ class Memory(Operations):
     with_memory = staticmethod(scoring.with_memory)
 
     async def close(self) -> None:
-        """Close the providers and the store. Call ``drain`` first to let reflections end."""
+        """Close the providers and the store. Call ``drain`` first to let reflections end:
+        a reflection still pending is cancelled here (one warning each), never left to run
+        on a closed store. A reflection scheduled after ``close`` is not started."""
+        self._closed = True
+        await self.runs.cancel_reflections()
         providers, self._providers = self._providers, {}
         for provider in providers.values():
             try:
@@ -178,6 +183,10 @@ class Memory(Operations):
         warning and nothing else: it can never delay or alter the user's reply. Memory off:
         nothing happens (no model call, nothing written)."""
         if not self.enabled:
+            return
+        if self._closed:
+            log.warning("[memory] memory is closed: reflection %s not started",
+                        run.run_id or "-")
             return
         self.runs.reflect(self._reflect_quietly(run))
 

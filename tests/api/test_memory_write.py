@@ -179,6 +179,24 @@ async def test_a_run_in_its_slot_keeps_drain_waiting(store, clock, scripted):
     assert await texts(store, ORG) == ["learned inside the slot"]
 
 
+async def test_close_cancels_what_drain_left_so_nothing_runs_on_a_closed_store(
+        store, clock, scripted, memory_warnings):
+    memory = make_memory(store, clock, scripted)
+    scripted.gate.clear()                  # the model never answers in time
+    memory.schedule_reflection(run())
+    assert await memory.drain(timeout=0.05) is False
+    await memory.close()
+    # The reflection is over, cancelled, before the store closed under it: it can never
+    # call a closed provider or write to a closed store.
+    assert memory.pending_reflections() == 0
+    assert "[memory] reflection r-42 cancelled" in memory_warnings()
+    scripted.gate.set()
+    memory.schedule_reflection(run())      # after close: nothing is started
+    assert memory.pending_reflections() == 0
+    assert len(scripted.calls) == 1
+    assert memory_warnings()[-1].startswith("[memory] memory is closed")
+
+
 @pytest.mark.parametrize("reply", [RuntimeError("provider down"), "not json at all",
                                    {"facts": "nope"}])
 async def test_a_failed_reflection_is_one_warning_and_writes_nothing(store, clock, scripted,
