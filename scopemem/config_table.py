@@ -239,13 +239,12 @@ def _check_mcp(mcp: McpSettings) -> None:
         if problem:
             raise ConfigError(f"memory.mcp.{key}: {problem}")
     if mcp.repo is not None:
-        from scopemem.gitremote import repo_from_url
+        from scopemem.gitremote import typed_repo
 
         # The scope a clone's remote names (``repo:acme/api``), the one the team's other
         # runs read: a URL or a bare name would keep the server's facts apart from theirs.
-        named = repo_from_url(mcp.repo if ":" in mcp.repo
-                              else f"https://host.invalid/{mcp.repo}")
-        if named != mcp.repo:
+        ok, named = typed_repo(mcp.repo)
+        if not ok:
             hint = f': repo = "{named}"' if named else " (e.g. acme/api)"
             raise ConfigError("memory.mcp.repo: takes owner/name as a clone's remote names"
                               f" it{hint}")

@@ -282,6 +282,18 @@ async def reply(memory: Memory, text: str, ctx: CommandContext) -> str | None:
         return f"🚫 {exc}"
     if command is None:
         return None
+    typed = getattr(command, "repo", None)
+    if typed is not None:
+        from scopemem.gitremote import typed_repo
+
+        # As the command line checks its --repo: a URL or a bare name would make a scope
+        # no run reads (and keep a remembered fact where nobody would find it).
+        ok, named = typed_repo(typed)
+        if not ok:
+            hint = f": --repo {named}" if named else " (e.g. acme/api)"
+            verb = {ListCommand: "list", SweepCommand: "sweep"}.get(type(command), "remember")
+            problem = f"--repo takes OWNER/NAME as a clone's remote names it{hint}"
+            return f"🚫 {CommandUsageError(problem, verb)}"
     if isinstance(command, ListCommand):
         outcome = await run_list(memory, command, ctx)
     elif isinstance(command, ForgetCommand):

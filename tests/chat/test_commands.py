@@ -92,6 +92,27 @@ async def test_repo_needs_a_bound_repo_and_resolves_it_lazily(memory, store):
     assert REPO not in await ask(memory, "memory list")          # no repo bound: no section
 
 
+@pytest.mark.parametrize(("repo", "hint"), [
+    ("https://github.com/acme/api", "--repo acme/api"),
+    ("git@github.com:acme/api.git", "--repo acme/api"),
+    ("acme/api.git", "--repo acme/api"),
+    ("acme", "(e.g. acme/api)")])
+async def test_a_typed_repo_no_run_would_read_is_a_usage_error(memory, store, repo, hint):
+    # As on the command line: it made repo:https://github.com/acme/api or repo:acme, a
+    # scope no run reads, and an admin's fact remembered there was kept where nobody
+    # would find it.
+    for command in (f"memory remember --scope repo --repo {repo} deploys go through argo",
+                    f"memory list --scope repo --repo {repo}",
+                    f"memory sweep --scope repo --repo {repo}"):
+        reply = await ask(memory, command, caller=ADMIN)
+        assert reply.startswith("🚫 --repo takes OWNER/NAME"), (command, reply)
+        assert hint in reply and "Usage" in reply
+    assert await store.export_scopes() == []          # nothing was written anywhere
+    reply = await ask(memory, "memory remember --scope repo --repo acme/api deploys go "
+                      "through argo", caller=ADMIN)
+    assert reply == "🧠 remembered in repo:acme/api"
+
+
 async def test_empty_scope_and_full_page(memory, store):
     assert "no active records" in await ask(memory, "memory list me")
     await store.write(ORG, [fact(f"note {n}") for n in range(3)])
