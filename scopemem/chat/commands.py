@@ -248,7 +248,7 @@ def render_remember(result: RememberResult) -> Outcome:
 
 async def handle_command(
     memory: Memory,
-    text: str,
+    text: str | None,
     caller: str | Caller,
     *,
     channel_id: str | None = None,
@@ -263,7 +263,10 @@ async def handle_command(
     extra stand in for the arguments not given); ``repo`` may be a callable, resolved only
     if the repository scope is asked for; ``machine`` marks a surface whose record text
     must be wrapped as untrusted (default: callers on the cli, mcp and http platforms);
-    ``extra`` carries what a plugin's scope kind is derived from (as ``Request.extra``)."""
+    ``extra`` carries what a plugin's scope kind is derived from (as ``Request.extra``).
+    A message with no text (``None``: a file shared, an edit) is no command."""
+    if not isinstance(text, str):
+        return None
     if isinstance(caller, Caller):
         channel_id = caller.channel_id if channel_id is None else channel_id
         repo = caller.repo if repo is None else repo

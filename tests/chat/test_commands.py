@@ -48,6 +48,12 @@ async def test_prose_is_left_to_the_model(memory):
     assert await ask(memory, "memory is flaky today") is None
 
 
+@pytest.mark.parametrize("text", [None, b"memory list", 42])
+async def test_a_message_without_text_is_no_command(memory, text):
+    # A platform event with no text (a file shared, an edit, a join) is passed on as it is.
+    assert await ask(memory, text) is None
+
+
 async def test_usage_errors_are_replies(memory):
     reply = await ask(memory, "memory list --limit 99")
     assert reply.startswith("🚫") and "--limit" in reply and "Usage" in reply
