@@ -22,7 +22,7 @@ import attrs
 from scopemem.core.records import MAX_TEXT_CHARS, Candidate, Kind, Record
 from scopemem.core.redaction import Stage, secret_free_keywords
 from scopemem.core.secret_rules import redact_secrets
-from scopemem.core.text import is_text
+from scopemem.core.text import is_text, strip_invisible
 
 REFLECT_MIN_TURNS = 4
 # A request or thread carrying this (any case) keeps its run out of memory: it is never
@@ -179,6 +179,12 @@ def _as_turn(turn: Turn | Mapping[str, Any] | tuple[str, Any]) -> Turn:
     return Turn(str(role), content)
 
 
+def _one_line(text: str) -> str:
+    """``text`` with its invisible characters dropped and every run of whitespace, line
+    breaks and separators included, one space."""
+    return " ".join(strip_invisible(text).split())
+
+
 def build_reflection_input(
     shown: Sequence[Record],
     history: Sequence[Turn | Mapping[str, Any] | tuple[str, Any]],
@@ -193,7 +199,10 @@ def build_reflection_input(
     default) before it leaves the process."""
     lines = ["Existing memory records (id, scope, kind: text):"]
     if shown:
-        lines.extend(f"- {r.id} ({r.scope_key}, {r.kind.value}): {r.text}" for r in shown)
+        # One line each, whatever a record's text holds: a record that broke lines could
+        # add shown records (ids of its choosing) or a transcript to what the model reads.
+        lines.extend(f"- {r.id} ({r.scope_key}, {r.kind.value}): {_one_line(r.text)}"
+                     for r in shown)
     else:
         lines.append("- none")
     transcript_parts = []
