@@ -278,7 +278,11 @@ def _keywords(value: Any, redact: Stage, found: list[str]) -> tuple[str, ...] | 
 
 
 def _audience(value: Any, audiences: Collection[str]) -> str:
-    return value if isinstance(value, str) and value in audiences else DEFAULT_AUDIENCE
+    # Every audience is a kind's lowercase name: "User" or " repo " is read as meant.
+    if not isinstance(value, str):
+        return DEFAULT_AUDIENCE
+    value = value.strip().lower()
+    return value if value in audiences else DEFAULT_AUDIENCE
 
 
 def _confidence(value: Any) -> float | None:

@@ -182,6 +182,16 @@ def test_pointers_survive_only_for_shown_ids():
                         (None, "mem:user:slack:U1:4"), (None, None)]
 
 
+def test_an_audience_is_read_whatever_its_case_and_spaces():
+    # A model that answers "User" meant the person: read as unknown, the personal fact went
+    # to the org scope, everyone's.
+    result = parse({"facts": [good("a", audience="User"), good("b", audience=" REPO "),
+                              good("c", audience="Channel\n")], "summary": "s u m"})
+    assert [f.audience for f in result.facts] == [Audience.USER, Audience.REPO,
+                                                  Audience.CHANNEL]
+    assert result.summary.audience == Audience.USER
+
+
 def test_audience_defaults_to_org_and_the_summary_takes_the_narrowest():
     result = parse({"facts": [good("a", audience="channel"), good("b", audience="bogus"),
                               good("c")], "summary": "what happened"})
