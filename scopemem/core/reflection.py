@@ -294,7 +294,11 @@ def _confidence(value: Any) -> float | None:
 
 
 def _shown_pointer(value: Any, shown_ids: Collection[str]) -> str | None:
-    return value if isinstance(value, str) and value in shown_ids else None
+    # Whitespace around an id is no part of it, as in a person's forget or --supersedes.
+    if not isinstance(value, str):
+        return None
+    value = value.strip()
+    return value if value in shown_ids else None
 
 
 def parse_reflection(

@@ -192,6 +192,15 @@ def test_an_audience_is_read_whatever_its_case_and_spaces():
     assert result.summary.audience == Audience.USER
 
 
+def test_whitespace_around_a_pointer_is_no_part_of_it():
+    # As for a person's forget or --supersedes: dropped, the correction was inserted beside
+    # the stale record it meant to retire.
+    result = parse({"facts": [good("a", supersedes=" mem:org:acme:1\n"),
+                              good("b", restates="mem:user:slack:U1:4 ")]})
+    pointers = [(f.candidate.supersedes, f.candidate.restates) for f in result.facts]
+    assert pointers == [("mem:org:acme:1", None), (None, "mem:user:slack:U1:4")]
+
+
 def test_audience_defaults_to_org_and_the_summary_takes_the_narrowest():
     result = parse({"facts": [good("a", audience="channel"), good("b", audience="bogus"),
                               good("c")], "summary": "what happened"})
