@@ -459,6 +459,15 @@ async def test_a_busy_answer_is_retried_after_the_wait_it_asks(make, fake, kind,
     assert len(fake.hits) == 3
 
 
+async def test_anthropics_overloaded_answer_is_retried(make, fake):
+    # Anthropic says it is busy with 529 (overloaded_error), not 503.
+    fake.reply = OK_REPLY["anthropic"]
+    fake.first = [(529, {})]
+    provider = make("anthropic")
+    assert await ask(provider) == OK_TEXT
+    assert len(fake.hits) == 2
+
+
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_busy_answer_past_the_timeout_is_the_error(make, fake, kind):
     fake.first = [(429, {"Retry-After": "120"})]
