@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from scopemem.core.hygiene import cut_text
 from scopemem.core.records import MAX_TEXT_CHARS, Candidate, Kind, Record
 from scopemem.core.redaction import Stage, secret_free_keywords
 from scopemem.core.secret_rules import redact_secrets
@@ -343,7 +344,7 @@ def parse_reflection(
         facts.append(Reflected(
             Candidate(
                 kind=Kind.FACT,
-                text=redact(text.strip(), found)[:MAX_TEXT_CHARS],
+                text=cut_text(redact(text.strip(), found), MAX_TEXT_CHARS),
                 source_thread_key=thread_key,
                 source_run_id=run_id,
                 keywords=_keywords(item.get("keywords"), redact, found),
@@ -359,7 +360,8 @@ def parse_reflection(
         tagged = {fact.audience for fact in facts}
         narrowest = next((a for a in audiences if a in tagged), DEFAULT_AUDIENCE)
         summary = Reflected(
-            Candidate(kind=Kind.SUMMARY, text=redact(text.strip(), None)[:MAX_TEXT_CHARS],
+            Candidate(kind=Kind.SUMMARY,
+                      text=cut_text(redact(text.strip(), None), MAX_TEXT_CHARS),
                       source_thread_key=thread_key, source_run_id=run_id),
             narrowest,
         )

@@ -201,6 +201,17 @@ def test_whitespace_around_a_pointer_is_no_part_of_it():
     assert pointers == [("mem:org:acme:1", None), (None, "mem:user:slack:U1:4")]
 
 
+@pytest.mark.parametrize("word", ["abcdefgh", "abcdefghi"])
+def test_a_long_fact_or_summary_is_cut_at_a_word(word):
+    # As every write's caps cut it (text cut to 4,000 characters at a word): cut at 4,000
+    # characters first, the write saw a text that fit and left it ending in half a word.
+    text = " ".join([word] * 600)
+    result = parse({"facts": [good(text)], "summary": text})
+    for cut in (result.facts[0].candidate.text, result.summary.candidate.text):
+        assert len(cut) <= 4000 and text.startswith(cut)
+        assert cut.endswith(word)
+
+
 def test_audience_defaults_to_org_and_the_summary_takes_the_narrowest():
     result = parse({"facts": [good("a", audience="channel"), good("b", audience="bogus"),
                               good("c")], "summary": "what happened"})
