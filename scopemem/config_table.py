@@ -209,8 +209,9 @@ def check_config(config: MemoryConfig) -> None:
     if config.enabled and not config.organization:
         raise ConfigError("memory.organization: required when memory.enabled is true")
     for admin in config.admins:
-        # An admin is a caller, and a caller is a user scope key: anything else names nobody.
-        if not admin.startswith("user:") or admin == "user:" or scope_key_problem(admin):
+        # An admin is a caller, and a caller is a user scope key: anything else names nobody
+        # (``user:slack:``, empty after its namespace, is refused as a caller).
+        if not admin.startswith("user:") or admin.endswith(":") or scope_key_problem(admin):
             raise ConfigError(f"memory.admins: {admin!r} is not a user scope key"
                               " (user:<platform>:<id>, e.g. user:slack:U0001)")
     _check_hooks(config.hooks)
