@@ -288,6 +288,7 @@ async def _reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
 
     shown_scopes = {record.id: record.scope_key for record in shown}
     items: list[Reflected] = []
+    refused = 0  # candidates the gate refused, a noise summary included
     with tracing.span("reflection.gate") as gate:
         for item in (*reflection.facts, *([reflection.summary] if reflection.summary else [])):
             screened = host.screen_candidate(memory.pm, config, item.candidate)
@@ -300,11 +301,15 @@ async def _reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
                 _count(memory, _route(item, actor, org_key, shown_scopes),
                        {counters.rejected_by(marker): 1 for marker in screened.markers})
             if screened.rejected:
-                report.rejected += 1
+                refused += 1
+                # The line's and the span's "rejected" count offered facts, as the
+                # counters do: a summary is no offer (docs/stats.md).
+                if item.candidate.kind == Kind.FACT:
+                    report.rejected += 1
             else:
                 items.append(attrs.evolve(item, candidate=screened.candidate))
-        gate.set_attributes({"candidates": len(items) + report.rejected,
-                             "candidates.rejected": report.rejected})
+        gate.set_attributes({"candidates": len(items) + refused,
+                             "candidates.rejected": refused})
 
     batches: dict[str, list[Candidate]] = {}
     for item in items:

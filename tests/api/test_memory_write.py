@@ -288,6 +288,20 @@ async def test_status_is_rejected_and_the_line_carries_counters_not_text(store, 
         assert all("PR 1835" not in text for text in await texts(store, scope))
 
 
+async def test_a_noise_summary_is_no_rejected_fact_on_the_line(store, clock, scripted,
+                                                               caplog):
+    # As the counters have it (docs/stats.md): a summary is no offer, so its noise counts
+    # under rejected:noise only. The line said "offered 1, rejected 1, inserted 1".
+    caplog.set_level(logging.INFO, logger="scopemem")
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("run make bootstrap before the api tests")],
+                         "summary": "ok"}]
+    await reflect(memory, run())
+    [line] = [r.getMessage() for r in caplog.records if "reflection r-42" in r.getMessage()]
+    assert line.startswith("[memory] reflection r-42: offered 1, rejected 0, restated 0, "
+                           "inserted 1, summary 0,")
+
+
 async def test_a_plugin_marker_rejects_too(store, clock, scripted):
     class NoGiveaways:
         @hookimpl
