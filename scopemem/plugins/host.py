@@ -216,10 +216,5 @@ def authorize_write(
 ) -> WriteDecision:
     answers = hook_answers(pm.hook.scopemem_authorize_write, firstresult=True,
                            actor=actor, target=target, candidate=candidate, origin=origin)
-    decision = None
-    if answers:
-        plugin, decision = answers[0]
-        if not isinstance(decision, WriteDecision):
-            raise PluginError(f"plugin {plugin!r} answered scopemem_authorize_write with "
-                              f"{_shown(decision)}, not a WriteDecision")
+    decision = answers[0][1] if answers else None
     return settle_decision(target, decision, actor, breadth)

@@ -260,7 +260,6 @@ class Broken:
     def scopemem_authorize_write(self, actor, target, candidate, origin):
         if self.how == "policy raises":
             raise RuntimeError("policy down")
-        return {"policy str": "allow", "policy key": "org:acme"}.get(self.how)
 
 
 @pytest.mark.parametrize(("how", "message"), [
@@ -325,18 +324,6 @@ def test_a_policy_plugin_that_raises_is_named():
     pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken("policy raises"),))
     with pytest.raises(PluginError, match=re.escape(
             "plugin 'Broken' failed in scopemem_authorize_write: RuntimeError: policy down")):
-        host.authorize_write(pm, actor=ACTOR, target="org:acme", candidate=FACT,
-                             origin="public", breadth=BREADTH)
-
-
-@pytest.mark.parametrize(("how", "shown"), [("policy str", "'allow'"),
-                                           ("policy key", "'org:acme'")])
-def test_a_policy_plugin_that_answers_junk_is_named(how, shown):
-    # As docs/plugins.md has it for every judging hook; it was a silent policy_widened denial.
-    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken(how),))
-    with pytest.raises(PluginError, match=re.escape(
-            f"plugin 'Broken' answered scopemem_authorize_write with {shown}, not a "
-            "WriteDecision")):
         host.authorize_write(pm, actor=ACTOR, target="org:acme", candidate=FACT,
                              origin="public", breadth=BREADTH)
 
