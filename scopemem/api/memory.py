@@ -185,8 +185,7 @@ class Memory(Operations):
         if not self.enabled:
             return
         if self._closed:
-            log.warning("[memory] memory is closed: reflection %s not started",
-                        run.run_id or "-")
+            log.warning("[memory] reflection skipped: memory is closed")
             return
         self.runs.reflect(self._reflect_quietly(run))
 

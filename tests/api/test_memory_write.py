@@ -194,7 +194,7 @@ async def test_close_cancels_what_drain_left_so_nothing_runs_on_a_closed_store(
     memory.schedule_reflection(run())      # after close: nothing is started
     assert memory.pending_reflections() == 0
     assert len(scripted.calls) == 1
-    assert memory_warnings()[-1].startswith("[memory] memory is closed")
+    assert memory_warnings()[-1] == "[memory] reflection skipped: memory is closed"
 
 
 @pytest.mark.parametrize("reply", [RuntimeError("provider down"), "not json at all",
