@@ -282,7 +282,7 @@ async def reply(memory: Memory, text: str, ctx: CommandContext) -> str | None:
     try:
         command = parse_memory_command(text, memory.scope_kinds)
     except CommandUsageError as exc:
-        return f"🚫 {exc}"
+        return _usage_reply(exc)
     if command is None:
         return None
     typed = getattr(command, "repo", None)
@@ -296,7 +296,7 @@ async def reply(memory: Memory, text: str, ctx: CommandContext) -> str | None:
             hint = f": --repo {named}" if named else " (e.g. acme/api)"
             verb = {ListCommand: "list", SweepCommand: "sweep"}.get(type(command), "remember")
             problem = f"--repo takes OWNER/NAME as a clone's remote names it{hint}"
-            return f"🚫 {CommandUsageError(problem, verb)}"
+            return _usage_reply(CommandUsageError(problem, verb))
     if isinstance(command, ListCommand):
         outcome = await run_list(memory, command, ctx)
     elif isinstance(command, ForgetCommand):
@@ -307,6 +307,12 @@ async def reply(memory: Memory, text: str, ctx: CommandContext) -> str | None:
     else:
         outcome = await run_sweep(memory, command, ctx)
     return outcome.text
+
+
+def _usage_reply(exc: CommandUsageError) -> str:
+    """A usage error as a reply. The problem may quote what was typed: it is rendered as a
+    record's text is, so a reply never carries markup (``<!channel>``) a person typed."""
+    return f"🚫 {sanitize_field(exc.problem)}. Usage: {exc.usage}"
 
 
 def _chat_thread_key(ctx: CommandContext) -> str:

@@ -68,6 +68,7 @@ class CommandUsageError(ValueError):
         super().__init__(f"{problem}. Usage: {usage}")
         self.problem = problem
         self.verb = verb
+        self.usage = usage
 
 
 @attrs.frozen

@@ -59,6 +59,18 @@ async def test_usage_errors_are_replies(memory):
     assert reply.startswith("🚫") and "--limit" in reply and "Usage" in reply
 
 
+@pytest.mark.parametrize("command", [
+    "memory list --scope <!channel>", "memory list --limit <!here>", "memory <!channel>",
+    "memory list --<!here>", "memory sweep --scope <@U0001>"])
+async def test_a_usage_error_echoes_what_was_typed_escaped(memory, command):
+    # As a record, an id or a query is rendered: a reply echoing <!channel> raw made the bot
+    # mention the whole channel on a Slack user's behalf.
+    reply = await ask(memory, command)
+    problem = reply.partition(". Usage:")[0]
+    assert reply.startswith("🚫") and "Usage" in reply
+    assert "<" not in problem and ">" not in problem and "&lt;" in problem
+
+
 async def test_list_shows_own_channel_and_org_never_another_users(memory, store):
     await store.write(ORG, [fact("deploys go through the bastion")])
     await store.write(ALICE, [fact("this user likes tabs")])
