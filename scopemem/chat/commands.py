@@ -183,9 +183,9 @@ async def run_forget(memory: Memory, command: ForgetCommand, ctx: CommandContext
         result = await memory.forget(ctx.identity(), command.record_id)
         data = {"ok": result.forgotten, "id": result.record_id, "forgotten": result.forgotten}
         if not result.forgotten:
-            return Outcome(False, f"Nothing to forget: `{result.record_id}` is not an active "
-                                  "record", data)
-        return Outcome(True, f"🧹 Forgot `{result.record_id}`", data)
+            return Outcome(False, f"Nothing to forget: `{sanitize_field(result.record_id)}` is "
+                                  "not an active record", data)
+        return Outcome(True, f"🧹 Forgot `{sanitize_field(result.record_id)}`", data)
 
     return await _answered(run)()
 
@@ -196,9 +196,10 @@ async def run_sweep(memory: Memory, command: SweepCommand, ctx: CommandContext) 
                                     dry_run=command.dry_run)
         lines: list[str] = []
         for scope in report.scopes:
-            key, result = scope.scope_key, scope.result
+            # A key may hold what a person typed (``--repo``): rendered as a record's text.
+            key, result = sanitize_field(scope.scope_key), scope.result
             if report.dry_run:
-                ids = ", ".join(f"`{i}`" for i in result.ids or ()) or "nothing"
+                ids = ", ".join(f"`{sanitize_field(i)}`" for i in result.ids or ()) or "nothing"
                 lines.append(f"🧹 {key}: would sweep {result.swept} ({ids})")
             else:
                 lines.append(f"🧹 {key}: swept {result.swept}")
@@ -231,14 +232,16 @@ async def run_remember(memory: Memory, command: RememberCommand, ctx: CommandCon
 
 
 def render_remember(result: RememberResult) -> Outcome:
-    what = _REMEMBERED[result.outcome].format(result.supersedes)
+    # The key and the id may hold what a person typed (``--repo``, ``--supersedes``).
+    supersedes = sanitize_field(result.supersedes or "")
+    what = _REMEMBERED[result.outcome].format(supersedes)
     notes = []
     if result.replaced_nothing:
-        notes.append(f"`{result.supersedes}` was not an active record; nothing replaced")
+        notes.append(f"`{supersedes}` was not an active record; nothing replaced")
     if result.redacted:
         notes.append("a secret in it was redacted")
     note = f" ({'; '.join(notes)})" if notes else ""
-    return Outcome(True, f"🧠 {what} in {result.scope_key}{note}",
+    return Outcome(True, f"🧠 {what} in {sanitize_field(result.scope_key)}{note}",
                    {"ok": True, "scopeKey": result.scope_key, "redacted": result.redacted,
                     **to_wire(result.counts)})
 

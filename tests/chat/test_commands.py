@@ -71,6 +71,23 @@ async def test_a_usage_error_echoes_what_was_typed_escaped(memory, command):
     assert "<" not in problem and ">" not in problem and "&lt;" in problem
 
 
+async def test_a_typed_repository_is_escaped_in_every_reply(memory):
+    # list escaped its section titles; remember, sweep and forget echoed the key raw.
+    repo = "--repo <!channel>/x"
+    replies = [
+        await ask(memory, f"memory remember --scope repo {repo} the tests need make first",
+                  caller=ADMIN),
+        await ask(memory, f"memory remember --scope repo {repo} --supersedes "
+                  "mem:repo:<!channel>/x:1 the tests need make bootstrap first", caller=ADMIN),
+        await ask(memory, f"memory sweep --scope repo {repo}", caller=ADMIN),
+        await ask(memory, f"memory sweep --scope repo {repo} --dry-run", caller=ADMIN),
+        await ask(memory, "memory forget mem:repo:<!channel>/x:2", caller=ADMIN),
+    ]
+    for reply in replies:
+        assert not reply.startswith("🚫"), reply
+        assert "<" not in reply and ">" not in reply and "&lt;!channel&gt;" in reply, reply
+
+
 async def test_list_shows_own_channel_and_org_never_another_users(memory, store):
     await store.write(ORG, [fact("deploys go through the bastion")])
     await store.write(ALICE, [fact("this user likes tabs")])
