@@ -29,6 +29,7 @@ import attrs
 
 from scopemem.core.policy import Audience, audience_of
 from scopemem.core.scopes import scope_kind
+from scopemem.core.text import sanitize_field
 
 DEFAULT_LIST_LIMIT = 20
 MAX_LIST_LIMIT = 50
@@ -265,8 +266,9 @@ def scope_access(scope_key: str, caller: str, org_key: str | None, kinds: Collec
         return Access.OWN, None
     kind = scope_kind(scope_key)
     if kind not in kinds:
-        return Access.CLOSED, (f"no scope kind {kind!r} is registered here; nobody can "
-                               "reach that scope")
+        # The kind may be what a person typed (a record id): rendered as a record's text.
+        return Access.CLOSED, (f"no scope kind {sanitize_field(kind)!r} is registered here; "
+                               "nobody can reach that scope")
     audience = audience_of(scope_key)
     if audience is Audience.PERSON:
         return Access.CLOSED, ("that record belongs to another person's scope; nobody else "

@@ -88,6 +88,18 @@ async def test_a_typed_repository_is_escaped_in_every_reply(memory):
         assert "<" not in reply and ">" not in reply and "&lt;!channel&gt;" in reply, reply
 
 
+@pytest.mark.parametrize("command", [
+    "memory remember --scope repo --repo <!channel>/x --supersedes mem:org:acme:1 a b c",
+    "memory remember --scope org --supersedes mem:user:<!here>:1 the deploys go via argo",
+    "memory forget mem:<!here>:x:1",
+])
+async def test_a_refusal_quotes_what_was_typed_escaped(memory, command):
+    # A refusal quoted a typed key or kind raw, as usage errors did.
+    reply = await ask(memory, command, caller=ADMIN)
+    assert reply.startswith("🚫") and "&lt;!" in reply
+    assert "<" not in reply and ">" not in reply
+
+
 async def test_list_shows_own_channel_and_org_never_another_users(memory, store):
     await store.write(ORG, [fact("deploys go through the bastion")])
     await store.write(ALICE, [fact("this user likes tabs")])
