@@ -209,8 +209,9 @@ def check_config(config: MemoryConfig) -> None:
     if config.enabled and not config.organization:
         raise ConfigError("memory.organization: required when memory.enabled is true")
     for admin in config.admins:
-        # An admin is a caller, and a caller is a user scope key: anything else names nobody.
-        if not admin.startswith("user:") or admin == "user:" or scope_key_problem(admin):
+        # An admin is a caller, and a caller is a user scope key: anything else names nobody
+        # (``user:slack:``, empty after its namespace, is refused as a caller).
+        if not admin.startswith("user:") or admin.endswith(":") or scope_key_problem(admin):
             raise ConfigError(f"memory.admins: {admin!r} is not a user scope key"
                               " (user:<platform>:<id>, e.g. user:slack:U0001)")
     _check_hooks(config.hooks)
@@ -239,13 +240,12 @@ def _check_mcp(mcp: McpSettings) -> None:
         if problem:
             raise ConfigError(f"memory.mcp.{key}: {problem}")
     if mcp.repo is not None:
-        from scopemem.gitremote import repo_from_url
+        from scopemem.gitremote import typed_repo
 
         # The scope a clone's remote names (``repo:acme/api``), the one the team's other
         # runs read: a URL or a bare name would keep the server's facts apart from theirs.
-        named = repo_from_url(mcp.repo if ":" in mcp.repo
-                              else f"https://host.invalid/{mcp.repo}")
-        if named != mcp.repo:
+        ok, named = typed_repo(mcp.repo)
+        if not ok:
             hint = f': repo = "{named}"' if named else " (e.g. acme/api)"
             raise ConfigError("memory.mcp.repo: takes owner/name as a clone's remote names"
                               f" it{hint}")

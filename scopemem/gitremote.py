@@ -50,6 +50,16 @@ def repo_from_url(url: str) -> str | None:
     return repo if scope_key_problem(f"repo:{repo}") is None else None
 
 
+def typed_repo(value: str) -> tuple[bool, str | None]:
+    """Whether ``value``, a repository a person typed (``--repo``, ``memory.mcp.repo``), is
+    ``owner/name`` as a clone's remote names it, and the ``owner/name`` it stands for when
+    it is not but names one (a URL, a ``.git`` suffix). A URL or a bare name would make a
+    scope no run reads."""
+    # A URL or an scp-like remote as given; a path as the path of some remote.
+    named = repo_from_url(value if ":" in value else f"https://host.invalid/{value}")
+    return named == value, named
+
+
 def _git_dir(start: Path) -> Path | None:
     """The git directory of the repository ``start`` is in (a worktree's ``.git`` file
     points to it), or None."""

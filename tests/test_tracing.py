@@ -189,6 +189,18 @@ async def test_reflection_traces_the_model_the_gate_and_each_write(clock, spans)
     assert_private(spans)
 
 
+async def test_a_noise_summary_is_a_rejected_candidate_not_a_rejected_fact(clock, spans):
+    scripted = Scripted()
+    memory = make_memory(InMemoryStore(clock=clock), clock, scripted)
+    scripted.replies = [{"facts": [lesson("the build runs on the shared runners")],
+                         "summary": "ok"}]
+    await reflect(memory, run())
+    [root] = named(spans, "reflection")
+    [gate] = named(spans, "reflection.gate")
+    assert (root.attributes["facts.offered"], root.attributes["facts.rejected"]) == (1, 0)
+    assert (gate.attributes["candidates"], gate.attributes["candidates.rejected"]) == (2, 1)
+
+
 async def test_each_human_operation_is_a_span(clock, spans):
     memory = Memory(MemoryConfig(enabled=True, organization="acme", store="memory"),
                     InMemoryStore(clock=clock), clock=clock)

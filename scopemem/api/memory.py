@@ -152,8 +152,10 @@ class Memory(Operations):
 
     async def close(self) -> None:
         """Close the providers and the store. Call ``drain`` first to let reflections end:
-        one that has not reached its model call by then is skipped with a warning."""
+        a reflection still pending is cancelled here (one warning each), never left to run
+        on a closed store. A reflection scheduled after ``close`` is not started."""
         self._closed = True
+        await self.runs.cancel_reflections()
         providers, self._providers = self._providers, {}
         for provider in providers.values():
             try:

@@ -166,7 +166,8 @@ class Operations:
         if scope != ALL and scope != ME and (scope == USER_KIND
                                              or scope not in self.scope_kinds):
             raise MemoryRefused("unknown_scope",
-                                f"no scope kind {scope!r} is registered here; known: "
+                                f"no scope kind {sanitize_field(scope)!r} is registered here; "
+                                f"known: "
                                 f"{', '.join(sorted(self.scope_kinds))}")
         if scope != ALL:
             return [await self._scope_key(scope, caller)]
@@ -249,9 +250,12 @@ class Operations:
                 raise MemoryRefused("bad_id", f"--supersedes {sanitize_field(supersedes)!r} "
                                     f"is not a memory id: {exc}") from None
             if target_scope != key:
+                # Both keys may hold what a person typed (--supersedes, --repo).
                 raise MemoryRefused("wrong_scope",
-                                    f"--supersedes names a record of {target_scope}, not of "
-                                    f"{key}; a fact can only replace one of its own scope")
+                                    f"--supersedes names a record of "
+                                    f"{sanitize_field(target_scope)}, not of "
+                                    f"{sanitize_field(key)}; a fact can only replace one of "
+                                    "its own scope")
         candidate = Candidate(kind=Kind.FACT, text=text, source_thread_key=thread_key,
                               confidence=1.0, source=Source.HUMAN, supersedes=supersedes)
         screened = host.screen_candidate(self.pm, self.config, candidate)

@@ -77,23 +77,61 @@ class ReflectionHost(Protocol):
     def scope_keys(self, request: Request) -> list[str]: ...
 
 
+# A Run is built by an adapter: a wrong field is a TypeError naming it when the run is made,
+# never a reflection failing later in the background on something the adapter did not write.
+
+
+def _of_type(kind: type, what: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if not isinstance(value, kind):
+            raise TypeError(f"Run.{attribute.name} must be {what}, got {type(value).__name__}")
+
+    return check
+
+
+def _optional_str(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"Run.{attribute.name} must be a string or None, got "
+                        f"{type(value).__name__}")
+
+
+def _whole_count(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError(f"Run.{attribute.name} must be a whole number of at least 0, got "
+                        f"{value!r}")
+
+
+def _history(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise TypeError(f"Run.{attribute.name} must be a sequence of turns, got "
+                        f"{type(value).__name__}")
+
+
+def _none_as_empty(value: Any) -> Any:
+    return "" if value is None else value
+
+
 @attrs.frozen(kw_only=True)
 class Run:
     """A finished run, as reflection needs it. ``history`` is the thread before this request
     (``Turn``s, ``{"role", "content"}`` dicts or ``(role, content)`` pairs); ``model`` is the
     run's own ``<provider>/<model>`` ref, used when ``memory.model`` is not set.
     ``no_memory`` (or ``<no-memory>`` in the request or thread, or ``request.no_memory``)
-    keeps the run out of memory: it is never reflected and writes nothing."""
+    keeps the run out of memory: it is never reflected and writes nothing. A field of the
+    wrong type (``answer=None``, a negative ``tool_calls``) is a ``TypeError`` naming it;
+    ``thread_key=None`` is no thread key."""
 
-    request: Request
-    answer: str
-    history: Sequence[Turn | Mapping[str, Any] | tuple[str, Any]] = ()
-    tool_calls: int = 0
-    agent_name: str | None = None
-    thread_key: str = ""
-    run_id: str | None = None
-    model: str | None = None
-    no_memory: bool = False
+    request: Request = attrs.field(validator=attrs.validators.instance_of(Request))
+    answer: str = attrs.field(validator=_of_type(str, "a string"))
+    history: Sequence[Turn | Mapping[str, Any] | tuple[str, Any]] = attrs.field(
+        default=(), validator=_history)
+    tool_calls: int = attrs.field(default=0, validator=_whole_count)
+    agent_name: str | None = attrs.field(default=None, validator=_optional_str)
+    thread_key: str = attrs.field(default="", converter=_none_as_empty,
+                                  validator=_of_type(str, "a string or None"))
+    run_id: str | None = attrs.field(default=None, validator=_optional_str)
+    model: str | None = attrs.field(default=None, validator=_optional_str)
+    no_memory: bool = attrs.field(default=False, validator=_of_type(bool, "True or False"))
 
     @property
     def opted_out(self) -> bool:
@@ -292,6 +330,7 @@ async def _reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
 
     shown_scopes = {record.id: record.scope_key for record in shown}
     items: list[Reflected] = []
+    refused = 0  # candidates the gate refused, a noise summary included
     with tracing.span("reflection.gate") as gate:
         for item in (*reflection.facts, *([reflection.summary] if reflection.summary else [])):
             screened = host.screen_candidate(memory.pm, config, item.candidate)
@@ -304,11 +343,15 @@ async def _reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
                 _count(memory, _route(item, actor, org_key, shown_scopes),
                        {counters.rejected_by(marker): 1 for marker in screened.markers})
             if screened.rejected:
-                report.rejected += 1
+                refused += 1
+                # The line's and the span's "rejected" count offered facts, as the
+                # counters do: a summary is no offer (docs/stats.md).
+                if item.candidate.kind == Kind.FACT:
+                    report.rejected += 1
             else:
                 items.append(attrs.evolve(item, candidate=screened.candidate))
-        gate.set_attributes({"candidates": len(items) + report.rejected,
-                             "candidates.rejected": report.rejected})
+        gate.set_attributes({"candidates": len(items) + refused,
+                             "candidates.rejected": refused})
 
     batches: dict[str, list[Candidate]] = {}
     for item in items:

@@ -70,6 +70,16 @@ class Runs:
                 await asyncio.sleep(min(remaining, 0.05))
         return True
 
+    async def cancel_reflections(self) -> None:
+        """Cancel the reflections still pending (``drain`` timed out, or was never called)
+        and wait until each has ended, so none runs on once its store is closed. Each logs
+        its own ``reflection … cancelled`` warning."""
+        pending = set(self._pending)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+
     async def marks_saved(self) -> None:
         """Wait until the use counts of every block shown so far are saved (a failure was
         one warning); a surface that answers one block and stops waits here."""

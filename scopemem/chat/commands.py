@@ -183,9 +183,9 @@ async def run_forget(memory: Memory, command: ForgetCommand, ctx: CommandContext
         result = await memory.forget(ctx.identity(), command.record_id)
         data = {"ok": result.forgotten, "id": result.record_id, "forgotten": result.forgotten}
         if not result.forgotten:
-            return Outcome(False, f"Nothing to forget: `{result.record_id}` is not an active "
-                                  "record", data)
-        return Outcome(True, f"🧹 Forgot `{result.record_id}`", data)
+            return Outcome(False, f"Nothing to forget: `{sanitize_field(result.record_id)}` is "
+                                  "not an active record", data)
+        return Outcome(True, f"🧹 Forgot `{sanitize_field(result.record_id)}`", data)
 
     return await _answered(run)()
 
@@ -196,9 +196,10 @@ async def run_sweep(memory: Memory, command: SweepCommand, ctx: CommandContext) 
                                     dry_run=command.dry_run)
         lines: list[str] = []
         for scope in report.scopes:
-            key, result = scope.scope_key, scope.result
+            # A key may hold what a person typed (``--repo``): rendered as a record's text.
+            key, result = sanitize_field(scope.scope_key), scope.result
             if report.dry_run:
-                ids = ", ".join(f"`{i}`" for i in result.ids or ()) or "nothing"
+                ids = ", ".join(f"`{sanitize_field(i)}`" for i in result.ids or ()) or "nothing"
                 lines.append(f"🧹 {key}: would sweep {result.swept} ({ids})")
             else:
                 lines.append(f"🧹 {key}: swept {result.swept}")
@@ -231,14 +232,16 @@ async def run_remember(memory: Memory, command: RememberCommand, ctx: CommandCon
 
 
 def render_remember(result: RememberResult) -> Outcome:
-    what = _REMEMBERED[result.outcome].format(result.supersedes)
+    # The key and the id may hold what a person typed (``--repo``, ``--supersedes``).
+    supersedes = sanitize_field(result.supersedes or "")
+    what = _REMEMBERED[result.outcome].format(supersedes)
     notes = []
     if result.replaced_nothing:
-        notes.append(f"`{result.supersedes}` was not an active record; nothing replaced")
+        notes.append(f"`{supersedes}` was not an active record; nothing replaced")
     if result.redacted:
         notes.append("a secret in it was redacted")
     note = f" ({'; '.join(notes)})" if notes else ""
-    return Outcome(True, f"🧠 {what} in {result.scope_key}{note}",
+    return Outcome(True, f"🧠 {what} in {sanitize_field(result.scope_key)}{note}",
                    {"ok": True, "scopeKey": result.scope_key, "redacted": result.redacted,
                     **to_wire(result.counts)})
 
@@ -248,7 +251,7 @@ def render_remember(result: RememberResult) -> Outcome:
 
 async def handle_command(
     memory: Memory,
-    text: str,
+    text: str | None,
     caller: str | Caller,
     *,
     channel_id: str | None = None,
@@ -263,7 +266,10 @@ async def handle_command(
     extra stand in for the arguments not given); ``repo`` may be a callable, resolved only
     if the repository scope is asked for; ``machine`` marks a surface whose record text
     must be wrapped as untrusted (default: callers on the cli, mcp and http platforms);
-    ``extra`` carries what a plugin's scope kind is derived from (as ``Request.extra``)."""
+    ``extra`` carries what a plugin's scope kind is derived from (as ``Request.extra``).
+    A message with no text (``None``: a file shared, an edit) is no command."""
+    if not isinstance(text, str):
+        return None
     if isinstance(caller, Caller):
         channel_id = caller.channel_id if channel_id is None else channel_id
         repo = caller.repo if repo is None else repo
@@ -279,9 +285,21 @@ async def reply(memory: Memory, text: str, ctx: CommandContext) -> str | None:
     try:
         command = parse_memory_command(text, memory.scope_kinds)
     except CommandUsageError as exc:
-        return f"🚫 {exc}"
+        return _usage_reply(exc)
     if command is None:
         return None
+    typed = getattr(command, "repo", None)
+    if typed is not None:
+        from scopemem.gitremote import typed_repo
+
+        # As the command line checks its --repo: a URL or a bare name would make a scope
+        # no run reads (and keep a remembered fact where nobody would find it).
+        ok, named = typed_repo(typed)
+        if not ok:
+            hint = f": --repo {named}" if named else " (e.g. acme/api)"
+            verb = {ListCommand: "list", SweepCommand: "sweep"}.get(type(command), "remember")
+            problem = f"--repo takes OWNER/NAME as a clone's remote names it{hint}"
+            return _usage_reply(CommandUsageError(problem, verb))
     if isinstance(command, ListCommand):
         outcome = await run_list(memory, command, ctx)
     elif isinstance(command, ForgetCommand):
@@ -292,6 +310,12 @@ async def reply(memory: Memory, text: str, ctx: CommandContext) -> str | None:
     else:
         outcome = await run_sweep(memory, command, ctx)
     return outcome.text
+
+
+def _usage_reply(exc: CommandUsageError) -> str:
+    """A usage error as a reply. The problem may quote what was typed: it is rendered as a
+    record's text is, so a reply never carries markup (``<!channel>``) a person typed."""
+    return f"🚫 {sanitize_field(exc.problem)}. Usage: {exc.usage}"
 
 
 def _chat_thread_key(ctx: CommandContext) -> str:

@@ -94,13 +94,12 @@ def _repo(_ctx: click.Context, _param: click.Parameter, value: str | None) -> st
     ``group/sub/name``), as ``gitremote.repo_from_url`` reads it off a clone's remote. A URL,
     a ``.git`` suffix or a bare name would make a scope no run reads: a usage error, naming
     the ``owner/name`` when there is one."""
-    from scopemem.gitremote import repo_from_url
+    from scopemem.gitremote import typed_repo
 
     if value is None:
         return None
-    # A URL or an scp-like remote as given; a path as the path of some remote.
-    named = repo_from_url(value if ":" in value else f"https://host.invalid/{value}")
-    if named != value:
+    ok, named = typed_repo(value)
+    if not ok:
         hint = f": --repo {named}" if named else " (e.g. acme/api)"
         raise click.BadParameter(f"takes OWNER/NAME as a clone's remote names it{hint}")
     return value

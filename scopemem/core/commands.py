@@ -68,6 +68,7 @@ class CommandUsageError(ValueError):
         super().__init__(f"{problem}. Usage: {usage}")
         self.problem = problem
         self.verb = verb
+        self.usage = usage
 
 
 @attrs.frozen
@@ -264,8 +265,13 @@ def scope_access(scope_key: str, caller: str, org_key: str | None, kinds: Collec
         return Access.OWN, None
     kind = scope_kind(scope_key)
     if kind not in kinds:
-        return Access.CLOSED, (f"no scope kind {kind!r} is registered here; nobody can "
-                               "reach that scope")
+        # The kind may be what a person typed (a record id): rendered as a record's text.
+        # (Imported here: the text rules load the word engine, which ``--help`` and a hook
+        # with memory off never need.)
+        from scopemem.core.text import sanitize_field
+
+        return Access.CLOSED, (f"no scope kind {sanitize_field(kind)!r} is registered here; "
+                               "nobody can reach that scope")
     audience = audience_of(scope_key)
     if audience is Audience.PERSON:
         return Access.CLOSED, ("that record belongs to another person's scope; nobody else "

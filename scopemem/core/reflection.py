@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from scopemem.core.hygiene import cut_text
 from scopemem.core.records import MAX_TEXT_CHARS, Candidate, Kind, Record
 from scopemem.core.redaction import Stage, secret_free_keywords
 from scopemem.core.secret_rules import redact_secrets
@@ -190,6 +191,12 @@ def _as_turn(turn: Turn | Mapping[str, Any] | tuple[str, Any]) -> Turn:
     return Turn(str(role), content)
 
 
+def _one_line(text: str) -> str:
+    """``text`` with its invisible characters dropped and every run of whitespace, line
+    breaks and separators included, one space."""
+    return " ".join(strip_invisible(text).split())
+
+
 def build_reflection_input(
     shown: Sequence[Record],
     history: Sequence[Turn | Mapping[str, Any] | tuple[str, Any]],
@@ -204,7 +211,10 @@ def build_reflection_input(
     default) before it leaves the process."""
     lines = ["Existing memory records (id, scope, kind: text):"]
     if shown:
-        lines.extend(f"- {r.id} ({r.scope_key}, {r.kind.value}): {r.text}" for r in shown)
+        # One line each, whatever a record's text holds: a record that broke lines could
+        # add shown records (ids of its choosing) or a transcript to what the model reads.
+        lines.extend(f"- {r.id} ({r.scope_key}, {r.kind.value}): {_one_line(r.text)}"
+                     for r in shown)
     else:
         lines.append("- none")
     transcript_parts = []
@@ -280,7 +290,11 @@ def _keywords(value: Any, redact: Stage, found: list[str]) -> tuple[str, ...] | 
 
 
 def _audience(value: Any, audiences: Collection[str]) -> str:
-    return value if isinstance(value, str) and value in audiences else DEFAULT_AUDIENCE
+    # Every audience is a kind's lowercase name: "User" or " repo " is read as meant.
+    if not isinstance(value, str):
+        return DEFAULT_AUDIENCE
+    value = value.strip().lower()
+    return value if value in audiences else DEFAULT_AUDIENCE
 
 
 def _confidence(value: Any) -> float | None:
@@ -292,7 +306,11 @@ def _confidence(value: Any) -> float | None:
 
 
 def _shown_pointer(value: Any, shown_ids: Collection[str]) -> str | None:
-    return value if isinstance(value, str) and value in shown_ids else None
+    # Whitespace around an id is no part of it, as in a person's forget or --supersedes.
+    if not isinstance(value, str):
+        return None
+    value = value.strip()
+    return value if value in shown_ids else None
 
 
 def parse_reflection(
@@ -337,7 +355,7 @@ def parse_reflection(
         facts.append(Reflected(
             Candidate(
                 kind=Kind.FACT,
-                text=redact(text.strip(), found)[:MAX_TEXT_CHARS],
+                text=cut_text(redact(text.strip(), found), MAX_TEXT_CHARS),
                 source_thread_key=thread_key,
                 source_run_id=run_id,
                 keywords=_keywords(item.get("keywords"), redact, found),
@@ -353,7 +371,8 @@ def parse_reflection(
         tagged = {fact.audience for fact in facts}
         narrowest = next((a for a in audiences if a in tagged), DEFAULT_AUDIENCE)
         summary = Reflected(
-            Candidate(kind=Kind.SUMMARY, text=redact(text.strip(), None)[:MAX_TEXT_CHARS],
+            Candidate(kind=Kind.SUMMARY,
+                      text=cut_text(redact(text.strip(), None), MAX_TEXT_CHARS),
                       source_thread_key=thread_key, source_run_id=run_id),
             narrowest,
         )

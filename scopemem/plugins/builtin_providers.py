@@ -14,9 +14,9 @@ Options, the same for both (``[memory.providers.openai]`` / ``[memory.providers.
   retries included.
 
 A call is retried with the worker client's policy (``stores.retrying``): a connection that
-failed or dropped, 429 and 503 (honouring ``Retry-After``), with exponential backoff and
-jitter, within ``timeout_seconds`` in all. A timeout is not retried: the model may have
-done (and billed) the work.
+failed or dropped, 429 and 503, and Anthropic's 529 (honouring ``Retry-After``), with
+exponential backoff and jitter, within ``timeout_seconds`` in all. A timeout is not
+retried: the model may have done (and billed) the work.
 """
 
 from __future__ import annotations
@@ -88,6 +88,8 @@ class _HttpProvider:
     default_base_url: ClassVar[str]
     default_key_env: ClassVar[str]
     table: ClassVar[str] = "providers"  # memory.<table>.<name> holds the options
+    # Statuses that say "busy, try again": retried after Retry-After or a backoff.
+    busy_statuses: ClassVar[frozenset[int]] = frozenset()
 
     def __init__(
         self,
@@ -161,7 +163,8 @@ class _HttpProvider:
         raw = await policy.run(lambda budget: self._attempt(headers, body, budget))
         try:
             reply = json.loads(raw)
-        except ValueError:  # includes UnicodeDecodeError
+        # ValueError includes UnicodeDecodeError; RecursionError is JSON nested too deep.
+        except (ValueError, RecursionError):
             raise ProviderError(f"{self.name}: the reply from {self._where()} is not JSON")\
                 from None
         return reply
@@ -188,7 +191,7 @@ class _HttpProvider:
                 f"{self.name}: HTTP {status}{f' {reason}' if reason else ''} from "
                 f"{self._where()}{f': {excerpt}' if excerpt else ''}{unset}"
             )
-            if status in TRANSIENT_STATUSES:
+            if status in TRANSIENT_STATUSES or status in self.busy_statuses:
                 raise Transient(error, retry_after(wait))
             raise error
         return raw
@@ -251,7 +254,7 @@ class _HttpProvider:
         text = raw.decode("utf-8", errors="replace")
         try:
             parsed = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to read
             parsed = None
         if isinstance(parsed, dict):
             error = parsed.get("error")
@@ -326,6 +329,7 @@ class AnthropicProvider(_HttpProvider):
     default_base_url = "https://api.anthropic.com"
     default_key_env = "ANTHROPIC_API_KEY"
     api_version = "2023-06-01"
+    busy_statuses = frozenset({529})  # overloaded_error: the API is busy
 
     def _url(self) -> str:
         return f"{self.base_url}/v1/messages"

@@ -179,6 +179,24 @@ async def test_a_run_in_its_slot_keeps_drain_waiting(store, clock, scripted):
     assert await texts(store, ORG) == ["learned inside the slot"]
 
 
+async def test_close_cancels_what_drain_left_so_nothing_runs_on_a_closed_store(
+        store, clock, scripted, memory_warnings):
+    memory = make_memory(store, clock, scripted)
+    scripted.gate.clear()                  # the model never answers in time
+    memory.schedule_reflection(run())
+    assert await memory.drain(timeout=0.05) is False
+    await memory.close()
+    # The reflection is over, cancelled, before the store closed under it: it can never
+    # call a closed provider or write to a closed store.
+    assert memory.pending_reflections() == 0
+    assert "[memory] reflection r-42 cancelled" in memory_warnings()
+    scripted.gate.set()
+    memory.schedule_reflection(run())      # after close: nothing is started
+    assert memory.pending_reflections() == 0
+    assert len(scripted.calls) == 1
+    assert memory_warnings()[-1] == "[memory] reflection skipped: memory is closed"
+
+
 @pytest.mark.parametrize("reply", [RuntimeError("provider down"), "not json at all",
                                    {"facts": "nope"}])
 async def test_a_failed_reflection_is_one_warning_and_writes_nothing(store, clock, scripted,
@@ -311,6 +329,20 @@ async def test_status_is_rejected_and_the_line_carries_counters_not_text(store, 
     assert "investigated the license check" in await texts(store, USER_A)
     for scope in (ORG, REPO, CHANNEL, USER_A):
         assert all("PR 1835" not in text for text in await texts(store, scope))
+
+
+async def test_a_noise_summary_is_no_rejected_fact_on_the_line(store, clock, scripted,
+                                                               caplog):
+    # As the counters have it (docs/stats.md): a summary is no offer, so its noise counts
+    # under rejected:noise only. The line said "offered 1, rejected 1, inserted 1".
+    caplog.set_level(logging.INFO, logger="scopemem")
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("run make bootstrap before the api tests")],
+                         "summary": "ok"}]
+    await reflect(memory, run())
+    [line] = [r.getMessage() for r in caplog.records if "reflection r-42" in r.getMessage()]
+    assert line.startswith("[memory] reflection r-42: offered 1, rejected 0, restated 0, "
+                           "inserted 1, summary 0,")
 
 
 async def test_a_plugin_marker_rejects_too(store, clock, scripted):

@@ -398,3 +398,29 @@ async def test_every_scope_is_written_before_an_embedder_is_asked(store, clock, 
     assert "the api repo needs make bootstrap" in await texts(store, REPO)
     assert "this user prefers pnpm over npm" in await texts(store, USER_A)
     assert not await memory.drain(timeout=0.1)  # the embedding never ends: cancelled
+
+
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"answer": None}, "answer"),
+    ({"answer": 123}, "answer"),
+    ({"tool_calls": None}, "tool_calls"),
+    ({"tool_calls": -1}, "tool_calls"),
+    ({"tool_calls": True}, "tool_calls"),
+    ({"history": None}, "history"),
+    ({"history": "the whole thread as one string"}, "history"),
+    ({"agent_name": 7}, "agent_name"),
+    ({"run_id": 42}, "run_id"),
+    ({"model": ["openai/gpt-4o-mini"]}, "model"),
+    ({"thread_key": 17}, "thread_key"),
+    ({"request": {"text": "x"}}, "request"),
+])
+def test_a_run_an_adapter_got_wrong_is_refused_naming_the_field(fields, named):
+    # It was accepted, and its reflection failed later in the background with an
+    # AttributeError or TypeError that named nothing the adapter wrote.
+    values = {"request": Request(text="fix the build"), "answer": "done", **fields}
+    with pytest.raises(TypeError, match=named):
+        Run(**values)
+
+
+def test_a_run_without_a_thread_key_may_say_none():
+    assert Run(request=Request(text="x"), answer="ok", thread_key=None).thread_key == ""

@@ -48,9 +48,56 @@ async def test_prose_is_left_to_the_model(memory):
     assert await ask(memory, "memory is flaky today") is None
 
 
+@pytest.mark.parametrize("text", [None, b"memory list", 42])
+async def test_a_message_without_text_is_no_command(memory, text):
+    # A platform event with no text (a file shared, an edit, a join) is passed on as it is.
+    assert await ask(memory, text) is None
+
+
 async def test_usage_errors_are_replies(memory):
     reply = await ask(memory, "memory list --limit 99")
     assert reply.startswith("🚫") and "--limit" in reply and "Usage" in reply
+
+
+@pytest.mark.parametrize("command", [
+    "memory list --scope <!channel>", "memory list --limit <!here>", "memory <!channel>",
+    "memory list --<!here>", "memory sweep --scope <@U0001>"])
+async def test_a_usage_error_echoes_what_was_typed_escaped(memory, command):
+    # As a record, an id or a query is rendered: a reply echoing <!channel> raw made the bot
+    # mention the whole channel on a Slack user's behalf.
+    reply = await ask(memory, command)
+    problem = reply.partition(". Usage:")[0]
+    assert reply.startswith("🚫") and "Usage" in reply
+    assert "<" not in problem and ">" not in problem and "&lt;" in problem
+
+
+async def test_a_typed_repository_is_escaped_in_every_reply(memory):
+    # list escaped its section titles; remember, sweep and forget echoed the key raw.
+    repo = "--repo <!channel>/x"
+    replies = [
+        await ask(memory, f"memory remember --scope repo {repo} the tests need make first",
+                  caller=ADMIN),
+        await ask(memory, f"memory remember --scope repo {repo} --supersedes "
+                  "mem:repo:<!channel>/x:1 the tests need make bootstrap first", caller=ADMIN),
+        await ask(memory, f"memory sweep --scope repo {repo}", caller=ADMIN),
+        await ask(memory, f"memory sweep --scope repo {repo} --dry-run", caller=ADMIN),
+        await ask(memory, "memory forget mem:repo:<!channel>/x:2", caller=ADMIN),
+    ]
+    for reply in replies:
+        assert not reply.startswith("🚫"), reply
+        assert "<" not in reply and ">" not in reply and "&lt;!channel&gt;" in reply, reply
+
+
+@pytest.mark.parametrize("command", [
+    "memory remember --scope repo --repo <!channel>/x --supersedes mem:org:acme:1 a b c",
+    "memory remember --scope org --supersedes mem:user:<!here>:1 the deploys go via argo",
+    "memory forget mem:<!here>:x:1",
+])
+async def test_a_refusal_quotes_what_was_typed_escaped(memory, command):
+    # A refusal quoted a typed key or kind raw, as usage errors did.
+    reply = await ask(memory, command, caller=ADMIN)
+    assert reply.startswith("🚫") and "&lt;!" in reply
+    assert "<" not in reply and ">" not in reply
 
 
 async def test_list_shows_own_channel_and_org_never_another_users(memory, store):
@@ -90,6 +137,27 @@ async def test_repo_needs_a_bound_repo_and_resolves_it_lazily(memory, store):
     assert reply.startswith("🚫") and "--repo" in reply
     assert "make" in await ask(memory, "memory list repo --repo acme/api")
     assert REPO not in await ask(memory, "memory list")          # no repo bound: no section
+
+
+@pytest.mark.parametrize(("repo", "hint"), [
+    ("https://github.com/acme/api", "--repo acme/api"),
+    ("git@github.com:acme/api.git", "--repo acme/api"),
+    ("acme/api.git", "--repo acme/api"),
+    ("acme", "(e.g. acme/api)")])
+async def test_a_typed_repo_no_run_would_read_is_a_usage_error(memory, store, repo, hint):
+    # As on the command line: it made repo:https://github.com/acme/api or repo:acme, a
+    # scope no run reads, and an admin's fact remembered there was kept where nobody
+    # would find it.
+    for command in (f"memory remember --scope repo --repo {repo} deploys go through argo",
+                    f"memory list --scope repo --repo {repo}",
+                    f"memory sweep --scope repo --repo {repo}"):
+        reply = await ask(memory, command, caller=ADMIN)
+        assert reply.startswith("🚫 --repo takes OWNER/NAME"), (command, reply)
+        assert hint in reply and "Usage" in reply
+    assert await store.export_scopes() == []          # nothing was written anywhere
+    reply = await ask(memory, "memory remember --scope repo --repo acme/api deploys go "
+                      "through argo", caller=ADMIN)
+    assert reply == "🧠 remembered in repo:acme/api"
 
 
 async def test_empty_scope_and_full_page(memory, store):

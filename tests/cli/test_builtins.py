@@ -89,7 +89,7 @@ def test_config_check_names_the_bad_key_without_a_traceback(tmp_path: Path):
     assert missing.exit_code == 1 and "no such configuration file" in missing.output
 
 
-@pytest.mark.parametrize("admin", ["cli:local", "slack:U0001", "U0001", "user:",
+@pytest.mark.parametrize("admin", ["cli:local", "slack:U0001", "U0001", "user:", "user:slack:",
                                    "user:slack:U 1"])
 def test_an_admin_that_is_no_user_scope_key_is_a_config_error(tmp_path: Path, admin: str):
     # A caller is always a user scope key: such an entry would name nobody, silently.

@@ -31,6 +31,8 @@ class Server:
             texts = self.bodies[-1]["input"]
             body = {"data": [{"index": i, "embedding": [1.0, float(i), 0.5]}
                              for i in reversed(range(len(texts)))]}
+        if isinstance(body, bytes):  # sent as is
+            return web.Response(status=status, body=body, content_type="application/json")
         return web.Response(status=status, text=json.dumps(body),
                             headers={"Retry-After": "0"} if status == 503 else {})
 
@@ -101,6 +103,8 @@ async def test_a_refusal_without_a_key_names_the_variable_and_its_setting(server
      "not a list of numbers"),
     ({"data": [{"index": 0, "embedding": [0.0]}, {"index": 1, "embedding": [1.0]}]},
      "zero"),
+    # JSON nested past the parser's recursion limit is no reply either.
+    (b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "not JSON"),
 ])
 async def test_an_unusable_reply_is_a_clear_error(server, lane, reply, reason):
     server.plan = [(200, reply)]

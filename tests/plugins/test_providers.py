@@ -459,6 +459,15 @@ async def test_a_busy_answer_is_retried_after_the_wait_it_asks(make, fake, kind,
     assert len(fake.hits) == 3
 
 
+async def test_anthropics_overloaded_answer_is_retried(make, fake):
+    # Anthropic says it is busy with 529 (overloaded_error), not 503.
+    fake.reply = OK_REPLY["anthropic"]
+    fake.first = [(529, {})]
+    provider = make("anthropic")
+    assert await ask(provider) == OK_TEXT
+    assert len(fake.hits) == 2
+
+
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_busy_answer_past_the_timeout_is_the_error(make, fake, kind):
     fake.first = [(429, {"Retry-After": "120"})]
@@ -480,6 +489,15 @@ async def test_a_long_non_json_error_body_is_cut_short(make, fake, kind):
     assert len(message) < 400
     assert KEY not in message
     assert len(fake.hits) == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_deeply_nested_error_body_is_still_the_status(make, fake, kind):
+    fake.status = 500
+    fake.reply = DEEPLY_NESTED
+    provider = make(kind)
+    with pytest.raises(ProviderError, match="HTTP 500"):
+        await ask(provider)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -515,6 +533,9 @@ async def test_an_unreachable_server_is_a_provider_error(make, kind, refused_por
     assert len(waits) >= 4  # five attempts, a wait before each after the first
 
 
+# Valid JSON nested past the parser's recursion limit: RecursionError, not ValueError.
+DEEPLY_NESTED = b'{"choices": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
 MALFORMED: dict[str, list[Any]] = {
     "openai": [
         b"this is not json",
@@ -528,6 +549,7 @@ MALFORMED: dict[str, list[Any]] = {
         {"choices": [{"message": "hello"}]},
         {"choices": [{"message": {"role": "assistant", "content": None}}]},
         {"choices": [{"message": {"role": "assistant", "content": [{"text": "x"}]}}]},
+        DEEPLY_NESTED,
     ],
     "anthropic": [
         b"<html>oops</html>",
@@ -540,6 +562,7 @@ MALFORMED: dict[str, list[Any]] = {
         {"content": ["hello"]},
         {"content": [{"type": "text", "text": 5}]},
         {"content": [{"type": "text"}]},
+        DEEPLY_NESTED,
     ],
 }
 
