@@ -11,7 +11,7 @@ exceptions: a person asked, and a person gets an answer.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -130,20 +130,61 @@ def _answered(run: Callable[[], Awaitable[Outcome]]) -> Callable[[], Awaitable[O
 # --- list ----------------------------------------------------------------------------------------
 
 
-async def run_list(memory: Memory, command: ListCommand, ctx: CommandContext) -> Outcome:
+async def run_list(memory: Memory, command: ListCommand, ctx: CommandContext, *,
+                   budgeted: bool = False) -> Outcome:
     """List each scope asked for. A scope whose store fails says so in its section (a
     silent "no active records" would be a lie); the outcome fails only when every scope
-    did."""
+    did. ``budgeted``: as ``render_list`` takes it."""
 
     async def run() -> Outcome:
         result = await memory.list(ctx.identity(command.repo), command.scope,
                                    query=command.query, limit=command.limit)
-        return render_list(result, ctx)
+        return render_list(result, ctx, budgeted=budgeted)
 
     return await _answered(run)()
 
 
-def render_list(result: ListResult, ctx: CommandContext) -> Outcome:
+#: The most characters of record text one reply of a chat or an agent carries (a listing,
+#: a search): a chat platform cuts or refuses a long message (Slack at 40,000 characters),
+#: and Claude Code refuses a tool's answer over 25,000 tokens by default. Fifty records of
+#: 4,000 characters in each of four scopes would be 800,000.
+MAX_REPLY_TEXT_CHARS = 20_000
+
+
+def fitting(records: Sequence[Record], budget: int = MAX_REPLY_TEXT_CHARS) -> int:
+    """How many of ``records``, in order, fit ``budget`` characters of text (the first
+    always does: one record is at most 4,000)."""
+    used = 0
+    for count, record in enumerate(records):
+        used += len(record.text)
+        if used > budget and count:
+            return count
+    return len(records)
+
+
+def within_budget(result: ListResult, budget: int = MAX_REPLY_TEXT_CHARS
+                  ) -> tuple[ListResult, int]:
+    """``result`` with its scopes' records cut to ``budget`` characters of record text in
+    all, the first scopes first, and how many records that left out."""
+    kept = []
+    for section in result.sections:
+        count = fitting(section.records, budget) if budget > 0 else 0
+        budget -= sum(len(record.text) for record in section.records[:count])
+        kept.append(attrs.evolve(section, records=section.records[:count]))
+    left = sum(len(s.records) for s in result.sections) - sum(len(s.records) for s in kept)
+    return attrs.evolve(result, sections=tuple(kept)), left
+
+
+def not_shown_note(count: int) -> str:
+    return (f"({count} more not shown: a reply holds at most {MAX_REPLY_TEXT_CHARS:,}"
+            " characters of record text; lower the limit or add words to narrow it)")
+
+
+def render_list(result: ListResult, ctx: CommandContext, *, budgeted: bool = False
+                ) -> Outcome:
+    """The listing as a reply; ``budgeted`` (a chat's, an agent's) holds at most
+    ``MAX_REPLY_TEXT_CHARS`` of record text and says how many records it left out."""
+    result, left = within_budget(result) if budgeted else (result, 0)
     lines: list[str] = []
     sections: list[dict[str, Any]] = []
     for section in result.sections:
@@ -166,10 +207,12 @@ def render_list(result: ListResult, ctx: CommandContext) -> Outcome:
             lines.extend(body)
             if len(records) >= result.limit:
                 lines.append(f"(the newest {result.limit}; add words to filter or raise "
-                             "--limit, up to 50)")
+                             "the limit, up to 50)")
         sections.append({"scopeKey": key, "records": to_wire(records),
                          "untrusted": ctx.is_machine})
-    data: dict[str, Any] = {"ok": result.ok, "scopes": sections}
+    if left:
+        lines.append(not_shown_note(left))
+    data: dict[str, Any] = {"ok": result.ok, "scopes": sections, "notShown": left}
     if not result.ok:
         data["error"] = "every scope failed"
     return Outcome(result.ok, "\n".join(lines), data)
@@ -240,6 +283,8 @@ def render_remember(result: RememberResult) -> Outcome:
         notes.append(f"`{supersedes}` was not an active record; nothing replaced")
     if result.redacted:
         notes.append("a secret in it was redacted")
+    if not result.durable:
+        notes.append("kept in this process only: lost when this bot restarts")
     note = f" ({'; '.join(notes)})" if notes else ""
     return Outcome(True, f"🧠 {what} in {sanitize_field(result.scope_key)}{note}",
                    {"ok": True, "scopeKey": result.scope_key, "redacted": result.redacted,
@@ -301,7 +346,7 @@ async def reply(memory: Memory, text: str, ctx: CommandContext) -> str | None:
             problem = f"--repo takes OWNER/NAME as a clone's remote names it{hint}"
             return _usage_reply(CommandUsageError(problem, verb))
     if isinstance(command, ListCommand):
-        outcome = await run_list(memory, command, ctx)
+        outcome = await run_list(memory, command, ctx, budgeted=True)
     elif isinstance(command, ForgetCommand):
         outcome = await run_forget(memory, command, ctx)
     elif isinstance(command, RememberCommand):

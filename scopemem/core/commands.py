@@ -141,15 +141,28 @@ def parse_scope(value: str, verb: str, allowed: Collection[str]) -> str:
     return scope
 
 
+#: The dashes phones and macOS type for "--" (em and en dash).
+_DASHES = ("\u2014", "\u2013")
+
+
+def _as_option(word: str, known: set[str]) -> str:
+    """``word``, or the option of ``known`` it names after autocorrect's dash for "--"
+    (``—scope`` is ``--scope``); a dash before any other word is text."""
+    if word[:1] in _DASHES and "--" + word[1:].partition("=")[0] in known:
+        return "--" + word[1:]
+    return word
+
+
 def _options(words: list[str], verb: str, valued: set[str], flags: set[str]
              ) -> tuple[dict[str, str], list[str]]:
     """Split ``--name value``, ``--name=value`` and ``--flag`` out of ``words``; the rest,
-    in order, are arguments. Options may sit anywhere."""
+    in order, are arguments. Options may sit anywhere; an option's name after an em or en
+    dash is that option (autocorrect's), a dash before any other word is text."""
     options: dict[str, str] = {}
     rest: list[str] = []
     index = 0
     while index < len(words):
-        word = words[index]
+        word = _as_option(words[index], valued | flags)
         index += 1
         if not word.startswith("--"):
             rest.append(word)
@@ -233,11 +246,11 @@ def _parse_sweep(args: list[str], names: list[str]) -> SweepCommand:
 def _parse_remember(args: list[str], names: list[str]) -> RememberCommand:
     # Options lead; the first other word starts the text, which keeps every word after it
     # ("use --no-cache when building" is a fact, not an unknown option).
+    known = {"--scope", "--supersedes", "--repo"}
     start = 0
-    while start < len(args) and args[start].startswith("--"):
+    while start < len(args) and _as_option(args[start], known).startswith("--"):
         start += 1 if "=" in args[start] else 2
-    options, rest = _options(args[:start], "remember", {"--scope", "--supersedes", "--repo"},
-                             set())
+    options, rest = _options(args[:start], "remember", known, set())
     text = " ".join(args[start:])
     if rest or not text:
         raise CommandUsageError("memory remember needs the text to remember", "remember")

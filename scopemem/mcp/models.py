@@ -14,6 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from scopemem.chat.commands import MAX_REPLY_TEXT_CHARS
+
 #: The most turns ``memory_reflect`` takes, and the most characters of one turn: far more
 #: than reflection reads (it keeps the transcript's tail), bounds on a client's mistake.
 MAX_TURNS = 2000
@@ -26,10 +28,8 @@ MAX_SCOPE_ARG_CHARS = 200
 
 
 #: The most characters of record text one answer carries (its text and its structured
-#: content carry them once each): agents bound what a tool may answer, and Claude Code
-#: refuses an answer over 25,000 tokens by default and keeps one over 50,000 characters out
-#: of the conversation. Fifty records of 4,000 characters would be 200,000.
-MAX_ANSWER_TEXT_CHARS = 20_000
+#: content carry them once each): a chat reply's budget (``chat.commands``).
+MAX_ANSWER_TEXT_CHARS = MAX_REPLY_TEXT_CHARS
 _NOT_SHOWN = ("Records found and left out: an answer holds at most "
               f"{MAX_ANSWER_TEXT_CHARS:,} characters of record text.")
 

@@ -25,9 +25,12 @@ from scopemem.chat.commands import (
     UNTRUSTED_CLOSE,
     UNTRUSTED_OPEN,
     CommandContext,
+    fitting,
+    not_shown_note,
     record_line,
     render_list,
     render_remember,
+    within_budget,
 )
 from scopemem.config import McpSettings
 from scopemem.core.commands import ALL, ME, scope_words
@@ -93,22 +96,6 @@ def record_out(record: Record, match: float | None = None) -> models.RecordOut:
 
 def wrapped(lines: Sequence[str]) -> str:
     return "\n".join([UNTRUSTED_OPEN, *lines, UNTRUSTED_CLOSE])
-
-
-def fitting(records: Sequence[Record], budget: int = models.MAX_ANSWER_TEXT_CHARS) -> int:
-    """How many of ``records``, in order, fit ``budget`` characters of text (the first
-    always does: one record is at most 4,000)."""
-    used = 0
-    for count, record in enumerate(records):
-        used += len(record.text)
-        if used > budget and count:
-            return count
-    return len(records)
-
-
-def not_shown_note(count: int) -> str:
-    return (f"({count} more not shown: an answer holds at most {models.MAX_ANSWER_TEXT_CHARS:,}"
-            " characters of record text; lower the limit or narrow the query)")
 
 
 def _refused(exc: MemoryRefused | OperationFailed) -> Refused:
@@ -201,20 +188,12 @@ async def list_records(memory: Memory, identity: Identity, scope: str, query: st
         raise Refused("every scope failed: " + "; ".join(
             f"{section.scope_key}: {section.error}" for section in result.sections))
     # Every scope's records share the answer's budget, the first scopes first.
-    budget, kept = models.MAX_ANSWER_TEXT_CHARS, []
-    for section in result.sections:
-        count = fitting(section.records, budget) if budget > 0 else 0
-        budget -= sum(len(record.text) for record in section.records[:count])
-        kept.append(attrs.evolve(section, records=section.records[:count]))
-    not_shown = sum(map(len, (s.records for s in result.sections))) - sum(
-        map(len, (s.records for s in kept)))
-    outcome = render_list(attrs.evolve(result, sections=tuple(kept)),
-                          identity.command_context())
-    text = outcome.text + ("\n" + not_shown_note(not_shown) if not_shown else "")
+    kept, not_shown = within_budget(result)
+    text = render_list(result, identity.command_context(), budgeted=True).text
     sections = [models.ListedScope(scope_key=section.scope_key,
                                    records=[record_out(record) for record in section.records],
                                    error=section.error)
-                for section in kept]
+                for section in kept.sections]
     return text, models.ListResult(scopes=sections, not_shown=not_shown, untrusted=True)
 
 

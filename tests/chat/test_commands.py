@@ -7,6 +7,7 @@ import unicodedata
 import pytest
 
 from scopemem import Caller, Memory, MemoryConfig, ScopeKind, handle_command, hookimpl
+from scopemem.chat.commands import MAX_REPLY_TEXT_CHARS
 from scopemem.plugins.manager import new_plugin_manager
 from scopemem.stores.memory import InMemoryStore
 from tests.conftest import FakeClock, fact, summary
@@ -27,9 +28,17 @@ ALICE, BOB, ADMIN = "user:slack:UA", "user:slack:UB", "user:slack:UADMIN"
 STATUS = "PR 1835 was pushed at sha 3f9a2c1 with all 10512 tests passing"
 
 
+class Kept(InMemoryStore):
+    """The in-process store answering as a durable one does (the SQLite default a bot runs
+    on), so replies read as they do in production; ``InMemoryStore`` itself says that what
+    it keeps dies with the process (``test_a_fact_kept_in_this_process_only_says_so``)."""
+
+    durable = True
+
+
 @pytest.fixture
 def store(clock: FakeClock) -> InMemoryStore:
-    return InMemoryStore(clock=clock)
+    return Kept(clock=clock)
 
 
 @pytest.fixture
@@ -391,3 +400,39 @@ async def test_a_plugin_that_fails_is_a_warning_line_naming_it(store, clock):
     assert reply == ("⚠️ plugin 'Down' failed in scopemem_rejection_markers: RuntimeError: "
                      "gate service down")
     assert await store.list(ALICE, 10) == []
+
+
+@pytest.mark.parametrize("dash", ["\u2014", "\u2013"])
+async def test_an_option_typed_with_a_dash_autocorrect_made_is_the_option(memory, store, dash):
+    # Phones and macOS turn "--" into an em or en dash as it is typed.
+    reply = await ask(memory, f"memory remember {dash}scope org deploys need the vpn",
+                      caller=ADMIN)
+    assert reply == f"🧠 remembered in {ORG}"
+    assert [r.text for r in await store.list(ORG, 5)] == ["deploys need the vpn"]
+    assert await store.list(ADMIN, 5) == []
+    # A dash before a word that is no option stays text.
+    reply = await ask(memory, f"memory remember deploys {dash}always{dash} need the vpn")
+    assert reply == f"🧠 remembered in {ALICE}"
+
+
+async def test_a_fact_kept_in_this_process_only_says_so(clock):
+    config = MemoryConfig(enabled=True, organization="acme", store="memory")
+    memory = Memory(config, InMemoryStore(clock=clock), clock=clock)
+    reply = await ask(memory, "memory remember deploys need the vpn")
+    assert reply.startswith(f"🧠 remembered in {ALICE}")
+    assert "lost when this bot restarts" in reply
+
+
+async def test_a_listing_reply_holds_at_most_its_budget_of_record_text(memory, store):
+    # Fifty long records in each of two scopes: 300,000 characters, far past what a chat
+    # platform posts (Slack cuts a message at 40,000).
+    for key in (ALICE, ORG):
+        for start in range(0, 50, 10):
+            await store.write(key, [fact(f"{key} lesson {n}: " + "deploys need care " * 160)
+                                    for n in range(start, start + 10)])
+    reply = await ask(memory, "memory list --limit 50")
+    shown = [line for line in reply.splitlines() if " lesson " in line]
+    assert 1 <= len(shown) < 100
+    assert sum(len(line) for line in shown) <= MAX_REPLY_TEXT_CHARS + 200 * len(shown)
+    assert f"{100 - len(shown)} more not shown" in reply
+    assert "--limit" not in reply.splitlines()[-1]
