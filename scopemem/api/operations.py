@@ -277,7 +277,7 @@ class Operations:
             counts = await self.store.write(key, [screened.candidate])
         except Exception as exc:
             raise OperationFailed(f"write to {key}", exc) from exc
-        await embed_written(self.semantic, self.store, key)
+        await embed_written(self.semantic, self.store, key, bounded=True)
         return RememberResult(key, counts, screened.redacted, supersedes,
                               durable=self.store_is_durable)
 

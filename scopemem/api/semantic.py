@@ -176,18 +176,26 @@ def build_lane(pm: PluginManager, config: MemoryConfig, environ: Mapping[str, st
                         config.embeddings_wait_seconds)
 
 
-async def embed_written(lane: SemanticLane | None, store: object, scope_key: str) -> None:
+async def embed_written(lane: SemanticLane | None, store: object, scope_key: str, *,
+                        bounded: bool = False) -> None:
     """After a write to ``scope_key``: embed every record of the scope without a vector
     yet, the write's and any the lane has not embedded before (so the first write to a
     scope after the lane is turned on embeds the scope's backlog, as a backfill of it would).
     A failure is one warning: the records are written, and the next write or ``scopemem
-    embeddings backfill`` embeds them."""
+    embeddings backfill`` embeds them. ``bounded`` (a person waits for the answer, as for
+    ``remember``): so is an embedder that has not finished within the lane's
+    ``wait_seconds``."""
     if lane is None:
         return
     if not isinstance(store, VectorStore):
         log.warning("[memory] the store keeps no vectors; the semantic lane is idle")
         return
     try:
-        await lane.embed_missing(store, scope_key)
+        embedding = lane.embed_missing(store, scope_key)
+        await (asyncio.wait_for(embedding, lane.wait_seconds) if bounded else embedding)
+    except TimeoutError:
+        log.warning("[memory] embedding new records of %s did not finish within %g s; the "
+                    "next write or `scopemem embeddings backfill` embeds them", scope_key,
+                    lane.wait_seconds)
     except Exception as exc:  # the write stands; its vectors come later
         log.warning("[memory] embedding new records of %s failed: %s", scope_key, exc)

@@ -272,3 +272,22 @@ def test_the_wait_for_a_briefs_vector_is_checked(wait):
                                        "store": "memory", "embeddings_wait_seconds": wait}},
                            plugin_manager=new_plugin_manager(
                                environ={"SCOPEMEM_LOAD_PLUGINS": "memory"}))
+
+
+class _SilentForRecords(FakeEmbedder):
+    """Answers briefs at once and never answers for a record's text."""
+
+    async def embed(self, *, model: str, texts: Sequence[str]) -> list[list[float]]:
+        if "Rollouts wait for the database backup" in texts:
+            await asyncio.Event().wait()
+        return await super().embed(model=model, texts=texts)
+
+
+async def test_remember_answers_though_the_embedder_never_does(clock, caplog):
+    memory = await filled(clock, Plugin(_SilentForRecords()), embeddings_wait_seconds=0.05)
+    result = await memory.remember(Caller(user_key="user:cli:alice"),
+                                   "Rollouts wait for the database backup")
+    assert result.outcome == "inserted"
+    missing = await memory.store.vectors_missing("user:cli:alice", "fake/concepts", 10)
+    assert [text for _id, text in missing] == ["Rollouts wait for the database backup"]
+    assert "did not finish within 0.05 s" in caplog.text
