@@ -82,9 +82,15 @@ def output(path: str | None) -> Iterator[IO[bytes]]:
     """Where an export goes: stdout, or ``path`` written beside it and renamed into place
     only when the export is complete (a failed export never leaves half a file)."""
     if path is None or path == "-":
-        with click.open_file("-", "wb") as stream:
-            yield stream
-            stream.flush()
+        try:
+            with click.open_file("-", "wb") as stream:
+                yield stream
+                stream.flush()
+        except BrokenPipeError:
+            raise  # a reader that left (``| head``): not the export's to report
+        except OSError as exc:  # a full disk, a quota: one line, not a traceback
+            raise click.ClickException(
+                f"cannot write the export to stdout: {exc.strerror or exc}") from None
         return
     partial = f"{path}.partial"
     try:
@@ -95,9 +101,13 @@ def output(path: str | None) -> Iterator[IO[bytes]]:
         with handle:
             yield handle
         os.replace(partial, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(partial)
+        if isinstance(exc, OSError):  # a full disk, a quota: one line, not a traceback
+            raise click.ClickException(
+                f"cannot write {path}: {exc.strerror or exc}; nothing was written to it"
+            ) from None
         raise
 
 
