@@ -23,6 +23,8 @@ from typing import IO, TYPE_CHECKING, Any
 import attrs
 import click
 
+from scopemem.errors import ScopememError
+
 if TYPE_CHECKING:
     import asyncio
 
@@ -232,6 +234,7 @@ async def import_stream(store: PortableStore, stream: IO[bytes], name: str, size
     progress = _Progress("importing", size)
     writer = _Writer(store)
     batch: list[Record] = []
+    number = 0
     try:
         for number, raw in _lines(stream):
             parsed = _parse(raw, now)
@@ -258,8 +261,15 @@ async def import_stream(store: PortableStore, stream: IO[bytes], name: str, size
                 batch = []
         batch = tally.screen(batch, now)
         if batch and not dry_run:
-            await writer.submit(batch, 0)
+            await writer.submit(batch, number)
         await writer.settle()
+    except ScopememError as exc:  # the store refused or failed a batch
+        through = writer.written_through
+        done = (f"the records of lines 1-{through} were written ({writer.added} records"
+                " added)" if through else "no batch was written whole")
+        raise click.ClickException(
+            f"import failed: {exc}; {done}; importing the file again skips what is written"
+        ) from None
     finally:
         if writer.task is not None:  # an error on the way: the batch in flight ends first
             with contextlib.suppress(Exception):

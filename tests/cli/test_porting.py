@@ -408,3 +408,28 @@ def test_an_export_to_a_full_disk_is_one_error_and_leaves_the_last_backup(tmp_pa
     assert piped.returncode == 1, stderr
     assert "Traceback" not in stderr
     assert "cannot write the export to stdout: No space left on device" in stderr
+
+
+def test_an_import_the_store_stops_says_what_was_written_and_how_to_go_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A store that refuses a batch (here a new scope past ``max_scopes``) stops the import
+    with its reason and what was written before it, as a bad line does, where the operator
+    learnt only the reason. Importing again, the limit raised, adds the rest."""
+    monkeypatch.setattr(port_stream, "IMPORT_BATCH", 3)
+    config = tmp_path / "data.toml"
+    settings = (f'[memory]\nenabled = true\norganization = "acme"\nstore = "sqlite"\n'
+                f'[memory.stores.sqlite]\npath = "{tmp_path / "data"}"\nmax_scopes = {{}}\n')
+    config.write_text(settings.format(2))
+    source = tmp_path / "people.jsonl"
+    source.write_text("".join(line(n, f"user:slack:V{person}") + "\n"
+                              for person in range(5) for n in (1, 2, 3)))
+    result = run(config, "import", str(source))
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert "import failed: sqlite store: " in result.output
+    assert "(max_scopes = 2)" in result.output
+    assert ("the records of lines 1-6 were written (6 records added); importing the file"
+            " again skips what is written") in result.output
+    config.write_text(settings.format(0))
+    assert "imported 9 of 15 records (6 already present)" in \
+        ok(run(config, "import", str(source))).output
