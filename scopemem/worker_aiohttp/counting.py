@@ -23,7 +23,7 @@ from aiohttp import hdrs, web
 
 from scopemem.core.counters import day_of
 from scopemem.core.records import to_wire
-from scopemem.errors import ScopememError
+from scopemem.errors import StoreError, StoreUnsupported
 from scopemem.stores.base import CountingStore
 from scopemem.worker_aiohttp import validation
 from scopemem.worker_aiohttp.handling import (
@@ -94,7 +94,9 @@ async def metrics(request: web.Request) -> web.StreamResponse:
     if store is not None:
         try:
             rows = await store.read_counts()
-        except ScopememError as exc:
+        except StoreUnsupported:
+            raise  # the store cannot: 501, as documented
+        except StoreError as exc:
             # The worker's own series still go out, the failed read_counts among them: a
             # scrape that failed whole would hide the failures the alert rules watch.
             log.warning("[metrics] the store's counters cannot be read, so the scrape has"
