@@ -161,7 +161,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
     def purge_command(state: CliState, as_json: bool, operator: bool) -> None:
         """Run the retention purge on every scope now: superseded and evicted records dead
         longer than memory.retention_days are deleted, swept ones scrubbed of their text
-        (each write does so on its own scope). Takes --operator."""
+        (each write does so on its own scope). Through a worker, the worker's
+        memory.retention_days applies. Takes --operator."""
         need_operator(operator, "purge changes every scope")
         memory = _store(state, "purge", ("purge",))
         result = _run(memory, "purge", lambda store: store.purge())

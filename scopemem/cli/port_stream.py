@@ -23,6 +23,8 @@ from typing import IO, TYPE_CHECKING, Any
 import attrs
 import click
 
+from scopemem.errors import ScopememError
+
 if TYPE_CHECKING:
     import asyncio
 
@@ -82,9 +84,15 @@ def output(path: str | None) -> Iterator[IO[bytes]]:
     """Where an export goes: stdout, or ``path`` written beside it and renamed into place
     only when the export is complete (a failed export never leaves half a file)."""
     if path is None or path == "-":
-        with click.open_file("-", "wb") as stream:
-            yield stream
-            stream.flush()
+        try:
+            with click.open_file("-", "wb") as stream:
+                yield stream
+                stream.flush()
+        except BrokenPipeError:
+            raise  # a reader that left (``| head``): not the export's to report
+        except OSError as exc:  # a full disk, a quota: one line, not a traceback
+            raise click.ClickException(
+                f"cannot write the export to stdout: {exc.strerror or exc}") from None
         return
     partial = f"{path}.partial"
     try:
@@ -95,9 +103,13 @@ def output(path: str | None) -> Iterator[IO[bytes]]:
         with handle:
             yield handle
         os.replace(partial, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(partial)
+        if isinstance(exc, OSError):  # a full disk, a quota: one line, not a traceback
+            raise click.ClickException(
+                f"cannot write {path}: {exc.strerror or exc}; nothing was written to it"
+            ) from None
         raise
 
 
@@ -222,6 +234,7 @@ async def import_stream(store: PortableStore, stream: IO[bytes], name: str, size
     progress = _Progress("importing", size)
     writer = _Writer(store)
     batch: list[Record] = []
+    number = 0
     try:
         for number, raw in _lines(stream):
             parsed = _parse(raw, now)
@@ -248,8 +261,15 @@ async def import_stream(store: PortableStore, stream: IO[bytes], name: str, size
                 batch = []
         batch = tally.screen(batch, now)
         if batch and not dry_run:
-            await writer.submit(batch, 0)
+            await writer.submit(batch, number)
         await writer.settle()
+    except ScopememError as exc:  # the store refused or failed a batch
+        through = writer.written_through
+        done = (f"the records of lines 1-{through} were written ({writer.added} records"
+                " added)" if through else "no batch was written whole")
+        raise click.ClickException(
+            f"import failed: {exc}; {done}; importing the file again skips what is written"
+        ) from None
     finally:
         if writer.task is not None:  # an error on the way: the batch in flight ends first
             with contextlib.suppress(Exception):

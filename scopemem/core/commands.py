@@ -292,6 +292,9 @@ def scope_access(scope_key: str, caller: str, org_key: str | None, kinds: Collec
     if audience is Audience.ORIGIN and scope_key != origin:
         return Access.CLOSED, ("that scope is another channel's; only a request from that "
                                "channel can reach it")
+    if kind == ORG_KIND and org_key is None:
+        return Access.CLOSED, ("no organisation is configured here (memory.organization), so "
+                               "no org scope can be reached; set it to this one's name")
     if kind == ORG_KIND and scope_key != org_key:
         return Access.CLOSED, ("that record belongs to another organisation's scope; nobody "
                                "here can change it")

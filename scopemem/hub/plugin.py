@@ -38,7 +38,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
         from scopemem.api.memory import Memory
         from scopemem.hub import HUB_TOKEN_ENV, hub_token_problem
         from scopemem.hub.app import install_hub
-        from scopemem.hub.shared import PREFIX, hub_config
+        from scopemem.hub.shared import PREFIX, hub_config, warn_without_organisation
         from scopemem.stores.base import wall_clock_ms
         from scopemem.worker_aiohttp.server import serve_until_signalled
 
@@ -51,6 +51,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
         if problem:
             raise click.ClickException(problem)
         try:
+            warn_without_organisation(state.config())
             memory = Memory.from_config(hub_config(state.config()), plugin_manager=state.pm,
                                         allow_fallback=False)
         except ScopememError as exc:

@@ -3,6 +3,7 @@ the words a redirect may say."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import attrs
@@ -15,6 +16,8 @@ from scopemem.core.policy import Audience, audience_of
 from scopemem.hub.auth import Clock, LoginLimiter, Sessions
 from scopemem.plugins.manager import PluginManager
 from scopemem.stores.base import MemoryStore
+
+_log = logging.getLogger("scopemem.hub")
 
 PREFIX = "/hub"
 #: The caller the hub acts as on shared scopes; ``hub_config`` makes it an admin.
@@ -51,6 +54,15 @@ class Hub:
 HUB = web.AppKey("scopemem_hub", Hub)
 #: The session id of a request that passed the session check.
 SESSION = web.RequestKey("scopemem_hub_session", str)
+
+
+def warn_without_organisation(config: MemoryConfig | None) -> None:
+    """One warning at start when the hub has no ``memory.organization``: it lists the org
+    scopes the store holds, but can search or change none of them."""
+    if config is None or config.organization is None:
+        _log.warning("the hub runs without memory.organization: it lists org scopes but "
+                     "cannot search or change them; set memory.organization in the "
+                     "configuration file (--config, $SCOPEMEM_CONFIG or ./scopemem.toml)")
 
 
 def hub_config(config: MemoryConfig) -> MemoryConfig:

@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 import attrs
 
 from scopemem.core.browse import MAX_PAGE
 from scopemem.core.counters import REFLECTIONS_FAILED, day_of
 from scopemem.core.scopes import READINESS_SCOPE
-from scopemem.errors import StoreBusy
+from scopemem.errors import ScopememError, StoreBusy
 from scopemem.stores.base import BrowsingStore, CountingStore, MemoryStore, wall_clock_ms
 
 __all__ = ["OK", "WARN", "FAIL", "Check", "MAX_SCOPES_CHECKED", "NOT_READY_BUSY",
@@ -175,7 +175,21 @@ async def check_store(store: MemoryStore, *, configured: str, cap: int) -> list[
     if reason is not None:
         return checks  # the rest would fail the same way
     if isinstance(store, BrowsingStore):
-        checks.append(await _scopes(store, cap))
+        checks.append(await _failing_as_a_check(
+            "scopes", "cannot read the scopes' counts", _scopes(store, cap)))
     if isinstance(store, CountingStore):
-        checks.append(await _reflections(store))
+        checks.append(await _failing_as_a_check(
+            "reflections", "cannot read the counters", _reflections(store)))
     return checks
+
+
+async def _failing_as_a_check(name: str, what: str, check: Awaitable[Check]) -> Check:
+    """``check``, or a failed check saying why it could not run: a store that answers the
+    readiness read may still fail another (a shard of a SQLite directory that cannot be
+    opened, one a full disk left empty), and the other lines must still be printed."""
+    try:
+        return await check
+    except StoreBusy as exc:
+        return Check(name, FAIL, f"{what}: the store is busy ({exc})")
+    except ScopememError as exc:
+        return Check(name, FAIL, f"{what}: {exc}")

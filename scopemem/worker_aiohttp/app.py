@@ -389,8 +389,9 @@ def create_app(
     if hub_token:
         # Only here: a worker without the hub never imports it, nor its extra's packages.
         from scopemem.hub.app import install_hub
-        from scopemem.hub.shared import memory_over
+        from scopemem.hub.shared import memory_over, warn_without_organisation
 
+        warn_without_organisation(hub_config)
         served = app[SERVED]
         install_hub(app, hub_token,
                     lambda: memory_over(served.require_store(), hub_config, plugin_manager),

@@ -11,17 +11,19 @@
     or the metrics token
 
 A store that keeps no counters answers 501 on the first two; /metrics then gives the
-worker's own series only.
+worker's own series only, as it does when the store fails to read them (one warning).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
 
 from scopemem.core.counters import day_of
 from scopemem.core.records import to_wire
+from scopemem.errors import StoreError, StoreUnsupported
 from scopemem.stores.base import CountingStore
 from scopemem.worker_aiohttp import validation
 from scopemem.worker_aiohttp.handling import (
@@ -35,6 +37,8 @@ from scopemem.worker_aiohttp.handling import (
 from scopemem.worker_aiohttp.observe import INSTRUMENTS
 
 __all__ = ["MAX_STATS_ROWS", "ROUTES", "metrics"]
+
+log = logging.getLogger("scopemem.worker")
 
 
 #: The most counter rows one /stats answer carries (``truncated`` says when there were more:
@@ -86,7 +90,17 @@ async def metrics(request: web.Request) -> web.StreamResponse:
     # The store's counters when it keeps any, then the requests, the store's calls and the
     # process (``observe.py``).
     store = _counting(request)
-    rows = None if store is None else await store.read_counts()
+    rows = None
+    if store is not None:
+        try:
+            rows = await store.read_counts()
+        except StoreUnsupported:
+            raise  # the store cannot: 501, as documented
+        except StoreError as exc:
+            # The worker's own series still go out, the failed read_counts among them: a
+            # scrape that failed whole would hide the failures the alert rules watch.
+            log.warning("[metrics] the store's counters cannot be read, so the scrape has"
+                        " the worker's own series only: %s", exc)
     body = exposition.render(rows, exposition.Labels(kinds=served.scope_kinds),
                              request.app[INSTRUMENTS].registry)
     return web.Response(body=body, headers={hdrs.CONTENT_TYPE: exposition.CONTENT_TYPE})

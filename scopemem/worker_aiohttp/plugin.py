@@ -235,6 +235,13 @@ def _serve_processes(workers: int, host: str, port: int,
     store, _app = build()
     runner_kwargs = {**runner_kwargs, "limits": limits_for(store)}
     asyncio.run(store.close())
+    if not getattr(store, "durable", True) and name != "null":
+        # Each process would hold records of its own: a write answered by one is missing
+        # from the others, and each gives out the same ids for different records.
+        raise click.UsageError(
+            f"--workers {workers}: the {name} store keeps records in each process, so its"
+            " processes would answer with different records under the same ids; serve it"
+            " with one process, or serve a store the processes share (sqlite, postgres)")
     try:
         sock = reserved_port(host, port)
     except OSError as exc:

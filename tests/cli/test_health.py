@@ -166,3 +166,29 @@ def test_the_null_store_is_not_called_durable(tmp_path):
     assert found["durable"] == {"name": "durable", "status": "warn",
                                 "detail": "the null store keeps no records: memory holds"
                                           " nothing"}
+
+
+def test_a_shard_that_cannot_be_read_fails_the_check_instead_of_the_command(config, roomy):
+    """A shard the store cannot open (here another application's file in its name; on a
+    full disk, one created empty) fails the checks that read it, with exit 2 and every
+    other line still printed, where ``health`` stopped with one error line and exit 1,
+    which a monitor reads as a warning."""
+    from scopemem.core.scopes import READINESS_SCOPE
+    from scopemem.stores.sqlite_shared.schema import SHARDS, shard_of
+
+    fill(config)
+    data = config.parent / "data"
+    bad = next(index for index in range(SHARDS) if index != shard_of(READINESS_SCOPE)
+               and index not in (shard_of(APP), shard_of(API)))
+    (data / f"shard-{bad:03d}-of-{SHARDS:03d}.db").write_bytes(b"not a database" * 100)
+    result = health(config, "--json")
+    assert result.exit_code == 2, result.output
+    found = by_name(result)
+    assert found["store"]["status"] == "ok"
+    assert found["disk"]["status"] == "ok"
+    assert found["scopes"]["status"] == "fail"
+    assert f"shard-{bad:03d}-of-{SHARDS:03d}.db" in found["scopes"]["detail"]
+    text = health(config)
+    assert text.exit_code == 2
+    assert "fail scopes: cannot read the scopes' counts: " in text.output
+    assert "ok   disk: " in text.output

@@ -378,3 +378,58 @@ def test_export_of_a_file_layout_directory_migrates_it_and_gives_every_record(tm
     assert exported.stdout_bytes == (fixture / "export.jsonl").read_bytes()
     assert sorted(p.name for p in (data / "file-layout-backup").glob("*.db")) == sorted(
         p.name for p in (fixture / "data").glob("*.db"))
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_an_export_to_a_full_disk_is_one_error_and_leaves_the_last_backup(tmp_path: Path):
+    """``/dev/full`` answers every write with ENOSPC, as a full disk does: the export stops
+    with one error line naming the file and the cause, the backup it would have replaced
+    stays as it was and no partial file is left, where the command ended in a traceback."""
+    import subprocess
+    import sys
+
+    config = sqlite_config(tmp_path, "data")
+    populate(config)
+    out = tmp_path / "memory.jsonl"
+    out.write_text("yesterday's backup\n")
+    (tmp_path / "memory.jsonl.partial").symlink_to("/dev/full")
+    result = run(config, "export", "--all", "--operator", "--out", str(out))
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert f"cannot write {out}" in result.output
+    assert "No space left on device" in result.output
+    assert out.read_text() == "yesterday's backup\n"
+    assert not os.path.lexists(tmp_path / "memory.jsonl.partial")
+    with open("/dev/full", "wb") as full:
+        piped = subprocess.run(
+            [sys.executable, "-m", "scopemem", "--config", str(config), "export", "--all",
+             "--operator"], stdout=full, stderr=subprocess.PIPE, timeout=120, check=False)
+    stderr = piped.stderr.decode()
+    assert piped.returncode == 1, stderr
+    assert "Traceback" not in stderr
+    assert "cannot write the export to stdout: No space left on device" in stderr
+
+
+def test_an_import_the_store_stops_says_what_was_written_and_how_to_go_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A store that refuses a batch (here a new scope past ``max_scopes``) stops the import
+    with its reason and what was written before it, as a bad line does, where the operator
+    learnt only the reason. Importing again, the limit raised, adds the rest."""
+    monkeypatch.setattr(port_stream, "IMPORT_BATCH", 3)
+    config = tmp_path / "data.toml"
+    settings = (f'[memory]\nenabled = true\norganization = "acme"\nstore = "sqlite"\n'
+                f'[memory.stores.sqlite]\npath = "{tmp_path / "data"}"\nmax_scopes = {{}}\n')
+    config.write_text(settings.format(2))
+    source = tmp_path / "people.jsonl"
+    source.write_text("".join(line(n, f"user:slack:V{person}") + "\n"
+                              for person in range(5) for n in (1, 2, 3)))
+    result = run(config, "import", str(source))
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert "import failed: sqlite store: " in result.output
+    assert "(max_scopes = 2)" in result.output
+    assert ("the records of lines 1-6 were written (6 records added); importing the file"
+            " again skips what is written") in result.output
+    config.write_text(settings.format(0))
+    assert "imported 9 of 15 records (6 already present)" in \
+        ok(run(config, "import", str(source))).output

@@ -284,3 +284,26 @@ async def test_a_form_cut_short_by_its_client_is_one_line_not_a_traceback(caplog
                 break
     assert "mid-form" in caplog.text
     assert "Traceback" not in caplog.text and "ERROR" not in caplog.text
+
+
+async def test_a_hub_without_an_organisation_says_so_at_start_and_names_the_setting(caplog):
+    """A worker started without ``memory.organization`` (the quick start's, with a hub token
+    set) lists an org scope but cannot change it: the start says so once, and the refusal
+    names the setting, where it said the scope was another organisation's."""
+    caplog.set_level(logging.WARNING, logger="scopemem")
+    store = InMemoryStore()
+    await store.write("org:acme", [Candidate(kind=Kind.FACT, text="run make bootstrap first",
+                                             source_thread_key="slack:C1/1")])
+    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=load_config({}))
+    assert "memory.organization" in caplog.text
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        assert await _login(session, url) == 303
+        page = await (await session.get(f"{url}/hub/scope?key=org:acme")).text()
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert csrf is not None
+        answer = await session.post(f"{url}/hub/forget",
+                                    data={"csrf": csrf.group(1), "id": "mem:org:acme:1"})
+        body = await answer.text()
+    assert answer.status == 403
+    assert "memory.organization" in body and "another organisation" not in body
+    assert (await store.list("org:acme", 5))[0].text == "run make bootstrap first"

@@ -512,6 +512,27 @@ async def test_a_changed_analyzer_re_derives_the_tokens(stores, clock: FakeClock
     assert tokens == (["caches", "deploying", "the"],)
 
 
+async def test_a_schema_written_under_another_analyzer_is_a_warning_naming_both(
+        stores, caplog):
+    """Another process may still use the schema under the analyzer its rows followed: the
+    re-derivation is a warning naming both signatures and the setting (a command line shows
+    it), where it was an INFO line."""
+    import logging
+
+    from scopemem.core.ranking import Ranking
+    from scopemem.core.words import PLAIN
+
+    english = stores()
+    await english.write(ORG, [fact("deploying the caches")])
+    caplog.set_level(logging.INFO, logger="scopemem.stores.postgres")
+    plain = stores(english.schema, ranking=Ranking(PLAIN))
+    await plain.list(ORG, 1)
+    [line] = [r for r in caplog.records if "re-derived" in r.getMessage()]
+    assert line.levelno == logging.WARNING, line.getMessage()
+    assert f"written under {english.ranking.analyzer.signature}" in line.getMessage()
+    assert "memory.languages" in line.getMessage()
+
+
 async def test_close_applies_the_uses_still_deferred(stores):
     import psycopg
 

@@ -327,3 +327,41 @@ async def test_a_second_opener_waits_for_the_migration_under_way(tmp_path):
         assert await export_text(store) == (FIXTURE / "export.jsonl").read_text()
     finally:
         await store.close()
+
+
+FULL_CHILD = """
+import resource, signal, sys
+from scopemem.stores.sqlite_shared import SharedSqliteStore
+from scopemem.errors import StoreError
+# A file may not grow past 40,000 bytes: the shard files the migration builds cannot be
+# written, as on a disk without room for them (the scope files, 64 KiB, are only read).
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (40_000, 40_000))
+try:
+    SharedSqliteStore(sys.argv[1])
+except StoreError as exc:
+    print(exc, flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="needs RLIMIT_FSIZE")
+async def test_a_migration_that_cannot_write_its_shards_says_the_old_files_are_kept(tmp_path):
+    """The shard files the migration builds cannot be written (a disk without room): the
+    error says the migration failed, that the old files are kept and that the next open
+    tries again, where it named only a shard in the migration's scratch folder."""
+    directory = copy_fixture(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    child = subprocess.run([sys.executable, "-c", FULL_CHILD, str(directory)], cwd=ROOT,
+                           env=env, capture_output=True, timeout=120, check=False)
+    said = child.stdout.decode()
+    assert child.returncode == 0, child.stderr.decode()
+    assert said.startswith(f"sqlite store: migrating {directory} to the shared layout"
+                           " failed: "), said
+    assert "the old files are kept, and the next open tries again" in said
+    assert scope_files(directory) == scope_files(FIXTURE / "data")
+    assert not (directory / migrate.BUILDING).exists() and shard_files(directory) == []
+    store = default_store(directory)  # with room again, the next open migrates it
+    try:
+        assert await export_text(store) == (FIXTURE / "export.jsonl").read_text()
+    finally:
+        await store.close()

@@ -178,3 +178,28 @@ async def test_two_stores_opening_a_shard_at_once_reindex_it_once(
         await first.close()
         await second.close()
     assert len(reindexed(caplog)) == 1
+
+
+async def test_a_shard_written_under_other_languages_is_a_warning_naming_both(
+        tmp_path: Path, clock: FakeClock, caplog):
+    """A process opening a directory another process writes under other languages (an
+    operator's command whose configuration leaves ``memory.languages`` out, next to a
+    worker configured for two) re-derives the shard for every process using it: a warning,
+    which a command line shows, naming both signatures and the setting, where it was an
+    INFO line no command line shows."""
+    data = tmp_path / "data"
+    german = store_at(data, clock, GERMAN)
+    await german.write(SCOPE, [fact("Die Häuser am Fluss sind geschlossen")])
+    await german.close()
+    caplog.set_level(logging.INFO, logger="scopemem.stores.sqlite")
+    english = store_at(data, clock)
+    try:
+        assert await english.retrieve(SCOPE, "Häuser", 5)
+    finally:
+        await english.close()
+    [line] = [r for r in caplog.records if "re-derived" in r.getMessage()]
+    assert line.levelno == logging.WARNING
+    message = line.getMessage()
+    assert shard_path(data) in message and "of 1 records" in message
+    assert "written under unicode-2;german" in message
+    assert "memory.languages" in message

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from scopemem.core.scopes import READINESS_SCOPE
 from scopemem.errors import StoreBusy, StoreError, StoreRefused
 from scopemem.worker_aiohttp.app import DATA_ROUTES, create_app, running
+from tests.conftest import fact
 from tests.worker.conftest import AUTH, ORG, TOKEN, candidate
 
 DOCS = Path(__file__).parents[2] / "docs" / "worker.md"
@@ -210,3 +211,27 @@ async def test_readyz_is_503_with_a_short_reason_when_the_store_cannot_serve(spy
             assert response.status == 200
     assert answer == {"ok": False, "error": reason}
     assert str(fail) in caplog.text  # the operator finds the cause in the log
+
+
+async def test_a_scrape_still_answers_when_the_store_cannot_read_its_counters(tmp_path):
+    """A SQLite directory holding a shard that cannot be opened (a full disk left one empty;
+    here another application's file in its name): the counters cannot be read, but the
+    scrape answers with the worker's own series, the failed ``read_counts`` among them, so
+    ``ScopememStoreFailing`` can fire; it answered 500 and the target went down whole."""
+    from scopemem.stores.sqlite_shared import SharedSqliteStore
+    from scopemem.stores.sqlite_shared.schema import SHARDS, shard_of
+
+    store = SharedSqliteStore(tmp_path / "data", synchronous="off")
+    await store.write(ORG, [fact("run npm ci before the license check")])
+    bad = (shard_of(ORG) + 1) % SHARDS
+    (tmp_path / "data" / f"shard-{bad:03d}-of-{SHARDS:03d}.db").write_bytes(b"x" * 4096)
+    async with running(create_app(store, TOKEN)) as url, aiohttp.ClientSession() as session:
+        async with session.post(url + "/list", json={"scopeKey": ORG, "limit": 5},
+                                headers=AUTH) as response:
+            assert response.status == 200  # the scope's own shard still serves
+        text, samples = await scrape(session, url)
+    assert total(samples, "scopemem_worker_store_failures_total",
+                 operation="read_counts") == 1
+    assert "scopemem_memory_events_total" not in text
+    assert total(samples, "scopemem_worker_requests_total", route="/list") == 1
+

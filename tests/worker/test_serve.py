@@ -162,6 +162,22 @@ def test_an_unknown_store_is_a_clear_error(tmp_path, monkeypatch, serve_in_proce
     assert "sqlite" in result.output and "Traceback" not in result.output
 
 
+def test_several_processes_over_the_in_process_store_are_refused(tmp_path, monkeypatch,
+                                                                  serve_in_process):
+    """Each process of ``--workers N`` over the memory store would keep records of its own:
+    a write answered by one is missing from the others, and both give out the same ids for
+    different records (a forget by id could hit another record). It is a usage error naming
+    the store, before anything forks or listens."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SCOPEMEM_CONFIG", raising=False)
+    monkeypatch.setenv("SCOPEMEM_TOKEN", TOKEN)
+    result = CliRunner().invoke(build_cli(), ["serve", "--store", "memory", "--workers", "2",
+                                              "--port", "0"])
+    assert result.exit_code == 2, result.output
+    assert "--workers 2: the memory store keeps records in each process" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_serve_uses_the_configured_store_even_with_memory_disabled(tmp_path, monkeypatch,
                                                                    serve_in_process):
     config = tmp_path / "scopemem.toml"

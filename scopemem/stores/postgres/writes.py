@@ -341,8 +341,16 @@ async def refold(conn: Any, sql: Statements, analyzer: Analyzer, schema: str) ->
                      record_tokens(record, analyzer) if record.is_active else [],
                      row[0], row[1])
                     for row in rows for record in (record_of(row[1:]),)])
-            log.info("postgres store: schema %s: re-derived the tokens of %d records (%s)",
-                     schema, len(rows), signature)
+            if row is None:  # a schema of a release that recorded no signature
+                log.info("postgres store: schema %s: re-derived the tokens of %d records"
+                         " (%s)", schema, len(rows), signature)
+            else:
+                # Another process may be using the schema under the recorded languages: it
+                # would go on answering from terms this one has just replaced.
+                log.warning("postgres store: schema %s: re-derived the tokens of %d records"
+                            " (%s), written under %s: give every process using this schema"
+                            " the same release and memory.languages, or each re-derives it"
+                            " in turn", schema, len(rows), signature, row[0])
         await conn.execute(sql.unpost_all)
         await conn.execute(sql.post_all)
         await conn.execute(sql.bump_generations)  # no copy of the old terms holds

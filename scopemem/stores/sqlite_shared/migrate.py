@@ -92,8 +92,9 @@ def migrate_file_layout(directory: str, *, analyzer: Analyzer, clock: Callable[[
     apsw = sqlite_sql.apsw_module()
     try:
         summary, interrupted = _migrate(directory, analyzer, clock, shards)
-    except (OSError, apsw.Error) as exc:
-        why = exc.strerror or exc if isinstance(exc, OSError) else sqlite_sql.describe(exc)
+    except (OSError, apsw.Error, _Unbuilt) as exc:
+        why = (exc.strerror or exc if isinstance(exc, OSError)
+               else exc if isinstance(exc, _Unbuilt) else sqlite_sql.describe(exc))
         raise StoreError(f"sqlite store: migrating {directory} to the shared layout failed:"
                          f" {why}; the old files are kept, and the next open tries again"
                          ) from exc
@@ -181,7 +182,10 @@ def _build(directory: str, building: str, analyzer: Analyzer, now: int, shards: 
                 skipped.append(name)
                 continue
             shard = target.of(scope.key)
-            conn = target.connection(shard, create=True)
+            try:
+                conn = target.connection(shard, create=True)
+            except StoreError as exc:  # a shard it cannot create: a full disk, say
+                raise _Unbuilt(str(exc).removeprefix("sqlite store: ")) from exc
             _copy(conn, uses, shard, analyzer, scope, now)
             _check(conn, scope)
             migrated[scope.key] = len(scope.rows)
@@ -247,6 +251,10 @@ def _upgraded_copy(path: str, scratch: str, now: int) -> Any:
     with sqlite_sql.immediate(conn):
         file_schema.apply_schema(conn, now)
     return conn
+
+
+class _Unbuilt(Exception):
+    """A shard file the migration builds could not be created or written."""
 
 
 def _refused(path: str, why: str) -> StoreError:

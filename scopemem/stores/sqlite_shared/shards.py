@@ -233,7 +233,8 @@ def refold(conn: Any, analyzer: Analyzer, path: str) -> int:
     already, and record its signature; how many rows were re-derived. The caller holds a
     write transaction and has applied the schema."""
     signature = analyzer.signature
-    if schema.stored_meta(conn, schema.META_FOLDING) == signature:
+    recorded = schema.stored_meta(conn, schema.META_FOLDING)
+    if recorded == signature:
         return 0
     scopes = conn.execute(SCOPE_IDS).fetchall()
     continuing = {sid: {seq for (seq,) in conn.execute(
@@ -261,7 +262,15 @@ def refold(conn: Any, analyzer: Analyzer, path: str) -> int:
     if total:
         conn.execute(NEXT_GENERATIONS)
         index.scrub(conn)
-        log.info("sqlite store: %s: re-derived the tokens of %d records (%s)", path, total,
-                 signature)
+        if recorded is None:  # a shard of a release that recorded no signature
+            log.info("sqlite store: %s: re-derived the tokens of %d records (%s)", path,
+                     total, signature)
+        else:
+            # Another process may be using the directory under the recorded languages: it
+            # would go on answering from terms this one has just replaced.
+            log.warning("sqlite store: %s: re-derived the tokens of %d records (%s), written"
+                        " under %s: give every process using this directory the same"
+                        " release and memory.languages, or each re-derives it in turn",
+                        path, total, signature, recorded)
     schema.set_meta(conn, schema.META_FOLDING, signature)
     return total
