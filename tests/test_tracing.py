@@ -153,7 +153,8 @@ async def test_each_attempt_of_a_retried_write_is_a_client_span(aiohttp_server, 
     app.router.add_post("/write", write)
     server = await aiohttp_server(app)
     worker = WorkerStore(str(server.make_url("")), TOKEN,
-                         retry=RetryPolicy(attempts=2, initial=0.01, most=0.01))
+                         retry=RetryPolicy(attempts=2, change_attempts=2, initial=0.01,
+                                           most=0.01))
     try:
         with tracing.span("a bot's turn") as turn:
             await worker.write(ORG, [fact("deploys go to the staging cluster first")])

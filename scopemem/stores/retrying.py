@@ -66,9 +66,12 @@ def retry_after(value: str | None, now: Callable[[], float] = time.time) -> floa
 
 
 class RetryPolicy:
-    """Attempts of one call within ``deadline`` seconds (see the module's docstring)."""
+    """Attempts of one call within ``deadline`` seconds (see the module's docstring): at
+    most ``attempts`` of a read, and of a change ``change_attempts`` (None: as many as the
+    deadline holds)."""
 
     def __init__(self, deadline: float = DEFAULT_DEADLINE, *, attempts: int = MAX_ATTEMPTS,
+                 change_attempts: int | None = None,
                  initial: float = INITIAL_WAIT, most: float = MAX_WAIT,
                  sleep: Callable[[float], Awaitable[None]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -76,17 +79,23 @@ class RetryPolicy:
             raise ValueError(f"deadline must be a positive number of seconds, got {deadline!r}")
         self.deadline = float(deadline)
         self.attempts = attempts
+        # A change (a write) is tried until the deadline unless capped: given up, it is lost,
+        # where a read given up costs a turn some records.
+        self.change_attempts = change_attempts
         self.initial = initial
         self.most = most
         self._sleep = sleep if sleep is not None else asyncio.sleep
         self._clock = clock
 
-    async def run(self, attempt: Callable[[float], Awaitable[T]]) -> T:
+    async def run(self, attempt: Callable[[float], Awaitable[T]], *,
+                  change: bool = False) -> T:
         """``attempt(budget)`` until it returns or raises something other than
         ``Transient``; ``budget`` is the seconds left before the deadline. When the
-        attempts or the deadline run out, the last ``Transient``'s cause is raised."""
+        attempts (``change_attempts`` for a ``change``) or the deadline run out, the last
+        ``Transient``'s cause is raised."""
         import tenacity  # here: importing a client costs nothing until it calls
 
+        attempts = self.change_attempts if change else self.attempts
         start = self._clock()
         backoff = tenacity.wait_random_exponential(multiplier=self.initial, max=self.most)
 
@@ -98,7 +107,8 @@ class RetryPolicy:
             return float(backoff(state))
 
         retrying = tenacity.AsyncRetrying(
-            stop=(tenacity.stop_after_attempt(self.attempts)
+            stop=(tenacity.stop_before_delay(self.deadline) if attempts is None
+                  else tenacity.stop_after_attempt(attempts)
                   | tenacity.stop_before_delay(self.deadline)),
             wait=wait,
             retry=tenacity.retry_if_exception_type(Transient),

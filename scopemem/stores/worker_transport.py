@@ -215,8 +215,12 @@ class WorkerTransport:
         if route in KEYED_ROUTES:
             headers[IDEMPOTENCY_HEADER] = uuid.uuid4().hex
         try:
+            # A change (keyed, so safe to send again) is tried until the deadline: a worker
+            # restarting takes longer than the attempts a read makes, and the change, a
+            # run's lessons, would be lost.
             data = await self.retry.run(
-                lambda budget: self._attempt(route, body, headers, budget))
+                lambda budget: self._attempt(route, body, headers, budget),
+                change=route in KEYED_ROUTES)
         except CallFailed as exc:
             if exc.transient and self.breaker.failed():
                 log.warning("[memory] worker %s failed %d times in a row (last: %s); not"

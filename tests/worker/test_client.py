@@ -80,7 +80,7 @@ async def base_url(aiohttp_server, stub: Stub) -> str:
 
 # Calls that fail on purpose still go through the retries, two attempts a few milliseconds
 # apart (tests/worker/test_retries.py covers the policy itself).
-QUICK = RetryPolicy(attempts=2, initial=0.01, most=0.01)
+QUICK = RetryPolicy(attempts=2, change_attempts=2, initial=0.01, most=0.01)
 
 
 @pytest.fixture

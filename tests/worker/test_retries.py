@@ -330,3 +330,17 @@ async def test_a_wait_that_would_end_past_the_deadline_is_not_made(worker_url, f
         assert sleeps.waits == [] and [p for p, _ in faults.seen].count("/write") == 1
     finally:
         await store.close()
+
+
+async def test_a_write_is_retried_until_the_deadline_a_read_gives_up_sooner(client, faults,
+                                                                            sleeps):
+    # A worker restarting, or busy, for longer than five attempts take: a write (a run's
+    # lessons) waits for it within retry_deadline_seconds; a read (a turn waits on it) does
+    # not hold the turn that long.
+    faults.plan["/write"] = ["503"] * 8
+    counts = await client.write(ORG, [fact("pin the node version in CI")])
+    assert counts.inserted == 1 and len(sleeps.waits) == 8
+    faults.plan["/list"] = ["503"] * 8
+    with pytest.raises(StoreError, match="503"):
+        await client.list(ORG, 5)
+    assert [p for p, _ in faults.seen].count("/list") == 5
