@@ -2,8 +2,9 @@
 
 It runs in a thread of its own (``http.server``), so a program under test in another process
 (``scopemem mcp``, ``scopemem hook``) can call it while the test itself blocks on that
-process. Every request is recorded; each reply is the next one scripted, or a reply with no
-facts when the script has run out. Point a config at it with::
+process. Every request is recorded; each reply is the next one scripted (an envelope, sent
+as JSON, or a string, sent verbatim as the reply's text, as a chat model may wrap its JSON),
+or a reply with no facts when the script has run out. Point a config at it with::
 
     [memory.providers.openai]
     base_url = "<server.base_url>"     # ends in /v1
@@ -29,10 +30,11 @@ def lesson(text: str, **extra: Any) -> dict[str, Any]:
 
 class FakeModel:
     """The scripted state behind the server: ``replies`` are reflection envelopes
-    (``{"facts": [...]}``) answered in order; ``requests`` are the bodies received."""
+    (``{"facts": [...]}``, or the reply's text as a string) answered in order; ``requests``
+    are the bodies received."""
 
     def __init__(self) -> None:
-        self.replies: list[Mapping[str, Any]] = []
+        self.replies: list[Mapping[str, Any] | str] = []
         self.requests: list[dict[str, Any]] = []
         self.base_url = ""
         self._lock = threading.Lock()
@@ -41,12 +43,13 @@ class FakeModel:
         with self._lock:
             self.requests.append(body)
             envelope = self.replies.pop(0) if self.replies else {"facts": []}
+        content = envelope if isinstance(envelope, str) else json.dumps(envelope)
         return {
             "id": f"fake-{len(self.requests)}",
             "object": "chat.completion",
             "model": body.get("model", "fake-model"),
             "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": json.dumps(envelope)}}],
+                         "message": {"role": "assistant", "content": content}}],
         }
 
     def prompts(self) -> list[str]:

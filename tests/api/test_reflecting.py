@@ -29,6 +29,7 @@ from tests.api.test_memory_write import (
 from tests.conftest import fact
 from tests.fake_embedder import FakeEmbedder
 from tests.fake_embedder import Plugin as EmbedderPlugin
+from tests.fake_model import fake_model_server
 
 GUILD = "guild:discord:G1"
 
@@ -342,6 +343,37 @@ async def test_a_fact_that_is_not_text_is_dropped_with_its_reason_not_the_batch(
                                        "lint before pushing"]
     [line] = lines(caplog)
     assert "inserted 2, summary 1," in line and "dropped 1 (not text 1)" in line
+
+
+# --- a local reasoning model's reply, through the openai provider ---------------------------
+
+
+REASONING_REPLY = (
+    "<think>\nThe user fixed the build. Draft: {\"facts\": [{\"text\": \"a draft\", "
+    "\"confidence\": 0.9}]}. Keep it durable.\n</think>\n\n"
+    "Here is the JSON:\n```json\n"
+    '{"facts": [{"text": "run make bootstrap before the tests", "confidence": "0.9"}], '
+    '"summary": "fixed the build"}\n```\nHope this helps!')
+
+
+async def test_a_reasoning_models_wrapped_reply_is_learned_end_to_end(
+        store, clock, scripted, caplog):
+    # As Ollama or vLLM serve DeepSeek-R1 or Qwen3: reasoning, prose and a fence around the
+    # JSON, the confidence a string. Each reflection was refused as "not JSON".
+    caplog.set_level(logging.INFO, logger="scopemem")
+    with fake_model_server() as model:
+        model.replies.append(REASONING_REPLY)
+        memory = make_memory(store, clock, scripted, model="openai/fake-model", providers={
+            "openai": {"base_url": model.base_url, "api_key_env": "FAKE_MODEL_KEY"}})
+        try:
+            await reflect(memory, run())
+            assert await texts(store, ORG) == ["fixed the build",
+                                               "run make bootstrap before the tests"]
+        finally:
+            await memory.close()
+        assert len(model.requests) == 1
+    [line] = lines(caplog)
+    assert "offered 1, rejected 0," in line and "inserted 1, summary 1," in line
 
 
 # --- keywords are judged against the fact's own text ------------------------------------------

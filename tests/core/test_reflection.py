@@ -4,9 +4,11 @@ import json
 
 import pytest
 
+from scopemem.core import reflection
 from scopemem.core.records import Kind, Record
 from scopemem.core.reflection import (
     REFLECTION_SYSTEM,
+    SEARCH_BUDGET_CHARS,
     TRANSCRIPT_TAIL_CHARS,
     Audience,
     ReflectionRejected,
@@ -132,9 +134,213 @@ def test_a_json_fence_is_tolerated():
     assert len(parse(raw).facts) == 1
 
 
+# --- the output: an answer wrapped as chat models wrap it --------------------------------------
+#
+# Local reasoning models (DeepSeek-R1, Qwen3 served by Ollama or vLLM) put their reasoning in
+# <think> before the answer, and many models put prose or a fence around the JSON: each was
+# refused as "not JSON", so nothing was ever learned.
+
+ENVELOPE = json.dumps({"facts": [good("the real lesson", audience="repo")],
+                       "summary": "the real summary"})
+DECOY = json.dumps({"facts": [good("a draft lesson")], "summary": "a draft summary"})
+
+
+def lessons(raw: str) -> list[str]:
+    return [f.candidate.text for f in parse(raw).facts]
+
+
+@pytest.mark.parametrize("raw", [
+    # a reasoning block before the answer, as DeepSeek-R1 and Qwen3 write it
+    f"<think>\nThe run fixed the build; the lesson is about npm.\n</think>\n\n{ENVELOPE}",
+    f"<think>\n\n</think>\n\n{ENVELOPE}",  # Qwen3 with thinking off
+    f"  <THINK>upper case</THINK>{ENVELOPE}",
+    f"<thinking>a thinking block</thinking>\n{ENVELOPE}",
+    f"<think>one</think>\n<think>two</think>\n{ENVELOPE}",
+    # only the closing tag: the chat template opened the block
+    f"The user fixed the build.\nDraft: {DECOY}\n</think>\n\n{ENVELOPE}",
+    # prose before, after, or both
+    f"Here is the JSON: {ENVELOPE}",
+    f"{ENVELOPE}\n\nLet me know if you need anything else.",
+    f"Sure! Here are the lessons:\n\n{ENVELOPE}\n\nI kept the summary impersonal.",
+    # fences: on one line, with a language tag or none, with tildes, with prose around
+    f"```json {ENVELOPE} ```",
+    f"```json{ENVELOPE}```",
+    f"```JSON\n{ENVELOPE}\n```",
+    f"```\n{ENVELOPE}\n```",
+    f"~~~json\n{ENVELOPE}\n~~~",
+    f"````json\n{ENVELOPE}\n````",
+    f"Here you go:\n```json\n{ENVELOPE}\n```\nDone.",
+    f"<think>reasoning</think>\n```json\n{ENVELOPE}\n```",
+    f"```json\n{ENVELOPE}",  # a fence the model never closed
+    "\ufeff" + ENVELOPE,  # a byte-order mark
+])
+def test_a_wrapped_answer_is_read(raw):
+    result = parse(raw)
+    assert [f.candidate.text for f in result.facts] == ["the real lesson"]
+    assert result.facts[0].audience == Audience.REPO
+    assert result.summary.candidate.text == "the real summary"
+
+
+def test_braces_and_a_fake_answer_inside_the_reasoning_are_not_the_answer():
+    raw = (f"<think>\nMaybe {{\"facts\": []}}? Or {DECOY}. A dict {{a: {{b}}}} and an "
+           f"unclosed {{\"facts\": [ stray }}}} braces.\n</think>\n{ENVELOPE}")
+    assert lessons(raw) == ["the real lesson"]
+
+
+def test_braces_inside_the_answers_strings_are_its_own():
+    envelope = {"facts": [good("templates take {{ name }} and literal } or { braces"),
+                          good('the config is {"retries": 3} in ci.json')]}
+    raw = f"Here:\n{json.dumps(envelope)}\nThat's all {{not json}}."
+    assert lessons(raw) == ["templates take {{ name }} and literal } or { braces",
+                            'the config is {"retries": 3} in ci.json']
+
+
+def test_nested_objects_are_read_whole_never_into():
+    # The first top-level object with facts is the answer; one nested in it is no answer.
+    raw = ('The envelope: {"facts": [{"text": "outer lesson about caching", '
+           '"confidence": 0.9, "extra": {"facts": [1]}}]} done')
+    assert lessons(raw) == ["outer lesson about caching"]
+
+
+def test_of_two_objects_the_first_with_facts_wins():
+    # Prose may show other objects ({} for "nothing learned", a record); the answer is the
+    # first object that has facts, and of two such the first.
+    assert lessons(f'If nothing is durable I return {{}}. The record {{"id": "r1"}} '
+                   f"is stale.\n{ENVELOPE}") == ["the real lesson"]
+    assert lessons(f"{ENVELOPE}\nOr, said otherwise:\n{DECOY}") == ["the real lesson"]
+    assert lessons(f"{DECOY}\n{ENVELOPE}") == ["a draft lesson"]
+    assert lessons(f"```json\n{DECOY}\n```\nor\n```json\n{ENVELOPE}\n```") == [
+        "a draft lesson"]
+
+
+def test_the_one_fenced_block_wins_over_an_object_in_the_prose():
+    raw = f"An example of the shape: {DECOY}\n\nThe answer:\n```json\n{ENVELOPE}\n```"
+    assert lessons(raw) == ["the real lesson"]
+
+
+def test_a_fenced_block_without_an_object_leaves_the_search_to_the_whole_reply():
+    raw = f"Run this first:\n```bash\nnpm ci\n```\nand the lessons: {ENVELOPE}"
+    assert lessons(raw) == ["the real lesson"]
+
+
+def test_a_fence_inside_the_answers_strings_is_no_fence():
+    envelope = {"facts": [good("wrap shell commands in ``` when you quote them"),
+                          good("the ```json tag is optional")]}
+    assert lessons(f"Here:\n{json.dumps(envelope)}\nDone.") == [
+        "wrap shell commands in ``` when you quote them", "the ```json tag is optional"]
+    envelope = {"facts": [good("a fence opens with ``` alone"), good("and so on")]}
+    assert lessons(f"Here:\n{json.dumps(envelope)}") == ["a fence opens with ``` alone",
+                                                          "and so on"]
+
+
+def test_a_reply_that_is_json_is_read_as_it_is():
+    # A fact may mention the tags the wrapper reading drops: a JSON reply is never cut.
+    envelope = {"facts": [good("strip everything up to </think> from R1 replies")]}
+    assert lessons(json.dumps(envelope)) == ["strip everything up to </think> from R1 replies"]
+    envelope = {"facts": [good("R1 wraps reasoning in <think>...</think> before the answer")]}
+    assert lessons(f"```json\n{json.dumps(envelope)}\n```") == [
+        "R1 wraps reasoning in <think>...</think> before the answer"]
+
+
+@pytest.mark.parametrize("raw", [
+    f"<think>\nI will answer {ENVELOPE}",
+    f"<think>first</think><think>cut off while reasoning {ENVELOPE}",
+    "<think>" * 100_000,
+])
+def test_a_reply_that_never_closes_its_reasoning_is_refused(raw):
+    # The model ran out of tokens while reasoning: a draft in its reasoning is not its answer.
+    with pytest.raises(ReflectionRejected, match="only reasoning"):
+        parse(raw)
+
+
+@pytest.mark.parametrize(("raw", "reason"), [
+    ("not json", "the reply is not JSON (JSONDecodeError)"),
+    ("", "the reply is not JSON (JSONDecodeError)"),
+    ("Sorry, I {cannot} help with that.", "the reply is not JSON (JSONDecodeError)"),
+    ("<think>hmm {\"facts\": []}</think>\nNothing durable here.",
+     "the reply is not JSON (JSONDecodeError)"),
+    ("[" * 100_000, "the reply is not JSON (RecursionError)"),
+    ("[]", "the reply is not a JSON object"),
+    ('"facts"', "the reply is not a JSON object"),
+    ("```json\n[1]\n```", "the reply is not a JSON object"),
+    ('```json\n[{"facts": []}]\n```', "the reply is not a JSON object"),
+    ('<think>x</think>\n[{"facts": []}]', "the reply is not a JSON object"),
+    ("{}", "facts is not a list"),
+    ('{"facts": null}', "facts is not a list"),
+    ('Here: {"lessons": []}', "facts is not a list"),
+    ('Here: {"facts": {"text": "x"}}', "facts is not a list"),
+    ("<think>x</think>{}", "facts is not a list"),
+])
+def test_a_refusal_gives_the_reason_it_always_gave(raw, reason):
+    with pytest.raises(ReflectionRejected) as refused:
+        parse(raw)
+    assert str(refused.value) == reason
+
+
+MEGABYTES = 4 * 1024 * 1024
+
+
+@pytest.mark.parametrize("raw", [
+    "{" * MEGABYTES,
+    '{"' * (MEGABYTES // 2),
+    '{"a":' * (MEGABYTES // 5),
+    '{"a":[' * (MEGABYTES // 6),
+    "{}" * (MEGABYTES // 2),
+    '{"a": {' * 150 + '"' + "x" * MEGABYTES,
+    "Here: " + "[" * MEGABYTES,
+    "```" + "{" * MEGABYTES,
+    "`" * MEGABYTES,
+    "~~~```" * (MEGABYTES // 6),
+    "</think>" * (MEGABYTES // 8),
+    "<think></think>" * (MEGABYTES // 15),
+    "\\" + '{"a": "\\' * (MEGABYTES // 8),
+])
+def test_a_hostile_reply_is_only_ever_refused(raw):
+    with pytest.raises(ReflectionRejected):
+        parse(raw)
+
+
+def test_the_search_in_a_hostile_reply_reads_a_bounded_amount(monkeypatch):
+    # Every brace of this reply begins an object that reads to the end before it fails:
+    # tried from each, the search would read the reply once per brace.
+    read: list[int] = []
+    decoder = json.JSONDecoder()
+
+    class Counting:
+        def raw_decode(self, text, start):
+            read.append(len(text) - start)
+            return decoder.raw_decode(text, start)
+
+    monkeypatch.setattr(reflection, "_DECODER", Counting())
+    raw = 'Here: {"a": [' * 300 + '"' + "x" * (2 * 1024 * 1024)
+    with pytest.raises(ReflectionRejected, match="not JSON"):
+        parse(raw)
+    assert read and sum(read) <= len(raw) + SEARCH_BUDGET_CHARS
+
+
+@pytest.mark.parametrize(("given", "read"), [
+    ("0.9", 0.9), (" 1 ", 1.0), ("0.60", 0.6), (".75", 0.75), ("8e-1", 0.8), ("1.0\n", 1.0),
+])
+def test_a_confidence_given_as_a_numeric_string_is_read(given, read):
+    result = parse({"facts": [good(confidence=given)]})
+    assert [f.candidate.confidence for f in result.facts] == [read]
+    assert result.dropped == 0
+
+
+@pytest.mark.parametrize("given", [
+    "0.5", "1.01", "high", "90%", "nan", "NaN", "inf", "-inf", "1e999", "0x1", "1_0",
+    "\u0660.\u0669", "", " ", "true", "0.9 0.8", "0." + "9" * 40, None, [0.9], {"v": 0.9},
+])
+def test_any_other_confidence_is_dropped_as_malformed(given):
+    result = parse({"facts": [good(confidence=given), good("kept")]})
+    assert [f.candidate.text for f in result.facts] == ["kept"]
+    assert result.drop_reasons == {"malformed": 1}
+
+
 @pytest.mark.parametrize("fact", [
     {"text": "x"},
-    {"text": "x", "confidence": "0.9"},
+    {"text": "x", "confidence": "high"},
+    {"text": "x", "confidence": "0.5"},
     {"text": "x", "confidence": 0.59},
     {"text": "x", "confidence": 1.01},
     {"text": "x", "confidence": True},
