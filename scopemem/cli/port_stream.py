@@ -113,6 +113,9 @@ def output(path: str | None) -> Iterator[IO[bytes]]:
         raise
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
 def _lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes | None]]:
     """``(line number, line)`` of an import stream, one line in memory at a time; the line
     is None when it is longer than ``MAX_LINE_BYTES``."""
@@ -122,6 +125,8 @@ def _lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes | None]]:
         if not raw:
             return
         number += 1
+        if number == 1 and raw.startswith(_BOM):  # a Windows editor's byte order mark
+            raw = raw[len(_BOM):]
         if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
             yield number, None
             return

@@ -215,6 +215,18 @@ def test_a_dry_run_checks_every_line_and_writes_nothing(tmp_path: Path):
     assert ok(run(config, "export", "--all", "--operator")).stdout_bytes == b""
 
 
+def test_a_file_a_windows_editor_saved_with_a_byte_order_mark_imports(tmp_path: Path):
+    config = sqlite_config(tmp_path, "data")
+    source = tmp_path / "notepad.jsonl"
+    source.write_bytes(b"\xef\xbb\xbf" + "\n".join(line(n) for n in range(1, 4)).encode()
+                       + b"\n")
+    assert "3 valid records" in ok(run(config, "import", "--dry-run", str(source))).output
+    # Only at the very start: a mark on a later line is no JSON.
+    source.write_bytes(("\n".join(line(n) for n in range(1, 3)) + "\n").encode()
+                       + b"\xef\xbb\xbf" + line(3).encode() + b"\n")
+    assert run(config, "import", "--dry-run", str(source)).exit_code != 0
+
+
 def _screened_file(path: Path) -> Path:
     """Every corpus secret, a person's fact, a fact the status gate refuses, a plain one."""
     lines = [line(n, text=secret.text, keywords=("credentials", secret.kind))
