@@ -1,7 +1,7 @@
-"""The built-in write policy: an org-wide write may only come from an origin everyone in the
-org could already see.
+"""The built-in write policy: a write to a scope everyone reads (the org's, a plugin kind's
+such as a guild's) may only come from an origin everyone could already see.
 
-* From a DM (one person's conversation) an org write narrows to that person's own scope,
+* From a DM (one person's conversation) such a write narrows to that person's own scope,
   else to the channel's.
 * From a private channel, or an origin that is unstamped or unknown, it narrows to the
   channel's scope (the origin's own audience, ``core.policy.audience_of``: the read gate
@@ -19,6 +19,7 @@ from scopemem.core.policy import (
     RunActor,
     Visibility,
     WriteDecision,
+    audience_of,
     first_available,
     parse_visibility,
 )
@@ -37,7 +38,10 @@ _NARROWING: dict[Visibility | None, tuple[str, tuple[Audience, ...]]] = {
 def scopemem_authorize_write(
     actor: RunActor, target: str, candidate: Candidate, origin: str | None
 ) -> WriteDecision:
-    if scope_kind(target) != "org":
+    # What everyone reads (org, a plugin's kind) is narrowed; user and channel scopes have
+    # their own audience, and a repository's facts stay with it (003: its readers are every
+    # channel it is used from, which the window is for).
+    if audience_of(target) is not Audience.EVERYONE or scope_kind(target) == "repo":
         return WriteDecision.allow(target)
     visibility = parse_visibility(origin)
     if visibility in (Visibility.PUBLIC, Visibility.MACHINE):

@@ -52,3 +52,24 @@ def test_never_narrowed_to_repo_and_never_dropped_silently():
 @pytest.mark.parametrize("origin", ["dm", "private", None, "public"])
 def test_user_channel_and_repo_writes_are_never_moved(target, origin):
     assert decide(target, origin, ALL) == WriteDecision.allow(target)
+
+
+GUILD = "guild:discord:G1"
+
+
+@pytest.mark.parametrize(("origin", "narrowed", "reason"), [
+    ("dm", USER, "dm_origin"), ("private", CHANNEL, "private_origin"),
+    (None, CHANNEL, "unknown_origin")])
+def test_a_plugin_kinds_scope_is_everyones_so_closed_origins_narrow_it_as_org(
+        origin, narrowed, reason):
+    # A guild scope is read by everyone in the installation (core.policy.audience_of): a
+    # fact from a DM or a private channel routed there would reach people it was never
+    # said to.
+    scopes = {**ALL, "guild": GUILD}
+    breadth = {**BREADTH, "guild": 5}
+    pm = new_plugin_manager(load_entry_points=False)
+    decision = host.authorize_write(pm, actor=RunActor(scopes), target=GUILD, candidate=FACT,
+                                    origin=origin, breadth=breadth)
+    assert decision == WriteDecision.narrow(narrowed, reason)
+    assert host.authorize_write(pm, actor=RunActor(scopes), target=GUILD, candidate=FACT,
+                                origin="public", breadth=breadth) == WriteDecision.allow(GUILD)
