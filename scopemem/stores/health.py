@@ -24,7 +24,7 @@ from scopemem.errors import ScopememError, StoreBusy
 from scopemem.stores.base import BrowsingStore, CountingStore, MemoryStore, wall_clock_ms
 
 __all__ = ["OK", "WARN", "FAIL", "Check", "MAX_SCOPES_CHECKED", "NOT_READY_BUSY",
-           "NOT_READY_FAILED", "check_store", "exit_status", "store_ready"]
+           "NOT_READY_FAILED", "check_store", "exit_status", "read_ready", "store_ready"]
 
 _log = logging.getLogger("scopemem.store")
 
@@ -59,22 +59,36 @@ async def store_ready(store: MemoryStore) -> str | None:
     no file), that the directory can take files. The store's own error goes to the log,
     never into the reason."""
     method = getattr(store, "ready", None)
+    if method is None:
+        return await read_ready(store)
+    return await _reason(method())
+
+
+async def read_ready(store: MemoryStore) -> str | None:
+    """``store_ready``'s own check: the read of ``READINESS_SCOPE`` and the data
+    directory (a store's ``ready`` may end with it)."""
+    return await _reason(_read_check(store))
+
+
+async def _read_check(store: MemoryStore) -> str | None:
+    await store.list(READINESS_SCOPE, 1)
+    directory = getattr(store, "directory", None)
+    if isinstance(directory, str) and not _writable_directory(directory):
+        _log.warning("[ready] the data directory %s cannot be written", directory)
+        return NOT_READY_FAILED
+    return None
+
+
+async def _reason(check: Awaitable[str | None]) -> str | None:
+    """What ``check`` answers; a reason when it raises (its error goes to the log)."""
     try:
-        if method is not None:
-            reason: str | None = await method()
-            return reason
-        await store.list(READINESS_SCOPE, 1)
-        directory = getattr(store, "directory", None)
-        if isinstance(directory, str) and not _writable_directory(directory):
-            _log.warning("[ready] the data directory %s cannot be written", directory)
-            return NOT_READY_FAILED
+        return await check
     except StoreBusy as exc:
         _log.warning("[ready] %s", exc)
         return NOT_READY_BUSY
     except Exception as exc:  # whatever the store raised, the store cannot serve
         _log.warning("[ready] %s: %s", type(exc).__name__, exc)
         return NOT_READY_FAILED
-    return None
 
 
 OK, WARN, FAIL = "ok", "warn", "fail"

@@ -67,6 +67,7 @@ from scopemem.stores.shared.sql import reach_read, reaches_of
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.dialect import SQL
 from scopemem.stores.sqlite_shared.pools import ShardPools
+from scopemem.stores.sqlite_shared.shards import OpenedFile
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
 __all__ = ["FILE_NAME", "Browse", "ReachLog"]
@@ -102,8 +103,12 @@ class ReachLog:
     """``reaches.db`` under ``directory``, opened on first use on the log's one thread."""
 
     def __init__(self, directory: str, clock: Clock, retention_days: int, *,
-                 busy_timeout_ms: int = 5000) -> None:
+                 busy_timeout_ms: int = 5000,
+                 make_directory: Callable[[], None] | None = None) -> None:
         self.path = os.path.join(directory, FILE_NAME)
+        # ``Shards.make_root``: a directory deleted under the process is not made again.
+        self._make_directory = make_directory or functools.partial(
+            os.makedirs, directory, exist_ok=True)
         self._directory = directory
         self._clock = clock
         self.retention_days = retention_days
@@ -135,9 +140,10 @@ class ReachLog:
 
     def _open(self) -> Any:
         apsw = sqlite_sql.apsw_module()
-        os.makedirs(self._directory, exist_ok=True)
-        conn = apsw.Connection(self.path)
+        self._make_directory()
+        conn, opened = OpenedFile.opening(self.path, lambda: apsw.Connection(self.path))
         try:
+            opened.install(conn)  # no commit into a file deleted or replaced since
             conn.set_busy_timeout(self._busy_timeout_ms)
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")

@@ -90,9 +90,11 @@ class ShardPools:
         return done, self._shards.checkpoint_due(shard)
 
     def _checkpoint(self, shard: int) -> None:
-        """A passive checkpoint of the shard, on its writing thread."""
+        """A passive checkpoint of the shard, on its writing thread; none into a file no
+        longer at the shard's path (``shards.OpenedFile``)."""
         conn = self._shards.connection(shard, create=False)
-        if conn is not None:
+        opened = self._shards.opened(shard)
+        if conn is not None and opened is not None and opened.problem() is None:
             checkpoint(conn)
 
     def _on_shard(self, shard: int, create: bool, fn: Callable[..., T], *args: Any

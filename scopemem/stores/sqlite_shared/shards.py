@@ -22,6 +22,15 @@ transaction, then finds the signature current. Rows, ids, statuses and use count
 untouched; each document keeps its ``continues`` marker (its predecessor's row may be gone),
 and every scope's change counter moves on, so no copy of the old terms held in memory
 anywhere is used again.
+
+A connection commits only while its file is still the one at the shard's path
+(``OpenedFile``): a data directory or shard file deleted, moved away or replaced under a
+running process would otherwise take writes into a file no later process opens, and lose
+them at the restart. Its commit hook compares the path's device and inode (one ``stat``)
+with those the file had when opened and turns the commit into a rollback and a
+``StoreError`` when they differ. A shard file of 0 bytes (its creation stopped by a full
+disk, say) holds nothing: a read finds no shard, as with no file, and the next write
+makes it a database.
 """
 
 from __future__ import annotations
@@ -42,9 +51,94 @@ from scopemem.stores.sqlite_shared import index, schema
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.sql import descriptors_busy
 
-__all__ = ["DueCheckpoint", "Shards", "checkpoint", "refold"]
+__all__ = ["DueCheckpoint", "OpenedFile", "Shards", "checkpoint", "holds_data", "refold"]
 
 log = logging.getLogger("scopemem.stores.sqlite")
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """The device and inode of the file at ``path``; None when there is none."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def holds_data(path: str) -> bool:
+    """Whether ``path`` is a file that may hold something: not missing, and not a 0-byte
+    file without a write-ahead log beside it (a database file SQLite created but never
+    wrote, its first write stopped by a full disk, say; SQLite makes such a file a
+    database at the next write)."""
+    for name in (path, path + "-wal"):
+        try:
+            if os.stat(name).st_size > 0:
+                return True
+        except OSError:  # as ``os.path.exists``: nothing to read there
+            return False
+    return False
+
+
+class OpenedFile:
+    """A database file as a connection opened it, and the check that it is still the one
+    at its path (the commit hook ``install`` sets; a ``stat``, about a microsecond).
+
+    Only the path is stat'ed, never the file's descriptors: SQLite holds its locks on
+    them, and a second descriptor of this process closed would release them."""
+
+    def __init__(self, path: str, identity: tuple[int, int]) -> None:
+        self.path = path
+        self.identity = identity
+
+    @classmethod
+    def opening(cls, path: str, open_: Any) -> tuple[Any, OpenedFile]:
+        """``open_()``'s connection to ``path`` and the file it opened: the path is
+        stat'ed before and after, and a file replaced meanwhile is refused."""
+        try:
+            before = _identity(path)
+        except OSError as exc:
+            raise StoreError(f"sqlite store: cannot open {path}: {exc}") from exc
+        conn = open_()
+        try:
+            after = _identity(path)
+        except OSError as exc:
+            conn.close()
+            raise StoreError(f"sqlite store: cannot open {path}: {exc}") from exc
+        if after is None or (before is not None and before != after):
+            conn.close()
+            raise StoreError(f"sqlite store: {path} was deleted or replaced while it was"
+                             " being opened; nothing was written")
+        return conn, cls(path, after)
+
+    def problem(self) -> str | None:
+        """None while the path names the opened file, else what became of it."""
+        try:
+            now = _identity(self.path)
+        except OSError as exc:
+            return f"cannot be checked ({exc})"
+        if now is None:
+            return "was deleted or moved away"
+        if now != self.identity:
+            return "was replaced by another file"
+        return None
+
+    def refusal(self, problem: str) -> StoreError:
+        return StoreError(
+            f"sqlite store: {self.path} {problem} since this process opened it; nothing"
+            " was written. Restore the data directory as it was (every file, the -wal"
+            " files included), then restart the process (scopemem serve, the bot)")
+
+    def check(self) -> None:
+        problem = self.problem()
+        if problem is not None:
+            raise self.refusal(problem)
+
+    def _on_commit(self) -> bool:
+        self.check()  # raised in the hook: SQLite rolls the transaction back
+        return False
+
+    def install(self, conn: Any) -> None:
+        conn.set_commit_hook(self._on_commit)
 
 
 class Shards:
@@ -63,6 +157,9 @@ class Shards:
         self._checking: dict[int, threading.Lock] = {}  # held while a shard is checked
         self._all: list[Any] = []  # every connection, to close them all at the end
         self._closed = False
+        self._opened: dict[int, OpenedFile] = {}  # each shard's file as first opened
+        # The data directory as this process found or made it: never made again.
+        self._root = _identity(root) if os.path.isdir(root) else None
 
     def path(self, index: int) -> str:
         return os.path.join(self.root, schema.shard_file_name(index, self.count))
@@ -71,7 +168,19 @@ class Shards:
         return schema.shard_of(scope_key, self.count)
 
     def exists(self, index: int) -> bool:
-        return index in self._checked or os.path.exists(self.path(index))
+        return index in self._checked or holds_data(self.path(index))
+
+    def opened(self, index: int) -> OpenedFile | None:
+        """Shard ``index``'s file as this process first opened it; None before."""
+        return self._opened.get(index)
+
+    def moved(self) -> list[str]:
+        """What became of each shard file this process opened that is no longer the file at
+        its path (``OpenedFile``), one line each; empty when none."""
+        with self._lock:
+            opened = list(self._opened.values())
+        return [f"{file.path} {problem}" for file in opened
+                if (problem := file.problem()) is not None]
 
     def connection(self, index: int, *, create: bool) -> Any | None:
         """This thread's connection to shard ``index``; None when the shard has no file yet
@@ -102,19 +211,25 @@ class Shards:
     def _open(self, index: int, *, create: bool) -> Any:
         apsw = sqlite_sql.apsw_module()
         path = self.path(index)
+        with self._lock:
+            first = self._opened.get(index)
+        problem = None if first is None else first.problem()
+        if first is not None and problem is not None:
+            raise first.refusal(problem)  # never a new file in its place
         if create:
-            try:
-                os.makedirs(self.root, exist_ok=True)
-            except OSError as exc:
-                raise StoreError(f"sqlite store: cannot create {self.root}: {exc}") from exc
+            self.make_root()
         flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
         try:
-            conn = apsw.Connection(path, flags=flags)
+            conn, opened = OpenedFile.opening(
+                path, lambda: apsw.Connection(path, flags=flags))
         except apsw.Error as exc:
             raise (descriptors_busy(path, exc)
                    or StoreError(f"sqlite store: cannot open {path}: "
                                  f"{sqlite_sql.describe(exc)}")) from exc
         try:
+            if first is not None and first.identity != opened.identity:
+                raise first.refusal("was replaced by another file")
+            opened.install(conn)
             conn.set_busy_timeout(self.busy_timeout_ms)
             conn.execute("PRAGMA secure_delete = ON")
             mode = self._wal_mode(conn)
@@ -139,7 +254,32 @@ class Shards:
                 conn.close()
                 raise StoreError("the sqlite store is closed")
             self._all.append(conn)
+            self._opened.setdefault(index, opened)
         return conn
+
+    def make_root(self) -> None:
+        """The data directory, made if missing; one this process found or made before is
+        never made again: deleted or replaced, it is refused (its shards' writes would
+        start again from nothing)."""
+        if self._root is not None:
+            try:
+                now = _identity(self.root)
+            except OSError as exc:
+                raise StoreError(f"sqlite store: cannot reach {self.root}: {exc}") from exc
+            if now != self._root:
+                raise StoreError(
+                    f"sqlite store: the data directory {self.root} was deleted or replaced"
+                    " since this process opened it; nothing was written. Restore it as it"
+                    " was, then restart the process (scopemem serve, the bot)")
+            return
+        try:
+            os.makedirs(self.root, exist_ok=True)
+            root = _identity(self.root)
+        except OSError as exc:
+            raise StoreError(f"sqlite store: cannot create {self.root}: {exc}") from exc
+        with self._lock:
+            if self._root is None:
+                self._root = root
 
     def _wal_mode(self, conn: Any) -> str:
         """Switch to WAL mode (a no-op once the file is in it). Two connections switching a

@@ -39,6 +39,7 @@ from scopemem.stores.base import (
     write_batch,
 )
 from scopemem.stores.browsing import check_reach_retention_days
+from scopemem.stores.health import NOT_READY_FAILED, read_ready
 from scopemem.stores.shared import batches
 from scopemem.stores.shared.cache import (
     DEFAULT_MIN_POSTINGS,
@@ -128,7 +129,8 @@ class SharedSqliteStore:
         self._browse = Browse(self._shards.count, self._shards.of, self._pools, self._uses,
                               ReachLog(self.directory, clock,
                                        check_reach_retention_days(reach_retention_days),
-                                       busy_timeout_ms=busy_timeout_ms))
+                                       busy_timeout_ms=busy_timeout_ms,
+                                       make_directory=self._shards.make_root))
         self.scope_page = self._browse.scope_page
         self.record_page = self._browse.record_page
         self.record_history = self._browse.record_history
@@ -243,6 +245,17 @@ class SharedSqliteStore:
         # The postings and the engine agree by construction; the engine has the last word.
         return engine.listing(rows or [], limit, query=query, kind=kind,
                               analyzer=self.analyzer)
+
+    async def ready(self) -> str | None:
+        """``/readyz``: not ready while a shard file this process opened is no longer the
+        file at its path (``shards.OpenedFile``: its writes are refused until the directory
+        is restored and the process restarted); else ``health.read_ready``."""
+        moved = self._shards.moved()
+        if moved:
+            log.warning("[ready] %s: writes are refused; restore the data directory as it"
+                        " was, then restart the process", "; ".join(moved))
+            return NOT_READY_FAILED
+        return await read_ready(self)
 
     # --- writes --------------------------------------------------------------------------
 
