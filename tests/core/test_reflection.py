@@ -4,11 +4,10 @@ import json
 
 import pytest
 
-from scopemem.core import reflection
+from scopemem.core import replies
 from scopemem.core.records import Kind, Record
 from scopemem.core.reflection import (
     REFLECTION_SYSTEM,
-    SEARCH_BUDGET_CHARS,
     TRANSCRIPT_TAIL_CHARS,
     Audience,
     ReflectionRejected,
@@ -17,6 +16,7 @@ from scopemem.core.reflection import (
     parse_reflection,
     should_reflect,
 )
+from scopemem.core.replies import SEARCH_BUDGET_CHARS
 
 GITHUB_TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 SHOWN = {"mem:org:acme:1", "mem:user:slack:U1:4"}
@@ -311,7 +311,7 @@ def test_the_search_in_a_hostile_reply_reads_a_bounded_amount(monkeypatch):
             read.append(len(text) - start)
             return decoder.raw_decode(text, start)
 
-    monkeypatch.setattr(reflection, "_DECODER", Counting())
+    monkeypatch.setattr(replies, "_DECODER", Counting())
     raw = 'Here: {"a": [' * 300 + '"' + "x" * (2 * 1024 * 1024)
     with pytest.raises(ReflectionRejected, match="not JSON"):
         parse(raw)

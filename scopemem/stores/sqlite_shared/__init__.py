@@ -7,6 +7,7 @@ design). Modules, one job each:
 ``options``    the ``[memory.stores.sqlite]`` table: options, defaults, checks
 ``schema``     the shard files' tables and their migrations
 ``shards``     opening a shard file (checked, terms re-derived when the analyzer changed)
+``files``      a shard file as opened: no commit once it is gone from its path
 ``dialect``    SQLite's spelling of the statements both SQL stores run (``shared.sql``)
 ``statements`` the statements only this store runs, scope-keyed
 ``sql``        rows to records, transactions, apsw errors

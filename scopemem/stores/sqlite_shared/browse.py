@@ -66,8 +66,8 @@ from scopemem.stores.shared.batches import seq_in_scope
 from scopemem.stores.shared.sql import reach_read, reaches_of
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.dialect import SQL
+from scopemem.stores.sqlite_shared.files import OpenedFile
 from scopemem.stores.sqlite_shared.pools import ShardPools
-from scopemem.stores.sqlite_shared.shards import OpenedFile
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
 __all__ = ["FILE_NAME", "Browse", "ReachLog"]

@@ -91,7 +91,7 @@ class ShardPools:
 
     def _checkpoint(self, shard: int) -> None:
         """A passive checkpoint of the shard, on its writing thread; none into a file no
-        longer at the shard's path (``shards.OpenedFile``)."""
+        longer at the shard's path (``files.OpenedFile``)."""
         conn = self._shards.connection(shard, create=False)
         opened = self._shards.opened(shard)
         if conn is not None and opened is not None and opened.problem() is None:

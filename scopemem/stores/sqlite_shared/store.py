@@ -248,7 +248,7 @@ class SharedSqliteStore:
 
     async def ready(self) -> str | None:
         """``/readyz``: not ready while a shard file this process opened is no longer the
-        file at its path (``shards.OpenedFile``: its writes are refused until the directory
+        file at its path (``files.OpenedFile``: its writes are refused until the directory
         is restored and the process restarted); else ``health.read_ready``."""
         moved = self._shards.moved()
         if moved:
