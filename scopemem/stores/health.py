@@ -10,6 +10,7 @@ check is bounded: the scopes check reads at most ``MAX_SCOPES_CHECKED`` scopes' 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -24,7 +25,8 @@ from scopemem.errors import ScopememError, StoreBusy
 from scopemem.stores.base import BrowsingStore, CountingStore, MemoryStore, wall_clock_ms
 
 __all__ = ["OK", "WARN", "FAIL", "Check", "MAX_SCOPES_CHECKED", "NOT_READY_BUSY",
-           "NOT_READY_FAILED", "check_store", "exit_status", "read_ready", "store_ready"]
+           "NOT_READY_FAILED", "NOT_READY_SLOW", "READY_SECONDS", "check_store",
+           "exit_status", "read_ready", "store_ready"]
 
 _log = logging.getLogger("scopemem.store")
 
@@ -32,6 +34,10 @@ _log = logging.getLogger("scopemem.store")
 #: name a host, a path or a database).
 NOT_READY_BUSY = "the store is busy"
 NOT_READY_FAILED = "the store cannot serve reads"
+NOT_READY_SLOW = "the store did not answer in time"
+#: The longest a readiness check waits for the store: a frozen database (accepting
+#: connections, answering nothing) would hold each probe for the pool's wait, or for good.
+READY_SECONDS = 5.0
 
 
 def nearest_existing(path: str) -> str:
@@ -80,9 +86,13 @@ async def _read_check(store: MemoryStore) -> str | None:
 
 
 async def _reason(check: Awaitable[str | None]) -> str | None:
-    """What ``check`` answers; a reason when it raises (its error goes to the log)."""
+    """What ``check`` answers within ``READY_SECONDS``; a reason when it raises (its error
+    goes to the log) or takes longer."""
     try:
-        return await check
+        return await asyncio.wait_for(check, READY_SECONDS)
+    except TimeoutError:
+        _log.warning("[ready] the store did not answer within %g s", READY_SECONDS)
+        return NOT_READY_SLOW
     except StoreBusy as exc:
         _log.warning("[ready] %s", exc)
         return NOT_READY_BUSY

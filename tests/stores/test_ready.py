@@ -56,3 +56,22 @@ async def test_an_unreachable_postgres_is_not_ready_and_says_no_more(clock, capl
     finally:
         await store.close()
     assert "postgres store" in caplog.text  # the cause is in the log, not the reason
+
+
+async def test_a_store_that_never_answers_is_not_ready_within_the_bound(clock, monkeypatch,
+                                                                       caplog):
+    # A database that accepts connections and never answers (a frozen server) held a probe
+    # for the pool's 30 s wait, or for good: the orchestrator's probe gives up first, and
+    # the handlers pile up meanwhile.
+    import asyncio
+
+    from scopemem.stores import health
+
+    class Frozen(InMemoryStore):
+        async def ready(self) -> str | None:
+            await asyncio.Event().wait()
+            return None
+
+    monkeypatch.setattr(health, "READY_SECONDS", 0.05)
+    assert await store_ready(Frozen(clock=clock)) == health.NOT_READY_SLOW
+    assert "did not answer within 0.05 s" in caplog.text
