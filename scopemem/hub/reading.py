@@ -24,11 +24,10 @@ from scopemem.core.gate import rejection_markers
 from scopemem.core.records import MAX_SOURCE_CHARS, CountRow, Kind, Source, Status
 from scopemem.core.requests import Request
 from scopemem.core.scopes import MemoryIdError, parse_memory_id, scope_key_problem
-from scopemem.errors import StoreError
 from scopemem.gitremote import typed_repo
 from scopemem.hub import overview as overview_counts
-from scopemem.hub.shared import HUB, caller_for
-from scopemem.stores.base import CountingStore, check_scope_key
+from scopemem.hub.shared import HUB, caller_for, scope_key_or_400
+from scopemem.stores.base import CountingStore
 
 #: Hits a search shows (across every scope searched).
 SEARCH_LIMIT = 20
@@ -170,10 +169,7 @@ async def overview(request: web.Request) -> web.StreamResponse:
 
 
 def _scope_key(request: web.Request) -> str:
-    try:
-        return check_scope_key(request.query.get("key"))
-    except StoreError as exc:
-        raise web.HTTPBadRequest(reason=f"Not a scope key: {exc}") from None
+    return scope_key_or_400(request.query.get("key"))
 
 
 async def scope(request: web.Request) -> web.StreamResponse:

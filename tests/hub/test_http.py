@@ -274,6 +274,18 @@ async def test_a_searchs_inputs_that_name_no_runs_scope_are_a_400_page(query, sa
         assert fine.status == 200
 
 
+@pytest.mark.parametrize("key", ["org", "me", "bogus"])
+async def test_a_scope_page_for_a_word_that_is_no_scope_key_is_a_400_page(key):
+    """A scope word (or any value without its ``<kind>:``) names no scope: the page showed
+    an empty scope, with its steering, as if the scope held nothing."""
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        assert await _login(session, url) == 303
+        answer = await session.get(f"{url}/hub/scope?key={key}", allow_redirects=False)
+        assert answer.status == 400 and "a key is &lt;kind&gt;:&lt;id&gt;" in await answer.text()
+        assert (await session.get(f"{url}/hub/scope?key=org:acme")).status == 200
+
+
 @pytest.mark.parametrize("path", [b"/hub/login", b"/hub/sweep"])
 async def test_a_form_dribbled_slower_than_the_body_deadline_is_408_and_closed(path):
     """A form has the data routes' body deadline: a client sending it a byte at a time
