@@ -8,6 +8,7 @@ and says what was expected. A leaf module: it imports nothing of the project but
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
@@ -16,6 +17,8 @@ import attrs
 from scopemem.errors import ConfigError
 
 T = TypeVar("T", bound="OptionsTable")
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 T_Value = TypeVar("T_Value")
 
 
@@ -68,6 +71,18 @@ class OptionsTable:
         if not value.strip():
             raise ConfigError(f"{self.option_key(key)}: must not be empty")
         return self.record(key, value)
+
+    def env_name_option(self, key: str, default: str, holds: str) -> str:
+        """The name of the environment variable that holds a secret (``holds``: "the key",
+        "the token"), or ``default`` when absent. A value that cannot be a variable's name is
+        refused without repeating it: the usual slip is the secret itself pasted there."""
+        value = self.string_option(key, default)
+        if not _ENV_NAME.match(value):
+            raise ConfigError(
+                f"{self.option_key(key)}: expected the name of an environment variable"
+                f" (letters, digits and underscores), not {holds} itself"
+            )
+        return value
 
     def choice_option(self, key: str, default: str, choices: Sequence[str]) -> str:
         """One of ``choices`` (case-insensitive; returned lower-cased), or ``default``."""

@@ -23,11 +23,11 @@ from scopemem.core.browse import HISTORY_REACHES, MAX_REACHES, SCOPE_SORTS, chec
 from scopemem.core.gate import rejection_markers
 from scopemem.core.records import MAX_SOURCE_CHARS, CountRow, Kind, Source, Status
 from scopemem.core.requests import Request
-from scopemem.core.scopes import MemoryIdError, parse_memory_id
-from scopemem.errors import StoreError
+from scopemem.core.scopes import MemoryIdError, parse_memory_id, scope_key_problem
+from scopemem.gitremote import typed_repo
 from scopemem.hub import overview as overview_counts
-from scopemem.hub.shared import HUB, caller_for
-from scopemem.stores.base import CountingStore, check_scope_key
+from scopemem.hub.shared import HUB, caller_for, scope_key_or_400
+from scopemem.stores.base import CountingStore
 
 #: Hits a search shows (across every scope searched).
 SEARCH_LIMIT = 20
@@ -47,11 +47,40 @@ def _field(request: web.Request, name: str, limit: int = 300) -> str:
     return value
 
 
+#: A search's person and channel: the scope kind each makes, and an id to show.
+_RUN_IDS = {"user": "slack:U0123", "channel": "slack:C0456"}
+
+
+def _run_inputs(request: web.Request) -> dict[str, str]:
+    """The repository, channel and person a search names, as a run carries them and the
+    command line takes them: ``owner/name`` as a clone's remote names it, platform ids. A
+    URL, or a scope key given for an id, would preview a scope no run reads."""
+    inputs = {name: _field(request, name) for name in ("repo", "channel", "user")}
+    if inputs["repo"]:
+        ok, named = typed_repo(inputs["repo"])
+        if not ok:
+            hint = f": {named}" if named else " (e.g. acme/api)"
+            raise web.HTTPBadRequest(
+                reason=f"repo takes owner/name as a clone's remote names it{hint}.")
+    for kind, example in _RUN_IDS.items():
+        value = inputs[kind]
+        if not value:
+            continue
+        if value.startswith(f"{kind}:"):
+            raise web.HTTPBadRequest(
+                reason=f"{kind} takes the platform id (e.g. {example}), not the {kind} "
+                       f"scope's key: {value[len(kind) + 1:]}.")
+        problem = scope_key_problem(f"{kind}:{value}")
+        if problem:
+            raise web.HTTPBadRequest(reason=f"{kind}: {problem}.")
+    return inputs
+
+
 async def search(request: web.Request) -> web.StreamResponse:
     """The brief's hits in each scope the given inputs derive, best first, and the block
     a run with that brief and those inputs would receive."""
     brief = _field(request, "brief", MAX_BRIEF_CHARS)
-    inputs = {name: _field(request, name) for name in ("repo", "channel", "user")}
+    inputs = _run_inputs(request)
     context: dict[str, Any] = {"brief": brief, **inputs, "searched": bool(brief)}
     if brief:
         memory = request.app[HUB].memory
@@ -140,10 +169,7 @@ async def overview(request: web.Request) -> web.StreamResponse:
 
 
 def _scope_key(request: web.Request) -> str:
-    try:
-        return check_scope_key(request.query.get("key"))
-    except StoreError as exc:
-        raise web.HTTPBadRequest(reason=f"Not a scope key: {exc}") from None
+    return scope_key_or_400(request.query.get("key"))
 
 
 async def scope(request: web.Request) -> web.StreamResponse:

@@ -13,9 +13,10 @@ from scopemem.api.memory import Memory
 from scopemem.api.results import Caller
 from scopemem.config import MemoryConfig
 from scopemem.core.policy import Audience, audience_of
+from scopemem.errors import StoreError
 from scopemem.hub.auth import Clock, LoginLimiter, Sessions
 from scopemem.plugins.manager import PluginManager
-from scopemem.stores.base import MemoryStore
+from scopemem.stores.base import MemoryStore, check_scope_key
 
 _log = logging.getLogger("scopemem.hub")
 
@@ -54,6 +55,20 @@ class Hub:
 HUB = web.AppKey("scopemem_hub", Hub)
 #: The session id of a request that passed the session check.
 SESSION = web.RequestKey("scopemem_hub_session", str)
+
+
+def scope_key_or_400(value: object) -> str:
+    """``value`` as a scope key, or a 400 page. A key has its ``<kind>:``: a scope word
+    (``org``, ``me``) names no scope, and its page would show one as if it held nothing."""
+    try:
+        key = check_scope_key(value)
+    except StoreError as exc:
+        raise web.HTTPBadRequest(reason=f"Not a scope key: {exc}") from None
+    if ":" not in key:
+        raise web.HTTPBadRequest(
+            reason=f"Not a scope key: {key!r}; a key is <kind>:<id>, e.g. org:acme, "
+                   "repo:acme/api, user:slack:U0123")
+    return key
 
 
 def warn_without_organisation(config: MemoryConfig | None) -> None:

@@ -23,9 +23,7 @@ from scopemem.core.commands import change_refusal
 from scopemem.core.gate import rejection_markers
 from scopemem.core.records import Record, to_wire
 from scopemem.core.scopes import MemoryIdError, parse_memory_id
-from scopemem.errors import StoreError
-from scopemem.hub.shared import HUB, PREFIX, caller_for
-from scopemem.stores.base import check_scope_key
+from scopemem.hub.shared import HUB, PREFIX, caller_for, scope_key_or_400
 
 #: The most records a dry run lists with their text and markers (the count is always whole).
 MAX_LISTED = 100
@@ -37,10 +35,7 @@ def scope_url(scope_key: str, done: str | None = None) -> str:
 
 
 def _scope_key(value: object) -> str:
-    try:
-        return check_scope_key(value)
-    except StoreError as exc:
-        raise web.HTTPBadRequest(reason=f"Not a scope key: {exc}") from None
+    return scope_key_or_400(value)
 
 
 async def forget(request: web.Request) -> web.StreamResponse:

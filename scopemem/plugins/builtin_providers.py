@@ -45,7 +45,6 @@ DEFAULT_TIMEOUT_SECONDS = 60.0
 MAX_REPLY_BYTES = 4 * 1024 * 1024
 EXCERPT_CHARS = 200
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SPACE = re.compile(r"\s+")
 
 
@@ -70,14 +69,7 @@ def _base_url(settings: ProviderSettings, default: str) -> str:
 
 
 def _key_env(settings: ProviderSettings, default: str) -> str:
-    value = settings.string_option("api_key_env", default)
-    if not _ENV_NAME.match(value):
-        # Never echo the value: the usual mistake is pasting the key itself here.
-        raise ConfigError(
-            f"{settings.option_key('api_key_env')}: expected the name of an environment "
-            "variable (letters, digits and underscores), not the key itself"
-        )
-    return value
+    return settings.env_name_option("api_key_env", default, "the key")
 
 
 class _HttpProvider:

@@ -125,7 +125,7 @@ class WorkerStore:
         if problem is not None:
             raise ConfigError(f"{settings.option_key('base_url')}: {problem}")
         settings.record("base_url", base_url)
-        token_env = settings.string_option("token_env", DEFAULT_TOKEN_ENV)
+        token_env = settings.env_name_option("token_env", DEFAULT_TOKEN_ENV, "the token")
         timeout = settings.positive_number_option("timeout_seconds", DEFAULT_TIMEOUT, high=300)
         deadline = settings.positive_number_option("retry_deadline_seconds", DEFAULT_DEADLINE,
                                                    high=600)

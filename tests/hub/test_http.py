@@ -5,6 +5,7 @@ and the overview's thresholds."""
 from __future__ import annotations
 
 import asyncio
+import html
 import logging
 import re
 
@@ -244,6 +245,45 @@ async def test_a_nul_character_in_a_pages_field_is_a_400_page(path):
         assert await _login(session, url) == 303
         answer = await session.get(f"{url}{path}", allow_redirects=False)
         assert answer.status == 400 and "NUL character" in await answer.text()
+
+
+REPO_RULE = "repo takes owner/name as a clone's remote names it"
+
+
+@pytest.mark.parametrize(("query", "says"), [
+    ("repo=https://github.com/acme/api", f"{REPO_RULE}: acme/api"),
+    ("repo=acme/api.git", f"{REPO_RULE}: acme/api"),
+    ("repo=acme", f"{REPO_RULE} (e.g. acme/api)"),
+    ("user=user:slack:U0123", "user takes the platform id (e.g. slack:U0123), not the user scope"),
+    ("channel=channel:slack:C1", "channel takes the platform id (e.g. slack:C0456), not the"),
+    ("user=slack:U%201", "user: must not contain whitespace"),
+])
+async def test_a_searchs_inputs_that_name_no_runs_scope_are_a_400_page(query, says):
+    """The repository, channel and person of a search are what a run carries, checked as
+    the command line checks them: a URL, or a scope key given for an id, would preview a
+    scope no run reads, as if it were empty."""
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        assert await _login(session, url) == 303
+        answer = await session.get(f"{url}/hub/search?brief=deploy&{query}",
+                                   allow_redirects=False)
+        text = html.unescape(await answer.text())
+        assert answer.status == 400 and says in text
+        fine = await session.get(f"{url}/hub/search?brief=deploy&repo=acme/api&user=slack:U1"
+                                 "&channel=slack:C1", allow_redirects=False)
+        assert fine.status == 200
+
+
+@pytest.mark.parametrize("key", ["org", "me", "bogus"])
+async def test_a_scope_page_for_a_word_that_is_no_scope_key_is_a_400_page(key):
+    """A scope word (or any value without its ``<kind>:``) names no scope: the page showed
+    an empty scope, with its steering, as if the scope held nothing."""
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        assert await _login(session, url) == 303
+        answer = await session.get(f"{url}/hub/scope?key={key}", allow_redirects=False)
+        assert answer.status == 400 and "a key is &lt;kind&gt;:&lt;id&gt;" in await answer.text()
+        assert (await session.get(f"{url}/hub/scope?key=org:acme")).status == 200
 
 
 @pytest.mark.parametrize("path", [b"/hub/login", b"/hub/sweep"])

@@ -71,6 +71,20 @@ def test_from_settings_names_the_bad_key(options, key, says):
         PostgresStore.from_settings(settings(**options))
 
 
+@pytest.mark.parametrize("validate_only", [False, True])
+def test_a_dsn_pasted_as_dsn_env_is_refused_without_repeating_it(validate_only):
+    # A connection string where the variable's name goes must not be echoed: it may hold a
+    # password, and "$<dsn> is not set" would print it.
+    pasted = "postgresql://app:s3cretpw@db.internal/app"
+    with pytest.raises(ConfigError) as refused:
+        PostgresStore.from_settings(attrs.evolve(settings(dsn_env=pasted),
+                                                 validate_only=validate_only))
+    message = str(refused.value)
+    assert message.startswith("memory.stores.postgres.dsn_env: ")
+    assert "name of an environment variable" in message
+    assert "s3cretpw" not in message and "db.internal" not in message
+
+
 def test_registered_as_the_postgres_store_with_an_extra():
     found: dict = {}
     postgres_plugin.scopemem_register_stores(register=found.__setitem__)

@@ -9,6 +9,7 @@ import logging
 from typing import Any
 
 import aiohttp
+import attrs
 import pytest
 from aiohttp import web
 
@@ -395,6 +396,19 @@ def test_the_fallback_names_a_custom_token_env(memory_warnings):
 def test_bad_options_name_their_key(options, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         WorkerStore.from_settings(settings(**options))
+
+
+@pytest.mark.parametrize("validate_only", [False, True])
+def test_a_token_pasted_as_token_env_is_refused_without_repeating_it(validate_only):
+    # The usual slip: the token itself where the variable's name goes. Saying "$<token> is
+    # not set" would print the token into every log that shows the error.
+    pasted = "dev-token-change-me-0001"
+    with pytest.raises(ConfigError) as refused:
+        WorkerStore.from_settings(attrs.evolve(
+            settings(base_url="http://h", token_env=pasted), validate_only=validate_only))
+    message = str(refused.value)
+    assert message.startswith("memory.stores.worker.token_env: ")
+    assert "name of an environment variable" in message and pasted not in message
 
 
 def test_a_token_that_cannot_be_a_header_names_the_env_var():

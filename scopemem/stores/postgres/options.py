@@ -64,7 +64,7 @@ def options_from_settings(settings: StoreSettings) -> PostgresOptions:
         dsn = settings.string_option("dsn", "")
         settings.record("dsn", "<set>")  # config check prints the settings: never the DSN
     else:
-        variable = settings.string_option("dsn_env", "")
+        variable = settings.env_name_option("dsn_env", "", "the connection string")
         dsn = settings.environ.get(variable, "")
         if not dsn.strip() and not settings.validate_only:
             raise ConfigError(f"{settings.option_key('dsn_env')}: ${variable} is not set;"
