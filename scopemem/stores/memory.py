@@ -187,7 +187,9 @@ class InMemoryStore:
         batch, dropped, scope_cap = write_batch(scope_key, candidates, cap, self.cap)
         if not batch:
             return dropped
-        now = self._clock()
+        # Never older than the scope's newest record (a clock that moved back): the
+        # eviction's order, creation time then seq, stays the order of the writes.
+        now = max(self._clock(), self.browsing.last_write(scope_key) or 0)
         index = self._index(scope_key)
         rows = list(self._scopes.get(scope_key, []))
         positions = dict(index.positions)

@@ -60,6 +60,10 @@ class InProcessBrowsing:
         if held is None or created_at > held:
             self._last_write[scope_key] = created_at
 
+    def last_write(self, scope_key: str) -> int | None:
+        """The scope's newest record's creation time (None: no record)."""
+        return self._last_write.get(scope_key)
+
     def dropped(self, scope_key: str) -> None:
         """The scope was deleted: its last write and its reaches go with its records."""
         self._last_write.pop(scope_key, None)

@@ -494,6 +494,22 @@ async def test_over_cap_write_evicts_least_recently_used(make_store, clock: Fake
     assert counts.inserted == 1 and counts.evicted == 1
 
 
+async def test_a_write_that_read_its_clock_before_a_commit_is_still_the_newer(
+        make_store, clock: FakeClock):
+    """Two processes writing one scope: a write reads its clock, then waits for the scope's
+    lock while another commits. Committed later, it is the newer record: the cap evicts the
+    other, never the write just acknowledged (seq order is the commit order)."""
+    store = await make_store(cap=1)
+    first_at = clock.advance(1000)
+    await store.write(ORG, [fact("committed first")])
+    clock.now -= 500  # the clock the second write read before the first committed
+    counts = await store.write(ORG, [fact("committed second")], cap=1)
+    assert counts == WriteCounts(inserted=1, evicted=1)
+    kept = await store.list(ORG, 10)
+    assert [r.text for r in kept] == ["committed second"]
+    assert kept[0].created_at >= first_at  # never older than the record it follows
+
+
 async def test_cap_counts_only_active_records(make_store):
     store = await make_store(cap=2)
     await store.write(ORG, [fact("one"), fact("two")])

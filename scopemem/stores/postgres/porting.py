@@ -60,8 +60,8 @@ class Porting:
     async def _import_scope(self, scope_key: str, batch: list[tuple[int, Record]],
                             now: int) -> int:
         async with self._connection() as conn, conn.transaction():
-            last_seq, _active, _thread = await self._lock_scope(conn, scope_key, now,
-                                                                create=True)
+            last_seq, _active, _thread, _last = await self._lock_scope(
+                conn, scope_key, now, create=True)
             seqs = [seq for seq, _record in batch]
             cursor = await conn.execute(self.sql.held_seqs, {"scope": scope_key, "seqs": seqs})
             held = {seq for (seq,) in await cursor.fetchall()}

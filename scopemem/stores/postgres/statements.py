@@ -146,8 +146,9 @@ class Statements(shared.Statements):
         # With the thread of the scope's last row (NULL when it is gone: purged, deleted),
         # which the write's first record may continue.
         self.lock_scope = (f"SELECT last_seq, active, (SELECT source_thread_key FROM {records}"
-                           " r WHERE r.scope_key = sc.scope_key AND r.seq = sc.last_seq)"
-                           f" FROM {s}.scopes sc WHERE scope_key = %(scope)s FOR UPDATE")
+                           " r WHERE r.scope_key = sc.scope_key AND r.seq = sc.last_seq),"
+                           f" last_write FROM {s}.scopes sc WHERE scope_key = %(scope)s"
+                           " FOR UPDATE")
         self.new_scope = (f"INSERT INTO {s}.scopes (scope_key, created_at)"
                           " VALUES (%(scope)s, %(now)s) ON CONFLICT DO NOTHING")
         self.batch_rows = (f"SELECT {COLUMNS} FROM {records} WHERE {active}"

@@ -48,7 +48,7 @@ log = logging.getLogger("scopemem.stores.postgres")
 META_FOLDING = "folding"  # the meta row holding the analyzer's signature the rows follow
 
 # A scope's row as its lock reads it: last seq, active count, the thread of its last row.
-Locked = tuple[int, int, str | None]
+Locked = tuple[int, int, str | None, int | None]
 
 
 class ScopeLock:
@@ -69,12 +69,13 @@ class ScopeLock:
 
     async def __call__(self, conn: Any, scope_key: str, now: int, *, create: bool
                        ) -> Locked | None:
-        """The scope's last seq, active count and the thread of its last row (None when
-        gone), or None when the scope has no row and ``create`` is false."""
+        """The scope's last seq, active count, the thread of its last row (None when
+        gone) and its newest record's creation time (None: no record), or None when the
+        scope has no row and ``create`` is false."""
         cursor = await conn.execute(self.sql.lock_scope, {"scope": scope_key})
         row = await cursor.fetchone()
         if row is not None or not create:
-            return None if row is None else (row[0], row[1], row[2])
+            return None if row is None else (row[0], row[1], row[2], row[3])
         options = self.options
         if options.max_scopes:
             # New scopes are counted one at a time, across processes.
@@ -90,7 +91,7 @@ class ScopeLock:
         await conn.execute(self.sql.new_scope, {"scope": scope_key, "now": now})
         cursor = await conn.execute(self.sql.lock_scope, {"scope": scope_key})
         row = await cursor.fetchone()
-        return row[0], row[1], row[2]
+        return row[0], row[1], row[2], row[3]
 
 
 async def add_rows(conn: Any, sql: Statements, rows: Sequence[CountRow]) -> None:
@@ -157,8 +158,12 @@ class Writes:
         # batch waits on the server only for the rows it reads (the scope's row, the rows
         # the batch can touch, the eviction's) and the commit.
         async with self._connect() as conn, pipeline(conn), conn.transaction():
-            last_seq, active, thread = await self._lock_scope(conn, scope_key, now,
-                                                              create=True)
+            last_seq, active, thread, last_write = await self._lock_scope(
+                conn, scope_key, now, create=True)
+            # A write that read its clock before another process's write to the scope
+            # committed is still the newer record: never older than the scope's newest (the
+            # eviction's order, creation time then seq, stays the commit order).
+            now = max(now, last_write or 0)
             norms, seqs = batches.lookup_keys(scope_key, fitted)
             cursor = await conn.execute(self.sql.batch_rows, {
                 "scope": scope_key, "norms": norms, "seqs": bigints(seqs)})

@@ -45,7 +45,7 @@ def import_scope(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer,
     """Import one scope's checked records (``group_import``); how many were added."""
     with transaction(conn, uses, shard, scope_key):
         conn.execute(st.NEW_SCOPE, {"scope": scope_key, "now": now})
-        last_seq, _active, _generation, sid = conn.execute(
+        last_seq, _active, _generation, sid, _last_write = conn.execute(
             st.LOCK_SCOPE, {"scope": scope_key}).fetchall()[0]
         seqs = json.dumps([seq for seq, _record in batch])
         held = {seq for (seq,) in conn.execute(SQL.held_seqs, {"scope": scope_key, "seqs": seqs})}

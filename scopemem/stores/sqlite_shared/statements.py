@@ -60,7 +60,7 @@ LISTING = (f"SELECT (SELECT uses FROM scopes WHERE scope_key = :scope), {RECORD_
 
 # --- writes --------------------------------------------------------------------------------
 
-LOCK_SCOPE = ("SELECT last_seq, active, generation, sid FROM scopes"
+LOCK_SCOPE = ("SELECT last_seq, active, generation, sid, last_write FROM scopes"
               " WHERE scope_key = :scope")
 # A new scope's id in the token index: one above the highest ever given in the shard (a
 # scope's row is never deleted, so an id is never given twice).

@@ -61,11 +61,11 @@ def transaction(conn: Any, uses: PendingUses, shard: int, scope_key: str) -> Ite
         yield
 
 
-def _scope_row(conn: Any, scope_key: str) -> tuple[int, int, int, int] | None:
-    """The scope's last seq, active count, change counter and id in the token index
-    (None: no such scope)."""
+def _scope_row(conn: Any, scope_key: str) -> tuple[int, int, int, int, int | None] | None:
+    """The scope's last seq, active count, change counter, id in the token index and its
+    newest record's creation time (None: no such scope)."""
     rows = conn.execute(st.LOCK_SCOPE, {"scope": scope_key}).fetchall()
-    return (rows[0][0], rows[0][1], rows[0][2], rows[0][3]) if rows else None
+    return (rows[0][0], rows[0][1], rows[0][2], rows[0][3], rows[0][4]) if rows else None
 
 
 def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_key: str,
@@ -82,7 +82,11 @@ def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_ke
             assert row is not None
             if row[3] > index.MAX_SID:
                 raise StoreError(f"sqlite store: shard of {scope_key!r} has given every id")
-        last_seq, active, _generation, sid = row
+        last_seq, active, _generation, sid, last_write = row
+        # A write that read its clock before another process's write to the scope committed
+        # is still the newer record: never older than the scope's newest (the eviction's
+        # order, creation time then seq, stays the commit order).
+        now = max(now, last_write or 0)
         norms, seqs = batches.lookup_keys(scope_key, fitted)
         known = [sqlite_sql.record(r) for r in conn.execute(st.BATCH_ROWS, {
             "scope": scope_key, "norms": json.dumps(norms), "seqs": json.dumps(seqs)})]
