@@ -630,3 +630,53 @@ async def test_the_shared_layout_honours_cache_rows_and_warns_of_the_file_layout
             f"memory.stores.sqlite.{key}: has no effect in the shared layout")
 
 
+
+
+def _scope_in(shard: int, avoid: tuple[str, ...] = ()) -> str:
+    """A scope key whose records live in ``shard``."""
+    return next(key for key in (f"org:s{n}" for n in range(10_000))
+                if schema.shard_of(key) == shard and key not in avoid)
+
+
+async def test_max_scopes_holds_across_processes_sharing_the_directory(tmp_path: Path,
+                                                                       clock: FakeClock):
+    """``serve --workers N``: every process counts the scopes the others made; a process
+    that counted once went on from its own count, so N processes held N times the limit."""
+    first = SharedSqliteStore(tmp_path / "data", clock=clock, max_scopes=2)
+    second = SharedSqliteStore(tmp_path / "data", clock=clock, max_scopes=2)
+    note = [Candidate(kind=Kind.FACT, text="a note", source_thread_key="t")]
+    try:
+        await first.write("org:a", note)
+        await second.write("org:b", note)
+        with pytest.raises(ScopeLimitReached, match="holds 2 scopes"):
+            await first.write("org:c", note)
+        await first.write("org:a", [Candidate(kind=Kind.FACT, text="another note",
+                                              source_thread_key="t")])
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_counting_scopes_takes_no_other_shards_write_lock(tmp_path: Path,
+                                                                clock: FakeClock):
+    """A new scope is counted against ``max_scopes`` inside its shard's write transaction,
+    reading every shard. Reading a shard this process had not opened yet took that shard's
+    write lock (its schema check): two writers making scopes in two shards waited on each
+    other's lock and failed (a 500 from the worker). A shard another writer holds is read,
+    not waited for."""
+    data = tmp_path / "data"
+    maker = SharedSqliteStore(data, clock=clock)
+    note = [Candidate(kind=Kind.FACT, text="a note", source_thread_key="t")]
+    held_scope = _scope_in(3)
+    await maker.write(held_scope, note)  # shard 3 exists, with a scope
+    await maker.close()
+    store = SharedSqliteStore(data, clock=clock, max_scopes=5, busy_timeout_ms=200)
+    holder = apsw.Connection(str(data / "shard-003-of-016.db"))
+    holder.execute("BEGIN IMMEDIATE")  # another writer of shard 3, mid-transaction
+    try:
+        counts = await store.write(_scope_in(7), note)
+        assert counts.inserted == 1
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        await store.close()

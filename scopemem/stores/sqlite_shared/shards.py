@@ -40,6 +40,7 @@ from scopemem.errors import StoreError
 from scopemem.stores.shared.tokens import index_tokens
 from scopemem.stores.sqlite_shared import index, schema
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
+from scopemem.stores.sqlite_shared.dialect import SQL
 from scopemem.stores.sqlite_shared.files import OpenedFile, holds_data, identity
 from scopemem.stores.sqlite_shared.sql import descriptors_busy
 
@@ -107,6 +108,37 @@ class Shards:
             dues = self._local.dues = {}
         dues[index] = DueCheckpoint(conn)
         return conn
+
+    def count_scopes(self, index: int) -> int:
+        """The scopes shard ``index`` holds, read without taking any lock: through this
+        thread's connection once the shard's schema was checked; else through a connection
+        of its own, closed after (the check takes the shard's write lock, which a writer
+        counting scopes inside another shard's transaction must never wait for: two such
+        writers would wait on each other). 0 for no file, or one without its tables yet."""
+        if index in self._checked:
+            conn = self.connection(index, create=False)
+            return 0 if conn is None else int(conn.execute(SQL.count_scopes).fetchall()[0][0])
+        if not self.exists(index):
+            return 0
+        apsw = sqlite_sql.apsw_module()
+        path = self.path(index)
+        try:
+            conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE)
+        except apsw.Error as exc:
+            raise (descriptors_busy(path, exc)
+                   or StoreError(f"sqlite store: cannot open {path}: "
+                                 f"{sqlite_sql.describe(exc)}")) from exc
+        try:
+            conn.set_busy_timeout(self.busy_timeout_ms)
+            if not conn.execute("SELECT 1 FROM sqlite_schema WHERE type = 'table'"
+                                " AND name = 'scopes'").fetchall():
+                return 0
+            return int(conn.execute(SQL.count_scopes).fetchall()[0][0])
+        except apsw.Error as exc:
+            raise (descriptors_busy(path, exc)
+                   or StoreError(f"sqlite store: {path}: {sqlite_sql.describe(exc)}")) from exc
+        finally:
+            conn.close()
 
     def checkpoint_due(self, index: int) -> bool:
         """Whether a commit on this thread's connection to shard ``index`` made a

@@ -254,28 +254,19 @@ class ScopeLimit:
         self._shards = shards
         self._max = max_scopes
         self._directory = directory
-        self._count: int | None = None  # scopes held, once counted
 
     def reserve(self) -> None:
         """Count a new scope against ``max_scopes`` (on the write pool, inside the new
-        scope's write transaction); raise ``ScopeLimitReached`` past it."""
+        scope's write transaction); raise ``ScopeLimitReached`` past it. Counted anew each
+        time: the other processes serving the directory (``serve --workers N``) make
+        scopes too, so no count of this process's stays true."""
         if not self._max:
             return
-        if self._count is None or self._count >= self._max:
-            self._count = self._count_scopes()
-        if self._count >= self._max:
+        held = sum(self._shards.count_scopes(shard) for shard in range(self._shards.count))
+        if held >= self._max:
             raise ScopeLimitReached(
-                f"sqlite store: {self._directory} holds {self._count} scopes, the limit"
+                f"sqlite store: {self._directory} holds {held} scopes, the limit"
                 f" (max_scopes = {self._max}); a write to a new scope is refused")
-        self._count += 1
-
-    def _count_scopes(self) -> int:
-        total = 0
-        for shard in range(self._shards.count):
-            conn = self._shards.connection(shard, create=False)
-            if conn is not None:
-                total += conn.execute(SQL.count_scopes).fetchall()[0][0]
-        return total
 
 
 class Counts:
