@@ -16,8 +16,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from scopemem.core.records import Record, stored_record_problem, trusted_record
-from scopemem.core.text import normalize_text, sanitize_field
+from scopemem.core.text import normalize_text
 from scopemem.errors import StoreBusy, StoreError
+from scopemem.stores.shared.sql import foreign_row
 
 
 def apsw_module() -> Any:
@@ -58,9 +59,7 @@ def last_touched(row: Sequence[Any]) -> int:
 
 
 def _foreign(row: Sequence[Any], problem: str) -> StoreError:
-    return StoreError(f"{sanitize_field(str(row[2]))}'s row {row[0]} is not a record this"
-                      f" store writes ({sanitize_field(problem)[:200]}): written into its shard"
-                      " by another program; delete or repair the row")
+    return foreign_row(row, problem, "shard")
 
 
 def insert_row(seq: int, r: Record, now: int, tokens: Sequence[str]) -> tuple[Any, ...]:
