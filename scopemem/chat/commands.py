@@ -10,7 +10,6 @@ exceptions: a person asked, and a person gets an answer.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +33,7 @@ from scopemem.core.commands import (
     parse_memory_command,
 )
 from scopemem.core.records import Record, to_wire
-from scopemem.core.text import sanitize_field
+from scopemem.core.text import format_utc, sanitize_field
 from scopemem.errors import PluginError
 
 if TYPE_CHECKING:
@@ -94,7 +93,7 @@ def refusal(exc: MemoryRefused) -> Outcome:
 
 
 def _date(ms: int) -> str:
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC).strftime("%Y-%m-%d")
+    return format_utc(ms, "%Y-%m-%d")
 
 
 def record_line(record: Record) -> str:

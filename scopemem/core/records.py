@@ -225,6 +225,31 @@ def trusted_record(
     return record
 
 
+def stored_record_problem(record: Record) -> str | None:
+    """What makes ``record``, built by ``trusted_record`` from a row a store read back, not a
+    record any store writes, as ``"<field>: <why>"``; None when it is one. A store's files or
+    schema can be written by another program, so a row is checked before anything renders,
+    ranks or exports it: its fields as the constructor checks them, its text, keywords and
+    provenance strings, and its id one of its own scope's (``mem:<scope key>:<n>``)."""
+    try:
+        attrs.validate(record)
+    except (TypeError, ValueError) as exc:
+        field = str(exc).split(" ", 1)[0]
+        return f"{field}: {exc}"
+    for name in ("text", "source_thread_key"):
+        if type(getattr(record, name)) is not str:
+            return f"{name}: not a string"
+    for name in ("source_run_id", "supersedes", "restates"):
+        value = getattr(record, name)
+        if value is not None and type(value) is not str:
+            return f"{name}: not a string"
+    if not all(type(word) is str for word in record.keywords):
+        return "keywords: not a list of words"
+    if not record.id.startswith(f"mem:{record.scope_key}:"):
+        return f"id: {record.id!r} is not an id of scope {record.scope_key}"
+    return None
+
+
 def with_uses(record: Record, uses: int, last_used_at: int | None) -> Record:
     """``attrs.evolve(record, use_count=record.use_count + uses, last_used_at=...)`` without
     running every field's validator again: only the two changed fields are checked (the

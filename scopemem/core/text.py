@@ -18,6 +18,7 @@ Secrets are another matter: :mod:`scopemem.core.secret_rules` says what one look
 
 from __future__ import annotations
 
+import datetime
 import re
 
 from scopemem.core.words import distinct_tokens, normalize_text, tokenize
@@ -26,6 +27,7 @@ __all__ = [
     "distinct_tokens",
     "encodable",
     "estimate_tokens",
+    "format_utc",
     "is_bearer_token",
     "is_text",
     "normalize_text",
@@ -240,3 +242,15 @@ def sanitize_field(value: str) -> str:
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return text.translate(_LOOKALIKE_TABLE) if lookalikes else text
 
+
+
+def format_utc(ms: object, pattern: str) -> str:
+    """A stored time (milliseconds since the epoch) as UTC text in ``pattern``. A value no
+    calendar holds (past year 9999, before year 1, not an integer: a row written into a
+    store by hand) is shown as its number, sanitized, rather than failing the rendering."""
+    if isinstance(ms, int) and not isinstance(ms, bool):
+        try:
+            return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC).strftime(pattern)
+        except (OverflowError, OSError, ValueError):
+            pass
+    return sanitize_field(str(ms))

@@ -34,7 +34,7 @@ from scopemem.api.memory import Memory
 from scopemem.api.results import MemoryRefused
 from scopemem.core.browse import PageError
 from scopemem.core.counters import day_label
-from scopemem.core.text import sanitize_field
+from scopemem.core.text import format_utc, sanitize_field
 from scopemem.errors import ScopememError, StoreUnsupported
 from scopemem.hub import reading, steering
 from scopemem.hub.auth import (
@@ -210,10 +210,7 @@ def _record_text(value: str) -> Markup:
 def _when(ms: int | None) -> str:
     if ms is None:
         return "never"
-    import datetime
-
-    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%d %H:%M UTC")
+    return format_utc(ms, "%Y-%m-%d %H:%M UTC")
 
 
 def _context(request: web.Request) -> dict[str, Any]:

@@ -436,3 +436,16 @@ async def test_a_listing_reply_holds_at_most_its_budget_of_record_text(memory, s
     assert sum(len(line) for line in shown) <= MAX_REPLY_TEXT_CHARS + 200 * len(shown)
     assert f"{100 - len(shown)} more not shown" in reply
     assert "--limit" not in reply.splitlines()[-1]
+
+
+@pytest.mark.parametrize("created_at", [2**62, -(2**62), -1, 0])
+def test_a_stored_time_no_calendar_holds_renders_as_its_number(created_at: int):
+    """A row written into a store directly may hold a time past year 9999 or before year 1:
+    a listing's line shows the number instead of failing the reply with a traceback."""
+    from scopemem.chat.commands import record_line
+    from scopemem.core.records import trusted_record
+
+    record = trusted_record("mem:org:acme:1", "org:acme", "fact", "x", (), "t", None,
+                            created_at, None, 0, None, None, None, "active", "human")
+    line = record_line(record)
+    assert "fact " in line and " — x" in line

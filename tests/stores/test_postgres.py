@@ -627,3 +627,21 @@ async def test_recency_is_the_last_use_where_there_is_one(stores, clock: FakeClo
     assert [r.id for r in await store.retrieve(ORG, "widgets", 1)] == [older]  # a use
     hits = await store.search(ORG, "docker deploy", 2, bump=False)
     assert [hit.record.id for hit in hits] == [older, newer]
+
+
+@pytest.mark.parametrize(("column", "value"), [
+    ("use_count", -7), ("last_used_at", -5), ("created_at", -1), ("confidence", 7.5),
+    ("id", "mem:repo:evil/other:1"), ("text", ""),
+])
+async def test_a_row_written_into_the_schema_by_hand_is_a_store_error_naming_it(
+        stores, column: str, value: object):
+    """A row another program wrote into the schema (a negative count or time, a confidence
+    past 1, an id of another scope, an active record without text) fails the read with a
+    store error naming it, never a record of another scope's id listed in this one."""
+    store = stores()
+    await store.write(ORG, [fact("the deploy runs on tuesdays")])
+    raw(f'UPDATE "{store.schema}".records SET {column} = %s', (value,))
+    with pytest.raises(StoreError, match=f"{ORG}'s row 1 .*\\({column}"):
+        await store.list(ORG, 10)
+    with pytest.raises(StoreError, match=f"{ORG}'s row 1"):
+        await store.export_page(ORG, 0, 10)

@@ -680,3 +680,33 @@ async def test_counting_scopes_takes_no_other_shards_write_lock(tmp_path: Path,
         holder.execute("ROLLBACK")
         holder.close()
         await store.close()
+
+
+@pytest.mark.parametrize(("column", "value"), [
+    ("keywords", "not json"), ("keywords", "123"), ("keywords", '{"a": [1]}'),
+    ("keywords", '[["x", 1], null]'), ("keywords", "[" * 5000 + "]" * 5000),
+    ("text", b"the deploy runs"), ("created_at", "yesterday"), ("use_count", -7),
+    ("last_used_at", -5), ("confidence", "high"), ("id", "mem:repo:evil/other:1"),
+])
+async def test_a_row_written_into_a_shard_by_hand_is_a_store_error_naming_it(
+        tmp_path, clock: FakeClock, column: str, value: object):
+    """A shard's row is read as the store wrote it only when it is one: a row another program
+    wrote (keywords not a JSON list of words, a value of the wrong type or sign, an id of
+    another scope) fails the read with a store error naming the row, never a TypeError, a
+    RecursionError or a record of another scope in this one."""
+    data = tmp_path / "data"
+    name = await write_one(data, clock)
+    conn = apsw.Connection(str(data / name))
+    conn.execute(f"UPDATE records SET {column} = ? WHERE scope_key = 'org:acme'", (value,))
+    conn.close()
+    store = SharedSqliteStore(data, clock=clock, synchronous="off")
+    try:
+        with pytest.raises(StoreError, match=r"org:acme's row 1 .*\(" + column):
+            await store.list("org:acme", limit=10)
+        with pytest.raises(StoreError, match="org:acme's row 1"):
+            await store.export_page("org:acme", 0, 10)
+        with pytest.raises(StoreError, match="org:acme's row 1"):
+            await store.retrieve("org:acme", "deploy", 3)
+    finally:
+        await store.close()
+

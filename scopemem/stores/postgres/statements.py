@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from scopemem.core.records import Record, trusted_record
+from scopemem.core.records import Record, stored_record_problem, trusted_record
 from scopemem.core.text import normalize_text
 from scopemem.stores.postgres import dialect
 from scopemem.stores.postgres.migrations import POST_ALL, quoted
@@ -40,8 +40,14 @@ def bigints(values: Iterable[int]) -> str:
 
 
 def record_of(row: Sequence[Any]) -> Record:
-    """The record of a row of ``COLUMNS`` (columns after those are ignored)."""
-    return trusted_record(*row[1:16])
+    """The record of a row of ``COLUMNS`` (columns after those are ignored). A row that is
+    not a record the store writes (written into the schema by another program) is a
+    ``StoreError`` naming it (``records.stored_record_problem``)."""
+    made = trusted_record(*row[1:16])
+    problem = stored_record_problem(made)
+    if problem is not None:
+        raise shared.foreign_row(row, problem, "schema")
+    return made
 
 
 def insert_row(scope_key: str, seq: int, r: Record, now: int, tokens: list[str]

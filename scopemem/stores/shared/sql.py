@@ -11,14 +11,27 @@ from typing import Any
 
 from scopemem.core.browse import Reach
 from scopemem.core.provenance import scrub_source
+from scopemem.core.text import sanitize_field
+from scopemem.errors import StoreError
 from scopemem.stores.shared.dialect import Dialect
 
-__all__ = ["COLUMNS", "R_COLUMNS", "Statements", "reach_read", "reaches_of", "scrubbed_sources"]
+__all__ = ["COLUMNS", "R_COLUMNS", "Statements", "foreign_row", "reach_read", "reaches_of",
+           "scrubbed_sources"]
 
 # The seq, then the record's fields in ``Record``'s order (positions 1-15).
 COLUMNS = ("seq, id, scope_key, kind, text, keywords, source_thread_key, source_run_id,"
            " created_at, last_used_at, use_count, confidence, supersedes, restates, status,"
            " source")
+
+
+def foreign_row(row: Sequence[Any], problem: str, where: str) -> StoreError:
+    """The error of a row of ``COLUMNS`` that is not a record the store writes
+    (``records.stored_record_problem``): another program wrote it into ``where``."""
+    return StoreError(f"{sanitize_field(str(row[2]))}'s row {row[0]} is not a record this"
+                      f" store writes ({sanitize_field(problem)[:200]}): written into its"
+                      f" {where} by another program; delete or repair the row")
+
+
 R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in COLUMNS.split(","))  # as ``r``
 PURGEABLE = "('superseded', 'evicted', 'swept')"
 

@@ -127,8 +127,8 @@ def _small_scope(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranki
     if active > WHOLE_ROWS:
         return None
     # Shaped as ``engine.rank_entries`` reads them: seq, terms, thread, last touch, row.
-    entries = [(row[0], frozenset(row[16].split()), row[6],
-                row[8] if row[9] is None else row[9], row) for row in rows]
+    entries = [(row[0], frozenset(row[16].split()), row[6], sqlite_sql.last_touched(row), row)
+               for row in rows]
     ranked = engine.rank_entries(entries, terms,
                                  engine.scope_stats(terms, (entry[1] for entry in entries)),
                                  limit, now, ranking)

@@ -15,9 +15,10 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from scopemem.core.records import Record, trusted_record
+from scopemem.core.records import Record, stored_record_problem, trusted_record
 from scopemem.core.text import normalize_text
-from scopemem.errors import StoreBusy
+from scopemem.errors import StoreBusy, StoreError
+from scopemem.stores.shared.sql import foreign_row
 
 
 def apsw_module() -> Any:
@@ -27,13 +28,38 @@ def apsw_module() -> Any:
 
 
 def record(row: Sequence[Any]) -> Record:
-    """The record of a row of ``RECORD_COLUMNS`` (columns after those are ignored)."""
+    """The record of a row of ``RECORD_COLUMNS`` (columns after those are ignored). A row
+    that is not a record the store writes (written into the shard by another program) is a
+    ``StoreError`` naming it (``records.stored_record_problem``)."""
     keywords = row[5]
-    # Each column by index (not slices unpacked): as fast, and a type checker can count them.
-    return trusted_record(row[1], row[2], row[3], row[4],
-                          json.loads(keywords) if keywords != "[]" else (),
-                          row[6], row[7], row[8], row[9], row[10], row[11], row[12], row[13],
-                          row[14], row[15])
+    try:
+        words: Any = json.loads(keywords) if keywords != "[]" else ()
+        if not isinstance(words, list | tuple):
+            raise ValueError("not a JSON list")
+        # Each column by index (not slices unpacked): a type checker can count them.
+        made = trusted_record(row[1], row[2], row[3], row[4], tuple(words),
+                              row[6], row[7], row[8], row[9], row[10], row[11], row[12],
+                              row[13], row[14], row[15])
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise _foreign(row, f"keywords: {exc}") from None
+    problem = stored_record_problem(made)
+    if problem is not None:
+        raise _foreign(row, problem)
+    return made
+
+
+def last_touched(row: Sequence[Any]) -> int:
+    """``Record.last_touched`` of a row of ``RECORD_COLUMNS`` without making the record (a
+    ranking reads it of every row it weighs): a time that is no integer is a ``StoreError``
+    naming the row, as ``record`` would make it."""
+    touched = row[8] if row[9] is None else row[9]
+    if type(touched) is not int:
+        raise _foreign(row, f"created_at/last_used_at: {touched!r} is not a time")
+    return touched
+
+
+def _foreign(row: Sequence[Any], problem: str) -> StoreError:
+    return foreign_row(row, problem, "shard")
 
 
 def insert_row(seq: int, r: Record, now: int, tokens: Sequence[str]) -> tuple[Any, ...]:
