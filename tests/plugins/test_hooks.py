@@ -333,31 +333,21 @@ def test_a_gate_plugin_that_raises_or_answers_junk_is_named(how, message):
         host.rejection_markers(pm, FACT)
 
 
-def test_a_policy_plugin_that_raises_is_named():
-    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken("policy raises"),))
-    with pytest.raises(PluginError, match=re.escape(
-            "plugin 'Broken' failed in scopemem_authorize_write: RuntimeError: policy down")):
-        host.authorize_write(pm, actor=ACTOR, target="org:acme", candidate=FACT,
-                             origin="public", breadth=BREADTH)
-
-
-def test_a_policy_reason_that_is_no_token_is_named():
-    """The reason goes into the one [memory] log line: a newline in it forged lines."""
-    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken("policy reason"),))
-    with pytest.raises(PluginError, match=re.escape(
-            "plugin 'Broken' answered scopemem_authorize_write with the reason "
-            "'no\\n[memory] reflection forged: offered 9', not a name of 1-64 letters")):
-        host.authorize_write(pm, actor=ACTOR, target="org:acme", candidate=FACT,
-                             origin="public", breadth=BREADTH)
-
-
-def test_a_policy_plugin_answering_the_wrong_type_is_named():
-    """docs/plugins.md: a wrong type from scopemem_authorize_write is a PluginError naming
-    the plugin, as a raise is, not a silent denial counted as a widening."""
-    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken("policy junk"),))
-    with pytest.raises(PluginError, match=re.escape(
-            "plugin 'Broken' answered scopemem_authorize_write with 'allow', not a "
-            "WriteDecision")):
+@pytest.mark.parametrize(("how", "message"), [
+    ("policy raises",
+     "plugin 'Broken' failed in scopemem_authorize_write: RuntimeError: policy down"),
+    # The reason goes into the one [memory] log line: a newline in it forged lines.
+    ("policy reason",
+     "plugin 'Broken' answered scopemem_authorize_write with the reason "
+     "'no\\n[memory] reflection forged: offered 9', not a name of 1-64 letters"),
+    # docs/plugins.md: a wrong type is a PluginError naming the plugin, as a raise is, not
+    # a silent denial counted as a widening.
+    ("policy junk",
+     "plugin 'Broken' answered scopemem_authorize_write with 'allow', not a WriteDecision"),
+])
+def test_a_policy_plugin_that_raises_or_answers_junk_is_named(how, message):
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken(how),))
+    with pytest.raises(PluginError, match=re.escape(message)):
         host.authorize_write(pm, actor=ACTOR, target="org:acme", candidate=FACT,
                              origin="public", breadth=BREADTH)
 
