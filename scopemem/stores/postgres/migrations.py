@@ -14,6 +14,7 @@ user or a caller chose is ever formatted into SQL.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,6 +23,8 @@ import attrs
 from scopemem.errors import StoreError
 
 __all__ = ["MIGRATIONS", "POST_ALL", "SCHEMA_VERSION", "advisory_key", "migrate", "quoted"]
+
+log = logging.getLogger("scopemem.stores.postgres")
 
 
 @attrs.frozen
@@ -278,6 +281,12 @@ async def migrate(conn: Any, schema: str,
                     f"INSERT INTO {s}.schema_migrations (version, name) VALUES (%s, %s)",
                     (migration.version, migration.name))
             applied.append(migration.version)
+        if applied and newest:  # a schema an older release wrote, which now refuses it
+            names = ", ".join(f"{m.version} ({m.name})" for m in MIGRATIONS
+                              if m.version in applied)
+            log.warning("postgres store: schema %r migrated from version %d to %d: %s; a"
+                        " scopemem that reads only version %d refuses it from now on",
+                        schema, newest, SCHEMA_VERSION, names, newest)
         if after is not None:
             await after(conn)
         return applied

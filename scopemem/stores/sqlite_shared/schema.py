@@ -241,9 +241,11 @@ def identity_problem(conn: Any, index: int, shards: int) -> str | None:
     return None
 
 
-def apply_schema(conn: Any, index: int, shards: int) -> None:
-    """Create or complete the schema and record the shard's identity. The caller holds a
-    write transaction and has checked ``identity_problem``."""
+def apply_schema(conn: Any, index: int, shards: int) -> int:
+    """Create or complete the schema and record the shard's identity; the schema version
+    the file had (0: a new file). The caller holds a write transaction and has checked
+    ``identity_problem``."""
+    before: int = pragma(conn, "user_version")
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     if "postings" in tables:
         _from_postings(conn)  # a shard of schema version 1-3
@@ -258,8 +260,9 @@ def apply_schema(conn: Any, index: int, shards: int) -> None:
                  (META_SHARD, str(index), META_SHARDS, str(shards)))
     if pragma(conn, "application_id") != APPLICATION_ID:
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    if pragma(conn, "user_version") != SCHEMA_VERSION:
+    if before != SCHEMA_VERSION:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    return before
 
 
 def _with_last_write(conn: Any) -> None:

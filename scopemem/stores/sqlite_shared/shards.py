@@ -245,8 +245,12 @@ class Shards:
                 problem = schema.identity_problem(conn, index, self.count)
                 if problem is not None:
                     raise StoreError(f"sqlite store: {path}: {problem}")
-                schema.apply_schema(conn, index, self.count)
+                before = schema.apply_schema(conn, index, self.count)
                 refold(conn, self.analyzer, path)
+            if 0 < before < schema.SCHEMA_VERSION:  # committed: an older release refuses it
+                log.warning("sqlite store: %s: migrated from schema version %d to %d; a"
+                            " scopemem that reads only version %d refuses it from now on",
+                            path, before, schema.SCHEMA_VERSION, before)
             with self._lock:
                 self._checked.add(index)
 
