@@ -44,6 +44,7 @@ class Browsing:
                                             else None)
         self._label = type(store).__name__
         self.reach_retention_days = reach_retention_days
+        self._keeps_reaches = True  # False once the store said it cannot (an older worker)
 
     def log_shown(self, records: Sequence[Record], request: Request, now: int
                   ) -> Coroutine[None, None, None] | None:
@@ -52,12 +53,17 @@ class Browsing:
         (no run named, the log off, a store that cannot keep them)."""
         store = self.store
         reaches = reaches_of(records, request, now)
-        if store is None or not self.reach_retention_days or not reaches:
+        if (store is None or not self.reach_retention_days or not reaches
+                or not self._keeps_reaches):
             return None
 
         async def save() -> None:
             try:
                 await store.log_reaches(reaches)
+            except StoreUnsupported as exc:
+                if self._keeps_reaches:  # once: asking again will not help
+                    self._keeps_reaches = False
+                    log.warning("[memory] reaches are not logged by this store (%s)", exc)
             except Exception as exc:
                 log.warning("[memory] %d reach(es) not logged: %s", len(reaches), exc)
 

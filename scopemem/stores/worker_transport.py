@@ -191,13 +191,14 @@ class WorkerTransport:
     async def command(self, route: str, payload: dict[str, Any]) -> dict[str, Any]:
         """``call``, its failure raised as the ``StoreError`` the worker's status means: a
         body refused (``StoreRefused``), a new scope beyond the worker's limit
-        (``ScopeLimitReached``), a store that cannot (``StoreUnsupported``)."""
+        (``ScopeLimitReached``), a store that cannot or a route the worker does not serve
+        (``StoreUnsupported``)."""
         try:
             return await self.call(route, payload)
         except CallFailed as exc:
             error = (StoreRefused if exc.status in _REFUSED_BODY
                      else ScopeLimitReached if exc.status == 507
-                     else StoreUnsupported if exc.status == 501 else StoreError)
+                     else StoreUnsupported if exc.status in (404, 501) else StoreError)
             raise error(f"memory worker {route} failed: {exc}") from None
 
     async def call(self, route: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -270,6 +271,9 @@ class WorkerTransport:
             reason = data.get("error") if isinstance(data, dict) else None
             if not isinstance(reason, str):
                 reason = raw[:200].decode("utf-8", "replace").strip() or "no reason given"
+            if status == 404:  # the worker routes every path it serves
+                reason += (f"; this worker serves no {route} (a release older than this"
+                           " client: upgrade the worker, or base_url names another path)")
             failure = CallFailed(f"answered {status}: {reason}", status,
                                  transient=status in TRANSIENT_STATUSES)
             if failure.transient:

@@ -91,3 +91,23 @@ async def test_a_store_that_cannot_browse_says_so(clock):
     memory = make_memory(Plain(), clock)
     with pytest.raises(StoreUnsupported):
         await memory.scope_page()
+
+
+async def test_a_store_that_keeps_no_reaches_is_warned_about_once(store, clock,
+                                                                  memory_warnings):
+    # A worker of an older release: it serves no /log-reaches, whatever a block shows.
+    asked = []
+
+    async def log_reaches(reaches):
+        asked.append(reaches)
+        raise StoreUnsupported("memory worker /log-reaches failed: answered 404")
+
+    store.log_reaches = log_reaches
+    await seeded(store)
+    memory = make_memory(store, clock)
+    for run in ("r-1", "r-2", "r-3"):
+        await memory.context(Request(text="deploys", repo="acme/api", run_id=run))
+        await memory.marks_saved()
+    assert len(asked) == 1
+    assert memory_warnings() == ["[memory] reaches are not logged by this store (memory worker"
+                                 " /log-reaches failed: answered 404)"]

@@ -23,7 +23,7 @@ from scopemem.core.records import (
     WriteCounts,
     to_wire,
 )
-from scopemem.errors import ConfigError, StoreError, StoreRefused
+from scopemem.errors import ConfigError, StoreError, StoreRefused, StoreUnsupported
 from scopemem.installation import build_store, in_process_store
 from scopemem.plugins.manager import get_plugin_manager
 from scopemem.stores.base import StoreSettings
@@ -597,3 +597,23 @@ async def test_many_marks_go_in_requests_within_the_wire_caps(store, stub):
     sent = {(item["scopeKey"], record_id) for batch in batches for item in batch
             for record_id in item["ids"]}
     assert sent == {(key, record_id) for key, ids in used.items() for record_id in ids}
+
+
+# --- a worker of an older release -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("route", "call"), [
+    ("/purge", lambda store: store.purge()),
+    ("/delete-scope", lambda store: store.delete_scope(ORG)),
+    ("/scope-page", lambda store: store.scope_page()),
+])
+async def test_a_route_the_worker_does_not_serve_is_unsupported_and_says_why(store, stub,
+                                                                           route, call):
+    # What a worker of 0.1.0 answers for a route it predates.
+    stub.replies[route] = (404, {"error": "not found"})
+    with pytest.raises(StoreUnsupported) as raised:
+        await call(store)
+    assert str(raised.value) == (
+        f"memory worker {route} failed: answered 404: not found; this worker serves no"
+        f" {route} (a release older than this client: upgrade the worker, or base_url names"
+        " another path)")
