@@ -182,6 +182,45 @@ async def test_a_file_that_is_not_scopemems_stops_the_migration_and_nothing_move
         assert (directory / name).read_bytes() == (FIXTURE / "data" / name).read_bytes()
 
 
+#: A process of an older release using a scope file: it opens it and reads, as the file
+#: layout's store does, and keeps the connection until told to end.
+HOLDER = ("import apsw, sys\n"
+          "conn = apsw.Connection(sys.argv[1])\n"
+          "conn.execute('SELECT count(*) FROM records').fetchall()\n"
+          "print('open', flush=True)\n"
+          "sys.stdin.readline()\n")
+
+
+async def test_a_scope_file_another_process_holds_open_stops_the_migration(tmp_path):
+    """A process of the older release still running would go on writing into the file moved
+    to the backup, acknowledged and never read again: nothing moves while one holds a scope
+    file open, and the error says what to stop."""
+    directory = copy_fixture(tmp_path)
+    held = directory / "org_acme-255ae7f79a8a2c14a5e5c38f677bcde2.db"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(held)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "open\n"
+        with pytest.raises(StoreError) as raised:
+            default_store(directory)
+        assert str(raised.value) == (
+            f"sqlite store: cannot migrate {directory} from the file layout: {held} is open"
+            " in another process (a scopemem of an older release still running?); stop"
+            " every process using the directory, then open it again (nothing was moved)")
+        assert shard_files(directory) == [] and not (directory / migrate.BACKUP).exists()
+        assert scope_files(directory) == scope_files(FIXTURE / "data")
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    store = default_store(directory)  # the older process stopped: the migration runs
+    try:
+        assert await export_text(store) == (FIXTURE / "export.jsonl").read_text()
+    finally:
+        await store.close()
+
+
 async def test_a_copied_scope_file_is_skipped_with_a_warning_and_kept(tmp_path, caplog):
     """A file holding a scope whose file is another (copied or renamed) was never read by
     the file layout: it is not migrated, but kept in the backup, and the log says so."""

@@ -60,6 +60,7 @@ BACKUP = "file-layout-backup"
 _OLD = "file-layout"  # inside BUILT, until it becomes the backup folder
 _SUMMARY = "summary.json"
 _SIDE_FILES = ("", "-wal", "-shm", "-journal")
+_SHM_DMS = 128  # SQLite's unix VFS: UNIX_SHM_DMS, the byte each open connection locks
 
 _ROWS = f"SELECT {schema.RECORD_COLUMNS}, retired_at FROM records ORDER BY seq"
 _COUNTERS = "SELECT day, name, value FROM counters ORDER BY day, name"
@@ -128,6 +129,14 @@ def _migrate(directory: str, analyzer: Analyzer, clock: Callable[[], int], shard
                 raise StoreError(
                     f"sqlite store: {directory} holds both scope files (the file layout) and"
                     " shard files (the shared layout); move one set out of it")
+            held = next((name for name in sorted(names) if is_scope_file(name)
+                         and _open_elsewhere(os.path.join(directory, name))), None)
+            if held is not None:
+                raise StoreError(
+                    f"sqlite store: cannot migrate {directory} from the file layout:"
+                    f" {os.path.join(directory, held)} is open in another process (a scopemem"
+                    " of an older release still running?); stop every process using the"
+                    " directory, then open it again (nothing was moved)")
             building = os.path.join(directory, BUILDING)
             try:
                 _build(directory, building, analyzer, clock(), shards)
@@ -147,6 +156,23 @@ def _pending(directory: str) -> bool:
             return any(is_scope_file(e.name) or e.name in (BUILT, BUILDING) for e in entries)
     except (FileNotFoundError, NotADirectoryError):
         return False
+
+
+def _open_elsewhere(path: str) -> bool:
+    """Whether another process has the scope file open (and would write on into the file
+    moved to the backup): each connection to a WAL database holds a shared lock on its
+    ``-shm``'s DMS byte. This process holds none of these files, so closing drops no lock."""
+    try:
+        fd = os.open(path + "-shm", os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _SHM_DMS, os.SEEK_SET)
+    except OSError:  # EAGAIN or EACCES: another process's lock
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 @contextlib.contextmanager
