@@ -21,7 +21,7 @@ import attrs
 from scopemem.core.browse import MAX_PAGE
 from scopemem.core.counters import REFLECTIONS_FAILED, day_of
 from scopemem.core.scopes import READINESS_SCOPE
-from scopemem.errors import ScopememError, StoreBusy
+from scopemem.errors import ScopememError, StoreBusy, StoreUnsupported
 from scopemem.stores.base import BrowsingStore, CountingStore, MemoryStore, wall_clock_ms
 
 __all__ = ["OK", "WARN", "FAIL", "Check", "MAX_SCOPES_CHECKED", "NOT_READY_BUSY",
@@ -215,5 +215,7 @@ async def _failing_as_a_check(name: str, what: str, check: Awaitable[Check]) -> 
         return await check
     except StoreBusy as exc:
         return Check(name, FAIL, f"{what}: the store is busy ({exc})")
+    except StoreUnsupported as exc:  # a worker of an older release: the store itself serves
+        return Check(name, WARN, f"{what}: {exc}")
     except ScopememError as exc:
         return Check(name, FAIL, f"{what}: {exc}")

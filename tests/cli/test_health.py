@@ -192,3 +192,23 @@ def test_a_shard_that_cannot_be_read_fails_the_check_instead_of_the_command(conf
     assert text.exit_code == 2
     assert "fail scopes: cannot read the scopes' counts: " in text.output
     assert "ok   disk: " in text.output
+
+
+async def test_a_check_an_older_worker_cannot_answer_is_a_warning():
+    """A worker of 0.1.0 serves no pages of scopes: the store answers reads, so the check it
+    cannot make is a warning naming why (exit 1), not a failure that pages someone."""
+    from scopemem.errors import StoreUnsupported
+    from scopemem.stores.memory import InMemoryStore
+
+    store = InMemoryStore()
+
+    async def scope_page(**_kwargs: Any) -> Any:
+        raise StoreUnsupported("memory worker /scope-page failed: answered 404: not found;"
+                               " this worker serves no /scope-page")
+
+    store.scope_page = scope_page  # type: ignore[method-assign]
+    found = {c.name: c for c in await checks.check_store(store, configured="worker", cap=500)}
+    assert found["scopes"] == checks.Check(
+        "scopes", checks.WARN, "cannot read the scopes' counts: memory worker /scope-page"
+        " failed: answered 404: not found; this worker serves no /scope-page")
+    assert found["store"].status == checks.OK
