@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from scopemem.config import MemoryConfig
 from scopemem.core import scoring
 from scopemem.core.fusion import Fusion
-from scopemem.errors import ConfigError
+from scopemem.errors import ConfigError, StoreUnsupported
 from scopemem.plugins.embedders import Embedder, build_embedder
 from scopemem.plugins.manager import PluginManager
 from scopemem.plugins.providers import ModelRef, ProviderError, parse_model_ref
@@ -46,6 +46,15 @@ class SemanticLane:
         self.model = str(ref)  # what the store tags each vector with
         self.fusion = fusion
         self._dimensions: int | None = None
+        # The store serves no vectors (a worker of an older release): said once, then the
+        # lane asks neither the store nor the embedder.
+        self.idle = False
+
+    def store_unsupported(self, exc: StoreUnsupported) -> None:
+        if not self.idle:
+            self.idle = True
+            log.warning("[memory] the store keeps no vectors (%s); the semantic lane is idle",
+                        exc)
 
     async def vectors(self, texts: Sequence[str]) -> list[bytes]:
         """One unit float32 vector per text; ``ProviderError`` when the embedder answers
@@ -91,7 +100,10 @@ class SemanticLane:
 
     async def query(self, text: str) -> bytes:
         """The brief's vector, or ``ProviderError`` when the embedder fails or has not
-        answered within ``wait_seconds`` (its call is then cancelled)."""
+        answered within ``wait_seconds`` (its call is then cancelled); nothing when the lane
+        is idle."""
+        if self.idle:
+            return b""
         try:
             return (await asyncio.wait_for(self.vectors([text]), self.wait_seconds))[0]
         except TimeoutError:
@@ -129,7 +141,7 @@ class SemanticLane:
         are not keyword hits), and every one's cosine (a hit without a vector has none).
         A lane that cannot answer (the embedder, or a store without vectors) leaves the
         keyword hits as they are, with no cosines, and one warning."""
-        if not isinstance(store, VectorStore):
+        if not isinstance(store, VectorStore) or self.idle:
             return hits, None
         try:
             nearest = await store.nearest(scope_key, self.model, await asyncio.shield(vector),
@@ -137,6 +149,9 @@ class SemanticLane:
                                           [hit.record.id for hit in hits])
         except asyncio.CancelledError:
             raise
+        except StoreUnsupported as exc:
+            self.store_unsupported(exc)
+            return hits, None
         except Exception as exc:
             log.warning("[memory] semantic read of %s failed: %s", scope_key, exc)
             return hits, None
@@ -185,7 +200,7 @@ async def embed_written(lane: SemanticLane | None, store: object, scope_key: str
     embeddings backfill`` embeds them. ``bounded`` (a person waits for the answer, as for
     ``remember``): so is an embedder that has not finished within the lane's
     ``wait_seconds``."""
-    if lane is None:
+    if lane is None or lane.idle:
         return
     if not isinstance(store, VectorStore):
         log.warning("[memory] the store keeps no vectors; the semantic lane is idle")
@@ -197,5 +212,7 @@ async def embed_written(lane: SemanticLane | None, store: object, scope_key: str
         log.warning("[memory] embedding new records of %s did not finish within %g s; the "
                     "next write or `scopemem embeddings backfill` embeds them", scope_key,
                     lane.wait_seconds)
+    except StoreUnsupported as exc:
+        lane.store_unsupported(exc)
     except Exception as exc:  # the write stands; its vectors come later
         log.warning("[memory] embedding new records of %s failed: %s", scope_key, exc)

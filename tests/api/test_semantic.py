@@ -11,7 +11,7 @@ from scopemem import ConfigError, Memory, MemoryConfig, Request
 from scopemem.api.results import Caller
 from scopemem.api.semantic import SemanticLane
 from scopemem.core.fusion import Fusion
-from scopemem.errors import StoreError
+from scopemem.errors import StoreError, StoreUnsupported
 from scopemem.plugins.manager import new_plugin_manager
 from scopemem.plugins.providers import ModelRef, ProviderError
 from scopemem.stores.memory import InMemoryStore
@@ -291,3 +291,30 @@ async def test_remember_answers_though_the_embedder_never_does(clock, caplog):
     missing = await memory.store.vectors_missing("user:cli:alice", "fake/concepts", 10)
     assert [text for _id, text in missing] == ["Rollouts wait for the database backup"]
     assert "did not finish within 0.05 s" in caplog.text
+
+
+async def test_a_store_serving_no_vectors_idles_the_lane_after_one_warning(clock,
+                                                                           memory_warnings):
+    """A worker of an older release serves none of the vector routes: the first read or
+    write that asks says so once, and the lane then asks neither the store nor the embedder
+    (every turn warned per scope and embedded its brief for nothing)."""
+    plugin = Plugin()
+    memory = Memory(config(), InMemoryStore(clock=clock),
+                    plugin_manager=new_plugin_manager(load_entry_points=False,
+                                                      extra_plugins=(plugin,)), clock=clock)
+    asked: list[str] = []
+
+    async def unsupported(*_args: object, **_kwargs: object) -> object:
+        asked.append("vectors")
+        raise StoreUnsupported("memory worker /nearest failed: answered 404: not found")
+
+    store = memory.store
+    store.nearest = store.vectors_missing = store.put_vectors = unsupported  # type: ignore[attr-defined]
+    await store.write(ORG, [fact(PARAPHRASE), fact(KITCHEN)])
+    for _ in range(3):
+        assert bullets(await memory.context_block(Request(text=BRIEF))) == [KITCHEN]
+    await memory.remember(Caller(user_key="user:slack:U1"), "Deploys go out on tuesdays", "me")
+    assert len(asked) == 1 and len(plugin.embedder.calls) == 1
+    assert memory_warnings() == ["[memory] the store keeps no vectors (memory worker /nearest"
+                                 " failed: answered 404: not found); the semantic lane is idle"]
+    await memory.close()
