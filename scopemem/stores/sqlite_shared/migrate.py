@@ -27,6 +27,7 @@ place, so an opener that finds neither has nothing to wait for.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -60,7 +61,6 @@ BACKUP = "file-layout-backup"
 _OLD = "file-layout"  # inside BUILT, until it becomes the backup folder
 _SUMMARY = "summary.json"
 _SIDE_FILES = ("", "-wal", "-shm", "-journal")
-_SHM_DMS = 128  # SQLite's unix VFS: UNIX_SHM_DMS, the byte each open connection locks
 
 _ROWS = f"SELECT {schema.RECORD_COLUMNS}, retired_at FROM records ORDER BY seq"
 _COUNTERS = "SELECT day, name, value FROM counters ORDER BY day, name"
@@ -159,16 +159,17 @@ def _pending(directory: str) -> bool:
 
 
 def _open_elsewhere(path: str) -> bool:
-    """Whether another process has the scope file open (and would write on into the file
-    moved to the backup): each connection to a WAL database holds a shared lock on its
-    ``-shm``'s DMS byte. This process holds none of these files, so closing drops no lock."""
+    """Whether another process has the scope file open (each connection to a WAL database
+    locks its ``-shm``'s DMS byte); this process holds none, so closing drops no lock."""
     try:
         fd = os.open(path + "-shm", os.O_RDWR)
     except FileNotFoundError:
         return False
     try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _SHM_DMS, os.SEEK_SET)
-    except OSError:  # EAGAIN or EACCES: another process's lock
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 128, os.SEEK_SET)  # UNIX_SHM_DMS
+    except OSError as exc:  # EAGAIN or EACCES: another process's lock
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
         return True
     finally:
         os.close(fd)
