@@ -283,7 +283,7 @@ class Memory(Operations):
                                                              vector))
                  for key in early_keys}
         try:
-            repo = await self.resolve_repo(request.repo)
+            repo = await self.resolve_repo(request.repo, self.config.repo_wait_seconds)
             late_keys: list[str] = []
             if repo is not None:
                 all_keys, more = request_scope_keys(self.scope_kinds, resolved(request, repo))
