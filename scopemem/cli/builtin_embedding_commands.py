@@ -40,10 +40,16 @@ def scopemem_register_commands(cli: click.Group) -> None:
         from scopemem.cli.builtin_memory_commands import _memory
 
         memory = _memory(state)
-        try:
-            kept = asyncio.run(_backfill(memory, scope_key))
-        finally:
-            asyncio.run(memory.close())
+
+        async def main() -> int:
+            # One event loop for the work and the close: a store's pool (PostgreSQL's)
+            # belongs to the loop that opened it.
+            try:
+                return await _backfill(memory, scope_key)
+            finally:
+                await memory.close()
+
+        kept = asyncio.run(main())
         click.echo(f"embedded {kept} record(s) with {memory.config.embeddings}")
 
 

@@ -118,3 +118,28 @@ def test_backfill_with_the_lane_off_is_a_clear_error(tmp_path):
     fill(tmp_path, {"org:acme": 1})
     result = run(config(tmp_path, embeddings=None), FakeEmbedder())
     assert result.exit_code == 1 and "semantic lane is off" in result.output
+
+
+def test_backfill_on_postgres_embeds_and_closes_its_pool(tmp_path):
+    from tests.cli.test_forget_person import postgres_config
+    from tests.cli.test_porting import line, ok
+    from tests.cli.test_porting import run as run_plain
+    from tests.stores import pg
+
+    pg.require()
+    schema = pg.new_schema()
+    try:
+        plain = postgres_config(tmp_path, schema)
+        ok(run_plain(plain, "import", "-",
+                     stdin="\n".join(line(n) for n in (1, 2, 3)).encode()))
+        lane = tmp_path / "lane.toml"
+        lane.write_text(plain.read_text().replace("[memory]\n",
+                                                  f'[memory]\nembeddings = "{MODEL}"\n'))
+        embedder = FakeEmbedder()
+        result = run(lane, embedder)
+        assert result.exit_code == 0, result.output
+        assert f"embedded 3 record(s) with {MODEL}" in result.output
+        assert "Traceback" not in result.output
+        assert "embedded 0 record(s)" in run(lane, FakeEmbedder()).output
+    finally:
+        pg.drop_schemas(schema)
