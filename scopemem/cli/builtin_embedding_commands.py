@@ -67,7 +67,11 @@ async def _backfill(memory: Memory, scope_key: str | None) -> int:
     if scope_key is not None:
         scopes = [scope_key]
     elif hasattr(store, "export_scopes"):
-        scopes = list(await cast(Any, store).export_scopes())
+        try:
+            scopes = list(await cast(Any, store).export_scopes())
+        except ScopememError as exc:
+            raise click.ClickException(f"cannot list the scopes: {exc} (nothing embedded;"
+                                       " run again)") from None
     else:
         raise click.ClickException("this store cannot list its scopes: give --scope")
     kept = [0]  # every batch kept so far, a failed scope's earlier batches too

@@ -143,3 +143,19 @@ def test_backfill_on_postgres_embeds_and_closes_its_pool(tmp_path):
         assert "embedded 0 record(s)" in run(lane, FakeEmbedder()).output
     finally:
         pg.drop_schemas(schema)
+
+
+def test_backfill_of_every_scope_from_a_store_that_cannot_list_them_is_a_clear_error(
+        tmp_path, monkeypatch):
+    path = tmp_path / "scopemem.toml"
+    path.write_text(f'[memory]\nenabled = true\norganization = "acme"\nstore = "worker"\n'
+                    f'embeddings = "{MODEL}"\n[memory.stores.worker]\n'
+                    'base_url = "http://127.0.0.1:1"\ntimeout_seconds = 1\n'
+                    'retry_deadline_seconds = 1\n')
+    monkeypatch.setenv("MEMORY_TOKEN", "a-token-long-enough-0123")
+    embedder = FakeEmbedder()
+    result = run(path, embedder)
+    assert result.exit_code == 1, result.output
+    assert "/scopes failed" in result.output and "run again" in result.output
+    assert isinstance(result.exception, SystemExit)  # a click error, not a traceback
+    assert embedder.calls == []
