@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from scopemem.config import MemoryConfig
 from scopemem.core import scoring
-from scopemem.core.fusion import Fusion
+from scopemem.core.fusion import Fusion, semantic_reads
 from scopemem.errors import ConfigError
 from scopemem.plugins.embedders import Embedder, build_embedder
 from scopemem.plugins.manager import PluginManager
@@ -98,6 +98,18 @@ class SemanticLane:
             raise ProviderError(f"embedder {self.ref.provider}: no vector for the brief "
                                 f"within {self.wait_seconds:g} s") from None
 
+    def brief(self, store: object, text: str) -> asyncio.Future[bytes] | None:
+        """The brief's vector, being embedded, for every scope read of one block; None when
+        the lane reads nothing for it: a store that keeps no vectors, a blank or a long brief
+        (``core.fusion.semantic_reads``). A failure is each scope read's warning: one that
+        no read awaited (every keyword read failed) is retrieved here, never left for asyncio
+        to log as "never retrieved"."""
+        if not isinstance(store, VectorStore) or not semantic_reads(text):
+            return None
+        vector = asyncio.ensure_future(self.query(text))
+        vector.add_done_callback(_retrieved)
+        return vector
+
     async def embed_missing(self, store: VectorStore, scope_key: str, *,
                             progress: Callable[[int], None] | None = None) -> int:
         """Embed every active record of the scope without a vector of the model, in
@@ -146,6 +158,11 @@ class SemanticLane:
 
     async def close(self) -> None:
         await self.embedder.close()
+
+
+def _retrieved(future: asyncio.Future[bytes]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def fused_hits(hits: Sequence[Hit], cosines: Mapping[str, float], fusion: Fusion,
