@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
-from scopemem.cli.root import CliState
+from scopemem.cli.root import CliState, scope_key_param
 from scopemem.plugins.markers import hookimpl
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
 
     @embeddings.command(name="backfill")
     @click.option("--scope", "scope_key", metavar="KEY", default=None,
+                  callback=scope_key_param,
                   help="One scope (a full key, e.g. repo:acme/app); default every scope.")
     @click.pass_obj
     def backfill(state: CliState, scope_key: str | None) -> None:

@@ -159,3 +159,16 @@ def test_backfill_of_every_scope_from_a_store_that_cannot_list_them_is_a_clear_e
     assert "/scopes failed" in result.output and "run again" in result.output
     assert isinstance(result.exception, SystemExit)  # a click error, not a traceback
     assert embedder.calls == []
+
+
+def test_backfill_of_a_scope_word_or_a_bad_key_is_a_usage_error(tmp_path):
+    # `--scope org` (a scope word, as `remember` takes it) names no scope: it embedded
+    # nothing and said "embedded 0 record(s)"; a key with a space said "run again to resume".
+    fill(tmp_path, {"org:acme": 2})
+    for value in ("org", "bad key"):
+        embedder = FakeEmbedder()
+        result = run(config(tmp_path), embedder, "--scope", value)
+        assert result.exit_code == 2, result.output
+        assert "'--scope'" in result.output and "run again" not in result.output
+        assert embedder.calls == []
+    assert missing(tmp_path, "org:acme") == 2
