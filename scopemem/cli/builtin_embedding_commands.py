@@ -4,16 +4,16 @@ Every active record of every scope (or of ``--scope``) without a vector of the m
 ``memory.embeddings`` names is embedded and its vector kept, in batches, each kept before
 the next is asked for: a run stopped half way (Ctrl-C, a failed call, a kill) is resumed by
 running it again, which embeds only what is still missing. A progress bar (scopes) is drawn
-on a terminal.
+when stderr is a terminal, nothing otherwise.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any, cast
 
 import click
 
+from scopemem.cli.port_stream import Progress
 from scopemem.cli.root import CliState, scope_key_param
 from scopemem.plugins.markers import hookimpl
 
@@ -75,17 +75,16 @@ async def _backfill(memory: Memory, scope_key: str | None) -> int:
                                        " run again)") from None
     else:
         raise click.ClickException("this store cannot list its scopes: give --scope")
-    kept = [0]  # every batch kept so far, a failed scope's earlier batches too
-
-    def batch_kept(count: int) -> None:
-        kept[0] += count
-
-    with click.progressbar(length=len(scopes), label="scopes", file=sys.stderr) as bar:
+    # Over the scopes; ``count``: every batch kept so far, a failed scope's earlier ones too.
+    progress = Progress("scopes", len(scopes))
+    try:
         for key in scopes:
             try:
-                await lane.embed_missing(store, key, progress=batch_kept)
+                await lane.embed_missing(store, key, progress=progress.advance)
             except ScopememError as exc:
-                raise click.ClickException(f"{key}: {exc} ({kept[0]} record(s) embedded; run"
-                                           " again to resume)") from None
-            bar.update(1)
-    return kept[0]
+                raise click.ClickException(f"{key}: {exc} ({progress.count} record(s) "
+                                           "embedded; run again to resume)") from None
+            progress.advance(0, 1)
+    finally:
+        progress.close()
+    return progress.count

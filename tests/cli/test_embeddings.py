@@ -65,7 +65,8 @@ def test_backfill_embeds_every_scope_then_nothing(tmp_path):
     embedder = FakeEmbedder()
     result = run(config(tmp_path), embedder)
     assert result.exit_code == 0, result.output
-    assert f"embedded 43 record(s) with {MODEL}" in result.output
+    # No progress bar where stderr is no terminal (a pipe, a log, a script's capture).
+    assert result.output == f"embedded 43 record(s) with {MODEL}\n"
     assert missing(tmp_path, "org:acme") == missing(tmp_path, "repo:acme/api") == 0
     again = FakeEmbedder()
     assert "embedded 0 record(s)" in run(config(tmp_path), again).output
