@@ -54,11 +54,10 @@ class LocalEmbedder:
     @classmethod
     def from_settings(cls, settings: EmbedderSettings) -> LocalEmbedder:
         settings.unknown_options(OPTIONS)
-        directory = settings.string_option("directory", "")
-        if not directory:
+        if "directory" not in settings.options:
             raise ConfigError(f"{settings.option_key('directory')}: required: the folder "
                               f"holding {MODEL_FILE} and {TOKENIZER_FILE}")
-        directory = os.path.expanduser(directory)
+        directory = os.path.expanduser(settings.string_option("directory", ""))
         return cls(name=settings.name or "local", directory=directory,
                    max_length=settings.int_option("max_length", DEFAULT_MAX_LENGTH, 8, 8192),
                    threads=settings.int_option("threads", 1, 1, 256))

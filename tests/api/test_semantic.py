@@ -344,3 +344,13 @@ async def test_a_store_without_vectors_never_has_the_brief_embedded(clock):
                                                       extra_plugins=(plugin,)))
     assert bullets(await memory.context_block(Request(text=BRIEF))) == [KITCHEN]
     assert plugin.embedder.calls == []  # the lane is idle: nothing to ask an embedder for
+
+
+def test_the_local_embedder_without_its_directory_says_what_it_needs():
+    # It said "must not be empty" of a key the file never had.
+    document = {"memory": {"enabled": True, "organization": "acme", "store": "memory",
+                           "embeddings": "local/all-MiniLM-L6-v2"}}
+    with pytest.raises(ConfigError, match="^memory.embedders.local.directory: required: the "
+                                          "folder holding model.onnx and tokenizer.json$"):
+        Memory.from_config(document, plugin_manager=new_plugin_manager(
+            environ={"SCOPEMEM_LOAD_PLUGINS": "memory"}))
