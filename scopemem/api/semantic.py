@@ -5,8 +5,9 @@ candidates read.
 Off (``memory.embeddings`` unset), nothing here is built and the read is the keyword read,
 byte for byte. On, each record gets its vector once, right after the write that made it
 (reflection, ``remember``) and from ``scopemem embeddings backfill`` for records older than
-the lane or imported (``scopemem import`` embeds nothing): both are ``embed_missing``, which asks the store for its records
-without a vector of the model and embeds them in batches. A query is embedded once per
+the lane or imported (``scopemem import`` embeds nothing): both are ``embed_missing``,
+which asks the store for its records without a vector of the model and embeds them in
+batches. A query is embedded once per
 ``context_block``. How a cosine joins a match is ``scopemem.core.fusion``.
 """
 
