@@ -82,6 +82,8 @@ class _HttpProvider:
     table: ClassVar[str] = "providers"  # memory.<table>.<name> holds the options
     # Statuses that say "busy, try again": retried after Retry-After or a backoff.
     busy_statuses: ClassVar[frozenset[int]] = frozenset()
+    # The key goes in the Authorization header, where a URL's user:password@ goes too.
+    key_authorizes: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -108,11 +110,16 @@ class _HttpProvider:
         base_url = _base_url(settings, cls.default_base_url)
         key_env = _key_env(settings, cls.default_key_env)
         timeout = settings.positive_number_option("timeout_seconds", DEFAULT_TIMEOUT_SECONDS)
+        api_key = settings.environ.get(key_env)
+        if cls.key_authorizes and api_key and "@" in urlsplit(base_url).netloc:
+            raise ConfigError(
+                f"{settings.option_key('base_url')}: holds credentials (user:password@) while"
+                f" ${key_env} holds a key; both would be the Authorization header: keep one")
         return cls(
             name=settings.name or cls.default_name,
             base_url=base_url,
             api_key_env=key_env,
-            api_key=settings.environ.get(key_env),
+            api_key=api_key,
             timeout_seconds=timeout,
         )
 
@@ -276,6 +283,7 @@ class OpenAIProvider(_HttpProvider):
     default_name = "openai"
     default_base_url = "https://api.openai.com/v1"
     default_key_env = "OPENAI_API_KEY"
+    key_authorizes = True
 
     def _url(self) -> str:
         return f"{self.base_url}/chat/completions"
