@@ -26,7 +26,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from scopemem.errors import ConfigError
 from scopemem.plugins.markers import hookimpl
@@ -242,11 +242,24 @@ class _HttpProvider:
         return f"{parts.scheme}://{host}{parts.path}"
 
     def _scrub(self, text: str) -> str:
-        if self._api_key:
-            text = text.replace(self._api_key, "[REDACTED]")
+        for secret in self._secrets():
+            text = text.replace(secret, "[REDACTED]")
         from scopemem.core.secret_rules import redact_secrets
 
         return redact_secrets(_SPACE.sub(" ", text).strip())
+
+    def _secrets(self) -> list[str]:
+        """What no message may hold: the key, and the URL's password with the Basic
+        credentials its ``user:password@`` becomes, longest first."""
+        import base64
+
+        parts = urlsplit(self.base_url)
+        secrets = [self._api_key] if self._api_key else []
+        if parts.password:
+            basic = f"{unquote(parts.username or '')}:{unquote(parts.password)}"
+            secrets += [base64.b64encode(basic.encode()).decode(), unquote(parts.password),
+                        parts.password]
+        return sorted(filter(None, secrets), key=len, reverse=True)
 
     def _excerpt(self, raw: bytes) -> str:
         """The server's reason for a refusal, short and without the key."""
