@@ -39,7 +39,8 @@ MAX_HOOK_TIMEOUT = 60.0
 #: Claude Code shows the model about 10,000 characters of a hook's additional context (the
 #: rest only as a short preview); a hook's block stays under that by default.
 DEFAULT_HOOK_CHARS = 9000
-#: The longest ``memory.embeddings_wait_seconds``: as long as an embedder's own timeout.
+#: The longest ``memory.embeddings_wait_seconds`` (as long as an embedder's own timeout) and
+#: ``memory.repo_wait_seconds``.
 MAX_WAIT_SECONDS = 300.0
 
 
@@ -129,6 +130,10 @@ class MemoryConfig:
     # (one warning a scope), so a slow embedder never holds a model turn for its whole
     # ``timeout_seconds``, which bounds the writes' embedding too.
     embeddings_wait_seconds: float = 2.0
+    # The most a read waits for ``Request.repo`` to settle (an awaitable: a git or API
+    # lookup): past it the block is read without the repository scope (one warning), so a
+    # lookup that hangs never holds a model turn. Reflection still waits for the answer.
+    repo_wait_seconds: float = 5.0
     # What a long-running process (a bot) does when its durable store cannot be had (the
     # worker client without its token): "in-process" stands in with the in-process store
     # and one warning (its records die with the process); "refuse" makes it an error at
@@ -225,9 +230,11 @@ def check_config(config: MemoryConfig) -> None:
     if not 0.0 <= config.embeddings_floor < 1.0:
         raise ConfigError("memory.embeddings_floor: must be from 0 to below 1,"
                           f" got {config.embeddings_floor}")
-    if not 0.0 < config.embeddings_wait_seconds <= MAX_WAIT_SECONDS:  # nan fails too
-        raise ConfigError(f"memory.embeddings_wait_seconds: must be above 0 and at most"
-                          f" {MAX_WAIT_SECONDS}, got {config.embeddings_wait_seconds}")
+    for name in ("embeddings_wait_seconds", "repo_wait_seconds"):
+        wait = getattr(config, name)
+        if not 0.0 < wait <= MAX_WAIT_SECONDS:  # nan fails too
+            raise ConfigError(f"memory.{name}: must be above 0 and at most"
+                              f" {MAX_WAIT_SECONDS}, got {wait}")
     _check_mcp(config.mcp)
 
 

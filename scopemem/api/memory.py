@@ -30,7 +30,6 @@ from scopemem.api.scope_reads import ScopeReads
 from scopemem.api.semantic import SemanticLane, build_lane, fused_hits
 from scopemem.config import MemoryConfig, load_config
 from scopemem.core import scoring
-from scopemem.core.fusion import semantic_reads
 from scopemem.core.records import Record
 from scopemem.core.requests import (
     Request,
@@ -276,14 +275,14 @@ class Memory(Operations):
     async def _context(self, request: Request, count: bool) -> MemoryContext:
         early_keys, refusals = request_scope_keys(self.scope_kinds, resolved(request, None))
         # The query's vector, embedded once for every scope (the semantic lane); a long
-        # brief is read by keyword alone (``core.fusion.semantic_reads``).
-        vector = (None if self.semantic is None or not semantic_reads(request.text)
-                  else asyncio.ensure_future(self.semantic.query(request.text)))
+        # brief is read by keyword alone (``SemanticLane.brief``).
+        vector = (None if self.semantic is None
+                  else self.semantic.brief(self.store, request.text))
         early = {key: asyncio.ensure_future(self._reads.traced(self._reads.hits, key, request.text,
                                                              vector))
                  for key in early_keys}
         try:
-            repo = await self.resolve_repo(request.repo)
+            repo = await self.resolve_repo(request.repo, self.config.repo_wait_seconds)
             late_keys: list[str] = []
             if repo is not None:
                 all_keys, more = request_scope_keys(self.scope_kinds, resolved(request, repo))

@@ -29,10 +29,14 @@ class RepoAnswers:
             weakref.WeakKeyDictionary())
         self._resolutions: set[asyncio.Task[None]] = set()  # running, so not collected
 
-    async def resolve(self, repo: str | Awaitable[str | None] | None) -> str | None:
+    async def resolve(self, repo: str | Awaitable[str | None] | None,
+                      wait: float | None = None) -> str | None:
         """``owner/name`` or ``None``. An awaitable is awaited once, whoever asks first; every
         later call for the same awaitable (reflection after the read path, say) gets the
-        same answer. A failure is one warning and no repo scope, never an error."""
+        same answer. A failure is one warning and no repo scope, never an error. ``wait``
+        bounds this call's wait (seconds; ``memory.repo_wait_seconds`` on the read path):
+        past it, one warning and no repo scope, while the awaitable goes on for later
+        callers."""
         if repo is None or isinstance(repo, str):
             return repo or None
         if not inspect.isawaitable(repo):
@@ -42,7 +46,11 @@ class RepoAnswers:
         try:
             # Shielded: a read cancelled while it waits must not cancel the resolution
             # itself (another caller may be waiting for it, or come later).
-            value = await asyncio.shield(answer)
+            value = await asyncio.wait_for(asyncio.shield(answer), wait)
+        except TimeoutError:
+            log.warning("[memory] repo resolution took longer than %g s "
+                        "(memory.repo_wait_seconds); reading without the repo scope", wait)
+            return None
         except asyncio.CancelledError:
             if not answer.cancelled():
                 raise

@@ -4,9 +4,10 @@ candidates read.
 
 Off (``memory.embeddings`` unset), nothing here is built and the read is the keyword read,
 byte for byte. On, each record gets its vector once, right after the write that made it
-(reflection, ``remember``, an import) and from ``scopemem embeddings backfill`` for records
-older than the lane: both are ``embed_missing``, which asks the store for its records
-without a vector of the model and embeds them in batches. A query is embedded once per
+(reflection, ``remember``) and from ``scopemem embeddings backfill`` for records older than
+the lane or imported (``scopemem import`` embeds nothing): both are ``embed_missing``,
+which asks the store for its records without a vector of the model and embeds them in
+batches. A query is embedded once per
 ``context_block``. How a cosine joins a match is ``scopemem.core.fusion``.
 """
 
@@ -19,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from scopemem.config import MemoryConfig
 from scopemem.core import scoring
-from scopemem.core.fusion import Fusion
+from scopemem.core.fusion import Fusion, semantic_reads
 from scopemem.errors import ConfigError, StoreUnsupported
 from scopemem.plugins.embedders import Embedder, build_embedder
 from scopemem.plugins.manager import PluginManager
@@ -100,15 +101,25 @@ class SemanticLane:
 
     async def query(self, text: str) -> bytes:
         """The brief's vector, or ``ProviderError`` when the embedder fails or has not
-        answered within ``wait_seconds`` (its call is then cancelled); nothing when the lane
-        is idle."""
-        if self.idle:
-            return b""
+        answered within ``wait_seconds`` (its call is then cancelled)."""
         try:
             return (await asyncio.wait_for(self.vectors([text]), self.wait_seconds))[0]
         except TimeoutError:
             raise ProviderError(f"embedder {self.ref.provider}: no vector for the brief "
                                 f"within {self.wait_seconds:g} s") from None
+
+    def brief(self, store: object, text: str) -> asyncio.Future[bytes] | None:
+        """The brief's vector, being embedded, for every scope read of one block; None when
+        the lane reads nothing for it: a store that keeps no vectors (or said it serves none:
+        the lane is idle), a blank or a long brief
+        (``core.fusion.semantic_reads``). A failure is each scope read's warning: one that
+        no read awaited (every keyword read failed) is retrieved here, never left for asyncio
+        to log as "never retrieved"."""
+        if self.idle or not isinstance(store, VectorStore) or not semantic_reads(text):
+            return None
+        vector = asyncio.ensure_future(self.query(text))
+        vector.add_done_callback(_retrieved)
+        return vector
 
     async def embed_missing(self, store: VectorStore, scope_key: str, *,
                             progress: Callable[[int], None] | None = None) -> int:
@@ -161,6 +172,11 @@ class SemanticLane:
 
     async def close(self) -> None:
         await self.embedder.close()
+
+
+def _retrieved(future: asyncio.Future[bytes]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def fused_hits(hits: Sequence[Hit], cosines: Mapping[str, float], fusion: Fusion,

@@ -4,17 +4,17 @@ Every active record of every scope (or of ``--scope``) without a vector of the m
 ``memory.embeddings`` names is embedded and its vector kept, in batches, each kept before
 the next is asked for: a run stopped half way (Ctrl-C, a failed call, a kill) is resumed by
 running it again, which embeds only what is still missing. A progress bar (scopes) is drawn
-on a terminal.
+when stderr is a terminal, nothing otherwise.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any, cast
 
 import click
 
-from scopemem.cli.root import CliState
+from scopemem.cli.port_stream import Progress
+from scopemem.cli.root import CliState, scope_key_param
 from scopemem.plugins.markers import hookimpl
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
 
     @embeddings.command(name="backfill")
     @click.option("--scope", "scope_key", metavar="KEY", default=None,
+                  callback=scope_key_param,
                   help="One scope (a full key, e.g. repo:acme/app); default every scope.")
     @click.pass_obj
     def backfill(state: CliState, scope_key: str | None) -> None:
@@ -40,10 +41,16 @@ def scopemem_register_commands(cli: click.Group) -> None:
         from scopemem.cli.builtin_memory_commands import _memory
 
         memory = _memory(state)
-        try:
-            kept = asyncio.run(_backfill(memory, scope_key))
-        finally:
-            asyncio.run(memory.close())
+
+        async def main() -> int:
+            # One event loop for the work and the close: a store's pool (PostgreSQL's)
+            # belongs to the loop that opened it.
+            try:
+                return await _backfill(memory, scope_key)
+            finally:
+                await memory.close()
+
+        kept = asyncio.run(main())
         click.echo(f"embedded {kept} record(s) with {memory.config.embeddings}")
 
 
@@ -61,20 +68,23 @@ async def _backfill(memory: Memory, scope_key: str | None) -> int:
     if scope_key is not None:
         scopes = [scope_key]
     elif hasattr(store, "export_scopes"):
-        scopes = list(await cast(Any, store).export_scopes())
+        try:
+            scopes = list(await cast(Any, store).export_scopes())
+        except ScopememError as exc:
+            raise click.ClickException(f"cannot list the scopes: {exc} (nothing embedded;"
+                                       " run again)") from None
     else:
         raise click.ClickException("this store cannot list its scopes: give --scope")
-    kept = [0]  # every batch kept so far, a failed scope's earlier batches too
-
-    def batch_kept(count: int) -> None:
-        kept[0] += count
-
-    with click.progressbar(length=len(scopes), label="scopes", file=sys.stderr) as bar:
+    # Over the scopes; ``count``: every batch kept so far, a failed scope's earlier ones too.
+    progress = Progress("scopes", len(scopes))
+    try:
         for key in scopes:
             try:
-                await lane.embed_missing(store, key, progress=batch_kept)
+                await lane.embed_missing(store, key, progress=progress.advance)
             except ScopememError as exc:
-                raise click.ClickException(f"{key}: {exc} ({kept[0]} record(s) embedded; run"
-                                           " again to resume)") from None
-            bar.update(1)
-    return kept[0]
+                raise click.ClickException(f"{key}: {exc} ({progress.count} record(s) "
+                                           "embedded; run again to resume)") from None
+            progress.advance(0, 1)
+    finally:
+        progress.close()
+    return progress.count

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from scopemem.core.records import Record
     from scopemem.stores.porting import PortableStore
 
-__all__ = ["IMPORT_BATCH", "MAX_LINE_BYTES", "Tally", "export_stream", "import_stream",
+__all__ = ["IMPORT_BATCH", "MAX_LINE_BYTES", "Progress", "Tally", "export_stream", "import_stream",
            "output"]
 
 # Records per ``import_records`` call: what an import holds in memory at once.
@@ -50,9 +50,9 @@ def stderr_is_terminal() -> bool:
     return sys.stderr.isatty()
 
 
-class _Progress:
+class Progress:
     """A bar on stderr when it is a terminal (over ``length`` units when known, else a
-    count of records); nothing otherwise."""
+    count of records); nothing otherwise. Export, import and ``embeddings backfill``'s."""
 
     def __init__(self, label: str, length: int | None) -> None:
         self.shown = stderr_is_terminal()
@@ -138,7 +138,7 @@ async def export_stream(store: PortableStore, scope_key: str | None, out: IO[byt
     from scopemem.stores.porting import export_records
 
     scopes = None if scope_key is not None else await store.export_scopes()
-    progress = _Progress("exporting", None if scopes is None else len(scopes))
+    progress = Progress("exporting", None if scopes is None else len(scopes))
     count = 0
     try:
         for key in [scope_key] if scopes is None else scopes:
@@ -236,7 +236,7 @@ async def import_stream(store: PortableStore, stream: IO[bytes], name: str, size
 
     now = wall_clock_ms()
     tally = Tally()
-    progress = _Progress("importing", size)
+    progress = Progress("importing", size)
     writer = _Writer(store)
     batch: list[Record] = []
     number = 0

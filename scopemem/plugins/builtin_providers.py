@@ -26,7 +26,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from scopemem.errors import ConfigError
 from scopemem.plugins.markers import hookimpl
@@ -82,6 +82,8 @@ class _HttpProvider:
     table: ClassVar[str] = "providers"  # memory.<table>.<name> holds the options
     # Statuses that say "busy, try again": retried after Retry-After or a backoff.
     busy_statuses: ClassVar[frozenset[int]] = frozenset()
+    # The key goes in the Authorization header, where a URL's user:password@ goes too.
+    key_authorizes: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -108,11 +110,16 @@ class _HttpProvider:
         base_url = _base_url(settings, cls.default_base_url)
         key_env = _key_env(settings, cls.default_key_env)
         timeout = settings.positive_number_option("timeout_seconds", DEFAULT_TIMEOUT_SECONDS)
+        api_key = settings.environ.get(key_env)
+        if cls.key_authorizes and api_key and "@" in urlsplit(base_url).netloc:
+            raise ConfigError(
+                f"{settings.option_key('base_url')}: holds credentials (user:password@) while"
+                f" ${key_env} holds a key; both would be the Authorization header: keep one")
         return cls(
             name=settings.name or cls.default_name,
             base_url=base_url,
             api_key_env=key_env,
-            api_key=settings.environ.get(key_env),
+            api_key=api_key,
             timeout_seconds=timeout,
         )
 
@@ -235,11 +242,24 @@ class _HttpProvider:
         return f"{parts.scheme}://{host}{parts.path}"
 
     def _scrub(self, text: str) -> str:
-        if self._api_key:
-            text = text.replace(self._api_key, "[REDACTED]")
+        for secret in self._secrets():
+            text = text.replace(secret, "[REDACTED]")
         from scopemem.core.secret_rules import redact_secrets
 
         return redact_secrets(_SPACE.sub(" ", text).strip())
+
+    def _secrets(self) -> list[str]:
+        """What no message may hold: the key, and the URL's password with the Basic
+        credentials its ``user:password@`` becomes, longest first."""
+        import base64
+
+        parts = urlsplit(self.base_url)
+        secrets = [self._api_key] if self._api_key else []
+        if parts.password:
+            basic = f"{unquote(parts.username or '')}:{unquote(parts.password)}"
+            secrets += [base64.b64encode(basic.encode()).decode(), unquote(parts.password),
+                        parts.password]
+        return sorted(filter(None, secrets), key=len, reverse=True)
 
     def _excerpt(self, raw: bytes) -> str:
         """The server's reason for a refusal, short and without the key."""
@@ -276,6 +296,7 @@ class OpenAIProvider(_HttpProvider):
     default_name = "openai"
     default_base_url = "https://api.openai.com/v1"
     default_key_env = "OPENAI_API_KEY"
+    key_authorizes = True
 
     def _url(self) -> str:
         return f"{self.base_url}/chat/completions"

@@ -54,11 +54,10 @@ class LocalEmbedder:
     @classmethod
     def from_settings(cls, settings: EmbedderSettings) -> LocalEmbedder:
         settings.unknown_options(OPTIONS)
-        directory = settings.string_option("directory", "")
-        if not directory:
+        if "directory" not in settings.options:
             raise ConfigError(f"{settings.option_key('directory')}: required: the folder "
                               f"holding {MODEL_FILE} and {TOKENIZER_FILE}")
-        directory = os.path.expanduser(directory)
+        directory = os.path.expanduser(settings.string_option("directory", ""))
         return cls(name=settings.name or "local", directory=directory,
                    max_length=settings.int_option("max_length", DEFAULT_MAX_LENGTH, 8, 8192),
                    threads=settings.int_option("threads", 1, 1, 256))
@@ -91,6 +90,9 @@ class LocalEmbedder:
             options = onnxruntime.SessionOptions()
             options.intra_op_num_threads = self.threads
             options.inter_op_num_threads = 1
+            # Only what is fatal: a failed batch is this embedder's one ProviderError (with
+            # ONNX Runtime's reason), not a line of its own on stderr as well.
+            options.log_severity_level = 4
             session = onnxruntime.InferenceSession(model_path, options,
                                                    providers=["CPUExecutionProvider"])
         except Exception as exc:  # a corrupt file: a provider failure, said once
@@ -98,6 +100,15 @@ class LocalEmbedder:
                                 f"{type(exc).__name__}") from None
         inputs = tuple(item.name for item in session.get_inputs())
         return tokenizer, session, inputs
+
+    def _failed(self, shape: tuple[int, ...], exc: Exception) -> str:
+        """A failed batch's message: its size, ONNX Runtime's reason (on one line, its last
+        300 characters), and the usual cause: texts of more tokens than the model has
+        positions."""
+        reason = " ".join(str(exc).split())[-300:].lstrip() or type(exc).__name__
+        return (f"{self.name}: the model failed on {shape[0]} texts of up to {shape[1]} "
+                f"tokens: {reason} (a model that takes fewer tokens needs a lower "
+                f"memory.embedders.{self.name}.max_length ({self.max_length}))")
 
     def _embed(self, texts: list[str]) -> list[list[float]]:
         import numpy as np
@@ -120,8 +131,7 @@ class LocalEmbedder:
                     output = session.run(None, {name: feeds[name] for name in inputs
                                                 if name in feeds})[0]
                 except Exception as exc:
-                    raise ProviderError(f"{self.name}: the model failed: "
-                                        f"{type(exc).__name__}") from None
+                    raise ProviderError(self._failed(feeds["input_ids"].shape, exc)) from None
                 if output.ndim == 3:  # token outputs: the mean over the text's tokens
                     mask = feeds["attention_mask"][:, :, None].astype(np.float32)
                     output = (output * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)

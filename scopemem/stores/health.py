@@ -25,8 +25,8 @@ from scopemem.errors import ScopememError, StoreBusy, StoreUnsupported
 from scopemem.stores.base import BrowsingStore, CountingStore, MemoryStore, wall_clock_ms
 
 __all__ = ["OK", "WARN", "FAIL", "Check", "MAX_SCOPES_CHECKED", "NOT_READY_BUSY",
-           "NOT_READY_FAILED", "NOT_READY_SLOW", "READY_SECONDS", "check_store",
-           "exit_status", "read_ready", "store_ready"]
+           "NOT_READY_FAILED", "NOT_READY_REASONS", "NOT_READY_SLOW", "READY_SECONDS",
+           "check_store", "exit_status", "read_ready", "store_ready"]
 
 _log = logging.getLogger("scopemem.store")
 
@@ -35,6 +35,7 @@ _log = logging.getLogger("scopemem.store")
 NOT_READY_BUSY = "the store is busy"
 NOT_READY_FAILED = "the store cannot serve reads"
 NOT_READY_SLOW = "the store did not answer in time"
+NOT_READY_REASONS = (NOT_READY_BUSY, NOT_READY_FAILED, NOT_READY_SLOW)
 #: The longest a readiness check waits for the store: a frozen database (accepting
 #: connections, answering nothing) would hold each probe for the pool's wait, or for good.
 READY_SECONDS = 5.0

@@ -43,6 +43,7 @@ from scopemem.stores.base import (
     check_scope_key,
     write_batch,
 )
+from scopemem.stores.health import NOT_READY_REASONS, read_ready
 from scopemem.stores.retrying import DEFAULT_DEADLINE, Breaker, RetryPolicy
 from scopemem.stores.worker_browse import WorkerBrowsing
 from scopemem.stores.worker_counts import WorkerCounts
@@ -296,6 +297,21 @@ class WorkerStore:
         data = await self._command("/purge", {})
         return PurgeResult(whole_number(data, "/purge", "purged"),
                            whole_number(data, "/purge", "scrubbed"))
+
+    async def ready(self) -> str | None:
+        """The worker's own readiness (``GET /readyz``): its store's, which a read can miss
+        (a SQLite shard replaced under it refuses writes, not reads). A worker that
+        predates the route is read as any store is (``health.read_ready``). Only the
+        worker's fixed reasons are passed on, never a body's text."""
+        status, data = await self.transport.probe("/readyz")
+        if status == 404:
+            return await read_ready(self)
+        if 200 <= status < 300:
+            return None
+        reason = None if data is None else data.get("error")
+        if reason in NOT_READY_REASONS:
+            return f"the memory worker's store: {reason}"
+        return f"the memory worker answered {status} to /readyz"
 
     async def close(self) -> None:
         await self.transport.close()

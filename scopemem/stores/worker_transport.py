@@ -283,6 +283,13 @@ class WorkerTransport:
             raise CallFailed(f"answered {status} with a body that is not a JSON object")
         return data
 
+    async def probe(self, route: str) -> tuple[int, dict[str, Any] | None]:
+        """One ``GET route`` within ``timeout`` (no retry, no breaker: a probe says how the
+        worker is now): its status and JSON object (None when the body is not one)."""
+        session = self._session_for_loop()
+        async with session.get(self.base_url + route, allow_redirects=False) as response:
+            return response.status, _json_object(await _read_capped(response))
+
     async def close(self) -> None:
         self._closed = True
         session, self._session, self._session_loop = self._session, None, None

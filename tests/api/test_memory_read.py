@@ -200,6 +200,37 @@ async def test_a_repo_that_resolves_to_nothing_or_fails_is_no_repo_scope(
                                      "owner/name string; reading without the repo scope"]
 
 
+async def test_a_repo_lookup_that_hangs_costs_the_repo_scope_not_the_turn(
+        store, clock, memory_warnings):
+    """A ``Request.repo`` lookup that never settles (a git remote asking for credentials)
+    held every model turn: the read now waits ``repo_wait_seconds``, and reflection still
+    gets the repository once the lookup answers."""
+    await store.write(ORG, [fact("deploy via the vpn")])
+    await store.write(REPO, [fact("deploy the api with make")])
+    memory = make_memory(store, clock, repo_wait_seconds=0.05)
+    answered = asyncio.Event()
+
+    async def resolve() -> str:
+        await answered.wait()
+        return "acme/api"
+
+    lookup = asyncio.ensure_future(resolve())
+    block = await memory.context_block(Request(text="deploy", repo=lookup))
+    assert prefix(block).startswith(f"Background memory for {ORG} (")
+    assert "make" not in block
+    assert memory_warnings() == ["[memory] repo resolution took longer than 0.05 s "
+                                 "(memory.repo_wait_seconds); reading without the repo scope"]
+    answered.set()  # the lookup was not cancelled: a later caller (reflection) gets it
+    assert await memory.resolve_repo(lookup) == "acme/api"
+
+
+@pytest.mark.parametrize("wait", [0, -1, 301, float("nan")])
+def test_repo_wait_seconds_out_of_range_is_a_config_error_naming_it(wait):
+    with pytest.raises(ConfigError, match="^memory.repo_wait_seconds: must be above 0"):
+        Memory.from_config({"memory": {"enabled": True, "organization": "acme",
+                                       "store": "memory", "repo_wait_seconds": wait}})
+
+
 # --- the repository window ---------------------------------------------------------------------
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 from collections.abc import Sequence
 
 import pytest
@@ -291,6 +293,67 @@ async def test_remember_answers_though_the_embedder_never_does(clock, caplog):
     missing = await memory.store.vectors_missing("user:cli:alice", "fake/concepts", 10)
     assert [text for _id, text in missing] == ["Rollouts wait for the database backup"]
     assert "did not finish within 0.05 s" in caplog.text
+
+
+class _Down(InMemoryStore):
+    async def search(self, *args: object, **kwargs: object) -> list[object]:
+        raise StoreError("down")
+
+
+async def test_a_failed_briefs_vector_no_scope_read_waited_for_is_not_left_unretrieved(
+        clock, monkeypatch):
+    # With the store and the embedder both down, no scope read awaits the brief's vector,
+    # and its task, cancelled as its embedder's failure came in, ended with that failure:
+    # asyncio logged it as "Task exception was never retrieved" (an ERROR with a traceback
+    # in the host's logs) once the task was collected.
+    memory = Memory(config(), _Down(clock=clock), clock=clock,
+                    plugin_manager=new_plugin_manager(
+                        load_entry_points=False,
+                        extra_plugins=(Plugin(FakeEmbedder(fail_after=0)),)))
+    # Its warnings' records would keep the read's frames, and the task, from collection.
+    monkeypatch.setattr(logging.getLogger("scopemem"), "disabled", True)
+    unhandled: list[str] = []
+    asyncio.get_running_loop().set_exception_handler(
+        lambda _loop, context: unhandled.append(context["message"]))
+    assert await memory.context_block(Request(text=BRIEF)) == ""
+    for _ in range(3):  # the cancelled task's last steps
+        await asyncio.sleep(0)
+    gc.collect()
+    assert unhandled == []
+    await memory.close()
+
+
+class _NoVectors:
+    """A store of a plugin that keeps no vectors: only what the keyword read needs."""
+
+    def __init__(self, store: InMemoryStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> object:
+        if name in ("vectors_missing", "put_vectors", "nearest"):
+            raise AttributeError(name)
+        return getattr(self._store, name)
+
+
+async def test_a_store_without_vectors_never_has_the_brief_embedded(clock):
+    plugin = Plugin()
+    store = InMemoryStore(clock=clock)
+    await store.write(ORG, [fact(KITCHEN)])
+    memory = Memory(config(), _NoVectors(store), clock=clock,  # type: ignore[arg-type]
+                    plugin_manager=new_plugin_manager(load_entry_points=False,
+                                                      extra_plugins=(plugin,)))
+    assert bullets(await memory.context_block(Request(text=BRIEF))) == [KITCHEN]
+    assert plugin.embedder.calls == []  # the lane is idle: nothing to ask an embedder for
+
+
+def test_the_local_embedder_without_its_directory_says_what_it_needs():
+    # It said "must not be empty" of a key the file never had.
+    document = {"memory": {"enabled": True, "organization": "acme", "store": "memory",
+                           "embeddings": "local/all-MiniLM-L6-v2"}}
+    with pytest.raises(ConfigError, match="^memory.embedders.local.directory: required: the "
+                                          "folder holding model.onnx and tokenizer.json$"):
+        Memory.from_config(document, plugin_manager=new_plugin_manager(
+            environ={"SCOPEMEM_LOAD_PLUGINS": "memory"}))
 
 
 async def test_a_store_serving_no_vectors_idles_the_lane_after_one_warning(clock,

@@ -65,7 +65,8 @@ def test_backfill_embeds_every_scope_then_nothing(tmp_path):
     embedder = FakeEmbedder()
     result = run(config(tmp_path), embedder)
     assert result.exit_code == 0, result.output
-    assert f"embedded 43 record(s) with {MODEL}" in result.output
+    # No progress bar where stderr is no terminal (a pipe, a log, a script's capture).
+    assert result.output == f"embedded 43 record(s) with {MODEL}\n"
     assert missing(tmp_path, "org:acme") == missing(tmp_path, "repo:acme/api") == 0
     again = FakeEmbedder()
     assert "embedded 0 record(s)" in run(config(tmp_path), again).output
@@ -118,3 +119,57 @@ def test_backfill_with_the_lane_off_is_a_clear_error(tmp_path):
     fill(tmp_path, {"org:acme": 1})
     result = run(config(tmp_path, embeddings=None), FakeEmbedder())
     assert result.exit_code == 1 and "semantic lane is off" in result.output
+
+
+def test_backfill_on_postgres_embeds_and_closes_its_pool(tmp_path):
+    from tests.cli.test_forget_person import postgres_config
+    from tests.cli.test_porting import line, ok
+    from tests.cli.test_porting import run as run_plain
+    from tests.stores import pg
+
+    pg.require()
+    schema = pg.new_schema()
+    try:
+        plain = postgres_config(tmp_path, schema)
+        ok(run_plain(plain, "import", "-",
+                     stdin="\n".join(line(n) for n in (1, 2, 3)).encode()))
+        lane = tmp_path / "lane.toml"
+        lane.write_text(plain.read_text().replace("[memory]\n",
+                                                  f'[memory]\nembeddings = "{MODEL}"\n'))
+        embedder = FakeEmbedder()
+        result = run(lane, embedder)
+        assert result.exit_code == 0, result.output
+        assert f"embedded 3 record(s) with {MODEL}" in result.output
+        assert "Traceback" not in result.output
+        assert "embedded 0 record(s)" in run(lane, FakeEmbedder()).output
+    finally:
+        pg.drop_schemas(schema)
+
+
+def test_backfill_of_every_scope_from_a_store_that_cannot_list_them_is_a_clear_error(
+        tmp_path, monkeypatch):
+    path = tmp_path / "scopemem.toml"
+    path.write_text(f'[memory]\nenabled = true\norganization = "acme"\nstore = "worker"\n'
+                    f'embeddings = "{MODEL}"\n[memory.stores.worker]\n'
+                    'base_url = "http://127.0.0.1:1"\ntimeout_seconds = 1\n'
+                    'retry_deadline_seconds = 1\n')
+    monkeypatch.setenv("MEMORY_TOKEN", "a-token-long-enough-0123")
+    embedder = FakeEmbedder()
+    result = run(path, embedder)
+    assert result.exit_code == 1, result.output
+    assert "/scopes failed" in result.output and "run again" in result.output
+    assert isinstance(result.exception, SystemExit)  # a click error, not a traceback
+    assert embedder.calls == []
+
+
+def test_backfill_of_a_scope_word_or_a_bad_key_is_a_usage_error(tmp_path):
+    # `--scope org` (a scope word, as `remember` takes it) names no scope: it embedded
+    # nothing and said "embedded 0 record(s)"; a key with a space said "run again to resume".
+    fill(tmp_path, {"org:acme": 2})
+    for value in ("org", "bad key"):
+        embedder = FakeEmbedder()
+        result = run(config(tmp_path), embedder, "--scope", value)
+        assert result.exit_code == 2, result.output
+        assert "'--scope'" in result.output and "run again" not in result.output
+        assert embedder.calls == []
+    assert missing(tmp_path, "org:acme") == 2

@@ -159,6 +159,40 @@ def test_a_scope_near_its_cap_is_found_over_a_live_worker(tmp_path, monkeypatch)
     assert APP in found["scopes"]["detail"] and API not in found["scopes"]["detail"]
 
 
+def test_over_a_worker_the_store_check_is_the_workers_own_readiness(tmp_path, monkeypatch):
+    """A worker whose data directory was moved away refuses writes and answers /readyz 503,
+    while its open connections still read: ``health`` on a bot's machine asked only for a
+    read, and said "ok" while every write failed."""
+    import os
+
+    data = tmp_path / "data"
+    process, url = start(tmp_path, "--data", str(data), "--no-access-log")
+    path = tmp_path / "scopemem.toml"
+    path.write_text('[memory]\nenabled = true\norganization = "acme"\nstore = "worker"\n'
+                    f'[memory.stores.worker]\nbase_url = "{url}"\n')
+    monkeypatch.setenv("MEMORY_TOKEN", TOKEN)
+    try:
+        asyncio.run(wait_healthy(process, url))
+
+        async def write_one() -> None:
+            store = build_store(load_config(path), new_plugin_manager(environ={}))
+            try:
+                await store.write(APP, [fact("run make bootstrap before the tests")])
+            finally:
+                await store.close()
+
+        asyncio.run(write_one())
+        assert by_name(health(path, "--json"))["store"]["status"] == "ok"
+        os.rename(data, tmp_path / "aside")
+        result = health(path, "--json")
+    finally:
+        stop(process, signal.SIGTERM)
+    assert result.exit_code == 2, result.output
+    assert by_name(result)["store"] == {
+        "name": "store", "status": "fail",
+        "detail": "the memory worker's store: the store cannot serve reads"}
+
+
 def test_the_null_store_is_not_called_durable(tmp_path):
     path = tmp_path / "scopemem.toml"
     path.write_text('[memory]\nenabled = true\norganization = "acme"\nstore = "null"\n')

@@ -128,3 +128,26 @@ def test_scopemem_register_embedders_registers_the_built_ins_and_a_plugins():
     with pytest.raises(PluginError, match="'openai' is registered twice"):
         embedder_registry(new_plugin_manager(load_entry_points=False,
                                              extra_plugins=(Twice(),)))
+
+
+def test_credentials_in_the_url_beside_a_key_are_a_config_error_naming_base_url():
+    # Both would go in the Authorization header: the client refused the request with a
+    # ValueError at the first call (a traceback from `scopemem embeddings backfill`).
+    from scopemem.errors import ConfigError
+    from scopemem.plugins.providers import build_provider
+
+    pm = new_plugin_manager(load_entry_points=False)
+    url = "http://bob:hunter2-pass@127.0.0.1:1/v1"
+    key = {"OPENAI_API_KEY": "sk-test-key-123"}
+    with pytest.raises(ConfigError) as raised:
+        build_embedder(pm, MemoryConfig(embedders={"openai": {"base_url": url}}),
+                       ModelRef("openai", "m"), key)
+    message = str(raised.value)
+    assert message.startswith("memory.embedders.openai.base_url:"), message
+    assert "hunter2" not in message and "sk-test-key-123" not in message
+    with pytest.raises(ConfigError, match="^memory.providers.openai.base_url:"):
+        build_provider(pm, MemoryConfig(providers={"openai": {"base_url": url}}),
+                       ModelRef("openai", "m"), key)
+    # Without the key, the URL's credentials are the ones sent (Basic), as before.
+    build_embedder(pm, MemoryConfig(embedders={"openai": {"base_url": url}}),
+                   ModelRef("openai", "m"), {})

@@ -4,6 +4,7 @@ against local aiohttp servers that speak each API (network only to 127.0.0.1).""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import subprocess
@@ -618,3 +619,22 @@ async def test_max_tokens_must_be_a_positive_integer(make, fake, max_tokens):
     with pytest.raises(ValueError, match="max_tokens"):
         await ask(provider, max_tokens=max_tokens)
     assert fake.hits == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_error_body_echoing_the_urls_credentials_does_not_show_them(make, fake,
+                                                                              kind):
+    # A base_url's user:password@ is a secret as the key is: a server echoing what it got
+    # (the password, or the Basic header it became) had it in the error message.
+    fake.status = 500
+    basic = base64.b64encode(b"bob:hunter2-pass").decode()
+    fake.reply = {"error": {"message": f"denied hunter2-pass / Basic {basic}"}}
+    base = fake.base.replace("http://", "http://bob:hunter2-pass@")
+    # openai: no key (it would be the Authorization header too); anthropic: one (x-api-key).
+    provider = make(kind, key=None if kind == "openai" else KEY,
+                    base_url=base + ("/v1" if kind == "openai" else ""))
+    with pytest.raises(ProviderError) as raised:
+        await ask(provider)
+    message = str(raised.value)
+    assert "HTTP 500" in message and "denied" in message
+    assert "hunter2" not in message and basic not in message

@@ -140,6 +140,21 @@ async def test_every_store_refuses_what_is_not_a_vector(store):
                                                 ("mem:org:acme:01", pack([1.0, 0.0]))]) == 0
 
 
+async def test_a_scope_whose_vectors_all_left_takes_another_dimension_count(store):
+    # The dimension count is that of the scope's vectors of the model that are kept: once
+    # their records are all retired, none is, on every store. The in-process store kept a
+    # retired record's vector (and counted its dimensions) for as long as the scope lived.
+    await store.write(ORG, [fact("one lesson"), fact("another lesson")])
+    assert await store.put_vectors(ORG, MODEL, [(rid(ORG, 1), pack([1.0, 0.0])),
+                                                (rid(ORG, 2), pack([0.0, 1.0]))]) == 2
+    assert await store.forget(ORG, rid(ORG, 1))
+    assert await store.forget(ORG, rid(ORG, 2))
+    await store.write(ORG, [fact("a third lesson")])
+    assert await store.put_vectors(ORG, MODEL, [(rid(ORG, 3), pack([1.0, 0.0, 0.0]))]) == 1
+    found = await store.nearest(ORG, MODEL, pack([1.0, 0.0, 0.0]), 5, -1.0)
+    assert [record.id for record, _cosine in found] == [rid(ORG, 3)]
+
+
 LESSONS = [
     "Run the schema migration before you deploy the api",
     "The tables in the office kitchen need cleaning on fridays",

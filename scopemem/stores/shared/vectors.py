@@ -157,7 +157,8 @@ class Shelf:
     """The vectors of a store that holds its records in this process (the in-process
     store): scope → record id → (model, unit vector), with each scope's matrix per model of
     its active records, built on the first search after a put or a change to which records
-    are active (the store's ``stamp`` of its active set)."""
+    are active (the store's ``stamp`` of its active set). The vectors of records retired
+    since are dropped by the scope's next put."""
 
     def __init__(self) -> None:
         self._vectors: dict[str, dict[str, tuple[str, Vector]]] = {}
@@ -179,6 +180,10 @@ class Shelf:
             active: Collection[str]) -> int:
         check_model(model)
         held = self._vectors.setdefault(scope_key, {})
+        # A record retired since its vector was put keeps none (the SQL stores' triggers drop
+        # it with the retirement): neither memory nor a dimension count of the model.
+        for record_id in [record_id for record_id in held if record_id not in active]:
+            del held[record_id]
         dimensions = next((vector.shape[0] for name, vector in held.values()
                            if name == model), None)
         checked = []

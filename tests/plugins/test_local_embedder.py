@@ -1,0 +1,93 @@
+"""The ``local`` embedder's failures, with ONNX Runtime and ``tokenizers`` stood in for by
+small fakes (``sys.modules``): the package's tests install neither, and what is checked is
+what the embedder says, not what the model computes."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scopemem.plugins.local_embedder import LocalEmbedder
+from scopemem.plugins.providers import ProviderError
+
+# What ONNX Runtime raises when a text has more tokens than the model has positions.
+TOO_LONG = ("[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running Add"
+            " node. Name:'/bert/embeddings/Add_1' Status Message: Attempting to broadcast an"
+            " axis by a dimension other than 1. 512 by 1024")
+
+
+class _Encoding:
+    """A word a token, padded to ``width``."""
+
+    def __init__(self, text: str, width: int) -> None:
+        words = len(text.split())
+        self.ids = [1] * words + [0] * (width - words)
+        self.attention_mask = [1] * words + [0] * (width - words)
+        self.type_ids = [0] * width
+
+
+class _Tokenizer:
+    @classmethod
+    def from_file(cls, _path: str) -> _Tokenizer:
+        return cls()
+
+    def enable_truncation(self, _max_length: int) -> None:
+        pass
+
+    def enable_padding(self) -> None:
+        pass
+
+    def encode_batch(self, texts: list[str]) -> list[_Encoding]:
+        width = max(len(text.split()) for text in texts)
+        return [_Encoding(text, width) for text in texts]
+
+
+class _Input:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _Session:
+    options: Any = None
+
+    def __init__(self, _path: str, options: Any, providers: list[str]) -> None:
+        _Session.options = options
+
+    def get_inputs(self) -> list[_Input]:
+        return [_Input("input_ids"), _Input("attention_mask")]
+
+    def run(self, _outputs: Any, _feeds: Any) -> Any:
+        raise RuntimeError(TOO_LONG)
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    runtime = types.ModuleType("onnxruntime")
+    runtime.SessionOptions = types.SimpleNamespace  # type: ignore[attr-defined]
+    runtime.InferenceSession = _Session  # type: ignore[attr-defined]
+    tokenizers = types.ModuleType("tokenizers")
+    tokenizers.Tokenizer = _Tokenizer  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "onnxruntime", runtime)
+    monkeypatch.setitem(sys.modules, "tokenizers", tokenizers)
+    (tmp_path / "model.onnx").write_bytes(b"")
+    (tmp_path / "tokenizer.json").write_text("{}")
+    return tmp_path
+
+
+async def test_a_model_that_fails_on_a_batch_says_why_and_which_option_helps(model_dir):
+    # It said "local: the model failed: Fail" (the exception's type alone): nothing told the
+    # operator that a text longer than the model takes does it, nor what to change.
+    embedder = LocalEmbedder(name="local", directory=str(model_dir), max_length=1024)
+    with pytest.raises(ProviderError) as raised:
+        await embedder.embed(model="m", texts=["a long text " * 300, "short"])
+    message = str(raised.value)
+    assert message.startswith("local: the model failed on 2 texts of up to 900 tokens:")
+    assert "512 by 1024" in message
+    assert "memory.embedders.local.max_length (1024)" in message
+    # ONNX Runtime logs only what is fatal: the failure is this one message, not a line
+    # of its own on stderr too.
+    assert _Session.options.log_severity_level == 4
