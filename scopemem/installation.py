@@ -23,6 +23,7 @@ import attrs
 from scopemem.config import MemoryConfig
 from scopemem.core.secret_rules import redact_secrets
 from scopemem.errors import ConfigError, PluginError, ScopememError, StoreError
+from scopemem.options import IGNORED
 from scopemem.plugins.embedders import EmbedderSettings, embedder_registry
 from scopemem.plugins.manager import PluginManager
 from scopemem.plugins.providers import (
@@ -115,8 +116,10 @@ class PluginTables:
 
 
 def _effective(given: Mapping[str, Any], recorded: Mapping[str, Any]) -> dict[str, Any]:
-    # What the plugin settled on first (its own order), then anything it read by other means.
-    return {**recorded, **{key: value for key, value in given.items() if key not in recorded}}
+    # What the plugin settled on first (its own order), then anything it read by other means;
+    # never what it said has no effect.
+    merged = {**recorded, **{key: value for key, value in given.items() if key not in recorded}}
+    return {key: value for key, value in merged.items() if value is not IGNORED}
 
 
 def _model_ref(config: MemoryConfig, key: str = "model") -> ModelRef | None:

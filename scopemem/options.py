@@ -20,6 +20,8 @@ T = TypeVar("T", bound="OptionsTable")
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 T_Value = TypeVar("T_Value")
+#: ``effective``'s value for an option that is set but has no effect (``OptionsTable.ignore``).
+IGNORED = object()
 
 
 @attrs.frozen(kw_only=True)
@@ -43,6 +45,11 @@ class OptionsTable:
         """Note ``value`` as option ``key``'s setting in effect, and return it."""
         self.effective[key] = value
         return value
+
+    def ignore(self, key: str) -> None:
+        """Note option ``key`` as set but of no effect (a retired option, warned about):
+        ``scopemem config check`` leaves it out of the settings in effect."""
+        self.effective[key] = IGNORED
 
     def named(self: T, default: str) -> T:
         """The same settings, named ``default`` when built without a name (direct use)."""

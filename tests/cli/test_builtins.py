@@ -216,10 +216,10 @@ def test_the_effective_settings_are_toml_with_every_plugins_defaults(tmp_path: P
 
 def test_the_retired_file_layout_setting_leaves_the_shared_layouts_settings_in_effect(
         tmp_path: Path):
-    result = run("--config", str(sqlite_config(tmp_path, 'layout = "file"\n')), "config",
-                 "check")
+    retired = 'layout = "file"\nmax_open_connections = 64\nrank_processes = 2\n'
+    result = run("--config", str(sqlite_config(tmp_path, retired)), "config", "check")
     assert result.exit_code == 0, result.output
     printed = tomllib.loads(result.output)
     assert printed["memory"]["stores"]["sqlite"] == {
         "path": str(tmp_path / "data"), "synchronous": "full", "busy_timeout_ms": 5000,
-        "cache_rows": 50_000, "usage_flush_ms": 1000, "max_scopes": 0, "layout": "file"}
+        "cache_rows": 50_000, "usage_flush_ms": 1000, "max_scopes": 0, "layout": "shared"}

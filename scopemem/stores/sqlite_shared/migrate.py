@@ -27,7 +27,6 @@ place, so an opener that finds neither has nothing to wait for.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import logging
@@ -159,20 +158,21 @@ def _pending(directory: str) -> bool:
 
 
 def _open_elsewhere(path: str) -> bool:
-    """Whether another process has the scope file open (each connection to a WAL database
-    locks its ``-shm``'s DMS byte); this process holds none, so closing drops no lock."""
+    """Whether another process has the scope file open. A connection to a WAL database
+    holds a shared lock on it for as long as it is open, so an exclusive lock asked for
+    once, without waiting, is refused (``SQLITE_BUSY``) while another lives. The probe
+    writes nothing and leaves the file as it found it (``connect``)."""
+    apsw = sqlite_sql.apsw_module()
+    conn = connect(path)
     try:
-        fd = os.open(path + "-shm", os.O_RDWR)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 128, os.SEEK_SET)  # UNIX_SHM_DMS
-    except OSError as exc:  # EAGAIN or EACCES: another process's lock
-        if exc.errno not in (errno.EAGAIN, errno.EACCES):
-            raise
+        conn.set_busy_timeout(0)
+        conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+        conn.execute("BEGIN EXCLUSIVE")
+        conn.execute("ROLLBACK")
+    except apsw.BusyError:
         return True
     finally:
-        os.close(fd)
+        conn.close()
     return False
 
 

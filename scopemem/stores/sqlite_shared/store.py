@@ -158,8 +158,10 @@ class SharedSqliteStore:
         settings = settings.named("sqlite")
         settings.unknown_options(OPTIONS)
         settings.choice_option("layout", "shared", LAYOUTS)
+        settings.record("layout", "shared")  # what runs, whatever is set (config check)
         for key in FILE_LAYOUT_OPTIONS:
             if key in settings.options:
+                settings.ignore(key)
                 warn_retired(settings.option_key(key), f"{settings.option_key(key)}: has no"
                              " effect in the shared layout (an option of the file layout,"
                              " which is retired); ignored, remove it")
