@@ -23,14 +23,16 @@ from scopemem.core.commands import change_refusal
 from scopemem.core.gate import rejection_markers
 from scopemem.core.records import Record, to_wire
 from scopemem.core.scopes import MemoryIdError, parse_memory_id
-from scopemem.hub.shared import HUB, PREFIX, caller_for, scope_key_or_400
+from scopemem.hub.shared import HUB, PREFIX, caller_for, scope_key_or_400, scope_place
 
 #: The most records a dry run lists with their text and markers (the count is always whole).
 MAX_LISTED = 100
 
 
-def scope_url(scope_key: str, done: str | None = None) -> str:
-    query = {"key": scope_key, **({"done": done} if done else {})}
+def scope_url(scope_key: str, done: str | None = None,
+              place: dict[str, str] | None = None) -> str:
+    """A scope's page, at ``place`` (its filters and page, ``shared.scope_place``)."""
+    query = {"key": scope_key, **(place or {}), **({"done": done} if done else {})}
     return f"{PREFIX}/scope?{urllib.parse.urlencode(query)}"
 
 
@@ -46,8 +48,10 @@ async def forget(request: web.Request) -> web.StreamResponse:
     except MemoryIdError:
         raise web.HTTPBadRequest(reason="Not a memory id.") from None
     result = await request.app[HUB].memory.forget(caller_for(scope_key), record_id)
+    # Back to the page and filters the person forgot it from, not the scope's first page.
     raise web.HTTPSeeOther(scope_url(scope_key,
-                                     "forgotten" if result.forgotten else "not-forgotten"))
+                                     "forgotten" if result.forgotten else "not-forgotten",
+                                     scope_place(form)))
 
 
 async def _records(request: web.Request, scope_key: str, ids: tuple[str, ...]
