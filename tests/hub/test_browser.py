@@ -275,3 +275,23 @@ def test_the_main_flows_work_from_the_keyboard(logged_out, hub):
     page.keyboard.press("Enter")
     page.wait_for_selector("pre.preview")
     assert LESSON in page.inner_text("#results")
+
+
+@sqlite_only
+def test_a_search_the_hub_refuses_says_why_where_the_results_go(page, hub):
+    """With htmx, a refused search (a URL for the repository) changed nothing on the page:
+    htmx drops a 400's answer, so the person's click did nothing they could see."""
+    page.goto(f"{hub.url}/hub/search")
+    page.wait_for_function("window.htmx !== undefined")
+    page.fill("#brief", "api tests")
+    page.fill("input[name=repo]", "https://github.com/acme/api")
+    page.click("text=Search and preview")
+    alert = page.locator("#results [role=alert]")
+    alert.wait_for()
+    assert "owner/name" in alert.inner_text() and "acme/api" in alert.inner_text()
+    assert page.locator("#results nav, #results h1").count() == 0  # the reason, not a page
+    page.fill("input[name=repo]", "acme/api")
+    page.click("text=Search and preview")
+    page.wait_for_selector("#results pre.preview")
+    assert LESSON in page.inner_text("#results")
+    assert page.locator("#results [role=alert]").count() == 0
