@@ -295,3 +295,28 @@ def test_a_search_the_hub_refuses_says_why_where_the_results_go(page, hub):
     page.wait_for_selector("#results pre.preview")
     assert LESSON in page.inner_text("#results")
     assert page.locator("#results [role=alert]").count() == 0
+
+
+@sqlite_only
+def test_a_narrow_window_keeps_every_page_on_screen(browser, signed_in, hub):
+    """On a phone-wide window the pages ran off the screen's right edge: the header pushed
+    Log out out of view, and the tables widened the whole page while squeezing a record's
+    text to a letter or two a line. A wide table now scrolls in its own box."""
+    context = browser.new_context(viewport={"width": 360, "height": 740},
+                                  storage_state=signed_in)
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    try:
+        record = records_of(hub, REPO)[LESSON]
+        for path in ("/hub/", f"/hub/scope?key={REPO}", f"/hub/record?id={record.id}",
+                     "/hub/search?brief=api+tests&repo=acme/api", "/hub/run?run=r-42"):
+            page.goto(f"{hub.url}{path}")
+            width = page.evaluate("document.documentElement.clientWidth")
+            assert page.evaluate("document.documentElement.scrollWidth") <= width, path
+            logout = page.get_by_role("button", name="Log out").bounding_box()
+            assert logout is not None and logout["x"] + logout["width"] <= width, path
+        page.goto(f"{hub.url}/hub/scope?key={REPO}")
+        text = page.locator("td.text", has_text=LESSON).bounding_box()
+        assert text is not None and text["width"] >= 180
+    finally:
+        context.close()
