@@ -318,6 +318,7 @@ def change_refusal(scope_key: str, caller: str, is_admin: bool, org_key: str | N
     if access is Access.CLOSED:
         return reason
     if access is Access.SHARED and not is_admin:
-        return ("only admins can change records in shared scopes; "
-                "`memory list me` shows your own records")
+        # Said by every surface (chat, the command line, MCP, the hub): no surface's syntax.
+        return ("only admins can change records in shared scopes (the people memory.admins "
+                "names); your own scope (me) is yours to change")
     return None

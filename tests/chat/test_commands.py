@@ -241,7 +241,7 @@ async def test_forget_own_record(memory, store):
 async def test_forgetting_org_is_admin_gated(memory, store):
     await store.write(ORG, [fact("deploy via the bastion")])
     reply = await ask(memory, f"memory forget mem:{ORG}:1")
-    assert reply.startswith("🚫") and "memory list me" in reply
+    assert reply.startswith("🚫") and "only admins" in reply and "your own scope (me)" in reply
     assert len(await store.list(ORG, 10)) == 1
     assert (await ask(memory, f"memory forget mem:{ORG}:1", caller=ADMIN)).startswith("🧹")
     assert await store.list(ORG, 10) == []
