@@ -287,8 +287,8 @@ def scope_access(scope_key: str, caller: str, org_key: str | None, kinds: Collec
                                "nobody can reach that scope")
     audience = audience_of(scope_key)
     if audience is Audience.PERSON:
-        return Access.CLOSED, ("that record belongs to another person's scope; nobody else "
-                               "can change it")
+        # Said for a read and for a change alike: "out of reach", never "cannot change".
+        return Access.CLOSED, "that is another person's scope; nobody else can reach it"
     if audience is Audience.ORIGIN and scope_key != origin:
         return Access.CLOSED, ("that scope is another channel's; only a request from that "
                                "channel can reach it")
@@ -296,8 +296,8 @@ def scope_access(scope_key: str, caller: str, org_key: str | None, kinds: Collec
         return Access.CLOSED, ("no organisation is configured here (memory.organization), so "
                                "no org scope can be reached; set it to this one's name")
     if kind == ORG_KIND and scope_key != org_key:
-        return Access.CLOSED, ("that record belongs to another organisation's scope; nobody "
-                               "here can change it")
+        return Access.CLOSED, ("that is another organisation's scope; nobody here can "
+                               "reach it")
     return Access.SHARED, None
 
 
