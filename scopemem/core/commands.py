@@ -224,12 +224,20 @@ def _parse_list(args: list[str], names: list[str]) -> ListCommand:
     return ListCommand(scope=scope, limit=limit, query=query, repo=options.get("--repo"))
 
 
+def _record_id(word: str) -> str:
+    """A record id as a person typed it, or copied it from a reply that shows it as code
+    (`mem:org:acme:3`): one pair of backticks around it is no part of it."""
+    if len(word) > 2 and word[0] == word[-1] == "`":
+        return word[1:-1]
+    return word
+
+
 def _parse_forget(args: list[str]) -> ForgetCommand:
     if not args:
         raise CommandUsageError("memory forget needs a record id", "forget")
     if len(args) > 1 or args[0].startswith("--"):
         raise CommandUsageError("memory forget takes exactly one record id", "forget")
-    return ForgetCommand(args[0])
+    return ForgetCommand(_record_id(args[0]))
 
 
 def _parse_sweep(args: list[str], names: list[str]) -> SweepCommand:
@@ -255,8 +263,9 @@ def _parse_remember(args: list[str], names: list[str]) -> RememberCommand:
     if rest or not text:
         raise CommandUsageError("memory remember needs the text to remember", "remember")
     scope = parse_scope(options.get("--scope", ME), "remember", names)
-    return RememberCommand(text=text, scope=scope, supersedes=options.get("--supersedes"),
-                           repo=options.get("--repo"))
+    supersedes = options.get("--supersedes")
+    return RememberCommand(text=text, scope=scope, repo=options.get("--repo"),
+                           supersedes=None if supersedes is None else _record_id(supersedes))
 
 
 # --- the scope gate --------------------------------------------------------------------------

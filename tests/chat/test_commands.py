@@ -238,6 +238,21 @@ async def test_forget_own_record(memory, store):
     assert again.startswith("Nothing to forget")
 
 
+async def test_an_id_copied_from_a_reply_with_its_backticks_is_that_id(memory, store):
+    """The replies show ids as code (`mem:…`); a person who copies one with its backticks
+    (a plain-text client keeps them) was told it is not a memory id."""
+    await store.write(ALICE, [fact("wrong lesson: deploys use the red cluster")])
+    listed = await ask(memory, "memory list me")
+    record_id = f"mem:{ALICE}:1"
+    assert f"`{record_id}`" in listed
+    reply = await ask(memory, f"memory forget `{record_id}`")
+    assert reply.startswith("🧹") and await store.list(ALICE, 10) == []
+    replaced = await ask(memory, f"memory remember --supersedes `{record_id}` the api tests "
+                                 "need make bootstrap first")
+    assert f"`{record_id}` was not an active record; nothing replaced" in replaced
+    assert (await ask(memory, "memory forget `mem:x`")).startswith("🚫")
+
+
 async def test_forgetting_org_is_admin_gated(memory, store):
     await store.write(ORG, [fact("deploy via the bastion")])
     reply = await ask(memory, f"memory forget mem:{ORG}:1")
