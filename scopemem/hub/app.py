@@ -109,6 +109,9 @@ async def _guard(request: web.Request,
         if not request.path.startswith(_OPEN):
             session_id = hub.sessions.session_id(request.cookies.get(SESSION_COOKIE))
             if session_id is None:
+                if reading and request.headers.get("HX-Request") == "true":
+                    # htmx would put the login page where the results go: the whole tab.
+                    return web.Response(status=401, headers={"HX-Redirect": f"{PREFIX}/login"})
                 if reading:
                     raise web.HTTPSeeOther(f"{PREFIX}/login")
                 return error_page(request, 403, "Your session has ended: log in again.")

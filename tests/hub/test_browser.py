@@ -320,3 +320,25 @@ def test_a_narrow_window_keeps_every_page_on_screen(browser, signed_in, hub):
         assert text is not None and text["width"] >= 180
     finally:
         context.close()
+
+
+@sqlite_only
+def test_a_search_after_the_session_ended_goes_to_the_login_page_whole(browser, hub):
+    """A search once the session had ended (logged out in another tab, expired) put the
+    whole login page, header and all, inside the search page's results box."""
+    context, tab = new_tab(browser)
+    try:
+        log_in(tab, hub)
+        tab.goto(f"{hub.url}/hub/search")
+        tab.wait_for_function("window.htmx !== undefined")
+        other = context.new_page()
+        other.goto(f"{hub.url}/hub/")
+        other.click("text=Log out")
+        other.wait_for_url(f"{hub.url}/hub/login")
+        tab.fill("#brief", "api tests")
+        tab.click("text=Search and preview")
+        tab.wait_for_url(f"{hub.url}/hub/login")
+        tab.wait_for_selector("#token")
+        assert tab.locator("header").count() == 1 and tab.locator("#results").count() == 0
+    finally:
+        context.close()
