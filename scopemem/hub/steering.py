@@ -65,15 +65,27 @@ async def _records(request: web.Request, scope_key: str, ids: tuple[str, ...]
 
 
 async def sweep(request: web.Request) -> web.StreamResponse:
-    """``apply`` absent: the dry run, listing what would go and the markers that fired.
-    ``apply`` present: the sweep, then back to the scope."""
+    """``apply`` absent: the dry run, as ``dry_run`` answers it. ``apply`` present: the
+    sweep, then back to the scope."""
     form = await request.post()
     scope_key = _scope_key(form.get("key"))
+    if form.get("apply") != "1":
+        return await _dry_run(request, scope_key)
     memory = request.app[HUB].memory
-    apply = form.get("apply") == "1"
-    report = await memory.sweep(caller_for(scope_key), scope_key, dry_run=not apply)
-    if apply:
-        raise web.HTTPSeeOther(scope_url(scope_key, "swept"))
+    await memory.sweep(caller_for(scope_key), scope_key, dry_run=False)
+    raise web.HTTPSeeOther(scope_url(scope_key, "swept"))
+
+
+async def dry_run(request: web.Request) -> web.StreamResponse:
+    """The dry run as a page of its own (``GET /hub/sweep?key=…``): it changes nothing, so
+    Back after the sweep is applied shows it again, not a form to send again."""
+    return await _dry_run(request, _scope_key(request.query.get("key")))
+
+
+async def _dry_run(request: web.Request, scope_key: str) -> web.StreamResponse:
+    """What a sweep would retire, listed with the markers that fired."""
+    memory = request.app[HUB].memory
+    report = await memory.sweep(caller_for(scope_key), scope_key, dry_run=True)
     ids = report.scopes[0].result.ids or () if report.scopes else ()
     records = await _records(request, scope_key, ids)
     rows = [(record_id, records.get(record_id),
@@ -130,5 +142,6 @@ async def export(request: web.Request) -> web.StreamResponse:
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/forget", forget)
     router.add_post("/sweep", sweep)
+    router.add_get("/sweep", dry_run)
     router.add_post("/delete-scope", delete_scope)
     router.add_get("/export", export)

@@ -342,3 +342,20 @@ def test_a_search_after_the_session_ended_goes_to_the_login_page_whole(browser, 
         assert tab.locator("header").count() == 1 and tab.locator("#results").count() == 0
     finally:
         context.close()
+
+
+@sqlite_only
+def test_back_from_an_applied_sweep_shows_the_dry_run_again_not_a_browser_error(page, hub):
+    """The dry run was the answer to a POST: Back after applying the sweep showed the
+    browser's "confirm form resubmission" error page (ERR_CACHE_MISS)."""
+    scope = "repo:acme/sweep-back"
+    hub.call(hub.store.write(scope, [
+        __import__("tests.hub.conftest", fromlist=["fact"]).fact(STATUS_FACT)]))
+    page.goto(f"{hub.url}/hub/scope?key={scope}")
+    page.click("text=Sweep: dry run")
+    assert STATUS_FACT in page.inner_text("table")
+    page.click("text=Apply the sweep")
+    assert "sweep is applied" in page.inner_text("[role=status]")
+    answer = page.go_back()
+    assert answer is not None and answer.status == 200
+    assert "would retire 0 active facts" in page.inner_text("main")
