@@ -122,3 +122,20 @@ async def test_a_page_past_the_last_says_so_and_links_the_last_rather_than_nothi
         assert any("page=1" in link for link in _pager_links(landed))
         overview = await (await session.get(f"{url}/hub/?page=3")).text()
         assert "No scope holds records" not in overview and "past the last page" in overview
+
+
+async def test_a_search_brief_up_to_its_limit_in_any_script_is_searched():
+    """A brief is taken up to 4,000 characters, but in the address a character outside
+    ASCII takes up to twelve bytes: a brief of a thousand Chinese characters overran the
+    HTTP parser's 8,190-byte request line and was refused as a malformed request."""
+    store = InMemoryStore()
+    await store.write("org:acme", [Candidate(kind=Kind.FACT, source_thread_key="slack:C1",
+                                             text="部署 需要 先 运行 引导 脚本")])
+    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        await _login(session, url)
+        brief = ("部署 " * 2000)[:4000]
+        answer = await session.get(f"{url}/hub/search", params={"brief": brief})
+        assert answer.status == 200 and "部署 需要" in await answer.text()
+        longer = await session.get(f"{url}/hub/search", params={"brief": brief + "部"})
+        assert longer.status == 400 and "longer than 4000 characters" in await longer.text()
