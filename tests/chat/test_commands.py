@@ -453,6 +453,21 @@ async def test_a_listing_reply_holds_at_most_its_budget_of_record_text(memory, s
     assert "--limit" not in reply.splitlines()[-1]
 
 
+async def test_a_sweep_dry_run_reply_lists_ids_within_the_reply_budget(memory, store):
+    """A dry run over scopes full of status lines listed every id: 3,000 facts made a
+    reply of 62,000 characters, past what a chat platform posts (Slack cuts at 40,000).
+    The count stays whole; the command line still lists every id."""
+    for start in range(0, 3000, 500):
+        await store.write(ORG, [fact(f"pushed sha {n:07x}abc and CI went green")
+                                for n in range(start, start + 500)], cap=3000)
+    reply = await ask(memory, "memory sweep --scope org --dry-run", caller=ADMIN)
+    assert len(reply) <= MAX_REPLY_TEXT_CHARS + 500
+    assert reply.startswith("🧹 org:acme: would sweep 3000 (`mem:org:acme:1`")
+    listed = reply.count("`mem:org:acme:")
+    assert 1 <= listed < 3000 and f"{3000 - listed} more not listed" in reply
+    assert len(await store.list(ORG, 10)) == 10  # a dry run
+
+
 @pytest.mark.parametrize("created_at", [2**62, -(2**62), -1, 0])
 def test_a_stored_time_no_calendar_holds_renders_as_its_number(created_at: int):
     """A row written into a store directly may hold a time past year 9999 or before year 1:
