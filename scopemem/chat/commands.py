@@ -232,19 +232,36 @@ async def run_forget(memory: Memory, command: ForgetCommand, ctx: CommandContext
     return await _answered(run)()
 
 
-async def run_sweep(memory: Memory, command: SweepCommand, ctx: CommandContext) -> Outcome:
+async def run_sweep(memory: Memory, command: SweepCommand, ctx: CommandContext, *,
+                    budgeted: bool = False) -> Outcome:
+    """Sweep (or dry-run) each scope asked for. ``budgeted`` (a chat's reply): a dry run
+    lists ids within ``MAX_REPLY_TEXT_CHARS`` in all, and says how many it left out; the
+    counts are always whole."""
+
     async def run() -> Outcome:
         report = await memory.sweep(ctx.identity(command.repo), command.scope,
                                     dry_run=command.dry_run)
         lines: list[str] = []
+        budget, left = MAX_REPLY_TEXT_CHARS, 0
         for scope in report.scopes:
             # A key may hold what a person typed (``--repo``): rendered as a record's text.
             key, result = sanitize_field(scope.scope_key), scope.result
             if report.dry_run:
-                ids = ", ".join(f"`{sanitize_field(i)}`" for i in result.ids or ()) or "nothing"
+                shown = [f"`{sanitize_field(i)}`" for i in result.ids or ()]
+                if budgeted:
+                    fits = 0
+                    while fits < len(shown) and len(shown[fits]) + 2 <= budget:
+                        budget -= len(shown[fits]) + 2
+                        fits += 1
+                    left += len(shown) - fits
+                    shown = shown[:fits]
+                ids = ", ".join(shown) or "nothing"
                 lines.append(f"🧹 {key}: would sweep {result.swept} ({ids})")
             else:
                 lines.append(f"🧹 {key}: swept {result.swept}")
+        if left:
+            lines.append(f"({left} more not listed: a reply holds at most "
+                         f"{MAX_REPLY_TEXT_CHARS:,} characters)")
         results = [{"scopeKey": scope.scope_key, **to_wire(scope.result)}
                    for scope in report.scopes]
         return Outcome(True, "\n".join(lines), {"ok": True, "dryRun": report.dry_run,
@@ -352,7 +369,7 @@ async def reply(memory: Memory, text: str, ctx: CommandContext) -> str | None:
         outcome = await run_remember(memory, command, ctx,
                                      thread_key=_chat_thread_key(ctx))
     else:
-        outcome = await run_sweep(memory, command, ctx)
+        outcome = await run_sweep(memory, command, ctx, budgeted=True)
     return outcome.text
 
 

@@ -224,12 +224,20 @@ def _parse_list(args: list[str], names: list[str]) -> ListCommand:
     return ListCommand(scope=scope, limit=limit, query=query, repo=options.get("--repo"))
 
 
+def _record_id(word: str) -> str:
+    """A record id as a person typed it, or copied it from a reply that shows it as code
+    (`mem:org:acme:3`): one pair of backticks around it is no part of it."""
+    if len(word) > 2 and word[0] == word[-1] == "`":
+        return word[1:-1]
+    return word
+
+
 def _parse_forget(args: list[str]) -> ForgetCommand:
     if not args:
         raise CommandUsageError("memory forget needs a record id", "forget")
     if len(args) > 1 or args[0].startswith("--"):
         raise CommandUsageError("memory forget takes exactly one record id", "forget")
-    return ForgetCommand(args[0])
+    return ForgetCommand(_record_id(args[0]))
 
 
 def _parse_sweep(args: list[str], names: list[str]) -> SweepCommand:
@@ -255,8 +263,9 @@ def _parse_remember(args: list[str], names: list[str]) -> RememberCommand:
     if rest or not text:
         raise CommandUsageError("memory remember needs the text to remember", "remember")
     scope = parse_scope(options.get("--scope", ME), "remember", names)
-    return RememberCommand(text=text, scope=scope, supersedes=options.get("--supersedes"),
-                           repo=options.get("--repo"))
+    supersedes = options.get("--supersedes")
+    return RememberCommand(text=text, scope=scope, repo=options.get("--repo"),
+                           supersedes=None if supersedes is None else _record_id(supersedes))
 
 
 # --- the scope gate --------------------------------------------------------------------------
@@ -287,8 +296,8 @@ def scope_access(scope_key: str, caller: str, org_key: str | None, kinds: Collec
                                "nobody can reach that scope")
     audience = audience_of(scope_key)
     if audience is Audience.PERSON:
-        return Access.CLOSED, ("that record belongs to another person's scope; nobody else "
-                               "can change it")
+        # Said for a read and for a change alike: "out of reach", never "cannot change".
+        return Access.CLOSED, "that is another person's scope; nobody else can reach it"
     if audience is Audience.ORIGIN and scope_key != origin:
         return Access.CLOSED, ("that scope is another channel's; only a request from that "
                                "channel can reach it")
@@ -296,8 +305,8 @@ def scope_access(scope_key: str, caller: str, org_key: str | None, kinds: Collec
         return Access.CLOSED, ("no organisation is configured here (memory.organization), so "
                                "no org scope can be reached; set it to this one's name")
     if kind == ORG_KIND and scope_key != org_key:
-        return Access.CLOSED, ("that record belongs to another organisation's scope; nobody "
-                               "here can change it")
+        return Access.CLOSED, ("that is another organisation's scope; nobody here can "
+                               "reach it")
     return Access.SHARED, None
 
 
@@ -318,6 +327,7 @@ def change_refusal(scope_key: str, caller: str, is_admin: bool, org_key: str | N
     if access is Access.CLOSED:
         return reason
     if access is Access.SHARED and not is_admin:
-        return ("only admins can change records in shared scopes; "
-                "`memory list me` shows your own records")
+        # Said by every surface (chat, the command line, MCP, the hub): no surface's syntax.
+        return ("only admins can change records in shared scopes (the people memory.admins "
+                "names); your own scope (me) is yours to change")
     return None

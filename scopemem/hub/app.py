@@ -79,10 +79,16 @@ async def _headers_signal(request: web.Request, response: web.StreamResponse) ->
 
 def error_page(request: web.Request, status: int, message: str) -> web.Response:
     """The page saying why a request was refused (rendered here, since a refusal may come
-    before the template context's own middleware has run)."""
-    return aiohttp_jinja2.render_template(
-        "error.html", request, {**_context(request), "status": status, "message": message},
-        status=status)
+    before the template context's own middleware has run). To htmx (the search form) it is
+    the reason alone, put where the results go, and the address bar keeps the last search
+    that worked."""
+    partial = request.headers.get("HX-Request") == "true"
+    response = aiohttp_jinja2.render_template(
+        "_error.html" if partial else "error.html", request,
+        {**_context(request), "status": status, "message": message}, status=status)
+    if partial:
+        response.headers["HX-Push-Url"] = "false"
+    return response
 
 
 _OPEN = (f"{PREFIX}/login", f"{PREFIX}/static/")
@@ -103,6 +109,9 @@ async def _guard(request: web.Request,
         if not request.path.startswith(_OPEN):
             session_id = hub.sessions.session_id(request.cookies.get(SESSION_COOKIE))
             if session_id is None:
+                if reading and request.headers.get("HX-Request") == "true":
+                    # htmx would put the login page where the results go: the whole tab.
+                    return web.Response(status=401, headers={"HX-Redirect": f"{PREFIX}/login"})
                 if reading:
                     raise web.HTTPSeeOther(f"{PREFIX}/login")
                 return error_page(request, 403, "Your session has ended: log in again.")

@@ -21,19 +21,26 @@ from scopemem.api.results import SearchHit
 from scopemem.core import counters
 from scopemem.core.browse import HISTORY_REACHES, MAX_REACHES, SCOPE_SORTS, check_kind_name
 from scopemem.core.gate import rejection_markers
-from scopemem.core.records import MAX_SOURCE_CHARS, CountRow, Kind, Source, Status
+from scopemem.core.records import MAX_SOURCE_CHARS, CountRow, Kind
 from scopemem.core.requests import Request
 from scopemem.core.scopes import MemoryIdError, parse_memory_id, scope_key_problem
 from scopemem.gitremote import typed_repo
 from scopemem.hub import overview as overview_counts
-from scopemem.hub.shared import HUB, caller_for, scope_key_or_400
+from scopemem.hub.shared import (
+    HUB,
+    MAX_PAGE_NUMBER,
+    SCOPE_FILTERS,
+    caller_for,
+    page_number,
+    scope_key_or_400,
+    scope_place,
+)
 from scopemem.stores.base import CountingStore
 
 #: Hits a search shows (across every scope searched).
 SEARCH_LIMIT = 20
-#: Rows a page shows, and the deepest page (past it, a person filters instead).
+#: Rows a page shows.
 PAGE = 50
-MAX_PAGE_NUMBER = 20_000
 #: The longest brief a search takes (a run's brief is rarely longer).
 MAX_BRIEF_CHARS = 4000
 
@@ -108,25 +115,27 @@ def _choice(request: web.Request, name: str, choices: Sequence[str]) -> str | No
 
 
 def _page_number(request: web.Request) -> int:
-    value = request.query.get("page", "1")
-    # ASCII digits only, and few: "²" is a digit int() refuses, 5,000 digits one it cannot read.
-    if not (value.isascii() and value.isdigit() and len(value) <= 9) \
-            or not 1 <= int(value) <= MAX_PAGE_NUMBER:
+    number = page_number(request.query.get("page", "1"))
+    if number is None:
         raise web.HTTPBadRequest(reason=f"page takes a number from 1 to {MAX_PAGE_NUMBER}.")
-    return int(value)
+    return number
 
 
 def _pager(request: web.Request, page: int, total: int) -> dict[str, Any]:
-    """The links to the previous and next page, keeping every other query parameter."""
+    """The links to the previous and next page, keeping every other query parameter but
+    ``done``: the notice of what was just done is said on the page it was done from."""
     pages = max(1, -(-total // PAGE))
 
     def link(number: int) -> str:
-        query = {**request.query, "page": str(number)}
+        query = {**{name: value for name, value in request.query.items() if name != "done"},
+                 "page": str(number)}
         return f"{request.path}?{urllib.parse.urlencode(query)}"
 
+    past = page > pages  # past the end: its rows went (forgotten, filtered out) since
     return {"page": page, "pages": pages, "total": total,
-            "previous": link(page - 1) if page > 1 else None,
-            "next": link(page + 1) if page < pages else None}
+            "previous": link(page - 1) if page > 1 and not past else None,
+            "next": link(page + 1) if page < pages else None,
+            "last": link(pages) if past else None}
 
 
 async def overview(request: web.Request) -> web.StreamResponse:
@@ -176,9 +185,8 @@ async def scope(request: web.Request) -> web.StreamResponse:
     """One scope's records, newest first, every status, filtered, a page at a time."""
     memory = request.app[HUB].memory
     scope_key = _scope_key(request)
-    kind = _choice(request, "kind", [kind.value for kind in Kind])
-    status = _choice(request, "status", [status.value for status in Status])
-    source = _choice(request, "source", [source.value for source in Source])
+    kind, status, source = (_choice(request, name, SCOPE_FILTERS[name])
+                            for name in ("kind", "status", "source"))
     page = _page_number(request)
     records = await memory.record_page(scope_key, kind=None if kind is None else Kind(kind),
                                        status=status, source=source,
@@ -186,8 +194,8 @@ async def scope(request: web.Request) -> web.StreamResponse:
     return aiohttp_jinja2.render_template("scope.html", request, {
         "scope_key": scope_key, "records": records.rows, "kind": kind or "",
         "status": status or "", "source": source or "",
-        "kinds": [kind.value for kind in Kind], "statuses": [s.value for s in Status],
-        "sources": [source.value for source in Source],
+        "kinds": SCOPE_FILTERS["kind"], "statuses": SCOPE_FILTERS["status"],
+        "sources": SCOPE_FILTERS["source"], "place": scope_place(request.query),
         "pager": _pager(request, page, records.total)})
 
 

@@ -4,7 +4,7 @@ the words a redirect may say."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import attrs
 from aiohttp import web
@@ -13,6 +13,7 @@ from scopemem.api.memory import Memory
 from scopemem.api.results import Caller
 from scopemem.config import MemoryConfig
 from scopemem.core.policy import Audience, audience_of
+from scopemem.core.records import Kind, Source, Status
 from scopemem.errors import StoreError
 from scopemem.hub.auth import Clock, LoginLimiter, Sessions
 from scopemem.plugins.manager import PluginManager
@@ -55,6 +56,35 @@ class Hub:
 HUB = web.AppKey("scopemem_hub", Hub)
 #: The session id of a request that passed the session check.
 SESSION = web.RequestKey("scopemem_hub_session", str)
+
+
+#: The deepest page a list goes to (past it, a person filters instead).
+MAX_PAGE_NUMBER = 20_000
+#: A scope page's filters: each query field and the values it takes.
+SCOPE_FILTERS = {"kind": tuple(kind.value for kind in Kind),
+                 "status": tuple(status.value for status in Status),
+                 "source": tuple(source.value for source in Source)}
+
+
+def page_number(value: str) -> int | None:
+    """``value`` as a page number (plain ASCII digits, 1 to ``MAX_PAGE_NUMBER``), or None."""
+    # ASCII digits only, and few: "²" is a digit int() refuses, 5,000 digits one it cannot read.
+    if value.isascii() and value.isdigit() and len(value) <= 9 \
+            and 1 <= int(value) <= MAX_PAGE_NUMBER:
+        return int(value)
+    return None
+
+
+def scope_place(fields: Mapping[str, object]) -> dict[str, str]:
+    """Where on a scope's pages ``fields`` (a form's, a query's) say a person was: its
+    filters and page, each only when it is a value a scope page takes; the rest is dropped,
+    never echoed into a link."""
+    place = {name: value for name in SCOPE_FILTERS
+             if (value := str(fields.get(name) or "")) in SCOPE_FILTERS[name]}
+    page = str(fields.get("page") or "")
+    if page_number(page) not in (None, 1):
+        place["page"] = page
+    return place
 
 
 def scope_key_or_400(value: object) -> str:

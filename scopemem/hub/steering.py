@@ -23,14 +23,16 @@ from scopemem.core.commands import change_refusal
 from scopemem.core.gate import rejection_markers
 from scopemem.core.records import Record, to_wire
 from scopemem.core.scopes import MemoryIdError, parse_memory_id
-from scopemem.hub.shared import HUB, PREFIX, caller_for, scope_key_or_400
+from scopemem.hub.shared import HUB, PREFIX, caller_for, scope_key_or_400, scope_place
 
 #: The most records a dry run lists with their text and markers (the count is always whole).
 MAX_LISTED = 100
 
 
-def scope_url(scope_key: str, done: str | None = None) -> str:
-    query = {"key": scope_key, **({"done": done} if done else {})}
+def scope_url(scope_key: str, done: str | None = None,
+              place: dict[str, str] | None = None) -> str:
+    """A scope's page, at ``place`` (its filters and page, ``shared.scope_place``)."""
+    query = {"key": scope_key, **(place or {}), **({"done": done} if done else {})}
     return f"{PREFIX}/scope?{urllib.parse.urlencode(query)}"
 
 
@@ -46,8 +48,10 @@ async def forget(request: web.Request) -> web.StreamResponse:
     except MemoryIdError:
         raise web.HTTPBadRequest(reason="Not a memory id.") from None
     result = await request.app[HUB].memory.forget(caller_for(scope_key), record_id)
+    # Back to the page and filters the person forgot it from, not the scope's first page.
     raise web.HTTPSeeOther(scope_url(scope_key,
-                                     "forgotten" if result.forgotten else "not-forgotten"))
+                                     "forgotten" if result.forgotten else "not-forgotten",
+                                     scope_place(form)))
 
 
 async def _records(request: web.Request, scope_key: str, ids: tuple[str, ...]
@@ -61,15 +65,27 @@ async def _records(request: web.Request, scope_key: str, ids: tuple[str, ...]
 
 
 async def sweep(request: web.Request) -> web.StreamResponse:
-    """``apply`` absent: the dry run, listing what would go and the markers that fired.
-    ``apply`` present: the sweep, then back to the scope."""
+    """``apply`` absent: the dry run, as ``dry_run`` answers it. ``apply`` present: the
+    sweep, then back to the scope."""
     form = await request.post()
     scope_key = _scope_key(form.get("key"))
+    if form.get("apply") != "1":
+        return await _dry_run(request, scope_key)
     memory = request.app[HUB].memory
-    apply = form.get("apply") == "1"
-    report = await memory.sweep(caller_for(scope_key), scope_key, dry_run=not apply)
-    if apply:
-        raise web.HTTPSeeOther(scope_url(scope_key, "swept"))
+    await memory.sweep(caller_for(scope_key), scope_key, dry_run=False)
+    raise web.HTTPSeeOther(scope_url(scope_key, "swept"))
+
+
+async def dry_run(request: web.Request) -> web.StreamResponse:
+    """The dry run as a page of its own (``GET /hub/sweep?key=…``): it changes nothing, so
+    Back after the sweep is applied shows it again, not a form to send again."""
+    return await _dry_run(request, _scope_key(request.query.get("key")))
+
+
+async def _dry_run(request: web.Request, scope_key: str) -> web.StreamResponse:
+    """What a sweep would retire, listed with the markers that fired."""
+    memory = request.app[HUB].memory
+    report = await memory.sweep(caller_for(scope_key), scope_key, dry_run=True)
     ids = report.scopes[0].result.ids or () if report.scopes else ()
     records = await _records(request, scope_key, ids)
     rows = [(record_id, records.get(record_id),
@@ -126,5 +142,6 @@ async def export(request: web.Request) -> web.StreamResponse:
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/forget", forget)
     router.add_post("/sweep", sweep)
+    router.add_get("/sweep", dry_run)
     router.add_post("/delete-scope", delete_scope)
     router.add_get("/export", export)

@@ -131,6 +131,12 @@ class Limits:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
+#: The longest request line (method, address, version) taken, in bytes. aiohttp's 8,190
+#: is too short for the Memory Hub's search, whose address carries a brief of up to 4,000
+#: characters that URL-encoding may make twelve bytes each (48,000), and its three inputs.
+MAX_REQUEST_LINE = 64 * 1024
+
+
 def _error(status: int, reason: str) -> web.Response:
     response = web.json_response({"error": reason}, status=status, dumps=dumps)
     response.headers[hdrs.SERVER] = SERVER_NAME
@@ -249,6 +255,7 @@ class WorkerRunner(web.AppRunner):
                  **kwargs: Any) -> None:
         self.limits = limits or Limits()
         kwargs.setdefault("lingering_time", 0)
+        kwargs.setdefault("max_line_size", MAX_REQUEST_LINE)
         kwargs.setdefault("keepalive_timeout", self.limits.idle_timeout)
         super().__init__(app, **kwargs)
         # An application served again (a restart in process) is frozen: aiohttp deprecates

@@ -177,6 +177,17 @@ HR = "channel:slack:CHR"
 HR_MEMBER = Caller(user_key="user:slack:UH", channel_id="slack:CHR")
 
 
+async def test_a_read_refused_says_the_scope_is_out_of_reach_not_that_it_is_unchangeable(
+        memory, store):
+    """A read of another person's or organisation's scope was refused with "nobody else
+    can change it": true, and no answer to a person who asked to read."""
+    for scope in (BOB.user_key, "org:evil"):
+        for call in (memory.list(ALICE, scope), memory.search(ALICE, "deploys", scope)):
+            refused = await refusal(call)
+            assert refused.reason == "closed_scope" and "reach" in refused.message
+            assert "change" not in refused.message
+
+
 async def test_a_channel_scope_is_read_only_from_that_channel(memory, store):
     # What the write policy narrowed to #hr (a private origin) stays #hr's audience.
     await store.write(HR, [fact("the salary review for the api team is due in march")])

@@ -238,10 +238,25 @@ async def test_forget_own_record(memory, store):
     assert again.startswith("Nothing to forget")
 
 
+async def test_an_id_copied_from_a_reply_with_its_backticks_is_that_id(memory, store):
+    """The replies show ids as code (`mem:…`); a person who copies one with its backticks
+    (a plain-text client keeps them) was told it is not a memory id."""
+    await store.write(ALICE, [fact("wrong lesson: deploys use the red cluster")])
+    listed = await ask(memory, "memory list me")
+    record_id = f"mem:{ALICE}:1"
+    assert f"`{record_id}`" in listed
+    reply = await ask(memory, f"memory forget `{record_id}`")
+    assert reply.startswith("🧹") and await store.list(ALICE, 10) == []
+    replaced = await ask(memory, f"memory remember --supersedes `{record_id}` the api tests "
+                                 "need make bootstrap first")
+    assert f"`{record_id}` was not an active record; nothing replaced" in replaced
+    assert (await ask(memory, "memory forget `mem:x`")).startswith("🚫")
+
+
 async def test_forgetting_org_is_admin_gated(memory, store):
     await store.write(ORG, [fact("deploy via the bastion")])
     reply = await ask(memory, f"memory forget mem:{ORG}:1")
-    assert reply.startswith("🚫") and "memory list me" in reply
+    assert reply.startswith("🚫") and "only admins" in reply and "your own scope (me)" in reply
     assert len(await store.list(ORG, 10)) == 1
     assert (await ask(memory, f"memory forget mem:{ORG}:1", caller=ADMIN)).startswith("🧹")
     assert await store.list(ORG, 10) == []
@@ -436,6 +451,21 @@ async def test_a_listing_reply_holds_at_most_its_budget_of_record_text(memory, s
     assert sum(len(line) for line in shown) <= MAX_REPLY_TEXT_CHARS + 200 * len(shown)
     assert f"{100 - len(shown)} more not shown" in reply
     assert "--limit" not in reply.splitlines()[-1]
+
+
+async def test_a_sweep_dry_run_reply_lists_ids_within_the_reply_budget(memory, store):
+    """A dry run over scopes full of status lines listed every id: 3,000 facts made a
+    reply of 62,000 characters, past what a chat platform posts (Slack cuts at 40,000).
+    The count stays whole; the command line still lists every id."""
+    for start in range(0, 3000, 500):
+        await store.write(ORG, [fact(f"pushed sha {n:07x}abc and CI went green")
+                                for n in range(start, start + 500)], cap=3000)
+    reply = await ask(memory, "memory sweep --scope org --dry-run", caller=ADMIN)
+    assert len(reply) <= MAX_REPLY_TEXT_CHARS + 500
+    assert reply.startswith("🧹 org:acme: would sweep 3000 (`mem:org:acme:1`")
+    listed = reply.count("`mem:org:acme:")
+    assert 1 <= listed < 3000 and f"{3000 - listed} more not listed" in reply
+    assert len(await store.list(ORG, 10)) == 10  # a dry run
 
 
 @pytest.mark.parametrize("created_at", [2**62, -(2**62), -1, 0])

@@ -350,3 +350,12 @@ def test_remember_refuses_noise_and_stats_count_it(config: Path):
     stats = run(config, "stats", "--since", "all", "--json")
     assert stats.exit_code == 0, stats.output
     assert '"rejected:noise": 3' in stats.output
+
+
+def test_a_change_only_an_admin_may_make_says_who_may_not_a_chat_command(config: Path):
+    """The refusal told the command line's user to run `memory list me`, a chat command:
+    a shell answers it with "command not found". It names the setting that makes admins."""
+    refused = run(config, "remember", "lint before pushing", "--scope", "org",
+                  "--as", "user:slack:U8", "--operator")
+    assert refused.exit_code == 1 and "only admins" in refused.output
+    assert "memory.admins" in refused.output and "memory list" not in refused.output

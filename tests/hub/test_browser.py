@@ -275,3 +275,87 @@ def test_the_main_flows_work_from_the_keyboard(logged_out, hub):
     page.keyboard.press("Enter")
     page.wait_for_selector("pre.preview")
     assert LESSON in page.inner_text("#results")
+
+
+@sqlite_only
+def test_a_search_the_hub_refuses_says_why_where_the_results_go(page, hub):
+    """With htmx, a refused search (a URL for the repository) changed nothing on the page:
+    htmx drops a 400's answer, so the person's click did nothing they could see."""
+    page.goto(f"{hub.url}/hub/search")
+    page.wait_for_function("window.htmx !== undefined")
+    page.fill("#brief", "api tests")
+    page.fill("input[name=repo]", "https://github.com/acme/api")
+    page.click("text=Search and preview")
+    alert = page.locator("#results [role=alert]")
+    alert.wait_for()
+    assert "owner/name" in alert.inner_text() and "acme/api" in alert.inner_text()
+    assert page.locator("#results nav, #results h1").count() == 0  # the reason, not a page
+    page.fill("input[name=repo]", "acme/api")
+    page.click("text=Search and preview")
+    page.wait_for_selector("#results pre.preview")
+    assert LESSON in page.inner_text("#results")
+    assert page.locator("#results [role=alert]").count() == 0
+
+
+@sqlite_only
+def test_a_narrow_window_keeps_every_page_on_screen(browser, signed_in, hub):
+    """On a phone-wide window the pages ran off the screen's right edge: the header pushed
+    Log out out of view, and the tables widened the whole page while squeezing a record's
+    text to a letter or two a line. A wide table now scrolls in its own box."""
+    context = browser.new_context(viewport={"width": 360, "height": 740},
+                                  storage_state=signed_in)
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    try:
+        record = records_of(hub, REPO)[LESSON]
+        for path in ("/hub/", f"/hub/scope?key={REPO}", f"/hub/record?id={record.id}",
+                     "/hub/search?brief=api+tests&repo=acme/api", "/hub/run?run=r-42"):
+            page.goto(f"{hub.url}{path}")
+            width = page.evaluate("document.documentElement.clientWidth")
+            assert page.evaluate("document.documentElement.scrollWidth") <= width, path
+            logout = page.get_by_role("button", name="Log out").bounding_box()
+            assert logout is not None and logout["x"] + logout["width"] <= width, path
+        page.goto(f"{hub.url}/hub/scope?key={REPO}")
+        text = page.locator("td.text", has_text=LESSON).bounding_box()
+        assert text is not None and text["width"] >= 180
+    finally:
+        context.close()
+
+
+@sqlite_only
+def test_a_search_after_the_session_ended_goes_to_the_login_page_whole(browser, hub):
+    """A search once the session had ended (logged out in another tab, expired) put the
+    whole login page, header and all, inside the search page's results box."""
+    context, tab = new_tab(browser)
+    try:
+        log_in(tab, hub)
+        tab.goto(f"{hub.url}/hub/search")
+        tab.wait_for_function("window.htmx !== undefined")
+        other = context.new_page()
+        other.goto(f"{hub.url}/hub/")
+        other.click("text=Log out")
+        other.wait_for_url(f"{hub.url}/hub/login")
+        tab.fill("#brief", "api tests")
+        tab.click("text=Search and preview")
+        tab.wait_for_url(f"{hub.url}/hub/login")
+        tab.wait_for_selector("#token")
+        assert tab.locator("header").count() == 1 and tab.locator("#results").count() == 0
+    finally:
+        context.close()
+
+
+@sqlite_only
+def test_back_from_an_applied_sweep_shows_the_dry_run_again_not_a_browser_error(page, hub):
+    """The dry run was the answer to a POST: Back after applying the sweep showed the
+    browser's "confirm form resubmission" error page (ERR_CACHE_MISS)."""
+    scope = "repo:acme/sweep-back"
+    hub.call(hub.store.write(scope, [
+        __import__("tests.hub.conftest", fromlist=["fact"]).fact(STATUS_FACT)]))
+    page.goto(f"{hub.url}/hub/scope?key={scope}")
+    page.click("text=Sweep: dry run")
+    assert STATUS_FACT in page.inner_text("table")
+    page.click("text=Apply the sweep")
+    assert "sweep is applied" in page.inner_text("[role=status]")
+    answer = page.go_back()
+    assert answer is not None and answer.status == 200
+    assert "would retire 0 active facts" in page.inner_text("main")

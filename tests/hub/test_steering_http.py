@@ -1,0 +1,141 @@
+"""Steering from the hub's pages over HTTP, as a person goes through a long scope: a forget
+brings them back where they were, a notice is said once, and what they looked up is shown
+as the pages show a run id."""
+
+from __future__ import annotations
+
+import html
+import re
+import urllib.parse
+
+from aiohttp import ClientSession, CookieJar
+
+from scopemem.config import load_config
+from scopemem.core.records import Candidate, Kind
+from scopemem.stores.memory import InMemoryStore
+from scopemem.worker_aiohttp.app import create_app, running
+from tests.hub.conftest import DATA_TOKEN, HUB_TOKEN
+
+CONFIG = load_config({"memory": {"enabled": True, "organization": "acme"}})
+PERSON = "user:slack:U1"
+
+
+async def _login(session: ClientSession, url: str) -> None:
+    form = await (await session.get(f"{url}/hub/login")).text()
+    nonce = re.search(r'name="nonce" value="([^"]+)"', form)
+    assert nonce is not None
+    answer = await session.post(f"{url}/hub/login", allow_redirects=False,
+                                data={"nonce": nonce.group(1), "token": HUB_TOKEN})
+    assert answer.status == 303
+
+
+def _first_forget_form(page: str) -> dict[str, str]:
+    """The fields of the first Forget form on a page, as a browser would send them."""
+    form = re.search(r'<form method="post" action="/hub/forget">(.*?)</form>', page, re.S)
+    assert form is not None
+    return {name: html.unescape(value) for name, value in
+            re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form.group(1))}
+
+
+def _pager_links(page: str) -> list[str]:
+    pager = re.search(r'<nav class="pager".*?</nav>', page, re.S)
+    assert pager is not None
+    return [html.unescape(link) for link in re.findall(r'href="([^"]+)"', pager.group(0))]
+
+
+async def test_a_forget_returns_to_the_page_and_filters_it_was_made_from_saying_so_once():
+    """Forgetting a record on page 2 of a filtered scope brought the person back to page 1,
+    unfiltered; and the pager's links carried the notice, so every page after it said again
+    that a record was forgotten."""
+    store = InMemoryStore()
+    await store.write(PERSON, [Candidate(kind=Kind.FACT, source_thread_key="slack:D1",
+                                         text=f"lesson number {n} about the deploy train")
+                               for n in range(120)])
+    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        await _login(session, url)
+        page = await (await session.get(
+            f"{url}/hub/scope?key={PERSON}&status=active&page=2")).text()
+        form = _first_forget_form(page)
+        answer = await session.post(f"{url}/hub/forget", data=form, allow_redirects=False)
+        assert answer.status == 303
+        back = answer.headers["Location"]
+        assert "page=2" in back and "status=active" in back and "done=forgotten" in back
+        landed = await (await session.get(f"{url}{back}")).text()
+        assert "The record is forgotten" in landed
+        assert form["id"] not in landed  # the filter shows active records only
+        links = _pager_links(landed)
+        assert links and not any("done=" in link for link in links)
+        following = await (await session.get(f"{url}{links[0]}")).text()
+        assert "The record is forgotten" not in following
+
+
+async def test_a_forget_form_that_carries_no_place_or_a_forged_one_lands_on_the_scope():
+    """The place a forget returns to is taken only from values a scope page could have
+    sent; anything else is left out, never echoed into the redirect."""
+    store = InMemoryStore()
+    await store.write(PERSON, [Candidate(kind=Kind.FACT, source_thread_key="slack:D1",
+                                         text="the api tests need make bootstrap first")])
+    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        await _login(session, url)
+        page = await (await session.get(f"{url}/hub/scope?key={PERSON}")).text()
+        form = _first_forget_form(page)
+        forged = {**form, "page": "0x2", "status": "gone", "kind": "//evil.example",
+                  "source": "human\r\nX: 1"}
+        answer = await session.post(f"{url}/hub/forget", data=forged, allow_redirects=False)
+        assert answer.status == 303
+        back = urllib.parse.urlsplit(answer.headers["Location"])
+        assert back.path == "/hub/scope"
+        assert urllib.parse.parse_qs(back.query) == {"key": [PERSON], "done": ["forgotten"]}
+
+
+async def test_the_run_page_shows_the_run_it_looked_up_as_it_shows_a_run_id():
+    """A run id that holds a bidi override (a record's run id links there) was echoed as
+    typed by the run page's "no record reached" line, reversing what a person reads."""
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        await _login(session, url)
+        page = await (await session.get(f"{url}/hub/run?run=r-%E2%80%AEevil")).text()
+        said = re.search(r"<p>No record reached (.*?) within the retention.</p>", page)
+        assert said is not None and said.group(1) == "r-evil"
+
+
+async def test_a_page_past_the_last_says_so_and_links_the_last_rather_than_nothing_held():
+    """Forgetting the only active record of a filtered scope's last page lands on a page
+    past the end: it said "no record of this scope matches these filters", and the
+    overview's page past its end "no scope holds records"."""
+    store = InMemoryStore()
+    await store.write(PERSON, [Candidate(kind=Kind.FACT, source_thread_key="slack:D1",
+                                         text=f"lesson number {n} about the deploy train")
+                               for n in range(51)])
+    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        await _login(session, url)
+        page = await (await session.get(
+            f"{url}/hub/scope?key={PERSON}&status=active&page=2")).text()
+        answer = await session.post(f"{url}/hub/forget", data=_first_forget_form(page),
+                                    allow_redirects=False)
+        landed = await (await session.get(f"{url}{answer.headers['Location']}")).text()
+        assert "matches these filters" not in landed
+        assert "past the last page" in landed
+        assert any("page=1" in link for link in _pager_links(landed))
+        overview = await (await session.get(f"{url}/hub/?page=3")).text()
+        assert "No scope holds records" not in overview and "past the last page" in overview
+
+
+async def test_a_search_brief_up_to_its_limit_in_any_script_is_searched():
+    """A brief is taken up to 4,000 characters, but in the address a character outside
+    ASCII takes up to twelve bytes: a brief of a thousand Chinese characters overran the
+    HTTP parser's 8,190-byte request line and was refused as a malformed request."""
+    store = InMemoryStore()
+    await store.write("org:acme", [Candidate(kind=Kind.FACT, source_thread_key="slack:C1",
+                                             text="部署 需要 先 运行 引导 脚本")])
+    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        await _login(session, url)
+        brief = ("部署 " * 2000)[:4000]
+        answer = await session.get(f"{url}/hub/search", params={"brief": brief})
+        assert answer.status == 200 and "部署 需要" in await answer.text()
+        longer = await session.get(f"{url}/hub/search", params={"brief": brief + "部"})
+        assert longer.status == 400 and "longer than 4000 characters" in await longer.text()
