@@ -386,6 +386,10 @@ async def main() -> None:
     parser.add_argument("--hit-floor", type=float, default=0.0,
                         help="the least cosine a keyword hit needs (measured, not applied)")
     parser.add_argument("--share", type=float, default=SEMANTIC_SHARE)
+    parser.add_argument("--model", choices=("all-MiniLM-L6-v2", "all-mpnet-base-v2",
+                                                 "all-mpnet-base-v2-int8"),
+                        default="all-MiniLM-L6-v2",
+                        help="the lane's model (benchmarks/semantic.py MODELS)")
     args = parser.parse_args()
     print(f"store {args.store}, ranking {args.ranking}, min_match {args.min_match:g}, "
           f"repo_window {args.repo_window}, limit {args.limit}, languages {args.languages}; "
@@ -402,13 +406,12 @@ async def main() -> None:
         for topics, no_target, name in halves:
             await measure(topics, no_target, args, name)
     if args.semantic != "off":
-        from semantic import MODEL
         from semantic import lane as semantic_lane
 
-        print(f"semantic lane (local/{MODEL}, floor {args.floor:g}, hit floor "
+        print(f"semantic lane (local/{args.model}, floor {args.floor:g}, hit floor "
               f"{args.hit_floor:g}, cosine share {args.share:g}):")
         for topics, no_target, name in halves:
-            lane = semantic_lane(args.floor, args.hit_floor, args.share)
+            lane = semantic_lane(args.floor, args.hit_floor, args.share, model=args.model)
             await measure(topics, no_target, args, name, lane)
             embedder = lane.embedder
             print(f"{name:9s} embedder: {embedder.texts} new texts in "  # type: ignore

@@ -255,6 +255,10 @@ async def main() -> None:
                         help="the keyword stores, the semantic lane (in-process), or both")
     parser.add_argument("--floor", type=float, default=MemoryConfig().embeddings_floor)
     parser.add_argument("--share", type=float, default=SEMANTIC_SHARE)
+    parser.add_argument("--model", choices=("all-MiniLM-L6-v2", "all-mpnet-base-v2",
+                                                 "all-mpnet-base-v2-int8"),
+                        default="all-MiniLM-L6-v2",
+                        help="the lane's model (benchmarks/semantic.py MODELS)")
     parser.add_argument("--pool", type=int, default=50,
                         help="keyword hits and dense candidates fused (default 50: the "
                         "ranking's candidate cap at limit 10)")
@@ -271,14 +275,13 @@ async def main() -> None:
           f"{asked} questions with evidence; limit {args.limit}; ranking weighted, "
           f"languages {', '.join(ranking.analyzer.languages)}")
     if args.semantic != "off":
-        from semantic import MODEL
         from semantic import lane as semantic_lane
 
         store = InMemoryStore(cap=MAX_SCOPE_CAP, clock=lambda: NOW, ranking=ranking)
         await fill(store, conversations)
         pool = args.pool
         lexical = store_asker(store)
-        lane = semantic_lane(args.floor, 0.0, args.share)
+        lane = semantic_lane(args.floor, 0.0, args.share, model=args.model)
         for conversation in conversations:
             await lane.embed_missing(store, conversation.scope)
         hybrid = hybrid_asker(store, lane, pool)
@@ -286,7 +289,7 @@ async def main() -> None:
             await measure(f"keyword (memory), {group}", lexical, chosen, args.limit,
                           args.questions)
             await measure(f"hybrid, {group}", hybrid, chosen, args.limit, args.questions)
-        print(f"hybrid: local/{MODEL}, floor {args.floor:g}, cosine share {args.share:g}, "
+        print(f"hybrid: local/{args.model}, floor {args.floor:g}, cosine share {args.share:g}, "
               f"pool {pool}; the embedder took "
               f"{lane.embedder.seconds:.1f} s for "  # type: ignore[attr-defined]
               f"{lane.embedder.texts} new texts (cached)")  # type: ignore[attr-defined]

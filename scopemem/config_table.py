@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from scopemem.core.browse import DEFAULT_REACH_RETENTION_DAYS, MAX_REACH_RETENTION_DAYS
+from scopemem.core.fusion import SEMANTIC_SHARE
 from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
@@ -123,9 +124,12 @@ class MemoryConfig:
     min_match: float = 0.0
     # The semantic lane (docs/memory.md "The semantic lane"): "<embedder>/<model>" turns it
     # on; a record is then relevant by a keyword match or by a cosine of at least the floor
-    # (a model's own scale: 0.3 chosen for all-MiniLM-L6-v2, higher for e5's).
+    # (a model's own scale: 0.3 chosen for all-MiniLM-L6-v2, higher for e5's), and the
+    # cosine's share of the blended match (0.4 chosen for all-MiniLM-L6-v2, 0.5 for
+    # all-mpnet-base-v2).
     embeddings: str | None = None
     embeddings_floor: float = 0.3
+    embeddings_share: float = SEMANTIC_SHARE
     # The most a read waits for the brief's vector: past it the block is the keyword block
     # (one warning a scope), so a slow embedder never holds a model turn for its whole
     # ``timeout_seconds``, which bounds the writes' embedding too.
@@ -230,6 +234,9 @@ def check_config(config: MemoryConfig) -> None:
     if not 0.0 <= config.embeddings_floor < 1.0:
         raise ConfigError("memory.embeddings_floor: must be from 0 to below 1,"
                           f" got {config.embeddings_floor}")
+    if not 0.0 <= config.embeddings_share <= 1.0:  # nan fails too
+        raise ConfigError("memory.embeddings_share: must be from 0 to 1,"
+                          f" got {config.embeddings_share}")
     for name in ("embeddings_wait_seconds", "repo_wait_seconds"):
         wait = getattr(config, name)
         if not 0.0 < wait <= MAX_WAIT_SECONDS:  # nan fails too

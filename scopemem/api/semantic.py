@@ -203,7 +203,8 @@ def build_lane(pm: PluginManager, config: MemoryConfig, environ: Mapping[str, st
     except ValueError as exc:
         raise ConfigError(f"memory.embeddings: {exc}") from None
     embedder = build_embedder(pm, config, ref, environ)
-    return SemanticLane(embedder, ref, Fusion(floor=config.embeddings_floor),
+    return SemanticLane(embedder, ref, Fusion(floor=config.embeddings_floor,
+                                                  share=config.embeddings_share),
                         config.embeddings_wait_seconds)
 
 

@@ -75,6 +75,13 @@ async def test_the_floor_gates_what_only_the_cosine_brings_in(clock):
     assert bullets(await memory.context_block(Request(text=BRIEF))) == [KITCHEN]
 
 
+async def test_the_cosine_share_is_the_models_configuration(clock):
+    # The paraphrase (no shared word, cosine 0.58) leads at the default share; with the
+    # cosine's share at 0.1 the kitchen's keyword match (0.1, cosine 0.14) outweighs it.
+    memory = await filled(clock, Plugin(), embeddings_share=0.1)
+    assert bullets(await memory.context_block(Request(text=BRIEF))) == [KITCHEN, PARAPHRASE]
+
+
 async def test_off_the_embedder_is_never_built_nor_asked(clock):
     plugin = Plugin()
     memory = await filled(clock, plugin, embeddings=None)
@@ -141,6 +148,8 @@ async def test_a_vector_of_other_dimensions_is_refused(clock):
     ({"embeddings": "no-slash"}, "memory.embeddings"),
     ({"embeddings": "nobody/model"}, "memory.embeddings"),
     ({"embeddings_floor": 1.5}, "memory.embeddings_floor"),
+    ({"embeddings_share": 1.5}, "memory.embeddings_share"),
+    ({"embeddings_share": -0.1}, "memory.embeddings_share"),
     ({"embeddings": "local/minilm"}, "memory.embedders.local.directory"),
     ({"embeddings": "local/minilm", "embedders": {"local": {"directory": "/m", "x": 1}}},
      "memory.embedders.local.x"),
