@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from scopemem.agent_hooks.ledger import Ledger
+from scopemem.agent_hooks.plugin import GRACE_SECONDS
 from scopemem.api.memory import Memory
 from scopemem.cli.root import build_cli
 from scopemem.core.records import Candidate, Kind
@@ -204,6 +205,14 @@ state_dir = "{tmp_path / 'state'}"
 """)
 
 
+def assert_given_up_at(result: subprocess.CompletedProcess[str], timeout: float) -> None:
+    """Given up at ``timeout``: by the read's own deadline or, on a machine so busy that the
+    process could not start its read in time, by the watchdog a grace later. Which of the
+    two comes first is thread timing; that the deadline is the one asked for is not."""
+    assert (f"memory read timed out after {timeout:g}s" in result.stderr
+            or f"gave up after {timeout + GRACE_SECONDS:g}s" in result.stderr), result.stderr
+
+
 @pytest.fixture
 def hung_worker() -> Iterator[int]:
     """A port that accepts connections and never answers a byte."""
@@ -230,7 +239,7 @@ def test_a_hung_worker_is_given_up_at_the_deadline(tmp_path: Path, repo: Path,
                       payload("UserPromptSubmit", cwd=str(repo)), "--timeout", "0.5",
                       env={"MEMORY_TOKEN": "t" * 24})
     assert_quiet_failure(result, 0)
-    assert "timed out after 0.5s" in result.stderr
+    assert_given_up_at(result, 0.5)
 
 
 def test_the_timeout_comes_from_the_config(tmp_path: Path, repo: Path,
@@ -240,7 +249,7 @@ def test_the_timeout_comes_from_the_config(tmp_path: Path, repo: Path,
     result = run_hook(config, "UserPromptSubmit", payload("UserPromptSubmit", cwd=str(repo)),
                       env={"MEMORY_TOKEN": "t" * 24})
     assert_quiet_failure(result, 0)
-    assert "timed out after 0.25s" in result.stderr
+    assert_given_up_at(result, 0.25)
 
 
 @pytest.mark.parametrize("stdin", [
