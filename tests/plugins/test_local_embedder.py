@@ -88,6 +88,16 @@ async def test_a_model_that_fails_on_a_batch_says_why_and_which_option_helps(mod
     assert message.startswith("local: the model failed on 2 texts of up to 900 tokens:")
     assert "512 by 1024" in message
     assert "memory.embedders.local.max_length (1024)" in message
+    # The texts' failure, not the embedder's: the lane splits the batch, so the texts the
+    # model takes get their vectors.
+    assert raised.value.refused_input
     # ONNX Runtime logs only what is fatal: the failure is this one message, not a line
     # of its own on stderr too.
     assert _Session.options.log_severity_level == 4
+
+
+async def test_a_model_that_cannot_load_is_no_refusal_of_the_texts(tmp_path):
+    embedder = LocalEmbedder(name="local", directory=str(tmp_path / "nowhere"))
+    with pytest.raises(ProviderError) as raised:
+        await embedder.embed(model="m", texts=["short"])
+    assert not raised.value.refused_input
