@@ -56,7 +56,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
         kept, refused = asyncio.run(main())
         if refused:
             click.echo(f"{refused[0]} record(s) got no vector: the embedder refused their "
-                       f"text (the first, of {refused[1]})", err=True)
+                       f"text; the first, in {refused[1]}", err=True)
         click.echo(f"embedded {kept} record(s) with {memory.config.embeddings}")
 
 

@@ -51,9 +51,10 @@ class ProviderError(ScopememError):
 
     ``refused_input``: the call failed for what it was given, not for the provider: an
     embedder sets it when its server refused the texts (HTTP 400, 413, 422: a text longer
-    than the model takes) or a vector is unusable for its text. The semantic lane then
-    splits the batch so the other texts get their vectors; any other failure (a server
-    down, a key refused, a timeout) stops the embedding at one call a batch."""
+    than the model takes), the semantic lane when a vector is unusable for its text (zero,
+    not finite). The lane then splits the batch so the other texts get their vectors; any
+    other failure (a server down, a key refused, a timeout) stops the embedding at one call
+    a batch."""
 
     def __init__(self, message: str = "", *, refused_input: bool = False) -> None:
         super().__init__(message)
