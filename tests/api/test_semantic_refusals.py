@@ -134,3 +134,25 @@ async def test_a_vector_unusable_for_one_text_costs_that_text_only(clock):
     assert done.reason is not None and "zero" in done.reason
     assert [text for _id, text in await store.vectors_missing(SCOPE, "fake/m", 10)] == \
         ["An empty lesson here"]
+
+
+class _RefusesAll(FakeEmbedder):
+    async def embed(self, *, model: str, texts: Sequence[str]) -> list[list[float]]:
+        self.calls.append(list(texts))
+        raise ProviderError("fake: too long", refused_input=True)
+
+
+async def test_a_scope_of_too_many_refused_texts_stops_with_an_error(clock, monkeypatch):
+    """The lane steps over at most MAX_REFUSED refused records of a scope (a store answers
+    a bounded page of records without a vector): past that the run stops, saying so."""
+    from scopemem.api import semantic
+
+    monkeypatch.setattr(semantic, "MAX_REFUSED", 3)
+    store = InMemoryStore(clock=clock)
+    await store.write(SCOPE, [fact(f"lesson {n} about the caching layer") for n in range(40)])
+    embedder = _RefusesAll()
+    lane = SemanticLane(embedder, ModelRef("fake", "m"), Fusion(0.4))
+    with pytest.raises(ProviderError, match="refused the text of more than 3 records of "
+                       "user:cli:alice .the first: fake: too long"):
+        await lane.embed_missing(store, SCOPE)
+    assert len(embedder.calls) == 2 * 32 - 1  # one batch, split down to each text
