@@ -152,8 +152,8 @@ class SemanticLane:
             if not missing:
                 return done
             vectors, failed = await self._split(missing)
-            stored = await store.put_vectors(scope_key, self.model, vectors) if vectors else 0
             refused.update(record_id for record_id, _reason in failed)
+            stored = await store.put_vectors(scope_key, self.model, vectors) if vectors else 0
             done = Embedded(done.kept + stored, done.refused + len(failed),
                             done.reason or (failed[0][1] if failed else None))
             # The dimension count a store took: every later vector of the model must have it.
