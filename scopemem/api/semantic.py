@@ -49,7 +49,7 @@ MAX_REFUSED = MAX_MISSING_PAGE - EMBED_BATCH
 @attrs.frozen
 class Embedded:
     """What one ``embed_missing`` did: vectors kept, records whose text the embedder refused
-    (no vector; the first refusal's ``reason``)."""
+    (no vector; ``reason``: the first one's id and the embedder's reason)."""
 
     kept: int = 0
     refused: int = 0
@@ -155,7 +155,7 @@ class SemanticLane:
             refused.update(record_id for record_id, _reason in failed)
             stored = await store.put_vectors(scope_key, self.model, vectors) if vectors else 0
             done = Embedded(done.kept + stored, done.refused + len(failed),
-                            done.reason or (failed[0][1] if failed else None))
+                            done.reason or (": ".join(failed[0]) if failed else None))
             # The dimension count a store took: every later vector of the model must have it.
             # Never one only read with (a query's), which no store may have checked.
             if stored and self._dimensions is None:
@@ -165,7 +165,7 @@ class SemanticLane:
             if len(refused) > MAX_REFUSED:
                 raise ProviderError(
                     f"embedder {self.ref.provider} refused the text of more than "
-                    f"{MAX_REFUSED} records of {scope_key} (the first: {done.reason}); the "
+                    f"{MAX_REFUSED} records of {scope_key} (the first, {done.reason}); the "
                     "records after them wait for an embedder that takes them")
             if stored == 0 and not failed:  # they all left active status meanwhile
                 return done
@@ -268,7 +268,7 @@ async def embed_written(lane: SemanticLane | None, store: object, scope_key: str
                       else embedding)
         if done.refused:
             log.warning("[memory] %d record(s) of %s got no vector: the embedder refused "
-                        "their text (%s)", done.refused, scope_key, done.reason)
+                        "their text (the first, %s)", done.refused, scope_key, done.reason)
     except TimeoutError:
         log.warning("[memory] embedding new records of %s did not finish within %g s; the "
                     "next write or `scopemem embeddings backfill` embeds them", scope_key,

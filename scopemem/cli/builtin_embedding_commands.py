@@ -56,13 +56,13 @@ def scopemem_register_commands(cli: click.Group) -> None:
         kept, refused = asyncio.run(main())
         if refused:
             click.echo(f"{refused[0]} record(s) got no vector: the embedder refused their "
-                       f"text; the first, in {refused[1]}", err=True)
+                       f"text (the first, {refused[1]})", err=True)
         click.echo(f"embedded {kept} record(s) with {memory.config.embeddings}")
 
 
 async def _backfill(memory: Memory, scope_key: str | None
                     ) -> tuple[int, tuple[int, str] | None]:
-    """Records embedded, and (records refused, the first's scope and reason) if any."""
+    """Records embedded, and (records refused, the first's id and reason) if any."""
     from scopemem.errors import ScopememError
     from scopemem.stores.shared.vectors import VectorStore
 
@@ -95,7 +95,7 @@ async def _backfill(memory: Memory, scope_key: str | None
                                            "embedded; run again to resume)") from None
             if done.refused:
                 refused = (done.refused + (refused[0] if refused else 0),
-                           refused[1] if refused else f"{key}: {done.reason}")
+                           refused[1] if refused else str(done.reason))
             progress.advance(0, 1)
     finally:
         progress.close()

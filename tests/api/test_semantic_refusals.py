@@ -64,7 +64,8 @@ async def test_a_refused_text_costs_only_its_own_records_vector(server, clock, c
         # after it (which no longer ask for the refused text) say nothing.
         warned = refusals(caplog)
         assert len(warned) == 1, warned
-        assert "1 record(s) of user:cli:alice got no vector" in warned[0]
+        assert "1 record(s) of user:cli:alice got no vector: the embedder refused their " \
+            "text (the first, mem:user:cli:alice:1: openai: HTTP 400" in warned[0]
         assert "maximum context length" in warned[0]
         # Asked once by this process: not at every later write.
         assert sum(LONG in texts for texts in server.embedded) == 1
@@ -153,6 +154,6 @@ async def test_a_scope_of_too_many_refused_texts_stops_with_an_error(clock, monk
     embedder = _RefusesAll()
     lane = SemanticLane(embedder, ModelRef("fake", "m"), Fusion(0.4))
     with pytest.raises(ProviderError, match="refused the text of more than 3 records of "
-                       "user:cli:alice .the first: fake: too long"):
+                       "user:cli:alice .the first, mem:user:cli:alice:1: fake: too long"):
         await lane.embed_missing(store, SCOPE)
     assert len(embedder.calls) == 2 * 32 - 1  # one batch, split down to each text

@@ -200,8 +200,8 @@ def test_backfill_goes_on_past_a_text_the_embedder_refuses(tmp_path):
     lines = result.output.splitlines()
     assert lines[-1] == "embedded 3 record(s) with openai/fake-embedder"
     (refused,) = [line for line in lines if "refused" in line]
-    assert refused.startswith("1 record(s) got no vector: the embedder refused their text; "
-                              "the first, in org:acme: openai: HTTP 400")
+    assert refused.startswith("1 record(s) got no vector: the embedder refused their text "
+                              "(the first, mem:org:acme:1: openai: HTTP 400")
     assert "maximum context length" in refused and "run again" not in result.output
     assert missing(tmp_path, "org:acme", "openai/fake-embedder") == 1
 
