@@ -4,7 +4,10 @@ It runs in a thread of its own (``http.server``), so a program under test in ano
 (``scopemem mcp``, ``scopemem hook``) can call it while the test itself blocks on that
 process. Every request is recorded; each reply is the next one scripted (an envelope, sent
 as JSON, or a string, sent verbatim as the reply's text, as a chat model may wrap its JSON),
-or a reply with no facts when the script has run out. Point a config at it with::
+or a reply with no facts when the script has run out. It serves ``/embeddings`` too, with
+``tests.fake_embedder``'s vectors, refusing as vLLM does (400) a text longer than
+``embed_limit`` characters, or answering every embedding request ``embed_status`` (a server
+that is down). Point a config at it with::
 
     [memory.providers.openai]
     base_url = "<server.base_url>"     # ends in /v1
@@ -37,7 +40,31 @@ class FakeModel:
         self.replies: list[Mapping[str, Any] | str] = []
         self.requests: list[dict[str, Any]] = []
         self.base_url = ""
+        self.embed_limit: int | None = None  # longer texts: 400, as vLLM refuses them
+        self.embed_status: int | None = None  # every /embeddings request answered this
+        self.embedded: list[list[str]] = []  # the texts of every /embeddings request
         self._lock = threading.Lock()
+
+    def embed(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """An ``/embeddings`` request's (status, reply)."""
+        from tests.fake_embedder import vector
+
+        texts = [str(text) for text in body.get("input", [])]
+        with self._lock:
+            self.embedded.append(texts)
+        if self.embed_status is not None:
+            return self.embed_status, {"error": {"message": "unavailable"}}
+        if self.embed_limit is not None and any(len(text) > self.embed_limit
+                                                for text in texts):
+            return 400, {"object": "error", "code": 400, "type": "BadRequestError",
+                         "message": "This model's maximum context length is 512 tokens. "
+                                    "However, you requested 1020 tokens in the input for "
+                                    "embedding generation. Please reduce the length of the "
+                                    "input."}
+        return 200, {"object": "list", "model": body.get("model", "fake-embedder"),
+                     "data": [{"object": "embedding", "index": index,
+                               "embedding": vector(text)}
+                              for index, text in enumerate(texts)]}
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
@@ -68,11 +95,15 @@ def _handler(model: FakeModel) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 self.send_error(400, "not JSON")
                 return
-            if not self.path.endswith("/chat/completions"):
+            if self.path.endswith("/embeddings"):
+                status, reply = model.embed(body)
+            elif self.path.endswith("/chat/completions"):
+                status, reply = 200, model.answer(body)
+            else:
                 self.send_error(404, "unknown path")
                 return
-            raw = json.dumps(model.answer(body)).encode()
-            self.send_response(200)
+            raw = json.dumps(reply).encode()
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(raw)))
             self.end_headers()

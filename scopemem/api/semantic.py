@@ -7,8 +7,11 @@ byte for byte. On, each record gets its vector once, right after the write that 
 (reflection, ``remember``) and from ``scopemem embeddings backfill`` for records older than
 the lane or imported (``scopemem import`` embeds nothing): both are ``embed_missing``,
 which asks the store for its records without a vector of the model and embeds them in
-batches. A query is embedded once per
-``context_block``. How a cosine joins a match is ``scopemem.core.fusion``.
+batches. A text the embedder refuses (``ProviderError.refused_input``: a text longer than
+its model takes) costs its own record's vector: its batch is split in halves until the
+refused texts stand alone, and the lane steps over them for the rest of its life (another
+process asks once more). Any other failure stops at one call a batch. A query is embedded
+once per ``context_block``. How a cosine joins a match is ``scopemem.core.fusion``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+import attrs
+
 from scopemem.config import MemoryConfig
 from scopemem.core import scoring
 from scopemem.core.fusion import Fusion, semantic_reads
@@ -26,14 +31,29 @@ from scopemem.plugins.embedders import Embedder, build_embedder
 from scopemem.plugins.manager import PluginManager
 from scopemem.plugins.providers import ModelRef, ProviderError, parse_model_ref
 from scopemem.stores.base import Hit
-from scopemem.stores.shared.vectors import MAX_DIMENSIONS, VectorStore, pack
+from scopemem.stores.shared.vectors import MAX_DIMENSIONS, MAX_MISSING_PAGE, VectorStore, pack
 
-__all__ = ["EMBED_BATCH", "SemanticLane", "build_lane", "embed_written", "fused_hits"]
+__all__ = ["EMBED_BATCH", "MAX_REFUSED", "Embedded", "SemanticLane", "build_lane",
+           "embed_written", "fused_hits"]
 
 log = logging.getLogger("scopemem")
 
 #: Records embedded per call to the embedder (and per store write of their vectors).
 EMBED_BATCH = 32
+#: The most records of one scope a lane steps over for their refused text: the records still
+#: without a vector are read oldest first, past the refused ones, and a store answers at most
+#: ``MAX_MISSING_PAGE`` at once.
+MAX_REFUSED = MAX_MISSING_PAGE - EMBED_BATCH
+
+
+@attrs.frozen
+class Embedded:
+    """What one ``embed_missing`` did: vectors kept, records whose text the embedder refused
+    (no vector; ``reason``: the first one's id and the embedder's reason)."""
+
+    kept: int = 0
+    refused: int = 0
+    reason: str | None = None
 
 
 class SemanticLane:
@@ -47,6 +67,9 @@ class SemanticLane:
         self.model = str(ref)  # what the store tags each vector with
         self.fusion = fusion
         self._dimensions: int | None = None
+        # Per scope, the records whose text the embedder refused: never asked again by
+        # this lane (at most MAX_REFUSED a scope).
+        self._refused: dict[str, set[str]] = {}
         # The store serves no vectors (a worker of an older release): said once, then the
         # lane asks neither the store nor the embedder.
         self.idle = False
@@ -76,7 +99,7 @@ class SemanticLane:
                                     "of numbers") from None
             except OverflowError:  # an integer past float64's largest: JSON allows it
                 raise ProviderError(f"embedder {self.ref.provider}: a vector holds a value "
-                                    "that is not finite") from None
+                                    "that is not finite", refused_input=True) from None
             dimensions = array.shape[0] if array.ndim == 1 else 0
             if not 1 <= dimensions <= MAX_DIMENSIONS:
                 raise ProviderError(f"embedder {self.ref.provider}: a vector of shape "
@@ -87,15 +110,17 @@ class SemanticLane:
                 raise ProviderError(f"embedder {self.ref.provider}: model {self.ref.model} "
                                     f"gave a vector of {dimensions} dimensions after "
                                     f"{expected}")
+            # Not finite, or zero: unusable for its text (the others may be fine).
             if not np.isfinite(array).all():
                 raise ProviderError(f"embedder {self.ref.provider}: a vector holds a value "
-                                    "that is not finite")
+                                    "that is not finite", refused_input=True)
             # Scaled by its largest value first: the norm of values near float64's largest
             # (or smallest) would overflow (or underflow) and lose a finite direction.
             peak = float(np.abs(array).max())
             norm = float(np.linalg.norm(array / peak)) if peak > 0.0 else 0.0
             if not math.isfinite(norm) or norm == 0.0:
-                raise ProviderError(f"embedder {self.ref.provider}: a vector is zero")
+                raise ProviderError(f"embedder {self.ref.provider}: a vector is zero",
+                                    refused_input=True)
             packed.append(pack(array / peak / norm))
         return packed
 
@@ -122,28 +147,56 @@ class SemanticLane:
         return vector
 
     async def embed_missing(self, store: VectorStore, scope_key: str, *,
-                            progress: Callable[[int], None] | None = None) -> int:
+                            progress: Callable[[int], None] | None = None) -> Embedded:
         """Embed every active record of the scope without a vector of the model, in
-        batches; how many were kept. Resumable by construction: each batch is kept before
-        the next is asked for, so a run cut short leaves only its last batch to redo."""
-        kept = 0
+        batches, but those whose text the embedder refuses. Resumable by construction: each
+        batch is kept before the next is asked for, so a run cut short leaves only its last
+        batch to redo. ``ProviderError`` for a failure that is not the texts' (then at one
+        call for the batch), or when the scope has more than ``MAX_REFUSED`` refused texts."""
+        refused = self._refused.setdefault(scope_key, set())
+        done = Embedded()
         while True:
-            missing = await store.vectors_missing(scope_key, self.model, EMBED_BATCH)
+            window = await store.vectors_missing(scope_key, self.model,
+                                                 EMBED_BATCH + len(refused))
+            missing = [(i, text) for i, text in window if i not in refused][:EMBED_BATCH]
             if not missing:
-                return kept
-            vectors = await self.vectors([text for _id, text in missing])
-            stored = await store.put_vectors(
-                scope_key, self.model, list(zip([i for i, _t in missing], vectors,
-                                                 strict=True)))
-            kept += stored
+                return done
+            vectors, failed = await self._split(missing)
+            refused.update(record_id for record_id, _reason in failed)
+            stored = await store.put_vectors(scope_key, self.model, vectors) if vectors else 0
+            done = Embedded(done.kept + stored, done.refused + len(failed),
+                            done.reason or (": ".join(failed[0]) if failed else None))
             # The dimension count a store took: every later vector of the model must have it.
             # Never one only read with (a query's), which no store may have checked.
             if stored and self._dimensions is None:
-                self._dimensions = len(vectors[0]) // 4
+                self._dimensions = len(vectors[0][1]) // 4
             if progress is not None:
                 progress(stored)
-            if stored == 0:  # they all left active status meanwhile: the next run's work
-                return kept
+            if len(refused) > MAX_REFUSED:
+                raise ProviderError(
+                    f"embedder {self.ref.provider} refused the text of more than "
+                    f"{MAX_REFUSED} records of {scope_key} (the first, {done.reason}); the "
+                    "records after them wait for an embedder that takes them")
+            if stored == 0 and not failed:  # they all left active status meanwhile
+                return done
+
+    async def _split(self, batch: Sequence[tuple[str, str]]
+                     ) -> tuple[list[tuple[str, bytes]], list[tuple[str, str]]]:
+        """(id, vector) of each record of ``batch`` embedded, and (id, reason) of each whose
+        text the embedder refused: a batch refused for its texts is split in halves, down
+        to the texts refused alone. Any other failure raises, at its first call."""
+        try:
+            vectors = await self.vectors([text for _id, text in batch])
+        except ProviderError as exc:
+            if not exc.refused_input:
+                raise
+            if len(batch) == 1:
+                return [], [(batch[0][0], str(exc))]
+            half = len(batch) // 2
+            kept, failed = await self._split(batch[:half])
+            later_kept, later_failed = await self._split(batch[half:])
+            return kept + later_kept, failed + later_failed
+        return list(zip([record_id for record_id, _text in batch], vectors, strict=True)), []
 
     async def read(self, store: object, scope_key: str, hits: list[Hit],
                    vector: asyncio.Future[bytes], limit: int
@@ -214,7 +267,8 @@ async def embed_written(lane: SemanticLane | None, store: object, scope_key: str
     yet, the write's and any the lane has not embedded before (so the first write to a
     scope after the lane is turned on embeds the scope's backlog, as a backfill of it would).
     A failure is one warning: the records are written, and the next write or ``scopemem
-    embeddings backfill`` embeds them. ``bounded`` (a person waits for the answer, as for
+    embeddings backfill`` embeds them. Texts the embedder refused are one warning too (how
+    many, and the first reason). ``bounded`` (a person waits for the answer, as for
     ``remember``): so is an embedder that has not finished within the lane's
     ``wait_seconds``."""
     if lane is None or lane.idle:
@@ -224,7 +278,11 @@ async def embed_written(lane: SemanticLane | None, store: object, scope_key: str
         return
     try:
         embedding = lane.embed_missing(store, scope_key)
-        await (asyncio.wait_for(embedding, lane.wait_seconds) if bounded else embedding)
+        done = await (asyncio.wait_for(embedding, lane.wait_seconds) if bounded
+                      else embedding)
+        if done.refused:
+            log.warning("[memory] %d record(s) of %s got no vector: the embedder refused "
+                        "their text (the first, %s)", done.refused, scope_key, done.reason)
     except TimeoutError:
         log.warning("[memory] embedding new records of %s did not finish within %g s; the "
                     "next write or `scopemem embeddings backfill` embeds them", scope_key,

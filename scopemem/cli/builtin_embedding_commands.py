@@ -3,8 +3,11 @@
 Every active record of every scope (or of ``--scope``) without a vector of the model
 ``memory.embeddings`` names is embedded and its vector kept, in batches, each kept before
 the next is asked for: a run stopped half way (Ctrl-C, a failed call, a kill) is resumed by
-running it again, which embeds only what is still missing. A progress bar (scopes) is drawn
-when stderr is a terminal, nothing otherwise.
+running it again, which embeds only what is still missing. A record whose text the embedder
+refuses (a text longer than its model takes) is left without a vector and the run goes on;
+one line on stderr says how many and the first reason. Exit status 0 when every scope was
+done (refused texts included), 1 when a failure stopped the run. A progress bar (scopes) is
+drawn when stderr is a terminal, nothing otherwise.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
 
         memory = _memory(state)
 
-        async def main() -> int:
+        async def main() -> tuple[int, tuple[int, str] | None]:
             # One event loop for the work and the close: a store's pool (PostgreSQL's)
             # belongs to the loop that opened it.
             try:
@@ -50,11 +53,16 @@ def scopemem_register_commands(cli: click.Group) -> None:
             finally:
                 await memory.close()
 
-        kept = asyncio.run(main())
+        kept, refused = asyncio.run(main())
+        if refused:
+            click.echo(f"{refused[0]} record(s) got no vector: the embedder refused their "
+                       f"text (the first, {refused[1]})", err=True)
         click.echo(f"embedded {kept} record(s) with {memory.config.embeddings}")
 
 
-async def _backfill(memory: Memory, scope_key: str | None) -> int:
+async def _backfill(memory: Memory, scope_key: str | None
+                    ) -> tuple[int, tuple[int, str] | None]:
+    """Records embedded, and (records refused, the first's id and reason) if any."""
     from scopemem.errors import ScopememError
     from scopemem.stores.shared.vectors import VectorStore
 
@@ -77,14 +85,18 @@ async def _backfill(memory: Memory, scope_key: str | None) -> int:
         raise click.ClickException("this store cannot list its scopes: give --scope")
     # Over the scopes; ``count``: every batch kept so far, a failed scope's earlier ones too.
     progress = Progress("scopes", len(scopes))
+    refused: tuple[int, str] | None = None
     try:
         for key in scopes:
             try:
-                await lane.embed_missing(store, key, progress=progress.advance)
+                done = await lane.embed_missing(store, key, progress=progress.advance)
             except ScopememError as exc:
                 raise click.ClickException(f"{key}: {exc} ({progress.count} record(s) "
                                            "embedded; run again to resume)") from None
+            if done.refused:
+                refused = (done.refused + (refused[0] if refused else 0),
+                           refused[1] if refused else str(done.reason))
             progress.advance(0, 1)
     finally:
         progress.close()
-    return progress.count
+    return progress.count, refused

@@ -16,7 +16,8 @@ Options, the same for both (``[memory.providers.openai]`` / ``[memory.providers.
 A call is retried with the worker client's policy (``stores.retrying``): a connection that
 failed or dropped, 429 and 503, and Anthropic's 529 (honouring ``Retry-After``), with
 exponential backoff and jitter, within ``timeout_seconds`` in all. A timeout is not
-retried: the model may have done (and billed) the work.
+retried: the model may have done (and billed) the work. A 400, 413 or 422 refuses what was
+sent (``ProviderError.refused_input``): for the embedder, a text longer than its model takes.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ DEFAULT_TIMEOUT_SECONDS = 60.0
 # A reflection reply is a few kilobytes of JSON; anything near this is not a reply.
 MAX_REPLY_BYTES = 4 * 1024 * 1024
 EXCERPT_CHARS = 200
+# Statuses that refuse what was sent, not the caller: ``ProviderError.refused_input``.
+INPUT_STATUSES = frozenset({400, 413, 422})
 
 _SPACE = re.compile(r"\s+")
 
@@ -188,8 +191,8 @@ class _HttpProvider:
                      if status in (401, 403) and not self._api_key else "")
             error = ProviderError(
                 f"{self.name}: HTTP {status}{f' {reason}' if reason else ''} from "
-                f"{self._where()}{f': {excerpt}' if excerpt else ''}{unset}"
-            )
+                f"{self._where()}{f': {excerpt}' if excerpt else ''}{unset}",
+                refused_input=status in INPUT_STATUSES)
             if status in TRANSIENT_STATUSES or status in self.busy_statuses:
                 raise Transient(error, retry_after(wait))
             raise error

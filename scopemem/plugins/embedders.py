@@ -6,7 +6,9 @@ factory; the factory receives an ``EmbedderSettings`` (its own ``[memory.embedde
 table plus the environment) and returns an ``Embedder``.
 
 An embedder does one thing: turn a batch of texts into one vector each, in order. It turns
-every failure into a ``ProviderError`` whose message is safe to log (never a key). The host
+every failure into a ``ProviderError`` whose message is safe to log (never a key), with
+``refused_input=True`` when the texts themselves failed (a text longer than the model
+takes): the host then splits the batch so the others get their vectors. The host
 (``scopemem.api.semantic``) checks what comes back (one finite vector per text, every vector
 of one dimension) and normalizes it; an embedder need not.
 """
@@ -37,7 +39,8 @@ class Embedder(Protocol):
     """One embedding endpoint or local model."""
 
     async def embed(self, *, model: str, texts: Sequence[str]) -> Sequence[Sequence[float]]:
-        """One vector per text, in order. Any failure raises ``ProviderError``."""
+        """One vector per text, in order. Any failure raises ``ProviderError``
+        (``refused_input=True`` when it is the texts')."""
 
     async def close(self) -> None:
         """Release connections or sessions. Idempotent; safe before any call."""

@@ -140,7 +140,10 @@ def scopemem_register_embedders(register: Callable[[str, Callable[..., Any]], No
         ``Embedder`` (``scopemem.plugins.embedders``); ``settings.options`` is the
         ``[memory.embedders.<name>]`` table, which the factory validates itself (raise
         ``ConfigError`` naming the key). Factories do no I/O (a local model loads on its
-        first ``embed``).
+        first ``embed``). ``embed`` raises ``ProviderError(..., refused_input=True)`` when
+        the texts themselves failed (a text longer than the model takes): the lane splits
+        the batch so the others get their vectors. Any other ``ProviderError`` stops the
+        embedding at one call a batch.
 
     Called once when ``Memory`` is built with ``memory.embeddings`` set (and by ``config
     check``). A name registered twice is an error. The built-ins (``openai``, an

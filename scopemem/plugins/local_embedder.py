@@ -131,7 +131,10 @@ class LocalEmbedder:
                     output = session.run(None, {name: feeds[name] for name in inputs
                                                 if name in feeds})[0]
                 except Exception as exc:
-                    raise ProviderError(self._failed(feeds["input_ids"].shape, exc)) from None
+                    # The texts' failure (most often more tokens than the model has
+                    # positions): the lane splits the batch; the others get their vectors.
+                    raise ProviderError(self._failed(feeds["input_ids"].shape, exc),
+                                        refused_input=True) from None
                 if output.ndim == 3:  # token outputs: the mean over the text's tokens
                     mask = feeds["attention_mask"][:, :, None].astype(np.float32)
                     output = (output * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)

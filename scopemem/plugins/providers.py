@@ -47,7 +47,18 @@ DEFAULT_MAX_TOKENS = 1024
 
 class ProviderError(ScopememError):
     """A model call failed (transport, timeout, refused status, unusable reply), or the
-    provider asked for is not installed. The message never contains an API key."""
+    provider asked for is not installed. The message never contains an API key.
+
+    ``refused_input``: the call failed for what it was given, not for the provider: an
+    embedder sets it when its server refused the texts (HTTP 400, 413, 422: a text longer
+    than the model takes), the semantic lane when a vector is unusable for its text (zero,
+    not finite). The lane then splits the batch so the other texts get their vectors; any
+    other failure (a server down, a key refused, a timeout) stops the embedding at one call
+    a batch."""
+
+    def __init__(self, message: str = "", *, refused_input: bool = False) -> None:
+        super().__init__(message)
+        self.refused_input = refused_input
 
 
 @attrs.frozen

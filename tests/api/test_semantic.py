@@ -113,7 +113,7 @@ async def test_embedding_missing_vectors_resumes_after_a_failure(clock):
     steady = FakeEmbedder()
     done = await SemanticLane(steady, ModelRef("fake", "m"), Fusion(0.4)).embed_missing(
         store, ORG)
-    assert done == 70 - 32 and sum(map(len, steady.calls)) == 70 - 32
+    assert done.kept == 70 - 32 and sum(map(len, steady.calls)) == 70 - 32
     assert await store.vectors_missing(ORG, "fake/m", 100) == []
 
 
@@ -220,7 +220,7 @@ async def test_a_query_of_other_dimensions_does_not_fix_the_models_dimensions(cl
     lane = SemanticLane(Scripted([1.0, 0.0, 0.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0, 0.0]),
                         ModelRef("fake", "m"), Fusion(0.4))
     await lane.query("a brief")
-    assert await lane.embed_missing(store, ORG) == 2
+    assert (await lane.embed_missing(store, ORG)).kept == 2
     assert len(await lane.query("another brief")) == 2 * 4
     # What a store took is the model's size from then on.
     with pytest.raises(ProviderError, match="3 dimensions after 2"):
@@ -256,7 +256,7 @@ async def test_the_progress_counts_the_vectors_kept(clock):
     counted: list[int] = []
     lane = SemanticLane(FakeEmbedder(), ModelRef("fake", "m"), Fusion(0.4))
     kept = await lane.embed_missing(store, ORG, progress=counted.append)
-    assert sum(counted) == kept
+    assert sum(counted) == kept.kept
 
 
 class _SilentForBriefs(FakeEmbedder):

@@ -49,11 +49,11 @@ def fill(tmp_path: Path, counts: dict[str, int]) -> None:
     asyncio.run(write())
 
 
-def missing(tmp_path: Path, scope: str) -> int:
+def missing(tmp_path: Path, scope: str, model: str = MODEL) -> int:
     async def count() -> int:
         store = SharedSqliteStore(tmp_path / "data")
         try:
-            return len(await store.vectors_missing(scope, MODEL, 1000))
+            return len(await store.vectors_missing(scope, model, 1000))
         finally:
             await store.close()
 
@@ -173,3 +173,59 @@ def test_backfill_of_a_scope_word_or_a_bad_key_is_a_usage_error(tmp_path):
         assert "'--scope'" in result.output and "run again" not in result.output
         assert embedder.calls == []
     assert missing(tmp_path, "org:acme") == 2
+
+
+def served(tmp_path: Path, base_url: str) -> Path:
+    """A config whose lane is the ``openai`` embedder at ``base_url`` (``tests.fake_model``)."""
+    path = config(tmp_path, "openai/fake-embedder")
+    path.write_text(path.read_text() + f'[memory.embedders.openai]\nbase_url = "{base_url}"\n'
+                    'timeout_seconds = 5\n')
+    return path
+
+
+def test_backfill_goes_on_past_a_text_the_embedder_refuses(tmp_path):
+    # vLLM serving a 512-token model answers 400 to a longer text: the backfill failed at
+    # that batch at every run ("run again to resume") and no record of the scope got a
+    # vector.
+    from tests.api.test_semantic_refusals import LIMIT, LONG, SHORT
+    from tests.fake_model import fake_model_server
+
+    fill_texts(tmp_path, "org:acme", [LONG, *SHORT])
+    with fake_model_server() as server:
+        server.embed_limit = LIMIT
+        cli = build_cli(new_plugin_manager(environ={}))
+        result = CliRunner().invoke(cli, ["--config", str(served(tmp_path, server.base_url)),
+                                          "embeddings", "backfill"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[-1] == "embedded 3 record(s) with openai/fake-embedder"
+    (refused,) = [line for line in lines if "refused" in line]
+    assert refused.startswith("1 record(s) got no vector: the embedder refused their text "
+                              "(the first, mem:org:acme:1: openai: HTTP 400")
+    assert "maximum context length" in refused and "run again" not in result.output
+    assert missing(tmp_path, "org:acme", "openai/fake-embedder") == 1
+
+
+def test_backfill_against_a_server_that_is_down_asks_once_and_stops(tmp_path):
+    from tests.fake_model import fake_model_server
+
+    fill(tmp_path, {"org:acme": 4})
+    with fake_model_server() as server:
+        server.embed_status = 500
+        cli = build_cli(new_plugin_manager(environ={}))
+        result = CliRunner().invoke(cli, ["--config", str(served(tmp_path, server.base_url)),
+                                          "embeddings", "backfill"])
+        assert len(server.embedded) == 1
+    assert result.exit_code == 1, result.output
+    assert "HTTP 500" in result.output and "run again to resume" in result.output
+
+
+def fill_texts(tmp_path: Path, scope: str, texts: list[str]) -> None:
+    async def write() -> None:
+        store = SharedSqliteStore(tmp_path / "data")
+        try:
+            await store.write(scope, [fact(text) for text in texts])
+        finally:
+            await store.close()
+
+    asyncio.run(write())

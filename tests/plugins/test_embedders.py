@@ -151,3 +151,26 @@ def test_credentials_in_the_url_beside_a_key_are_a_config_error_naming_base_url(
     # Without the key, the URL's credentials are the ones sent (Basic), as before.
     build_embedder(pm, MemoryConfig(embedders={"openai": {"base_url": url}}),
                    ModelRef("openai", "m"), {})
+
+
+@pytest.mark.parametrize(("status", "refused_input"), [
+    (400, True), (413, True), (422, True), (401, False), (403, False), (404, False),
+    (500, False),
+])
+async def test_a_refusal_of_the_input_says_so_and_no_other_failure_does(server, lane, status,
+                                                                       refused_input):
+    # The lane splits a batch only when the texts themselves were refused (a text longer
+    # than the model takes): a server that is down or a key refused is asked once a batch.
+    server.plan = [(status, {"error": {"message": "no"}})]
+    with pytest.raises(ProviderError) as raised:
+        await lane.vectors(["alpha", "beta"])
+    assert raised.value.refused_input is refused_input
+    assert len(server.bodies) == 1
+
+
+async def test_a_vector_unusable_for_its_text_is_that_texts_refusal(server, lane):
+    server.plan = [(200, {"data": [{"index": 0, "embedding": [0.0]},
+                                   {"index": 1, "embedding": [1.0]}]})]
+    with pytest.raises(ProviderError, match="zero") as raised:
+        await lane.vectors(["alpha", "beta"])
+    assert raised.value.refused_input

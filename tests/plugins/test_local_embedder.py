@@ -88,6 +88,51 @@ async def test_a_model_that_fails_on_a_batch_says_why_and_which_option_helps(mod
     assert message.startswith("local: the model failed on 2 texts of up to 900 tokens:")
     assert "512 by 1024" in message
     assert "memory.embedders.local.max_length (1024)" in message
+    # The texts' failure, not the embedder's: the lane splits the batch, so the texts the
+    # model takes get their vectors.
+    assert raised.value.refused_input
     # ONNX Runtime logs only what is fatal: the failure is this one message, not a line
     # of its own on stderr too.
     assert _Session.options.log_severity_level == 4
+
+
+async def test_a_model_that_cannot_load_is_no_refusal_of_the_texts(tmp_path):
+    embedder = LocalEmbedder(name="local", directory=str(tmp_path / "nowhere"))
+    with pytest.raises(ProviderError) as raised:
+        await embedder.embed(model="m", texts=["short"])
+    assert not raised.value.refused_input
+
+
+class _Positions512(_Session):
+    """A model of 512 positions: a batch padded past them fails as ONNX Runtime does."""
+
+    def run(self, _outputs: Any, feeds: Any) -> Any:
+        import numpy as np
+
+        ids = feeds["input_ids"]
+        if ids.shape[1] > 512:
+            raise RuntimeError(TOO_LONG)
+        return [np.ones((ids.shape[0], 4), dtype=np.float32)]
+
+
+async def test_a_text_past_the_models_positions_costs_only_its_own_vector(model_dir, clock,
+                                                                         monkeypatch):
+    # max_length above the model's positions: the long text failed its whole batch, and no
+    # record of the scope got a vector.
+    from scopemem.api.semantic import SemanticLane
+    from scopemem.core.fusion import Fusion
+    from scopemem.plugins.providers import ModelRef
+    from scopemem.stores.memory import InMemoryStore
+    from tests.conftest import fact
+
+    monkeypatch.setattr(sys.modules["onnxruntime"], "InferenceSession", _Positions512)
+    store = InMemoryStore(clock=clock)
+    long = "a long text " * 300
+    await store.write("org:acme", [fact("Rollouts wait for the database backup"), fact(long),
+                                   fact("Redis keys expire after a day in staging")])
+    lane = SemanticLane(LocalEmbedder(name="local", directory=str(model_dir), max_length=1024),
+                        ModelRef("local", "m"), Fusion(0.4))
+    done = await lane.embed_missing(store, "org:acme")
+    assert (done.kept, done.refused) == (2, 1)
+    assert [text for _id, text in await store.vectors_missing("org:acme", "local/m", 5)] == \
+        [long]
