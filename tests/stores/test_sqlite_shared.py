@@ -15,6 +15,7 @@ import pytest
 
 from scopemem.core.records import Candidate, Kind
 from scopemem.errors import ConfigError, ScopeLimitReached, StoreError
+from scopemem.options import IGNORED
 from scopemem.stores.base import StoreSettings
 from scopemem.stores.sqlite import from_settings as sqlite_store
 from scopemem.stores.sqlite_shared import SharedSqliteStore, schema
@@ -624,7 +625,7 @@ async def test_the_shared_layout_honours_cache_rows_and_warns_of_the_file_layout
             store = sqlite_store(settings)
             await store.close()
             assert isinstance(store, SharedSqliteStore)
-            assert key not in settings.effective
+            assert settings.effective.get(key, IGNORED) is IGNORED  # not in effect
         [warning] = [r for r in caplog.records if r.levelname == "WARNING"]
         assert warning.getMessage().startswith(
             f"memory.stores.sqlite.{key}: has no effect in the shared layout")
