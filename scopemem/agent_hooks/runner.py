@@ -200,18 +200,21 @@ async def reflect_part(memory: Memory, *, session_id: str, transcript: str, star
     """Reflect bytes ``start``-``end`` of a transcript (the background process's work)."""
     import asyncio
 
-    from scopemem.agent_hooks.transcript import read_slice, split_run
+    from scopemem.agent_hooks.transcript import opted_out_between, read_slice, split_run
     from scopemem.api.reflecting import Run
     from scopemem.core.requests import Request
     from scopemem.gitremote import repo_of
 
     piece = read_slice(transcript, start, stop=end)
     history, request_text, answer = split_run(piece.turns)
+    # Only the tail of a huge part was read: a <no-memory> prompt before it still counts.
+    skipped_opt_out = (piece.read_from > piece.start
+                       and opted_out_between(transcript, piece.start, piece.read_from))
     repo = await asyncio.to_thread(repo_of, cwd, 10.0)
     request = Request(text=request_text, user_id=user_id(memory.config), repo=repo,
                       channel_visibility=memory.config.hooks.visibility)
     memory.schedule_reflection(Run(
         request=request, answer=answer, history=history, tool_calls=piece.tool_calls,
         agent_name=agent, thread_key=f"{memory.config.hooks.platform}:{session_id}"[:200],
-        run_id=f"{session_id[:40]}@{end}"))
+        run_id=f"{session_id[:40]}@{end}", no_memory=skipped_opt_out))
     await memory.drain(timeout=REFLECT_TIMEOUT)
