@@ -174,6 +174,9 @@ def hand_off(config: MemoryConfig, config_path: str | None, payload: HookPayload
         return HookOutcome()
     if not payload.transcript_path:
         return HookOutcome(summary="the hook input has no transcript_path; nothing reflected")
+    if config.model is None:  # left unclaimed: reflected once a model is configured
+        return HookOutcome(summary="no memory.model (<provider>/<model>) in the "
+                                   "configuration; nothing reflected")
     ledger = Ledger(directory)
     path = payload.transcript_path
     with ledger.locked(payload.session_id):

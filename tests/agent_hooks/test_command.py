@@ -338,8 +338,12 @@ def test_a_part_too_small_to_reflect_is_left_for_later(tmp_path: Path, repo: Pat
     assert Ledger(tmp_path / "state").read("s-small").claimed == 0
 
 
+WITH_MODEL = ('model = "openai/fake-model"\n[memory.providers.openai]\n'
+              'base_url = "http://127.0.0.1:9/v1"\n')
+
+
 def test_stop_without_a_readable_transcript_is_one_line(tmp_path: Path, repo: Path) -> None:
-    result = run_hook(sqlite_config(tmp_path), "Stop",
+    result = run_hook(sqlite_config(tmp_path, WITH_MODEL), "Stop",
                       payload("Stop", cwd=str(repo),
                               transcript_path=str(tmp_path / "missing.jsonl")))
     assert_quiet_failure(result, 0)
@@ -397,3 +401,21 @@ def test_the_whole_payload_is_read_whatever_the_hook_does_with_it(tmp_path: Path
         err = process.stderr.read()
         process.wait(timeout=60)
     assert process.returncode == (1 if enabled else 0), err
+
+
+def test_without_a_model_stop_says_so_and_keeps_the_part(tmp_path: Path, repo: Path) -> None:
+    """Reflection needs memory.model: without one, Stop says so in a line and starts no
+    reflection, and the part stays unclaimed for when a model is configured."""
+    config = sqlite_config(tmp_path)
+    t = Transcript(tmp_path / "s-work.jsonl", "s-work", repo)
+    t.user("run the integration tests")
+    t.assistant(text("Running them."), {"type": "tool_use", "id": "toolu_01", "name": "Bash",
+                                        "input": {"command": "make test"}})
+    t.tool_result("toolu_01", "error: run make bootstrap first", is_error=True)
+    t.assistant(text("They need make bootstrap first."))
+    for event in ("Stop", "SessionEnd"):
+        result = run_hook(config, event, payload(event, session_id="s-work", cwd=str(repo),
+                                                 transcript_path=str(t.path)))
+        assert_quiet_failure(result, 0)
+        assert "memory.model" in result.stderr
+    assert Ledger(tmp_path / "state").read("s-work").claimed == 0
