@@ -142,6 +142,18 @@ def _whole(data: bytes) -> bool:
     return True
 
 
+def _read_some(fd: int) -> bytes:
+    """The next bytes of ``fd``, waiting for them even where the agent handed the hook a
+    non-blocking stdin (the watchdog bounds the wait)."""
+    import select
+
+    while True:
+        try:
+            return os.read(fd, 1 << 16)
+        except BlockingIOError:
+            select.select([fd], [], [])
+
+
 def _read_stdin() -> bytes:
     """The hook input, read until it is one whole JSON value or the pipe closes: Claude Code
     does not always close a hook's stdin after writing (SessionEnd on /clear), and waiting
@@ -151,7 +163,7 @@ def _read_stdin() -> bytes:
         raise PayloadError("expects Claude Code's hook JSON on stdin")
     fd = sys.stdin.fileno()
     data = bytearray()
-    while chunk := os.read(fd, 1 << 16):
+    while chunk := _read_some(fd):
         if len(data) > MAX_PAYLOAD_BYTES:
             continue
         data += chunk
