@@ -11,6 +11,7 @@ Reflection takes a model call and store writes, seconds to minutes, so ``Stop`` 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -52,8 +53,10 @@ def state_dir(config: MemoryConfig, environ: Mapping[str, str]) -> Path:
     directory."""
     if config.hooks.state_dir:
         return Path(config.hooks.state_dir).expanduser().absolute()
-    base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "scopemem" / "hooks"
+    xdg = environ.get("XDG_STATE_HOME", "")
+    # A relative one is invalid (the XDG spec): it would put the ledger in the project.
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "state"
+    return base / "scopemem" / "hooks"
 
 
 def log_to_file(directory: Path) -> Path:
