@@ -99,6 +99,8 @@ def parse_payload(raw: bytes, expected: HookEvent) -> HookPayload:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise PayloadError("the hook input is not UTF-8") from None
+    except RecursionError:
+        raise PayloadError("the hook input is nested too deeply to read") from None
     except ValueError as exc:
         raise PayloadError(f"the hook input is not JSON ({exc.msg}, line {exc.lineno})"
                            if isinstance(exc, json.JSONDecodeError)

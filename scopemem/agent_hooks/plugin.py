@@ -14,6 +14,7 @@ A watchdog ends the process at the deadline (plus a second) whatever is still ru
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -128,10 +129,53 @@ def _watchdog(seconds: float) -> None:
     timer.start()
 
 
+def _whole(data: bytes) -> bool:
+    """Whether ``data`` is one complete JSON value (what Claude Code writes, then nothing)."""
+    if not data.rstrip().endswith(b"}"):
+        return False
+    try:
+        json.loads(data)
+    except RecursionError:
+        return True  # complete or not, parse_payload says what is wrong with it
+    except ValueError:
+        return False
+    return True
+
+
+def _read_some(fd: int) -> bytes:
+    """The next bytes of ``fd``, waiting for them even where the agent handed the hook a
+    non-blocking stdin (the watchdog bounds the wait)."""
+    import select
+
+    while True:
+        try:
+            return os.read(fd, 1 << 16)
+        except BlockingIOError:
+            select.select([fd], [], [])
+
+
 def _read_stdin() -> bytes:
+    """The hook input, read until it is one whole JSON value or the pipe closes: Claude Code
+    does not always close a hook's stdin after writing (SessionEnd on /clear), and waiting
+    for the end would hold the hook until the watchdog. Past ``MAX_PAYLOAD_BYTES`` the rest
+    is read and dropped, so Claude Code never writes into a closed pipe (EPIPE)."""
     if sys.stdin is None or sys.stdin.isatty():
         raise PayloadError("expects Claude Code's hook JSON on stdin")
-    return sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
+    fd = sys.stdin.fileno()
+    data = bytearray()
+    while chunk := _read_some(fd):
+        if len(data) > MAX_PAYLOAD_BYTES:
+            continue
+        data += chunk
+        if _whole(bytes(data)):
+            break
+    return bytes(data[:MAX_PAYLOAD_BYTES + 1])
+
+
+def _drain_stdin() -> None:
+    """Read the input of a hook that has no use for it (memory off), for the same reason."""
+    if sys.stdin is not None and not sys.stdin.isatty():
+        _read_stdin()
 
 
 def _guarded(body: Callable[[], HookOutcome], log_path: Callable[[], Path | None]
@@ -186,6 +230,7 @@ def _event_command(event: HookEvent) -> click.Command:
             deadline = time.monotonic() + limit
             _watchdog(limit + GRACE_SECONDS)
             if not config.enabled:  # memory off: no files, no reads, no answer
+                _drain_stdin()
                 return HookOutcome()
             import asyncio
 

@@ -11,6 +11,7 @@ Reflection takes a model call and store writes, seconds to minutes, so ``Stop`` 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -52,8 +53,10 @@ def state_dir(config: MemoryConfig, environ: Mapping[str, str]) -> Path:
     directory."""
     if config.hooks.state_dir:
         return Path(config.hooks.state_dir).expanduser().absolute()
-    base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "scopemem" / "hooks"
+    xdg = environ.get("XDG_STATE_HOME", "")
+    # A relative one is invalid (the XDG spec): it would put the ledger in the project.
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "state"
+    return base / "scopemem" / "hooks"
 
 
 def log_to_file(directory: Path) -> Path:
@@ -174,6 +177,9 @@ def hand_off(config: MemoryConfig, config_path: str | None, payload: HookPayload
         return HookOutcome()
     if not payload.transcript_path:
         return HookOutcome(summary="the hook input has no transcript_path; nothing reflected")
+    if config.model is None:  # left unclaimed: reflected once a model is configured
+        return HookOutcome(summary="no memory.model (<provider>/<model>) in the "
+                                   "configuration; nothing reflected")
     ledger = Ledger(directory)
     path = payload.transcript_path
     with ledger.locked(payload.session_id):
@@ -200,18 +206,21 @@ async def reflect_part(memory: Memory, *, session_id: str, transcript: str, star
     """Reflect bytes ``start``-``end`` of a transcript (the background process's work)."""
     import asyncio
 
-    from scopemem.agent_hooks.transcript import read_slice, split_run
+    from scopemem.agent_hooks.transcript import opted_out_between, read_slice, split_run
     from scopemem.api.reflecting import Run
     from scopemem.core.requests import Request
     from scopemem.gitremote import repo_of
 
     piece = read_slice(transcript, start, stop=end)
     history, request_text, answer = split_run(piece.turns)
+    # Only the tail of a huge part was read: a <no-memory> prompt before it still counts.
+    skipped_opt_out = (piece.read_from > piece.start
+                       and opted_out_between(transcript, piece.start, piece.read_from))
     repo = await asyncio.to_thread(repo_of, cwd, 10.0)
     request = Request(text=request_text, user_id=user_id(memory.config), repo=repo,
                       channel_visibility=memory.config.hooks.visibility)
     memory.schedule_reflection(Run(
         request=request, answer=answer, history=history, tool_calls=piece.tool_calls,
         agent_name=agent, thread_key=f"{memory.config.hooks.platform}:{session_id}"[:200],
-        run_id=f"{session_id[:40]}@{end}"))
+        run_id=f"{session_id[:40]}@{end}", no_memory=skipped_opt_out))
     await memory.drain(timeout=REFLECT_TIMEOUT)

@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from scopemem.core.reflection import Turn
+from scopemem.core.reflection import NO_MEMORY_MARKER, Turn, opted_out
 
 #: At most this much of a slice is read (its tail): a transcript grows by megabytes of tool
 #: output, and reflection keeps only the last ``TRANSCRIPT_TAIL_CHARS`` characters anyway.
@@ -40,6 +40,12 @@ class TranscriptSlice:
     tool_calls: int
     start: int
     end: int
+    #: Where the turns were read from: past ``start`` when only the tail was read.
+    read_from: int = attrs.field()
+
+    @read_from.default
+    def _read_from(self) -> int:
+        return self.start
 
     @property
     def empty(self) -> bool:
@@ -149,7 +155,33 @@ def read_slice(path: str, start: int = 0, stop: int | None = None,
     if begin > start:
         lines = lines[1:]  # began inside a line: its first part was not read
     turns, tool_calls = parse_lines(lines)
-    return TranscriptSlice(tuple(turns), tool_calls, start, begin + cut + 1)
+    return TranscriptSlice(tuple(turns), tool_calls, start, begin + cut + 1, begin)
+
+
+def opted_out_between(path: str, start: int, stop: int) -> bool:
+    """Whether the transcript between two byte offsets (the part of a slice before the tail
+    that was read) carries ``<no-memory>``: its turns, as ``opted_out`` reads a thread, and
+    a line too long to parse as its raw text. Read line by line, never whole."""
+    overlap = len(NO_MEMORY_MARKER.encode("utf-8")) * 4
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        remaining = stop - start
+        tail = b""  # the end of the previous piece of an over-long line
+        while remaining > 0:
+            piece = handle.readline(min(MAX_LINE_BYTES + 1, remaining))
+            if not piece:
+                return False
+            remaining -= len(piece)
+            whole = not tail and piece.endswith(b"\n") and len(piece) <= MAX_LINE_BYTES
+            if whole:
+                turns, _calls = parse_lines([piece])
+                if opted_out("", turns):
+                    return True
+                continue
+            if opted_out((tail + piece).decode("utf-8", errors="replace"), ()):
+                return True
+            tail = b"" if piece.endswith(b"\n") else piece[-overlap:]
+    return False
 
 
 def split_run(turns: Sequence[Turn]) -> tuple[list[Turn], str, str]:

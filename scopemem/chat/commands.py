@@ -148,6 +148,15 @@ async def run_list(memory: Memory, command: ListCommand, ctx: CommandContext, *,
 #: and Claude Code refuses a tool's answer over 25,000 tokens by default. Fifty records of
 #: 4,000 characters in each of four scopes would be 800,000.
 MAX_REPLY_TEXT_CHARS = 20_000
+#: The most characters of what someone typed (a query) a reply repeats back to them.
+MAX_ECHO_CHARS = 200
+
+
+def echoed(value: str) -> str:
+    """What someone typed, as a reply repeats it: rendered as a record's text, and cut to
+    ``MAX_ECHO_CHARS`` (a pasted log as a query is no reply of 100,000 characters)."""
+    shown = sanitize_field(value)
+    return shown if len(shown) <= MAX_ECHO_CHARS else shown[:MAX_ECHO_CHARS].rstrip() + " …"
 
 
 def fitting(records: Sequence[Record], budget: int = MAX_REPLY_TEXT_CHARS) -> int:
@@ -190,7 +199,7 @@ def render_list(result: ListResult, ctx: CommandContext, *, budgeted: bool = Fal
         key = section.scope_key
         title = _section_title(key, ctx)
         if result.query is not None:
-            title += f", matching {sanitize_field(result.query)!r}"
+            title += f", matching {echoed(result.query)!r}"
         lines.append(f"*{title}*")
         if section.error is not None:
             lines.append(f"⚠️ memory store {section.error}")

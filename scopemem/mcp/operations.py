@@ -25,6 +25,7 @@ from scopemem.chat.commands import (
     UNTRUSTED_CLOSE,
     UNTRUSTED_OPEN,
     CommandContext,
+    echoed,
     fitting,
     not_shown_note,
     record_line,
@@ -165,7 +166,7 @@ async def search(memory: Memory, identity: Identity, query: str, scope: str, lim
     best = list({hit.record.id: hit for hit in result.hits}.values())[:limit]
     shown = best[:fitting([hit.record for hit in best])]
     lines = [record_line(hit.record) for hit in shown]
-    text = wrapped(lines) if lines else f"no record matches {sanitize_field(query)!r}"
+    text = wrapped(lines) if lines else f"no record matches {echoed(query)!r}"
     if len(shown) < len(best):
         text += "\n" + not_shown_note(len(best) - len(shown))
     return text, models.SearchResult(

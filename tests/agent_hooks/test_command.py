@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from scopemem.agent_hooks.ledger import Ledger
+from scopemem.agent_hooks.payload import MAX_PAYLOAD_BYTES
 from scopemem.agent_hooks.plugin import GRACE_SECONDS
 from scopemem.api.memory import Memory
 from scopemem.cli.root import build_cli
@@ -346,9 +347,84 @@ def test_a_part_too_small_to_reflect_is_left_for_later(tmp_path: Path, repo: Pat
     assert Ledger(tmp_path / "state").read("s-small").claimed == 0
 
 
+WITH_MODEL = ('model = "openai/fake-model"\n[memory.providers.openai]\n'
+              'base_url = "http://127.0.0.1:9/v1"\n')
+
+
 def test_stop_without_a_readable_transcript_is_one_line(tmp_path: Path, repo: Path) -> None:
-    result = run_hook(sqlite_config(tmp_path), "Stop",
+    result = run_hook(sqlite_config(tmp_path, WITH_MODEL), "Stop",
                       payload("Stop", cwd=str(repo),
                               transcript_path=str(tmp_path / "missing.jsonl")))
     assert_quiet_failure(result, 0)
     assert "cannot read the transcript" in result.stderr
+
+
+def hook_process(config: Path, event: str) -> subprocess.Popen[bytes]:
+    """``scopemem hook <event>`` with its stdin a pipe the test writes, as Claude Code's."""
+    from tests.agent_hooks.claude_code import REPO_ROOT
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "scopemem", "--config", str(config), "hook", event],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+
+
+def test_a_payload_whose_pipe_stays_open_is_answered(tmp_path: Path, repo: Path) -> None:
+    """Claude Code does not always close a hook's stdin after the JSON (SessionEnd on
+    /clear): the hook answers once the JSON is whole, not when the watchdog gives up."""
+    config = sqlite_config(tmp_path)
+    remember(config, LESSON, "--scope", "repo", "--repo", "acme/api")
+    process = hook_process(config, "UserPromptSubmit")
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(json.dumps(payload("UserPromptSubmit", cwd=str(repo),
+                                           prompt="why do the integration tests fail?"))
+                        .encode())
+    process.stdin.flush()
+    try:
+        out, err = process.stdout.read(), process.stderr.read() if process.stderr else b""
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.stdin.close()
+    assert b"gave up" not in err, err
+    assert LESSON in json.loads(out)["hookSpecificOutput"]["additionalContext"]
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_the_whole_payload_is_read_whatever_the_hook_does_with_it(tmp_path: Path,
+                                                                  enabled: bool) -> None:
+    """A hook that ends without reading all its input leaves Claude Code writing into a
+    closed pipe (EPIPE): with memory off, and past the payload's size cap, it is read to
+    the end all the same."""
+    config = (sqlite_config(tmp_path) if enabled
+              else write_config(tmp_path / "off.toml", "[memory]\nenabled = false\n"))
+    big = json.dumps(payload("UserPromptSubmit",
+                             prompt="x" * (MAX_PAYLOAD_BYTES * enabled + 1_000_000)))
+    process = hook_process(config, "UserPromptSubmit")
+    assert process.stdin is not None and process.stderr is not None
+    # Written as Claude Code writes it (communicate() would swallow a BrokenPipeError).
+    try:
+        process.stdin.write(big.encode())
+        process.stdin.flush()
+    finally:
+        process.stdin.close()
+        err = process.stderr.read()
+        process.wait(timeout=60)
+    assert process.returncode == (1 if enabled else 0), err
+
+
+def test_without_a_model_stop_says_so_and_keeps_the_part(tmp_path: Path, repo: Path) -> None:
+    """Reflection needs memory.model: without one, Stop says so in a line and starts no
+    reflection, and the part stays unclaimed for when a model is configured."""
+    config = sqlite_config(tmp_path)
+    t = Transcript(tmp_path / "s-work.jsonl", "s-work", repo)
+    t.user("run the integration tests")
+    t.assistant(text("Running them."), {"type": "tool_use", "id": "toolu_01", "name": "Bash",
+                                        "input": {"command": "make test"}})
+    t.tool_result("toolu_01", "error: run make bootstrap first", is_error=True)
+    t.assistant(text("They need make bootstrap first."))
+    for event in ("Stop", "SessionEnd"):
+        result = run_hook(config, event, payload(event, session_id="s-work", cwd=str(repo),
+                                                 transcript_path=str(t.path)))
+        assert_quiet_failure(result, 0)
+        assert "memory.model" in result.stderr
+    assert Ledger(tmp_path / "state").read("s-work").claimed == 0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from scopemem.agent_hooks.transcript import MAX_SLICE_BYTES
 from scopemem.config import config_from_mapping
 from tests.agent_hooks.claude_code import (
     GUIDE,
@@ -165,3 +166,35 @@ def test_the_guide_registers_every_event_and_its_config_is_valid() -> None:
     toml_text = GUIDE.read_text().split("```toml\n", 1)[1].split("```", 1)[0]
     config = config_from_mapping(tomllib.loads(toml_text))
     assert config.enabled and config.hooks.subject == "alice" and config.hooks.timeout == 3
+
+
+def test_a_no_memory_prompt_keeps_its_part_from_reflection(tmp_path: Path, config: Path,
+                                                           model: FakeModel) -> None:
+    repo = git_repo(tmp_path / "api")
+    t = Transcript(tmp_path / "session-1.jsonl", "session-1", repo)
+    t.user("<no-memory> read the customer's export and fix the parser")
+    t.assistant(tool_use("toolu_01", "cat export.csv"))
+    t.tool_result("toolu_01", "alice@example.com,4111 1111 1111 1111")
+    t.assistant(text("Fixed the parser."))
+    hook(config, "Stop", t)
+    wait_reflected(tmp_path / "state", "session-1")
+    assert model.prompts() == []
+    assert "skipped no_memory" in (tmp_path / "state" / "hooks.log").read_text()
+
+
+def test_a_no_memory_prompt_before_megabytes_of_tool_output_still_counts(
+        tmp_path: Path, config: Path, model: FakeModel) -> None:
+    # The hooks read only the tail of a huge part (MAX_SLICE_BYTES); the prompt that asked
+    # to be kept out of memory is before that tail, and still keeps the part out.
+    repo = git_repo(tmp_path / "api")
+    t = Transcript(tmp_path / "session-1.jsonl", "session-1", repo)
+    t.user("<no-memory> read the customer's export and fix the parser")
+    for n in range(3):
+        t.assistant(tool_use(f"toolu_0{n}", "cat export.csv"))
+        t.tool_result(f"toolu_0{n}", "alice@example.com,4111 1111 1111 1111\n" * 90_000)
+    t.assistant(text("Fixed the parser."))
+    assert t.path.stat().st_size > MAX_SLICE_BYTES
+    hook(config, "Stop", t)
+    wait_reflected(tmp_path / "state", "session-1")
+    assert model.prompts() == []
+    assert "skipped no_memory" in (tmp_path / "state" / "hooks.log").read_text()

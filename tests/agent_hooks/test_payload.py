@@ -40,6 +40,9 @@ def test_event_specific_fields_are_read() -> None:
     (b"not json", "not JSON"),
     (b"[1, 2]", "must be a JSON object"),
     (b"\xff\xfe", "not UTF-8"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    (b'{"session_id": "s", "prompt": "x", "extra": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+     "nested too deeply"),
     (json.dumps(payload("Stop")).encode(), "is for 'Stop'"),
     (json.dumps(payload("UserPromptSubmit", session_id=None)).encode(), "no 'session_id'"),
     (json.dumps(payload("UserPromptSubmit", session_id=" ")).encode(), "must not be empty"),
@@ -82,3 +85,34 @@ def test_event_names_in_any_case(name: str) -> None:
 def test_unknown_event_lists_the_known_ones() -> None:
     with pytest.raises(PayloadError, match="SessionStart, UserPromptSubmit, Stop, SessionEnd"):
         parse_event("PreToolUse")
+
+
+def test_a_non_blocking_stdin_is_waited_for_not_a_failure(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """A hook's stdin may come non-blocking from the agent: a read before the rest of the
+    JSON arrived waits for it, rather than failing with BlockingIOError."""
+    import io
+    import os
+    import select
+
+    from scopemem.agent_hooks import plugin
+
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    data = json.dumps(payload("UserPromptSubmit")).encode()
+    os.write(write_end, data[:10])
+    waited: list[int] = []
+
+    def wait_readable(readers: list[int], *_rest: object) -> tuple[list[int], list, list]:
+        waited.append(readers[0])  # the rest arrives while the hook waits for it
+        os.write(write_end, data[10:])
+        return readers, [], []
+
+    monkeypatch.setattr(select, "select", wait_readable)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.FileIO(read_end, closefd=False)))
+    try:
+        assert plugin._read_stdin() == data
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert waited == [read_end]

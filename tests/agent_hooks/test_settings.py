@@ -66,6 +66,14 @@ def test_state_dir_defaults_to_the_xdg_state_home(tmp_path: Path) -> None:
     assert state_dir(named, {}) == tmp_path / "s"
 
 
+def test_a_relative_xdg_state_home_is_ignored() -> None:
+    """The XDG spec calls a relative path invalid: taken as it is, the hooks' ledger and log
+    would land in whatever project folder the agent runs the hook in."""
+    config = config_from_mapping({})
+    assert state_dir(config, {"XDG_STATE_HOME": "state"}) == \
+        Path.home() / ".local" / "state" / "scopemem" / "hooks"
+
+
 def test_config_check_shows_the_table_with_its_defaults(tmp_path: Path) -> None:
     path = tmp_path / "scopemem.toml"
     path.write_text('[memory]\n[memory.hooks]\nsubject = "alice"\n')

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scopemem.agent_hooks.transcript import read_slice, split_run
+from scopemem.agent_hooks.transcript import (
+    MAX_LINE_BYTES,
+    opted_out_between,
+    read_slice,
+    split_run,
+)
 from tests.agent_hooks.claude_code import Transcript, text, tool_use
 
 
@@ -107,3 +112,16 @@ def test_the_run_is_the_last_prompt_and_what_followed(tmp_path: Path) -> None:
         '[tool call] Bash {"command": "make test-integration", "description": "Run it"}',
         "[tool error] error: database not initialised",
         "They need make bootstrap first."]
+
+
+def test_a_no_memory_marker_before_the_tail_is_found(tmp_path: Path) -> None:
+    t = Transcript(tmp_path / "s.jsonl", "s-1", tmp_path)
+    t.user("first question")
+    clean = t.path.stat().st_size
+    t.user("<No-Memory> look at the export")
+    marked = t.path.stat().st_size
+    t.raw('{"type": "user", "message": {"content": "' + "x" * (MAX_LINE_BYTES + 10)
+          + ' <no-memory>"}}\n')
+    assert not opted_out_between(str(t.path), 0, clean)
+    assert opted_out_between(str(t.path), 0, marked)
+    assert opted_out_between(str(t.path), marked, t.path.stat().st_size)

@@ -359,3 +359,16 @@ async def test_an_answer_holds_at_most_its_budget_of_record_text_and_says_what_i
         assert answer.structured_content["notShown"] > 0
         assert f"({answer.structured_content['notShown']} more not shown" in text_of(answer)
         assert len(text_of(answer)) < 25_000
+
+
+async def test_an_answer_never_echoes_a_huge_query_whole(shared: Shared):
+    """A query may be 100,000 characters (a pasted log): an answer names what it looked for
+    in a few hundred, so "nothing matched" is not an answer past what an agent takes."""
+    _path, session = shared
+    query = " ".join(f"nomatch{n}" for n in range(11_000))[:100_000]
+    found = await call(session, "memory_search", query=query)
+    listed = await call(session, "memory_list", scope="all", query=query)
+    for answer in (found, listed):
+        assert not answer.is_error, text_of(answer)
+        assert "nomatch0 nomatch1" in text_of(answer)
+        assert len(text_of(answer)) < 2_000, len(text_of(answer))
