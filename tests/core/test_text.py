@@ -12,6 +12,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from scopemem.core import secret_rules
 from scopemem.core.redaction import REDACTION_KINDS, redaction_placeholder
 from scopemem.core.secret_rules import redact_secrets
 from scopemem.core.text import (
@@ -410,6 +411,17 @@ def test_redacts_standalone_secret(secret: str, kind: str) -> None:
     text = f"Deploy note: use {secret} for the staging run."
     out = redact_secrets(text)
     assert out == f"Deploy note: use {_kind(kind)} for the staging run."
+
+
+@pytest.mark.parametrize(("kind", "pattern"), secret_rules._TOKEN_RULES,
+                         ids=[kind for kind, _ in secret_rules._TOKEN_RULES])
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_every_token_a_rule_matches_holds_a_literal_its_stage_is_gated_on(
+        kind: str, pattern: str, data: st.DataObject) -> None:
+    # A text holding none of ``_TOKEN_NEEDS`` is passed over without the token rules.
+    token = data.draw(st.from_regex(re.compile(pattern), fullmatch=True))
+    assert any(need in token for need in secret_rules._TOKEN_NEEDS), (kind, token)
 
 
 @pytest.mark.parametrize(("secret", "kind"), STANDALONE, ids=[k for _, k in STANDALONE])
