@@ -84,7 +84,7 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
         continues = read_sets.pop(index.CONTINUES, set())
         postings = engine.grouped(read_sets, terms)
         read = sum(map(len, read_sets.values()))
-    choice: tokens.Candidates[Record] = tokens.Candidates(
+    choice: tokens.Candidates[Sequence[Any]] = tokens.Candidates(
         postings, continues, terms, limit, ranking, active, now, touches=touches, dense=dense)
     while choice.wanted or check is not None:
         # The first read of a copy's candidates checks its change counter ("nothing" is
@@ -97,10 +97,11 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
                 stale = search(conn, uses, shard, ranking, scope_key, terms, limit, now, bump)
                 return attrs.evolve(stale, stale=True)
             check = None
-        if choice.found({row[0]: (record.last_touched, record) for row in found
-                         for record in (sqlite_sql.record(row),)}):
+        # Rows, not records: only those ranked become records (``_small_scope`` too).
+        if choice.found({row[0]: (sqlite_sql.last_touched(row), row) for row in found}):
             break
-    return _hits(uses, shard, scope_key, choice.ranked(), now, bump, generation, read)
+    ranked = [(sqlite_sql.record(row), match) for row, match in choice.ranked()]
+    return _hits(uses, shard, scope_key, ranked, now, bump, generation, read)
 
 
 def _hits(uses: PendingUses, shard: int, scope_key: str, ranked: list[tuple[Record, float]],
