@@ -645,3 +645,15 @@ async def test_a_row_written_into_the_schema_by_hand_is_a_store_error_naming_it(
         await store.list(ORG, 10)
     with pytest.raises(StoreError, match=f"{ORG}'s row 1"):
         await store.export_page(ORG, 0, 10)
+
+
+async def test_a_read_only_dsn_reads_a_current_schema_and_refuses_only_writes(stores):
+    """A replica, or a DSN with ``default_transaction_read_only``: its retrievals answer
+    (the schema is current, so opening it writes nothing); its writes fail, saying why."""
+    store = stores()
+    await store.write(ORG, [fact("the deploy runs on tuesdays", keywords=("deploy",))])
+    replica = stores(store.schema, dsn_options="-c default_transaction_read_only=on")
+    assert [r.text for r in await replica.retrieve(ORG, "deploy", 3)] == [
+        "the deploy runs on tuesdays"]
+    with pytest.raises(StoreError, match="read-only transaction"):
+        await replica.write(ORG, [fact("the release is on fridays", keywords=("release",))])

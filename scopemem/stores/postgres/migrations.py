@@ -261,9 +261,14 @@ async def migrate(conn: Any, schema: str,
     key = advisory_key(schema)
     await conn.execute("SELECT pg_advisory_lock(%s)", (key,))
     try:
-        async with conn.transaction():
-            for statement in _BOOKKEEPING:
-                await conn.execute(statement.format(s=s))
+        # Only where it is missing: a schema already there is opened without writing (a
+        # read-only replica, or a role without CREATE, still reads a current schema).
+        cursor = await conn.execute("SELECT to_regclass(%s) IS NULL",
+                                    (f"{s}.schema_migrations",))
+        if (await cursor.fetchone())[0]:
+            async with conn.transaction():
+                for statement in _BOOKKEEPING:
+                    await conn.execute(statement.format(s=s))
         cursor = await conn.execute(f"SELECT version FROM {s}.schema_migrations")
         seen = {version for (version,) in await cursor.fetchall()}
         newest = max(seen, default=0)
