@@ -106,7 +106,7 @@ async def test_a_server_gone_after_the_pool_opened_is_said_at_once_and_recovered
         await store.retrieve(ORG, "deploy", 3)
     said = str(raised.value)
     # What is true, with the attempt's own error, and not the advice for a busy pool.
-    assert said.startswith("postgres store: cannot reach the server:")
+    assert said.startswith("postgres store: cannot connect to the server:")
     assert "Connection refused" in said and "max_pool" not in said
     await forwarder.start()  # the server is back: the next call connects again
     assert [r.text for r in await store.retrieve(ORG, "deploy", 3)] == [

@@ -127,8 +127,8 @@ class Connections:
         if self._failure is not None:
             return StoreBusy(f"postgres store: no connection free: {self._held} busy and no"
                              f" more could be opened within {wait:g} s: {self._failure}")
-        return StoreBusy(f"postgres store: cannot reach the server: no connection opened within"
-                         f" {wait:g} s (a host that accepts and never answers? put"
+        return StoreBusy(f"postgres store: cannot connect to the server: no connection opened"
+                         f" within {wait:g} s (a host that accepts and never answers? put"
                          " connect_timeout=5 in the DSN)")
 
     @contextlib.asynccontextmanager
@@ -171,9 +171,9 @@ class Connections:
                 if getting.done():
                     return getting.result()
                 if not self._held:
-                    raise StoreBusy(f"postgres store: cannot reach the server: {failed.result()}"
-                                    " (each call tries again: check that the server is up and"
-                                    " the DSN's host and port)")
+                    raise StoreBusy("postgres store: cannot connect to the server:"
+                                    f" {failed.result()} (each call tries again: check that the"
+                                    " server is up and what the error names)")
         except BaseException:
             getting.cancel()  # a connection it was handed meanwhile goes back to the pool
             with contextlib.suppress(BaseException):
