@@ -657,3 +657,19 @@ async def test_a_read_only_dsn_reads_a_current_schema_and_refuses_only_writes(st
         "the deploy runs on tuesdays"]
     with pytest.raises(StoreError, match="read-only transaction"):
         await replica.write(ORG, [fact("the release is on fridays", keywords=("release",))])
+
+
+async def test_a_connection_lost_in_a_call_is_busy_so_the_call_is_tried_again(stores):
+    """A restart, a failover or ``pg_terminate_backend`` in the middle of a call: the call
+    fails as busy (503 with ``Retry-After`` from the worker, which its clients retry on a
+    new connection), saying the connection was lost, never as the store failing (500)."""
+    from scopemem.errors import StoreBusy
+
+    store = stores(min_pool=1, max_pool=1)
+    await store.list(ORG, 1)
+    with pytest.raises(StoreBusy, match="^postgres store: the connection to the server was lost"):
+        async with store._connection() as conn:
+            pid = (await (await conn.execute("SELECT pg_backend_pid()")).fetchone())[0]
+            raw("SELECT pg_terminate_backend(%s)", (pid,))
+            await conn.execute("SELECT 1")
+    assert await store.list(ORG, 1) == []  # the next call takes a new connection

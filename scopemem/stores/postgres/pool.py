@@ -107,7 +107,16 @@ class Connections:
         pool = await self._ready()
         try:
             async with self._live(pool) as conn:
-                yield conn
+                try:
+                    yield conn
+                except psycopg.OperationalError as exc:
+                    if not conn.broken:
+                        raise
+                    # A restart, a failover, pg_terminate_backend: the same call on another
+                    # connection may pass. (A transaction is rolled back whole, or was
+                    # committed whole: a write tried again is deduplicated.)
+                    raise StoreBusy(f"postgres store: the connection to the server was lost"
+                                    f" in the call: {type(exc).__name__}: {exc}") from exc
         except psycopg_pool.PoolTimeout as exc:
             raise self._no_connection() from exc
         except psycopg.errors.QueryCanceled as exc:
