@@ -673,3 +673,19 @@ async def test_a_connection_lost_in_a_call_is_busy_so_the_call_is_tried_again(st
             raw("SELECT pg_terminate_backend(%s)", (pid,))
             await conn.execute("SELECT 1")
     assert await store.list(ORG, 1) == []  # the next call takes a new connection
+
+
+@pytest.mark.parametrize("table", ["postings", "records", "scopes"])
+async def test_a_table_another_program_dropped_makes_the_store_not_ready(
+        stores, table, caplog: pytest.LogCaptureFixture):
+    """``/readyz`` and ``scopemem health`` must not call a store ready whose every call
+    fails: a schema missing one of its tables (renamed or dropped by another program) is
+    not, and the log names the tables."""
+    from scopemem.stores.health import NOT_READY_FAILED, store_ready
+
+    store = stores()
+    await store.write(ORG, [fact("the deploy runs on tuesdays", keywords=("deploy",))])
+    assert await store_ready(store) is None
+    raw(f'ALTER TABLE "{store.schema}".{table} RENAME TO {table}_elsewhere')
+    assert await store_ready(store) == NOT_READY_FAILED
+    assert f"lacks its table(s) {table}" in caplog.text
