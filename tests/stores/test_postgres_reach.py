@@ -123,3 +123,19 @@ async def test_every_connection_busy_says_so_and_names_max_pool(stores):
     assert said.startswith("postgres store: no connection free:")
     assert "all 1 of max_pool" in said
     assert await store.list(ORG, 1) == []
+
+
+async def test_a_call_cancelled_while_it_waits_for_a_connection_leaves_none_taken(stores):
+    """A request whose client left while it waited (the worker cancels it): the connection
+    the pool frees next goes to the next call, not to the cancelled one."""
+    store = stores(pg.dsn(), min_pool=1, max_pool=1, pool_wait_ms=2000)
+    await store.list(ORG, 1)
+    async with store._connection():
+        waiting = asyncio.ensure_future(store.list(ORG, 1))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+    assert await store.list(ORG, 1) == []
+    assert await store.list(ORG, 1) == []
