@@ -65,6 +65,11 @@ def _check_dsn(psycopg: Any, dsn: str) -> dict[str, Any]:
     return dict(params)
 
 
+def _one_line(error: BaseException) -> str:
+    """psycopg's message, its lines as one (it never holds the DSN's password)."""
+    return " ".join(str(error).split())
+
+
 def _hung_up(conn: Any) -> bool:
     """Whether an idle connection has something to read: the server's goodbye, or the end
     of the socket (an idle connection is sent nothing else)."""
@@ -200,7 +205,7 @@ class Connections:
         if error is None:
             self._failure = None
             return
-        self._failure = " ".join(str(error).split())  # psycopg's lines as one; never the DSN
+        self._failure = _one_line(error)
         if self._failed is not None and not self._failed.done():
             self._failed.set_result(self._failure)
 
@@ -251,8 +256,12 @@ class Connections:
                 kwargs["options"] = (f"{given} -c statement_timeout="
                                      f"{options.statement_timeout_ms}").strip()
             try:
-                async with await psycopg.AsyncConnection.connect(
-                        options.dsn, autocommit=True) as conn:
+                first = await psycopg.AsyncConnection.connect(options.dsn, autocommit=True)
+            except psycopg.OperationalError as exc:  # as once the pool is open: busy
+                raise StoreBusy(f"postgres store: cannot connect to the server:"
+                                f" {_one_line(exc)}") from exc
+            try:
+                async with first as conn:
                     await migrations.migrate(conn, options.schema, self._after_migrate)
                 # reconnect_timeout=0: a failed attempt is tried once more at once, then
                 # given up, and the next call that finds no connection tries again: no call
