@@ -108,6 +108,10 @@ async def test_a_server_gone_after_the_pool_opened_is_said_at_once_and_recovered
     # What is true, with the attempt's own error, and not the advice for a busy pool.
     assert said.startswith("postgres store: cannot connect to the server:")
     assert "Connection refused" in said and "max_pool" not in said
+    # Not ready, and not "busy": nothing is being served.
+    from scopemem.stores.health import NOT_READY_FAILED, store_ready
+
+    assert await store_ready(store) == NOT_READY_FAILED
     await forwarder.start()  # the server is back: the next call connects again
     assert [r.text for r in await store.retrieve(ORG, "deploy", 3)] == [
         "the deploy runs on tuesdays"]

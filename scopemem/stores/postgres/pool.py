@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from scopemem.errors import StoreBusy, StoreError, StoreRefused
+from scopemem.errors import StoreBusy, StoreError, StoreRefused, StoreUnreachable
 from scopemem.stores.postgres import migrations
 from scopemem.stores.postgres.options import PostgresOptions
 
@@ -141,9 +141,9 @@ class Connections:
         if self._failure is not None:
             return StoreBusy(f"postgres store: no connection free: {self._held} busy and no"
                              f" more could be opened within {wait:g} s: {self._failure}")
-        return StoreBusy(f"postgres store: cannot connect to the server: no connection opened"
-                         f" within {wait:g} s (a host that accepts and never answers? put"
-                         " connect_timeout=5 in the DSN)")
+        return StoreUnreachable("postgres store: cannot connect to the server: no connection"
+                                f" opened within {wait:g} s (a host that accepts and never"
+                                " answers? put connect_timeout=5 in the DSN)")
 
     @contextlib.asynccontextmanager
     async def _live(self, pool: Any) -> AsyncIterator[Any]:
@@ -185,9 +185,9 @@ class Connections:
                 if getting.done():
                     return getting.result()
                 if not self._held:
-                    raise StoreBusy("postgres store: cannot connect to the server:"
-                                    f" {failed.result()} (each call tries again: check that the"
-                                    " server is up and what the error names)")
+                    raise StoreUnreachable("postgres store: cannot connect to the server:"
+                                           f" {failed.result()} (each call tries again: check"
+                                           " that the server is up and what the error names)")
         except BaseException:
             getting.cancel()  # a connection it was handed meanwhile goes back to the pool
             with contextlib.suppress(BaseException):
@@ -258,8 +258,8 @@ class Connections:
             try:
                 first = await psycopg.AsyncConnection.connect(options.dsn, autocommit=True)
             except psycopg.OperationalError as exc:  # as once the pool is open: busy
-                raise StoreBusy(f"postgres store: cannot connect to the server:"
-                                f" {_one_line(exc)}") from exc
+                raise StoreUnreachable("postgres store: cannot connect to the server:"
+                                       f" {_one_line(exc)}") from exc
             try:
                 async with first as conn:
                     await migrations.migrate(conn, options.schema, self._after_migrate)
