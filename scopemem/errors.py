@@ -30,6 +30,11 @@ class StoreBusy(StoreError):
     succeed shortly. The worker answers 503 with ``Retry-After``."""
 
 
+class StoreUnreachable(StoreBusy):
+    """The store cannot reach its database server now (refused, down, a refused login): busy
+    to a caller (503, retried), and not ready to a probe."""
+
+
 class ScopeLimitReached(StoreError):
     """A write would create a scope beyond the operator's limit on scopes per data directory
     (``max_scopes``): nothing was written. The worker answers it with 507; writes to scopes

@@ -21,7 +21,7 @@ import attrs
 from scopemem.core.browse import MAX_PAGE
 from scopemem.core.counters import REFLECTIONS_FAILED, day_of
 from scopemem.core.scopes import READINESS_SCOPE
-from scopemem.errors import ScopememError, StoreBusy, StoreUnsupported
+from scopemem.errors import ScopememError, StoreBusy, StoreUnreachable, StoreUnsupported
 from scopemem.stores.base import BrowsingStore, CountingStore, MemoryStore, wall_clock_ms
 
 __all__ = ["OK", "WARN", "FAIL", "Check", "MAX_SCOPES_CHECKED", "NOT_READY_BUSY",
@@ -94,6 +94,9 @@ async def _reason(check: Awaitable[str | None]) -> str | None:
     except TimeoutError:
         _log.warning("[ready] the store did not answer within %g s", READY_SECONDS)
         return NOT_READY_SLOW
+    except StoreUnreachable as exc:  # busy to a caller, but nothing is being served
+        _log.warning("[ready] %s", exc)
+        return NOT_READY_FAILED
     except StoreBusy as exc:
         _log.warning("[ready] %s", exc)
         return NOT_READY_BUSY

@@ -79,6 +79,7 @@ from scopemem.errors import (
     StoreBusy,
     StoreError,
     StoreRefused,
+    StoreUnreachable,
     StoreUnsupported,
 )
 from scopemem.stores.base import MemoryStore, search_hits, wall_clock_ms
@@ -149,6 +150,10 @@ async def _errors(request: web.Request, handler: Callable[..., Awaitable[web.Str
         return error_answer(exc.status, exc.reason.lower(), headers)
     except asyncio.CancelledError:
         raise
+    except StoreUnreachable as exc:
+        log.warning("[unavailable] %s: %s", request.path, exc)
+        return error_answer(503, "unavailable: the store cannot reach its database now, retry"
+                            " shortly", {hdrs.RETRY_AFTER: "1"})
     except StoreBusy as exc:
         log.warning("[busy] %s: %s", request.path, exc)
         return error_answer(503, "busy: the store cannot take more now, retry shortly",

@@ -119,7 +119,8 @@ def make(schema: str | None = None, dsn_options: str = "", **kwargs: Any) -> Any
 
     options = {key: kwargs.pop(key) for key in ("min_pool", "max_pool", "statement_timeout_ms",
                                                 "max_scopes", "postings_cache",
-                                                "cache_min_postings", "usage_flush_ms")
+                                                "cache_min_postings", "usage_flush_ms",
+                                                "pool_wait_ms")
                if key in kwargs}
     options.setdefault("min_pool", 0)
     options.setdefault("max_pool", 4)

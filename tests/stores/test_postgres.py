@@ -18,7 +18,13 @@ import pytest
 
 from scopemem.core.records import Status, WriteCounts
 from scopemem.core.scopes import record_seq
-from scopemem.errors import ConfigError, ScopeLimitReached, StoreError, StoreRefused
+from scopemem.errors import (
+    ConfigError,
+    ScopeLimitReached,
+    StoreBusy,
+    StoreError,
+    StoreRefused,
+)
 from scopemem.stores import postgres as postgres_plugin
 from scopemem.stores.base import StoreSettings
 from scopemem.stores.postgres import PostgresStore, migrations
@@ -146,7 +152,10 @@ async def test_an_unreachable_server_is_a_store_error(clock: FakeClock):
 
     store = PostgresStore(PostgresOptions(dsn="postgresql://127.0.0.1:1/none?connect_timeout=2",
                                           min_pool=0), clock=clock)
-    with pytest.raises(StoreError, match="postgres store: cannot open schema"):
+    # Busy (503, retried) as once the pool is open: the same outage, the same answer, from a
+    # worker process that has not connected yet as from one that has.
+    with pytest.raises(StoreBusy, match="postgres store: cannot connect to the server:"
+                                        " .*Connection refused"):
         await store.write(ORG, [fact("anything")])
     await store.close()
 
@@ -183,7 +192,7 @@ async def test_a_well_formed_dsn_is_not_taken_for_a_malformed_one(clock: FakeClo
     from scopemem.stores.postgres.options import PostgresOptions
 
     store = PostgresStore(PostgresOptions(dsn=dsn, min_pool=0), clock=clock)
-    with pytest.raises(StoreError, match="postgres store: cannot open schema"):
+    with pytest.raises(StoreBusy, match="postgres store: cannot connect to the server"):
         await store.write(ORG, [fact("anything")])
     await store.close()
 
@@ -645,3 +654,45 @@ async def test_a_row_written_into_the_schema_by_hand_is_a_store_error_naming_it(
         await store.list(ORG, 10)
     with pytest.raises(StoreError, match=f"{ORG}'s row 1"):
         await store.export_page(ORG, 0, 10)
+
+
+async def test_a_read_only_dsn_reads_a_current_schema_and_refuses_only_writes(stores):
+    """A replica, or a DSN with ``default_transaction_read_only``: its retrievals answer
+    (the schema is current, so opening it writes nothing); its writes fail, saying why."""
+    store = stores()
+    await store.write(ORG, [fact("the deploy runs on tuesdays", keywords=("deploy",))])
+    replica = stores(store.schema, dsn_options="-c default_transaction_read_only=on")
+    assert [r.text for r in await replica.retrieve(ORG, "deploy", 3)] == [
+        "the deploy runs on tuesdays"]
+    with pytest.raises(StoreError, match="read-only transaction"):
+        await replica.write(ORG, [fact("the release is on fridays", keywords=("release",))])
+
+
+async def test_a_connection_lost_in_a_call_is_busy_so_the_call_is_tried_again(stores):
+    """A restart, a failover or ``pg_terminate_backend`` in the middle of a call: the call
+    fails as busy (503 with ``Retry-After`` from the worker, which its clients retry on a
+    new connection), saying the connection was lost, never as the store failing (500)."""
+    store = stores(min_pool=1, max_pool=1)
+    await store.list(ORG, 1)
+    with pytest.raises(StoreBusy, match="^postgres store: the connection to the server was lost"):
+        async with store._connection() as conn:
+            pid = (await (await conn.execute("SELECT pg_backend_pid()")).fetchone())[0]
+            raw("SELECT pg_terminate_backend(%s)", (pid,))
+            await conn.execute("SELECT 1")
+    assert await store.list(ORG, 1) == []  # the next call takes a new connection
+
+
+@pytest.mark.parametrize("table", ["postings", "records", "scopes"])
+async def test_a_table_another_program_dropped_makes_the_store_not_ready(
+        stores, table, caplog: pytest.LogCaptureFixture):
+    """``/readyz`` and ``scopemem health`` must not call a store ready whose every call
+    fails: a schema missing one of its tables (renamed or dropped by another program) is
+    not, and the log names the tables."""
+    from scopemem.stores.health import NOT_READY_FAILED, store_ready
+
+    store = stores()
+    await store.write(ORG, [fact("the deploy runs on tuesdays", keywords=("deploy",))])
+    assert await store_ready(store) is None
+    raw(f'ALTER TABLE "{store.schema}".{table} RENAME TO {table}_elsewhere')
+    assert await store_ready(store) == NOT_READY_FAILED
+    assert f"lacks its table(s) {table}" in caplog.text

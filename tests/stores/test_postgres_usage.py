@@ -129,3 +129,22 @@ async def test_a_read_waits_for_a_save_of_its_scope_under_way():
     release.set()
     await asyncio.gather(save, reader)
     assert seen == [{2: [1, 5]}, {}]  # the uses are in the rows now, not added twice
+
+
+async def test_a_drain_waits_for_a_save_under_way():
+    """``flush`` and ``close`` drain: a save already under way (its uses taken from the
+    pending ones) is part of what they wait for, or the pool closes under it and its uses
+    are lost, tried again every half second against a closed store."""
+    usage, saved, release = recording_queue()
+    usage.add(ORG, [1], 5)
+    save = asyncio.ensure_future(usage.save(ORG))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    drain = asyncio.ensure_future(usage.drain())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not drain.done()
+    release.set()
+    await drain
+    assert saved == [(ORG, {1: [1, 5]})]
+    assert await save

@@ -182,6 +182,19 @@ async def test_a_store_out_of_descriptors_answers_503_busy(spy):
     assert status == 503 and json.loads(answer)["error"].startswith("busy")
 
 
+async def test_a_store_that_cannot_reach_its_database_answers_503_saying_so(spy):
+    """Not "busy": a client (or its operator) reading the answer is told the database is out
+    of reach, and still retries (503, Retry-After)."""
+    from scopemem.errors import StoreUnreachable
+
+    spy.fail = StoreUnreachable("postgres store: cannot connect to the server: refused")
+    async with running(create_app(spy, TOKEN)) as url:
+        status, answer = await raw_exchange(URL(url).port, post(b"/list", LIST))
+    assert status == 503
+    assert json.loads(answer)["error"] == ("unavailable: the store cannot reach its database"
+                                           " now, retry shortly")
+
+
 def test_repeated_identical_errors_are_logged_a_few_times_a_minute():
     now = [0.0]
     limit = RepeatLimit(burst=3, window=60, clock=lambda: now[0])

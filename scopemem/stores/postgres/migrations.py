@@ -47,6 +47,10 @@ _BOOKKEEPING = (
     )""",
 )
 
+#: Every table the migrations leave (``missing_tables`` checks them).
+TABLES = ("schema_migrations", "meta", "scopes", "records", "postings", "counters", "reaches",
+          "vectors", "count_totals")
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "scopes, records, lookup indexes and the token index", (
         """CREATE TABLE IF NOT EXISTS {s}.meta (
@@ -261,9 +265,14 @@ async def migrate(conn: Any, schema: str,
     key = advisory_key(schema)
     await conn.execute("SELECT pg_advisory_lock(%s)", (key,))
     try:
-        async with conn.transaction():
-            for statement in _BOOKKEEPING:
-                await conn.execute(statement.format(s=s))
+        # Only where it is missing: a schema already there is opened without writing (a
+        # read-only replica, or a role without CREATE, still reads a current schema).
+        cursor = await conn.execute("SELECT to_regclass(%s) IS NULL",
+                                    (f"{s}.schema_migrations",))
+        if (await cursor.fetchone())[0]:
+            async with conn.transaction():
+                for statement in _BOOKKEEPING:
+                    await conn.execute(statement.format(s=s))
         cursor = await conn.execute(f"SELECT version FROM {s}.schema_migrations")
         seen = {version for (version,) in await cursor.fetchall()}
         newest = max(seen, default=0)
@@ -292,3 +301,14 @@ async def migrate(conn: Any, schema: str,
         return applied
     finally:
         await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+async def missing_tables(conn: Any, schema: str) -> list[str]:
+    """The tables of ``TABLES`` the schema lacks (another program dropped or renamed them),
+    without reading any."""
+    s = quoted(schema)
+    cursor = await conn.execute(
+        "SELECT name FROM unnest(%s::text[], %s::text[]) AS t(name, qualified)"
+        " WHERE to_regclass(qualified) IS NULL",
+        (list(TABLES), [f"{s}.{name}" for name in TABLES]))
+    return [name for (name,) in await cursor.fetchall()]

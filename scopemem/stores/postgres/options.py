@@ -17,12 +17,14 @@ from scopemem.stores.shared.cache import DEFAULT_MIN_POSTINGS, DEFAULT_POSTINGS_
 __all__ = ["OPTIONS", "PostgresOptions", "check_schema_name", "options_from_settings"]
 
 OPTIONS = ("dsn", "dsn_env", "schema", "min_pool", "max_pool", "statement_timeout_ms",
-           "max_scopes", "postings_cache", "cache_min_postings", "usage_flush_ms")
+           "max_scopes", "postings_cache", "cache_min_postings", "usage_flush_ms",
+           "pool_wait_ms")
 DEFAULT_SCHEMA = "scopemem"
 DEFAULT_MIN_POOL = 1
 DEFAULT_MAX_POOL = 10
 MAX_POOL = 1000
 DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
+DEFAULT_POOL_WAIT_MS = 30_000
 # A plain lower-case identifier: it is written into statements (quoted), never bound, so
 # nothing but these characters may reach the SQL text.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -39,6 +41,7 @@ class PostgresOptions:
     postings_cache: int = DEFAULT_POSTINGS_CACHE
     cache_min_postings: int = DEFAULT_MIN_POSTINGS
     usage_flush_ms: int = DEFAULT_USAGE_FLUSH_MS
+    pool_wait_ms: int = DEFAULT_POOL_WAIT_MS
 
 
 def check_schema_name(value: object, name: str = "schema") -> str:
@@ -87,4 +90,5 @@ def options_from_settings(settings: StoreSettings) -> PostgresOptions:
         cache_min_postings=settings.int_option("cache_min_postings", DEFAULT_MIN_POSTINGS, 0),
         usage_flush_ms=settings.int_option("usage_flush_ms", DEFAULT_USAGE_FLUSH_MS, 0,
                                            60_000),
+        pool_wait_ms=settings.int_option("pool_wait_ms", DEFAULT_POOL_WAIT_MS, 1, 600_000),
     )

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from scopemem.errors import StoreBusy, StoreError, StoreRefused
+from scopemem.errors import StoreBusy, StoreError, StoreRefused, StoreUnreachable
 from scopemem.stores.postgres import migrations
 from scopemem.stores.postgres.options import PostgresOptions
 
@@ -65,6 +65,11 @@ def _check_dsn(psycopg: Any, dsn: str) -> dict[str, Any]:
     return dict(params)
 
 
+def _one_line(error: BaseException) -> str:
+    """psycopg's message, its lines as one (it never holds the DSN's password)."""
+    return " ".join(str(error).split())
+
+
 def _hung_up(conn: Any) -> bool:
     """Whether an idle connection has something to read: the server's goodbye, or the end
     of the socket (an idle connection is sent nothing else)."""
@@ -90,6 +95,9 @@ class Connections:
         self._ready_lock: asyncio.Lock | None = None
         # Set by the store's ``close``: no new work, but what it drains may still connect.
         self.closed = False
+        self._held = 0  # connections calls hold now
+        self._failure: str | None = None  # the last attempt to connect's error, if it failed
+        self._failed: asyncio.Future[str] | None = None  # see ``_next_failure``
 
     @property
     def opened(self) -> bool:
@@ -104,15 +112,38 @@ class Connections:
         pool = await self._ready()
         try:
             async with self._live(pool) as conn:
-                yield conn
+                try:
+                    yield conn
+                except psycopg.OperationalError as exc:
+                    if not conn.broken:
+                        raise
+                    # A restart, a failover, pg_terminate_backend: the same call on another
+                    # connection may pass. (A transaction is rolled back whole, or was
+                    # committed whole: a write tried again is deduplicated.)
+                    raise StoreBusy(f"postgres store: the connection to the server was lost"
+                                    f" in the call: {type(exc).__name__}: {exc}") from exc
         except psycopg_pool.PoolTimeout as exc:
-            raise StoreBusy(f"postgres store: no connection free: {exc}") from exc
+            raise self._no_connection() from exc
         except psycopg.errors.QueryCanceled as exc:
             raise StoreBusy(f"postgres store: statement timed out: {exc}") from exc
         except psycopg.DataError as exc:  # the input itself: a smaller call may pass
             raise StoreRefused(f"postgres store: {type(exc).__name__}: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"postgres store: {type(exc).__name__}: {exc}") from exc
+
+    def _no_connection(self) -> StoreBusy:
+        """What the pool's wait running out means: every connection busy, or none opened."""
+        wait = self.options.pool_wait_ms / 1000
+        if self._held >= self.options.max_pool:
+            return StoreBusy(f"postgres store: no connection free: all {self._held} of max_pool"
+                             f" connections were busy for {wait:g} s (raise max_pool, and the"
+                             " server's max_connections to match, or look for slow statements)")
+        if self._failure is not None:
+            return StoreBusy(f"postgres store: no connection free: {self._held} busy and no"
+                             f" more could be opened within {wait:g} s: {self._failure}")
+        return StoreUnreachable("postgres store: cannot connect to the server: no connection"
+                                f" opened within {wait:g} s (a host that accepts and never"
+                                " answers? put connect_timeout=5 in the DSN)")
 
     @contextlib.asynccontextmanager
     async def _live(self, pool: Any) -> AsyncIterator[Any]:
@@ -122,13 +153,79 @@ class Connections:
         callback would do the same, but waits a growing pause after each connection it
         refuses: seconds after a restart, measured, where this takes none.)"""
         for _stale in range(self.options.max_pool):
-            async with pool.connection() as conn:
+            async with self._taken(pool) as conn:
                 if not _hung_up(conn):
                     yield conn
                     return
                 await conn.close()
-        async with pool.connection() as conn:
+        async with self._taken(pool) as conn:
             yield conn
+
+    @contextlib.asynccontextmanager
+    async def _taken(self, pool: Any) -> AsyncIterator[Any]:
+        """A connection of the pool, counted as held while the caller has it."""
+        conn = await self._get(pool)
+        self._held += 1
+        try:
+            async with conn:
+                yield conn
+        finally:
+            self._held -= 1
+            await pool.putconn(conn)
+
+    async def _get(self, pool: Any) -> Any:
+        """A connection within ``pool_wait_ms``; ``StoreBusy`` as soon as an attempt to
+        connect fails while no connection is held (none is alive: the server cannot be
+        reached), rather than at the end of the wait."""
+        getting = asyncio.ensure_future(pool.getconn(timeout=self.options.pool_wait_ms / 1000))
+        try:
+            while True:
+                failed = self._next_failure()
+                await asyncio.wait((getting, failed), return_when=asyncio.FIRST_COMPLETED)
+                if getting.done():
+                    return getting.result()
+                if not self._held:
+                    raise StoreUnreachable("postgres store: cannot connect to the server:"
+                                           f" {failed.result()} (each call tries again: check"
+                                           " that the server is up and what the error names)")
+        except BaseException:
+            getting.cancel()  # a connection it was handed meanwhile goes back to the pool
+            with contextlib.suppress(BaseException):
+                await pool.putconn(await getting)
+            raise
+
+    def _next_failure(self) -> asyncio.Future[str]:
+        """Resolved with the error of the next attempt to connect that fails."""
+        if self._failed is None or self._failed.done():
+            self._failed = asyncio.get_running_loop().create_future()
+        return self._failed
+
+    def _attempted(self, error: BaseException | None) -> None:
+        """An attempt of the pool to connect ended: ``error`` when it failed."""
+        if error is None:
+            self._failure = None
+            return
+        self._failure = _one_line(error)
+        if self._failed is not None and not self._failed.done():
+            self._failed.set_result(self._failure)
+
+    def _connection_class(self, psycopg: Any) -> Any:
+        """psycopg's connection, telling ``_attempted`` how each of the pool's attempts to
+        connect ended."""
+        attempted = self._attempted
+
+        class Reporting(psycopg.AsyncConnection):  # type: ignore[misc]
+            @classmethod
+            async def connect(cls, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    conn = await super().connect(*args, **kwargs)
+                except psycopg.Error as exc:
+                    attempted(exc)
+                    raise
+                attempted(None)
+                return conn
+
+        return Reporting
 
     async def close(self) -> None:
         """Close the pool (the store has drained what it had deferred)."""
@@ -159,12 +256,21 @@ class Connections:
                 kwargs["options"] = (f"{given} -c statement_timeout="
                                      f"{options.statement_timeout_ms}").strip()
             try:
-                async with await psycopg.AsyncConnection.connect(
-                        options.dsn, autocommit=True) as conn:
+                first = await psycopg.AsyncConnection.connect(options.dsn, autocommit=True)
+            except psycopg.OperationalError as exc:  # as once the pool is open: busy
+                raise StoreUnreachable("postgres store: cannot connect to the server:"
+                                       f" {_one_line(exc)}") from exc
+            try:
+                async with first as conn:
                     await migrations.migrate(conn, options.schema, self._after_migrate)
+                # reconnect_timeout=0: a failed attempt is tried once more at once, then
+                # given up, and the next call that finds no connection tries again: no call
+                # waits out a growing pause after the server is back.
                 pool = psycopg_pool.AsyncConnectionPool(
                     options.dsn, min_size=options.min_pool, max_size=options.max_pool,
-                    kwargs=kwargs, open=False, name=f"scopemem-{options.schema}")
+                    kwargs=kwargs, open=False, name=f"scopemem-{options.schema}",
+                    connection_class=self._connection_class(psycopg),
+                    timeout=options.pool_wait_ms / 1000, reconnect_timeout=0)
                 await pool.open(wait=options.min_pool > 0, timeout=30)
             except psycopg_pool.PoolTimeout as exc:  # a psycopg.Error too: caught first
                 raise StoreError(f"postgres store: cannot connect: {exc}") from exc

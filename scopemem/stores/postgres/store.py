@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,7 +35,8 @@ from scopemem.stores.base import (
     wall_clock_ms,
     write_batch,
 )
-from scopemem.stores.postgres import reads
+from scopemem.stores.health import NOT_READY_FAILED
+from scopemem.stores.postgres import migrations, reads
 from scopemem.stores.postgres.browse import Browse
 from scopemem.stores.postgres.options import PostgresOptions, options_from_settings
 from scopemem.stores.postgres.pool import Connections
@@ -47,6 +49,8 @@ from scopemem.stores.shared import batches
 from scopemem.stores.shared.cache import PostingsCache, ScopeCopy
 
 __all__ = ["PostgresStore"]
+
+_log = logging.getLogger("scopemem.stores.postgres")
 
 
 class PostgresStore:
@@ -203,9 +207,16 @@ class PostgresStore:
 
     async def ready(self) -> str | None:
         """The readiness check (``stores.health.store_ready``): the pool opens (the schema
-        migrated) and one of its connections answers a query within the pool's timeout."""
+        migrated) and one of its connections finds every table of the schema."""
         async with self._connection() as conn:
-            await conn.execute("SELECT 1")
+            missing = await migrations.missing_tables(conn, self.schema)
+        if missing:
+            _log.warning("postgres store: schema %r lacks its table(s) %s: another program"
+                         " dropped or renamed them, and every call using them fails; restore"
+                         " them (from a backup: pg_dump --schema), scopemem does not create"
+                         " them again in a schema it has migrated", self.schema,
+                         ", ".join(missing))
+            return NOT_READY_FAILED
         return None
 
     def max_descriptors(self) -> int:

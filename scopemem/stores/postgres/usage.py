@@ -107,8 +107,10 @@ class DeferredUsage:
             done.set()
 
     async def _save_all(self) -> bool:
+        """Save every scope's pending uses, waiting for the saves under way too (their uses
+        are no longer pending, and come back to it when they fail)."""
         ok = True
-        for scope_key in list(self._pending):
+        for scope_key in list(self._saving) + list(self._pending):
             ok = await self.save(scope_key) and ok
         return ok
 
