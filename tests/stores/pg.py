@@ -111,9 +111,10 @@ def drop_run_schemas() -> None:
         drop_schemas(*names)
 
 
-def make(schema: str | None = None, dsn_options: str = "", **kwargs: Any) -> Any:
-    """A PostgresStore on the test server, in ``schema`` (a new one by default);
-    ``dsn_options``: the DSN's ``options`` parameter."""
+def make(schema: str | None = None, dsn_options: str = "", server: str | None = None,
+         **kwargs: Any) -> Any:
+    """A PostgresStore on the test server (or at the DSN ``server``), in ``schema`` (a new
+    one by default); ``dsn_options``: the DSN's ``options`` parameter."""
     from scopemem.stores.postgres import PostgresStore
     from scopemem.stores.postgres.options import PostgresOptions
 
@@ -124,7 +125,7 @@ def make(schema: str | None = None, dsn_options: str = "", **kwargs: Any) -> Any
                if key in kwargs}
     options.setdefault("min_pool", 0)
     options.setdefault("max_pool", 4)
-    url = dsn()
+    url = server or dsn()
     if dsn_options:
         from psycopg.conninfo import make_conninfo
 

@@ -11,8 +11,10 @@ import contextlib
 import pytest
 
 from scopemem.errors import StoreBusy
-from tests.conftest import FakeClock, fact
-from tests.stores import pg
+from tests.conftest import fact
+from tests.stores import pg, test_postgres
+
+stores = test_postgres.stores  # the fixture: stores closed, schemas dropped
 
 ORG = "org:acme"
 
@@ -75,30 +77,9 @@ async def forwarder():
         await forwarding.close()
 
 
-@pytest.fixture
-async def stores(clock: FakeClock):
-    """``make(dsn, **options)``: PostgresStores in schemas of their own, closed and dropped."""
-    pg.require()
-    from scopemem.stores.postgres import PostgresStore
-    from scopemem.stores.postgres.options import PostgresOptions
-
-    built: list[PostgresStore] = []
-
-    def make(dsn: str, **options: object) -> PostgresStore:
-        store = PostgresStore(PostgresOptions(dsn=dsn, schema=pg.new_schema(), **options),
-                              clock=clock)
-        built.append(store)
-        return store
-
-    yield make
-    for store in built:
-        await store.close()
-    pg.drop_schemas(*{store.schema for store in built})
-
-
 async def test_a_server_gone_after_the_pool_opened_is_said_at_once_and_recovered(
         stores, forwarder):
-    store = stores(forwarder.dsn(), min_pool=1, max_pool=4)
+    store = stores(server=forwarder.dsn(), min_pool=1, max_pool=4)
     await store.write(ORG, [fact("the deploy runs on tuesdays", keywords=("deploy",))])
     await store.flush()
     await forwarder.close()
@@ -118,7 +99,7 @@ async def test_a_server_gone_after_the_pool_opened_is_said_at_once_and_recovered
 
 
 async def test_every_connection_busy_says_so_and_names_max_pool(stores):
-    store = stores(pg.dsn(), min_pool=1, max_pool=1, pool_wait_ms=200)
+    store = stores(min_pool=1, max_pool=1, pool_wait_ms=200)
     await store.list(ORG, 1)
     async with store._connection():  # the pool's one connection, held
         with pytest.raises(StoreBusy) as raised:
@@ -132,7 +113,7 @@ async def test_every_connection_busy_says_so_and_names_max_pool(stores):
 async def test_a_call_cancelled_while_it_waits_for_a_connection_leaves_none_taken(stores):
     """A request whose client left while it waited (the worker cancels it): the connection
     the pool frees next goes to the next call, not to the cancelled one."""
-    store = stores(pg.dsn(), min_pool=1, max_pool=1, pool_wait_ms=2000)
+    store = stores(min_pool=1, max_pool=1, pool_wait_ms=2000)
     await store.list(ORG, 1)
     async with store._connection():
         waiting = asyncio.ensure_future(store.list(ORG, 1))

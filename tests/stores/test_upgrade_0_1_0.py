@@ -14,6 +14,7 @@ import json
 import logging
 import shutil
 from pathlib import Path
+from typing import Any
 
 import apsw
 
@@ -45,6 +46,15 @@ def user_version(path: Path) -> int:
         conn.close()
 
 
+async def assert_holds(store: Any, fixture: Path) -> None:
+    """``store`` exports exactly what 0.1.0 exported of ``fixture``, and keeps its counters."""
+    exported = "".join([record_line(r) + "\n" async for r in export_records(store)])
+    assert exported == (fixture / "export.jsonl").read_text()
+    assert await store.read_counts() == [
+        CountRow(*json.loads(line))
+        for line in (fixture / "counters.jsonl").read_text().splitlines()]
+
+
 async def test_a_0_1_0_directory_is_read_whole_and_the_log_names_each_shard_migrated(
         tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="scopemem.stores.sqlite")
@@ -52,11 +62,7 @@ async def test_a_0_1_0_directory_is_read_whole_and_the_log_names_each_shard_migr
     assert {user_version(directory / name) for name in SHARDS} == {4}
     store = sqlite_store(StoreSettings(name="sqlite", options={"path": str(directory)}))
     try:
-        exported = "".join([record_line(r) + "\n" async for r in export_records(store)])
-        assert exported == (FIXTURE / "export.jsonl").read_text()
-        assert await store.read_counts() == [
-            CountRow(*json.loads(line))
-            for line in (FIXTURE / "counters.jsonl").read_text().splitlines()]
+        await assert_holds(store, FIXTURE)
     finally:
         await store.close()
     assert {user_version(directory / name) for name in SHARDS} == {schema.SCHEMA_VERSION}
@@ -101,11 +107,7 @@ async def test_a_0_1_0_postgres_schema_is_read_whole_and_the_log_names_the_migra
         conn.execute(dump)  # type: ignore[call-overload]  # a script, no parameters
     store = pg.make(name)
     try:
-        exported = "".join([record_line(r) + "\n" async for r in export_records(store)])
-        assert exported == (PG_FIXTURE / "export.jsonl").read_text()
-        assert await store.read_counts() == [
-            CountRow(*json.loads(line))
-            for line in (PG_FIXTURE / "counters.jsonl").read_text().splitlines()]
+        await assert_holds(store, PG_FIXTURE)
         newest = migrations.SCHEMA_VERSION
         lines = [r.getMessage() for r in caplog.records
                  if r.levelno >= logging.WARNING and "migrated" in r.getMessage()]
