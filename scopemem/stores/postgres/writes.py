@@ -1,12 +1,9 @@
-"""The PostgreSQL store's changes to a scope (a write batch, forget, sweep, deleting a scope,
-scrubbing provenance, the retention purge, the day counters), each one transaction that
-first takes the scope's row in ``scopes`` FOR UPDATE (``ScopeLock``; an import takes it
-too, ``porting.py``). Writers to a scope queue there, across processes, and read its last
-seq and active count under it. A scope gets its row the first time it is written, counted
-or imported into, counted against ``max_scopes``. A write is pipelined: it waits on the
-server only for what it reads. ``add_counts`` is one statement for every scope of the call;
-a server crash may lose the last fraction of a second of counts, as it may lose use counts,
-never a record. ``refold`` re-derives every row's tokens when the analyzer changed.
+"""The PostgreSQL store's changes to a scope (``shared.changes`` over ``PgTx``), each one
+transaction that first takes the scope's row ``FOR UPDATE`` (``ScopeLock``): writers to a
+scope queue there, across processes. A write is pipelined. ``add_counts`` is one statement
+for every scope of the call, committed without waiting for the WAL: a server crash may lose
+the last fraction of a second of counts, never a record. ``refold`` re-derives every row's
+tokens when the analyzer changed.
 """
 
 from __future__ import annotations

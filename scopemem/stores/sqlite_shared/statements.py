@@ -1,12 +1,7 @@
-"""The statements only the shared-file SQLite store runs, for any shard: those reading and
-writing its token index (but those of ``index.py``), its writes' rows going in as JSON
-arrays, its use counts saved later and its counters. Those both SQL stores run are
-``stores/shared/sql.py``'s, as ``dialect.SQL``.
-
-Each one names the scope as a bound value (``:scope``) in its WHERE clause, and every index
-leads with ``scope_key`` (``schema.py``). A list of values (seqs, terms, normalized texts)
-is bound as one JSON array and read with ``json_each``, so a statement's text never depends
-on what a client sent and user text never reaches SQL as anything but a value.
+"""The statements only the SQLite store runs, for any shard (those both SQL stores run:
+``dialect.SQL``; the token index's: ``index.py``). Each binds the scope as ``:scope`` and a
+list as one JSON array read with ``json_each``: a statement's text never depends on what a
+client sent, and user text reaches SQL only as a value.
 """
 
 from __future__ import annotations

@@ -240,9 +240,7 @@ class Counts:
         with relaxed(conn, self._synchronous), sqlite_sql.immediate(conn):
             now = self._clock()
             for scope_key in dict.fromkeys(row.scope_key for row in rows):
-                if not conn.execute(st.LOCK_SCOPE, {"scope": scope_key}).fetchall():
-                    self._scopes.reserve()
-                    conn.execute(st.NEW_SCOPE, {"scope": scope_key, "now": now})
+                run_sync(SqliteTx(conn, scope_key, self._scopes.reserve).lock(now, True))
             add_rows(conn, rows)
 
     async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
