@@ -14,10 +14,11 @@ from scopemem.core.records import Record
 from scopemem.core.words import Analyzer
 from scopemem.stores.base import Clock
 from scopemem.stores.porting import group_import
+from scopemem.stores.postgres.options import PostgresOptions
 from scopemem.stores.postgres.pool import Connect
 from scopemem.stores.postgres.statements import Statements, record_of
 from scopemem.stores.postgres.usage import DeferredUsage
-from scopemem.stores.postgres.writes import PgTx, ScopeLock
+from scopemem.stores.postgres.writes import PgTx
 from scopemem.stores.shared import changes
 
 __all__ = ["Porting"]
@@ -27,13 +28,13 @@ class Porting:
     """Export and import over ``connect``, the uses pending in ``usage`` saved first."""
 
     def __init__(self, sql: Statements, analyzer: Analyzer, usage: DeferredUsage,
-                 connect: Connect, clock: Clock, lock_scope: ScopeLock) -> None:
+                 connect: Connect, clock: Clock, options: PostgresOptions) -> None:
         self.sql = sql
         self.analyzer = analyzer
         self._usage = usage
         self._connection = connect
         self._clock = clock
-        self._lock_scope = lock_scope
+        self._options = options
 
     async def export_scopes(self) -> list[str]:
         async with self._connection() as conn:
@@ -60,5 +61,5 @@ class Porting:
     async def _import_scope(self, scope_key: str, batch: list[tuple[int, Record]],
                             now: int) -> int:
         async with self._connection() as conn, conn.transaction():
-            tx = PgTx(conn, self.sql, scope_key, self._lock_scope)
+            tx = PgTx(conn, self.sql, scope_key, self._options)
             return await changes.import_scope(tx, self.analyzer, batch, now)

@@ -1,5 +1,5 @@
 """The PostgreSQL store's changes to a scope (``shared.changes`` over ``PgTx``), each one
-transaction that first takes the scope's row ``FOR UPDATE`` (``ScopeLock``): writers to a
+transaction that first takes the scope's row ``FOR UPDATE`` (``PgTx.lock``): writers to a
 scope queue there, across processes. A write is pipelined. ``add_counts`` is one statement
 for every scope of the call, committed without waiting for the WAL: a server crash may lose
 the last fraction of a second of counts, never a record. ``refold`` re-derives every row's
@@ -30,47 +30,12 @@ from scopemem.stores.shared import counts as counting
 from scopemem.stores.shared.changes import Locked
 from scopemem.stores.shared.tokens import record_tokens
 
-__all__ = ["Counts", "PgTx", "ScopeLock", "Writes", "add_rows", "refold"]
+__all__ = ["Counts", "PgTx", "Writes", "add_rows", "refold"]
 
 log = logging.getLogger("scopemem.stores.postgres")
 
 META_FOLDING = "folding"  # the meta row holding the analyzer's signature the rows follow
 
-
-
-class ScopeLock:
-    """Takes a scope's row FOR UPDATE in the caller's transaction, making it when asked
-    (counted against ``options.max_scopes``)."""
-
-    def __init__(self, sql: Statements, options: PostgresOptions) -> None:
-        self.sql = sql
-        self.options = options
-
-    async def __call__(self, conn: Any, scope_key: str, now: int, *, create: bool
-                       ) -> Locked | None:
-        """The scope's last seq, active count, the thread of its last row (None when
-        gone) and its newest record's creation time (None: no record), or None when the
-        scope has no row and ``create`` is false."""
-        cursor = await conn.execute(self.sql.lock_scope, {"scope": scope_key})
-        row = await cursor.fetchone()
-        if row is not None or not create:
-            return None if row is None else (row[0], row[1], row[2], row[3])
-        options = self.options
-        if options.max_scopes:
-            # New scopes are counted one at a time, across processes.
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)",
-                               (migrations.advisory_key(options.schema) ^ 1,))
-            cursor = await conn.execute(self.sql.count_scopes)
-            (held,) = await cursor.fetchone()
-            if held >= options.max_scopes:
-                raise ScopeLimitReached(
-                    f"postgres store: schema {options.schema!r} holds {held} scopes, the"
-                    f" limit (max_scopes = {options.max_scopes}); a write to a new scope is"
-                    " refused")
-        await conn.execute(self.sql.new_scope, {"scope": scope_key, "now": now})
-        cursor = await conn.execute(self.sql.lock_scope, {"scope": scope_key})
-        row = await cursor.fetchone()
-        return row[0], row[1], row[2], row[3]
 
 
 async def add_rows(conn: Any, sql: Statements, rows: Sequence[CountRow]) -> None:
@@ -85,11 +50,11 @@ class Counts:
     """``add_counts`` and ``read_counts`` over ``connect``."""
 
     def __init__(self, sql: Statements, connect: Connect, clock: Clock,
-                 lock_scope: ScopeLock) -> None:
+                 options: PostgresOptions) -> None:
         self.sql = sql
         self._connection = connect
         self._clock = clock
-        self._lock_scope = lock_scope
+        self._options = options
 
     async def add_counts(self, rows: Sequence[CountRow]) -> None:
         checked = counting.check_rows(rows)
@@ -99,7 +64,7 @@ class Counts:
         async with self._connection() as conn, conn.transaction():
             await conn.execute("SET LOCAL synchronous_commit = off")
             for scope_key in sorted({row.scope_key for row in checked}):  # one lock order
-                await self._lock_scope(conn, scope_key, now, create=True)
+                await PgTx(conn, self.sql, scope_key, self._options).lock(now, True)
             await add_rows(conn, self.sql, checked)
 
     async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
@@ -119,20 +84,40 @@ class PgTx:
     """A transaction on one scope, as ``shared.changes`` runs it: lists bound as arrays, the
     token index the ``postings`` table."""
 
-    def __init__(self, conn: Any, sql: Statements, scope: str, lock_scope: ScopeLock) -> None:
+    def __init__(self, conn: Any, sql: Statements, scope: str, options: PostgresOptions
+                 ) -> None:
         self.conn = conn
         self.sql = sql
         self.scope = scope
-        self._lock_scope = lock_scope
+        self._options = options
         self.held = False  # the scope has a row, locked
 
     def ints(self, values: Sequence[int]) -> object:
         return bigints(values)
 
     async def lock(self, now: int, create: bool) -> Locked | None:
-        locked = await self._lock_scope(self.conn, self.scope, now, create=create)
-        self.held = locked is not None
-        return locked
+        """The scope's row ``FOR UPDATE``, made when ``create`` (counted against
+        ``max_scopes``): the first statement of every change, so writers to a scope queue
+        there, across processes."""
+        row = await (await self.conn.execute(self.sql.lock_scope, {"scope": self.scope})
+                     ).fetchone()
+        if row is None and create:
+            options = self._options
+            if options.max_scopes:
+                # New scopes are counted one at a time, across processes.
+                await self.conn.execute("SELECT pg_advisory_xact_lock(%s)",
+                                        (migrations.advisory_key(options.schema) ^ 1,))
+                (held,) = await (await self.conn.execute(self.sql.count_scopes)).fetchone()
+                if held >= options.max_scopes:
+                    raise ScopeLimitReached(
+                        f"postgres store: schema {options.schema!r} holds {held} scopes, the"
+                        f" limit (max_scopes = {options.max_scopes}); a write to a new scope"
+                        " is refused")
+            await self.conn.execute(self.sql.new_scope, {"scope": self.scope, "now": now})
+            row = await (await self.conn.execute(self.sql.lock_scope, {"scope": self.scope})
+                         ).fetchone()
+        self.held = row is not None
+        return None if row is None else (row[0], row[1], row[2], row[3])
 
     async def rows(self, statement: str, params: dict[str, Any]) -> list[Any]:
         return list(await (await self.conn.execute(statement, params)).fetchall())
@@ -200,12 +185,12 @@ class Writes:
     """The transactions that change a scope's rows (``shared.changes``), over ``connect``."""
 
     def __init__(self, sql: Statements, analyzer: Analyzer, connect: Connect,
-                 lock_scope: ScopeLock, browse: Browse, clock: Clock,
+                 options: PostgresOptions, browse: Browse, clock: Clock,
                  retention_days: int) -> None:
         self.sql = sql
         self.analyzer = analyzer
         self._connect = connect
-        self._lock_scope = lock_scope
+        self._options = options
         self._browse = browse
         self._clock = clock
         self.retention_days = retention_days
@@ -215,7 +200,7 @@ class Writes:
         async with (self._connect() as conn,
                     pipeline(conn) if pipelined else contextlib.nullcontext(),
                     conn.transaction()):
-            yield PgTx(conn, self.sql, scope_key, self._lock_scope)
+            yield PgTx(conn, self.sql, scope_key, self._options)
 
     async def write(self, scope_key: str, fitted: Sequence[Candidate], cap: int
                     ) -> WriteCounts:
