@@ -52,14 +52,9 @@ class Porting:
 
     async def import_records(self, records: Sequence[Record]) -> int:
         now = self._clock()
-        groups = group_import(records, now)
         added = 0
-        for scope_key, batch in groups.items():
-            added += await self._import_scope(scope_key, batch, now)
+        for scope_key, batch in group_import(records, now).items():
+            async with self._connection() as conn, conn.transaction():
+                tx = PgTx(conn, self.sql, scope_key, self._options)
+                added += await changes.import_scope(tx, self.analyzer, batch, now)
         return added
-
-    async def _import_scope(self, scope_key: str, batch: list[tuple[int, Record]],
-                            now: int) -> int:
-        async with self._connection() as conn, conn.transaction():
-            tx = PgTx(conn, self.sql, scope_key, self._options)
-            return await changes.import_scope(tx, self.analyzer, batch, now)

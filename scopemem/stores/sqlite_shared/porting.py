@@ -88,11 +88,7 @@ class Porting:
         added = 0
         for scope_key, batch in groups.items():
             shard = self._shards.of(scope_key)
-            added += await self._pools.write(shard, self._import, shard, scope_key, batch, now,
-                                             create=True) or 0
+            added += await self._pools.write(shard, import_scope, self._uses, shard,
+                                             self._analyzer, scope_key, batch, now,
+                                             self._scopes.reserve, create=True) or 0
         return added
-
-    def _import(self, conn: Any, shard: int, scope_key: str,
-                batch: list[tuple[int, Record]], now: int) -> int:
-        return import_scope(conn, self._uses, shard, self._analyzer, scope_key, batch, now,
-                            self._scopes.reserve)
