@@ -32,6 +32,9 @@ from scopemem.stores.base import (
     check_cap,
     check_retention_days,
     check_scope_key,
+    listing_stems,
+    search_terms,
+    used_seqs,
     wall_clock_ms,
     write_batch,
 )
@@ -121,11 +124,10 @@ class PostgresStore:
 
     async def search(self, scope_key: str, query: str, limit: int, *, bump: bool = True
                      ) -> list[Hit]:
-        check_scope_key(scope_key)
-        now = self._clock()
-        terms = engine.query_terms(query, self.analyzer)
-        if not terms.terms or limit <= 0:
+        terms = search_terms(scope_key, query, limit, self.analyzer)
+        if terms is None:
             return []
+        now = self._clock()
         async with self._usage.reading(scope_key), self._connection() as conn:
             return await reads.search(conn, self.sql, self._usage, self.ranking, scope_key,
                                       terms, limit, now, bump, self._cache, self._copy)
@@ -144,11 +146,7 @@ class PostgresStore:
     async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
         now = self._clock()
         marked = 0
-        for scope_key, ids in used.items():
-            check_scope_key(scope_key)
-            seqs = sorted(set(batches.seqs_in_scope(scope_key, ids)))
-            if not seqs:
-                continue
+        for scope_key, seqs in used_seqs(used):
             async with self._connection() as conn:
                 cursor = await conn.execute(self.sql.active_seqs,
                                             {"scope": scope_key, "seqs": bigints(seqs)})
@@ -167,14 +165,9 @@ class PostgresStore:
 
     async def list(self, scope_key: str, limit: int, query: str | None = None,
                    kind: Kind | None = None) -> list[Record]:
-        check_scope_key(scope_key)
-        if limit <= 0:
+        tokens = listing_stems(scope_key, limit, query, self.analyzer)
+        if tokens == []:
             return []
-        tokens: list[str] | None = None
-        if query is not None:
-            tokens = list(engine.query_terms(query, self.analyzer).prefilter_stems)
-            if not tokens:
-                return []
         await self._usage.save(scope_key)
         async with self._connection() as conn:
             cursor = await conn.execute(self.sql.listing, {
@@ -206,8 +199,7 @@ class PostgresStore:
         await self._usage.drain()
 
     async def ready(self) -> str | None:
-        """The readiness check (``stores.health.store_ready``): the pool opens (the schema
-        migrated) and one of its connections finds every table of the schema."""
+        """Ready when the pool opens (the schema migrated) and finds every table."""
         async with self._connection() as conn:
             missing = await migrations.missing_tables(conn, self.schema)
         if missing:
@@ -220,12 +212,11 @@ class PostgresStore:
         return None
 
     def max_descriptors(self) -> int:
-        """The most file descriptors the store holds (``stores.base.descriptors_held``):
-        one socket per connection of its pool."""
+        """A socket per connection of its pool (``stores.base.descriptors_held``)."""
         return self.options.max_pool
 
     async def close(self) -> None:
-        """Apply deferred use counts and close the pool. Safe to call twice."""
+        """Apply deferred use counts and close the pool. Idempotent."""
         if self._pool.closed:
             return
         self._pool.closed = True  # no new work; the drain below may still connect
