@@ -13,24 +13,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import attrs
-
 from scopemem.errors import StoreError
+from scopemem.stores.base import Migration
 
 __all__ = ["MIGRATIONS", "POST_ALL", "SCHEMA_VERSION", "advisory_key", "migrate", "quoted"]
 
 log = logging.getLogger("scopemem.stores.postgres")
-
-
-@attrs.frozen
-class Migration:
-    """``statements`` run in order, in one transaction with the version's record; each is
-    safe to repeat, and ``once`` ones (backfills) run only when the version is applied."""
-
-    version: int
-    name: str
-    statements: tuple[str, ...]
-    once: tuple[str, ...] = ()
 
 
 _BOOKKEEPING = (

@@ -10,8 +10,7 @@ import hashlib
 import re
 from typing import Any
 
-import attrs
-
+from scopemem.stores.base import Migration
 from scopemem.stores.sqlite_shared import sql
 from scopemem.stores.sqlite_shared.schema import pragma, stored_meta
 
@@ -51,19 +50,6 @@ def connect(path: str, flags: int | None = None) -> Any:
         conn.close()
         raise
     return conn
-
-
-@attrs.frozen
-class Migration:
-    """``columns`` (table, column, definition) added where missing, then ``statements``
-    (safe to repeat), then, when the file first reaches the version, ``once`` (the open's
-    time bound to every ``?``)."""
-
-    version: int
-    name: str
-    statements: tuple[str, ...]
-    columns: tuple[tuple[str, str, str], ...] = ()
-    once: tuple[str, ...] = ()
 
 
 _BOOKKEEPING = (
@@ -158,7 +144,8 @@ SCHEMA_VERSION = max(migration.version for migration in MIGRATIONS)
 
 
 def apply_schema(conn: Any, now: int) -> None:
-    """Bring a scope file's schema up to date. The caller holds a write transaction."""
+    """Bring a scope file's schema up to date (the open's time bound to each ``once``
+    statement's ``?``). The caller holds a write transaction."""
     for statement in _BOOKKEEPING:
         conn.execute(statement)
     seen = {version for (version,) in conn.execute("SELECT version FROM schema_migrations")}

@@ -129,7 +129,7 @@ def _migrate(directory: str, analyzer: Analyzer, clock: Callable[[], int], shard
                 shutil.rmtree(building, ignore_errors=True)
                 raise
             os.rename(building, built)
-            _sync(directory)
+            _sync_dir(directory)
         summary = _finish(directory, built)
         os.unlink(os.path.join(directory, LOCK))
     return summary, interrupted
@@ -207,11 +207,11 @@ def _build(directory: str, building: str, analyzer: Analyzer, now: int, shards: 
     shutil.rmtree(scratch)
     _check_reopened(building, analyzer, shards, migrated)
     for name in os.listdir(building):
-        _sync(os.path.join(building, name))
+        _sync_file(os.path.join(building, name))
     _write_summary(building, {
         "scopes": len(migrated), "records": sum(migrated.values()), "counters": counters,
         "skipped": skipped, "backup": _free_name(directory, BACKUP)})
-    _sync(building)
+    _sync_dir(building)
 
 
 def _read_scope_file(path: str, scratch: str, now: int) -> _Scope | None:
@@ -332,19 +332,19 @@ def _finish(directory: str, built: str) -> dict[str, Any]:
                     with contextlib.suppress(FileNotFoundError):
                         os.rename(os.path.join(directory, name + suffix),
                                   os.path.join(old, name + suffix))
-        _sync(old)
-        _sync(directory)
+        _sync_dir(old)
+        _sync_dir(directory)
         for name in sorted(os.listdir(built)):
             if name.startswith("shard-"):
                 os.rename(os.path.join(built, name), os.path.join(directory, name))
-        _sync(directory)
+        _sync_dir(directory)
         os.rename(old, backup)
-        _sync(directory)
+        _sync_dir(directory)
     if any(name.startswith("shard-") for name in os.listdir(built)):
         raise StoreError(f"sqlite store: {built}: shard files left behind by the migration"
                          " to the shared layout; move them into the directory")
     shutil.rmtree(built)
-    _sync(directory)
+    _sync_dir(directory)
     return summary
 
 
@@ -364,10 +364,12 @@ def _write_summary(building: str, summary: dict[str, Any]) -> None:
         os.fsync(out.fileno())
 
 
-def _sync(path: str) -> None:
-    """fsync a file or a directory."""
+def _sync_file(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_sync_dir = _sync_file  # a folder's entries: the same call

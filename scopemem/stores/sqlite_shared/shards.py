@@ -80,20 +80,16 @@ class Shards:
     def connection(self, index: int, *, create: bool) -> Any | None:
         """This thread's connection to shard ``index``; None when the shard has no file yet
         and ``create`` is false (a read never creates a file)."""
-        conns: dict[int, Any] | None = getattr(self._local, "conns", None)
+        conns: dict[int, tuple[Any, DueCheckpoint]] | None = getattr(self._local, "conns", None)
         if conns is None:
             conns = self._local.conns = {}
-        conn = conns.get(index)
-        if conn is not None:
-            return conn
+        held = conns.get(index)
+        if held is not None:
+            return held[0]
         if not create and not self.exists(index):
             return None
         conn = self._open(index, create=create)
-        conns[index] = conn
-        dues: dict[int, DueCheckpoint] | None = getattr(self._local, "dues", None)
-        if dues is None:
-            dues = self._local.dues = {}
-        dues[index] = DueCheckpoint(conn)
+        conns[index] = (conn, DueCheckpoint(conn))
         return conn
 
     def count_scopes(self, index: int) -> int:
@@ -126,9 +122,8 @@ class Shards:
     def checkpoint_due(self, index: int) -> bool:
         """Whether a commit on this thread's connection to shard ``index`` made a
         checkpoint due since the last call (``DueCheckpoint``)."""
-        dues: dict[int, DueCheckpoint] | None = getattr(self._local, "dues", None)
-        due = None if dues is None else dues.get(index)
-        return due is not None and due.take()
+        held = getattr(self._local, "conns", {}).get(index)
+        return held is not None and bool(held[1].take())
 
     def _open(self, index: int, *, create: bool) -> Any:
         apsw = sqlite_sql.apsw_module()
