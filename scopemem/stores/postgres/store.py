@@ -1,6 +1,5 @@
-"""The PostgreSQL store: every scope in one table, any number of processes on any number
-of machines, through psycopg 3's async pool. Each part (the package's modules) is built
-here with what it uses; ``docs/storage.md``, "PostgreSQL", has the design and why.
+"""The PostgreSQL store: every scope in one schema, shared by any number of processes
+(``docs/storage.md``, "PostgreSQL"). Each part is built here with what it uses.
 """
 
 from __future__ import annotations
@@ -76,10 +75,8 @@ class PostgresStore:
         self._pool = Connections(options, self._refold)
         connect = self._connection = self._pool.connection
         self._usage = DeferredUsage(self._bump_later, options.usage_flush_ms)
-        # Copies of large scopes' postings, checked against each scope's change counter
-        # with every retrieval (``shared.cache``).
+        # Copies of large scopes' postings, checked against the change counter (``shared.cache``).
         self._cache = PostingsCache(options.postings_cache, options.cache_min_postings)
-        # Browsing (``browse.py``): pages, histories and the reach log.
         browse = Browse(self.sql, connect, clock, reach_retention_days, self._usage.save)
         self.scope_page = browse.scope_page
         self.record_page = browse.record_page
@@ -93,7 +90,6 @@ class PostgresStore:
                               self.retention_days)
         self.delete_scope = self._writes.delete_scope
         self.scrub_provenance = self._writes.scrub_provenance
-        # Export and import (``porting.py``), the counters (``writes.Counts``).
         porting = Porting(self.sql, self.analyzer, self._usage, connect, clock, lock_scope)
         self.export_scopes = porting.export_scopes
         self.export_page = porting.export_page
@@ -101,7 +97,6 @@ class PostgresStore:
         counts = Counts(self.sql, connect, clock, lock_scope)
         self.add_counts = counts.add_counts
         self.read_counts = counts.read_counts
-        # The semantic lane's vectors (``vectors.py``).
         vectors = Vectors(self.sql, connect, self._usage)
         self.vectors_missing = vectors.vectors_missing
         self.put_vectors = vectors.put_vectors
@@ -254,10 +249,9 @@ class PostgresStore:
 
 async def _rows_in_slices(conn: Any, statement: str, scope_key: str, size: int = 512
                           ) -> builtins.list[Any]:
-    """Every row ``statement`` answers for the scope, through a server-side cursor a slice
-    at a time with the event loop let in between: receiving and converting a large scope's
-    whole index in one result would hold the loop for tens of milliseconds. The caller holds
-    a transaction."""
+    """Every row ``statement`` answers for the scope, a slice at a time through a
+    server-side cursor with the event loop let in between (a large scope's whole index in
+    one result holds it for tens of milliseconds). The caller holds a transaction."""
     rows: builtins.list[Any] = []
     async with conn.cursor(name="scopemem_copy", binary=True) as cursor:
         await cursor.execute(statement, {"scope": scope_key})

@@ -82,13 +82,10 @@ class OpenedFile:
             " was written. Restore the data directory as it was (every file, the -wal"
             " files included), then restart the process (scopemem serve, the bot)")
 
-    def check(self) -> None:
-        problem = self.problem()
-        if problem is not None:
-            raise self.refusal(problem)
-
     def _on_commit(self) -> bool:
-        self.check()  # raised in the hook: SQLite rolls the transaction back
+        problem = self.problem()
+        if problem is not None:  # raised in the hook: SQLite rolls the transaction back
+            raise self.refusal(problem)
         return False
 
     def install(self, conn: Any) -> None:

@@ -110,8 +110,7 @@ class SharedSqliteStore:
                                 shards=self._shards.count)
         self._uses = PendingUses(self._shards.count)
         self._pools = ShardPools(self._shards)
-        # Copies of scopes' indexes read often enough (``reads.py``), checked against each
-        # scope's change counter with every retrieval (``cache_rows``; 0: none).
+        # Copies of scopes' indexes read often, checked against the change counter (``reads.py``).
         self._copies = PostingsCache(check_int(postings_cache, "postings_cache", 0),
                                      check_int(cache_min_postings, "cache_min_postings", 0))
         self._clock = clock
@@ -124,7 +123,7 @@ class SharedSqliteStore:
         self._porting = Porting(self._shards, self._pools, self._uses, self._scopes, clock,
                                 self.analyzer)
         self.export_scopes = self._porting.export_scopes
-        # Browsing (``browse.py``), its reaches in a file of their own (``ReachLog``).
+        # Browsing (``browse.py``), its reaches in a file of their own.
         self._browse = Browse(self._shards.count, self._shards.of, self._pools, self._uses,
                               ReachLog(self.directory, clock,
                                        check_reach_retention_days(reach_retention_days),
@@ -136,7 +135,6 @@ class SharedSqliteStore:
         self.read_count_totals = self._browse.read_count_totals
         self.log_reaches = self._browse.reaches.log
         self.read_reaches = self._browse.reaches.read
-        # The semantic lane's vectors (``vectors.py``).
         vectors = Vectors(self._shards.of, self._pools, self._uses)
         self.vectors_missing = vectors.vectors_missing
         self.put_vectors = vectors.put_vectors
