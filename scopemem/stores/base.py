@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import ClassVar, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import attrs
@@ -17,7 +17,7 @@ import attrs
 from scopemem.core import browse
 from scopemem.core.counters import DAY_MS
 from scopemem.core.hygiene import fit_candidate, noise_reason, without_nul
-from scopemem.core.ranking import Ranking, query_terms
+from scopemem.core.ranking import QueryTerms, Ranking, query_terms
 from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
@@ -34,33 +34,18 @@ from scopemem.core.records import (
 from scopemem.core.scopes import ScopeKeyError, validate_scope_key
 from scopemem.core.scoring import keyword_match
 from scopemem.core.text import is_text, sanitize_field
+from scopemem.core.words import Analyzer
 from scopemem.errors import StoreError
 from scopemem.languages import DEFAULT_LANGUAGES, analyzer_for
 from scopemem.options import OptionsTable
+from scopemem.stores.shared.batches import seqs_in_scope
 
 __all__ = [
-    "DEFAULT_RANKING",
-    "Clock",
-    "BrowsingStore",
-    "CountingStore",
-    "Hit",
-    "MemoryStore",
-    "RankedStore",
-    "StoreError",
-    "StoreFactory",
-    "StoreSettings",
-    "check_cap",
-    "check_days",
-    "check_retention_days",
-    "check_scope_key",
-    "fit_batch",
-    "redact_provenance",
-    "redact_source",
-    "retention_cutoff",
-    "salient_batch",
-    "search_hits",
-    "wall_clock_ms",
-    "write_batch",
+    "DEFAULT_RANKING", "Clock", "BrowsingStore", "CountingStore", "Hit", "MemoryStore",
+    "Migration", "RankedStore", "StoreError", "StoreFactory", "StoreSettings", "check_cap",
+    "check_days", "check_retention_days", "check_scope_key", "fit_batch", "listing_stems",
+    "redact_provenance", "redact_source", "retention_cutoff", "salient_batch", "search_hits",
+    "search_terms", "used_seqs", "wall_clock_ms", "write_batch",
 ]
 
 Clock = Callable[[], int]
@@ -88,9 +73,7 @@ class MemoryStore(Protocol):
     ) -> WriteCounts:
         """Apply the engine's plan to each candidate in order, as one all-or-nothing batch,
         then evict least recently used records above ``cap`` (the store's default if None).
-        Each candidate is first redacted and fitted to the record contract
-        (``fit_batch``), so a candidate lands the same way on every store and no store
-        keeps a secret."""
+        Candidates are first redacted and fitted (``fit_batch``), alike on every store."""
 
     async def list(
         self, scope_key: str, limit: int, query: str | None = None, kind: Kind | None = None
@@ -111,10 +94,9 @@ class MemoryStore(Protocol):
 
 @runtime_checkable
 class RankedStore(MemoryStore, Protocol):
-    """A store that also answers with matches and can leave counting uses to its caller:
-    what ``Memory`` uses to count as used only the records a prompt showed. Every built-in
-    store is one; a store with only ``MemoryStore``'s methods still works (``search_hits``
-    serves it through ``retrieve``, which counts everything it returns)."""
+    """A store that also answers with matches and can leave counting uses to its caller
+    (``Memory`` counts only what a prompt showed); ``search_hits`` serves a store without
+    it through ``retrieve``."""
 
     async def search(self, scope_key: str, query: str, limit: int, *, bump: bool = True
                      ) -> list[Hit]:
@@ -129,19 +111,14 @@ class RankedStore(MemoryStore, Protocol):
 
 @runtime_checkable
 class CountingStore(Protocol):
-    """A store that keeps per-scope counters by UTC day (``core.counters``). Optional: a
-    store without these methods still works, and ``scopemem stats`` then says that it keeps
-    no counters.
-
-    What a store changes it counts itself, inside the transaction making the change (write
-    outcomes, sweeps, forgets), so after a crash the counters and the rows never disagree.
-    What only the host sees (reflection's offers and rejections, the records a prompt
-    showed) comes through ``add_counts``."""
+    """A store that keeps per-scope counters by UTC day (``core.counters``); optional.
+    What a store changes it counts in the transaction making the change, so counters and
+    rows agree after a crash; what only the host sees comes through ``add_counts``."""
 
     async def add_counts(self, rows: Sequence[CountRow]) -> None:
-        """Add each row's value to its scope's counter on its day. Rows of many scopes and
-        days may come in one call (the host batches them); a name ``core.counters`` does not
-        know is refused with ``StoreError`` before anything is added."""
+        """Add each row's value to its scope's counter on its day (rows of many scopes and
+        days in one call); a name ``core.counters`` does not know is refused with
+        ``StoreError`` before anything is added."""
 
     async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
                           prefix: str | None = None, since_day: int = 0) -> list[CountRow]:
@@ -189,9 +166,8 @@ class Hit(NamedTuple):
 
 @attrs.frozen(kw_only=True)
 class StoreSettings(OptionsTable):
-    """What a store factory is built from: its own options table (``[memory.stores.<name>]``,
-    validated by the store with the ``OptionsTable`` helpers), the per-scope cap, the
-    environment (for secrets named by config), and a clock returning epoch milliseconds."""
+    """What a store factory is built from: its options table (``[memory.stores.<name>]``,
+    checked with the ``OptionsTable`` helpers), the cap, the environment and a clock."""
 
     TABLE: ClassVar[str] = "stores"
 
@@ -221,6 +197,19 @@ class StoreSettings(OptionsTable):
 
 
 StoreFactory = Callable[[StoreSettings], MemoryStore]
+
+
+@attrs.frozen
+class Migration:
+    """A SQL schema's version, applied in one transaction: ``columns`` (table, column,
+    definition) added where missing, then ``statements`` (each safe to repeat), then
+    ``once`` (backfills) only when the version is first applied."""
+
+    version: int
+    name: str
+    statements: tuple[str, ...]
+    columns: tuple[tuple[str, str, str], ...] = ()
+    once: tuple[str, ...] = ()
 
 
 def check_scope_key(scope_key: object) -> str:
@@ -315,12 +304,37 @@ def write_batch(scope_key: str, candidates: Sequence[Candidate], cap: int | None
     return (*salient_batch(candidates), checked) if candidates else ([], WriteCounts(), checked)
 
 
+def search_terms(scope_key: str, query: str, limit: int, analyzer: Analyzer
+                 ) -> QueryTerms | None:
+    """What a SQL store's ``search`` starts with: the key checked, the query's terms; None
+    when nothing can match (no term, or no room)."""
+    check_scope_key(scope_key)
+    terms = query_terms(query, analyzer)
+    return terms if terms.terms and limit > 0 else None
+
+
+def listing_stems(scope_key: str, limit: int, query: str | None, analyzer: Analyzer
+                  ) -> list[str] | None:
+    """What a SQL store's ``list`` starts with: the key checked, the stems its rows must
+    hold (None: any row); ``[]`` when nothing can match (a query of no term, or no room)."""
+    check_scope_key(scope_key)
+    if limit <= 0:
+        return []
+    return None if query is None else list(query_terms(query, analyzer).prefilter_stems)
+
+
+def used_seqs(used: Mapping[str, Sequence[str]]) -> Iterator[tuple[str, list[int]]]:
+    """``mark_used``'s scopes in turn (each key checked), with its ids' seqs, sorted and
+    distinct (an id not of the scope dropped); a scope left with none is skipped."""
+    for scope_key, ids in used.items():
+        seqs = sorted(set(seqs_in_scope(check_scope_key(scope_key), ids)))
+        if seqs:
+            yield scope_key, seqs
+
+
 def descriptors_held(store: object) -> int:
-    """The most file descriptors ``store`` holds open at once: its database files, WALs and
-    shared memory, its connections to a database server. A store says so with a
-    ``max_descriptors()`` method (optional, as ``CountingStore``'s are); one without it holds
-    none of its own. The worker keeps this many of the process's open-file limit for the
-    store and sizes its connections to the rest."""
+    """The most file descriptors ``store`` holds at once (its optional ``max_descriptors()``;
+    none without it): the worker keeps as many of the open-file limit for it."""
     method = getattr(store, "max_descriptors", None)
     if method is None:
         return 0
