@@ -73,7 +73,9 @@ class MemoryStore(Protocol):
     ) -> WriteCounts:
         """Apply the engine's plan to each candidate in order, as one all-or-nothing batch,
         then evict least recently used records above ``cap`` (the store's default if None).
-        Candidates are first redacted and fitted (``fit_batch``), alike on every store."""
+        Each candidate is first redacted and fitted to the record contract
+        (``fit_batch``), so a candidate lands the same way on every store and no store
+        keeps a secret."""
 
     async def list(
         self, scope_key: str, limit: int, query: str | None = None, kind: Kind | None = None
@@ -94,9 +96,10 @@ class MemoryStore(Protocol):
 
 @runtime_checkable
 class RankedStore(MemoryStore, Protocol):
-    """A store that also answers with matches and can leave counting uses to its caller
-    (``Memory`` counts only what a prompt showed); ``search_hits`` serves a store without
-    it through ``retrieve``."""
+    """A store that also answers with matches and can leave counting uses to its caller:
+    what ``Memory`` uses to count as used only the records a prompt showed. Every built-in
+    store is one; a store with only ``MemoryStore``'s methods still works (``search_hits``
+    serves it through ``retrieve``, which counts everything it returns)."""
 
     async def search(self, scope_key: str, query: str, limit: int, *, bump: bool = True
                      ) -> list[Hit]:
@@ -111,14 +114,19 @@ class RankedStore(MemoryStore, Protocol):
 
 @runtime_checkable
 class CountingStore(Protocol):
-    """A store that keeps per-scope counters by UTC day (``core.counters``); optional.
-    What a store changes it counts in the transaction making the change, so counters and
-    rows agree after a crash; what only the host sees comes through ``add_counts``."""
+    """A store that keeps per-scope counters by UTC day (``core.counters``). Optional: a
+    store without these methods still works, and ``scopemem stats`` then says that it keeps
+    no counters.
+
+    What a store changes it counts itself, inside the transaction making the change (write
+    outcomes, sweeps, forgets), so after a crash the counters and the rows never disagree.
+    What only the host sees (reflection's offers and rejections, the records a prompt
+    showed) comes through ``add_counts``."""
 
     async def add_counts(self, rows: Sequence[CountRow]) -> None:
-        """Add each row's value to its scope's counter on its day (rows of many scopes and
-        days in one call); a name ``core.counters`` does not know is refused with
-        ``StoreError`` before anything is added."""
+        """Add each row's value to its scope's counter on its day. Rows of many scopes and
+        days may come in one call (the host batches them); a name ``core.counters`` does not
+        know is refused with ``StoreError`` before anything is added."""
 
     async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
                           prefix: str | None = None, since_day: int = 0) -> list[CountRow]:
@@ -166,8 +174,9 @@ class Hit(NamedTuple):
 
 @attrs.frozen(kw_only=True)
 class StoreSettings(OptionsTable):
-    """What a store factory is built from: its options table (``[memory.stores.<name>]``,
-    checked with the ``OptionsTable`` helpers), the cap, the environment and a clock."""
+    """What a store factory is built from: its own options table (``[memory.stores.<name>]``,
+    validated by the store with the ``OptionsTable`` helpers), the per-scope cap, the
+    environment (for secrets named by config), and a clock returning epoch milliseconds."""
 
     TABLE: ClassVar[str] = "stores"
 
@@ -333,8 +342,11 @@ def used_seqs(used: Mapping[str, Sequence[str]]) -> Iterator[tuple[str, list[int
 
 
 def descriptors_held(store: object) -> int:
-    """The most file descriptors ``store`` holds at once (its optional ``max_descriptors()``;
-    none without it): the worker keeps as many of the open-file limit for it."""
+    """The most file descriptors ``store`` holds open at once: its database files, WALs and
+    shared memory, its connections to a database server. A store says so with a
+    ``max_descriptors()`` method (optional, as ``CountingStore``'s are); one without it holds
+    none of its own. The worker keeps this many of the process's open-file limit for the
+    store and sizes its connections to the rest."""
     method = getattr(store, "max_descriptors", None)
     if method is None:
         return 0
