@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from scopemem.core.records import Record
 from scopemem.core.text import normalize_text
-from scopemem.stores import postings as inverted
 
 if TYPE_CHECKING:
     from scopemem.stores.dense import DenseIndex
@@ -46,7 +45,13 @@ class ScopeIndex:
         """Index an active record."""
         self._dense = None
         self.stamp = next(_STAMPS)
-        inverted.post(self.postings, seq, terms)
+        postings = self.postings
+        for term in terms:
+            holders = postings.get(term)
+            if holders is None:
+                postings[term] = {seq}
+            else:
+                holders.add(seq)
         thread = record.source_thread_key
         threads = self.threads
         threads[seq] = thread
@@ -61,7 +66,12 @@ class ScopeIndex:
         """Unindex a record that has left active status (``record`` as it was indexed)."""
         self._dense = None
         self.stamp = next(_STAMPS)
-        inverted.unpost(self.postings, seq, terms)
+        for term in terms:  # a term left with no record goes
+            holders = self.postings.get(term)
+            if holders is not None:
+                holders.discard(seq)
+                if not holders:
+                    del self.postings[term]
         del self.threads[seq]
         del self.details[seq]
         self.continues.discard(seq)
