@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
+
+import attrs
 
 from scopemem.core.ranking import Ranking, query_terms, wire_query
 from scopemem.core.records import (
@@ -59,6 +61,21 @@ log = logging.getLogger("scopemem")
 
 DEFAULT_TOKEN_ENV = "MEMORY_TOKEN"
 OPTIONS = ("base_url", "token_env", "timeout_seconds", "retry_deadline_seconds")
+
+
+
+C = TypeVar("C", WriteCounts, SweepResult)
+
+
+def _counts(data: Any, cls: type[C]) -> C:
+    """A count answer read with the wire's converter; ``ValueError`` for a negative count,
+    which no worker can have done (it would subtract from the day counters)."""
+    result = from_wire(data, cls=cls)
+    negative = [field.name for field in attrs.fields(cls)
+                if isinstance(value := getattr(result, field.name), int) and value < 0]
+    if negative:
+        raise ValueError(f"negative {', '.join(negative)}")
+    return result
 
 
 class WorkerStore:
@@ -205,7 +222,7 @@ class WorkerStore:
                         "(memory.max_records_per_scope); its operator bounds a client's cap "
                         "(memory.min_records_per_scope and max_records_per_scope on the "
                         "worker)", self.transport.base_url, applied, cap)
-        return parsed("/write", "counts", partial(from_wire, cls=WriteCounts), [data])[0] + dropped
+        return parsed("/write", "counts", partial(_counts, cls=WriteCounts), [data])[0] + dropped
 
     async def list(self, scope_key: str, limit: int, query: str | None = None,
                    kind: Kind | None = None) -> list[Record]:
@@ -237,7 +254,7 @@ class WorkerStore:
     async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
         data = await self._command("/sweep", _body(scopeKey=check_scope_key(scope_key),
                                                    dryRun=dry_run or None))
-        return parsed("/sweep", "a result", partial(from_wire, cls=SweepResult), [data])[0]
+        return parsed("/sweep", "a result", partial(_counts, cls=SweepResult), [data])[0]
 
     async def delete_scope(self, scope_key: str) -> int:
         data = await self._command("/delete-scope", {"scopeKey": check_scope_key(scope_key)})
