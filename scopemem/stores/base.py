@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import ClassVar, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import attrs
@@ -17,7 +17,7 @@ import attrs
 from scopemem.core import browse
 from scopemem.core.counters import DAY_MS
 from scopemem.core.hygiene import fit_candidate, noise_reason, without_nul
-from scopemem.core.ranking import Ranking, query_terms
+from scopemem.core.ranking import QueryTerms, Ranking, query_terms
 from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
@@ -34,33 +34,18 @@ from scopemem.core.records import (
 from scopemem.core.scopes import ScopeKeyError, validate_scope_key
 from scopemem.core.scoring import keyword_match
 from scopemem.core.text import is_text, sanitize_field
+from scopemem.core.words import Analyzer
 from scopemem.errors import StoreError
 from scopemem.languages import DEFAULT_LANGUAGES, analyzer_for
 from scopemem.options import OptionsTable
+from scopemem.stores.shared.batches import seqs_in_scope
 
 __all__ = [
-    "DEFAULT_RANKING",
-    "Clock",
-    "BrowsingStore",
-    "CountingStore",
-    "Hit",
-    "MemoryStore",
-    "RankedStore",
-    "StoreError",
-    "StoreFactory",
-    "StoreSettings",
-    "check_cap",
-    "check_days",
-    "check_retention_days",
-    "check_scope_key",
-    "fit_batch",
-    "redact_provenance",
-    "redact_source",
-    "retention_cutoff",
-    "salient_batch",
-    "search_hits",
-    "wall_clock_ms",
-    "write_batch",
+    "DEFAULT_RANKING", "Clock", "BrowsingStore", "CountingStore", "Hit", "MemoryStore",
+    "Migration", "RankedStore", "StoreError", "StoreFactory", "StoreSettings", "check_cap",
+    "check_days", "check_retention_days", "check_scope_key", "fit_batch", "listing_stems",
+    "redact_provenance", "redact_source", "retention_cutoff", "salient_batch", "search_hits",
+    "search_terms", "used_seqs", "wall_clock_ms", "write_batch",
 ]
 
 Clock = Callable[[], int]
@@ -223,6 +208,19 @@ class StoreSettings(OptionsTable):
 StoreFactory = Callable[[StoreSettings], MemoryStore]
 
 
+@attrs.frozen
+class Migration:
+    """A SQL schema's version, applied in one transaction: ``columns`` (table, column,
+    definition) added where missing, then ``statements`` (each safe to repeat), then
+    ``once`` (backfills) only when the version is first applied."""
+
+    version: int
+    name: str
+    statements: tuple[str, ...]
+    columns: tuple[tuple[str, str, str], ...] = ()
+    once: tuple[str, ...] = ()
+
+
 def check_scope_key(scope_key: object) -> str:
     """``scope_key`` when a store may use it; else ``StoreError`` (never a ``TypeError`` or a
     ``UnicodeEncodeError`` from deeper down)."""
@@ -313,6 +311,34 @@ def write_batch(scope_key: str, candidates: Sequence[Candidate], cap: int | None
     check_scope_key(scope_key)
     checked = default if cap is None else check_cap(cap)
     return (*salient_batch(candidates), checked) if candidates else ([], WriteCounts(), checked)
+
+
+def search_terms(scope_key: str, query: str, limit: int, analyzer: Analyzer
+                 ) -> QueryTerms | None:
+    """What a SQL store's ``search`` starts with: the key checked, the query's terms; None
+    when nothing can match (no term, or no room)."""
+    check_scope_key(scope_key)
+    terms = query_terms(query, analyzer)
+    return terms if terms.terms and limit > 0 else None
+
+
+def listing_stems(scope_key: str, limit: int, query: str | None, analyzer: Analyzer
+                  ) -> list[str] | None:
+    """What a SQL store's ``list`` starts with: the key checked, the stems its rows must
+    hold (None: any row); ``[]`` when nothing can match (a query of no term, or no room)."""
+    check_scope_key(scope_key)
+    if limit <= 0:
+        return []
+    return None if query is None else list(query_terms(query, analyzer).prefilter_stems)
+
+
+def used_seqs(used: Mapping[str, Sequence[str]]) -> Iterator[tuple[str, list[int]]]:
+    """``mark_used``'s scopes in turn (each key checked), with its ids' seqs, sorted and
+    distinct (an id not of the scope dropped); a scope left with none is skipped."""
+    for scope_key, ids in used.items():
+        seqs = sorted(set(seqs_in_scope(check_scope_key(scope_key), ids)))
+        if seqs:
+            yield scope_key, seqs
 
 
 def descriptors_held(store: object) -> int:
