@@ -46,7 +46,7 @@ from scopemem.stores.postgres.porting import Porting
 from scopemem.stores.postgres.statements import Statements, bigints, record_of
 from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.postgres.vectors import Vectors
-from scopemem.stores.postgres.writes import Counts, ScopeLock, Writes, refold
+from scopemem.stores.postgres.writes import Counts, Writes, refold
 from scopemem.stores.shared import batches
 from scopemem.stores.shared.cache import PostingsCache, ScopeCopy
 
@@ -85,16 +85,15 @@ class PostgresStore:
         self.log_reaches = browse.log_reaches
         self.read_reaches = browse.read_reaches
         # The write transactions (``writes.py``), under each scope's row lock.
-        lock_scope = ScopeLock(self.sql, options)
-        self._writes = Writes(self.sql, self.analyzer, connect, lock_scope, browse, clock,
+        self._writes = Writes(self.sql, self.analyzer, connect, options, browse, clock,
                               self.retention_days)
         self.delete_scope = self._writes.delete_scope
         self.scrub_provenance = self._writes.scrub_provenance
-        porting = Porting(self.sql, self.analyzer, self._usage, connect, clock, lock_scope)
+        porting = Porting(self.sql, self.analyzer, self._usage, connect, clock, options)
         self.export_scopes = porting.export_scopes
         self.export_page = porting.export_page
         self.import_records = porting.import_records
-        counts = Counts(self.sql, connect, clock, lock_scope)
+        counts = Counts(self.sql, connect, clock, options)
         self.add_counts = counts.add_counts
         self.read_counts = counts.read_counts
         vectors = Vectors(self.sql, connect, self._usage)
