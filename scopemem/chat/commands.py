@@ -48,13 +48,15 @@ class CommandContext:
     """Who runs a command, and from where. ``caller`` is the person's own user scope key
     (``user:slack:U0123``); ``repo`` may be a zero-argument callable, resolved only when a
     command asks for the repository scope; ``extra`` carries the inputs a plugin's scope
-    kind is derived from (``{"guild_id": "…"}``), as ``Request.extra`` does for a run."""
+    kind is derived from (``{"guild_id": "…"}``), as ``Request.extra`` does for a run;
+    ``channel_visibility`` is the channel's, as a run's (``dm``: its scope is the caller's)."""
 
     caller: str
     channel_id: str | None = None
     repo: RepoSource = None
     machine: bool | None = None
     extra: Mapping[str, str] = attrs.field(factory=dict)
+    channel_visibility: str | None = None
 
     @property
     def is_machine(self) -> bool:
@@ -67,7 +69,8 @@ class CommandContext:
         """The caller the API is given: this context, with ``repo`` (a command's
         ``--repo``) standing in for the bound repository when given."""
         return Caller(user_key=self.caller, channel_id=self.channel_id,
-                      repo=repo or self.repo, extra=self.extra)
+                      repo=repo or self.repo, extra=self.extra,
+                      channel_visibility=self.channel_visibility)
 
 
 @attrs.frozen
@@ -328,6 +331,7 @@ async def handle_command(
     repo: RepoSource = None,
     machine: bool | None = None,
     extra: Mapping[str, str] | None = None,
+    channel_visibility: str | None = None,
 ) -> str | None:
     """The reply to a chat message that is a ``memory list|forget|sweep|remember`` command,
     or ``None`` when the message is not one (the adapter goes on to the model). Never
@@ -336,17 +340,22 @@ async def handle_command(
     extra stand in for the arguments not given); ``repo`` may be a callable, resolved only
     if the repository scope is asked for; ``machine`` marks a surface whose record text
     must be wrapped as untrusted (default: callers on the cli, mcp and http platforms);
-    ``extra`` carries what a plugin's scope kind is derived from (as ``Request.extra``).
-    A message with no text (``None``: a file shared, an edit) is no command."""
+    ``extra`` carries what a plugin's scope kind is derived from (as ``Request.extra``);
+    ``channel_visibility`` is the channel's, as a run's ``Request`` stamps it (in a ``dm``
+    the channel's scope is the caller's own). A message with no text (``None``: a file
+    shared, an edit) is no command."""
     if not isinstance(text, str):
         return None
     if isinstance(caller, Caller):
         channel_id = caller.channel_id if channel_id is None else channel_id
         repo = caller.repo if repo is None else repo
         extra = caller.extra if extra is None else extra
+        if channel_visibility is None:
+            channel_visibility = caller.channel_visibility
         caller = caller.user_key
     context = CommandContext(caller=caller, channel_id=channel_id, repo=repo,
-                             machine=machine, extra=dict(extra or {}))
+                             machine=machine, extra=dict(extra or {}),
+                             channel_visibility=channel_visibility)
     return await reply(memory, text, context)
 
 

@@ -479,3 +479,19 @@ def test_a_stored_time_no_calendar_holds_renders_as_its_number(created_at: int):
                             created_at, None, 0, None, None, None, "active", "human")
     line = record_line(record)
     assert "fact " in line and " — x" in line
+
+
+async def test_in_a_dm_the_person_forgets_and_sweeps_the_dms_channel_records(memory, store):
+    """A DM's channel scope holds what reflection learned about that conversation; its one
+    person could list those records but not forget them ("only admins")."""
+    await store.write("channel:slack:D1", [fact("this user wants answers in french"),
+                                           fact(STATUS)])
+    forgot = await ask(memory, "memory forget mem:channel:slack:D1:1", channel="slack:D1",
+                       channel_visibility="dm")
+    assert forgot.startswith("🧹 Forgot")
+    swept = await ask(memory, "memory sweep --scope channel", channel="slack:D1",
+                      channel_visibility="dm")
+    assert swept == "🧹 channel:slack:D1: swept 1"
+    await store.write("channel:slack:D1", [fact("this user reviews on mondays")])
+    refused = await ask(memory, "memory forget mem:channel:slack:D1:3", channel="slack:D1")
+    assert refused.startswith("🚫 only admins")
