@@ -49,7 +49,8 @@ class CommandContext:
     (``user:slack:U0123``); ``repo`` may be a zero-argument callable, resolved only when a
     command asks for the repository scope; ``extra`` carries the inputs a plugin's scope
     kind is derived from (``{"guild_id": "…"}``), as ``Request.extra`` does for a run;
-    ``channel_visibility`` is the channel's, as a run's (``dm``: its scope is the caller's)."""
+    ``channel_visibility`` is the channel's, as a run's (``dm``: its scope is the caller's);
+    ``markdown`` False (a terminal) renders ids and headings plain, not as chat markup."""
 
     caller: str
     channel_id: str | None = None
@@ -57,6 +58,7 @@ class CommandContext:
     machine: bool | None = None
     extra: Mapping[str, str] = attrs.field(factory=dict)
     channel_visibility: str | None = None
+    markdown: bool = True
 
     @property
     def is_machine(self) -> bool:
@@ -99,13 +101,21 @@ def _date(ms: int) -> str:
     return format_utc(ms, "%Y-%m-%d")
 
 
-def record_line(record: Record) -> str:
+def code(value: str, markdown: bool = True) -> str:
+    """An id or key as a reply shows it (sanitized: it may hold what a person typed): in a
+    code span for chat and agents, plain for a terminal, where a backtick is no markup."""
+    shown = sanitize_field(value)
+    return f"`{shown}`" if markdown else shown
+
+
+def record_line(record: Record, markdown: bool = True) -> str:
     # Sanitized: one line per record whatever the text holds, and nothing that a chat
     # platform or a model could read as markup or a new turn, under any Unicode
     # normalisation, nor any character a person reading the reply cannot see. The id is a
     # store's, but it is rendered from the record all the same.
-    return (f"`{sanitize_field(record.id)}` {record.kind.value} {_date(record.created_at)} — "
-            f"{sanitize_field(record.text)} (source `{sanitize_field(record.source_thread_key)}`)")
+    return (f"{code(record.id, markdown)} {record.kind.value} {_date(record.created_at)} — "
+            f"{sanitize_field(record.text)} (source "
+            f"{code(record.source_thread_key, markdown)})")
 
 
 def _section_title(key: str, ctx: CommandContext) -> str:
@@ -203,7 +213,7 @@ def render_list(result: ListResult, ctx: CommandContext, *, budgeted: bool = Fal
         title = _section_title(key, ctx)
         if result.query is not None:
             title += f", matching {echoed(result.query)!r}"
-        lines.append(f"*{title}*")
+        lines.append(f"*{title}*" if ctx.markdown else title)
         if section.error is not None:
             lines.append(f"⚠️ memory store {section.error}")
             sections.append({"scopeKey": key, "error": section.error})
@@ -212,7 +222,7 @@ def render_list(result: ListResult, ctx: CommandContext, *, budgeted: bool = Fal
         if not records:
             lines.append("no active records")
         else:
-            body = [record_line(record) for record in records]
+            body = [record_line(record, ctx.markdown) for record in records]
             if ctx.is_machine:
                 body = [UNTRUSTED_OPEN, *body, UNTRUSTED_CLOSE]
             lines.extend(body)
@@ -237,9 +247,9 @@ async def run_forget(memory: Memory, command: ForgetCommand, ctx: CommandContext
         result = await memory.forget(ctx.identity(), command.record_id)
         data = {"ok": result.forgotten, "id": result.record_id, "forgotten": result.forgotten}
         if not result.forgotten:
-            return Outcome(False, f"Nothing to forget: `{sanitize_field(result.record_id)}` is "
-                                  "not an active record", data)
-        return Outcome(True, f"🧹 Forgot `{sanitize_field(result.record_id)}`", data)
+            return Outcome(False, f"Nothing to forget: {code(result.record_id, ctx.markdown)}"
+                                  " is not an active record", data)
+        return Outcome(True, f"🧹 Forgot {code(result.record_id, ctx.markdown)}", data)
 
     return await _answered(run)()
 
@@ -259,7 +269,7 @@ async def run_sweep(memory: Memory, command: SweepCommand, ctx: CommandContext, 
             # A key may hold what a person typed (``--repo``): rendered as a record's text.
             key, result = sanitize_field(scope.scope_key), scope.result
             if report.dry_run:
-                shown = [f"`{sanitize_field(i)}`" for i in result.ids or ()]
+                shown = [code(i, ctx.markdown) for i in result.ids or ()]
                 if budgeted:
                     fits = 0
                     while fits < len(shown) and len(shown[fits]) + 2 <= budget:
@@ -285,7 +295,7 @@ async def run_sweep(memory: Memory, command: SweepCommand, ctx: CommandContext, 
 # --- remember ------------------------------------------------------------------------------------
 
 
-_REMEMBERED = {"replaced": "remembered, replacing `{}`,", "inserted": "remembered",
+_REMEMBERED = {"replaced": "remembered, replacing {},", "inserted": "remembered",
                "strengthened": "already known (strengthened)", "kept": "kept"}
 
 
@@ -297,18 +307,18 @@ async def run_remember(memory: Memory, command: RememberCommand, ctx: CommandCon
     async def run() -> Outcome:
         return render_remember(await memory.remember(
             ctx.identity(command.repo), command.text, command.scope,
-            supersedes=command.supersedes, thread_key=thread_key))
+            supersedes=command.supersedes, thread_key=thread_key), ctx.markdown)
 
     return await _answered(run)()
 
 
-def render_remember(result: RememberResult) -> Outcome:
+def render_remember(result: RememberResult, markdown: bool = True) -> Outcome:
     # The key and the id may hold what a person typed (``--repo``, ``--supersedes``).
-    supersedes = sanitize_field(result.supersedes or "")
+    supersedes = code(result.supersedes or "", markdown)
     what = _REMEMBERED[result.outcome].format(supersedes)
     notes = []
     if result.replaced_nothing:
-        notes.append(f"`{supersedes}` was not an active record; nothing replaced")
+        notes.append(f"{supersedes} was not an active record; nothing replaced")
     if result.redacted:
         notes.append("a secret in it was redacted")
     if not result.durable:
