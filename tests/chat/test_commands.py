@@ -7,7 +7,7 @@ import unicodedata
 import pytest
 
 from scopemem import Caller, Memory, MemoryConfig, ScopeKind, handle_command, hookimpl
-from scopemem.chat.commands import MAX_REPLY_TEXT_CHARS
+from scopemem.chat.rendering import MAX_REPLY_TEXT_CHARS
 from scopemem.plugins.manager import new_plugin_manager
 from scopemem.stores.memory import InMemoryStore
 from tests.conftest import FakeClock, fact, summary
@@ -472,7 +472,7 @@ async def test_a_sweep_dry_run_reply_lists_ids_within_the_reply_budget(memory, s
 def test_a_stored_time_no_calendar_holds_renders_as_its_number(created_at: int):
     """A row written into a store directly may hold a time past year 9999 or before year 1:
     a listing's line shows the number instead of failing the reply with a traceback."""
-    from scopemem.chat.commands import record_line
+    from scopemem.chat.rendering import record_line
     from scopemem.core.records import trusted_record
 
     record = trusted_record("mem:org:acme:1", "org:acme", "fact", "x", (), "t", None,
