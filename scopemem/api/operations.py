@@ -50,7 +50,7 @@ from scopemem.core.commands import (
     shared_scopes,
 )
 from scopemem.core.hygiene import NOISE, describe_noise, noise_reason
-from scopemem.core.policy import AUDIENCE_KINDS, Audience
+from scopemem.core.policy import AUDIENCE_KINDS, Audience, Visibility, parse_visibility
 from scopemem.core.ranking import query_terms
 from scopemem.core.records import MAX_TEXT_CHARS, Candidate, Kind, Record, Source
 from scopemem.core.requests import Request, ScopeKind, ScopeRefused, derive_scope_key
@@ -82,6 +82,11 @@ async def _resolve(repo: RepoSource) -> str | None:
         raise MemoryRefused("scope_unavailable", f"the repository resolver answered a "
                             f"{type(value).__name__}, not owner/name")
     return value or None
+
+
+def _in_dm(caller: Caller) -> bool:
+    """Whether the caller's channel is a DM (stamped ``dm``): its scope is theirs."""
+    return parse_visibility(caller.channel_visibility) is Visibility.DM
 
 
 class Operations:
@@ -193,7 +198,7 @@ class Operations:
         """Why ``caller`` may not read the scope ``key`` (None: allowed): the read gate
         (``core.commands.read_refusal``) with the caller's own channel."""
         return read_refusal(key, caller.user_key, self.org_key, self.scope_kinds,
-                            self._origin(caller))
+                            self._origin(caller), _in_dm(caller))
 
     def _check_read(self, key: str, caller: Caller) -> None:
         reason = self.read_refusal(key, caller)
@@ -202,7 +207,7 @@ class Operations:
 
     def _check_change(self, key: str, caller: Caller, **details: Any) -> None:
         reason = change_refusal(key, caller.user_key, self.is_admin(caller), self.org_key,
-                                self.scope_kinds, self._origin(caller))
+                                self.scope_kinds, self._origin(caller), _in_dm(caller))
         if reason is None:
             return
         if self.read_refusal(key, caller):

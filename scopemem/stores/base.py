@@ -8,9 +8,10 @@ answers (the contract suite in ``tests/stores`` checks exactly that).
 from __future__ import annotations
 
 import functools
+import inspect
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import ClassVar, NamedTuple, Protocol, TypeVar, runtime_checkable
+from typing import ClassVar, NamedTuple, NoReturn, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
@@ -386,3 +387,17 @@ async def search_hits(store: MemoryStore, scope_key: str, query: str, limit: int
                 for record in await store.retrieve(scope_key, query, limit)]
     check_own(scope_key, (hit.record for hit in hits))
     return hits
+
+
+def refuse_after_close(store: object, name: str) -> None:
+    """Make every async call of ``store`` but ``close`` raise ``StoreError`` from now on, as
+    a closed SQL store's do: for a store with no connection to lose (the in-process one,
+    whose write would otherwise report success for records nobody reads again)."""
+
+    async def closed(*_args: object, **_kwargs: object) -> NoReturn:
+        raise StoreError(f"the {name} store is closed")
+
+    for attribute in dir(store):
+        if attribute != "close" and not attribute.startswith("_") \
+                and inspect.iscoroutinefunction(getattr(store, attribute)):
+            setattr(store, attribute, closed)

@@ -38,6 +38,7 @@ from scopemem.stores.base import (
     check_cap,
     check_retention_days,
     check_scope_key,
+    refuse_after_close,
     wall_clock_ms,
     write_batch,
 )
@@ -349,7 +350,7 @@ class InMemoryStore:
                                                 since_day=since_day)
 
     async def close(self) -> None:
-        return None
+        refuse_after_close(self, "in-process")
 
     # --- moving records (``stores.porting.PortableStore``) -------------------------------
 
