@@ -50,6 +50,7 @@ __all__ = [
     "StoreFactory",
     "StoreSettings",
     "check_cap",
+    "check_answer",
     "check_days",
     "check_retention_days",
     "check_scope_key",
@@ -65,6 +66,7 @@ __all__ = [
 
 Clock = Callable[[], int]
 Cap = TypeVar("Cap", bound=int | None)
+Answer = TypeVar("Answer")
 
 #: What a store ranks with when nothing is configured: weighted, English.
 DEFAULT_RANKING = Ranking(analyzer_for(DEFAULT_LANGUAGES))
@@ -341,6 +343,24 @@ def check_own(scope_key: str, records: Iterable[Record]) -> None:
         if record.scope_key != scope_key:
             raise StoreError(f"the store answered a record of another scope for {scope_key}"
                              f" ({sanitize_field(record.scope_key)!r}); none is shown")
+
+
+#: What a store's changing methods answer (``MemoryStore``), checked by ``check_answer``.
+ANSWERS: Mapping[str, type] = {"write": WriteCounts, "forget": bool, "sweep": SweepResult}
+
+
+def check_answer(method: str, answer: Answer) -> Answer:
+    """``answer`` when it is what the store's ``method`` answers (``ANSWERS``); else
+    ``StoreError`` naming both. A store plugin's wrong answer (``None`` for counts, a dict
+    for a bool) costs its operation, as a raise does: never a traceback where it is
+    rendered, nor a truthy dict read as "forgotten"."""
+    expected = ANSWERS[method]
+    if not isinstance(answer, expected):
+        shown = repr(answer)
+        shown = f"{shown[:80]}…" if len(shown) > 80 else shown
+        raise StoreError(f"the store answered {method} with {sanitize_field(shown)}, not a "
+                         f"{expected.__name__}")
+    return answer
 
 
 async def search_hits(store: MemoryStore, scope_key: str, query: str, limit: int, *,
