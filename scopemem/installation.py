@@ -42,7 +42,7 @@ __all__ = ["PluginTables", "build_store", "check_plugin_tables", "effective_sett
 
 def store_registry(pm: PluginManager) -> Registry[StoreFactory]:
     registry: Registry[StoreFactory] = Registry("store", StoreError)
-    pm.hook.scopemem_register_stores(register=registry.register)
+    registry.fill(pm.hook.scopemem_register_stores)
     return registry
 
 

@@ -60,7 +60,7 @@ EmbedderFactory = Callable[[EmbedderSettings], Embedder]
 def embedder_registry(pm: pluggy.PluginManager) -> Registry[EmbedderFactory]:
     """Every embedding provider the loaded plugins register, by name."""
     registry: Registry[EmbedderFactory] = Registry("embedder", ProviderError)
-    pm.hook.scopemem_register_embedders(register=registry.register)
+    registry.fill(pm.hook.scopemem_register_embedders)
     return registry
 
 

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import attrs
-import pluggy
 
 from scopemem.config import MemoryConfig
 from scopemem.core.commands import ALL, ME
@@ -25,49 +23,13 @@ from scopemem.core.records import Candidate, Kind
 from scopemem.core.requests import Request, ScopeKind, ScopeRefused, merge_scope_kinds
 from scopemem.core.text import is_text
 from scopemem.errors import PluginError
+from scopemem.plugins.calling import hook_answers
 from scopemem.plugins.manager import PluginManager
 from scopemem.stores.base import redact_provenance
 
 BUILTIN_GATE = "scopemem.plugins.builtin_gate"
 #: What a scope kind's name may be: the first segment of its keys, and a scope word.
 KIND_NAME = re.compile(r"[a-z][a-z0-9_-]*")
-
-
-def hook_answers(caller: pluggy.HookCaller, *, firstresult: bool = False, **kwargs: Any
-                 ) -> list[tuple[str, Any]]:
-    """Each plugin's answer that is not ``None``, by plugin name, in pluggy's call order
-    (only the first with ``firstresult``). A plugin that raises is a ``PluginError`` naming
-    it and the hook, its exception chained."""
-    impls = caller.get_hookimpls()
-    if any(impl.hookwrapper or impl.wrapper for impl in impls):  # pluggy runs a wrapper
-        try:
-            answers = caller(**kwargs)
-        except Exception as exc:
-            raise _failed(caller.name, "a plugin", exc) from exc
-        answers = [answers] if firstresult else answers
-        return [("a plugin", answer) for answer in answers if answer is not None]
-    found: list[tuple[str, Any]] = []
-    for impl in reversed(impls):
-        try:
-            answer = impl.function(*[kwargs[name] for name in impl.argnames])
-        except Exception as exc:
-            raise _failed(caller.name, f"plugin {_plugin_name(impl)!r}", exc) from exc
-        if answer is not None:
-            found.append((_plugin_name(impl), answer))
-            if firstresult:
-                break
-    return found
-
-
-def _plugin_name(impl: pluggy.HookImpl) -> str:
-    """The name a plugin was registered under, or its class's for an object registered
-    without one (pluggy names it by its ``id``)."""
-    name = impl.plugin_name
-    return type(impl.plugin).__name__ if name.isdigit() else name
-
-
-def _failed(hook: str, who: str, exc: Exception) -> PluginError:
-    return PluginError(f"{who} failed in {hook}: {type(exc).__name__}: {exc}")
 
 
 def scope_kinds(pm: PluginManager, config: MemoryConfig) -> dict[str, ScopeKind]:

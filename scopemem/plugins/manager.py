@@ -92,7 +92,7 @@ def new_plugin_manager(
     if load_entry_points:
         _load_entry_points(pm, only, disabled)
     for plugin in extra_plugins:
-        pm.register(plugin)
+        _register(pm, plugin, None)
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
@@ -115,9 +115,23 @@ def _load_entry_points(
         except Exception as exc:  # a broken third-party package must name itself
             raise PluginError(f"plugin {name!r} ({entry_point.value}) failed to load: {exc}")\
                 from exc
-        pm.register(plugin, name=name)
+        _register(pm, plugin, name)
         if entry_point.dist is not None:
             pm.distributions[name] = entry_point.dist
+
+
+def _register(pm: PluginManager, plugin: object, name: str | None) -> None:
+    """Register a third-party plugin. One pluggy refuses (a hookimpl taking an argument its
+    hook does not pass) is a ``PluginError`` naming it, on one line: the command line's
+    error, not pluggy's traceback."""
+    try:
+        pm.register(plugin, name=name)
+    except pluggy.PluginValidationError as exc:
+        # pluggy's first line names the plugin by its id when it has no name; the rest says
+        # which hookimpl and why.
+        why = "; ".join(line.strip() for line in str(exc).splitlines()[1:] if line.strip())
+        shown = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+        raise PluginError(f"plugin {shown!r} cannot be registered: {why}") from exc
 
 
 def _builtin(entry_point: importlib.metadata.EntryPoint) -> bool:

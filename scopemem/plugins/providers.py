@@ -132,7 +132,7 @@ ProviderFactory = Callable[[ProviderSettings], Provider]
 def provider_registry(pm: pluggy.PluginManager) -> Registry[ProviderFactory]:
     """Every provider the loaded plugins register, by name."""
     registry: Registry[ProviderFactory] = Registry("provider", ProviderError)
-    pm.hook.scopemem_register_providers(register=registry.register)
+    registry.fill(pm.hook.scopemem_register_providers)
     return registry
 
 

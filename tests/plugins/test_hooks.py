@@ -18,12 +18,14 @@ from scopemem.core.policy import RunActor, WriteDecision
 from scopemem.errors import PluginError, StoreError
 from scopemem.installation import store_registry
 from scopemem.plugins import hookspecs, host
+from scopemem.plugins.embedders import embedder_registry
 from scopemem.plugins.manager import (
     BUILTIN_PLUGINS,
     get_plugin_manager,
     new_plugin_manager,
     plugin_rows,
 )
+from scopemem.plugins.providers import provider_registry
 from scopemem.plugins.registry import Registry
 from scopemem.stores.memory import InMemoryStore
 
@@ -143,6 +145,39 @@ def test_a_hookimpl_without_a_spec_is_refused():
 
     with pytest.raises(PluginError, match="scopemem_register_store"):
         new_plugin_manager(load_entry_points=False, extra_plugins=(Typo(),))
+
+
+def test_a_hookimpl_with_an_argument_its_spec_lacks_is_refused_naming_the_plugin():
+    """pluggy refuses it at registration: a ``PluginError`` naming the plugin, the hook and
+    the argument (the command line's one-line error), not pluggy's traceback."""
+    class Misnamed:
+        @hookimpl
+        def scopemem_scope_kinds(self, cfg):
+            return []
+
+    with pytest.raises(PluginError, match=re.escape(
+            "plugin 'Misnamed' cannot be registered: hookimpl definition: "
+            "scopemem_scope_kinds(cfg); Argument(s) {'cfg'} are declared in the hookimpl but "
+            "can not be found in the hookspec")):
+        new_plugin_manager(load_entry_points=False, extra_plugins=(Misnamed(),))
+
+
+@pytest.mark.parametrize(("hook", "registry"), [
+    ("scopemem_register_stores", store_registry),
+    ("scopemem_register_providers", provider_registry),
+    ("scopemem_register_embedders", embedder_registry),
+])
+def test_a_plugin_that_raises_registering_is_named_not_a_traceback(hook, registry):
+    """As for commands: every command builds these registries, so a raise was a traceback
+    on every command."""
+    def boom(self, register):
+        raise RuntimeError("no backend")
+
+    plugin = type("Boom", (), {hook: hookimpl(boom)})()
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(plugin,))
+    with pytest.raises(PluginError, match=re.escape(
+            f"plugin 'Boom' failed in {hook}: RuntimeError: no backend")):
+        registry(pm)
 
 
 def test_registry_refuses_duplicates_and_lists_installed_on_unknown():
