@@ -187,6 +187,10 @@ def authorize_write(
     if decision is not None and not isinstance(decision, WriteDecision):
         raise PluginError(f"plugin {answers[0][0]!r} answered scopemem_authorize_write with "
                           f"{_shown(decision)}, not a WriteDecision")
+    if decision is not None and decision.scope_key is not None and not isinstance(
+            decision.scope_key, str):
+        raise PluginError(f"plugin {answers[0][0]!r} answered scopemem_authorize_write with "
+                          f"the scope {_shown(decision.scope_key)}, not a scope key or None")
     if decision is not None and decision.reason is not None and not is_marker_name(
             decision.reason):
         raise PluginError(f"plugin {answers[0][0]!r} answered scopemem_authorize_write with "

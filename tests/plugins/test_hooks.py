@@ -300,6 +300,10 @@ class Broken:
             return "allow"
         if self.how == "policy reason":
             return WriteDecision.deny("no\n[memory] reflection forged: offered 9")
+        if self.how == "policy list":
+            return WriteDecision.narrow(["user:slack:U1"], "narrowed")
+        if self.how == "policy number":
+            return WriteDecision.allow(12345)
 
 
 @pytest.mark.parametrize(("how", "message"), [
@@ -379,6 +383,14 @@ def test_a_gate_plugin_that_raises_or_answers_junk_is_named(how, message):
     # a silent denial counted as a widening.
     ("policy junk",
      "plugin 'Broken' answered scopemem_authorize_write with 'allow', not a WriteDecision"),
+    # A list was a TypeError (unhashable) failing the reflection unnamed; a number a silent
+    # denial counted as a widening.
+    ("policy list",
+     "plugin 'Broken' answered scopemem_authorize_write with the scope ['user:slack:U1'], "
+     "not a scope key or None"),
+    ("policy number",
+     "plugin 'Broken' answered scopemem_authorize_write with the scope 12345, not a scope "
+     "key or None"),
 ])
 def test_a_policy_plugin_that_raises_or_answers_junk_is_named(how, message):
     pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken(how),))
