@@ -28,6 +28,7 @@ from scopemem.plugins.manager import PluginManager
 from scopemem.stores.base import redact_provenance
 
 BUILTIN_GATE = "scopemem.plugins.builtin_gate"
+BUILTIN_POLICY = "scopemem.plugins.builtin_policy"
 #: What a scope kind's name may be: the first segment of its keys, and a scope word.
 KIND_NAME = re.compile(r"[a-z][a-z0-9_-]*")
 
@@ -195,4 +196,16 @@ def authorize_write(
             decision.reason):
         raise PluginError(f"plugin {answers[0][0]!r} answered scopemem_authorize_write with "
                           f"the reason {_shown(decision.reason)}, not {MARKER_NAME_RULE}")
-    return settle_decision(target, decision, actor, breadth)
+    settled = settle_decision(target, decision, actor, breadth)
+    builtin = pm.get_plugin(BUILTIN_POLICY)
+    by_builtin = bool(answers) and answers[0][0] == BUILTIN_POLICY
+    if settled.scope_key is None or builtin is None or by_builtin:
+        return settled
+    # The built-in's narrowing by origin is a floor under every plugin's answer: a plugin
+    # that allows (or narrows into) a scope everyone reads must not put what a DM or a
+    # private channel said there. Disabling the built-in policy is how a team means it.
+    floor = builtin.scopemem_authorize_write(actor=actor, target=settled.scope_key,
+                                             candidate=candidate, origin=origin)
+    if floor.scope_key == settled.scope_key:
+        return settled
+    return settle_decision(settled.scope_key, floor, actor, breadth)

@@ -267,6 +267,34 @@ def test_scopemem_authorize_write_a_plugin_answer_comes_first_and_cannot_widen()
     assert decide("user:slack:U1") == WriteDecision.deny("policy_widened")
 
 
+@pytest.mark.parametrize(("origin", "target", "landed"), [
+    ("dm", "org:acme", WriteDecision.narrow("user:slack:U1", "dm_origin")),
+    ("private", "org:acme", WriteDecision.narrow("channel:slack:C1", "private_origin")),
+    (None, "guild:discord:9", WriteDecision.narrow("channel:slack:C1", "unknown_origin")),
+    ("public", "org:acme", WriteDecision.allow("org:acme")),
+    ("dm", "user:slack:U1", WriteDecision.allow("user:slack:U1")),
+])
+def test_a_policy_that_allows_everything_keeps_the_origins_narrowing(origin, target, landed):
+    """A plugin answering ``allow(target)`` (one of the three documented answers) took the
+    built-in's place and put what a DM said in the org scope, which everyone reads: the
+    built-in's narrowing by origin is a floor under every plugin's answer."""
+    class Lenient:
+        @hookimpl
+        def scopemem_authorize_write(self, actor, target, candidate, origin):
+            return WriteDecision.allow(target)
+
+    actor = RunActor({**ACTOR.scopes, "guild": "guild:discord:9"})
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Lenient(),))
+    assert host.authorize_write(pm, actor=actor, target=target, candidate=FACT, origin=origin,
+                                breadth={**BREADTH, "guild": 15}) == landed
+    # An installation that means it disables the built-in policy.
+    pm = new_plugin_manager(environ={"SCOPEMEM_DISABLED_PLUGINS":
+                                     "scopemem.plugins.builtin_policy"},
+                            load_entry_points=False, extra_plugins=(Lenient(),))
+    assert host.authorize_write(pm, actor=actor, target=target, candidate=FACT, origin=origin,
+                                breadth={**BREADTH, "guild": 15}) == WriteDecision.allow(target)
+
+
 class Broken:
     """A plugin that gets every hook wrong: it raises, or answers the wrong type."""
 
