@@ -63,6 +63,8 @@ def _kind_problem(kind: ScopeKind) -> str | None:
         return "breadth is not an integer"
     if not callable(kind.derive):
         return "derive is not callable"
+    if kind.description is not None and not isinstance(kind.description, str):
+        return "description is not a string"
     return None
 
 

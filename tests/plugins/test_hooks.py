@@ -353,6 +353,9 @@ def test_a_plugin_whose_scope_kinds_fail_is_named(how, message):
     (ScopeKind("me", 15, lambda request: None), "name is the scope word 'me'"),
     (ScopeKind("guild", "15", lambda request: None), "breadth is not an integer"),
     (ScopeKind("guild", 15, "guild:1"), "derive is not callable"),
+    # It completes the extractor's instruction: a number or a list went into the prompt.
+    (ScopeKind("guild", 15, lambda request: None, description=["the server"]),
+     "description is not a string"),
 ])
 def test_a_scope_kind_that_cannot_be_used_is_refused_naming_its_plugin(kind, problem):
     class Odd:
