@@ -96,7 +96,10 @@ def new_plugin_manager(
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
-        raise PluginError(str(exc)) from exc
+        unknown = [name for name, hook in vars(pm.hook).items() if not name.startswith("_")
+                   and not hook.has_spec() and hook.get_hookimpls()]
+        raise PluginError(f"plugin {_shown(pm, exc.plugin)!r} implements "
+                          f"{', '.join(unknown)}, which is no scopemem hook") from exc
     return pm
 
 
@@ -130,8 +133,15 @@ def _register(pm: PluginManager, plugin: object, name: str | None) -> None:
         # pluggy's first line names the plugin by its id when it has no name; the rest says
         # which hookimpl and why.
         why = "; ".join(line.strip() for line in str(exc).splitlines()[1:] if line.strip())
-        shown = name or getattr(plugin, "__name__", None) or type(plugin).__name__
-        raise PluginError(f"plugin {shown!r} cannot be registered: {why}") from exc
+        raise PluginError(f"plugin {name or type(plugin).__name__!r} cannot be registered: "
+                          f"{why}") from exc
+
+
+def _shown(pm: PluginManager, plugin: object) -> str:
+    """A plugin's registered name, or its class's for an object registered without one
+    (pluggy names it by its ``id``)."""
+    name = pm.get_name(plugin) or ""
+    return type(plugin).__name__ if not name or name.isdigit() else name
 
 
 def _builtin(entry_point: importlib.metadata.EntryPoint) -> bool:
