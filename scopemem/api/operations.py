@@ -60,6 +60,7 @@ from scopemem.errors import StoreUnsupported
 from scopemem.plugins import host
 from scopemem.plugins.manager import PluginManager
 from scopemem.stores.base import Clock, CountingStore, Hit, MemoryStore, check_own, search_hits
+from scopemem.stores.base import check_answer as answered
 from scopemem.stores.counting import CountBuffer, Stats
 from scopemem.stores.porting import export_records, portable
 
@@ -279,7 +280,7 @@ class Operations:
                                 f"not remembered: {host.describe_markers(screened.markers)}",
                                 markers=builtins.list(screened.markers))
         try:
-            counts = await self.store.write(key, [screened.candidate])
+            counts = answered("write", await self.store.write(key, [screened.candidate]))
         except Exception as exc:
             raise OperationFailed(f"write to {key}", exc) from exc
         await embed_written(self.semantic, self.store, key, bounded=True)
@@ -301,7 +302,7 @@ class Operations:
                                 f"{exc}") from None
         self._check_change(scope_key, caller, id=record_id)
         try:
-            forgotten = await self.store.forget(scope_key, record_id)
+            forgotten = answered("forget", await self.store.forget(scope_key, record_id))
         except Exception as exc:
             raise OperationFailed(f"forget of {record_id}", exc) from exc
         return ForgetResult(record_id, forgotten, durable=self.store_is_durable)
@@ -323,7 +324,7 @@ class Operations:
         swept = []
         for key in keys:
             try:
-                result = await self.store.sweep(key, dry_run=dry_run)
+                result = answered("sweep", await self.store.sweep(key, dry_run=dry_run))
             except Exception as exc:
                 raise OperationFailed(f"sweep of {key}", exc) from exc
             swept.append(ScopeSweep(key, result))

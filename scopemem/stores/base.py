@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import ClassVar, NamedTuple, NoReturn, Protocol, TypeVar, runtime_checkable
 
 import attrs
@@ -18,7 +18,7 @@ import attrs
 from scopemem.core import browse
 from scopemem.core.counters import DAY_MS
 from scopemem.core.hygiene import fit_candidate, noise_reason, without_nul
-from scopemem.core.ranking import QueryTerms, Ranking, query_terms
+from scopemem.core.ranking import Ranking, query_terms
 from scopemem.core.records import (
     DEFAULT_RETENTION_DAYS,
     DEFAULT_SCOPE_CAP,
@@ -35,22 +35,21 @@ from scopemem.core.records import (
 from scopemem.core.scopes import ScopeKeyError, validate_scope_key
 from scopemem.core.scoring import keyword_match
 from scopemem.core.text import is_text, sanitize_field
-from scopemem.core.words import Analyzer
 from scopemem.errors import StoreError
 from scopemem.languages import DEFAULT_LANGUAGES, analyzer_for
 from scopemem.options import OptionsTable
-from scopemem.stores.shared.batches import seqs_in_scope
 
 __all__ = [
     "DEFAULT_RANKING", "Clock", "BrowsingStore", "CountingStore", "Hit", "MemoryStore",
-    "Migration", "RankedStore", "StoreError", "StoreFactory", "StoreSettings", "check_cap",
-    "check_days", "check_retention_days", "check_scope_key", "fit_batch", "listing_stems",
+    "RankedStore", "StoreError", "StoreFactory", "StoreSettings", "check_answer", "check_cap",
+    "check_days", "check_retention_days", "check_scope_key", "fit_batch",
     "redact_provenance", "redact_source", "retention_cutoff", "salient_batch", "search_hits",
-    "search_terms", "used_seqs", "wall_clock_ms", "write_batch",
+    "wall_clock_ms", "write_batch",
 ]
 
 Clock = Callable[[], int]
 Cap = TypeVar("Cap", bound=int | None)
+Answer = TypeVar("Answer")
 
 #: What a store ranks with when nothing is configured: weighted, English.
 DEFAULT_RANKING = Ranking(analyzer_for(DEFAULT_LANGUAGES))
@@ -209,18 +208,6 @@ class StoreSettings(OptionsTable):
 StoreFactory = Callable[[StoreSettings], MemoryStore]
 
 
-@attrs.frozen
-class Migration:
-    """A SQL schema's version, applied in one transaction: ``columns`` (table, column,
-    definition) added where missing, then ``statements`` (each safe to repeat), then
-    ``once`` (backfills) only when the version is first applied."""
-
-    version: int
-    name: str
-    statements: tuple[str, ...]
-    columns: tuple[tuple[str, str, str], ...] = ()
-    once: tuple[str, ...] = ()
-
 
 def check_scope_key(scope_key: object) -> str:
     """``scope_key`` when a store may use it; else ``StoreError`` (never a ``TypeError`` or a
@@ -314,32 +301,7 @@ def write_batch(scope_key: str, candidates: Sequence[Candidate], cap: int | None
     return (*salient_batch(candidates), checked) if candidates else ([], WriteCounts(), checked)
 
 
-def search_terms(scope_key: str, query: str, limit: int, analyzer: Analyzer
-                 ) -> QueryTerms | None:
-    """What a SQL store's ``search`` starts with: the key checked, the query's terms; None
-    when nothing can match (no term, or no room)."""
-    check_scope_key(scope_key)
-    terms = query_terms(query, analyzer)
-    return terms if terms.terms and limit > 0 else None
 
-
-def listing_stems(scope_key: str, limit: int, query: str | None, analyzer: Analyzer
-                  ) -> list[str] | None:
-    """What a SQL store's ``list`` starts with: the key checked, the stems its rows must
-    hold (None: any row); ``[]`` when nothing can match (a query of no term, or no room)."""
-    check_scope_key(scope_key)
-    if limit <= 0:
-        return []
-    return None if query is None else list(query_terms(query, analyzer).prefilter_stems)
-
-
-def used_seqs(used: Mapping[str, Sequence[str]]) -> Iterator[tuple[str, list[int]]]:
-    """``mark_used``'s scopes in turn (each key checked), with its ids' seqs, sorted and
-    distinct (an id not of the scope dropped); a scope left with none is skipped."""
-    for scope_key, ids in used.items():
-        seqs = sorted(set(seqs_in_scope(check_scope_key(scope_key), ids)))
-        if seqs:
-            yield scope_key, seqs
 
 
 def descriptors_held(store: object) -> int:
@@ -368,6 +330,24 @@ def check_own(scope_key: str, records: Iterable[Record]) -> None:
         if record.scope_key != scope_key:
             raise StoreError(f"the store answered a record of another scope for {scope_key}"
                              f" ({sanitize_field(record.scope_key)!r}); none is shown")
+
+
+#: What a store's changing methods answer (``MemoryStore``), checked by ``check_answer``.
+ANSWERS: Mapping[str, type] = {"write": WriteCounts, "forget": bool, "sweep": SweepResult}
+
+
+def check_answer(method: str, answer: Answer) -> Answer:
+    """``answer`` when it is what the store's ``method`` answers (``ANSWERS``); else
+    ``StoreError`` naming both. A store plugin's wrong answer (``None`` for counts, a dict
+    for a bool) costs its operation, as a raise does: never a traceback where it is
+    rendered, nor a truthy dict read as "forgotten"."""
+    expected = ANSWERS[method]
+    if not isinstance(answer, expected):
+        shown = repr(answer)
+        shown = f"{shown[:80]}…" if len(shown) > 80 else shown
+        raise StoreError(f"the store answered {method} with {sanitize_field(shown)}, not a "
+                         f"{expected.__name__}")
+    return answer
 
 
 async def search_hits(store: MemoryStore, scope_key: str, query: str, limit: int, *,

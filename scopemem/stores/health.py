@@ -128,12 +128,16 @@ def _durable(store: MemoryStore, configured: str) -> Check:
         return Check("durable", OK, f"records are kept by the {configured} store")
     if configured == "null":
         return Check("durable", WARN, "the null store keeps no records: memory holds nothing")
-    if configured == "memory":
-        return Check("durable", WARN, "the memory store keeps records in the process: they"
-                                      " are lost when it exits")
-    return Check("durable", WARN, f"the {configured} store fell back to the in-process store"
-                                  " (its token is missing): records are lost when the"
-                                  " process exits")
+    from scopemem.stores.memory import InMemoryStore
+
+    # Only the in-process store itself stands in for another (installation.in_process_store);
+    # a plugin's store that says it is not durable keeps its records in the process.
+    if configured != "memory" and type(store) is InMemoryStore:
+        return Check("durable", WARN, f"the {configured} store fell back to the in-process"
+                                      " store (its token is missing): records are lost when"
+                                      " the process exits")
+    return Check("durable", WARN, f"the {configured} store keeps records in the process: they"
+                                  " are lost when it exits")
 
 
 def check_disk(directory: str) -> Check:

@@ -346,6 +346,27 @@ async def test_a_store_failure_is_operation_failed(memory, store):
     assert isinstance(caught.value.__cause__, OSError)
 
 
+@pytest.mark.parametrize(("method", "answer", "call", "message"), [
+    ("write", None, lambda memory: memory.remember(ALICE, "deploys freeze on fridays"),
+     "write to user:slack:UA failed: the store answered write with None, not a WriteCounts"),
+    ("forget", "yes", lambda memory: memory.forget(ALICE, "mem:user:slack:UA:1"),
+     "forget of mem:user:slack:UA:1 failed: the store answered forget with 'yes', not a bool"),
+    ("sweep", {"swept": 1}, lambda memory: memory.sweep(ADMIN, "org"),
+     "sweep of org:acme failed: the store answered sweep with {'swept': 1}, not a "
+     "SweepResult"),
+])
+async def test_a_store_answering_the_wrong_type_is_operation_failed(memory, store, method,
+                                                                    answer, call, message):
+    """A store plugin's wrong answer is the operation's failure naming it, never a
+    traceback in the command that renders it nor a truthy answer read as "forgotten"."""
+    async def odd(*args, **kwargs):
+        return answer
+
+    setattr(store, method, odd)
+    with pytest.raises(OperationFailed, match=re.escape(message)):
+        await call(memory)
+
+
 async def test_sweep_is_for_admins_and_reports_per_scope(memory, store):
     # The store keeps what it is given: the gate is the host's, so this one got past it.
     await store.write(ORG, [fact(STATUS), fact("deploys freeze on fridays")])

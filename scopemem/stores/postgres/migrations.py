@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from scopemem.errors import StoreError
-from scopemem.stores.base import Migration
+from scopemem.stores.shared.sql import Migration
 
 __all__ = ["MIGRATIONS", "POST_ALL", "SCHEMA_VERSION", "advisory_key", "migrate", "quoted"]
 

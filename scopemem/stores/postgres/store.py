@@ -31,9 +31,6 @@ from scopemem.stores.base import (
     check_cap,
     check_retention_days,
     check_scope_key,
-    listing_stems,
-    search_terms,
-    used_seqs,
     wall_clock_ms,
     write_batch,
 )
@@ -49,6 +46,7 @@ from scopemem.stores.postgres.vectors import Vectors
 from scopemem.stores.postgres.writes import Counts, Writes, refold
 from scopemem.stores.shared import batches
 from scopemem.stores.shared.cache import PostingsCache, ScopeCopy
+from scopemem.stores.shared.calls import listing_stems, search_terms, used_seqs
 
 __all__ = ["PostgresStore"]
 

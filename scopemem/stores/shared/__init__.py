@@ -17,7 +17,8 @@ both run, live here once:
 ``counts``   checking the counter rows a host adds, and which scopes a reading selects
 ``vectors``  the semantic lane's vectors: checks, and the in-process store's shelf of them
 ``nearest``  the one nearest-vector search, and a worker's copies of scopes' matrices
-``sql``      the statements both SQL stores run, built from a dialect
+``calls``    what a store's search, list and mark_used start with
+``sql``      the statements both SQL stores run, built from a dialect; a schema version
 ``dialect``  what a dialect holds: the few things SQLite and PostgreSQL write differently
 
 Nothing here does I/O but through a store's ``Tx``, and nothing here imports a store

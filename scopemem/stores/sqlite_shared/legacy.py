@@ -10,7 +10,7 @@ import hashlib
 import re
 from typing import Any
 
-from scopemem.stores.base import Migration
+from scopemem.stores.shared.sql import Migration
 from scopemem.stores.sqlite_shared import sql
 from scopemem.stores.sqlite_shared.schema import pragma, stored_meta
 

@@ -32,10 +32,7 @@ from scopemem.stores.base import (
     check_cap,
     check_retention_days,
     check_scope_key,
-    listing_stems,
     retention_cutoff,
-    search_terms,
-    used_seqs,
     wall_clock_ms,
     write_batch,
 )
@@ -48,6 +45,7 @@ from scopemem.stores.shared.cache import (
     PostingsCache,
     ScopeCopy,
 )
+from scopemem.stores.shared.calls import listing_stems, search_terms, used_seqs
 from scopemem.stores.sqlite_shared import reads, schema, writes
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.browse import Browse, ReachLog
