@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import logging
 import os
 import threading
 from collections.abc import Mapping
@@ -60,6 +61,7 @@ class PluginManager(pluggy.PluginManager):
         self.distributions: dict[str, importlib.metadata.Distribution] = {}
 
 
+log = logging.getLogger("scopemem.plugins")
 _lock = threading.Lock()
 _shared: PluginManager | None = None
 
@@ -107,7 +109,14 @@ def _load_entry_points(
     pm: PluginManager, only: list[str] | None, disabled: set[str]
 ) -> None:
     seen: set[str] = set()
-    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    # A misspelt or uninstalled name would otherwise start everything without that plugin.
+    unknown = sorted(set(only or ()) - set(entry_points.names))
+    if unknown:
+        log.warning("SCOPEMEM_LOAD_PLUGINS names %s, which no installed plugin has"
+                    " (installed: %s)", ", ".join(map(repr, unknown)),
+                    ", ".join(sorted(entry_points.names)))
+    for entry_point in entry_points:
         name = entry_point.name
         if name in seen or name in disabled or (
                 only is not None and name not in only and not _builtin(entry_point)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import logging
 import os
 import re
 import subprocess
@@ -517,3 +518,16 @@ def test_a_plugin_whose_commands_fail_is_named_not_a_traceback():
             "plugin 'Boom' failed in scopemem_register_commands: RuntimeError: no click "
             "today")):
         build_cli(new_plugin_manager(load_entry_points=False, extra_plugins=(Boom(),)))
+
+
+def test_a_load_plugins_name_no_installed_plugin_has_is_warned_about(third_party, caplog):
+    """A misspelt ``SCOPEMEM_LOAD_PLUGINS`` loads nothing of what was meant: it says so,
+    naming the name, rather than starting without the plugin in silence."""
+    with caplog.at_level(logging.WARNING, logger="scopemem"):
+        new_plugin_manager(environ={"SCOPEMEM_LOAD_PLUGINS": f"{third_party}, extar"})
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "'extar'" in warned[0] and "'extra'" not in warned[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="scopemem"):
+        new_plugin_manager(environ={"SCOPEMEM_LOAD_PLUGINS": f"{third_party},memory"})
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
