@@ -419,9 +419,11 @@ def test_redacts_standalone_secret(secret: str, kind: str) -> None:
 @given(data=st.data())
 def test_every_token_a_rule_matches_holds_a_literal_its_stage_is_gated_on(
         kind: str, pattern: str, data: st.DataObject) -> None:
-    # A text holding none of ``_TOKEN_NEEDS`` is passed over without the token rules.
+    # A text holding none of ``_TOKEN_NEEDS``, or no word of ``_TOKEN_MIN`` characters, is
+    # passed over without the token rules.
     token = data.draw(st.from_regex(re.compile(pattern), fullmatch=True))
     assert any(need in token for need in secret_rules._TOKEN_NEEDS), (kind, token)
+    assert token.split() == [token] and len(token) >= secret_rules._TOKEN_MIN, (kind, token)
 
 
 @pytest.mark.parametrize(("secret", "kind"), STANDALONE, ids=[k for _, k in STANDALONE])
