@@ -37,6 +37,7 @@ none is stemmed, the seed's tokens.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -111,6 +112,9 @@ def distinct_tokens(text: str) -> list[str]:
     return list(dict.fromkeys(tokenize(text)))
 
 
+# A write reads each candidate's key several times (its lookup, its plan, the row it
+# inserts): the keys of the last two batches' texts and rows are kept.
+@functools.lru_cache(maxsize=256)
 def normalize_text(text: str) -> str:
     """The dedup key of a record's text: folded as tokens are (case, diacritics, NFC and
     NFD alike), trimmed, every run of whitespace (anything ``str.isspace`` accepts) one
