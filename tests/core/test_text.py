@@ -24,8 +24,10 @@ from scopemem.core.text import (
     estimate_tokens,
     normalize_text,
     sanitize_field,
+    strip_invisible,
     tokenize,
 )
+from scopemem.core.words import script_of
 from tests.poison import (
     FENCE_CLOSE,
     FENCE_OPEN,
@@ -716,3 +718,21 @@ def test_whitespace_delimited_secret_is_removed_in_any_context(
 def test_adversarial_input_completes(text: str) -> None:
     out = redact_secrets(text)
     assert redact_secrets(out) == out
+
+
+@pytest.mark.parametrize(("word", "script"), [("deploy", "Latin"), ("X1", "Latin"),
+                                              ("2026", None), ("-_-", None), ("", None),
+                                              ("новый", "Cyrillic"), ("数据", None)])
+def test_a_words_script_is_its_first_letters(word: str, script: str | None) -> None:
+    assert script_of(word) == script
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("plain prose, 42 words", "plain prose, 42 words"),
+    ("tab\tand\nnewline stay", "tab\tand\nnewline stay"),
+    ("a\x00b\x07c\x1bd\x7fe", "abcde"),
+    ("to\u200bken", "token"),
+])
+def test_strip_invisible_drops_what_rendering_removes_and_keeps_whitespace(
+        text: str, shown: str) -> None:
+    assert strip_invisible(text) == shown
