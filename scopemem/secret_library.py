@@ -14,7 +14,7 @@ import importlib
 import re
 from collections.abc import Callable
 
-from scopemem.core.redaction import Stage, redaction_placeholder, substitution
+from scopemem.core.redaction import Stage, redaction_placeholder, substitution, word_lengths
 
 __all__ = ["ENTROPY_STAGE", "key_words", "letter_and_digit", "library_stage"]
 
@@ -61,13 +61,18 @@ _TAIL = re.compile(r"[\s\"'=:.]*\Z")
 # Every library token rule matches inside a run of 10 or more
 # of these characters that holds something other than a lowercase letter (a digit, a
 # capital, "_", "-", ...). Plain prose has no such run, so one search of this pattern lets
-# a text skip some thirty rules.
-_TOKEN_GATE = re.compile(r"(?<![A-Za-z0-9_+/=.:-])(?=[A-Za-z0-9_+/=.:-]{10})[a-z]*[A-Z0-9_+/=.:-]")
+# a text skip some thirty rules; a text whose words are all shorter (``word_lengths``,
+# which the other stages share) skips the search too.
+_TOKEN_RUN = 10
+_TOKEN_GATE = re.compile(
+    rf"(?<![A-Za-z0-9_+/=.:-])(?=[A-Za-z0-9_+/=.:-]{{{_TOKEN_RUN}}})[a-z]*[A-Z0-9_+/=.:-]")
 
 
 def _gated(inner: Stage) -> Stage:
     def stage(text: str, found: list[str] | None) -> str:
-        return inner(text, found) if _TOKEN_GATE.search(text) else text
+        if word_lengths(text)[0] < _TOKEN_RUN or not _TOKEN_GATE.search(text):
+            return text
+        return inner(text, found)
 
     return stage
 
@@ -120,9 +125,10 @@ def _library_stage(rules: tuple[tuple[str, re.Pattern[str]], ...]) -> Stage:
 
 # Any assignment: a name, a separator, then a value of base64/hex/url-safe characters,
 # bare or quoted. Whether it is a secret is decided by its entropy.
+_MIN_VALUE = 20
 _ASSIGNMENT_RE = re.compile(
     r"(?<![A-Za-z0-9_.-])(?P<key>[A-Za-z_][A-Za-z0-9_.-]{0,63})[\"']?[ \t]*(?::=|=>|=|:)[ \t]*"
-    r"(?P<open>[\"'`]?)(?!\[REDACTED:)(?P<value>[A-Za-z0-9+/=_.~-]{20,512})"
+    rf"(?P<open>[\"'`]?)(?!\[REDACTED:)(?P<value>[A-Za-z0-9+/=_.~-]{{{_MIN_VALUE},512}})"
     r"(?![A-Za-z0-9+/=_.~-])"
 )
 _HEX_RE = re.compile(r"[0-9a-fA-F]+")
@@ -173,7 +179,8 @@ def _entropy_replacement(match: re.Match[str]) -> str:
 
 
 #: Values of any ``key = value``, ``key: value`` or quoted assignment that read as random.
-ENTROPY_STAGE = substitution(_ASSIGNMENT_RE, _entropy_replacement, (":", "="))
+ENTROPY_STAGE = substitution(_ASSIGNMENT_RE, _entropy_replacement, (":", "="),
+                             min_word=_MIN_VALUE)
 
 
 def key_words() -> tuple[str, ...]:

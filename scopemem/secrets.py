@@ -55,6 +55,7 @@ from scopemem.core.redaction import (
     redaction_placeholder,
     secret_free_keywords,
     substitution,
+    word_lengths,
 )
 from scopemem.core.secret_rules import redaction_stages
 
@@ -157,9 +158,10 @@ _URL_KEY_RE = re.compile(
 
 # An AWS secret access key (40 characters of base64, upper and lower case and a digit) in
 # a text that names AWS: the key id beside it is a token the rules know, the secret is not.
+_AWS_SECRET_CHARS = 40
 _AWS_SECRET_RE = re.compile(
     r"(?<![A-Za-z0-9/+=_-])(?=[A-Za-z0-9/+]{0,39}[0-9])(?=[A-Za-z0-9/+]{0,39}[a-z])"
-    r"(?=[A-Za-z0-9/+]{0,39}[A-Z])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=_-])"
+    rf"(?=[A-Za-z0-9/+]{{0,39}}[A-Z])[A-Za-z0-9/+]{{{_AWS_SECRET_CHARS}}}(?![A-Za-z0-9/+=_-])"
 )
 
 # Key words (beyond the core's) that make ``key = value`` a credential: detect-secrets'
@@ -188,7 +190,7 @@ def _stages() -> tuple[Stage, ...]:
         substitution(_SPOKEN_RE, _spoken_replacement,
                      folded_needs=("pass", "pwd", "token", "secret", "key")),
         substitution(_AWS_SECRET_RE, redaction_placeholder("aws_secret_key"),
-                     folded_needs=("aws",)),
+                     folded_needs=("aws",), min_word=_AWS_SECRET_CHARS),
     )
 
 
@@ -200,15 +202,23 @@ def _rules(text: str, found: list[str] | None) -> str:
 
 # --- secrets in disguise -------------------------------------------------------------------
 
-# A run of base64 (standard or URL-safe) long enough to hold a token.
-_BASE64_RE = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{24,4096}={0,2}(?![A-Za-z0-9+/=_-])")
+# A run of base64 (standard or URL-safe) long enough to hold a token: a word of 24 or more
+# characters (``word_lengths``).
+_BASE64_MIN = 24
+_BASE64_RE = re.compile(
+    rf"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{{{_BASE64_MIN},4096}}={{0,2}}(?![A-Za-z0-9+/=_-])")
 _PRINTABLE_RE = re.compile(r"[^\x00-\x08\x0e-\x1f\x7f]*")
-# Single characters spaced out, 16 or more: ``g h p _ x x x ...``.
-_SPACED_RE = re.compile(r"(?<!\S)\S(?:[ \t]+\S(?!\S)){15,}")
+# Single characters spaced out, 16 or more (``g h p _ x x x ...``): each one a word of one
+# character (``word_lengths``).
+_SPACED_MIN = 16
+_SPACED_RE = re.compile(rf"(?<!\S)\S(?:[ \t]+\S(?!\S)){{{_SPACED_MIN - 1},}}")
 
 
 def _decoded_stage(text: str, found: list[str] | None) -> str:
     """Each base64 run whose decoding is text holding a secret becomes a placeholder."""
+    if word_lengths(text)[0] < _BASE64_MIN:
+        return text
+
     def replace(match: re.Match[str]) -> str:
         blob = match[0].rstrip("=")
         altchars = b"-_" if "-" in blob or "_" in blob else None
@@ -230,6 +240,9 @@ def _decoded_stage(text: str, found: list[str] | None) -> str:
 def _spaced_stage(text: str, found: list[str] | None) -> str:
     """Each run of spaced-out characters whose letters read together hold a secret is
     replaced by those letters, redacted."""
+    if word_lengths(text)[1] < _SPACED_MIN:
+        return text
+
     def replace(match: re.Match[str]) -> str:
         joined = "".join(match[0].split())
         redacted = _rules(joined, found)

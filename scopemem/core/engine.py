@@ -7,8 +7,9 @@ feeds these functions the rows they ask for answers exactly like every other sto
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
@@ -35,6 +36,7 @@ from scopemem.core.records import (
     Source,
     Status,
     WriteCounts,
+    trusted_record,
     with_uses,
 )
 from scopemem.core.scopes import memory_id, record_seq
@@ -241,34 +243,43 @@ def plan_write(scope_key: str, candidate: Candidate, pool: Sequence[Record], now
     return Insert()
 
 
+_RECORD_FIELDS = tuple(field.name for field in attrs.fields(Record))
+_RESTATED = WriteCounts(restated=1)
+_DEDUPED = WriteCounts(deduped=1)
+
+
+@functools.cache
+def _inserted(superseded: bool, outranked: bool, summary: bool) -> WriteCounts:
+    return WriteCounts(inserted=1, superseded=int(superseded), outranked=int(outranked),
+                       inserted_summaries=int(summary))
+
+
 def count_action(action: WriteAction, candidate: Candidate) -> WriteCounts:
-    """What one candidate's action adds to a write's counts."""
+    """What one candidate's action adds to a write's counts (one of a few frozen values,
+    made once: a write counts every candidate)."""
     if isinstance(action, Restate):
-        return WriteCounts(restated=1)
+        return _RESTATED
     if isinstance(action, Dedup):
-        return WriteCounts(deduped=1)
-    return WriteCounts(inserted=1, superseded=0 if action.superseded is None else 1,
-                       outranked=1 if action.outranked else 0,
-                       inserted_summaries=1 if candidate.kind == Kind.SUMMARY else 0)
+        return _DEDUPED
+    return _inserted(action.superseded is not None, action.outranked,
+                     candidate.kind == Kind.SUMMARY)
 
 
 def mint_record(scope_key: str, seq: int, candidate: Candidate, now: int) -> Record:
     """The new record a candidate becomes. Pointers are kept as provenance of the writer's
     claim (empty ones dropped); the target's own status says whether the claim took effect."""
-    return Record(
-        id=memory_id(scope_key, seq),
-        scope_key=scope_key,
-        kind=candidate.kind,
-        text=candidate.text,
-        keywords=candidate.keywords or (),
-        source_thread_key=candidate.source_thread_key,
-        source_run_id=candidate.source_run_id,
-        created_at=now,
-        confidence=candidate.confidence,
-        supersedes=candidate.supersedes or None,
-        restates=candidate.restates or None,
-        source=candidate.source,
-    )
+    fields = (memory_id(scope_key, seq), scope_key, candidate.kind, candidate.text,
+              candidate.keywords or (), candidate.source_thread_key, candidate.source_run_id,
+              now, None, 0, candidate.confidence, candidate.supersedes or None,
+              candidate.restates or None, Status.ACTIVE, candidate.source)
+    if scope_key and type(now) is int and now >= 0:
+        # The candidate's fields were checked as a record's are when it was made, and the
+        # scope and the time are checked here: the constructor's checks would pass (a
+        # write mints a record a candidate, and those checks cost more than the rest of
+        # planning it).
+        return trusted_record(*fields)
+    named: dict[str, Any] = dict(zip(_RECORD_FIELDS, fields, strict=True))
+    return Record(**named)  # refused as the constructor refuses it
 
 
 # --- the cap and the sweep ------------------------------------------------------------------

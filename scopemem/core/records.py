@@ -15,7 +15,8 @@ from __future__ import annotations
 import enum
 import functools
 import math
-from collections.abc import Mapping
+import operator
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
@@ -331,6 +332,15 @@ class WriteCounts:
                            self.outranked + other.outranked,
                            self.inserted_summaries + other.inserted_summaries,
                            self.dropped + other.dropped)
+
+    @staticmethod
+    def total(parts: Iterable[WriteCounts]) -> WriteCounts:
+        """The sum of ``parts`` (a write's, one a candidate), made once: adding them one by
+        one makes a ``WriteCounts`` per candidate."""
+        return WriteCounts(*map(sum, zip(*map(_count_fields, parts), strict=True)))
+
+
+_count_fields = operator.attrgetter(*(field.name for field in attrs.fields(WriteCounts)))
 
 
 @attrs.frozen

@@ -9,6 +9,7 @@ host's wider set in ``scopemem.secrets``. Both are built from ``substitution`` a
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Callable
@@ -23,6 +24,7 @@ __all__ = [
     "removed_part",
     "secret_free_keywords",
     "substitution",
+    "word_lengths",
 ]
 
 _PLACEHOLDER_PREFIX = "[REDACTED:"
@@ -83,21 +85,45 @@ def removed_part(original: str, replacement: str) -> str:
     return original[start : len(original) - end]
 
 
+@functools.lru_cache(maxsize=1)
+def word_lengths(text: str) -> tuple[int, int]:
+    """The length of the longest word of ``text`` (a run of non-whitespace characters, as
+    :meth:`str.split` finds them) and how many of its words are one character long.
+
+    What a text of prose is passed over by: a token is a long word, a spaced-out one many
+    one-character words. The stages of a redaction read the same text one after another (a
+    stage that finds nothing returns its text as it came), so the last answer is kept."""
+    lengths = list(map(len, text.split()))
+    return max(lengths, default=0), lengths.count(1)
+
+
 def substitution(pattern: re.Pattern[str], repl: _Replacement, needs: tuple[str, ...] = (),
-                 folded_needs: tuple[str, ...] = ()) -> Stage:
+                 folded_needs: tuple[str, ...] = (), min_word: int = 0) -> Stage:
     """A stage that replaces every match of ``pattern`` by ``repl`` (a template or a
     function, as :meth:`re.Pattern.sub` takes) and records what each replacement removed.
 
     ``needs`` are substrings of which every match holds one, ``folded_needs`` lowercase
-    ones of which every lowercased match holds one: a text without them is passed over
+    ones of which every lowercased match holds one, ``min_word`` a length of which every
+    match holds a run of non-whitespace characters: a text without them is passed over
     without running the pattern (a search costs a few microseconds per rule; a substring
     test, a fraction of one)."""
     def stage(text: str, found: list[str] | None) -> str:
-        if needs and not any(need in text for need in needs):
+        # Plain loops, not ``any()`` over a generator: this runs for every rule on every
+        # text written, and most texts are passed over here.
+        if min_word and word_lengths(text)[0] < min_word:
             return text
+        if needs:
+            for need in needs:
+                if need in text:
+                    break
+            else:
+                return text
         if folded_needs:
             folded = text.lower()
-            if not any(need in folded for need in folded_needs):
+            for need in folded_needs:
+                if need in folded:
+                    break
+            else:
                 return text
         if found is None:
             return pattern.sub(repl, text)

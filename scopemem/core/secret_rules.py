@@ -148,10 +148,12 @@ _TOKEN_RULES: tuple[tuple[str, str], ...] = (
     ("google_oauth_secret", r"GOCSPX-[A-Za-z0-9_-]{28}"),
     ("linear_key", r"lin_api_[A-Za-z0-9]{40}"),
 )
-# Literals one of which every token above holds: a text holding none of them is passed
-# over without running the alternation (which cost a third of redacting a record of prose).
-# A rule added above needs its literal here (``tests/core/test_text.py`` checks each rule's
-# matches hold one).
+# Literals one of which every token above holds, and the length of the shortest token (a
+# whole word of the text: no token holds whitespace): a text holding none of them, or whose
+# words are all shorter, is passed over without running the alternation (which cost a third
+# of redacting a record of prose). A rule added above needs its literal here and a shortest
+# match no shorter (``tests/core/test_text.py`` checks each rule's matches).
+_TOKEN_MIN = 15
 _TOKEN_NEEDS = ("sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox",
                 "xapp-", "AKIA", "ASIA", "AIza", "_live_", "_test_", "eyJ", "npm_", "pypi-",
                 "hf_", "_v1_", "hvs.", "hvb.", "hvr.", "AGE-SECRET-KEY-1", "dapi", "shp",
@@ -272,7 +274,7 @@ def redaction_stages(extra_key_words: tuple[str, ...] = ()) -> tuple[Stage, ...]
         _sub(_SLACK_WEBHOOK_RE, r"\g<1>" + redaction_placeholder("slack_webhook"),
              ("hooks.slack.com",)),
         _sub(_URL_PASSWORD_RE, r"\g<1>" + redaction_placeholder("url_password"), ("://",)),
-        _sub(_TOKEN_RE_ALL, _token_replacement, _TOKEN_NEEDS),
+        _sub(_TOKEN_RE_ALL, _token_replacement, _TOKEN_NEEDS, min_word=_TOKEN_MIN),
         _sub(_AUTHORIZATION_RE, r"\g<1>" + redaction_placeholder("authorization"), _ASSIGNS),
         _sub(_AUTHORIZATION_RAW_RE, r"\g<1>" + redaction_placeholder("authorization"),
              _ASSIGNS),

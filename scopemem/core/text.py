@@ -188,6 +188,8 @@ def strip_invisible(value: str) -> str:
     stays as it is. Redaction applies it first, so a secret split by a zero width space
     or a soft hyphen is seen whole, as the prompt would show it."""
     if value.isascii():  # only controls to drop: a search is cheaper than a translation
+        if value.isprintable():  # no control at all (a test, cheaper than the search)
+            return value
         return _ASCII_DROP_RE.sub("", value) if _ASCII_DROP_RE.search(value) else value
     text = value.translate(_DROP_TABLE)
     if "\u200c" in text or "\u200d" in text:

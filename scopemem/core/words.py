@@ -37,6 +37,7 @@ none is stemmed, the seed's tokens.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -111,6 +112,9 @@ def distinct_tokens(text: str) -> list[str]:
     return list(dict.fromkeys(tokenize(text)))
 
 
+# A write reads each candidate's key several times (its lookup, its plan, the row it
+# inserts): the keys of the last two batches' texts and rows are kept.
+@functools.lru_cache(maxsize=256)
 def normalize_text(text: str) -> str:
     """The dedup key of a record's text: folded as tokens are (case, diacritics, NFC and
     NFD alike), trimmed, every run of whitespace (anything ``str.isspace`` accepts) one
@@ -128,8 +132,8 @@ _SCRIPTS = tuple((name, regex.compile(rf"\p{{Script={name}}}")) for name in (
 def script_of(word: str) -> str | None:
     """The script of a word's first letter ("Latin", "Cyrillic", …), or None when it has no
     letter of a script a stemmer exists for (digits, CJK bigrams)."""
-    if word.isascii():
-        return "Latin" if any(c.isalpha() for c in word) else None
+    if word.isascii():  # a letter is what changes case (a cheaper test than each char's)
+        return "Latin" if word.lower() != word.upper() else None
     for char in word:
         if char.isalpha():
             for name, pattern in _SCRIPTS:
@@ -184,7 +188,10 @@ class Analyzer:
         if stemmed is None:
             script = script_of(word)
             stems = self.stemmers.get(script, ()) if script is not None else ()
-            stemmed = tuple(dict.fromkeys(stem(word) for stem in stems)) or (word,)
+            if len(stems) == 1:  # the common case, spelled out: a write stems every new word
+                stemmed = (stems[0](word),)
+            else:
+                stemmed = tuple(dict.fromkeys(stem(word) for stem in stems)) or (word,)
             if len(known) >= _STEM_CACHE:
                 known.clear()  # a bound, not an LRU: a full cache starts over
             known[word] = stemmed

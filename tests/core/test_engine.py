@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import attrs
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -175,6 +176,43 @@ def test_mint_record_shape():
     assert record.created_at == NOW and record.use_count == 0 and record.last_used_at is None
     assert record.keywords == ("k",) and record.supersedes is None
     assert record.status == Status.ACTIVE and record.confidence == 0.8
+
+
+candidates = st.builds(
+    Candidate, kind=st.sampled_from(list(Kind)), text=st.text(min_size=1, max_size=20),
+    source_thread_key=st.text(max_size=10), source_run_id=st.none() | st.text(max_size=10),
+    keywords=st.none() | st.lists(st.text(max_size=8), max_size=3).map(tuple),
+    confidence=st.none() | st.floats(0, 1), supersedes=st.none() | st.text(max_size=12),
+    restates=st.none() | st.text(max_size=12), source=st.sampled_from(list(Source)))
+
+
+@given(candidate=candidates, seq=st.integers(1, 2**40), now=st.integers(0, 2**45))
+def test_a_minted_record_equals_the_validating_constructors(candidate, seq, now):
+    # mint_record skips the constructor's checks when they would pass.
+    minted = engine.mint_record(SCOPE, seq, candidate, now)
+    assert minted == Record(
+        id=f"mem:{SCOPE}:{seq}", scope_key=SCOPE, kind=candidate.kind, text=candidate.text,
+        keywords=candidate.keywords or (), source_thread_key=candidate.source_thread_key,
+        source_run_id=candidate.source_run_id, created_at=now, confidence=candidate.confidence,
+        supersedes=candidate.supersedes or None, restates=candidate.restates or None,
+        source=candidate.source)
+    assert type(minted.keywords) is tuple and minted.kind is candidate.kind
+
+
+@pytest.mark.parametrize(("scope_key", "now"), [("", NOW), (SCOPE, -1), (SCOPE, 1.5),
+                                                (SCOPE, True), (SCOPE, None)])
+def test_a_record_minted_for_no_scope_or_no_time_is_refused_as_the_constructor_refuses_it(
+        scope_key, now):
+    with pytest.raises(ValueError, match="scope_key|created_at"):
+        engine.mint_record(scope_key, 1, cand("text"), now)
+
+
+@given(st.lists(st.builds(WriteCounts, *[st.integers(0, 99)] * 8), max_size=6))
+def test_counts_total_is_their_sum(parts):
+    expected = WriteCounts()
+    for part in parts:
+        expected += part
+    assert WriteCounts.total(parts) == expected
 
 
 # --- eviction and sweep ----------------------------------------------------------------------

@@ -24,8 +24,10 @@ from scopemem.core.text import (
     estimate_tokens,
     normalize_text,
     sanitize_field,
+    strip_invisible,
     tokenize,
 )
+from scopemem.core.words import script_of
 from tests.poison import (
     FENCE_CLOSE,
     FENCE_OPEN,
@@ -419,9 +421,11 @@ def test_redacts_standalone_secret(secret: str, kind: str) -> None:
 @given(data=st.data())
 def test_every_token_a_rule_matches_holds_a_literal_its_stage_is_gated_on(
         kind: str, pattern: str, data: st.DataObject) -> None:
-    # A text holding none of ``_TOKEN_NEEDS`` is passed over without the token rules.
+    # A text holding none of ``_TOKEN_NEEDS``, or no word of ``_TOKEN_MIN`` characters, is
+    # passed over without the token rules.
     token = data.draw(st.from_regex(re.compile(pattern), fullmatch=True))
     assert any(need in token for need in secret_rules._TOKEN_NEEDS), (kind, token)
+    assert token.split() == [token] and len(token) >= secret_rules._TOKEN_MIN, (kind, token)
 
 
 @pytest.mark.parametrize(("secret", "kind"), STANDALONE, ids=[k for _, k in STANDALONE])
@@ -714,3 +718,21 @@ def test_whitespace_delimited_secret_is_removed_in_any_context(
 def test_adversarial_input_completes(text: str) -> None:
     out = redact_secrets(text)
     assert redact_secrets(out) == out
+
+
+@pytest.mark.parametrize(("word", "script"), [("deploy", "Latin"), ("X1", "Latin"),
+                                              ("2026", None), ("-_-", None), ("", None),
+                                              ("новый", "Cyrillic"), ("数据", None)])
+def test_a_words_script_is_its_first_letters(word: str, script: str | None) -> None:
+    assert script_of(word) == script
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("plain prose, 42 words", "plain prose, 42 words"),
+    ("tab\tand\nnewline stay", "tab\tand\nnewline stay"),
+    ("a\x00b\x07c\x1bd\x7fe", "abcde"),
+    ("to\u200bken", "token"),
+])
+def test_strip_invisible_drops_what_rendering_removes_and_keeps_whitespace(
+        text: str, shown: str) -> None:
+    assert strip_invisible(text) == shown

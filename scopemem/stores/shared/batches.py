@@ -83,25 +83,27 @@ def plan_batch(scope_key: str, candidates: Sequence[Candidate], known: Iterable[
     candidates' pointers name (``lookup_keys``); ``first_seq`` is the next seq to mint.
     ``StoreError`` when the batch would mint a seq past ``MAX_SEQ`` (every store's last)."""
     rows: dict[int, Record] = {}  # seq -> the row as the batch has left it
-    norms: dict[int, str] = {}
+    by_norm: dict[str, list[int]] = {}  # normalized text -> the seqs of the rows holding it
     for record in known:
         seq = seq_in_scope(scope_key, record.id)
         if seq is not None:
             rows[seq] = record
-            norms[seq] = normalize_text(record.text)
+            by_norm.setdefault(normalize_text(record.text), []).append(seq)
     existing = set(rows)
     changed: set[int] = set()
     seq = first_seq
-    counts = WriteCounts()
+    counted: list[WriteCounts] = []
     live_delta = 0
     for candidate in candidates:
         norm = normalize_text(candidate.text)
-        pointers = {candidate.restates, candidate.supersedes} - {None, ""}
-        pool = [rows[number] for number in sorted(rows)
-                if (norms[number] == norm and rows[number].is_active)
-                or rows[number].id in pointers]
+        # The rows sharing the candidate's text and those its pointers name (every row's
+        # id is this scope's ``mem:<scope>:<seq>``), earliest first.
+        named = {number for pointer in (candidate.restates, candidate.supersedes) if pointer
+                 for number in (seq_in_scope(scope_key, pointer),) if number in rows}
+        same = [number for number in by_norm.get(norm, ()) if rows[number].is_active]
+        pool = [rows[number] for number in sorted(named.union(same))]
         action = engine.plan_write(scope_key, candidate, pool, now)
-        counts += engine.count_action(action, candidate)
+        counted.append(engine.count_action(action, candidate))
         if isinstance(action, engine.Insert):
             if action.superseded is not None:
                 retired = seq_in_scope(scope_key, action.superseded.id)
@@ -110,7 +112,7 @@ def plan_batch(scope_key: str, candidates: Sequence[Candidate], known: Iterable[
                     changed.add(retired)
                     live_delta -= 1
             rows[seq] = engine.mint_record(scope_key, seq, candidate, now)
-            norms[seq] = norm
+            by_norm.setdefault(norm, []).append(seq)
             seq += 1
             live_delta += 1
         else:
@@ -121,7 +123,7 @@ def plan_batch(scope_key: str, candidates: Sequence[Candidate], known: Iterable[
     if seq - 1 > MAX_SEQ:  # an id past it is no memory id: no forget or import names it
         raise StoreError(f"store: scope {scope_key!r} has used every id")
     return BatchPlan(
-        counts=counts,
+        counts=WriteCounts.total(counted),
         inserts=[rows[number] for number in range(first_seq, seq)],
         changes=[rows[number] for number in sorted(changed & existing)],
         next_seq=seq,

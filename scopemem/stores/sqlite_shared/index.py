@@ -18,6 +18,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from scopemem.stores.sqlite_shared.sql import dumps
+
 __all__ = ["CONTINUES", "MAX_SEQ", "MAX_SID", "bounds", "post", "prefix", "rowid", "scrub",
            "unpost", "unpost_all", "unpost_scope"]
 
@@ -60,7 +62,7 @@ def post(conn: Any, sid: int, rows: Iterable[tuple[int, Sequence[str], bool]]) -
                   if terms else (head + CONTINUES if continues else "")]
                  for seq, terms, continues in rows]
     if documents:
-        conn.execute(INDEX_ROWS, {"rows": json.dumps(documents, ensure_ascii=False)})
+        conn.execute(INDEX_ROWS, {"rows": dumps(documents)})
 
 
 def unpost(conn: Any, sid: int, seqs: Sequence[int]) -> None:

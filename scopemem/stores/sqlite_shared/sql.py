@@ -20,6 +20,11 @@ from scopemem.core.text import normalize_text
 from scopemem.errors import StoreBusy, StoreError
 from scopemem.stores.shared.sql import foreign_row
 
+#: ``json.dumps(value, ensure_ascii=False)`` with its encoder made once (``json.dumps`` makes
+#: one a call when given an option, as much work as encoding a short list): how the store
+#: binds lists, JSON its statements read with ``json_each``.
+dumps = json.JSONEncoder(ensure_ascii=False).encode
+
 
 def apsw_module() -> Any:
     import apsw  # deferred: listing plugins must not pay for loading SQLite
@@ -66,7 +71,7 @@ def insert_row(seq: int, r: Record, now: int, tokens: Sequence[str]) -> tuple[An
     """A row of ``statements.INSERT_ROWS`` for record ``r`` (retired ``now`` when it is not
     active) and the tokens its row keeps (none when it is not active)."""
     return (seq, r.id, r.kind.value, r.text, normalize_text(r.text),
-            json.dumps(list(r.keywords), ensure_ascii=False), r.source_thread_key,
+            dumps(list(r.keywords)) if r.keywords else "[]", r.source_thread_key,
             r.source_run_id, r.created_at, r.last_used_at, r.use_count, r.confidence,
             r.supersedes, r.restates, r.status.value, r.source.value,
             None if r.is_active else now, " ".join(tokens) if r.is_active else "")

@@ -102,9 +102,8 @@ class SqliteTx:
             "scope": self.scope, "norms": json.dumps(norms), "seqs": json.dumps(seqs)})
 
     async def insert(self, rows: Sequence[tuple[int, Record, list[str]]], now: int) -> None:
-        self.conn.execute(st.INSERT_ROWS, {"scope": self.scope, "rows": json.dumps(
-            [sqlite_sql.insert_row(seq, r, now, tokens) for seq, r, tokens in rows],
-            ensure_ascii=False)})
+        self.conn.execute(st.INSERT_ROWS, {"scope": self.scope, "rows": sqlite_sql.dumps(
+            [sqlite_sql.insert_row(seq, r, now, tokens) for seq, r, tokens in rows])})
 
     async def change(self, rows: Sequence[Record], now: int) -> None:
         self.conn.execute(st.CHANGE_ROWS, {"scope": self.scope, "now": now, "rows": json.dumps(
