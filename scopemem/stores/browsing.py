@@ -10,7 +10,7 @@ import asyncio
 import heapq
 import itertools
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from scopemem.core import browse
 from scopemem.core.browse import (
@@ -58,48 +58,49 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 #: Statements run in one snapshot: each step a statement, its values, and whether its rows
 #: are records' (the backend shows its uses not saved yet in them); sent back its rows.
 Plan = Generator[tuple[str, dict[str, Any], bool], Sequence[Any], T]
 
 
-def _checked(fn: Callable[..., Any], *args: object) -> Any:
-    try:
-        return fn(*args)
-    except PageError as exc:
-        raise StoreError(str(exc)) from None
+def _store_errors(check: Callable[P, R]) -> Callable[P, R]:
+    """``check`` (``core.browse``'s) raising ``StoreError`` where it raises ``PageError``."""
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return check(*args, **kwargs)
+        except PageError as exc:
+            raise StoreError(str(exc)) from None
+    return checked
+
+
+_page = _store_errors(browse.check_page)
+_kind = _store_errors(browse.check_kind_name)
+reach_query = _store_errors(browse.check_reach_query)
 
 
 def scope_args(kind: object, sort: object, descending: object, offset: object,
                limit: object) -> tuple[str | None, str, bool, int, int]:
     if not isinstance(descending, bool):
         raise StoreError(f"descending must be true or false, got {descending!r}")
-    page: tuple[int, int] = _checked(browse.check_page, offset, limit)
-    return (_checked(browse.check_kind_name, kind), _checked(browse.check_scope_sort, sort),
-            descending, *page)
+    page = _page(offset, limit)
+    return _kind(kind), _store_errors(browse.check_scope_sort)(sort), descending, *page
 
 
 def count_total_args(kind: object, since_day: object) -> tuple[str, int]:
-    if kind is None:
+    checked = _kind(kind)
+    if checked is None:
         raise StoreError("kind must be a scope kind, got None")
-    return _checked(browse.check_kind_name, kind), _checked(browse.check_since_day, since_day)
+    return checked, _store_errors(browse.check_since_day)(since_day)
 
 
 def record_args(scope_key: object, kind: object, status: object, source: object,
                 offset: object, limit: object
                 ) -> tuple[str, Kind | None, Status | None, Source | None, int, int]:
-    key = check_scope_key(scope_key)
-    filters: tuple[Kind | None, Status | None, Source | None] = _checked(
-        browse.check_record_filters, kind, status, source)
-    page: tuple[int, int] = _checked(browse.check_page, offset, limit)
-    return (key, *filters, *page)
-
-
-def reach_query(record_id: object, run: object, limit: object
-                ) -> tuple[str | None, str | None, int]:
-    query: tuple[str | None, str | None, int] = _checked(browse.check_reach_query,
-                                                         record_id, run, limit)
-    return query
+    return (check_scope_key(scope_key),
+            *_store_errors(browse.check_record_filters)(kind, status, source),
+            *_page(offset, limit))
 
 
 def check_reach_retention_days(days: object) -> int:
