@@ -197,9 +197,13 @@ class SqlBrowse:
         ``uses`` not saved yet; None when the part holds nothing yet."""
         raise NotImplementedError
 
-    async def _every(self, plan: Callable[[], Plan[T]]) -> list[T]:
-        answers = await asyncio.gather(*(self.read(part, plan())
-                                         for part in range(self._parts)))
+    async def fetch(self, part: int, statement: str, params: dict[str, Any]
+                    ) -> list[Any] | None:
+        """The rows of one statement in ``part``; None when it holds nothing yet."""
+        raise NotImplementedError
+
+    async def _every(self, read: Callable[[int], Awaitable[T | None]]) -> list[T]:
+        answers = await asyncio.gather(*(read(part) for part in range(self._parts)))
         return [answer for answer in answers if answer is not None]
 
     async def scope_page(self, *, kind: str | None = None, sort: str = "key",
@@ -211,7 +215,8 @@ class SqlBrowse:
         # One part pages in SQL; several each answer their first ``offset + limit``, merged.
         skip = offset if self._parts > 1 else 0
         params = {"low": low, "high": high, "limit": skip + limit, "offset": offset - skip}
-        found = await self._every(lambda: _scopes(self.sql, sort, descending, params))
+        found = await self._every(
+            lambda part: self.read(part, _scopes(self.sql, sort, descending, params)))
         merged = heapq.merge(*(rows for _total, rows in found), key=scope_order(sort),
                              reverse=descending)
         return ScopePage(total=sum(total for total, _rows in found),
@@ -220,7 +225,8 @@ class SqlBrowse:
     async def read_count_totals(self, kind: str, *, since_day: int = 0) -> list[CountTotal]:
         kind, since_day = count_total_args(kind, since_day)
         params = {"kind": kind, "since": since_day}
-        found = await self._every(lambda: _rows(self.sql.count_totals, params))
+        found = await self._every(
+            lambda part: self.fetch(part, self.sql.count_totals, params))
         return merge_totals(CountTotal(day=day, name=name, total=total, most=most)
                             for rows in found for day, name, total, most in rows)
 
@@ -250,10 +256,6 @@ class SqlBrowse:
                              superseded_by=by[0] if by else None, restated_by=restated,
                              reaches=tuple(await self._reaches(record_id=record_id,
                                                                limit=HISTORY_REACHES)))
-
-
-def _rows(statement: str, params: dict[str, Any]) -> Plan[Sequence[Any]]:
-    return (yield statement, params, False)
 
 
 def _scopes(sql: Statements, sort: str, descending: bool, params: dict[str, Any]

@@ -61,6 +61,11 @@ class Browse(SqlBrowse):
                 answer: T = done.value
                 return answer
 
+    async def fetch(self, part: int, statement: str, params: dict[str, Any]
+                    ) -> list[Any] | None:
+        async with self._connect() as conn:
+            return list(await (await conn.execute(statement, params)).fetchall())
+
     async def scrub_reaches(self, conn: Any, scope_key: str, person: str) -> None:
         """Delete the scope's reaches that name ``person``, in the caller's transaction."""
         cursor = await conn.execute(self._naming, {"scope": scope_key, "person": person})
@@ -83,7 +88,4 @@ class Browse(SqlBrowse):
                            limit: int = 100) -> list[Reach]:
         read = reach_read(self.sql, self._clock, self.reach_retention_days, record_id, run,
                           limit)
-        if read is None:
-            return []
-        async with self._connect() as conn:
-            return reaches_of(await (await conn.execute(*read)).fetchall())
+        return [] if read is None else reaches_of(await self.fetch(0, *read) or ())

@@ -188,14 +188,19 @@ class Browse(SqlBrowse):
     async def read(self, part: int, plan: Plan[T], uses: str | None = None) -> T | None:
         return await self._pools.read(part, _read, self._uses, part, plan)
 
+    async def fetch(self, part: int, statement: str, params: dict[str, Any]
+                    ) -> list[Any] | None:
+        return await self._pools.read(part, sqlite_sql.fetch, statement, params)
+
 
 def _read(conn: Any, uses: PendingUses, shard: int, plan: Plan[T]) -> T:
     def run(statement: str, params: dict[str, Any], records: bool) -> Any:
+        if not records:
+            return conn.execute(statement, params).fetchall()
+        # With the uses not saved yet; a list (of seqs) is bound as a JSON array.
         params = {name: json.dumps(value) if isinstance(value, list) else value
-                  for name, value in params.items()}  # a list is bound as a JSON array
-        if records:  # with the uses not saved yet
-            return uses.rows(conn, shard, params["scope"], statement, params)[1]
-        return conn.execute(statement, params).fetchall()
+                  for name, value in params.items()}
+        return uses.rows(conn, shard, params["scope"], statement, params)[1]
 
     with sqlite_sql.snapshot(conn):
         try:
