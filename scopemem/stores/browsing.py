@@ -215,8 +215,8 @@ class SqlBrowse:
         # One part pages in SQL; several each answer their first ``offset + limit``, merged.
         skip = offset if self._parts > 1 else 0
         params = {"low": low, "high": high, "limit": skip + limit, "offset": offset - skip}
-        found = await self._every(
-            lambda part: self.read(part, _scopes(self.sql, sort, descending, params)))
+        page = self.sql.scope_page(sort, descending)
+        found = await self._every(lambda part: self.read(part, _scopes(self.sql, page, params)))
         merged = heapq.merge(*(rows for _total, rows in found), key=scope_order(sort),
                              reverse=descending)
         return ScopePage(total=sum(total for total, _rows in found),
@@ -258,10 +258,10 @@ class SqlBrowse:
                                                                limit=HISTORY_REACHES)))
 
 
-def _scopes(sql: Statements, sort: str, descending: bool, params: dict[str, Any]
+def _scopes(sql: Statements, page: str, params: dict[str, Any]
             ) -> Plan[tuple[int, list[ScopeSummary]]]:
     total = (yield sql.count_held, params, False)[0][0]
-    rows = yield sql.scope_page(sort, descending), params, False
+    rows = yield page, params, False
     return total, [ScopeSummary(scope_key=key, kind=scope_kind(key), active=active,
                                 last_write_ms=last_write) for key, active, last_write in rows]
 
