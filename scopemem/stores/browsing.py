@@ -203,7 +203,9 @@ class SqlBrowse:
         raise NotImplementedError
 
     async def _every(self, read: Callable[[int], Awaitable[T | None]]) -> list[T]:
-        answers = await asyncio.gather(*(read(part) for part in range(self._parts)))
+        # One part is awaited as it is: ``gather`` would make it a task, a loop turn more.
+        answers = ([await read(0)] if self._parts == 1
+                   else await asyncio.gather(*map(read, range(self._parts))))
         return [answer for answer in answers if answer is not None]
 
     async def scope_page(self, *, kind: str | None = None, sort: str = "key",
