@@ -24,11 +24,12 @@ from scopemem.config import MemoryConfig
 from scopemem.core.secret_rules import redact_secrets
 from scopemem.errors import ConfigError, PluginError, ScopememError, StoreError
 from scopemem.options import IGNORED
-from scopemem.plugins.embedders import EmbedderSettings, embedder_registry
+from scopemem.plugins.embedders import EmbedderSettings, check_embedder, embedder_registry
 from scopemem.plugins.manager import PluginManager
 from scopemem.plugins.providers import (
     ModelRef,
     ProviderSettings,
+    check_provider,
     parse_model_ref,
     provider_registry,
 )
@@ -42,7 +43,7 @@ __all__ = ["PluginTables", "build_store", "check_plugin_tables", "effective_sett
 
 def store_registry(pm: PluginManager) -> Registry[StoreFactory]:
     registry: Registry[StoreFactory] = Registry("store", StoreError)
-    pm.hook.scopemem_register_stores(register=registry.register)
+    registry.fill(pm.hook.scopemem_register_stores)
     return registry
 
 
@@ -187,34 +188,40 @@ def check_plugin_tables(config: MemoryConfig, pm: PluginManager, *,
         return EmbedderSettings(name=name, options=dict(config.embedder_options(name)),
                                 environ=dict(env))
 
+    # A store built only to validate its table may answer anything (its result is dropped);
+    # a provider or an embedder is built the same way either time, so it is checked here.
     return PluginTables(stores=_check_tables("store", stores, store_names, store_settings),
                         providers=_check_tables("provider", providers, provider_names,
-                                                provider_settings),
+                                                provider_settings, check_provider),
                         embedders=_check_tables("embedder", embedders, embedder_names,
-                                                embedder_settings))
+                                                embedder_settings, check_embedder))
 
 
 def _check_tables(what: str, registry: Registry[Any], names: list[str],
                   settings_for: Callable[[str], StoreSettings | ProviderSettings
-                                                | EmbedderSettings]
+                                                | EmbedderSettings],
+                  check: Callable[[str, Any], object] | None = None,
                   ) -> dict[str, dict[str, Any]]:
-    """Each named table validated by its plugin's factory, and its options in effect."""
+    """Each named table validated by its plugin's factory (and what it built by ``check``,
+    given the name), and its options in effect."""
     checked: dict[str, dict[str, Any]] = {}
     for name in names:
         settings = settings_for(name)
         if name not in registry:
             raise _not_installed(f"memory.{settings.TABLE}.{name}", what, name, registry)
-        _call(registry.get(name), settings)
+        built = _call(registry.get(name), settings)
+        if check is not None:
+            check(name, built)
         checked[name] = _effective(settings.options, settings.effective)
     return checked
 
 
 def _call(factory: Any, settings: StoreSettings | ProviderSettings | EmbedderSettings
-          ) -> None:
+          ) -> Any:
     """Build a plugin only to validate its table; a plugin's own error names the key, any
     other failure is named after the table."""
     try:
-        factory(settings)
+        return factory(settings)
     except ScopememError:
         raise
     except Exception as exc:  # a third-party factory's bug must still name its table

@@ -208,8 +208,7 @@ def test_the_checks_catch_a_planted_upward_import_and_circle(planted: Path):
 BACKENDS = {"scopemem.stores.sqlite": "sqlite", "scopemem.stores.sqlite_shared": "sqlite",
             "scopemem.stores.postgres": "postgres", "scopemem.stores.memory": "memory",
             "scopemem.stores.worker": "worker", "scopemem.stores.worker_transport": "worker",
-            "scopemem.stores.worker_browse": "worker", "scopemem.stores.worker_counts": "worker",
-            "scopemem.stores.worker_porting": "worker", "scopemem.stores.worker_vectors": "worker",
+            "scopemem.stores.worker_browse": "worker", "scopemem.stores.worker_calls": "worker",
             "scopemem.stores.memory_browse": "memory", "scopemem.stores.memory_counts": "memory",
             "scopemem.stores.memory_index": "memory", "scopemem.stores.memory_retention": "memory"}
 

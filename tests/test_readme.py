@@ -50,11 +50,11 @@ async def test_the_walkthrough_runs_against_a_live_worker(tmp_path: Path):
     assert completed.returncode == 0, out
     assert "remembered in org:acme" in out
     assert "reads as one-moment status" in out and "refused" in out
-    assert "`mem:org:acme:1` fact" in out and "the integration tests need make bootstrap" in out
+    assert "mem:org:acme:1 fact" in out and "the integration tests need make bootstrap" in out
     assert '"scopeKey": "org:acme"' in out
     assert "Background memory for org:acme + user:slack:U0123" in out
-    assert "🧹 Forgot `mem:org:acme:1`" in out
-    assert "*org:acme*\nno active records\n" in completed.stdout
+    assert "🧹 Forgot mem:org:acme:1" in out
+    assert "\norg:acme\nno active records\n" in completed.stdout
     # The counters say what happened in org:acme: one lesson inserted, forgotten once (the
     # context preview counts nothing).
     [counted] = [line.split() for line in completed.stdout.splitlines()

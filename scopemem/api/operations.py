@@ -50,7 +50,7 @@ from scopemem.core.commands import (
     shared_scopes,
 )
 from scopemem.core.hygiene import NOISE, describe_noise, noise_reason
-from scopemem.core.policy import AUDIENCE_KINDS, Audience
+from scopemem.core.policy import AUDIENCE_KINDS, Audience, Visibility, parse_visibility
 from scopemem.core.ranking import query_terms
 from scopemem.core.records import MAX_TEXT_CHARS, Candidate, Kind, Record, Source
 from scopemem.core.requests import Request, ScopeKind, ScopeRefused, derive_scope_key
@@ -60,6 +60,7 @@ from scopemem.errors import StoreUnsupported
 from scopemem.plugins import host
 from scopemem.plugins.manager import PluginManager
 from scopemem.stores.base import Clock, CountingStore, Hit, MemoryStore, check_own, search_hits
+from scopemem.stores.base import check_answer as answered
 from scopemem.stores.counting import CountBuffer, Stats
 from scopemem.stores.porting import export_records, portable
 
@@ -82,6 +83,11 @@ async def _resolve(repo: RepoSource) -> str | None:
         raise MemoryRefused("scope_unavailable", f"the repository resolver answered a "
                             f"{type(value).__name__}, not owner/name")
     return value or None
+
+
+def _in_dm(caller: Caller) -> bool:
+    """Whether the caller's channel is a DM (stamped ``dm``): its scope is theirs."""
+    return parse_visibility(caller.channel_visibility) is Visibility.DM
 
 
 class Operations:
@@ -193,7 +199,7 @@ class Operations:
         """Why ``caller`` may not read the scope ``key`` (None: allowed): the read gate
         (``core.commands.read_refusal``) with the caller's own channel."""
         return read_refusal(key, caller.user_key, self.org_key, self.scope_kinds,
-                            self._origin(caller))
+                            self._origin(caller), _in_dm(caller))
 
     def _check_read(self, key: str, caller: Caller) -> None:
         reason = self.read_refusal(key, caller)
@@ -202,7 +208,7 @@ class Operations:
 
     def _check_change(self, key: str, caller: Caller, **details: Any) -> None:
         reason = change_refusal(key, caller.user_key, self.is_admin(caller), self.org_key,
-                                self.scope_kinds, self._origin(caller))
+                                self.scope_kinds, self._origin(caller), _in_dm(caller))
         if reason is None:
             return
         if self.read_refusal(key, caller):
@@ -274,7 +280,7 @@ class Operations:
                                 f"not remembered: {host.describe_markers(screened.markers)}",
                                 markers=builtins.list(screened.markers))
         try:
-            counts = await self.store.write(key, [screened.candidate])
+            counts = answered("write", await self.store.write(key, [screened.candidate]))
         except Exception as exc:
             raise OperationFailed(f"write to {key}", exc) from exc
         await embed_written(self.semantic, self.store, key, bounded=True)
@@ -296,7 +302,7 @@ class Operations:
                                 f"{exc}") from None
         self._check_change(scope_key, caller, id=record_id)
         try:
-            forgotten = await self.store.forget(scope_key, record_id)
+            forgotten = answered("forget", await self.store.forget(scope_key, record_id))
         except Exception as exc:
             raise OperationFailed(f"forget of {record_id}", exc) from exc
         return ForgetResult(record_id, forgotten, durable=self.store_is_durable)
@@ -318,7 +324,7 @@ class Operations:
         swept = []
         for key in keys:
             try:
-                result = await self.store.sweep(key, dry_run=dry_run)
+                result = answered("sweep", await self.store.sweep(key, dry_run=dry_run))
             except Exception as exc:
                 raise OperationFailed(f"sweep of {key}", exc) from exc
             swept.append(ScopeSweep(key, result))

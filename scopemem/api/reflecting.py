@@ -50,7 +50,7 @@ from scopemem.errors import StoreRefused
 from scopemem.plugins import host
 from scopemem.plugins.manager import PluginManager
 from scopemem.plugins.providers import Provider
-from scopemem.stores.base import MemoryStore, redact_source
+from scopemem.stores.base import MemoryStore, check_answer, redact_source
 from scopemem.stores.counting import CountBuffer
 
 log = logging.getLogger("scopemem")
@@ -423,7 +423,7 @@ async def _write_scope(memory: ReflectionHost, key: str, candidates: list[Candid
     (the store is unreachable: one at a time would fail the same way). One scope's failure
     never touches another's."""
     try:
-        return await memory.store.write(key, candidates), 0
+        return check_answer("write", await memory.store.write(key, candidates)), 0
     except asyncio.CancelledError:
         raise
     except StoreRefused as exc:
@@ -438,7 +438,7 @@ async def _write_scope(memory: ReflectionHost, key: str, candidates: list[Candid
     counts, failed = WriteCounts(), 0
     for candidate in candidates:
         try:
-            counts += await memory.store.write(key, [candidate])
+            counts += check_answer("write", await memory.store.write(key, [candidate]))
         except asyncio.CancelledError:
             raise
         except Exception as exc:

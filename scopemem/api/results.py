@@ -88,12 +88,15 @@ class Caller:
     (``user:slack:U0123``); ``channel_id``, ``repo`` and ``extra`` are what the scope words
     ``channel``, ``repo`` and a plugin's kind are derived from, as a run's ``Request`` has
     them. ``repo`` may be a zero-argument callable (sync or async), called only when an
-    operation asks for the repository scope."""
+    operation asks for the repository scope. ``channel_visibility`` is the channel's
+    audience, as a run's ``Request`` stamps it: in a channel stamped ``dm`` (one person's
+    conversation) its scope is the caller's own, to forget, sweep and remember in."""
 
     user_key: str
     channel_id: str | None = None
     repo: RepoSource = None
     extra: Mapping[str, str] = attrs.field(factory=dict)
+    channel_visibility: str | None = None
 
 
 @attrs.frozen

@@ -13,6 +13,7 @@ Close it (``close()``, or use it as a context manager): that lets pending reflec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
@@ -109,6 +110,22 @@ class SyncMemory:
     @property
     def enabled(self) -> bool:
         return self.memory.enabled
+
+    @property
+    def store_is_durable(self) -> bool:
+        return self.memory.store_is_durable
+
+    @contextlib.contextmanager
+    def run_slot(self) -> Iterator[None]:
+        """``Memory.run_slot``, blocking: while a thread holds it (its reply being sent, its
+        reflection not yet scheduled), ``close`` from another thread waits for it."""
+        slot = self.memory.run_slot()
+        self._call(slot.__aenter__())
+        try:
+            yield
+        finally:
+            if not self._closed:  # closed (its drain gave up): the loop and its count are gone
+                self._call(slot.__aexit__(None, None, None))
 
     def context_block(self, request: Request) -> str:
         return self._call(self.memory.context_block(request))

@@ -10,7 +10,7 @@ exceptions: a person asked, and a person gets an answer.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -24,6 +24,14 @@ from scopemem.api.results import (
     RememberResult,
     RepoSource,
 )
+from scopemem.chat.rendering import (
+    MAX_REPLY_TEXT_CHARS,
+    code,
+    echoed,
+    not_shown_note,
+    record_line,
+    within_budget,
+)
 from scopemem.core.commands import (
     CommandUsageError,
     ForgetCommand,
@@ -32,8 +40,8 @@ from scopemem.core.commands import (
     SweepCommand,
     parse_memory_command,
 )
-from scopemem.core.records import Record, to_wire
-from scopemem.core.text import format_utc, sanitize_field
+from scopemem.core.records import to_wire
+from scopemem.core.text import sanitize_field
 from scopemem.errors import PluginError
 
 if TYPE_CHECKING:
@@ -48,13 +56,17 @@ class CommandContext:
     """Who runs a command, and from where. ``caller`` is the person's own user scope key
     (``user:slack:U0123``); ``repo`` may be a zero-argument callable, resolved only when a
     command asks for the repository scope; ``extra`` carries the inputs a plugin's scope
-    kind is derived from (``{"guild_id": "…"}``), as ``Request.extra`` does for a run."""
+    kind is derived from (``{"guild_id": "…"}``), as ``Request.extra`` does for a run;
+    ``channel_visibility`` is the channel's, as a run's (``dm``: its scope is the caller's);
+    ``markdown`` False (a terminal) renders ids and headings plain, not as chat markup."""
 
     caller: str
     channel_id: str | None = None
     repo: RepoSource = None
     machine: bool | None = None
     extra: Mapping[str, str] = attrs.field(factory=dict)
+    channel_visibility: str | None = None
+    markdown: bool = True
 
     @property
     def is_machine(self) -> bool:
@@ -67,7 +79,8 @@ class CommandContext:
         """The caller the API is given: this context, with ``repo`` (a command's
         ``--repo``) standing in for the bound repository when given."""
         return Caller(user_key=self.caller, channel_id=self.channel_id,
-                      repo=repo or self.repo, extra=self.extra)
+                      repo=repo or self.repo, extra=self.extra,
+                      channel_visibility=self.channel_visibility)
 
 
 @attrs.frozen
@@ -90,19 +103,6 @@ def refusal(exc: MemoryRefused) -> Outcome:
     if exc.reason == "memory_off":
         return Outcome(False, exc.message, {"ok": False, "error": exc.message})
     return refused(exc.message, **exc.details)
-
-
-def _date(ms: int) -> str:
-    return format_utc(ms, "%Y-%m-%d")
-
-
-def record_line(record: Record) -> str:
-    # Sanitized: one line per record whatever the text holds, and nothing that a chat
-    # platform or a model could read as markup or a new turn, under any Unicode
-    # normalisation, nor any character a person reading the reply cannot see. The id is a
-    # store's, but it is rendered from the record all the same.
-    return (f"`{sanitize_field(record.id)}` {record.kind.value} {_date(record.created_at)} — "
-            f"{sanitize_field(record.text)} (source `{sanitize_field(record.source_thread_key)}`)")
 
 
 def _section_title(key: str, ctx: CommandContext) -> str:
@@ -143,51 +143,6 @@ async def run_list(memory: Memory, command: ListCommand, ctx: CommandContext, *,
     return await _answered(run)()
 
 
-#: The most characters of record text one reply of a chat or an agent carries (a listing,
-#: a search): a chat platform cuts or refuses a long message (Slack at 40,000 characters),
-#: and Claude Code refuses a tool's answer over 25,000 tokens by default. Fifty records of
-#: 4,000 characters in each of four scopes would be 800,000.
-MAX_REPLY_TEXT_CHARS = 20_000
-#: The most characters of what someone typed (a query) a reply repeats back to them.
-MAX_ECHO_CHARS = 200
-
-
-def echoed(value: str) -> str:
-    """What someone typed, as a reply repeats it: rendered as a record's text, and cut to
-    ``MAX_ECHO_CHARS`` (a pasted log as a query is no reply of 100,000 characters)."""
-    shown = sanitize_field(value)
-    return shown if len(shown) <= MAX_ECHO_CHARS else shown[:MAX_ECHO_CHARS].rstrip() + " …"
-
-
-def fitting(records: Sequence[Record], budget: int = MAX_REPLY_TEXT_CHARS) -> int:
-    """How many of ``records``, in order, fit ``budget`` characters of text (the first
-    always does: one record is at most 4,000)."""
-    used = 0
-    for count, record in enumerate(records):
-        used += len(record.text)
-        if used > budget and count:
-            return count
-    return len(records)
-
-
-def within_budget(result: ListResult, budget: int = MAX_REPLY_TEXT_CHARS
-                  ) -> tuple[ListResult, int]:
-    """``result`` with its scopes' records cut to ``budget`` characters of record text in
-    all, the first scopes first, and how many records that left out."""
-    kept = []
-    for section in result.sections:
-        count = fitting(section.records, budget) if budget > 0 else 0
-        budget -= sum(len(record.text) for record in section.records[:count])
-        kept.append(attrs.evolve(section, records=section.records[:count]))
-    left = sum(len(s.records) for s in result.sections) - sum(len(s.records) for s in kept)
-    return attrs.evolve(result, sections=tuple(kept)), left
-
-
-def not_shown_note(count: int) -> str:
-    return (f"({count} more not shown: a reply holds at most {MAX_REPLY_TEXT_CHARS:,}"
-            " characters of record text; lower the limit or add words to narrow it)")
-
-
 def render_list(result: ListResult, ctx: CommandContext, *, budgeted: bool = False
                 ) -> Outcome:
     """The listing as a reply; ``budgeted`` (a chat's, an agent's) holds at most
@@ -200,7 +155,7 @@ def render_list(result: ListResult, ctx: CommandContext, *, budgeted: bool = Fal
         title = _section_title(key, ctx)
         if result.query is not None:
             title += f", matching {echoed(result.query)!r}"
-        lines.append(f"*{title}*")
+        lines.append(f"*{title}*" if ctx.markdown else title)
         if section.error is not None:
             lines.append(f"⚠️ memory store {section.error}")
             sections.append({"scopeKey": key, "error": section.error})
@@ -209,7 +164,7 @@ def render_list(result: ListResult, ctx: CommandContext, *, budgeted: bool = Fal
         if not records:
             lines.append("no active records")
         else:
-            body = [record_line(record) for record in records]
+            body = [record_line(record, ctx.markdown) for record in records]
             if ctx.is_machine:
                 body = [UNTRUSTED_OPEN, *body, UNTRUSTED_CLOSE]
             lines.extend(body)
@@ -234,9 +189,9 @@ async def run_forget(memory: Memory, command: ForgetCommand, ctx: CommandContext
         result = await memory.forget(ctx.identity(), command.record_id)
         data = {"ok": result.forgotten, "id": result.record_id, "forgotten": result.forgotten}
         if not result.forgotten:
-            return Outcome(False, f"Nothing to forget: `{sanitize_field(result.record_id)}` is "
-                                  "not an active record", data)
-        return Outcome(True, f"🧹 Forgot `{sanitize_field(result.record_id)}`", data)
+            return Outcome(False, f"Nothing to forget: {code(result.record_id, ctx.markdown)}"
+                                  " is not an active record", data)
+        return Outcome(True, f"🧹 Forgot {code(result.record_id, ctx.markdown)}", data)
 
     return await _answered(run)()
 
@@ -256,7 +211,7 @@ async def run_sweep(memory: Memory, command: SweepCommand, ctx: CommandContext, 
             # A key may hold what a person typed (``--repo``): rendered as a record's text.
             key, result = sanitize_field(scope.scope_key), scope.result
             if report.dry_run:
-                shown = [f"`{sanitize_field(i)}`" for i in result.ids or ()]
+                shown = [code(i, ctx.markdown) for i in result.ids or ()]
                 if budgeted:
                     fits = 0
                     while fits < len(shown) and len(shown[fits]) + 2 <= budget:
@@ -282,7 +237,7 @@ async def run_sweep(memory: Memory, command: SweepCommand, ctx: CommandContext, 
 # --- remember ------------------------------------------------------------------------------------
 
 
-_REMEMBERED = {"replaced": "remembered, replacing `{}`,", "inserted": "remembered",
+_REMEMBERED = {"replaced": "remembered, replacing {},", "inserted": "remembered",
                "strengthened": "already known (strengthened)", "kept": "kept"}
 
 
@@ -294,18 +249,18 @@ async def run_remember(memory: Memory, command: RememberCommand, ctx: CommandCon
     async def run() -> Outcome:
         return render_remember(await memory.remember(
             ctx.identity(command.repo), command.text, command.scope,
-            supersedes=command.supersedes, thread_key=thread_key))
+            supersedes=command.supersedes, thread_key=thread_key), ctx.markdown)
 
     return await _answered(run)()
 
 
-def render_remember(result: RememberResult) -> Outcome:
+def render_remember(result: RememberResult, markdown: bool = True) -> Outcome:
     # The key and the id may hold what a person typed (``--repo``, ``--supersedes``).
-    supersedes = sanitize_field(result.supersedes or "")
+    supersedes = code(result.supersedes or "", markdown)
     what = _REMEMBERED[result.outcome].format(supersedes)
     notes = []
     if result.replaced_nothing:
-        notes.append(f"`{supersedes}` was not an active record; nothing replaced")
+        notes.append(f"{supersedes} was not an active record; nothing replaced")
     if result.redacted:
         notes.append("a secret in it was redacted")
     if not result.durable:
@@ -328,6 +283,7 @@ async def handle_command(
     repo: RepoSource = None,
     machine: bool | None = None,
     extra: Mapping[str, str] | None = None,
+    channel_visibility: str | None = None,
 ) -> str | None:
     """The reply to a chat message that is a ``memory list|forget|sweep|remember`` command,
     or ``None`` when the message is not one (the adapter goes on to the model). Never
@@ -336,17 +292,22 @@ async def handle_command(
     extra stand in for the arguments not given); ``repo`` may be a callable, resolved only
     if the repository scope is asked for; ``machine`` marks a surface whose record text
     must be wrapped as untrusted (default: callers on the cli, mcp and http platforms);
-    ``extra`` carries what a plugin's scope kind is derived from (as ``Request.extra``).
-    A message with no text (``None``: a file shared, an edit) is no command."""
+    ``extra`` carries what a plugin's scope kind is derived from (as ``Request.extra``);
+    ``channel_visibility`` is the channel's, as a run's ``Request`` stamps it (in a ``dm``
+    the channel's scope is the caller's own). A message with no text (``None``: a file
+    shared, an edit) is no command."""
     if not isinstance(text, str):
         return None
     if isinstance(caller, Caller):
         channel_id = caller.channel_id if channel_id is None else channel_id
         repo = caller.repo if repo is None else repo
         extra = caller.extra if extra is None else extra
+        if channel_visibility is None:
+            channel_visibility = caller.channel_visibility
         caller = caller.user_key
     context = CommandContext(caller=caller, channel_id=channel_id, repo=repo,
-                             machine=machine, extra=dict(extra or {}))
+                             machine=machine, extra=dict(extra or {}),
+                             channel_visibility=channel_visibility)
     return await reply(memory, text, context)
 
 

@@ -225,7 +225,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
             scope = rest.pop(0).lower() if rest and rest[0].lower() in allowed else ALL
         command = ListCommand(scope=scope, limit=limit,
                               query=" ".join(rest) if rest else None, repo=repo)
-        context = CommandContext(caller=caller, channel_id=channel, extra=extra, machine=True)
+        context = CommandContext(caller=caller, channel_id=channel, extra=extra, machine=True,
+                                 markdown=False)
         _run(memory, lambda memory: run_list(memory, command, context), as_json)
 
     @cli.command(name="forget")
@@ -243,7 +244,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
 
         memory = _memory(state)
         _durable(memory)
-        context = CommandContext(caller=caller, channel_id=channel, machine=True)
+        context = CommandContext(caller=caller, channel_id=channel, machine=True,
+                                 markdown=False)
         _run(memory, lambda memory: run_forget(memory, ForgetCommand(record_id), context),
              as_json)
 
@@ -270,7 +272,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
         checked = _scope(memory, scope, allowed) or ALL
         _durable(memory)
         command = SweepCommand(scope=checked, repo=repo, dry_run=dry_run)
-        context = CommandContext(caller=caller, channel_id=channel, extra=extra, machine=True)
+        context = CommandContext(caller=caller, channel_id=channel, extra=extra, machine=True,
+                                 markdown=False)
         _run(memory, lambda memory: run_sweep(memory, command, context), as_json)
 
     @cli.command(name="remember")
@@ -297,7 +300,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
         checked = _scope(memory, scope, scope_words(memory.scope_kinds)) or ME
         _durable(memory)
         command = RememberCommand(text=text, scope=checked, supersedes=supersedes, repo=repo)
-        context = CommandContext(caller=caller, channel_id=channel, extra=extra, machine=True)
+        context = CommandContext(caller=caller, channel_id=channel, extra=extra, machine=True,
+                                 markdown=False)
         _run(memory, lambda memory: run_remember(memory, command, context), as_json)
 
     @cli.command(name="context")

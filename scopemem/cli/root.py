@@ -153,6 +153,7 @@ def _register_commands(pm: PluginManager, cli: click.Group) -> None:
     is a ``PluginError`` naming it; a command name two plugins register is one too, as a
     store's or a provider's is: neither silently replaces the other."""
     from scopemem.errors import PluginError
+    from scopemem.plugins.calling import failed, plugin_name
 
     caller = pm.hook.scopemem_register_commands
     impls = caller.get_hookimpls()
@@ -161,14 +162,12 @@ def _register_commands(pm: PluginManager, cli: click.Group) -> None:
         return
     owners: dict[str, str] = {}
     for impl in reversed(impls):
-        name = impl.plugin_name
-        name = type(impl.plugin).__name__ if name.isdigit() else name
+        name = plugin_name(impl)
         before = dict(cli.commands)
         try:
             impl.function(*[{"cli": cli}[arg] for arg in impl.argnames])
         except Exception as exc:
-            raise PluginError(f"plugin {name!r} failed in scopemem_register_commands: "
-                              f"{type(exc).__name__}: {exc}") from exc
+            raise failed(caller.name, f"plugin {name!r}", exc) from exc
         for command, value in cli.commands.items():
             if before.get(command) is value:
                 continue

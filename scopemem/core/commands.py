@@ -13,7 +13,8 @@ merely starts with the word ("memory is flaky today") is not a command at all.
 
 The scope gate (``scope_access``) is the one rule every surface applies before a command
 touches a scope, following each scope's audience (``core.policy.audience_of``, the rule the
-write policy narrows by): a person's own scope is theirs; the channel the request comes from,
+write policy narrows by): a person's own scope is theirs, and so is the channel scope of a
+DM they are in (the request stamps its channel ``dm``); the channel the request comes from,
 this installation's org scope and every repository or plugin-kind scope are shared (reading
 is open, changing needs an admin); another person's scope, another channel's, another
 organisation's, and a key of a kind nobody registered are closed to everyone, admins
@@ -278,11 +279,13 @@ class Access(enum.Enum):
 
 
 def scope_access(scope_key: str, caller: str, org_key: str | None, kinds: Collection[str],
-                 origin: str | None = None) -> tuple[Access, str | None]:
-    """How ``caller`` stands to ``scope_key`` and, when it is closed, why: their own scope;
-    a shared one (the channel scope ``origin`` the request comes from, this installation's
-    org, any repository or registered plugin kind); or closed (another person's, another
-    channel's, another organisation's, a kind nobody registered)."""
+                 origin: str | None = None, origin_is_dm: bool = False
+                 ) -> tuple[Access, str | None]:
+    """How ``caller`` stands to ``scope_key`` and, when it is closed, why: their own scope
+    (or ``origin`` when ``origin_is_dm``: a DM is its person's conversation); a shared one
+    (the channel scope ``origin`` the request comes from, this installation's org, any
+    repository or registered plugin kind); or closed (another person's, another channel's,
+    another organisation's, a kind nobody registered)."""
     if scope_key == caller:
         return Access.OWN, None
     kind = scope_kind(scope_key)
@@ -301,6 +304,8 @@ def scope_access(scope_key: str, caller: str, org_key: str | None, kinds: Collec
     if audience is Audience.ORIGIN and scope_key != origin:
         return Access.CLOSED, ("that scope is another channel's; only a request from that "
                                "channel can reach it")
+    if audience is Audience.ORIGIN and origin_is_dm:
+        return Access.OWN, None
     if kind == ORG_KIND and org_key is None:
         return Access.CLOSED, ("no organisation is configured here (memory.organization), so "
                                "no org scope can be reached; set it to this one's name")
@@ -311,19 +316,21 @@ def scope_access(scope_key: str, caller: str, org_key: str | None, kinds: Collec
 
 
 def read_refusal(scope_key: str, caller: str, org_key: str | None, kinds: Collection[str],
-                 origin: str | None = None) -> str | None:
+                 origin: str | None = None, origin_is_dm: bool = False) -> str | None:
     """Why ``caller``, in the channel whose scope is ``origin`` (None: no channel), may not
     list ``scope_key`` (``None``: allowed)."""
-    access, reason = scope_access(scope_key, caller, org_key, kinds, origin)
+    access, reason = scope_access(scope_key, caller, org_key, kinds, origin, origin_is_dm)
     return reason if access is Access.CLOSED else None
 
 
 def change_refusal(scope_key: str, caller: str, is_admin: bool, org_key: str | None,
-                   kinds: Collection[str], origin: str | None = None) -> str | None:
+                   kinds: Collection[str], origin: str | None = None,
+                   origin_is_dm: bool = False) -> str | None:
     """Why ``caller`` may not change records of ``scope_key`` (forget, sweep, remember;
-    ``None``: allowed). A person's own scope is always theirs; a shared scope needs an admin
-    (with no admins configured, nobody is one); a closed scope is nobody's."""
-    access, reason = scope_access(scope_key, caller, org_key, kinds, origin)
+    ``None``: allowed). A person's own scope is always theirs, as is the DM they are in; a
+    shared scope needs an admin (with no admins configured, nobody is one); a closed scope
+    is nobody's."""
+    access, reason = scope_access(scope_key, caller, org_key, kinds, origin, origin_is_dm)
     if access is Access.CLOSED:
         return reason
     if access is Access.SHARED and not is_admin:

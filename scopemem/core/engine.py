@@ -175,6 +175,22 @@ def _may_retire(candidate: Candidate, target: Record) -> bool:
     return candidate.source is Source.HUMAN or target.source is not Source.HUMAN
 
 
+def _retired_by(scope_key: str, candidate: Candidate, pool: Sequence[Record]
+                ) -> Record | None:
+    """The record ``candidate``'s ``supersedes`` retires (rule 2 below), or None: an active
+    record of the scope, other than the one it restates, that it may retire and does not
+    merely repeat."""
+    if not candidate.supersedes or candidate.supersedes == candidate.restates:
+        return None
+    target = _active_in_scope(pool, scope_key, candidate.supersedes)
+    if target is None or not _may_retire(candidate, target):
+        return None
+    if _may_merge(candidate, target) and normalize_text(target.text) == normalize_text(
+            candidate.text):
+        return None
+    return target
+
+
 def plan_write(scope_key: str, candidate: Candidate, pool: Sequence[Record], now: int
                ) -> WriteAction:
     """Decide what one candidate does to a scope.
@@ -185,7 +201,8 @@ def plan_write(scope_key: str, candidate: Candidate, pool: Sequence[Record], now
 
     1. ``restates`` naming an active record of this scope and of the candidate's kind: bump
        its use count and last use, raise its confidence to the higher of the two, insert
-       nothing. Otherwise fall through.
+       nothing. Otherwise, or when the candidate's ``supersedes`` would retire another
+       record (a correction is never lost to a merge), fall through.
     2. ``supersedes`` naming an active record of this scope: the candidate dedups against
        that target only (same kind and text → bump it, nothing retired); otherwise the
        target is retired and the candidate inserted. A collision with some unrelated record
@@ -195,7 +212,7 @@ def plan_write(scope_key: str, candidate: Candidate, pool: Sequence[Record], now
     3. Otherwise the earliest active record of the same kind with the same normalized text
        is bumped, or the candidate is inserted.
     """
-    if candidate.restates:
+    if candidate.restates and _retired_by(scope_key, candidate, pool) is None:
         target = _active_in_scope(pool, scope_key, candidate.restates)
         if target is not None and _may_merge(candidate, target):
             confidences = [c for c in (target.confidence, candidate.confidence) if c is not None]

@@ -52,6 +52,7 @@ from scopemem.worker_aiohttp.server import BODY_TIMEOUT, Limits
 log = logging.getLogger("scopemem.hub")
 
 HERE = Path(__file__).parent
+_STATIC = f"{PREFIX}/static/"
 #: How long a form may take to arrive when the application's runner set no deadline.
 DEFAULT_BODY_TIMEOUT = Limits().body_timeout
 
@@ -69,7 +70,7 @@ HEADERS = {
 def _add_headers(request: web.Request, response: web.StreamResponse) -> None:
     if request.path == PREFIX or request.path.startswith(PREFIX + "/"):
         response.headers.update(HEADERS)
-        if not request.path.startswith(f"{PREFIX}/static/"):
+        if not request.path.startswith(_STATIC):
             response.headers[hdrs.CACHE_CONTROL] = "no-store"
 
 
@@ -91,7 +92,10 @@ def error_page(request: web.Request, status: int, message: str) -> web.Response:
     return response
 
 
-_OPEN = (f"{PREFIX}/login", f"{PREFIX}/static/")
+_OPEN = (f"{PREFIX}/login", _STATIC)
+#: The files ``/hub/static/`` serves. Any other name is the hub's 404 page: aiohttp's own
+#: static route answers a missing file with an empty 404 no middleware sees.
+STATIC_FILES = frozenset(path.name for path in (HERE / "static").iterdir() if path.is_file())
 #: A login nonce the form may reuse: what ``secrets.token_urlsafe`` makes.
 _NONCE = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 
@@ -105,6 +109,9 @@ async def _guard(request: web.Request,
     hub = request.app[HUB]
     reading = request.method in (hdrs.METH_GET, hdrs.METH_HEAD)
     try:
+        if request.path.startswith(_STATIC) \
+                and request.match_info.get("filename") not in STATIC_FILES:
+            raise web.HTTPNotFound(reason="No such file.")
         session_id = None
         if not request.path.startswith(_OPEN):
             session_id = hub.sessions.session_id(request.cookies.get(SESSION_COOKIE))

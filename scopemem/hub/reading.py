@@ -23,7 +23,7 @@ from scopemem.core.browse import HISTORY_REACHES, MAX_REACHES, SCOPE_SORTS, chec
 from scopemem.core.gate import rejection_markers
 from scopemem.core.records import MAX_SOURCE_CHARS, CountRow, Kind
 from scopemem.core.requests import Request
-from scopemem.core.scopes import MemoryIdError, parse_memory_id, scope_key_problem
+from scopemem.core.scopes import scope_key_problem
 from scopemem.gitremote import typed_repo
 from scopemem.hub import overview as overview_counts
 from scopemem.hub.shared import (
@@ -32,6 +32,7 @@ from scopemem.hub.shared import (
     SCOPE_FILTERS,
     caller_for,
     page_number,
+    record_scope_or_400,
     scope_key_or_400,
     scope_place,
 )
@@ -43,6 +44,8 @@ SEARCH_LIMIT = 20
 PAGE = 50
 #: The longest brief a search takes (a run's brief is rarely longer).
 MAX_BRIEF_CHARS = 4000
+#: The overview's ``order`` (none: ascending).
+ORDERS = ("asc", "desc")
 
 
 def _field(request: web.Request, name: str, limit: int = 300) -> str:
@@ -145,7 +148,7 @@ async def overview(request: web.Request) -> web.StreamResponse:
     memory = hub.memory
     kind = check_kind_name(request.query.get("kind") or None)
     sort = _choice(request, "sort", SCOPE_SORTS) or "key"
-    descending = request.query.get("order") == "desc"
+    descending = _choice(request, "order", ORDERS) == "desc"
     page = _page_number(request)
     scopes = await memory.scope_page(kind=kind, sort=sort, descending=descending,
                                      offset=(page - 1) * PAGE, limit=PAGE)
@@ -203,10 +206,7 @@ async def record(request: web.Request) -> web.StreamResponse:
     """A record: its provenance, its history and the runs it reached."""
     memory = request.app[HUB].memory
     record_id = request.query.get("id", "")
-    try:
-        scope_key, _seq = parse_memory_id(record_id)
-    except MemoryIdError:
-        raise web.HTTPBadRequest(reason="Not a memory id.") from None
+    scope_key = record_scope_or_400(record_id)
     history = await memory.record_history(scope_key, record_id)
     if history is None:
         raise web.HTTPNotFound(reason="No such record.")

@@ -14,6 +14,7 @@ from scopemem.api.results import Caller
 from scopemem.config import MemoryConfig
 from scopemem.core.policy import Audience, audience_of
 from scopemem.core.records import Kind, Source, Status
+from scopemem.core.scopes import MemoryIdError, parse_memory_id
 from scopemem.errors import StoreError
 from scopemem.hub.auth import Clock, LoginLimiter, Sessions
 from scopemem.plugins.manager import PluginManager
@@ -99,6 +100,15 @@ def scope_key_or_400(value: object) -> str:
             reason=f"Not a scope key: {key!r}; a key is <kind>:<id>, e.g. org:acme, "
                    "repo:acme/api, user:slack:U0123")
     return key
+
+
+def record_scope_or_400(record_id: str) -> str:
+    """The scope key of the record ``record_id`` names, or a 400 page."""
+    try:
+        scope_key, _seq = parse_memory_id(record_id)
+    except MemoryIdError:
+        raise web.HTTPBadRequest(reason="Not a memory id.") from None
+    return scope_key
 
 
 def warn_without_organisation(config: MemoryConfig | None) -> None:

@@ -1,5 +1,5 @@
-"""The hub's actions: forget a record, sweep a scope (a dry run first), delete a scope,
-export a scope as JSON Lines.
+"""The hub's actions: forget a record (a page asking to confirm first), sweep a scope (a
+dry run first), delete a scope, export a scope as JSON Lines.
 
 Each goes through the operation the command line uses (``Memory.forget``, ``Memory.sweep``,
 ``Memory.export``; a scope's deletion through the store's ``delete_scope`` after the same
@@ -22,8 +22,14 @@ from scopemem.api.results import MemoryRefused
 from scopemem.core.commands import change_refusal
 from scopemem.core.gate import rejection_markers
 from scopemem.core.records import Record, to_wire
-from scopemem.core.scopes import MemoryIdError, parse_memory_id
-from scopemem.hub.shared import HUB, PREFIX, caller_for, scope_key_or_400, scope_place
+from scopemem.hub.shared import (
+    HUB,
+    PREFIX,
+    caller_for,
+    record_scope_or_400,
+    scope_key_or_400,
+    scope_place,
+)
 
 #: The most records a dry run lists with their text and markers (the count is always whole).
 MAX_LISTED = 100
@@ -40,13 +46,26 @@ def _scope_key(value: object) -> str:
     return scope_key_or_400(value)
 
 
+async def confirm_forget(request: web.Request) -> web.StreamResponse:
+    """The record a Forget button names, with a button that forgets it (``forget``) and a
+    way back: a forget erases the text at once, so one click never does it. A record that
+    is no longer active goes back to its scope saying nothing changed."""
+    record_id = request.query.get("id", "")
+    scope_key = record_scope_or_400(record_id)
+    place = scope_place(request.query)
+    history = await request.app[HUB].memory.record_history(scope_key, record_id)
+    if history is None:
+        raise web.HTTPNotFound(reason="No such record.")
+    if not history.record.is_active:
+        raise web.HTTPSeeOther(scope_url(scope_key, "not-forgotten", place))
+    return aiohttp_jinja2.render_template("forget.html", request, {
+        "record": history.record, "place": place, "back": scope_url(scope_key, place=place)})
+
+
 async def forget(request: web.Request) -> web.StreamResponse:
     form = await request.post()
     record_id = str(form.get("id", ""))
-    try:
-        scope_key, _seq = parse_memory_id(record_id)
-    except MemoryIdError:
-        raise web.HTTPBadRequest(reason="Not a memory id.") from None
+    scope_key = record_scope_or_400(record_id)
     result = await request.app[HUB].memory.forget(caller_for(scope_key), record_id)
     # Back to the page and filters the person forgot it from, not the scope's first page.
     raise web.HTTPSeeOther(scope_url(scope_key,
@@ -140,6 +159,7 @@ async def export(request: web.Request) -> web.StreamResponse:
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/forget", confirm_forget)
     router.add_post("/forget", forget)
     router.add_post("/sweep", sweep)
     router.add_get("/sweep", dry_run)

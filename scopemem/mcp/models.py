@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from scopemem.chat.commands import MAX_REPLY_TEXT_CHARS
+from scopemem.chat.rendering import MAX_REPLY_TEXT_CHARS
 
 #: The most turns ``memory_reflect`` takes, and the most characters of one turn: far more
 #: than reflection reads (it keeps the transcript's tail), bounds on a client's mistake.

@@ -25,14 +25,10 @@ from scopemem.chat.commands import (
     UNTRUSTED_CLOSE,
     UNTRUSTED_OPEN,
     CommandContext,
-    echoed,
-    fitting,
-    not_shown_note,
-    record_line,
     render_list,
     render_remember,
-    within_budget,
 )
+from scopemem.chat.rendering import echoed, fitting, not_shown_note, record_line, within_budget
 from scopemem.config import McpSettings
 from scopemem.core.commands import ALL, ME, scope_words
 from scopemem.core.records import Record

@@ -60,7 +60,7 @@ EmbedderFactory = Callable[[EmbedderSettings], Embedder]
 def embedder_registry(pm: pluggy.PluginManager) -> Registry[EmbedderFactory]:
     """Every embedding provider the loaded plugins register, by name."""
     registry: Registry[EmbedderFactory] = Registry("embedder", ProviderError)
-    pm.hook.scopemem_register_embedders(register=registry.register)
+    registry.fill(pm.hook.scopemem_register_embedders)
     return registry
 
 
@@ -74,9 +74,14 @@ def build_embedder(pm: pluggy.PluginManager, config: MemoryConfig, ref: ModelRef
     settings = EmbedderSettings(name=ref.provider,
                                 options=dict(config.embedder_options(ref.provider)),
                                 environ=dict(os.environ if environ is None else environ))
-    embedder = factory(settings)
+    return check_embedder(ref.provider, factory(settings))
+
+
+def check_embedder(name: str, embedder: object) -> Embedder:
+    """``embedder`` when it is one (``embed`` and ``close``); else ``ProviderError`` naming
+    the embedder ``name``, when it is built and when its table is checked."""
     if not isinstance(embedder, Embedder):
-        raise ProviderError(f"embedder {ref.provider!r}: the factory returned "
+        raise ProviderError(f"embedder {name!r}: the factory returned "
                             f"{type(embedder).__name__}, which does not implement embed() "
                             "and close()")
     return embedder

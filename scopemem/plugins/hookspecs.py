@@ -111,7 +111,9 @@ def scopemem_authorize_write(
         the write is allowed).
 
     Called by reflection once per routed write, after the gate. First answer wins; the
-    built-in narrowing policy is registered ``trylast``. The host refuses an answer that
+    built-in narrowing policy is registered ``trylast``, and its narrowing by origin is then
+    applied to whatever scope a plugin's answer chose (a DM's write never lands in a scope
+    everyone reads while the built-in is registered). The host refuses an answer that
     would widen the audience or reach a scope the run lacks, and treats it as a denial
     (``policy_widened``). Reads never consult this hook.
     """

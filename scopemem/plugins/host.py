@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import attrs
-import pluggy
 
 from scopemem.config import MemoryConfig
 from scopemem.core.commands import ALL, ME
@@ -25,49 +23,14 @@ from scopemem.core.records import Candidate, Kind
 from scopemem.core.requests import Request, ScopeKind, ScopeRefused, merge_scope_kinds
 from scopemem.core.text import is_text
 from scopemem.errors import PluginError
+from scopemem.plugins.calling import hook_answers
 from scopemem.plugins.manager import PluginManager
 from scopemem.stores.base import redact_provenance
 
 BUILTIN_GATE = "scopemem.plugins.builtin_gate"
+BUILTIN_POLICY = "scopemem.plugins.builtin_policy"
 #: What a scope kind's name may be: the first segment of its keys, and a scope word.
 KIND_NAME = re.compile(r"[a-z][a-z0-9_-]*")
-
-
-def hook_answers(caller: pluggy.HookCaller, *, firstresult: bool = False, **kwargs: Any
-                 ) -> list[tuple[str, Any]]:
-    """Each plugin's answer that is not ``None``, by plugin name, in pluggy's call order
-    (only the first with ``firstresult``). A plugin that raises is a ``PluginError`` naming
-    it and the hook, its exception chained."""
-    impls = caller.get_hookimpls()
-    if any(impl.hookwrapper or impl.wrapper for impl in impls):  # pluggy runs a wrapper
-        try:
-            answers = caller(**kwargs)
-        except Exception as exc:
-            raise _failed(caller.name, "a plugin", exc) from exc
-        answers = [answers] if firstresult else answers
-        return [("a plugin", answer) for answer in answers if answer is not None]
-    found: list[tuple[str, Any]] = []
-    for impl in reversed(impls):
-        try:
-            answer = impl.function(*[kwargs[name] for name in impl.argnames])
-        except Exception as exc:
-            raise _failed(caller.name, f"plugin {_plugin_name(impl)!r}", exc) from exc
-        if answer is not None:
-            found.append((_plugin_name(impl), answer))
-            if firstresult:
-                break
-    return found
-
-
-def _plugin_name(impl: pluggy.HookImpl) -> str:
-    """The name a plugin was registered under, or its class's for an object registered
-    without one (pluggy names it by its ``id``)."""
-    name = impl.plugin_name
-    return type(impl.plugin).__name__ if name.isdigit() else name
-
-
-def _failed(hook: str, who: str, exc: Exception) -> PluginError:
-    return PluginError(f"{who} failed in {hook}: {type(exc).__name__}: {exc}")
 
 
 def scope_kinds(pm: PluginManager, config: MemoryConfig) -> dict[str, ScopeKind]:
@@ -100,6 +63,8 @@ def _kind_problem(kind: ScopeKind) -> str | None:
         return "breadth is not an integer"
     if not callable(kind.derive):
         return "derive is not callable"
+    if kind.description is not None and not isinstance(kind.description, str):
+        return "description is not a string"
     return None
 
 
@@ -225,8 +190,24 @@ def authorize_write(
     if decision is not None and not isinstance(decision, WriteDecision):
         raise PluginError(f"plugin {answers[0][0]!r} answered scopemem_authorize_write with "
                           f"{_shown(decision)}, not a WriteDecision")
+    if decision is not None and decision.scope_key is not None and not isinstance(
+            decision.scope_key, str):
+        raise PluginError(f"plugin {answers[0][0]!r} answered scopemem_authorize_write with "
+                          f"the scope {_shown(decision.scope_key)}, not a scope key or None")
     if decision is not None and decision.reason is not None and not is_marker_name(
             decision.reason):
         raise PluginError(f"plugin {answers[0][0]!r} answered scopemem_authorize_write with "
                           f"the reason {_shown(decision.reason)}, not {MARKER_NAME_RULE}")
-    return settle_decision(target, decision, actor, breadth)
+    settled = settle_decision(target, decision, actor, breadth)
+    builtin = pm.get_plugin(BUILTIN_POLICY)
+    by_builtin = bool(answers) and answers[0][0] == BUILTIN_POLICY
+    if settled.scope_key is None or builtin is None or by_builtin:
+        return settled
+    # The built-in's narrowing by origin is a floor under every plugin's answer: a plugin
+    # that allows (or narrows into) a scope everyone reads must not put what a DM or a
+    # private channel said there. Disabling the built-in policy is how a team means it.
+    floor = builtin.scopemem_authorize_write(actor=actor, target=settled.scope_key,
+                                             candidate=candidate, origin=origin)
+    if floor.scope_key == settled.scope_key:
+        return settled
+    return settle_decision(settled.scope_key, floor, actor, breadth)

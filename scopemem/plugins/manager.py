@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import logging
 import os
 import threading
 from collections.abc import Mapping
@@ -60,6 +61,7 @@ class PluginManager(pluggy.PluginManager):
         self.distributions: dict[str, importlib.metadata.Distribution] = {}
 
 
+log = logging.getLogger("scopemem.plugins")
 _lock = threading.Lock()
 _shared: PluginManager | None = None
 
@@ -92,11 +94,14 @@ def new_plugin_manager(
     if load_entry_points:
         _load_entry_points(pm, only, disabled)
     for plugin in extra_plugins:
-        pm.register(plugin)
+        _register(pm, plugin, None)
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
-        raise PluginError(str(exc)) from exc
+        unknown = [name for name, hook in vars(pm.hook).items() if not name.startswith("_")
+                   and not hook.has_spec() and hook.get_hookimpls()]
+        raise PluginError(f"plugin {_shown(pm, exc.plugin)!r} implements "
+                          f"{', '.join(unknown)}, which is no scopemem hook") from exc
     return pm
 
 
@@ -104,7 +109,14 @@ def _load_entry_points(
     pm: PluginManager, only: list[str] | None, disabled: set[str]
 ) -> None:
     seen: set[str] = set()
-    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    # A misspelt or uninstalled name would otherwise start everything without that plugin.
+    unknown = sorted(set(only or ()) - set(entry_points.names))
+    if unknown:
+        log.warning("SCOPEMEM_LOAD_PLUGINS names %s, which no installed plugin has"
+                    " (installed: %s)", ", ".join(map(repr, unknown)),
+                    ", ".join(sorted(entry_points.names)))
+    for entry_point in entry_points:
         name = entry_point.name
         if name in seen or name in disabled or (
                 only is not None and name not in only and not _builtin(entry_point)):
@@ -115,9 +127,30 @@ def _load_entry_points(
         except Exception as exc:  # a broken third-party package must name itself
             raise PluginError(f"plugin {name!r} ({entry_point.value}) failed to load: {exc}")\
                 from exc
-        pm.register(plugin, name=name)
+        _register(pm, plugin, name)
         if entry_point.dist is not None:
             pm.distributions[name] = entry_point.dist
+
+
+def _register(pm: PluginManager, plugin: object, name: str | None) -> None:
+    """Register a third-party plugin. One pluggy refuses (a hookimpl taking an argument its
+    hook does not pass) is a ``PluginError`` naming it, on one line: the command line's
+    error, not pluggy's traceback."""
+    try:
+        pm.register(plugin, name=name)
+    except pluggy.PluginValidationError as exc:
+        # pluggy's first line names the plugin by its id when it has no name; the rest says
+        # which hookimpl and why.
+        why = "; ".join(line.strip() for line in str(exc).splitlines()[1:] if line.strip())
+        raise PluginError(f"plugin {name or type(plugin).__name__!r} cannot be registered: "
+                          f"{why}") from exc
+
+
+def _shown(pm: PluginManager, plugin: object) -> str:
+    """A plugin's registered name, or its class's for an object registered without one
+    (pluggy names it by its ``id``)."""
+    name = pm.get_name(plugin) or ""
+    return type(plugin).__name__ if not name or name.isdigit() else name
 
 
 def _builtin(entry_point: importlib.metadata.EntryPoint) -> bool:

@@ -37,6 +37,7 @@ __all__ = [
     "ProviderFactory",
     "ProviderSettings",
     "build_provider",
+    "check_provider",
     "parse_model_ref",
     "provider_registry",
 ]
@@ -132,7 +133,7 @@ ProviderFactory = Callable[[ProviderSettings], Provider]
 def provider_registry(pm: pluggy.PluginManager) -> Registry[ProviderFactory]:
     """Every provider the loaded plugins register, by name."""
     registry: Registry[ProviderFactory] = Registry("provider", ProviderError)
-    pm.hook.scopemem_register_providers(register=registry.register)
+    registry.fill(pm.hook.scopemem_register_providers)
     return registry
 
 
@@ -155,10 +156,15 @@ def build_provider(
         options=dict(config.provider_options(ref.provider)),
         environ=dict(os.environ if environ is None else environ),
     )
-    provider = factory(settings)
+    return check_provider(ref.provider, factory(settings))
+
+
+def check_provider(name: str, provider: object) -> Provider:
+    """``provider`` when it is one (``complete`` and ``close``); else ``ProviderError``
+    naming the provider ``name``, when it is built and when its table is checked."""
     if not isinstance(provider, Provider):
         raise ProviderError(
-            f"provider {ref.provider!r}: the factory returned {type(provider).__name__}, "
+            f"provider {name!r}: the factory returned {type(provider).__name__}, "
             "which does not implement complete() and close()"
         )
     return provider

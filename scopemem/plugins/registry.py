@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from scopemem.errors import PluginError, ScopememError
+from scopemem.plugins.calling import hook_answers
+
+if TYPE_CHECKING:
+    import pluggy
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -28,6 +32,11 @@ class Registry(Generic[F]):
         if name in self._factories:
             raise PluginError(f"{self.what} {name!r} is registered twice")
         self._factories[name] = factory
+
+    def fill(self, caller: pluggy.HookCaller) -> None:
+        """Let every plugin of the ``scopemem_register_*`` hook ``caller`` register; one that
+        raises is a ``PluginError`` naming it (every command builds these registries)."""
+        hook_answers(caller, register=self.register)
 
     def get(self, name: str) -> F:
         try:

@@ -8,9 +8,10 @@ answers (the contract suite in ``tests/stores`` checks exactly that).
 from __future__ import annotations
 
 import functools
+import inspect
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import ClassVar, NamedTuple, Protocol, TypeVar, runtime_checkable
+from typing import ClassVar, NamedTuple, NoReturn, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
@@ -39,32 +40,16 @@ from scopemem.languages import DEFAULT_LANGUAGES, analyzer_for
 from scopemem.options import OptionsTable
 
 __all__ = [
-    "DEFAULT_RANKING",
-    "Clock",
-    "BrowsingStore",
-    "CountingStore",
-    "Hit",
-    "MemoryStore",
-    "RankedStore",
-    "StoreError",
-    "StoreFactory",
-    "StoreSettings",
-    "check_cap",
-    "check_days",
-    "check_retention_days",
-    "check_scope_key",
-    "fit_batch",
-    "redact_provenance",
-    "redact_source",
-    "retention_cutoff",
-    "salient_batch",
-    "search_hits",
-    "wall_clock_ms",
-    "write_batch",
+    "DEFAULT_RANKING", "Clock", "BrowsingStore", "CountingStore", "Hit", "MemoryStore",
+    "RankedStore", "StoreError", "StoreFactory", "StoreSettings", "check_answer", "check_cap",
+    "check_days", "check_retention_days", "check_scope_key", "fit_batch",
+    "redact_provenance", "redact_source", "retention_cutoff", "salient_batch", "search_hits",
+    "wall_clock_ms", "write_batch",
 ]
 
 Clock = Callable[[], int]
 Cap = TypeVar("Cap", bound=int | None)
+Answer = TypeVar("Answer")
 
 #: What a store ranks with when nothing is configured: weighted, English.
 DEFAULT_RANKING = Ranking(analyzer_for(DEFAULT_LANGUAGES))
@@ -223,6 +208,7 @@ class StoreSettings(OptionsTable):
 StoreFactory = Callable[[StoreSettings], MemoryStore]
 
 
+
 def check_scope_key(scope_key: object) -> str:
     """``scope_key`` when a store may use it; else ``StoreError`` (never a ``TypeError`` or a
     ``UnicodeEncodeError`` from deeper down)."""
@@ -315,6 +301,9 @@ def write_batch(scope_key: str, candidates: Sequence[Candidate], cap: int | None
     return (*salient_batch(candidates), checked) if candidates else ([], WriteCounts(), checked)
 
 
+
+
+
 def descriptors_held(store: object) -> int:
     """The most file descriptors ``store`` holds open at once: its database files, WALs and
     shared memory, its connections to a database server. A store says so with a
@@ -343,6 +332,24 @@ def check_own(scope_key: str, records: Iterable[Record]) -> None:
                              f" ({sanitize_field(record.scope_key)!r}); none is shown")
 
 
+#: What a store's changing methods answer (``MemoryStore``), checked by ``check_answer``.
+ANSWERS: Mapping[str, type] = {"write": WriteCounts, "forget": bool, "sweep": SweepResult}
+
+
+def check_answer(method: str, answer: Answer) -> Answer:
+    """``answer`` when it is what the store's ``method`` answers (``ANSWERS``); else
+    ``StoreError`` naming both. A store plugin's wrong answer (``None`` for counts, a dict
+    for a bool) costs its operation, as a raise does: never a traceback where it is
+    rendered, nor a truthy dict read as "forgotten"."""
+    expected = ANSWERS[method]
+    if not isinstance(answer, expected):
+        shown = repr(answer)
+        shown = f"{shown[:80]}…" if len(shown) > 80 else shown
+        raise StoreError(f"the store answered {method} with {sanitize_field(shown)}, not a "
+                         f"{expected.__name__}")
+    return answer
+
+
 async def search_hits(store: MemoryStore, scope_key: str, query: str, limit: int, *,
                       bump: bool, strict: bool = False) -> list[Hit]:
     """``store.search`` (its raising form, ``search_strict``, when ``strict`` and the store
@@ -360,3 +367,17 @@ async def search_hits(store: MemoryStore, scope_key: str, query: str, limit: int
                 for record in await store.retrieve(scope_key, query, limit)]
     check_own(scope_key, (hit.record for hit in hits))
     return hits
+
+
+def refuse_after_close(store: object, name: str) -> None:
+    """Make every async call of ``store`` but ``close`` raise ``StoreError`` from now on, as
+    a closed SQL store's do: for a store with no connection to lose (the in-process one,
+    whose write would otherwise report success for records nobody reads again)."""
+
+    async def closed(*_args: object, **_kwargs: object) -> NoReturn:
+        raise StoreError(f"the {name} store is closed")
+
+    for attribute in dir(store):
+        if attribute != "close" and not attribute.startswith("_") \
+                and inspect.iscoroutinefunction(getattr(store, attribute)):
+            setattr(store, attribute, closed)

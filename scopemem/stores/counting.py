@@ -1,12 +1,8 @@
-"""Counting from the host's side: the buffer the read path and reflection add to, and the
-one call every surface reads the counters with (``read_stats``).
-
-The store counts what it changes itself (``stores.base.CountingStore``). What only the host
-sees (the records a prompt showed, reflection's offers and rejections, how reflections
-ended) goes through a ``CountBuffer``: adding is a dictionary update and nothing else, so the
-read path pays no I/O, no fsync and no round trip for it. The sums go to the store in one
-``add_counts`` call per ``flush_ms`` (a second by default, as usage bumps are saved), and at
-``flush`` / ``close``. A failed save costs those counts and one warning, never the run.
+"""Counting from the host's side: the ``CountBuffer`` the read path and reflection add to
+(what only the host sees; the store counts its own changes), and ``read_stats``, the one
+call every surface reads the counters with. Adding is a dictionary update, so the read path
+pays no I/O for it; the sums go to the store in one ``add_counts`` call per ``flush_ms``
+and at ``flush`` / ``close``. A failed save costs those counts and one warning, never the run.
 """
 
 from __future__ import annotations

@@ -1,31 +1,17 @@
 """A scope's postings as arrays, so a retrieval weighs every gated record in a few vector steps.
 
-``core.topk`` weighs only the records that can reach a ranking's answer, one record at a time
-in Python. Under realistic text a brief lets in nearly every record of a large scope and the
-answer still needs about a fifth of them weighed: a few milliseconds a retrieval, most of it
-interpreter overhead. A store that holds a scope's postings in memory (the in-process
-store, a SQL store's large copy, ``shared/cache.py``) keeps a ``DenseIndex`` beside them:
+``core.topk`` weighs records one at a time in Python: under realistic text a brief lets in
+nearly every record of a large scope, and the answer needs about a fifth of them weighed, a
+few milliseconds of interpreter overhead. A store holding a scope's postings in memory (the
+in-process store, ``shared/cache.py``'s copies) keeps a ``DenseIndex`` beside them: each
+query term's holders become an array of positions among the sorted active seqs, handed to the
+engine's one covered-weight sum (``ranking.covered_weights``), so every sum is bit for bit
+the one every other store's records get. Weighing 10,000 gated records this way costs about
+as much as ``core.topk`` weighing 200 (about 5 ns a posting).
 
-* the scope's active seqs, sorted, give each record a position, and each query term's
-  holders become an array of positions (built the first time a term is asked for, kept
-  until the records change);
-* a retrieval hands those arrays and an array of zeros to the engine's one covered-weight
-  sum (``ranking.covered_weights``: one array step a term), so every sum is bit for bit
-  the one every other store's records get;
-* the weight each record shares with its predecessor (``ranking.shared_weights``) is summed
-  the same way, a term at a time, over the holders whose predecessor holds it too;
-* it then keeps only what ``ranking.rank_covered`` can need: every gated record whose
-  match, with its predecessor's credit, is at least the ``candidate_cap``-th best match
-  (ties included), and those records' gated predecessors. The cap best of those are the cap
-  best of all, with the same matches, so the answer is exactly the one all of them give.
-
-Weighing 10,000 gated records this way costs about as much as ``core.topk`` weighing 200
-of them; it reads every posting of the query's terms (about 5 ns each).
-
-An index describes one state of the records: a store drops it with any change to which
-records are active and builds the next one when a retrieval needs it.
-A use-count bump changes nothing here. Reading an index from several threads is safe: the
-arrays are built whole before they are shared.
+An index describes one state of the active records: a store drops it when they change (a
+use-count bump changes nothing here). The arrays are built whole before they are shared, so
+reading from several threads is safe.
 """
 
 from __future__ import annotations
@@ -57,8 +43,7 @@ class DenseIndex:
 
     def __init__(self, postings: Mapping[str, Collection[int]], seqs: Collection[int],
                  continues: Collection[int]) -> None:
-        """``seqs`` are the active records' seqs: every seq ``postings`` holds is one (a
-        sorted array of them is taken as it is)."""
+        """``seqs``: the active records' (a sorted array of them is taken as it is)."""
         if isinstance(seqs, np.ndarray):
             order = seqs
         else:
@@ -102,13 +87,12 @@ class DenseIndex:
 
     def covered(self, terms: QueryTerms, weights: Sequence[float], limit: int | None,
                 context: float) -> tuple[dict[int, float], dict[int, float]]:
-        """What ``ranking.rank_covered`` takes (seq → the weight of the query terms the
-        record holds, ``ranking.covered_weights``; seq → the weight of those its
-        predecessor holds too, ``ranking.shared_weights``, when ``context`` credits
-        neighbours), for every gated record (a record holding a prefilter term) when
-        ``limit`` is None, else only for those ranking ``limit`` hits with the neighbour
-        credit ``context`` can need: the answer is exactly the one every gated record
-        gives."""
+        """What ``ranking.rank_covered`` takes (seq → covered weight, seq → the weight shared
+        with its predecessor when ``context`` credits neighbours), for every gated record when
+        ``limit`` is None, else only for those ``limit`` hits can need: every gated record
+        whose match, with its predecessor's credit, reaches the ``candidate_cap``-th best
+        (ties included), and their gated predecessors. The answer is exactly the one every
+        gated record gives."""
         size = len(self._seqs)
         sums = ranking.covered_weights(np.zeros(size), terms, weights, self.positions)
         shared = self._shared(terms, weights) if context else None

@@ -1,11 +1,6 @@
 """A store's health: the readiness check the worker's ``/readyz`` answers with
-(``store_ready``), and ``scopemem health``'s checks, what needs a person, one line each.
-
-Beside the readiness check, the checks are what a store can say cheaply: whether it is the
-in-process fallback (records that die with the process), the free space of a SQLite data
-directory, the scopes near the cap (from the store's browsing pages, so over a worker too),
-and the reflections that failed lately (a counter, when the store keeps counters). Every
-check is bounded: the scopes check reads at most ``MAX_SCOPES_CHECKED`` scopes' counts.
+(``store_ready``), and ``scopemem health``'s checks (``check_store``), each cheap and
+bounded: what needs a person, one line each.
 """
 
 from __future__ import annotations
@@ -52,19 +47,14 @@ def nearest_existing(path: str) -> str:
 
 
 def _writable_directory(path: str) -> bool:
-    """``path`` is a directory this process may create files in, or may be created (its
-    nearest existing ancestor is such a directory)."""
+    """``path`` (or its nearest existing ancestor) is a directory this process may write."""
     path = nearest_existing(path)
     return os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)
 
 
 async def store_ready(store: MemoryStore) -> str | None:
-    """None when ``store`` can serve, else a short reason. A store may say so itself with an
-    optional ``async def ready() -> str | None`` (PostgreSQL checks its pool); otherwise a
-    read of one record of ``READINESS_SCOPE`` (a scope nothing writes) is the check, and for
-    a store with a data ``directory`` (SQLite, whose reads of a scope it never wrote touch
-    no file), that the directory can take files. The store's own error goes to the log,
-    never into the reason."""
+    """None when ``store`` can serve, else a short reason (its own error goes to the log):
+    the store's optional ``async def ready() -> str | None``, else ``read_ready``."""
     method = getattr(store, "ready", None)
     if method is None:
         return await read_ready(store)
@@ -72,8 +62,9 @@ async def store_ready(store: MemoryStore) -> str | None:
 
 
 async def read_ready(store: MemoryStore) -> str | None:
-    """``store_ready``'s own check: the read of ``READINESS_SCOPE`` and the data
-    directory (a store's ``ready`` may end with it)."""
+    """A read of ``READINESS_SCOPE`` (a scope nothing writes), and for a store with a data
+    ``directory`` (whose reads of an unwritten scope touch no file), that it can be
+    written."""
     return await _reason(_read_check(store))
 
 
@@ -87,8 +78,7 @@ async def _read_check(store: MemoryStore) -> str | None:
 
 
 async def _reason(check: Awaitable[str | None]) -> str | None:
-    """What ``check`` answers within ``READY_SECONDS``; a reason when it raises (its error
-    goes to the log) or takes longer."""
+    """What ``check`` answers within ``READY_SECONDS``; a reason when it raises or is late."""
     try:
         return await asyncio.wait_for(check, READY_SECONDS)
     except TimeoutError:
@@ -138,12 +128,16 @@ def _durable(store: MemoryStore, configured: str) -> Check:
         return Check("durable", OK, f"records are kept by the {configured} store")
     if configured == "null":
         return Check("durable", WARN, "the null store keeps no records: memory holds nothing")
-    if configured == "memory":
-        return Check("durable", WARN, "the memory store keeps records in the process: they"
-                                      " are lost when it exits")
-    return Check("durable", WARN, f"the {configured} store fell back to the in-process store"
-                                  " (its token is missing): records are lost when the"
-                                  " process exits")
+    from scopemem.stores.memory import InMemoryStore
+
+    # Only the in-process store itself stands in for another (installation.in_process_store);
+    # a plugin's store that says it is not durable keeps its records in the process.
+    if configured != "memory" and type(store) is InMemoryStore:
+        return Check("durable", WARN, f"the {configured} store fell back to the in-process"
+                                      " store (its token is missing): records are lost when"
+                                      " the process exits")
+    return Check("durable", WARN, f"the {configured} store keeps records in the process: they"
+                                  " are lost when it exits")
 
 
 def check_disk(directory: str) -> Check:
@@ -158,9 +152,8 @@ def check_disk(directory: str) -> Check:
 
 
 async def _scopes(store: BrowsingStore, cap: int) -> Check:
-    """The scopes holding ``NEAR_CAP`` of the cap or more, from the store's pages of scopes
-    by active records, most first (one count a scope, never its records), a page at a time
-    until one holds fewer: at most ``MAX_SCOPES_CHECKED`` scopes read."""
+    """The scopes holding ``NEAR_CAP`` of the cap or more, from pages of scopes by active
+    records, most first, until one holds fewer: at most ``MAX_SCOPES_CHECKED`` read."""
     near: list[str] = []
     total = 0
     for offset in range(0, MAX_SCOPES_CHECKED, MAX_PAGE):
@@ -212,9 +205,8 @@ async def check_store(store: MemoryStore, *, configured: str, cap: int) -> list[
 
 
 async def _failing_as_a_check(name: str, what: str, check: Awaitable[Check]) -> Check:
-    """``check``, or a failed check saying why it could not run: a store that answers the
-    readiness read may still fail another (a shard of a SQLite directory that cannot be
-    opened, one a full disk left empty), and the other lines must still be printed."""
+    """``check``, or a failed check saying why it could not run (a store that answers the
+    readiness read may fail another), so the other lines are still printed."""
     try:
         return await check
     except StoreBusy as exc:

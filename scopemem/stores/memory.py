@@ -1,11 +1,8 @@
 """The in-process store: a dict of scopes, for tests, development and the fallback when a
-durable store is not configured. Everything is lost when the process exits.
-
-Each scope keeps, beside its rows, an index of its active records (``memory_index``): a
-retrieval's cost follows the query's postings, not the scope's size, and it answers exactly
-as the SQL stores do. A write reads only the rows its candidates collide with or point at,
-and the engine decides the batch as in the SQL stores (``shared.batches``). Parts:
-``memory_counts``, ``memory_retention``, ``memory_browse``.
+durable store is not configured; everything is lost when the process exits. Each scope keeps
+an index of its active records (``memory_index``), so a retrieval costs the query's
+postings, not the scope's size; the engine decides a write's batch as in the SQL stores
+(``shared.batches``). Parts: ``memory_counts``, ``memory_retention``, ``memory_browse``.
 """
 
 from __future__ import annotations
@@ -41,6 +38,7 @@ from scopemem.stores.base import (
     check_cap,
     check_retention_days,
     check_scope_key,
+    refuse_after_close,
     wall_clock_ms,
     write_batch,
 )
@@ -85,14 +83,12 @@ class InMemoryStore:
         self._counters = InProcessCounts()
         self._count = self._counters.count
         # Browsing (``stores.base.BrowsingStore``): pages over the scopes, and the reaches.
-        self.browsing = InProcessBrowsing(self._scopes, self._counters.totals, clock,
-                                          reach_retention_days)
-        self.scope_page = self.browsing.scope_page
-        self.record_page = self.browsing.record_page
-        self.record_history = self.browsing.record_history
-        self.read_count_totals = self.browsing.read_count_totals
-        self.log_reaches = self.browsing.log_reaches
-        self.read_reaches = self.browsing.read_reaches
+        self.browsing = browsing = InProcessBrowsing(self._scopes, self._counters.totals,
+                                                     clock, reach_retention_days)
+        self.scope_page, self.record_page = browsing.scope_page, browsing.record_page
+        self.record_history = browsing.record_history
+        self.read_count_totals = browsing.read_count_totals
+        self.log_reaches, self.read_reaches = browsing.log_reaches, browsing.read_reaches
         self._vectors = Shelf()  # the semantic lane's (stores.shared.vectors)
 
     @classmethod
@@ -283,9 +279,6 @@ class InMemoryStore:
     # --- deleting a scope, a person's provenance, the retention purge now ----------------
 
     async def delete_scope(self, scope_key: str) -> int:
-        """Delete every record of the scope, whatever its status, with its counters, its
-        vectors and its reaches; the number of records deleted. Its ids are never given
-        again."""
         check_scope_key(scope_key)
         rows = self._scopes.pop(scope_key, [])
         self._indexes.pop(scope_key, None)
@@ -298,9 +291,6 @@ class InMemoryStore:
         return len(rows)
 
     async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
-        """Replace the person ``person_key`` names in the scope's thread keys and run ids
-        (``core.provenance``), and delete the scope's reaches that name them; the number of
-        records changed."""
         rows = self._rows(scope_key)
         person = person_id(check_scope_key(person_key))
         changed = 0
@@ -321,7 +311,6 @@ class InMemoryStore:
         return changed
 
     async def purge(self) -> PurgeResult:
-        """The retention purge every write applies to its scope, applied to every scope now."""
         result, changed = self._retention.purge(self._scopes, self._clock())
         for scope_key in changed:
             self._indexes.pop(scope_key, None)
@@ -361,7 +350,7 @@ class InMemoryStore:
                                                 since_day=since_day)
 
     async def close(self) -> None:
-        return None
+        refuse_after_close(self, "in-process")
 
     # --- moving records (``stores.porting.PortableStore``) -------------------------------
 

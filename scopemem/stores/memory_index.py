@@ -1,14 +1,6 @@
-"""One scope's index in the in-process store (``stores.memory``): its active records as
-a retrieval reads them, kept in step with every change the store makes (the store is the
-only writer).
-
-A record joins the index as it is written active and leaves it as it leaves active status
-(superseded, evicted, forgotten, swept), before any purge past the retention drops its row;
-a usage bump replaces its entry (``touch``). The postings are the plain sets
-``stores.postings`` maintains, turned into arrays (``stores.dense``) for retrievals until the
-set of active records changes; ``stamp`` names that set (a number no other set of any scope
-has had), so a copy built from it (the scope's vectors, ``shared.vectors.Shelf``) knows it
-is still of the active records.
+"""One scope's index in the in-process store (``stores.memory``): its active records as a
+retrieval reads them. A record joins it as it is written active and leaves it as it leaves
+active status, before any purge drops its row; a usage bump replaces its entry (``touch``).
 """
 
 from __future__ import annotations
@@ -18,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from scopemem.core.records import Record
 from scopemem.core.text import normalize_text
-from scopemem.stores import postings as inverted
 
 if TYPE_CHECKING:
     from scopemem.stores.dense import DenseIndex
@@ -29,18 +20,18 @@ _STAMPS = itertools.count()
 
 
 class ScopeIndex:
-    """One scope's active records as a retrieval reads them, kept in step with every change
-    the store makes (it is the only writer): the postings (term → seqs), each record's
-    thread, ``(last touched, record)`` per seq, the seqs that continue their predecessor's
-    thread, the active ids per normalized text (what a write's dedup reads), and where each
-    row, active or not, sits in the scope's list."""
+    """The postings (term → seqs), each record's thread, ``(last touched, record)`` per seq,
+    the seqs that continue their predecessor's thread, the active ids per normalized text
+    (what a write's dedup reads), and where each row, active or not, sits in the scope's
+    list. ``stamp`` names this set of active records (no other set of any scope has had it),
+    so a copy built from it (the scope's vectors, ``shared.vectors.Shelf``) knows it is
+    still current."""
 
     __slots__ = ("_dense", "continues", "details", "norms", "positions", "postings",
                  "stamp", "threads")
 
     def __init__(self) -> None:
-        # The postings as arrays (stores.dense) for this set of active records: dropped by
-        # any change to the set, built again by the next retrieval.
+        # The postings as arrays for this set of active records, built by a retrieval.
         self._dense: DenseIndex | None = None
         self.stamp = next(_STAMPS)
         self.postings: dict[str, set[int]] = {}
@@ -54,7 +45,13 @@ class ScopeIndex:
         """Index an active record."""
         self._dense = None
         self.stamp = next(_STAMPS)
-        inverted.post(self.postings, seq, terms)
+        postings = self.postings
+        for term in terms:
+            holders = postings.get(term)
+            if holders is None:
+                postings[term] = {seq}
+            else:
+                holders.add(seq)
         thread = record.source_thread_key
         threads = self.threads
         threads[seq] = thread
@@ -69,7 +66,12 @@ class ScopeIndex:
         """Unindex a record that has left active status (``record`` as it was indexed)."""
         self._dense = None
         self.stamp = next(_STAMPS)
-        inverted.unpost(self.postings, seq, terms)
+        for term in terms:  # a term left with no record goes
+            holders = self.postings.get(term)
+            if holders is not None:
+                holders.discard(seq)
+                if not holders:
+                    del self.postings[term]
         del self.threads[seq]
         del self.details[seq]
         self.continues.discard(seq)

@@ -1,9 +1,6 @@
-"""What the in-process store's retention drops and scrubs: a superseded or evicted row
-is dropped once it has been dead ``retention_days``, a swept one scrubbed and kept (as the
-SQL stores do); a forgotten row is scrubbed at once (``scrubbed``), and kept.
-
-The store keeps when each dead row died (record id → epoch ms) and gives that dict to
-``Retention``, which every write and ``purge`` consult.
+"""The in-process store's retention, as the SQL stores': a superseded or evicted row is
+dropped once dead ``retention_days``, a swept one scrubbed and kept; a forgotten row is
+scrubbed at once (``scrubbed``), and kept.
 """
 
 from __future__ import annotations
@@ -15,14 +12,13 @@ from scopemem.stores.base import retention_cutoff
 
 __all__ = ["PURGEABLE", "Retention", "scrubbed"]
 
-# The statuses whose rows the retention acts on: a superseded or evicted row is dropped, a
-# swept one scrubbed and kept; a forgotten row is scrubbed at once, and kept.
+# The statuses whose rows the retention acts on (a forgotten row is scrubbed at once).
 PURGEABLE = frozenset({Status.SUPERSEDED, Status.EVICTED, Status.SWEPT})
 
 
 def scrubbed(record: Record, status: Status = Status.FORGOTTEN) -> Record:
-    """``record`` scrubbed with ``status``: its id, status, provenance, times and counts, no
-    text or keywords (built without the validators, which refuse an empty text)."""
+    """``record`` with ``status`` and no text or keywords (built without the validators: a
+    stored row was validated when written)."""
     return trusted_record(record.id, record.scope_key, record.kind, "", (),
                           record.source_thread_key, record.source_run_id, record.created_at,
                           record.last_used_at, record.use_count, record.confidence,
@@ -30,16 +26,16 @@ def scrubbed(record: Record, status: Status = Status.FORGOTTEN) -> Record:
 
 
 class Retention:
-    """The purge past ``retention_days``, over ``died`` (the store's: record id → when)."""
+    """The purge past ``retention_days``, over ``died`` (the store's: record id → when it
+    died), which every write and ``purge`` consult."""
 
     def __init__(self, retention_days: int, died: MutableMapping[str, int]) -> None:
         self.retention_days = retention_days
         self._died = died
 
     def purged(self, rows: list[Record], now: int) -> list[Record]:
-        """Note when the rows that just died did, and drop the superseded and evicted rows
-        past the retention; a swept row past it stays, scrubbed (as a forgotten row stays).
-        A scrubbed swept row has no text left to wait for."""
+        """Note when the rows that just died did, and apply the retention to ``rows`` (a
+        scrubbed swept row has no text left to wait for)."""
         died = self._died
         cutoff = retention_cutoff(now, self.retention_days)
         kept = []
@@ -56,8 +52,7 @@ class Retention:
 
     def purge(self, scopes: MutableMapping[str, list[Record]], now: int
               ) -> tuple[PurgeResult, list[str]]:
-        """Apply the purge to every scope of ``scopes`` now; what it did, and the keys of
-        the scopes it changed."""
+        """The purge applied to every scope now: what it did, and the scopes it changed."""
         result = PurgeResult()
         changed = []
         for scope_key, rows in list(scopes.items()):

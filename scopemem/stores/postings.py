@@ -1,41 +1,19 @@
 """A scope held as an inverted index (``postings``: each term mapped to the seqs of the
 active records holding it, each record once), as the in-process store and the SQL stores'
-copies hold it: these functions keep it and give the scope's statistics for a query's terms
-(what ``engine.term_weights`` reads). Weighing is the engine's (``docs/storage.md``, "Where
-the ranking lives").
+copies hold it, and the scope's statistics for a query's terms (what
+``engine.term_weights`` reads). Weighing is the engine's (``docs/storage.md``, "Where the
+ranking lives").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, MutableMapping
-
 from scopemem.core import topk
 from scopemem.core.ranking import QueryTerms, ScopeStats
 
-__all__ = ["Postings", "post", "stats", "unpost"]
+__all__ = ["Postings", "stats"]
 
 #: term → the seqs of the active records holding it (a list or a set: each record once).
 Postings = topk.Postings
-
-
-def post(postings: MutableMapping[str, set[int]], seq: int, terms: Iterable[str]) -> None:
-    """Index the record ``seq`` under each of ``terms``."""
-    for term in terms:
-        holders = postings.get(term)
-        if holders is None:
-            postings[term] = {seq}
-        else:
-            holders.add(seq)
-
-
-def unpost(postings: MutableMapping[str, set[int]], seq: int, terms: Iterable[str]) -> None:
-    """Take the record ``seq`` out of each of ``terms`` (a term left with no record goes)."""
-    for term in terms:
-        holders = postings.get(term)
-        if holders is not None:
-            holders.discard(seq)
-            if not holders:
-                del postings[term]
 
 
 def stats(postings: Postings, records: int, terms: QueryTerms) -> ScopeStats:

@@ -1,11 +1,11 @@
-"""The entry points of the stores that live in one module each: ``null``, ``memory`` and
-``worker`` name the plugins here, which register each store's factory and import the store's
-module when a configuration first builds one. Loading the plugin list (every command, every
-hook) so pays for none of them; ``sqlite`` and ``postgres`` are packages that do the same in
-their ``__init__``."""
+"""The entry points of the built-in stores: each registers a factory that imports its store's
+module on first use, so loading the plugin list (every command, every hook) pays for none of
+them. ``null``, ``memory`` and ``worker`` are plugins here; ``sqlite`` and ``postgres`` are
+packages whose ``__init__`` registers the same way."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -17,22 +17,15 @@ if TYPE_CHECKING:
     Factory = Callable[[StoreSettings], MemoryStore]
 
 
-def null_store(settings: StoreSettings) -> MemoryStore:
-    from scopemem.stores.null import NullStore
+def lazy_factory(module: str, name: str) -> Factory:
+    """``module.name.from_settings``, with ``module`` imported on the first call."""
 
-    return NullStore.from_settings(settings)
+    def from_settings(settings: StoreSettings) -> MemoryStore:
+        store: MemoryStore = getattr(importlib.import_module(module), name).from_settings(
+            settings)
+        return store
 
-
-def memory_store(settings: StoreSettings) -> MemoryStore:
-    from scopemem.stores.memory import InMemoryStore
-
-    return InMemoryStore.from_settings(settings)
-
-
-def worker_store(settings: StoreSettings) -> MemoryStore:
-    from scopemem.stores.worker import WorkerStore
-
-    return WorkerStore.from_settings(settings)
+    return from_settings
 
 
 class StorePlugin:
@@ -50,6 +43,6 @@ class StorePlugin:
         register(self.name, self.factory)
 
 
-null = StorePlugin("null", null_store)
-memory = StorePlugin("memory", memory_store)
-worker = StorePlugin("worker", worker_store)
+null = StorePlugin("null", lazy_factory("scopemem.stores.null", "NullStore"))
+memory = StorePlugin("memory", lazy_factory("scopemem.stores.memory", "InMemoryStore"))
+worker = StorePlugin("worker", lazy_factory("scopemem.stores.worker", "WorkerStore"))

@@ -1,17 +1,11 @@
 """One retry policy for every HTTP client the project has: the worker client
 (``stores.worker``) and the model providers (``plugins.builtin_providers``).
 
-A call is retried when it failed in a way another attempt may not (``Transient``): the
-connection failed or dropped, the server answered 503 or 429, or (where the caller says so:
-reads, and writes carrying an idempotency key) the attempt timed out. Attempts are spaced by
-exponential backoff with full jitter, or by the server's ``Retry-After`` when it sent one,
-and all of them fit in ``deadline`` seconds: an attempt whose wait would end past it is not
-made, and each attempt's own timeout is cut to what is left (its ``budget``). The backoff is
-tenacity's; this module only says what is transient and how long to wait.
-
-``Breaker`` stops calling a server that keeps failing: after ``threshold`` calls in a row
-that failed transiently it opens for ``cool_down`` seconds, during which calls fail at once
-(``BreakerOpen``); the first call after the cool-down is tried, and closes it on success.
+A call is retried when an attempt fails in a way another may not (``Transient``), spaced by
+tenacity's exponential backoff with full jitter or the server's ``Retry-After``, all within
+``deadline`` (each attempt's timeout is cut to what is left, its ``budget``). ``Breaker``
+stops calling a server that keeps failing. What counts as transient, and the figures:
+``docs/worker.md`` ("Retries and the idempotency key").
 """
 
 from __future__ import annotations
@@ -66,9 +60,8 @@ def retry_after(value: str | None, now: Callable[[], float] = time.time) -> floa
 
 
 class RetryPolicy:
-    """Attempts of one call within ``deadline`` seconds (see the module's docstring): at
-    most ``attempts`` of a read, and of a change ``change_attempts`` (None: as many as the
-    deadline holds)."""
+    """Attempts of one call within ``deadline`` seconds: at most ``attempts`` of a read, and
+    of a change ``change_attempts`` (None: as many as the deadline holds)."""
 
     def __init__(self, deadline: float = DEFAULT_DEADLINE, *, attempts: int = MAX_ATTEMPTS,
                  change_attempts: int | None = None,
@@ -89,9 +82,8 @@ class RetryPolicy:
 
     async def run(self, attempt: Callable[[float], Awaitable[T]], *,
                   change: bool = False) -> T:
-        """``attempt(budget)`` until it returns or raises something other than
-        ``Transient``; ``budget`` is the seconds left before the deadline. When the
-        attempts (``change_attempts`` for a ``change``) or the deadline run out, the last
+        """``attempt(budget)`` (the seconds left) until it returns or raises something other
+        than ``Transient``; when the attempts or the deadline run out, the last
         ``Transient``'s cause is raised."""
         import tenacity  # here: importing a client costs nothing until it calls
 
@@ -126,8 +118,8 @@ class RetryPolicy:
 
 
 class Breaker:
-    """Open after ``threshold`` failures in a row, for ``cool_down`` seconds; then one call
-    is let through, and its outcome closes or reopens it."""
+    """Open after ``threshold`` transient failures in a row, for ``cool_down`` seconds; then
+    one call is let through, and its outcome closes or reopens it."""
 
     def __init__(self, threshold: int = 5, cool_down: float = 30.0,
                  clock: Callable[[], float] = time.monotonic) -> None:

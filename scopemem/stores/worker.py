@@ -1,22 +1,20 @@
 """The remote store: a client of the Memory Worker (``scopemem serve``) over HTTP.
 
 Reads are advisory and writes are loud: ``search`` degrades to nothing with one warning
-(``search_strict`` raises instead), the other calls raise ``StoreError`` (``StoreRefused``
-for a body the worker refuses, ``ScopeLimitReached`` past its limit on scopes). What is sent
-fits the wire contract (``engine.wire_query``, ``salient_batch``), so no secret leaves the
-process and no caller's input costs a refusal. How a call travels is
-``stores.worker_transport`` (the store's ``transport``); the browsing, counting, vector and
-porting calls (``worker_browse``, ``worker_counts``, ``worker_vectors``, ``worker_porting``)
-are given its ``command``. Configuration and behaviour: ``docs/worker.md``.
+(``search_strict`` raises), the other calls raise ``StoreError``. What is sent fits the wire
+contract (``wire_query``, ``write_batch``), so no secret leaves the process and no caller's
+input costs a refusal. How a call travels: ``stores.worker_transport``; the other calls:
+``worker_browse`` and ``worker_calls``. Configuration and behaviour: ``docs/worker.md``.
 """
 
 from __future__ import annotations
 
-import builtins
 import logging
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
+
+import attrs
 
 from scopemem.core.ranking import Ranking, query_terms, wire_query
 from scopemem.core.records import (
@@ -33,7 +31,6 @@ from scopemem.core.records import (
 )
 from scopemem.core.scoring import keyword_match
 from scopemem.errors import ConfigError, StoreError
-from scopemem.stores import worker_porting
 from scopemem.stores.base import (
     DEFAULT_RANKING,
     Hit,
@@ -46,7 +43,7 @@ from scopemem.stores.base import (
 from scopemem.stores.health import NOT_READY_REASONS, read_ready
 from scopemem.stores.retrying import DEFAULT_DEADLINE, Breaker, RetryPolicy
 from scopemem.stores.worker_browse import WorkerBrowsing
-from scopemem.stores.worker_counts import WorkerCounts
+from scopemem.stores.worker_calls import WorkerCalls
 from scopemem.stores.worker_transport import (
     DEFAULT_TIMEOUT,
     CallFailed,
@@ -57,7 +54,6 @@ from scopemem.stores.worker_transport import (
     url_problem,
     whole_number,
 )
-from scopemem.stores.worker_vectors import WorkerVectors
 
 __all__ = ["WorkerStore", "WorkerUnavailable"]
 
@@ -67,14 +63,27 @@ DEFAULT_TOKEN_ENV = "MEMORY_TOKEN"
 OPTIONS = ("base_url", "token_env", "timeout_seconds", "retry_deadline_seconds")
 
 
-class WorkerStore:
-    """A ``MemoryStore`` whose records live in a Memory Worker, reached through its
-    ``transport``. ``cap`` (the scope cap configured for this installation) is sent with
-    every write when set; otherwise the worker's own default applies."""
 
-    #: The worker's /import, which any token holder may call, keeps no record's ``source``:
-    #: every imported record arrives reflection-sourced (``scopemem import --trust-source``
-    #: is refused against it).
+C = TypeVar("C", WriteCounts, SweepResult)
+
+
+def _counts(data: Any, cls: type[C]) -> C:
+    """A count answer read with the wire's converter; ``ValueError`` for a negative count,
+    which no worker can have done (it would subtract from the day counters)."""
+    result = from_wire(data, cls=cls)
+    negative = [field.name for field in attrs.fields(cls)
+                if isinstance(value := getattr(result, field.name), int) and value < 0]
+    if negative:
+        raise ValueError(f"negative {', '.join(negative)}")
+    return result
+
+
+class WorkerStore:
+    """A ``MemoryStore`` whose records live in a Memory Worker. ``cap`` (this installation's
+    scope cap) is sent with every write when set, else the worker's default applies."""
+
+    #: The worker's /import, which any token holder may call, keeps no record's ``source``
+    #: (``scopemem import --trust-source`` is refused against it).
     keeps_import_source = False
     durable = True  # the worker's store outlives this process
 
@@ -84,21 +93,16 @@ class WorkerStore:
         self.transport = WorkerTransport(base_url, token, timeout=timeout, retry=retry,
                                          breaker=breaker)
         self._command = command = self.transport.command
-        # The browsing, counting and vector calls: parts given the transport's command.
-        browsing = WorkerBrowsing(command)
-        self.scope_page = browsing.scope_page
-        self.record_page = browsing.record_page
+        browsing, calls = WorkerBrowsing(command), WorkerCalls(command)
+        self.scope_page, self.record_page = browsing.scope_page, browsing.record_page
         self.record_history = browsing.record_history
         self.read_count_totals = browsing.read_count_totals
-        self.log_reaches = browsing.log_reaches
-        self.read_reaches = browsing.read_reaches
-        counts = WorkerCounts(command)
-        self.add_counts = counts.add_counts
-        self.read_counts = counts.read_counts
-        vectors = WorkerVectors(command)
-        self.vectors_missing = vectors.vectors_missing
-        self.put_vectors = vectors.put_vectors
-        self.nearest = vectors.nearest
+        self.log_reaches, self.read_reaches = browsing.log_reaches, browsing.read_reaches
+        self.add_counts, self.read_counts = calls.add_counts, calls.read_counts
+        self.vectors_missing, self.put_vectors = calls.vectors_missing, calls.put_vectors
+        self.nearest = calls.nearest
+        self.export_scopes, self.export_page = calls.export_scopes, calls.export_page
+        self.import_records = calls.import_records
         self.check_reachable = self.transport.check_reachable  # blocking, once, at startup
         self.cap = None if cap is None else check_cap(cap)
         # The worker ranks; the client reads a long query as the worker will (wire_query)
@@ -117,12 +121,9 @@ class WorkerStore:
     def from_settings(cls, settings: StoreSettings) -> MemoryStore:
         settings = settings.named("worker")
         settings.unknown_options(OPTIONS)
-        options = settings.options
-        if "base_url" not in options:
-            raise ConfigError(f"{settings.option_key('base_url')}: required "
-                              "(the Memory Worker's URL, e.g. http://127.0.0.1:8787)")
-        base_url = options["base_url"]
-        problem = url_problem(base_url)
+        base_url = settings.options.get("base_url", "")
+        problem = ("required (the Memory Worker's URL, e.g. http://127.0.0.1:8787)"
+                   if "base_url" not in settings.options else url_problem(base_url))
         if problem is not None:
             raise ConfigError(f"{settings.option_key('base_url')}: {problem}")
         settings.record("base_url", base_url)
@@ -130,22 +131,18 @@ class WorkerStore:
         timeout = settings.positive_number_option("timeout_seconds", DEFAULT_TIMEOUT, high=300)
         deadline = settings.positive_number_option("retry_deadline_seconds", DEFAULT_DEADLINE,
                                                    high=600)
-        token = settings.environ.get(token_env, "")
-        if settings.validate_only:
-            # Only the table was asked about; whether the token is there is the running
-            # process's concern (config check reports it apart).
-            token = token or "validating"
+        # Validating only the table: whether the token is there is the running process's
+        # concern (config check reports it apart).
+        token = settings.environ.get(token_env, "") or ("validating" * settings.validate_only)
         if not token:
             stand_in = settings.stand_in if settings.allow_fallback else None
             if stand_in is None:
                 raise ConfigError(
                     f"{settings.option_key('token_env')}: ${token_env} is not set; the Memory "
                     f"Worker needs its bearer token (export {token_env}=…)")
-            log.warning(
-                "[memory] %s is set but $%s is missing or empty: using the in-process store "
-                "instead of the Memory Worker, and its records will be lost on restart",
-                settings.option_key("base_url"), token_env,
-            )
+            log.warning("[memory] %s is set but $%s is missing or empty: using the in-process"
+                        " store instead of the Memory Worker, and its records will be lost on"
+                        " restart", settings.option_key("base_url"), token_env)
             return stand_in(settings)
         try:
             return cls(base_url, token, cap=settings.cap, timeout=timeout,
@@ -164,19 +161,15 @@ class WorkerStore:
             return await self.search_strict(scope_key, query, limit, bump=bump)
         except WorkerUnavailable as exc:  # warned once, when the breaker opened
             log.debug("[memory] %s; reading nothing from it", exc)
-            return []
         except StoreError as exc:
             log.warning("[memory] %s; reading nothing from it", exc)
-            return []
+        return []
 
     async def search_strict(self, scope_key: str, query: str, limit: int, *,
                             bump: bool = True) -> list[Hit]:
         """``search``, raising ``StoreError`` where ``search`` degrades to nothing."""
-        payload: dict[str, Any] = {"scopeKey": scope_key,
-                                   "query": wire_query(query, self.ranking.analyzer),
-                                   "limit": limit}
-        if not bump:
-            payload["bump"] = False
+        payload = _body(scopeKey=scope_key, query=wire_query(query, self.ranking.analyzer),
+                        limit=limit, bump=None if bump else False)
         try:
             data = await self.transport.call("/retrieve", payload)
             records, matches = _hits(data, scope_key, "/retrieve")
@@ -190,10 +183,9 @@ class WorkerStore:
         return [Hit(record, match) for record, match in zip(records, matches, strict=True)]
 
     async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
-        """One ``/used`` call for every scope (split only past the wire's caps). Never
-        raises: a use count is advisory, and a failure costs one warning. A worker that
-        predates the route bumped at retrieval already; nothing is sent to it."""
-        items = [{"scopeKey": key, "ids": list(ids)} for key, ids in used.items() if ids]
+        """One ``/used`` call (split only past the wire's caps). Never raises: a use count
+        is advisory. A worker that predates the route bumped at retrieval already."""
+        items = [(key, list(ids)) for key, ids in used.items() if ids]
         if self._legacy or not items:
             return 0
         marked = 0
@@ -205,8 +197,8 @@ class WorkerStore:
             except CallFailed as exc:
                 if exc.status == 404:
                     self._legacy = True
-                    return marked
-                log.warning("[memory] worker /used failed (%s); use counts not saved", exc)
+                else:
+                    log.warning("[memory] worker /used failed (%s); use counts not saved", exc)
                 return marked
             count = data.get("marked")
             if isinstance(count, int) and not isinstance(count, bool):
@@ -218,36 +210,27 @@ class WorkerStore:
         batch, dropped, cap = write_batch(scope_key, candidates, cap, self.cap)
         if not batch:
             return dropped
-        payload: dict[str, Any] = {"scopeKey": scope_key, "records": to_wire(batch)}
-        if cap is not None:
-            payload["cap"] = cap
-        data = await self._command("/write", payload)
-        if cap is not None:
-            self._note_applied_cap(cap, data.get("cap"))
-        return parsed("/write", "counts", partial(from_wire, cls=WriteCounts), [data])[0] + dropped
-
-    def _note_applied_cap(self, asked: int, applied: object) -> None:
-        """One warning per client when the worker ran a write under another cap than the
-        one asked (its operator's floor or ceiling; a worker that predates the answer says
-        nothing, and nothing is logged)."""
-        if (isinstance(applied, bool) or not isinstance(applied, int) or applied == asked
-                or self._cap_warned):
-            return
-        self._cap_warned = True
-        log.warning("[memory] worker %s keeps %d records per scope, not the %d asked "
-                    "(memory.max_records_per_scope); its operator bounds a client's cap "
-                    "(memory.min_records_per_scope and max_records_per_scope on the worker)",
-                    self.transport.base_url, applied, asked)
+        data = await self._command("/write", _body(scopeKey=scope_key, records=to_wire(batch),
+                                                   cap=cap))
+        applied = data.get("cap")
+        # A worker's operator bounds a client's cap: said once per client (a worker that
+        # predates the answer says nothing).
+        if (cap is not None and not isinstance(applied, bool) and isinstance(applied, int)
+                and applied != cap and not self._cap_warned):
+            self._cap_warned = True
+            log.warning("[memory] worker %s keeps %d records per scope, not the %d asked "
+                        "(memory.max_records_per_scope); its operator bounds a client's cap "
+                        "(memory.min_records_per_scope and max_records_per_scope on the "
+                        "worker)", self.transport.base_url, applied, cap)
+        return parsed("/write", "counts", partial(_counts, cls=WriteCounts), [data])[0] + dropped
 
     async def list(self, scope_key: str, limit: int, query: str | None = None,
                    kind: Kind | None = None) -> list[Record]:
         check_scope_key(scope_key)
-        payload: dict[str, Any] = {"scopeKey": scope_key, "limit": limit}
-        if query is not None:
-            payload["query"] = wire_query(query, self.ranking.analyzer)
-        if kind is not None:
-            payload["kind"] = Kind(kind).value
-        data = await self._command("/list", payload)
+        data = await self._command("/list", _body(
+            scopeKey=scope_key, limit=limit,
+            query=None if query is None else wire_query(query, self.ranking.analyzer),
+            kind=None if kind is None else Kind(kind).value))
         try:
             records, _matches = _hits(data, scope_key, "/list")
         except CallFailed as exc:
@@ -262,49 +245,37 @@ class WorkerStore:
         return records
 
     async def forget(self, scope_key: str, record_id: str) -> bool:
-        check_scope_key(scope_key)
-        data = await self._command("/forget", {"scopeKey": scope_key, "id": record_id})
-        forgotten = data.get("forgotten")
-        if not isinstance(forgotten, bool):
+        data = await self._command("/forget", {"scopeKey": check_scope_key(scope_key),
+                                               "id": record_id})
+        if not isinstance(forgotten := data.get("forgotten"), bool):
             raise StoreError("memory worker /forget answered without a boolean 'forgotten'")
         return forgotten
 
     async def sweep(self, scope_key: str, dry_run: bool = False) -> SweepResult:
-        check_scope_key(scope_key)
-        payload: dict[str, Any] = {"scopeKey": scope_key}
-        if dry_run:
-            payload["dryRun"] = True
-        data = await self._command("/sweep", payload)
-        return parsed("/sweep", "a result", partial(from_wire, cls=SweepResult), [data])[0]
+        data = await self._command("/sweep", _body(scopeKey=check_scope_key(scope_key),
+                                                   dryRun=dry_run or None))
+        return parsed("/sweep", "a result", partial(_counts, cls=SweepResult), [data])[0]
 
     async def delete_scope(self, scope_key: str) -> int:
-        """Every record of the scope deleted by the worker's store (/delete-scope)."""
-        check_scope_key(scope_key)
-        data = await self._command("/delete-scope", {"scopeKey": scope_key})
+        data = await self._command("/delete-scope", {"scopeKey": check_scope_key(scope_key)})
         return whole_number(data, "/delete-scope", "deleted")
 
     async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
-        """The person ``person_key`` names scrubbed from the scope's provenance
-        (/scrub-provenance)."""
-        check_scope_key(scope_key)
-        check_scope_key(person_key)
-        data = await self._command("/scrub-provenance",
-                                   {"scopeKey": scope_key, "personKey": person_key})
+        data = await self._command("/scrub-provenance", {
+            "scopeKey": check_scope_key(scope_key), "personKey": check_scope_key(person_key)})
         return whole_number(data, "/scrub-provenance", "scrubbed")
 
     async def purge(self) -> PurgeResult:
-        """The retention purge run by the worker's store on every scope now (/purge)."""
         data = await self._command("/purge", {})
         return PurgeResult(whole_number(data, "/purge", "purged"),
                            whole_number(data, "/purge", "scrubbed"))
 
     async def ready(self) -> str | None:
-        """The worker's own readiness (``GET /readyz``): its store's, which a read can miss
-        (a SQLite shard replaced under it refuses writes, not reads). A worker that
-        predates the route is read as any store is (``health.read_ready``). Only the
-        worker's fixed reasons are passed on, never a body's text."""
+        """The worker's own readiness (``GET /readyz``), which a read can miss (a SQLite
+        shard replaced under it refuses writes, not reads); only its fixed reasons are
+        passed on, never a body's text."""
         status, data = await self.transport.probe("/readyz")
-        if status == 404:
+        if status == 404:  # a worker that predates the route: read as any store is
             return await read_ready(self)
         if 200 <= status < 300:
             return None
@@ -315,17 +286,6 @@ class WorkerStore:
 
     async def close(self) -> None:
         await self.transport.close()
-
-    # --- moving records (``stores.porting.PortableStore``) -------------------------------
-
-    async def export_scopes(self) -> builtins.list[str]:
-        return await worker_porting.export_scopes(self._command)
-
-    async def export_page(self, scope_key: str, after: int, limit: int) -> builtins.list[Record]:
-        return await worker_porting.export_page(self._command, scope_key, after, limit)
-
-    async def import_records(self, records: Sequence[Record]) -> int:
-        return await worker_porting.import_records(self._command, records)
 
 
 def _hits(data: dict[str, Any], scope_key: str, route: str
@@ -356,17 +316,21 @@ def _hits(data: dict[str, Any], scope_key: str, route: str
     return records, matches if usable else None
 
 
-def _used_batches(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def _body(**fields: Any) -> dict[str, Any]:
+    """A request's body: the wire omits an absent field (None here)."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def _used_batches(items: list[tuple[str, list[str]]]) -> list[list[dict[str, Any]]]:
     """``items`` in requests within ``MAX_USED_SCOPES`` scopes and ``MAX_USED_IDS`` ids."""
     batches: list[list[dict[str, Any]]] = [[]]
     ids = 0
-    for item in items:
-        for start in range(0, len(item["ids"]), MAX_USED_IDS):
-            chunk = item["ids"][start:start + MAX_USED_IDS]
+    for key, item_ids in items:
+        for start in range(0, len(item_ids), MAX_USED_IDS):
+            chunk = item_ids[start:start + MAX_USED_IDS]
             if len(batches[-1]) >= MAX_USED_SCOPES or ids + len(chunk) > MAX_USED_IDS:
                 batches.append([])
                 ids = 0
-            batches[-1].append({"scopeKey": item["scopeKey"], "ids": chunk})
+            batches[-1].append({"scopeKey": key, "ids": chunk})
             ids += len(chunk)
     return batches
-

@@ -1,9 +1,7 @@
 """How the worker client talks to the Memory Worker: one POST of a JSON object, one JSON
-object back, or an exception saying why not, and the checks of what comes back. Nothing here
-knows what a route means; the store's operations are built on ``WorkerTransport.command`` (or
-``call``, where a failure is not an error). Retries (``stores.retrying``), idempotency keys
-(``KEYED_ROUTES``), the breaker, no redirect followed and the reply's cap are described in
-``docs/worker.md`` ("Retries and the idempotency key").
+object back or an exception saying why not, and the checks of what comes back. Nothing here
+knows what a route means. Retries, idempotency keys, the breaker, no redirect followed and
+the reply's cap: ``docs/worker.md`` ("Retries and the idempotency key").
 """
 
 from __future__ import annotations
@@ -60,9 +58,8 @@ class WorkerUnavailable(StoreError):
 
 
 class CallFailed(Exception):
-    """One call that produced no usable JSON object; the message says why, ``status``
-    is the worker's answer (None when there was none), ``transient`` whether it failed in a
-    way a later call may not (after its retries)."""
+    """A call without a usable JSON object: ``status`` is the worker's (None: no answer),
+    ``transient`` whether a later call may succeed."""
 
     def __init__(self, message: str, status: int | None = None, *,
                  transient: bool = False) -> None:
@@ -105,8 +102,7 @@ def listed(data: Mapping[str, Any], route: str, name: str) -> list[Any]:
 
 def parsed(route: str, what: str, parse: Callable[[Any], T], items: Iterable[Any]
            ) -> list[T]:
-    """Each of ``items`` parsed, or ``StoreError`` naming the first that is not valid (what
-    ``parse`` raises ``ValueError`` on)."""
+    """Each of ``items`` parsed, or ``StoreError`` naming the first ``parse`` refuses."""
     done = []
     for n, item in enumerate(items):
         try:
@@ -119,8 +115,8 @@ def parsed(route: str, what: str, parse: Callable[[Any], T], items: Iterable[Any
 
 def in_scope(scope_key: str, parse: Callable[[Any], Record] | None = None
              ) -> Callable[[Any], Record]:
-    """A parser of a record of ``scope_key`` (by ``parse``, or as the wire carries it):
-    ``WireError`` for one of another scope, which can only be a server's bug."""
+    """A parser (``parse``, else the wire's) of a record of ``scope_key``: ``WireError`` for
+    one of another scope, which can only be a server's bug."""
     def record(item: Any) -> Record:
         if not isinstance(item, dict):
             raise WireError("a record must be a JSON object")
@@ -132,11 +128,9 @@ def in_scope(scope_key: str, parse: Callable[[Any], Record] | None = None
 
 
 class WorkerTransport:
-    """One ``aiohttp.ClientSession`` per client, created on first use on the running event
-    loop (a session cannot cross loops) and closed by ``close()``. Every request carries the
-    bearer; each attempt has at most ``timeout`` seconds, and a call's attempts together fit
-    in the retry policy's deadline (``retry``). After ``close`` every call fails, as a
-    closed SQLite or PostgreSQL store's does."""
+    """One ``aiohttp.ClientSession`` per event loop it is used on (a session cannot cross
+    loops). Each attempt has at most ``timeout`` seconds, a call's attempts fit in ``retry``'s
+    deadline. After ``close`` every call fails, as a closed SQL store's does."""
 
     def __init__(self, base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT,
                  retry: RetryPolicy | None = None, breaker: Breaker | None = None) -> None:
@@ -157,9 +151,8 @@ class WorkerTransport:
         self._closed = False
 
     def check_reachable(self) -> None:
-        """One blocking ``GET /healthz`` within ``timeout`` seconds, for a process that must
-        not start without its worker (``memory.fallback = "refuse"``): ``StoreError`` unless
-        it answers 200. Blocking on purpose: it runs once, at startup, before any loop."""
+        """``StoreError`` unless ``GET /healthz`` answers 200 (``memory.fallback =
+        "refuse"``). Blocking on purpose: it runs once, at startup, before any loop."""
         import http.client
 
         parts = urlsplit(self.base_url)
@@ -189,10 +182,7 @@ class WorkerTransport:
         return self._session
 
     async def command(self, route: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """``call``, its failure raised as the ``StoreError`` the worker's status means: a
-        body refused (``StoreRefused``), a new scope beyond the worker's limit
-        (``ScopeLimitReached``), a store that cannot or a route the worker does not serve
-        (``StoreUnsupported``)."""
+        """``call``, its failure raised as the ``StoreError`` the worker's status means."""
         try:
             return await self.call(route, payload)
         except CallFailed as exc:
@@ -202,9 +192,8 @@ class WorkerTransport:
             raise error(f"memory worker {route} failed: {exc}") from None
 
     async def call(self, route: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """POST ``payload`` to ``route``, retried within the deadline; the reply's JSON
-        object, or ``CallFailed`` (``WorkerUnavailable`` while the breaker is open; after
-        ``close``, at once: a closed client opens no session again)."""
+        """POST ``payload`` to ``route``, retried within the deadline: the reply's JSON
+        object, or ``CallFailed`` (``WorkerUnavailable`` while the breaker is open)."""
         if self._closed:
             raise CallFailed("the worker store is closed")
         try:
@@ -284,8 +273,8 @@ class WorkerTransport:
         return data
 
     async def probe(self, route: str) -> tuple[int, dict[str, Any] | None]:
-        """One ``GET route`` within ``timeout`` (no retry, no breaker: a probe says how the
-        worker is now): its status and JSON object (None when the body is not one)."""
+        """One ``GET route`` (no retry, no breaker: how the worker is now): its status and
+        JSON object (None when the body is not one)."""
         session = self._session_for_loop()
         async with session.get(self.base_url + route, allow_redirects=False) as response:
             return response.status, _json_object(await _read_capped(response))

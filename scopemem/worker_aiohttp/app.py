@@ -82,7 +82,7 @@ from scopemem.errors import (
     StoreUnreachable,
     StoreUnsupported,
 )
-from scopemem.stores.base import MemoryStore, search_hits, wall_clock_ms
+from scopemem.stores.base import MemoryStore, check_answer, search_hits, wall_clock_ms
 from scopemem.worker_aiohttp import browsing, counting, deleting, porting, validation, vectors
 from scopemem.worker_aiohttp.handling import (
     OPENAPI,
@@ -228,7 +228,7 @@ async def write(request: web.Request) -> web.StreamResponse:
     served = request.app[SERVED]
     store = served.require_store()
     cap = served.bounded_cap(args.cap)
-    counts = await store.write(args.scope_key, args.candidates, cap)
+    counts = check_answer("write", await store.write(args.scope_key, args.candidates, cap))
     if counts.evicted:
         log.info("[write] %s <- %d candidates (evicted %d)",
                  args.scope_key, len(args.candidates), counts.evicted)
@@ -251,7 +251,7 @@ async def list_records(request: web.Request) -> web.StreamResponse:
 async def forget(request: web.Request) -> web.StreamResponse:
     args = validation.forget_args(await read_body(request))
     store = request.app[SERVED].require_store()
-    forgotten = await store.forget(args.scope_key, args.record_id)
+    forgotten = check_answer("forget", await store.forget(args.scope_key, args.record_id))
     log.info("[forget] %s %s -> %s", args.scope_key, args.record_id, str(forgotten).lower())
     return json_answer({"ok": True, "forgotten": forgotten})
 
@@ -260,7 +260,7 @@ async def forget(request: web.Request) -> web.StreamResponse:
 async def sweep(request: web.Request) -> web.StreamResponse:
     args = validation.sweep_args(await read_body(request))
     store = request.app[SERVED].require_store()
-    result = await store.sweep(args.scope_key, dry_run=args.dry_run)
+    result = check_answer("sweep", await store.sweep(args.scope_key, dry_run=args.dry_run))
     log.info("[sweep] %s -> %d%s", args.scope_key, result.swept,
              " (dry run)" if args.dry_run else "")
     return json_answer({"ok": True, **to_wire(result)})

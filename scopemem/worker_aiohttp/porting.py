@@ -1,6 +1,6 @@
 """The worker's routes for moving records between stores (``stores.porting``,
 ``scopemem export`` / ``import`` through the worker; the client is
-``stores/worker_porting.py``):
+``stores/worker_calls.py``):
 
 ``/scopes {after?, limit}``
     the scope keys the store holds, sorted, a page after ``after`` → ``{scopes, more}``

@@ -1,5 +1,5 @@
 """The worker's routes of the semantic lane (``stores.shared.vectors.VectorStore``), what
-the worker client's vector calls (``stores/worker_vectors.py``):
+the worker client's vector calls (``stores/worker_calls.py``):
 
 ``/vectors-missing {scopeKey, model, limit}``
     up to ``limit`` active records of the scope without a vector of ``model``, oldest

@@ -257,6 +257,28 @@ async def test_a_failing_store_write_is_a_warning(store, clock, scripted, memory
     assert any("disk full" in w for w in memory_warnings())
 
 
+async def test_a_store_answering_a_write_with_no_counts_costs_that_scope_only(
+        store, clock, scripted, memory_warnings):
+    """A store plugin whose write answers garbage for one scope loses that scope's batch
+    (one warning naming the answer), never the other scopes' writes or the reflection's
+    line."""
+    memory = make_memory(store, clock, scripted)
+    write = store.write
+
+    async def odd(scope_key, candidates, cap=None):
+        counts = await write(scope_key, candidates, cap)
+        return None if scope_key == "org:acme" else counts
+
+    store.write = odd  # type: ignore[method-assign]
+    scripted.replies = [{"facts": [lesson("the deploy needs make bootstrap first"),
+                                   lesson("this user wants answers in French",
+                                          audience="user")]}]
+    await reflect(memory, run())
+    assert memory_warnings() == ["[memory] reflection write to org:acme failed: the store "
+                                 "answered write with None, not a WriteCounts"]
+    assert await texts(store, "user:slack:UA") == ["this user wants answers in French"]
+
+
 # --- the gate and the counters -----------------------------------------------------------------
 
 

@@ -346,6 +346,27 @@ async def test_a_store_failure_is_operation_failed(memory, store):
     assert isinstance(caught.value.__cause__, OSError)
 
 
+@pytest.mark.parametrize(("method", "answer", "call", "message"), [
+    ("write", None, lambda memory: memory.remember(ALICE, "deploys freeze on fridays"),
+     "write to user:slack:UA failed: the store answered write with None, not a WriteCounts"),
+    ("forget", "yes", lambda memory: memory.forget(ALICE, "mem:user:slack:UA:1"),
+     "forget of mem:user:slack:UA:1 failed: the store answered forget with 'yes', not a bool"),
+    ("sweep", {"swept": 1}, lambda memory: memory.sweep(ADMIN, "org"),
+     "sweep of org:acme failed: the store answered sweep with {'swept': 1}, not a "
+     "SweepResult"),
+])
+async def test_a_store_answering_the_wrong_type_is_operation_failed(memory, store, method,
+                                                                    answer, call, message):
+    """A store plugin's wrong answer is the operation's failure naming it, never a
+    traceback in the command that renders it nor a truthy answer read as "forgotten"."""
+    async def odd(*args, **kwargs):
+        return answer
+
+    setattr(store, method, odd)
+    with pytest.raises(OperationFailed, match=re.escape(message)):
+        await call(memory)
+
+
 async def test_sweep_is_for_admins_and_reports_per_scope(memory, store):
     # The store keeps what it is given: the gate is the host's, so this one got past it.
     await store.write(ORG, [fact(STATUS), fact("deploys freeze on fridays")])
@@ -493,3 +514,30 @@ async def test_a_store_answering_another_scopes_records_costs_that_scope_not_the
     assert set(found.failed) >= {ORG}
     assert {s.scope_key for s in listing.sections if s.error} >= {ORG}
     assert "another scope" in dict((s.scope_key, s.error) for s in listing.sections)[ORG]
+
+
+# --- a DM's channel scope is its person's ------------------------------------------------------
+
+
+async def test_a_person_forgets_and_sweeps_their_own_dms_channel_scope(store, clock):
+    """Reflection writes a DM's channel facts to its channel scope (``channel:slack:D1``),
+    but only admins could change a channel scope: the one person in the conversation could
+    read those records and not forget them. A channel the caller's request stamps ``dm``
+    is theirs; the same channel unstamped, or seen from elsewhere, is as before."""
+    dm = "channel:slack:D1"
+    await store.write(dm, [fact("this user likes short answers"), fact(STATUS),
+                           fact("this user deploys from the release branch")])
+    memory = make(store, clock)
+    alice = Caller(user_key="user:slack:UA", channel_id="slack:D1", channel_visibility="dm")
+    assert (await memory.forget(alice, f"mem:{dm}:1")).forgotten
+    swept = await memory.sweep(alice, "channel")
+    assert [(s.scope_key, s.result.swept) for s in swept.scopes] == [(dm, 1)]
+    assert (await memory.remember(alice, "this user reviews on mondays", "channel")).scope_key \
+        == dm
+    unstamped = Caller(user_key="user:slack:UA", channel_id="slack:D1")
+    assert (await refusal(memory.forget(unstamped, f"mem:{dm}:3"))).reason == "admin_only"
+    elsewhere = Caller(user_key="user:slack:UB", channel_id="slack:D2", channel_visibility="dm")
+    assert (await refusal(memory.forget(elsewhere, f"mem:{dm}:3"))).reason == "closed_scope"
+    assert (await refusal(memory.sweep(alice, "org"))).reason == "admin_only"
+    assert [r.text for r in await store.list(dm, 10)] == [
+        "this user reviews on mondays", "this user deploys from the release branch"]

@@ -11,7 +11,7 @@ import pytest
 
 from scopemem import Memory, MemoryConfig, Request, ScopeKind, handle_command, hookimpl
 from scopemem.api.reflecting import Run
-from scopemem.core.records import Kind, Source
+from scopemem.core.records import Kind, Source, Status
 from scopemem.core.requests import Request as CoreRequest
 from scopemem.errors import StoreRefused
 from scopemem.plugins.manager import new_plugin_manager
@@ -456,3 +456,26 @@ def test_a_run_an_adapter_got_wrong_is_refused_naming_the_field(fields, named):
 
 def test_a_run_without_a_thread_key_may_say_none():
     assert Run(request=Request(text="x"), answer="ok", thread_key=None).thread_key == ""
+
+
+async def test_a_fact_that_corrects_one_record_and_restates_another_keeps_both_links(
+        store, clock, scripted):
+    """A fact the extractor said replaces one shown record and restates another was taken
+    as the restatement alone: the record it corrects stayed active, read by every run, and
+    no record kept the correction's pointer."""
+    await store.write(ORG, [fact("the license check runs on every push to main"),
+                            fact("the license check runs nightly, not on pushes")])
+    stale, restated = f"mem:{ORG}:1", f"mem:{ORG}:2"
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("the license check runs nightly, never on a push",
+                                          supersedes=stale, restates=restated)],
+                         "summary": "the license check"}]
+    await reflect(memory, run(text="does the license check run on push or nightly"))
+    history = await store.record_history(ORG, stale)
+    assert history is not None and history.record.status is Status.SUPERSEDED
+    successor = history.superseded_by
+    assert successor is not None and successor.is_active
+    assert (successor.supersedes, successor.restates) == (stale, restated)
+    kept = await store.record_history(ORG, restated)
+    assert kept is not None and kept.record.is_active
+    assert [record.id for record in kept.restated_by] == [successor.id]

@@ -91,9 +91,9 @@ async def test_a_batch_with_a_refused_text_keeps_the_others_vectors(server, cloc
         try:
             assert again.semantic is not None
             assert (await again.semantic.embed_missing(store, SCOPE)).kept == 1
+            assert await store.vectors_missing(SCOPE, MODEL, 10) == []
         finally:
-            await again.close()
-        assert await store.vectors_missing(SCOPE, MODEL, 10) == []
+            await again.close()  # closes the store too: nothing reads it after
     finally:
         await memory.close()
 

@@ -3,12 +3,23 @@ on a real SQLite directory; and closing cleanly."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
 import pytest
 
-from scopemem import Caller, MemoryRefused, Request, ScopememError, SyncMemory, handle_command
+from scopemem import (
+    Caller,
+    MemoryRefused,
+    Request,
+    Run,
+    ScopememError,
+    SyncMemory,
+    handle_command,
+    hookimpl,
+)
+from scopemem.plugins.manager import new_plugin_manager
 
 ADMIN = "user:slack:UADMIN"
 ALICE = Caller(user_key="user:slack:UA", channel_id="slack:C1")
@@ -93,3 +104,60 @@ def test_a_config_error_stops_the_loop_thread(tmp_path: Path):
     with pytest.raises(ScopememError):
         SyncMemory.from_config({"memory": {"enabled": True}})  # no organization
     assert threading.active_count() == before
+
+
+class Lesson:
+    """A reflection model that answers one durable fact."""
+
+    @hookimpl
+    def scopemem_register_providers(self, register):
+        register("lesson", lambda settings: self)
+
+    async def complete(self, *, model, system, user, max_tokens=1024):
+        return json.dumps({"facts": [{"text": "deploys freeze on fridays", "confidence": 0.9}]})
+
+    async def close(self):
+        pass
+
+
+def test_a_run_in_its_slot_keeps_close_waiting_for_its_reflection(tmp_path: Path):
+    """As ``Memory.run_slot``: a bot thread between its reply and scheduling its reflection
+    holds ``close`` (another thread's shutdown) until the reflection is scheduled and done;
+    without a slot, close finished first and the run was refused as closed."""
+    settings = config(tmp_path)
+    settings["memory"]["model"] = "lesson/m"  # type: ignore[index]
+    pm = new_plugin_manager(environ={"SCOPEMEM_LOAD_PLUGINS": ""}, extra_plugins=(Lesson(),))
+    memory = SyncMemory.from_config(settings, plugin_manager=pm)
+    assert memory.store_is_durable
+    draining, entered = threading.Event(), threading.Event()
+    drain = memory.memory.drain
+
+    async def noted(timeout: float = 900.0) -> bool:
+        draining.set()
+        return await drain(timeout)
+
+    memory.memory.drain = noted  # type: ignore[method-assign]
+    request = Request(text="can I deploy on friday?", user_id="slack:UA", channel_id="slack:C1",
+                      channel_visibility="public")
+    errors: list[BaseException] = []
+
+    def bot() -> None:
+        try:
+            with memory.run_slot():
+                entered.set()
+                draining.wait()  # the shutdown has begun: the reply is being sent
+                memory.schedule_reflection(Run(request=request, history=[], answer="no",
+                                               tool_calls=1, run_id="r-1"))
+        except BaseException as exc:  # surfaced below, in the test's thread
+            errors.append(exc)
+            entered.set()
+
+    thread = threading.Thread(target=bot)
+    thread.start()
+    entered.wait()
+    memory.close()
+    thread.join()
+    assert errors == []
+    with SyncMemory.from_config(config(tmp_path)) as again:
+        assert [r.text for r in again.list(ALICE, "org").records] == [
+            "deploys freeze on fridays"]

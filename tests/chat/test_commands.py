@@ -7,7 +7,7 @@ import unicodedata
 import pytest
 
 from scopemem import Caller, Memory, MemoryConfig, ScopeKind, handle_command, hookimpl
-from scopemem.chat.commands import MAX_REPLY_TEXT_CHARS
+from scopemem.chat.rendering import MAX_REPLY_TEXT_CHARS
 from scopemem.plugins.manager import new_plugin_manager
 from scopemem.stores.memory import InMemoryStore
 from tests.conftest import FakeClock, fact, summary
@@ -472,10 +472,26 @@ async def test_a_sweep_dry_run_reply_lists_ids_within_the_reply_budget(memory, s
 def test_a_stored_time_no_calendar_holds_renders_as_its_number(created_at: int):
     """A row written into a store directly may hold a time past year 9999 or before year 1:
     a listing's line shows the number instead of failing the reply with a traceback."""
-    from scopemem.chat.commands import record_line
+    from scopemem.chat.rendering import record_line
     from scopemem.core.records import trusted_record
 
     record = trusted_record("mem:org:acme:1", "org:acme", "fact", "x", (), "t", None,
                             created_at, None, 0, None, None, None, "active", "human")
     line = record_line(record)
     assert "fact " in line and " — x" in line
+
+
+async def test_in_a_dm_the_person_forgets_and_sweeps_the_dms_channel_records(memory, store):
+    """A DM's channel scope holds what reflection learned about that conversation; its one
+    person could list those records but not forget them ("only admins")."""
+    await store.write("channel:slack:D1", [fact("this user wants answers in french"),
+                                           fact(STATUS)])
+    forgot = await ask(memory, "memory forget mem:channel:slack:D1:1", channel="slack:D1",
+                       channel_visibility="dm")
+    assert forgot.startswith("🧹 Forgot")
+    swept = await ask(memory, "memory sweep --scope channel", channel="slack:D1",
+                      channel_visibility="dm")
+    assert swept == "🧹 channel:slack:D1: swept 1"
+    await store.write("channel:slack:D1", [fact("this user reviews on mondays")])
+    refused = await ask(memory, "memory forget mem:channel:slack:D1:3", channel="slack:D1")
+    assert refused.startswith("🚫 only admins")

@@ -202,6 +202,24 @@ def test_the_null_store_is_not_called_durable(tmp_path):
                                           " nothing"}
 
 
+async def test_a_plugin_store_keeping_records_in_process_says_so_not_a_fallback():
+    """A third-party store that sets ``durable = False`` (docs/plugins.md) keeps its records
+    in the process; it did not fall back from anything, and has no token to be missing."""
+    from scopemem.stores.memory import InMemoryStore
+
+    class Cache(InMemoryStore):
+        pass
+
+    found = {check.name: check for check in await checks.check_store(
+        Cache(), configured="cache", cap=500)}
+    assert found["durable"].status == "warn"
+    assert found["durable"].detail == ("the cache store keeps records in the process: they "
+                                       "are lost when it exits")
+    fallback = {check.name: check for check in await checks.check_store(
+        InMemoryStore(), configured="worker", cap=500)}
+    assert "fell back to the in-process store" in fallback["durable"].detail
+
+
 def test_a_shard_that_cannot_be_read_fails_the_check_instead_of_the_command(config, roomy):
     """A shard the store cannot open (here another application's file in its name; on a
     full disk, one created empty) fails the checks that read it, with exit 2 and every

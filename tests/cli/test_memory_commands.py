@@ -273,7 +273,7 @@ def test_remember_redacts_caps_and_marks_the_fact_as_a_persons(config: Path):
     # A person may replace a record of the scope, whoever stated it.
     replaced = run(config, "remember", "rotate the staging key weekly", "--scope", "org",
                    "--supersedes", record["id"])
-    assert replaced.exit_code == 0 and f"replacing `{record['id']}`" in replaced.output
+    assert replaced.exit_code == 0 and f"replacing {record['id']}," in replaced.output
     assert [r["text"] for r in json.loads(run(config, "list", "org", "--json").output)[
         "scopes"][0]["records"]] == ["rotate the staging key weekly"]
     elsewhere = run(config, "remember", "x y z", "--scope", "me", "--supersedes", record["id"])
@@ -359,3 +359,29 @@ def test_a_change_only_an_admin_may_make_says_who_may_not_a_chat_command(config:
                   "--as", "user:slack:U8", "--operator")
     assert refused.exit_code == 1 and "only admins" in refused.output
     assert "memory.admins" in refused.output and "memory list" not in refused.output
+
+
+def test_a_terminal_gets_plain_ids_and_headings_not_chat_markdown(config: Path):
+    """The command line printed chat's markdown: ids in backticks (`mem:org:acme:1`) and
+    headings in asterisks, which a terminal shows as they are and which a copied id carried
+    into the next command. Chat replies keep their markdown (tests/chat)."""
+    org = org_of(config)
+    first = run(config, "remember", "the api tests need make bootstrap first", "--scope", "org")
+    replaced = run(config, "remember", "the api tests need make bootstrap and make seed",
+                   "--scope", "org", "--supersedes", f"mem:{org}:1")
+    missing = run(config, "remember", "the deploy train leaves on tuesdays", "--scope", "org",
+                  "--supersedes", f"mem:{org}:9")
+    listed = run(config, "list", "org")
+    dry = run(config, "sweep", "--scope", "org", "--dry-run")
+    forgot = run(config, "forget", f"mem:{org}:2")
+    again = run(config, "forget", f"mem:{org}:2")
+    outputs = [first, replaced, missing, listed, dry, forgot, again]
+    assert [result.exit_code for result in outputs] == [0, 0, 0, 0, 0, 0, 1]
+    assert f"replacing mem:{org}:1," in replaced.output
+    assert f"(mem:{org}:9 was not an active record; nothing replaced)" in missing.output
+    assert f"\n{org}\n" in f"\n{listed.output}"
+    assert f"mem:{org}:3 fact " in listed.output and "(source cli:remember)" in listed.output
+    assert forgot.output == f"🧹 Forgot mem:{org}:2\n"
+    assert again.output == f"Nothing to forget: mem:{org}:2 is not an active record\n"
+    assert not [result.output for result in outputs if "`" in result.output or "*" in
+                result.output]

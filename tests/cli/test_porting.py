@@ -147,7 +147,7 @@ def test_sqlite_to_jsonl_to_postgres_to_jsonl_is_the_same_file(tmp_path: Path):
         # A write after the import gets an id above every imported one (org:acme: 1-4).
         ok(run(served, "remember", "--scope", "org", "the deploy window is friday"))
         listed = ok(run(served, "list", "deploy window")).output
-        assert "`mem:org:acme:5` fact" in listed, listed
+        assert "mem:org:acme:5 fact" in listed, listed
     finally:
         pg.drop_schemas(schema)
 

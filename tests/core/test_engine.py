@@ -134,6 +134,27 @@ def test_restate_of_inactive_or_foreign_falls_through():
                                         NOW), Dedup)
 
 
+def test_a_correction_that_also_restates_another_record_retires_its_target():
+    """A fact naming one record it replaces and another it restates was taken as the
+    restatement alone: the record it corrects stayed active, and its pointer was lost. The
+    correction wins: the target retires and the fact lands carrying both pointers."""
+    stale, current = rec(1, "the license check runs on every push"), rec(2, "runs nightly")
+    both = cand("the license check runs nightly, never on a push", supersedes=stale.id,
+                restates=current.id)
+    action = engine.plan_write(SCOPE, both, [stale, current], NOW)
+    assert action == Insert(superseded=attrs.evolve(stale, status=Status.SUPERSEDED))
+    minted = engine.mint_record(SCOPE, 3, both, NOW)
+    assert (minted.supersedes, minted.restates) == (stale.id, current.id)
+    # With nothing to retire (gone, a person's, the restated record itself) it restates.
+    stated = rec(3, "the license check runs hourly", source=Source.HUMAN)
+    for target, pool in ((None, [current]), (stated, [stated, current]),
+                         (current, [current])):
+        pointer = target.id if target else "mem:org:acme:99"
+        action = engine.plan_write(SCOPE, cand("p", supersedes=pointer, restates=current.id),
+                                   pool, NOW)
+        assert isinstance(action, Restate) and action.updated.id == current.id
+
+
 def test_count_action():
     lesson, summary = cand("x"), cand("x", kind=Kind.SUMMARY)
     assert engine.count_action(Insert(), lesson) == WriteCounts(inserted=1)

@@ -165,10 +165,21 @@ def test_a_record_shows_its_provenance_history_and_the_runs_it_reached(page, hub
     shot(page, hub, "run")
 
 
-def test_forget_from_the_scope_page_forgets_the_record_in_the_store(page, hub):
+def test_forget_from_the_scope_page_asks_first_then_forgets_the_record_in_the_store(page, hub):
+    """The Forget button forgot the record (its text erased for good) on one click; it
+    opens a page naming the record now, and Cancel there changes nothing."""
     target = records_of(hub, PERSON)["prefers answers with the command first"]
     page.goto(f"{hub.url}/hub/scope?key={PERSON}")
     page.click(f"button[aria-label='Forget {target.id}']")
+    assert page.inner_text("h1") == f"Forget {target.id}?"
+    assert "prefers answers with the command first" in page.inner_text("main")
+    assert records_of(hub, PERSON)[target.text].status is Status.ACTIVE
+    shot(page, hub, "forget")
+    page.click("text=Cancel")
+    assert page.inner_text("h1") == f"Scope {PERSON}"
+    assert records_of(hub, PERSON)[target.text].status is Status.ACTIVE
+    page.click(f"button[aria-label='Forget {target.id}']")
+    page.click("text=Forget this record")
     assert "forgotten" in page.inner_text("[role=status]")
     statuses = {r.id: r.status for r in records_of(hub, PERSON).values()}
     assert statuses[target.id] is Status.FORGOTTEN

@@ -344,6 +344,39 @@ async def test_a_hub_without_an_organisation_says_so_at_start_and_names_the_sett
         answer = await session.post(f"{url}/hub/forget",
                                     data={"csrf": csrf.group(1), "id": "mem:org:acme:1"})
         body = await answer.text()
+        # Read before the worker's cleanup closes the store.
+        assert (await store.list("org:acme", 5))[0].text == "run make bootstrap first"
     assert answer.status == 403
     assert "memory.organization" in body and "another organisation" not in body
-    assert (await store.list("org:acme", 5))[0].text == "run make bootstrap first"
+
+
+async def test_an_overview_order_it_does_not_take_is_a_400_page_naming_the_choices():
+    """``order`` was read as "desc or anything else": ``order=bogus`` (a hand-edited
+    address) showed the ascending page as if asked for, where ``sort`` says what it takes."""
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        assert await _login(session, url) == 303
+        for order in ("bogus", "DESC", "%00"):
+            answer = await session.get(f"{url}/hub/?order={order}", allow_redirects=False)
+            assert answer.status == 400
+            assert "order takes one of asc, desc" in await answer.text()
+        for order in ("asc", "desc", ""):
+            assert (await session.get(f"{url}/hub/?sort=active&order={order}")).status == 200
+
+
+@pytest.mark.parametrize("path", ["/hub/static/nope.js", "/hub/static/", "/hub/static/sub/x.css"])
+async def test_a_static_file_that_does_not_exist_is_the_hubs_404_page(path):
+    """A static file that does not exist answered a bare 404 (an empty body sent as
+    ``application/octet-stream``), and the static directory a 403, where every other
+    refusal of the hub (a page that does not exist among them) is its own page saying
+    why."""
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession() as session:
+        answer = await session.get(f"{url}{path}", allow_redirects=False)
+        assert answer.status == 404
+        assert answer.headers["Content-Type"].startswith("text/html")
+        page = await answer.text()
+        assert '<p class="error" role="alert">' in page
+        assert "frame-ancestors 'none'" in answer.headers["Content-Security-Policy"]
+        css = await session.get(f"{url}/hub/static/hub.css")
+        assert css.status == 200 and css.headers["Content-Type"].startswith("text/css")

@@ -29,12 +29,29 @@ async def _login(session: ClientSession, url: str) -> None:
     assert answer.status == 303
 
 
-def _first_forget_form(page: str) -> dict[str, str]:
-    """The fields of the first Forget form on a page, as a browser would send them."""
-    form = re.search(r'<form method="post" action="/hub/forget">(.*?)</form>', page, re.S)
+def _form_fields(page: str, method: str) -> dict[str, str]:
+    """The fields of the page's first form sent to /hub/forget by ``method``, as a browser
+    would send them."""
+    form = re.search(rf'<form method="{method}" action="/hub/forget">(.*?)</form>', page, re.S)
     assert form is not None
     return {name: html.unescape(value) for name, value in
             re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form.group(1))}
+
+
+async def _first_forget_form(session: ClientSession, url: str, page: str) -> dict[str, str]:
+    """The fields of the form that forgets the first record a scope page lists: its Forget
+    button opens the page asking to confirm, whose form it is."""
+    asked = await session.get(f"{url}/hub/forget", params=_form_fields(page, "get"))
+    assert asked.status == 200
+    return _form_fields(await asked.text(), "post")
+
+
+async def _person_store(*texts: str) -> InMemoryStore:
+    """An in-process store whose person's scope holds ``texts``, oldest first."""
+    store = InMemoryStore()
+    await store.write(PERSON, [Candidate(kind=Kind.FACT, source_thread_key="slack:D1",
+                                         text=text) for text in texts])
+    return store
 
 
 def _pager_links(page: str) -> list[str]:
@@ -56,7 +73,7 @@ async def test_a_forget_returns_to_the_page_and_filters_it_was_made_from_saying_
         await _login(session, url)
         page = await (await session.get(
             f"{url}/hub/scope?key={PERSON}&status=active&page=2")).text()
-        form = _first_forget_form(page)
+        form = await _first_forget_form(session, url, page)
         answer = await session.post(f"{url}/hub/forget", data=form, allow_redirects=False)
         assert answer.status == 303
         back = answer.headers["Location"]
@@ -73,14 +90,12 @@ async def test_a_forget_returns_to_the_page_and_filters_it_was_made_from_saying_
 async def test_a_forget_form_that_carries_no_place_or_a_forged_one_lands_on_the_scope():
     """The place a forget returns to is taken only from values a scope page could have
     sent; anything else is left out, never echoed into the redirect."""
-    store = InMemoryStore()
-    await store.write(PERSON, [Candidate(kind=Kind.FACT, source_thread_key="slack:D1",
-                                         text="the api tests need make bootstrap first")])
+    store = await _person_store("the api tests need make bootstrap first")
     app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
     async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
         await _login(session, url)
         page = await (await session.get(f"{url}/hub/scope?key={PERSON}")).text()
-        form = _first_forget_form(page)
+        form = await _first_forget_form(session, url, page)
         forged = {**form, "page": "0x2", "status": "gone", "kind": "//evil.example",
                   "source": "human\r\nX: 1"}
         answer = await session.post(f"{url}/hub/forget", data=forged, allow_redirects=False)
@@ -114,8 +129,8 @@ async def test_a_page_past_the_last_says_so_and_links_the_last_rather_than_nothi
         await _login(session, url)
         page = await (await session.get(
             f"{url}/hub/scope?key={PERSON}&status=active&page=2")).text()
-        answer = await session.post(f"{url}/hub/forget", data=_first_forget_form(page),
-                                    allow_redirects=False)
+        form = await _first_forget_form(session, url, page)
+        answer = await session.post(f"{url}/hub/forget", data=form, allow_redirects=False)
         landed = await (await session.get(f"{url}{answer.headers['Location']}")).text()
         assert "matches these filters" not in landed
         assert "past the last page" in landed
@@ -139,3 +154,32 @@ async def test_a_search_brief_up_to_its_limit_in_any_script_is_searched():
         assert answer.status == 200 and "部署 需要" in await answer.text()
         longer = await session.get(f"{url}/hub/search", params={"brief": brief + "部"})
         assert longer.status == 400 and "longer than 4000 characters" in await longer.text()
+
+
+async def test_forget_asks_first_and_forgets_only_once_confirmed():
+    """A Forget button forgot the record at once, its text erased for good, one click
+    after a person meant to press the row's link: now it opens a page naming the record,
+    and only that page's button forgets it; Cancel goes back where the person was."""
+    store = await _person_store("the api tests need make bootstrap first")
+    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        await _login(session, url)
+        page = await (await session.get(f"{url}/hub/scope?key={PERSON}&status=active")).text()
+        asked = await session.get(f"{url}/hub/forget", params=_form_fields(page, "get"))
+        confirm = await asked.text()
+        assert asked.status == 200 and "the api tests need make bootstrap first" in confirm
+        assert [r.status.value for r in await store.list(PERSON, 5)] == ["active"]
+        cancel = re.search(r'<a href="([^"]+)">Cancel</a>', confirm)
+        assert cancel is not None
+        back = urllib.parse.urlsplit(html.unescape(cancel.group(1)))
+        assert back.path == "/hub/scope"
+        assert urllib.parse.parse_qs(back.query) == {"key": [PERSON], "status": ["active"]}
+        answer = await session.post(f"{url}/hub/forget", data=_form_fields(confirm, "post"),
+                                    allow_redirects=False)
+        assert answer.status == 303 and "done=forgotten" in answer.headers["Location"]
+        assert await store.list(PERSON, 5) == []
+        again = await session.get(f"{url}/hub/forget", params=_form_fields(page, "get"),
+                                  allow_redirects=False)
+        assert again.status == 303 and "done=not-forgotten" in again.headers["Location"]
+        for bad, status in (("mem:user:slack:U1:9", 404), ("nonsense", 400)):
+            assert (await session.get(f"{url}/hub/forget", params={"id": bad})).status == status

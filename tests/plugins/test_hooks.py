@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import logging
 import os
 import re
 import subprocess
@@ -18,12 +19,14 @@ from scopemem.core.policy import RunActor, WriteDecision
 from scopemem.errors import PluginError, StoreError
 from scopemem.installation import store_registry
 from scopemem.plugins import hookspecs, host
+from scopemem.plugins.embedders import embedder_registry
 from scopemem.plugins.manager import (
     BUILTIN_PLUGINS,
     get_plugin_manager,
     new_plugin_manager,
     plugin_rows,
 )
+from scopemem.plugins.providers import provider_registry
 from scopemem.plugins.registry import Registry
 from scopemem.stores.memory import InMemoryStore
 
@@ -141,8 +144,43 @@ def test_a_hookimpl_without_a_spec_is_refused():
         def scopemem_register_store(self, register):  # missing "s"
             pass
 
-    with pytest.raises(PluginError, match="scopemem_register_store"):
+    # Named as ``scopemem plugins`` names it, not by the object's repr (a module's path).
+    with pytest.raises(PluginError, match=re.escape(
+            "plugin 'Typo' implements scopemem_register_store, which is no scopemem hook")):
         new_plugin_manager(load_entry_points=False, extra_plugins=(Typo(),))
+
+
+def test_a_hookimpl_with_an_argument_its_spec_lacks_is_refused_naming_the_plugin():
+    """pluggy refuses it at registration: a ``PluginError`` naming the plugin, the hook and
+    the argument (the command line's one-line error), not pluggy's traceback."""
+    class Misnamed:
+        @hookimpl
+        def scopemem_scope_kinds(self, cfg):
+            return []
+
+    with pytest.raises(PluginError, match=re.escape(
+            "plugin 'Misnamed' cannot be registered: hookimpl definition: "
+            "scopemem_scope_kinds(cfg); Argument(s) {'cfg'} are declared in the hookimpl but "
+            "can not be found in the hookspec")):
+        new_plugin_manager(load_entry_points=False, extra_plugins=(Misnamed(),))
+
+
+@pytest.mark.parametrize(("hook", "registry"), [
+    ("scopemem_register_stores", store_registry),
+    ("scopemem_register_providers", provider_registry),
+    ("scopemem_register_embedders", embedder_registry),
+])
+def test_a_plugin_that_raises_registering_is_named_not_a_traceback(hook, registry):
+    """As for commands: every command builds these registries, so a raise was a traceback
+    on every command."""
+    def boom(self, register):
+        raise RuntimeError("no backend")
+
+    plugin = type("Boom", (), {hook: hookimpl(boom)})()
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(plugin,))
+    with pytest.raises(PluginError, match=re.escape(
+            f"plugin 'Boom' failed in {hook}: RuntimeError: no backend")):
+        registry(pm)
 
 
 def test_registry_refuses_duplicates_and_lists_installed_on_unknown():
@@ -232,6 +270,34 @@ def test_scopemem_authorize_write_a_plugin_answer_comes_first_and_cannot_widen()
     assert decide("user:slack:U1") == WriteDecision.deny("policy_widened")
 
 
+@pytest.mark.parametrize(("origin", "target", "landed"), [
+    ("dm", "org:acme", WriteDecision.narrow("user:slack:U1", "dm_origin")),
+    ("private", "org:acme", WriteDecision.narrow("channel:slack:C1", "private_origin")),
+    (None, "guild:discord:9", WriteDecision.narrow("channel:slack:C1", "unknown_origin")),
+    ("public", "org:acme", WriteDecision.allow("org:acme")),
+    ("dm", "user:slack:U1", WriteDecision.allow("user:slack:U1")),
+])
+def test_a_policy_that_allows_everything_keeps_the_origins_narrowing(origin, target, landed):
+    """A plugin answering ``allow(target)`` (one of the three documented answers) took the
+    built-in's place and put what a DM said in the org scope, which everyone reads: the
+    built-in's narrowing by origin is a floor under every plugin's answer."""
+    class Lenient:
+        @hookimpl
+        def scopemem_authorize_write(self, actor, target, candidate, origin):
+            return WriteDecision.allow(target)
+
+    actor = RunActor({**ACTOR.scopes, "guild": "guild:discord:9"})
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Lenient(),))
+    assert host.authorize_write(pm, actor=actor, target=target, candidate=FACT, origin=origin,
+                                breadth={**BREADTH, "guild": 15}) == landed
+    # An installation that means it disables the built-in policy.
+    pm = new_plugin_manager(environ={"SCOPEMEM_DISABLED_PLUGINS":
+                                     "scopemem.plugins.builtin_policy"},
+                            load_entry_points=False, extra_plugins=(Lenient(),))
+    assert host.authorize_write(pm, actor=actor, target=target, candidate=FACT, origin=origin,
+                                breadth={**BREADTH, "guild": 15}) == WriteDecision.allow(target)
+
+
 class Broken:
     """A plugin that gets every hook wrong: it raises, or answers the wrong type."""
 
@@ -265,6 +331,10 @@ class Broken:
             return "allow"
         if self.how == "policy reason":
             return WriteDecision.deny("no\n[memory] reflection forged: offered 9")
+        if self.how == "policy list":
+            return WriteDecision.narrow(["user:slack:U1"], "narrowed")
+        if self.how == "policy number":
+            return WriteDecision.allow(12345)
 
 
 @pytest.mark.parametrize(("how", "message"), [
@@ -286,6 +356,9 @@ def test_a_plugin_whose_scope_kinds_fail_is_named(how, message):
     (ScopeKind("me", 15, lambda request: None), "name is the scope word 'me'"),
     (ScopeKind("guild", "15", lambda request: None), "breadth is not an integer"),
     (ScopeKind("guild", 15, "guild:1"), "derive is not callable"),
+    # It completes the extractor's instruction: a number or a list went into the prompt.
+    (ScopeKind("guild", 15, lambda request: None, description=["the server"]),
+     "description is not a string"),
 ])
 def test_a_scope_kind_that_cannot_be_used_is_refused_naming_its_plugin(kind, problem):
     class Odd:
@@ -344,6 +417,14 @@ def test_a_gate_plugin_that_raises_or_answers_junk_is_named(how, message):
     # a silent denial counted as a widening.
     ("policy junk",
      "plugin 'Broken' answered scopemem_authorize_write with 'allow', not a WriteDecision"),
+    # A list was a TypeError (unhashable) failing the reflection unnamed; a number a silent
+    # denial counted as a widening.
+    ("policy list",
+     "plugin 'Broken' answered scopemem_authorize_write with the scope ['user:slack:U1'], "
+     "not a scope key or None"),
+    ("policy number",
+     "plugin 'Broken' answered scopemem_authorize_write with the scope 12345, not a scope "
+     "key or None"),
 ])
 def test_a_policy_plugin_that_raises_or_answers_junk_is_named(how, message):
     pm = new_plugin_manager(load_entry_points=False, extra_plugins=(Broken(how),))
@@ -437,3 +518,16 @@ def test_a_plugin_whose_commands_fail_is_named_not_a_traceback():
             "plugin 'Boom' failed in scopemem_register_commands: RuntimeError: no click "
             "today")):
         build_cli(new_plugin_manager(load_entry_points=False, extra_plugins=(Boom(),)))
+
+
+def test_a_load_plugins_name_no_installed_plugin_has_is_warned_about(third_party, caplog):
+    """A misspelt ``SCOPEMEM_LOAD_PLUGINS`` loads nothing of what was meant: it says so,
+    naming the name, rather than starting without the plugin in silence."""
+    with caplog.at_level(logging.WARNING, logger="scopemem"):
+        new_plugin_manager(environ={"SCOPEMEM_LOAD_PLUGINS": f"{third_party}, extar"})
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "'extar'" in warned[0] and "'extra'" not in warned[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="scopemem"):
+        new_plugin_manager(environ={"SCOPEMEM_LOAD_PLUGINS": f"{third_party},memory"})
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]

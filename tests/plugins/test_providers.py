@@ -258,6 +258,27 @@ def test_a_factory_that_returns_no_provider_is_refused():
         build_provider(pm, MemoryConfig(), ModelRef("broken", "m"), {})
 
 
+def test_a_factory_that_returns_no_provider_is_refused_at_startup_and_by_config_check():
+    """As a store factory's is: memory does not start (nor ``config check`` pass) with a
+    provider every reflection would skip with a warning."""
+    from scopemem import Memory
+    from scopemem.installation import check_plugin_tables
+
+    class Hollow:
+        @hookimpl
+        def scopemem_register_providers(self, register):
+            register("hollow", lambda settings: None)
+
+    pm = new_plugin_manager(environ={"SCOPEMEM_LOAD_PLUGINS": ""}, extra_plugins=(Hollow(),))
+    config = {"memory": {"enabled": True, "organization": "acme", "store": "memory",
+                         "model": "hollow/m"}}
+    message = "provider 'hollow': the factory returned NoneType, which does not implement"
+    with pytest.raises(ProviderError, match=message):
+        check_plugin_tables(MemoryConfig(**config["memory"]), pm)
+    with pytest.raises(ProviderError, match=message):
+        Memory.from_config(config, plugin_manager=pm)
+
+
 def test_building_reads_os_environ_when_none_is_given(pm, monkeypatch):
     monkeypatch.setenv("MY_KEY_VAR", "sk-from-the-environment-1234")
     config = MemoryConfig(providers={"anthropic": {"api_key_env": "MY_KEY_VAR"}})

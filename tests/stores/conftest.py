@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
@@ -13,7 +15,7 @@ import apsw
 import pytest
 
 from scopemem.core.ranking import Ranking
-from scopemem.stores.base import MemoryStore
+from scopemem.stores.base import MemoryStore, StoreSettings
 from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.sqlite_shared import SharedSqliteStore
 from tests.conftest import FakeClock
@@ -21,7 +23,13 @@ from tests.stores import pg
 
 MakeStore = Callable[..., Awaitable[MemoryStore]]
 
-STORE_KINDS = ["memory", "sqlite", "worker", "postgres"]
+#: A store plugin installed beside scopemem joins the suite by its registered name
+#: (docs/plugins.md): ``SCOPEMEM_TEST_STORE_PLUGIN=<name>``, its ``[memory.stores.<name>]``
+#: table as JSON in ``SCOPEMEM_TEST_STORE_OPTIONS``, where ``{tmp}`` is a fresh directory of
+#: each store a test builds.
+PLUGIN_STORE = os.environ.get("SCOPEMEM_TEST_STORE_PLUGIN")
+STORE_KINDS = ["memory", "sqlite", "worker", "postgres",
+               *([f"plugin:{PLUGIN_STORE}"] if PLUGIN_STORE else [])]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -63,6 +71,10 @@ async def make_store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path
             schemas.append(pg.lend_schema())
             store = pg.make(schemas[-1], cap=cap, clock=clock, retention_days=retention_days,
                             **ranked)
+        elif request.param.startswith("plugin:"):
+            store = _plugin_store(request.param.removeprefix("plugin:"),
+                                  tmp_path / f"plugin-{len(built)}", cap=cap, clock=clock,
+                                  retention_days=retention_days, **ranked)
         else:  # pragma: no cover - every kind above is handled
             raise AssertionError(request.param)
         built.append(store)
@@ -83,6 +95,19 @@ async def _served(servers: AsyncExitStack, backing: MemoryStore, cap: int, **ran
 
     url = await servers.enter_async_context(running(create_app(backing, "contract-token")))
     return WorkerStore(url, "contract-token", cap=cap, **ranked)
+
+
+def _plugin_store(name: str, directory: Path, **settings: Any) -> MemoryStore:
+    """The store plugin ``name`` builds, as ``memory.store = "<name>"`` would build it."""
+    from scopemem.installation import store_registry
+    from scopemem.plugins.manager import new_plugin_manager
+
+    directory.mkdir()
+    options = os.environ.get("SCOPEMEM_TEST_STORE_OPTIONS", "{}")
+    factory = store_registry(new_plugin_manager()).get(name)
+    store: MemoryStore = factory(StoreSettings(
+        name=name, options=json.loads(options.replace("{tmp}", str(directory))), **settings))
+    return store
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from scopemem.core.records import (
 )
 from scopemem.errors import StoreError
 from scopemem.stores.porting import export_records, portable
+from scopemem.stores.worker import WorkerStore
 from tests.conftest import DAY_MS, FakeClock, fact, summary
 
 ORG = "org:acme"
@@ -633,3 +634,25 @@ async def test_bad_scope_keys_are_refused(store, bad):
         await store.list(bad, 10)
     with pytest.raises(StoreError):
         await store.forget(bad, "mem:x:1")
+
+
+async def test_a_closed_store_refuses_every_call_with_a_store_error(store):
+    """After ``close()`` a call is a ``StoreError`` saying the store is closed, on every
+    store: the in-process store went on answering, so a write after shutdown reported
+    success for a record nobody would read again. A second ``close()`` is harmless."""
+    await store.write(ORG, [fact("the api tests need make bootstrap first")])
+    await store.close()
+    calls = {"list": lambda: store.list(ORG, 10),
+             "write": lambda: store.write(ORG, [fact("x y z lesson")]),
+             "retrieve": lambda: store.retrieve(ORG, "bootstrap", 5),
+             "forget": lambda: store.forget(ORG, f"mem:{ORG}:1"),
+             "sweep": lambda: store.sweep(ORG)}
+    if isinstance(store, WorkerStore):
+        # The worker client's retrieval is advisory (seed 000 item 19): it reads nothing and
+        # warns that the store is closed (tests/worker/test_client.py).
+        assert await calls.pop("retrieve")() == []
+    for name, call in calls.items():
+        with pytest.raises(StoreError, match="closed"):
+            await call()
+            pytest.fail(f"{name} answered after close")
+    await store.close()

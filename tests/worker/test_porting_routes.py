@@ -156,7 +156,7 @@ async def test_a_store_that_cannot_move_records_is_a_501(aiohttp_client):
 
 
 async def test_the_client_splits_imports_and_pages_scopes(spy, monkeypatch):
-    monkeypatch.setattr("scopemem.stores.worker_porting.MAX_SCOPES_PAGE", 2)
+    monkeypatch.setattr("scopemem.stores.worker_calls.MAX_SCOPES_PAGE", 2)
     long_text = "ü" * 4000  # two bytes a character: a few fill an import body's bytes
     records = [Record(id=f"mem:user:slack:U{n}:1", scope_key=f"user:slack:U{n}",
                       kind="fact", text=long_text, source_thread_key="t", created_at=n)

@@ -474,3 +474,25 @@ async def test_input_the_store_refuses_is_a_400_not_a_500(client, spy):
     status, body = await post(client, "/write", {"scopeKey": ORG, "records": [candidate()]})
     assert status == 400
     assert "refused" in body["error"] and "secret" not in body["error"]
+
+
+@pytest.mark.parametrize(("path", "body", "method", "answer"), [
+    ("/write", {"scopeKey": ORG, "records": [candidate()]}, "write", None),
+    ("/forget", {"scopeKey": ORG, "id": f"mem:{ORG}:1"}, "forget", {"ok": 1}),
+    ("/sweep", {"scopeKey": ORG}, "sweep", 3),
+])
+async def test_a_store_plugin_answering_the_wrong_type_is_a_store_failure_named_in_one_line(
+        aiohttp_client, spy, caplog, monkeypatch, path, body, method, answer):
+    """A plugin store's wrong answer is its failure, logged as one line naming the answer:
+    never a traceback in the worker's log, nor a dict sent back as ``forgotten``."""
+    async def wrong(*_args, **_kwargs):
+        return answer
+
+    monkeypatch.setattr(spy, method, wrong)
+    client = await aiohttp_client(create_app(spy, TOKEN))
+    with caplog.at_level(logging.INFO, logger="scopemem"):
+        status, reply = await post(client, path, body)
+    assert (status, reply["error"]) == (500, "the store failed; see the worker's log")
+    failed = [r for r in caplog.records if "failed in the store" in r.getMessage()]
+    assert len(failed) == 1 and f"answered {method} with" in failed[0].getMessage()
+    assert not any(r.exc_info for r in caplog.records)

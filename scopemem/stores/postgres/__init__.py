@@ -30,22 +30,16 @@ from typing import TYPE_CHECKING
 
 from scopemem.plugins.lazy import exports
 from scopemem.plugins.markers import hookimpl
+from scopemem.stores.registration import lazy_factory
 
 if TYPE_CHECKING:
-    from scopemem.stores.base import StoreSettings
     from scopemem.stores.postgres.store import PostgresStore
 
 __all__ = ["PostgresStore", "from_settings"]
 
 # Imported on first use: loading the plugin list must not load the store.
 __getattr__ = exports(__name__, {"PostgresStore": "scopemem.stores.postgres.store"})
-
-
-def from_settings(settings: StoreSettings) -> PostgresStore:
-    """The store ``[memory.stores.postgres]`` describes (``PostgresStore.from_settings``)."""
-    from scopemem.stores.postgres.store import PostgresStore
-
-    return PostgresStore.from_settings(settings)
+from_settings = lazy_factory("scopemem.stores.postgres.store", "PostgresStore")
 
 
 @hookimpl

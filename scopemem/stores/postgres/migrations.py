@@ -1,11 +1,6 @@
-"""The PostgreSQL store's tables, and how a database is brought up to date.
-
-Migrations are versioned: ``schema_migrations`` records each version a schema has seen, and
-every migration runs in its own transaction with its record, so it is applied once or not at
-all. Every statement is also safe to repeat (``IF NOT EXISTS``). ``migrate`` runs them under
-a session advisory lock keyed by the schema's name, so processes starting together migrate
-once: the first takes the lock and migrates, the others wait, then find nothing to do. A
-schema written by a newer scopemem (a version above ``SCHEMA_VERSION``) is refused.
+"""The PostgreSQL store's tables, and how a database is brought up to date
+(``docs/postgres-store.md``, "Tables" and "Migration"): each version in its own transaction
+with its record in ``schema_migrations``, under an advisory lock keyed by the schema.
 
 The statements name the schema through ``{s}`` (a validated identifier, quoted); nothing a
 user or a caller chose is ever formatted into SQL.
@@ -18,24 +13,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import attrs
-
 from scopemem.errors import StoreError
+from scopemem.stores.shared.sql import Migration
 
 __all__ = ["MIGRATIONS", "POST_ALL", "SCHEMA_VERSION", "advisory_key", "migrate", "quoted"]
 
 log = logging.getLogger("scopemem.stores.postgres")
-
-
-@attrs.frozen
-class Migration:
-    """``statements`` run in order, in one transaction with the version's record; each is
-    safe to repeat, and ``once`` ones (backfills) run only when the version is applied."""
-
-    version: int
-    name: str
-    statements: tuple[str, ...]
-    once: tuple[str, ...] = ()
 
 
 _BOOKKEEPING = (
@@ -57,8 +40,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             key   text PRIMARY KEY,
             value text NOT NULL
         )""",
-        # One row per scope: the highest seq it ever handed out (ids are never reused, even
-        # after a purge), taken FOR UPDATE by every transaction that changes the scope's rows.
+        # ``last_seq``: ids are never reused, even after a purge; locked by every writer.
         """CREATE TABLE IF NOT EXISTS {s}.scopes (
             scope_key  text PRIMARY KEY,
             last_seq   bigint NOT NULL DEFAULT 0,
@@ -88,22 +70,18 @@ MIGRATIONS: tuple[Migration, ...] = (
             tokens            text[] NOT NULL DEFAULT '{{}}',
             PRIMARY KEY (scope_key, seq)
         )""",
-        # Write-time dedup: the active rows sharing a candidate's normalized text.
+        # Write-time dedup, eviction and the active count, the purge oldest death first.
         "CREATE INDEX IF NOT EXISTS records_active_norm ON {s}.records (scope_key, norm)"
         " WHERE status = 'active'",
-        # Eviction (least recently used first) and the active count.
         "CREATE INDEX IF NOT EXISTS records_active_lru ON {s}.records"
         " (scope_key, last_used_at, created_at, seq) WHERE status = 'active'",
-        # The purge past the retention, oldest death first.
         "CREATE INDEX IF NOT EXISTS records_dead ON {s}.records (scope_key, retired_at)"
         " WHERE status IN ('superseded', 'evicted', 'swept')",
     )),
     Migration(2, "the inverted index of active records, and each scope's active count", (
-        # The prefilter and the statistics: one row per (scope, term, active record holding
-        # it), read by an index-only range scan per query term; ``continues``: the record
-        # was written just after one of its own thread (what the neighbour credit reads).
-        # It replaces a GIN index over ``records.tokens``, which made a retrieval visit
-        # every matching row (CHANGELOG.md, "Performance history", has the figures).
+        # Read by an index-only range scan per query term; ``continues``: the record was
+        # written just after one of its own thread (the neighbour credit). It replaces a GIN
+        # index, which made a retrieval visit every matching row.
         """CREATE TABLE IF NOT EXISTS {s}.postings (
             scope_key text NOT NULL,
             term      text NOT NULL,
@@ -119,10 +97,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         " WHERE r.scope_key = sc.scope_key AND r.status = 'active')",
     )),
     Migration(3, "per-day counters", (
-        # What happened in each scope per UTC day and counter name (``core.counters``). A
-        # write, a forget and a sweep add to it in their own transaction, so the counts
-        # agree with the rows whatever crashes. A schema at this version is refused by an
-        # older scopemem, which would change rows without counting them.
+        # Added to in the transaction making the change: counts agree with rows after a
+        # crash (and an older scopemem, which would not count, refuses the schema).
         """CREATE TABLE IF NOT EXISTS {s}.counters (
             scope_key text NOT NULL,
             day       integer NOT NULL,
@@ -132,17 +108,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         )""",
     )),
     Migration(4, "each scope's change counter", (
-        # Incremented by every transaction that changes a scope's postings (a write, a
-        # forget, a sweep, an import; never a use count), in the same statement that keeps
-        # the scope's counts. A worker that holds a scope's postings in memory (``shared.cache``)
-        # reads it with every retrieval and answers from memory only when it is the one its
-        # copy was read at: no worker answers from a copy that misses another one's write.
+        # Moved by every change to a scope's postings (never a use count): a copy in memory
+        # (``shared.cache``) answers only at the counter it was read at.
         "ALTER TABLE {s}.scopes ADD COLUMN IF NOT EXISTS generation bigint NOT NULL"
         " DEFAULT 0",
     )),
     Migration(5, "browsing: each scope's last write, browse indexes, the reach log", (
-        # A scope's newest record's time, kept by a statement trigger so every writer (a
-        # write, an import) keeps it; NULL for a scope holding no record (``browse.py``).
+        # A scope's newest record's time (NULL: none), kept by a trigger for every writer.
         "ALTER TABLE {s}.scopes ADD COLUMN IF NOT EXISTS last_write bigint",
         "CREATE OR REPLACE FUNCTION {s}.records_last_write() RETURNS trigger"
         " LANGUAGE plpgsql AS $$ BEGIN"
@@ -152,9 +124,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "CREATE OR REPLACE TRIGGER records_last_write AFTER INSERT ON {s}.records"
         " REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT"
         " EXECUTE FUNCTION {s}.records_last_write()",
-        # Pages of scopes in key order (byte order, as every store sorts), by active count
-        # and by last write; a scope's records newest first with what a page filters on;
-        # the records naming another as superseded or restated.
+        # Browse pages (``browse.py``), keys in byte order as every store sorts.
         'CREATE INDEX IF NOT EXISTS scopes_by_key ON {s}.scopes (scope_key COLLATE "C")'
         " WHERE last_write IS NOT NULL",
         'CREATE INDEX IF NOT EXISTS scopes_by_active ON {s}.scopes (active,'
@@ -167,8 +137,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         " WHERE supersedes IS NOT NULL",
         "CREATE INDEX IF NOT EXISTS records_restates ON {s}.records (scope_key, restates)"
         " WHERE restates IS NOT NULL",
-        # Which records reached which run (``core.browse.Reach``), pruned past the reach
-        # retention by every log.
+        # Which records reached which run (``core.browse.Reach``).
         """CREATE TABLE IF NOT EXISTS {s}.reaches (
             scope_key  text NOT NULL,
             seq        bigint NOT NULL,
@@ -185,8 +154,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         " WHERE r.scope_key = sc.scope_key)",
     )),
     Migration(6, "the semantic lane's vectors", (
-        # At most one vector per record (``vectors.py``), of an active record only: the
-        # triggers drop it with the statement that retires or deletes its record.
+        # At most one per active record: triggers drop it when the record leaves active.
         """CREATE TABLE IF NOT EXISTS {s}.vectors (
             scope_key text NOT NULL,
             seq       bigint NOT NULL,
@@ -209,14 +177,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         " EXECUTE FUNCTION {s}.records_vector_deleted()",
     )),
     Migration(7, "count totals per scope kind, day and name", (
-        # A scope key's kind (``core.scopes.scope_kind``), '' for a key without a colon:
-        # the keys ``starts_with(scope_key, kind || ':')`` selects.
+        # A scope key's kind (``core.scopes.scope_kind``), '' for a key without a colon.
         "CREATE OR REPLACE FUNCTION {s}.scope_kind(key text) RETURNS text LANGUAGE sql"
         " IMMUTABLE AS $$ SELECT CASE WHEN strpos(key, ':') > 0"
         " THEN split_part(key, ':', 1) ELSE '' END $$",
-        # The counters summed per kind, day and name, with the largest value one scope
-        # holds (``peak``): kept by the statements that change ``counters``, in their
-        # transaction (``statements.py``), and read by the hub's charts (``browse.py``).
+        # Kept by the statements that change ``counters`` (``statements.py``).
         """CREATE TABLE IF NOT EXISTS {s}.count_totals (
             kind  text NOT NULL,
             day   integer NOT NULL,
@@ -257,16 +222,14 @@ def advisory_key(schema: str) -> int:
 
 async def migrate(conn: Any, schema: str,
                   after: Callable[[Any], Awaitable[None]] | None = None) -> list[int]:
-    """Bring ``schema`` up to date on ``conn`` (an autocommit connection), under the
-    schema's advisory lock; the versions applied now (empty when another process did).
-    ``after(conn)`` runs under the same lock once the schema is current (the store
-    re-derives tokens there when its analyzer changed)."""
+    """Bring ``schema`` up to date on ``conn`` (autocommit) under its advisory lock; the
+    versions applied now. ``after(conn)`` runs under the lock once the schema is current
+    (the store re-derives tokens there)."""
     s = quoted(schema)
     key = advisory_key(schema)
     await conn.execute("SELECT pg_advisory_lock(%s)", (key,))
     try:
-        # Only where it is missing: a schema already there is opened without writing (a
-        # read-only replica, or a role without CREATE, still reads a current schema).
+        # Created only when missing: a read-only replica still reads a current schema.
         cursor = await conn.execute("SELECT to_regclass(%s) IS NULL",
                                     (f"{s}.schema_migrations",))
         if (await cursor.fetchone())[0]:
@@ -304,8 +267,7 @@ async def migrate(conn: Any, schema: str,
 
 
 async def missing_tables(conn: Any, schema: str) -> list[str]:
-    """The tables of ``TABLES`` the schema lacks (another program dropped or renamed them),
-    without reading any."""
+    """The tables of ``TABLES`` the schema lacks, without reading any."""
     s = quoted(schema)
     cursor = await conn.execute(
         "SELECT name FROM unnest(%s::text[], %s::text[]) AS t(name, qualified)"

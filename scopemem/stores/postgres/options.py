@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import attrs
 
@@ -16,32 +17,33 @@ from scopemem.stores.shared.cache import DEFAULT_MIN_POSTINGS, DEFAULT_POSTINGS_
 
 __all__ = ["OPTIONS", "PostgresOptions", "check_schema_name", "options_from_settings"]
 
-OPTIONS = ("dsn", "dsn_env", "schema", "min_pool", "max_pool", "statement_timeout_ms",
-           "max_scopes", "postings_cache", "cache_min_postings", "usage_flush_ms",
-           "pool_wait_ms")
 DEFAULT_SCHEMA = "scopemem"
-DEFAULT_MIN_POOL = 1
-DEFAULT_MAX_POOL = 10
 MAX_POOL = 1000
-DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
-DEFAULT_POOL_WAIT_MS = 30_000
 # A plain lower-case identifier: it is written into statements (quoted), never bound, so
 # nothing but these characters may reach the SQL text.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def _whole(default: int, low: int, high: int | None = None) -> Any:
+    """A whole-number option: its default and its range (``options_from_settings``)."""
+    return attrs.field(default=default, metadata={"range": (low, high)})
 
 
 @attrs.frozen(kw_only=True)
 class PostgresOptions:
     dsn: str = attrs.field(repr=False)  # may hold a password: never printed
     schema: str = DEFAULT_SCHEMA
-    min_pool: int = DEFAULT_MIN_POOL
-    max_pool: int = DEFAULT_MAX_POOL
-    statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS
-    max_scopes: int = 0
-    postings_cache: int = DEFAULT_POSTINGS_CACHE
-    cache_min_postings: int = DEFAULT_MIN_POSTINGS
-    usage_flush_ms: int = DEFAULT_USAGE_FLUSH_MS
-    pool_wait_ms: int = DEFAULT_POOL_WAIT_MS
+    min_pool: int = _whole(1, 0, MAX_POOL)
+    max_pool: int = _whole(10, 1, MAX_POOL)
+    statement_timeout_ms: int = _whole(10_000, 0, 3_600_000)
+    max_scopes: int = _whole(0, 0)
+    postings_cache: int = _whole(DEFAULT_POSTINGS_CACHE, 0)
+    cache_min_postings: int = _whole(DEFAULT_MIN_POSTINGS, 0)
+    usage_flush_ms: int = _whole(DEFAULT_USAGE_FLUSH_MS, 0, 60_000)
+    pool_wait_ms: int = _whole(30_000, 1, 600_000)
+
+
+OPTIONS = ("dsn", "dsn_env", *(field.name for field in attrs.fields(PostgresOptions)[1:]))
 
 
 def check_schema_name(value: object, name: str = "schema") -> str:
@@ -76,19 +78,13 @@ def options_from_settings(settings: StoreSettings) -> PostgresOptions:
     schema = check_schema_name(settings.options.get("schema", DEFAULT_SCHEMA),
                                settings.option_key("schema"))
     settings.record("schema", schema)
-    min_pool = settings.int_option("min_pool", DEFAULT_MIN_POOL, 0, MAX_POOL)
-    max_pool = settings.int_option("max_pool", max(DEFAULT_MAX_POOL, min_pool), 1, MAX_POOL)
-    if max_pool < min_pool:
-        raise ConfigError(f"{settings.option_key('max_pool')}: must be at least min_pool"
-                          f" ({min_pool}), got {max_pool}")
-    return PostgresOptions(
-        dsn=dsn, schema=schema, min_pool=min_pool, max_pool=max_pool,
-        statement_timeout_ms=settings.int_option(
-            "statement_timeout_ms", DEFAULT_STATEMENT_TIMEOUT_MS, 0, 3_600_000),
-        max_scopes=settings.int_option("max_scopes", 0, 0),
-        postings_cache=settings.int_option("postings_cache", DEFAULT_POSTINGS_CACHE, 0),
-        cache_min_postings=settings.int_option("cache_min_postings", DEFAULT_MIN_POSTINGS, 0),
-        usage_flush_ms=settings.int_option("usage_flush_ms", DEFAULT_USAGE_FLUSH_MS, 0,
-                                           60_000),
-        pool_wait_ms=settings.int_option("pool_wait_ms", DEFAULT_POOL_WAIT_MS, 1, 600_000),
-    )
+    wholes: dict[str, int] = {}
+    for field in attrs.fields(PostgresOptions)[2:]:
+        key, default = field.name, field.default or 0
+        if key == "max_pool":  # at least min_pool
+            default = max(default, wholes["min_pool"])
+        wholes[key] = settings.int_option(key, default, *field.metadata["range"])
+        if key == "max_pool" and wholes[key] < wholes["min_pool"]:
+            raise ConfigError(f"{settings.option_key(key)}: must be at least min_pool"
+                              f" ({wholes['min_pool']}), got {wholes[key]}")
+    return PostgresOptions(dsn=dsn, schema=schema, **wholes)

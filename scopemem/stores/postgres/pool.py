@@ -1,9 +1,6 @@
-"""The PostgreSQL store's connections: psycopg 3's async pool, opened on first use with
-the schema migrated first, and psycopg's errors said as the store's.
-
-Every part of the store reaches the server through ``Connections.connection()`` (a pooled
-autocommit connection, the ``Connect`` the parts are given). psycopg is imported only
-here, and only when a store first connects, so listing plugins never needs it.
+"""The PostgreSQL store's connections: psycopg 3's async pool, opened on first use with the
+schema migrated, and psycopg's errors said as the store's. psycopg is imported only here,
+when a store first connects, so listing plugins never needs it.
 """
 
 from __future__ import annotations
@@ -37,8 +34,7 @@ def _psycopg() -> Any:
 
 
 def pipeline(conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
-    """Pipeline mode on ``conn`` where the libpq has it (14 and later; psycopg's binary
-    package ships one), else nothing: the same statements, each waited for."""
+    """Pipeline mode on ``conn`` where the libpq has it (14 and later), else nothing."""
     psycopg, _pool = _psycopg()
     if psycopg.Pipeline.is_supported():
         return conn.pipeline()  # type: ignore[no-any-return]
@@ -47,8 +43,7 @@ def pipeline(conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
 
 def _check_dsn(psycopg: Any, dsn: str) -> dict[str, Any]:
     """The parameters ``dsn`` gives; ``StoreError`` naming the option when libpq cannot
-    read it: its own message quotes the text around the mistake, which may be the
-    password."""
+    read it (libpq's message quotes the text around the mistake: the password, maybe)."""
     try:
         params = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.Error:
@@ -71,8 +66,7 @@ def _one_line(error: BaseException) -> str:
 
 
 def _hung_up(conn: Any) -> bool:
-    """Whether an idle connection has something to read: the server's goodbye, or the end
-    of the socket (an idle connection is sent nothing else)."""
+    """Whether an idle connection has something to read: the server's goodbye, or EOF."""
     try:
         if not hasattr(select, "poll"):  # Windows: select, whose descriptors are not capped
             return bool(select.select([conn.fileno()], [], [], 0)[0])
@@ -84,8 +78,8 @@ def _hung_up(conn: Any) -> bool:
 
 
 class Connections:
-    """The store's pool. ``after_migrate(conn)`` runs under the migration lock once the
-    schema is current (the store re-derives tokens there when its analyzer changed)."""
+    """The store's pool; ``after_migrate(conn)`` runs under the migration lock
+    (``migrations.migrate``'s ``after``)."""
 
     def __init__(self, options: PostgresOptions,
                  after_migrate: Callable[[Any], Awaitable[None]]) -> None:
@@ -147,11 +141,9 @@ class Connections:
 
     @contextlib.asynccontextmanager
     async def _live(self, pool: Any) -> AsyncIterator[Any]:
-        """A pooled connection the server has not closed: one it hung up on while it sat in
-        the pool (a restart, a failover, ``pg_terminate_backend``) is closed, so the pool
-        drops it, and the next is taken, with no round trip. (The pool's own ``check=``
-        callback would do the same, but waits a growing pause after each connection it
-        refuses: seconds after a restart, measured, where this takes none.)"""
+        """A pooled connection the server has not hung up on (a restart, a failover): one it
+        did is closed and the next taken, with no round trip. (The pool's ``check=`` does
+        the same but pauses, growing, after each refusal: seconds after a restart.)"""
         for _stale in range(self.options.max_pool):
             async with self._taken(pool) as conn:
                 if not _hung_up(conn):
@@ -174,9 +166,8 @@ class Connections:
             await pool.putconn(conn)
 
     async def _get(self, pool: Any) -> Any:
-        """A connection within ``pool_wait_ms``; ``StoreBusy`` as soon as an attempt to
-        connect fails while no connection is held (none is alive: the server cannot be
-        reached), rather than at the end of the wait."""
+        """A connection within ``pool_wait_ms``; ``StoreUnreachable`` as soon as an attempt
+        to connect fails while none is held (the server cannot be reached)."""
         getting = asyncio.ensure_future(pool.getconn(timeout=self.options.pool_wait_ms / 1000))
         try:
             while True:
@@ -210,8 +201,7 @@ class Connections:
             self._failed.set_result(self._failure)
 
     def _connection_class(self, psycopg: Any) -> Any:
-        """psycopg's connection, telling ``_attempted`` how each of the pool's attempts to
-        connect ended."""
+        """psycopg's connection, telling ``_attempted`` how each attempt to connect ended."""
         attempted = self._attempted
 
         class Reporting(psycopg.AsyncConnection):  # type: ignore[misc]

@@ -1,16 +1,6 @@
-"""A retrieval on the PostgreSQL store: the statements, in order
-(``docs/storage.md``, "PostgreSQL").
-
-1. ``Statements.postings``: each query term's postings and the scope's active count, with
-   the rows of every record holding a prefilter term when they have at most
-   ``FEW_POSTINGS``; or, from a copy of the scope's index (``shared.cache``), nothing yet;
-2. the weights, covered weights and candidates, by the functions every store ranks with;
-3. the candidates' rows (unless step 1 read them; from a copy, with the scope's change
-   counter, which must be the copy's), scored.
-
-Every row read has its uses not saved yet added (``usage.DeferredUsage``, inside its
-``reading``); nothing is written on a retrieval's path. Rows stay tuples until the ranking
-has chosen: only the records returned are made.
+"""A retrieval on the PostgreSQL store, its statements in order (``docs/storage.md``,
+"PostgreSQL"). Every row read has its unsaved uses added (inside ``DeferredUsage.reading``);
+nothing is written on a retrieval's path, and only the records returned are made.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """The statements only the PostgreSQL store runs, for one schema, and how a row becomes a
-record. Those both SQL stores run are ``stores/shared/sql.py``'s (``Statements`` has them
-too, in ``dialect.of(schema)``'s spelling).
-
-Each statement names the scope: ``scope_key = %(scope)s`` (bound, never formatted) is in the
-WHERE clause of every read and every change of ``records``, and every index leads with
-``scope_key``, so no statement can read or change another scope's rows whatever its key
-holds (quotes, ``%``, ``_``, backslashes: they are values, never SQL or patterns). User text
-reaches the server only as bound values and ``text[]`` arrays compared with ``= ANY``: no
-tsquery or LIKE parser ever sees it.
+record (those both SQL stores run: ``shared/sql.py``). Every statement binds the scope as a
+value in its WHERE clause, and user text reaches the server only as bound values and
+``text[]`` arrays compared with ``= ANY``: no tsquery or LIKE parser ever sees it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""The PostgreSQL store: every scope in one table, any number of processes on any number
-of machines, through psycopg 3's async pool. Each part (the package's modules) is built
-here with what it uses; ``docs/storage.md``, "PostgreSQL", has the design and why.
+"""The PostgreSQL store: every scope in one schema, shared by any number of processes
+(``docs/storage.md``, "PostgreSQL"). Each part is built here with what it uses.
 """
 
 from __future__ import annotations
@@ -44,9 +43,10 @@ from scopemem.stores.postgres.porting import Porting
 from scopemem.stores.postgres.statements import Statements, bigints, record_of
 from scopemem.stores.postgres.usage import DeferredUsage
 from scopemem.stores.postgres.vectors import Vectors
-from scopemem.stores.postgres.writes import Counts, ScopeLock, Writes, refold
+from scopemem.stores.postgres.writes import Counts, Writes, refold
 from scopemem.stores.shared import batches
 from scopemem.stores.shared.cache import PostingsCache, ScopeCopy
+from scopemem.stores.shared.calls import listing_stems, search_terms, used_seqs
 
 __all__ = ["PostgresStore"]
 
@@ -73,10 +73,8 @@ class PostgresStore:
         self._pool = Connections(options, self._refold)
         connect = self._connection = self._pool.connection
         self._usage = DeferredUsage(self._bump_later, options.usage_flush_ms)
-        # Copies of large scopes' postings, checked against each scope's change counter
-        # with every retrieval (``shared.cache``).
+        # Copies of large scopes' postings, checked against the change counter (``shared.cache``).
         self._cache = PostingsCache(options.postings_cache, options.cache_min_postings)
-        # Browsing (``browse.py``): pages, histories and the reach log.
         browse = Browse(self.sql, connect, clock, reach_retention_days, self._usage.save)
         self.scope_page = browse.scope_page
         self.record_page = browse.record_page
@@ -85,20 +83,17 @@ class PostgresStore:
         self.log_reaches = browse.log_reaches
         self.read_reaches = browse.read_reaches
         # The write transactions (``writes.py``), under each scope's row lock.
-        lock_scope = ScopeLock(self.sql, options)
-        self._writes = Writes(self.sql, self.analyzer, connect, lock_scope, browse, clock,
+        self._writes = Writes(self.sql, self.analyzer, connect, options, browse, clock,
                               self.retention_days)
         self.delete_scope = self._writes.delete_scope
         self.scrub_provenance = self._writes.scrub_provenance
-        # Export and import (``porting.py``), the counters (``writes.Counts``).
-        porting = Porting(self.sql, self.analyzer, self._usage, connect, clock, lock_scope)
+        porting = Porting(self.sql, self.analyzer, self._usage, connect, clock, options)
         self.export_scopes = porting.export_scopes
         self.export_page = porting.export_page
         self.import_records = porting.import_records
-        counts = Counts(self.sql, connect, clock, lock_scope)
+        counts = Counts(self.sql, connect, clock, options)
         self.add_counts = counts.add_counts
         self.read_counts = counts.read_counts
-        # The semantic lane's vectors (``vectors.py``).
         vectors = Vectors(self.sql, connect, self._usage)
         self.vectors_missing = vectors.vectors_missing
         self.put_vectors = vectors.put_vectors
@@ -121,11 +116,10 @@ class PostgresStore:
 
     async def search(self, scope_key: str, query: str, limit: int, *, bump: bool = True
                      ) -> list[Hit]:
-        check_scope_key(scope_key)
-        now = self._clock()
-        terms = engine.query_terms(query, self.analyzer)
-        if not terms.terms or limit <= 0:
+        terms = search_terms(scope_key, query, limit, self.analyzer)
+        if terms is None:
             return []
+        now = self._clock()
         async with self._usage.reading(scope_key), self._connection() as conn:
             return await reads.search(conn, self.sql, self._usage, self.ranking, scope_key,
                                       terms, limit, now, bump, self._cache, self._copy)
@@ -144,11 +138,7 @@ class PostgresStore:
     async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
         now = self._clock()
         marked = 0
-        for scope_key, ids in used.items():
-            check_scope_key(scope_key)
-            seqs = sorted(set(batches.seqs_in_scope(scope_key, ids)))
-            if not seqs:
-                continue
+        for scope_key, seqs in used_seqs(used):
             async with self._connection() as conn:
                 cursor = await conn.execute(self.sql.active_seqs,
                                             {"scope": scope_key, "seqs": bigints(seqs)})
@@ -167,14 +157,9 @@ class PostgresStore:
 
     async def list(self, scope_key: str, limit: int, query: str | None = None,
                    kind: Kind | None = None) -> list[Record]:
-        check_scope_key(scope_key)
-        if limit <= 0:
+        tokens = listing_stems(scope_key, limit, query, self.analyzer)
+        if tokens == []:
             return []
-        tokens: list[str] | None = None
-        if query is not None:
-            tokens = list(engine.query_terms(query, self.analyzer).prefilter_stems)
-            if not tokens:
-                return []
         await self._usage.save(scope_key)
         async with self._connection() as conn:
             cursor = await conn.execute(self.sql.listing, {
@@ -206,8 +191,7 @@ class PostgresStore:
         await self._usage.drain()
 
     async def ready(self) -> str | None:
-        """The readiness check (``stores.health.store_ready``): the pool opens (the schema
-        migrated) and one of its connections finds every table of the schema."""
+        """Ready when the pool opens (the schema migrated) and finds every table."""
         async with self._connection() as conn:
             missing = await migrations.missing_tables(conn, self.schema)
         if missing:
@@ -220,12 +204,11 @@ class PostgresStore:
         return None
 
     def max_descriptors(self) -> int:
-        """The most file descriptors the store holds (``stores.base.descriptors_held``):
-        one socket per connection of its pool."""
+        """A socket per connection of its pool (``stores.base.descriptors_held``)."""
         return self.options.max_pool
 
     async def close(self) -> None:
-        """Apply deferred use counts and close the pool. Safe to call twice."""
+        """Apply deferred use counts and close the pool. Idempotent."""
         if self._pool.closed:
             return
         self._pool.closed = True  # no new work; the drain below may still connect
@@ -263,10 +246,9 @@ class PostgresStore:
 
 async def _rows_in_slices(conn: Any, statement: str, scope_key: str, size: int = 512
                           ) -> builtins.list[Any]:
-    """Every row ``statement`` answers for the scope, through a server-side cursor a slice
-    at a time with the event loop let in between: receiving and converting a large scope's
-    whole index in one result would hold the loop for tens of milliseconds. The caller holds
-    a transaction."""
+    """Every row ``statement`` answers for the scope, a slice at a time through a
+    server-side cursor with the event loop let in between (a large scope's whole index in
+    one result holds it for tens of milliseconds). The caller holds a transaction."""
     rows: builtins.list[Any] = []
     async with conn.cursor(name="scopemem_copy", binary=True) as cursor:
         await cursor.execute(statement, {"scope": scope_key})

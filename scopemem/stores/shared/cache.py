@@ -1,16 +1,12 @@
-"""A process's copies of large scopes' postings, checked with every retrieval (the SQLite and
-PostgreSQL stores).
+"""A process's copies of large scopes' postings, checked with every retrieval (both SQL stores;
+``docs/storage.md``, "A retrieval" and "The change counter").
 
-A brief matches most of a large scope, so reading its terms' postings from the server costs
-most of a retrieval (a 10,000-record scope: about 18,000 postings a brief). A worker that
-keeps a scope's whole index in memory (``postings_cache``, counted in postings) answers from
-it instead, but only once it has read the scope's change counter (``scopes.generation``,
-which every transaction changing the scope's postings increments, on any worker) and found
-it the one its copy was read at: with the first read of the candidates' rows, before any use
-is counted (``reads.search``). So there is no worker state another worker's write could
-contradict, only a copy that is stale, and a stale copy is not read. A use count is never
-in the copy. When a scope is copied: ``docs/storage.md``, "A retrieval"; what a copy
-costs: ``docs/storage-figures.md``, "What a copy costs".
+A brief matches most of a large scope, so reading its terms' postings costs most of a
+retrieval (a 10,000-record scope: about 18,000 postings a brief). A copy answers only once
+the first read of the candidates' rows has found the scope's change counter the one the copy
+was read at, before any use is counted: no state another process's write could contradict,
+only a stale copy, which is not read. A use count is never in the copy. What a copy costs:
+``docs/storage-figures.md``, "What a copy costs".
 """
 
 from __future__ import annotations

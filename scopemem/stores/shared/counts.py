@@ -1,17 +1,11 @@
 """Counters as every store keeps them: the checks on rows to add, what a change adds, and
-which scopes a reading selects. No I/O; each store keeps the rows in its own way (a
-``counters`` table per SQLite file, one table keyed by scope in PostgreSQL, a dict in
-process) and adds with one statement per transaction.
+which scopes a reading selects; no I/O.
 
-Every row a store adds passes ``check_rows`` first, whoever sent it: a scope key the store
-would refuse, a name ``core.counters`` does not know, a day outside the calendar or a value
-that is not a small positive integer is a ``StoreError`` and nothing of the call is added.
-
-A write batch, a forget and a sweep add their counts in their own transaction, so the
-counts and the rows commit together or not at all. ``add_counts`` (the host's counts,
-already batched by it) commits without waiting for the disk: the counts are advisory. A
-scope counted before it holds any record is a scope all the same: its row is made, against
-``max_scopes`` (``ScopeLimitReached`` past it), as a write would make it.
+Every row a store adds passes ``check_rows`` first, whoever sent it, and a row it refuses is
+a ``StoreError`` with nothing of the call added. A write, a forget and a sweep add their
+counts in their own transaction, so counts and rows commit together. ``add_counts`` commits
+without waiting for the disk (the counts are advisory); a scope counted before it holds a
+record gets its row, against ``max_scopes``, as a write would make it.
 """
 
 from __future__ import annotations

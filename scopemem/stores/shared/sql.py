@@ -9,17 +9,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
 from scopemem.core.provenance import scrub_source
 from scopemem.core.text import sanitize_field
 from scopemem.errors import StoreError
 from scopemem.stores.shared.dialect import Dialect
 
-__all__ = ["COLUMNS", "R_COLUMNS", "Statements", "foreign_row", "scrubbed_sources"]
+__all__ = ["COLUMNS", "R_COLUMNS", "Migration", "Statements", "foreign_row", "scrubbed_sources"]
 
 # The seq, then the record's fields in ``Record``'s order (positions 1-15).
 COLUMNS = ("seq, id, scope_key, kind, text, keywords, source_thread_key, source_run_id,"
            " created_at, last_used_at, use_count, confidence, supersedes, restates, status,"
            " source")
+
+
+@attrs.frozen
+class Migration:
+    """A SQL schema's version, applied in one transaction: ``columns`` (table, column,
+    definition) added where missing, then ``statements`` (each safe to repeat), then
+    ``once`` (backfills) only when the version is first applied."""
+
+    version: int
+    name: str
+    statements: tuple[str, ...]
+    columns: tuple[tuple[str, str, str], ...] = ()
+    once: tuple[str, ...] = ()
 
 
 def foreign_row(row: Sequence[Any], problem: str, where: str) -> StoreError:

@@ -1,22 +1,13 @@
 """The terms a record is indexed by, for every store that keeps an index of them, and what
 ranking needs of that index: no SQL.
 
-They are the engine's own (``engine.record_terms``: the analyzer's terms of the record's
-text and of its keywords), so a record matches a store's prefilter exactly when the
-engine's gate says it holds a query term. Sorted, each once: a stable value to store (the
-SQLite store space-joins them for FTS5, the PostgreSQL store keeps the array).
-
-The index is a postings list per term, as the in-process store keeps it in memory
-(``stores.postings``), kept in a table: ``documents`` gives the postings a batch adds;
-``read_postings`` and ``Candidates`` turn the postings a retrieval read back into
-``engine.rank_covered``'s input with the very functions the in-process store ranks
-with, so every store's floats agree bit for bit.
-
-Each posting also says whether its record continues its predecessor's thread (was written
-just after a record of the same thread): the neighbour credit's "continues" set, read with
-the postings (each term's seqs come back as two arrays, by that flag). The predecessor's
-thread never changes, and a predecessor that is no longer active is no candidate, which is
-all the credit asks (``ranking.rank_covered``).
+They are the engine's own (``engine.record_terms``), so a record matches a store's prefilter
+exactly when the engine's gate says it holds a query term; sorted, each once. ``documents``
+gives the postings a batch adds, each saying whether its record continues its predecessor's
+thread (the neighbour credit's "continues" set; that thread never changes, and a
+predecessor no longer active is no candidate). ``read_postings`` and ``Candidates`` turn the
+postings a retrieval read back into ``engine.rank_covered``'s input with the functions the
+in-process store ranks with, so every store's floats agree bit for bit.
 """
 
 from __future__ import annotations

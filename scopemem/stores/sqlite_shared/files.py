@@ -1,13 +1,7 @@
-"""The shard files as this process opened them (``shards.py`` opens them).
-
-A connection commits only while its file is still the one at the shard's path
-(``OpenedFile``): a data directory or shard file deleted, moved away or replaced under a
-running process would otherwise take writes into a file no later process opens, and lose
-them at the restart. Its commit hook compares the path's device and inode (one ``stat``)
-with those the file had when opened and turns the commit into a rollback and a
-``StoreError`` when they differ. A shard file of 0 bytes (its creation stopped by a full
-disk, say) holds nothing: a read finds no shard, as with no file, and the next write
-makes it a database.
+"""The shard files as this process opened them (``docs/storage.md``, "The file at the
+path"): a connection commits only while its file is still the one at the shard's path, so a
+file deleted, moved or replaced under a running process never takes writes no later process
+reads.
 """
 
 from __future__ import annotations
@@ -30,10 +24,8 @@ def identity(path: str) -> tuple[int, int] | None:
 
 
 def holds_data(path: str) -> bool:
-    """Whether ``path`` is a file that may hold something: not missing, and not a 0-byte
-    file without a write-ahead log beside it (a database file SQLite created but never
-    wrote, its first write stopped by a full disk, say; SQLite makes such a file a
-    database at the next write)."""
+    """Whether ``path`` may hold something: not missing, and not a 0-byte file without a
+    WAL (created but never written, its first write stopped by a full disk, say)."""
     for name in (path, path + "-wal"):
         try:
             if os.stat(name).st_size > 0:
@@ -44,11 +36,9 @@ def holds_data(path: str) -> bool:
 
 
 class OpenedFile:
-    """A database file as a connection opened it, and the check that it is still the one
-    at its path (the commit hook ``install`` sets; a ``stat``, about a microsecond).
-
-    Only the path is stat'ed, never the file's descriptors: SQLite holds its locks on
-    them, and a second descriptor of this process closed would release them."""
+    """A database file as a connection opened it, and the check (a ``stat`` of the path,
+    never of a descriptor: closing a second one would release SQLite's locks) that it is
+    still the one at its path."""
 
     def __init__(self, path: str, identity: tuple[int, int]) -> None:
         self.path = path
@@ -56,8 +46,8 @@ class OpenedFile:
 
     @classmethod
     def opening(cls, path: str, open_: Any) -> tuple[Any, OpenedFile]:
-        """``open_()``'s connection to ``path`` and the file it opened: the path is
-        stat'ed before and after, and a file replaced meanwhile is refused."""
+        """``open_()``'s connection to ``path`` and its file, refused if replaced
+        meanwhile."""
         try:
             before = identity(path)
         except OSError as exc:
@@ -92,13 +82,10 @@ class OpenedFile:
             " was written. Restore the data directory as it was (every file, the -wal"
             " files included), then restart the process (scopemem serve, the bot)")
 
-    def check(self) -> None:
-        problem = self.problem()
-        if problem is not None:
-            raise self.refusal(problem)
-
     def _on_commit(self) -> bool:
-        self.check()  # raised in the hook: SQLite rolls the transaction back
+        problem = self.problem()
+        if problem is not None:  # raised in the hook: SQLite rolls the transaction back
+            raise self.refusal(problem)
         return False
 
     def install(self, conn: Any) -> None:

@@ -1,25 +1,15 @@
-"""Every scope's postings in one FTS5 table per shard: what each active record's terms are.
+"""Every scope's postings in one contentless FTS5 table a shard (``docs/storage.md``, "The
+token index"): rowid ``sid << 32 | seq``, each term prefixed by the sid in eight hex digits,
+plus the marker ``CONTINUES`` for a record continuing its thread; the terms stay in
+``records.tokens``.
 
-``terms_fts`` (``schema.py``) holds a document per active record: rowid ``sid << 32 | seq``
-(``scopes.sid`` is the scope's id in the shard), text the record's terms each prefixed by
-the sid in eight hex digits, plus the marker term ``CONTINUES`` (prefixed too) when the
-record continues its predecessor's thread (the neighbour credit, ``ranking.rank_covered``).
-The table is contentless and deletable by rowid, with no positions: it stores the doclists
-and nothing else, and the terms themselves stay in ``records.tokens``.
-
-Why FTS5 rather than rows of ``(scope, term, seq)``: a write of realistic text posts each
-new record under its twenty-odd terms and takes an evicted one out of as many, and in a
-B-tree of rows each of those is a seek and an insert or a delete (1.4-2.9 us each, the
-commonest terms' pages rewritten by every write). FTS5 appends a write's postings as one
-small segment and merges segments in C: ``benchmarks/postings_bench.py`` measured a batch of
-50 in and 50 out of a 10,000-record scope at 0.26x the rows' mean cost, 0.11x their p99.
-
-Why prefixed terms in one table rather than a table a scope: a shard holds thousands of
-scopes. The prefix makes a scope's terms one range of the vocabulary (``fts5vocab`` reads a
-scope's whole index from it, ``statements.SCOPE_POSTINGS``), and a query's phrase for a term
-names the scope's prefix, so no query can match another scope's document. A term is a run of
-letters, digits and marks (``core.words``), so the ``ascii`` tokenizer keeps it whole, it
-never holds a quote, and the marker (a private-use character) can be no term.
+Why FTS5, not rows of ``(scope, term, seq)``: a write posts each new record under twenty-odd
+terms, a B-tree seek and insert each; FTS5 appends a write's postings as one segment and
+merges in C (``benchmarks/postings_bench.py``: 0.26x the rows' mean cost, 0.11x their p99).
+Why one table of prefixed terms: a shard holds thousands of scopes, and a scope's terms are
+one range of the vocabulary, so no query matches another scope's document. A term is letters,
+digits and marks (``core.words``): the ``ascii`` tokenizer keeps it whole, and the marker (a
+private-use character) is no term.
 """
 
 from __future__ import annotations

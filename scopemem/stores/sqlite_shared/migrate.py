@@ -1,27 +1,15 @@
-"""Moving a data directory written by the retired file layout (a SQLite file per scope, read
-through ``legacy.py``) into the shared layout, once, when the store opens it.
+"""Moving a data directory of the retired file layout (a SQLite file per scope, read through
+``legacy.py``) into the shared layout, once, when the store opens it (``docs/sqlite-store.md``,
+"Migration from the file layout", has what is kept and the steps). Records are copied below
+the import screen: nothing is redacted, swept or re-sourced.
 
-Everything is kept: every record of every status with its id, seq, times, use count and
-``retired_at`` (so the retention runs as it would have), each scope's next id (above every
-id it ever gave, purged rows included) and its day counters. Records are copied below the
-import screen (``porting.import_scope``): nothing is redacted, swept or re-sourced.
-
-The steps, under an exclusive ``fcntl.flock`` on ``LOCK`` in the directory (a second process
-opening it meanwhile waits, then finds the work done):
-
-1. ``BUILDING`` is made from nothing (a crashed attempt's is removed first): the shard files
-   are written there, each scope is read back and compared with its scope file, and every
-   file is synced. The scope files are only read.
-2. ``BUILDING`` is renamed ``BUILT``: the one atomic step. A crash before it leaves the scope
-   files as they were, and the next open starts again at step 1; a crash after it lets the
-   next open finish steps 3-4, each of which is a rename done at most once.
-3. The scope files (with their ``-wal``/``-shm``) move into ``BUILT/file-layout/``, then the
-   shard files from ``BUILT`` into the directory.
-4. ``BUILT/file-layout/`` becomes the backup folder named at step 1
-   (``file-layout-backup``, or ``-2``, ``-3``… when taken), and ``BUILT`` is removed.
-
-At every moment the directory holds scope files or ``BUILT`` until every shard file is in
-place, so an opener that finds neither has nothing to wait for.
+The steps run under an exclusive ``fcntl.flock`` on ``LOCK``: the shards are built and
+checked in ``BUILDING`` (the scope files only read), which is renamed ``BUILT`` (the one
+atomic step: a crash before it starts again, after it finishes); then the scope files move
+into ``BUILT/file-layout/``, the shards into the directory, and ``BUILT/file-layout/`` to the
+backup folder named when building, each rename at most once. Until every shard is in place
+the directory holds scope files or ``BUILT``, so an opener that finds neither has nothing to
+wait for.
 """
 
 from __future__ import annotations
@@ -73,8 +61,7 @@ _LAST_SEQ = "SELECT last_seq FROM scopes WHERE scope_key = ?"
 
 @attrs.frozen
 class _Scope:
-    """What a scope file holds: its rows (seq, record, ``retired_at``), the highest
-    id it ever gave and its counter rows."""
+    """A scope file's rows (seq, record, ``retired_at``), highest id given and counters."""
 
     key: str
     rows: list[tuple[int, Record, int | None]]
@@ -84,9 +71,8 @@ class _Scope:
 
 def migrate_file_layout(directory: str, *, analyzer: Analyzer, clock: Callable[[], int],
                         shards: int = schema.SHARDS) -> None:
-    """Migrate ``directory`` into the shared layout if it holds the file layout's scope files
-    (or a migration a crash interrupted); nothing when it does not. ``StoreError`` when it
-    cannot be (the old files are kept, and the next call tries again)."""
+    """Migrate ``directory`` if it holds the file layout's scope files (or an interrupted
+    migration); ``StoreError`` when it cannot (the old files kept, the next call tries)."""
     if not _pending(directory):
         return
     apsw = sqlite_sql.apsw_module()
@@ -114,8 +100,8 @@ def migrate_file_layout(directory: str, *, analyzer: Analyzer, clock: Callable[[
 
 def _migrate(directory: str, analyzer: Analyzer, clock: Callable[[], int], shards: int
              ) -> tuple[dict[str, Any] | None, bool]:
-    """The steps, under the lock: the summary (None: nothing was left to do) and whether
-    they finished a migration a crash interrupted."""
+    """The steps, under the lock: the summary (None: nothing left to do) and whether they
+    finished an interrupted migration."""
     with _locked(directory):
         names = os.listdir(directory)
         built = os.path.join(directory, BUILT)
@@ -158,10 +144,9 @@ def _pending(directory: str) -> bool:
 
 
 def _open_elsewhere(path: str) -> bool:
-    """Whether another process has the scope file open. A connection to a WAL database
-    holds a shared lock on it for as long as it is open, so an exclusive lock asked for
-    once, without waiting, is refused (``SQLITE_BUSY``) while another lives. The probe
-    writes nothing and leaves the file as it found it (``connect``)."""
+    """Whether another process has the scope file open: a connection to a WAL database
+    holds a shared lock while open, so an exclusive lock asked for without waiting is
+    refused. The probe writes nothing."""
     apsw = sqlite_sql.apsw_module()
     conn = connect(path)
     try:
@@ -192,7 +177,7 @@ def _locked(directory: str) -> Iterator[None]:
 
 
 def _build(directory: str, building: str, analyzer: Analyzer, now: int, shards: int) -> None:
-    """Steps 1: the shard files in ``building``, checked and synced, and the summary."""
+    """The shard files in ``building``, checked and synced, and the summary."""
     shutil.rmtree(building, ignore_errors=True)
     scratch = os.path.join(building, "upgrade")
     os.makedirs(scratch)
@@ -231,9 +216,8 @@ def _build(directory: str, building: str, analyzer: Analyzer, now: int, shards: 
 
 def _read_scope_file(path: str, scratch: str, now: int) -> _Scope | None:
     """The scope file's rows, next id and counters; None (with a warning) for a file the
-    file layout would never read as its scope; ``StoreError`` for one that is not
-    scopemem's, or is newer than this release. A file of an older schema is upgraded in a
-    copy in ``scratch``, never in place."""
+    file layout would never read as its scope; ``StoreError`` for one not scopemem's or
+    newer than this release. An older schema is upgraded in a copy in ``scratch``."""
     apsw = sqlite_sql.apsw_module()
     try:
         conn = connect(path, apsw.SQLITE_OPEN_READONLY)
@@ -308,8 +292,8 @@ def _check(conn: Any, scope: _Scope) -> None:
             for row in conn.execute(_NEW_ROWS, (scope.key,))]
     counters = [tuple(row) for row in conn.execute(_NEW_COUNTERS, (scope.key,))]
     last_seq = conn.execute(_LAST_SEQ, (scope.key,)).fetchall()[0][0]
-    for what, new, old in (("records", rows, scope.rows), ("next id", last_seq, scope.last_seq),
-                           ("counters", counters, scope.counters)):
+    for what, new, old in (("records", rows, scope.rows), ("next id", last_seq,
+                           scope.last_seq), ("counters", counters, scope.counters)):
         if new != old:
             raise StoreError(f"sqlite store: migrating {scope.key!r} to the shared layout: its"
                              f" {what} read back differ from its file's; no file was changed")
@@ -335,9 +319,9 @@ def _check_reopened(building: str, analyzer: Analyzer, shards: int,
 
 
 def _finish(directory: str, built: str) -> dict[str, Any]:
-    """Steps 3-4 (each rename at most once, so an interrupted finish can run again); the
-    summary step 1 wrote."""
-    summary: dict[str, Any] = json.loads(_read(os.path.join(built, _SUMMARY)) or "{}")
+    """The renames (each at most once, so an interrupted finish runs again); the summary."""
+    with open(os.path.join(built, _SUMMARY), encoding="utf-8") as source:
+        summary: dict[str, Any] = json.load(source)
     old = os.path.join(built, _OLD)
     backup = os.path.join(directory, summary.get("backup", BACKUP))
     if not os.path.exists(backup):
@@ -380,14 +364,6 @@ def _write_summary(building: str, summary: dict[str, Any]) -> None:
         os.fsync(out.fileno())
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as source:
-            return source.read()
-    except FileNotFoundError:
-        return None
-
-
 def _sync_file(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -396,5 +372,4 @@ def _sync_file(path: str) -> None:
         os.close(fd)
 
 
-def _sync_dir(path: str) -> None:
-    _sync_file(path)
+_sync_dir = _sync_file  # a folder's entries: the same call

@@ -1,9 +1,6 @@
 """The ``[memory.stores.sqlite]`` table: its options, their defaults and their checks.
-
-``layout`` is kept for one release: ``"shared"`` is the only layout, and ``"file"`` (the
-retired layout, a SQLite file per scope) is warned about, and its directory migrated
-(``migrate.py``). ``max_open_connections`` and ``rank_processes`` were the file layout's:
-set, they are ignored with a warning.
+The retired file layout's options are read for one release and warned about
+(``retired_options``).
 """
 
 from __future__ import annotations
@@ -12,9 +9,10 @@ import logging
 import os
 
 from scopemem.errors import ConfigError
+from scopemem.options import OptionsTable
 
-__all__ = ["DEFAULT_PATH", "DEFAULT_USAGE_FLUSH_MS", "FILE_LAYOUT_OPTIONS", "LAYOUTS",
-           "OPTIONS", "SYNCHRONOUS_LEVELS", "USAGE_FLUSH_MS_MAX", "warn_retired"]
+__all__ = ["DEFAULT_PATH", "DEFAULT_USAGE_FLUSH_MS", "OPTIONS", "SYNCHRONOUS_LEVELS",
+           "USAGE_FLUSH_MS_MAX", "retired_options"]
 
 DEFAULT_PATH = "./scopemem-data"
 SYNCHRONOUS_LEVELS = ("off", "normal", "full", "extra")
@@ -33,16 +31,33 @@ DEFAULT_USAGE_FLUSH_MS = 1000
 USAGE_FLUSH_MS_MAX = 60_000
 
 
-# The retired settings warned about in this process (by key).
+# The retired settings warned about in this process (by key): a command reads the settings
+# to check them and again to build the store, and warns once.
 _warned: set[str] = set()
 
 
-def warn_retired(key: str, message: str) -> None:
-    """Log ``message`` about the retired file layout's setting ``key``, once a process: a
-    command reads the settings to check them and again to build the store."""
-    if key not in _warned:
-        _warned.add(key)
-        logging.getLogger("scopemem.stores.sqlite").warning(message)
+def retired_options(settings: OptionsTable) -> None:
+    """Warn about the file layout's settings, once a process each: ``layout = "file"``
+    opens the shared layout all the same; its other options are ignored (and left out of
+    ``config check``'s settings in effect)."""
+    warnings = []
+    if settings.choice_option("layout", "shared", LAYOUTS) == "file":
+        key = settings.option_key("layout")
+        warnings.append((key, f'{key} = "file": the file layout (a SQLite file per scope) is'
+                         " retired; the shared layout is used, and a data directory of the"
+                         " file layout is migrated into it when opened (docs/sqlite-store.md,"
+                         ' "Migration from the file layout"). Remove the setting'))
+    settings.record("layout", "shared")  # what runs, whatever is set
+    for option in FILE_LAYOUT_OPTIONS:
+        if option in settings.options:
+            settings.ignore(option)
+            key = settings.option_key(option)
+            warnings.append((key, f"{key}: has no effect in the shared layout (an option of"
+                             " the file layout, which is retired); ignored, remove it"))
+    for key, message in warnings:
+        if key not in _warned:
+            _warned.add(key)
+            logging.getLogger("scopemem.stores.sqlite").warning(message)
 
 
 def check_synchronous(value: object, name: str) -> str:

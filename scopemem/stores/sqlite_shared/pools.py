@@ -1,8 +1,7 @@
-"""The shared-file store's plumbing: which thread runs a shard's work, on which connection
-(``docs/storage.md``, "The shared SQLite layout", "Threads"). A shard's writes share its
-writing thread's connection and page cache; a passive checkpoint a commit made due runs on
-that thread right after it (``shards.DueCheckpoint``). An apsw error becomes a
-``StoreError`` naming the shard's file.
+"""Which thread runs a shard's work, on which connection (``docs/storage.md``, "Threads"):
+reads on the read pool, a shard's writes on its writing thread, whose connection keeps what
+the last write left in its page cache. An apsw error becomes a ``StoreError`` naming the
+shard's file.
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ POOL_THREADS = max(2, min(4, os.cpu_count() or 2))
 
 
 class ShardPools:
-    """The thread pools of ``SharedSqliteStore``: each shard's work run on its
-    connection."""
+    """The thread pools of ``SharedSqliteStore``."""
 
     def __init__(self, shards: Shards) -> None:
         self._shards = shards
@@ -59,13 +57,9 @@ class ShardPools:
 
     async def write(self, shard: int, fn: Callable[..., T], *args: Any,
                      create: bool = False) -> T | None:
-        """``fn(conn, *args)`` on the shard's writing thread, after its earlier writers.
-
-        A shard's writes are one at a time anyway; each on the same thread, they all use
-        one connection, whose page cache holds what the last write left. Across two
-        connections each write would read again every page the other's last write
-        changed (after retrievals, a write of 50 at the cap of 10,000 took twice as long).
-        """
+        """``fn(conn, *args)`` on the shard's writing thread, after its earlier writers:
+        one connection, so no write reads again the pages the last one changed (across two
+        connections, a write of 50 at the cap of 10,000 took twice as long)."""
         lock = self._writers.get(shard)
         if lock is None:
             lock = self._writers[shard] = asyncio.Lock()
@@ -73,25 +67,19 @@ class ShardPools:
             pool = self.pool(f"write-{shard % POOL_THREADS}", 1)
             done, due = await asyncio.get_running_loop().run_in_executor(
                 pool, functools.partial(self._on_writer, shard, create, fn, *args))
-            if due:
-                # Queued before the shard's next writer can be: that one waits for the
-                # checkpoint, the caller of this one does not (``shards.DueCheckpoint``).
-                # A pool shut down meanwhile (``close``) closes the shard, which
-                # checkpoints it.
+            if due:  # before the next writer, not this caller; a shut pool checkpoints on close
                 with contextlib.suppress(RuntimeError):
                     pool.submit(self._checkpoint, shard)
             return done
 
     def _on_writer(self, shard: int, create: bool, fn: Callable[..., T], *args: Any
                    ) -> tuple[T | None, bool]:
-        """``_on_shard`` on the shard's writing thread, and whether a commit of its
-        connection made a checkpoint due (a job that raises leaves it due for the next)."""
+        """``_on_shard``, and whether a commit made a checkpoint due."""
         done = self._on_shard(shard, create, fn, *args)
         return done, self._shards.checkpoint_due(shard)
 
     def _checkpoint(self, shard: int) -> None:
-        """A passive checkpoint of the shard, on its writing thread; none into a file no
-        longer at the shard's path (``files.OpenedFile``)."""
+        """A passive checkpoint, none into a file gone from the shard's path."""
         conn = self._shards.connection(shard, create=False)
         opened = self._shards.opened(shard)
         if conn is not None and opened is not None and opened.problem() is None:

@@ -1,14 +1,7 @@
-"""A retrieval, a use mark and a listing on one shard, on the read pool's connection to it:
-the statements in order (``docs/storage.md``, "A retrieval", steps 1 to 3).
-
-1. The scope's active count and the query terms' postings, in one statement
-   (``statements.STATE_POSTINGS``), or a copy's (``shared/cache.py``);
-2. the weights, covered weights and candidates, by the functions every store ranks with;
-3. the candidates' rows with the uses not saved yet (``usage.py``), scored. A candidate
-   that left active status since step 1 (a concurrent forget) leaves the postings, and
-   the candidates are chosen again without it; a copy whose change counter is not the
-   one read with the rows answers nothing (``Searched.stale``);
-4. one use of each record returned, pending until the next save.
+"""A retrieval, a use mark and a listing on one shard, on a read-pool thread: the statements
+in order (``docs/storage.md``, "A retrieval"). A candidate that left active status since the
+postings were read (a concurrent forget) is dropped and the candidates chosen again; a copy
+whose change counter is not the one read with the rows answers nothing (``Searched.stale``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The shard files' tables and their migrations, the shard a scope lives in
-(``shard_of``), and the checks that a file is the shard it is named for (its application id
-and ``meta``'s index and count) and follows the store's analyzer (``META_FOLDING``,
-``shards.refold``). ``docs/storage.md`` ("The shared SQLite layout") describes the tables. Every
-index leads with ``scope_key``. Plain data plus small functions taking an apsw connection.
+"""The shard files' tables (``docs/storage.md``, "The shared SQLite layout") and their
+migrations, the shard a scope lives in (``shard_of``), and the check that a file is the
+shard it is named for. Every index leads with ``scope_key``.
 """
 
 from __future__ import annotations
@@ -25,8 +23,7 @@ META_SHARD = "shard"
 META_SHARDS = "shards"
 META_FOLDING = "folding"
 
-# The shared columns of a row (``shared.sql.COLUMNS``), which the file layout's scope files
-# have too (``migrate.py`` reads them), so ``sql.record`` builds records from either.
+# A row's columns, which the file layout's scope files have too (``migrate.py``).
 RECORD_COLUMNS = COLUMNS
 
 
@@ -37,11 +34,9 @@ TERMS_FTS = ("CREATE VIRTUAL TABLE IF NOT EXISTS terms_fts USING fts5(tokens, to
 
 
 def dedup_key(text: str) -> str:
-    """What the dedup index keys an active row by: the first 16 characters of its normalized
-    text (a write's lookup compares the whole text after it, ``statements.BATCH_ROWS``). A
-    short key keeps the index a tenth of the whole text's size, so an eviction's and an
-    insert's entries, scattered through it by text, dirty a few pages a write rather than
-    dozens (a version 7 shard's index of the whole text is dropped, ``apply_schema``)."""
+    """What the dedup index keys an active row by: its normalized text's first 16
+    characters (a lookup compares the whole text after it). A short key keeps the index a
+    tenth of the text's size: a write dirties a few of its pages rather than dozens."""
     return f"substr({text}, 1, 16)"
 
 
@@ -52,8 +47,7 @@ LAST_WRITE = ("UPDATE scopes SET last_write = max(ifnull(last_write, 0), NEW.cre
 
 
 def _kind(row: str) -> str:
-    """The scope kind of ``row``'s key (``core.scopes.scope_kind``), '' for a key without
-    a colon: the rows a kind's range of keys (``kind:`` up to ``kind;``) selects."""
+    """The scope kind of ``row``'s key (``core.scopes.scope_kind``), '' without a colon."""
     key = f"{row}.scope_key"
     return (f"(CASE WHEN instr({key}, ':') > 0 THEN substr({key}, 1, instr({key}, ':') - 1)"
             " ELSE '' END)")
@@ -68,10 +62,8 @@ TABLES = (
         key   TEXT PRIMARY KEY,
         value TEXT NOT NULL
     ) WITHOUT ROWID""",
-    # A scope's row is created by its first write; ``generation`` counts every change to its
-    # records (never a use count), for copies of the scope held in memory; ``uses`` every
-    # save of its use counts (``usage.py``); ``sid`` is its id in the shard's token index
-    # (``index.py``), never changed and never given to another scope.
+    # Made by a scope's first write; ``generation``: its change counter; ``uses``: its
+    # use-count saves; ``sid``: its id in the token index, never changed nor reused.
     """CREATE TABLE IF NOT EXISTS scopes (
         scope_key  TEXT PRIMARY KEY,
         last_seq   INTEGER NOT NULL DEFAULT 0,
@@ -106,20 +98,17 @@ TABLES = (
         tokens            TEXT NOT NULL DEFAULT '',
         PRIMARY KEY (scope_key, seq)
     ) WITHOUT ROWID""",
-    # Partial indexes of the active rows (each statement they serve says
-    # ``status = 'active'`` literally): write-time dedup, and the eviction's order.
+    # Partial indexes (each statement they serve says ``status = 'active'`` literally):
+    # dedup, the eviction's order, and the purge of dead rows oldest death first.
     f"CREATE INDEX IF NOT EXISTS records_active_key ON records (scope_key, {dedup_key('norm')})"
     " WHERE status = 'active'",
     "CREATE INDEX IF NOT EXISTS records_active_by_use"
     " ON records (scope_key, last_used_at, created_at, seq) WHERE status = 'active'",
-    # The purge of dead rows past the retention, oldest death first.
     "CREATE INDEX IF NOT EXISTS records_dead ON records (scope_key, retired_at)"
     " WHERE status IN ('superseded', 'evicted', 'swept')",
     TERMS_FTS,
-    # Browsing (``browse.py``): a scope's newest record's time, kept by a trigger so every
-    # writer (a write, an import) keeps it; the scopes in order of it and of their active
-    # count; a scope's records newest first with what a page filters on (read without the
-    # rows' text); the records naming another as superseded or restated.
+    # Browsing (``browse.py``): a scope's newest record's time, kept by a trigger for every
+    # writer, and the indexes of its pages.
     f"CREATE TRIGGER IF NOT EXISTS records_last_write AFTER INSERT ON records BEGIN"
     f" {LAST_WRITE} END",
     "CREATE INDEX IF NOT EXISTS scopes_by_active ON scopes (active, scope_key)",
@@ -130,12 +119,9 @@ TABLES = (
     " WHERE supersedes IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS records_restates ON records (scope_key, restates)"
     " WHERE restates IS NOT NULL",
-    # The semantic lane's vectors (``vectors.py``): at most one per record, of the model it
-    # names, little-endian float32 of unit length. Only an active record has one: the
-    # triggers drop it in the statement that retires or deletes its record, whichever
-    # writer that is (a write's eviction, a forget, a sweep, a purge, deleting the scope).
-    # A rowid table: a vector (1,536 bytes for 384 dimensions) is too large a row for a
-    # table without rowid.
+    # The semantic lane's vectors (``vectors.py``), of active records only: the triggers
+    # drop one whichever writer retires or deletes its record. A rowid table: a vector
+    # (1,536 bytes) is too large a row for one without.
     """CREATE TABLE IF NOT EXISTS vectors (
         scope_key TEXT NOT NULL,
         seq       INTEGER NOT NULL,
@@ -156,13 +142,9 @@ TABLES = (
         value     INTEGER NOT NULL,
         PRIMARY KEY (scope_key, day, name)
     ) WITHOUT ROWID""",
-    # The shard's counters summed per scope kind, day and name (``browse.py``'s count
-    # totals), with the largest value one scope holds (``peak``). Kept by triggers, so every
-    # writer of ``counters`` (a write, a forget, a sweep, ``add_counts``, the migration from
-    # the file layout, deleting a scope) keeps them in its own transaction. A scope's
-    # counter only grows until the scope is deleted; a deleted counter that held the peak
-    # has the peak found again among the kind's counters of that day and name (a range of
-    # the kind's keys: a rare, slower step). A row whose total fell to 0 counts nothing.
+    # The counters summed per scope kind, day and name with the largest (``peak``), kept by
+    # triggers in every writer's transaction. A counter only grows until its scope is
+    # deleted; deleting the peak finds it again among the kind's keys (rare, slower).
     """CREATE TABLE IF NOT EXISTS count_totals (
         kind  TEXT NOT NULL,
         day   INTEGER NOT NULL,
@@ -186,8 +168,7 @@ TABLES = (
     f" AND name = OLD.name), 0) END WHERE {_total_of('OLD')}; END",
 )
 
-# A shard's count totals from its counters, once, when a shard of version 6 or older gains
-# the table (``apply_schema``).
+# A shard of version 6 or older's count totals, once (``apply_schema``).
 _FILL_TOTALS = (f"INSERT INTO count_totals (kind, day, name, total, peak)"
                 f" SELECT {_kind('counters')} AS kind, day, name, sum(value), max(value)"
                 f" FROM counters GROUP BY 1, day, name")
@@ -223,8 +204,7 @@ def set_meta(conn: Any, key: str, value: str) -> None:
 
 
 def identity_problem(conn: Any, index: int, shards: int) -> str | None:
-    """Why the open file is not shard ``index`` of ``shards`` of this store (None when it is,
-    or when it is empty). Reads only; the caller holds a transaction."""
+    """Why the open file is not shard ``index`` of ``shards`` (None: it is, or is empty)."""
     app_id = pragma(conn, "application_id")
     if app_id == 0 and table_count(conn) == 0:
         return None  # a new file
@@ -242,9 +222,8 @@ def identity_problem(conn: Any, index: int, shards: int) -> str | None:
 
 
 def apply_schema(conn: Any, index: int, shards: int) -> int:
-    """Create or complete the schema and record the shard's identity; the schema version
-    the file had (0: a new file). The caller holds a write transaction and has checked
-    ``identity_problem``."""
+    """Create or complete the schema and record the shard's identity; the version the file
+    had (0: new). The caller holds a write transaction and checked ``identity_problem``."""
     before: int = pragma(conn, "user_version")
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     if "postings" in tables:
@@ -266,8 +245,7 @@ def apply_schema(conn: Any, index: int, shards: int) -> int:
 
 
 def _with_last_write(conn: Any) -> None:
-    """Give a version 1-4 shard's scopes their newest record's time (the one read of every
-    record's time a migration makes, once)."""
+    """Give a version 1-4 shard's scopes their newest record's time."""
     if "last_write" in {row[1] for row in conn.execute("PRAGMA table_info(scopes)")}:
         return
     conn.execute("ALTER TABLE scopes ADD COLUMN last_write INTEGER")
@@ -275,16 +253,14 @@ def _with_last_write(conn: Any) -> None:
                  " WHERE records.scope_key = scopes.scope_key)")
 
 
-# A scope's postings in a shard of version 1-3: ``postings`` but for its stale rows, and its
-# fresh ones (the side tables of version 3), with each posting's ``continues`` flag.
+# A scope's postings in a shard of version 1-3 (version 3's side tables included).
 _OLD_POSTINGS = ("SELECT seq, max(continues), group_concat(term, ' ') FROM ("
                  "SELECT term, seq, continues FROM postings WHERE scope_key = :scope{stale}"
                  "{fresh}) GROUP BY seq")
 
 
 def _from_postings(conn: Any) -> None:
-    """Move a version 1-3 shard's postings into ``terms_fts``, each scope under a new id, in
-    the caller's transaction, and drop the tables they were in."""
+    """Move a version 1-3 shard's postings into ``terms_fts``, each scope under a new id."""
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     side = "fresh_postings" in tables
     columns = {row[1] for row in conn.execute("PRAGMA table_info(scopes)")}

@@ -1,27 +1,14 @@
-"""Opening the shard files: a connection per shard per thread, each shard checked once.
+"""Opening the shard files: a connection per shard per pool thread (``threading.local``:
+never shared, so no lock guards it), each shard checked once (``docs/storage.md``, "The
+shared SQLite layout").
 
-apsw releases the GIL while SQLite works, so the store's database calls run on its two
-thread pools (reads, writes). Each pool thread keeps its own connection to every shard it
-has used (``threading.local``): a connection is never shared between threads, so no lock
-guards it, and a thread holds at most ``SHARDS`` of them. WAL mode lets every thread read
-while one writes; writers to a shard are queued on the event loop by the store (one
-``asyncio.Lock`` per shard) before they reach SQLite's own lock.
-
-The first connection of the process to a shard checks the file is that shard of this store
-(``schema.identity_problem``), brings its schema up to date and re-derives its terms if they
-follow other tokenizing rules or languages (``refold``), in one ``BEGIN IMMEDIATE``
-transaction, before any copy of a scope of the shard is read; later connections only set
-their pragmas. A thread opening a shard while another checks it waits for that check.
-
-What a shard keeps from its records' text depends on the analyzer (``Analyzer.signature``,
-recorded in ``meta`` under ``schema.META_FOLDING``): every row's dedup key (``records.norm``)
-and the active rows' terms (``records.tokens`` and their documents in ``terms_fts``). A shard
-written under other rules (or under none recorded, and holding records) has them re-derived
-by the functions the write path uses; a second process opening it meanwhile waits for that
-transaction, then finds the signature current. Rows, ids, statuses and use counts are
-untouched; each document keeps its ``continues`` marker (its predecessor's row may be gone),
-and every scope's change counter moves on, so no copy of the old terms held in memory
-anywhere is used again.
+The first connection of the process to a shard checks the file is that shard of this store,
+brings its schema up to date and re-derives its terms if they follow another analyzer
+(``refold``), in one ``BEGIN IMMEDIATE`` transaction, before any copy of a scope of it is
+read; a thread opening the shard meanwhile waits for that check. A re-derivation keeps rows,
+ids, statuses, use counts and each document's ``continues`` marker (its predecessor's row
+may be gone), and moves every scope's change counter, so no copy of the old terms is used
+again.
 """
 
 from __future__ import annotations
@@ -93,28 +80,23 @@ class Shards:
     def connection(self, index: int, *, create: bool) -> Any | None:
         """This thread's connection to shard ``index``; None when the shard has no file yet
         and ``create`` is false (a read never creates a file)."""
-        conns: dict[int, Any] | None = getattr(self._local, "conns", None)
+        conns: dict[int, tuple[Any, DueCheckpoint]] | None = getattr(self._local, "conns", None)
         if conns is None:
             conns = self._local.conns = {}
-        conn = conns.get(index)
-        if conn is not None:
-            return conn
+        held = conns.get(index)
+        if held is not None:
+            return held[0]
         if not create and not self.exists(index):
             return None
         conn = self._open(index, create=create)
-        conns[index] = conn
-        dues: dict[int, DueCheckpoint] | None = getattr(self._local, "dues", None)
-        if dues is None:
-            dues = self._local.dues = {}
-        dues[index] = DueCheckpoint(conn)
+        conns[index] = (conn, DueCheckpoint(conn))
         return conn
 
     def count_scopes(self, index: int) -> int:
-        """The scopes shard ``index`` holds, read without taking any lock: through this
-        thread's connection once the shard's schema was checked; else through a connection
-        of its own, closed after (the check takes the shard's write lock, which a writer
-        counting scopes inside another shard's transaction must never wait for: two such
-        writers would wait on each other). 0 for no file, or one without its tables yet."""
+        """The scopes shard ``index`` holds (0: no file or no tables yet), read without
+        taking a lock: before the shard is checked, through a connection of its own (the
+        check takes the shard's write lock, and two writers counting each other's shard
+        inside their transactions would wait on each other)."""
         if index in self._checked:
             conn = self.connection(index, create=False)
             return 0 if conn is None else int(conn.execute(SQL.count_scopes).fetchall()[0][0])
@@ -125,9 +107,7 @@ class Shards:
         try:
             conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE)
         except apsw.Error as exc:
-            raise (descriptors_busy(path, exc)
-                   or StoreError(f"sqlite store: cannot open {path}: "
-                                 f"{sqlite_sql.describe(exc)}")) from exc
+            raise _failed(path, exc, "cannot open ") from exc
         try:
             conn.set_busy_timeout(self.busy_timeout_ms)
             if not conn.execute("SELECT 1 FROM sqlite_schema WHERE type = 'table'"
@@ -135,17 +115,15 @@ class Shards:
                 return 0
             return int(conn.execute(SQL.count_scopes).fetchall()[0][0])
         except apsw.Error as exc:
-            raise (descriptors_busy(path, exc)
-                   or StoreError(f"sqlite store: {path}: {sqlite_sql.describe(exc)}")) from exc
+            raise _failed(path, exc) from exc
         finally:
             conn.close()
 
     def checkpoint_due(self, index: int) -> bool:
         """Whether a commit on this thread's connection to shard ``index`` made a
         checkpoint due since the last call (``DueCheckpoint``)."""
-        dues: dict[int, DueCheckpoint] | None = getattr(self._local, "dues", None)
-        due = None if dues is None else dues.get(index)
-        return due is not None and due.take()
+        held = getattr(self._local, "conns", {}).get(index)
+        return held is not None and bool(held[1].take())
 
     def _open(self, index: int, *, create: bool) -> Any:
         apsw = sqlite_sql.apsw_module()
@@ -162,9 +140,7 @@ class Shards:
             conn, opened = OpenedFile.opening(
                 path, lambda: apsw.Connection(path, flags=flags))
         except apsw.Error as exc:
-            raise (descriptors_busy(path, exc)
-                   or StoreError(f"sqlite store: cannot open {path}: "
-                                 f"{sqlite_sql.describe(exc)}")) from exc
+            raise _failed(path, exc, "cannot open ") from exc
         try:
             if first is not None and first.identity != opened.identity:
                 raise first.refusal("was replaced by another file")
@@ -183,8 +159,7 @@ class Shards:
                          " USING fts5vocab(main, terms_fts, 'instance')")
         except apsw.Error as exc:
             conn.close()
-            raise (descriptors_busy(path, exc)
-                   or StoreError(f"sqlite store: {path}: {sqlite_sql.describe(exc)}")) from exc
+            raise _failed(path, exc) from exc
         except BaseException:
             conn.close()
             raise
@@ -198,8 +173,7 @@ class Shards:
 
     def make_root(self) -> None:
         """The data directory, made if missing; one this process found or made before is
-        never made again: deleted or replaced, it is refused (its shards' writes would
-        start again from nothing)."""
+        refused when deleted or replaced (its shards' writes would start from nothing)."""
         if self._root is not None:
             try:
                 now = identity(self.root)
@@ -221,10 +195,8 @@ class Shards:
                 self._root = root
 
     def _wal_mode(self, conn: Any) -> str:
-        """Switch to WAL mode (a no-op once the file is in it). Two connections switching a
-        new file at once can get SQLITE_BUSY without the busy handler being asked (SQLite
-        refuses to let two lock upgrades wait on each other): try again for as long as the
-        busy timeout allows."""
+        """Switch to WAL mode, trying again within the busy timeout: two connections
+        switching a new file at once get SQLITE_BUSY without the busy handler asked."""
         apsw = sqlite_sql.apsw_module()
         deadline = time.monotonic() + self.busy_timeout_ms / 1000
         while True:
@@ -263,13 +235,16 @@ class Shards:
             conn.close()
 
 
+def _failed(path: str, exc: Exception, doing: str = "") -> StoreError:
+    """apsw's error on ``path`` as the store's (too few descriptors said as such)."""
+    return descriptors_busy(path, exc) or StoreError(
+        f"sqlite store: {doing}{path}: {sqlite_sql.describe(exc)}")
+
+
 class DueCheckpoint:
-    """A connection's WAL hook in place of SQLite's automatic checkpoint (which a WAL hook
-    replaces): it notes that a commit made the checkpoint due, and the shard's writing
-    thread runs it right after the write (``ShardPools.write``), so the write that made it
-    due does not wait for it (a checkpoint of a large shard copies a few megabytes back
-    into the database file, 5-10 ms, about every twentieth write of 50 at the cap of a
-    10,000-record scope)."""
+    """A connection's WAL hook in place of SQLite's automatic checkpoint: it notes that a
+    commit made one due, and the shard's writing thread runs it after the write
+    (``ShardPools.write``), so that write does not wait for it (5-10 ms on a large shard)."""
 
     def __init__(self, conn: Any) -> None:
         self._at = int(conn.execute("PRAGMA wal_autocheckpoint").fetchall()[0][0])
@@ -287,9 +262,8 @@ class DueCheckpoint:
 
 
 def checkpoint(conn: Any) -> None:
-    """The passive checkpoint SQLite's automatic one would have run: as SQLite's own, one
-    that cannot be done now (a reader in the way, a busy lock) is done at a later
-    commit."""
+    """The passive checkpoint SQLite's automatic one would have run (one that cannot be
+    done now is done at a later commit, as SQLite's own)."""
     apsw = sqlite_sql.apsw_module()
     with contextlib.suppress(apsw.Error):
         conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
@@ -312,9 +286,8 @@ NEXT_GENERATIONS = "UPDATE scopes SET generation = generation + 1"
 
 
 def refold(conn: Any, analyzer: Analyzer, path: str) -> int:
-    """Re-derive the shard's dedup keys and terms under ``analyzer`` unless they follow it
-    already, and record its signature; how many rows were re-derived. The caller holds a
-    write transaction and has applied the schema."""
+    """Re-derive the shard's dedup keys and terms under ``analyzer`` unless they follow it,
+    and record its signature; the rows re-derived. The caller holds a write transaction."""
     signature = analyzer.signature
     recorded = schema.stored_meta(conn, schema.META_FOLDING)
     if recorded == signature:

@@ -1,12 +1,7 @@
-"""The statements only the shared-file SQLite store runs, for any shard: those reading and
-writing its token index (but those of ``index.py``), its writes' rows going in as JSON
-arrays, its use counts saved later and its counters. Those both SQL stores run are
-``stores/shared/sql.py``'s, as ``dialect.SQL``.
-
-Each one names the scope as a bound value (``:scope``) in its WHERE clause, and every index
-leads with ``scope_key`` (``schema.py``). A list of values (seqs, terms, normalized texts)
-is bound as one JSON array and read with ``json_each``, so a statement's text never depends
-on what a client sent and user text never reaches SQL as anything but a value.
+"""The statements only the SQLite store runs, for any shard (those both SQL stores run:
+``dialect.SQL``; the token index's: ``index.py``). Each binds the scope as ``:scope`` and a
+list as one JSON array read with ``json_each``: a statement's text never depends on what a
+client sent, and user text reaches SQL only as a value.
 """
 
 from __future__ import annotations
@@ -60,8 +55,11 @@ LISTING = (f"SELECT (SELECT uses FROM scopes WHERE scope_key = :scope), {RECORD_
 
 # --- writes --------------------------------------------------------------------------------
 
-LOCK_SCOPE = ("SELECT last_seq, active, generation, sid, last_write FROM scopes"
-              " WHERE scope_key = :scope")
+# With the thread of the scope's last row (NULL when it is gone), which a write's first
+# record may continue.
+LOCK_SCOPE = ("SELECT last_seq, active, (SELECT source_thread_key FROM records AS r"
+              " WHERE r.scope_key = sc.scope_key AND r.seq = sc.last_seq), last_write, sid"
+              " FROM scopes AS sc WHERE scope_key = :scope")
 # A new scope's id in the token index: one above the highest ever given in the shard (a
 # scope's row is never deleted, so an id is never given twice).
 NEW_SCOPE = ("INSERT INTO scopes (scope_key, created_at, sid) VALUES (:scope, :now,"
@@ -85,7 +83,6 @@ INSERT_ROWS = ("WITH r (v) AS MATERIALIZED (SELECT jsonb(value) FROM json_each(:
                " source_thread_key, source_run_id, created_at, last_used_at, use_count,"
                " confidence, supersedes, restates, status, source, retired_at, tokens)"
                " SELECT :scope, " + ", ".join(f"v ->> {i}" for i in range(18)) + " FROM r")
-THREAD_OF = "SELECT source_thread_key FROM records WHERE scope_key = :scope AND seq = :seq"
 # [[seq, use count, last used, confidence, status], ...]: the rows a batch restates,
 # supersedes or confirms, one statement (materialized first, so each row is a key lookup).
 CHANGE_ROWS = ("WITH c (seq, uses, last, confidence, status) AS MATERIALIZED"

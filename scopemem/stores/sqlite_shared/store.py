@@ -1,7 +1,5 @@
-"""``SharedSqliteStore``: every scope in a few shared SQLite files (the SQLite store's
-default layout; ``docs/storage.md``, "The shared SQLite layout", has the design). Each part
-(``sqlite_shared``'s modules) is built here with what it uses; a directory of the retired
-file layout is migrated at construction (``migrate.py``).
+"""``SharedSqliteStore``: every scope in a few shared SQLite files (``docs/storage.md``,
+"The shared SQLite layout"). Each part is built here with what it uses.
 """
 
 from __future__ import annotations
@@ -47,6 +45,7 @@ from scopemem.stores.shared.cache import (
     PostingsCache,
     ScopeCopy,
 )
+from scopemem.stores.shared.calls import listing_stems, search_terms, used_seqs
 from scopemem.stores.sqlite_shared import reads, schema, writes
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.browse import Browse, ReachLog
@@ -54,15 +53,13 @@ from scopemem.stores.sqlite_shared.migrate import migrate_file_layout
 from scopemem.stores.sqlite_shared.options import (
     DEFAULT_PATH,
     DEFAULT_USAGE_FLUSH_MS,
-    FILE_LAYOUT_OPTIONS,
-    LAYOUTS,
     OPTIONS,
     SYNCHRONOUS_LEVELS,
     USAGE_FLUSH_MS_MAX,
     check_int,
     check_path,
     check_synchronous,
-    warn_retired,
+    retired_options,
 )
 from scopemem.stores.sqlite_shared.pools import POOL_THREADS, ShardPools
 from scopemem.stores.sqlite_shared.porting import Porting
@@ -111,8 +108,7 @@ class SharedSqliteStore:
                                 shards=self._shards.count)
         self._uses = PendingUses(self._shards.count)
         self._pools = ShardPools(self._shards)
-        # Copies of scopes' indexes read often enough (``reads.py``), checked against each
-        # scope's change counter with every retrieval (``cache_rows``; 0: none).
+        # Copies of scopes' indexes read often, checked against the change counter (``reads.py``).
         self._copies = PostingsCache(check_int(postings_cache, "postings_cache", 0),
                                      check_int(cache_min_postings, "cache_min_postings", 0))
         self._clock = clock
@@ -125,7 +121,7 @@ class SharedSqliteStore:
         self._porting = Porting(self._shards, self._pools, self._uses, self._scopes, clock,
                                 self.analyzer)
         self.export_scopes = self._porting.export_scopes
-        # Browsing (``browse.py``), its reaches in a file of their own (``ReachLog``).
+        # Browsing (``browse.py``), its reaches in a file of their own.
         self._browse = Browse(self._shards.count, self._shards.of, self._pools, self._uses,
                               ReachLog(self.directory, clock,
                                        check_reach_retention_days(reach_retention_days),
@@ -137,7 +133,6 @@ class SharedSqliteStore:
         self.read_count_totals = self._browse.read_count_totals
         self.log_reaches = self._browse.reaches.log
         self.read_reaches = self._browse.reaches.read
-        # The semantic lane's vectors (``vectors.py``).
         vectors = Vectors(self._shards.of, self._pools, self._uses)
         self.vectors_missing = vectors.vectors_missing
         self.put_vectors = vectors.put_vectors
@@ -148,23 +143,12 @@ class SharedSqliteStore:
 
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> SharedSqliteStore:
-        """Build from ``[memory.stores.sqlite]``: ``path``,
-        ``synchronous``, ``busy_timeout_ms``, ``usage_flush_ms``, ``max_scopes`` and
-        ``cache_rows`` (the copies in memory hold ``POSTINGS_PER_ROW`` postings a row of
-        it; 0: no copies). ``layout`` and the retired file layout's ``max_open_connections``
-        and ``rank_processes`` are read for one release (``options.py``): the last two, set,
-        are ignored with a warning. A directory of the file layout is migrated (not when the
-        settings are only validated)."""
+        """Build from ``[memory.stores.sqlite]`` (``docs/sqlite-store.md``); the retired
+        file layout's options are warned about (``options.py``), and its directory migrated
+        unless the settings are only validated."""
         settings = settings.named("sqlite")
         settings.unknown_options(OPTIONS)
-        settings.choice_option("layout", "shared", LAYOUTS)
-        settings.record("layout", "shared")  # what runs, whatever is set (config check)
-        for key in FILE_LAYOUT_OPTIONS:
-            if key in settings.options:
-                settings.ignore(key)
-                warn_retired(settings.option_key(key), f"{settings.option_key(key)}: has no"
-                             " effect in the shared layout (an option of the file layout,"
-                             " which is retired); ignored, remove it")
+        retired_options(settings)
         rows = settings.int_option("cache_rows", DEFAULT_POSTINGS_CACHE // POSTINGS_PER_ROW, 0)
         path = settings.record("path", check_path(
             settings.options.get("path", DEFAULT_PATH), settings.option_key("path")))
@@ -187,11 +171,10 @@ class SharedSqliteStore:
 
     async def search(self, scope_key: str, query: str, limit: int, *, bump: bool = True
                      ) -> builtins.list[Hit]:
-        check_scope_key(scope_key)
-        now = self._clock()
-        terms = engine.query_terms(query, self.analyzer)
-        if not terms.terms or limit <= 0:
+        terms = search_terms(scope_key, query, limit, self.analyzer)
+        if terms is None:
             return []
+        now = self._clock()
         shard = self._shards.of(scope_key)
         copy = self._copies.latest(scope_key)
         searched = await self._pools.read(shard, reads.search, self._uses, shard,
@@ -218,11 +201,7 @@ class SharedSqliteStore:
     async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
         now = self._clock()
         marked = 0
-        for scope_key, ids in used.items():
-            check_scope_key(scope_key)
-            seqs = sorted(set(batches.seqs_in_scope(scope_key, ids)))
-            if not seqs:
-                continue
+        for scope_key, seqs in used_seqs(used):
             shard = self._shards.of(scope_key)
             found = await self._pools.read(shard, reads.mark_used, self._uses, shard,
                                            scope_key, seqs, now)
@@ -233,14 +212,9 @@ class SharedSqliteStore:
 
     async def list(self, scope_key: str, limit: int, query: str | None = None,
                    kind: Kind | None = None) -> builtins.list[Record]:
-        check_scope_key(scope_key)
-        if limit <= 0:
+        held = listing_stems(scope_key, limit, query, self.analyzer)
+        if held == []:
             return []
-        held: builtins.list[str] | None = None
-        if query is not None:
-            held = list(engine.query_terms(query, self.analyzer).prefilter_stems)
-            if not held:
-                return []
         shard = self._shards.of(scope_key)
         rows = await self._pools.read(shard, reads.listing, self._uses, shard, scope_key,
                                       limit, held, kind)
@@ -249,9 +223,8 @@ class SharedSqliteStore:
                               analyzer=self.analyzer)
 
     async def ready(self) -> str | None:
-        """``/readyz``: not ready while a shard file this process opened is no longer the
-        file at its path (``files.OpenedFile``: its writes are refused until the directory
-        is restored and the process restarted); else ``health.read_ready``."""
+        """Not ready while a shard file this process opened is gone from its path (its
+        writes are refused, ``files.OpenedFile``); else ``health.read_ready``."""
         moved = self._shards.moved()
         if moved:
             log.warning("[ready] %s: writes are refused; restore the data directory as it"
@@ -286,8 +259,7 @@ class SharedSqliteStore:
         return bool(done)
 
     async def delete_scope(self, scope_key: str) -> int:
-        """``writes.delete_scope``, then the scope's reaches (``browse.ReachLog``); the number
-        of records deleted (0: no such scope). A write like any other."""
+        """``writes.delete_scope``, then the scope's reaches; the records deleted."""
         check_scope_key(scope_key)
         shard = self._shards.of(scope_key)
         done = await self._pools.write(shard, writes.delete_scope, self._uses, shard,
@@ -296,8 +268,7 @@ class SharedSqliteStore:
         return done or 0
 
     async def scrub_provenance(self, scope_key: str, person_key: str) -> int:
-        """``writes.scrub_provenance``, then the scope's reaches naming the person deleted;
-        the number of records changed."""
+        """``writes.scrub_provenance``, then the scope's reaches naming the person."""
         check_scope_key(scope_key)
         person = person_id(check_scope_key(person_key))
         shard = self._shards.of(scope_key)
@@ -328,14 +299,12 @@ class SharedSqliteStore:
         return result
 
     def max_descriptors(self) -> int:
-        """The most file descriptors the store holds (``stores.base.descriptors_held``):
-        per shard, a database and a WAL for each read thread and for its writing thread,
-        and its shared memory once."""
+        """Per shard a database and a WAL for each read thread and its writing thread, and
+        its shared memory once (``stores.base.descriptors_held``)."""
         return self._shards.count * (2 * (POOL_THREADS + 1) + 1) + 3  # + the reach log
 
     async def close(self) -> None:
-        """Save pending use counts, stop the pools and close every shard. Safe to call
-        twice."""
+        """Save pending use counts, stop the pools and close every shard. Idempotent."""
         if self._pools.closed:
             return
         await self._copies.close()
@@ -349,11 +318,9 @@ class SharedSqliteStore:
             self._shards.close()
             await self._browse.reaches.close()
 
-    # --- the parts' methods ---------------------------------------------------------------
-
     async def flush(self) -> None:
-        """Save the use counts not saved yet, now (``close`` saves them too), one
-        transaction per shard; a shard that fails keeps them for the next save."""
+        """Save pending use counts now, a transaction per shard; a shard that fails keeps
+        them for the next save."""
         for shard in self._uses.shards():
             try:
                 await self._pools.write(shard, self._uses.save, shard, self.synchronous)
@@ -364,7 +331,6 @@ class SharedSqliteStore:
             self._schedule_save()
 
     def _schedule_save(self) -> None:
-        """Save the use counts within ``usage_flush_ms``, in the background."""
         if self._saver is None or self._saver.done():
             self._saver = asyncio.get_running_loop().create_task(self._save_later())
 

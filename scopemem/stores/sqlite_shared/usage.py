@@ -1,24 +1,13 @@
-"""Use counts not saved yet, per shard and scope, and their save: one transaction per shard.
+"""Use counts not saved yet, per shard and scope, saved one transaction a shard without waiting
+for the disk: a process killed outright loses its last ``usage_flush_ms`` of uses, never a
+record. A write saves its scope's first, so its dedup and eviction see them.
 
-A retrieval counts one use of each record it returns here (``add``) and does not wait for
-it to be saved. ``save`` commits everything pending in a shard in one transaction (one
-``UPDATE`` per scope, whatever the number of retrievals), without waiting for the disk: a
-process killed outright loses the uses of its last ``usage_flush_ms``, never a record. A
-write saves its scope's pending uses first, in its own transaction, so its dedup and
-eviction see them.
-
-Every read of rows that answers a caller (a retrieval's candidates, a listing, an export)
-applies the uses not in the rows yet, so each answer shows the uses of every retrieval that
-returned before it, exactly once. Uses being saved are in neither place for a moment: they
-left the pending set and their transaction has not committed. So a transaction saving a
-scope's uses also moves the scope's ``scopes.uses`` counter on, and the uses it saves wait
-in ``_saving`` tagged with the counter value it wrote; a read takes the counter with its
-rows (one statement, one snapshot) and adds the uses still pending, and those being saved
-whose tag its snapshot has not reached. A committed save's entries are kept while any read
-that may have taken its snapshot before the commit is still under way (a count of reads
-between their statement and their look at the dictionaries). The shard's lock guards only
-these dictionaries, never a statement or a transaction: a write waiting on the disk holds
-up no read, and reads of one shard do not wait for each other.
+Every read answering a caller adds the uses not in its rows yet, exactly once. A save also
+moves the scope's ``scopes.uses`` counter on, its uses waiting in ``_saving`` tagged with the
+value it wrote; a read takes the counter with its rows (one snapshot) and adds the pending
+uses and those being saved whose tag its snapshot has not reached. A committed save's entries
+stay while a read that may predate the commit is under way. The shard's lock guards only
+these dictionaries, never a statement: a write waiting on the disk holds up no read.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""A write batch, a forget, a sweep, deleting a scope, scrubbing provenance, the purge and the
-day counters on one shard: each one ``BEGIN IMMEDIATE`` transaction on the shard's writing
-thread, committed whole or not at all, the scope's pending uses saved first
-(``transaction``). ``add_counts`` is one transaction per shard the call touches;
-``ScopeLimit`` is ``max_scopes``.
+"""The changes to a scope on one shard (``shared.changes`` over ``SqliteTx``), each one
+``BEGIN IMMEDIATE`` transaction on the shard's writing thread, the scope's pending uses saved
+first (``transaction``); the day counters, one transaction per shard; ``max_scopes``.
 """
 
 from __future__ import annotations
@@ -10,28 +8,17 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from scopemem.core import engine
-from scopemem.core.records import (
-    Candidate,
-    CountRow,
-    PurgeResult,
-    Record,
-    Status,
-    SweepResult,
-    WriteCounts,
-)
-from scopemem.core.scopes import memory_id, record_seq
+from scopemem.core.records import Candidate, CountRow, PurgeResult, Record, SweepResult, WriteCounts
+from scopemem.core.scopes import record_seq
 from scopemem.core.words import Analyzer
 from scopemem.errors import ScopeLimitReached, StoreError
 from scopemem.stores.base import Clock, check_scope_key
-from scopemem.stores.shared import batches
+from scopemem.stores.shared import changes
 from scopemem.stores.shared import counts as counting
-from scopemem.stores.shared.batches import PURGE_ROWS
-from scopemem.stores.shared.sql import scrubbed_sources
-from scopemem.stores.shared.tokens import documents, record_tokens
+from scopemem.stores.shared.changes import Locked, run_sync
 from scopemem.stores.sqlite_shared import index
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared import statements as st
@@ -40,7 +27,7 @@ from scopemem.stores.sqlite_shared.pools import ShardPools
 from scopemem.stores.sqlite_shared.shards import Shards
 from scopemem.stores.sqlite_shared.usage import PendingUses, relaxed
 
-__all__ = ["Counts", "ScopeLimit", "add_rows", "delete_scope", "forget", "purge",
+__all__ = ["Counts", "ScopeLimit", "SqliteTx", "add_rows", "delete_scope", "forget", "purge",
            "scrub_provenance", "sweep", "write"]
 
 
@@ -61,135 +48,127 @@ def transaction(conn: Any, uses: PendingUses, shard: int, scope_key: str) -> Ite
         yield
 
 
-def _scope_row(conn: Any, scope_key: str) -> tuple[int, int, int, int, int | None] | None:
-    """The scope's last seq, active count, change counter, id in the token index and its
-    newest record's creation time (None: no such scope)."""
-    rows = conn.execute(st.LOCK_SCOPE, {"scope": scope_key}).fetchall()
-    return (rows[0][0], rows[0][1], rows[0][2], rows[0][3], rows[0][4]) if rows else None
+class SqliteTx:
+    """A shard's transaction on one scope, as ``shared.changes`` runs it: lists bound as
+    JSON arrays, the token index FTS5 (``index.py``), keyed by the scope's ``sid``."""
+
+    sql = SQL
+
+    def __init__(self, conn: Any, scope: str, reserve: Callable[[], None] | None = None
+                 ) -> None:
+        self.conn = conn
+        self.scope = scope
+        self._reserve = reserve  # counts a new scope against ``max_scopes``
+        self.sid: int | None = None
+
+    def ints(self, values: Sequence[int]) -> object:
+        return json.dumps(list(values))
+
+    async def lock(self, now: int, create: bool) -> Locked | None:
+        row = self.conn.execute(st.LOCK_SCOPE, {"scope": self.scope}).fetchall()
+        if not row and create:
+            if self._reserve is not None:
+                self._reserve()
+            self.conn.execute(st.NEW_SCOPE, {"scope": self.scope, "now": now})
+            row = self.conn.execute(st.LOCK_SCOPE, {"scope": self.scope}).fetchall()
+            if row[0][4] > index.MAX_SID:
+                raise StoreError(f"sqlite store: shard of {self.scope!r} has given every id")
+        if not row:
+            return None
+        *locked, self.sid = row[0]
+        return locked[0], locked[1], locked[2], locked[3]
+
+    async def rows(self, statement: str, params: dict[str, Any]) -> list[Any]:
+        return list(self.conn.execute(statement, params).fetchall())
+
+    async def rows_of(self, *queries: tuple[str, dict[str, Any]]) -> list[list[Any]]:
+        return [await self.rows(statement, params) for statement, params in queries]
+
+    async def records(self, statement: str, params: dict[str, Any]) -> list[Record]:
+        return [sqlite_sql.record(row) for row in self.conn.execute(statement, params)]
+
+    async def run(self, statement: str, params: dict[str, Any]) -> None:
+        self.conn.execute(statement, params)
+
+    async def count(self, statement: str, params: dict[str, Any]) -> int:
+        self.conn.execute(statement, params)
+        return int(self.conn.changes())
+
+    async def many(self, statement: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.conn.executemany(statement, rows)
+
+    async def known(self, norms: list[str], seqs: list[int]) -> list[Record]:
+        return await self.records(st.BATCH_ROWS, {
+            "scope": self.scope, "norms": json.dumps(norms), "seqs": json.dumps(seqs)})
+
+    async def insert(self, rows: Sequence[tuple[int, Record, list[str]]], now: int) -> None:
+        self.conn.execute(st.INSERT_ROWS, {"scope": self.scope, "rows": json.dumps(
+            [sqlite_sql.insert_row(seq, r, now, tokens) for seq, r, tokens in rows],
+            ensure_ascii=False)})
+
+    async def change(self, rows: Sequence[Record], now: int) -> None:
+        self.conn.execute(st.CHANGE_ROWS, {"scope": self.scope, "now": now, "rows": json.dumps(
+            [(record_seq(r.id), r.use_count, r.last_used_at, r.confidence, r.status.value)
+             for r in rows])})
+
+    async def post(self, posted: Sequence[tuple[int, list[str], bool]]) -> None:
+        assert self.sid is not None
+        if posted and posted[-1][0] > index.MAX_SEQ:
+            raise StoreError(f"sqlite store: scope {self.scope!r} has used every id")
+        index.post(self.conn, self.sid, posted)
+
+    async def unpost(self, seqs: Sequence[int]) -> None:
+        assert self.sid is not None
+        index.unpost(self.conn, self.sid, seqs)
+
+    async def follow(self, seqs: Sequence[int], beside: Mapping[int, Sequence[Any]]) -> None:
+        await self.unpost(seqs)  # indexed again, with the marker
+        await self.post([(seq, beside[seq][2].split(), True) for seq in seqs])
+
+    async def forget(self, params: dict[str, Any]) -> bool:
+        if await self.count(SQL.forget, params) <= 0:
+            return False
+        # Out of the index, and the index merged: a forgotten record leaves no trace.
+        await self.unpost([params["seq"]])
+        index.scrub(self.conn)
+        return True
+
+    async def drop(self) -> None:
+        assert self.sid is not None
+        index.unpost_scope(self.conn, self.sid)
+        self.conn.execute(st.DELETE_COUNTERS, {"scope": self.scope})
+
+    async def counters(self, rows: Sequence[CountRow]) -> None:
+        add_rows(self.conn, rows)
 
 
 def write(conn: Any, uses: PendingUses, shard: int, analyzer: Analyzer, scope_key: str,
           fitted: Sequence[Candidate], cap: int, now: int, cutoff: int,
           reserve_scope: Callable[[], None]) -> WriteCounts:
-    """Write a fitted batch; ``reserve_scope`` is called before a new scope's row is made
-    (it raises ``ScopeLimitReached`` past ``max_scopes``). The counts."""
+    """``changes.write``; ``reserve_scope`` is called before a new scope's row is made."""
     with transaction(conn, uses, shard, scope_key):
-        row = _scope_row(conn, scope_key)
-        if row is None:
-            reserve_scope()
-            conn.execute(st.NEW_SCOPE, {"scope": scope_key, "now": now})
-            row = _scope_row(conn, scope_key)
-            assert row is not None
-            if row[3] > index.MAX_SID:
-                raise StoreError(f"sqlite store: shard of {scope_key!r} has given every id")
-        last_seq, active, _generation, sid, last_write = row
-        # A write that read its clock before another process's write to the scope committed
-        # is still the newer record: never older than the scope's newest (the eviction's
-        # order, creation time then seq, stays the commit order).
-        now = max(now, last_write or 0)
-        norms, seqs = batches.lookup_keys(scope_key, fitted)
-        known = [sqlite_sql.record(r) for r in conn.execute(st.BATCH_ROWS, {
-            "scope": scope_key, "norms": json.dumps(norms), "seqs": json.dumps(seqs)})]
-        plan = batches.plan_batch(scope_key, fitted, known, last_seq + 1, now)
-        _persist(conn, analyzer, scope_key, sid, plan, last_seq, now)
-        evicted: list[int] = []
-        live = active + plan.live_delta
-        if live > cap:
-            evicted = _evict(conn, scope_key, sid, live - cap, now)
-        for statement in (SQL.scrub_swept, SQL.purge):
-            conn.execute(statement, {"scope": scope_key, "rows": PURGE_ROWS, "cutoff": cutoff})
-        conn.execute(SQL.set_counts, {"scope": scope_key, "last": plan.next_seq - 1,
-                                     "active": live - len(evicted)})
-        counts = plan.counts + WriteCounts(evicted=len(evicted))
-        add_rows(conn, counting.write_rows(scope_key, counts, now))
-    return counts
-
-
-def _persist(conn: Any, analyzer: Analyzer, scope_key: str, sid: int,
-             plan: batches.BatchPlan, last_seq: int, now: int) -> None:
-    """The batch's new rows and their postings, and its changes to existing rows (those it
-    retired leave the postings)."""
-    if plan.inserts:
-        held = {record_seq(r.id): record_tokens(r, analyzer) for r in plan.inserts}
-        conn.execute(st.INSERT_ROWS, {"scope": scope_key, "rows": json.dumps([
-            sqlite_sql.insert_row(seq, r, now, held[seq])
-            for r in plan.inserts for seq in (record_seq(r.id),)], ensure_ascii=False)})
-        thread = None
-        if last_seq:
-            rows = conn.execute(st.THREAD_OF, {"scope": scope_key, "seq": last_seq}).fetchall()
-            thread = rows[0][0] if rows else None
-        posted = documents(plan.inserts, thread, held)
-        if posted and posted[-1][0] > index.MAX_SEQ:
-            raise StoreError(f"sqlite store: scope {scope_key!r} has used every id")
-        index.post(conn, sid, posted)
-    if plan.changes:
-        conn.execute(st.CHANGE_ROWS, {"scope": scope_key, "now": now, "rows": json.dumps([
-            (record_seq(r.id), r.use_count, r.last_used_at, r.confidence, r.status.value)
-            for r in plan.changes])})
-        index.unpost(conn, sid, [record_seq(r.id) for r in plan.changes if not r.is_active])
-
-
-def _evict(conn: Any, scope_key: str, sid: int, excess: int, now: int) -> list[int]:
-    """The seqs of the rows evicted to bring the scope down by ``excess``."""
-    groups = [conn.execute(statement, {"scope": scope_key, "excess": excess}).fetchall()
-              for statement in (SQL.lru_never_used, SQL.lru_used)]
-    evicted = batches.pick_eviction(groups[0], groups[1], excess)
-    return _retire(conn, scope_key, sid, evicted, Status.EVICTED, now)
-
-
-def _retire(conn: Any, scope_key: str, sid: int, seqs: Sequence[int], status: Status,
-            now: int) -> list[int]:
-    """Retire the active ones of rows ``seqs`` with ``status``, out of the postings; their
-    seqs."""
-    if not seqs:
-        return []
-    index.unpost(conn, sid, seqs)
-    rows = conn.execute(SQL.retire, {"scope": scope_key, "seqs": json.dumps(list(seqs)),
-                                    "status": status.value, "now": now}).fetchall()
-    return [seq for (seq,) in rows]
+        return run_sync(changes.write(SqliteTx(conn, scope_key, reserve_scope), analyzer,
+                                      fitted, cap, now, cutoff))
 
 
 def forget(conn: Any, uses: PendingUses, shard: int, path: str, scope_key: str, seq: int,
            now: int) -> bool:
-    """Scrub one active record: its text, dedup key, keywords and tokens emptied, out of
-    the postings. SQLite's ``secure_delete`` zeroes the freed cells, and the WAL of the
+    """``changes.forget``. ``secure_delete`` zeroes the freed cells, and the WAL of the
     shard file ``path`` is truncated after the commit."""
     with transaction(conn, uses, shard, scope_key):
-        row = _scope_row(conn, scope_key)
-        if row is None:
-            return False
-        params = {"scope": scope_key, "seq": seq, "id": memory_id(scope_key, seq), "now": now,
-                  "seqs": json.dumps([seq])}
-        if not conn.execute(SQL.active_seqs, params).fetchall():
-            return False
-        conn.execute(SQL.forget, params)
-        if conn.changes() <= 0:
-            return False
-        # Out of the index, and the index merged: a forgotten record leaves no trace.
-        index.unpost(conn, row[3], [seq])
-        index.scrub(conn)
-        conn.execute(SQL.add_active, {"scope": scope_key, "delta": -1})
-        add_rows(conn, counting.forget_rows(scope_key, now))
-    sqlite_sql.truncate_wal(conn, path, "a forget")
-    return True
+        done = run_sync(changes.forget(SqliteTx(conn, scope_key), seq, now))
+    if done:
+        sqlite_sql.truncate_wal(conn, path, "a forget")
+    return done
 
 
 def delete_scope(conn: Any, uses: PendingUses, shard: int, path: str, scope_key: str) -> int:
-    """Delete every record of the scope (whatever its status), its documents in the token
-    index and its counters, in one transaction, then merge the index and truncate the WAL
-    of ``path`` so no trace of its terms stays. Its row in ``scopes`` stays, emptied, with
-    its last seq and its id in the index, so no id the scope gave is ever given again. The
-    number of records deleted."""
+    """``changes.delete_scope``, then the index merged and the WAL of ``path`` truncated, so
+    no trace of its terms stays."""
     with transaction(conn, uses, shard, scope_key):
-        row = _scope_row(conn, scope_key)
-        if row is None:
-            deleted = 0
-        else:
-            index.unpost_scope(conn, row[3])
-            conn.execute(SQL.delete_records, {"scope": scope_key})
-            deleted = int(conn.changes())
-            conn.execute(st.DELETE_COUNTERS, {"scope": scope_key})
-            conn.execute(SQL.empty_scope, {"scope": scope_key})
+        tx = SqliteTx(conn, scope_key)
+        deleted = run_sync(changes.delete_scope(tx, 0))
+        if tx.sid is not None:
             index.scrub(conn)
     sqlite_sql.truncate_wal(conn, path, "deleting a scope")
     return deleted
@@ -197,54 +176,24 @@ def delete_scope(conn: Any, uses: PendingUses, shard: int, path: str, scope_key:
 
 def scrub_provenance(conn: Any, uses: PendingUses, shard: int, path: str, scope_key: str,
                      person: str) -> int:
-    """Replace ``person`` in the scope's thread keys and run ids (``core.provenance``), in
-    one transaction, then (if a row changed) truncate the WAL of ``path``; the number of
-    rows changed."""
+    """``changes.scrub_provenance``, then (if a row changed) the WAL of ``path`` truncated."""
     with transaction(conn, uses, shard, scope_key):
-        if not person or _scope_row(conn, scope_key) is None:
-            return 0
-        changed = scrubbed_sources(conn.execute(SQL.naming, {
-            "scope": scope_key, "person": person}).fetchall(), scope_key, person)
-        if changed:
-            conn.executemany(SQL.set_source, changed)
-            conn.execute(SQL.next_generation, {"scope": scope_key})
+        changed = run_sync(changes.scrub_provenance(SqliteTx(conn, scope_key), 0, person))
     if changed:
         sqlite_sql.truncate_wal(conn, path, "scrubbing provenance")
-    return len(changed)
+    return changed
 
 
 def purge(conn: Any, uses: PendingUses, shard: int, scope_key: str, cutoff: int
           ) -> PurgeResult:
-    """The retention purge a write applies (``SQL.purge``, ``SQL.scrub_swept``), on every due row of
-    the scope, in one transaction."""
     with transaction(conn, uses, shard, scope_key):
-        done = []
-        for statement in (SQL.purge, SQL.scrub_swept):
-            conn.execute(statement, {"scope": scope_key, "rows": -1, "cutoff": cutoff})
-            done.append(int(conn.changes()))
-        if any(done):
-            conn.execute(SQL.next_generation, {"scope": scope_key})
-    return PurgeResult(purged=done[0], scrubbed=done[1])
+        return run_sync(changes.purge(SqliteTx(conn, scope_key), 0, cutoff))
 
 
 def sweep(conn: Any, uses: PendingUses, shard: int, scope_key: str, now: int, dry_run: bool
           ) -> SweepResult:
-    """Retire the active facts the gate would refuse today (``engine.plan_sweep``)."""
-    if dry_run:
-        rows = conn.execute(SQL.active_facts, {"scope": scope_key}).fetchall()
-        swept = engine.plan_sweep([sqlite_sql.record(row) for row in rows])
-        return SweepResult(swept=len(swept), ids=tuple(r.id for r in swept))
-    with transaction(conn, uses, shard, scope_key):
-        row = _scope_row(conn, scope_key)
-        if row is None:
-            return SweepResult(swept=0)
-        rows = conn.execute(SQL.active_facts, {"scope": scope_key}).fetchall()
-        swept_records: list[Record] = engine.plan_sweep([sqlite_sql.record(r) for r in rows])
-        retired = _retire(conn, scope_key, row[3], [record_seq(r.id) for r in swept_records],
-                          Status.SWEPT, now)
-        conn.execute(SQL.add_active, {"scope": scope_key, "delta": -len(retired)})
-        add_rows(conn, counting.sweep_rows(scope_key, len(retired), now))
-    return SweepResult(swept=len(swept_records))
+    with contextlib.nullcontext() if dry_run else transaction(conn, uses, shard, scope_key):
+        return run_sync(changes.sweep(SqliteTx(conn, scope_key), now, dry_run))
 
 
 class ScopeLimit:
@@ -291,9 +240,7 @@ class Counts:
         with relaxed(conn, self._synchronous), sqlite_sql.immediate(conn):
             now = self._clock()
             for scope_key in dict.fromkeys(row.scope_key for row in rows):
-                if not conn.execute(st.LOCK_SCOPE, {"scope": scope_key}).fetchall():
-                    self._scopes.reserve()
-                    conn.execute(st.NEW_SCOPE, {"scope": scope_key, "now": now})
+                run_sync(SqliteTx(conn, scope_key, self._scopes.reserve).lock(now, True))
             add_rows(conn, rows)
 
     async def read_counts(self, scope_keys: Sequence[str] | None = None, *,
