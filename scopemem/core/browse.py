@@ -18,22 +18,26 @@ key. A store keeps them for ``memory.reach_retention_days``; a preview logs none
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
+from scopemem.core.provenance import scrub_source
 from scopemem.core.records import MAX_SOURCE_CHARS, Kind, Record, Source, Status
+from scopemem.core.scopes import record_seq, scope_kind
 
 __all__ = [
     "DEFAULT_PAGE",
     "DEFAULT_REACH_RETENTION_DAYS",
     "HISTORY_REACHES",
+    "MAX_CHAIN",
     "MAX_OFFSET",
     "MAX_PAGE",
     "MAX_REACHES",
     "MAX_REACH_BATCH",
     "MAX_REACH_RETENTION_DAYS",
+    "RESTATED_BY",
     "SCOPE_SORTS",
     "CountTotal",
     "PageError",
@@ -48,12 +52,16 @@ __all__ = [
     "check_record_filters",
     "check_reach_query",
     "check_scope_sort",
+    "history_of",
     "kind_range",
     "merge_totals",
+    "names_person",
     "reach_from_wire",
     "reach_order",
     "reach_to_wire",
+    "scope_order",
     "select_reaches",
+    "summaries",
     "summary_from_wire",
     "summary_to_wire",
     "total_from_wire",
@@ -69,8 +77,11 @@ MAX_OFFSET = 1_000_000
 #: The most reaches one read answers, and the most one log call may carry.
 MAX_REACHES = 500
 MAX_REACH_BATCH = 256
-#: The reaches a record's history carries, newest first.
+#: The reaches a record's history carries, newest first; how far its supersede chain is
+#: followed back, and how many restating records it names.
 HISTORY_REACHES = 100
+MAX_CHAIN = 20
+RESTATED_BY = 20
 DEFAULT_REACH_RETENTION_DAYS = 30
 MAX_REACH_RETENTION_DAYS = 3650
 
@@ -261,6 +272,59 @@ def select_reaches(reaches: Iterable[Reach], record_id: str | None, run: str | N
               and (run is None or run in (reach.run_id, reach.thread_key))]
     chosen.sort(key=reach_order, reverse=True)
     return chosen[:limit]
+
+
+# --- the in-process answers (the SQL stores' statements must agree with them) ------------
+
+
+def scope_order(sort: str) -> Callable[[ScopeSummary], Any]:
+    """The sort key of a ``ScopeSummary`` for ``sort`` (ties by key), as the SQL stores
+    order: a scope with no last write sorts as 0."""
+    if sort == "active":
+        return lambda row: (row.active, row.scope_key)
+    if sort == "last_write":
+        return lambda row: (row.last_write_ms or 0, row.scope_key)
+    return lambda row: row.scope_key
+
+
+def summaries(rows: Mapping[str, Sequence[Record]], last_write: Mapping[str, int],
+              kind: str | None) -> list[ScopeSummary]:
+    """Every scope holding records (of ``kind``)."""
+    return [ScopeSummary(scope_key=key, kind=scope_kind(key),
+                         active=sum(1 for record in records if record.is_active),
+                         last_write_ms=last_write.get(key))
+            for key, records in rows.items()
+            if records and (kind is None or scope_kind(key) == kind)]
+
+
+def history_of(record: Record, rows: Iterable[Record], reaches: Sequence[Reach]
+               ) -> RecordHistory:
+    """A record's history from its scope's rows: its supersede chain followed back through
+    ever lower seqs, the newest record superseding it when it is superseded, the newest
+    records restating it."""
+    by_id = {row.id: row for row in rows}
+    chain: list[Record] = []
+    current = record
+    while current.supersedes and len(chain) < MAX_CHAIN:
+        before = by_id.get(current.supersedes)
+        if before is None or record_seq(before.id) >= record_seq(current.id):
+            break
+        chain.append(before)
+        current = before
+    newest = sorted(by_id.values(), key=lambda row: record_seq(row.id), reverse=True)
+    superseded_by = None
+    if record.status is Status.SUPERSEDED:
+        superseded_by = next((row for row in newest if row.supersedes == record.id), None)
+    restated_by = tuple(row for row in newest if row.restates == record.id)[:RESTATED_BY]
+    return RecordHistory(record=record, supersedes=tuple(chain), superseded_by=superseded_by,
+                         restated_by=restated_by, reaches=tuple(reaches))
+
+
+def names_person(run_id: str, thread_key: str, person: str) -> bool:
+    """Whether a reach's run id or thread key names ``person`` (``core.provenance``: their
+    id as a whole token): a reach is its scope's provenance too, scrubbed with it."""
+    return bool(person) and any(scrub_source(value, person) is not value
+                                for value in (run_id, thread_key))
 
 
 # --- the wire (the Memory Worker's browsing routes) -------------------------------------------

@@ -1,10 +1,7 @@
-"""The in-process store's browsing (``base.BrowsingStore``): pages drawn from its dict of
-scopes, its count totals, and its reaches in a list, pruned past the reach retention as each
-call logs more.
-
-A part of ``InMemoryStore``, built with the store's scopes and count totals (the very
-objects it writes), its clock and its reach retention; the store tells it when a scope's
-newest record was written (``wrote``) and when a scope is deleted (``dropped``).
+"""The in-process store's browsing: pages of its dict of scopes (the very objects it
+writes) and its reaches in a list, pruned past the retention as calls log more. The store
+tells it when a scope's newest record was written (``wrote``) and when a scope is deleted
+(``dropped``).
 """
 
 from __future__ import annotations
@@ -19,22 +16,21 @@ from scopemem.core.browse import (
     RecordHistory,
     RecordPage,
     ScopePage,
+    history_of,
+    names_person,
+    scope_order,
     select_reaches,
+    summaries,
 )
 from scopemem.core.records import Kind, Record
-from scopemem.stores.base import Clock
+from scopemem.stores.base import Clock, retention_cutoff
 from scopemem.stores.browsing import (
     check_reach_retention_days,
     count_total_args,
     fit_reaches,
-    history_of,
-    names_person,
-    reach_cutoff,
     reach_query,
     record_args,
     scope_args,
-    scope_order,
-    summaries,
 )
 from scopemem.stores.memory_counts import CountTotals
 
@@ -115,7 +111,7 @@ class InProcessBrowsing:
             return
         kept = self._reaches
         kept.extend(fitted)
-        cutoff = reach_cutoff(self._clock(), self.reach_retention_days)
+        cutoff = retention_cutoff(self._clock(), self.reach_retention_days)
         if kept and kept[0].at_ms <= cutoff:
             # The oldest is first (logged in time order), so most calls look at one reach.
             self._reaches = [reach for reach in kept if reach.at_ms > cutoff]
@@ -123,5 +119,5 @@ class InProcessBrowsing:
     async def read_reaches(self, *, record_id: str | None = None, run: str | None = None,
                            limit: int = 100) -> builtins.list[Reach]:
         record_id, run, limit = reach_query(record_id, run, limit)
-        after = reach_cutoff(self._clock(), self.reach_retention_days)
+        after = retention_cutoff(self._clock(), self.reach_retention_days)
         return select_reaches(self._reaches, record_id, run, limit, after)

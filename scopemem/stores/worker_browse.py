@@ -1,11 +1,6 @@
-"""The worker client's browsing (``stores.base.BrowsingStore``): ``/scope-page``,
-``/record-page``, ``/record-history``, ``/count-totals``, ``/log-reaches`` and ``/reaches``
-(``worker_aiohttp/browsing.py``).
-
-Arguments are checked here first, by the rules every store runs (``stores.browsing``), so
-nothing is sent that the worker would refuse; answers are checked too: a record of another
-scope, or anything not well formed, is a ``StoreError``, never shown. A worker whose store
-cannot browse answers 501, raised as ``StoreUnsupported``.
+"""The worker client's browsing, by the worker's routes (``worker_aiohttp/browsing.py``).
+Arguments are checked first, by every store's rules, so nothing is sent the worker would
+refuse; an answer not well formed, or with a record of another scope, is a ``StoreError``.
 """
 
 from __future__ import annotations
@@ -40,8 +35,13 @@ __all__ = ["WorkerBrowsing"]
 
 
 def _records(items: Sequence[Any], scope_key: str, route: str) -> tuple[Record, ...]:
-    """The records of ``scope_key``, or ``StoreError`` for one that is not valid."""
     return tuple(parsed(route, "a record", in_scope(scope_key), items))
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    """A request's body: the values given (an enum's as its value), None left out."""
+    return {name: getattr(value, "value", value) for name, value in values.items()
+            if value is not None}
 
 
 class WorkerBrowsing:
@@ -55,12 +55,9 @@ class WorkerBrowsing:
                          ) -> ScopePage:
         kind, sort, descending, offset, limit = scope_args(kind, sort, descending, offset,
                                                            limit)
-        payload: dict[str, Any] = {"sort": sort, "descending": descending, "offset": offset,
-                                   "limit": limit}
-        if kind is not None:
-            payload["kind"] = kind
         route = "/scope-page"
-        data = await self._command(route, payload)
+        data = await self._command(route, _given(kind=kind, sort=sort, descending=descending,
+                                                 offset=offset, limit=limit))
         return ScopePage(total=whole_number(data, route, "total"), rows=tuple(parsed(
             route, "a scope", summary_from_wire, listed(data, route, "scopes"))))
 
@@ -69,12 +66,9 @@ class WorkerBrowsing:
                           offset: int = 0, limit: int = 50) -> RecordPage:
         key, kind_, status_, source_, offset, limit = record_args(
             scope_key, kind, status, source, offset, limit)
-        payload: dict[str, Any] = {"scopeKey": key, "offset": offset, "limit": limit}
-        for name, value in (("kind", kind_), ("status", status_), ("source", source_)):
-            if value is not None:
-                payload[name] = value.value
         route = "/record-page"
-        data = await self._command(route, payload)
+        data = await self._command(route, _given(scopeKey=key, kind=kind_, status=status_,
+                                                 source=source_, offset=offset, limit=limit))
         return RecordPage(total=whole_number(data, route, "total"),
                           rows=_records(listed(data, route, "records"), key, route))
 
@@ -117,10 +111,5 @@ class WorkerBrowsing:
     async def read_reaches(self, *, record_id: str | None = None, run: str | None = None,
                            limit: int = 100) -> builtins.list[Reach]:
         record_id, run, limit = reach_query(record_id, run, limit)
-        payload: dict[str, Any] = {"limit": limit}
-        if record_id is not None:
-            payload["recordId"] = record_id
-        if run is not None:
-            payload["run"] = run
-        data = await self._command("/reaches", payload)
+        data = await self._command("/reaches", _given(recordId=record_id, run=run, limit=limit))
         return parsed("/reaches", "a reach", reach_from_wire, listed(data, "/reaches", "reaches"))

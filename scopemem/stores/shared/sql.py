@@ -11,14 +11,12 @@ from typing import Any
 
 import attrs
 
-from scopemem.core.browse import Reach
 from scopemem.core.provenance import scrub_source
 from scopemem.core.text import sanitize_field
 from scopemem.errors import StoreError
 from scopemem.stores.shared.dialect import Dialect
 
-__all__ = ["COLUMNS", "R_COLUMNS", "Migration", "Statements", "foreign_row", "reach_read",
-           "reaches_of", "scrubbed_sources"]
+__all__ = ["COLUMNS", "R_COLUMNS", "Migration", "Statements", "foreign_row", "scrubbed_sources"]
 
 # The seq, then the record's fields in ``Record``'s order (positions 1-15).
 COLUMNS = ("seq, id, scope_key, kind, text, keywords, source_thread_key, source_run_id,"
@@ -221,27 +219,3 @@ def scrubbed_sources(rows: Sequence[Sequence[Any]], scope_key: str, person: str
         if new_thread is not thread or new_run is not run:
             changed.append((new_thread, new_run, scope_key, seq))
     return changed
-
-
-def reach_read(sql: Statements, record_id: str | None, run: str | None, limit: int,
-               after: int) -> tuple[str, dict[str, Any]] | None:
-    """The statement and values of a read of reaches (``reach_query`` checked them) past
-    ``after``: of a record, of a run or thread, or the newest; None for an id no record has.
-    """
-    params: dict[str, Any] = {"after": after, "limit": limit}
-    if record_id is not None:
-        scope_key, _sep, seq = record_id.removeprefix("mem:").rpartition(":")
-        if not record_id.startswith("mem:") or not seq.isdigit() or len(seq) > 18:
-            return None
-        params.update(scope=scope_key, seq=int(seq))
-        return sql.reaches_of_record, params
-    if run is not None:
-        params["run"] = run
-        return sql.reaches_of_run, params
-    return sql.all_reaches, params
-
-
-def reaches_of(rows: Sequence[Sequence[Any]]) -> list[Reach]:
-    return [Reach(record_id=f"mem:{key}:{seq}", scope_key=key, run_id=run_id,
-                  thread_key=thread_key, at_ms=int(at))
-            for key, seq, run_id, thread_key, at in rows]
