@@ -127,6 +127,18 @@ class SyncMemory:
             if not self._closed:  # closed (its drain gave up): the loop and its count are gone
                 self._call(slot.__aexit__(None, None, None))
 
+    # The gate's questions and the request's scopes: answered from the configuration, no
+    # I/O, so asked here rather than on the loop.
+
+    def read_refusal(self, key: str, caller: Caller) -> str | None:
+        return self.memory.read_refusal(key, caller)
+
+    def is_admin(self, caller: Caller) -> bool:
+        return self.memory.is_admin(caller)
+
+    def scope_keys(self, request: Request) -> list[str]:
+        return self.memory.scope_keys(request)
+
     def context_block(self, request: Request) -> str:
         return self._call(self.memory.context_block(request))
 

@@ -43,6 +43,13 @@ def test_the_operations_block_and_answer_like_memory(tmp_path: Path):
         with pytest.raises(MemoryRefused) as refused:
             memory.list(ALICE, BOB.user_key)
         assert refused.value.reason == "closed_scope"
+        # The gate's questions, asked without reading, as Memory answers them.
+        assert memory.read_refusal(BOB.user_key, ALICE) == refused.value.message
+        assert memory.read_refusal("org:acme", ALICE) is None
+        assert not memory.is_admin(ALICE) and memory.is_admin(Caller(user_key=ADMIN))
+        request = Request(text="hi", user_id="slack:UA", channel_id="slack:C1")
+        assert memory.scope_keys(request) == memory.memory.scope_keys(request)
+        assert ALICE.user_key in memory.scope_keys(request)
         block = memory.context_block(Request(text="how do I run the api tests",
                                              user_id="slack:UA"))
         assert "make bootstrap" in block
