@@ -696,3 +696,23 @@ async def test_a_table_another_program_dropped_makes_the_store_not_ready(
     raw(f'ALTER TABLE "{store.schema}".{table} RENAME TO {table}_elsewhere')
     assert await store_ready(store) == NOT_READY_FAILED
     assert f"lacks its table(s) {table}" in caplog.text
+
+
+async def test_a_browsing_read_answers_from_one_snapshot(stores):
+    """A page's statements (its count, then its rows) see the same data: a change another
+    connection commits between them is in neither or both, never in the second alone."""
+    store = stores()
+    await store.write(ORG, [fact("the deploy needs the VPN up")])
+    records = store.sql.dialect.table("records")
+    used = f"SELECT sum(use_count) FROM {records} WHERE scope_key = %(scope)s"
+
+    def plan():
+        before = yield used, {"scope": ORG}, False
+        raw(f"UPDATE {records} SET use_count = use_count + 7 WHERE scope_key = %s", (ORG,))
+        after = yield used, {"scope": ORG}, False
+        return before[0][0], after[0][0]
+
+    browse = store.record_page.__self__  # the store's browsing part runs a plan
+    before, after = await browse.read(0, plan())
+    assert before == after
+    assert raw(used.replace("%(scope)s", "%s"), (ORG,))[0][0] == before + 7

@@ -52,6 +52,9 @@ class Browse(SqlBrowse):
         if uses is not None:
             await self._save_uses(uses)
         async with self._connect() as conn, conn.transaction():
+            # One snapshot for the plan's statements, as SQLite's read transaction is: at
+            # READ COMMITTED each statement would see what committed before it.
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             try:
                 step = next(plan)
                 while True:
