@@ -7,6 +7,7 @@ what every store does; these need the real server too (see ``tests/stores/pg.py`
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import sys
@@ -716,3 +717,18 @@ async def test_a_browsing_read_answers_from_one_snapshot(stores):
     before, after = await browse.read(0, plan())
     assert before == after
     assert raw(used.replace("%(scope)s", "%s"), (ORG,))[0][0] == before + 7
+
+
+async def test_use_counts_a_replica_cannot_save_are_warned_about_once_not_every_try(
+        stores, caplog):
+    """Uses counted on a read-only DSN cannot be saved there: one warning while the saves
+    keep failing, not one every retry (every half second, for as long as it serves)."""
+    store = stores()
+    await store.write(ORG, [fact("the deploy runs on tuesdays", keywords=("deploy",))])
+    replica = stores(store.schema, dsn_options="-c default_transaction_read_only=on")
+    with caplog.at_level(logging.WARNING, logger="scopemem"):
+        for _ in range(3):
+            assert await replica.retrieve(ORG, "deploy", 3)
+            await replica.flush()
+    tries = [r for r in caplog.records if "not saved yet" in r.getMessage()]
+    assert len(tries) == 1 and "read-only transaction" in tries[0].getMessage()

@@ -42,6 +42,8 @@ class DeferredUsage:
         self._idle: dict[str, asyncio.Event] = {}  # set when a scope's last read is done
         self._task: asyncio.Task[None] | None = None
         self._sleeping = False  # the task waits for its next round (safe to cancel)
+        # Saves are failing: said once, not at every retry (a replica fails them all).
+        self._failing = False
 
     def __len__(self) -> int:
         return sum(map(len, self._pending.values()))
@@ -96,8 +98,15 @@ class DeferredUsage:
                 kept = await self._apply(scope_key, bumps) if bumps else ()
             except Exception as exc:
                 kept = bumps
-                log.warning("postgres store: use counts of %d record(s) of a scope not saved"
-                            " yet, kept for the next try: %s", len(bumps), exc)
+                log.log(logging.DEBUG if self._failing else logging.WARNING,
+                        "postgres store: use counts of %d record(s) of a scope not saved yet,"
+                        " kept for the next try (said once until a save succeeds): %s",
+                        len(bumps), exc)
+                self._failing = True
+            else:
+                if self._failing:
+                    log.info("postgres store: use counts are saved again")
+                self._failing = False
             back = {seq: bumps[seq] for seq in kept}
             if back:
                 merge_bumps(self._pending.setdefault(scope_key, {}), back)
