@@ -54,6 +54,10 @@ async def _person_store(*texts: str) -> InMemoryStore:
     return store
 
 
+def _lessons(count: int) -> list[str]:
+    return [f"lesson number {n} about the deploy train" for n in range(count)]
+
+
 def _pager_links(page: str) -> list[str]:
     pager = re.search(r'<nav class="pager".*?</nav>', page, re.S)
     assert pager is not None
@@ -64,10 +68,7 @@ async def test_a_forget_returns_to_the_page_and_filters_it_was_made_from_saying_
     """Forgetting a record on page 2 of a filtered scope brought the person back to page 1,
     unfiltered; and the pager's links carried the notice, so every page after it said again
     that a record was forgotten."""
-    store = InMemoryStore()
-    await store.write(PERSON, [Candidate(kind=Kind.FACT, source_thread_key="slack:D1",
-                                         text=f"lesson number {n} about the deploy train")
-                               for n in range(120)])
+    store = await _person_store(*_lessons(120))
     app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
     async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
         await _login(session, url)
@@ -120,10 +121,7 @@ async def test_a_page_past_the_last_says_so_and_links_the_last_rather_than_nothi
     """Forgetting the only active record of a filtered scope's last page lands on a page
     past the end: it said "no record of this scope matches these filters", and the
     overview's page past its end "no scope holds records"."""
-    store = InMemoryStore()
-    await store.write(PERSON, [Candidate(kind=Kind.FACT, source_thread_key="slack:D1",
-                                         text=f"lesson number {n} about the deploy train")
-                               for n in range(51)])
+    store = await _person_store(*_lessons(51))
     app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
     async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
         await _login(session, url)
