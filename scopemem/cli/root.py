@@ -153,21 +153,13 @@ def _register_commands(pm: PluginManager, cli: click.Group) -> None:
     is a ``PluginError`` naming it; a command name two plugins register is one too, as a
     store's or a provider's is: neither silently replaces the other."""
     from scopemem.errors import PluginError
-    from scopemem.plugins.calling import failed, plugin_name
+    from scopemem.plugins.calling import hook_answers
 
-    caller = pm.hook.scopemem_register_commands
-    impls = caller.get_hookimpls()
-    if any(impl.hookwrapper or impl.wrapper for impl in impls):  # pluggy runs a wrapper
-        caller(cli=cli)
-        return
     owners: dict[str, str] = {}
-    for impl in reversed(impls):
-        name = plugin_name(impl)
-        before = dict(cli.commands)
-        try:
-            impl.function(*[{"cli": cli}[arg] for arg in impl.argnames])
-        except Exception as exc:
-            raise failed(caller.name, f"plugin {name!r}", exc) from exc
+    before = dict(cli.commands)
+
+    def check(name: str) -> None:
+        nonlocal before
         for command, value in cli.commands.items():
             if before.get(command) is value:
                 continue
@@ -175,7 +167,9 @@ def _register_commands(pm: PluginManager, cli: click.Group) -> None:
                 raise PluginError(f"the command {command!r} is registered twice (by plugin "
                                   f"{owners.get(command, 'a plugin')!r} and plugin {name!r})")
             owners[command] = name
+        before = dict(cli.commands)
 
+    hook_answers(pm.hook.scopemem_register_commands, after=check, cli=cli)
 
 def main() -> None:
     try:

@@ -8,6 +8,7 @@ and the command line call each implementation themselves instead, and turn a rai
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pluggy
@@ -15,17 +16,20 @@ import pluggy
 from scopemem.errors import PluginError
 
 
-def hook_answers(caller: pluggy.HookCaller, *, firstresult: bool = False, **kwargs: Any
+def hook_answers(caller: pluggy.HookCaller, *, firstresult: bool = False,
+                 after: Callable[[str], None] | None = None, **kwargs: Any
                  ) -> list[tuple[str, Any]]:
     """Each plugin's answer that is not ``None``, by plugin name, in pluggy's call order
-    (only the first with ``firstresult``). A plugin that raises is a ``PluginError`` naming
-    it and the hook, its exception chained."""
+    (only the first with ``firstresult``); ``after(name)`` runs after each plugin's call. A
+    plugin that raises is a ``PluginError`` naming it and the hook, its exception chained."""
     impls = caller.get_hookimpls()
     if any(impl.hookwrapper or impl.wrapper for impl in impls):  # pluggy runs a wrapper
         try:
             answers = caller(**kwargs)
         except Exception as exc:
             raise failed(caller.name, "a plugin", exc) from exc
+        if after is not None:
+            after("a plugin")
         answers = [answers] if firstresult else answers
         return [("a plugin", answer) for answer in answers if answer is not None]
     found: list[tuple[str, Any]] = []
@@ -36,6 +40,8 @@ def hook_answers(caller: pluggy.HookCaller, *, firstresult: bool = False, **kwar
             raise
         except Exception as exc:
             raise failed(caller.name, f"plugin {plugin_name(impl)!r}", exc) from exc
+        if after is not None:
+            after(plugin_name(impl))
         if answer is not None:
             found.append((plugin_name(impl), answer))
             if firstresult:
