@@ -254,6 +254,16 @@ async def test_scrubbing_a_person_deletes_the_scopes_reaches_that_name_them(stor
     assert await store.read_reaches(record_id=rid(ORG, 1)) == [kept[1]]
 
 
+async def test_deleting_a_scope_deletes_its_reaches(store, clock):
+    await store.write(REPO, [fact("run make lint")])
+    await store.write(ORG, [fact("deploy through the vpn")])
+    kept = reach(ORG, 1, "r-1", clock.now)
+    await store.log_reaches([reach(REPO, 1, "r-1", clock.now), kept])
+    assert await store.delete_scope(REPO) == 1
+    assert await store.read_reaches(record_id=rid(REPO, 1)) == []
+    assert await store.read_reaches(run="r-1") == [kept]
+
+
 # --- count totals -------------------------------------------------------------------------------
 
 
