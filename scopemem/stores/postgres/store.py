@@ -244,15 +244,14 @@ class PostgresStore:
         await refold(conn, self.sql, self.analyzer, self.schema)
 
 
-async def _rows_in_slices(conn: Any, statement: str, scope_key: str, size: int = 512
-                          ) -> builtins.list[Any]:
+async def _rows_in_slices(conn: Any, statement: str, scope_key: str) -> builtins.list[Any]:
     """Every row ``statement`` answers for the scope, a slice at a time through a
     server-side cursor with the event loop let in between (a large scope's whole index in
     one result holds it for tens of milliseconds). The caller holds a transaction."""
     rows: builtins.list[Any] = []
     async with conn.cursor(name="scopemem_copy", binary=True) as cursor:
         await cursor.execute(statement, {"scope": scope_key})
-        while batch := await cursor.fetchmany(size):
+        while batch := await cursor.fetchmany(512):
             rows.extend(batch)
             await asyncio.sleep(0)
     return rows
