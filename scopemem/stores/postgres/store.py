@@ -70,7 +70,9 @@ class PostgresStore:
         self.schema = options.schema
         self.sql = Statements(options.schema)
         self._clock = clock
-        self._pool = Connections(options, self._refold)
+        # Under the migration lock: the rows' tokens re-derived when the analyzer changed.
+        self._pool = Connections(options, lambda conn: refold(conn, self.sql, self.analyzer,
+                                                              self.schema))
         connect = self._connection = self._pool.connection
         self._usage = DeferredUsage(self._bump_later, options.usage_flush_ms)
         # Copies of large scopes' postings, checked against the change counter (``shared.cache``).
@@ -237,11 +239,6 @@ class PostgresStore:
             cursor = await conn.execute(self.sql.active_seqs,
                                         {"scope": scope_key, "seqs": rest})
             return [seq for (seq,) in await cursor.fetchall()]
-
-    async def _refold(self, conn: Any) -> None:
-        """Under the migration lock: the rows' tokens re-derived when the analyzer changed
-        (``writes.refold``)."""
-        await refold(conn, self.sql, self.analyzer, self.schema)
 
 
 async def _rows_in_slices(conn: Any, statement: str, scope_key: str) -> builtins.list[Any]:
