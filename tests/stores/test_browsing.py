@@ -165,6 +165,16 @@ async def test_record_history_follows_the_supersede_chain(store, clock):
     assert middle.superseded_by is not None and middle.superseded_by.id == rid(ORG, 3)
 
 
+async def test_record_history_stops_at_a_superseded_record_the_retention_purged(store, clock):
+    await store.write(ORG, [fact("deploy through the vpn")])
+    await store.write(ORG, [fact("deploy through the new vpn", supersedes=rid(ORG, 1))])
+    clock.advance(31 * DAY_MS)
+    await store.purge()
+    assert await store.record_history(ORG, rid(ORG, 1)) is None
+    newest = await store.record_history(ORG, rid(ORG, 2))
+    assert newest is not None and newest.supersedes == ()
+
+
 async def test_record_history_names_restatements_and_uses(store, clock):
     await store.write(ORG, [fact("deploy through the vpn"), fact("lint with ruff")])
     clock.advance(1000)
