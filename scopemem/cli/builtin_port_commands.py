@@ -169,7 +169,8 @@ def scopemem_register_commands(cli: click.Group) -> None:
         if as_json:
             echo_json({"ok": True, "read": read, "imported": added, "dryRun": dry_run,
                        "redacted": tally.redacted, "swept": tally.swept,
-                       "dropped": tally.dropped, "sourceReset": tally.source_reset})
+                       "dropped": 0,  # the screen drops none (kept for the output's readers)
+                       "sourceReset": tally.source_reset})
             return
         if screened:
             click.echo(f"screened: {screened}")
@@ -177,4 +178,4 @@ def scopemem_register_commands(cli: click.Group) -> None:
             click.echo(f"{read} valid records in {name}; nothing written (dry run)")
         else:
             click.echo(f"imported {added} of {read} records"
-                       f" ({read - tally.dropped - added} already present)")
+                       f" ({read - added} already present)")

@@ -204,7 +204,6 @@ class Tally:
     read: int = 0
     redacted: int = 0
     swept: int = 0
-    dropped: int = 0
     source_reset: int = 0
 
     def screen(self, batch: list[Record], now: int) -> list[Record]:
@@ -214,7 +213,6 @@ class Tally:
         screened = screen_import(batch, now)
         self.redacted += screened.redacted
         self.swept += screened.swept
-        self.dropped += screened.dropped
         return list(screened.records)
 
     def summary(self) -> str:
@@ -222,7 +220,6 @@ class Tally:
         reset = "source" if self.source_reset == 1 else "sources"
         parts = [f"{count} {words}" for count, words in (
             (self.redacted, "redacted"), (self.swept, "swept by the status gate"),
-            (self.dropped, "dropped by the write screen"),
             (self.source_reset, f"{reset} reset to reflection (no --trust-source)"))
             if count]
         return ", ".join(parts)

@@ -182,13 +182,18 @@ def _fitting(words: list[str]) -> list[str]:
     return [word for index, word in enumerate(words) if index in kept]
 
 
+#: What the wire cannot carry (NUL; a lone surrogate, which UTF-8 cannot encode), and every
+#: analyzer reads as a space: made one.
+_UNSENDABLE = dict.fromkeys([0, *range(0xD800, 0xE000)], " ")
+
+
 def wire_query(query: str, analyzer: Analyzer = PLAIN) -> str:
     """``query`` in a form the wire accepts (at most ``MAX_QUERY_CHARS`` characters, no NUL
-    character) that a store ranking with ``analyzer`` reads exactly as it reads ``query``:
-    the query itself when it fits (a NUL, which separates words as a space does, made a
-    space), else its ``query_words`` space-joined."""
+    character nor lone surrogate) that a store ranking with ``analyzer`` reads exactly as it
+    reads ``query``: the query itself when it fits (a NUL or a lone surrogate, which separate
+    words as a space does, made a space), else its ``query_words`` space-joined."""
     if len(query) <= MAX_QUERY_CHARS:
-        return query.replace("\x00", " ")
+        return query.translate(_UNSENDABLE)
     return " ".join(query_words(query, analyzer))
 
 

@@ -107,7 +107,7 @@ def check_reach_retention_days(days: object) -> int:
     return check_days(days, "reach_retention_days", MAX_REACH_RETENTION_DAYS)
 
 
-def fit_reaches(reaches: Sequence[object]) -> list[Reach]:
+def fit_reaches(reaches: Sequence[Reach]) -> list[Reach]:
     """The reaches as every store keeps them: each a ``Reach`` of a record of its own scope,
     at a time from 0 on, its run id and thread key redacted and cut as a record's provenance
     is; at most ``MAX_REACH_BATCH`` a call. Else ``StoreError``, and nothing is kept."""
@@ -115,8 +115,6 @@ def fit_reaches(reaches: Sequence[object]) -> list[Reach]:
         raise StoreError(f"at most {MAX_REACH_BATCH} reaches a call, got {len(reaches)}")
     fitted = []
     for reach in reaches:
-        if not isinstance(reach, Reach):
-            raise StoreError(f"a reach must be a Reach, got {type(reach).__name__}")
         key = check_scope_key(reach.scope_key)
         try:
             owner, _seq = parse_memory_id(reach.record_id)
@@ -127,9 +125,6 @@ def fit_reaches(reaches: Sequence[object]) -> list[Reach]:
         at = reach.at_ms
         if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at < 2**53:
             raise StoreError(f"a reach's at_ms must be a time in epoch ms, got {at!r}")
-        for name in ("run_id", "thread_key"):
-            if not isinstance(getattr(reach, name), str):
-                raise StoreError(f"a reach's {name} must be a string")
         fitted.append(Reach(record_id=reach.record_id, scope_key=key,
                             run_id=redact_source(reach.run_id),
                             thread_key=redact_source(reach.thread_key), at_ms=at))
@@ -139,7 +134,7 @@ def fit_reaches(reaches: Sequence[object]) -> list[Reach]:
 # --- the SQL stores' reach log --------------------------------------------------------------
 
 
-def kept_reaches(reaches: Sequence[object], clock: Clock, days: int
+def kept_reaches(reaches: Sequence[Reach], clock: Clock, days: int
                  ) -> tuple[int, list[tuple[str, int, str, str, int]]] | None:
     """A log's cutoff (what it prunes) and its rows (key, seq, run id, thread key, time)
     of ``fit_reaches`` within the retention; None when nothing is logged (``days`` 0)."""

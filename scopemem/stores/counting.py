@@ -54,11 +54,7 @@ class CountBuffer:
                 key = (scope_key, day, name)
                 pending[key] = pending.get(key, 0) + n
         if pending and (self._saver is None or self._saver.done()):
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # no loop (a synchronous caller): saved by the next flush
-                return
-            self._saver = loop.create_task(self._save_later())
+            self._saver = asyncio.get_running_loop().create_task(self._save_later())
 
     def count_injected(self, shown: Sequence[Record], window_ids: Collection[str]) -> None:
         """The records one block showed, per scope: the repository window's and the keyword

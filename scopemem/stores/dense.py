@@ -43,12 +43,9 @@ class DenseIndex:
 
     def __init__(self, postings: Mapping[str, Collection[int]], seqs: Collection[int],
                  continues: Collection[int]) -> None:
-        """``seqs``: the active records' (a sorted array of them is taken as it is)."""
-        if isinstance(seqs, np.ndarray):
-            order = seqs
-        else:
-            order = np.fromiter(seqs, dtype=np.int64, count=len(seqs))
-            order.sort()
+        """``seqs``: the active records'."""
+        order = np.fromiter(seqs, dtype=np.int64, count=len(seqs))
+        order.sort()
         self._seqs = order
         self._postings = postings
         self._arrays: dict[str, Positions] = {}

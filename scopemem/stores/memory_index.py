@@ -56,10 +56,8 @@ class ScopeIndex:
         threads = self.threads
         threads[seq] = thread
         self.details[seq] = (record.last_touched, record)
-        if threads.get(seq - 1) == thread:
+        if threads.get(seq - 1) == thread:  # seqs are added in order
             self.continues.add(seq)
-        if threads.get(seq + 1) == thread:  # only when built from rows out of order
-            self.continues.add(seq + 1)
         self.norms.setdefault(normalize_text(record.text), []).append(record.id)
 
     def remove(self, seq: int, record: Record, terms: frozenset[str]) -> None:
@@ -67,11 +65,10 @@ class ScopeIndex:
         self._dense = None
         self.stamp = next(_STAMPS)
         for term in terms:  # a term left with no record goes
-            holders = self.postings.get(term)
-            if holders is not None:
-                holders.discard(seq)
-                if not holders:
-                    del self.postings[term]
+            holders = self.postings[term]
+            holders.discard(seq)
+            if not holders:
+                del self.postings[term]
         del self.threads[seq]
         del self.details[seq]
         self.continues.discard(seq)

@@ -104,26 +104,21 @@ class ImportScreen:
     """An import call's records as a store keeps them (``records``, in the call's order),
     and what the screen changed: ``redacted`` records had a secret in their text, keywords
     or provenance replaced (or a field fitted to the record contract), ``swept`` active
-    facts were refused by the status gate and are kept swept, ``dropped`` records the
-    write screen drops are not imported."""
+    facts were refused by the status gate and are kept swept."""
 
     records: tuple[Record, ...]
     redacted: int = 0
     swept: int = 0
-    dropped: int = 0
 
 
-def _screened(record: Record) -> Record | None:
-    """``record`` through the write screen (``fit_batch``), None when the screen drops it."""
+def _screened(record: Record) -> Record:
+    """``record`` through the write screen (``fit_batch``, one record for one)."""
     candidate = Candidate(kind=record.kind, text=record.text or _SCRUBBED_TEXT,
                           source_thread_key=record.source_thread_key,
                           source_run_id=record.source_run_id, keywords=record.keywords,
                           confidence=record.confidence, supersedes=record.supersedes,
                           restates=record.restates, source=record.source)
-    fitted = fit_batch([candidate])
-    if not fitted:
-        return None
-    [screened] = fitted
+    [screened] = fit_batch([candidate])
     if screened is candidate:
         return record
     return attrs.evolve(record, text=screened.text if record.text else "",
@@ -138,23 +133,18 @@ def screen_import(records: Sequence[Record], now: int) -> ImportScreen:
     status gate a sweep applies (``core.engine.plan_sweep``). ``StoreRefused`` naming the
     first record that cannot be imported. Screening a screened call changes nothing."""
     kept: list[Record] = []
-    redacted = swept = dropped = 0
+    redacted = swept = 0
     for n, record in enumerate(records):
-        if not isinstance(record, Record):
-            raise StoreRefused(f"import: item {n} is not a Record")
         problem = record_problem(record, now)
         if problem is not None:
             raise StoreRefused(f"import: record {n}: {problem}")
         record = scrub(record)
         screened = _screened(record)
-        if screened is None:
-            dropped += 1
-            continue
         redacted += screened is not record
         retired = plan_sweep([screened])
         swept += bool(retired)
         kept.append(retired[0] if retired else screened)
-    return ImportScreen(tuple(kept), redacted, swept, dropped)
+    return ImportScreen(tuple(kept), redacted, swept)
 
 
 def group_import(records: Sequence[Record], now: int) -> dict[str, list[tuple[int, Record]]]:

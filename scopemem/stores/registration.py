@@ -35,9 +35,6 @@ class StorePlugin:
         self.name = name
         self.factory = factory
 
-    def __repr__(self) -> str:
-        return f"StorePlugin({self.name!r})"
-
     @hookimpl
     def scopemem_register_stores(self, register: Callable[[str, Factory], None]) -> None:
         register(self.name, self.factory)

@@ -168,8 +168,9 @@ class WorkerStore:
     async def search_strict(self, scope_key: str, query: str, limit: int, *,
                             bump: bool = True) -> list[Hit]:
         """``search``, raising ``StoreError`` where ``search`` degrades to nothing."""
-        payload = _body(scopeKey=scope_key, query=wire_query(query, self.ranking.analyzer),
-                        limit=limit, bump=None if bump else False)
+        payload = _body(scopeKey=check_scope_key(scope_key),
+                        query=wire_query(query, self.ranking.analyzer), limit=limit,
+                        bump=None if bump else False)
         try:
             data = await self.transport.call("/retrieve", payload)
             records, matches = _hits(data, scope_key, "/retrieve")

@@ -9,6 +9,8 @@ import pytest
 from scopemem import Request
 from scopemem.core.counters import DAY_MS
 from scopemem.core.records import CountRow
+from scopemem.errors import StoreError, StoreUnsupported
+from scopemem.stores.counting import CountBuffer
 from scopemem.stores.memory import InMemoryStore
 from tests.api.test_memory_write import (
     ORG,
@@ -155,3 +157,44 @@ async def test_a_store_without_counters_costs_nothing(clock, scripted):
         Request(text="docker deploy", user_id="slack:UA"))
     assert memory.counters.store is None
     await memory.close()
+
+
+async def test_counts_are_saved_flush_ms_after_they_were_added(clock):
+    store = Recording(clock)
+    buffer = CountBuffer(store, clock, flush_ms=0)
+    buffer.add(ORG, {"inserted": 2, "offered": 0})
+    assert buffer._saver is not None
+    await buffer._saver  # the save in the background, due at once
+    assert store.calls == 1
+    assert counted(await store.read_counts(), ORG) == {"inserted": 2}
+
+
+class Failing(Recording):
+    def __init__(self, clock: FakeClock, error: Exception) -> None:
+        super().__init__(clock)
+        self.error = error
+
+    async def add_counts(self, rows):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        raise self.error
+
+
+async def test_a_failed_counter_save_is_a_warning_and_the_next_save_tries_again(clock, caplog):
+    store = Failing(clock, StoreError("disk full"))
+    buffer = CountBuffer(store, clock)
+    for _ in range(2):
+        buffer.add(ORG, {"inserted": 1})
+        await buffer.close()  # never raises
+    assert "1 counter(s) not saved: disk full" in caplog.text
+    assert store.calls == 2
+
+
+async def test_a_store_that_keeps_no_counters_is_asked_once(clock, caplog):
+    store = Failing(clock, StoreUnsupported("the worker does not serve /add-counts"))
+    buffer = CountBuffer(store, clock)
+    buffer.add(ORG, {"inserted": 1})
+    await buffer.flush()
+    assert "counters are not kept by this store" in caplog.text
+    buffer.add(ORG, {"inserted": 1})
+    await buffer.close()
+    assert store.calls == 1

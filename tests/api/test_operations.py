@@ -22,6 +22,7 @@ from scopemem import (
 )
 from scopemem.core.records import CountRow
 from scopemem.errors import StoreUnsupported
+from scopemem.stores.base import search_hits
 from scopemem.stores.memory import InMemoryStore
 from tests.conftest import DAY_MS, FakeClock, fact
 
@@ -423,6 +424,16 @@ class PlainStore:
     def __init__(self, inner: InMemoryStore) -> None:
         self.retrieve, self.write, self.list = inner.retrieve, inner.write, inner.list
         self.forget, self.sweep, self.close = inner.forget, inner.sweep, inner.close
+
+
+async def test_a_store_with_only_the_memory_store_methods_is_searched_through_retrieve(clock):
+    inner = InMemoryStore(clock=clock)
+    await inner.write("org:acme", [fact("deploys need the vpn"), fact("lint with ruff")])
+    hits = await search_hits(PlainStore(inner), "org:acme", "vpn deploys", 5, bump=False)
+    assert [(hit.record.text, hit.match) for hit in hits] == [("deploys need the vpn", 1.0)]
+    # Its retrieve counts what it returns, whatever ``bump`` asked.
+    [record] = await inner.list("org:acme", 5, query="vpn")
+    assert record.use_count == 1
 
 
 async def test_stats_reads_a_counting_store_for_the_gated_keys(clock):

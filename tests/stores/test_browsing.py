@@ -165,6 +165,16 @@ async def test_record_history_follows_the_supersede_chain(store, clock):
     assert middle.superseded_by is not None and middle.superseded_by.id == rid(ORG, 3)
 
 
+async def test_record_history_stops_at_a_superseded_record_the_retention_purged(store, clock):
+    await store.write(ORG, [fact("deploy through the vpn")])
+    await store.write(ORG, [fact("deploy through the new vpn", supersedes=rid(ORG, 1))])
+    clock.advance(31 * DAY_MS)
+    await store.purge()
+    assert await store.record_history(ORG, rid(ORG, 1)) is None
+    newest = await store.record_history(ORG, rid(ORG, 2))
+    assert newest is not None and newest.supersedes == ()
+
+
 async def test_record_history_names_restatements_and_uses(store, clock):
     await store.write(ORG, [fact("deploy through the vpn"), fact("lint with ruff")])
     clock.advance(1000)
@@ -252,6 +262,16 @@ async def test_scrubbing_a_person_deletes_the_scopes_reaches_that_name_them(stor
     await store.scrub_provenance(REPO, "user:slack:U1")
     assert await store.read_reaches(record_id=rid(REPO, 1)) == [kept[0]]
     assert await store.read_reaches(record_id=rid(ORG, 1)) == [kept[1]]
+
+
+async def test_deleting_a_scope_deletes_its_reaches(store, clock):
+    await store.write(REPO, [fact("run make lint")])
+    await store.write(ORG, [fact("deploy through the vpn")])
+    kept = reach(ORG, 1, "r-1", clock.now)
+    await store.log_reaches([reach(REPO, 1, "r-1", clock.now), kept])
+    assert await store.delete_scope(REPO) == 1
+    assert await store.read_reaches(record_id=rid(REPO, 1)) == []
+    assert await store.read_reaches(run="r-1") == [kept]
 
 
 # --- count totals -------------------------------------------------------------------------------

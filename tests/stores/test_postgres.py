@@ -275,7 +275,7 @@ async def test_a_worker_s_copy_of_a_scope_never_answers_past_another_worker_s_ch
         for _ in range(READS_BEFORE_COPY):  # read that often at one change counter
             await here.retrieve(ORG, "deploy note", 50)
         await here._cache.settled()
-        assert here._cache.has(ORG)
+        assert here._cache.latest(ORG) is not None
         before = here._cache.answered
         await here.retrieve(ORG, "deploy note", 50)
         assert here._cache.answered == before + 1  # answered from the copy
@@ -323,7 +323,7 @@ async def test_a_retrieval_from_a_copy_another_worker_made_stale_counts_each_use
     for _ in range(READS_BEFORE_COPY):
         await here.retrieve(ORG, "zebra", 8)
     await here._cache.settled()
-    assert here._cache.has(ORG)
+    assert here._cache.latest(ORG) is not None
     before = here._cache.answered
     [hit] = await here.retrieve(ORG, "zebra", 8)
     assert here._cache.answered == before + 1  # from the copy, in one statement
@@ -357,7 +357,7 @@ async def test_a_scope_changed_between_its_reads_is_not_copied_again_and_again()
     for _ in range(READS_BEFORE_COPY):
         cache.offer(ORG, 7, 50, load)
     await cache.settled()
-    assert loads == [ORG] and cache.has(ORG) and cache.latest(ORG).generation == 7
+    assert loads == [ORG] and cache.latest(ORG).generation == 7
     # Changed and read twice again at once: not copied again within COPY_INTERVAL.
     for _ in range(READS_BEFORE_COPY):
         cache.offer(ORG, 8, 50, load)
@@ -368,6 +368,36 @@ async def test_a_scope_changed_between_its_reads_is_not_copied_again_and_again()
         cache.offer(ORG, 9, 50, load)
     await cache.settled()
     assert loads == [ORG, ORG]
+
+
+def _copy_of(generation: int, size: int) -> ScopeCopy:
+    return ScopeCopy(generation=generation, active=size,
+                     postings={"a": frozenset(range(1, size + 1))}, continues=frozenset(),
+                     size=size)
+
+
+def test_the_copies_stay_within_their_budget_the_least_recently_read_dropped():
+    cache = PostingsCache(budget=10)
+    assert cache.put(ORG, _copy_of(1, 4)) and cache.put("org:b", _copy_of(1, 4))
+    assert cache.latest(ORG) is not None  # read: "org:b" is now the least recent
+    assert cache.put("org:c", _copy_of(1, 4))
+    assert cache.latest("org:b") is None
+    assert cache.latest(ORG) is not None and cache.latest("org:c") is not None
+    assert not cache.put("org:d", _copy_of(1, 11))  # larger than the whole budget
+    assert cache.latest("org:d") is None and cache.latest(ORG) is not None
+
+
+async def test_a_copy_that_fails_to_load_is_one_warning_and_no_copy(caplog):
+    cache = PostingsCache(budget=1_000, min_postings=10)
+
+    async def load(scope_key: str) -> ScopeCopy:
+        raise StoreError("the server went away")
+
+    for _ in range(READS_BEFORE_COPY):
+        cache.offer(ORG, 7, 50, load)
+    await cache.settled()
+    assert cache.latest(ORG) is None
+    assert "copying the index of org:acme failed: the server went away" in caplog.text
 
 
 async def test_two_stores_starting_together_migrate_once(stores):

@@ -124,6 +124,21 @@ async def test_a_file_layout_directory_is_migrated_once_when_opened(tmp_path, ca
     assert not [r for r in caplog.records if "migrated" in r.getMessage()]
 
 
+async def test_a_folder_of_the_backups_name_is_left_alone(tmp_path):
+    directory = copy_fixture(tmp_path)
+    old_files = scope_files(directory)
+    mine = directory / migrate.BACKUP
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the operator's own")
+    store = default_store(directory)
+    try:
+        assert await export_text(store) == (FIXTURE / "export.jsonl").read_text()
+    finally:
+        await store.close()
+    assert os.listdir(mine) == ["notes.txt"]
+    assert scope_files(directory / f"{migrate.BACKUP}-2") == old_files
+
+
 #: Queries, and the ids the file layout's store retrieved for them from the fixture, in order.
 QUERIES = [
     ("org:acme", "staging deploys", ["mem:org:acme:4", "mem:org:acme:3"]),

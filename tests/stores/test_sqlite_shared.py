@@ -711,3 +711,27 @@ async def test_a_row_written_into_a_shard_by_hand_is_a_store_error_naming_it(
     finally:
         await store.close()
 
+
+
+async def test_a_reach_log_path_holding_another_database_is_refused_and_kept(tmp_path: Path,
+                                                                             clock: FakeClock):
+    from scopemem.core.browse import Reach
+    from scopemem.stores.sqlite_shared.browse import FILE_NAME
+
+    tmp_path.mkdir(exist_ok=True)
+    other = apsw.Connection(str(tmp_path / FILE_NAME))
+    other.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+    other.close()
+    store = SharedSqliteStore(tmp_path, clock=clock)
+    try:
+        await store.write("org:acme", [fact("deploys need the vpn")])
+        reach = Reach(record_id="mem:org:acme:1", scope_key="org:acme", run_id="r-1",
+                      thread_key="slack:C1/9", at_ms=clock.now)
+        for _ in range(2):  # the file is not taken over on a second try either
+            with pytest.raises(StoreError, match="not a scopemem reach log"):
+                await store.log_reaches([reach])
+    finally:
+        await store.close()
+    kept = apsw.Connection(str(tmp_path / FILE_NAME))
+    assert [name for (name,) in kept.execute("SELECT name FROM sqlite_master")] == ["invoices"]
+    kept.close()

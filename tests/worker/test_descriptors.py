@@ -14,8 +14,11 @@ import sys
 import aiohttp
 import pytest
 
+from scopemem.errors import StoreError
 from scopemem.stores.base import descriptors_held
 from scopemem.stores.memory import InMemoryStore
+from scopemem.stores.postgres import PostgresStore
+from scopemem.stores.postgres.options import PostgresOptions
 from scopemem.stores.sqlite_shared import SharedSqliteStore
 from scopemem.worker_aiohttp.server import (
     ACCEPT_TURNS,
@@ -107,6 +110,21 @@ def test_the_connections_are_what_the_limit_leaves_beside_the_store(tmp_path):
         in_flight = budget.connections + ACCEPT_TURNS * budget.backlog
         assert in_flight + held + PROCESS_DESCRIPTORS <= soft
     assert descriptors_held(InMemoryStore()) == 0  # a store that holds none says nothing
+
+
+def test_a_postgres_store_holds_a_socket_per_connection_of_its_pool():
+    store = PostgresStore(PostgresOptions(dsn="postgresql://nowhere/db", max_pool=7))
+    assert descriptors_held(store) == 7  # never connected: the pool's bound is enough
+
+
+@pytest.mark.parametrize("answer", [-1, True, 2.5, "3", None])
+def test_a_store_plugins_wrong_count_of_descriptors_is_a_store_error(answer):
+    class Plugin:
+        def max_descriptors(self) -> object:
+            return answer
+
+    with pytest.raises(StoreError, match="max_descriptors"):
+        descriptors_held(Plugin())
 
 
 def test_a_shard_that_cannot_be_opened_for_want_of_descriptors_is_busy(tmp_path):

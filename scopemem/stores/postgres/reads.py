@@ -38,23 +38,19 @@ Row = Sequence[Any]  # a row of ``statements.COLUMNS``
 
 async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engine.Ranking,
                  scope_key: str, terms: engine.QueryTerms, limit: int, now: int, bump: bool,
-                 cache: PostingsCache | None = None, load: Loader | None = None
-                 ) -> list[Hit]:
+                 cache: PostingsCache, load: Loader) -> list[Hit]:
     """The retrieval's hits. With a copy of the scope held (``shared.cache``), it is weighed
     at once and checked with the first read of the candidates' rows (which also reads the
     scope's change counter): when the counter has moved on, the copy is dropped and the
     retrieval is answered from the server's postings instead, as without a copy."""
-    copy = cache.latest(scope_key) if cache is not None else None
+    copy = cache.latest(scope_key)
     if copy is not None:
         hits = await _ranked(conn, sql, usage, ranking, scope_key, terms, limit, now, bump,
                              copy.active, engine.grouped(copy.terms(terms.stems), terms),
-                             copy.continues,
-                             copy.touches, copy.generation, copy.dense)
+                             copy.continues, copy.touches, copy.generation, copy.dense)
         if hits is not None:
-            assert cache is not None
             cache.answered += 1
             return hits
-        assert cache is not None
         cache.discard(scope_key, copy.generation)
     cursor = await conn.execute(sql.postings, {
         "scope": scope_key, "terms": list(terms.stems), "prefilter": list(terms.prefilter_stems),
@@ -64,8 +60,7 @@ async def search(conn: Any, sql: Statements, usage: DeferredUsage, ranking: engi
     if not counted or counted[0][0] is None:
         return []
     postings, continues = tokens.read_postings(row[2:] for row in counted)
-    if cache is not None and load is not None:
-        cache.offer(scope_key, counted[0][1], sum(map(len, postings.values())), load)
+    cache.offer(scope_key, counted[0][1], sum(map(len, postings.values())), load)
     held = {row[ROW_COLUMNS]: row[ROW_COLUMNS:] for row in rows if row[ROW_COLUMNS] is not None}
     hits = await _ranked(conn, sql, usage, ranking, scope_key, terms, limit, now, bump,
                          counted[0][0], engine.grouped(postings, terms), continues, held=held)

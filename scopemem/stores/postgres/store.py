@@ -70,7 +70,9 @@ class PostgresStore:
         self.schema = options.schema
         self.sql = Statements(options.schema)
         self._clock = clock
-        self._pool = Connections(options, self._refold)
+        # Under the migration lock: the rows' tokens re-derived when the analyzer changed.
+        self._pool = Connections(options, lambda conn: refold(conn, self.sql, self.analyzer,
+                                                              self.schema))
         connect = self._connection = self._pool.connection
         self._usage = DeferredUsage(self._bump_later, options.usage_flush_ms)
         # Copies of large scopes' postings, checked against the change counter (``shared.cache``).
@@ -238,21 +240,15 @@ class PostgresStore:
                                         {"scope": scope_key, "seqs": rest})
             return [seq for (seq,) in await cursor.fetchall()]
 
-    async def _refold(self, conn: Any) -> None:
-        """Under the migration lock: the rows' tokens re-derived when the analyzer changed
-        (``writes.refold``)."""
-        await refold(conn, self.sql, self.analyzer, self.schema)
 
-
-async def _rows_in_slices(conn: Any, statement: str, scope_key: str, size: int = 512
-                          ) -> builtins.list[Any]:
+async def _rows_in_slices(conn: Any, statement: str, scope_key: str) -> builtins.list[Any]:
     """Every row ``statement`` answers for the scope, a slice at a time through a
     server-side cursor with the event loop let in between (a large scope's whole index in
     one result holds it for tens of milliseconds). The caller holds a transaction."""
     rows: builtins.list[Any] = []
     async with conn.cursor(name="scopemem_copy", binary=True) as cursor:
         await cursor.execute(statement, {"scope": scope_key})
-        while batch := await cursor.fetchmany(size):
+        while batch := await cursor.fetchmany(512):
             rows.extend(batch)
             await asyncio.sleep(0)
     return rows

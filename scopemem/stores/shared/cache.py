@@ -106,8 +106,7 @@ def dense_index(postings: Mapping[str, Collection[int]], continues: frozenset[in
                 size: int | None = None, seqs: Collection[int] | None = None
                 ) -> DenseIndex | None:
     """The arrays of a copy's postings, for a copy large enough to be weighed that way;
-    ``size`` (the postings held) and ``seqs`` (the active seqs, or a sorted array of them)
-    when the caller knows them."""
+    ``size`` (the postings held) and ``seqs`` (the active seqs) when the caller knows them."""
     if size is None:
         size = sum(map(len, postings.values()))
     if size < DENSE_MIN_POSTINGS:
@@ -146,10 +145,6 @@ class PostingsCache:
         """Wait for the copies being read now (tests and benchmarks)."""
         while self._loading:
             await asyncio.gather(*self._loading.values(), return_exceptions=True)
-
-    def has(self, scope_key: str) -> bool:
-        """Whether a copy of the scope is held (of whatever change counter)."""
-        return scope_key in self._copies
 
     def latest(self, scope_key: str) -> ScopeCopy | None:
         """The copy held, of whatever change counter (the caller checks it)."""

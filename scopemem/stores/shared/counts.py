@@ -39,8 +39,6 @@ def check_rows(rows: Sequence[CountRow]) -> list[CountRow]:
     """``rows`` merged (one per scope, day and name), or ``StoreError`` naming the first
     row a store must not add."""
     for row in rows:
-        if not isinstance(row, CountRow):
-            raise StoreError(f"a counter row must be a CountRow, got {type(row).__name__}")
         try:
             validate_scope_key(row.scope_key)
         except ScopeKeyError as exc:

@@ -12,10 +12,10 @@ from typing import Any
 
 from scopemem.stores.shared.sql import Migration
 from scopemem.stores.sqlite_shared import sql
-from scopemem.stores.sqlite_shared.schema import pragma, stored_meta
+from scopemem.stores.sqlite_shared.schema import pragma
 
 __all__ = ["APPLICATION_ID", "NEXT_SEQ_SQL", "SCHEMA_VERSION", "apply_schema", "connect",
-           "is_scope_file", "scope_file_name", "stored_scope"]
+           "META_SCOPE_KEY", "is_scope_file", "scope_file_name"]
 
 # "ScMm" in the database header marks a file as ours; a file carrying another application id
 # (or none, with tables in it) belongs to something else and is never touched.
@@ -168,6 +168,3 @@ def apply_schema(conn: Any, now: int) -> None:
     if pragma(conn, "user_version") != SCHEMA_VERSION:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
-
-def stored_scope(conn: Any) -> str | None:
-    return stored_meta(conn, META_SCOPE_KEY)

@@ -236,7 +236,7 @@ def _read_scope_file(path: str, scratch: str, now: int) -> _Scope | None:
         if version < file_schema.SCHEMA_VERSION:
             conn.close()
             conn = _upgraded_copy(path, scratch, now)
-        key = file_schema.stored_scope(conn)
+        key = schema.stored_meta(conn, file_schema.META_SCOPE_KEY)
         if key is None or scope_file_name(key) != os.path.basename(path):
             log.warning("sqlite store: migration skips %s: it holds scope %r, whose file is"
                         " another (a copied or renamed file, which the file layout never"

@@ -17,7 +17,7 @@ from typing import Any
 
 from scopemem.core.records import Record, stored_record_problem, trusted_record
 from scopemem.core.text import normalize_text
-from scopemem.errors import StoreBusy, StoreError
+from scopemem.errors import StoreBusy
 from scopemem.stores.shared.sql import foreign_row
 
 #: ``json.dumps(value, ensure_ascii=False)`` with its encoder made once (``json.dumps`` makes
@@ -46,10 +46,10 @@ def record(row: Sequence[Any]) -> Record:
                               row[6], row[7], row[8], row[9], row[10], row[11], row[12],
                               row[13], row[14], row[15])
     except (TypeError, ValueError, RecursionError) as exc:
-        raise _foreign(row, f"keywords: {exc}") from None
+        raise foreign_row(row, f"keywords: {exc}", "shard") from None
     problem = stored_record_problem(made)
     if problem is not None:
-        raise _foreign(row, problem)
+        raise foreign_row(row, problem, "shard")
     return made
 
 
@@ -59,12 +59,8 @@ def last_touched(row: Sequence[Any]) -> int:
     naming the row, as ``record`` would make it."""
     touched = row[8] if row[9] is None else row[9]
     if type(touched) is not int:
-        raise _foreign(row, f"created_at/last_used_at: {touched!r} is not a time")
+        raise foreign_row(row, f"created_at/last_used_at: {touched!r} is not a time", "shard")
     return touched
-
-
-def _foreign(row: Sequence[Any], problem: str) -> StoreError:
-    return foreign_row(row, problem, "shard")
 
 
 def insert_row(seq: int, r: Record, now: int, tokens: Sequence[str]) -> tuple[Any, ...]:

@@ -58,10 +58,7 @@ class PendingUses:
     def add(self, shard: int, scope_key: str, seqs: Sequence[int], now: int) -> None:
         """Count one use of each of ``seqs``."""
         with self.locks[shard]:
-            pending = self._pending[shard].setdefault(scope_key, {})
-            add_bumps(pending, seqs, now)
-            if not pending:
-                del self._pending[shard][scope_key]
+            add_bumps(self._pending[shard].setdefault(scope_key, {}), seqs, now)
 
     def rows(self, conn: Any, shard: int, scope_key: str, statement: str,
              params: dict[str, Any], lead: int = 1
@@ -153,8 +150,6 @@ class PendingUses:
         scope's). Two statements whatever the scopes: over 10,000 scopes a save holds
         hundreds of them, and a pair of statements each made saves most of the writing
         threads' work."""
-        if not entries:
-            return
         conn.execute(st.BUMP, {"bumps": json.dumps(
             [[scope_key, seq, uses, last] for scope_key, entry in entries
              for seq, (uses, last) in entry.bumps.items()], ensure_ascii=False)})
