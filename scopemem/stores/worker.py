@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from scopemem.core.ranking import Ranking, query_terms, wire_query
+from scopemem.core.ranking import Ranking, wire_query
 from scopemem.core.records import (
     MAX_USED_IDS,
     MAX_USED_SCOPES,
@@ -29,7 +29,6 @@ from scopemem.core.records import (
     from_wire,
     to_wire,
 )
-from scopemem.core.scoring import keyword_match
 from scopemem.errors import ConfigError, StoreError
 from scopemem.stores.base import (
     DEFAULT_RANKING,
@@ -105,12 +104,8 @@ class WorkerStore:
         self.import_records = calls.import_records
         self.check_reachable = self.transport.check_reachable  # blocking, once, at startup
         self.cap = None if cap is None else check_cap(cap)
-        # The worker ranks; the client reads a long query as the worker will (wire_query)
-        # and, facing a worker that predates matches, scores them itself.
+        # The worker ranks; the client reads a long query as the worker will (wire_query).
         self.ranking = ranking
-        # A worker that answered a retrieval without ``bumped`` predates "used means
-        # shown": it bumps what it returns, so there is nothing for /used to mark.
-        self._legacy = False
         self._cap_warned = False  # a write's answer said another cap applied: warned once
 
     def __repr__(self) -> str:  # never the token
@@ -174,20 +169,17 @@ class WorkerStore:
         try:
             data = await self.transport.call("/retrieve", payload)
             records, matches = _hits(data, scope_key, "/retrieve")
+            if matches is None:
+                raise CallFailed("answered without a 'matches' list, one share a record")
         except CallFailed as exc:
             raise StoreError(f"worker /retrieve for {scope_key} failed ({exc})") from None
-        if "bumped" not in data:
-            self._legacy = True
-        if matches is None:  # a worker from before matches: the seed's plain share
-            words = query_terms(query).terms
-            return [Hit(record, keyword_match(words, record)) for record in records]
         return [Hit(record, match) for record, match in zip(records, matches, strict=True)]
 
     async def mark_used(self, used: Mapping[str, Sequence[str]]) -> int:
         """One ``/used`` call (split only past the wire's caps). Never raises: a use count
-        is advisory. A worker that predates the route bumped at retrieval already."""
+        is advisory."""
         items = [(key, list(ids)) for key, ids in used.items() if ids]
-        if self._legacy or not items:
+        if not items:
             return 0
         marked = 0
         for batch in _used_batches(items):
@@ -196,10 +188,7 @@ class WorkerStore:
             except WorkerUnavailable:
                 return marked
             except CallFailed as exc:
-                if exc.status == 404:
-                    self._legacy = True
-                else:
-                    log.warning("[memory] worker /used failed (%s); use counts not saved", exc)
+                log.warning("[memory] worker /used failed (%s); use counts not saved", exc)
                 return marked
             count = data.get("marked")
             if isinstance(count, int) and not isinstance(count, bool):
@@ -292,8 +281,8 @@ class WorkerStore:
 def _hits(data: dict[str, Any], scope_key: str, route: str
           ) -> tuple[list[Record], list[float] | None]:
     """The reply's well-formed records of ``scope_key`` (one warning says how many others
-    were dropped), each one's match (None when the reply has no usable ``matches``: an
-    older worker)."""
+    were dropped), each one's match (None when the reply has no usable ``matches``, as
+    ``/list``'s never has)."""
     items = data.get("records")
     if not isinstance(items, list):
         raise CallFailed("answered without a 'records' list")

@@ -95,7 +95,8 @@ async def store(base_url: str):
 
 
 async def test_retrieve_sends_bearer_and_body_and_parses_records(store, stub):
-    stub.replies["/retrieve"] = (200, {"records": [wire_record(1, confidence=0.7)]})
+    stub.replies["/retrieve"] = (200, {"records": [wire_record(1, confidence=0.7)],
+                                       "matches": [0.5]})
     [record] = await store.retrieve(ORG, "deploy vpn", 5)
     assert record.id == f"mem:{ORG}:1" and record.confidence == 0.7
     path, headers, body = stub.requests[0]
@@ -198,6 +199,7 @@ async def test_a_closed_client_refuses_calls_and_opens_no_session(base_url, stub
     ((200, [1, 2]), "not a JSON object"),
     ((200, {"items": []}), "'records' list"),
     ((200, {"records": "none"}), "'records' list"),
+    ((200, {"records": [], "matches": None}), "'matches' list"),
 ])
 async def test_retrieve_degrades_to_nothing_with_one_warning(store, stub, memory_warnings,
                                                              reply, reason):
@@ -217,7 +219,7 @@ async def test_retrieve_drops_malformed_records_one_by_one(store, stub, memory_w
         wire_record(5, scope="user:slack:U9"),             # another scope
         wire_record(6, confidence=3),                      # out of range
         wire_record(7),
-    ]})
+    ], "matches": [0.5] * 8})
     records = await store.retrieve(ORG, "lesson", 10)
     assert [r.id for r in records] == [f"mem:{ORG}:1", f"mem:{ORG}:7"]
     [warning] = memory_warnings()
@@ -564,24 +566,25 @@ async def test_a_new_client_asks_not_to_bump_and_reports_what_it_showed(store, s
     assert stub.bodies()[-1] == {"used": [{"scopeKey": ORG, "ids": [hit.record.id]}]}
 
 
-async def test_an_old_worker_still_works_with_todays_behaviour(store, stub):
-    # No matches, no bumped: a worker from before. It bumped at retrieval already.
-    stub.replies["/retrieve"] = (200, {"records": [wire_record(1, text="deploy needs vpn"),
-                                                   wire_record(2, text="deploy daily")]})
-    hits = await store.search(ORG, "deploy vpn", 5, bump=False)
-    assert [hit.match for hit in hits] == [1.0, 0.5]  # the seed's plain share
-    assert await store.mark_used({ORG: [hits[0].record.id]}) == 0
-    assert all(path != "/used" for path, _h, _b in stub.requests)
+async def test_a_retrieval_answered_without_matches_is_a_failed_read(store, stub,
+                                                                     memory_warnings):
+    # Every released worker ranks and answers each record's match; a reply without them is
+    # not scored by the client as a guess, it is a read that failed.
+    stub.replies["/retrieve"] = (200, {"records": [wire_record(1, text="deploy needs vpn")]})
+    assert await store.search(ORG, "deploy vpn", 5, bump=False) == []
+    with pytest.raises(StoreError, match="matches"):
+        await store.search_strict(ORG, "deploy vpn", 5, bump=False)
+    assert any("matches" in warning for warning in memory_warnings())
 
 
-async def test_a_worker_without_the_used_route_is_asked_once(store, stub):
-    stub.replies["/retrieve"] = (200, {"records": [wire_record(1)], "matches": [0.5],
-                                       "bumped": False})
+async def test_a_failed_used_call_is_warned_about_and_the_next_one_is_still_sent(
+        store, stub, memory_warnings):
     stub.replies["/used"] = (404, {"error": "not found"})
-    await store.search(ORG, "deploy", 5, bump=False)
     assert await store.mark_used({ORG: [f"mem:{ORG}:1"]}) == 0
-    assert await store.mark_used({ORG: [f"mem:{ORG}:1"]}) == 0
-    assert sum(1 for path, _h, _b in stub.requests if path == "/used") == 1
+    stub.replies["/used"] = (200, {"ok": True, "marked": 1})
+    assert await store.mark_used({ORG: [f"mem:{ORG}:1"]}) == 1
+    assert sum(1 for path, _h, _b in stub.requests if path == "/used") == 2
+    assert any("/used failed" in warning for warning in memory_warnings())
 
 
 async def test_many_marks_go_in_requests_within_the_wire_caps(store, stub):
