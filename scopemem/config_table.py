@@ -281,6 +281,8 @@ def _check_hooks(hooks: HooksConfig) -> None:
     if not hooks.platform or ":" in hooks.platform:
         raise ConfigError("memory.hooks.platform: must be a non-empty word without a colon, "
                           f"got {hooks.platform!r}")
+    if hooks.platform == "user":  # user:alice reads as a scope key: no user scope is made
+        raise ConfigError("memory.hooks.platform: must not be 'user', the scope's kind")
     # Both end up in the person's scope key, user:<platform>:<subject>.
     problem = scope_key_problem(f"user:{hooks.platform}")
     if problem is not None:

@@ -34,6 +34,7 @@ def test_defaults() -> None:
     ({"visibility": "everyone"}, "memory.hooks.visibility"),
     ({"platform": "claude:code"}, "memory.hooks.platform"),
     ({"platform": ""}, "memory.hooks.platform"),
+    ({"platform": "user"}, "memory.hooks.platform: must not be 'user'"),
     ({"subject": "alice smith"}, "memory.hooks.subject"),
     ({"subject": "a\u200bb"}, "memory.hooks.subject"),
     ({"subject": 7}, "memory.hooks.subject"),
