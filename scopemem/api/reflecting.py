@@ -119,7 +119,8 @@ class Run:
     ``no_memory`` (or ``<no-memory>`` in the request or thread, or ``request.no_memory``)
     keeps the run out of memory: it is never reflected and writes nothing. A field of the
     wrong type (``answer=None``, a negative ``tool_calls``) is a ``TypeError`` naming it;
-    ``thread_key=None`` is no thread key."""
+    ``thread_key=None`` is no thread key. A run that names no ``thread_key`` or ``run_id``
+    takes its request's (``Request.thread_key``, ``run_id``, which the reach log uses)."""
 
     request: Request = attrs.field(validator=attrs.validators.instance_of(Request))
     answer: str = attrs.field(validator=_of_type(str, "a string"))
@@ -132,6 +133,13 @@ class Run:
     run_id: str | None = attrs.field(default=None, validator=_optional_str)
     model: str | None = attrs.field(default=None, validator=_optional_str)
     no_memory: bool = attrs.field(default=False, validator=_of_type(bool, "True or False"))
+
+    def __attrs_post_init__(self) -> None:
+        # Frozen: the fallbacks are set once, here, so every reader sees the same names.
+        if not self.thread_key and self.request.thread_key:
+            object.__setattr__(self, "thread_key", self.request.thread_key)
+        if self.run_id is None and self.request.run_id:
+            object.__setattr__(self, "run_id", self.request.run_id)
 
     @property
     def opted_out(self) -> bool:
