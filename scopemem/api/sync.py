@@ -142,8 +142,8 @@ class SyncMemory:
     def context_block(self, request: Request) -> str:
         return self._call(self.memory.context_block(request))
 
-    def context(self, request: Request) -> MemoryContext:
-        return self._call(self.memory.context(request))
+    def context(self, request: Request, *, count: bool = True) -> MemoryContext:
+        return self._call(self.memory.context(request, count=count))
 
     def schedule_reflection(self, run: Run) -> None:
         """Hand a finished run to reflection on the memory's loop; returns at once."""

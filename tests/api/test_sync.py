@@ -168,3 +168,19 @@ def test_a_run_in_its_slot_keeps_close_waiting_for_its_reflection(tmp_path: Path
     with SyncMemory.from_config(config(tmp_path)) as again:
         assert [r.text for r in again.list(ALICE, "org").records] == [
             "deploys freeze on fridays"]
+
+
+def test_a_preview_counts_nothing_as_it_does_on_memory(tmp_path: Path):
+    """``Memory.context(request, count=False)`` is the documented preview; SyncMemory's
+    ``context`` took no ``count``, so a blocking caller could only preview by counting."""
+    with SyncMemory.from_config(config(tmp_path)) as memory:
+        memory.remember(ALICE, "deploys freeze on fridays")
+        request = Request(text="can I deploy on friday", user_id="slack:UA")
+        preview = memory.context(request, count=False)
+        assert "deploys freeze on fridays" in preview.block
+        memory.drain(5)
+        [record] = memory.list(ALICE, "me").records
+        assert record.use_count == 0
+        assert memory.context(request).block == preview.block
+        memory.drain(5)
+        assert memory.list(ALICE, "me").records[0].use_count == 1
