@@ -253,6 +253,15 @@ def _check_mcp(mcp: McpSettings) -> None:
         problem = scope_key_problem(f"user:mcp:{value}") if value else "must not be empty"
         if problem:
             raise ConfigError(f"memory.mcp.{key}: {problem}")
+    if mcp.channel is not None:
+        # A platform id, as a chat run's (``slack:C0456``): the scope key given for it, or
+        # an id empty after its namespace, is a scope no run reads.
+        if mcp.channel.startswith("channel:"):
+            raise ConfigError("memory.mcp.channel: takes the platform id, not the channel "
+                              f'scope\'s key: channel = "{mcp.channel[len("channel:"):]}"')
+        if mcp.channel.endswith(":"):
+            raise ConfigError(f"memory.mcp.channel: {mcp.channel!r} is empty after its "
+                              "namespace")
     if mcp.repo is not None:
         from scopemem.gitremote import typed_repo
 

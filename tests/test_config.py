@@ -207,6 +207,13 @@ def test_the_mcp_table_names_the_servers_identity_and_refuses_mistakes():
             ({"subject": ""}, "memory.mcp.subject: must not be empty"),
             ({"repo": 7}, "memory.mcp.repo"),
             ({"visibility": "everyone"}, "memory.mcp.visibility: must be one of"),
+            # Each made a channel scope no chat run reads (``channel:slack:`` shared by
+            # every such server; ``channel:channel:slack:C1``), accepted without a word.
+            ({"channel": "slack:"}, "memory.mcp.channel: 'slack:' is empty after its "
+                                    "namespace"),
+            ({"channel": "channel:slack:C1"}, "memory.mcp.channel: takes the platform id, "
+                                              "not the channel scope's key: channel = "
+                                              '"slack:C1"'),
             ("alice", "memory.mcp must be a table")):
         with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
             config_from_mapping({"memory": {"mcp": table}})
