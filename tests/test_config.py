@@ -205,6 +205,11 @@ def test_the_mcp_table_names_the_servers_identity_and_refuses_mistakes():
             ({"subjet": "alice"}, "memory.mcp: unknown key(s): subjet"),
             ({"subject": "two words"}, "memory.mcp.subject: must not contain whitespace"),
             ({"subject": ""}, "memory.mcp.subject: must not be empty"),
+            # The server started, and every tool answered "the caller must be a user scope
+            # key such as user:slack:U0123".
+            ({"subject": "alice:"}, "memory.mcp.subject: must not end with a colon"),
+            ({"subject": "user:mcp:alice"}, "memory.mcp.subject: takes the name, not the "
+                                            'user scope\'s key: subject = "alice"'),
             ({"repo": 7}, "memory.mcp.repo"),
             ({"visibility": "everyone"}, "memory.mcp.visibility: must be one of"),
             # Each made a channel scope no chat run reads (``channel:slack:`` shared by
