@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
 from scopemem.api.memory import Memory, MemoryContext
+from scopemem.api.operations import REMEMBER_THREAD_KEY
 from scopemem.api.reflecting import Run
 from scopemem.api.results import (
     Caller,
@@ -35,6 +36,8 @@ from scopemem.core.commands import ALL, DEFAULT_LIST_LIMIT, ME
 from scopemem.core.records import Record
 from scopemem.core.requests import Request
 from scopemem.errors import ScopememError
+from scopemem.plugins.manager import PluginManager
+from scopemem.stores.base import Clock, wall_clock_ms
 from scopemem.stores.counting import Stats
 
 T = TypeVar("T")
@@ -75,10 +78,16 @@ class SyncMemory:
     def from_config(
         cls,
         source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfig | None = None,
-        **options: Any,
+        *,
+        plugin_manager: PluginManager | None = None,
+        environ: Mapping[str, str] | None = None,
+        clock: Clock = wall_clock_ms,
+        allow_fallback: bool = True,
     ) -> SyncMemory:
-        """``Memory.from_config(source, **options)``, built on this object's loop."""
-        return cls(lambda: Memory.from_config(source, **options))
+        """``Memory.from_config``, built on this object's loop."""
+        return cls(lambda: Memory.from_config(
+            source, plugin_manager=plugin_manager, environ=environ, clock=clock,
+            allow_fallback=allow_fallback))
 
     # --- running on the loop ----------------------------------------------------------------
 
@@ -159,9 +168,10 @@ class SyncMemory:
     # --- the manual operations --------------------------------------------------------------
 
     def remember(self, caller: Caller, text: str, scope: str = ME, *,
-                 supersedes: str | None = None, **options: Any) -> RememberResult:
+                 supersedes: str | None = None,
+                 thread_key: str = REMEMBER_THREAD_KEY) -> RememberResult:
         return self._call(self.memory.remember(caller, text, scope, supersedes=supersedes,
-                                               **options))
+                                               thread_key=thread_key))
 
     def forget(self, caller: Caller, record_id: str) -> ForgetResult:
         return self._call(self.memory.forget(caller, record_id))

@@ -184,3 +184,22 @@ def test_a_preview_counts_nothing_as_it_does_on_memory(tmp_path: Path):
         assert memory.context(request).block == preview.block
         memory.drain(5)
         assert memory.list(ALICE, "me").records[0].use_count == 1
+
+
+def test_each_method_takes_what_memorys_takes():
+    """``SyncMemory`` is ``Memory``'s API, blocking: the same parameters, so a type checker
+    catches a misspelt keyword (``remember(…, thred_key=…)`` passed ``**options: Any``)
+    and a documented one is there (``context(request, count=False)`` was missing)."""
+    import inspect
+
+    from scopemem import Memory
+
+    def shape(function) -> list[tuple[str, object, object]]:
+        return [(p.name, p.kind, p.default)
+                for p in inspect.signature(function).parameters.values()]
+
+    shared = [name for name in vars(SyncMemory) if not name.startswith("_")
+              and callable(getattr(Memory, name, None)) and name not in ("drain", "close")]
+    assert "remember" in shared and "from_config" in shared and "context" in shared
+    for name in shared:
+        assert shape(getattr(SyncMemory, name)) == shape(getattr(Memory, name)), name
