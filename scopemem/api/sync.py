@@ -13,6 +13,7 @@ Close it (``close()``, or use it as a context manager): that lets pending reflec
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import threading
@@ -60,6 +61,7 @@ class SyncMemory:
     def __init__(self, memory: Memory | Callable[[], Memory]) -> None:
         self._loop = asyncio.new_event_loop()
         self._closed = False
+        self._calls: set[asyncio.Task[Any]] = set()  # the calls running on the loop
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop.run_forever,
                                         name="scopemem-sync", daemon=True)
@@ -100,8 +102,21 @@ class SyncMemory:
             if self._closed:
                 coroutine.close()
                 raise ScopememError("this SyncMemory is closed")
-            future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        return future.result()
+            future = asyncio.run_coroutine_threadsafe(self._tracked(coroutine), self._loop)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            raise ScopememError("this SyncMemory was closed while the call ran") from None
+
+    async def _tracked(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """``coroutine``, counted among the calls ``close`` lets finish."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._calls.add(task)
+        try:
+            return await coroutine
+        finally:
+            self._calls.discard(task)
 
     def run(self, awaitable: Awaitable[T]) -> T:
         """Wait for any awaitable on the memory's loop (a call this class does not wrap:
@@ -213,14 +228,19 @@ class SyncMemory:
     # --- closing ----------------------------------------------------------------------------
 
     def close(self, drain_timeout: float = DRAIN_SECONDS) -> None:
-        """Let pending reflections finish (at most ``drain_timeout`` seconds), close the
-        memory, stop the loop. Idempotent; every later call raises ``ScopememError``."""
+        """Let pending reflections and other threads' calls in flight finish (at most
+        ``drain_timeout`` seconds each), close the memory, stop the loop. Idempotent; every
+        later call raises ``ScopememError``, and so does one still running then."""
         if self._closed:
             return
 
         async def shut() -> None:
             try:
                 await self.memory.drain(drain_timeout)
+                # Other threads' calls in flight finish before the store closes under them.
+                others = self._calls - {asyncio.current_task()}
+                if others:
+                    await asyncio.wait(others, timeout=drain_timeout)
             finally:
                 await self.memory.close()
 

@@ -3,6 +3,7 @@ on a real SQLite directory; and closing cleanly."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from pathlib import Path
@@ -203,3 +204,38 @@ def test_each_method_takes_what_memorys_takes():
     assert "remember" in shared and "from_config" in shared and "context" in shared
     for name in shared:
         assert shape(getattr(SyncMemory, name)) == shape(getattr(Memory, name)), name
+
+
+def test_close_lets_a_call_in_flight_finish_and_refuses_later_ones_by_name(tmp_path: Path):
+    """A bot thread's ``remember`` was cancelled under it when another thread closed: it
+    raised a bare ``CancelledError`` (no message), its fact unwritten, after the store was
+    closed beneath the write. ``close`` now waits for the calls in flight (within its
+    drain timeout) before closing the memory; a call after it is ``ScopememError``."""
+    memory = SyncMemory.from_config(config(tmp_path))
+    writing, outcome = threading.Event(), []
+    write = memory.memory.store.write
+
+    async def slow(scope_key, candidates, *args, **kwargs):  # type: ignore[no-untyped-def]
+        writing.set()
+        await asyncio.sleep(0.5)
+        return await write(scope_key, candidates, *args, **kwargs)
+
+    memory.memory.store.write = slow  # type: ignore[method-assign]
+
+    def bot() -> None:
+        try:
+            outcome.append(memory.remember(ALICE, "deploys freeze on fridays").outcome)
+            memory.remember(ALICE, "the api tests need make bootstrap first")
+        except BaseException as exc:  # surfaced below, in the test's thread
+            outcome.append(exc)
+
+    thread = threading.Thread(target=bot)
+    thread.start()
+    writing.wait()
+    memory.close()
+    thread.join()
+    assert outcome[0] == "inserted"
+    assert isinstance(outcome[1], ScopememError) and "closed" in str(outcome[1])
+    with SyncMemory.from_config(config(tmp_path)) as again:
+        assert [r.text for r in again.list(ALICE, "me").records] == [
+            "deploys freeze on fridays"]
