@@ -245,14 +245,39 @@ def check_config(config: MemoryConfig) -> None:
     _check_mcp(config.mcp)
 
 
+def _subject_problem(subject: str, platform: str) -> str | None:
+    """What is wrong with a configured person's name (``memory.hooks.subject``,
+    ``memory.mcp.subject``), whose scope is ``user:<platform>:<subject>``. An empty one, or
+    one ending in a colon, is an id no scope is made of; the scope's key given for the name
+    makes a scope nothing else reads."""
+    if not subject:
+        return "must not be empty"
+    if subject.endswith(":"):
+        return "must not end with a colon"
+    if subject.startswith("user:"):
+        name = subject.rsplit(":", 1)[-1]
+        return f'takes the name, not the user scope\'s key: subject = "{name}"'
+    return scope_key_problem(f"user:{platform}:{subject}")
+
+
 def _check_mcp(mcp: McpSettings) -> None:
     # Each value ends up inside a scope key (user:mcp:<subject>, repo:<repo>, channel:<id>).
     for key, value in (("subject", mcp.subject), ("repo", mcp.repo), ("channel", mcp.channel)):
         if value is None:
             continue
-        problem = scope_key_problem(f"user:mcp:{value}") if value else "must not be empty"
+        problem = (_subject_problem(value, "mcp") if key == "subject"
+                   else scope_key_problem(f"user:mcp:{value}") if value else "must not be empty")
         if problem:
             raise ConfigError(f"memory.mcp.{key}: {problem}")
+    if mcp.channel is not None:
+        # A platform id, as a chat run's (``slack:C0456``): the scope key given for it, or
+        # an id empty after its namespace, is a scope no run reads.
+        if mcp.channel.startswith("channel:"):
+            raise ConfigError("memory.mcp.channel: takes the platform id, not the channel "
+                              f'scope\'s key: channel = "{mcp.channel[len("channel:"):]}"')
+        if mcp.channel.endswith(":"):
+            raise ConfigError(f"memory.mcp.channel: {mcp.channel!r} is empty after its "
+                              "namespace")
     if mcp.repo is not None:
         from scopemem.gitremote import typed_repo
 
@@ -281,12 +306,14 @@ def _check_hooks(hooks: HooksConfig) -> None:
     if not hooks.platform or ":" in hooks.platform:
         raise ConfigError("memory.hooks.platform: must be a non-empty word without a colon, "
                           f"got {hooks.platform!r}")
+    if hooks.platform == "user":  # user:alice reads as a scope key: no user scope is made
+        raise ConfigError("memory.hooks.platform: must not be 'user', the scope's kind")
     # Both end up in the person's scope key, user:<platform>:<subject>.
     problem = scope_key_problem(f"user:{hooks.platform}")
     if problem is not None:
         raise ConfigError(f"memory.hooks.platform: {problem}")
     if hooks.subject is not None:
-        problem = scope_key_problem(f"user:{hooks.platform}:{hooks.subject}")
+        problem = _subject_problem(hooks.subject, hooks.platform)
         if problem is not None:
             raise ConfigError(f"memory.hooks.subject: {problem}")
     if hooks.state_dir is not None and not hooks.state_dir.strip():

@@ -205,8 +205,20 @@ def test_the_mcp_table_names_the_servers_identity_and_refuses_mistakes():
             ({"subjet": "alice"}, "memory.mcp: unknown key(s): subjet"),
             ({"subject": "two words"}, "memory.mcp.subject: must not contain whitespace"),
             ({"subject": ""}, "memory.mcp.subject: must not be empty"),
+            # The server started, and every tool answered "the caller must be a user scope
+            # key such as user:slack:U0123".
+            ({"subject": "alice:"}, "memory.mcp.subject: must not end with a colon"),
+            ({"subject": "user:mcp:alice"}, "memory.mcp.subject: takes the name, not the "
+                                            'user scope\'s key: subject = "alice"'),
             ({"repo": 7}, "memory.mcp.repo"),
             ({"visibility": "everyone"}, "memory.mcp.visibility: must be one of"),
+            # Each made a channel scope no chat run reads (``channel:slack:`` shared by
+            # every such server; ``channel:channel:slack:C1``), accepted without a word.
+            ({"channel": "slack:"}, "memory.mcp.channel: 'slack:' is empty after its "
+                                    "namespace"),
+            ({"channel": "channel:slack:C1"}, "memory.mcp.channel: takes the platform id, "
+                                              "not the channel scope's key: channel = "
+                                              '"slack:C1"'),
             ("alice", "memory.mcp must be a table")):
         with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
             config_from_mapping({"memory": {"mcp": table}})

@@ -57,6 +57,7 @@ from scopemem.core.requests import Request, ScopeKind, ScopeRefused, derive_scop
 from scopemem.core.scopes import MemoryIdError, parse_memory_id, scope_key_problem
 from scopemem.core.text import sanitize_field
 from scopemem.errors import StoreUnsupported
+from scopemem.gitremote import typed_repo
 from scopemem.plugins import host
 from scopemem.plugins.manager import PluginManager
 from scopemem.stores.base import Clock, CountingStore, Hit, MemoryStore, check_own, search_hits
@@ -82,7 +83,14 @@ async def _resolve(repo: RepoSource) -> str | None:
     if value is not None and not isinstance(value, str):
         raise MemoryRefused("scope_unavailable", f"the repository resolver answered a "
                             f"{type(value).__name__}, not owner/name")
-    return value or None
+    if not value:
+        return None
+    ok, named = typed_repo(value)
+    if not ok:  # a URL or a bare name: a scope no run in the clone reads
+        raise MemoryRefused("scope_unavailable", "the repository is not owner/name as a "
+                            "clone's remote names it; name one with --repo owner/name"
+                            + (f": {named}" if named else " (e.g. acme/api)"))
+    return value
 
 
 def _in_dm(caller: Caller) -> bool:

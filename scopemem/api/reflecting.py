@@ -19,7 +19,7 @@ import asyncio
 import functools
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -28,7 +28,7 @@ from scopemem import secrets, tracing
 from scopemem.api.semantic import SemanticLane, embed_written
 from scopemem.config import MemoryConfig
 from scopemem.core import counters
-from scopemem.core.policy import RunActor
+from scopemem.core.policy import AUDIENCE_KINDS, Audience, RunActor
 from scopemem.core.records import Candidate, Kind, Record, WriteCounts
 from scopemem.core.reflection import (
     MAX_OUTPUT_TOKENS,
@@ -119,7 +119,8 @@ class Run:
     ``no_memory`` (or ``<no-memory>`` in the request or thread, or ``request.no_memory``)
     keeps the run out of memory: it is never reflected and writes nothing. A field of the
     wrong type (``answer=None``, a negative ``tool_calls``) is a ``TypeError`` naming it;
-    ``thread_key=None`` is no thread key."""
+    ``thread_key=None`` is no thread key. A run that names no ``thread_key`` or ``run_id``
+    takes its request's (``Request.thread_key``, ``run_id``, which the reach log uses)."""
 
     request: Request = attrs.field(validator=attrs.validators.instance_of(Request))
     answer: str = attrs.field(validator=_of_type(str, "a string"))
@@ -132,6 +133,13 @@ class Run:
     run_id: str | None = attrs.field(default=None, validator=_optional_str)
     model: str | None = attrs.field(default=None, validator=_optional_str)
     no_memory: bool = attrs.field(default=False, validator=_of_type(bool, "True or False"))
+
+    def __attrs_post_init__(self) -> None:
+        # Frozen: the fallbacks are set once, here, so every reader sees the same names.
+        if not self.thread_key and self.request.thread_key:
+            object.__setattr__(self, "thread_key", self.request.thread_key)
+        if self.run_id is None and self.request.run_id:
+            object.__setattr__(self, "run_id", self.request.run_id)
 
     @property
     def opted_out(self) -> bool:
@@ -247,11 +255,26 @@ async def shown_records(memory: ReflectionHost, keys: Sequence[str], query: str
     return list(shown.values()), failed
 
 
-def _route(item: Reflected, actor: RunActor, org_key: str, shown: Mapping[str, str]) -> str:
+def _route(item: Reflected, actor: RunActor, org_key: str, shown: Mapping[str, str],
+           refused: Collection[str] = ()) -> str | None:
+    """The scope ``item`` is headed for: its pointer's, its audience's, else org (a request
+    that names nobody); None for the audience of a person or channel the request named but
+    whose scope was refused (``slack:``, ``user:slack:U1``), which org would show to all."""
     pointer = item.candidate.supersedes or item.candidate.restates
     if pointer and pointer in shown:
         return shown[pointer]
+    if item.audience in refused:
+        return None
     return actor.scope(item.audience) or org_key
+
+
+def _refused_kinds(request: Request, actor: RunActor) -> frozenset[str]:
+    """The narrow audiences (user, channel) the request names an id for, but has no scope
+    of: the id was refused, so the run is not one that names nobody."""
+    given = {AUDIENCE_KINDS[Audience.PERSON]: request.user_id,
+             AUDIENCE_KINDS[Audience.ORIGIN]: request.channel_id}
+    return frozenset(kind for kind, value in given.items()
+                     if value and value.strip() and actor.scope(kind) is None)
 
 
 async def reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
@@ -329,6 +352,7 @@ async def _reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
     report.dropped_reasons.update(reflection.drop_reasons)
 
     shown_scopes = {record.id: record.scope_key for record in shown}
+    no_scope = _refused_kinds(run.request, actor)
     items: list[Reflected] = []
     refused = 0  # candidates the gate refused, a noise summary included
     with tracing.span("reflection.gate") as gate:
@@ -337,10 +361,10 @@ async def _reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
             if item.candidate.kind == Kind.FACT:
                 # Offers and rejections count where the fact was headed (before authorization),
                 # beside what the store counts there, so a scope's rejected share reads whole.
-                _count(memory, _route(item, actor, org_key, shown_scopes),
+                _count(memory, _route(item, actor, org_key, shown_scopes, no_scope),
                        _screen_counts(screened.markers if screened.rejected else None))
             elif screened.rejected:  # a summary is never gated: only noise refuses one
-                _count(memory, _route(item, actor, org_key, shown_scopes),
+                _count(memory, _route(item, actor, org_key, shown_scopes, no_scope),
                        {counters.rejected_by(marker): 1 for marker in screened.markers})
             if screened.rejected:
                 refused += 1
@@ -355,7 +379,10 @@ async def _reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
 
     batches: dict[str, list[Candidate]] = {}
     for item in items:
-        target = _route(item, actor, org_key, shown_scopes)
+        target = _route(item, actor, org_key, shown_scopes, no_scope)
+        if target is None:
+            report.denied[f"{item.audience}_scope_refused"] += 1
+            continue
         decision = host.authorize_write(
             memory.pm, actor=actor, target=target, candidate=item.candidate,
             origin=run.request.channel_visibility, breadth=memory.breadth,

@@ -14,9 +14,27 @@ import weakref
 from collections.abc import Awaitable
 from typing import Any
 
+from scopemem.gitremote import typed_repo
+
 __all__ = ["RepoAnswers"]
 
 log = logging.getLogger("scopemem")
+
+
+def _checked(value: str) -> str | None:
+    """``value`` when it is ``owner/name`` as a clone's remote names it, else one warning
+    and None: a URL, a ``.git`` suffix or a bare name is a scope no run in the clone reads
+    (the hooks and the MCP server name it ``repo:owner/name``). The value itself is never
+    repeated: a remote URL may hold a token."""
+    if not value:
+        return None
+    ok, named = typed_repo(value)
+    if not ok:
+        log.warning("[memory] request.repo is not owner/name as a clone's remote names it "
+                    "(%s); reading without the repo scope",
+                    f"it names {named}: pass that" if named else "e.g. acme/api")
+        return None
+    return value
 
 
 class RepoAnswers:
@@ -31,14 +49,15 @@ class RepoAnswers:
 
     async def resolve(self, repo: str | Awaitable[str | None] | None,
                       wait: float | None = None) -> str | None:
-        """``owner/name`` or ``None``. An awaitable is awaited once, whoever asks first; every
+        """``owner/name`` or ``None`` (one warning for a string that is not ``owner/name``,
+        see ``_checked``). An awaitable is awaited once, whoever asks first; every
         later call for the same awaitable (reflection after the read path, say) gets the
         same answer. A failure is one warning and no repo scope, never an error. ``wait``
         bounds this call's wait (seconds; ``memory.repo_wait_seconds`` on the read path):
         past it, one warning and no repo scope, while the awaitable goes on for later
         callers."""
         if repo is None or isinstance(repo, str):
-            return repo or None
+            return _checked(repo or "")
         if not inspect.isawaitable(repo):
             log.warning("[memory] request.repo is neither a string nor awaitable; no repo scope")
             return None
@@ -65,7 +84,7 @@ class RepoAnswers:
             log.warning("[memory] repo resolution answered a %s, not an owner/name string; "
                         "reading without the repo scope", type(value).__name__)
             return None
-        return value or None
+        return _checked(value or "")
 
     def _answer(self, repo: Awaitable[Any]) -> asyncio.Future[Any]:
         """The future ``repo``'s answer lands in, awaiting it (once) if nobody has yet."""

@@ -13,6 +13,7 @@ Close it (``close()``, or use it as a context manager): that lets pending reflec
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import threading
@@ -20,6 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
 from scopemem.api.memory import Memory, MemoryContext
+from scopemem.api.operations import REMEMBER_THREAD_KEY
 from scopemem.api.reflecting import Run
 from scopemem.api.results import (
     Caller,
@@ -35,6 +37,8 @@ from scopemem.core.commands import ALL, DEFAULT_LIST_LIMIT, ME
 from scopemem.core.records import Record
 from scopemem.core.requests import Request
 from scopemem.errors import ScopememError
+from scopemem.plugins.manager import PluginManager
+from scopemem.stores.base import Clock, wall_clock_ms
 from scopemem.stores.counting import Stats
 
 T = TypeVar("T")
@@ -57,6 +61,7 @@ class SyncMemory:
     def __init__(self, memory: Memory | Callable[[], Memory]) -> None:
         self._loop = asyncio.new_event_loop()
         self._closed = False
+        self._calls: set[asyncio.Task[Any]] = set()  # the calls running on the loop
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop.run_forever,
                                         name="scopemem-sync", daemon=True)
@@ -75,10 +80,16 @@ class SyncMemory:
     def from_config(
         cls,
         source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfig | None = None,
-        **options: Any,
+        *,
+        plugin_manager: PluginManager | None = None,
+        environ: Mapping[str, str] | None = None,
+        clock: Clock = wall_clock_ms,
+        allow_fallback: bool = True,
     ) -> SyncMemory:
-        """``Memory.from_config(source, **options)``, built on this object's loop."""
-        return cls(lambda: Memory.from_config(source, **options))
+        """``Memory.from_config``, built on this object's loop."""
+        return cls(lambda: Memory.from_config(
+            source, plugin_manager=plugin_manager, environ=environ, clock=clock,
+            allow_fallback=allow_fallback))
 
     # --- running on the loop ----------------------------------------------------------------
 
@@ -91,8 +102,21 @@ class SyncMemory:
             if self._closed:
                 coroutine.close()
                 raise ScopememError("this SyncMemory is closed")
-            future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        return future.result()
+            future = asyncio.run_coroutine_threadsafe(self._tracked(coroutine), self._loop)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            raise ScopememError("this SyncMemory was closed while the call ran") from None
+
+    async def _tracked(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """``coroutine``, counted among the calls ``close`` lets finish."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._calls.add(task)
+        try:
+            return await coroutine
+        finally:
+            self._calls.discard(task)
 
     def run(self, awaitable: Awaitable[T]) -> T:
         """Wait for any awaitable on the memory's loop (a call this class does not wrap:
@@ -142,8 +166,8 @@ class SyncMemory:
     def context_block(self, request: Request) -> str:
         return self._call(self.memory.context_block(request))
 
-    def context(self, request: Request) -> MemoryContext:
-        return self._call(self.memory.context(request))
+    def context(self, request: Request, *, count: bool = True) -> MemoryContext:
+        return self._call(self.memory.context(request, count=count))
 
     def schedule_reflection(self, run: Run) -> None:
         """Hand a finished run to reflection on the memory's loop; returns at once."""
@@ -159,9 +183,10 @@ class SyncMemory:
     # --- the manual operations --------------------------------------------------------------
 
     def remember(self, caller: Caller, text: str, scope: str = ME, *,
-                 supersedes: str | None = None, **options: Any) -> RememberResult:
+                 supersedes: str | None = None,
+                 thread_key: str = REMEMBER_THREAD_KEY) -> RememberResult:
         return self._call(self.memory.remember(caller, text, scope, supersedes=supersedes,
-                                               **options))
+                                               thread_key=thread_key))
 
     def forget(self, caller: Caller, record_id: str) -> ForgetResult:
         return self._call(self.memory.forget(caller, record_id))
@@ -203,14 +228,19 @@ class SyncMemory:
     # --- closing ----------------------------------------------------------------------------
 
     def close(self, drain_timeout: float = DRAIN_SECONDS) -> None:
-        """Let pending reflections finish (at most ``drain_timeout`` seconds), close the
-        memory, stop the loop. Idempotent; every later call raises ``ScopememError``."""
+        """Let pending reflections and other threads' calls in flight finish (at most
+        ``drain_timeout`` seconds each), close the memory, stop the loop. Idempotent; every
+        later call raises ``ScopememError``, and so does one still running then."""
         if self._closed:
             return
 
         async def shut() -> None:
             try:
                 await self.memory.drain(drain_timeout)
+                # Other threads' calls in flight finish before the store closes under them.
+                others = self._calls - {asyncio.current_task()}
+                if others:
+                    await asyncio.wait(others, timeout=drain_timeout)
             finally:
                 await self.memory.close()
 

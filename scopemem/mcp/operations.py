@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Protocol
 
 import attrs
 
@@ -40,6 +41,14 @@ from scopemem.mcp import models
 #: Reflections a server runs at once; a client asking for more is told to wait, so one
 #: session cannot queue model calls without bound.
 MAX_PENDING_REFLECTIONS = 8
+
+
+class HandOffs(Protocol):
+    """What runs a server's reflections elsewhere (``mcp.handoff.HandOff``)."""
+
+    def running(self) -> int: ...
+
+    def __call__(self, run: Run) -> None: ...
 
 
 class Refused(Exception):
@@ -237,9 +246,11 @@ async def forget(memory: Memory, identity: Identity, record_id: str
 
 
 def reflect(memory: Memory, identity: Identity, transcript: Sequence[models.TranscriptTurn],
-            tool_calls: int) -> tuple[str, models.ReflectResult]:
+            tool_calls: int, hand_off: HandOffs | None = None
+            ) -> tuple[str, models.ReflectResult]:
     """Hand a finished session to reflection and return at once. The last user turn is the
-    request, the agent's turns after it the answer, everything before them the history."""
+    request, the agent's turns after it the answer, everything before them the history.
+    ``hand_off`` (a stdio server's) runs it in a process of its own, else this one does."""
     turns = [(turn.role, turn.content) for turn in transcript]
     last_user = max((i for i, (role, _) in enumerate(turns) if role == "user"), default=None)
     if last_user is None or last_user == len(turns) - 1:
@@ -267,9 +278,10 @@ def reflect(memory: Memory, identity: Identity, transcript: Sequence[models.Tran
     if provider is None:
         raise Refused(f"memory.model {memory.config.model!r} cannot be used; the server's "
                       "log says why")
-    if memory.pending_reflections() >= MAX_PENDING_REFLECTIONS:
+    running = hand_off.running() if hand_off else memory.pending_reflections()
+    if running >= MAX_PENDING_REFLECTIONS:
         raise Refused(f"{MAX_PENDING_REFLECTIONS} reflections are still running; try again "
                       "when they are done")
-    memory.schedule_reflection(run)
+    (hand_off or memory.schedule_reflection)(run)
     return (f"reflection {run.run_id} started; its lessons reach later sessions' context",
             models.ReflectResult(scheduled=True, run_id=run.run_id))

@@ -81,10 +81,12 @@ def scopemem_register_commands(cli: click.Group) -> None:
     @click.option("--drain-timeout", type=click.FloatRange(0, 3600), default=60.0,
                   show_default=True, callback=_not_nan,
                   help="Seconds to wait at exit for reflections still running.")
+    @click.option("--reflect", "reflect_file", metavar="FILE", hidden=True,
+                  help="Reflect the run a stdio server handed off in FILE, then exit.")
     @click.pass_obj
     def mcp_command(state: CliState, transport: str, host: str, port: int,
                     subject: str | None, repo: str | None, channel: str | None,
-                    drain_timeout: float) -> None:
+                    drain_timeout: float, reflect_file: str | None) -> None:
         """Serve memory to a coding agent over MCP (stdio, or streamable HTTP).
 
         Every call acts for the configured identity ([memory.mcp] or the options here),
@@ -133,6 +135,18 @@ def scopemem_register_commands(cli: click.Group) -> None:
                 "stdio server lives for one session: everything it learned would be lost "
                 "(use a store that keeps them: sqlite, worker)")
         _configure_logging()
+        from scopemem.mcp.handoff import HandOff, reflect_handed_off
+
+        if reflect_file is not None:  # a stdio server's reflection, in a process of its own
+            try:
+                anyio.run(reflect_handed_off, memory, reflect_file)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise click.ClickException(f"--reflect {reflect_file}: not a handed-off "
+                                           f"run ({type(exc).__name__}: {exc})") from None
+            return
+        # A stdio client kills the server's process group as it leaves: each reflection
+        # runs in a process of its own (mcp.handoff).
+        hand_off = HandOff(state.config_path, identity) if transport == "stdio" else None
 
         def ready(where: str) -> None:
             click.echo(f"scopemem mcp (pid {os.getpid()}) serving {identity.caller} on {where}",
@@ -141,6 +155,6 @@ def scopemem_register_commands(cli: click.Group) -> None:
         try:
             anyio.run(lambda: serve(memory, identity, transport=cast(Transport, transport),
                                     host=host, port=port, drain_timeout=drain_timeout,
-                                    on_ready=ready))
+                                    on_ready=ready, hand_off=hand_off))
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None

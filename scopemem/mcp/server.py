@@ -8,7 +8,8 @@ put a traceback in front of it: unexpected errors are logged here, on stderr, an
 with their type and message only.
 
 Shutting down: stdio ends when the client closes stdin; streamable HTTP on SIGINT/SIGTERM.
-Either way reflections still running are awaited (``drain_timeout``) and the store closed.
+Either way reflections still running are awaited (``drain_timeout``) and the store closed;
+a stdio server runs none itself (it hands each to a process of its own, ``mcp.handoff``).
 A client that gives up waiting sends SIGTERM (the SDK's stdio client does, two seconds
 after closing stdin): that is no reason to drop a lesson half-written, so the first signal
 lets the drain go on, and only a second one ends the process at once.
@@ -89,8 +90,10 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
 
-def build_server(memory: Memory, identity: Identity) -> MCPServer:
-    """The SDK server with the memory tools, every call acting as ``identity``."""
+def build_server(memory: Memory, identity: Identity,
+                 hand_off: operations.HandOffs | None = None) -> MCPServer:
+    """The SDK server with the memory tools, every call acting as ``identity``; a stdio
+    server's ``hand_off`` runs each reflection in a process of its own."""
     server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS,
                                   version=_version())
 
@@ -169,7 +172,7 @@ def build_server(memory: Memory, identity: Identity) -> MCPServer:
         """Hand a finished session to reflection, which distills its durable lessons into
         memory in the background; returns at once."""
         return await _answer(
-            lambda: operations.reflect(memory, identity, transcript, tool_calls),
+            lambda: operations.reflect(memory, identity, transcript, tool_calls, hand_off),
             "memory_reflect")
 
     return server
@@ -235,9 +238,10 @@ def _install_signals(lifecycle: _Lifecycle) -> None:
 
 async def serve(memory: Memory, identity: Identity, *, transport: Transport = "stdio",
                 host: str = "127.0.0.1", port: int = 8000, drain_timeout: float = 60.0,
-                on_ready: Callable[[str], None] | None = None) -> None:
+                on_ready: Callable[[str], None] | None = None,
+                hand_off: operations.HandOffs | None = None) -> None:
     """Serve until the client leaves (stdio) or a signal (HTTP), then drain and close."""
-    server = build_server(memory, identity)
+    server = build_server(memory, identity, hand_off)
     lifecycle = _Lifecycle(memory, drain_timeout, transport)
     _install_signals(lifecycle)
     try:

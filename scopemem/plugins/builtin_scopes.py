@@ -27,6 +27,13 @@ def _prefixed(kind: str, value: str | None) -> str | None:
         from scopemem.core.requests import ScopeRefused
 
         raise ScopeRefused(f"the {kind} id {value!r} is empty after its namespace")
+    if isinstance(value, str) and value.startswith(f"{kind}:"):
+        # ``Caller.user_key`` passed as ``Request.user_id``: ``user:user:slack:U0123`` is a
+        # scope the person's own commands never read, as the command line's --user says.
+        from scopemem.core.requests import ScopeRefused
+
+        raise ScopeRefused(f"the {kind} id {value!r} is the {kind} scope's key: pass the "
+                           f"platform id, {value[len(kind) + 1:]!r}")
     return f"{kind}:{value}"
 
 

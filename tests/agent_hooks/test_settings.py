@@ -34,9 +34,16 @@ def test_defaults() -> None:
     ({"visibility": "everyone"}, "memory.hooks.visibility"),
     ({"platform": "claude:code"}, "memory.hooks.platform"),
     ({"platform": ""}, "memory.hooks.platform"),
+    ({"platform": "user"}, "memory.hooks.platform: must not be 'user'"),
     ({"subject": "alice smith"}, "memory.hooks.subject"),
     ({"subject": "a\u200bb"}, "memory.hooks.subject"),
     ({"subject": 7}, "memory.hooks.subject"),
+    # Each was accepted and left the sessions without the person's scope (a warning in
+    # hooks.log only), or in user:claude-code:user:claude-code:alice, which nothing reads.
+    ({"subject": ""}, "memory.hooks.subject: must not be empty"),
+    ({"subject": "alice:"}, "memory.hooks.subject: must not end with a colon"),
+    ({"subject": "user:claude-code:alice"},
+     'memory.hooks.subject: takes the name, not the user scope\'s key: subject = "alice"'),
     ({"state_dir": " "}, "memory.hooks.state_dir"),
     ({"sujbect": "alice"}, "memory.hooks: unknown key(s): sujbect"),
 ])

@@ -200,6 +200,31 @@ async def test_a_repo_that_resolves_to_nothing_or_fails_is_no_repo_scope(
                                      "owner/name string; reading without the repo scope"]
 
 
+@pytest.mark.parametrize(("given", "hint"), [
+    ("https://github.com/acme/api", "it names acme/api: pass that"),
+    ("git@github.com:acme/api.git", "it names acme/api: pass that"),
+    ("acme/api.git", "it names acme/api: pass that"),
+    ("api", "e.g. acme/api"),
+])
+@pytest.mark.parametrize("awaited", [False, True])
+async def test_a_repo_that_is_not_owner_name_is_no_repo_scope_and_says_what_to_pass(
+        store, clock, memory_warnings, given, hint, awaited):
+    """A bot handing over its clone's remote URL (or a webhook's ``html_url``) read and
+    wrote ``repo:https://github.com/acme/api``, a scope no session in the clone reads (the
+    hooks and ``scopemem mcp`` name it ``repo:acme/api``): its lessons never arrived."""
+    await store.write(REPO, [fact("deploy the api with make")])
+    memory = make_memory(store, clock)
+
+    async def resolve() -> str:
+        return given
+
+    block = await memory.context_block(Request(text="deploy", repo=resolve() if awaited
+                                               else given))
+    assert "make" not in block and "repo:" not in block
+    assert memory_warnings() == [f"[memory] request.repo is not owner/name as a clone's "
+                                 f"remote names it ({hint}); reading without the repo scope"]
+
+
 async def test_a_repo_lookup_that_hangs_costs_the_repo_scope_not_the_turn(
         store, clock, memory_warnings):
     """A ``Request.repo`` lookup that never settles (a git remote asking for credentials)

@@ -425,6 +425,24 @@ async def test_missing_audience_scopes_fall_back_to_org(store, clock, scripted):
     assert await texts(store, ORG) == ["the repo uses tabs", "this user likes tabs"]
 
 
+@pytest.mark.parametrize("user", ["slack:", "user:slack:UA"])
+async def test_a_personal_fact_of_a_person_whose_scope_was_refused_is_never_org_wide(
+        store, clock, scripted, user, caplog):
+    """The org fallback is for a request that names nobody. A request whose person's id
+    made no scope (empty after its namespace, or given as the scope's key) wrote "this
+    user …" facts, and the summary that follows them, to org: every person's prompt."""
+    caplog.set_level(logging.INFO, logger="scopemem")
+    memory = make_memory(store, clock, scripted)
+    scripted.replies = [{"facts": [lesson("this user lives at 12 elm street", audience="user"),
+                                   lesson("the vpn drops after an hour")],
+                         "summary": "asked where they live"}]
+    await reflect(memory, run(user=user, channel="slack:C1", visibility="public"))
+    assert await texts(store, ORG) == ["the vpn drops after an hour"]
+    assert await store.list(CHANNEL, 10) == []
+    [line] = [r.getMessage() for r in caplog.records if "reflection r-42" in r.getMessage()]
+    assert "denied 2 (user_scope_refused 2)" in line
+
+
 async def test_a_correction_follows_its_targets_scope(store, clock, scripted):
     await store.write(USER_A, [fact("this user deploys from the laptop")])
     memory = make_memory(store, clock, scripted)

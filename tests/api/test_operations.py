@@ -497,6 +497,21 @@ async def test_a_repo_resolver_that_fails_or_answers_junk_is_a_refusal_naming_it
         "user:slack:UADMIN", "channel:slack:C1", ORG]
 
 
+@pytest.mark.parametrize(("given", "hint"), [
+    ("https://github.com/acme/api", ": acme/api"), ("acme", " (e.g. acme/api)")])
+async def test_a_caller_repo_that_is_not_owner_name_is_refused_naming_it(
+        memory, store, given, hint):
+    """``Caller(repo=<remote URL>)`` remembered into ``repo:https://github.com/acme/api``,
+    a scope no run reads."""
+    caller = Caller(user_key="user:slack:UADMIN", channel_id="slack:C1", repo=given)
+    for call in (memory.list(caller, "repo"), memory.remember(caller, "a repo rule", "repo")):
+        refused = await refusal(call)
+        assert (refused.reason, refused.message) == (
+            "scope_unavailable", f"the repository is not owner/name as a clone's remote "
+                                 f"names it; name one with --repo owner/name{hint}")
+    assert await store.list(f"repo:{given}", 10) == []
+
+
 class _Leaky(InMemoryStore):
     """A store plugin with a bug: every read of a scope also answers Bob's records."""
 

@@ -458,6 +458,24 @@ def test_a_run_without_a_thread_key_may_say_none():
     assert Run(request=Request(text="x"), answer="ok", thread_key=None).thread_key == ""
 
 
+async def test_a_run_takes_its_thread_key_and_run_id_from_its_request_when_it_names_none(
+        store, clock, scripted):
+    """The request names the run for the reach log (``Request.run_id``, ``thread_key``); a
+    ``Run(request=request)`` that did not repeat them wrote its lessons ``unthreaded``, with
+    no run id: nothing tied them to the run that saw the block."""
+    memory = make_memory(store, clock, scripted)
+    request = Request(text="why does pytest fail", user_id="slack:UA",
+                      channel_visibility="dm", run_id="r-7", thread_key="slack:D1/9")
+    assert (Run(request=request, answer="a").thread_key,
+            Run(request=request, answer="a").run_id) == ("slack:D1/9", "r-7")
+    assert (Run(request=request, answer="a", thread_key="t", run_id="r").thread_key,
+            Run(request=request, answer="a", thread_key="t", run_id="r").run_id) == ("t", "r")
+    scripted.replies = [{"facts": [lesson("this user runs pytest with -x", audience="user")]}]
+    await reflect(memory, Run(request=request, answer="done", tool_calls=1))
+    [record] = await store.list("user:slack:UA", 10)
+    assert (record.source_thread_key, record.source_run_id) == ("slack:D1/9", "r-7")
+
+
 async def test_a_fact_that_corrects_one_record_and_restates_another_keeps_both_links(
         store, clock, scripted):
     """A fact the extractor said replaces one shown record and restates another was taken

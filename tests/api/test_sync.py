@@ -3,6 +3,7 @@ on a real SQLite directory; and closing cleanly."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from pathlib import Path
@@ -167,4 +168,74 @@ def test_a_run_in_its_slot_keeps_close_waiting_for_its_reflection(tmp_path: Path
     assert errors == []
     with SyncMemory.from_config(config(tmp_path)) as again:
         assert [r.text for r in again.list(ALICE, "org").records] == [
+            "deploys freeze on fridays"]
+
+
+def test_a_preview_counts_nothing_as_it_does_on_memory(tmp_path: Path):
+    """``Memory.context(request, count=False)`` is the documented preview; SyncMemory's
+    ``context`` took no ``count``, so a blocking caller could only preview by counting."""
+    with SyncMemory.from_config(config(tmp_path)) as memory:
+        memory.remember(ALICE, "deploys freeze on fridays")
+        request = Request(text="can I deploy on friday", user_id="slack:UA")
+        preview = memory.context(request, count=False)
+        assert "deploys freeze on fridays" in preview.block
+        memory.drain(5)
+        [record] = memory.list(ALICE, "me").records
+        assert record.use_count == 0
+        assert memory.context(request).block == preview.block
+        memory.drain(5)
+        assert memory.list(ALICE, "me").records[0].use_count == 1
+
+
+def test_each_method_takes_what_memorys_takes():
+    """``SyncMemory`` is ``Memory``'s API, blocking: the same parameters, so a type checker
+    catches a misspelt keyword (``remember(…, thred_key=…)`` passed ``**options: Any``)
+    and a documented one is there (``context(request, count=False)`` was missing)."""
+    import inspect
+
+    from scopemem import Memory
+
+    def shape(function) -> list[tuple[str, object, object]]:
+        return [(p.name, p.kind, p.default)
+                for p in inspect.signature(function).parameters.values()]
+
+    shared = [name for name in vars(SyncMemory) if not name.startswith("_")
+              and callable(getattr(Memory, name, None)) and name not in ("drain", "close")]
+    assert "remember" in shared and "from_config" in shared and "context" in shared
+    for name in shared:
+        assert shape(getattr(SyncMemory, name)) == shape(getattr(Memory, name)), name
+
+
+def test_close_lets_a_call_in_flight_finish_and_refuses_later_ones_by_name(tmp_path: Path):
+    """A bot thread's ``remember`` was cancelled under it when another thread closed: it
+    raised a bare ``CancelledError`` (no message), its fact unwritten, after the store was
+    closed beneath the write. ``close`` now waits for the calls in flight (within its
+    drain timeout) before closing the memory; a call after it is ``ScopememError``."""
+    memory = SyncMemory.from_config(config(tmp_path))
+    writing, outcome = threading.Event(), []
+    write = memory.memory.store.write
+
+    async def slow(scope_key, candidates, *args, **kwargs):  # type: ignore[no-untyped-def]
+        writing.set()
+        await asyncio.sleep(0.5)
+        return await write(scope_key, candidates, *args, **kwargs)
+
+    memory.memory.store.write = slow  # type: ignore[method-assign]
+
+    def bot() -> None:
+        try:
+            outcome.append(memory.remember(ALICE, "deploys freeze on fridays").outcome)
+            memory.remember(ALICE, "the api tests need make bootstrap first")
+        except BaseException as exc:  # surfaced below, in the test's thread
+            outcome.append(exc)
+
+    thread = threading.Thread(target=bot)
+    thread.start()
+    writing.wait()
+    memory.close()
+    thread.join()
+    assert outcome[0] == "inserted"
+    assert isinstance(outcome[1], ScopememError) and "closed" in str(outcome[1])
+    with SyncMemory.from_config(config(tmp_path)) as again:
+        assert [r.text for r in again.list(ALICE, "me").records] == [
             "deploys freeze on fridays"]

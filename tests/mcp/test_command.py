@@ -104,3 +104,19 @@ async def test_streamable_http_serves_the_same_tools_as_the_configured_identity(
             process.wait()
         if process.stderr is not None:
             process.stderr.close()
+
+
+def test_reflect_of_a_file_that_is_no_handed_off_run_is_one_line(
+        config: Callable[..., Path], tmp_path: Path):
+    """``scopemem mcp --reflect FILE`` (a stdio server's reflection process) given a file
+    that is missing or not a run says so in one line, never a traceback."""
+    path = config()
+    junk = tmp_path / "junk.json"
+    junk.write_text('{"x": 1}')
+    for given in (str(tmp_path / "missing.json"), str(junk)):
+        result = subprocess.run(
+            [sys.executable, "-m", "scopemem", "--config", str(path), "mcp", "--reflect",
+             given], capture_output=True, text=True, env={**os.environ, **server_env()},
+            timeout=60)
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert f"--reflect {given}: not a handed-off run" in result.stderr

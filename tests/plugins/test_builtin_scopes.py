@@ -46,6 +46,20 @@ def test_an_id_empty_after_its_namespace_is_refused_never_a_shared_bucket(name):
     assert keys == ["org:acme"] and len(refusals) == 2
 
 
+def test_a_scope_key_given_for_an_id_is_refused_naming_the_id_to_pass():
+    """``Request(user_id=caller.user_key)`` made ``user:user:slack:U0123``: reflection wrote
+    the person's lessons where their own ``memory list`` (``user:slack:U0123``) never
+    looks, so they could neither see nor forget them."""
+    request = Request(user_id="user:slack:U0123", channel_id="channel:slack:C1")
+    keys, refusals = request_scope_keys(kinds(), request)
+    assert keys == ["org:acme"]
+    assert refusals == [
+        "the channel id 'channel:slack:C1' is the channel scope's key: pass the platform "
+        "id, 'slack:C1'",
+        "the user id 'user:slack:U0123' is the user scope's key: pass the platform id, "
+        "'slack:U0123'"]
+
+
 def test_an_id_holding_a_lone_surrogate_is_refused_never_sent_to_a_store():
     request = Request(user_id="slack:U\ud800", channel_id="slack:C1")
     keys, refusals = request_scope_keys(kinds(), request)
