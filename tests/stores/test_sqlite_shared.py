@@ -711,3 +711,32 @@ async def test_a_row_written_into_a_shard_by_hand_is_a_store_error_naming_it(
     finally:
         await store.close()
 
+
+async def test_a_write_at_the_cap_prepares_no_statement_again(
+        tmp_path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
+    """Once a write's statements are prepared, later writes reuse them: SQLite prepared
+    again at every run a statement whose plan it fits to the values bound (a bound
+    ``LIMIT``, a ``UNION``), five of the statements of a write at the cap."""
+    prepared: list[int] = []
+
+    def hook(conn: apsw.Connection) -> None:
+        def authorize(*_args: object) -> int:
+            prepared.append(1)  # SQLite asks while it prepares a statement, never after
+            return apsw.SQLITE_OK
+        conn.authorizer = authorize
+
+    monkeypatch.setattr(apsw, "connection_hooks", [*apsw.connection_hooks, hook])
+    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off", cap=20)
+    scope = "repo:acme/widgets"
+    try:
+        for round_ in range(6):
+            if round_ == 4:
+                prepared.clear()
+            clock.advance(1000)
+            counts = await store.write(scope, [fact(f"runner {round_} note {n} caches layers")
+                                               for n in range(10)])
+            assert round_ < 2 or counts.evicted == 10
+        assert not prepared
+    finally:
+        await store.close()
+
