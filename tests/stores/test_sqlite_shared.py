@@ -18,7 +18,7 @@ from scopemem.errors import ConfigError, ScopeLimitReached, StoreError
 from scopemem.options import IGNORED
 from scopemem.stores.base import StoreSettings
 from scopemem.stores.sqlite import from_settings as sqlite_store
-from scopemem.stores.sqlite_shared import SharedSqliteStore, schema
+from scopemem.stores.sqlite_shared import SharedSqliteStore, index, schema
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.pools import POOL_THREADS
 from tests.conftest import FakeClock
@@ -712,6 +712,7 @@ async def test_a_row_written_into_a_shard_by_hand_is_a_store_error_naming_it(
         await store.close()
 
 
+
 async def test_a_write_at_the_cap_prepares_no_statement_again(
         tmp_path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
     """Once a write's statements are prepared, later writes reuse them: SQLite prepared
@@ -740,3 +741,25 @@ async def test_a_write_at_the_cap_prepares_no_statement_again(
     finally:
         await store.close()
 
+
+async def test_a_shard_of_an_earlier_release_gets_the_token_index_merge_setting(
+        tmp_path, clock: FakeClock):
+    """FTS5 keeps ``deletemerge`` in the shard's index: a shard written before the store
+    set it (FTS5's default) is given it when opened, and its index still answers."""
+    data = tmp_path / "data"
+    name = await write_one(data, clock)
+    conn = apsw.Connection(str(data / name))
+    conn.execute("DELETE FROM terms_fts_config WHERE k = 'deletemerge'")
+    conn.close()
+    store = SharedSqliteStore(data, clock=clock, synchronous="off")
+    try:
+        assert [r.text for r in await store.retrieve("org:acme", "deploy", 5)] == [
+            "the deploy runs on tuesdays"]
+    finally:
+        await store.close()
+    conn = apsw.Connection(str(data / name))
+    try:
+        assert conn.execute("SELECT v FROM terms_fts_config WHERE k = 'deletemerge'"
+                            ).fetchall() == [(index.DELETE_MERGE,)]
+    finally:
+        conn.close()
