@@ -713,11 +713,11 @@ async def test_a_row_written_into_a_shard_by_hand_is_a_store_error_naming_it(
 
 
 
-async def test_a_write_at_the_cap_prepares_no_statement_again(
+async def test_writes_at_the_cap_and_retrievals_prepare_no_statement_again(
         tmp_path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
-    """Once a write's statements are prepared, later writes reuse them: SQLite prepared
-    again at every run a statement whose plan it fits to the values bound (a bound
-    ``LIMIT``, a ``UNION``), five of the statements of a write at the cap."""
+    """Once their statements are prepared, later writes and retrievals reuse them: SQLite
+    prepared again at every run a statement whose plan it fits to the values bound (a
+    bound ``LIMIT``, a ``UNION``), five of a write's at the cap and a retrieval's."""
     prepared: list[int] = []
 
     def hook(conn: apsw.Connection) -> None:
@@ -737,6 +737,7 @@ async def test_a_write_at_the_cap_prepares_no_statement_again(
             counts = await store.write(scope, [fact(f"runner {round_} note {n} caches layers")
                                                for n in range(10)])
             assert round_ < 2 or counts.evicted == 10
+            assert len(await store.retrieve(scope, f"runner {round_} caches", 5)) == 5
         assert not prepared
     finally:
         await store.close()
