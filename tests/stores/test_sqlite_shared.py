@@ -18,7 +18,7 @@ from scopemem.errors import ConfigError, ScopeLimitReached, StoreError
 from scopemem.options import IGNORED
 from scopemem.stores.base import StoreSettings
 from scopemem.stores.sqlite import from_settings as sqlite_store
-from scopemem.stores.sqlite_shared import SharedSqliteStore, schema
+from scopemem.stores.sqlite_shared import SharedSqliteStore, index, schema
 from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.pools import POOL_THREADS
 from tests.conftest import FakeClock
@@ -735,3 +735,56 @@ async def test_a_reach_log_path_holding_another_database_is_refused_and_kept(tmp
     kept = apsw.Connection(str(tmp_path / FILE_NAME))
     assert [name for (name,) in kept.execute("SELECT name FROM sqlite_master")] == ["invoices"]
     kept.close()
+
+
+async def test_writes_at_the_cap_and_retrievals_prepare_no_statement_again(
+        tmp_path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
+    """Once their statements are prepared, later writes and retrievals reuse them: SQLite
+    prepared again at every run a statement whose plan it fits to the values bound (a
+    bound ``LIMIT``, a ``UNION``), five of a write's at the cap and a retrieval's."""
+    prepared: list[int] = []
+
+    def hook(conn: apsw.Connection) -> None:
+        def authorize(*_args: object) -> int:
+            prepared.append(1)  # SQLite asks while it prepares a statement, never after
+            return apsw.SQLITE_OK
+        conn.authorizer = authorize
+
+    monkeypatch.setattr(apsw, "connection_hooks", [*apsw.connection_hooks, hook])
+    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off", cap=20)
+    scope = "repo:acme/widgets"
+    try:
+        for round_ in range(6):
+            if round_ == 4:
+                prepared.clear()
+            clock.advance(1000)
+            counts = await store.write(scope, [fact(f"runner {round_} note {n} caches layers")
+                                               for n in range(10)])
+            assert round_ < 2 or counts.evicted == 10
+            assert len(await store.retrieve(scope, f"runner {round_} caches", 5)) == 5
+        assert not prepared
+    finally:
+        await store.close()
+
+
+async def test_a_shard_of_an_earlier_release_gets_the_token_index_merge_setting(
+        tmp_path, clock: FakeClock):
+    """FTS5 keeps ``deletemerge`` in the shard's index: a shard written before the store
+    set it (FTS5's default) is given it when opened, and its index still answers."""
+    data = tmp_path / "data"
+    name = await write_one(data, clock)
+    conn = apsw.Connection(str(data / name))
+    conn.execute("DELETE FROM terms_fts_config WHERE k = 'deletemerge'")
+    conn.close()
+    store = SharedSqliteStore(data, clock=clock, synchronous="off")
+    try:
+        assert [r.text for r in await store.retrieve("org:acme", "deploy", 5)] == [
+            "the deploy runs on tuesdays"]
+    finally:
+        await store.close()
+    conn = apsw.Connection(str(data / name))
+    try:
+        assert conn.execute("SELECT v FROM terms_fts_config WHERE k = 'deletemerge'"
+                            ).fetchall() == [(index.DELETE_MERGE,)]
+    finally:
+        conn.close()

@@ -20,8 +20,8 @@ from typing import Any
 
 from scopemem.stores.sqlite_shared.sql import dumps
 
-__all__ = ["CONTINUES", "MAX_SEQ", "MAX_SID", "bounds", "post", "prefix", "rowid", "scrub",
-           "unpost", "unpost_all", "unpost_scope"]
+__all__ = ["CONTINUES", "DELETE_MERGE", "MAX_SEQ", "MAX_SID", "bounds", "post", "prefix", "rowid",
+           "scrub", "set_merging", "unpost", "unpost_all", "unpost_scope"]
 
 # [[rowid, text], ...] in; [rowid, ...] out; merged into one segment.
 INDEX_ROWS = ("INSERT INTO terms_fts (rowid, tokens) SELECT value ->> 0, value ->> 1"
@@ -30,6 +30,15 @@ UNINDEX_ROWS = "DELETE FROM terms_fts WHERE rowid IN (SELECT value FROM json_eac
 MERGE_INDEX = "INSERT INTO terms_fts (terms_fts) VALUES ('optimize')"
 UNINDEX_RANGE = "DELETE FROM terms_fts WHERE rowid >= :low AND rowid < :high"
 UNINDEX_ALL = "INSERT INTO terms_fts (terms_fts) VALUES ('delete-all')"
+DELETE_MERGE_IS = "SELECT v FROM terms_fts_config WHERE k = 'deletemerge'"
+SET_DELETE_MERGE = "INSERT INTO terms_fts (terms_fts, rank) VALUES ('deletemerge', :percent)"
+
+#: FTS5's ``deletemerge``: a level of the index is merged once this percentage of its
+#: postings are of documents taken out (FTS5's default: 10). At the cap a write takes out
+#: as many documents as it adds: at 10% a 500-record scope merged most of its postings at
+#: every write (4 M of its 42 M instructions); at 50% in one write out of several, and the
+#: postings taken out stay at most about half of a level (``docs/sqlite-store.md``).
+DELETE_MERGE = 50
 
 #: The marker term of a record continuing its predecessor's thread (never a word's term).
 CONTINUES = "\ue000"
@@ -80,6 +89,13 @@ def unpost_scope(conn: Any, sid: int) -> None:
 def unpost_all(conn: Any) -> None:
     """Empty the index: every scope's documents out, every segment dropped."""
     conn.execute(UNINDEX_ALL)
+
+
+def set_merging(conn: Any) -> None:
+    """Give the shard's index ``DELETE_MERGE`` (kept in its config table, so a shard made
+    by an earlier release gets it when first opened); written only when it differs."""
+    if conn.execute(DELETE_MERGE_IS).fetchall() != [(DELETE_MERGE,)]:
+        conn.execute(SET_DELETE_MERGE, {"percent": DELETE_MERGE})
 
 
 def scrub(conn: Any) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from scopemem.stores.shared.sql import COLUMNS
 from scopemem.stores.sqlite_shared import index
+from scopemem.stores.sqlite_shared.index import set_merging
 
 # "ScMs": a shard of the shared-file layout (the file-per-scope layout's files say "ScMm").
 APPLICATION_ID = 0x53634D73
@@ -233,6 +234,7 @@ def apply_schema(conn: Any, index: int, shards: int) -> int:
     conn.execute("DROP INDEX IF EXISTS records_active_norm")  # a shard of version 1-7
     for statement in TABLES:
         conn.execute(statement)
+    set_merging(conn)
     if "counters" in tables and "count_totals" not in tables:
         conn.execute(_FILL_TOTALS)  # a shard of schema version 1-6
     conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?), (?, ?)",

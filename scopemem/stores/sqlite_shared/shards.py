@@ -147,6 +147,10 @@ class Shards:
             opened.install(conn)
             conn.set_busy_timeout(self.busy_timeout_ms)
             conn.execute("PRAGMA secure_delete = ON")
+            # Plans made without the values bound: a statement whose plan SQLite fits to
+            # them (a bound LIMIT, a UNION) was prepared again at every run, five of a
+            # write's at the cap and a retrieval's, a fifth of their CPU at 500 records.
+            conn.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, 1)
             mode = self._wal_mode(conn)
             if str(mode).lower() != "wal":
                 raise StoreError(f"sqlite store: {path}: cannot use WAL mode (got {mode})")
