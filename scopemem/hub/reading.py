@@ -33,6 +33,7 @@ from scopemem.hub.shared import (
     caller_for,
     page_number,
     record_scope_or_400,
+    refuse_closed,
     scope_key_or_400,
     scope_place,
 )
@@ -188,6 +189,7 @@ async def scope(request: web.Request) -> web.StreamResponse:
     """One scope's records, newest first, every status, filtered, a page at a time."""
     memory = request.app[HUB].memory
     scope_key = _scope_key(request)
+    refuse_closed(memory, scope_key)
     kind, status, source = (_choice(request, name, SCOPE_FILTERS[name])
                             for name in ("kind", "status", "source"))
     page = _page_number(request)
@@ -207,6 +209,7 @@ async def record(request: web.Request) -> web.StreamResponse:
     memory = request.app[HUB].memory
     record_id = request.query.get("id", "")
     scope_key = record_scope_or_400(record_id)
+    refuse_closed(memory, scope_key)
     history = await memory.record_history(scope_key, record_id)
     if history is None:
         raise web.HTTPNotFound(reason="No such record.")

@@ -27,6 +27,7 @@ from scopemem.hub.shared import (
     PREFIX,
     caller_for,
     record_scope_or_400,
+    refuse_closed,
     scope_key_or_400,
     scope_place,
 )
@@ -53,7 +54,9 @@ async def confirm_forget(request: web.Request) -> web.StreamResponse:
     record_id = request.query.get("id", "")
     scope_key = record_scope_or_400(record_id)
     place = scope_place(request.query)
-    history = await request.app[HUB].memory.record_history(scope_key, record_id)
+    memory = request.app[HUB].memory
+    refuse_closed(memory, scope_key)
+    history = await memory.record_history(scope_key, record_id)
     if history is None:
         raise web.HTTPNotFound(reason="No such record.")
     if not history.record.is_active:
