@@ -370,3 +370,35 @@ def test_back_from_an_applied_sweep_shows_the_dry_run_again_not_a_browser_error(
     answer = page.go_back()
     assert answer is not None and answer.status == 200
     assert "would retire 0 active facts" in page.inner_text("main")
+
+
+@sqlite_only
+def test_back_to_an_earlier_search_shows_its_brief_and_keeps_no_copy_of_the_page(logged_out,
+                                                                                 hub):
+    """Back after a second search showed the first one's results under an empty form (htmx
+    restored its snapshot of the page, whose fields hold what the page was loaded with),
+    and that snapshot, records' text and all, stayed in the tab's sessionStorage after
+    logging out."""
+    page = logged_out
+    log_in(page, hub)  # a session of its own: it logs out
+    page.goto(f"{hub.url}/hub/search")
+    page.wait_for_function("window.htmx !== undefined")
+    page.fill("#brief", "api tests")
+    page.fill("input[name=repo]", "acme/api")
+    page.click("text=Search and preview")
+    page.wait_for_selector("#results pre.preview")
+    page.fill("#brief", "deploys on tuesdays")
+    page.fill("input[name=repo]", "")
+    page.click("text=Search and preview")
+    page.wait_for_url("**/hub/search?brief=deploys*")
+    page.wait_for_selector("#results pre.preview")
+    page.go_back()
+    page.wait_for_url("**/hub/search?brief=api*")
+    page.wait_for_selector("#results pre.preview")
+    assert page.input_value("#brief") == "api tests"
+    assert page.input_value("input[name=repo]") == "acme/api"
+    assert LESSON in page.inner_text("#results")
+    page.click("text=Log out")
+    page.wait_for_url(f"{hub.url}/hub/login")
+    kept = page.evaluate("JSON.stringify(Object.values(sessionStorage))")
+    assert LESSON not in kept and "deploys" not in kept
