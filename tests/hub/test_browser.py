@@ -29,6 +29,7 @@ from tests.hub.conftest import (
     STATUS_FACT,
     STORES,
     HubServer,
+    fact,
 )
 
 pytest.importorskip("playwright")
@@ -402,3 +403,29 @@ def test_back_to_an_earlier_search_shows_its_brief_and_keeps_no_copy_of_the_page
     page.wait_for_url(f"{hub.url}/hub/login")
     kept = page.evaluate("JSON.stringify(Object.values(sessionStorage))")
     assert LESSON not in kept and "deploys" not in kept
+
+
+@sqlite_only
+def test_a_record_holding_a_long_url_keeps_its_page_on_a_narrow_screen(browser, signed_in,
+                                                                       hub):
+    """A record holding a long unbroken word (a URL, a token) made its record page and its
+    forget page thousands of pixels wide: its text, outside the tables that wrap it, did not
+    wrap (nor did a long run id on the runs page)."""
+    scope = "repo:acme/long-url"
+    url = "https://grafana.example.com/d/" + "a1b2c3" * 100
+    hub.call(hub.store.write(scope, [fact(f"the dashboard is {url} (bookmarked)")]))
+    record = next(iter(records_of(hub, scope).values()))
+    context = browser.new_context(viewport={"width": 360, "height": 740},
+                                  storage_state=signed_in)
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    try:
+        run = "r-" + "a1b2c3" * 30
+        for path, shown in ((f"/hub/record?id={record.id}", url),
+                            (f"/hub/forget?id={record.id}", url), (f"/hub/run?run={run}", run)):
+            page.goto(f"{hub.url}{path}")
+            assert shown in page.inner_text("main")
+            width = page.evaluate("document.documentElement.clientWidth")
+            assert page.evaluate("document.documentElement.scrollWidth") <= width, path
+    finally:
+        context.close()
