@@ -30,6 +30,7 @@ HUB_CALLER = "user:hub:admin"
 #: What a redirect's ``done`` says, by code: fixed words, never text from the request.
 DONE = {
     "forgotten": "The record is forgotten: no read will show it again.",
+    "already-forgotten": "That record is already forgotten: nothing changed.",
     "not-forgotten": "That record was not active: nothing changed.",
     "swept": "The sweep is applied: the listed facts are retired.",
     "deleted": "The scope is deleted, with its counters.",

@@ -21,7 +21,7 @@ from aiohttp import hdrs, web
 from scopemem.api.results import MemoryRefused
 from scopemem.core.commands import change_refusal
 from scopemem.core.gate import rejection_markers
-from scopemem.core.records import Record, to_wire
+from scopemem.core.records import Record, Status, to_wire
 from scopemem.hub.shared import (
     HUB,
     PREFIX,
@@ -60,7 +60,7 @@ async def confirm_forget(request: web.Request) -> web.StreamResponse:
     if history is None:
         raise web.HTTPNotFound(reason="No such record.")
     if not history.record.is_active:
-        raise web.HTTPSeeOther(scope_url(scope_key, "not-forgotten", place))
+        raise web.HTTPSeeOther(scope_url(scope_key, _unchanged(history.record), place))
     return aiohttp_jinja2.render_template("forget.html", request, {
         "record": history.record, "place": place, "back": scope_url(scope_key, place=place)})
 
@@ -69,11 +69,21 @@ async def forget(request: web.Request) -> web.StreamResponse:
     form = await request.post()
     record_id = str(form.get("id", ""))
     scope_key = record_scope_or_400(record_id)
-    result = await request.app[HUB].memory.forget(caller_for(scope_key), record_id)
+    memory = request.app[HUB].memory
+    done = "forgotten"
+    if not (await memory.forget(caller_for(scope_key), record_id)).forgotten:
+        # The form sent again (Enter pressed twice) finds its record forgotten already.
+        history = await memory.record_history(scope_key, record_id)
+        done = _unchanged(history.record if history else None)
     # Back to the page and filters the person forgot it from, not the scope's first page.
-    raise web.HTTPSeeOther(scope_url(scope_key,
-                                     "forgotten" if result.forgotten else "not-forgotten",
-                                     scope_place(form)))
+    raise web.HTTPSeeOther(scope_url(scope_key, done, scope_place(form)))
+
+
+def _unchanged(record: Record | None) -> str:
+    """What a forget that changed nothing says of ``record``: forgotten already, or not
+    active (superseded, swept, evicted)."""
+    forgotten = record is not None and record.status is Status.FORGOTTEN
+    return "already-forgotten" if forgotten else "not-forgotten"
 
 
 async def _records(request: web.Request, scope_key: str, ids: tuple[str, ...]

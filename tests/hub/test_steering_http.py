@@ -178,6 +178,27 @@ async def test_forget_asks_first_and_forgets_only_once_confirmed():
         assert await store.list(PERSON, 5) == []
         again = await session.get(f"{url}/hub/forget", params=_form_fields(page, "get"),
                                   allow_redirects=False)
-        assert again.status == 303 and "done=not-forgotten" in again.headers["Location"]
+        assert again.status == 303 and "done=already-forgotten" in again.headers["Location"]
         for bad, status in (("mem:user:slack:U1:9", 404), ("nonsense", 400)):
             assert (await session.get(f"{url}/hub/forget", params={"id": bad})).status == status
+
+
+async def test_a_forget_sent_twice_says_the_record_is_forgotten_not_that_nothing_changed():
+    """Enter pressed twice on the forget page sends its form twice: the first forgot the
+    record, and the second's answer, the page the person landed on, said "That record was
+    not active: nothing changed", as if the forget had failed. Back to the forget page
+    said the same."""
+    store = await _person_store("the api tests need make bootstrap first")
+    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        await _login(session, url)
+        page = await (await session.get(f"{url}/hub/scope?key={PERSON}")).text()
+        form = await _first_forget_form(session, url, page)
+        answers = [await session.post(f"{url}/hub/forget", data=form, allow_redirects=False)
+                   for _ in range(2)]
+        assert [answer.status for answer in answers] == [303, 303]
+        assert "done=forgotten" in answers[0].headers["Location"]
+        again = await session.get(f"{url}{answers[1].headers['Location']}")
+        assert "already forgotten" in await again.text()
+        back = await session.get(f"{url}/hub/forget", params=_form_fields(page, "get"))
+        assert "already forgotten" in await back.text()
