@@ -192,7 +192,8 @@ async def login(request: web.Request) -> web.StreamResponse:
         response = error_page(request, 429, "Too many failed logins: wait a minute.")
         response.headers[hdrs.RETRY_AFTER] = "60"
         return response
-    if not token_matches(str(form.get("token", "")), hub.sessions.token):
+    # A hub token holds no whitespace: a paste may bring some around it.
+    if not token_matches(str(form.get("token", "")).strip(), hub.sessions.token):
         hub.limiter.failed(client)
         log.warning("[hub] failed login from %s", client)
         raise web.HTTPSeeOther(f"{PREFIX}/login?failed=1")

@@ -403,3 +403,17 @@ async def test_a_scope_the_gate_closes_to_everyone_shows_none_of_its_records(sco
             assert secret not in page and "nobody" in page
         for path in ("scope?key=org:acme", "record?id=mem:org:acme:1", "forget?id=mem:org:acme:1"):
             assert secret in await (await session.get(f"{url}/hub/{path}")).text()
+
+
+async def test_a_pasted_token_with_spaces_around_it_logs_in():
+    """A token pasted with a space or a line break around it (copied from a terminal) was
+    "not the hub token", in a password field that hides the space, and counted as a failed
+    login. A hub token holds no whitespace (``hub_token_problem``), so none is dropped."""
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url:
+        for pasted, opens in ((f" {HUB_TOKEN} ", True), (f"{HUB_TOKEN}\n", True),
+                              (f"\t{HUB_TOKEN}\r\n", True), (f"{HUB_TOKEN} x", False)):
+            async with ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+                assert await _login(session, url, pasted) == 303
+                answer = await session.get(f"{url}/hub/", allow_redirects=False)
+                assert (answer.status == 200) is opens, repr(pasted)
