@@ -130,8 +130,10 @@ async def _guard(request: web.Request,
             form = await request.post()  # read: every handler's post() answers it again
             if session_id is not None \
                     and not hub.sessions.csrf_matches(session_id, form.get("csrf")):
-                return error_page(request, 403, "This form is stale or was not sent by "
-                                  "the hub (its CSRF token is missing or wrong).")
+                return error_page(request, 403, "Nothing was changed: this form is "
+                                  "stale or was not sent by the hub (its CSRF token is "
+                                  "missing or wrong, as on a page opened before logging "
+                                  "in again). Go back, reload its page and send it again.")
         return await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400:

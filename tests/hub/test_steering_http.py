@@ -202,3 +202,21 @@ async def test_a_forget_sent_twice_says_the_record_is_forgotten_not_that_nothing
         assert "already forgotten" in await again.text()
         back = await session.get(f"{url}/hub/forget", params=_form_fields(page, "get"))
         assert "already forgotten" in await back.text()
+
+
+async def test_a_form_from_before_a_new_login_says_nothing_changed_and_what_to_do():
+    """A forget page opened before logging in again (in another tab, once the session had
+    ended) carries the old session's CSRF token: its refusal said the form was stale or
+    not the hub's, neither whether anything changed nor how to send it again."""
+    store = await _person_store("the api tests need make bootstrap first")
+    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        await _login(session, url)
+        page = await (await session.get(f"{url}/hub/scope?key={PERSON}")).text()
+        form = await _first_forget_form(session, url, page)
+        await _login(session, url)  # a new session: the form's token is the old one's
+        answer = await session.post(f"{url}/hub/forget", data=form, allow_redirects=False)
+        said = html.unescape(await answer.text())
+        assert answer.status == 403
+        assert "Nothing was changed" in said and "send it again" in said
+        assert [r.status.value for r in await store.list(PERSON, 5)] == ["active"]
