@@ -94,6 +94,15 @@ def shot(page: Any, hub: HubServer, name: str) -> None:
         shutil.copyfile(path, Path(wanted) / path.name)
 
 
+def search(page: Any, brief: str, repo: str) -> None:
+    """Search the brief from the search page, with the repository, and wait for the
+    preview."""
+    page.fill("#brief", brief)
+    page.fill("input[name=repo]", repo)
+    page.click("text=Search and preview")
+    page.wait_for_selector("#results pre.preview")
+
+
 def records_of(hub: HubServer, scope_key: str) -> dict[str, Any]:
     page = hub.call(hub.store.record_page(scope_key, limit=200))
     return {record.text: record for record in page.rows}
@@ -140,10 +149,7 @@ def test_search_shows_hits_and_the_block_a_run_would_get_and_counts_nothing(page
     before = records_of(hub, REPO)[LESSON]
     page.goto(f"{hub.url}/hub/")
     page.click("nav >> text=Search")
-    page.fill("#brief", "how do I run the api tests")
-    page.fill("input[name=repo]", "acme/api")
-    page.click("text=Search and preview")
-    page.wait_for_selector("pre.preview")
+    search(page, "how do I run the api tests", "acme/api")
     hits = page.inner_text("#results table")
     assert LESSON in hits
     preview = page.inner_text("pre.preview")
@@ -384,15 +390,9 @@ def test_back_to_an_earlier_search_shows_its_brief_and_keeps_no_copy_of_the_page
     log_in(page, hub)  # a session of its own: it logs out
     page.goto(f"{hub.url}/hub/search")
     page.wait_for_function("window.htmx !== undefined")
-    page.fill("#brief", "api tests")
-    page.fill("input[name=repo]", "acme/api")
-    page.click("text=Search and preview")
-    page.wait_for_selector("#results pre.preview")
-    page.fill("#brief", "deploys on tuesdays")
-    page.fill("input[name=repo]", "")
-    page.click("text=Search and preview")
+    search(page, "api tests", "acme/api")
+    search(page, "deploys on tuesdays", "")
     page.wait_for_url("**/hub/search?brief=deploys*")
-    page.wait_for_selector("#results pre.preview")
     page.go_back()
     page.wait_for_url("**/hub/search?brief=api*")
     page.wait_for_selector("#results pre.preview")

@@ -4,9 +4,11 @@ as the pages show a run id."""
 
 from __future__ import annotations
 
+import contextlib
 import html
 import re
 import urllib.parse
+from collections.abc import AsyncIterator
 
 from aiohttp import ClientSession, CookieJar
 
@@ -44,6 +46,19 @@ async def _first_forget_form(session: ClientSession, url: str, page: str) -> dic
     asked = await session.get(f"{url}/hub/forget", params=_form_fields(page, "get"))
     assert asked.status == 200
     return _form_fields(await asked.text(), "post")
+
+
+@contextlib.asynccontextmanager
+async def _one_forget_form() -> AsyncIterator[tuple[str, ClientSession, InMemoryStore, str,
+                                                    dict[str, str]]]:
+    """A logged-in session on a hub whose person's scope holds one record: the hub's url,
+    the session, the store, the scope's page and the form that forgets the record."""
+    store = await _person_store("the api tests need make bootstrap first")
+    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        await _login(session, url)
+        page = await (await session.get(f"{url}/hub/scope?key={PERSON}")).text()
+        yield url, session, store, page, await _first_forget_form(session, url, page)
 
 
 async def _person_store(*texts: str) -> InMemoryStore:
@@ -91,12 +106,7 @@ async def test_a_forget_returns_to_the_page_and_filters_it_was_made_from_saying_
 async def test_a_forget_form_that_carries_no_place_or_a_forged_one_lands_on_the_scope():
     """The place a forget returns to is taken only from values a scope page could have
     sent; anything else is left out, never echoed into the redirect."""
-    store = await _person_store("the api tests need make bootstrap first")
-    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
-    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
-        await _login(session, url)
-        page = await (await session.get(f"{url}/hub/scope?key={PERSON}")).text()
-        form = await _first_forget_form(session, url, page)
+    async with _one_forget_form() as (url, session, store, page, form):
         forged = {**form, "page": "0x2", "status": "gone", "kind": "//evil.example",
                   "source": "human\r\nX: 1"}
         answer = await session.post(f"{url}/hub/forget", data=forged, allow_redirects=False)
@@ -188,12 +198,7 @@ async def test_a_forget_sent_twice_says_the_record_is_forgotten_not_that_nothing
     record, and the second's answer, the page the person landed on, said "That record was
     not active: nothing changed", as if the forget had failed. Back to the forget page
     said the same."""
-    store = await _person_store("the api tests need make bootstrap first")
-    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
-    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
-        await _login(session, url)
-        page = await (await session.get(f"{url}/hub/scope?key={PERSON}")).text()
-        form = await _first_forget_form(session, url, page)
+    async with _one_forget_form() as (url, session, store, page, form):
         answers = [await session.post(f"{url}/hub/forget", data=form, allow_redirects=False)
                    for _ in range(2)]
         assert [answer.status for answer in answers] == [303, 303]
@@ -208,12 +213,7 @@ async def test_a_form_from_before_a_new_login_says_nothing_changed_and_what_to_d
     """A forget page opened before logging in again (in another tab, once the session had
     ended) carries the old session's CSRF token: its refusal said the form was stale or
     not the hub's, neither whether anything changed nor how to send it again."""
-    store = await _person_store("the api tests need make bootstrap first")
-    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
-    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
-        await _login(session, url)
-        page = await (await session.get(f"{url}/hub/scope?key={PERSON}")).text()
-        form = await _first_forget_form(session, url, page)
+    async with _one_forget_form() as (url, session, store, page, form):
         await _login(session, url)  # a new session: the form's token is the old one's
         answer = await session.post(f"{url}/hub/forget", data=form, allow_redirects=False)
         said = html.unescape(await answer.text())
