@@ -91,6 +91,8 @@ async def search(request: web.Request) -> web.StreamResponse:
     """The brief's hits in each scope the given inputs derive, best first, and the block
     a run with that brief and those inputs would receive."""
     brief = _field(request, "brief", MAX_BRIEF_CHARS)
+    if not brief and "brief" in request.query:  # spaces pass the field's ``required``
+        raise web.HTTPBadRequest(reason="brief is empty: type what a run would be asked.")
     inputs = _run_inputs(request)
     context: dict[str, Any] = {"brief": brief, **inputs, "searched": bool(brief)}
     if brief:

@@ -429,3 +429,17 @@ def test_a_record_holding_a_long_url_keeps_its_page_on_a_narrow_screen(browser, 
             assert page.evaluate("document.documentElement.scrollWidth") <= width, path
     finally:
         context.close()
+
+
+@sqlite_only
+def test_a_search_of_a_blank_brief_says_so_where_the_results_go(page, hub):
+    """A brief of spaces and line breaks passes the field's ``required``: the search
+    emptied the results and said nothing, so the click seemed to do nothing."""
+    page.goto(f"{hub.url}/hub/search")
+    page.wait_for_function("window.htmx !== undefined")
+    search(page, "api tests", "acme/api")
+    page.fill("#brief", "  \n  ")
+    page.click("text=Search and preview")
+    alert = page.locator("#results [role=alert]")
+    alert.wait_for()
+    assert "brief is empty" in alert.inner_text()
