@@ -33,6 +33,8 @@ DONE = {
     "already-forgotten": "That record is already forgotten: nothing changed.",
     "not-forgotten": "That record was not active: nothing changed.",
     "swept": "The sweep is applied: the listed facts are retired.",
+    "sweep-changed": "That sweep was not applied: the scope changed since its dry run. "
+                     "Below is what a sweep would retire now.",
     "deleted": "The scope is deleted, with its counters.",
 }
 

@@ -104,8 +104,21 @@ async def sweep(request: web.Request) -> web.StreamResponse:
     if form.get("apply") != "1":
         return await _dry_run(request, scope_key)
     memory = request.app[HUB].memory
-    await memory.sweep(caller_for(scope_key), scope_key, dry_run=False)
+    caller = caller_for(scope_key)
+    # Only what the dry run listed: a fact the gate refuses that was written since (the
+    # dry run's ids, the form's ``ids``) sends the person to the dry run of today.
+    if not set(await _sweep_ids(request, scope_key)) <= set(str(form.get("ids", "")).split()):
+        query = urllib.parse.urlencode({"key": scope_key, "done": "sweep-changed"})
+        raise web.HTTPSeeOther(f"{PREFIX}/sweep?{query}")
+    await memory.sweep(caller, scope_key, dry_run=False)
     raise web.HTTPSeeOther(scope_url(scope_key, "swept"))
+
+
+async def _sweep_ids(request: web.Request, scope_key: str) -> tuple[str, ...]:
+    """The ids of the active facts a sweep of ``scope_key`` would retire now."""
+    report = await request.app[HUB].memory.sweep(caller_for(scope_key), scope_key,
+                                                 dry_run=True)
+    return report.scopes[0].result.ids or () if report.scopes else ()
 
 
 async def dry_run(request: web.Request) -> web.StreamResponse:
@@ -116,16 +129,14 @@ async def dry_run(request: web.Request) -> web.StreamResponse:
 
 async def _dry_run(request: web.Request, scope_key: str) -> web.StreamResponse:
     """What a sweep would retire, listed with the markers that fired."""
-    memory = request.app[HUB].memory
-    report = await memory.sweep(caller_for(scope_key), scope_key, dry_run=True)
-    ids = report.scopes[0].result.ids or () if report.scopes else ()
+    ids = await _sweep_ids(request, scope_key)
     records = await _records(request, scope_key, ids)
     rows = [(record_id, records.get(record_id),
              rejection_markers(records[record_id].text) if record_id in records else [])
             for record_id in ids[:MAX_LISTED]]
     return aiohttp_jinja2.render_template(
-        "sweep.html", request, {"scope_key": scope_key, "count": report.swept, "rows": rows,
-                                "more": max(0, len(ids) - MAX_LISTED)})
+        "sweep.html", request, {"scope_key": scope_key, "count": len(ids), "rows": rows,
+                                "ids": " ".join(ids), "more": max(0, len(ids) - MAX_LISTED)})
 
 
 async def delete_scope(request: web.Request) -> web.StreamResponse:

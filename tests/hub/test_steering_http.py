@@ -16,7 +16,7 @@ from scopemem.config import load_config
 from scopemem.core.records import Candidate, Kind
 from scopemem.stores.memory import InMemoryStore
 from scopemem.worker_aiohttp.app import create_app, running
-from tests.hub.conftest import DATA_TOKEN, HUB_TOKEN
+from tests.hub.conftest import DATA_TOKEN, HUB_TOKEN, fact
 
 CONFIG = load_config({"memory": {"enabled": True, "organization": "acme"}})
 PERSON = "user:slack:U1"
@@ -220,3 +220,38 @@ async def test_a_form_from_before_a_new_login_says_nothing_changed_and_what_to_d
         assert answer.status == 403
         assert "Nothing was changed" in said and "send it again" in said
         assert [r.status.value for r in await store.list(PERSON, 5)] == ["active"]
+
+
+async def test_a_sweep_applied_after_the_scope_changed_retires_nothing_it_did_not_list():
+    """Applying a dry run retired whatever the gate refused at that moment: a status line
+    written after the dry run was retired too, unlisted, under "the listed facts are
+    retired". Now the hub shows the new dry run instead, saying the scope changed."""
+    repo = "repo:acme/api"
+    store = InMemoryStore()
+    listed, later = "PR 1901 was merged at sha 9c8b7a6", "PR 1902 was merged at sha 1a2b3c4"
+    await store.write(repo, [fact(listed)])
+    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        await _login(session, url)
+
+        async def apply_form() -> tuple[str, dict[str, str]]:
+            page = html.unescape(await (await session.get(f"{url}/hub/sweep?key={repo}"))
+                                 .text())
+            form = re.search(r'<form method="post" action="/hub/sweep">(.*?)</form>', page,
+                             re.S)
+            assert form is not None
+            return page, dict(re.findall(r'name="([^"]+)" value="([^"]*)"', form.group(1)))
+
+        page, form = await apply_form()
+        assert listed in page and later not in page
+        await store.write(repo, [fact(later)])
+        answer = await session.post(f"{url}/hub/sweep", data=form, allow_redirects=False)
+        assert answer.status == 303
+        assert {r.text for r in await store.list(repo, 5)} == {listed, later}
+        shown = html.unescape(await (await session.get(f"{url}{answer.headers['Location']}"))
+                              .text())
+        assert "changed since" in shown and listed in shown and later in shown
+        page, form = await apply_form()
+        answer = await session.post(f"{url}/hub/sweep", data=form, allow_redirects=False)
+        assert "done=swept" in answer.headers["Location"]
+        assert await store.list(repo, 5) == []
