@@ -443,3 +443,29 @@ def test_a_search_of_a_blank_brief_says_so_where_the_results_go(page, hub):
     alert = page.locator("#results [role=alert]")
     alert.wait_for()
     assert "brief is empty" in alert.inner_text()
+
+
+@sqlite_only
+def test_a_link_to_a_record_opened_logged_out_lands_on_the_record_after_login(logged_out,
+                                                                              hub):
+    """A link to a record (pasted in a chat, opened once the session had ended) went to the
+    login page, and the login to the overview: the record the person meant to see was lost
+    on the way. A ``next`` that is not one of the hub's pages is dropped."""
+    page = logged_out
+    record = records_of(hub, REPO)[LESSON]
+    page.goto(f"{hub.url}/hub/record?id={record.id}")
+    assert "/hub/login" in page.url
+    page.fill("#token", "a mistyped token")  # a failed try keeps where it goes
+    page.click("button[type=submit]")
+    assert "not the hub token" in page.inner_text("main")
+    page.fill("#token", HUB_TOKEN)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{hub.url}/hub/record?id={record.id}")
+    assert page.inner_text("h1") == f"Record {record.id}"
+    page.click("text=Log out")
+    for elsewhere in ("https://evil.example/", "//evil.example/hub/", "/healthz"):
+        page.goto(f"{hub.url}/hub/login?next={elsewhere}")
+        page.fill("#token", HUB_TOKEN)
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{hub.url}/hub/")
+        page.click("text=Log out")
