@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -120,7 +121,7 @@ async def _guard(request: web.Request,
                     # htmx would put the login page where the results go: the whole tab.
                     return web.Response(status=401, headers={"HX-Redirect": f"{PREFIX}/login"})
                 if reading:
-                    raise web.HTTPSeeOther(f"{PREFIX}/login")
+                    raise web.HTTPSeeOther(_login_url(str(request.rel_url)))
                 return error_page(request, 403, "Your session has ended: log in again.")
             request[SESSION] = session_id
         if not reading:
@@ -130,8 +131,10 @@ async def _guard(request: web.Request,
             form = await request.post()  # read: every handler's post() answers it again
             if session_id is not None \
                     and not hub.sessions.csrf_matches(session_id, form.get("csrf")):
-                return error_page(request, 403, "This form is stale or was not sent by "
-                                  "the hub (its CSRF token is missing or wrong).")
+                return error_page(request, 403, "Nothing was changed: this form is "
+                                  "stale or was not sent by the hub (its CSRF token is "
+                                  "missing or wrong, as on a page opened before logging "
+                                  "in again). Go back, reload its page and send it again.")
         return await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -146,6 +149,25 @@ async def _guard(request: web.Request,
     except ScopememError as exc:
         log.error("[hub] %s failed: %s", request.path, exc)
         return error_page(request, 500, "The store failed; the log says why.")
+
+
+def _next_page(value: object) -> str | None:
+    """``value`` as the hub page a login goes on to, or None: a path of the hub's own, as
+    a request's URL carries it (ASCII, escaped), never another site's."""
+    text = str(value or "")
+    if text.startswith(f"{PREFIX}/") and text.isascii() and text.isprintable() \
+            and "\\" not in text and len(text) <= 2000:
+        return text
+    return None
+
+
+def _login_url(next_page: str | None, **query: str) -> str:
+    """The login page, going on to ``next_page`` (when one of the hub's, and not the
+    overview, where a login goes anyway) once logged in."""
+    page = _next_page(next_page)
+    if page is not None and page != f"{PREFIX}/":
+        query["next"] = page
+    return f"{PREFIX}/login" + (f"?{urllib.parse.urlencode(query)}" if query else "")
 
 
 async def _read_form(request: web.Request) -> web.StreamResponse | None:
@@ -175,7 +197,8 @@ async def login_form(request: web.Request) -> web.StreamResponse:
 
         nonce = secrets.token_urlsafe(18)
     response = aiohttp_jinja2.render_template(
-        "login.html", request, {"nonce": nonce, "failed": "failed" in request.query})
+        "login.html", request, {"nonce": nonce, "failed": "failed" in request.query,
+                                "next": _next_page(request.query.get("next")) or ""})
     response.set_cookie(LOGIN_COOKIE, nonce, httponly=True, samesite="Strict",
                         secure=request.secure, path=PREFIX, max_age=3600)
     return response
@@ -192,11 +215,13 @@ async def login(request: web.Request) -> web.StreamResponse:
         response = error_page(request, 429, "Too many failed logins: wait a minute.")
         response.headers[hdrs.RETRY_AFTER] = "60"
         return response
-    if not token_matches(str(form.get("token", "")), hub.sessions.token):
+    # A hub token holds no whitespace: a paste may bring some around it.
+    if not token_matches(str(form.get("token", "")).strip(), hub.sessions.token):
         hub.limiter.failed(client)
         log.warning("[hub] failed login from %s", client)
-        raise web.HTTPSeeOther(f"{PREFIX}/login?failed=1")
-    response = web.HTTPSeeOther(f"{PREFIX}/")
+        raise web.HTTPSeeOther(_login_url(str(form.get("next", "")), failed="1"))
+    # The page the person was sent here from (a link to a record), else the overview.
+    response = web.HTTPSeeOther(_next_page(form.get("next")) or f"{PREFIX}/")
     response.set_cookie(SESSION_COOKIE, hub.sessions.issue(), httponly=True,
                         samesite="Strict", secure=request.secure, path=PREFIX,
                         max_age=SESSION_MS // 1000)

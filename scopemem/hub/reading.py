@@ -33,6 +33,7 @@ from scopemem.hub.shared import (
     caller_for,
     page_number,
     record_scope_or_400,
+    refuse_closed,
     scope_key_or_400,
     scope_place,
 )
@@ -90,6 +91,8 @@ async def search(request: web.Request) -> web.StreamResponse:
     """The brief's hits in each scope the given inputs derive, best first, and the block
     a run with that brief and those inputs would receive."""
     brief = _field(request, "brief", MAX_BRIEF_CHARS)
+    if not brief and "brief" in request.query:  # spaces pass the field's ``required``
+        raise web.HTTPBadRequest(reason="brief is empty: type what a run would be asked.")
     inputs = _run_inputs(request)
     context: dict[str, Any] = {"brief": brief, **inputs, "searched": bool(brief)}
     if brief:
@@ -188,6 +191,7 @@ async def scope(request: web.Request) -> web.StreamResponse:
     """One scope's records, newest first, every status, filtered, a page at a time."""
     memory = request.app[HUB].memory
     scope_key = _scope_key(request)
+    refuse_closed(memory, scope_key)
     kind, status, source = (_choice(request, name, SCOPE_FILTERS[name])
                             for name in ("kind", "status", "source"))
     page = _page_number(request)
@@ -207,6 +211,7 @@ async def record(request: web.Request) -> web.StreamResponse:
     memory = request.app[HUB].memory
     record_id = request.query.get("id", "")
     scope_key = record_scope_or_400(record_id)
+    refuse_closed(memory, scope_key)
     history = await memory.record_history(scope_key, record_id)
     if history is None:
         raise web.HTTPNotFound(reason="No such record.")

@@ -10,11 +10,12 @@ import attrs
 from aiohttp import web
 
 from scopemem.api.memory import Memory
-from scopemem.api.results import Caller
+from scopemem.api.results import Caller, MemoryRefused
 from scopemem.config import MemoryConfig
+from scopemem.core.commands import ORG_KIND, read_refusal
 from scopemem.core.policy import Audience, audience_of
 from scopemem.core.records import Kind, Source, Status
-from scopemem.core.scopes import MemoryIdError, parse_memory_id
+from scopemem.core.scopes import MemoryIdError, parse_memory_id, scope_kind
 from scopemem.errors import StoreError
 from scopemem.hub.auth import Clock, LoginLimiter, Sessions
 from scopemem.plugins.manager import PluginManager
@@ -29,8 +30,11 @@ HUB_CALLER = "user:hub:admin"
 #: What a redirect's ``done`` says, by code: fixed words, never text from the request.
 DONE = {
     "forgotten": "The record is forgotten: no read will show it again.",
+    "already-forgotten": "That record is already forgotten: nothing changed.",
     "not-forgotten": "That record was not active: nothing changed.",
     "swept": "The sweep is applied: the listed facts are retired.",
+    "sweep-changed": "That sweep was not applied: the scope changed since its dry run. "
+                     "Below is what a sweep would retire now.",
     "deleted": "The scope is deleted, with its counters.",
 }
 
@@ -141,3 +145,18 @@ def caller_for(scope_key: str) -> Caller:
     if audience is Audience.ORIGIN:
         return Caller(user_key=HUB_CALLER, channel_id=scope_key.partition(":")[2])
     return Caller(user_key=HUB_CALLER)
+
+
+def refuse_closed(memory: Memory, scope_key: str) -> None:
+    """Refuse (``MemoryRefused``, a 403 page) a scope the gate closes to everyone: another
+    organisation's, a kind no plugin registers. Without ``memory.organization`` the org
+    scopes the store holds stay readable here: the hub lists them, and only changing them
+    needs the setting."""
+    if memory.org_key is None and scope_kind(scope_key) == ORG_KIND:
+        return
+    caller = caller_for(scope_key)
+    origin = f"channel:{caller.channel_id}" if caller.channel_id else None
+    reason = read_refusal(scope_key, caller.user_key, memory.org_key, memory.scope_kinds,
+                          origin)
+    if reason:
+        raise MemoryRefused("closed_scope", reason)

@@ -21,12 +21,13 @@ from aiohttp import hdrs, web
 from scopemem.api.results import MemoryRefused
 from scopemem.core.commands import change_refusal
 from scopemem.core.gate import rejection_markers
-from scopemem.core.records import Record, to_wire
+from scopemem.core.records import Record, Status, to_wire
 from scopemem.hub.shared import (
     HUB,
     PREFIX,
     caller_for,
     record_scope_or_400,
+    refuse_closed,
     scope_key_or_400,
     scope_place,
 )
@@ -53,11 +54,13 @@ async def confirm_forget(request: web.Request) -> web.StreamResponse:
     record_id = request.query.get("id", "")
     scope_key = record_scope_or_400(record_id)
     place = scope_place(request.query)
-    history = await request.app[HUB].memory.record_history(scope_key, record_id)
+    memory = request.app[HUB].memory
+    refuse_closed(memory, scope_key)
+    history = await memory.record_history(scope_key, record_id)
     if history is None:
         raise web.HTTPNotFound(reason="No such record.")
     if not history.record.is_active:
-        raise web.HTTPSeeOther(scope_url(scope_key, "not-forgotten", place))
+        raise web.HTTPSeeOther(scope_url(scope_key, _unchanged(history.record), place))
     return aiohttp_jinja2.render_template("forget.html", request, {
         "record": history.record, "place": place, "back": scope_url(scope_key, place=place)})
 
@@ -66,11 +69,21 @@ async def forget(request: web.Request) -> web.StreamResponse:
     form = await request.post()
     record_id = str(form.get("id", ""))
     scope_key = record_scope_or_400(record_id)
-    result = await request.app[HUB].memory.forget(caller_for(scope_key), record_id)
+    memory = request.app[HUB].memory
+    done = "forgotten"
+    if not (await memory.forget(caller_for(scope_key), record_id)).forgotten:
+        # The form sent again (Enter pressed twice) finds its record forgotten already.
+        history = await memory.record_history(scope_key, record_id)
+        done = _unchanged(history.record if history else None)
     # Back to the page and filters the person forgot it from, not the scope's first page.
-    raise web.HTTPSeeOther(scope_url(scope_key,
-                                     "forgotten" if result.forgotten else "not-forgotten",
-                                     scope_place(form)))
+    raise web.HTTPSeeOther(scope_url(scope_key, done, scope_place(form)))
+
+
+def _unchanged(record: Record | None) -> str:
+    """What a forget that changed nothing says of ``record``: forgotten already, or not
+    active (superseded, swept, evicted)."""
+    forgotten = record is not None and record.status is Status.FORGOTTEN
+    return "already-forgotten" if forgotten else "not-forgotten"
 
 
 async def _records(request: web.Request, scope_key: str, ids: tuple[str, ...]
@@ -91,8 +104,21 @@ async def sweep(request: web.Request) -> web.StreamResponse:
     if form.get("apply") != "1":
         return await _dry_run(request, scope_key)
     memory = request.app[HUB].memory
-    await memory.sweep(caller_for(scope_key), scope_key, dry_run=False)
+    caller = caller_for(scope_key)
+    # Only what the dry run listed: a fact the gate refuses that was written since (the
+    # dry run's ids, the form's ``ids``) sends the person to the dry run of today.
+    if not set(await _sweep_ids(request, scope_key)) <= set(str(form.get("ids", "")).split()):
+        query = urllib.parse.urlencode({"key": scope_key, "done": "sweep-changed"})
+        raise web.HTTPSeeOther(f"{PREFIX}/sweep?{query}")
+    await memory.sweep(caller, scope_key, dry_run=False)
     raise web.HTTPSeeOther(scope_url(scope_key, "swept"))
+
+
+async def _sweep_ids(request: web.Request, scope_key: str) -> tuple[str, ...]:
+    """The ids of the active facts a sweep of ``scope_key`` would retire now."""
+    report = await request.app[HUB].memory.sweep(caller_for(scope_key), scope_key,
+                                                 dry_run=True)
+    return report.scopes[0].result.ids or () if report.scopes else ()
 
 
 async def dry_run(request: web.Request) -> web.StreamResponse:
@@ -103,16 +129,14 @@ async def dry_run(request: web.Request) -> web.StreamResponse:
 
 async def _dry_run(request: web.Request, scope_key: str) -> web.StreamResponse:
     """What a sweep would retire, listed with the markers that fired."""
-    memory = request.app[HUB].memory
-    report = await memory.sweep(caller_for(scope_key), scope_key, dry_run=True)
-    ids = report.scopes[0].result.ids or () if report.scopes else ()
+    ids = await _sweep_ids(request, scope_key)
     records = await _records(request, scope_key, ids)
     rows = [(record_id, records.get(record_id),
              rejection_markers(records[record_id].text) if record_id in records else [])
             for record_id in ids[:MAX_LISTED]]
     return aiohttp_jinja2.render_template(
-        "sweep.html", request, {"scope_key": scope_key, "count": report.swept, "rows": rows,
-                                "more": max(0, len(ids) - MAX_LISTED)})
+        "sweep.html", request, {"scope_key": scope_key, "count": len(ids), "rows": rows,
+                                "ids": " ".join(ids), "more": max(0, len(ids) - MAX_LISTED)})
 
 
 async def delete_scope(request: web.Request) -> web.StreamResponse:

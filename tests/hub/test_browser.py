@@ -29,6 +29,7 @@ from tests.hub.conftest import (
     STATUS_FACT,
     STORES,
     HubServer,
+    fact,
 )
 
 pytest.importorskip("playwright")
@@ -93,6 +94,15 @@ def shot(page: Any, hub: HubServer, name: str) -> None:
         shutil.copyfile(path, Path(wanted) / path.name)
 
 
+def search(page: Any, brief: str, repo: str) -> None:
+    """Search the brief from the search page, with the repository, and wait for the
+    preview."""
+    page.fill("#brief", brief)
+    page.fill("input[name=repo]", repo)
+    page.click("text=Search and preview")
+    page.wait_for_selector("#results pre.preview")
+
+
 def records_of(hub: HubServer, scope_key: str) -> dict[str, Any]:
     page = hub.call(hub.store.record_page(scope_key, limit=200))
     return {record.text: record for record in page.rows}
@@ -139,10 +149,7 @@ def test_search_shows_hits_and_the_block_a_run_would_get_and_counts_nothing(page
     before = records_of(hub, REPO)[LESSON]
     page.goto(f"{hub.url}/hub/")
     page.click("nav >> text=Search")
-    page.fill("#brief", "how do I run the api tests")
-    page.fill("input[name=repo]", "acme/api")
-    page.click("text=Search and preview")
-    page.wait_for_selector("pre.preview")
+    search(page, "how do I run the api tests", "acme/api")
     hits = page.inner_text("#results table")
     assert LESSON in hits
     preview = page.inner_text("pre.preview")
@@ -370,3 +377,95 @@ def test_back_from_an_applied_sweep_shows_the_dry_run_again_not_a_browser_error(
     answer = page.go_back()
     assert answer is not None and answer.status == 200
     assert "would retire 0 active facts" in page.inner_text("main")
+
+
+@sqlite_only
+def test_back_to_an_earlier_search_shows_its_brief_and_keeps_no_copy_of_the_page(logged_out,
+                                                                                 hub):
+    """Back after a second search showed the first one's results under an empty form (htmx
+    restored its snapshot of the page, whose fields hold what the page was loaded with),
+    and that snapshot, records' text and all, stayed in the tab's sessionStorage after
+    logging out."""
+    page = logged_out
+    log_in(page, hub)  # a session of its own: it logs out
+    page.goto(f"{hub.url}/hub/search")
+    page.wait_for_function("window.htmx !== undefined")
+    search(page, "api tests", "acme/api")
+    search(page, "deploys on tuesdays", "")
+    page.wait_for_url("**/hub/search?brief=deploys*")
+    page.go_back()
+    page.wait_for_url("**/hub/search?brief=api*")
+    page.wait_for_selector("#results pre.preview")
+    assert page.input_value("#brief") == "api tests"
+    assert page.input_value("input[name=repo]") == "acme/api"
+    assert LESSON in page.inner_text("#results")
+    page.click("text=Log out")
+    page.wait_for_url(f"{hub.url}/hub/login")
+    kept = page.evaluate("JSON.stringify(Object.values(sessionStorage))")
+    assert LESSON not in kept and "deploys" not in kept
+
+
+@sqlite_only
+def test_a_record_holding_a_long_url_keeps_its_page_on_a_narrow_screen(browser, signed_in,
+                                                                       hub):
+    """A record holding a long unbroken word (a URL, a token) made its record page and its
+    forget page thousands of pixels wide: its text, outside the tables that wrap it, did not
+    wrap (nor did a long run id on the runs page)."""
+    scope = "repo:acme/long-url"
+    url = "https://grafana.example.com/d/" + "a1b2c3" * 100
+    hub.call(hub.store.write(scope, [fact(f"the dashboard is {url} (bookmarked)")]))
+    record = next(iter(records_of(hub, scope).values()))
+    context = browser.new_context(viewport={"width": 360, "height": 740},
+                                  storage_state=signed_in)
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    try:
+        run = "r-" + "a1b2c3" * 30
+        for path, shown in ((f"/hub/record?id={record.id}", url),
+                            (f"/hub/forget?id={record.id}", url), (f"/hub/run?run={run}", run)):
+            page.goto(f"{hub.url}{path}")
+            assert shown in page.inner_text("main")
+            width = page.evaluate("document.documentElement.clientWidth")
+            assert page.evaluate("document.documentElement.scrollWidth") <= width, path
+    finally:
+        context.close()
+
+
+@sqlite_only
+def test_a_search_of_a_blank_brief_says_so_where_the_results_go(page, hub):
+    """A brief of spaces and line breaks passes the field's ``required``: the search
+    emptied the results and said nothing, so the click seemed to do nothing."""
+    page.goto(f"{hub.url}/hub/search")
+    page.wait_for_function("window.htmx !== undefined")
+    search(page, "api tests", "acme/api")
+    page.fill("#brief", "  \n  ")
+    page.click("text=Search and preview")
+    alert = page.locator("#results [role=alert]")
+    alert.wait_for()
+    assert "brief is empty" in alert.inner_text()
+
+
+@sqlite_only
+def test_a_link_to_a_record_opened_logged_out_lands_on_the_record_after_login(logged_out,
+                                                                              hub):
+    """A link to a record (pasted in a chat, opened once the session had ended) went to the
+    login page, and the login to the overview: the record the person meant to see was lost
+    on the way. A ``next`` that is not one of the hub's pages is dropped."""
+    page = logged_out
+    record = records_of(hub, REPO)[LESSON]
+    page.goto(f"{hub.url}/hub/record?id={record.id}")
+    assert "/hub/login" in page.url
+    page.fill("#token", "a mistyped token")  # a failed try keeps where it goes
+    page.click("button[type=submit]")
+    assert "not the hub token" in page.inner_text("main")
+    page.fill("#token", HUB_TOKEN)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{hub.url}/hub/record?id={record.id}")
+    assert page.inner_text("h1") == f"Record {record.id}"
+    page.click("text=Log out")
+    for elsewhere in ("https://evil.example/", "//evil.example/hub/", "/healthz"):
+        page.goto(f"{hub.url}/hub/login?next={elsewhere}")
+        page.fill("#token", HUB_TOKEN)
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{hub.url}/hub/")
+        page.click("text=Log out")

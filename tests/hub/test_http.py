@@ -380,3 +380,40 @@ async def test_a_static_file_that_does_not_exist_is_the_hubs_404_page(path):
         assert "frame-ancestors 'none'" in answer.headers["Content-Security-Policy"]
         css = await session.get(f"{url}/hub/static/hub.css")
         assert css.status == 200 and css.headers["Content-Type"].startswith("text/css")
+
+
+@pytest.mark.parametrize("scope_key", ["org:globex", "guild:77"])
+async def test_a_scope_the_gate_closes_to_everyone_shows_none_of_its_records(scope_key):
+    """Another organisation's scope and a kind no plugin registers are closed to everyone:
+    their export and sweep were refused, but their scope page, their records' pages and the
+    forget page showed every record's text to whoever edited the address."""
+    secret = "the merger closes on friday"
+    store = InMemoryStore()
+    for key in (scope_key, "org:acme"):
+        await store.write(key, [Candidate(kind=Kind.FACT, text=f"{secret} ({key})",
+                                          source_thread_key="slack:C1/1")])
+    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        assert await _login(session, url) == 303
+        for path in (f"scope?key={scope_key}", f"record?id=mem:{scope_key}:1",
+                     f"forget?id=mem:{scope_key}:1"):
+            answer = await session.get(f"{url}/hub/{path}", allow_redirects=False)
+            page = await answer.text()
+            assert answer.status == 403, path
+            assert secret not in page and "nobody" in page
+        for path in ("scope?key=org:acme", "record?id=mem:org:acme:1", "forget?id=mem:org:acme:1"):
+            assert secret in await (await session.get(f"{url}/hub/{path}")).text()
+
+
+async def test_a_pasted_token_with_spaces_around_it_logs_in():
+    """A token pasted with a space or a line break around it (copied from a terminal) was
+    "not the hub token", in a password field that hides the space, and counted as a failed
+    login. A hub token holds no whitespace (``hub_token_problem``), so none is dropped."""
+    app = create_app(InMemoryStore(), DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url:
+        for pasted, opens in ((f" {HUB_TOKEN} ", True), (f"{HUB_TOKEN}\n", True),
+                              (f"\t{HUB_TOKEN}\r\n", True), (f"{HUB_TOKEN} x", False)):
+            async with ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+                assert await _login(session, url, pasted) == 303
+                answer = await session.get(f"{url}/hub/", allow_redirects=False)
+                assert (answer.status == 200) is opens, repr(pasted)

@@ -4,9 +4,11 @@ as the pages show a run id."""
 
 from __future__ import annotations
 
+import contextlib
 import html
 import re
 import urllib.parse
+from collections.abc import AsyncIterator
 
 from aiohttp import ClientSession, CookieJar
 
@@ -14,7 +16,7 @@ from scopemem.config import load_config
 from scopemem.core.records import Candidate, Kind
 from scopemem.stores.memory import InMemoryStore
 from scopemem.worker_aiohttp.app import create_app, running
-from tests.hub.conftest import DATA_TOKEN, HUB_TOKEN
+from tests.hub.conftest import DATA_TOKEN, HUB_TOKEN, fact
 
 CONFIG = load_config({"memory": {"enabled": True, "organization": "acme"}})
 PERSON = "user:slack:U1"
@@ -44,6 +46,19 @@ async def _first_forget_form(session: ClientSession, url: str, page: str) -> dic
     asked = await session.get(f"{url}/hub/forget", params=_form_fields(page, "get"))
     assert asked.status == 200
     return _form_fields(await asked.text(), "post")
+
+
+@contextlib.asynccontextmanager
+async def _one_forget_form() -> AsyncIterator[tuple[str, ClientSession, InMemoryStore, str,
+                                                    dict[str, str]]]:
+    """A logged-in session on a hub whose person's scope holds one record: the hub's url,
+    the session, the store, the scope's page and the form that forgets the record."""
+    store = await _person_store("the api tests need make bootstrap first")
+    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        await _login(session, url)
+        page = await (await session.get(f"{url}/hub/scope?key={PERSON}")).text()
+        yield url, session, store, page, await _first_forget_form(session, url, page)
 
 
 async def _person_store(*texts: str) -> InMemoryStore:
@@ -91,12 +106,7 @@ async def test_a_forget_returns_to_the_page_and_filters_it_was_made_from_saying_
 async def test_a_forget_form_that_carries_no_place_or_a_forged_one_lands_on_the_scope():
     """The place a forget returns to is taken only from values a scope page could have
     sent; anything else is left out, never echoed into the redirect."""
-    store = await _person_store("the api tests need make bootstrap first")
-    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
-    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
-        await _login(session, url)
-        page = await (await session.get(f"{url}/hub/scope?key={PERSON}")).text()
-        form = await _first_forget_form(session, url, page)
+    async with _one_forget_form() as (url, session, store, page, form):
         forged = {**form, "page": "0x2", "status": "gone", "kind": "//evil.example",
                   "source": "human\r\nX: 1"}
         answer = await session.post(f"{url}/hub/forget", data=forged, allow_redirects=False)
@@ -178,6 +188,70 @@ async def test_forget_asks_first_and_forgets_only_once_confirmed():
         assert await store.list(PERSON, 5) == []
         again = await session.get(f"{url}/hub/forget", params=_form_fields(page, "get"),
                                   allow_redirects=False)
-        assert again.status == 303 and "done=not-forgotten" in again.headers["Location"]
+        assert again.status == 303 and "done=already-forgotten" in again.headers["Location"]
         for bad, status in (("mem:user:slack:U1:9", 404), ("nonsense", 400)):
             assert (await session.get(f"{url}/hub/forget", params={"id": bad})).status == status
+
+
+async def test_a_forget_sent_twice_says_the_record_is_forgotten_not_that_nothing_changed():
+    """Enter pressed twice on the forget page sends its form twice: the first forgot the
+    record, and the second's answer, the page the person landed on, said "That record was
+    not active: nothing changed", as if the forget had failed. Back to the forget page
+    said the same."""
+    async with _one_forget_form() as (url, session, store, page, form):
+        answers = [await session.post(f"{url}/hub/forget", data=form, allow_redirects=False)
+                   for _ in range(2)]
+        assert [answer.status for answer in answers] == [303, 303]
+        assert "done=forgotten" in answers[0].headers["Location"]
+        again = await session.get(f"{url}{answers[1].headers['Location']}")
+        assert "already forgotten" in await again.text()
+        back = await session.get(f"{url}/hub/forget", params=_form_fields(page, "get"))
+        assert "already forgotten" in await back.text()
+
+
+async def test_a_form_from_before_a_new_login_says_nothing_changed_and_what_to_do():
+    """A forget page opened before logging in again (in another tab, once the session had
+    ended) carries the old session's CSRF token: its refusal said the form was stale or
+    not the hub's, neither whether anything changed nor how to send it again."""
+    async with _one_forget_form() as (url, session, store, page, form):
+        await _login(session, url)  # a new session: the form's token is the old one's
+        answer = await session.post(f"{url}/hub/forget", data=form, allow_redirects=False)
+        said = html.unescape(await answer.text())
+        assert answer.status == 403
+        assert "Nothing was changed" in said and "send it again" in said
+        assert [r.status.value for r in await store.list(PERSON, 5)] == ["active"]
+
+
+async def test_a_sweep_applied_after_the_scope_changed_retires_nothing_it_did_not_list():
+    """Applying a dry run retired whatever the gate refused at that moment: a status line
+    written after the dry run was retired too, unlisted, under "the listed facts are
+    retired". Now the hub shows the new dry run instead, saying the scope changed."""
+    repo = "repo:acme/api"
+    store = InMemoryStore()
+    listed, later = "PR 1901 was merged at sha 9c8b7a6", "PR 1902 was merged at sha 1a2b3c4"
+    await store.write(repo, [fact(listed)])
+    app = create_app(store, DATA_TOKEN, hub_token=HUB_TOKEN, hub_config=CONFIG)
+    async with running(app) as url, ClientSession(cookie_jar=CookieJar(unsafe=True)) as session:
+        await _login(session, url)
+
+        async def apply_form() -> tuple[str, dict[str, str]]:
+            page = html.unescape(await (await session.get(f"{url}/hub/sweep?key={repo}"))
+                                 .text())
+            form = re.search(r'<form method="post" action="/hub/sweep">(.*?)</form>', page,
+                             re.S)
+            assert form is not None
+            return page, dict(re.findall(r'name="([^"]+)" value="([^"]*)"', form.group(1)))
+
+        page, form = await apply_form()
+        assert listed in page and later not in page
+        await store.write(repo, [fact(later)])
+        answer = await session.post(f"{url}/hub/sweep", data=form, allow_redirects=False)
+        assert answer.status == 303
+        assert {r.text for r in await store.list(repo, 5)} == {listed, later}
+        shown = html.unescape(await (await session.get(f"{url}{answer.headers['Location']}"))
+                              .text())
+        assert "changed since" in shown and listed in shown and later in shown
+        page, form = await apply_form()
+        answer = await session.post(f"{url}/hub/sweep", data=form, allow_redirects=False)
+        assert "done=swept" in answer.headers["Location"]
+        assert await store.list(repo, 5) == []
