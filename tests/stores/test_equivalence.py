@@ -283,6 +283,7 @@ class SharedStoresAgree(AgreeingRules):
     COPIES: dict[str, int] = {}  # the store's default budget for copies
     STORE_CAP = CAP
     WHOLE_ROWS = reads.WHOLE_ROWS  # small scopes are read whole, in one statement
+    ROWS_PER_STEM = reads.ROWS_PER_STEM  # and those of at most this many records a stem
 
     def __init__(self) -> None:
         super().__init__()
@@ -297,6 +298,7 @@ class SharedStoresAgree(AgreeingRules):
         self.elsewhere = SharedSqliteStore(self.directory, cap=self.STORE_CAP,
                                            clock=self.clock, synchronous="off")
         self.whole_rows, reads.WHOLE_ROWS = reads.WHOLE_ROWS, self.WHOLE_ROWS
+        self.rows_per_stem, reads.ROWS_PER_STEM = reads.ROWS_PER_STEM, self.ROWS_PER_STEM
         self.readers: dict[str, apsw.Connection] = {}
 
     @invariant()
@@ -334,7 +336,7 @@ class SharedStoresAgree(AgreeingRules):
     def teardown(self) -> None:
         for conn in self.readers.values():
             conn.close()
-        reads.WHOLE_ROWS = self.whole_rows
+        reads.WHOLE_ROWS, reads.ROWS_PER_STEM = self.whole_rows, self.rows_per_stem
         self.loop.run_until_complete(self.other.close())
         self.loop.run_until_complete(self.elsewhere.close())
         self.loop.run_until_complete(self.memory.close())
@@ -361,7 +363,7 @@ class SharedStoresAgreeThroughTheIndex(SharedStoresAgreeWithoutCopies):
     """Every retrieval through SQL and through the token index, however small the scope
     (the run above reads these small scopes whole, in one statement)."""
 
-    WHOLE_ROWS = 0
+    WHOLE_ROWS = ROWS_PER_STEM = 0
 
 
 SharedStoresAgreeThroughTheIndex.TestCase.settings = SETTINGS
@@ -536,3 +538,37 @@ async def test_stores_agree_when_more_records_match_than_the_candidate_cap(
             await store.close()
         if sqlite_kind.startswith("postgres"):
             pg.drop_schemas(schema)
+
+
+async def test_a_query_of_many_stems_reads_the_scope_whole_and_answers_alike(
+        tmp_path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
+    """A scope of more than ``WHOLE_ROWS`` active records is read whole, not through the
+    token index, for a query of at least one stem in ``ROWS_PER_STEM`` of them (a pasted
+    log), and answers exactly as the in-process store, neighbour credit included."""
+    scope = SCOPES[0]
+    rng = random.Random(7)
+    memory = InMemoryStore(cap=1000, clock=clock)
+    sqlite = SharedSqliteStore(tmp_path / "data", cap=1000, clock=clock, synchronous="off",
+                               postings_cache=0)
+    try:
+        batch = [crowd_candidate(rng, n, THREADS[n // 7 % 3]) for n in range(120)]
+        for store in (memory, sqlite):
+            await store.write(scope, batch)
+            for n in (5, 6, 40, 119):  # gaps in the seqs, in and between threads
+                assert await store.forget(scope, f"mem:{scope}:{n}")
+        long = " ".join([COMMON, *VARIED, *(serial(n) for n in range(0, 120, 4))])
+        stems = len(engine.query_terms(long, sqlite.analyzer).stems)
+        assert reads.WHOLE_ROWS < 116 <= reads.ROWS_PER_STEM * stems
+        short = f"{COMMON} cache vpn"
+        for query in (short, long):
+            for limit in LIMITS:
+                assert await sqlite.search(scope, query, limit) == await memory.search(
+                    scope, query, limit)
+        # The long query never reads the token index's postings.
+        monkeypatch.setattr(reads.st, "STATE_POSTINGS", "SELECT no_such_function()")
+        for limit in LIMITS:
+            assert await sqlite.search(scope, long, limit) == await memory.search(
+                scope, long, limit)
+    finally:
+        await memory.close()
+        await sqlite.close()

@@ -4,7 +4,7 @@ and every store's every path answers with the change.
 The test replaces it with the same sum taken in the reverse query order (a legitimate
 ranking: the same weights, other floats in their last bits) and compares every answer,
 matches included, with the in-process store's (``stores.dense``): the SQLite store
-reading postings (``core.topk``), a small scope read whole (``engine.rank_entries``) and
+reading postings (``core.topk``), a small scope read whole (``reads._whole_scope``) and
 its copies, and the PostgreSQL store from the server and from its copies. A path with a
 sum of its own keeps the query order and answers other floats.
 """

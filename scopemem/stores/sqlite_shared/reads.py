@@ -25,12 +25,16 @@ from scopemem.stores.sqlite_shared import statements as st
 from scopemem.stores.sqlite_shared.dialect import SQL
 from scopemem.stores.sqlite_shared.usage import PendingUses
 
-__all__ = ["WHOLE_ROWS", "Searched", "copy_of", "listing", "mark_used", "search"]
+__all__ = ["ROWS_PER_STEM", "WHOLE_ROWS", "Searched", "copy_of", "listing", "mark_used", "search"]
 
 #: A scope of at most this many active records is read whole, with its terms, in one
-#: statement (``_small_scope``): for the many small scopes, a third of what reading the
+#: statement (``_whole_scope``): for the many small scopes, a third of what reading the
 #: query's postings and then the candidates' rows costs.
 WHOLE_ROWS = 64
+#: So is a scope of at most this many active records a query stem: the token index costs
+#: about 20 us a stem, reading a row with its terms about 5 us, and a 300-word brief has some
+#: 175 stems (a 500-record scope: 4.4 ms of CPU read whole, 7.5 ms through the index).
+ROWS_PER_STEM = 4
 
 
 @attrs.frozen
@@ -63,9 +67,9 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
         touches, dense, check = copy.touches, copy.dense, copy.generation
         read = 0
     else:
-        small = _small_scope(conn, uses, shard, ranking, scope_key, terms, limit, now, bump)
-        if small is not None:
-            return small
+        whole = _whole_scope(conn, uses, shard, ranking, scope_key, terms, limit, now, bump)
+        if whole is not None:
+            return whole
         params = {"scope": scope_key,
                   "terms": json.dumps([*terms.stems, index.CONTINUES], ensure_ascii=False)}
         state = conn.execute(st.STATE_POSTINGS, params).fetchall()
@@ -90,7 +94,7 @@ def search(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking, sc
                 stale = search(conn, uses, shard, ranking, scope_key, terms, limit, now, bump)
                 return attrs.evolve(stale, stale=True)
             check = None
-        # Rows, not records: only those ranked become records (``_small_scope`` too).
+        # Rows, not records: only those ranked become records (``_whole_scope`` too).
         if choice.found({row[0]: (sqlite_sql.last_touched(row), row) for row in found}):
             break
     ranked = [(sqlite_sql.record(row), match) for row, match in choice.ranked()]
@@ -107,31 +111,44 @@ def _hits(uses: PendingUses, shard: int, scope_key: str, ranked: list[tuple[Reco
                     generation, read)
 
 
-def _small_scope(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking,
+def _whole_scope(conn: Any, uses: PendingUses, shard: int, ranking: engine.Ranking,
                  scope_key: str, terms: engine.QueryTerms, limit: int, now: int, bump: bool
                  ) -> Searched | None:
-    """A scope of at most ``WHOLE_ROWS`` active records ranked from all of them, read in one
-    statement with their terms (``engine.rank_entries``, as the in-process store ranks).
-    None for a larger scope: read from its postings."""
+    """A scope of at most ``WHOLE_ROWS`` active records, or ``ROWS_PER_STEM`` a query stem,
+    ranked from all of them, read in one statement with their terms: their postings and
+    the seqs continuing their predecessor's thread are taken from the rows. None for a
+    larger scope: read from its postings."""
+    most = max(WHOLE_ROWS, ROWS_PER_STEM * len(terms.stems))
     lead, rows = uses.rows(conn, shard, scope_key, st.SMALL_SCOPE_ROWS,
-                           {"scope": scope_key, "most": WHOLE_ROWS}, lead=3)
+                           {"scope": scope_key, "most": most}, lead=3)
     if lead is None:
         return Searched([])  # no such scope
     _uses, generation, active = lead
-    if active > WHOLE_ROWS:
+    if active > most:
         return None
-    # Shaped as ``engine.rank_entries`` reads them: seq, terms, thread, last touch, row.
-    entries = [(row[0], frozenset(row[16].split()), row[6], sqlite_sql.last_touched(row), row)
-               for row in rows]
-    ranked = engine.rank_entries(entries, terms,
-                                 engine.scope_stats(terms, (entry[1] for entry in entries)),
-                                 limit, now, ranking)
-    records = [(sqlite_sql.record(row), match) for row, match in ranked]
-    # The postings the query's terms hold, as reading them would have counted them (what
-    # ``PostingsCache.offer`` weighs).
     asked = frozenset(terms.stems)
-    read = sum(len(asked & entry[1]) for entry in entries)
-    return _hits(uses, shard, scope_key, records, now, bump, generation, read)
+    postings: dict[str, set[int]] = {}
+    threads: dict[int, str] = {}
+    by_seq: dict[int, Sequence[Any]] = {}
+    for row in rows:
+        seq = row[0]
+        threads[seq], by_seq[seq] = row[6], row
+        for stem in asked.intersection(row[16].split()):
+            holders = postings.get(stem)
+            if holders is None:
+                postings[stem] = {seq}
+            else:
+                holders.add(seq)
+    # An active predecessor of the same thread: all the neighbour credit reads.
+    continues = {seq for seq, thread in threads.items() if threads.get(seq - 1) == thread}
+    choice: tokens.Candidates[Sequence[Any]] = tokens.Candidates(
+        engine.grouped(postings, terms), continues, terms, limit, ranking, active, now,
+        few=True)
+    choice.found({seq: (sqlite_sql.last_touched(by_seq[seq]), by_seq[seq])
+                  for seq in choice.wanted})
+    ranked = [(sqlite_sql.record(row), match) for row, match in choice.ranked()]
+    return _hits(uses, shard, scope_key, ranked, now, bump, generation,
+                 sum(map(len, postings.values())))
 
 
 def _postings(rows: Sequence[Sequence[Any]]) -> tuple[dict[str, set[int]], set[int]]:
