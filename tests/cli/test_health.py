@@ -202,6 +202,18 @@ def test_the_null_store_is_not_called_durable(tmp_path):
                                           " nothing"}
 
 
+def test_memory_off_checks_no_store_and_says_so_with_a_warning(tmp_path):
+    """A worker's configuration needs no ``memory.enabled`` (docs/worker.md), but without it
+    ``health`` builds no store: a cron job running it must not read that as healthy."""
+    path = tmp_path / "scopemem.toml"
+    path.write_text(f'[memory]\nstore = "sqlite"\n[memory.stores.sqlite]\n'
+                    f'path = "{tmp_path / "data"}"\n')
+    result = health(path, "--json")
+    assert result.exit_code == 1, result.output
+    detail = by_name(result)["memory"]["detail"]
+    assert "no store was checked" in detail and "memory.enabled = true" in detail
+
+
 async def test_a_plugin_store_keeping_records_in_process_says_so_not_a_fallback():
     """A third-party store that sets ``durable = False`` (docs/plugins.md) keeps its records
     in the process; it did not fall back from anything, and has no token to be missing."""
