@@ -158,8 +158,25 @@ def _scope(memory: Memory, value: str | None, allowed: list[str]) -> str | None:
     import asyncio
 
     asyncio.run(memory.close())
-    raise click.BadParameter(f"takes {'|'.join(allowed)}, got {value!r}",
-                             param_hint="'--scope'")
+    raise click.BadParameter(f"takes {'|'.join(allowed)}, got {value!r}"
+                             f"{_key_hint(value, allowed)}", param_hint="'--scope'")
+
+
+def _key_hint(value: str, allowed: list[str]) -> str:
+    """For a scope's key given as ``--scope`` (as ``export`` takes it), the word and flags
+    that name that scope here; empty for anything else."""
+    from scopemem.core.scopes import identifier_problem
+
+    if identifier_problem(value, max_chars=len(value)) is not None:
+        return ""  # not a key: nothing of it is echoed back
+    kind, _, rest = value.partition(":")
+    flags = {"repo": f"--scope repo --repo {rest}",
+             "channel": f"--scope channel --channel {rest} --operator",
+             "user": f"--scope me --as {value} --operator"}.get(kind, f"--scope {kind}")
+    word = flags.split()[1]
+    if not rest or word not in allowed:
+        return ""
+    return f" (a scope's key: name that scope with {flags})"
 
 
 def _durable(memory: Memory) -> None:
