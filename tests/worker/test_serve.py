@@ -134,6 +134,21 @@ def test_serve_refuses_to_start_without_a_long_token(tmp_path, token):
     assert "--insecure-dev" in err and "Traceback" not in err
 
 
+def test_serve_refuses_a_hub_token_that_is_the_metrics_token(tmp_path, monkeypatch):
+    """The metrics token opens /metrics and nothing else: the scraper holding it must not
+    hold a hub login, whose session changes records."""
+    shared = "one-secret-for-both-0123"
+    monkeypatch.setenv("SCOPEMEM_METRICS_TOKEN", shared)
+    monkeypatch.setenv("SCOPEMEM_HUB_TOKEN", shared)
+    process = launch(tmp_path, "--store", "memory")
+    try:
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 1, (out, err)
+    assert "SCOPEMEM_HUB_TOKEN must differ from SCOPEMEM_METRICS_TOKEN" in err
+
+
 async def test_insecure_dev_starts_without_a_token_warns_and_refuses_every_data_route(
         tmp_path):
     process = launch(tmp_path, "--store", "memory", "--insecure-dev", token=None)
