@@ -150,6 +150,10 @@ def scopemem_register_commands(cli: click.Group) -> None:
                 f"{METRICS_TOKEN_ENV} is {len(metrics_token)} characters; at least"
                 f" {MIN_TOKEN_CHARS} are needed (or leave it unset: the data token opens"
                 " /metrics too)")
+        if metrics_token and metrics_token == token:
+            raise click.ClickException(
+                f"{METRICS_TOKEN_ENV} must differ from the data token: a scraper's token"
+                " opens /metrics only (or leave it unset: the data token opens /metrics too)")
 
         hub_token = _hub_token(token, insecure_dev, metrics_token)
 

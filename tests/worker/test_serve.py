@@ -149,6 +149,18 @@ def test_serve_refuses_a_hub_token_that_is_the_metrics_token(tmp_path, monkeypat
     assert "SCOPEMEM_HUB_TOKEN must differ from SCOPEMEM_METRICS_TOKEN" in err
 
 
+def test_serve_refuses_a_metrics_token_that_is_the_data_token(tmp_path, monkeypatch):
+    """A scraper's token must open /metrics only; the data token opens every route."""
+    monkeypatch.setenv("SCOPEMEM_METRICS_TOKEN", TOKEN)
+    process = launch(tmp_path, "--store", "memory")
+    try:
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 1, (out, err)
+    assert "SCOPEMEM_METRICS_TOKEN must differ from the data token" in err
+
+
 async def test_insecure_dev_starts_without_a_token_warns_and_refuses_every_data_route(
         tmp_path):
     process = launch(tmp_path, "--store", "memory", "--insecure-dev", token=None)
