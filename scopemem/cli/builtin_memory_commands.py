@@ -134,8 +134,8 @@ def _forgettable_here(record_id: str, caller: str, channel: str | None) -> None:
             f"person, with --operator --as {scope_key}")
     if audience is Audience.ORIGIN and rest != channel:
         raise click.ClickException(
-            f"{record_id} is in a channel's scope ({scope_key}): forget it from that "
-            f"channel, with --operator --channel {rest}")
+            f"{record_id} is in another channel's scope ({scope_key}): forget it from "
+            f"that channel, with --operator --channel {rest}")
 
 
 def _memory(state: CliState) -> Memory:
