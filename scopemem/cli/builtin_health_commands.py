@@ -49,14 +49,18 @@ def scopemem_register_commands(cli: click.Group) -> None:
         import attrs
 
         from scopemem.errors import ScopememError
-        from scopemem.stores.health import OK, Check, exit_status
+        from scopemem.stores.health import WARN, Check, exit_status
 
         try:
             checks = asyncio.run(_checks(state))
         except ScopememError as exc:
             raise click.ClickException(str(exc)) from None
         if checks is None:
-            checks = [Check("memory", OK, "memory is off (memory.enabled = false)")]
+            # A worker serves its store whatever memory.enabled says: a configuration
+            # without it checks nothing here, which must not pass for healthy.
+            checks = [Check("memory", WARN, "memory is off (memory.enabled = false): no store "
+                                            "was checked; set memory.enabled = true to check "
+                                            "the store (a worker's configuration too)")]
         if as_json:
             echo_json([attrs.asdict(check) for check in checks])
         else:

@@ -116,6 +116,28 @@ def _acting(caller: str, channel: str | None, operator: bool) -> None:
                                 "its members reach")
 
 
+def _forgettable_here(record_id: str, caller: str, channel: str | None) -> None:
+    """An error naming the flags that reach ``record_id`` when it is in a person's or a
+    channel's scope the command does not act as or from: the gate's own reason, the chat's,
+    says nobody else can reach it, which the operator at the command line can."""
+    from scopemem.core.policy import Audience, audience_of
+    from scopemem.core.scopes import MemoryIdError, parse_memory_id
+
+    try:
+        scope_key, _seq = parse_memory_id(record_id)
+    except MemoryIdError:
+        return  # the forget itself says what an id looks like
+    audience, rest = audience_of(scope_key), scope_key.partition(":")[2]
+    if audience is Audience.PERSON and scope_key != caller:
+        raise click.ClickException(
+            f"{record_id} is in another person's scope ({scope_key}): forget it as that "
+            f"person, with --operator --as {scope_key}")
+    if audience is Audience.ORIGIN and rest != channel:
+        raise click.ClickException(
+            f"{record_id} is in another channel's scope ({scope_key}): forget it from "
+            f"that channel, with --operator --channel {rest}")
+
+
 def _memory(state: CliState) -> Memory:
     """The configured memory for one command. Never the in-process stand-in a bot may fall
     back to: it would die with the command, and everything the command wrote with it."""
@@ -136,8 +158,25 @@ def _scope(memory: Memory, value: str | None, allowed: list[str]) -> str | None:
     import asyncio
 
     asyncio.run(memory.close())
-    raise click.BadParameter(f"takes {'|'.join(allowed)}, got {value!r}",
-                             param_hint="'--scope'")
+    raise click.BadParameter(f"takes {'|'.join(allowed)}, got {value!r}"
+                             f"{_key_hint(value, allowed)}", param_hint="'--scope'")
+
+
+def _key_hint(value: str, allowed: list[str]) -> str:
+    """For a scope's key given as ``--scope`` (as ``export`` takes it), the word and flags
+    that name that scope here; empty for anything else."""
+    from scopemem.core.scopes import identifier_problem
+
+    if identifier_problem(value, max_chars=len(value)) is not None:
+        return ""  # not a key: nothing of it is echoed back
+    kind, _, rest = value.partition(":")
+    flags = {"repo": f"--scope repo --repo {rest}",
+             "channel": f"--scope channel --channel {rest} --operator",
+             "user": f"--scope me --as {value} --operator"}.get(kind, f"--scope {kind}")
+    word = flags.split()[1]
+    if not rest or word not in allowed:
+        return ""
+    return f" (a scope's key: name that scope with {flags})"
 
 
 def _durable(memory: Memory) -> None:
@@ -240,6 +279,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
                        operator: bool, as_json: bool) -> None:
         """Forget one record (mem:<scope>:<n>); it stays stored, invisible to every read."""
         _acting(caller, channel, operator)
+        _forgettable_here(record_id, caller, channel)
         from scopemem.chat.commands import CommandContext, run_forget
 
         memory = _memory(state)

@@ -118,6 +118,12 @@ class RootGroup(click.Group):
             raise self._usage_error(ctx, exc) from None
 
     def _usage_error(self, ctx: click.Context, exc: click.UsageError) -> click.ClickException:
+        if isinstance(exc, click.NoSuchOption) and exc.option_name == "--config":
+            # A unit file's natural order (``scopemem serve --config FILE``): say where it goes.
+            path = exc.ctx.command_path.partition(" ")[2] if exc.ctx else "COMMAND"
+            exc = click.UsageError(f"{exc.message} --config is scopemem's own option, given"
+                                   f" before the command: scopemem --config FILE {path}",
+                                   exc.ctx)
         for arg in ctx.meta.get(_ARGS, ()):
             handler = getattr(self.commands.get(arg), "root_usage_error", None)
             if handler is not None:

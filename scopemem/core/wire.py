@@ -68,6 +68,16 @@ def converter_for(classes: Iterable[type], enums: Iterable[type[enum.Enum]], *,
     converter.register_structure_hook(int, _strict(int))
     converter.register_structure_hook(float, _float_hook)
     converter.register_structure_hook(bool, _strict(bool))
+    # A list of words (``keywords``, a sweep's ``ids``) is a JSON array: cattrs would take
+    # any iterable, splitting ``"deploy"`` into its letters and a mapping into its keys.
+    words = converter.get_structure_hook(tuple[str, ...])
+
+    def words_hook(value: Any, type_: Any) -> tuple[str, ...]:
+        if not isinstance(value, list | tuple):
+            raise TypeError(f"expected a list, got {type(value).__name__}")
+        return words(value, type_)  # type: ignore[no-any-return]
+
+    converter.register_structure_hook_func(lambda type_: type_ == tuple[str, ...], words_hook)
     for kind in enums:
         converter.register_unstructure_hook(kind, lambda value: value.value)
 

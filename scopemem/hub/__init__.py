@@ -16,12 +16,16 @@ HUB_TOKEN_ENV = "SCOPEMEM_HUB_TOKEN"
 MIN_TOKEN_CHARS = 16
 
 
-def hub_token_problem(hub_token: str, data_token: str, insecure_dev: bool = False
-                      ) -> str | None:
+def hub_token_problem(hub_token: str, data_token: str, insecure_dev: bool = False,
+                      metrics_token: str = "") -> str | None:
     """Why the hub cannot start with ``hub_token`` (None: it can)."""
     if hub_token == data_token:
         return (f"{HUB_TOKEN_ENV} must differ from the data token: a hub session changes "
                 "records, a data token holder should not get one")
+    if hub_token == metrics_token:
+        return (f"{HUB_TOKEN_ENV} must differ from SCOPEMEM_METRICS_TOKEN: a hub session "
+                "changes records, and a scraper holding the metrics token should read "
+                "/metrics only")
     if len(hub_token) < MIN_TOKEN_CHARS and not insecure_dev:
         return (f"{HUB_TOKEN_ENV} is {len(hub_token)} characters; at least "
                 f"{MIN_TOKEN_CHARS} are needed")

@@ -268,7 +268,8 @@ class WorkerStore:
         if status == 404:  # a worker that predates the route: read as any store is
             return await read_ready(self)
         if 200 <= status < 300:
-            return None
+            # /readyz takes no token: a read with ours says whether the worker lets us in.
+            return await read_ready(self)
         reason = None if data is None else data.get("error")
         if reason in NOT_READY_REASONS:
             return f"the memory worker's store: {reason}"

@@ -150,8 +150,12 @@ def scopemem_register_commands(cli: click.Group) -> None:
                 f"{METRICS_TOKEN_ENV} is {len(metrics_token)} characters; at least"
                 f" {MIN_TOKEN_CHARS} are needed (or leave it unset: the data token opens"
                 " /metrics too)")
+        if metrics_token and metrics_token == token:
+            raise click.ClickException(
+                f"{METRICS_TOKEN_ENV} must differ from the data token: a scraper's token"
+                " opens /metrics only (or leave it unset: the data token opens /metrics too)")
 
-        hub_token = _hub_token(token, insecure_dev)
+        hub_token = _hub_token(token, insecure_dev, metrics_token)
 
         def build() -> tuple[Any, Any]:
             """The store and the application serving it."""
@@ -204,15 +208,16 @@ def scopemem_register_commands(cli: click.Group) -> None:
         click.echo("scopemem worker stopped")
 
 
-def _hub_token(data_token: str, insecure_dev: bool) -> str | None:
+def _hub_token(data_token: str, insecure_dev: bool, metrics_token: str) -> str | None:
     """``SCOPEMEM_HUB_TOKEN`` when the hub is to be served (None: it is not), checked: long
-    enough, not the data token, and the hub's packages installed."""
+    enough, neither the data token nor the metrics token, and the hub's packages
+    installed."""
     from scopemem.hub import HUB_TOKEN_ENV, hub_token_problem
 
     hub_token = os.environ.get(HUB_TOKEN_ENV, "")
     if not hub_token:
         return None
-    problem = hub_token_problem(hub_token, data_token, insecure_dev)
+    problem = hub_token_problem(hub_token, data_token, insecure_dev, metrics_token)
     if problem:
         raise click.ClickException(problem)
     return hub_token

@@ -79,6 +79,17 @@ def test_a_malformed_config_file_is_one_line(tmp_path: Path):
         assert result.returncode == 1 and line.startswith(f"Error: {path}: {message}")
 
 
+@pytest.mark.parametrize("args", [["config", "check", "--config", "x.toml"],
+                                  ["health", "--config=x.toml"]])
+def test_config_after_the_command_says_it_goes_before_it(args: list[str]):
+    """``scopemem serve --config FILE`` (a unit file's natural order) was only "No such
+    option '--config'", though the option exists one place to the left."""
+    result = run(*args)
+    assert result.exit_code == 2
+    assert "No such option '--config'" in result.output
+    assert "scopemem --config FILE " in result.output
+
+
 def test_config_check_names_the_bad_key_without_a_traceback(tmp_path: Path):
     path = tmp_path / "scopemem.toml"
     path.write_text("[memory]\nlimit = 'many'\n")

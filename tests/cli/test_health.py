@@ -193,6 +193,23 @@ def test_over_a_worker_the_store_check_is_the_workers_own_readiness(tmp_path, mo
         "detail": "the memory worker's store: the store cannot serve reads"}
 
 
+def test_over_a_worker_a_token_it_refuses_fails_the_store_check(tmp_path, monkeypatch):
+    """``/readyz`` takes no token: ``health`` with a wrong ``MEMORY_TOKEN`` said the store
+    answers reads, where the worker refused every read and write of this client."""
+    process, url = start(tmp_path, "--data", str(tmp_path / "data"), "--no-access-log")
+    path = tmp_path / "scopemem.toml"
+    path.write_text('[memory]\nenabled = true\norganization = "acme"\nstore = "worker"\n'
+                    f'[memory.stores.worker]\nbase_url = "{url}"\n')
+    monkeypatch.setenv("MEMORY_TOKEN", "not-the-worker-token-0123")
+    try:
+        asyncio.run(wait_healthy(process, url))
+        result = health(path, "--json")
+    finally:
+        stop(process, signal.SIGTERM)
+    assert result.exit_code == 2, result.output
+    assert by_name(result)["store"]["status"] == "fail", result.output
+
+
 def test_the_null_store_is_not_called_durable(tmp_path):
     path = tmp_path / "scopemem.toml"
     path.write_text('[memory]\nenabled = true\norganization = "acme"\nstore = "null"\n')
@@ -200,6 +217,18 @@ def test_the_null_store_is_not_called_durable(tmp_path):
     assert found["durable"] == {"name": "durable", "status": "warn",
                                 "detail": "the null store keeps no records: memory holds"
                                           " nothing"}
+
+
+def test_memory_off_checks_no_store_and_says_so_with_a_warning(tmp_path):
+    """A worker's configuration needs no ``memory.enabled`` (docs/worker.md), but without it
+    ``health`` builds no store: a cron job running it must not read that as healthy."""
+    path = tmp_path / "scopemem.toml"
+    path.write_text(f'[memory]\nstore = "sqlite"\n[memory.stores.sqlite]\n'
+                    f'path = "{tmp_path / "data"}"\n')
+    result = health(path, "--json")
+    assert result.exit_code == 1, result.output
+    detail = by_name(result)["memory"]["detail"]
+    assert "no store was checked" in detail and "memory.enabled = true" in detail
 
 
 async def test_a_plugin_store_keeping_records_in_process_says_so_not_a_fallback():

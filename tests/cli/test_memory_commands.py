@@ -119,6 +119,36 @@ def test_the_gate_refuses_status_and_other_peoples_scopes(config: Path):
         "this user prefers tabs"]
 
 
+@pytest.mark.parametrize(("command", "key", "flags"), [
+    ("list", "repo:acme/api", "--scope repo --repo acme/api"),
+    ("list", "channel:slack:C9", "--scope channel --channel slack:C9 --operator"),
+    ("list", "user:slack:U7", "--scope me --as user:slack:U7 --operator"),
+    ("sweep", "org:acme", "--scope org"),
+])
+def test_a_scope_key_given_to_scope_names_the_flags_that_reach_it(config: Path, command: str,
+                                                                   key: str, flags: str):
+    """``export``, ``delete-scope`` and ``stats`` take a scope's key; ``list`` and ``sweep``
+    take a scope word and its flags, and a key given to them said only the words."""
+    result = run(config, command, "--scope", key)
+    assert result.exit_code == 2
+    assert flags in result.output
+
+
+def test_forgetting_another_persons_or_a_channels_record_names_the_flags_that_can(
+        config: Path):
+    """The gate's reason is the chat's ("nobody else can reach it"); the operator at the
+    command line can, as that person or from that channel, and is told how."""
+    person = run(config, "forget", "mem:user:slack:U7:1", "--operator")
+    assert person.exit_code == 1 and "another person" in person.output
+    assert "--operator --as user:slack:U7" in person.output
+    channel = run(config, "forget", "mem:channel:slack:C9:1")
+    assert channel.exit_code == 1 and "--operator --channel slack:C9" in channel.output
+    assert run(config, "remember", "this channel deploys on fridays", "--scope", "channel",
+               "--channel", "slack:C9", "--operator").exit_code == 0
+    assert run(config, "forget", "mem:channel:slack:C9:1", "--operator",
+               "--channel", "slack:C9").exit_code == 0
+
+
 def test_the_listing_is_fenced_as_untrusted_whoever_the_operator_acts_for(config: Path):
     """The command line is a machine surface: its listing wraps record text in the
     untrusted fences for any caller, not only for user:cli:… (--as user:slack:U7)."""

@@ -159,6 +159,7 @@ def test_sqlite_to_jsonl_to_postgres_to_jsonl_is_the_same_file(tmp_path: Path):
      "line 3: id 'mem:user:slack:U9:3' is not mem:org:acme:<n>"),
     (line(3).replace('"useCount":0', '"useCount":"0"'), "line 3: expected int"),
     (line(3).replace('"status":"active"', '"status":"lost"'), "line 3:"),
+    (line(3).replace('"keywords":[]', '"keywords":"deploy"'), "line 3: expected a list"),
     (line(3, text="x" * 4001), "line 3: text must be at most 4000 characters"),
     (line(3, created_at=YEAR_2100), "line 3: createdAt 4102444800000 is in the future"),
     (line(3, last_used_at=YEAR_2100), "line 3: lastUsedAt 4102444800000 is in the future"),

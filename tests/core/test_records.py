@@ -97,6 +97,8 @@ def test_unknown_input_keys_are_ignored():
     ({"useCount": True}, "useCount"),
     ({"sourceThreadKey": 3}, "sourceThreadKey"),
     ({"keywords": [1]}, "keywords"),
+    ({"keywords": "npm"}, "keywords"),
+    ({"keywords": {"npm": 1}}, "keywords"),
     ({"text": ""}, "text"),
     ({"kind": "opinion"}, "Kind"),
     ({"confidence": 1.5}, "confidence"),

@@ -134,6 +134,26 @@ def test_serve_refuses_to_start_without_a_long_token(tmp_path, token):
     assert "--insecure-dev" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(("tokens", "says"), [
+    ({"SCOPEMEM_METRICS_TOKEN": "one-secret-for-both-0123",
+      "SCOPEMEM_HUB_TOKEN": "one-secret-for-both-0123"},
+     "SCOPEMEM_HUB_TOKEN must differ from SCOPEMEM_METRICS_TOKEN"),
+    ({"SCOPEMEM_METRICS_TOKEN": TOKEN}, "SCOPEMEM_METRICS_TOKEN must differ from the data token"),
+])
+def test_serve_refuses_a_metrics_token_shared_with_another(tmp_path, monkeypatch, tokens, says):
+    """The metrics token opens /metrics and nothing else: the scraper holding it must hold
+    neither the data token nor a hub login, whose session changes records."""
+    for name, value in tokens.items():
+        monkeypatch.setenv(name, value)
+    process = launch(tmp_path, "--store", "memory")
+    try:
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 1, (out, err)
+    assert says in err
+
+
 async def test_insecure_dev_starts_without_a_token_warns_and_refuses_every_data_route(
         tmp_path):
     process = launch(tmp_path, "--store", "memory", "--insecure-dev", token=None)
