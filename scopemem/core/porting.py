@@ -45,8 +45,9 @@ from scopemem.core.records import (
 from scopemem.core.scopes import MEMORY_ID_PREFIX, scope_key_problem
 from scopemem.core.text import is_text
 
-__all__ = ["MAX_CLOCK_SKEW_MS", "MAX_USE_COUNT", "parse_record_line", "record_from_wire",
-           "record_line", "record_problem", "record_seq_of", "reflection_sourced", "scrub"]
+__all__ = ["MAX_CLOCK_SKEW_MS", "MAX_IMPORTED_SEQ", "MAX_USE_COUNT", "parse_record_line",
+           "record_from_wire", "record_line", "record_problem", "record_seq_of",
+           "reflection_sourced", "scrub"]
 
 #: How far after the importer's clock an imported time may be: five minutes, for clocks of
 #: two machines that disagree a little (an export from a worker whose clock runs ahead).
@@ -55,6 +56,12 @@ MAX_CLOCK_SKEW_MS = 5 * 60 * 1000
 #: record, and a billion is a record retrieved ten times a second for three years. A store
 #: never reaches it; a forged count never goes past it.
 MAX_USE_COUNT = 10**9
+#: The highest id an import may give a record: every store then keeps at least as many ids
+#: again for the scope's later writes (SQLite numbers a scope's records in 32 bits). At the
+#: highest id a store holds, the scope would refuse every write for good, deleted or not
+#: (ids are never reused); a scope that wrote a thousand records a day for a thousand years
+#: would not reach this one.
+MAX_IMPORTED_SEQ = 2**31 - 1
 
 
 def record_seq_of(record: Record) -> int | None:
@@ -92,9 +99,13 @@ def record_problem(record: Record, now: int | None = None) -> str | None:
     problem = scope_key_problem(record.scope_key)
     if problem is not None:
         return f"scopeKey {problem}"
-    if record_seq_of(record) is None:
+    seq = record_seq_of(record)
+    if seq is None:
         return (f"id {record.id!r} is not mem:{record.scope_key}:<n> (n from 1 to {MAX_SEQ},"
                 " no leading zero): a record is imported into its own scope only")
+    if seq > MAX_IMPORTED_SEQ:
+        return (f"id {record.id!r}: an import numbers a scope's records up to"
+                f" {MAX_IMPORTED_SEQ}, keeping ids for the scope's later writes")
     for name, value, most in (
             ("id", record.id, MAX_ID_CHARS), ("text", record.text, MAX_TEXT_CHARS),
             ("sourceThreadKey", record.source_thread_key, None),

@@ -38,7 +38,7 @@ from scopemem.core.browse import (
     SCOPE_SORTS,
 )
 from scopemem.core.counters import COUNTER_NAMES, MAX_DAY, MAX_DELTA, REJECTED_BY
-from scopemem.core.porting import MAX_CLOCK_SKEW_MS, MAX_USE_COUNT
+from scopemem.core.porting import MAX_CLOCK_SKEW_MS, MAX_IMPORTED_SEQ, MAX_USE_COUNT
 from scopemem.core.records import (
     MAX_BATCH,
     MAX_COUNT_ROWS,
@@ -167,7 +167,7 @@ SCHEMAS: Final[dict[str, Schema]] = {
     }),
     "ImportRecord": body(["id", "scopeKey", "kind", "text", "sourceThreadKey", "createdAt"], {
         "id": string(min_length=1, max_length=MAX_ID_CHARS,
-                     description=f"mem:<its scopeKey>:<n>, n from 1 to {MAX_SEQ} without a"
+                     description=f"mem:<its scopeKey>:<n>, n from 1 to {MAX_IMPORTED_SEQ} without a"
                                  " leading zero: a record is imported into its own scope"
                                  " only"),
         "scopeKey": ref("ScopeKey"),

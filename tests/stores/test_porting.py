@@ -9,7 +9,7 @@ import json
 import attrs
 import pytest
 
-from scopemem.core.porting import parse_record_line, record_line
+from scopemem.core.porting import MAX_IMPORTED_SEQ, parse_record_line, record_line
 from scopemem.core.records import (
     MAX_BATCH,
     MAX_KEYWORD_CHARS,
@@ -19,7 +19,7 @@ from scopemem.core.records import (
     Status,
     to_wire,
 )
-from scopemem.errors import StoreError, StoreRefused, StoreUnsupported
+from scopemem.errors import StoreRefused, StoreUnsupported
 from scopemem.stores.base import wall_clock_ms
 from scopemem.stores.memory import InMemoryStore
 from scopemem.stores.null import NullStore
@@ -390,32 +390,22 @@ async def test_imported_records_continue_their_threads_as_the_in_process_store_s
     assert answer == pytest.approx(reference, abs=0)
 
 
-async def test_an_import_never_leaves_a_scope_it_cannot_write_to(store):
-    """A record numbered past what the store can give (the SQLite store's token index keys
-    a seq in 32 bits) is refused before anything is written; a store that takes it gives
-    the scope's next write the id after it. Either way the scope takes writes after."""
-    far = record(ORG, 2**32, "imported far out")
-    try:
-        added = await portable(store).import_records([record(ORG, 1), far])
-    except StoreRefused as exc:
-        assert str(2**32 - 1) in str(exc)
-        assert await store.list(ORG, 5) == []  # nothing of the call was written
-    else:
-        assert added == 2
-    await store.write(ORG, [fact("written after the import")])
+@pytest.mark.parametrize("seq", [MAX_IMPORTED_SEQ + 1, 2**32, MAX_SEQ])
+async def test_an_import_never_leaves_a_scope_it_cannot_write_to(store, seq):
+    """A record numbered past ``MAX_IMPORTED_SEQ`` is refused before anything of the call is
+    written, on every store: at a store's highest id the scope would refuse every later
+    write for good (ids are never reused, not even after its deletion)."""
+    with pytest.raises(StoreRefused, match=str(MAX_IMPORTED_SEQ)):
+        await portable(store).import_records([record(ORG, 1), record(ORG, seq, "far out")])
+    assert await store.list(ORG, 5) == []
+    await store.write(ORG, [fact("written after the refused import")])
     [newest] = await store.list(ORG, 1)
-    assert newest.text == "written after the import"
+    assert newest.id == f"mem:{ORG}:1"
 
 
-async def test_a_write_past_the_highest_id_is_refused_whole(store):
-    """An import may take a store's highest id; a write after it would mint one that is no
-    memory id (no forget or import could name it), so every store refuses it whole. A store
-    that numbers fewer ids refuses the import itself (the test above)."""
-    last = record(ORG, MAX_SEQ, "imported at the highest id", created_at=1_000)
-    try:
-        assert await portable(store).import_records([last]) == 1
-    except StoreRefused:
-        return
-    with pytest.raises(StoreError, match="has used every id"):
-        await store.write(ORG, [fact("one more fact"), fact("and another one")])
-    assert [r.id for r in await store.list(ORG, 5)] == [last.id]
+async def test_an_import_at_the_highest_id_it_takes_leaves_the_scope_writable(store):
+    last = record(ORG, MAX_IMPORTED_SEQ, "imported at the highest id", created_at=1_000)
+    assert await portable(store).import_records([last]) == 1
+    await store.write(ORG, [fact("one more fact"), fact("and another one")])
+    assert [r.id for r in await store.list(ORG, 5)][:2] == [
+        f"mem:{ORG}:{MAX_IMPORTED_SEQ + 2}", f"mem:{ORG}:{MAX_IMPORTED_SEQ + 1}"]

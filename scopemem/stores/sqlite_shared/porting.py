@@ -13,12 +13,10 @@ from typing import Any
 
 from scopemem.core.records import Record
 from scopemem.core.words import Analyzer
-from scopemem.errors import StoreRefused
 from scopemem.stores.base import Clock, check_scope_key
 from scopemem.stores.porting import group_import
 from scopemem.stores.shared import changes
 from scopemem.stores.shared.changes import run_sync
-from scopemem.stores.sqlite_shared import index
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
 from scopemem.stores.sqlite_shared.dialect import SQL
 from scopemem.stores.sqlite_shared.pools import ShardPools
@@ -79,12 +77,6 @@ class Porting:
     async def import_records(self, records: Sequence[Record]) -> int:
         now = self._clock()
         groups = group_import(records, now)
-        for batch in groups.values():
-            # A shard's token index keys a record by its seq in 32 bits (``index.rowid``):
-            # a higher one would leave the scope no id to give its next write.
-            if batch and batch[-1][0] > index.MAX_SEQ:
-                raise StoreRefused(f"import: {batch[-1][1].id!r}: the sqlite store numbers a"
-                                   f" scope's records up to {index.MAX_SEQ}")
         added = 0
         for scope_key, batch in groups.items():
             shard = self._shards.of(scope_key)
