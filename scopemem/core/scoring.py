@@ -30,6 +30,7 @@ import attrs
 from scopemem.core.records import MIN_BLOCK_TOKENS as MIN_BLOCK_TOKENS
 from scopemem.core.records import Record
 from scopemem.core.text import estimate_tokens, sanitize_field, tokenize
+from scopemem.core.words import normalize_text
 
 KEYWORD_WEIGHT = 0.7
 RECENCY_WEIGHT = 0.3
@@ -138,11 +139,17 @@ def window_then_hits(
     """A block's records: the repository ``window`` (newest first) whole, then the keyword
     ``hits`` (best first) in what is left of ``limit`` and ``max_tokens``.
 
-    A hit that is also in the window is shown once, in the window. When the window itself
+    A hit that is also in the window is shown once, in the window; so is a lesson that
+    several scopes hold (the same text up to ``normalize_text``): the copy the block would
+    show first stays (the window's, else the best hit) and the others are dropped before the
+    budget is counted. When the window itself
     does not fit (``limit`` below it, or a ``max_tokens`` too small for it), its records
     that are also hits stay (best hit first) and its oldest others give way; the kept
     window records keep the window's order. ``apply_budget`` does the counting, so the
     first record is always kept, cut if need be."""
+    first: dict[str, str] = {}  # a text's dedup key -> the id of its first copy
+    window = [r for r in window if first.setdefault(normalize_text(r.text), r.id) == r.id]
+    hits = [r for r in hits if first.setdefault(normalize_text(r.text), r.id) == r.id]
     in_window = {record.id for record in window}
     hit_ids = {record.id for record in hits}
     order = [*(record for record in hits if record.id in in_window),

@@ -142,15 +142,15 @@ async def test_limit_and_ranking_apply_to_the_merged_pool(store, clock):
 
 
 async def test_ties_across_scopes_go_to_the_widest(store, clock):
-    await store.write(USER_A, [fact("pin node 20")])
+    await store.write(USER_A, [fact("node 20 pin")])
     await store.write(ORG, [fact("pin node 20")])
     memory = make_memory(store, clock)
     block = await memory.context_block(Request(text="node", user_id="slack:UA"))
-    assert block.count("pin node 20") == 2
     # Both score the same; the org record comes first.
+    assert bullets(block) == ["pin node 20", "node 20 pin"]
     await store.write(ORG, [fact("org only node note")])
     block = await memory.context_block(Request(text="pin", user_id="slack:UA"))
-    assert bullets(block) == ["pin node 20", "pin node 20"]
+    assert bullets(block) == ["pin node 20", "node 20 pin"]
 
 
 async def test_four_scopes_are_named_and_another_channel_is_never_read(store, clock):
@@ -542,3 +542,30 @@ async def test_a_limit_below_the_window_holds_the_newest_facts_and_the_matched_o
     # ``limit`` counts every record of the block: the window takes it all, the facts the
     # brief matches first, then the newest; no keyword hit of another scope fits.
     assert bullets(block) == [lesson(22), lesson(21), lesson(20), TRAIN]
+
+
+# --- one lesson, one bullet, whatever scopes hold it -------------------------------------------
+
+
+async def test_a_lesson_held_by_two_scopes_is_one_bullet_the_first_the_block_shows(store, clock):
+    # The repository's copy (its window leads the block) and the caller's own copy, the
+    # latter restated in other case and spacing: one bullet, the repository's, counted alone.
+    await store.write(REPO, [fact("Flaky migrations need the lockfile refreshed")])
+    await store.write(USER_A, [fact("  flaky MIGRATIONS need   the lockfile refreshed ")])
+    await store.write(ORG, [fact("migrations run before the deploy")])
+    await store.write(CHANNEL, [fact("migrations run before the deploy")])
+    clock.advance(DAY_MS)
+    memory = make_memory(store, clock)
+    block = await memory.context_block(Request(text="flaky migrations lockfile deploy",
+                                               user_id="slack:UA", repo="acme/api",
+                                               channel_id="slack:C1"))
+    await memory.drain(timeout=5)
+    shown = bullets(block)
+    assert shown.count("Flaky migrations need the lockfile refreshed") == 1
+    assert not any(text.strip().startswith("flaky MIGRATIONS") for text in shown)
+    assert shown.count("migrations run before the deploy") == 1
+    [user_copy] = await store.list(USER_A, 5)
+    assert user_copy.use_count == 0  # not shown, so not used
+    org_used = (await store.list(ORG, 5))[0].use_count
+    channel_used = (await store.list(CHANNEL, 5))[0].use_count
+    assert sorted([org_used, channel_used]) == [0, 1]
