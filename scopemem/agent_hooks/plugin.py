@@ -21,9 +21,9 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import click
 
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from scopemem.api.memory import Memory
 
 log = logging.getLogger("scopemem")
+T = TypeVar("T")
 
 PREFIX = "scopemem hook"
 #: What the watchdog adds to the deadline before it ends the process regardless.
@@ -268,12 +269,11 @@ def _load(state: CliState) -> MemoryConfig:
         raise PayloadError(exc.format_message()) from None
 
 
-async def _closing(memory: Memory, work: Any, limit: float) -> HookOutcome:
+async def _closing(memory: Memory, work: Awaitable[T], limit: float) -> T:
     import asyncio
 
     try:
-        result: HookOutcome = await work
-        return result
+        return await work
     finally:
         try:
             await asyncio.wait_for(memory.close(), timeout=limit)
@@ -306,14 +306,18 @@ def _reflect_command() -> click.Command:
             config = _load(state)
             directory = state_dir(config, dict(os.environ))
             log_path = log_to_file(directory)
+            lost = False
             try:
                 memory = Memory.from_config(config, plugin_manager=state.pm,
                                             allow_fallback=False)
-                asyncio.run(_closing(memory, reflect_part(
+                lost = asyncio.run(_closing(memory, reflect_part(
                     memory, session_id=session_id, transcript=transcript, start=start,
                     end=end, cwd=cwd, agent=agent), 30.0))
             finally:
-                Ledger(directory).finish(session_id, end)
+                if lost:
+                    Ledger(directory).release(session_id, transcript, start, end)
+                else:
+                    Ledger(directory).finish(session_id, end)
             return HookOutcome()
 
         _guarded(body, lambda: log_path)

@@ -194,16 +194,19 @@ def hand_off(config: MemoryConfig, config_path: str | None, payload: HookPayload
                                              payload.agent_type, config.no_reflect_agents):
             return HookOutcome()
         pid = _spawn(reflect_command(config_path, payload, piece.start, piece.end), log_path)
-        finished = state.finished if state.transcript == path else 0
-        ledger.write(payload.session_id, SessionState(path, piece.end, finished))
+        same = state.transcript == path
+        ledger.write(payload.session_id, SessionState(
+            path, piece.end, state.finished if same else 0, state.retries if same else 0))
     log.info("[memory] hooks: %s handed bytes %d-%d of session %s to reflection (pid %d)",
              payload.event.value, piece.start, piece.end, payload.session_id[:40], pid)
     return HookOutcome()
 
 
 async def reflect_part(memory: Memory, *, session_id: str, transcript: str, start: int,
-                       end: int, cwd: str | None, agent: str | None) -> None:
-    """Reflect bytes ``start``-``end`` of a transcript (the background process's work)."""
+                       end: int, cwd: str | None, agent: str | None) -> bool:
+    """Reflect bytes ``start``-``end`` of a transcript (the background process's work).
+    True when writes were lost to a store that could not be reached or failed: the part
+    is worth reflecting again (``Ledger.release``)."""
     import asyncio
 
     from scopemem.agent_hooks.transcript import opted_out_between, read_slice, split_run
@@ -219,8 +222,16 @@ async def reflect_part(memory: Memory, *, session_id: str, transcript: str, star
     repo = await asyncio.to_thread(repo_of, cwd, 10.0)
     request = Request(text=request_text, user_id=user_id(memory.config), repo=repo,
                       channel_visibility=memory.config.hooks.visibility)
-    memory.schedule_reflection(Run(
+    run = Run(
         request=request, answer=answer, history=history, tool_calls=piece.tool_calls,
         agent_name=agent, thread_key=f"{memory.config.hooks.platform}:{session_id}"[:200],
-        run_id=f"{session_id[:40]}@{end}", no_memory=skipped_opt_out))
+        run_id=f"{session_id[:40]}@{end}", no_memory=skipped_opt_out)
+    if not memory.enabled:
+        return False
+    try:
+        report = await asyncio.wait_for(memory._reflect_quietly(run), REFLECT_TIMEOUT)
+    except TimeoutError:
+        log.warning("[memory] hooks: reflection of bytes %d-%d timed out", start, end)
+        return False
     await memory.drain(timeout=REFLECT_TIMEOUT)
+    return report is not None and report.unavailable_writes > 0

@@ -48,7 +48,7 @@ from scopemem.stores.base import Clock, Hit, MemoryStore, wall_clock_ms
 from scopemem.stores.counting import CountBuffer
 
 if TYPE_CHECKING:
-    from scopemem.api.reflecting import Run
+    from scopemem.api.reflecting import ReflectionReport, Run
 
 log = logging.getLogger("scopemem")
 
@@ -190,11 +190,11 @@ class Memory(Operations):
             return
         self.runs.reflect(self._reflect_quietly(run))
 
-    async def _reflect_quietly(self, run: Run) -> None:
+    async def _reflect_quietly(self, run: Run) -> ReflectionReport | None:
         from scopemem.api.reflecting import reflect, run_label  # a read never loads them
 
         try:
-            await reflect(self, run)
+            return await reflect(self, run)
         except asyncio.CancelledError:
             log.warning("[memory] reflection %s cancelled", run_label(run.run_id))
             raise
@@ -204,6 +204,7 @@ class Memory(Operations):
 
             log.warning("[memory] reflection %s failed: %s: %s", run_label(run.run_id),
                         type(exc).__name__, redact(str(exc)))
+            return None
 
     def reflection_model(self, run_model: str | None) -> tuple[Provider | None, str]:
         """The provider and model reflection calls: ``memory.model``, else the run's own.

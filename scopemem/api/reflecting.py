@@ -181,6 +181,9 @@ class ReflectionReport:
     denied: Counter[str] = attrs.field(factory=Counter)
     failed_reads: int = 0
     failed_writes: int = 0
+    #: Of ``failed_writes``, those lost because the store could not be reached or failed
+    #: (not refused): writing them again later may land them.
+    unavailable_writes: int = 0
     written: dict[str, int] = attrs.field(factory=dict)
 
     @property
@@ -403,12 +406,13 @@ async def _reflect(memory: ReflectionHost, run: Run) -> ReflectionReport | None:
         candidates = batches[key]
         with tracing.span("reflection.write", tracing.scope_attributes(
                 key, config.tracing.scope_keys)) as write:
-            counts, failed = await _write_scope(memory, key, candidates)
+            counts, failed, unavailable = await _write_scope(memory, key, candidates)
             write.set_attributes({"candidates": len(candidates), "candidates.failed": failed,
                                   "records.inserted": counts.inserted})
         report.counts += counts
         report.by_scope[key] = counts
         report.failed_writes += failed
+        report.unavailable_writes += failed if unavailable else 0
         report.written[key] = len(candidates) - failed
     log.info("%s", report.log_line())
     # Every scope is written before any is embedded: a slow embedder, or a drain's deadline
@@ -443,25 +447,26 @@ def _screen_counts(markers: Sequence[str] | None) -> dict[str, int]:
 
 
 async def _write_scope(memory: ReflectionHost, key: str, candidates: list[Candidate]
-                       ) -> tuple[WriteCounts, int]:
-    """Write one scope's batch; the counts and how many candidates were lost. A batch the
+                       ) -> tuple[WriteCounts, int, bool]:
+    """Write one scope's batch; the counts, how many candidates were lost, and whether they
+    were lost to a store that failed rather than refused them. A batch the
     store refuses as a whole (``StoreRefused``) is written again one candidate at a time, so
     only the candidates refused on their own are lost; any other failure loses the batch
     (the store is unreachable: one at a time would fail the same way). One scope's failure
     never touches another's."""
     try:
-        return check_answer("write", await memory.store.write(key, candidates)), 0
+        return check_answer("write", await memory.store.write(key, candidates)), 0, False
     except asyncio.CancelledError:
         raise
     except StoreRefused as exc:
         if len(candidates) == 1:
             log.warning("[memory] reflection write to %s refused: %s", key, exc)
-            return WriteCounts(), 1
+            return WriteCounts(), 1, False
         log.warning("[memory] reflection write to %s refused (%s); writing its %d "
                     "candidates one at a time", key, exc, len(candidates))
     except Exception as exc:  # one scope's failure must not lose the others' writes
         log.warning("[memory] reflection write to %s failed: %s", key, exc)
-        return WriteCounts(), len(candidates)
+        return WriteCounts(), len(candidates), True
     counts, failed = WriteCounts(), 0
     for candidate in candidates:
         try:
@@ -472,4 +477,4 @@ async def _write_scope(memory: ReflectionHost, key: str, candidates: list[Candid
             failed += 1
             log.warning("[memory] reflection write to %s: a %s candidate was refused: %s",
                         key, candidate.kind.value, exc)
-    return counts, failed
+    return counts, failed, False

@@ -20,11 +20,11 @@ class Runs:
     """Runs in flight and the background tasks they leave."""
 
     def __init__(self) -> None:
-        self._pending: set[asyncio.Task[None]] = set()  # reflections
+        self._pending: set[asyncio.Task[object]] = set()  # reflections
         self._marks: set[asyncio.Task[None]] = set()  # use counts and reaches, saving
         self._active_runs = 0
 
-    def reflect(self, reflection: Coroutine[Any, Any, None]) -> None:
+    def reflect(self, reflection: Coroutine[Any, Any, object]) -> None:
         """Run ``reflection`` (which never raises but for cancellation) in the background."""
         task = asyncio.get_running_loop().create_task(reflection)
         self._pending.add(task)

@@ -5,12 +5,14 @@ OpenAI-compatible model on loopback, and the Stop hook's background reflection."
 from __future__ import annotations
 
 import json
+import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from scopemem.agent_hooks.ledger import MAX_RETRIES, Ledger, SessionState
 from scopemem.agent_hooks.transcript import MAX_SLICE_BYTES
 from scopemem.config import config_from_mapping
 from tests.agent_hooks.claude_code import (
@@ -28,7 +30,7 @@ from tests.agent_hooks.claude_code import (
 from tests.fake_model import FakeModel, fake_model_server, lesson
 
 LESSON = "The integration tests fail on a fresh checkout until make bootstrap has run."
-ENV = {"FAKE_MODEL_KEY": "fake-key-0123456789"}
+ENV = {"FAKE_MODEL_KEY": "fake-key-0123456789", "MEMORY_TOKEN": "a-token-long-enough-0123"}
 
 
 @pytest.fixture
@@ -198,3 +200,78 @@ def test_a_no_memory_prompt_before_megabytes_of_tool_output_still_counts(
     wait_reflected(tmp_path / "state", "session-1")
     assert model.prompts() == []
     assert "skipped no_memory" in (tmp_path / "state" / "hooks.log").read_text()
+
+
+def store_config(tmp_path: Path, model: FakeModel, store: str) -> Path:
+    """``config``'s settings on ``store``: "sqlite", or a worker at a port that refuses."""
+    return write_config(tmp_path / "scopemem.toml", f"""
+[memory]
+enabled = true
+organization = "acme"
+store = "{store}"
+model = "openai/fake-model"
+
+[memory.stores.sqlite]
+path = "{tmp_path / 'data'}"
+
+[memory.stores.worker]
+base_url = "http://127.0.0.1:1"
+timeout_seconds = 1
+retry_deadline_seconds = 1
+
+[memory.providers.openai]
+base_url = "{model.base_url}"
+api_key_env = "FAKE_MODEL_KEY"
+
+[memory.hooks]
+subject = "alice"
+state_dir = "{tmp_path / 'state'}"
+""")
+
+
+def wait_released(state_dir: Path, session_id: str, retries: int) -> SessionState:
+    ledger = Ledger(state_dir)
+    give_up = time.monotonic() + 60
+    while (state := ledger.read(session_id)).retries < retries or state.claimed:
+        assert time.monotonic() < give_up, f"the part was not released: {state}"
+        time.sleep(0.05)
+    return state
+
+
+def test_a_part_whose_writes_found_the_store_down_is_reflected_again(
+        tmp_path: Path, model: FakeModel) -> None:
+    repo = git_repo(tmp_path / "api")
+    t = first_session(tmp_path, repo)
+    down = store_config(tmp_path, model, "worker")
+    model.replies.append({"facts": [lesson(LESSON, audience="repo")]})
+    hook(down, "Stop", t)
+    wait_released(tmp_path / "state", "session-1", 1)
+    assert len(model.prompts()) == 1
+    # The store is back: the next hook reflects the part again and its lesson lands, once.
+    up = store_config(tmp_path, model, "sqlite")
+    model.replies.append({"facts": [lesson(LESSON, audience="repo")]})
+    hook(up, "Stop", t)
+    state = wait_reflected(tmp_path / "state", "session-1")
+    assert state.retries == 0 and len(model.prompts()) == 2
+    hook(up, "Stop", t)
+    assert len(model.prompts()) == 2
+    block = json.loads(hook(up, "UserPromptSubmit", t, prompt="the integration tests"))
+    assert LESSON in block["hookSpecificOutput"]["additionalContext"]
+
+
+def test_a_part_is_given_up_after_its_retries(tmp_path: Path, model: FakeModel) -> None:
+    repo = git_repo(tmp_path / "api")
+    t = first_session(tmp_path, repo)
+    down = store_config(tmp_path, model, "worker")
+    model.replies.extend({"facts": [lesson(LESSON, audience="repo")]}
+                         for _ in range(MAX_RETRIES + 2))
+    for retries in range(1, MAX_RETRIES + 1):
+        hook(down, "Stop", t)
+        wait_released(tmp_path / "state", "session-1", retries)
+    hook(down, "Stop", t)
+    state = wait_reflected(tmp_path / "state", "session-1")
+    assert state.retries == 0 and len(model.prompts()) == MAX_RETRIES + 1
+    log = (tmp_path / "state" / "hooks.log").read_text()
+    assert log.count("given up") == 1
+    hook(down, "Stop", t)  # given up: not reflected again
+    assert len(model.prompts()) == MAX_RETRIES + 1
