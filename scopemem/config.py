@@ -157,28 +157,30 @@ def _scope_cap(value: Any) -> int:
     return DEFAULT_SCOPE_CAP
 
 
-def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfig | None = None
-                ) -> MemoryConfig:
+def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfig | None = None,
+                environ: Mapping[str, str] | None = None) -> MemoryConfig:
     """The configuration from a file path, a dict, an existing config, or (``None``) the
-    default search: ``$SCOPEMEM_CONFIG``, else ``./scopemem.toml`` when it exists, else the
-    defaults (memory off)."""
+    default search: ``$SCOPEMEM_CONFIG`` (of ``environ``, else the process's environment),
+    else ``./scopemem.toml`` when it exists, else the defaults (memory off)."""
     if isinstance(source, MemoryConfig):
         return source
     if isinstance(source, Mapping):
         return config_from_mapping(source)
-    source = config_file(source)
+    source = config_file(source, environ)
     if source is None:
         return MemoryConfig()
     path = Path(source)
     return config_from_mapping(_read_toml(path), source=str(path))
 
 
-def config_file(source: str | os.PathLike[str] | None = None) -> str | None:
-    """The file ``load_config(source)`` reads: ``source``, else ``$SCOPEMEM_CONFIG``, else
+def config_file(source: str | os.PathLike[str] | None = None,
+                environ: Mapping[str, str] | None = None) -> str | None:
+    """The file ``load_config(source, environ)`` reads: ``source``, else
+    ``$SCOPEMEM_CONFIG`` (of ``environ``, else the process's environment), else
     ``./scopemem.toml`` when it exists; None when there is none (the defaults)."""
     if source is not None:
         return os.fspath(source)
-    env = os.environ.get(CONFIG_ENV)
+    env = (os.environ if environ is None else environ).get(CONFIG_ENV)
     if env:
         return env
     return DEFAULT_CONFIG_FILE if Path(DEFAULT_CONFIG_FILE).is_file() else None

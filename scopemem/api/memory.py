@@ -131,8 +131,10 @@ class Memory(Operations):
         store and a warning (000 item 20). A short-lived command passes False and gets a
         ``ConfigError`` naming the variable instead. ``memory.fallback = "refuse"`` makes
         that a ``ConfigError`` for every process, and checks here that the worker answers
-        (one blocking ``GET /healthz``; ``StoreError`` naming the key when it does not)."""
-        config = load_config(source)
+        (one blocking ``GET /healthz``; ``StoreError`` naming the key when it does not).
+        ``environ``, when given, is the only environment read: ``$SCOPEMEM_CONFIG`` (for
+        ``source=None``) and the variables the configuration names."""
+        config = load_config(source, environ)
         pm = plugin_manager or get_plugin_manager()
         # Every plugin table, as ``scopemem config check`` validates it: a typo in any of them
         # is a ConfigError naming the key now, not at the first reflection.

@@ -93,6 +93,18 @@ async def test_no_config_at_all_is_memory_off(tmp_path, monkeypatch):
     assert await memory.context_block(Request(text="x")) == ""
 
 
+async def test_an_environ_given_is_the_only_environment_the_config_search_reads(
+        tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    enabled_file = tmp_path / "enabled.toml"
+    enabled_file.write_text('[memory]\nenabled = true\norganization = "acme"\n'
+                            'store = "memory"\n')
+    monkeypatch.setenv("SCOPEMEM_CONFIG", str(enabled_file))
+    assert not Memory.from_config(None, environ={}).enabled
+    assert Memory.from_config(None, environ={"SCOPEMEM_CONFIG": str(enabled_file)}).enabled
+    assert Memory.from_config(None).enabled  # no environ: the process's, as before
+
+
 # --- on ----------------------------------------------------------------------------------------
 
 
