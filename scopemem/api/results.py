@@ -76,6 +76,12 @@ def caller_problem(user_key: object) -> str | None:
     if (not isinstance(user_key, str) or not user_key.startswith("user:")
             or user_key.endswith(":")):  # ``user:slack:`` names nobody
         return "the caller must be a user scope key such as user:slack:U0123"
+    given = user_key[len("user:"):]
+    if given.startswith("user:"):
+        # As ``Request(user_id=...)`` refuses it: ``user:user:slack:U0123`` is a scope the
+        # person's own reads (``user:slack:U0123``) never see.
+        return (f"the caller's id {given!r} is the user scope's key: pass the platform id, "
+                f"{given[len('user:'):]!r} (user_key={given!r})")
     problem = scope_key_problem(user_key)
     if problem is None and not is_text(user_key):
         problem = "is not valid Unicode text (it holds a lone surrogate)"

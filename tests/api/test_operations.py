@@ -418,6 +418,19 @@ async def test_the_caller_must_be_a_user_scope_key(memory, user_key):
         assert (await refusal(call)).reason == "bad_caller"
 
 
+async def test_a_caller_whose_id_is_a_user_scope_key_is_refused_naming_the_key_to_give(
+        memory, store):
+    """As ``Request(user_id="user:slack:U1")`` is: ``user:user:slack:U1`` is a scope the
+    person's own reads under ``user:slack:U1`` never see."""
+    caller = Caller(user_key="user:user:slack:U1")
+    for call in (memory.list(caller), memory.remember(caller, "a fact")):
+        refused = await refusal(call)
+        assert refused.reason == "bad_caller"
+        assert "'user:slack:U1' is the user scope's key" in refused.message
+        assert "user_key='user:slack:U1'" in refused.message
+    assert await store.list("user:user:slack:U1", 5) == []
+
+
 class PlainStore:
     """A third-party store that keeps no counters: the MemoryStore methods only."""
 
