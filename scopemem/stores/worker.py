@@ -88,9 +88,10 @@ class WorkerStore:
 
     def __init__(self, base_url: str, token: str, *, cap: int | None = None,
                  timeout: float = DEFAULT_TIMEOUT, ranking: Ranking = DEFAULT_RANKING,
-                 retry: RetryPolicy | None = None, breaker: Breaker | None = None) -> None:
+                 retry: RetryPolicy | None = None, breaker: Breaker | None = None,
+                 token_source: str | None = None) -> None:
         self.transport = WorkerTransport(base_url, token, timeout=timeout, retry=retry,
-                                         breaker=breaker)
+                                         breaker=breaker, token_source=token_source)
         self._command = command = self.transport.command
         browsing, calls = WorkerBrowsing(command), WorkerCalls(command)
         self.scope_page, self.record_page = browsing.scope_page, browsing.record_page
@@ -141,7 +142,8 @@ class WorkerStore:
             return stand_in(settings)
         try:
             return cls(base_url, token, cap=settings.cap, timeout=timeout,
-                       ranking=settings.ranking, retry=RetryPolicy(deadline))
+                       ranking=settings.ranking, retry=RetryPolicy(deadline),
+                       token_source=f"${token_env} ({settings.option_key('token_env')})")
         except ValueError as exc:
             raise ConfigError(f"${token_env}: {exc}") from None
 

@@ -133,7 +133,8 @@ class WorkerTransport:
     deadline. After ``close`` every call fails, as a closed SQL store's does."""
 
     def __init__(self, base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT,
-                 retry: RetryPolicy | None = None, breaker: Breaker | None = None) -> None:
+                 retry: RetryPolicy | None = None, breaker: Breaker | None = None,
+                 token_source: str | None = None) -> None:
         problem = url_problem(base_url)
         if problem is not None:
             raise ValueError(f"base_url {problem}")
@@ -143,6 +144,9 @@ class WorkerTransport:
             raise ValueError("the bearer token must be non-empty printable ASCII without spaces")
         self.base_url = base_url.rstrip("/")
         self._token = token
+        # Where the token was read from (``$MEMORY_TOKEN (memory.stores.worker.token_env)``),
+        # named when the worker refuses it.
+        self.token_source = token_source
         self.timeout = float(timeout)
         self.retry = retry or RetryPolicy()
         self.breaker = breaker or Breaker()
@@ -260,6 +264,9 @@ class WorkerTransport:
             reason = data.get("error") if isinstance(data, dict) else None
             if not isinstance(reason, str):
                 reason = raw[:200].decode("utf-8", "replace").strip() or "no reason given"
+            if status == 401 and self.token_source:
+                reason += (f"; the token sent was read from {self.token_source}, and the "
+                           "worker was started with another")
             if status == 404:  # the worker routes every path it serves
                 reason += (f"; this worker serves no {route} (a release older than this"
                            " client: upgrade the worker, or base_url names another path)")

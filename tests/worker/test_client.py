@@ -620,3 +620,27 @@ async def test_a_route_the_worker_does_not_serve_is_unsupported_and_says_why(sto
         f"memory worker {route} failed: answered 404: not found; this worker serves no"
         f" {route} (a release older than this client: upgrade the worker, or base_url names"
         " another path)")
+
+
+@pytest.mark.parametrize("token_env", [None, "ACME_MEMORY_TOKEN"])
+async def test_a_wrong_token_names_the_variable_it_was_read_from(aiohttp_server, clock,
+                                                                  token_env):
+    from scopemem import Caller, Memory, MemoryRefused
+    from scopemem.worker_aiohttp.app import create_app
+
+    server = await aiohttp_server(create_app(InMemoryStore(clock=clock), "the-right-token"))
+    variable = token_env or "MEMORY_TOKEN"
+    worker = {"base_url": str(server.make_url("")), "retry_deadline_seconds": 1,
+              **({"token_env": token_env} if token_env else {})}
+    memory = Memory.from_config(
+        {"memory": {"enabled": True, "organization": "acme", "store": "worker",
+                    "stores": {"worker": worker}}},
+        environ={variable: "a-wrong-token"}, allow_fallback=False)
+    try:
+        with pytest.raises((StoreError, MemoryRefused)) as caught:
+            await memory.remember(Caller(user_key="user:slack:U1"), "run npm ci first")
+        message = str(caught.value)
+        assert "401" in message and f"${variable}" in message, message
+        assert "memory.stores.worker.token_env" in message
+    finally:
+        await memory.close()
