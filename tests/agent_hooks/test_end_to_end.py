@@ -41,15 +41,25 @@ def model() -> Iterator[FakeModel]:
 
 @pytest.fixture
 def config(tmp_path: Path, model: FakeModel) -> Path:
+    return store_config(tmp_path, model, "sqlite")
+
+
+def store_config(tmp_path: Path, model: FakeModel, store: str) -> Path:
+    """``config``'s settings on ``store``: "sqlite", or a worker at a port that refuses."""
     return write_config(tmp_path / "scopemem.toml", f"""
 [memory]
 enabled = true
 organization = "acme"
-store = "sqlite"
+store = "{store}"
 model = "openai/fake-model"
 
 [memory.stores.sqlite]
 path = "{tmp_path / 'data'}"
+
+[memory.stores.worker]
+base_url = "http://127.0.0.1:1"
+timeout_seconds = 1
+retry_deadline_seconds = 1
 
 [memory.providers.openai]
 base_url = "{model.base_url}"
@@ -200,33 +210,6 @@ def test_a_no_memory_prompt_before_megabytes_of_tool_output_still_counts(
     wait_reflected(tmp_path / "state", "session-1")
     assert model.prompts() == []
     assert "skipped no_memory" in (tmp_path / "state" / "hooks.log").read_text()
-
-
-def store_config(tmp_path: Path, model: FakeModel, store: str) -> Path:
-    """``config``'s settings on ``store``: "sqlite", or a worker at a port that refuses."""
-    return write_config(tmp_path / "scopemem.toml", f"""
-[memory]
-enabled = true
-organization = "acme"
-store = "{store}"
-model = "openai/fake-model"
-
-[memory.stores.sqlite]
-path = "{tmp_path / 'data'}"
-
-[memory.stores.worker]
-base_url = "http://127.0.0.1:1"
-timeout_seconds = 1
-retry_deadline_seconds = 1
-
-[memory.providers.openai]
-base_url = "{model.base_url}"
-api_key_env = "FAKE_MODEL_KEY"
-
-[memory.hooks]
-subject = "alice"
-state_dir = "{tmp_path / 'state'}"
-""")
 
 
 def wait_released(state_dir: Path, session_id: str, retries: int) -> SessionState:
