@@ -210,7 +210,7 @@ async def reflect_part(memory: Memory, *, session_id: str, transcript: str, star
     import asyncio
 
     from scopemem.agent_hooks.transcript import opted_out_between, read_slice, split_run
-    from scopemem.api.reflecting import Run
+    from scopemem.api.finished_run import Run
     from scopemem.core.requests import Request
     from scopemem.gitremote import repo_of
 

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 from scopemem.plugins.lazy import exports
 
 if TYPE_CHECKING:
+    from scopemem.api.finished_run import ReflectionReport, Run
     from scopemem.api.memory import Memory, MemoryContext
-    from scopemem.api.reflecting import ReflectionReport, Run
     from scopemem.api.results import (
         REFUSAL_REASONS,
         Caller,
@@ -49,8 +49,8 @@ __all__ = [
 __getattr__ = exports(__name__, {
     "Memory": "scopemem.api.memory",
     "MemoryContext": "scopemem.api.memory",
-    "ReflectionReport": "scopemem.api.reflecting",
-    "Run": "scopemem.api.reflecting",
+    "ReflectionReport": "scopemem.api.finished_run",
+    "Run": "scopemem.api.finished_run",
     **{name: "scopemem.api.results" for name in (
         "REFUSAL_REASONS", "Caller", "ForgetResult", "ListResult", "ListSection",
         "MemoryRefused", "OperationFailed", "RememberResult", "ScopeSweep", "SearchHit",

@@ -48,7 +48,7 @@ from scopemem.stores.base import Clock, Hit, MemoryStore, wall_clock_ms
 from scopemem.stores.counting import CountBuffer
 
 if TYPE_CHECKING:
-    from scopemem.api.reflecting import ReflectionReport, Run
+    from scopemem.api.finished_run import ReflectionReport, Run
 
 log = logging.getLogger("scopemem")
 
@@ -193,7 +193,8 @@ class Memory(Operations):
         self.runs.reflect(self._reflect_quietly(run))
 
     async def _reflect_quietly(self, run: Run) -> ReflectionReport | None:
-        from scopemem.api.reflecting import reflect, run_label  # a read never loads them
+        from scopemem.api.finished_run import run_label
+        from scopemem.api.reflecting import reflect  # a read never loads it
 
         try:
             return await reflect(self, run)

@@ -20,9 +20,9 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
+from scopemem.api.finished_run import Run
 from scopemem.api.memory import Memory, MemoryContext
 from scopemem.api.operations import REMEMBER_THREAD_KEY
-from scopemem.api.reflecting import Run
 from scopemem.api.results import (
     Caller,
     ForgetResult,

@@ -24,8 +24,8 @@ from typing import Any
 
 import attrs
 
+from scopemem.api.finished_run import Run
 from scopemem.api.memory import Memory
-from scopemem.api.reflecting import Run
 from scopemem.mcp.operations import Identity
 
 __all__ = ["HandOff", "load_run", "reflect_handed_off"]

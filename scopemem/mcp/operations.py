@@ -19,8 +19,8 @@ from typing import Protocol
 
 import attrs
 
+from scopemem.api.finished_run import Run
 from scopemem.api.memory import Memory
-from scopemem.api.reflecting import Run
 from scopemem.api.results import Caller, MemoryRefused, OperationFailed
 from scopemem.chat.commands import (
     UNTRUSTED_CLOSE,

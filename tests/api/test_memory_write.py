@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from scopemem import Memory, MemoryConfig, Request, hookimpl
-from scopemem.api.reflecting import Run
+from scopemem.api.finished_run import Run
 from scopemem.core.records import Kind
 from scopemem.core.reflection import REFLECTION_SYSTEM
 from scopemem.plugins.manager import new_plugin_manager

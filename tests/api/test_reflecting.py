@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from scopemem import Memory, MemoryConfig, Request, ScopeKind, handle_command, hookimpl
-from scopemem.api.reflecting import Run
+from scopemem.api.finished_run import Run
 from scopemem.core.records import Kind, Source, Status
 from scopemem.core.requests import Request as CoreRequest
 from scopemem.errors import StoreRefused

@@ -4,7 +4,7 @@ what a run reads and what reflection writes must not depend on which store is co
 from __future__ import annotations
 
 from scopemem import Memory, MemoryConfig, Request
-from scopemem.api.reflecting import Run
+from scopemem.api.finished_run import Run
 from scopemem.core.records import MAX_QUERY_CHARS
 from scopemem.plugins.manager import new_plugin_manager
 from tests.api.test_memory_write import Scripted, lesson
