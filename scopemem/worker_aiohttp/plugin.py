@@ -49,6 +49,17 @@ def _configure_logging(log_format: str = "text") -> None:
     install()
 
 
+def _say(message: str, log_format: str) -> None:
+    """A line on standard output (listening, stopped): as it is, or under ``--log-format
+    json`` one JSON object as the log lines are, so a shipper parses every line."""
+    if log_format == "json":
+        from scopemem.worker_aiohttp.logs import JsonFormatter
+
+        message = JsonFormatter().format(
+            logging.LogRecord(log.name, logging.INFO, __file__, 0, message, None, None))
+    click.echo(message)
+
+
 @hookimpl
 def scopemem_register_commands(cli: click.Group) -> None:
     @cli.command(name="serve")
@@ -191,12 +202,13 @@ def scopemem_register_commands(cli: click.Group) -> None:
         if not access_log:
             runner_kwargs["access_log"] = None
         if workers > 1:
-            _serve_processes(workers, host, port, build, limits_for, runner_kwargs, name)
-            click.echo("scopemem worker stopped")
+            _serve_processes(workers, host, port, build, limits_for, runner_kwargs, name,
+                             log_format)
+            _say("scopemem worker stopped", log_format)
             return
 
         def ready(url: str) -> None:
-            click.echo(f"scopemem worker listening on {url} (store: {name})")
+            _say(f"scopemem worker listening on {url} (store: {name})", log_format)
 
         store, app = build()
         runner_kwargs["limits"] = limits_for(store)
@@ -205,7 +217,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
                                               **runner_kwargs))
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
-        click.echo("scopemem worker stopped")
+        _say("scopemem worker stopped", log_format)
 
 
 def _hub_token(data_token: str, insecure_dev: bool, metrics_token: str) -> str | None:
@@ -225,7 +237,7 @@ def _hub_token(data_token: str, insecure_dev: bool, metrics_token: str) -> str |
 
 def _serve_processes(workers: int, host: str, port: int,
                      build: Callable[[], tuple[Any, Any]], limits_for: Callable[[Any], Any],
-                     runner_kwargs: dict[str, Any], name: str) -> None:
+                     runner_kwargs: dict[str, Any], name: str, log_format: str) -> None:
     """``--workers N``: reserve the port, fork N processes that each build the app (and its
     store) and listen on it, supervise them (``workers.py``)."""
     import asyncio
@@ -258,8 +270,8 @@ def _serve_processes(workers: int, host: str, port: int,
                                           on_ready=lambda _url: announce(), **runner_kwargs))
 
     def ready(url: str) -> None:
-        click.echo(f"scopemem worker listening on {url} (store: {name}, {workers} worker"
-                   " processes)")
+        _say(f"scopemem worker listening on {url} (store: {name}, {workers} worker"
+             " processes)", log_format)
 
     status = serve_workers(workers, sock, run_worker, ready)
     if status:

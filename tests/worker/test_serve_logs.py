@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from scopemem.cli import build_cli
 from scopemem.stores.worker import WorkerStore
 from tests.conftest import fact
-from tests.worker.test_serve import ORG, TOKEN, start, stop, wait_healthy
+from tests.worker.test_serve import ORG, TOKEN, launch, listening, start, stop, wait_healthy
 
 SECRET_TEXT = "the staging database lives on blue-otter"
 
@@ -55,3 +55,17 @@ def test_log_format_is_checked():
     result = CliRunner().invoke(build_cli(), ["serve", "--log-format", "xml"])
     assert result.exit_code == 2
     assert "'xml' is not one of 'text', 'json'" in result.output
+
+
+async def test_json_format_makes_the_listening_and_stopped_lines_json_too(tmp_path):
+    process = launch(tmp_path, "--store", "memory", "--log-format", "json")
+    url, banner = listening(process)  # the helpers that read the line still find the URL
+    try:
+        await wait_healthy(process, url)
+    finally:
+        out, _err = stop(process, signal.SIGTERM)
+    entries = [json.loads(line) for line in [banner, *out.splitlines()]]
+    assert [entry["message"] for entry in entries] == [
+        f"scopemem worker listening on {url} (store: memory)", "scopemem worker stopped"]
+    for entry in entries:
+        assert entry["level"] == "INFO" and entry["logger"] == "scopemem.worker", entry
