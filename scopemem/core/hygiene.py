@@ -39,6 +39,7 @@ from scopemem.core.records import (
     MAX_TEXT_CHARS,
     Candidate,
 )
+from scopemem.core.scopes import pointer_problem
 from scopemem.core.text import distinct_tokens, encodable
 
 __all__ = ["MIN_TEXT_CHARS", "NOISE", "NO_THREAD_KEY", "cut_text", "describe_noise",
@@ -152,11 +153,12 @@ def _source(value: str) -> str:
 
 def _pointer(value: str | None) -> str | None:
     """A ``supersedes`` / ``restates`` pointer, cleaned; None when it is too long to be an
-    id (it could name no record)."""
+    id or is no memory id (``pointer_problem``): it could name no record."""
     if value is None:
         return None
     cleaned = _clean(value)
-    return cleaned if len(cleaned) <= MAX_ID_CHARS else None
+    return cleaned if len(cleaned) <= MAX_ID_CHARS and pointer_problem(cleaned) is None \
+        else None
 
 
 def _strip_nul(value: str | None) -> str | None:
@@ -196,6 +198,8 @@ def _fits(candidate: Candidate) -> bool:
             and _plain(candidate.source_run_id, MAX_SOURCE_CHARS)
             and _plain(candidate.supersedes, MAX_ID_CHARS)
             and _plain(candidate.restates, MAX_ID_CHARS)
+            and pointer_problem(candidate.supersedes) is None
+            and pointer_problem(candidate.restates) is None
             and (keywords is None or (
                 len(keywords) <= MAX_KEYWORDS and len(set(keywords)) == len(keywords)
                 and all(_plain(keyword, MAX_KEYWORD_CHARS) and keyword
@@ -206,7 +210,7 @@ def fit_candidate(candidate: Candidate) -> Candidate:
     """The candidate as every store takes it: text cut to ``MAX_TEXT_CHARS`` at a word
     boundary, keywords fitted (``fit_keywords``), the thread key and run id cut to
     ``MAX_SOURCE_CHARS``, an empty or blank ``source_thread_key`` replaced by
-    ``NO_THREAD_KEY``, a ``supersedes`` / ``restates`` longer than an id dropped, lone
+    ``NO_THREAD_KEY``, a ``supersedes`` / ``restates`` that is no memory id dropped, lone
     surrogates replaced and NUL characters removed in every string (a text of nothing but
     NULs becomes U+FFFD, which the salience rule drops). A candidate that already fits is
     returned as it is (the same object)."""

@@ -42,7 +42,7 @@ from scopemem.core.records import (
     from_wire,
     to_wire,
 )
-from scopemem.core.scopes import MEMORY_ID_PREFIX, scope_key_problem
+from scopemem.core.scopes import MEMORY_ID_PREFIX, pointer_problem, scope_key_problem
 from scopemem.core.text import is_text
 
 __all__ = ["MAX_CLOCK_SKEW_MS", "MAX_IMPORTED_SEQ", "MAX_USE_COUNT", "parse_record_line",
@@ -115,6 +115,10 @@ def record_problem(record: Record, now: int | None = None) -> str | None:
         problem = _string_problem(name, value, most)
         if problem is not None:
             return problem
+    for name, value in (("supersedes", record.supersedes), ("restates", record.restates)):
+        problem = pointer_problem(value)
+        if problem is not None:
+            return f"{name} {problem}"
     if len(record.keywords) > MAX_KEYWORDS:
         return f"keywords must hold at most {MAX_KEYWORDS} keywords"
     for n, keyword in enumerate(record.keywords):

@@ -117,6 +117,19 @@ def parse_memory_id(value: object) -> tuple[str, int]:
     return scope_key, int(seq)
 
 
+def pointer_problem(value: str | None) -> str | None:
+    """Why ``value`` cannot be a ``supersedes`` or ``restates`` off the wire; None when it
+    can: absent, empty (no pointer) or a memory id. The id may name another scope or no
+    record at all: such a pointer retires or restates nothing, and the write still lands."""
+    if not value:
+        return None
+    try:
+        parse_memory_id(value)
+    except MemoryIdError:
+        return "is not a memory id (mem:<scopeKey>:<n>)"
+    return None
+
+
 def record_seq(record_id: str) -> int:
     """The sequence number of a record's id; 0 for anything else (sorts first, never raises).
 

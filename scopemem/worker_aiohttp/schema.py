@@ -90,9 +90,13 @@ FORBIDDEN_IN_KEYS: Final = (
 
 #: A key or id: one or more characters, none of them forbidden (the characters themselves,
 #: not escapes, so every regular expression dialect reads the class alike).
-KEY_PATTERN: Final = "^[^" + "".join(
+_KEY_CHAR = "[^" + "".join(
     chr(first) if first == last else f"{chr(first)}-{chr(last)}"
-    for first, last in FORBIDDEN_IN_KEYS) + "]+$"
+    for first, last in FORBIDDEN_IN_KEYS) + "]"
+KEY_PATTERN: Final = "^" + _KEY_CHAR + "+$"
+#: A ``supersedes`` or ``restates``: empty (no pointer) or a memory id of any scope
+#: (``core.scopes.pointer_problem``, which words the refusal).
+POINTER_PATTERN: Final = "^(mem:" + _KEY_CHAR + "+:[0-9]+)?$"
 
 #: A marker's counter: ``rejected:`` and the marker's name (``core.counters``).
 MARKER_COUNTER_PATTERN: Final = "^" + REJECTED_BY + "[A-Za-z0-9_.-]{1,64}$"
@@ -159,9 +163,9 @@ SCHEMAS: Final[dict[str, Schema]] = {
         "sourceRunId": string(max_length=MAX_SOURCE_CHARS),
         "keywords": _KEYWORDS,
         "confidence": _CONFIDENCE,
-        "supersedes": string(max_length=MAX_ID_CHARS,
+        "supersedes": string(max_length=MAX_ID_CHARS, pattern=POINTER_PATTERN,
                              description="Id of an active record this one replaces"),
-        "restates": string(max_length=MAX_ID_CHARS,
+        "restates": string(max_length=MAX_ID_CHARS, pattern=POINTER_PATTERN,
                            description="Id of an active record this one says again"),
         "source": ref("Source"),
     }),
@@ -182,8 +186,8 @@ SCHEMAS: Final[dict[str, Schema]] = {
         "lastUsedAt": _IMPORT_TIME,
         "useCount": integer(0, MAX_USE_COUNT),
         "confidence": _CONFIDENCE,
-        "supersedes": string(max_length=MAX_ID_CHARS),
-        "restates": string(max_length=MAX_ID_CHARS),
+        "supersedes": string(max_length=MAX_ID_CHARS, pattern=POINTER_PATTERN),
+        "restates": string(max_length=MAX_ID_CHARS, pattern=POINTER_PATTERN),
         "status": {"type": "string", "enum": [status.value for status in Status],
                    "default": Status.ACTIVE.value},
         "source": ref("Source"),

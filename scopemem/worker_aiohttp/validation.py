@@ -34,9 +34,15 @@ from scopemem.core.records import (
     WireError,
     from_wire,
 )
-from scopemem.core.scopes import identifier_problem
+from scopemem.core.scopes import identifier_problem, pointer_problem
 from scopemem.core.text import is_text
-from scopemem.worker_aiohttp.schema import KEY_PATTERN, NO_NUL_PATTERN, REQUESTS, SCHEMAS, Schema
+from scopemem.worker_aiohttp.schema import (
+    KEY_PATTERN,
+    POINTER_PATTERN,
+    REQUESTS,
+    SCHEMAS,
+    Schema,
+)
 
 
 class BodyError(ValueError):
@@ -213,8 +219,10 @@ def _must(node: Schema, rule: str | None, value: Any) -> str:
                                    else "")
     if rule == "maxLength":
         return f"must be at most {node['maxLength']} characters"
-    if rule == "pattern" and node.get("pattern") == NO_NUL_PATTERN:
+    if rule == "pattern" and "\u0000" in value:
         return "holds a NUL character (U+0000), which no store keeps"
+    if rule == "pattern" and node.get("pattern") == POINTER_PATTERN:
+        return pointer_problem(value) or "must be a memory id"
     if rule == "pattern":
         return f"must match the pattern {node['pattern']!r}"
     if rule == "minLength" or (kind == "string" and node.get("minLength")):

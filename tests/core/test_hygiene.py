@@ -94,6 +94,9 @@ def test_nul_is_removed_from_every_string_and_provenance_is_capped():
     assert fitted.text == "deploys need the vpn" and fitted.keywords == ("vpn",)
     assert fitted.source_thread_key == "t" * MAX_SOURCE_CHARS and fitted.source_run_id == ""
     assert fitted.supersedes is None and fitted.restates == "mem:org:a:1"
+    # A pointer that is no memory id could name no record: dropped, as the worker refuses it.
+    assert fit_candidate(Candidate(kind=Kind.FACT, text="a fact", source_thread_key="t",
+                                   supersedes="garbage id")).supersedes is None
     # Nothing but NULs: a text that is never empty, and that the salience rule drops.
     only = fit_candidate(Candidate(kind=Kind.FACT, text="\x00\x00", source_thread_key="t"))
     assert only.text and noise_reason(only.text) == "short"

@@ -47,3 +47,14 @@ def test_a_record_nobody_vouches_for_is_reflection_sourced():
     human = attrs.evolve(RECORD, source=Source.HUMAN)
     assert reflection_sourced(human) == attrs.evolve(RECORD, source=Source.REFLECTION)
     assert reflection_sourced(RECORD) is RECORD
+
+
+def test_a_pointer_must_be_a_memory_id_of_any_scope():
+    """``supersedes`` / ``restates``: absent, empty or a memory id; one naming another
+    scope, or no record, is imported as it is (it points at nothing)."""
+    for value in (None, "", "mem:user:slack:U2:7", "mem:org:acme:99"):
+        assert record_problem(attrs.evolve(RECORD, supersedes=value, restates=value)) is None
+    assert record_problem(attrs.evolve(RECORD, supersedes="garbage id")) == (
+        "supersedes is not a memory id (mem:<scopeKey>:<n>)")
+    with pytest.raises(WireError, match="restates is not a memory id"):
+        parse_record_line(record_line(attrs.evolve(RECORD, restates="mem:org:acme")), NOW)

@@ -345,6 +345,11 @@ BAD_BODIES = [
      "records[0].supersedes must be a string"),
     ("/write", {"scopeKey": ORG, "records": [candidate(restates=["mem:x:1"])]},
      "records[0].restates must be a string"),
+    # a pointer is a memory id (of any scope: one naming no record points at nothing)
+    ("/write", {"scopeKey": ORG, "records": [candidate(supersedes="garbage id")]},
+     "records[0].supersedes is not a memory id (mem:<scopeKey>:<n>)"),
+    ("/write", {"scopeKey": ORG, "records": [candidate(), candidate(restates="garbage")]},
+     "records[1].restates is not a memory id (mem:<scopeKey>:<n>)"),
     # provenance and pointers: the scope key's cap (a thread key of 500 KB is refused)
     ("/write", {"scopeKey": ORG, "records": [candidate(sourceThreadKey="t" * 201)]},
      "records[0].sourceThreadKey must be at most 200 characters"),
