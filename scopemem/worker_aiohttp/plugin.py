@@ -110,6 +110,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
         """
         import asyncio
 
+        from scopemem.core.text import is_bearer_token
         from scopemem.installation import in_process_store, store_registry
         from scopemem.plugins.host import scope_kinds
         from scopemem.stores.base import StoreSettings, descriptors_held
@@ -156,6 +157,10 @@ def scopemem_register_commands(cli: click.Group) -> None:
                         "only%s", TOKEN_ENV, problem,
                         "" if token else ": every data route will answer 401")
         metrics_token = os.environ.get(METRICS_TOKEN_ENV, "")
+        for env, value in ((TOKEN_ENV, token), (METRICS_TOKEN_ENV, metrics_token)):
+            if value and not is_bearer_token(value):
+                raise click.ClickException(f"{env} must be printable ASCII without spaces"
+                                           " (what secrets.token_urlsafe makes)")
         if metrics_token and len(metrics_token) < MIN_TOKEN_CHARS and not insecure_dev:
             raise click.ClickException(
                 f"{METRICS_TOKEN_ENV} is {len(metrics_token)} characters; at least"
@@ -183,8 +188,7 @@ def scopemem_register_commands(cli: click.Group) -> None:
                                          plugin_manager=state.pm)
             except ValueError as exc:
                 asyncio.run(store.close())
-                raise click.ClickException(f"{TOKEN_ENV} or {METRICS_TOKEN_ENV}: {exc}"
-                                           ) from None
+                raise click.ClickException(str(exc)) from None
 
         def limits_for(store: Any) -> Limits:
             """The connections the open-file limit leaves beside what ``store`` holds."""

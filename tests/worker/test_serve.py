@@ -154,6 +154,24 @@ def test_serve_refuses_a_metrics_token_shared_with_another(tmp_path, monkeypatch
     assert says in err
 
 
+@pytest.mark.parametrize(("tokens", "failed"), [
+    ({"SCOPEMEM_TOKEN": "a token with spaces 0123"}, "SCOPEMEM_TOKEN"),
+    ({"SCOPEMEM_TOKEN": TOKEN, "SCOPEMEM_METRICS_TOKEN": "métrics-token-0123456"},
+     "SCOPEMEM_METRICS_TOKEN"),
+])
+def test_serve_names_the_token_that_fails_the_format_check(tmp_path, monkeypatch, tokens,
+                                                           failed, serve_in_process):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SCOPEMEM_CONFIG", raising=False)
+    monkeypatch.delenv("SCOPEMEM_METRICS_TOKEN", raising=False)
+    for name, value in tokens.items():
+        monkeypatch.setenv(name, value)
+    result = CliRunner().invoke(build_cli(), ["serve", "--store", "memory", "--port", "0"])
+    assert result.exit_code == 1, result.output
+    assert f"Error: {failed} must be printable ASCII without spaces" in result.output
+    assert "SCOPEMEM_TOKEN or" not in result.output
+
+
 async def test_insecure_dev_starts_without_a_token_warns_and_refuses_every_data_route(
         tmp_path):
     process = launch(tmp_path, "--store", "memory", "--insecure-dev", token=None)
