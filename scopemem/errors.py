@@ -14,6 +14,10 @@ class ConfigError(ScopememError):
 class StoreError(ScopememError):
     """A store could not do what was asked (I/O failure, bad database, refused input)."""
 
+    #: Records an import wrote before it failed (the worker client sends one in pages of
+    #: ``MAX_IMPORT_BATCH``, each written whole); 0 when it wrote none.
+    imported: int = 0
+
 
 class StoreRefused(StoreError):
     """A store refused the input itself (the worker answered 400 or 413): the same call

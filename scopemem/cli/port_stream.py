@@ -23,7 +23,7 @@ from typing import IO, TYPE_CHECKING, Any
 import attrs
 import click
 
-from scopemem.errors import ScopememError
+from scopemem.errors import ScopememError, StoreError
 
 if TYPE_CHECKING:
     import asyncio
@@ -265,13 +265,13 @@ async def import_stream(store: PortableStore, stream: IO[bytes], name: str, size
         if batch and not dry_run:
             await writer.submit(batch, number)
         await writer.settle()
-    except ScopememError as exc:  # the store refused or failed a batch
+    except ScopememError as exc:  # the store refused or failed a batch, maybe partway
+        added = writer.added + (exc.imported if isinstance(exc, StoreError) else 0)
         through = writer.written_through
-        done = (f"the records of lines 1-{through} were written ({writer.added} records"
-                " added)" if through else "no batch was written whole")
+        whole = f" (the records of lines 1-{through} whole)" if through else ""
         raise click.ClickException(
-            f"import failed: {exc}; {done}; importing the file again skips what is written"
-        ) from None
+            f"import failed: {exc}; {added} record{' was' if added == 1 else 's were'}"
+            f" written{whole}; importing the file again skips them") from None
     finally:
         if writer.task is not None:  # an error on the way: the batch in flight ends first
             with contextlib.suppress(Exception):

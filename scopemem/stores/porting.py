@@ -28,7 +28,7 @@ What an import promises, on every store:
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -39,7 +39,7 @@ from scopemem.core.records import MAX_EXPORT_PAGE, Candidate, Record
 from scopemem.errors import StoreError, StoreRefused, StoreUnsupported
 from scopemem.stores.base import MemoryStore, check_scope_key, fit_batch
 
-__all__ = ["ImportScreen", "PortableStore", "export_records", "group_import",
+__all__ = ["ImportScreen", "PortableStore", "export_records", "group_import", "import_by_scope",
            "import_threads", "portable", "screen_import"]
 
 # What a forgotten record (scrubbed: no text) shows the write screen, so that its
@@ -158,6 +158,22 @@ def group_import(records: Sequence[Record], now: int) -> dict[str, list[tuple[in
         assert seq is not None  # record_problem checked it
         groups.setdefault(record.scope_key, {}).setdefault(seq, record)
     return {key: sorted(batch.items()) for key, batch in groups.items()}
+
+
+async def import_by_scope(groups: Mapping[str, list[tuple[int, Record]]],
+                          import_scope: Callable[[str, list[tuple[int, Record]]],
+                                                 Awaitable[int]]) -> int:
+    """``group_import``'s groups imported one scope (one transaction) at a time by
+    ``import_scope``: the records added. A ``StoreError`` on the way carries in
+    ``imported`` what the scopes before it added, which stay written."""
+    added = 0
+    try:
+        for scope_key, batch in groups.items():
+            added += await import_scope(scope_key, batch)
+    except StoreError as exc:
+        exc.imported = added
+        raise
+    return added
 
 
 def import_threads(added: Sequence[tuple[int, Record]], beside: Mapping[int, Sequence[Any]]

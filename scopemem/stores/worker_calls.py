@@ -193,15 +193,20 @@ class WorkerCalls:
         groups = group_import(records, wall_clock_ms())
         imported = size = 0
         batch: list[dict[str, Any]] = []
-        for _seq, record in (item for group in groups.values() for item in group):
-            item = to_wire(record)
-            length = len(json.dumps(item, ensure_ascii=False).encode("utf-8"))
-            if batch and (len(batch) >= MAX_IMPORT_BATCH or size + length > MAX_IMPORT_BYTES):
-                imported += await self._import(batch)
-                batch, size = [], 0
-            batch.append(item)
-            size += length
-        return imported + (await self._import(batch) if batch else 0)
+        try:
+            for _seq, record in (item for group in groups.values() for item in group):
+                item = to_wire(record)
+                length = len(json.dumps(item, ensure_ascii=False).encode("utf-8"))
+                if batch and (len(batch) >= MAX_IMPORT_BATCH
+                              or size + length > MAX_IMPORT_BYTES):
+                    imported += await self._import(batch)
+                    batch, size = [], 0
+                batch.append(item)
+                size += length
+            return imported + (await self._import(batch) if batch else 0)
+        except StoreError as exc:  # the pages before it stay written: say how many
+            exc.imported = imported
+            raise
 
     async def _import(self, batch: list[dict[str, Any]]) -> int:
         count = whole_number(await self._command("/import", {"records": batch}), "/import",

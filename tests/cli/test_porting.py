@@ -441,8 +441,22 @@ def test_an_import_the_store_stops_says_what_was_written_and_how_to_go_on(
     assert isinstance(result.exception, SystemExit)
     assert "import failed: sqlite store: " in result.output
     assert "(max_scopes = 2)" in result.output
-    assert ("the records of lines 1-6 were written (6 records added); importing the file"
-            " again skips what is written") in result.output
+    assert ("6 records were written (the records of lines 1-6 whole); importing the file"
+            " again skips them") in result.output
     config.write_text(settings.format(0))
     assert "imported 9 of 15 records (6 already present)" in \
         ok(run(config, "import", str(source))).output
+
+
+def test_an_import_the_store_stops_within_a_batch_counts_the_scopes_it_wrote(tmp_path: Path):
+    """Each scope of a batch is its own transaction: the scopes written before the one the
+    store refused are counted, where the import said that nothing was written whole."""
+    config = tmp_path / "data.toml"
+    config.write_text(f'[memory]\nenabled = true\norganization = "acme"\nstore = "sqlite"\n'
+                      f'[memory.stores.sqlite]\npath = "{tmp_path / "data"}"\nmax_scopes = 2\n')
+    source = tmp_path / "people.jsonl"
+    source.write_text("".join(line(n, f"user:slack:V{person}") + "\n"
+                              for person in range(3) for n in (1, 2, 3)))
+    result = run(config, "import", str(source))
+    assert result.exit_code == 1, result.output
+    assert "6 records were written; importing the file again skips them" in result.output

@@ -3,11 +3,14 @@ with a JSON reason naming the field; nothing written from a refused body)."""
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
+import click
 import pytest
 
+from scopemem.cli.port_stream import import_stream
 from scopemem.core.porting import MAX_USE_COUNT
 from scopemem.core.records import (
     MAX_EXPORT_PAGE,
@@ -17,7 +20,7 @@ from scopemem.core.records import (
     Source,
     Status,
 )
-from scopemem.errors import StoreRefused
+from scopemem.errors import StoreError, StoreRefused
 from scopemem.secrets import redact
 from scopemem.stores.null import NullStore
 from scopemem.stores.porting import export_records
@@ -182,6 +185,36 @@ async def test_the_client_splits_imports_and_pages_scopes(spy, monkeypatch):
             assert len([call for call in spy.calls if call[0] == "scopes"]) == 30
         finally:
             await client.close()
+
+
+async def test_an_import_the_worker_stops_partway_says_how_many_records_were_written(spy):
+    """The client sends a 500-line batch in pages of 25: a page the worker fails after two
+    were written leaves 50 records, and the import says so (and that running it again skips
+    them), where it said no batch was written whole."""
+    import_page = spy.inner.import_records
+    pages = 0
+
+    async def stopped_at_the_third_page(records: Any) -> int:
+        nonlocal pages
+        pages += 1
+        if pages == 3:
+            raise StoreError("the disk is full")
+        return await import_page(records)
+
+    spy.inner.import_records = stopped_at_the_third_page
+    lines = b"".join(json.dumps(wire_record(n)).encode() + b"\n" for n in range(1, 101))
+    async with running(create_app(spy, TOKEN)) as url:
+        client = WorkerStore(url, TOKEN)
+        try:
+            with pytest.raises(click.ClickException) as refused:
+                await import_stream(client, io.BytesIO(lines), "backup.jsonl", None,
+                                    dry_run=False, trust_source=False)
+            assert len([r async for r in export_records(client)]) == 50
+        finally:
+            await client.close()
+    said = refused.value.message
+    assert "50 records were written" in said and "no batch was written whole" not in said
+    assert "importing the file again skips them" in said
 
 
 def test_the_served_document_states_the_use_count_bound():

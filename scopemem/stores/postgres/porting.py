@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from scopemem.core.records import Record
 from scopemem.core.words import Analyzer
 from scopemem.stores.base import Clock
-from scopemem.stores.porting import group_import
+from scopemem.stores.porting import group_import, import_by_scope
 from scopemem.stores.postgres.options import PostgresOptions
 from scopemem.stores.postgres.pool import Connect
 from scopemem.stores.postgres.statements import Statements, record_of
@@ -52,9 +52,10 @@ class Porting:
 
     async def import_records(self, records: Sequence[Record]) -> int:
         now = self._clock()
-        added = 0
-        for scope_key, batch in group_import(records, now).items():
+
+        async def one_scope(scope_key: str, batch: list[tuple[int, Record]]) -> int:
             async with self._connection() as conn, conn.transaction():
                 tx = PgTx(conn, self.sql, scope_key, self._options)
-                added += await changes.import_scope(tx, self.analyzer, batch, now)
-        return added
+                return await changes.import_scope(tx, self.analyzer, batch, now)
+
+        return await import_by_scope(group_import(records, now), one_scope)

@@ -14,7 +14,7 @@ from typing import Any
 from scopemem.core.records import Record
 from scopemem.core.words import Analyzer
 from scopemem.stores.base import Clock, check_scope_key
-from scopemem.stores.porting import group_import
+from scopemem.stores.porting import group_import, import_by_scope
 from scopemem.stores.shared import changes
 from scopemem.stores.shared.changes import run_sync
 from scopemem.stores.sqlite_shared import sql as sqlite_sql
@@ -76,11 +76,11 @@ class Porting:
 
     async def import_records(self, records: Sequence[Record]) -> int:
         now = self._clock()
-        groups = group_import(records, now)
-        added = 0
-        for scope_key, batch in groups.items():
+
+        async def one_scope(scope_key: str, batch: list[tuple[int, Record]]) -> int:
             shard = self._shards.of(scope_key)
-            added += await self._pools.write(shard, import_scope, self._uses, shard,
-                                             self._analyzer, scope_key, batch, now,
-                                             self._scopes.reserve, create=True) or 0
-        return added
+            return await self._pools.write(shard, import_scope, self._uses, shard,
+                                           self._analyzer, scope_key, batch, now,
+                                           self._scopes.reserve, create=True) or 0
+
+        return await import_by_scope(group_import(records, now), one_scope)
