@@ -179,6 +179,12 @@ def scopemem_register_commands(cli: click.Group) -> None:
                 store = registry.get(name)(settings)
             except ScopememError as exc:
                 raise click.ClickException(str(exc)) from None
+            # A library the store needs and lacks fails every request: stop here, naming it
+            # (a database server that is down is no such thing: the store waits for it).
+            missing = getattr(store, "missing_library", lambda: None)()
+            if missing:
+                asyncio.run(store.close())
+                raise click.ClickException(missing)
             try:
                 return store, create_app(store, token, cap=config.max_records_per_scope,
                                          min_cap=config.cap_floor(),

@@ -172,6 +172,38 @@ def test_serve_names_the_token_that_fails_the_format_check(tmp_path, monkeypatch
     assert "SCOPEMEM_TOKEN or" not in result.output
 
 
+BLOCK_PSYCOPG = ("import sys; sys.modules['psycopg'] = None;"
+                 " sys.modules['psycopg_pool'] = None; from scopemem.cli import main; main()")
+
+
+@pytest.mark.parametrize("installed", [False, True])
+async def test_a_postgres_worker_without_psycopg_stops_at_start_a_down_server_does_not(
+        tmp_path, installed):
+    """Without its library every request would fail: ``serve`` stops with one line naming
+    the package and the pip command. A server that is merely down (nothing listens on port
+    1) is waited for: the worker starts and says it listens."""
+    config = tmp_path / "pg.toml"
+    config.write_text('[memory.stores.postgres]\ndsn = "postgresql://postgres@127.0.0.1:1/x"\n')
+    env = {**{key: value for key, value in os.environ.items() if key != "SCOPEMEM_CONFIG"},
+           "SCOPEMEM_TOKEN": TOKEN}
+    command = ["-m", "scopemem"] if installed else ["-c", BLOCK_PSYCOPG]
+    process = subprocess.Popen(
+        [sys.executable, *command, "--config", str(config), "serve", "--store", "postgres",
+         "--port", "0"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    if installed:
+        listening(process)
+        stop(process, signal.SIGTERM)
+        return
+    try:
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 1 and out == "", (out, err)
+    assert err == ("Error: postgres store: psycopg is not installed (pip install -e"
+                   " '.[postgres]' from the scopemem checkout)\n")
+
+
 async def test_insecure_dev_starts_without_a_token_warns_and_refuses_every_data_route(
         tmp_path):
     process = launch(tmp_path, "--store", "memory", "--insecure-dev", token=None)

@@ -17,13 +17,13 @@ from scopemem.errors import StoreBusy, StoreError, StoreRefused, StoreUnreachabl
 from scopemem.stores.postgres import migrations
 from scopemem.stores.postgres.options import PostgresOptions
 
-__all__ = ["Connect", "Connections", "pipeline"]
+__all__ = ["Connect", "Connections", "pipeline", "psycopg_modules"]
 
 # A pooled autocommit connection, as each part of the store is given it.
 Connect = Callable[[], AbstractAsyncContextManager[Any]]
 
 
-def _psycopg() -> Any:
+def psycopg_modules() -> Any:
     try:
         import psycopg  # deferred: the plugin list must load without it
         import psycopg_pool
@@ -35,7 +35,7 @@ def _psycopg() -> Any:
 
 def pipeline(conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
     """Pipeline mode on ``conn`` where the libpq has it (14 and later), else nothing."""
-    psycopg, _pool = _psycopg()
+    psycopg, _pool = psycopg_modules()
     if psycopg.Pipeline.is_supported():
         return conn.pipeline()  # type: ignore[no-any-return]
     return contextlib.nullcontext()
@@ -102,7 +102,7 @@ class Connections:
         """A pooled autocommit connection; psycopg's errors become ``StoreError``."""
         if self.closed and not closing_ok:
             raise StoreError("the postgres store is closed")
-        psycopg, psycopg_pool = _psycopg()
+        psycopg, psycopg_pool = psycopg_modules()
         pool = await self._ready()
         try:
             async with self._live(pool) as conn:
@@ -235,7 +235,7 @@ class Connections:
         async with self._ready_lock:
             if self._pool is not None:
                 return self._pool
-            psycopg, psycopg_pool = _psycopg()
+            psycopg, psycopg_pool = psycopg_modules()
             options = self.options
             params = _check_dsn(psycopg, options.dsn)
             kwargs: dict[str, Any] = {"autocommit": True}

@@ -23,6 +23,7 @@ from scopemem.core.records import (
     SweepResult,
     WriteCounts,
 )
+from scopemem.errors import StoreError
 from scopemem.stores.base import (
     DEFAULT_RANKING,
     Clock,
@@ -38,7 +39,7 @@ from scopemem.stores.health import NOT_READY_FAILED
 from scopemem.stores.postgres import migrations, reads
 from scopemem.stores.postgres.browse import Browse
 from scopemem.stores.postgres.options import PostgresOptions, options_from_settings
-from scopemem.stores.postgres.pool import Connections
+from scopemem.stores.postgres.pool import Connections, psycopg_modules
 from scopemem.stores.postgres.porting import Porting
 from scopemem.stores.postgres.statements import Statements, bigints, record_of
 from scopemem.stores.postgres.usage import DeferredUsage
@@ -203,6 +204,15 @@ class PostgresStore:
                          " them again in a schema it has migrated", self.schema,
                          ", ".join(missing))
             return NOT_READY_FAILED
+        return None
+
+    def missing_library(self) -> str | None:
+        """psycopg not installed: the package and the pip command (``serve`` stops on it,
+        rather than start a worker every request to which fails); None when it is."""
+        try:
+            psycopg_modules()
+        except StoreError as exc:
+            return str(exc)
         return None
 
     def max_descriptors(self) -> int:
