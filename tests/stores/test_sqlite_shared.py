@@ -20,6 +20,7 @@ from scopemem.stores.base import StoreSettings
 from scopemem.stores.sqlite import from_settings as sqlite_store
 from scopemem.stores.sqlite_shared import SharedSqliteStore, index, schema
 from scopemem.stores.sqlite_shared import statements as st
+from scopemem.stores.sqlite_shared.options import USAGE_FLUSH_MS_MAX
 from scopemem.stores.sqlite_shared.pools import POOL_THREADS
 from tests.conftest import FakeClock
 from tests.stores.shared_postings import CONTINUES, scope_documents
@@ -741,28 +742,36 @@ async def test_writes_at_the_cap_and_retrievals_prepare_no_statement_again(
         tmp_path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
     """Once their statements are prepared, later writes and retrievals reuse them: SQLite
     prepared again at every run a statement whose plan it fits to the values bound (a
-    bound ``LIMIT``, a ``UNION``), five of a write's at the cap and a retrieval's."""
-    prepared: list[int] = []
+    bound ``LIMIT``, a ``UNION``), five of a write's at the cap and a retrieval's.
+
+    Counted per connection: a read may land on a read thread the pool starts only later
+    (whose connection prepares its statements once, as any new one does), but no
+    connection that ran the statements before prepares them again."""
+    warming = True
+    prepared: dict[str, set[int]] = {"before": set(), "after": set()}
 
     def hook(conn: apsw.Connection) -> None:
         def authorize(*_args: object) -> int:
-            prepared.append(1)  # SQLite asks while it prepares a statement, never after
+            # SQLite asks while it prepares a statement, never after.
+            prepared["before" if warming else "after"].add(id(conn))
             return apsw.SQLITE_OK
         conn.authorizer = authorize
 
     monkeypatch.setattr(apsw, "connection_hooks", [*apsw.connection_hooks, hook])
-    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off", cap=20)
+    # No use-count save on its timer mid-test: its statements' first run is not a re-run.
+    store = SharedSqliteStore(tmp_path / "data", clock=clock, synchronous="off", cap=20,
+                              usage_flush_ms=USAGE_FLUSH_MS_MAX)
     scope = "repo:acme/widgets"
     try:
         for round_ in range(6):
-            if round_ == 4:
-                prepared.clear()
+            warming = round_ < 4
             clock.advance(1000)
             counts = await store.write(scope, [fact(f"runner {round_} note {n} caches layers")
                                                for n in range(10)])
             assert round_ < 2 or counts.evicted == 10
             assert len(await store.retrieve(scope, f"runner {round_} caches", 5)) == 5
-        assert not prepared
+        assert prepared["before"]
+        assert not prepared["before"] & prepared["after"]
     finally:
         await store.close()
 
