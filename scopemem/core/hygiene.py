@@ -157,8 +157,9 @@ def _pointer(value: str | None) -> str | None:
     if value is None:
         return None
     cleaned = _clean(value)
-    return cleaned if len(cleaned) <= MAX_ID_CHARS and pointer_problem(cleaned) is None \
-        else None
+    if len(cleaned) > MAX_ID_CHARS or pointer_problem(cleaned) is not None:
+        return None
+    return cleaned
 
 
 def _strip_nul(value: str | None) -> str | None:

@@ -18,7 +18,9 @@ MIN_TOKEN_CHARS = 16
 
 def hub_token_problem(hub_token: str, data_token: str, insecure_dev: bool = False,
                       metrics_token: str = "") -> str | None:
-    """Why the hub cannot start with ``hub_token`` (None: it can)."""
+    """Why the hub cannot start with ``hub_token``, which is set (None: it can)."""
+    from scopemem.core.text import is_bearer_token
+
     if hub_token == data_token:
         return (f"{HUB_TOKEN_ENV} must differ from the data token: a hub session changes "
                 "records, a data token holder should not get one")
@@ -29,7 +31,7 @@ def hub_token_problem(hub_token: str, data_token: str, insecure_dev: bool = Fals
     if len(hub_token) < MIN_TOKEN_CHARS and not insecure_dev:
         return (f"{HUB_TOKEN_ENV} is {len(hub_token)} characters; at least "
                 f"{MIN_TOKEN_CHARS} are needed")
-    if not all(0x21 <= ord(char) <= 0x7E for char in hub_token):
+    if not is_bearer_token(hub_token):
         return f"{HUB_TOKEN_ENV} must be printable ASCII without spaces"
     try:
         import aiohttp_jinja2  # noqa: F401

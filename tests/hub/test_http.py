@@ -99,6 +99,9 @@ async def test_logins_are_rate_limited_per_client_even_with_the_right_token():
 def test_the_hub_token_must_be_long_and_not_the_data_token():
     assert "differ" in (hub_token_problem(DATA_TOKEN, DATA_TOKEN) or "")
     assert "16" in (hub_token_problem("short", DATA_TOKEN) or "")
+    # Its login strips whitespace around a pasted token: one inside it could never match.
+    for token in ("a hub token with spaces", "hub-token-\u00e9-long-enough"):
+        assert "printable ASCII" in (hub_token_problem(token, DATA_TOKEN) or "")
     assert hub_token_problem(HUB_TOKEN, DATA_TOKEN) is None
 
 
